@@ -1,0 +1,40 @@
+# benchd: one command to try it (make demo), one to test it (make test). Both set themselves up.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-0
+
+.PHONY: setup runtimes models test test-fast lint demo clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,plot]'
+	touch $(STAMP)
+
+setup: $(STAMP) runtimes models
+
+# Idempotent: builds llama-server once per machine (cache keyed by version), then takes seconds.
+runtimes: $(STAMP)
+	$(BIN)/benchctl runtimes install all
+
+models: $(STAMP)
+	$(BIN)/benchctl models tiny --size small
+	$(BIN)/benchctl models tiny --size medium
+
+lint: $(STAMP)
+	$(BIN)/ruff check benchd benchctl tests benchmarks
+	$(BIN)/mypy
+
+# The test command (CI runs exactly this): lint, type-check, then every suite, slow ones included.
+test: setup lint
+	$(BIN)/python -m pytest tests -m "" -p no:cacheprovider
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests -m "not slow"
+
+demo: setup
+	$(BIN)/python -m benchctl.demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""benchctl: the thin client of benchd (submit, tail, report, compare, lock) and its offline tools."""

@@ -1,0 +1,111 @@
+"""Paths and defaults, resolved once into a frozen Config (uvicorn's config.py, minus the side effects).
+
+The shared contract: state dir = --state-dir, else $BENCHD_STATE_DIR, else the platform default; socket
+<state>/benchd.sock ($BENCHD_SOCKET); cache (runtimes, tiny models) $BENCHD_CACHE_DIR, else the platform
+cache dir. Nothing here creates a directory: `instance.py` does that, with the right modes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Server logs are capped at this size, then rotated once (`.log.1`).
+LOG_CAP_BYTES = 8 * 1024 * 1024
+
+
+def default_state_dir() -> Path:
+    env = os.environ.get("BENCHD_STATE_DIR")
+    if env:
+        return Path(env).expanduser().absolute()
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "benchd"
+    xdg = os.environ.get("XDG_STATE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "state") / "benchd"
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("BENCHD_CACHE_DIR")
+    if env:
+        return Path(env).expanduser().absolute()
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "benchd"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "benchd"
+
+
+def default_socket(state_dir: Path) -> Path:
+    env = os.environ.get("BENCHD_SOCKET")
+    return Path(env).expanduser().absolute() if env else state_dir / "benchd.sock"
+
+
+@dataclass(frozen=True)
+class Config:
+    state_dir: Path
+    socket: Path
+    cache_dir: Path
+    log_level: str = "info"
+
+    @classmethod
+    def resolve(
+        cls,
+        state_dir: str | Path | None = None,
+        socket: str | Path | None = None,
+        cache_dir: str | Path | None = None,
+        log_level: str = "info",
+    ) -> Config:
+        state = Path(state_dir).expanduser().absolute() if state_dir else default_state_dir()
+        sock = Path(socket).expanduser().absolute() if socket else default_socket(state)
+        cache = Path(cache_dir).expanduser().absolute() if cache_dir else default_cache_dir()
+        return cls(state_dir=state, socket=sock, cache_dir=cache, log_level=log_level)
+
+    # Layout of the state dir (the shared contract).
+    @property
+    def db_path(self) -> Path:
+        return self.state_dir / "benchd.sqlite3"
+
+    @property
+    def instance_lock_path(self) -> Path:
+        return self.state_dir / "benchd.pid.lock"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    def job_logs_dir(self, job: str) -> Path:
+        return self.logs_dir / job
+
+    def server_log_path(self, job: str, candidate: str) -> Path:
+        return self.logs_dir / job / f"{candidate}.log"
+
+    @property
+    def daemon_log_path(self) -> Path:
+        return self.logs_dir / "benchd.log"
+
+    @property
+    def servers_dir(self) -> Path:
+        """One JSON record per server this state dir's daemon started (orphan cleanup)."""
+        return self.state_dir / "servers"
+
+    @property
+    def runbooks_dir(self) -> Path:
+        return self.state_dir / "runbooks"
+
+    @property
+    def locked_path(self) -> Path:
+        return self.state_dir / "locked.toml"
+
+    @property
+    def hf_cache_dir(self) -> Path:
+        """An existing, empty HF cache for the MLX servers (they answer 500 without one)."""
+        return self.cache_dir / "hf-hub"
+
+    @property
+    def runtimes_dir(self) -> Path:
+        return self.cache_dir / "runtimes"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.cache_dir / "models"

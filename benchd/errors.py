@@ -1,0 +1,52 @@
+"""One error type for everything a user can get wrong.
+
+`BenchdError(code, message, field)` maps 1:1 to the API's `{"error": {code, message, field}}` body and to
+benchctl's exit code 2 (bad input). Library code raises it; only `__main__` modules turn it into an exit.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class BenchdError(Exception):
+    """A problem the caller can fix: `code` is a stable slug, `field` the JSON path or file field."""
+
+    def __init__(self, code: str, message: str, field: str | None = None, status: int = 400) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+        self.status = status
+
+    def to_dict(self) -> dict[str, object]:
+        return {"error": {"code": self.code, "message": self.message, "field": self.field}}
+
+    def __str__(self) -> str:
+        where = f" (field {self.field})" if self.field else ""
+        return f"{self.message}{where}"
+
+
+class NotFound(BenchdError):
+    def __init__(self, what: str, ident: str) -> None:
+        super().__init__("not_found", f"no {what} with id {ident!r}", None, status=404)
+
+
+def field_of(exc: msgspec.ValidationError) -> str | None:
+    """The `$.path` msgspec puts at the end of its messages (`... - at `$.candidates[0].id``)."""
+    text = str(exc)
+    marker = " - at `"
+    if marker in text:
+        return text.rsplit(marker, 1)[1].rstrip("`")
+    return None
+
+
+def from_validation(exc: msgspec.ValidationError | msgspec.DecodeError, source: str | None = None) -> BenchdError:
+    """A msgspec decode/validation failure as a BenchdError naming the field (and the file, if any)."""
+    field = field_of(exc) if isinstance(exc, msgspec.ValidationError) else None
+    text = str(exc)
+    if " - at `" in text:
+        text = text.rsplit(" - at `", 1)[0]
+    prefix = f"{source}: " if source else ""
+    code = "invalid" if isinstance(exc, msgspec.ValidationError) else "malformed"
+    return BenchdError(code, f"{prefix}{text}", field)

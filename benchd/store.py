@@ -1,0 +1,310 @@
+"""The only SQL in benchd: jobs, events, rows and eval results in one SQLite file (WAL).
+
+Why SQLite and these rules: a sweep runs unattended overnight and the daemon may be killed at any
+instant. Every row is committed together with its `probe_finished` event in one transaction, and every
+event's `seq` is assigned inside the transaction that stores it, so after a kill -9 the store holds
+each finished probe exactly once and the event sequence has no gaps. WAL with synchronous=NORMAL is
+durable against a process crash (not against power loss mid-commit, which loses at most the last
+transaction and never corrupts the file).
+
+All methods are synchronous and short; the daemon calls them from its event loop.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+import threading
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from benchd.errors import NotFound
+from benchd.schemas import (
+    EvalResult,
+    Event,
+    Job,
+    JobList,
+    Progress,
+    Row,
+    Sweep,
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    state TEXT NOT NULL,
+    sweep TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    not_before TEXT,
+    when_ TEXT NOT NULL DEFAULT '[]',
+    waiting_reason TEXT,
+    started_at TEXT,
+    finished_at TEXT,
+    error TEXT,
+    runbook_id TEXT,
+    total INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, created_at);
+CREATE TABLE IF NOT EXISTS events (
+    job TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    time TEXT NOT NULL,
+    type TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    PRIMARY KEY (job, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS rows (
+    job TEXT NOT NULL,
+    candidate TEXT NOT NULL,
+    context INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    probe INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    row TEXT NOT NULL,
+    PRIMARY KEY (job, candidate, context, kind, probe)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS evals (
+    job TEXT NOT NULL,
+    candidate TEXT NOT NULL,
+    task TEXT NOT NULL,
+    result TEXT NOT NULL,
+    PRIMARY KEY (job, candidate, task)
+) WITHOUT ROWID;
+"""
+
+_enc = msgspec.json.Encoder()
+_row_dec = msgspec.json.Decoder(Row)
+_sweep_dec = msgspec.json.Decoder(Sweep)
+_eval_dec = msgspec.json.Decoder(EvalResult)
+_payload_dec = msgspec.json.Decoder(dict[str, Any])
+
+RowKey = tuple[str, int, str, int]  # (candidate, context, kind, probe)
+
+
+def utcnow() -> str:
+    """RFC 3339 UTC timestamp with milliseconds, the one time format of the store and the API."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def new_job_id() -> str:
+    """`YYYYMMDD-HHMMSS-xxxx`: sortable, 20 characters, [a-z0-9-] (the contract's job id)."""
+    return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def planned_probes(sweep: Sweep) -> int:
+    """Recorded rows a sweep will write: probes per (candidate, context) plus one sustained each."""
+    per_candidate = len(sweep.contexts) * sweep.probes + (1 if sweep.sustained.tokens > 0 else 0)
+    return per_candidate * len(sweep.candidates)
+
+
+class Store:
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+        self._lock = threading.Lock()
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- transactions ------------------------------------------------------------------------------
+
+    def _tx(self) -> _Tx:
+        return _Tx(self._db, self._lock)
+
+    def _append_event(self, job: str, type_: str, payload: dict[str, Any]) -> Event:
+        cur = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE job = ?", (job,))
+        seq = int(cur.fetchone()[0]) + 1
+        event = Event(seq=seq, time=utcnow(), type=type_, job=job, payload=payload)  # type: ignore[arg-type]
+        self._db.execute(
+            "INSERT INTO events(job, seq, time, type, payload) VALUES (?, ?, ?, ?, ?)",
+            (job, seq, event.time, type_, _enc.encode(payload).decode()),
+        )
+        return event
+
+    # -- jobs --------------------------------------------------------------------------------------
+
+    def create_job(
+        self, sweep: Sweep, not_before: str | None = None, when: Iterable[str] = (), job_id: str | None = None
+    ) -> tuple[Job, Event]:
+        jid = job_id or new_job_id()
+        now = utcnow()
+        with self._tx():
+            self._db.execute(
+                "INSERT INTO jobs(id, name, state, sweep, created_at, not_before, when_, total)"
+                " VALUES (?, ?, 'queued', ?, ?, ?, ?, ?)",
+                (jid, sweep.name, _enc.encode(sweep).decode(), now, not_before,
+                 _enc.encode(list(when)).decode(), planned_probes(sweep)),
+            )
+            event = self._append_event(jid, "job_queued", {"name": sweep.name, "not_before": not_before})
+        return self.get_job(jid), event
+
+    def get_job(self, job_id: str, with_sweep: bool = True) -> Job:
+        cur = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,))
+        cur_row = cur.fetchone()
+        if cur_row is None:
+            raise NotFound("job", job_id)
+        return self._job_from(cur, cur_row, with_sweep)
+
+    def get_sweep(self, job_id: str) -> Sweep:
+        cur = self._db.execute("SELECT sweep FROM jobs WHERE id = ?", (job_id,))
+        got = cur.fetchone()
+        if got is None:
+            raise NotFound("job", job_id)
+        return _sweep_dec.decode(got[0])
+
+    def _job_from(self, cur: sqlite3.Cursor, values: tuple[Any, ...], with_sweep: bool) -> Job:
+        d = {desc[0]: v for desc, v in zip(cur.description, values, strict=True)}
+        done = self.count_rows(d["id"])
+        return Job(
+            id=d["id"], name=d["name"], state=d["state"], created_at=d["created_at"],
+            not_before=d["not_before"], when=msgspec.json.decode(d["when_"]),
+            waiting_reason=d["waiting_reason"], started_at=d["started_at"], finished_at=d["finished_at"],
+            error=d["error"], runbook_id=d["runbook_id"],
+            progress=Progress(done=done, total=d["total"]),
+            sweep=_sweep_dec.decode(d["sweep"]) if with_sweep else None,
+        )
+
+    def list_jobs(self, state: str | None = None, limit: int = 50, before: str | None = None) -> JobList:
+        """Newest first; `before` is the cursor (a job id) from the previous page."""
+        sql = "SELECT * FROM jobs"
+        clauses: list[str] = []
+        params: list[Any] = []
+        if state:
+            clauses.append("state = ?")
+            params.append(state)
+        if before:
+            clauses.append("id < ?")
+            params.append(before)
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        sql += " ORDER BY id DESC LIMIT ?"
+        params.append(limit + 1)
+        cur = self._db.execute(sql, params)
+        got = cur.fetchall()
+        jobs = [self._job_from(cur, v, with_sweep=False) for v in got[:limit]]
+        return JobList(jobs=jobs, next_cursor=jobs[-1].id if len(got) > limit else None)
+
+    def jobs_in_states(self, *states: str) -> list[Job]:
+        """Oldest first (FIFO)."""
+        marks = ",".join("?" * len(states))
+        cur = self._db.execute(f"SELECT * FROM jobs WHERE state IN ({marks}) ORDER BY id", states)
+        return [self._job_from(cur, v, with_sweep=False) for v in cur.fetchall()]
+
+    def queue_depth(self) -> int:
+        cur = self._db.execute("SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'waiting', 'interrupted')")
+        return int(cur.fetchone()[0])
+
+    def update_job(self, job_id: str, **fields: Any) -> None:
+        allowed = {"state", "waiting_reason", "started_at", "finished_at", "error", "runbook_id"}
+        bad = set(fields) - allowed
+        if bad:
+            raise ValueError(f"cannot update job fields {sorted(bad)}")
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        with self._tx():
+            self._db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
+
+    def transition(self, job_id: str, event_type: str, payload: dict[str, Any] | None = None, **fields: Any) -> Event:
+        """Change a job's fields and append the event that says so, in one transaction."""
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        with self._tx():
+            if fields:
+                self._db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
+            return self._append_event(job_id, event_type, payload or {})
+
+    # -- events ------------------------------------------------------------------------------------
+
+    def append_event(self, job: str, type_: str, payload: dict[str, Any] | None = None) -> Event:
+        with self._tx():
+            return self._append_event(job, type_, payload or {})
+
+    def events(self, job: str, since: int = 0, limit: int = 10_000) -> list[Event]:
+        cur = self._db.execute(
+            "SELECT seq, time, type, payload FROM events WHERE job = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (job, since, limit),
+        )
+        return [
+            Event(seq=s, time=t, type=ty, job=job, payload=_payload_dec.decode(p))
+            for s, t, ty, p in cur.fetchall()
+        ]
+
+    def last_seq(self, job: str) -> int:
+        cur = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE job = ?", (job,))
+        return int(cur.fetchone()[0])
+
+    # -- rows --------------------------------------------------------------------------------------
+
+    def commit_row(self, row: Row, event_type: str = "probe_finished") -> Event:
+        """Store a row (replacing an `aborted` one with the same key) and its event, atomically."""
+        with self._tx():
+            self._db.execute(
+                "INSERT INTO rows(job, candidate, context, kind, probe, status, row) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(job, candidate, context, kind, probe) DO UPDATE SET status = excluded.status,"
+                " row = excluded.row WHERE rows.status = 'aborted'",
+                (row.job, row.candidate, row.context, row.kind, row.probe, row.status, _enc.encode(row).decode()),
+            )
+            return self._append_event(row.job, event_type, {"row": msgspec.to_builtins(row)})
+
+    def rows(self, job: str) -> list[Row]:
+        cur = self._db.execute(
+            "SELECT row FROM rows WHERE job = ? ORDER BY candidate, context, kind, probe", (job,)
+        )
+        return [_row_dec.decode(r[0]) for (r) in cur.fetchall()]
+
+    def done_keys(self, job: str) -> set[RowKey]:
+        """Keys of rows that need not run again on resume (everything but `aborted`)."""
+        cur = self._db.execute(
+            "SELECT candidate, context, kind, probe FROM rows WHERE job = ? AND status != 'aborted'", (job,)
+        )
+        return {(c, int(x), k, int(p)) for c, x, k, p in cur.fetchall()}
+
+    def count_rows(self, job: str) -> int:
+        cur = self._db.execute("SELECT COUNT(*) FROM rows WHERE job = ? AND status != 'aborted'", (job,))
+        return int(cur.fetchone()[0])
+
+    # -- evals -------------------------------------------------------------------------------------
+
+    def put_eval(self, result: EvalResult) -> None:
+        with self._tx():
+            self._db.execute(
+                "INSERT OR REPLACE INTO evals(job, candidate, task, result) VALUES (?, ?, ?, ?)",
+                (result.job, result.candidate, result.task, _enc.encode(result).decode()),
+            )
+
+    def evals(self, job: str) -> list[EvalResult]:
+        cur = self._db.execute("SELECT result FROM evals WHERE job = ? ORDER BY candidate, task", (job,))
+        return [_eval_dec.decode(r[0]) for (r) in cur.fetchall()]
+
+    def counts(self) -> dict[str, int]:
+        """Row counts per table (the fuzz suite checks a rejected request changes none)."""
+        return {t: int(self._db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in ("jobs", "events", "rows", "evals")}
+
+
+class _Tx:
+    """BEGIN IMMEDIATE … COMMIT (ROLLBACK on error), serialized across threads."""
+
+    def __init__(self, db: sqlite3.Connection, lock: threading.Lock) -> None:
+        self._db = db
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        finally:
+            self._lock.release()
