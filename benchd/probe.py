@@ -1,0 +1,300 @@
+"""The streaming client: one request, timestamps of every content chunk on arrival, the raw final chunk.
+
+Kept lean on purpose: on a small machine a heavy client slows the server it measures (runtimes.md:
+aiperf/guidellm cost 10-20x the CPU of a lean aiohttp client and cut the server's decode rate). So:
+- one fresh connection per probe (`TCPConnector(force_close=True)`): llama-server closes the connection
+  after each streamed response although it advertises keep-alive, and a pooled client then fails the
+  next request with "server disconnected";
+- reads whole socket chunks (`iter_any`) and splits lines itself; every SSE event in a read gets the
+  read's `perf_counter()` stamp (that is when it arrived);
+- content chunks are recognised by a byte scan, not decoded; only chunks without content (role, usage,
+  timings, errors) are decoded with msgspec, and the last one carrying `usage`/`timings` is kept raw;
+- SSE comment lines (`: keepalive 12/40`, mlx_lm during prompt processing) are skipped.
+
+Errors are values (`ProbeResult.status`/`error`), never exceptions, with one exception: cancellation
+(`asyncio.CancelledError`) propagates, so a cancelled sweep stops at once and the caller stores the
+probe as `aborted`. The probe's own timeout yields status "timeout".
+
+Also here: reading llama-server's Prometheus `/metrics` counters, to cross-check draft acceptance
+against the counters' difference around a probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import aiohttp
+import msgspec
+
+if TYPE_CHECKING:
+    from benchd.runtimes.base import RuntimeAdapter
+    from benchd.schemas import Candidate, Sampling
+
+ProbeStatus = Literal["ok", "failed", "timeout"]
+
+_decoder = msgspec.json.Decoder()
+_CONTENT_KEY = b'"content"'
+_SKIP = frozenset(b" :\t")
+_QUOTE = 0x22
+
+
+@dataclass
+class ProbeResult:
+    """What one streamed request did. Times are `time.perf_counter()` seconds (monotonic).
+
+    `final` is the last decoded chunk that carried `usage` or `timings` (the runtime's raw answer, mapped
+    by the adapter's `normalize`). `chunk_times` has the arrival time of every content chunk (one entry
+    per chunk; a chunk is one token for these servers except when a runtime batches several).
+    """
+
+    status: ProbeStatus
+    error: str | None
+    http_status: int | None
+    started: float
+    ended: float
+    first_content: float | None = None
+    last_content: float | None = None
+    content_chunks: int = 0
+    chunk_times: list[float] = field(default_factory=list)
+    final: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    done: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def ttft_ms(self) -> float | None:
+        return None if self.first_content is None else (self.first_content - self.started) * 1000.0
+
+    @property
+    def e2e_ms(self) -> float:
+        return (self.ended - self.started) * 1000.0
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        u = (self.final or {}).get("usage")
+        return u if isinstance(u, dict) else None
+
+    @property
+    def timings(self) -> dict[str, Any] | None:
+        t = (self.final or {}).get("timings")
+        return t if isinstance(t, dict) else None
+
+    def gen_tps_client(self, completion_tokens: int | None = None) -> float | None:
+        """The stream window: (tokens - 1) / (last - first content chunk time).
+
+        Tokens are `completion_tokens` from usage when given, else the content chunk count. The first
+        token is excluded because its time is the prompt processing, not generation.
+        """
+        n = completion_tokens if completion_tokens is not None else self.content_chunks
+        if n < 2 or self.first_content is None or self.last_content is None:
+            return None
+        window = self.last_content - self.first_content
+        return (n - 1) / window if window > 0 else None
+
+
+def has_content(payload: bytes) -> bool:
+    """True when a chunk's JSON has a non-empty string `"content"` (a byte scan, no decoding).
+
+    Matches `"content":"x"` and `"content": "x"`; not `"content":null`, `"content":""`, nor
+    `"reasoning_content"` (its key does not start with the quote before `content`). An escaped
+    `\\"content\\"` inside text cannot match because a backslash, not a quote, follows it.
+    """
+    i = payload.find(_CONTENT_KEY)
+    n = len(payload)
+    while i != -1:
+        j = i + len(_CONTENT_KEY)
+        while j < n and payload[j] in _SKIP:
+            j += 1
+        if j + 1 < n and payload[j] == _QUOTE and payload[j + 1] != _QUOTE:
+            return True
+        i = payload.find(_CONTENT_KEY, j)
+    return False
+
+
+class _Stream:
+    """Per-request parsing state (kept out of `run` so the hot loop stays readable)."""
+
+    def __init__(self, result: ProbeResult) -> None:
+        self.r = result
+        self.buf = b""
+
+    def feed(self, data: bytes, now: float) -> str | None:
+        """Consume bytes; returns an error message if the stream is garbage or carries an error."""
+        self.buf += data
+        if b"\n" not in self.buf:
+            return None
+        *lines, self.buf = self.buf.split(b"\n")
+        for raw in lines:
+            line = raw.rstrip(b"\r")
+            if not line or line.startswith(b":"):
+                continue  # event separator, or an SSE comment (keepalive)
+            if not line.startswith(b"data:"):
+                if line.startswith((b"event:", b"id:", b"retry:")):
+                    continue
+                return f"not an SSE line: {line[:200]!r}"
+            payload = line[5:].lstrip()
+            if payload == b"[DONE]":
+                self.r.done = True
+                continue
+            err = self._event(payload, now)
+            if err:
+                return err
+        return None
+
+    def _event(self, payload: bytes, now: float) -> str | None:
+        r = self.r
+        content = has_content(payload)
+        if content:
+            if r.first_content is None:
+                r.first_content = now
+            r.last_content = now
+            r.content_chunks += 1
+            r.chunk_times.append(now)
+            if b'"usage"' not in payload and b'"finish_reason":"' not in payload:
+                return None  # the hot path: nothing else to learn from this chunk
+        try:
+            doc = _decoder.decode(payload)
+        except msgspec.DecodeError:
+            return f"malformed JSON chunk: {payload[:200]!r}"
+        if not isinstance(doc, dict):
+            return f"unexpected chunk: {payload[:200]!r}"
+        if doc.get("error"):
+            return f"server error in stream: {str(doc['error'])[:500]}"
+        for choice in doc.get("choices") or ():
+            if isinstance(choice, dict) and choice.get("finish_reason"):
+                r.finish_reason = str(choice["finish_reason"])
+        if isinstance(doc.get("usage"), dict) or isinstance(doc.get("timings"), dict):
+            # Every mlx_vlm chunk has partial timings; the one with usage is the final answer.
+            if r.final is None or isinstance(doc.get("usage"), dict) or not isinstance(r.final.get("usage"), dict):
+                r.final = doc
+        return None
+
+
+async def run(
+    url: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    timeout_s: float,
+) -> ProbeResult:
+    """POST one streamed request to `url` and read it to the end (or error, or timeout)."""
+    started = time.perf_counter()
+    result = ProbeResult(status="failed", error=None, http_status=None, started=started, ended=started)
+    stream = _Stream(result)
+    connector = aiohttp.TCPConnector(force_close=True)
+    try:
+        async with (
+            asyncio.timeout(timeout_s),
+            aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session,
+            session.post(url, data=body, headers=dict(headers)) as resp,
+        ):
+            result.http_status = resp.status
+            if resp.status != 200:
+                text = (await resp.content.read(2000)).decode("utf-8", "replace")
+                result.error = f"HTTP {resp.status}: {text.strip()}"
+                result.ended = time.perf_counter()
+                return result
+            async for data in resp.content.iter_any():
+                err = stream.feed(data, time.perf_counter())
+                if err:
+                    result.error = err
+                    result.ended = time.perf_counter()
+                    return result
+            result.ended = time.perf_counter()
+            if stream.buf.strip():
+                err = stream.feed(b"\n", result.ended)
+                if err:
+                    result.error = err
+                    return result
+    except TimeoutError:
+        result.ended = time.perf_counter()
+        result.status = "timeout"
+        result.error = f"probe timed out after {timeout_s:g} s ({result.content_chunks} content chunks received)"
+        return result
+    except (aiohttp.ClientError, OSError) as exc:
+        result.ended = time.perf_counter()
+        what = "stream closed early" if result.http_status == 200 else "request failed"
+        result.error = f"{what}: {type(exc).__name__}: {exc}"
+        return result
+    if not result.done:
+        result.error = (
+            f"stream closed early: no [DONE] after {result.content_chunks} content chunks"
+        )
+        return result
+    if result.final is None:
+        result.error = "stream ended without a usage/timings chunk (include_usage ignored?)"
+        return result
+    result.status = "ok"
+    return result
+
+
+async def run_chat(
+    adapter: RuntimeAdapter,
+    base_url: str,
+    candidate: Candidate,
+    *,
+    prompt: str,
+    max_tokens: int,
+    sampling: Sampling,
+    timeout_s: float,
+) -> ProbeResult:
+    """Build the adapter's streamed chat request and run it (the usual way to probe a server)."""
+    body = adapter.request_body(
+        model=adapter.request_model(candidate), prompt=prompt, max_tokens=max_tokens, sampling=sampling
+    )
+    return await run(
+        base_url + adapter.request_path(),
+        adapter.encode_body(body),
+        adapter.request_headers(),
+        timeout_s=timeout_s,
+    )
+
+
+# ------------------------------------------------------------------------------ Prometheus /metrics
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """`name{labels} value` lines to {name{labels}: value}; comments and garbage lines are skipped."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, _, rest = line.rpartition(" ")
+        if not name:
+            continue
+        try:
+            out[name.strip()] = float(rest)
+        except ValueError:
+            continue
+    return out
+
+
+async def read_metrics(base_url: str, *, timeout_s: float = 5.0) -> dict[str, float] | None:
+    """The server's Prometheus counters, or None when it has no `/metrics` (llama-server without
+    `--metrics` answers 501)."""
+    try:
+        async with (
+            aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(force_close=True),
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
+            ) as session,
+            session.get(base_url + "/metrics") as resp,
+        ):
+            if resp.status != 200:
+                return None
+            return parse_prometheus(await resp.text())
+    except (aiohttp.ClientError, TimeoutError, OSError):
+        return None
+
+
+def counter_diff(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """after - before for every counter present in both (cumulative counters: the probe's share)."""
+    return {k: after[k] - before[k] for k in after.keys() & before.keys()}

@@ -1,0 +1,393 @@
+"""What every runtime adapter provides, and the pieces they share.
+
+The supervisor, the probe client and the sweep engine never branch on a runtime's name: they ask its
+adapter (`benchd.runtimes.get_adapter(candidate.runtime)`). An adapter is stateless; everything a
+call needs is passed in. The three adapters differ in the command line, readiness, provenance and in
+how the raw final chunk maps to normalized metrics (`normalize`), which is why those are the methods.
+
+Shared here: the OpenAI-style streamed chat request body, the HTTP GET/POST helpers (one fresh
+connection per request: llama-server closes the connection after each streamed answer even though it
+advertises keep-alive, and a pooled client then loses the next request), the check that candidate
+`args` do not set what the adapter owns, and `Normalized`, the runtime-independent metric record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import aiohttp
+import msgspec
+
+from benchd.config import Config
+from benchd.errors import BenchdError
+from benchd.probe import ProbeResult
+from benchd.schemas import Candidate, Row, Sampling
+
+HOST = "127.0.0.1"
+
+#: Margin added to `context + gen_tokens` when an adapter sizes the server's context itself: the chat
+#: template wraps the prompt in a few tokens, and the prompt builder is allowed to be 1 % off.
+CTX_MARGIN_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """One health poll: ready or not, with the server's own words for the log/error message."""
+
+    ready: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class Normalized:
+    """One probe's metrics in runtime-independent form, named like `schemas.Row`'s fields.
+
+    Every non-null metric has its source in `sources`; every null metric that a reader might expect has
+    a reason in `null_reasons`. `server_peak_memory_bytes` is a separate figure from the OS sampler's
+    `mem_peak_bytes` (mlx_vlm reports its own MLX peak); it reaches a Row only once Row has that field.
+    """
+
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    gen_tokens: int | None = None
+    prompt_tps: float | None = None
+    gen_tps: float | None = None
+    gen_tps_client: float | None = None
+    ttft_ms: float | None = None
+    e2e_ms: float | None = None
+    draft_n: int | None = None
+    draft_accepted: int | None = None
+    draft_acceptance: float | None = None
+    server_peak_memory_bytes: int | None = None
+    sources: dict[str, str] = field(default_factory=dict)
+    null_reasons: dict[str, str] = field(default_factory=dict)
+
+    def row_fields(self) -> dict[str, Any]:
+        """The fields `schemas.Row` knows, ready for `Row(**fields, job=..., ...)`."""
+        known = set(Row.__struct_fields__)
+        return {k: v for k, v in dataclasses.asdict(self).items() if k in known}
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class RuntimeAdapter:
+    """Base class: shared behaviour; each runtime module subclasses and fills in the class attributes.
+
+    Methods a subclass must provide: `command`, `argv`, `check_ready`, `version`, `normalize`.
+    """
+
+    #: The runtime's name as in `schemas.Runtime`.
+    name: ClassVar[str] = ""
+    #: Spec kinds this runtime supports (checked against the pinned build's `--help`).
+    spec_kinds: ClassVar[tuple[str, ...]] = ()
+    #: Spec kinds that need no `draft_model`.
+    spec_kinds_without_draft: ClassVar[tuple[str, ...]] = ()
+    #: Candidate args the adapter owns: flag -> what to use instead.
+    reserved_args: ClassVar[Mapping[str, str]] = {}
+    #: Where `version()` gets its answer (provenance of the provenance).
+    version_source: ClassVar[str] = ""
+    #: The readiness endpoint.
+    health_path: ClassVar[str] = "/health"
+
+    # ------------------------------------------------------------------ validation and planning
+
+    def validate(self, candidate: Candidate) -> list[BenchdError]:
+        """Everything wrong with a candidate for this runtime, each naming the field (empty: fine)."""
+        errors: list[BenchdError] = []
+        for i, arg in enumerate(candidate.args):
+            flag = arg.split("=", 1)[0]
+            if flag in self.reserved_args:
+                errors.append(
+                    BenchdError(
+                        "reserved_arg",
+                        f"candidate {candidate.id!r}: {self.name} argument {flag!r} is set by benchd; "
+                        f"{self.reserved_args[flag]}",
+                        f"$.candidates[{candidate.id}].args[{i}]",
+                    )
+                )
+        spec = candidate.spec
+        if spec is not None:
+            if spec.kind not in self.spec_kinds:
+                supported = ", ".join(self.spec_kinds) or "none"
+                errors.append(
+                    BenchdError(
+                        "unsupported_spec",
+                        f"candidate {candidate.id!r}: {self.name} does not support spec kind "
+                        f"{spec.kind!r}; supported: {supported}",
+                        f"$.candidates[{candidate.id}].spec.kind",
+                    )
+                )
+            elif spec.draft_model is None and spec.kind not in self.spec_kinds_without_draft:
+                errors.append(
+                    BenchdError(
+                        "missing_draft_model",
+                        f"candidate {candidate.id!r}: spec kind {spec.kind!r} needs `spec.draft_model`",
+                        f"$.candidates[{candidate.id}].spec.draft_model",
+                    )
+                )
+        return errors
+
+    def restarts_per_context(self, candidate: Candidate) -> bool:
+        """Whether the server must restart for every context of the grid (its context size changes)."""
+        return False
+
+    def server_ctx_size(self, candidate: Candidate, context: int, gen_tokens: int) -> int | None:
+        """The context size to start the server with for this cell; None = the server sizes itself."""
+        return None
+
+    def command(self, candidate: Candidate, cache_dir: Path) -> list[str]:
+        """The resolved command prefix (binary, or interpreter + module)."""
+        raise NotImplementedError
+
+    def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
+        raise NotImplementedError
+
+    def env(self, candidate: Candidate, config: Config) -> dict[str, str]:
+        """The child's whole environment: ours, plus runtime needs, plus the candidate's `env` (wins)."""
+        env = dict(os.environ)
+        env.update(candidate.env)
+        return env
+
+    # ------------------------------------------------------------------ talking to the server
+
+    async def check_ready(self, base_url: str) -> Readiness:
+        raise NotImplementedError
+
+    async def version(self, base_url: str, command: list[str]) -> str | None:
+        raise NotImplementedError
+
+    async def count_tokens(self, base_url: str, text: str) -> int | None:
+        """Exact prompt tokens via the server's tokenizer, or None (calibrate from usage instead)."""
+        return None
+
+    def request_path(self) -> str:
+        return "/v1/chat/completions"
+
+    def request_headers(self) -> dict[str, str]:
+        return {"Content-Type": "application/json", "Accept": "text/event-stream"}
+
+    def request_body(
+        self,
+        *,
+        model: str,
+        prompt: str,
+        max_tokens: int,
+        sampling: Sampling,
+    ) -> dict[str, Any]:
+        """A streamed chat completion with usage, greedy/seeded as the sweep says."""
+        return {
+            "model": model,
+            "messages": [{"role": "user", "content": prompt}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": max_tokens,
+            "temperature": sampling.temperature,
+            "seed": sampling.seed,
+        }
+
+    def request_model(self, candidate: Candidate) -> str:
+        """The `model` value requests carry: the candidate's `request_model`, else the model path."""
+        return candidate.request_model or candidate.model
+
+    def encode_body(self, body: Mapping[str, Any]) -> bytes:
+        return msgspec.json.encode(body)
+
+    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ shared pieces for subclasses
+
+    @staticmethod
+    def client_timing(result: ProbeResult, completion_tokens: int | None) -> dict[str, Any]:
+        """ttft, e2e and the client stream-window rate, with sources/reasons (shared by all runtimes)."""
+        out: dict[str, Any] = {"sources": {}, "null_reasons": {}}
+        out["ttft_ms"] = result.ttft_ms
+        if result.ttft_ms is not None:
+            out["sources"]["ttft_ms"] = "client:first-content-chunk"
+        else:
+            out["null_reasons"]["ttft_ms"] = "no content chunk arrived"
+        out["e2e_ms"] = result.e2e_ms
+        out["sources"]["e2e_ms"] = "client:request-to-stream-end"
+        tps = result.gen_tps_client(completion_tokens)
+        out["gen_tps_client"] = tps
+        if tps is not None:
+            out["sources"]["gen_tps_client"] = "client:stream-window"
+        else:
+            out["null_reasons"]["gen_tps_client"] = (
+                "stream window too short (fewer than 2 content chunks or tokens)"
+            )
+        return out
+
+    @staticmethod
+    def draft_fields(
+        timings: Mapping[str, Any] | None, *, spec_configured: bool, runtime: str, source: str
+    ) -> dict[str, Any]:
+        """draft_n / accepted / acceptance from llama.cpp-style timings, only when a spec is configured."""
+        out: dict[str, Any] = {"sources": {}, "null_reasons": {}}
+        if not spec_configured:
+            for key in ("draft_n", "draft_accepted", "draft_acceptance"):
+                out["null_reasons"][key] = "no spec configured"
+            return out
+        n = _int((timings or {}).get("draft_n"))
+        acc = _int((timings or {}).get("draft_n_accepted"))
+        if n is None or acc is None:
+            for key in ("draft_n", "draft_accepted", "draft_acceptance"):
+                out["null_reasons"][key] = f"{runtime} reported no draft counts for this request"
+            return out
+        out["draft_n"] = n
+        out["draft_accepted"] = acc
+        out["sources"]["draft_n"] = source
+        out["sources"]["draft_accepted"] = source
+        if n > 0:
+            out["draft_acceptance"] = acc / n
+            out["sources"]["draft_acceptance"] = f"{source} draft_n_accepted/draft_n"
+        else:
+            out["null_reasons"]["draft_acceptance"] = "draft_n is 0 (nothing was drafted)"
+        return out
+
+    @staticmethod
+    def usage_tokens(result: ProbeResult) -> tuple[int | None, int | None, int | None]:
+        """(prompt_tokens, completion_tokens, cached_tokens) from the final chunk's OpenAI `usage`."""
+        usage = result.usage or {}
+        details = usage.get("prompt_tokens_details")
+        cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
+        return _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")), cached
+
+
+# ------------------------------------------------------------------------------- binary resolution
+
+
+def _provision() -> Any:
+    """`benchd.provision`, imported lazily (it is the one place that knows the cache layout)."""
+    import importlib
+
+    return importlib.import_module("benchd.provision")
+
+
+def resolve_llama_binary(binary: str | None, cache_dir: Path) -> str:
+    """The llama-server binary (candidate `binary`, else the cached pinned build), via provision."""
+    return str(_provision().resolve_llama_binary(binary, cache_dir))
+
+
+def resolve_mlx_command(runtime: str, binary: str | None, cache_dir: Path) -> list[str]:
+    """The MLX server's command prefix (a script, or interpreter + `-m module`), via provision."""
+    cmd = _provision().resolve_mlx_command(runtime, binary, cache_dir)
+    return [str(p) for p in cmd] if isinstance(cmd, (list, tuple)) else [str(cmd)]
+
+
+# ---------------------------------------------------------------------------------- HTTP helpers
+
+
+def _session(timeout_s: float) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(force_close=True),
+        timeout=aiohttp.ClientTimeout(total=timeout_s),
+    )
+
+
+async def http_get(base_url: str, path: str, *, timeout_s: float = 2.0) -> tuple[int, bytes]:
+    """GET on a fresh connection; returns (status, body). Connection errors raise aiohttp errors."""
+    async with _session(timeout_s) as session, session.get(base_url + path) as resp:
+        return resp.status, await resp.read()
+
+
+async def http_post_json(
+    base_url: str, path: str, body: Mapping[str, Any], *, timeout_s: float = 30.0
+) -> tuple[int, bytes]:
+    async with (
+        _session(timeout_s) as session,
+        session.post(
+            base_url + path, data=msgspec.json.encode(body), headers={"Content-Type": "application/json"}
+        ) as resp,
+    ):
+        return resp.status, await resp.read()
+
+
+async def json_health(base_url: str, path: str, ok_values: tuple[str, ...]) -> Readiness:
+    """A `/health` that answers 200 `{"status": <one of ok_values>}` when ready (shared shape)."""
+    try:
+        status, raw = await http_get(base_url, path, timeout_s=2.0)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return Readiness(False, f"not answering: {type(exc).__name__}")
+    text = raw[:300].decode("utf-8", "replace")
+    if status != 200:
+        return Readiness(False, f"HTTP {status}: {text}")
+    try:
+        doc = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return Readiness(False, f"HTTP 200 but not JSON: {text}")
+    ok = isinstance(doc, dict) and doc.get("status") in ok_values
+    return Readiness(ok, text)
+
+
+def mlx_version_from_venv(command: list[str], dists: tuple[str, ...]) -> str | None:
+    """Package versions read from the server's venv with importlib.metadata (no subprocess).
+
+    The command's first element lives in `<venv>/bin/`; its `lib/python*/site-packages` holds the
+    dist-info metadata. None when the layout is not a venv (then nothing is guessed).
+    """
+    from importlib import metadata
+
+    bin_dir = Path(command[0]).parent
+    venv = bin_dir.parent
+    site = sorted(venv.glob("lib/python*/site-packages"))
+    if not site:
+        return None
+    parts = []
+    for dist_name in dists:
+        found = list(metadata.distributions(name=dist_name, path=[str(p) for p in site]))
+        if found:
+            parts.append(f"{dist_name} {found[0].version}")
+    return ", ".join(parts) if parts else None
+
+
+class MlxServerAdapter(RuntimeAdapter):
+    """What mlx_lm.server and mlx_vlm.server share: offline HF env, venv command, venv version.
+
+    Both size their KV cache themselves (no context-size flag with llama-server's meaning), so one
+    server start serves every context and `ctx_size` is rejected rather than silently ignored.
+    """
+
+    #: Distributions whose versions make up `version()` (first = the server package).
+    version_dists: ClassVar[tuple[str, ...]] = ()
+    version_source: ClassVar[str] = "venv:importlib.metadata"
+
+    def validate(self, candidate: Candidate) -> list[BenchdError]:
+        errors = super().validate(candidate)
+        if candidate.ctx_size is not None:
+            errors.append(
+                BenchdError(
+                    "unsupported_ctx_size",
+                    f"candidate {candidate.id!r}: {self.name} sizes its KV cache itself; "
+                    "`ctx_size` applies to llama-server only (remove it)",
+                    f"$.candidates[{candidate.id}].ctx_size",
+                )
+            )
+        return errors
+
+    def command(self, candidate: Candidate, cache_dir: Path) -> list[str]:
+        return resolve_mlx_command(self.name, candidate.binary, cache_dir)
+
+    def env(self, candidate: Candidate, config: Config) -> dict[str, str]:
+        """Offline hub and an existing HF cache dir (created here: `/v1/models` answers 500 without)."""
+        config.hf_cache_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env["HF_HUB_OFFLINE"] = "1"
+        env["HF_HUB_CACHE"] = str(config.hf_cache_dir)
+        env["PYTHONUNBUFFERED"] = "1"  # log lines reach the log file as they happen
+        env.update(candidate.env)
+        return env
+
+    async def version(self, base_url: str, command: list[str]) -> str | None:
+        return mlx_version_from_venv(command, self.version_dists)

@@ -1,0 +1,108 @@
+"""`mlx_vlm.server`: the only module that knows its flags and answer shape (mlx-vlm 0.7.10).
+
+Facts used (checked with `python -m mlx_vlm.server --help` and the package source on this machine):
+- `python -m mlx_vlm.server --model DIR --host 127.0.0.1 --port P`; its default host is 0.0.0.0, so
+  `--host` is always passed. Requests need `Content-Type: application/json` (422 otherwise).
+- Spec: `--draft-model DIR --draft-kind {dflash,eagle3,mtp} [--draft-block-size N]`: dedicated drafter
+  families only (no plain small-LM draft); `mtp` checkpoints may use the model's own path as drafter.
+- `GET /health` answers 200 `{"status": "healthy", "loaded_model": ...}`.
+- Every streamed chunk has `timings.predicted_per_second`; the final usage chunk has llama.cpp-style
+  `timings` (`prompt_per_second, predicted_per_second, cache_n, ...`) plus `peak_memory` in GB (MLX's
+  `get_peak_memory()/1e9`, never reset by the server, so a lifetime peak of the server process) and
+  `draft_kind, draft_rounds, draft_n, draft_n_accepted` (null unless a drafter ran).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from benchd.probe import ProbeResult
+from benchd.runtimes.base import HOST, MlxServerAdapter, Normalized, Readiness, _int, _num, json_health
+from benchd.schemas import Candidate
+
+_RESERVED: dict[str, str] = {
+    "--model": "use `model`",
+    "--host": "benchd always binds 127.0.0.1",
+    "--port": "benchd allocates a free port",
+    "--draft-model": "use `spec.draft_model`",
+    "--draft-kind": "use `spec.kind`",
+    "--draft-block-size": "use `spec.draft_max`",
+    "--api-key": "benchd talks to the server without a key",
+    "--reload": "a reloader child process would escape supervision",
+}
+
+PEAK_MEMORY_SOURCE = "server:peak_memory (mx.get_peak_memory, server lifetime)"
+
+
+class MlxVlmAdapter(MlxServerAdapter):
+    name: ClassVar[str] = "mlx_vlm.server"
+    spec_kinds: ClassVar[tuple[str, ...]] = ("dflash", "eagle3", "mtp")
+    spec_kinds_without_draft: ClassVar[tuple[str, ...]] = ("mtp",)
+    reserved_args: ClassVar[dict[str, str]] = _RESERVED
+    version_dists: ClassVar[tuple[str, ...]] = ("mlx-vlm", "mlx")
+
+    def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
+        argv = [*command, "--model", candidate.model, "--host", HOST, "--port", str(port)]
+        spec = candidate.spec
+        if spec is not None:
+            argv += ["--draft-model", spec.draft_model or candidate.model, "--draft-kind", spec.kind]
+            if spec.draft_max is not None:
+                argv += ["--draft-block-size", str(spec.draft_max)]
+        return [*argv, *candidate.args]
+
+    async def check_ready(self, base_url: str) -> Readiness:
+        return await json_health(base_url, self.health_path, ("healthy", "ok"))
+
+    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
+        """Server timings for both rates (client window recorded beside), usage, the MLX peak."""
+        timings: dict[str, Any] = result.timings or {}
+        prompt_tokens, completion_tokens, cached = self.usage_tokens(result)
+        sources: dict[str, str] = {}
+        reasons: dict[str, str] = {}
+        if prompt_tokens is not None:
+            sources["prompt_tokens"] = "server:usage"
+        else:
+            reasons["prompt_tokens"] = "no usage in the final chunk"
+        cache_n = _int(timings.get("cache_n"))
+        if cache_n is not None:
+            cached, sources["cached_tokens"] = cache_n, "server:timings cache_n"
+        elif cached is not None:
+            sources["cached_tokens"] = "server:usage prompt_tokens_details"
+        else:
+            reasons["cached_tokens"] = "no cache_n in timings"
+        gen_tokens = completion_tokens if completion_tokens is not None else _int(timings.get("predicted_n"))
+        if gen_tokens is not None:
+            sources["gen_tokens"] = "server:usage" if completion_tokens is not None else "server:timings"
+        else:
+            reasons["gen_tokens"] = "no usage or timings in the final chunk"
+        rates: dict[str, float | None] = {}
+        for key, raw in (("prompt_tps", "prompt_per_second"), ("gen_tps", "predicted_per_second")):
+            value = _num(timings.get(raw))
+            rates[key] = value if value else None
+            if value:
+                sources[key] = "server:timings"
+            else:
+                reasons[key] = f"mlx_vlm.server sent no (or zero) timings.{raw}"
+        peak_gb = _num(timings.get("peak_memory", (result.final or {}).get("peak_memory")))
+        peak = round(peak_gb * 1e9) if peak_gb else None
+        if peak is not None:
+            sources["server_peak_memory_bytes"] = PEAK_MEMORY_SOURCE
+        else:
+            reasons["server_peak_memory_bytes"] = "mlx_vlm.server reported no peak_memory"
+        client = self.client_timing(result, gen_tokens)
+        draft = self.draft_fields(timings, spec_configured=spec_configured, runtime=self.name, source="server:timings")
+        for part in (client, draft):
+            sources.update(part.pop("sources"))
+            reasons.update(part.pop("null_reasons"))
+        return Normalized(
+            prompt_tokens=prompt_tokens,
+            cached_tokens=cached,
+            gen_tokens=gen_tokens,
+            prompt_tps=rates["prompt_tps"],
+            gen_tps=rates["gen_tps"],
+            server_peak_memory_bytes=peak,
+            sources=sources,
+            null_reasons=reasons,
+            **client,
+            **draft,
+        )

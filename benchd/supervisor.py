@@ -1,0 +1,517 @@
+"""Server lifecycle: spawn in its own process group, wait for readiness, watch for crashes, tear down.
+
+- Each server runs in its own session/process group (`start_new_session=True`, so pgid == pid) with the
+  environment its adapter builds. Teardown signals the whole group: SIGTERM, then SIGKILL after a grace
+  period, then SIGKILL again for any group member still alive (a grandchild that ignored TERM), and
+  waits until none is left.
+- Readiness: the adapter's health check is polled every `poll_interval_s` and raced against the
+  process's exit, so a server that dies while loading is reported at once (exit status + log tail),
+  not after the startup timeout. A health answer alone is not trusted: the listening socket must belong
+  to our process tree, or another program on a just-taken port would pass for our server.
+- Ports: a free 127.0.0.1 port is found by binding port 0. Between that check and the server's own bind
+  another program can take it; the server then exits (or another process answers), which is reported
+  as `port_taken`, and an auto-allocated port is retried once with a fresh one.
+- Crash detection: a watcher task awaits the process; `server.crashed` is set when it exits without
+  `stop()` having been asked, and `await server.wait_exit()` lets a caller race a probe against it.
+- Orphans: every spawned server is recorded in `<state>/servers/<pid>.json` (pid, pgid, psutil
+  create_time, argv, job, candidate) before readiness; `stop()` removes the record. `reap_orphans()`
+  (a new daemon after a crash) kills recorded groups whose leader still exists with the same
+  create_time, and only those: a reused pid has another create_time and is left alone.
+
+Logs: the child writes stdout+stderr straight to `<state>/logs/<job>/<candidate>.log` (opened O_APPEND),
+and the watcher checks the size once a second; over `LOG_CAP_BYTES` the file is copied to `.log.1` and
+truncated in place (copy-truncate: the child keeps its fd, and O_APPEND makes its next write land at the
+new end). Chosen over a pipe reader because it costs the event loop nothing during a probe (mlx_vlm logs
+every 10 decoded tokens) and a stalled loop can never block the server on a full pipe, which would
+distort the measurement. The price: the cap can be overshot by one second of logging, and lines
+written between the copy and the truncate are lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import psutil
+
+from benchd.config import LOG_CAP_BYTES, Config
+from benchd.errors import BenchdError
+from benchd.runtimes import get_adapter
+from benchd.runtimes.base import HOST
+from benchd.schemas import Candidate
+
+StartFailure = Literal["spawn_failed", "exited", "timeout", "port_taken"]
+
+LOG_TAIL_BYTES = 4000
+_ROTATE_CHECK_S = 1.0
+
+
+def exit_status(returncode: int) -> str:
+    """`exit N` or `signal N` (asyncio reports death by signal as -N)."""
+    return f"signal {-returncode}" if returncode < 0 else f"exit {returncode}"
+
+
+def read_log_tail(path: Path, max_bytes: int = LOG_TAIL_BYTES) -> str:
+    """The last `max_bytes` of a server log (reaching into `.log.1` right after a rotation)."""
+    chunks: list[bytes] = []
+    need = max_bytes
+    for p in (path, path.with_name(path.name + ".1")):
+        try:
+            with p.open("rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - need))
+                data = f.read()
+        except OSError:
+            continue
+        chunks.insert(0, data)
+        need -= len(data)
+        if need <= 0:
+            break
+    return b"".join(chunks)[-max_bytes:].decode("utf-8", "replace")
+
+
+def free_port() -> int:
+    """A port nobody listens on right now (bind port 0 on 127.0.0.1; the kernel picks)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class ExitInfo:
+    """How a server process ended: `status` is "exit N" or "signal N"; `expected` if we stopped it."""
+
+    status: str
+    returncode: int
+    log_tail: str
+    expected: bool
+
+
+class ServerStartError(Exception):
+    """The server never got ready: why (`reason`), its exit status if it exited, and its log tail."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: StartFailure,
+        exit_status: str | None = None,
+        log_tail: str = "",
+        log_path: Path | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason
+        self.exit_status = exit_status
+        self.log_tail = log_tail
+        self.log_path = log_path
+
+
+@dataclass(eq=False)
+class Server:
+    """A running (or ended) server that `Supervisor.start` made ready."""
+
+    job: str
+    candidate: Candidate
+    runtime: str
+    argv: list[str]
+    command: list[str]
+    binary: str
+    port: int
+    base_url: str
+    pid: int
+    pgid: int
+    create_time: float
+    ctx_size: int | None
+    log_path: Path
+    record_path: Path
+    started_at: float
+    ready_s: float = 0.0
+    version: str | None = None
+    version_source: str = ""
+    exit: ExitInfo | None = None
+    _proc: asyncio.subprocess.Process | None = field(default=None, repr=False)
+    _exited: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _watcher: asyncio.Task[None] | None = field(default=None, repr=False)
+    _stopping: bool = field(default=False, repr=False)
+
+    @property
+    def running(self) -> bool:
+        return self.exit is None
+
+    @property
+    def crashed(self) -> ExitInfo | None:
+        """Exit info when the server ended without `stop()` asking it to; else None."""
+        return self.exit if self.exit is not None and not self.exit.expected else None
+
+    async def wait_exit(self, timeout_s: float | None = None) -> ExitInfo | None:
+        """Wait until the process ends (None on timeout)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._exited.wait()
+        except TimeoutError:
+            return None
+        return self.exit
+
+    def log_tail(self, max_bytes: int = LOG_TAIL_BYTES) -> str:
+        return read_log_tail(self.log_path, max_bytes)
+
+
+def _listens_on(pid: int, port: int) -> bool:
+    """Whether `pid` or one of its descendants listens on `port` (who answers health is ours)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return False
+    for p in procs:
+        try:
+            conns = p.net_connections(kind="tcp")
+        except psutil.Error:
+            continue
+        if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns):
+            return True
+    return False
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+async def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Poll (no thread, no busy wait) until every process is gone or a zombie; returns survivors."""
+    deadline = time.monotonic() + timeout_s
+    alive = [p for p in procs if _alive(p)]
+    while alive and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+        alive = [p for p in alive if _alive(p)]
+    return alive
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+class Supervisor:
+    """Owns every server process benchd starts. One per daemon (or per test)."""
+
+    def __init__(self, config: Config, *, grace_s: float = 10.0, poll_interval_s: float = 0.1) -> None:
+        self.config = config
+        self.grace_s = grace_s
+        self.poll_interval_s = poll_interval_s
+        self.servers: dict[int, Server] = {}
+
+    # ------------------------------------------------------------------------------------ start
+
+    async def start(
+        self,
+        job: str,
+        candidate: Candidate,
+        ctx_size: int | None,
+        *,
+        port: int | None = None,
+        startup_timeout_s: float | None = None,
+    ) -> Server:
+        """Spawn the candidate's server and return it once ready; raises `ServerStartError` otherwise.
+
+        `ctx_size` comes from `adapter.server_ctx_size(candidate, context, gen_tokens)`. An explicit
+        `port` is used as given (tests); otherwise a free one is allocated and retried once if taken.
+        """
+        timeout = startup_timeout_s if startup_timeout_s is not None else candidate.startup_timeout_s
+        try:
+            return await self._start_once(job, candidate, ctx_size, port or free_port(), timeout)
+        except ServerStartError as exc:
+            if exc.reason != "port_taken" or port is not None:
+                raise
+        return await self._start_once(job, candidate, ctx_size, free_port(), timeout)
+
+    async def _start_once(
+        self, job: str, candidate: Candidate, ctx_size: int | None, port: int, timeout_s: float
+    ) -> Server:
+        adapter = get_adapter(candidate.runtime)
+        log_path = self.config.server_log_path(job, candidate.id)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            command = adapter.command(candidate, self.config.cache_dir)
+        except BenchdError as exc:
+            raise ServerStartError(str(exc), reason="spawn_failed", log_path=log_path) from exc
+        argv = adapter.argv(candidate, command=command, port=port, ctx_size=ctx_size)
+        env = adapter.env(candidate, self.config)
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            header = f"\n=== benchd {time.strftime('%Y-%m-%dT%H:%M:%S%z')}: {shlex.join(argv)}\n"
+            os.write(fd, header.encode())
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=fd,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ServerStartError(
+                f"cannot start {candidate.runtime} for {candidate.id!r}: {argv[0]}: {exc.strerror or exc}",
+                reason="spawn_failed",
+                log_path=log_path,
+            ) from exc
+        finally:
+            os.close(fd)
+        started = time.monotonic()
+        try:
+            create_time = psutil.Process(proc.pid).create_time()
+        except psutil.Error:
+            create_time = 0.0
+        server = Server(
+            job=job,
+            candidate=candidate,
+            runtime=candidate.runtime,
+            argv=argv,
+            command=command,
+            binary=shlex.join(command),
+            port=port,
+            base_url=f"http://{HOST}:{port}",
+            pid=proc.pid,
+            pgid=proc.pid,  # start_new_session: the child leads its own group
+            create_time=create_time,
+            ctx_size=ctx_size,
+            log_path=log_path,
+            record_path=self.config.servers_dir / f"{proc.pid}.json",
+            started_at=time.time(),
+            version_source=adapter.version_source,
+            _proc=proc,
+        )
+        self._write_record(server)
+        self.servers[server.pid] = server
+        server._watcher = asyncio.create_task(self._watch(server), name=f"watch-{candidate.id}-{proc.pid}")
+        try:
+            await self._wait_ready(server, timeout_s)
+        except BaseException:
+            await self.stop(server, grace_s=min(self.grace_s, 5.0))
+            raise
+        server.ready_s = time.monotonic() - started
+        server.version = await adapter.version(server.base_url, command)
+        return server
+
+    async def _wait_ready(self, server: Server, timeout_s: float) -> None:
+        adapter = get_adapter(server.runtime)
+        deadline = time.monotonic() + timeout_s
+        exited = asyncio.create_task(server._exited.wait())
+        last = "no answer yet"
+        try:
+            while True:
+                poll = asyncio.create_task(adapter.check_ready(server.base_url))
+                remaining = deadline - time.monotonic()
+                done, _ = await asyncio.wait(
+                    {poll, exited}, timeout=max(remaining, 0.0), return_when=asyncio.FIRST_COMPLETED
+                )
+                if exited in done:
+                    poll.cancel()
+                    raise self._exited_error(server)
+                if poll in done:
+                    answer = poll.result()
+                    last = answer.detail
+                    if answer.ready:
+                        if _listens_on(server.pid, server.port):
+                            return
+                        raise ServerStartError(
+                            f"port {server.port} was taken by another process: something else answers "
+                            f"health there while {server.runtime} (pid {server.pid}) is not listening",
+                            reason="port_taken",
+                            log_tail=server.log_tail(),
+                            log_path=server.log_path,
+                        )
+                else:
+                    poll.cancel()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ServerStartError(
+                        f"{server.runtime} for {server.candidate.id!r} not ready within {timeout_s:g} s "
+                        f"(last health answer: {last})",
+                        reason="timeout",
+                        log_tail=server.log_tail(),
+                        log_path=server.log_path,
+                    )
+                done, _ = await asyncio.wait({exited}, timeout=min(self.poll_interval_s, remaining))
+                if exited in done:
+                    raise self._exited_error(server)
+        finally:
+            exited.cancel()
+
+    def _exited_error(self, server: Server) -> ServerStartError:
+        info = server.exit
+        status = info.status if info else "unknown"
+        tail = server.log_tail()
+        lowered = tail.lower()
+        taken = "address already in use" in lowered or "couldn't bind" in lowered or "errno 98" in lowered
+        if taken and not port_is_free(server.port):
+            return ServerStartError(
+                f"{server.runtime} for {server.candidate.id!r} could not bind port {server.port}: "
+                f"the port was taken by another process ({status})",
+                reason="port_taken",
+                exit_status=status,
+                log_tail=tail,
+                log_path=server.log_path,
+            )
+        last_line = next((ln for ln in reversed(tail.strip().splitlines()) if ln.strip()), "")
+        return ServerStartError(
+            f"{server.runtime} for {server.candidate.id!r} exited before ready ({status}): {last_line[:300]}",
+            reason="exited",
+            exit_status=status,
+            log_tail=tail,
+            log_path=server.log_path,
+        )
+
+    # ------------------------------------------------------------------------------------ watch
+
+    async def _watch(self, server: Server) -> None:
+        """Wait for the process to end; meanwhile keep its log under the cap."""
+        proc = server._proc
+        assert proc is not None
+        waiter = asyncio.create_task(proc.wait())
+        try:
+            while True:
+                done, _ = await asyncio.wait({waiter}, timeout=_ROTATE_CHECK_S)
+                if done:
+                    break
+                await self._rotate_if_needed(server.log_path)
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+        rc = waiter.result()
+        server.exit = ExitInfo(
+            status=exit_status(rc), returncode=rc, log_tail=server.log_tail(), expected=server._stopping
+        )
+        server._exited.set()
+
+    @staticmethod
+    async def _rotate_if_needed(path: Path, cap: int = LOG_CAP_BYTES) -> bool:
+        try:
+            if os.stat(path).st_size <= cap:
+                return False
+        except OSError:
+            return False
+        rotated = path.with_name(path.name + ".1")
+
+        def copy_truncate() -> None:
+            shutil.copyfile(path, rotated)
+            os.truncate(path, 0)
+
+        await asyncio.to_thread(copy_truncate)  # an 8 MB copy must not stall the loop
+        return True
+
+    # ------------------------------------------------------------------------------------- stop
+
+    async def stop(self, server: Server, *, grace_s: float | None = None) -> ExitInfo | None:
+        """SIGTERM the group, SIGKILL after the grace period, and wait until no member is left."""
+        grace = self.grace_s if grace_s is None else grace_s
+        server._stopping = True
+        try:
+            members = [psutil.Process(server.pid)]
+            members += members[0].children(recursive=True)
+        except psutil.Error:
+            members = []
+        if server.exit is None:
+            _killpg(server.pgid, signal.SIGTERM)
+            if await server.wait_exit(grace) is None:
+                _killpg(server.pgid, signal.SIGKILL)
+                await server.wait_exit(5.0)
+        survivors = await _wait_gone(members, 0.5 if server.exit else 0.0)
+        if survivors:  # grandchildren that outlived the leader (or ignored TERM)
+            _killpg(server.pgid, signal.SIGKILL)
+            for p in survivors:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            await _wait_gone(survivors, 5.0)
+        if server._watcher is not None:
+            await asyncio.wait({server._watcher}, timeout=1.0)
+        server.record_path.unlink(missing_ok=True)
+        self.servers.pop(server.pid, None)
+        return server.exit
+
+    async def stop_all(self) -> None:
+        """Tear down every server this supervisor owns (daemon shutdown); keeps going on errors."""
+        for server in list(self.servers.values()):
+            with contextlib.suppress(Exception):
+                await self.stop(server)
+
+    # ---------------------------------------------------------------------------------- records
+
+    def _write_record(self, server: Server) -> None:
+        self.config.servers_dir.mkdir(parents=True, exist_ok=True)
+        record = {
+            "pid": server.pid,
+            "pgid": server.pgid,
+            "start_time": server.create_time,
+            "argv": server.argv,
+            "job": server.job,
+            "candidate": server.candidate.id,
+            "port": server.port,
+            "log_path": str(server.log_path),
+        }
+        tmp = server.record_path.with_suffix(".tmp")
+        tmp.write_bytes(msgspec.json.encode(record))
+        os.replace(tmp, server.record_path)
+
+    async def reap_orphans(self) -> list[dict[str, Any]]:
+        """Kill servers a previous daemon left behind (recorded pid alive with the recorded start time).
+
+        Returns one entry per record: its fields plus `action` = "killed" | "gone" | "pid-reused" |
+        "unreadable". Records of servers this supervisor runs itself are left alone.
+        """
+        out: list[dict[str, Any]] = []
+        if not self.config.servers_dir.is_dir():
+            return out
+        for path in sorted(self.config.servers_dir.glob("*.json")):
+            try:
+                rec = msgspec.json.decode(path.read_bytes())
+                pid, pgid, start = int(rec["pid"]), int(rec["pgid"]), float(rec["start_time"])
+            except (OSError, msgspec.DecodeError, KeyError, TypeError, ValueError):
+                out.append({"path": str(path), "action": "unreadable"})
+                path.unlink(missing_ok=True)
+                continue
+            if pid in self.servers:
+                continue
+            action = "gone"
+            try:
+                proc = psutil.Process(pid)
+                same = abs(proc.create_time() - start) < 0.01 and os.getpgid(pid) == pgid
+            except (psutil.Error, ProcessLookupError):
+                proc, same = None, False
+            if proc is not None and not same:
+                action = "pid-reused"
+            elif proc is not None and _alive(proc):
+                members = [proc, *proc.children(recursive=True)]
+                _killpg(pgid, signal.SIGTERM)
+                survivors = await _wait_gone(members, self.grace_s)
+                if survivors:
+                    _killpg(pgid, signal.SIGKILL)
+                    await _wait_gone(survivors, 5.0)
+                action = "killed"
+            path.unlink(missing_ok=True)
+            out.append({**rec, "action": action})
+        return out
