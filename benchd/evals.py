@@ -1,0 +1,283 @@
+"""Eval tiers: a quality check recorded beside the speed rows, so a fast candidate that answers
+nonsense is visible.
+
+- `none`: nothing runs (the deferred list says so).
+- `smoke`: a handful of fixed questions with one checkable answer each; deterministic checkers.
+- `standard`: small coding tasks. The model writes a Python function; the grader extracts the code
+  block and runs it with asserts in a subprocess with a timeout, resource limits and no network
+  (`unshare -n`, or `unshare -rn` in a user namespace, where the OS allows it: checked at runtime;
+  otherwise the result says `sandboxed=False`). The sandbox guards against accidents (endless loops,
+  memory blow-ups via RLIMIT_AS/CPU/FSIZE, a stray download), not against an adversarial answer: the filesystem stays visible.
+
+The engine asks the model (greedy sampling, `task.max_tokens`) with `task.messages()` and calls
+`grade()`, which blocks for at most the task's timeout: call it via `asyncio.to_thread` in the loop.
+Random-weight test models fail every task, so the tests exercise the grader on known answers.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from typing import Literal
+
+from msgspec import Struct
+
+from benchd.schemas import EvalResult
+
+TaskKind = Literal["answer", "python"]
+GradeResult = tuple[bool, str, bool | None]
+
+MEMORY_LIMIT_BYTES = 1 << 30
+FILE_SIZE_LIMIT_BYTES = 16 << 20
+MAX_ANSWER_WORDS = 40  # smoke answers were asked to be terse; a wall of text is not an answer
+
+
+class EvalTask(Struct, kw_only=True, frozen=True):
+    """One eval prompt. `answer` tasks check `expected` in the reply; `python` tasks run `tests`
+    (assert statements) after the code that defines `entry`."""
+
+    id: str
+    tier: str
+    kind: TaskKind
+    prompt: str
+    expected: str = ""
+    numeric: bool = False
+    entry: str = ""
+    tests: str = ""
+    max_tokens: int = 256
+    timeout_s: float = 10.0
+
+    def messages(self) -> list[dict[str, str]]:
+        return [{"role": "user", "content": self.prompt}]
+
+
+def _answer(id: str, prompt: str, expected: str, numeric: bool = False) -> EvalTask:
+    return EvalTask(id=id, tier="smoke", kind="answer", prompt=prompt, expected=expected, numeric=numeric)
+
+
+SMOKE: tuple[EvalTask, ...] = (
+    _answer("arith-17-25", "What is 17+25? Answer with the number only.", "42", numeric=True),
+    _answer("capital-france", "What is the capital of France? Answer with one word.", "Paris"),
+    _answer("reverse-stressed", "Write the word 'stressed' backwards. Answer with the word only.", "desserts"),
+    _answer("sequence-doubling", "Which number comes next: 2, 4, 8, 16, ...? Answer with the number only.",
+            "32", numeric=True),
+    _answer("letters-benchmark", "How many letters are in the word 'benchmark'? Answer with the number only.",
+            "9", numeric=True),
+)
+
+_CODE_SUFFIX = " Reply with only the code, in a single ```python code block."
+
+
+def _code(id: str, entry: str, spec: str, tests: str) -> EvalTask:
+    return EvalTask(id=id, tier="standard", kind="python", prompt=spec + _CODE_SUFFIX, entry=entry,
+                    tests=tests.strip() + "\n", max_tokens=512)
+
+
+STANDARD: tuple[EvalTask, ...] = (
+    _code("is-palindrome", "is_palindrome",
+          "Write a Python function `is_palindrome(s: str) -> bool` that returns True when `s` reads the same "
+          "forwards and backwards, ignoring letter case and every character that is not a letter or digit.",
+          """
+assert is_palindrome("A man, a plan, a canal: Panama") is True, "Panama"
+assert is_palindrome("race a car") is False, "race a car"
+assert is_palindrome("") is True, "empty string"
+assert is_palindrome("No 'x' in Nixon") is True, "Nixon"
+"""),
+    _code("fibonacci", "fib",
+          "Write a Python function `fib(n: int) -> int` returning the n-th Fibonacci number, with fib(0) == 0 "
+          "and fib(1) == 1. It must return fib(90) instantly.",
+          """
+assert fib(0) == 0, "fib(0)"
+assert fib(1) == 1, "fib(1)"
+assert fib(10) == 55, "fib(10)"
+assert fib(90) == 2880067194370816120, "fib(90)"
+"""),
+    _code("flatten", "flatten",
+          "Write a Python function `flatten(xs: list) -> list` that flattens arbitrarily nested lists into one "
+          "flat list, keeping the order; strings are values, not lists.",
+          """
+assert flatten([1, [2, [3, [4]], 5]]) == [1, 2, 3, 4, 5], "nested"
+assert flatten([]) == [], "empty"
+assert flatten([[[]]]) == [], "empty nested"
+assert flatten(["ab", ["c"]]) == ["ab", "c"], "strings kept whole"
+"""),
+    _code("merge-intervals", "merge_intervals",
+          "Write a Python function `merge_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]` "
+          "that merges overlapping or touching closed intervals and returns them sorted by start.",
+          """
+def _t(r):
+    return [tuple(x) for x in r]
+assert _t(merge_intervals([(1, 3), (2, 6), (8, 10), (15, 18)])) == [(1, 6), (8, 10), (15, 18)], "overlap"
+assert _t(merge_intervals([(1, 4), (4, 5)])) == [(1, 5)], "touching"
+assert _t(merge_intervals([])) == [], "empty"
+assert _t(merge_intervals([(5, 7), (1, 2)])) == [(1, 2), (5, 7)], "unsorted input"
+"""),
+    _code("to-roman", "to_roman",
+          "Write a Python function `to_roman(n: int) -> str` that converts an integer from 1 to 3999 to a "
+          "Roman numeral.",
+          """
+for n, r in [(1, "I"), (4, "IV"), (9, "IX"), (58, "LVIII"), (1994, "MCMXCIV"), (3999, "MMMCMXCIX")]:
+    assert to_roman(n) == r, f"to_roman({n}) == {r!r}"
+"""),
+)
+
+
+def tasks(tier: str) -> list[EvalTask]:
+    """The built-in tasks of a tier (`none` has none)."""
+    if tier == "none":
+        return []
+    if tier == "smoke":
+        return list(SMOKE)
+    if tier == "standard":
+        return list(STANDARD)
+    raise ValueError(f"unknown eval tier {tier!r} (none | smoke | standard)")
+
+
+# ---------------------------------------------------------------------------------------- grading
+
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def strip_thinking(text: str) -> str:
+    """Drop reasoning blocks; an unclosed `<think>` means the model never answered."""
+    text = _THINK.sub("", text)
+    i = text.lower().find("<think>")
+    return text[:i] if i >= 0 else text
+
+
+def _grade_answer(task: EvalTask, answer_text: str) -> GradeResult:
+    ans = strip_thinking(answer_text).strip()
+    shown = ans[:80].replace("\n", " ")
+    if not ans:
+        return False, "empty answer", None
+    if len(ans.split()) > MAX_ANSWER_WORDS:
+        return False, f"answer too long ({len(ans.split())} words) for a terse question: {shown!r}", None
+    if task.numeric:
+        nums = _NUMBER.findall(ans)
+        if not nums:
+            return False, f"no number in the answer: {shown!r}", None
+        ok = float(nums[-1]) == float(task.expected)
+        return ok, f"{'expected' if ok else 'wanted ' + task.expected + ', got'} {nums[-1]}", None
+    ok = re.search(rf"(?<![A-Za-z0-9]){re.escape(task.expected)}(?![A-Za-z0-9])", ans, re.IGNORECASE) is not None
+    return ok, (f"found {task.expected!r}" if ok else f"{task.expected!r} not in {shown!r}"), None
+
+
+def extract_code(answer_text: str, entry: str) -> str | None:
+    """The fenced block that defines `entry` (else the first python/unlabelled block), else the
+    whole reply when it defines `entry` and compiles."""
+    text = strip_thinking(answer_text)
+    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text)]
+    defines = re.compile(rf"^\s*(?:async\s+)?def\s+{re.escape(entry)}\s*\(", re.MULTILINE)
+    for _, body in blocks:
+        if defines.search(body):
+            return body
+    for lang, body in blocks:
+        if lang in ("", "python", "py", "python3"):
+            return body
+    if defines.search(text):
+        try:
+            compile(text, "<answer>", "exec")
+        except SyntaxError:
+            return None
+        return text
+    return None
+
+
+@functools.cache
+def sandbox_prefix() -> tuple[str, ...] | None:
+    """The command prefix that removes network access (`unshare -n` as root, `unshare -rn` in a user
+    namespace), or None where neither works here. Checked once per process by running it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return None
+    for flags in (("-n",), ("-rn",)):
+        try:
+            r = subprocess.run([unshare, *flags, "true"], capture_output=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if r.returncode == 0:
+            return (unshare, *flags)
+    return None
+
+
+# Runs first in the child Python: sets the resource limits, then runs the answer file. Doing it in the
+# child (not in a preexec_fn) keeps grade() safe to call from a thread (asyncio.to_thread).
+_BOOTSTRAP = """
+import resource, runpy, sys
+path, cpu, mem, fsize = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+sys.argv = [path]
+runpy.run_path(path, run_name="__main__")
+"""
+
+
+def _grade_python(task: EvalTask, answer_text: str, timeout_s: float) -> GradeResult:
+    code = extract_code(answer_text, task.entry)
+    if code is None:
+        return False, f"no code block defining {task.entry}()", None
+    prefix = sandbox_prefix()
+    marker = f"BENCHD-EVAL-OK-{secrets.token_hex(8)}"
+    script = f"{code}\n\n# ---- benchd checks ----\n{task.tests}\nprint({marker!r})\n"
+    cpu = max(1, int(timeout_s) + 1)
+    with tempfile.TemporaryDirectory(prefix="benchd-eval-") as tmp:
+        path = os.path.join(tmp, "answer.py")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(script)
+        cmd = [*(prefix or ()), sys.executable, "-I", "-B", "-c", _BOOTSTRAP, path, str(cpu),
+               str(MEMORY_LIMIT_BYTES), str(FILE_SIZE_LIMIT_BYTES)]
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "HOME": tmp}
+        proc = subprocess.Popen(
+            cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.communicate()
+            return False, f"timeout after {timeout_s:g} s", prefix is not None
+    sandboxed = prefix is not None
+    stdout = out.decode("utf-8", "replace")
+    if proc.returncode == 0 and marker in stdout:
+        return True, "all checks passed", sandboxed
+    lines = [ln for ln in err.decode("utf-8", "replace").strip().splitlines() if ln.strip()]
+    why = lines[-1] if lines else f"exit status {proc.returncode}"
+    if proc.returncode < 0:
+        why = f"signal {-proc.returncode}" + (f" ({lines[-1]})" if lines else "")
+    return False, why[:500], sandboxed
+
+
+def grade(task: EvalTask, answer_text: str, *, timeout_s: float | None = None) -> GradeResult:
+    """(passed, detail, sandboxed). `sandboxed` is None for answer tasks (no code runs), else whether
+    the code ran without network."""
+    if task.kind == "answer":
+        return _grade_answer(task, answer_text)
+    return _grade_python(task, answer_text, task.timeout_s if timeout_s is None else timeout_s)
+
+
+def to_result(job: str, candidate: str, task: EvalTask, graded: GradeResult) -> EvalResult:
+    passed, detail, sandboxed = graded
+    return EvalResult(job=job, candidate=candidate, tier=task.tier, task=task.id, passed=passed,
+                      detail=detail, sandboxed=sandboxed)
+
+
+def pass_rate(results: list[EvalResult]) -> float | None:
+    """Share of passed tasks; None when nothing ran."""
+    return sum(r.passed for r in results) / len(results) if results else None
