@@ -2,8 +2,9 @@
 
 `unmet()` returns None when every condition holds, else one human line saying why the job waits
 (`benchctl jobs` shows it as the job's `waiting_reason`):
-- `idle`: the system's 1-minute load average per core is at most the sweep's `cooldown.max_load` (the
-  same threshold the idle cooldown policy uses, so "idle" means one thing in benchd).
+- `idle`: system CPU load per core (cooldown.CpuLoad: busy fraction of all cores since the previous
+  check) is at most the sweep's `cooldown.max_load`: the same measure and threshold as the idle
+  cooldown policy, so "idle" means one thing in benchd.
 - `ac-power`: the machine is not on battery. When the OS cannot tell ("unknown": VMs, desktops without
   a battery driver) the job runs; the runbook records the power source as unknown rather than guessing.
 
@@ -13,36 +14,46 @@ The probes are injectable (`Probes`) so tests control load and power without wai
 from __future__ import annotations
 
 import asyncio
-import os
+import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import psutil
-
+from benchd.cooldown import FIRST_LOAD_WINDOW_S, CpuLoad
 from benchd.power import PowerStatus, power_status
 from benchd.schemas import Cooldown
 
 
-def load_per_core() -> float | None:
-    """1-minute load average divided by the logical core count; None where the OS gives none.
+class RecentLoad:
+    """System CPU load per core since the previous check, measured by `benchd.cooldown.CpuLoad`.
 
-    `benchd.cooldown.load_per_core` is preferred when that module provides it (one measure of load
-    for the idle cooldown and the idle condition); this psutil reading is the fallback.
+    One measure of load for the idle cooldown and the idle condition (the cooldown module explains
+    why it is a cpu_times delta, not the 1-minute load average). The queue re-checks waiting jobs every
+    30 s, so a check sees the load over the last 30 s. Returns NaN when no interval has elapsed yet
+    (the first check); `unmet` then measures a short window. Checks under a second apart (several
+    waiting jobs in one pass) reuse the last figure instead of measuring a sliver.
     """
-    try:
-        from benchd import cooldown  # type: ignore[attr-defined]
 
-        shared = getattr(cooldown, "load_per_core", None)
-    except ImportError:
-        shared = None
-    if callable(shared) and shared is not load_per_core:
-        value = shared()
-        return None if value is None else float(value)
-    try:
-        one_min = psutil.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
-    return one_min / (psutil.cpu_count() or os.cpu_count() or 1)
+    REUSE_WITHIN_S = 1.0
+
+    def __init__(self) -> None:
+        self._meter: CpuLoad | None = None
+        self._last: tuple[float, float] | None = None  # (monotonic time, value)
+
+    def __call__(self) -> float | None:
+        now = time.monotonic()
+        if self._last is not None and now - self._last[0] < self.REUSE_WITHIN_S:
+            return self._last[1]
+        if self._meter is None:
+            self._meter = CpuLoad()
+            return math.nan
+        value = self._meter()
+        if not math.isnan(value):
+            self._last = (now, value)
+        return value
+
+
+load_per_core = RecentLoad()
 
 
 @dataclass(frozen=True)
@@ -80,7 +91,13 @@ async def unmet(when: list[str], cooldown: Cooldown, *, probes: Probes = DEFAULT
     reasons: list[str] = []
     for cond in when:
         if cond == "idle":
-            reason = idle_reason(probes.load_per_core(), cooldown.max_load)
+            load = probes.load_per_core()
+            if load is not None and math.isnan(load):  # no interval yet: measure a short one
+                await asyncio.sleep(FIRST_LOAD_WINDOW_S)
+                load = probes.load_per_core()
+            if load is not None and math.isnan(load):
+                load = None
+            reason = idle_reason(load, cooldown.max_load)
         elif cond == "ac-power":
             # pmset on macOS is a subprocess: keep it off the event loop.
             reason = power_reason(await asyncio.to_thread(probes.power))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import time
+
 import pytest
 
 from benchd import conditions
@@ -61,9 +64,25 @@ async def test_unknown_condition_is_a_bug() -> None:
         await unmet(["sunny"], Cooldown(), probes=probes())
 
 
+async def test_first_check_without_an_interval_measures_a_short_window() -> None:
+    answers = iter([math.nan, 0.9])
+    reason = await unmet(["idle"], Cooldown(max_load=0.5), probes=Probes(load_per_core=lambda: next(answers)))
+    assert reason == "waiting for idle: load 0.90/core > 0.50"
+    # Still no figure after the window: run rather than wait on a number that does not exist.
+    assert await unmet(["idle"], Cooldown(), probes=Probes(load_per_core=lambda: math.nan)) is None
+
+
+def test_recent_load_uses_the_cooldown_measure() -> None:
+    meter = conditions.RecentLoad()
+    nothing = meter()
+    assert nothing is not None and math.isnan(nothing)  # no interval yet
+    time.sleep(0.3)
+    first = meter()
+    assert first is not None and 0.0 <= first <= 1.0  # busy fraction of all cores (cooldown.CpuLoad)
+    assert meter() == first  # a second check within REUSE_WITHIN_S reuses the figure
+
+
 async def test_default_probes_read_this_machine() -> None:
-    load = conditions.load_per_core()
-    assert load is not None and load >= 0
     # Real probes: whatever this machine says, the answer is None or a reason in the documented form.
     reason = await unmet(["idle", "ac-power"], Cooldown(max_load=1000.0))
     assert reason is None or reason.startswith("waiting for AC power")
