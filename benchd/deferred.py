@@ -1,0 +1,160 @@
+"""Deferred axes: one line for everything a sweep did not measure, and why.
+
+Three sources, so nothing unmeasured disappears without a line:
+1. declared by the sweep file (`deferred = [...]`), kept verbatim;
+2. fixed: axes this version of benchd never measures (vision, concurrency, energy, ...) and the
+   sweep's own choices (eval tier none, sustained off, the context grid);
+3. found in the rows: every metric that is null in some row, grouped per candidate with the reasons
+   the rows carry in `null_reasons` (a null without a reason is itself reported as an engine bug);
+   failed/aborted probes; planned probes with no row; unavailable thermal readings; unsandboxed or
+   missing eval results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from benchd.schemas import Deferred, EvalResult, Row, Sweep
+
+# Metrics every probe row should carry; sustained rows add the last three.
+PROBE_METRICS: tuple[str, ...] = (
+    "prompt_tokens", "cached_tokens", "gen_tokens", "prompt_tps", "gen_tps", "gen_tps_client", "ttft_ms",
+    "e2e_ms", "draft_n", "draft_accepted", "draft_acceptance", "mem_peak_bytes", "mem_rss_anon_bytes",
+    "mem_rss_file_bytes", "swap_in_bytes", "swap_out_bytes", "thermal_before", "server_version",
+)
+SUSTAINED_METRICS: tuple[str, ...] = (*PROBE_METRICS, "thermal_after", "window_tps", "sustain_ratio")
+NO_REASON = "null without a recorded reason (engine bug: every null metric needs one)"
+
+
+def fixed_deferred(sweep: Sweep) -> list[Deferred]:
+    """Axes never measured by this version, and the sweep's own scope choices."""
+    out = [
+        Deferred(axis="vision", reason="no image probe in this tier: every probe is text-only, "
+                 "mlx_vlm.server candidates included"),
+        Deferred(axis="concurrency", reason="probes run one request at a time; throughput and latency "
+                 "under parallel requests are not measured"),
+        Deferred(axis="prefix-cache", reason="every prompt is unique at its start, so speed with a warm "
+                 "prompt cache (multi-turn chat) is not measured"),
+        Deferred(axis="energy", reason="power draw and energy per token are not measured"),
+        Deferred(axis="contexts", reason=f"only the context grid {list(sweep.contexts)} was measured; other "
+                 "context sizes are not"),
+        Deferred(axis="quality", reason=f"quality beyond the eval tier ({sweep.eval_tier}) is not measured"),
+    ]
+    if sweep.eval_tier == "none":
+        out.append(Deferred(axis="eval", reason="eval_tier none: no quality check ran"))
+    if sweep.sustained.tokens == 0:
+        out.append(Deferred(axis="sustained", reason="sustained generation off (sustained.tokens = 0): "
+                            "no throttling/slow-down figure"))
+    s = sweep.sampling
+    out.append(Deferred(axis="sampling", reason=f"only temperature={s.temperature:g}, seed={s.seed} was "
+                        "measured; speed and quality with other sampling settings are not"))
+    return out
+
+
+def _null_metrics(row: Row) -> list[str]:
+    fields = SUSTAINED_METRICS if row.kind == "sustained" else PROBE_METRICS
+    names = [m for m in fields if getattr(row, m) is None]
+    # Anything else the engine declared null (e.g. a new metric) is listed too.
+    names += [k for k in sorted(row.null_reasons) if k not in names and getattr(row, k, None) is None]
+    return names
+
+
+def _cand_label(cand: str, runtime: str) -> str:
+    return f"{cand} ({runtime})"
+
+
+def row_deferred(sweep: Sweep, rows: Sequence[Row]) -> list[Deferred]:
+    """Entries derived from the rows: null metrics per candidate, failures, missing probes."""
+    runtime: dict[str, str] = {c.id: c.runtime for c in sweep.candidates}
+    order = [c.id for c in sweep.candidates] + sorted({r.candidate for r in rows} - set(runtime))
+    out: list[Deferred] = []
+    for cand in order:
+        rt = runtime.get(cand) or next((r.runtime for r in rows if r.candidate == cand), "?")
+        label = _cand_label(cand, rt)
+        mine = [r for r in rows if r.candidate == cand]
+        ok = [r for r in mine if r.status == "ok"]
+        # 1. null metrics in ok rows, grouped by identical (kind, reasons) so a trio like draft_* is one line
+        groups: dict[tuple[str, str], list[str]] = {}
+        counts: dict[tuple[str, str], tuple[int, int]] = {}
+        for kind in ("probe", "sustained"):
+            kind_rows = [r for r in ok if r.kind == kind]
+            per_metric: dict[str, list[Row]] = {}
+            for r in kind_rows:
+                for m in _null_metrics(r):
+                    per_metric.setdefault(m, []).append(r)
+            for m, rs in per_metric.items():
+                reasons = sorted({r.null_reasons.get(m) or NO_REASON for r in rs})
+                key = (kind, "; ".join(reasons))
+                groups.setdefault(key, []).append(m)
+                n, total = counts.get(key, (0, len(kind_rows)))
+                counts[key] = (max(n, len(rs)), total)
+        for (kind, reason), metrics in groups.items():
+            n, total = counts[(kind, reason)]
+            out.append(Deferred(axis=", ".join(metrics)[:200],
+                                reason=f"{reason} — {label}, null in {n} of {total} ok {kind} rows"[:2000]))
+        # 2. thermal readings that exist but say the sensor was unavailable
+        unavailable = sorted({
+            t.reason or t.source for r in ok for t in (r.thermal_before, r.thermal_after)
+            if t is not None and not t.available
+        })
+        if unavailable:
+            out.append(Deferred(axis="thermal", reason=f"sensor unavailable: {'; '.join(unavailable)} — {label}"))
+        # 3. failed / aborted probes: their metrics are missing as a whole
+        bad = [r for r in mine if r.status != "ok"]
+        if bad:
+            by_status: dict[str, int] = {}
+            for r in bad:
+                by_status[r.status] = by_status.get(r.status, 0) + 1
+            errors = sorted({(r.error or "no error recorded").splitlines()[0][:200] for r in bad})
+            summary = ", ".join(f"{n} {s}" for s, n in sorted(by_status.items()))
+            out.append(Deferred(axis="probes", reason=f"{label}: {summary} of {len(mine)} rows; no metrics "
+                                f"from those probes; errors: {' | '.join(errors)}"[:2000]))
+        # 4. planned probes without any row (job cancelled or failed before reaching them)
+        if cand in runtime:
+            have = {(r.context, r.probe) for r in mine if r.kind == "probe"}
+            for ctx in sweep.contexts:
+                missing = [p for p in range(sweep.probes) if (ctx, p) not in have]
+                if missing:
+                    out.append(Deferred(axis="probes", reason=f"{label}: context {ctx}: {len(missing)} of "
+                                        f"{sweep.probes} planned probes have no row (never ran)"))
+            if sweep.sustained.tokens > 0 and not any(r.kind == "sustained" for r in mine):
+                out.append(Deferred(axis="sustained", reason=f"{label}: no sustained row (never ran)"))
+    return out
+
+
+def eval_deferred(sweep: Sweep, evals: Iterable[EvalResult]) -> list[Deferred]:
+    """Candidates with no eval result although a tier was set, and answers run without a sandbox."""
+    if sweep.eval_tier == "none":
+        return []
+    results = list(evals)
+    out: list[Deferred] = []
+    for c in sweep.candidates:
+        mine = [e for e in results if e.candidate == c.id]
+        if not mine:
+            out.append(Deferred(axis="eval", reason=f"{_cand_label(c.id, c.runtime)}: eval tier "
+                                f"{sweep.eval_tier} set but no result recorded"))
+        unsandboxed = [e.task for e in mine if e.sandboxed is False]
+        if unsandboxed:
+            out.append(Deferred(axis="eval-sandbox", reason=f"{_cand_label(c.id, c.runtime)}: "
+                                f"{len(unsandboxed)} answers ran without network isolation (unshare "
+                                f"unavailable): {', '.join(unsandboxed)}"))
+    return out
+
+
+def automatic_deferred(sweep: Sweep, rows: Sequence[Row], evals: Iterable[EvalResult] | None = None) -> list[Deferred]:
+    """Fixed entries, then entries from the rows, then (when given) from the eval results."""
+    out = fixed_deferred(sweep) + row_deferred(sweep, rows)
+    if evals is not None:
+        out += eval_deferred(sweep, evals)
+    return out
+
+
+def all_deferred(sweep: Sweep, rows: Sequence[Row], evals: Iterable[EvalResult] | None = None) -> list[Deferred]:
+    """The sweep's declared entries first; a fixed automatic entry on an axis the user declared is
+    dropped (their reason stands), every row-derived entry is kept."""
+    declared = {d.axis.strip().lower() for d in sweep.deferred}
+    fixed = [d for d in fixed_deferred(sweep) if d.axis.lower() not in declared]
+    out = list(sweep.deferred) + fixed + row_deferred(sweep, rows)
+    if evals is not None:
+        out += eval_deferred(sweep, evals)
+    return out
