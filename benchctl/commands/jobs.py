@@ -1,0 +1,513 @@
+"""The daemon commands: ping, validate (offline), submit, jobs, status, tail, cancel.
+
+Imports stay light at module level (click and the exit codes): `benchctl ping` loads only the stdlib
+socket client. Heavier pieces (msgspec schemas, rich, runtime adapters) are imported inside the
+command that needs them.
+
+Exit codes (the shared contract): 0 ok / job succeeded, 1 job failed, 2 bad input, 3 daemon
+unreachable (one line on how to start it), 4 job cancelled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import click
+
+from benchctl import exitcodes
+
+TERMINAL_EXIT = {"job_finished": exitcodes.OK, "job_failed": exitcodes.FAILED, "job_cancelled": exitcodes.CANCELLED}
+RECONNECT_FOR_S = 60.0
+
+# ----------------------------------------------------------------------------------------- helpers
+
+
+def _default_socket() -> str:
+    from benchd.config import Config
+
+    return str(Config.resolve().socket)
+
+
+def socket_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--socket", "socket_path", envvar="BENCHD_SOCKET", default=None, metavar="PATH",
+        help="benchd's Unix socket (default: $BENCHD_SOCKET or <state dir>/benchd.sock).",
+    )(f)
+
+
+def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(f)
+
+
+def _client(socket_path: str | None) -> Any:
+    from benchctl.client import Client
+
+    return Client(socket_path or _default_socket())
+
+
+def _fail(message: str, code: int) -> SystemExit:
+    """SystemExit, not click's Exit: benchctl's main() runs click with standalone_mode=False, which
+    turns an Exit into a return value that main() drops (the exit code would be lost)."""
+    click.echo(message, err=True)
+    return SystemExit(code)
+
+
+def _call(fn: Callable[[], Any]) -> Any:
+    """Run a client call; typed errors become the contract's exit codes."""
+    from benchctl.client import ApiError, Unreachable
+
+    try:
+        return fn()
+    except Unreachable as exc:
+        raise _fail(str(exc), exitcodes.UNREACHABLE) from exc
+    except ApiError as exc:
+        code = exitcodes.BAD_INPUT if 400 <= exc.status < 500 else exitcodes.FAILED
+        raise _fail(f"error: {exc}", code) from exc
+
+
+def _print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def _fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    h, rem = divmod(round(seconds), 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+# --------------------------------------------------------------------------------------------- ping
+
+
+@click.command()
+@socket_option
+@json_option
+def ping(socket_path: str | None, as_json: bool) -> None:
+    """Check that benchd answers on its socket."""
+    health = _call(lambda: _client(socket_path).health())
+    if as_json:
+        _print_json(health)
+        return
+    running = f", running {health['running_job']}" if health.get("running_job") else ""
+    warn = f"; STORE ERROR: {health['store_error']}" if health.get("store_error") else ""
+    click.echo(f"benchd {health['version']} pid {health['pid']} up {_fmt_s(health['uptime_s'])}, "
+               f"{health['queue_depth']} queued{running}{warn}")
+
+
+# ----------------------------------------------------------------------------------------- validate
+
+#: Planning assumptions for `validate`'s duration estimate (NOT measurements; override with the flags).
+ASSUMED_GEN_TPS = 20.0
+ASSUMED_PROMPT_TPS = 200.0
+ASSUMED_STARTUP_S = 10.0
+
+
+def check_sweep(path: str) -> tuple[Any, list[str]]:
+    """Load the file and check each binary and model exists; returns (sweep, problems)."""
+    from benchctl.sweepfile import load_sweep
+    from benchd.config import Config
+    from benchd.errors import BenchdError
+
+    sweep = load_sweep(path)
+    problems: list[str] = []
+    try:
+        from benchd.runtimes import get_adapter
+    except ImportError:
+        get_adapter = None  # type: ignore[assignment]
+    cache_dir = Config.resolve().cache_dir
+    for i, cand in enumerate(sweep.candidates):
+        where = f"candidates[{i}] ({cand.id})"
+        if not os.path.exists(cand.model):
+            problems.append(f"{where}.model: {cand.model} does not exist")
+        if cand.spec is not None and cand.spec.draft_model and not os.path.exists(cand.spec.draft_model):
+            problems.append(f"{where}.spec.draft_model: {cand.spec.draft_model} does not exist")
+        if cand.binary is not None and not (os.path.isfile(cand.binary) and os.access(cand.binary, os.X_OK)):
+            problems.append(f"{where}.binary: {cand.binary} is not an executable file")
+        if get_adapter is None:
+            continue
+        adapter = get_adapter(cand.runtime)
+        problems += [f"{where}: {e}" for e in adapter.validate(cand)]
+        if cand.binary is None:
+            try:
+                exe = _first_str(adapter.command(cand, cache_dir))
+                if exe and os.sep in exe and not os.path.exists(exe):
+                    problems.append(f"{where}.binary: {exe} does not exist")
+            except BenchdError as exc:
+                problems.append(f"{where}.binary: {exc}")
+            except ImportError:
+                pass  # no provisioning module in this build: the daemon reports it when it starts the server
+    return sweep, problems
+
+
+def _first_str(value: Any) -> str | None:
+    """The executable of an adapter's command (a list, or a (list, how) pair)."""
+    while isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    return value if isinstance(value, str) else None
+
+
+def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dict[str, Any]:
+    """Planned cells and a duration estimate from stated assumptions (the estimate is no measurement)."""
+    cells = []
+    for cand in sweep.candidates:
+        for ctx in sweep.contexts:
+            cells.append({"candidate": cand.id, "context": ctx, "warmup": sweep.warmup, "probes": sweep.probes})
+    from benchd.store import planned_probes
+
+    requests = 0
+    gen_s = prompt_s = 0.0
+    for ctx in sweep.contexts:
+        n = (sweep.probes + sweep.warmup) * len(sweep.candidates)
+        requests += n
+        gen_s += n * sweep.gen_tokens / gen_tps
+        prompt_s += n * ctx / prompt_tps
+    if sweep.sustained.tokens:
+        requests += len(sweep.candidates)
+        gen_s += len(sweep.candidates) * sweep.sustained.tokens / gen_tps
+    cd = sweep.cooldown
+    cooldown_min = requests * (cd.seconds if cd.policy == "fixed" else 0.0)
+    cooldown_max = requests * (cd.seconds if cd.policy == "fixed" else cd.max_seconds)
+    startups = len(sweep.candidates) * len(sweep.contexts)
+    base = gen_s + prompt_s + startups * startup_s
+    return {
+        "cells": cells,
+        "rows": planned_probes(sweep),
+        "requests": requests,
+        "estimate_s": {"low": round(base + cooldown_min), "high": round(base + cooldown_max)},
+        "assumptions": {
+            "gen_tps": gen_tps, "prompt_tps": prompt_tps, "startup_s_per_server": startup_s,
+            "servers_started": startups, "cooldown": f"{cd.policy}, before every request",
+            "note": "planning assumptions, not measurements; a runbook of a previous sweep has the real rates",
+        },
+    }
+
+
+@click.command()
+@click.argument("sweep_file", type=click.Path(dir_okay=False))
+@click.option("--gen-tps", type=click.FloatRange(min=0.01), default=ASSUMED_GEN_TPS, show_default=True,
+              help="Assumed decode rate for the estimate.")
+@click.option("--prompt-tps", type=click.FloatRange(min=0.01), default=ASSUMED_PROMPT_TPS, show_default=True,
+              help="Assumed prompt-processing rate for the estimate.")
+@json_option
+def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) -> None:
+    """Check a sweep file (offline) and show its planned cells and an estimated duration."""
+    sweep, problems = check_sweep(sweep_file)
+    p = plan(sweep, gen_tps, prompt_tps, ASSUMED_STARTUP_S)
+    if as_json:
+        _print_json({"file": sweep_file, "ok": not problems, "problems": problems, **p})
+    else:
+        click.echo(f"{sweep_file}: sweep {sweep.name!r}: {len(sweep.candidates)} candidate(s) x "
+                   f"{len(sweep.contexts)} context(s), {sweep.probes} probe(s) + {sweep.warmup} warmup each, "
+                   f"gen_tokens {sweep.gen_tokens}")
+        for cell in p["cells"]:
+            click.echo(f"  {cell['candidate']:<32} ctx {cell['context']:>8}  {cell['probes']} probes")
+        if sweep.sustained.tokens:
+            click.echo(f"  + one sustained generation of {sweep.sustained.tokens} tokens per candidate")
+        a = p["assumptions"]
+        est = p["estimate_s"]
+        span = _fmt_s(est["low"]) if est["low"] == est["high"] else f"{_fmt_s(est['low'])}-{_fmt_s(est['high'])}"
+        click.echo(f"{p['rows']} rows; estimated duration {span} (assuming {a['gen_tps']:g} tok/s decode, "
+                   f"{a['prompt_tps']:g} tok/s prompt, {a['startup_s_per_server']:g} s per server start; "
+                   f"cooldown {a['cooldown']}; assumptions, not measurements)")
+        for prob in problems:
+            click.echo(f"problem: {prob}", err=True)
+    if problems:
+        raise SystemExit(exitcodes.BAD_INPUT)
+
+
+# ------------------------------------------------------------------------------------------- submit
+
+
+def resolve_at(value: str, now: datetime) -> str:
+    """`--at` → RFC 3339 UTC. `HH:MM` is local time, the next occurrence after `now` (aware, local tz);
+    anything else is ISO 8601 (a time without an offset is local). Raises ValueError."""
+    text = value.strip()
+    local_now = now.astimezone()
+    if len(text) in (4, 5) and ":" in text and "T" not in text and "-" not in text:
+        hh, mm = text.split(":", 1)
+        if not (hh.isdigit() and mm.isdigit() and len(mm) == 2):
+            raise ValueError(f"--at {value!r}: expected HH:MM")
+        hour, minute = int(hh), int(mm)
+        if not (0 <= hour < 24 and 0 <= minute < 60):
+            raise ValueError(f"--at {value!r}: no such time of day")
+        # Wall-clock arithmetic in the local zone: a DST change moves the instant, not the HH:MM.
+        naive = local_now.replace(tzinfo=None, hour=hour, minute=minute, second=0, microsecond=0)
+        if naive <= local_now.replace(tzinfo=None):
+            naive += timedelta(days=1)
+        target = naive.astimezone()  # naive → the local zone at that date (handles DST offsets)
+    else:
+        try:
+            target = datetime.fromisoformat(text)
+        except ValueError as exc:
+            raise ValueError(f"--at {value!r}: expected HH:MM or an ISO 8601 time ({exc})") from exc
+        if target.tzinfo is None:
+            target = target.astimezone()
+    from datetime import UTC
+
+    return target.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@click.command()
+@click.argument("sweep_file", type=click.Path(dir_okay=False))
+@click.option("--at", "at", default=None, metavar="HH:MM|ISO-8601", help="Not before this time (HH:MM = local).")
+@click.option("--when", "when", multiple=True, type=click.Choice(["idle", "ac-power"]),
+              help="Wait until the machine is idle / on AC power (repeatable).")
+@click.option("--follow", is_flag=True, help="Follow the job's progress until it ends (like `tail`).")
+@socket_option
+@json_option
+def submit(sweep_file: str, at: str | None, when: tuple[str, ...], follow: bool, socket_path: str | None,
+           as_json: bool) -> None:
+    """Queue a sweep; prints the job id alone on the first line."""
+    from benchctl.sweepfile import sweep_to_dict
+
+    sweep, problems = check_sweep(sweep_file)
+    if problems:
+        for prob in problems:
+            click.echo(f"problem: {prob}", err=True)
+        raise SystemExit(exitcodes.BAD_INPUT)
+    not_before = None
+    if at is not None:
+        try:
+            not_before = resolve_at(at, datetime.now().astimezone())
+        except ValueError as exc:
+            raise _fail(f"error: {exc}", exitcodes.BAD_INPUT) from exc
+    client = _client(socket_path)
+    job = _call(lambda: client.submit(sweep_to_dict(sweep), not_before, list(when)))
+    click.echo(job["id"])
+    if as_json and not follow:
+        _print_json(job)
+    elif not follow:
+        extra = f", not before {job['not_before']}" if job.get("not_before") else ""
+        click.echo(f"queued {job['name']!r}: {job['progress']['total']} rows planned{extra}", err=True)
+    if follow:
+        raise SystemExit(follow_job(client, job["id"], as_json))
+
+
+# --------------------------------------------------------------------------------------- jobs/status
+
+
+def _job_line(job: dict[str, Any]) -> str:
+    prog = job.get("progress") or {}
+    why = job.get("waiting_reason") or job.get("error") or ""
+    if job.get("state") == "running" and prog.get("eta_s") is not None:
+        why = f"eta {_fmt_s(prog['eta_s'])}"
+    return (f"{job['id']:<22} {job['state']:<11} {prog.get('done', 0):>5}/{prog.get('total', 0):<5} "
+            f"{job['created_at'][:19]:<20} {job['name'][:28]:<28} {why}")
+
+
+@click.command()
+@click.option("--state", type=click.Choice(["queued", "waiting", "running", "succeeded", "failed", "cancelled",
+                                            "interrupted"]), default=None)
+@click.option("--limit", type=click.IntRange(1, 500), default=20, show_default=True)
+@socket_option
+@json_option
+def jobs(state: str | None, limit: int, socket_path: str | None, as_json: bool) -> None:
+    """List jobs, newest first (and why a job waits)."""
+    page = _call(lambda: _client(socket_path).jobs(state=state, limit=limit))
+    if as_json:
+        _print_json(page)
+        return
+    click.echo(f"{'ID':<22} {'STATE':<11} {'ROWS':^11} {'CREATED (UTC)':<20} {'NAME':<28} WHY")
+    for job in page["jobs"]:
+        click.echo(_job_line(job))
+    if not page["jobs"]:
+        click.echo("(no jobs)")
+
+
+@click.command()
+@click.argument("job_id", required=False)
+@socket_option
+@json_option
+def status(job_id: str | None, socket_path: str | None, as_json: bool) -> None:
+    """Show a job (default: the running one, else the newest)."""
+    client = _client(socket_path)
+    if job_id is None:
+        running = _call(client.health).get("running_job")
+        if running:
+            job_id = running
+        else:
+            page = _call(lambda: client.jobs(limit=1))
+            if not page["jobs"]:
+                raise _fail("no jobs yet", exitcodes.OK)
+            job_id = page["jobs"][0]["id"]
+    job = _call(lambda: client.job(job_id))
+    if as_json:
+        _print_json(job)
+        return
+    prog = job.get("progress") or {}
+    lines = [
+        f"job       {job['id']}  ({job['name']})",
+        f"state     {job['state']}" + (f"  - {job['waiting_reason']}" if job.get("waiting_reason") else ""),
+        f"progress  {prog.get('done', 0)}/{prog.get('total', 0)} rows"
+        + (f", eta {_fmt_s(prog['eta_s'])}" if prog.get("eta_s") is not None else ""),
+        f"created   {job['created_at']}",
+    ]
+    for key in ("not_before", "started_at", "finished_at", "error", "runbook_id"):
+        if job.get(key):
+            lines.append(f"{key.replace('_', ' '):<9} {job[key]}")
+    if job.get("when"):
+        lines.append(f"when      {', '.join(job['when'])}")
+    click.echo("\n".join(lines))
+
+
+@click.command()
+@click.argument("job_id")
+@socket_option
+@json_option
+def cancel(job_id: str, socket_path: str | None, as_json: bool) -> None:
+    """Cancel a queued or running job (a running one stops within 2 s)."""
+    job = _call(lambda: _client(socket_path).cancel(job_id))
+    if as_json:
+        _print_json(job)
+    else:
+        click.echo(f"{job['id']}: {job['state']}")
+
+
+# --------------------------------------------------------------------------------------------- tail
+
+
+def stream_events(client: Any, job_id: str, sleep: Callable[[float], None] = time.sleep,
+                  reconnect_for_s: float = RECONNECT_FOR_S) -> Iterator[bytes]:
+    """Every event line of a job up to its terminal event, across daemon restarts.
+
+    When the stream drops or ends without a terminal event (the daemon stopped), reconnect with `since`
+    for up to `reconnect_for_s`, then raise Unreachable.
+    """
+    from benchctl.client import Unreachable
+
+    since = 0
+    gone_at: float | None = None
+    while True:
+        try:
+            for line in client.events(job_id, since=since, follow=True):
+                gone_at = None
+                ev = json.loads(line)
+                since = int(ev["seq"])
+                yield line
+                if ev["type"] in TERMINAL_EXIT:
+                    return
+        except Unreachable:
+            pass
+        now = time.monotonic()
+        gone_at = gone_at if gone_at is not None else now
+        if now - gone_at > reconnect_for_s:
+            raise Unreachable(client.socket_path, "gone for longer than the reconnect window")
+        sleep(1.0)
+
+
+def follow_job(client: Any, job_id: str, as_json: bool) -> int:
+    """Follow to a terminal event; returns the exit code (0 succeeded, 1 failed, 4 cancelled, 3 gone)."""
+    from benchctl.client import ApiError, Unreachable
+
+    job = _call(lambda: client.job(job_id))
+    renderer: _Plain | _Rich
+    if as_json:
+        renderer = _Plain(job, raw=True)
+    elif sys.stdout.isatty():
+        renderer = _Rich(job)
+    else:
+        renderer = _Plain(job, raw=False)
+    code = exitcodes.UNREACHABLE
+    try:
+        with renderer:
+            for line in stream_events(client, job_id):
+                ev = json.loads(line)
+                renderer.event(line, ev)
+                if ev["type"] in TERMINAL_EXIT:
+                    code = TERMINAL_EXIT[ev["type"]]
+    except Unreachable as exc:
+        raise _fail(str(exc), exitcodes.UNREACHABLE) from exc
+    except ApiError as exc:
+        raise _fail(f"error: {exc}", exitcodes.BAD_INPUT) from exc
+    return code
+
+
+def _row_text(row: dict[str, Any]) -> str:
+    def f(key: str, fmt: str) -> str:
+        v = row.get(key)
+        return "null" if v is None else format(v, fmt)
+
+    base = (f"{row.get('candidate')} ctx {row.get('context')} {row.get('kind')} #{row.get('probe')}: "
+            f"{row.get('status')}")
+    if row.get("status") != "ok":
+        return f"{base} ({row.get('error') or 'no reason given'})"
+    return (f"{base}  gen {f('gen_tps', '.1f')} tok/s  prompt {f('prompt_tps', '.1f')} tok/s  "
+            f"ttft {f('ttft_ms', '.0f')} ms  mem {f('mem_peak_bytes', ',')} B")
+
+
+def _event_text(ev: dict[str, Any]) -> str:
+    p = ev.get("payload") or {}
+    if ev["type"] == "probe_finished" and isinstance(p.get("row"), dict):
+        return _row_text(p["row"])
+    detail = " ".join(f"{k}={v}" for k, v in p.items() if not isinstance(v, (dict, list)) and v is not None)
+    return f"{ev['type']} {detail}".rstrip()
+
+
+class _Plain:
+    def __init__(self, job: dict[str, Any], raw: bool) -> None:
+        self.raw = raw
+
+    def __enter__(self) -> _Plain:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def event(self, line: bytes, ev: dict[str, Any]) -> None:
+        if self.raw:
+            sys.stdout.buffer.write(line + b"\n")
+        else:
+            sys.stdout.write(f"{ev['time'][11:19]} #{ev['seq']} {_event_text(ev)}\n")
+        sys.stdout.flush()
+
+
+class _Rich:
+    """A progress bar (rows done/total, ETA) with each finished row printed above it as it lands."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        prog = job.get("progress") or {}
+        self.total = int(prog.get("total") or 0)
+        self.done_keys: set[tuple[Any, ...]] = set()
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("eta"), TimeRemainingColumn())
+        self.task = self.progress.add_task(job.get("name", job["id"]), total=self.total or None)
+
+    def __enter__(self) -> _Rich:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def event(self, line: bytes, ev: dict[str, Any]) -> None:
+        row = (ev.get("payload") or {}).get("row")
+        if ev["type"] == "probe_finished" and isinstance(row, dict):
+            if row.get("status") != "aborted":
+                self.done_keys.add((row.get("candidate"), row.get("context"), row.get("kind"), row.get("probe")))
+                self.progress.update(self.task, completed=len(self.done_keys))
+            self.progress.console.print(_row_text(row))
+        elif ev["type"] in ("job_started", "job_resumed", "job_interrupted", *TERMINAL_EXIT, "server_crashed"):
+            self.progress.console.print(f"[bold]{_event_text(ev)}[/bold]")
+        else:
+            self.progress.update(self.task, description=_event_text(ev)[:60])
+
+
+@click.command()
+@click.argument("job_id")
+@socket_option
+@json_option
+def tail(job_id: str, socket_path: str | None, as_json: bool) -> None:
+    """Follow a job until it ends (exit 0 succeeded, 1 failed, 4 cancelled, 3 daemon gone)."""
+    raise SystemExit(follow_job(_client(socket_path), job_id, as_json))
+
+
+__all__ = ["cancel", "check_sweep", "jobs", "ping", "plan", "resolve_at", "status", "submit", "tail", "validate"]

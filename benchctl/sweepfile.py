@@ -1,0 +1,79 @@
+"""Load a sweep file (TOML) into a `Sweep`, with its paths made absolute.
+
+Why here and not in the daemon: the daemon has no meaningful working directory and rejects relative
+paths; the file's own folder is what a relative `model = "models/x.gguf"` means to the person who
+wrote it. So `~` and relative paths in `model`, `binary` and `spec.draft_model` are resolved against
+the file's folder before the sweep leaves the machine's CLI. Every error names the file, the field
+and the reason (benchctl exits 2).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from benchd.errors import BenchdError, from_validation
+from benchd.schemas import Sweep
+
+PATH_FIELDS = ("model", "binary")
+
+
+def _resolve(value: Any, base: Path) -> Any:
+    if not isinstance(value, str) or not value or "\x00" in value:
+        return value  # the decoder reports the wrong type / empty value with its field
+    p = Path(value).expanduser()
+    if not p.is_absolute():
+        p = base / p
+    return os.path.normpath(p)
+
+
+def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Rewrite model/binary/spec.draft_model of every candidate in a raw sweep dict (in place)."""
+    cands = data.get("candidates")
+    if not isinstance(cands, list):
+        return data
+    for cand in cands:
+        if not isinstance(cand, dict):
+            continue
+        for name in PATH_FIELDS:
+            if name in cand:
+                cand[name] = _resolve(cand[name], base)
+        spec = cand.get("spec")
+        if isinstance(spec, dict) and "draft_model" in spec:
+            spec["draft_model"] = _resolve(spec["draft_model"], base)
+    return data
+
+
+def read_sweep_dict(path: Path | str) -> dict[str, Any]:
+    """The sweep file as a plain dict, paths resolved (what `submit` sends as JSON)."""
+    p = Path(path).expanduser()
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError as exc:
+        raise BenchdError("not_found", f"{p}: no such file", "sweep") from exc
+    except OSError as exc:
+        raise BenchdError("unreadable", f"{p}: {exc.strerror or exc}", "sweep") from exc
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise BenchdError("malformed", f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})", None) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise BenchdError("malformed", f"{p}: not valid TOML: {exc}", None) from exc
+    return resolve_paths(data, p.absolute().parent)
+
+
+def load_sweep(path: Path | str) -> Sweep:
+    """Read, resolve and validate a sweep file; BenchdError naming file, field and reason on failure."""
+    data = read_sweep_dict(path)
+    try:
+        return msgspec.convert(data, Sweep)
+    except msgspec.ValidationError as exc:
+        raise from_validation(exc, str(Path(path).expanduser())) from exc
+
+
+def sweep_to_dict(sweep: Sweep) -> dict[str, Any]:
+    return msgspec.to_builtins(sweep)  # type: ignore[no-any-return]

@@ -1,0 +1,89 @@
+"""`benchd`: click flags → Config → run_daemon() on uvloop. The only place in benchd that exits.
+
+Exit codes (the shared contract): 0 clean shutdown, 2 bad configuration, 3 another benchd holds the
+state dir; 130 when a second SIGINT forced the exit; 1 for anything else (logged with its traceback).
+Logs go to stderr (the supervisor's journal) and to `<state>/logs/benchd.log` (size-capped, rotated).
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import os
+import sys
+
+import click
+
+from benchd.config import Config
+
+EXIT_BAD_CONFIG = 2
+EXIT_ALREADY_RUNNING = 3
+LOG_BYTES = 5 * 1024 * 1024
+LEVELS = ("debug", "info", "warning", "error")
+
+
+def setup_logging(config: Config) -> None:
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    root = logging.getLogger()
+    root.setLevel(config.log_level.upper())
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setFormatter(fmt)
+    root.addHandler(stderr)
+    try:
+        config.logs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fileh = logging.handlers.RotatingFileHandler(config.daemon_log_path, maxBytes=LOG_BYTES, backupCount=2)
+        fileh.setFormatter(fmt)
+        root.addHandler(fileh)
+        os.chmod(config.daemon_log_path, 0o600)
+    except OSError as exc:
+        root.warning("cannot write %s (%s): logging to stderr only", config.daemon_log_path, exc)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=str), default=None,
+              help="State dir (default: $BENCHD_STATE_DIR or the platform's).")
+@click.option("--socket", "socket_path", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Unix socket (default: <state>/benchd.sock or $BENCHD_SOCKET).")
+@click.option("--log-level", type=click.Choice(LEVELS, case_sensitive=False), default="info", show_default=True)
+@click.version_option(package_name="benchd")
+def cli(state_dir: str | None, socket_path: str | None, log_level: str) -> None:
+    """benchd: the benchmark daemon. Runs in the foreground; launchd/systemd supervise it."""
+    import uvloop
+
+    from benchd.daemon import run_daemon
+    from benchd.errors import BenchdError
+    from benchd.instance import AlreadyRunning, check_socket_path, ensure_private_dir
+
+    config = Config.resolve(state_dir=state_dir, socket=socket_path, log_level=log_level.lower())
+    try:
+        check_socket_path(config.socket)
+        ensure_private_dir(config.state_dir)
+    except BenchdError as exc:
+        click.echo(f"benchd: {exc}", err=True)
+        sys.exit(EXIT_BAD_CONFIG)
+    setup_logging(config)
+    log = logging.getLogger("benchd")
+    try:
+        code = uvloop.run(run_daemon(config))
+    except AlreadyRunning as exc:
+        log.error("%s; refusing to start", exc)
+        sys.exit(EXIT_ALREADY_RUNNING)
+    except BenchdError as exc:
+        log.error("bad configuration: %s", exc)
+        sys.exit(EXIT_BAD_CONFIG)
+    except KeyboardInterrupt:
+        code = 130
+    logging.shutdown()
+    if code == 130:
+        os._exit(code)  # forced: do not wait for worker threads
+    sys.exit(code)
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()
