@@ -36,8 +36,8 @@ def test_fixture(path: Path) -> None:
         assert sorted(res.frontier) == sorted(exp["frontier"]), ctx
         dominated = {
             cand: sorted(
-                ({"by": d.by, "better_on": d.better_on, "skipped_axes": d.skipped_axes} for d in doms),
-                key=lambda d: d["by"],
+                ({"by": d.by, "better_on": d.better_on, "skipped_axes": d.skipped_axes} for d in doms),  # type: ignore[misc]
+                key=lambda d: str(d["by"]),
             )
             for cand, doms in res.dominated.items()
         }

@@ -1,0 +1,437 @@
+"""The dated runbook: everything a job measured and everything needed to trust it, in one file.
+
+Written by the daemon when a job ends (succeeded, failed, cancelled or interrupted: `outcome` says
+which) as `<state>/runbooks/<YYYY-MM-DD>-<job>.json` (machines) and `.md` (people), with Pareto charts
+when matplotlib is installed. The date is the UTC date of the job's start; the file stem is the
+runbook id. Both files are written atomically (temp file + rename), so a reader never sees half a file.
+
+The JSON carries `schema_version`; `load_runbook` dispatches on it and rejects versions it does not
+know. msgspec's evolution rules apply: new fields get defaults, types never change; anything else
+bumps the version, and the committed golden file of every version (tests/data/) must keep loading.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from msgspec import Struct
+
+from benchd import provenance
+from benchd.config import Config
+from benchd.errors import BenchdError, NotFound
+from benchd.metrics import CellStats
+from benchd.pareto import ContextPareto
+from benchd.schemas import (
+    JOB_ID_PATTERN,
+    RUNBOOK_ID_PATTERN,
+    Deferred,
+    EvalResult,
+    Row,
+    Sweep,
+    ThermalReading,
+)
+from benchd.store import Store, utcnow
+
+#: Version of the runbook JSON. Change history (newest last; never edit an entry):
+#:   1 (2026-11-30) first version: job, sweep, provenance (machine, benchd, per-candidate model
+#:     size/sha256 and server version), cooldowns as they happened, deferred axes (declared and
+#:     automatic), rows, per-cell statistics, sustained results, evals, Pareto per context.
+RUNBOOK_SCHEMA_VERSION = 1
+SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
+
+# ------------------------------------------------------------------------------------------ structs
+
+
+class JobInfo(Struct, kw_only=True):
+    id: str
+    name: str
+    state: str
+    created_at: str
+    started_at: str | None = None
+    finished_at: str | None = None
+    error: str | None = None
+
+
+class CandidateProvenance(Struct, kw_only=True):
+    """One candidate's model (size + sha256), draft model, and the server that ran it."""
+
+    candidate: str
+    runtime: str
+    model: provenance.ModelInfo
+    draft_model: provenance.ModelInfo | None = None
+    binary: str | None = None
+    server_version: str | None = None
+    server_version_source: str | None = None
+    null_reasons: dict[str, str] = {}
+
+
+class PromptsInfo(Struct, kw_only=True):
+    """Hash of the prompt corpus and template: two runbooks with equal hashes used the same prompts."""
+
+    corpus_sha256: str | None = None
+    template_sha256: str | None = None
+    source: str | None = None
+    corpus: dict[str, Any] = {}
+    null_reasons: dict[str, str] = {}
+
+
+class Provenance(Struct, kw_only=True):
+    collected_at: str
+    machine: provenance.MachineInfo
+    benchd: provenance.BenchdInfo
+    candidates: list[CandidateProvenance]
+    prompts: PromptsInfo
+
+
+class CooldownHappened(Struct, kw_only=True):
+    """A `cooldown_finished` event as it happened (payload verbatim: policy, waited_s, reason, ...)."""
+
+    seq: int
+    time: str
+    payload: dict[str, Any]
+
+
+class DeferredAxes(Struct, kw_only=True):
+    declared: list[Deferred]
+    automatic: list[Deferred]
+
+
+class SustainedResult(Struct, kw_only=True):
+    candidate: str
+    status: str
+    gen_tokens: int | None = None
+    sustain_ratio: float | None = None
+    window_tps: list[float] | None = None
+    thermal_before: ThermalReading | None = None
+    thermal_after: ThermalReading | None = None
+    error: str | None = None
+    null_reasons: dict[str, str] = {}
+
+
+class EvalSummary(Struct, kw_only=True):
+    candidate: str
+    tier: str
+    passed: int
+    total: int
+    pass_rate: float
+    unsandboxed: int = 0
+
+
+class Runbook(Struct, kw_only=True):
+    """The runbook JSON (schema version 1). `outcome` is the job's state when the runbook was written."""
+
+    schema_version: int
+    id: str
+    generated_at: str
+    outcome: str
+    job: JobInfo
+    sweep: Sweep
+    provenance: Provenance
+    cooldowns: list[CooldownHappened]
+    deferred: DeferredAxes
+    rows: list[Row]
+    cells: list[CellStats]
+    sustained: list[SustainedResult]
+    evals: list[EvalResult]
+    eval_summary: list[EvalSummary]
+    pareto: list[ContextPareto]
+
+
+class _Head(Struct, kw_only=True):
+    """The cheap part of a runbook, for listing (unknown fields are ignored on purpose)."""
+
+    schema_version: int
+    id: str = ""
+    generated_at: str = ""
+    outcome: str = ""
+    job: JobInfo | None = None
+
+
+_encoder = msgspec.json.Encoder(order="deterministic")
+_v1_decoder = msgspec.json.Decoder(Runbook)
+_head_decoder = msgspec.json.Decoder(_Head)
+
+
+def runbook_schema() -> dict[str, Any]:
+    """JSON schema of the current runbook version (committed as schemas/runbook.schema.json)."""
+    return msgspec.json.schema(Runbook)
+
+
+# ------------------------------------------------------------------------------------------- build
+
+
+def runbook_id(job_id: str, started_at: str | None, created_at: str) -> str:
+    """`<YYYY-MM-DD>-<job>`: the UTC date of the job's start (its creation if it never started)."""
+    stamp = (started_at or created_at).replace("Z", "+00:00")
+    day = datetime.fromisoformat(stamp).astimezone(UTC).strftime("%Y-%m-%d")
+    return f"{day}-{job_id}"
+
+
+def _server_info(cand: str, rows: list[Row], events: list[Any]) -> tuple[str | None, str | None, str | None]:
+    """(binary, server_version, source): from the rows first, then the `server_ready` events."""
+    for r in rows:
+        if r.candidate == cand and (r.server_version or r.binary):
+            return r.binary, r.server_version, "rows"
+    for ev in events:
+        p = ev.payload
+        if ev.type == "server_ready" and p.get("candidate") == cand:
+            version = p.get("server_version") or p.get("version")
+            return p.get("binary"), str(version) if version is not None else None, "event:server_ready"
+    return None, None, None
+
+
+def _prompts_info(events: list[Any]) -> PromptsInfo:
+    """The prompt corpus hash as the job recorded it in an event payload (`prompts` or top level).
+
+    When the job recorded none, it is computed now from `benchd.prompts.prompt_provenance()` (the
+    same stdlib files on the same machine) and `source` says it was computed at runbook time.
+    """
+    for ev in events:
+        p = ev.payload
+        prompts = p.get("prompts") if isinstance(p.get("prompts"), dict) else p
+        if isinstance(prompts, dict) and prompts.get("corpus_sha256"):
+            return PromptsInfo(corpus_sha256=str(prompts["corpus_sha256"]),
+                               template_sha256=prompts.get("template_sha256"), source=f"event:{ev.type}",
+                               corpus=prompts.get("corpus") or {})
+    try:
+        from benchd.prompts import prompt_provenance
+
+        got = prompt_provenance()
+    except Exception as exc:  # a missing stdlib file must not cost the whole runbook
+        reason = f"the job recorded no prompt hash and computing it failed: {exc}"
+        return PromptsInfo(null_reasons={"corpus_sha256": reason, "template_sha256": reason})
+    return PromptsInfo(corpus_sha256=got["corpus_sha256"], template_sha256=got["template_sha256"],
+                       source="benchd.prompts.prompt_provenance (computed when the runbook was written)",
+                       corpus=got.get("corpus") or {})
+
+
+def collect_candidates(config: Config, sweep: Sweep, rows: list[Row], events: list[Any]) -> list[CandidateProvenance]:
+    cache = config.cache_dir / "model-hashes.json"
+    out = []
+    for c in sweep.candidates:
+        binary, version, source = _server_info(c.id, rows, events)
+        nulls: dict[str, str] = {}
+        if version is None:
+            nulls["server_version"] = "no row or server_ready event of this candidate carries a version"
+        if binary is None:
+            binary = c.binary
+            if binary is None:
+                nulls["binary"] = "no row or event names the binary, and the sweep sets none"
+        draft = c.spec.draft_model if c.spec else None
+        out.append(CandidateProvenance(
+            candidate=c.id, runtime=c.runtime, model=provenance.hash_model(c.model, cache),
+            draft_model=provenance.hash_model(draft, cache) if draft else None,
+            binary=binary, server_version=version, server_version_source=source, null_reasons=nulls,
+        ))
+    return out
+
+
+def _sustained(rows: list[Row]) -> list[SustainedResult]:
+    return [
+        SustainedResult(candidate=r.candidate, status=r.status, gen_tokens=r.gen_tokens,
+                        sustain_ratio=r.sustain_ratio, window_tps=r.window_tps, thermal_before=r.thermal_before,
+                        thermal_after=r.thermal_after, error=r.error, null_reasons=r.null_reasons)
+        for r in rows if r.kind == "sustained"
+    ]
+
+
+def _eval_summary(evals: list[EvalResult]) -> list[EvalSummary]:
+    groups: dict[tuple[str, str], list[EvalResult]] = {}
+    for e in evals:
+        groups.setdefault((e.candidate, e.tier), []).append(e)
+    return [
+        EvalSummary(candidate=c, tier=t, passed=sum(e.passed for e in g), total=len(g),
+                    pass_rate=sum(e.passed for e in g) / len(g), unsandboxed=sum(e.sandboxed is False for e in g))
+        for (c, t), g in sorted(groups.items())
+    ]
+
+
+def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None = None) -> Runbook:
+    """Assemble the runbook of a job from the store (no file is written)."""
+    from benchd.deferred import automatic_deferred
+    from benchd.metrics import cell_stats
+    from benchd.pareto import pareto_from_rows
+
+    job = store.get_job(job_id)
+    sweep = job.sweep or store.get_sweep(job_id)
+    rows = store.rows(job_id)
+    evals = store.evals(job_id)
+    events = store.events(job_id)
+    prov = Provenance(
+        collected_at=utcnow(), machine=provenance.collect_machine(), benchd=provenance.collect_benchd(),
+        candidates=collect_candidates(config, sweep, rows, events), prompts=_prompts_info(events),
+    )
+    return Runbook(
+        schema_version=RUNBOOK_SCHEMA_VERSION,
+        id=runbook_id(job.id, job.started_at, job.created_at),
+        generated_at=utcnow(),
+        outcome=outcome or job.state,
+        job=JobInfo(id=job.id, name=job.name, state=job.state, created_at=job.created_at,
+                    started_at=job.started_at, finished_at=job.finished_at, error=job.error),
+        sweep=sweep,
+        provenance=prov,
+        cooldowns=[CooldownHappened(seq=e.seq, time=e.time, payload=e.payload)
+                   for e in events if e.type == "cooldown_finished"],
+        deferred=DeferredAxes(declared=list(sweep.deferred), automatic=list(automatic_deferred(sweep, rows, evals))),
+        rows=rows,
+        cells=list(cell_stats([r for r in rows if r.kind == "probe"])),
+        sustained=_sustained(rows),
+        evals=evals,
+        eval_summary=_eval_summary(evals),
+        pareto=pareto_from_rows(rows, evals),
+    )
+
+
+# ------------------------------------------------------------------------------------------- write
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with tmp.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def encode_runbook(rb: Runbook) -> bytes:
+    return msgspec.json.format(_encoder.encode(rb), indent=2) + b"\n"
+
+
+def save_runbook(config: Config, rb: Runbook, charts: bool = True) -> Path:
+    """Write `<id>.json` and `<id>.md` atomically (and the charts when matplotlib is present)."""
+    from benchd.report import render_markdown
+
+    out = config.runbooks_dir
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{rb.id}.json"
+    _atomic_write(path, encode_runbook(rb))
+    _atomic_write(out / f"{rb.id}.md", render_markdown(rb).encode())
+    if charts:
+        from benchd.plot import available, write_charts
+
+        if available():
+            write_charts(rb, out)
+    return path
+
+
+def write_runbook(config: Config, store: Store, job_id: str, outcome: str | None = None) -> str:
+    """Build and write the runbook of a job; returns its id (the file stem). Called when a job ends."""
+    rb = build_runbook(config, store, job_id, outcome)
+    save_runbook(config, rb)
+    return rb.id
+
+
+# -------------------------------------------------------------------------------------------- load
+
+
+def decode_runbook(data: bytes, source: str = "runbook") -> Runbook:
+    """Dispatch on `schema_version`; an unknown version is a clear error, never a half-read."""
+    try:
+        head = _head_decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise BenchdError("invalid_runbook", f"{source}: not a benchd runbook ({exc})") from exc
+    if head.schema_version not in SUPPORTED_VERSIONS:
+        raise BenchdError(
+            "unsupported_runbook_version",
+            f"{source}: runbook schema_version {head.schema_version} is not supported by benchd "
+            f"{provenance.collect_benchd().version} (it reads {', '.join(map(str, SUPPORTED_VERSIONS))})",
+            "schema_version",
+        )
+    try:
+        return _v1_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        from benchd.errors import from_validation
+
+        raise from_validation(exc, source) from exc
+
+
+def resolve_runbook_path(ref: str | Path | None, config: Config) -> Path:
+    """A path, a runbook id, a job id, or None (the newest runbook) → the runbook's JSON path."""
+    rdir = config.runbooks_dir
+    if ref is None:
+        found = _runbook_files(rdir)
+        if not found:
+            raise BenchdError("no_runbooks", f"no runbooks in {rdir} (a runbook is written when a job ends)")
+        return found[0]
+    text = str(ref)
+    p = Path(text).expanduser()
+    if p.suffix == ".json" or os.sep in text:
+        if p.is_file():
+            return p
+        raise BenchdError("not_found", f"no runbook file at {p}")
+    if re.fullmatch(RUNBOOK_ID_PATTERN, text) and (rdir / f"{text}.json").is_file():
+        return rdir / f"{text}.json"
+    if re.fullmatch(JOB_ID_PATTERN, text):
+        hits = sorted(rdir.glob(f"????-??-??-{text}.json")) if rdir.is_dir() else []
+        if hits:
+            return hits[-1]
+    if p.is_file():
+        return p
+    raise NotFound("runbook (id, job id or path)", text)
+
+
+def load_runbook(ref: str | Path | None, config: Config) -> Runbook:
+    path = resolve_runbook_path(ref, config)
+    return decode_runbook(path.read_bytes(), str(path))
+
+
+def _runbook_files(rdir: Path) -> list[Path]:
+    """Newest first: by date in the name, then job id (default job ids sort by time)."""
+    if not rdir.is_dir():
+        return []
+    return sorted((p for p in rdir.glob("*.json") if re.fullmatch(RUNBOOK_ID_PATTERN, p.stem)),
+                  key=lambda p: p.stem, reverse=True)
+
+
+def list_runbooks(config: Config) -> list[dict[str, Any]]:
+    """For `GET /v1/runbooks`: one entry per runbook, newest first (cheap: only the head is decoded)."""
+    out: list[dict[str, Any]] = []
+    for path in _runbook_files(config.runbooks_dir):
+        entry: dict[str, Any] = {"id": path.stem, "path": str(path)}
+        try:
+            head = _head_decoder.decode(path.read_bytes())
+        except (OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
+            entry["error"] = f"unreadable: {exc}"
+            out.append(entry)
+            continue
+        job = head.job
+        entry.update(
+            schema_version=head.schema_version, generated_at=head.generated_at, outcome=head.outcome,
+            job=job.id if job else None, name=job.name if job else None,
+            started_at=job.started_at if job else None, finished_at=job.finished_at if job else None,
+            markdown=str(path.with_suffix(".md")) if path.with_suffix(".md").is_file() else None,
+            charts=[str(c) for c in (path.with_name(f"{path.stem}.pareto.png"),
+                                     path.with_name(f"{path.stem}.pareto.svg")) if c.is_file()],
+        )
+        out.append(entry)
+    return out
+
+
+def runbook_json(ref: str, config: Config) -> bytes:
+    """For `GET /v1/runbooks/{id}`: the file's bytes after checking it loads.
+
+    Only a runbook id or a job id is accepted here (never a path: the API must not read arbitrary files).
+    """
+    if not (re.fullmatch(RUNBOOK_ID_PATTERN, ref) or re.fullmatch(JOB_ID_PATTERN, ref)):
+        raise BenchdError("invalid", f"not a runbook id or job id: {ref!r}", "id")
+    path = resolve_runbook_path(ref, config)
+    data = path.read_bytes()
+    decode_runbook(data, str(path))
+    return data
+
+
+def schema_json() -> str:
+    """The committed schemas/runbook.schema.json text (a test diffs the file against this)."""
+    import json
+
+    return json.dumps(runbook_schema(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":  # `python -m benchd.runbook > schemas/runbook.schema.json`
+    print(schema_json(), end="")
