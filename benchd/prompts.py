@@ -227,7 +227,9 @@ class Calibrator:
         if not pts:
             return max(1, round(target * FIRST_GUESS_CHARS_PER_TOKEN)), False
         # Piecewise-linear inverse through (0, 0) and the observations, which are monotone in
-        # practice; beyond the largest observation, scale proportionally from it.
+        # practice. Beyond the largest observation: the secant of the two largest when they are far
+        # enough apart to give a stable slope (the template and header make an intercept that pure
+        # scaling misses), else scale proportionally from the largest.
         prev_c, prev_t = 0, 0
         for c, t in pts:
             if t >= target and t > prev_t:
@@ -236,6 +238,10 @@ class Calibrator:
             if t > prev_t:
                 prev_c, prev_t = c, t
         c, t = prev_c, prev_t
+        if len(pts) >= 2:
+            c0, t0 = pts[-2]
+            if c - c0 >= 0.02 * c and t > t0:
+                return max(1, round(c + (target - t) * (c - c0) / (t - t0))), True
         return max(1, round(c * target / t)) if t > 0 else max(1, target), True
 
     def estimate_tokens(self, key: str, text_chars: int) -> int:
