@@ -1,0 +1,134 @@
+"""macOS thermal pressure: parsers for notifyutil / powermetrics / pmset output, and the sensor using them.
+
+macOS exposes no CPU temperature without private SMC access, so benchd reads the thermal *pressure*
+level thermald publishes (what throttling decisions follow):
+- `notifyutil -g com.apple.system.thermalpressurelevel` (no root, ~10 ms): prints the key and a level,
+  0 nominal, 1 moderate, 2 heavy, 3 trapping, 4 sleeping (OSThermalNotification.h's macOS values).
+- `powermetrics -s thermal -n 1 -i 100` (root only): "Current pressure level: Nominal".
+- `pmset -g therm`: CPU_Speed_Limit / CPU_Scheduler_Limit (100 = unthrottled), or "No thermal warning
+  level has been recorded". Reported by `describe()`; not a pressure level, so not a reading.
+
+The parsers are pure and tested on the committed samples under tests/data/darwin/ (transcribed from
+published outputs; no Mac was available to capture them). Nothing here runs on Linux.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from typing import Any
+
+from benchd.schemas import ThermalReading
+
+NOTIFY_KEY = "com.apple.system.thermalpressurelevel"
+#: macOS values of OSThermalPressureLevel (iOS uses 0/10/20/30/40/50: not handled, reported unrecognized).
+LEVELS = {0: "nominal", 1: "moderate", 2: "heavy", 3: "trapping", 4: "sleeping"}
+_TIMEOUT_S = 5.0
+
+
+def parse_notifyutil(text: str) -> str | None:
+    """`com.apple.system.thermalpressurelevel 2` → "heavy"; None when the output has no known level."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == NOTIFY_KEY and parts[-1].lstrip("-").isdigit():
+            return LEVELS.get(int(parts[-1]))
+    return None
+
+
+_PM_PRESSURE = re.compile(r"^\s*Current pressure level:\s*([A-Za-z]+)", re.MULTILINE)
+
+
+def parse_powermetrics(text: str) -> str | None:
+    """The last "Current pressure level: X" of a powermetrics thermal sample, lowercased."""
+    found = _PM_PRESSURE.findall(text)
+    if not found:
+        return None
+    word = found[-1].lower()
+    return word if word in LEVELS.values() else None
+
+
+_PMSET_KV = re.compile(r"^\s*-?\s*(CPU_[A-Za-z_]+|GPU_[A-Za-z_]+)\s*=\s*(\d+)", re.MULTILINE)
+
+
+def parse_pmset_therm(text: str) -> dict[str, Any]:
+    """`pmset -g therm` → {"CPU_Speed_Limit": 100, ..., "thermal_warning_recorded": bool, ...}."""
+    out: dict[str, Any] = {k: int(v) for k, v in _PMSET_KV.findall(text)}
+    out["thermal_warning_recorded"] = (
+        None if "thermal warning level" not in text.lower() else "no thermal warning level" not in text.lower()
+    )
+    out["performance_warning_recorded"] = (
+        None
+        if "performance warning level" not in text.lower()
+        else "no performance warning level" not in text.lower()
+    )
+    return out
+
+
+def _run(argv: list[str]) -> str:
+    """Run a short command; raises OSError (with the reason) on any failure."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise OSError(f"{argv[0]}: {exc}") from exc
+    if done.returncode != 0:
+        raise OSError(f"{argv[0]} exited {done.returncode}: {done.stderr.strip()[:200]}")
+    return done.stdout
+
+
+class DarwinSensor:
+    """Thermal pressure: powermetrics when root (falling back to notifyutil), else notifyutil."""
+
+    def __init__(self) -> None:
+        self.root = os.geteuid() == 0
+
+    def _powermetrics(self) -> ThermalReading:
+        src = "darwin:powermetrics:thermal"
+        try:
+            level = parse_powermetrics(_run(["powermetrics", "-s", "thermal", "-n", "1", "-i", "100"]))
+        except OSError as exc:
+            return ThermalReading(source=src, available=False, reason=str(exc))
+        if level is None:
+            return ThermalReading(source=src, available=False, reason="no pressure level in powermetrics output")
+        return ThermalReading(source=src, pressure=level)
+
+    def _notifyutil(self) -> ThermalReading:
+        src = f"darwin:notifyutil:{NOTIFY_KEY}"
+        try:
+            out = _run(["notifyutil", "-g", NOTIFY_KEY])
+        except OSError as exc:
+            return ThermalReading(source=src, available=False, reason=str(exc))
+        level = parse_notifyutil(out)
+        if level is None:
+            return ThermalReading(source=src, available=False, reason=f"unrecognized notifyutil output {out.strip()[:80]!r}")
+        return ThermalReading(source=src, pressure=level)
+
+    def read(self) -> ThermalReading:
+        if self.root:
+            r = self._powermetrics()
+            if r.available:
+                return r
+        return self._notifyutil()
+
+
+def describe() -> list[dict[str, Any]]:
+    """What exists on this Mac, and why not where it does not."""
+    out: list[dict[str, Any]] = []
+    s = DarwinSensor()
+    n = s._notifyutil() if shutil.which("notifyutil") else None
+    out.append({"name": "darwin:notifyutil", "available": bool(n and n.available),
+                **({"detail": f"pressure={n.pressure}"} if n and n.available
+                   else {"reason": n.reason if n else "notifyutil not on PATH"})})
+    if s.root:
+        p = s._powermetrics()
+        out.append({"name": "darwin:powermetrics", "available": p.available,
+                    **({"detail": f"pressure={p.pressure}"} if p.available else {"reason": p.reason})})
+    else:
+        out.append({"name": "darwin:powermetrics", "available": False, "reason": "needs root"})
+    try:
+        info = parse_pmset_therm(_run(["pmset", "-g", "therm"]))
+        out.append({"name": "darwin:pmset-therm", "available": True, "detail": info})
+    except OSError as exc:
+        out.append({"name": "darwin:pmset-therm", "available": False, "reason": str(exc)})
+    return out
