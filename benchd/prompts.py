@@ -7,9 +7,12 @@ Why this shape:
   skipped and the list actually used is recorded); `corpus_sha256` lets two runbooks show they used
   the same prompts.
 - Unique at the START. A prefix cache (llama-server's `cache_prompt`, mlx_lm.server's prompt cache)
-  can only serve a shared prefix, so the first line of every prompt carries the probe's tag and a
-  random nonce. There is no system message, so the unique line comes right after the chat template's
-  own header tokens.
+  can only serve a shared prefix, so every prompt starts with a random nonce, then the probe's tag
+  (`<nonce> # probe <tag>`; the nonce comes first because tags share prefixes). There is no system
+  message, so the nonce comes right after the chat template's own header tokens — which stay shared:
+  measured on mlx_lm.server 0.32.2, `cached_tokens` was 5-6 (17 with the tag first) unless the server
+  runs with `--prompt-cache-size 0` (then 0); llama-server reports `cache_n` 0 with `cache_prompt`
+  false.
 - The target is what the server reports as `usage.prompt_tokens`: the context present when generation
   starts, chat template included. Two ways to hit it:
   * with the server's tokenizer (an async `count_tokens(text) -> int`, e.g. llama-server `/tokenize`):
@@ -63,7 +66,7 @@ FILE_SEPARATOR = "\n# ---- {path} ----\n"
 
 # The request template: bump TEMPLATE_VERSION whenever any of these strings change.
 TEMPLATE_VERSION = 1
-HEADER_FORMAT = "# probe {tag} {nonce}\n"
+HEADER_FORMAT = "{nonce} # probe {tag}\n"
 INSTRUCTION = "Continue this Python code:\n\n"
 NONCE_DIGITS = 12  # fixed-width decimal: tokenizes to a near-constant number of tokens
 

@@ -81,7 +81,9 @@ async def test_every_prompt_is_unique_at_its_start():
     a1 = await b.build(500, "job1234x/cand/512/0")
     a2 = await b.build(500, "job1234x/cand/512/0")
     assert a1.text.splitlines()[0] != a2.text.splitlines()[0]
-    assert a1.text.startswith("# probe job1234x/cand/512/0 ")
+    first = a1.text.splitlines()[0]
+    assert re.fullmatch(r"\d{12} # probe job1234x/cand/512/0", first), first  # nonce FIRST: tags share prefixes
+    assert a1.text[:12] != a2.text[:12]
     assert a1.key == "cand"
     assert a1.messages() == [{"role": "user", "content": a1.text}]
     # the rest is the same corpus prefix
