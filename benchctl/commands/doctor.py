@@ -1,0 +1,221 @@
+"""`benchctl doctor`: check this machine, say what to do about each problem.
+
+Works without the daemon (the shared contract): it reads files, runs `--version`s and asks the daemon
+only whether it answers. Each check is `ok`, `warn` (benchd works, something is degraded: no thermal
+sensor, no sleep prevention, daemon not started) or `problem` (something needed is missing: no runtime
+at all, a state dir others can read or that is not yours). Exit 1 on any problem, else 0.
+
+The parts come from the modules that own them (`benchd.provision.list_runtimes`,
+`benchd.thermal/memory.describe_sources`, `benchd.power`, the socket client); a module missing from
+this build is reported as such, never as a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from benchctl import exitcodes
+
+HEALTH_TIMEOUT_S = 2.0
+SERVER_RUNTIMES = ("llama-server", "mlx_lm.server", "mlx_vlm.server")
+
+
+def _check(name: str, status: str, summary: str, fix: str | None = None) -> dict[str, Any]:
+    return {"name": name, "status": status, "summary": summary, "fix": fix}
+
+
+def check_state_dir(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """0700 and owned by this user: the socket's peer check is the guard, the dir mode the first fence."""
+    info: dict[str, Any] = {"path": str(path), "exists": path.exists(), "mode": None, "owner_uid": None}
+    if not path.exists():
+        return info, _check("state dir", "ok", f"{path} does not exist yet; benchd creates it (mode 0700) on first start")
+    st = path.stat()
+    info.update(mode=f"{stat.S_IMODE(st.st_mode):04o}", owner_uid=st.st_uid)
+    if not stat.S_ISDIR(st.st_mode):
+        return info, _check("state dir", "problem", f"{path} is not a directory", f"move it away: mv {path} {path}.bak")
+    if st.st_uid != os.getuid():
+        return info, _check("state dir", "problem", f"{path} belongs to uid {st.st_uid}, not you (uid {os.getuid()})",
+                            f"use your own state dir (--state-dir / $BENCHD_STATE_DIR), or: sudo chown -R {os.getuid()} {path}")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        return info, _check("state dir", "problem", f"{path} has mode {info['mode']}: other users can read it",
+                            f"chmod 700 {path}")
+    if not os.access(path, os.W_OK | os.X_OK):
+        return info, _check("state dir", "problem", f"{path} is not writable by you", f"chmod u+rwx {path}")
+    return info, _check("state dir", "ok", f"{path} (mode {info['mode']}, yours)")
+
+
+def check_runtimes(cache_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    try:
+        from benchd.provision import list_runtimes
+    except ImportError as exc:
+        return [], [_check("runtimes", "problem", f"benchd.provision is not available in this build ({exc})")]
+    runtimes = list_runtimes(cache_dir)
+    checks: list[dict[str, Any]] = []
+    for rt in runtimes:
+        name = str(rt["name"])
+        if rt.get("installed"):
+            version = rt.get("version") or "version unknown"
+            checks.append(_check(name, "ok", f"{version} — {rt.get('path')} (found via {rt.get('how')})"))
+        else:
+            install = "mlx" if name.startswith("mlx") else "llama-server"
+            checks.append(_check(name, "warn", str(rt.get("reason") or "not found"),
+                                 f"benchctl runtimes install {install}"))
+    servers = [rt for rt in runtimes if rt["name"] in SERVER_RUNTIMES and rt.get("installed")]
+    if not servers:
+        checks.append(_check("runtimes", "problem", "no inference server runtime found: nothing can be benchmarked",
+                             "benchctl runtimes install all   (or set $BENCHD_LLAMA_SERVER to a llama-server binary)"))
+    return runtimes, checks
+
+
+def check_daemon(socket: Path, state_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    try:
+        from benchctl.client import Client, ClientError, Unreachable
+    except ImportError as exc:
+        return {"reachable": False, "socket": str(socket), "reason": str(exc)}, _check(
+            "daemon", "warn", f"the socket client is not available in this build ({exc})")
+    info: dict[str, Any] = {"reachable": False, "socket": str(socket), "health": None, "reason": None}
+    try:
+        health = Client(socket, timeout=HEALTH_TIMEOUT_S).health()
+    except Unreachable as exc:
+        info["reason"] = "no socket" if not socket.exists() else (exc.reason or "not running")
+        return info, _check("daemon", "warn", f"not running on {socket} ({info['reason']})",
+                            f"start it: benchd --state-dir {state_dir}   (or keep it running: benchctl service install)")
+    except (ClientError, ValueError, OSError) as exc:
+        info["reason"] = str(exc)
+        return info, _check("daemon", "warn", f"{socket} answered, but not like benchd: {exc}",
+                            "is something else listening there? check `benchctl logs` / the daemon's log")
+    info.update(reachable=True, health=health)
+    up = _duration(float(health.get("uptime_s") or 0))
+    summary = (f"benchd {health.get('version')} pid {health.get('pid')}, up {up}, "
+               f"{health.get('queue_depth')} queued, running: {health.get('running_job') or 'nothing'}")
+    if health.get("state_dir") and Path(health["state_dir"]) != state_dir:
+        return info, _check("daemon", "warn", f"{summary}; but it uses state dir {health['state_dir']}, not {state_dir}",
+                            "pass the same --state-dir / $BENCHD_STATE_DIR to benchctl and benchd")
+    return info, _check("daemon", "ok", summary)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def _sources(kind: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    try:
+        module = __import__(f"benchd.{kind}", fromlist=["describe_sources"])
+        sources: list[dict[str, Any]] = module.describe_sources()
+    except (ImportError, AttributeError) as exc:
+        return [], _check(kind, "warn", f"benchd.{kind} is not available in this build ({exc})")
+    have = [s["name"] for s in sources if s.get("available") and s["name"] != "selected"]
+    missing = [f"{s['name']} ({s.get('reason')})" for s in sources if not s.get("available") and s["name"] != "selected"]
+    if kind == "thermal":
+        chosen = next((s for s in sources if s["name"] == "selected"), None)
+        if chosen is not None and not chosen.get("available"):
+            return sources, _check("thermal", "warn", f"no thermal sensor: {chosen.get('reason')}; unavailable: {'; '.join(missing)}",
+                                   "cooldowns fall back to fixed waits (policy 'fixed' or 'idle' avoids the warning)")
+    summary = f"available: {', '.join(have) or 'none'}" + (f"; unavailable: {'; '.join(missing)}" if missing else "")
+    return sources, _check(kind, "ok" if have else "warn", summary)
+
+
+def check_power() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    from benchd.power import check_sleep_prevention, power_status
+
+    ps = power_status()
+    power = {"source": ps.source, "percent": ps.percent, "method": ps.method, "reason": ps.reason}
+    pct = f" {ps.percent:.0f} %" if ps.percent is not None else ""
+    if ps.source == "unknown":
+        pcheck = _check("power", "ok", f"unknown ({ps.reason}); --when ac-power runs at once and records 'unknown'")
+    else:
+        pcheck = _check("power", "ok", f"{ps.source}{pct} (from {ps.method})")
+    guard = asyncio.run(check_sleep_prevention())
+    sleep = {"prevented": guard.prevented, "method": guard.method, "reason": guard.reason}
+    if guard.prevented:
+        scheck = _check("sleep prevention", "ok", f"works: {guard.method}")
+    else:
+        fix = ("disable automatic sleep while benchmarks run (System Settings > Energy)" if sys.platform == "darwin"
+               else "disable suspend for overnight runs, or run benchd in a login session where systemd-logind answers")
+        scheck = _check("sleep prevention", "warn", f"unavailable: {guard.reason}", fix)
+    return power, pcheck, sleep, scheck
+
+
+def run_checks(state_dir: Path, socket: Path, cache_dir: Path) -> dict[str, Any]:
+    state_info, state_check = check_state_dir(state_dir)
+    runtimes, runtime_checks = check_runtimes(cache_dir)
+    daemon, daemon_check = check_daemon(socket, state_dir)
+    thermal, thermal_check = _sources("thermal")
+    memory, memory_check = _sources("memory")
+    power, power_check, sleep, sleep_check = check_power()
+    checks = [state_check, *runtime_checks, daemon_check, thermal_check, memory_check, power_check, sleep_check]
+    problems = [c for c in checks if c["status"] == "problem"]
+    return {
+        "ok": not problems,
+        "problems": [c["summary"] for c in problems],
+        "checks": checks,
+        "state_dir": state_info,
+        "cache_dir": str(cache_dir),
+        "runtimes": runtimes,
+        "daemon": daemon,
+        "thermal": thermal,
+        "memory": memory,
+        "power": power,
+        "sleep_prevention": sleep,
+    }
+
+
+MARKS = {"ok": ("✓", "green"), "warn": ("!", "yellow"), "problem": ("✗", "red")}
+
+
+def _print(report: dict[str, Any]) -> None:
+    width = max(len(c["name"]) for c in report["checks"])
+    for c in report["checks"]:
+        mark, color = MARKS[c["status"]]
+        click.echo(f"{click.style(mark, fg=color, bold=True)} {c['name']:<{width}}  {c['summary']}")
+        if c["fix"] and c["status"] != "ok":
+            click.echo(f"  {'':<{width}}  {click.style('fix:', bold=True)} {c['fix']}")
+    if report["ok"]:
+        click.echo(click.style("\nno problems found", fg="green"))
+    else:
+        n = len(report["problems"])
+        click.echo(click.style(f"\n{n} problem{'s' if n > 1 else ''} to fix (see 'fix:' above)", fg="red", bold=True))
+
+
+@click.command("doctor")
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None,
+              help="State dir to check (default: $BENCHD_STATE_DIR, else the platform default).")
+@click.option("--socket", "socket_path", envvar="BENCHD_SOCKET", type=click.Path(dir_okay=False), default=None,
+              help="benchd's socket (default: <state dir>/benchd.sock).")
+@click.option("--json", "as_json", is_flag=True, help="Print every finding as JSON.")
+def doctor(state_dir: str | None, socket_path: str | None, as_json: bool) -> None:
+    """Check this machine: runtimes and versions, daemon, state dir, sensors, power, sleep.
+
+    Prints what to do about each problem. Exit status 1 when something needed is missing (no runtime
+    at all, a state dir with wrong owner or permissions), 0 otherwise. Does not need the daemon.
+
+    \b
+    Examples:
+      benchctl doctor
+      benchctl doctor --json | jq '.runtimes'
+      BENCHD_LLAMA_SERVER=~/llama.cpp/build/bin/llama-server benchctl doctor
+    """
+    from benchd.config import Config
+
+    config = Config.resolve(state_dir=state_dir, socket=socket_path)
+    report = run_checks(config.state_dir, config.socket, config.cache_dir)
+    if as_json:
+        import json
+
+        click.echo(json.dumps(report, indent=2))
+    else:
+        _print(report)
+    sys.exit(exitcodes.OK if report["ok"] else exitcodes.FAILED)
