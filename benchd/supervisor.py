@@ -137,6 +137,7 @@ class Server:
     argv: list[str]
     command: list[str]
     binary: str
+    binary_source: str
     port: int
     base_url: str
     pid: int
@@ -256,7 +257,7 @@ class Supervisor:
         log_path = self.config.server_log_path(job, candidate.id)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            command = adapter.command(candidate, self.config.cache_dir)
+            command, how = await asyncio.to_thread(adapter.command, candidate, self.config.cache_dir)
         except BenchdError as exc:
             raise ServerStartError(str(exc), reason="spawn_failed", log_path=log_path) from exc
         argv = adapter.argv(candidate, command=command, port=port, ctx_size=ctx_size)
@@ -293,6 +294,7 @@ class Supervisor:
             argv=argv,
             command=command,
             binary=shlex.join(command),
+            binary_source=how,
             port=port,
             base_url=f"http://{HOST}:{port}",
             pid=proc.pid,

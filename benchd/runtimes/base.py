@@ -146,8 +146,10 @@ class RuntimeAdapter:
         """The context size to start the server with for this cell; None = the server sizes itself."""
         return None
 
-    def command(self, candidate: Candidate, cache_dir: Path) -> list[str]:
-        """The resolved command prefix (binary, or interpreter + module)."""
+    def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
+        """The resolved command prefix (binary, or interpreter + module) and how it was found
+        (candidate|env|path|cache). May run a subprocess (provision probes an interpreter): call it
+        off the event loop (`asyncio.to_thread`)."""
         raise NotImplementedError
 
     def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
@@ -275,15 +277,16 @@ def _provision() -> Any:
     return importlib.import_module("benchd.provision")
 
 
-def resolve_llama_binary(binary: str | None, cache_dir: Path) -> str:
-    """The llama-server binary (candidate `binary`, else the cached pinned build), via provision."""
-    return str(_provision().resolve_llama_binary(binary, cache_dir))
+def resolve_llama_binary(binary: str | None, cache_dir: Path) -> tuple[list[str], str]:
+    """The llama-server binary and how it was found (candidate|env|path|cache), via provision."""
+    path, how = _provision().resolve_llama_binary(binary, cache_dir)
+    return [str(path)], str(how)
 
 
-def resolve_mlx_command(runtime: str, binary: str | None, cache_dir: Path) -> list[str]:
-    """The MLX server's command prefix (a script, or interpreter + `-m module`), via provision."""
-    cmd = _provision().resolve_mlx_command(runtime, binary, cache_dir)
-    return [str(p) for p in cmd] if isinstance(cmd, (list, tuple)) else [str(cmd)]
+def resolve_mlx_command(runtime: str, binary: str | None, cache_dir: Path) -> tuple[list[str], str]:
+    """The MLX server's command prefix (a script, or interpreter + `-m module`) and how it was found."""
+    cmd, how = _provision().resolve_mlx_command(runtime, binary, cache_dir)
+    return [str(p) for p in cmd], str(how)
 
 
 # ---------------------------------------------------------------------------------- HTTP helpers
@@ -376,7 +379,7 @@ class MlxServerAdapter(RuntimeAdapter):
             )
         return errors
 
-    def command(self, candidate: Candidate, cache_dir: Path) -> list[str]:
+    def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
         return resolve_mlx_command(self.name, candidate.binary, cache_dir)
 
     def env(self, candidate: Candidate, config: Config) -> dict[str, str]:

@@ -106,8 +106,8 @@ class LlamaServerAdapter(RuntimeAdapter):
             return candidate.ctx_size
         return context + gen_tokens + CTX_MARGIN_TOKENS
 
-    def command(self, candidate: Candidate, cache_dir: Path) -> list[str]:
-        return [resolve_llama_binary(candidate.binary, cache_dir)]
+    def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
+        return resolve_llama_binary(candidate.binary, cache_dir)
 
     def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
         argv = [*command, "-m", candidate.model, "--host", HOST, "--port", str(port), "--metrics"]
