@@ -57,12 +57,12 @@ class LockEvidence(Struct, kw_only=True, omit_defaults=True):
 
 
 class Locked(Struct, kw_only=True, omit_defaults=True):
+    """The [locked] table, in the order a reviewer reads it (kw_only lets required fields come late)."""
+
     schema_version: int
     candidate: str
     runtime: str
     model_path: str
-    runbook: str
-    locked_at: str
     model_bytes: int | None = None
     model_sha256: str | None = None
     request_model: str | None = None
@@ -74,6 +74,8 @@ class Locked(Struct, kw_only=True, omit_defaults=True):
     ctx_size_source: str | None = None
     spec: Spec | None = None
     sampling: Sampling = Sampling()
+    runbook: str
+    locked_at: str
     note: str = ""
     forced: bool = False
     dominated_by: dict[str, list[str]] = {}
@@ -91,7 +93,8 @@ _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def _key(k: str) -> str:
-    return k if _BARE_KEY.match(k) else _str(k)
+    """Bare when TOML allows it; quoted otherwise and for numbers (`evidence."2048"` reads as a label)."""
+    return k if _BARE_KEY.match(k) and not k.isdigit() else _str(k)
 
 
 def _str(s: str) -> str:
@@ -211,7 +214,7 @@ def build_lock(rb: Runbook, candidate_id: str, note: str = "", force: bool = Fal
 _HEADER = (
     "# benchd lock: the candidate a person chose, exactly as benchmarked. Written by `benchctl lock`;\n"
     "# review changes in a diff ([previous] holds the lock this one replaced).\n"
-    f"# Lock schema_version {LOCK_SCHEMA_VERSION}: see benchd/lock.py for the change history.\n"
+    f"# Lock schema_version {LOCK_SCHEMA_VERSION}: see benchd/lock.py for the change history."
 )
 
 

@@ -1,0 +1,108 @@
+"""`benchctl lock` and `benchctl locked`: the human lock, written and read without the daemon.
+
+`lock` refuses (exit 2, one clear line) an unknown candidate, one with no successful rows, and a
+dominated one unless `--force` is given. `locked --command` prints the exact command that starts the
+locked server as benchmarked, built by the runtime adapter (the same code the daemon uses).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from benchctl.commands.report import _config, state_dir_option
+
+
+@click.command()
+@click.option("--candidate", "candidate", required=True, metavar="ID", help="The candidate you chose.")
+@click.option("--runbook", "runbook_ref", default=None, metavar="R",
+              help="Runbook id, job id or path (default: the newest runbook).")
+@click.option("--note", default="", help="Why you chose it (kept in the lock file).")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Lock file to write (default: <state dir>/locked.toml).")
+@click.option("--force", is_flag=True, help="Lock a candidate the Pareto view shows dominated.")
+@click.option("--json", "as_json", is_flag=True, help="Print the written lock as JSON.")
+@state_dir_option
+def lock(candidate: str, runbook_ref: str | None, note: str, out: str | None, force: bool, as_json: bool,
+         state_dir: str | None) -> None:
+    """Write your choice to a reviewable TOML file: exactly what was benchmarked, and the evidence."""
+    import msgspec
+
+    from benchd.lock import lock_candidate
+
+    config = _config(state_dir)
+    path, doc = lock_candidate(config, candidate, runbook_ref, note=note, out=Path(out) if out else None,
+                               force=force)
+    if as_json:
+        click.echo(json.dumps({"path": str(path), **msgspec.to_builtins(doc)}, indent=2))
+        return
+    lk = doc.locked
+    click.echo(f"locked {lk.candidate} ({lk.runtime}) from runbook {lk.runbook} -> {path}")
+    if lk.forced:
+        for ctx, who in lk.dominated_by.items():
+            click.echo(f"note: forced; at context {ctx} it is dominated by {', '.join(who)}")
+    if doc.previous is not None:
+        click.echo(f"the previous lock ({doc.previous.candidate}, runbook {doc.previous.runbook}) "
+                   "is kept in [previous]")
+
+
+def _show(doc: Any, path: Path) -> None:
+    from benchd.report import fmt_value
+
+    lk = doc.locked
+    click.echo(f"lock file: {path}")
+    rows: list[tuple[str, Any]] = [
+        ("candidate", lk.candidate), ("runtime", lk.runtime), ("model", lk.model_path),
+        ("model bytes", lk.model_bytes), ("model sha256", lk.model_sha256), ("request model", lk.request_model),
+        ("binary", lk.binary), ("binary version", lk.binary_version), ("args", " ".join(lk.args) or "-"),
+        ("ctx size", f"{lk.ctx_size} ({lk.ctx_size_source})"),
+        ("spec", f"{lk.spec.kind}, draft {lk.spec.draft_model}, max {lk.spec.draft_max}" if lk.spec else "none"),
+        ("sampling", f"temperature {lk.sampling.temperature}, seed {lk.sampling.seed}"),
+        ("runbook", lk.runbook), ("locked at", lk.locked_at), ("note", lk.note or "-"),
+    ]
+    if lk.forced:
+        rows.append(("forced", "; ".join(f"ctx {c}: {', '.join(w)}" for c, w in lk.dominated_by.items())))
+    for k, v in rows:
+        click.echo(f"  {k:<15} {v if v is not None else 'null'}")
+    click.echo("  evidence (cell medians it was chosen on):")
+    for ctx, ev in lk.evidence.items():
+        vals = ", ".join(f"{m} {fmt_value(m, getattr(ev, m))}" for m in
+                         ("gen_tps", "prompt_tps", "ttft_ms", "mem_peak_bytes", "eval_pass_rate", "sustain_ratio"))
+        click.echo(f"    context {ctx}: {vals}{'  ~noisy' if ev.noisy else ''}")
+        for m, why in ev.null_reasons.items():
+            click.echo(f"      {m} null: {why}")
+    if doc.previous is not None:
+        click.echo(f"  previous: {doc.previous.candidate} (runbook {doc.previous.runbook}, {doc.previous.locked_at})")
+
+
+@click.command()
+@click.option("--file", "file_", type=click.Path(dir_okay=False), default=None,
+              help="Lock file (default: <state dir>/locked.toml).")
+@click.option("--command", "as_command", is_flag=True, help="Print the command that starts the locked server.")
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Port for --command (default: the runtime's usual one, 8080).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@state_dir_option
+def locked(file_: str | None, as_command: bool, port: int | None, as_json: bool, state_dir: str | None) -> None:
+    """Show the locked candidate, or (--command) the exact command that starts it as benchmarked."""
+    import msgspec
+
+    from benchd.lock import read_lock, server_argv, server_command_line
+
+    config = _config(state_dir)
+    path = Path(file_) if file_ else config.locked_path
+    doc = read_lock(path)
+    if as_command:
+        if as_json:
+            click.echo(json.dumps({"argv": server_argv(doc.locked, config, port), "env": doc.locked.env,
+                                   "command": server_command_line(doc.locked, config, port)}, indent=2))
+        else:
+            click.echo(server_command_line(doc.locked, config, port))
+        return
+    if as_json:
+        click.echo(json.dumps({"path": str(path), **msgspec.to_builtins(doc)}, indent=2))
+        return
+    _show(doc, path)

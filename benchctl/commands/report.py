@@ -1,0 +1,108 @@
+"""`benchctl report` and `benchctl compare`: offline, they read runbook files (no daemon needed).
+
+RUNBOOK is a runbook id (`2026-11-30-<job>`), a job id, or a path; without one, the newest runbook
+of the state dir. Errors in the input (no such runbook, unsupported schema version) exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+STATE_DIR_HELP = "State dir (default: $BENCHD_STATE_DIR or the platform default)."
+
+
+def state_dir_option(f: Any) -> Any:
+    return click.option("--state-dir", type=click.Path(file_okay=False), default=None, help=STATE_DIR_HELP)(f)
+
+
+def _config(state_dir: str | None) -> Any:
+    from benchd.config import Config
+
+    return Config.resolve(state_dir=state_dir)
+
+
+@click.command()
+@click.argument("runbook_ref", metavar="[RUNBOOK]", required=False)
+@click.option("--format", "fmt", type=click.Choice(["table", "md", "json", "csv"]), default="table",
+              show_default=True, help="Output format (table: rich on a terminal, plain otherwise).")
+@click.option("--pareto", is_flag=True, help="Add the Pareto view (frontier and who dominates whom, per context).")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@state_dir_option
+def report(runbook_ref: str | None, fmt: str, pareto: bool, as_json: bool, state_dir: str | None) -> None:
+    """Per candidate × context: medians with spread, noisy cells marked, nulls with their reason.
+
+    \b
+    Examples:
+      benchctl report                       # the newest runbook
+      benchctl report 20261130-021500-ab12 --pareto
+      benchctl report run.json --format csv > cells.csv
+    """
+    from benchd import report as rep
+    from benchd.runbook import load_runbook, resolve_runbook_path
+
+    config = _config(state_dir)
+    rb = load_runbook(runbook_ref, config)
+    if as_json or fmt == "json":
+        doc = rep.report_json(rb, pareto=pareto)
+        doc["path"] = str(resolve_runbook_path(runbook_ref, config))
+        click.echo(json.dumps(doc, indent=2))
+    elif fmt == "md":
+        click.echo(rep.render_markdown(rb), nl=False)
+    elif fmt == "csv":
+        click.echo(rep.render_csv(rb), nl=False)
+    elif sys.stdout.isatty():
+        rep.print_rich(rb, pareto=pareto)
+    else:
+        click.echo(rep.render_text(rb, pareto=pareto), nl=False)
+
+
+def _fmt(metric: str, v: float | None) -> str:
+    from benchd.report import fmt_value
+
+    return fmt_value(metric, v)
+
+
+@click.command()
+@click.argument("a_ref", metavar="RUNBOOK_A")
+@click.argument("b_ref", metavar="RUNBOOK_B")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@state_dir_option
+def compare(a_ref: str, b_ref: str, as_json: bool, state_dir: str | None) -> None:
+    """Same candidate/context cells of two runbooks side by side: ratio B/A and a significance call.
+
+    The test is the exact two-sided Mann–Whitney U at α = 0.05 on the probe values; below the probes
+    it needs (4 per side) the verdict is "too few probes to call a difference". Differences in
+    machine, grid, prompt hashes or cooldown policy are printed as warnings first.
+    """
+    import msgspec
+
+    from benchd.compare import compare_runbooks
+    from benchd.runbook import load_runbook
+
+    config = _config(state_dir)
+    cmp = compare_runbooks(load_runbook(a_ref, config), load_runbook(b_ref, config))
+    if as_json:
+        click.echo(json.dumps(msgspec.to_builtins(cmp), indent=2))
+        return
+    for w in cmp.warnings:
+        click.echo(f"warning: {w}", err=True)
+    click.echo(f"A = {cmp.a}\nB = {cmp.b}")
+    click.echo(f"test: {cmp.test}, α = {cmp.alpha}; needs ≥ {cmp.min_probes_per_side} ok probes per side "
+               "(with fewer the smallest possible p-value is above α)")
+    header = ["candidate", "context", "metric", "A median (n)", "B median (n)", "B/A", "p", "verdict"]
+    body = []
+    for cell in cmp.cells:
+        for m in cell.metrics:
+            body.append([cell.candidate, str(cell.context), m.metric, f"{_fmt(m.metric, m.median_a)} ({m.n_a})",
+                         f"{_fmt(m.metric, m.median_b)} ({m.n_b})",
+                         f"{m.ratio_b_over_a:.3f}" if m.ratio_b_over_a is not None else "null",
+                         f"{m.p_value:.3g}" if m.p_value is not None else "-", m.verdict])
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    for row in [header, ["-" * w for w in widths], *body]:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    if cmp.only_in_a or cmp.only_in_b:
+        click.echo(f"only in A: {', '.join(cmp.only_in_a) or '-'}; only in B: {', '.join(cmp.only_in_b) or '-'}")
