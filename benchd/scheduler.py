@@ -1,0 +1,380 @@
+"""The sweep engine: one job, run in-process — candidates → server starts → cells → cooldown → probes.
+
+Order (issue 4): for each candidate, one server start per context size (llama-server restarts per
+context unless `ctx_size` is pinned; the MLX servers start once), warm-up probes after every start,
+then the probe series of each context, each probe preceded by the cooldown policy. The sustained
+generation and the eval tier run on the candidate's last server. A crash restarts the server for the
+next cell; a server that never gets ready turns that group's cells into failed rows; the sweep goes on.
+
+Durability: every row is committed with its `probe_finished` event before the next probe starts, and
+`resume` skips the keys already stored (an `aborted` row is run again). Cancellation (the daemon
+cancels the task) stores the probe in flight as `aborted`, tears the servers down, and re-raises.
+
+The daemon writes the job lifecycle events (job_started … job_finished); this module writes
+server_*, cooldown_* and probe_* events, and passes each stored Event to `notify`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from benchd import cooldown as cooldown_mod
+from benchd import evals, probe
+from benchd.config import Config
+from benchd.memory import MemorySampler
+from benchd.metrics import sustain_ratio, sustain_ratio_reason, sustained_windows
+from benchd.prompts import PromptBuilder
+from benchd.rows import Cell, ServerFacts, build_row
+from benchd.runtimes import get_adapter
+from benchd.runtimes.base import RuntimeAdapter, http_post_json
+from benchd.schemas import Candidate, CooldownRecord, EvalResult, Event, Row, Sweep
+from benchd.store import Store, utcnow
+from benchd.supervisor import Server, ServerStartError, Supervisor
+from benchd.thermal import ThermalSensor, open_sensor
+
+#: Grace between SIGTERM and SIGKILL when the engine stops a server (cancel must finish within 2 s).
+STOP_GRACE_S = 1.5
+#: The sustained generation and evals need room beyond the smallest context.
+TAIL_MIN_TOKENS = 1024
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    state: Literal["succeeded", "failed"]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Group:
+    """Cells one server start serves: its context size, the contexts, and the tail work."""
+
+    ctx_size: int | None
+    contexts: list[int]
+    sustained: bool
+    evals: bool
+
+
+def plan_groups(adapter: RuntimeAdapter, cand: Candidate, sweep: Sweep) -> list[Group]:
+    """Server starts for a candidate, in order. The last group also runs sustained + evals."""
+    contexts = sorted(sweep.contexts)
+    tail_sustained = sweep.sustained.tokens > 0
+    tail_evals = sweep.eval_tier != "none"
+    if not adapter.restarts_per_context(cand):
+        ctx = adapter.server_ctx_size(cand, contexts[-1], sweep.gen_tokens)
+        return [Group(ctx, contexts, tail_sustained, tail_evals)]
+    groups = [Group(adapter.server_ctx_size(cand, c, sweep.gen_tokens), [c], False, False) for c in contexts]
+    if tail_sustained or tail_evals:
+        tail_tokens = max(sweep.sustained.tokens, TAIL_MIN_TOKENS)
+        groups.append(Group(adapter.server_ctx_size(cand, contexts[0], tail_tokens), [], tail_sustained, tail_evals))
+    return groups
+
+
+class Engine:
+    def __init__(
+        self,
+        job: str,
+        sweep: Sweep,
+        store: Store,
+        config: Config,
+        notify: Callable[[Event], None],
+        *,
+        sensor: ThermalSensor | None = None,
+        memory_rate_hz: float = 10.0,
+    ) -> None:
+        self.job = job
+        self.sweep = sweep
+        self.store = store
+        self.config = config
+        self.notify = notify
+        self.sensor = sensor or open_sensor()
+        self.memory_rate_hz = memory_rate_hz
+        self.supervisor = Supervisor(config, grace_s=STOP_GRACE_S)
+        self.prompts = PromptBuilder()
+        self.done = store.done_keys(job)
+        self.timeout_s = sweep.effective_probe_timeout_s()
+        self.evals_done = {(e.candidate, e.task) for e in store.evals(job)}
+        self.tokenizer: dict[int, bool] = {}  # server pid -> has /tokenize
+
+    # -- events and rows ------------------------------------------------------------------------
+
+    def emit(self, type_: str, **payload: Any) -> None:
+        self.notify(self.store.append_event(self.job, type_, payload))
+
+    def commit(self, row: Row) -> None:
+        self.notify(self.store.commit_row(row))
+        self.done.add((row.candidate, row.context, row.kind, row.probe))
+
+    def pending(self, cand: Candidate, context: int, kind: str = "probe") -> list[int]:
+        count = self.sweep.probes if kind == "probe" else 1
+        return [p for p in range(count) if (cand.id, context, kind, p) not in self.done]
+
+    # -- the job --------------------------------------------------------------------------------
+
+    async def run(self) -> JobOutcome:
+        try:
+            for cand in self.sweep.candidates:
+                await self.run_candidate(cand)
+        finally:
+            await asyncio.shield(self.supervisor.stop_all())
+        rows = self.store.rows(self.job)
+        if any(r.status == "ok" for r in rows):
+            return JobOutcome("succeeded")
+        return JobOutcome("failed", "no probe succeeded; the rows say why")
+
+    async def run_candidate(self, cand: Candidate) -> None:
+        adapter = get_adapter(cand.runtime)
+        problems = adapter.validate(cand)
+        groups = plan_groups(adapter, cand, self.sweep)
+        if problems:
+            for g in groups:
+                self.fail_group(cand, g, "; ".join(p.message for p in problems), None)
+            return
+        for g in groups:
+            if self.group_has_work(cand, g):
+                await self.run_group(adapter, cand, g)
+
+    def group_has_work(self, cand: Candidate, g: Group) -> bool:
+        if any(self.pending(cand, c) for c in g.contexts):
+            return True
+        if g.sustained and self.pending(cand, self.sustained_context(), "sustained"):
+            return True
+        return g.evals and any((cand.id, t.id) not in self.evals_done for t in evals.tasks(self.sweep.eval_tier))
+
+    def sustained_context(self) -> int:
+        return min(self.sweep.contexts)
+
+    def fail_group(self, cand: Candidate, g: Group, error: str, exc: ServerStartError | None) -> None:
+        """Every pending cell of a group becomes a failed row naming why the server is missing."""
+        cells = [(c, "probe", p) for c in g.contexts for p in self.pending(cand, c)]
+        if g.sustained:
+            cells += [(self.sustained_context(), "sustained", p) for p in self.pending(cand, self.sustained_context(), "sustained")]
+        for context, kind, p in cells:
+            self.commit(build_row(
+                Cell(self.job, cand, context, kind, p),  # type: ignore[arg-type]
+                status="failed", started_at=utcnow(), server=ServerFacts(g.ctx_size, None, None), error=error,
+                exit_status=exc.exit_status if exc else None, log_tail=exc.log_tail if exc else None,
+            ))
+
+    # -- servers --------------------------------------------------------------------------------
+
+    async def start_server(self, cand: Candidate, g: Group) -> Server | None:
+        self.emit("server_starting", candidate=cand.id, runtime=cand.runtime, ctx_size=g.ctx_size)
+        try:
+            server = await self.supervisor.start(self.job, cand, g.ctx_size)
+        except ServerStartError as exc:
+            self.emit("server_crashed", candidate=cand.id, phase="startup", reason=exc.reason,
+                      error=exc.message, exit_status=exc.exit_status, log_tail=exc.log_tail[-2000:])
+            self.fail_group(cand, g, f"server never became ready ({exc.reason}): {exc.message}", exc)
+            return None
+        self.emit("server_ready", candidate=cand.id, runtime=cand.runtime, pid=server.pid, port=server.port,
+                  ctx_size=server.ctx_size, binary=server.binary, version=server.version,
+                  version_source=server.version_source, ready_s=round(server.ready_s, 3), argv=server.argv)
+        return server
+
+    async def stop_server(self, server: Server) -> None:
+        info = await self.supervisor.stop(server)
+        crashed = server.crashed
+        self.emit("server_stopped", candidate=server.candidate.id, pid=server.pid,
+                  exit_status=info.status if info else None, crashed=crashed is not None)
+
+    async def run_group(self, adapter: RuntimeAdapter, cand: Candidate, g: Group) -> None:
+        server: Server | None = await self.start_server(cand, g)
+        if server is None:
+            return
+        try:
+            warm = True
+            for context in g.contexts:
+                for p in self.pending(cand, context):
+                    if not server.running:  # crashed or killed after a timeout: restart for the next cell
+                        await self.stop_server(server)
+                        server = await self.start_server(cand, g)
+                        if server is None:
+                            return
+                        warm = True
+                    if warm:
+                        await self.warm_up(adapter, server, cand, context)
+                        warm = False
+                    await self.size_prompts(adapter, server, cand, context)
+                    row = await self.run_probe(adapter, server, Cell(self.job, cand, context, "probe", p), self.sweep.gen_tokens)
+                    self.commit(row)
+            if g.sustained and server.running:
+                ctx = self.sustained_context()
+                for p in self.pending(cand, ctx, "sustained"):
+                    self.commit(await self.run_probe(adapter, server, Cell(self.job, cand, ctx, "sustained", p), self.sweep.sustained.tokens))
+            if g.evals and server.running:
+                await self.run_evals(adapter, server, cand)
+        finally:
+            if server is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.stop_server(server))
+
+    # -- probes ---------------------------------------------------------------------------------
+
+    async def warm_up(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int) -> None:
+        """Unrecorded probes after a server start (also feed the prompt calibration)."""
+        for w in range(self.sweep.warmup):
+            await self.unrecorded(adapter, server, cand, context, f"warmup{w}")
+
+    async def size_prompts(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int) -> None:
+        """Without a tokenizer, one unrecorded probe per new context teaches the calibrator its size."""
+        if await self.counter(adapter, server) is None and self.prompts.needs_sizing(context, cand.id):
+            await self.unrecorded(adapter, server, cand, context, "sizing")
+
+    async def unrecorded(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int, tag: str) -> None:
+        prompt = await self.prompts.build(context, f"{self.job}/{cand.id}/{context}/{tag}", await self.counter(adapter, server), key=cand.id)
+        result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text,
+                                      max_tokens=min(self.sweep.gen_tokens, 16), sampling=self.sweep.sampling,
+                                      timeout_s=self.timeout_s)
+        usage = result.usage or {}
+        if isinstance(usage.get("prompt_tokens"), int):
+            self.prompts.observe(prompt, usage["prompt_tokens"])
+
+    async def counter(self, adapter: RuntimeAdapter, server: Server) -> Any:
+        """The server's tokenizer as `count_tokens(text)`, or None; probed once per server start."""
+        if server.pid not in self.tokenizer:
+            self.tokenizer[server.pid] = await adapter.count_tokens(server.base_url, "hello") is not None
+        if not self.tokenizer[server.pid]:
+            return None
+
+        async def count(text: str) -> int:
+            n = await adapter.count_tokens(server.base_url, text)
+            if n is None:
+                raise RuntimeError("the server's tokenizer stopped answering")
+            return n
+
+        return count
+
+    async def cool_down(self, cell: Cell) -> CooldownRecord:
+        self.emit("cooldown_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe,
+                  policy=self.sweep.cooldown.policy)
+        record = await cooldown_mod.wait(self.sweep.cooldown, self.sensor)
+        self.emit("cooldown_finished", candidate=cell.candidate.id, context=cell.context, probe=cell.probe,
+                  record=record)
+        return record
+
+    async def run_probe(self, adapter: RuntimeAdapter, server: Server, cell: Cell, gen_tokens: int) -> Row:
+        cand = cell.candidate
+        cd = await self.cool_down(cell)
+        started_at = utcnow()
+        self.emit("probe_started", candidate=cand.id, context=cell.context, probe=cell.probe, kind=cell.kind)
+        facts = ServerFacts(server.ctx_size, server.binary, server.version)
+        prompt = await self.prompts.build(cell.context, f"{self.job}/{cand.id}/{cell.context}/{cell.kind}{cell.probe}",
+                                          await self.counter(adapter, server), key=cand.id)
+        spec_metrics = cand.spec is not None and cand.runtime == "llama-server"
+        before = await probe.read_metrics(server.base_url) if spec_metrics else None
+        sampler = MemorySampler(server.pid, self.memory_rate_hz)
+        sampler.reset_peak()
+        await sampler.start()
+        try:
+            result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text, max_tokens=gen_tokens,
+                                          sampling=self.sweep.sampling, timeout_s=self.timeout_s)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(sampler.stop())
+            self.commit(build_row(cell, status="aborted", started_at=started_at, server=facts, cooldown=cd,
+                                  error="cancelled while the probe was in flight"))
+            raise
+        memory = await sampler.stop()
+        norm = adapter.normalize(result, spec_configured=cand.spec is not None)
+        if norm.prompt_tokens is not None:
+            self.prompts.observe(prompt, norm.prompt_tokens)
+        extra: dict[str, Any] = {}
+        sources: dict[str, str] = {"prompt": f"{prompt.method}; target {cell.context} tokens"}
+        if before is not None and result.ok:
+            sources.update(self.acceptance_check(before, await probe.read_metrics(server.base_url)))
+        if cell.kind == "sustained":
+            extra, more = self.sustained_fields(result.chunk_times)
+            sources.update(more)
+        status, error, exit_status, tail = result.status, result.error, None, None
+        if result.status == "timeout":
+            await self.supervisor.stop(server, grace_s=0.5)
+            error = f"{error}; the server was killed"
+            tail = server.log_tail()
+        elif server.crashed or (not result.ok and await server.wait_exit(0.3) is not None):
+            info = server.crashed or server.exit
+            status, exit_status = "failed", info.status if info else None
+            tail = info.log_tail if info else server.log_tail()
+            error = f"server crashed mid-probe ({exit_status}): {error}"
+            self.emit("server_crashed", candidate=cand.id, phase="probe", exit_status=exit_status, log_tail=(tail or "")[-2000:])
+        elif result.ok and norm.cached_tokens not in (None, 0):
+            status, error = "failed", f"prompt cache served {norm.cached_tokens} tokens: prompt throughput would be fake"
+        elif not result.ok:
+            tail = server.log_tail()
+        return build_row(cell, status=status, started_at=started_at, server=facts, metrics=norm, memory=memory,
+                         cooldown=cd, error=error, exit_status=exit_status, log_tail=tail, extra=extra,
+                         extra_sources=sources)
+
+    def sustained_fields(self, chunk_times: list[float]) -> tuple[dict[str, Any], dict[str, str]]:
+        windows = sustained_windows(chunk_times, 1, self.sweep.sustained.window)
+        ratio = sustain_ratio(windows)
+        extra: dict[str, Any] = {"window_tps": windows, "sustain_ratio": ratio,
+                                 "thermal_after": self.sensor.read()}
+        sources = {"window_tps": f"client:chunk-timestamps per {self.sweep.sustained.window} tokens",
+                   "sustain_ratio": "client:last-window/first-window"}
+        if ratio is None:
+            sources["sustain_ratio"] = f"null: {sustain_ratio_reason(windows)}"
+        return extra, sources
+
+    @staticmethod
+    def acceptance_check(before: dict[str, float], after: dict[str, float] | None) -> dict[str, str]:
+        """Cross-check of draft acceptance from llama-server's /metrics counters (diff over the probe)."""
+        if after is None:
+            return {"draft_acceptance_check": "unavailable: /metrics did not answer after the probe"}
+        diff = probe.counter_diff(before, after)
+        drafted = next((v for k, v in diff.items() if "spec_decode_num_draft_tokens_total" in k), None)
+        accepted = next((v for k, v in diff.items() if "spec_decode_num_accepted_tokens_total" in k), None)
+        if not drafted or accepted is None:
+            return {"draft_acceptance_check": "unavailable: no spec_decode counters moved in /metrics"}
+        return {"draft_acceptance_check": f"{accepted / drafted:.4f} (server:/metrics counter diff)"}
+
+    # -- evals ----------------------------------------------------------------------------------
+
+    async def run_evals(self, adapter: RuntimeAdapter, server: Server, cand: Candidate) -> None:
+        """The eval tier's tasks through the candidate's server; graded off the event loop."""
+        for task in evals.tasks(self.sweep.eval_tier):
+            if (cand.id, task.id) in self.evals_done:
+                continue
+            body = adapter.request_body(model=adapter.request_model(cand), prompt=task.prompt,
+                                        max_tokens=task.max_tokens, sampling=self.sweep.sampling)
+            body["stream"] = False
+            body.pop("stream_options", None)
+            body.pop("ignore_eos", None)
+            try:
+                status, raw = await http_post_json(server.base_url, adapter.request_path(), body, timeout_s=self.timeout_s)
+                answer = _answer_text(raw) if status == 200 else None
+                detail = None if status == 200 else f"HTTP {status}"
+            except Exception as exc:  # recorded in the eval result, not swallowed
+                answer, detail = None, f"request failed: {type(exc).__name__}: {exc}"
+            if answer is None:
+                result = EvalResult(job=self.job, candidate=cand.id, tier=task.tier, task=task.id,
+                                          passed=False, detail=detail or "no answer text", sandboxed=None)
+            else:
+                result = evals.to_result(self.job, cand.id, task, await asyncio.to_thread(evals.grade, task, answer))
+            self.store.put_eval(result)
+            self.evals_done.add((cand.id, task.id))
+
+
+def _answer_text(raw: bytes) -> str | None:
+    import msgspec
+
+    try:
+        doc = msgspec.json.decode(raw)
+        return str(doc["choices"][0]["message"]["content"])
+    except (msgspec.DecodeError, KeyError, IndexError, TypeError):
+        return None
+
+
+async def run_job(
+    job_id: str,
+    sweep: Sweep,
+    store: Store,
+    config: Config,
+    notify: Callable[[Event], None],
+    resume: bool = False,
+) -> JobOutcome:
+    """Run (or resume: rows already stored are skipped either way) one sweep to its end."""
+    return await Engine(job_id, sweep, store, config, notify).run()
