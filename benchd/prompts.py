@@ -165,6 +165,35 @@ def messages(prompt_text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": prompt_text}]
 
 
+def local_tokenizer_counter(model_dir: str) -> CountTokens | None:
+    """An exact `count_tokens` for an MLX/HF model directory from its `tokenizer.json`, or None.
+
+    The MLX servers have no tokenize endpoint, but their model folder carries the tokenizer; when the
+    optional `tokenizers` package is importable here, counting locally makes mlx sizing exact (the
+    template overhead is still learnt from the first reported `prompt_tokens`). Counting runs in a
+    thread: a 100k-token text takes tens of milliseconds.
+    """
+    path = os.path.join(model_dir, "tokenizer.json")
+    if not os.path.isfile(path):
+        return None
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        return None
+    try:
+        tok = Tokenizer.from_file(path)
+    except Exception:  # a tokenizer.json this version cannot read: fall back to calibration
+        return None
+
+    async def count(text: str) -> int:
+        import asyncio
+
+        enc = await asyncio.to_thread(tok.encode, text, add_special_tokens=False)
+        return len(enc.ids)
+
+    return count
+
+
 # ---------------------------------------------------------------------------------------- prompts
 
 

@@ -169,3 +169,21 @@ async def test_target_below_the_header_is_visible_not_hidden():
 
     p = await b.build(16, "j/c/16/0", count)
     assert p.body_chars == 0 and p.estimated_tokens > 16
+
+
+async def test_local_tokenizer_counter(tmp_path):
+    """A tokenizer.json written here with `tokenizers` (the same file format MLX model dirs carry)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    assert prompts.local_tokenizer_counter(str(tmp_path)) is None  # no tokenizer.json
+    vocab = {"[UNK]": 0, "def": 1, "return": 2}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    count = prompts.local_tokenizer_counter(str(tmp_path))
+    assert count is not None
+    assert await count("def f ( ) : return 1") == 7
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    assert prompts.local_tokenizer_counter(str(tmp_path)) is None
+    b = PromptBuilder()
+    p = await b.build(2048, "j/t/2048/0", prompts.local_tokenizer_counter(str(tmp_path)) or None)
+    assert p.method == "first-guess"  # unreadable tokenizer: calibration path
