@@ -59,12 +59,14 @@ def cli(state_dir: str | None, socket_path: str | None, log_level: str) -> None:
     config = Config.resolve(state_dir=state_dir, socket=socket_path, log_level=log_level.lower())
     try:
         check_socket_path(config.socket)
-        ensure_private_dir(config.state_dir)
+        fixed = ensure_private_dir(config.state_dir)  # before the log file goes in it
     except BenchdError as exc:
         click.echo(f"benchd: {exc}", err=True)
         sys.exit(EXIT_BAD_CONFIG)
     setup_logging(config)
     log = logging.getLogger("benchd")
+    for what in fixed:
+        log.warning("fixed loose permissions: %s", what)
     try:
         code = uvloop.run(run_daemon(config))
     except AlreadyRunning as exc:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from aiohttp import web
@@ -54,6 +54,7 @@ MAX_BODY_BYTES = 1024 * 1024
 WRITE_TIMEOUT_S = 30.0
 EVENT_PAGE = 500
 IDLE_CHECK_S = 10.0
+REFUSE_LINGER_S = 2.0
 MAX_LIST_LIMIT = 500
 _JOB_ID = re.compile(JOB_ID_PATTERN)
 _RUNBOOK_ID = re.compile(RUNBOOK_ID_PATTERN)
@@ -391,6 +392,7 @@ class PeerGate(asyncio.Protocol):
         self._make_inner = make_inner
         self._allowed = allowed_uid
         self._inner: asyncio.Protocol | None = None
+        self._abort: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         try:
@@ -401,9 +403,13 @@ class PeerGate(asyncio.Protocol):
         if uid != self._allowed:
             if uid is not None:
                 log.warning("refused a connection from uid %s (benchd runs as uid %s)", uid, self._allowed)
-            assert isinstance(transport, asyncio.Transport)
+            transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio subclasses
+            # Answer, half-close, and drain what the peer sends until it closes (at most REFUSE_LINGER_S):
+            # closing with its request unread would reset the connection and lose the 403 on the way.
             transport.write(REFUSAL_RESPONSE)
-            transport.close()
+            if transport.can_write_eof():
+                transport.write_eof()
+            self._abort = asyncio.get_running_loop().call_later(REFUSE_LINGER_S, transport.abort)
             return
         self._inner = self._make_inner()
         self._inner.connection_made(transport)
@@ -413,9 +419,11 @@ class PeerGate(asyncio.Protocol):
             self._inner.data_received(data)
 
     def eof_received(self) -> bool | None:
-        return self._inner.eof_received() if self._inner is not None else None
+        return self._inner.eof_received() if self._inner is not None else False  # refused: close now
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._abort is not None:
+            self._abort.cancel()
         if self._inner is not None:
             self._inner.connection_lost(exc)
 

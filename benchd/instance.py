@@ -48,6 +48,8 @@ def ensure_private_dir(path: Path) -> list[str]:
     fixed: list[str] = []
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except FileExistsError:
+        pass  # not a directory: reported below
     except OSError as exc:
         raise BenchdError("bad_state_dir", f"cannot create {path}: {exc.strerror}", "state_dir") from exc
     st = os.lstat(path)
