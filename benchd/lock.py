@@ -89,12 +89,12 @@ class LockFile(Struct, kw_only=True, omit_defaults=True):
 
 # ------------------------------------------------------------------------------------- TOML emitter
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def _key(k: str) -> str:
     """Bare when TOML allows it; quoted otherwise and for numbers (`evidence."2048"` reads as a label)."""
-    return k if _BARE_KEY.match(k) and not k.isdigit() else _str(k)
+    return k if _BARE_KEY.fullmatch(k) and not k.isdigit() else _str(k)
 
 
 def _str(s: str) -> str:

@@ -127,7 +127,7 @@ def test_unknown_lock_version_rejected(tmp_path: Path) -> None:
 _text = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.dictionaries(_text, st.one_of(_text, st.integers(-2**63, 2**63 - 1), st.booleans(),
                                         st.floats(allow_nan=False), st.lists(_text, max_size=4)), max_size=6),
        _text)
