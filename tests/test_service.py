@@ -182,3 +182,12 @@ def test_install_uninstall_with_real_user_systemd(tmp_path: Path) -> None:
         service.uninstall(plan)
     assert not plan.path.exists()
     assert not service.status(plan).state.startswith("active (running)")
+
+
+@pytest.mark.darwin
+@pytest.mark.skipif(sys.platform != "darwin", reason="needs macOS (plutil)")
+def test_plist_passes_plutil_lint(tmp_path: Path) -> None:
+    plist = tmp_path / "dev.benchd.plist"
+    plist.write_text(service.plan(tmp_path / AWKWARD, manager="launchd").text)
+    done = subprocess.run(["plutil", "-lint", str(plist)], capture_output=True, text=True)
+    assert done.returncode == 0 and "OK" in done.stdout, done.stdout + done.stderr
