@@ -156,7 +156,7 @@ def print_rich(rb: Runbook, pareto: bool = False) -> None:
 
     console = Console()
     for line in header_lines(rb):
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, soft_wrap=True)
     header, body, notes = cell_table(rb)
     table = Table(title="medians (min–max, cv) of ok probes; ~noisy = CV > 5 %")
     for h in header:
@@ -165,9 +165,9 @@ def print_rich(rb: Runbook, pareto: bool = False) -> None:
         table.add_row(*(f"[yellow]{c}[/yellow]" if NOISY_MARK in c else c for c in row))
     console.print(table)
     for line in notes.lines():
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, soft_wrap=True)
     if pareto:
-        console.print(render_pareto_text(rb), highlight=False)
+        console.print(render_pareto_text(rb), highlight=False, soft_wrap=True)
 
 
 # -------------------------------------------------------------------------------------- Markdown

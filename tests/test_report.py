@@ -90,3 +90,14 @@ def test_charts_non_empty(state, tmp_path: Path) -> None:
     paths = plot.write_charts(rb, tmp_path / "charts")
     assert sorted(p.suffix for p in paths) == [".png", ".svg"]
     assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_rich_table(state, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TTY path (rich) prints the same cells and the null notes (on a terminal 250 columns wide)."""
+    monkeypatch.setenv("COLUMNS", "250")
+    _config, rb = state
+    report.print_rich(rb, pareto=True)
+    out = capsys.readouterr().out
+    assert "gguf-plain" in out and "100.0 (99.0–101.0" in out
+    assert "mlx_lm.server reports no prompt timing" in out and "~noisy" in out
+    assert "frontier" in out
