@@ -40,6 +40,7 @@ _decoder = msgspec.json.Decoder()
 _CONTENT_KEY = b'"content"'
 _SKIP = frozenset(b" :\t")
 _QUOTE = 0x22
+_BRACE = 0x7B
 
 
 @dataclass
@@ -86,6 +87,12 @@ class ProbeResult:
         t = (self.final or {}).get("timings")
         return t if isinstance(t, dict) else None
 
+    @property
+    def arrivals(self) -> int:
+        """Distinct arrival times of content chunks (socket reads that carried content). Far fewer than
+        `content_chunks` means the client was starved and read bunched chunks: its window is unreliable."""
+        return len(set(self.chunk_times))
+
     def gen_tps_client(self, completion_tokens: int | None = None) -> float | None:
         """The stream window: (tokens - 1) / (last - first content chunk time).
 
@@ -99,6 +106,21 @@ class ProbeResult:
         return (n - 1) / window if window > 0 else None
 
 
+def _value_starts(payload: bytes, key: bytes) -> list[int]:
+    """The byte that starts each value of `"key"` in a JSON text (after optional spaces and the colon)."""
+    out = []
+    n = len(payload)
+    i = payload.find(key)
+    while i != -1:
+        j = i + len(key)
+        while j < n and payload[j] in _SKIP:
+            j += 1
+        if j < n:
+            out.append(j)
+        i = payload.find(key, j)
+    return out
+
+
 def has_content(payload: bytes) -> bool:
     """True when a chunk's JSON has a non-empty string `"content"` (a byte scan, no decoding).
 
@@ -106,15 +128,19 @@ def has_content(payload: bytes) -> bool:
     `"reasoning_content"` (its key does not start with the quote before `content`). An escaped
     `\\"content\\"` inside text cannot match because a backslash, not a quote, follows it.
     """
-    i = payload.find(_CONTENT_KEY)
     n = len(payload)
-    while i != -1:
-        j = i + len(_CONTENT_KEY)
-        while j < n and payload[j] in _SKIP:
-            j += 1
-        if j + 1 < n and payload[j] == _QUOTE and payload[j + 1] != _QUOTE:
+    return any(
+        j + 1 < n and payload[j] == _QUOTE and payload[j + 1] != _QUOTE
+        for j in _value_starts(payload, _CONTENT_KEY)
+    )
+
+
+def _worth_decoding(payload: bytes) -> bool:
+    """A content chunk is decoded only if it also carries a usage object or a finish reason
+    (mlx_vlm sends `"usage":null` and `"timings"` in every chunk; those are not worth a decode)."""
+    for key, starts in ((b'"usage"', (_BRACE,)), (b'"finish_reason"', (_QUOTE,))):
+        if any(payload[j] in starts for j in _value_starts(payload, key)):
             return True
-        i = payload.find(_CONTENT_KEY, j)
     return False
 
 
@@ -157,7 +183,7 @@ class _Stream:
             r.last_content = now
             r.content_chunks += 1
             r.chunk_times.append(now)
-            if b'"usage"' not in payload and b'"finish_reason":"' not in payload:
+            if not _worth_decoding(payload):
                 return None  # the hot path: nothing else to learn from this chunk
         try:
             doc = _decoder.decode(payload)

@@ -40,6 +40,14 @@ def test_has_content() -> None:
     assert not probe.has_content(b'{"usage":{"prompt_tokens":3}}')
 
 
+def test_content_chunks_decoded_only_when_they_carry_more() -> None:
+    vlm = b'{"choices":[{"finish_reason":null,"delta":{"content":"x"}}],"usage":null,"timings":{"predicted_per_second":9.5}}'
+    assert not probe._worth_decoding(vlm)
+    assert not probe._worth_decoding(b'{"choices": [{"finish_reason": null, "delta": {"content": "x"}}]}')
+    assert probe._worth_decoding(b'{"choices": [{"finish_reason": "length", "delta": {"content": "x"}}]}')
+    assert probe._worth_decoding(b'{"choices":[],"usage":{"prompt_tokens":1}}')
+
+
 def test_parse_prometheus_and_diff() -> None:
     text = (
         "# HELP llamacpp:prompt_tokens_total x\n# TYPE llamacpp:prompt_tokens_total counter\n"
@@ -58,10 +66,13 @@ def test_parse_prometheus_and_diff() -> None:
 
 
 @pytest.fixture
-async def llama_server(tmp_path: Path, cache_dir: Path, tiny_models) -> AsyncIterator[tuple[Supervisor, Server]]:
+async def llama_server(
+    tmp_path: Path, cache_dir: Path, tiny_models, llama_server_bin: Path
+) -> AsyncIterator[tuple[Supervisor, Server]]:
     config = Config.resolve(state_dir=tmp_path / "state", cache_dir=cache_dir)
     sup = Supervisor(config, grace_s=3.0)
-    c = msgspec.convert({"id": "tiny", "runtime": "llama-server", "model": str(tiny_models.target)}, Candidate)
+    c = msgspec.convert({"id": "tiny", "runtime": "llama-server", "model": str(tiny_models.target),
+                         "binary": str(llama_server_bin)}, Candidate)
     server = await sup.start("job-probe", c, 2048)
     yield sup, server
     await sup.stop_all()

@@ -13,7 +13,7 @@ import signal
 import socket
 import stat
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import msgspec
@@ -53,9 +53,16 @@ async def sup(config: Config) -> AsyncIterator[Supervisor]:
     await s.stop_all()
 
 
-def llama(tiny_models, **kw: object) -> Candidate:
-    return msgspec.convert({"id": "tiny-llama", "runtime": "llama-server", "model": str(tiny_models.target), **kw},
-                           Candidate)
+@pytest.fixture
+def llama(tiny_models, llama_server_bin: Path) -> Callable[..., Candidate]:
+    """A llama-server candidate on the tiny target (the session fixture's binary unless overridden)."""
+
+    def make(**kw: object) -> Candidate:
+        fields = {"id": "tiny-llama", "runtime": "llama-server", "model": str(tiny_models.target),
+                  "binary": str(llama_server_bin), **kw}
+        return msgspec.convert(fields, Candidate)
+
+    return make
 
 
 def script(tmp_path: Path, name: str, body: str) -> str:
@@ -66,9 +73,14 @@ def script(tmp_path: Path, name: str, body: str) -> str:
 
 
 @pytest.mark.parametrize("runtime", ["llama-server", "mlx_lm.server", "mlx_vlm.server"])
-async def test_start_health_teardown(sup: Supervisor, config: Config, tiny_models, runtime: str) -> None:
+async def test_start_health_teardown(
+    sup: Supervisor, config: Config, tiny_models, runtime: str, request: pytest.FixtureRequest
+) -> None:
     model = str(tiny_models.target) if runtime == "llama-server" else str(tiny_models.mlx_dir)
-    c = msgspec.convert({"id": "tiny", "runtime": runtime, "model": model, "startup_timeout_s": 60}, Candidate)
+    binary = (str(request.getfixturevalue("llama_server_bin")) if runtime == "llama-server"
+              else request.getfixturevalue("mlx_argv")[runtime][0])
+    c = msgspec.convert({"id": "tiny", "runtime": runtime, "model": model, "startup_timeout_s": 60,
+                         "binary": binary}, Candidate)
     adapter = get_adapter(runtime)
     server = await sup.start(JOB, c, adapter.server_ctx_size(c, 256, 16))
     assert server.running and server.crashed is None
@@ -92,8 +104,8 @@ async def test_start_health_teardown(sup: Supervisor, config: Config, tiny_model
     assert not (config.servers_dir / f"{server.pid}.json").exists()
 
 
-async def test_sigkill_is_reported_as_crash_with_log_tail(sup: Supervisor, tiny_models) -> None:
-    server = await sup.start(JOB, llama(tiny_models), 512)
+async def test_sigkill_is_reported_as_crash_with_log_tail(sup: Supervisor, llama) -> None:
+    server = await sup.start(JOB, llama(), 512)
     os.kill(server.pid, signal.SIGKILL)
     info = await server.wait_exit(10)
     assert info is not None and server.crashed is info
@@ -103,8 +115,8 @@ async def test_sigkill_is_reported_as_crash_with_log_tail(sup: Supervisor, tiny_
     assert group_members(server.pgid) == []
 
 
-async def test_bad_model_path_fails_fast_with_exit_status(sup: Supervisor, tiny_models, tmp_path: Path) -> None:
-    c = llama(tiny_models, model=str(tmp_path / "missing.gguf"), startup_timeout_s=30)
+async def test_bad_model_path_fails_fast_with_exit_status(sup: Supervisor, llama, tmp_path: Path) -> None:
+    c = llama(model=str(tmp_path / "missing.gguf"), startup_timeout_s=30)
     t0 = time.monotonic()
     with pytest.raises(ServerStartError) as err:
         await sup.start(JOB, c, 512)
@@ -116,24 +128,24 @@ async def test_bad_model_path_fails_fast_with_exit_status(sup: Supervisor, tiny_
     assert sup.servers == {}
 
 
-async def test_bad_binary(sup: Supervisor, tiny_models, tmp_path: Path) -> None:
+async def test_bad_binary(sup: Supervisor, llama, tmp_path: Path) -> None:
     with pytest.raises(ServerStartError) as err:
-        await sup.start(JOB, llama(tiny_models, binary=str(tmp_path / "nope")), 512)
+        await sup.start(JOB, llama(binary=str(tmp_path / "nope")), 512)
     assert err.value.reason == "spawn_failed" and "not an executable" in err.value.message
     garbage = tmp_path / "garbage-server"
     garbage.write_bytes(b"\x00\x01not an executable format")
     garbage.chmod(0o755)
     with pytest.raises(ServerStartError) as err:
-        await sup.start(JOB, llama(tiny_models, binary=str(garbage)), 512)
+        await sup.start(JOB, llama(binary=str(garbage)), 512)
     assert err.value.reason == "spawn_failed" and "Exec format error" in err.value.message
 
 
-async def test_never_ready_times_out_and_kills_group(sup: Supervisor, tiny_models, tmp_path: Path) -> None:
+async def test_never_ready_times_out_and_kills_group(sup: Supervisor, llama, tmp_path: Path) -> None:
     """Double: a 'server' that starts a child and never answers health (stuck loading)."""
     hang = script(tmp_path, "hang-server", "#!/bin/sh\nsleep 300 &\necho loading forever\nwait\n")
     t0 = time.monotonic()
     with pytest.raises(ServerStartError) as err:
-        await sup.start(JOB, llama(tiny_models, binary=hang), 512, startup_timeout_s=1.5)
+        await sup.start(JOB, llama(binary=hang), 512, startup_timeout_s=1.5)
     elapsed = time.monotonic() - t0
     assert 1.4 < elapsed < 6
     assert err.value.reason == "timeout" and "not ready within 1.5 s" in err.value.message
@@ -143,19 +155,19 @@ async def test_never_ready_times_out_and_kills_group(sup: Supervisor, tiny_model
     assert not [p for p in leftovers if p.status() != psutil.STATUS_ZOMBIE]
 
 
-async def test_port_taken_by_a_plain_socket(sup: Supervisor, tiny_models) -> None:
+async def test_port_taken_by_a_plain_socket(sup: Supervisor, llama) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
         with pytest.raises(ServerStartError) as err:
-            await sup.start(JOB, llama(tiny_models, startup_timeout_s=20), 512, port=port)
+            await sup.start(JOB, llama(startup_timeout_s=20), 512, port=port)
     assert err.value.reason == "port_taken" and f"port {port}" in err.value.message
 
 
-async def test_port_taken_by_another_server(sup: Supervisor, tiny_models) -> None:
-    first = await sup.start(JOB, llama(tiny_models), 512)
-    other = llama(tiny_models, id="second", startup_timeout_s=20)
+async def test_port_taken_by_another_server(sup: Supervisor, llama) -> None:
+    first = await sup.start(JOB, llama(), 512)
+    other = llama(id="second", startup_timeout_s=20)
     with pytest.raises(ServerStartError) as err:
         await sup.start(JOB, other, 512, port=first.port)
     assert err.value.reason == "port_taken"
@@ -163,14 +175,14 @@ async def test_port_taken_by_another_server(sup: Supervisor, tiny_models) -> Non
     assert list(sup.servers) == [first.pid]
 
 
-async def test_teardown_kills_term_ignoring_grandchild(sup: Supervisor, tiny_models, tmp_path: Path, config) -> None:
+async def test_teardown_kills_term_ignoring_grandchild(sup: Supervisor, llama, tmp_path: Path) -> None:
     """Double around the real server: a wrapper leaves a grandchild that ignores SIGTERM."""
-    real = get_adapter("llama-server").command(llama(tiny_models), config.cache_dir)[0][0]
+    real = llama().binary
     wrapper = script(
         tmp_path, "wrapped-llama-server",
         f"#!/bin/sh\nsh -c 'trap \"\" TERM; sleep 300' &\nexec {real} \"$@\"\n",
     )
-    server = await sup.start(JOB, llama(tiny_models, binary=wrapper), 512)
+    server = await sup.start(JOB, llama(binary=wrapper), 512)
     assert len(group_members(server.pgid)) >= 2
     t0 = time.monotonic()
     await sup.stop(server, grace_s=1.0)
@@ -178,11 +190,9 @@ async def test_teardown_kills_term_ignoring_grandchild(sup: Supervisor, tiny_mod
     assert time.monotonic() - t0 < 10
 
 
-async def test_orphans_killed_by_new_supervisor_only_if_start_time_matches(
-    config: Config, tiny_models
-) -> None:
+async def test_orphans_killed_by_new_supervisor_only_if_start_time_matches(config: Config, llama) -> None:
     first = Supervisor(config, grace_s=3.0)
-    server = await first.start(JOB, llama(tiny_models), 512)
+    server = await first.start(JOB, llama(), 512)
     # an unrelated process whose pid a stale record names, with another start time (pid reuse)
     bystander = await asyncio.create_subprocess_exec("sleep", "300", start_new_session=True)
     fake = {"pid": bystander.pid, "pgid": bystander.pid, "start_time": psutil.Process(bystander.pid).create_time() - 1000,
@@ -206,8 +216,8 @@ async def test_orphans_killed_by_new_supervisor_only_if_start_time_matches(
         await first.stop_all()
 
 
-async def test_reap_leaves_own_servers_alone(sup: Supervisor, tiny_models) -> None:
-    server = await sup.start(JOB, llama(tiny_models), 512)
+async def test_reap_leaves_own_servers_alone(sup: Supervisor, llama) -> None:
+    server = await sup.start(JOB, llama(), 512)
     assert await sup.reap_orphans() == []
     assert server.running
 
