@@ -212,6 +212,18 @@ async def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psut
     return alive
 
 
+def group_members(pgid: int, since: float) -> list[psutil.Process]:
+    """Live processes in process group `pgid` created at or after `since` (psutil create_time)."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid and p.create_time() >= since - 0.01 and _alive(p):
+                out.append(p)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return out
+
+
 def _killpg(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
@@ -429,22 +441,21 @@ class Supervisor:
     # ------------------------------------------------------------------------------------- stop
 
     async def stop(self, server: Server, *, grace_s: float | None = None) -> ExitInfo | None:
-        """SIGTERM the group, SIGKILL after the grace period, and wait until no member is left."""
+        """SIGTERM the group, SIGKILL after the grace period, and wait until no member is left.
+
+        Members are found by process group (not by parentage): a grandchild whose parent died was
+        reparented to init but is still in the group. Only processes started after the server count,
+        so a pid reused since then is never touched.
+        """
         grace = self.grace_s if grace_s is None else grace_s
         server._stopping = True
-        try:
-            members = [psutil.Process(server.pid)]
-            members += members[0].children(recursive=True)
-        except psutil.Error:
-            members = []
         if server.exit is None:
             _killpg(server.pgid, signal.SIGTERM)
             if await server.wait_exit(grace) is None:
                 _killpg(server.pgid, signal.SIGKILL)
                 await server.wait_exit(5.0)
-        survivors = await _wait_gone(members, 0.5 if server.exit else 0.0)
+        survivors = await _wait_gone(group_members(server.pgid, server.create_time), 0.5)
         if survivors:  # grandchildren that outlived the leader (or ignored TERM)
-            _killpg(server.pgid, signal.SIGKILL)
             for p in survivors:
                 with contextlib.suppress(psutil.Error):
                     p.kill()
@@ -507,12 +518,13 @@ class Supervisor:
             if proc is not None and not same:
                 action = "pid-reused"
             elif proc is not None and _alive(proc):
-                members = [proc, *proc.children(recursive=True)]
+                members = group_members(pgid, start)
                 _killpg(pgid, signal.SIGTERM)
                 survivors = await _wait_gone(members, self.grace_s)
-                if survivors:
-                    _killpg(pgid, signal.SIGKILL)
-                    await _wait_gone(survivors, 5.0)
+                for p in survivors:
+                    with contextlib.suppress(psutil.Error):
+                        p.kill()
+                await _wait_gone(survivors, 5.0)
                 action = "killed"
             path.unlink(missing_ok=True)
             out.append({**rec, "action": action})

@@ -190,6 +190,22 @@ async def test_teardown_kills_term_ignoring_grandchild(sup: Supervisor, llama, t
     assert time.monotonic() - t0 < 10
 
 
+async def test_crash_leaves_grandchild_which_stop_still_kills(sup: Supervisor, llama, tmp_path: Path) -> None:
+    """Double around the real server: the leader is SIGKILLed; its TERM-ignoring child is reparented
+    to init but stays in the group, and `stop()` finds it by group, not by parentage."""
+    wrapper = script(
+        tmp_path, "wrapped-llama-server",
+        f"#!/bin/sh\nsh -c 'trap \"\" TERM; sleep 300' &\nexec {llama().binary} \"$@\"\n",
+    )
+    server = await sup.start(JOB, llama(binary=wrapper), 512)
+    os.kill(server.pid, signal.SIGKILL)
+    info = await server.wait_exit(10)
+    assert info is not None and server.crashed is info and info.status == "signal 9"
+    assert group_members(server.pgid) != []  # the orphaned grandchild
+    await sup.stop(server, grace_s=1.0)
+    assert group_members(server.pgid) == []
+
+
 async def test_orphans_killed_by_new_supervisor_only_if_start_time_matches(config: Config, llama) -> None:
     first = Supervisor(config, grace_s=3.0)
     server = await first.start(JOB, llama(), 512)
