@@ -14,6 +14,7 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,9 @@ import psutil
 from msgspec import Struct
 
 import benchd
+from benchd.config import Config
 from benchd.power import PowerStatus
+from benchd.schemas import Row, Sweep
 
 # ------------------------------------------------------------------------------------------ structs
 
@@ -249,3 +252,90 @@ def hash_model(path: str | Path, cache_file: Path | None = None) -> ModelInfo:
                 pass  # the cache is an optimisation; the digest itself is returned either way
     return ModelInfo(path=str(path), kind="file", bytes=p.stat().st_size, sha256=digest,
                      sha256_method=SHA256_FILE_METHOD, files=1)
+
+
+# ------------------------------------------------------------------------ per candidate and prompts
+
+
+class CandidateProvenance(Struct, kw_only=True):
+    """One candidate's model (size + sha256), draft model, and the server that ran it."""
+
+    candidate: str
+    runtime: str
+    model: ModelInfo
+    draft_model: ModelInfo | None = None
+    binary: str | None = None
+    server_version: str | None = None
+    server_version_source: str | None = None
+    null_reasons: dict[str, str] = {}
+
+
+class PromptsInfo(Struct, kw_only=True):
+    """Hash of the prompt corpus and template: two runbooks with equal hashes used the same prompts."""
+
+    corpus_sha256: str | None = None
+    template_sha256: str | None = None
+    source: str | None = None
+    corpus: dict[str, Any] = {}
+    null_reasons: dict[str, str] = {}
+
+
+def server_info(cand: str, rows: Sequence[Row], events: Sequence[Any]) -> tuple[str | None, str | None, str | None]:
+    """(binary, server_version, where the version came from): the rows first, then `server_ready` events."""
+    binary = next((r.binary for r in rows if r.candidate == cand and r.binary), None)
+    version = next((r.server_version for r in rows if r.candidate == cand and r.server_version), None)
+    source = "rows" if version else None
+    for ev in events:
+        p = ev.payload
+        if ev.type == "server_ready" and p.get("candidate") == cand:
+            binary = binary or p.get("binary")
+            got = p.get("server_version") or p.get("version")
+            if version is None and got is not None:
+                version, source = str(got), "event:server_ready"
+    return binary, version, source
+
+
+def collect_prompts(events: Sequence[Any]) -> PromptsInfo:
+    """The prompt corpus hash as the job recorded it in an event payload (`prompts` or top level).
+
+    When the job recorded none, it is computed now from `benchd.prompts.prompt_provenance()` (the
+    same stdlib files on the same machine) and `source` says it was computed at runbook time.
+    """
+    for ev in events:
+        p = ev.payload
+        prompts = p.get("prompts") if isinstance(p.get("prompts"), dict) else p
+        if isinstance(prompts, dict) and prompts.get("corpus_sha256"):
+            return PromptsInfo(corpus_sha256=str(prompts["corpus_sha256"]),
+                               template_sha256=prompts.get("template_sha256"), source=f"event:{ev.type}",
+                               corpus=prompts.get("corpus") or {})
+    try:
+        from benchd.prompts import prompt_provenance
+
+        got = prompt_provenance()
+    except Exception as exc:  # a missing stdlib file must not cost the whole runbook
+        reason = f"the job recorded no prompt hash and computing it failed: {exc}"
+        return PromptsInfo(null_reasons={"corpus_sha256": reason, "template_sha256": reason})
+    return PromptsInfo(corpus_sha256=got["corpus_sha256"], template_sha256=got["template_sha256"],
+                       source="benchd.prompts.prompt_provenance (computed when the runbook was written)",
+                       corpus=got.get("corpus") or {})
+
+
+def collect_candidates(config: Config, sweep: Sweep, rows: Sequence[Row], events: Sequence[Any]) -> list[CandidateProvenance]:
+    cache = config.cache_dir / "model-hashes.json"
+    out = []
+    for c in sweep.candidates:
+        binary, version, source = server_info(c.id, rows, events)
+        nulls: dict[str, str] = {}
+        if version is None:
+            nulls["server_version"] = "no row or server_ready event of this candidate carries a version"
+        if binary is None:
+            binary = c.binary
+            if binary is None:
+                nulls["binary"] = "no row or event names the binary, and the sweep sets none"
+        draft = c.spec.draft_model if c.spec else None
+        out.append(CandidateProvenance(
+            candidate=c.id, runtime=c.runtime, model=hash_model(c.model, cache),
+            draft_model=hash_model(draft, cache) if draft else None,
+            binary=binary, server_version=version, server_version_source=source, null_reasons=nulls,
+        ))
+    return out

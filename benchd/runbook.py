@@ -57,35 +57,12 @@ class JobInfo(Struct, kw_only=True):
     error: str | None = None
 
 
-class CandidateProvenance(Struct, kw_only=True):
-    """One candidate's model (size + sha256), draft model, and the server that ran it."""
-
-    candidate: str
-    runtime: str
-    model: provenance.ModelInfo
-    draft_model: provenance.ModelInfo | None = None
-    binary: str | None = None
-    server_version: str | None = None
-    server_version_source: str | None = None
-    null_reasons: dict[str, str] = {}
-
-
-class PromptsInfo(Struct, kw_only=True):
-    """Hash of the prompt corpus and template: two runbooks with equal hashes used the same prompts."""
-
-    corpus_sha256: str | None = None
-    template_sha256: str | None = None
-    source: str | None = None
-    corpus: dict[str, Any] = {}
-    null_reasons: dict[str, str] = {}
-
-
 class Provenance(Struct, kw_only=True):
     collected_at: str
     machine: provenance.MachineInfo
     benchd: provenance.BenchdInfo
-    candidates: list[CandidateProvenance]
-    prompts: PromptsInfo
+    candidates: list[provenance.CandidateProvenance]
+    prompts: provenance.PromptsInfo
 
 
 class CooldownHappened(Struct, kw_only=True):
@@ -172,65 +149,6 @@ def runbook_id(job_id: str, started_at: str | None, created_at: str) -> str:
     return f"{day}-{job_id}"
 
 
-def _server_info(cand: str, rows: list[Row], events: list[Any]) -> tuple[str | None, str | None, str | None]:
-    """(binary, server_version, source): from the rows first, then the `server_ready` events."""
-    for r in rows:
-        if r.candidate == cand and (r.server_version or r.binary):
-            return r.binary, r.server_version, "rows"
-    for ev in events:
-        p = ev.payload
-        if ev.type == "server_ready" and p.get("candidate") == cand:
-            version = p.get("server_version") or p.get("version")
-            return p.get("binary"), str(version) if version is not None else None, "event:server_ready"
-    return None, None, None
-
-
-def _prompts_info(events: list[Any]) -> PromptsInfo:
-    """The prompt corpus hash as the job recorded it in an event payload (`prompts` or top level).
-
-    When the job recorded none, it is computed now from `benchd.prompts.prompt_provenance()` (the
-    same stdlib files on the same machine) and `source` says it was computed at runbook time.
-    """
-    for ev in events:
-        p = ev.payload
-        prompts = p.get("prompts") if isinstance(p.get("prompts"), dict) else p
-        if isinstance(prompts, dict) and prompts.get("corpus_sha256"):
-            return PromptsInfo(corpus_sha256=str(prompts["corpus_sha256"]),
-                               template_sha256=prompts.get("template_sha256"), source=f"event:{ev.type}",
-                               corpus=prompts.get("corpus") or {})
-    try:
-        from benchd.prompts import prompt_provenance
-
-        got = prompt_provenance()
-    except Exception as exc:  # a missing stdlib file must not cost the whole runbook
-        reason = f"the job recorded no prompt hash and computing it failed: {exc}"
-        return PromptsInfo(null_reasons={"corpus_sha256": reason, "template_sha256": reason})
-    return PromptsInfo(corpus_sha256=got["corpus_sha256"], template_sha256=got["template_sha256"],
-                       source="benchd.prompts.prompt_provenance (computed when the runbook was written)",
-                       corpus=got.get("corpus") or {})
-
-
-def collect_candidates(config: Config, sweep: Sweep, rows: list[Row], events: list[Any]) -> list[CandidateProvenance]:
-    cache = config.cache_dir / "model-hashes.json"
-    out = []
-    for c in sweep.candidates:
-        binary, version, source = _server_info(c.id, rows, events)
-        nulls: dict[str, str] = {}
-        if version is None:
-            nulls["server_version"] = "no row or server_ready event of this candidate carries a version"
-        if binary is None:
-            binary = c.binary
-            if binary is None:
-                nulls["binary"] = "no row or event names the binary, and the sweep sets none"
-        draft = c.spec.draft_model if c.spec else None
-        out.append(CandidateProvenance(
-            candidate=c.id, runtime=c.runtime, model=provenance.hash_model(c.model, cache),
-            draft_model=provenance.hash_model(draft, cache) if draft else None,
-            binary=binary, server_version=version, server_version_source=source, null_reasons=nulls,
-        ))
-    return out
-
-
 def _sustained(rows: list[Row]) -> list[SustainedResult]:
     return [
         SustainedResult(candidate=r.candidate, status=r.status, gen_tokens=r.gen_tokens,
@@ -264,7 +182,8 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
     events = store.events(job_id)
     prov = Provenance(
         collected_at=utcnow(), machine=provenance.collect_machine(), benchd=provenance.collect_benchd(),
-        candidates=collect_candidates(config, sweep, rows, events), prompts=_prompts_info(events),
+        candidates=provenance.collect_candidates(config, sweep, rows, events),
+        prompts=provenance.collect_prompts(events),
     )
     return Runbook(
         schema_version=RUNBOOK_SCHEMA_VERSION,

@@ -89,7 +89,7 @@ def compare(a_ref: str, b_ref: str, as_json: bool, state_dir: str | None) -> Non
         click.echo(json.dumps(msgspec.to_builtins(cmp), indent=2))
         return
     for w in cmp.warnings:
-        click.echo(f"warning: {w}", err=True)
+        click.echo(f"warning: {w}")
     click.echo(f"A = {cmp.a}\nB = {cmp.b}")
     click.echo(f"test: {cmp.test}, α = {cmp.alpha}; needs ≥ {cmp.min_probes_per_side} ok probes per side "
                "(with fewer the smallest possible p-value is above α)")
