@@ -165,6 +165,21 @@ async def test_port_taken_by_a_plain_socket(sup: Supervisor, llama) -> None:
     assert err.value.reason == "port_taken" and f"port {port}" in err.value.message
 
 
+async def test_auto_port_taken_is_retried_once(sup: Supervisor, llama, monkeypatch) -> None:
+    """The race (port free when checked, taken before the server binds) forced by handing out a held port."""
+    import benchd.supervisor as supervisor_mod
+
+    real_free_port = supervisor_mod.free_port
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        ports = iter([held.getsockname()[1]])
+        monkeypatch.setattr(supervisor_mod, "free_port", lambda: next(ports, None) or real_free_port())
+        server = await sup.start(JOB, llama(startup_timeout_s=20), 512)
+        assert server.running and server.port != held.getsockname()[1]
+    assert "couldn't bind HTTP server socket" in server.log_tail()  # the first attempt, same log file
+
+
 async def test_port_taken_by_another_server(sup: Supervisor, llama) -> None:
     first = await sup.start(JOB, llama(), 512)
     other = llama(id="second", startup_timeout_s=20)
