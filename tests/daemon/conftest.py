@@ -74,9 +74,15 @@ class DaemonProc:
     def wait(self, timeout: float) -> int:
         return self.proc.wait(timeout=timeout)
 
+    def benchctl_argv(self) -> list[str]:
+        return list(BENCHCTL)
+
+    def benchctl_env(self) -> dict[str, str]:
+        return clean_env(BENCHD_SOCKET=str(self.socket))
+
     def benchctl(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*BENCHCTL, *args], capture_output=True, text=True, timeout=timeout,
-                              env=clean_env(BENCHD_SOCKET=str(self.socket)))
+                              env=self.benchctl_env())
 
 
 def wait_healthy(socket: Path, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> dict[str, Any]:
