@@ -75,7 +75,7 @@ def build_row(
         fields["swap_in_bytes"] = memory.swap_in_bytes
         fields["swap_out_bytes"] = memory.swap_out_bytes
         if memory.peak_bytes is not None:
-            sources["mem_peak_bytes"] = memory.source + ("" if memory.exact else " (sum of per-process peaks: upper bound)")
+            sources["mem_peak_bytes"] = memory.source if memory.exact else f"{memory.source} ({memory.source_note})"
         for key, why in memory.null_reasons.items():
             reasons.setdefault(_memory_field(key), why)
     if cooldown is not None:

@@ -40,6 +40,8 @@ from benchd.thermal import ThermalSensor, open_sensor
 STOP_GRACE_S = 1.5
 #: The sustained generation and evals need room beyond the smallest context.
 TAIL_MIN_TOKENS = 1024
+#: Unrecorded probes that size prompts for a runtime without a tokenizer endpoint, at most.
+MAX_SIZING_PROBES = 6
 
 
 @dataclass(frozen=True)
@@ -220,9 +222,17 @@ class Engine:
             await self.unrecorded(adapter, server, cand, context, f"warmup{w}")
 
     async def size_prompts(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int) -> None:
-        """Without a tokenizer, one unrecorded probe per new context teaches the calibrator its size."""
-        if await self.counter(adapter, server) is None and self.prompts.needs_sizing(context, cand.id):
-            await self.unrecorded(adapter, server, cand, context, "sizing")
+        """Without a tokenizer, unrecorded probes at a new context teach the calibrator its size.
+
+        Usually 1-3 suffice (calibration converges within 1 % on the tiny models); capped so a server
+        whose reported prompt tokens never settle cannot stall the sweep.
+        """
+        if await self.counter(adapter, server) is not None:
+            return
+        for i in range(MAX_SIZING_PROBES):
+            if not self.prompts.needs_sizing(context, cand.id):
+                return
+            await self.unrecorded(adapter, server, cand, context, f"sizing{i}")
 
     async def unrecorded(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int, tag: str) -> None:
         prompt = await self.prompts.build(context, f"{self.job}/{cand.id}/{context}/{tag}", await self.counter(adapter, server), key=cand.id)
@@ -257,27 +267,35 @@ class Engine:
         return record
 
     async def run_probe(self, adapter: RuntimeAdapter, server: Server, cell: Cell, gen_tokens: int) -> Row:
-        cand = cell.candidate
         cd = await self.cool_down(cell)
         started_at = utcnow()
-        self.emit("probe_started", candidate=cand.id, context=cell.context, probe=cell.probe, kind=cell.kind)
+        self.emit("probe_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe, kind=cell.kind)
         facts = ServerFacts(server.ctx_size, server.binary, server.version)
-        prompt = await self.prompts.build(cell.context, f"{self.job}/{cand.id}/{cell.context}/{cell.kind}{cell.probe}",
-                                          await self.counter(adapter, server), key=cand.id)
-        spec_metrics = cand.spec is not None and cand.runtime == "llama-server"
-        before = await probe.read_metrics(server.base_url) if spec_metrics else None
         sampler = MemorySampler(server.pid, self.memory_rate_hz)
-        sampler.reset_peak()
-        await sampler.start()
         try:
-            result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text, max_tokens=gen_tokens,
-                                          sampling=self.sweep.sampling, timeout_s=self.timeout_s)
+            return await self._probe(adapter, server, cell, gen_tokens, cd, started_at, facts, sampler)
         except asyncio.CancelledError:
+            # A cancel or shutdown cut the probe short: store it as `aborted` (run again on resume).
             with contextlib.suppress(Exception):
                 await asyncio.shield(sampler.stop())
             self.commit(build_row(cell, status="aborted", started_at=started_at, server=facts, cooldown=cd,
                                   error="cancelled while the probe was in flight"))
             raise
+
+    async def _probe(self, adapter: RuntimeAdapter, server: Server, cell: Cell, gen_tokens: int,
+                     cd: CooldownRecord, started_at: str, facts: ServerFacts, sampler: MemorySampler) -> Row:
+        cand = cell.candidate
+        try:
+            prompt = await self.prompts.build(cell.context, f"{self.job}/{cand.id}/{cell.context}/{cell.kind}{cell.probe}",
+                                              await self.counter(adapter, server), key=cand.id)
+            spec_metrics = cand.spec is not None and cand.runtime == "llama-server"
+            before = await probe.read_metrics(server.base_url) if spec_metrics else None
+        except Exception as exc:  # the server (or its tokenizer) went away before the request
+            return await self.failed_row(cell, server, facts, cd, started_at, f"sizing the prompt failed: {type(exc).__name__}: {exc}")
+        sampler.reset_peak()
+        await sampler.start()
+        result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text, max_tokens=gen_tokens,
+                                      sampling=self.sweep.sampling, timeout_s=self.timeout_s)
         memory = await sampler.stop()
         norm = adapter.normalize(result, spec_configured=cand.spec is not None)
         if norm.prompt_tokens is not None:
@@ -289,24 +307,32 @@ class Engine:
         if cell.kind == "sustained":
             extra, more = self.sustained_fields(result.chunk_times)
             sources.update(more)
-        status, error, exit_status, tail = result.status, result.error, None, None
+        status, error, tail = result.status, result.error, None
         if result.status == "timeout":
             await self.supervisor.stop(server, grace_s=0.5)
             error = f"{error}; the server was killed"
             tail = server.log_tail()
         elif server.crashed or (not result.ok and await server.wait_exit(0.3) is not None):
-            info = server.crashed or server.exit
-            status, exit_status = "failed", info.status if info else None
-            tail = info.log_tail if info else server.log_tail()
-            error = f"server crashed mid-probe ({exit_status}): {error}"
-            self.emit("server_crashed", candidate=cand.id, phase="probe", exit_status=exit_status, log_tail=(tail or "")[-2000:])
+            return await self.failed_row(cell, server, facts, cd, started_at, error or "failed", norm, memory)
         elif result.ok and norm.cached_tokens not in (None, 0):
             status, error = "failed", f"prompt cache served {norm.cached_tokens} tokens: prompt throughput would be fake"
         elif not result.ok:
             tail = server.log_tail()
         return build_row(cell, status=status, started_at=started_at, server=facts, metrics=norm, memory=memory,
-                         cooldown=cd, error=error, exit_status=exit_status, log_tail=tail, extra=extra,
-                         extra_sources=sources)
+                         cooldown=cd, error=error, log_tail=tail, extra=extra, extra_sources=sources)
+
+    async def failed_row(self, cell: Cell, server: Server, facts: ServerFacts, cd: CooldownRecord, started_at: str,
+                         error: str, norm: Any = None, memory: Any = None) -> Row:
+        """A failed row naming the cause: a crash (exit status + log tail, `server_crashed`) or the error."""
+        info = server.crashed or await server.wait_exit(0.5)
+        if info is None:
+            return build_row(cell, status="failed", started_at=started_at, server=facts, metrics=norm, memory=memory,
+                             cooldown=cd, error=error, log_tail=server.log_tail())
+        self.emit("server_crashed", candidate=cell.candidate.id, phase="probe", exit_status=info.status,
+                  log_tail=info.log_tail[-2000:])
+        return build_row(cell, status="failed", started_at=started_at, server=facts, metrics=norm, memory=memory,
+                         cooldown=cd, error=f"server crashed mid-probe ({info.status}): {error}",
+                         exit_status=info.status, log_tail=info.log_tail)
 
     def sustained_fields(self, chunk_times: list[float]) -> tuple[dict[str, Any], dict[str, str]]:
         windows = sustained_windows(chunk_times, 1, self.sweep.sustained.window)
