@@ -173,6 +173,13 @@ def print_rich(rb: Runbook, pareto: bool = False) -> None:
 # -------------------------------------------------------------------------------------- Markdown
 
 
+def cooldown_waited_s(payload: dict[str, Any]) -> float:
+    """Seconds a `cooldown_finished` event waited (its CooldownRecord is under `record`)."""
+    record = payload.get("record") if isinstance(payload.get("record"), dict) else payload
+    waited = record.get("waited_s") if isinstance(record, dict) else None
+    return float(waited) if isinstance(waited, (int, float)) else 0.0
+
+
 def render_markdown(rb: Runbook) -> str:
     """The runbook for a person: the same figures as the JSON, with provenance and the Pareto view."""
     m = rb.provenance.machine
@@ -193,7 +200,7 @@ def render_markdown(rb: Runbook) -> str:
               f"- sustained: {s.sustained.tokens} tokens, window {s.sustained.window}",
               f"- cooldown (configured): {msgspec.json.encode(s.cooldown).decode()}",
               f"- cooldowns as they happened: {len(rb.cooldowns)}, total "
-              f"{sum(float(c.payload.get('waited_s') or 0) for c in rb.cooldowns):.1f} s",
+              f"{sum(cooldown_waited_s(c.payload) for c in rb.cooldowns):.1f} s waited",
               f"- prompts: corpus sha256 {rb.provenance.prompts.corpus_sha256 or 'null'}, template sha256 "
               f"{rb.provenance.prompts.template_sha256 or 'null'}", "", "## Candidates", ""]
     h = ["candidate", "runtime", "model", "bytes", "sha256", "server version", "binary"]

@@ -83,8 +83,8 @@ def fill_job(store: Store, sweep: Sweep, job_id: str = "20261130-020000-abcd", s
         for ctx in CONTEXTS:
             for probe, g in enumerate(GEN[(cand.id, ctx)]):
                 store.append_event(job_id, "cooldown_finished", {
-                    "candidate": cand.id, "context": ctx, "probe": probe, "policy": "fixed",
-                    "waited_s": 1.0, "reason": "fixed"})
+                    "candidate": cand.id, "context": ctx, "probe": probe,
+                    "record": {"policy": "fixed", "waited_s": 1.0, "reason": "fixed"}})
                 mlx = cand.runtime == "mlx_lm.server"
                 spec = cand.spec is not None
                 nulls: dict[str, str] = {}
