@@ -426,7 +426,31 @@ def follow_job(client: Any, job_id: str, as_json: bool) -> int:
         raise _fail(str(exc), exitcodes.UNREACHABLE) from exc
     except ApiError as exc:
         raise _fail(f"error: {exc}", exitcodes.BAD_INPUT) from exc
+    if not as_json and code != exitcodes.UNREACHABLE:
+        _say_runbook(client, job_id)
     return code
+
+
+def _say_runbook(client: Any, job_id: str, wait_s: float = 15.0) -> None:
+    """The runbook is written just after the terminal event: wait briefly and name it."""
+    from benchctl.client import ClientError
+
+    deadline = time.monotonic() + wait_s
+    job: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        try:
+            job = client.job(job_id)
+        except ClientError:
+            return
+        if job.get("runbook_id") or "runbook not written" in (job.get("error") or ""):
+            break
+        if not (job.get("progress") or {}).get("done"):
+            return  # no rows: no runbook is coming
+        time.sleep(0.25)
+    if job.get("runbook_id"):
+        click.echo(f"runbook: {job['runbook_id']} (benchctl report {job['runbook_id']})")
+    elif job.get("error"):
+        click.echo(f"error: {job['error']}")
 
 
 def _row_text(row: dict[str, Any]) -> str:

@@ -1,0 +1,131 @@
+"""The event stream against clumsy clients, with the daemon in-process (`Daemon` async context manager).
+
+In-process so the test can shorten the stream's write timeout and count the daemon's own tasks; the
+daemon code is the real one, on a real Unix socket. No engine is needed: the job never runs (its
+`not_before` is far away), its events are appended to the store directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from benchctl.client import AsyncClient
+from benchd import api
+from benchd.config import Config
+from benchd.daemon import Daemon
+from benchd.schemas import Sweep
+
+
+@pytest.fixture
+async def daemon() -> AsyncIterator[Daemon]:
+    base = Path(tempfile.mkdtemp(prefix="bd-", dir="/tmp"))
+    cfg = Config.resolve(state_dir=base / "s", cache_dir=base / "c")
+
+    async def never(*args: object) -> None:  # the job must not run here
+        raise AssertionError("no job should run in this test")
+
+    async with Daemon(cfg, run_job=never) as d:
+        yield d
+
+
+def waiting_job_with_events(d: Daemon, n: int, payload_bytes: int) -> str:
+    assert d.store is not None
+    sweep = msgspec.convert({"name": "s", "contexts": [64], "gen_tokens": 1,
+                             "candidates": [{"id": "a", "runtime": "llama-server", "model": "/m"}]}, Sweep)
+    job, _ = d.store.create_job(sweep, not_before="2099-01-01T00:00:00Z")
+    for i in range(n):
+        d.store.append_event(job.id, "cooldown_started", {"i": i, "pad": "x" * payload_bytes})
+    return job.id
+
+
+def open_follower(sock: Path, job: str, rcvbuf: int = 4096) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.connect(str(sock))
+    s.sendall(f"GET /v1/jobs/{job}/events?since=0&follow=true HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    return s
+
+
+async def test_a_client_that_never_reads_is_dropped_and_blocks_nothing(
+        daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(api, "WRITE_TIMEOUT_S", 1.0)
+    job = waiting_job_with_events(daemon, n=3000, payload_bytes=1000)  # ~3 MB of events
+    stuck = [open_follower(daemon.config.socket, job) for _ in range(5)]
+    try:
+        async with AsyncClient(daemon.config.socket) as c:
+            await asyncio.sleep(0.3)
+            t0 = time.monotonic()
+            health = await c.health()  # answered while five streams are stuck on full sockets
+            assert time.monotonic() - t0 < 1.0
+            assert health["pid"] > 0
+            ctx = daemon.runner.app[api.CTX] if daemon.runner else None  # type: ignore[union-attr]
+            assert ctx is not None
+            deadline = time.monotonic() + 10
+            while ctx.streams and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert not ctx.streams, "stuck followers were not dropped after the write timeout"
+            # a reading client still gets every event
+            seqs = [ev["seq"] async for ev in c.events(job, since=2990)]
+            assert seqs == list(range(2991, 3002))
+    finally:
+        for s in stuck:
+            s.close()
+
+
+async def test_followers_wake_on_new_events_and_end_at_terminal(daemon: Daemon) -> None:
+    job = waiting_job_with_events(daemon, n=0, payload_bytes=0)
+    assert daemon.store is not None and daemon.queue is not None
+    got: list[dict[str, object]] = []
+
+    async def follow() -> None:
+        async with AsyncClient(daemon.config.socket) as c:
+            async for ev in c.events(job, since=0, follow=True):
+                got.append(ev)
+
+    task = asyncio.create_task(follow())
+    await asyncio.sleep(0.3)
+    assert [e["type"] for e in got] == ["job_queued"]
+    t0 = time.monotonic()
+    await daemon.queue.cancel(job)  # writes job_cancelled and notifies
+    await asyncio.wait_for(task, 5)
+    assert time.monotonic() - t0 < 1.0  # woken, not polled
+    assert [e["type"] for e in got] == ["job_queued", "job_cancelled"]
+
+
+async def test_shutdown_ends_follow_streams(daemon: Daemon) -> None:
+    job = waiting_job_with_events(daemon, n=0, payload_bytes=0)
+    lines: list[bytes] = []
+
+    def read_all() -> None:
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(15)
+        s.connect(str(daemon.config.socket))
+        s.sendall(f"GET /v1/jobs/{job}/events?follow=true HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            lines.append(chunk)
+        s.close()
+
+    reader = asyncio.create_task(asyncio.to_thread(read_all))
+    await asyncio.sleep(0.3)
+    t0 = time.monotonic()
+    await daemon.shutdown()
+    await asyncio.wait_for(reader, 10)
+    assert time.monotonic() - t0 < 5
+    body = b"".join(lines)
+    assert b'"job_queued"' in body
+    assert not daemon.config.socket.exists()
+    # events are newline-delimited JSON
+    payload = body.split(b"\r\n\r\n", 1)[1]
+    assert any(json.loads(x).get("type") == "job_queued" for x in payload.split(b"\n") if x.startswith(b"{"))
