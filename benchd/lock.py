@@ -291,8 +291,17 @@ def server_argv(locked: Locked, config: Config, port: int | None = None) -> list
                         ctx_size=locked.ctx_size)
 
 
+def server_env(locked: Locked, config: Config) -> dict[str, str]:
+    """The variables the server runs with beyond this shell's: the candidate's `env` plus what the
+    runtime adapter sets (e.g. the MLX servers' offline HF cache), exactly as the daemon starts it."""
+    from benchd.runtimes import get_adapter
+
+    full = get_adapter(locked.runtime).env(locked_candidate(locked), config)
+    return {k: v for k, v in sorted(full.items()) if os.environ.get(k) != v}
+
+
 def server_command_line(locked: Locked, config: Config, port: int | None = None) -> str:
-    """`server_argv` as one shell line, with the candidate's own env vars in front."""
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(locked.env.items()))
+    """`server_argv` as one shell line, with the extra environment (`server_env`) in front."""
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in server_env(locked, config).items())
     line = shlex.join(server_argv(locked, config, port))
-    return f"{env} {line}" if env else line
+    return f"env {env} {line}" if env else line

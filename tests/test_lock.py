@@ -150,6 +150,9 @@ def test_command_is_the_adapters(state) -> None:
         i = argv.index(pair[0])
         assert argv[i: i + 2] == pair
     assert argv[-2:] == ["-t", "1"]
+    mlx = lock.build_lock(rb, "mlx-lm", force=True)
+    env = lock.server_env(mlx, config)  # what the MLX adapter adds: offline hub, an existing HF cache
+    assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HUB_CACHE"] == str(config.hf_cache_dir)
 
 
 # ------------------------------------------------------------------------------------ real server

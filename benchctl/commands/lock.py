@@ -90,14 +90,14 @@ def locked(file_: str | None, as_command: bool, port: int | None, as_json: bool,
     """Show the locked candidate, or (--command) the exact command that starts it as benchmarked."""
     import msgspec
 
-    from benchd.lock import read_lock, server_argv, server_command_line
+    from benchd.lock import read_lock, server_argv, server_command_line, server_env
 
     config = _config(state_dir)
     path = Path(file_) if file_ else config.locked_path
     doc = read_lock(path)
     if as_command:
         if as_json:
-            click.echo(json.dumps({"argv": server_argv(doc.locked, config, port), "env": doc.locked.env,
+            click.echo(json.dumps({"argv": server_argv(doc.locked, config, port), "env": server_env(doc.locked, config),
                                    "command": server_command_line(doc.locked, config, port)}, indent=2))
         else:
             click.echo(server_command_line(doc.locked, config, port))
