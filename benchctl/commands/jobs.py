@@ -518,9 +518,9 @@ class _Rich:
             if row.get("status") != "aborted":
                 self.done_keys.add((row.get("candidate"), row.get("context"), row.get("kind"), row.get("probe")))
                 self.progress.update(self.task, completed=len(self.done_keys))
-            self.progress.console.print(_row_text(row))
+            self.progress.console.print(_row_text(row), highlight=False, markup=False)
         elif ev["type"] in ("job_started", "job_resumed", "job_interrupted", *TERMINAL_EXIT, "server_crashed"):
-            self.progress.console.print(f"[bold]{_event_text(ev)}[/bold]")
+            self.progress.console.print(_event_text(ev), style="bold", highlight=False, markup=False)
         else:
             self.progress.update(self.task, description=_event_text(ev)[:60])
 

@@ -7,6 +7,7 @@ the daemon's own `server_ready` events and are checked with psutil.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -105,9 +106,55 @@ def test_sweep_follow_to_the_end(run_daemon, tiny_models, llama_server_bin, tmp_
     assert d.client().request("GET", f"/v1/runbooks/{rb}")["job"]["id"] == job
     assert any(r["id"] == rb for r in d.client().request("GET", "/v1/runbooks")["runbooks"])
     assert not [p for p in server_pids(evs) if alive(p)]
-    # a plain `tail` of a finished job replays to the end and exits 0
+    # a plain `tail` of a finished job replays to the end and exits 0, naming the runbook
     out = d.benchctl("tail", job)
-    assert out.returncode == 0 and "job_finished" in out.stdout
+    assert out.returncode == 0 and "job_finished" in out.stdout and f"runbook: {rb}" in out.stdout
+    # on a terminal: the rich progress view, each row as a line
+    code, text = run_in_pty([*d.benchctl_argv(), "tail", job], d.benchctl_env())
+    assert code == 0, text
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+    assert "tiny ctx 64 probe #0: ok" in text and "5/5" in text and "job_finished" in text
+
+
+def run_in_pty(argv: list[str], env: dict[str, str], timeout: float = 60.0) -> tuple[int, str]:
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env={**env, "COLUMNS": "160"},
+                            close_fds=True)
+    os.close(slave)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return proc.wait(timeout=10), b"".join(chunks).decode(errors="replace")
+
+
+def test_not_before_waits_then_runs(run_daemon, tiny_models, llama_server_bin, poll) -> None:  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime, timedelta
+
+    d = run_daemon()
+    c = d.client()
+    doc = sweep_doc(tiny_models.target, contexts=[64], gen_tokens=8, probes=1)
+    doc["candidates"][0]["binary"] = str(llama_server_bin)
+    at = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+    job = c.submit(doc, not_before=at.isoformat())["id"]
+    waiting = poll(lambda: (j := c.job(job))["state"] == "waiting" and j)
+    assert waiting["waiting_reason"].startswith("not before ")
+    listed = d.benchctl("jobs")
+    assert "waiting" in listed.stdout and "not before" in listed.stdout
+    evs = wait_event(c, job, lambda es: es[-1]["type"] in ("job_finished", "job_failed"), timeout=60)
+    assert evs[-1]["type"] == "job_finished"
+    started = datetime.fromisoformat(c.job(job)["started_at"])
+    assert started >= at
 
 
 def test_cancel_mid_probe(run_daemon, tiny_models, llama_server_bin) -> None:  # type: ignore[no-untyped-def]
