@@ -128,9 +128,24 @@ def remove_stale_socket(sock_path: Path) -> bool:
         return False
     if not stat.S_ISSOCK(st.st_mode):
         raise BenchdError("bad_socket", f"{sock_path} exists and is not a socket; refusing to replace it", "socket")
+    if _answers(sock_path):
+        # Our flock is held, so this is a daemon of ANOTHER state dir sharing the socket path (--socket).
+        raise AlreadyRunning(sock_path, "")
     sock_path.unlink()
     log.info("removed stale socket %s", sock_path)
     return True
+
+
+def _answers(sock_path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(os.fsencode(sock_path))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
 
 
 def bind_socket(sock_path: Path, backlog: int = 128) -> socket.socket:

@@ -192,3 +192,17 @@ def test_peer_uid_of_a_real_socketpair() -> None:
             assert peercred.peer_uid(a) == os.getuid()
     with pytest.raises(peercred.PeerCredError):
         peercred.peer_uid(None)
+
+
+def test_live_socket_of_another_state_dir_is_not_stolen(run_daemon, short_base: Path) -> None:  # type: ignore[no-untyped-def]
+    first = run_daemon()
+    other = run_daemon(wait=False, state_dir=short_base / "t", args=("--socket", str(first.socket)))
+    assert other.wait(timeout=20) == 3
+    assert first.client().health()["pid"] == first.pid
+
+
+def test_sigint_is_a_clean_exit_too(run_daemon) -> None:  # type: ignore[no-untyped-def]
+    d = run_daemon()
+    d.signal(signal.SIGINT)
+    assert d.wait(timeout=10) == 0
+    assert not d.socket.exists()
