@@ -65,8 +65,6 @@ def build_row(
         fields.update({k: v for k, v in metrics.row_fields().items() if k not in ("sources", "null_reasons")})
         sources.update(metrics.sources)
         reasons.update(metrics.null_reasons)
-        if metrics.server_peak_memory_bytes is not None:
-            sources["server_peak_memory_bytes"] = f"{metrics.server_peak_memory_bytes} bytes (server:peak_memory)"
     if memory is not None:
         fields["mem_peak_bytes"] = memory.peak_bytes
         fields["mem_source"] = memory.source if memory.peak_bytes is not None else None

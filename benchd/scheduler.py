@@ -100,6 +100,7 @@ class Engine:
         self.timeout_s = sweep.effective_probe_timeout_s()
         self.evals_done = {(e.candidate, e.task) for e in store.evals(job)}
         self.tokenizer: dict[int, bool] = {}  # server pid -> has /tokenize
+        self.prompts_recorded = False
 
     # -- events and rows ------------------------------------------------------------------------
 
@@ -164,7 +165,11 @@ class Engine:
     # -- servers --------------------------------------------------------------------------------
 
     async def start_server(self, cand: Candidate, g: Group) -> Server | None:
-        self.emit("server_starting", candidate=cand.id, runtime=cand.runtime, ctx_size=g.ctx_size)
+        extra: dict[str, Any] = {}
+        if not self.prompts_recorded:  # the prompt corpus/template hashes, once per run, for the runbook
+            extra["prompts"] = self.prompts.provenance()
+            self.prompts_recorded = True
+        self.emit("server_starting", candidate=cand.id, runtime=cand.runtime, ctx_size=g.ctx_size, **extra)
         try:
             server = await self.supervisor.start(self.job, cand, g.ctx_size)
         except ServerStartError as exc:
@@ -341,6 +346,9 @@ class Engine:
                                  "thermal_after": self.sensor.read()}
         sources = {"window_tps": f"client:chunk-timestamps per {self.sweep.sustained.window} tokens",
                    "sustain_ratio": "client:last-window/first-window"}
+        expected = len(chunk_times) // self.sweep.sustained.window
+        if len(windows) < expected:  # bunched reads leave a window without a duration: say so
+            sources["window_tps"] += f"; {expected - len(windows)} of {expected} windows unmeasurable (their tokens arrived in one read)"
         if ratio is None:
             sources["sustain_ratio"] = f"null: {sustain_ratio_reason(windows)}"
         return extra, sources

@@ -248,6 +248,8 @@ class Row(Struct, kw_only=True, frozen=True, omit_defaults=False):
     draft_acceptance: float | None = None
     mem_peak_bytes: int | None = None
     mem_source: str | None = None
+    #: The runtime's own peak-memory figure where it reports one (mlx_vlm `peak_memory`), beside the OS one.
+    server_peak_memory_bytes: int | None = None
     mem_rss_anon_bytes: int | None = None
     mem_rss_file_bytes: int | None = None
     swap_in_bytes: int | None = None

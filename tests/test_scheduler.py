@@ -94,7 +94,7 @@ def test_llama_rates_come_from_server_timings(full_sweep: dict[str, Any]) -> Non
         assert r.sources["gen_tps"] == "server:timings" and r.gen_tps and r.gen_tps > 0
         # The client window may be unmeasurable when the tiny model's tokens arrive in one read; then
         # the row must say so rather than carry a number.
-        assert (r.gen_tps_client is not None and r.sources["gen_tps_client"] == "client:stream-window") or (
+        assert (r.gen_tps_client is not None and r.sources["gen_tps_client"].startswith("client:stream-window")) or (
             "stream window" in r.null_reasons["gen_tps_client"]
         )
         assert r.mem_peak_bytes and r.mem_peak_bytes > 1_000_000 and r.mem_source == "kernel:VmHWM"
@@ -105,7 +105,7 @@ def test_llama_rates_come_from_server_timings(full_sweep: dict[str, Any]) -> Non
 def test_mlx_lm_has_no_prompt_rate_and_client_gen_rate(full_sweep: dict[str, Any]) -> None:
     for r in _rows(full_sweep, "mlx-lm"):
         assert r.prompt_tps is None and "mlx_lm.server" in r.null_reasons["prompt_tps"]
-        assert r.gen_tps is not None and r.sources["gen_tps"] == "client:stream-window"
+        assert r.gen_tps is not None and r.sources["gen_tps"].startswith("client:stream-window")
 
 
 def test_mlx_vlm_client_and_server_rates_agree(full_sweep: dict[str, Any]) -> None:
@@ -131,7 +131,9 @@ def test_sustained_rows_have_one_figure_per_window(full_sweep: dict[str, Any]) -
     for cand in ("llama", "mlx-lm", "mlx-vlm"):
         (r,) = _rows(full_sweep, cand, "sustained")
         assert r.status == "ok", r.error
-        assert r.window_tps is not None and len(r.window_tps) == 96 // 32
+        assert r.window_tps is not None
+        # One figure per window, unless a starved client read a window's tokens at once (then it says so).
+        assert len(r.window_tps) == 96 // 32 or "unmeasurable" in r.sources["window_tps"], r.sources
         assert r.sustain_ratio == pytest.approx(r.window_tps[-1] / r.window_tps[0])
 
 

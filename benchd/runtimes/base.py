@@ -222,9 +222,19 @@ class RuntimeAdapter:
         out["e2e_ms"] = result.e2e_ms
         out["sources"]["e2e_ms"] = "client:request-to-stream-end"
         tps = result.gen_tps_client(completion_tokens)
+        if tps is not None and result.arrivals < 2:
+            tps = None  # every token arrived in one read: there is no window to time
         out["gen_tps_client"] = tps
         if tps is not None:
-            out["sources"]["gen_tps_client"] = "client:stream-window"
+            source = "client:stream-window"
+            if result.arrivals < result.content_chunks / 2:  # bunched reads: say so, never hide it
+                source += f" (bunched: {result.arrivals} reads for {result.content_chunks} chunks)"
+            out["sources"]["gen_tps_client"] = source
+        elif result.content_chunks >= 2 and result.arrivals < 2:
+            out["null_reasons"]["gen_tps_client"] = (
+                "stream window unmeasurable: all content arrived in one read (client starved or server "
+                "faster than the client's reads)"
+            )
         else:
             out["null_reasons"]["gen_tps_client"] = (
                 "stream window too short (fewer than 2 content chunks or tokens)"

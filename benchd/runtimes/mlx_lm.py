@@ -83,9 +83,9 @@ class MlxLmAdapter(MlxServerAdapter):
         reasons.update(client.pop("null_reasons"))
         gen_tps = client["gen_tps_client"]
         if gen_tps is not None:
-            sources["gen_tps"] = "client:stream-window"
+            sources["gen_tps"] = sources["gen_tps_client"]
         else:
-            reasons["gen_tps"] = "mlx_lm.server reports no timings and the stream window is too short"
+            reasons["gen_tps"] = f"mlx_lm.server reports no timings, and {reasons['gen_tps_client']}"
         if spec_configured:
             drafts = dict.fromkeys(("draft_n", "draft_accepted", "draft_acceptance"), NO_DRAFT_COUNTS)
         else:
