@@ -195,15 +195,19 @@ def test_cancel_mid_probe(run_daemon, tiny_models, llama_server_bin) -> None:  #
 def test_kill9_then_restart_resumes_without_loss(run_daemon, tiny_models, llama_server_bin) -> None:  # type: ignore[no-untyped-def]
     d = run_daemon()
     c = d.client()
-    doc = sweep_doc(tiny_models.target, contexts=[64, 128], gen_tokens=12000, probes=3)
+    doc = sweep_doc(tiny_models.target, contexts=[64, 128], gen_tokens=1500, probes=4)
     doc["candidates"][0]["binary"] = str(llama_server_bin)
     job = c.submit(doc)["id"]
     total = c.job(job)["progress"]["total"]
     tail = subprocess.Popen([*d.benchctl_argv(), "tail", job, "--json"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=d.benchctl_env())
-    # kill mid-stream: at least two rows stored, the next probe generating
-    evs = wait_event(c, job, lambda es: sum(e["type"] == "probe_finished" for e in es) >= 2
-                     and es[-1]["type"] == "probe_started")
+    # kill mid-stream, hooked on the live event stream: two rows stored, the next probe generating
+    evs = []
+    for line in c.events(job, follow=True):
+        evs.append(json.loads(line))
+        if sum(e["type"] == "probe_finished" for e in evs) >= 2 and evs[-1]["type"] == "probe_started":
+            break
+    assert evs[-1]["type"] == "probe_started", [e["type"] for e in evs]
     pids = server_pids(evs)
     d.proc.send_signal(signal.SIGKILL)
     d.proc.wait(timeout=10)
