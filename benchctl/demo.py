@@ -78,11 +78,13 @@ def _run(args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, text=True, **kw)  # type: ignore[call-overload,no-any-return]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """`python -m benchctl.demo [STATE_DIR]` (default: the checkout's `state/`)."""
     from benchd.config import Config
     from benchd.tinymodels import ensure
 
-    state = ROOT / "state"
+    args = sys.argv[1:] if argv is None else argv
+    state = Path(args[0]).absolute() if args else ROOT / "state"
     env = dict(os.environ, BENCHD_STATE_DIR=str(state))
     env.pop("BENCHD_SOCKET", None)
     config = Config.resolve(state_dir=state)

@@ -280,6 +280,28 @@ class PromptsInfo(Struct, kw_only=True):
     null_reasons: dict[str, str] = {}
 
 
+class SleepInfo(Struct, kw_only=True):
+    """Whether the machine was kept awake while the job ran, per start/resume (from the job's events)."""
+
+    prevented: bool | None = None
+    methods: list[str] = []
+    reasons: list[str] = []
+    source: str | None = None
+
+
+def collect_sleep(events: Sequence[Any]) -> SleepInfo:
+    """`sleep_prevented` of every job_started/job_resumed: true only if every run segment held it."""
+    seen = [e.payload for e in events if e.type in ("job_started", "job_resumed") and "sleep_prevented" in e.payload]
+    if not seen:
+        return SleepInfo(reasons=["the job recorded no sleep-prevention state"])
+    return SleepInfo(
+        prevented=all(bool(p["sleep_prevented"]) for p in seen),
+        methods=sorted({str(p["sleep_method"]) for p in seen if p.get("sleep_method")}),
+        reasons=sorted({str(p["sleep_reason"]) for p in seen if p.get("sleep_reason")}),
+        source="event:job_started/job_resumed",
+    )
+
+
 def server_info(cand: str, rows: Sequence[Row], events: Sequence[Any]) -> tuple[str | None, str | None, str | None]:
     """(binary, server_version, where the version came from): the rows first, then `server_ready` events."""
     binary = next((r.binary for r in rows if r.candidate == cand and r.binary), None)

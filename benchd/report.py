@@ -202,7 +202,8 @@ def render_markdown(rb: Runbook) -> str:
               f"- cooldowns as they happened: {len(rb.cooldowns)}, total "
               f"{sum(cooldown_waited_s(c.payload) for c in rb.cooldowns):.1f} s waited",
               f"- prompts: corpus sha256 {rb.provenance.prompts.corpus_sha256 or 'null'}, template sha256 "
-              f"{rb.provenance.prompts.template_sha256 or 'null'}", "", "## Candidates", ""]
+              f"{rb.provenance.prompts.template_sha256 or 'null'}",
+              f"- sleep prevented while running: {_sleep_text(rb.provenance.sleep)}", "", "## Candidates", ""]
     h = ["candidate", "runtime", "model", "bytes", "sha256", "server version", "binary"]
     body = []
     for c in rb.provenance.candidates:
@@ -273,3 +274,10 @@ def render_csv(rb: Runbook) -> str:
 
 def find_cell(rb: Runbook, candidate: str, context: int) -> CellStats | None:
     return next((c for c in rb.cells if c.candidate == candidate and c.context == context), None)
+
+
+def _sleep_text(sleep: Any) -> str:
+    if sleep.prevented is None:
+        return "unknown — " + "; ".join(sleep.reasons or ["not recorded"])
+    how = ", ".join(sleep.methods) or "no method"
+    return f"{'yes' if sleep.prevented else 'no'} ({how}{'; ' + '; '.join(sleep.reasons) if sleep.reasons else ''})"

@@ -110,7 +110,7 @@ def build_row(
         exit_status=exit_status,
         log_tail=log_tail,
         sources=sources,
-        null_reasons={k: v for k, v in reasons.items() if fields.get(k) is None},
+        null_reasons={k: v for k, v in reasons.items() if k in Row.__struct_fields__ and fields.get(k) is None},
         **fields,
     )
 

@@ -63,6 +63,7 @@ class Provenance(Struct, kw_only=True):
     benchd: provenance.BenchdInfo
     candidates: list[provenance.CandidateProvenance]
     prompts: provenance.PromptsInfo
+    sleep: provenance.SleepInfo = msgspec.field(default_factory=provenance.SleepInfo)
 
 
 class CooldownHappened(Struct, kw_only=True):
@@ -183,7 +184,7 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
     prov = Provenance(
         collected_at=utcnow(), machine=provenance.collect_machine(), benchd=provenance.collect_benchd(),
         candidates=provenance.collect_candidates(config, sweep, rows, events),
-        prompts=provenance.collect_prompts(events),
+        prompts=provenance.collect_prompts(events), sleep=provenance.collect_sleep(events),
     )
     return Runbook(
         schema_version=RUNBOOK_SCHEMA_VERSION,
