@@ -35,7 +35,7 @@ def test_demo_runs_end_to_end(tmp_path: Path, cache_dir: Path, tiny_models: obje
     runbooks = sorted((state / "runbooks").glob("*.json"))
     assert len(runbooks) == 1
     doc = json.loads(runbooks[0].read_text())
-    assert doc["job"]["state"] == "succeeded" if "job" in doc and "state" in doc["job"] else True
+    assert doc["outcome"] == "succeeded" and doc["job"]["state"] == "succeeded"
     rows = doc["rows"]
     by_cand = {r["candidate"] for r in rows}
     assert by_cand == {"tiny-gguf", "tiny-gguf-draft", "tiny-mlx"}
