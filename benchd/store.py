@@ -283,6 +283,21 @@ class Store:
         cur = self._db.execute("SELECT result FROM evals WHERE job = ? ORDER BY candidate, task", (job,))
         return [_eval_dec.decode(r[0]) for (r) in cur.fetchall()]
 
+    def delete_jobs(self, job_ids: Iterable[str]) -> int:
+        """Forget finished jobs entirely (`benchctl prune`): job, events, rows, evals. Returns jobs deleted."""
+        ids = list(job_ids)
+        deleted = 0
+        with self._tx():
+            for jid in ids:
+                cur = self._db.execute(
+                    "DELETE FROM jobs WHERE id = ? AND state IN ('succeeded', 'failed', 'cancelled')", (jid,)
+                )
+                if cur.rowcount:
+                    deleted += 1
+                    for table in ("events", "rows", "evals"):
+                        self._db.execute(f"DELETE FROM {table} WHERE job = ?", (jid,))
+        return deleted
+
     def counts(self) -> dict[str, int]:
         """Row counts per table (the fuzz suite checks a rejected request changes none)."""
         return {t: int(self._db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in ("jobs", "events", "rows", "evals")}

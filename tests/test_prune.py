@@ -105,6 +105,7 @@ def _expected_deleted(w: dict[str, Any]) -> set[str]:
         str(w["state"] / "logs" / "job-old-0001"), str(w["state"] / "logs" / "job-locked-0001"),
         str(w["state"] / "logs" / "job-previous-0001"), str(w["logs_unknown_old"]),
         *(str(p) for p in w["runbook_old"]), str(w["model_old"]), str(w["runtime_old"]),
+        "job:job-old-0001",  # the store record; the locked jobs' records stay
     }
 
 
@@ -113,7 +114,7 @@ def test_dry_run_lists_and_deletes_nothing(world: dict[str, Any]) -> None:
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert {i["path"] for i in report["deleted"]} == _expected_deleted(world)
-    assert all(Path(p).exists() for p in _expected_deleted(world))
+    assert all(Path(p).exists() for p in _expected_deleted(world) if not p.startswith("job:"))
     kept = {k["path"]: k["why"] for k in report["kept"]}
     assert kept[str(world["runbook_locked"][0])] == "locked.toml refers to it"
     assert kept[str(world["runbook_previous"][0])] == "locked.toml refers to it"  # the [previous] lock too
@@ -136,6 +137,10 @@ def test_prune_deletes_exactly_the_old_things(world: dict[str, Any]) -> None:
         assert all(p.exists() for p in world[key]), key
     assert (world["state"] / "logs" / "job-recent-0001").exists()
     assert (world["state"] / "benchd.sqlite3").exists()
+    store = Store(world["state"] / "benchd.sqlite3")
+    left = {j.id for j in store.list_jobs(limit=100).jobs}
+    store.close()
+    assert left == {"job-locked-0001", "job-previous-0001", "job-recent-0001", "job-running-0001"}
     assert f"deleted {len(_expected_deleted(world))} items, " in done.stdout
     again = prune(world, "--older-than", "30d")
     assert again.returncode == 0 and "nothing older than 30d to delete" in again.stdout

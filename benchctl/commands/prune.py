@@ -9,8 +9,8 @@ Safety rules, in the order they are applied:
 - Age comes from the store when the job is known (`finished_at`), else from the files' newest mtime.
 - Only known kinds of files: `<state>/logs/<job>/`, `<state>/runbooks/<id>.{json,md,pareto.png,pareto.svg}`,
   `<cache>/models/<dir>` (tiny models: regenerated on demand) and `<cache>/runtimes/<dir>` that are not
-  the pinned versions. The daemon's own log and the store are never touched; job records stay in the
-  store (deleting them is the daemon's business).
+  the pinned versions, and finished jobs' records in the store (`job:<id>`: job, events, rows, evals).
+  The daemon's own log is never touched.
 
 Works without the daemon: it reads files and the SQLite store directly.
 """
@@ -195,6 +195,17 @@ def plan_prune(state_dir: Path, cache_dir: Path, older_than_s: float, now: float
             for f in files:
                 delete.append(Item("runbook", str(f), _size(f), age, why))
 
+    for job in sorted(jobs.values(), key=lambda j: j.id):
+        if job.state in UNFINISHED:
+            continue
+        age = _finished_age(job, now)
+        if age is None or age <= older_than_s:
+            continue
+        if lock_err or job.runbook_id in locked_ids or any(rid[11:] == job.id for rid in locked_ids):
+            kept.append(Kept(f"job:{job.id}", "locked.toml refers to its runbook" if not lock_err else "the lock is unreadable"))
+            continue
+        delete.append(Item("job-record", f"job:{job.id}", 0, age, f"job {job.state} {_age(age)} ago (store record)"))
+
     pinned: set[Path] = set()
     try:
         from benchd import provision
@@ -238,8 +249,8 @@ def prune(older_than: str, dry_run: bool, state_dir: str | None, as_json: bool) 
     """Delete old finished jobs' logs, old runbooks and stale cache dirs; say what went.
 
     Never deletes a runbook locked.toml refers to (its [previous] lock included), nor anything of a
-    job that has not finished. Tiny models are regenerated when next needed. Job records stay in the
-    store. Works without the daemon.
+    job that has not finished. Tiny models are regenerated when next needed. Finished jobs' records
+    (events, rows) leave the store too, unless the lock refers to their runbook. Works without the daemon.
 
     \b
     Examples:
@@ -257,7 +268,21 @@ def prune(older_than: str, dry_run: bool, state_dir: str | None, as_json: bool) 
     delete, kept, warnings = plan_prune(config.state_dir, config.cache_dir, seconds)
     errors: list[str] = []
     if not dry_run:
+        records = [i.path.removeprefix("job:") for i in delete if i.kind == "job-record"]
+        if records:
+            from benchd.store import Store
+
+            try:
+                store = Store(config.db_path)
+                try:
+                    store.delete_jobs(records)
+                finally:
+                    store.close()
+            except Exception as exc:  # reported, and the files are still pruned
+                errors.append(f"{config.db_path}: cannot delete job records ({type(exc).__name__}: {exc})")
         for item in delete:
+            if item.kind == "job-record":
+                continue
             path = Path(item.path)
             try:
                 shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
