@@ -284,18 +284,12 @@ class JobQueue:
             running = self._running = _Running(job_id, task)
             try:
                 outcome, error = await self._await_engine(running)
+                # Recorded before the sleep guard is released (that may take seconds): a cancel
+                # waiting on `done` must see the job cancelled within its 2 s.
+                self._record_end(job_id, outcome, error)
             finally:
                 self._running = None
-        try:
-            if outcome == "interrupted":
-                self._finish_interrupted(job_id, error or "benchd shut down")
-            else:
-                self._finish(job_id, outcome, error)
-        except sqlite3.Error as exc:
-            self.store_error = f"{type(exc).__name__}: {exc}"
-            log.error("could not record the end of job %s: %s", job_id, exc)
-        finally:
-            running.done.set()
+                running.done.set()
         if outcome in ("succeeded", "failed", "cancelled"):
             await self._write_runbook(job_id, outcome)
 
@@ -326,6 +320,16 @@ class JobQueue:
         if state not in ("succeeded", "failed"):
             return "failed", f"engine returned an unknown outcome {state!r}"
         return state, error
+
+    def _record_end(self, job_id: str, outcome: str, error: str | None) -> None:
+        try:
+            if outcome == "interrupted":
+                self._finish_interrupted(job_id, error or "benchd shut down")
+            else:
+                self._finish(job_id, outcome, error)
+        except sqlite3.Error as exc:
+            self.store_error = f"{type(exc).__name__}: {exc}"
+            log.error("could not record the end of job %s: %s", job_id, exc)
 
     def _finish(self, job_id: str, outcome: str, error: str | None) -> None:
         done = self.store.count_rows(job_id)
