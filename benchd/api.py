@@ -248,13 +248,22 @@ async def list_jobs(request: web.Request) -> web.Response:
     if cursor is not None and not _JOB_ID.fullmatch(cursor):
         raise BenchdError("invalid_cursor", "cursor must be a job id from a previous page's next_cursor", "cursor")
     page = ctx.store.list_jobs(state=state, limit=limit, before=cursor)
-    page.jobs = [_with_eta(j) for j in page.jobs]
+    page.jobs = [_with_store_error(ctx, _with_eta(j)) for j in page.jobs]
     return _json(page)
+
+
+def _with_store_error(ctx: Ctx, job: Job) -> Job:
+    """While a store write failure holds a job up, the job says so (the store cannot record it)."""
+    q = ctx.queue
+    if q.store_error and q.store_error_job == job.id and job.state in ("running", "interrupted"):
+        note = f"the state store could not be written ({q.store_error}); the job resumes when it can"
+        return msgspec.structs.replace(job, error=note)
+    return job
 
 
 async def get_job(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
-    return _json(_with_eta(ctx.store.get_job(_job_id(request))))
+    return _json(_with_store_error(ctx, _with_eta(ctx.store.get_job(_job_id(request)))))
 
 
 async def cancel_job(request: web.Request) -> web.Response:

@@ -141,6 +141,8 @@ class JobQueue:
         self._task: asyncio.Task[None] | None = None
         #: The last store write failure (disk full…), shown by /v1/health; cleared by the next success.
         self.store_error: str | None = None
+        #: The job whose run that failure stopped (the API shows the failure on it while it lasts).
+        self.store_error_job: str | None = None
 
     # -------------------------------------------------------------------------------- public
 
@@ -222,6 +224,7 @@ class JobQueue:
     async def run(self) -> None:
         while not self._stopping:
             try:
+                self._recover_stranded()
                 job, delay = await self._pick()
             except sqlite3.Error as exc:
                 self.store_error = f"{type(exc).__name__}: {exc}"
@@ -240,6 +243,19 @@ class JobQueue:
                 self.store_error = f"{type(exc).__name__}: {exc}"
                 log.error("store error while running job %s: %s", job.id, exc)
                 await asyncio.sleep(5.0)
+
+    def _recover_stranded(self) -> None:
+        """A job the store still calls `running` while no task runs it: a store write failed (disk full)
+        while its end was being recorded. Interrupt it once the store writes again, so it resumes;
+        raises sqlite3.Error while the store still cannot write (the loop retries)."""
+        if self._running is not None or not self.store.jobs_in_states("running"):
+            return
+        reason = f"the state store could not be written ({self.store_error or 'unknown error'}); it resumes now"
+        for job in self.store.jobs_in_states("running"):
+            self._emit(self.store.transition(job.id, "job_interrupted", {"reason": reason}, state="interrupted"))
+            log.warning("job %s resumes after a store write failure", job.id)
+        self.store_error = None
+        self.store_error_job = None
 
     async def _pick(self) -> tuple[Job | None, float | None]:
         """The next job to run (interrupted first, then FIFO of the eligible), or how long to sleep."""
@@ -311,6 +327,12 @@ class JobQueue:
             if running.cancel_reason == "user":
                 return "cancelled", None
             return "interrupted", "benchd shut down while the job ran"
+        except sqlite3.Error as exc:
+            # Not the job's fault (disk full, I/O error): interrupt it, resume once the store writes again.
+            self.store_error = f"{type(exc).__name__}: {exc}"
+            self.store_error_job = running.job_id
+            log.error("job %s stopped: the state store failed: %s", running.job_id, exc)
+            return "interrupted", f"the state store could not be written ({self.store_error})"
         except Exception as exc:
             log.exception("job %s: the engine raised", running.job_id)
             return "failed", f"engine error: {type(exc).__name__}: {exc}"

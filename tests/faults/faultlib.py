@@ -236,7 +236,7 @@ It accepts llama-server's flags (-m, --host, --port, -c, ...) and ignores all bu
 
 Modes: garbage (non-SSE bytes on the chat stream), early-close (two content chunks, then the
 connection is closed without [DONE]), never-healthy (503 "Loading model" forever), chatty (writes
-FAKE_CHATTY_MB megabytes to stdout while serving good answers), ok (good answers).
+FAKE_CHATTY_MB megabytes to stdout at FAKE_CHATTY_MBPS MB/s while serving good answers), ok (good answers).
 """
 import json, os, socket, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -317,12 +317,16 @@ class H(BaseHTTPRequestHandler):
 
 def chatter():
     mb = float(os.environ.get("FAKE_CHATTY_MB", "0"))
-    line = ("chatty log line " * 8 + "\n").encode()
+    rate = float(os.environ.get("FAKE_CHATTY_MBPS", "8")) * 1024 * 1024
+    block = ("chatty log line " * 8 + "\n").encode() * 512
     written = 0
+    t0 = time.monotonic()
     while written < mb * 1024 * 1024:
-        os.write(1, line * 256)
-        written += len(line) * 256
-        time.sleep(0.001)
+        os.write(1, block)
+        written += len(block)
+        ahead = written / rate - (time.monotonic() - t0)
+        if ahead > 0:
+            time.sleep(ahead)
     print(f"chatty: wrote {written} bytes", flush=True)
 
 

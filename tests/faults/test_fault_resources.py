@@ -1,0 +1,204 @@
+"""Part 3 of issue 8: a full disk under the state dir, a chatty server's log, and the daemon's own memory
+over a 5,000-cell sweep — all through a REAL benchd process.
+
+The full disk is a real tmpfs of a few MB mounted on the state dir (needs root; CI runs as root) and
+filled by the test. The chatty server and the 5,000-cell sweep use the FAKE server of
+`faultlib.FAKE_SERVER` as the candidate's binary: a real llama-server cannot be made to log megabytes,
+and on this shared 2-core machine a real tiny llama-server probe costs ~90 ms (5,000 cells ≈ 8 min,
+measured with the same sweep shape) against ~17 ms with the fake. The memory figure is the DAEMON's
+RSS (psutil, sampled every 0.25 s), whose work per cell — engine, cooldown, prompt sizing through
+/tokenize, streamed probe, row + event commit, event stream to a follower — is the real code either way.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from faultlib import (
+    Follower,
+    figure,
+    read_events,
+    read_rows,
+    rss_bytes,
+    sweep_doc,
+    tagged_processes,
+    wait_until,
+    write_fake_server,
+)
+
+from benchd.config import LOG_CAP_BYTES
+
+pytestmark = [pytest.mark.slow]
+
+TERMINAL = ("job_finished", "job_failed", "job_cancelled")
+
+
+# ------------------------------------------------------------------------------------------ full disk
+
+
+@pytest.fixture
+def small_tmpfs(short_base: Path):  # type: ignore[no-untyped-def]
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    mnt = short_base / "s"
+    mnt.mkdir(mode=0o700)
+    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m,mode=0700", "tmpfs", str(mnt)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {out.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def fill(folder: Path) -> Path:
+    """Write zeros until the file system says ENOSPC; returns the filler file."""
+    path = folder / "filler"
+    block = b"\0" * 65536
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(block)
+                f.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+    return path
+
+
+@pytest.mark.real
+@pytest.mark.root
+def test_full_disk_is_reported_rows_kept_and_the_job_recovers(
+        small_tmpfs: Path, run_daemon, tiny_models, llama_server_bin) -> None:  # type: ignore[no-untyped-def]
+    d = run_daemon()
+    assert d.state_dir == small_tmpfs
+    tag = f"fulldisk-{os.getpid()}"
+    doc = sweep_doc(tiny_models.target, contexts=[32, 48], gen_tokens=16, probes=8, binary=llama_server_bin,
+                    tag=tag, cooldown_s=0.2)
+    c = d.client()
+    job = c.submit(doc)["id"]
+    total = c.job(job)["progress"]["total"]
+    wait_until(lambda: len(read_rows(d.state_dir, job)) >= 3, timeout=120, what="3 rows committed")
+    filler = fill(small_tmpfs)
+    before = {(r.candidate, r.context, r.kind, r.probe): r for r in read_rows(d.state_dir, job)}
+    health = wait_until(lambda: (h := c.health())["store_error"] and h, timeout=60,
+                        what="/v1/health to report the store error")
+    assert "full" in health["store_error"].lower(), health
+    got = c.job(job)
+    assert got["error"] and "full" in got["error"].lower(), got  # the job says why it stopped moving
+    assert got["state"] in ("running", "interrupted"), got
+    print(f"\n[faults] full disk: health store_error={health['store_error']!r}; job {got['state']}: {got['error']!r}")
+    # every row committed before the disk filled is still there
+    now = {(r.candidate, r.context, r.kind, r.probe): r for r in read_rows(d.state_dir, job)}
+    assert all(now.get(k) == v for k, v in before.items())
+    # space returns: the daemon clears the error and the job runs to its end
+    filler.unlink()
+    wait_until(lambda: read_events(d.state_dir, job)[-1]["type"] in TERMINAL, timeout=240, interval=0.2,
+               what="the job to end after space returned")
+    evs = read_events(d.state_dir, job)
+    assert evs[-1]["type"] == "job_finished"
+    assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
+    rows = read_rows(d.state_dir, job)
+    assert len(rows) == total and all(r.status == "ok" for r in rows), [r.error for r in rows]
+    final = {(r.candidate, r.context, r.kind, r.probe): r for r in rows}
+    assert all(final[k] == v for k, v in before.items())
+    assert c.health()["store_error"] is None
+    assert c.job(job)["state"] == "succeeded"
+    wait_until(lambda: not tagged_processes(tag), timeout=10, what="servers gone")
+    figure("full_disk_rows_kept", len(before))
+
+
+# ------------------------------------------------------------------------------------------ chatty server
+
+
+def test_chatty_server_log_is_capped_and_rotated(run_daemon, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    d = run_daemon()
+    fake = write_fake_server(tmp_path)
+    chatty_mb = 3 * LOG_CAP_BYTES / 1024 / 1024
+    cand = {"id": "chatty", "runtime": "llama-server", "model": "/nonexistent/fake.gguf", "binary": str(fake),
+            "ctx_size": 4096, "env": {"FAKE_MODE": "chatty", "FAKE_CHATTY_MB": str(chatty_mb), "FAKE_CHATTY_MBPS": "8"}}
+    # enough cells that the server lives while it writes its megabytes
+    doc = sweep_doc("/x", contexts=[16], gen_tokens=1, probes=400, binary=None, candidates=[cand], cooldown_s=0.02)
+    job = d.client().submit(doc)["id"]
+    log = d.state_dir / "logs" / job / "chatty.log"
+    rotated = log.with_name(log.name + ".1")
+    sizes: list[tuple[int, int]] = []
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            a = log.stat().st_size
+        except OSError:
+            a = 0
+        try:
+            b = rotated.stat().st_size
+        except OSError:
+            b = 0
+        sizes.append((a, b))
+        if read_events(d.state_dir, job)[-1]["type"] in TERMINAL:
+            break
+        time.sleep(0.05)
+    text = log.read_text(errors="replace") + (rotated.read_text(errors="replace") if rotated.exists() else "")
+    assert "chatty log line" in text
+    max_log = max(a for a, _ in sizes)
+    max_total = max(a + b for a, b in sizes)
+    print(f"\n[faults] chatty server wrote {chatty_mb:.0f} MB at 8 MB/s; largest .log seen {max_log / 2**20:.2f} MiB, "
+          f"largest .log + .log.1 {max_total / 2**20:.2f} MiB (cap {LOG_CAP_BYTES / 2**20:.0f} MiB, "
+          f"{len(sizes)} samples)")
+    assert rotated.exists(), "the log was never rotated"
+    assert max_log <= LOG_CAP_BYTES, f"server log grew to {max_log} bytes, over the {LOG_CAP_BYTES}-byte cap"
+    assert max_total <= 2 * LOG_CAP_BYTES
+    figure("chatty_log_max_bytes", max_log, add=False)
+    figure("log_cap_bytes", LOG_CAP_BYTES, add=False)
+
+
+# ------------------------------------------------------------------------------------------ memory
+
+
+def test_daemon_rss_over_a_5000_cell_sweep(run_daemon, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    d = run_daemon()
+    fake = write_fake_server(tmp_path)
+    cand = {"id": "cheap", "runtime": "llama-server", "model": "/nonexistent/fake.gguf", "binary": str(fake),
+            "ctx_size": 4096, "env": {"FAKE_MODE": "ok"}}
+    doc = sweep_doc("/x", contexts=list(range(16, 26)), gen_tokens=1, probes=500, binary=None, candidates=[cand])
+    c = d.client()
+    rss0 = rss_bytes(d.pid)
+    t0 = time.monotonic()
+    job = c.submit(doc)["id"]
+    assert c.job(job)["progress"]["total"] == 5000
+    samples: list[int] = []
+    n_events = [0]
+
+    def follow() -> None:  # a client reading the whole event stream, as `benchctl tail` would
+        f = Follower(d.socket, job)
+        try:
+            while (ev := f.next(timeout=600)) is not None:
+                n_events[0] += 1
+                if ev["type"] in TERMINAL:
+                    return
+        finally:
+            f.close()
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    while reader.is_alive() and time.monotonic() - t0 < 600:
+        samples.append(rss_bytes(d.pid))
+        c.job(job)  # the API path too
+        time.sleep(0.25)
+    reader.join(timeout=5)
+    elapsed = time.monotonic() - t0
+    rows = read_rows(d.state_dir, job)
+    peak = max(samples)
+    print(f"\n[faults] 5,000-cell sweep (fake server, real daemon): {len(rows)} rows, {n_events[0]} events "
+          f"streamed in {elapsed:.0f} s; daemon RSS {rss0 / 2**20:.1f} MiB at start, peak "
+          f"{peak / 2**20:.1f} MiB, last {samples[-1] / 2**20:.1f} MiB ({len(samples)} samples)")
+    assert len(rows) == 5000 and all(r.status == "ok" for r in rows[:50])
+    assert peak < 200 * 2**20
+    figure("rss_5000_cells_peak_mib", round(peak / 2**20, 1), add=False)
+    figure("rss_5000_cells_start_mib", round(rss0 / 2**20, 1), add=False)
+    figure("rss_5000_cells_events_streamed", n_events[0], add=False)
