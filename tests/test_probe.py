@@ -235,3 +235,28 @@ async def test_double_no_usage_chunk() -> None:
 
     r = await run_double(handler)
     assert r.status == "failed" and "without a usage" in (r.error or "")
+
+
+def _result_with_reads(reads: list[tuple[float, int]]) -> probe.ProbeResult:
+    """A ProbeResult whose content chunks arrived in the given (read time, chunks) socket reads."""
+    times = [t for t, k in reads for _ in range(k)]
+    return probe.ProbeResult(status="ok", error=None, http_status=200, started=0.0, ended=times[-1],
+                             first_content=times[0], last_content=times[-1], content_chunks=len(times),
+                             chunk_times=times)
+
+
+def test_gen_tps_client_bunched_first_read_uses_read_ends() -> None:
+    """Pure arithmetic, no server: a real server cannot be made to coalesce chunks on demand.
+
+    A server producing 1 token / 10 ms; the starved client got tokens 1-5 in one read at t=0.04 (when
+    token 5 was produced), then one per read up to token 10 at t=0.09, then the final read. The plain
+    first-to-last window (0.04..0.09, 9 intervals) would say 180 tok/s; the read-end window says 100."""
+    reads = [(0.04, 5)] + [(0.01 * i, 1) for i in range(5, 10)]
+    r = _result_with_reads(reads)
+    assert r.gen_tps_client() == pytest.approx(100.0)
+    # Unbunched: the plain (n - 1) / (last - first) window, unchanged.
+    r = _result_with_reads([(0.01 * i, 1) for i in range(10)])
+    assert r.gen_tps_client() == pytest.approx(9 / 0.09)
+    # A bunched final read (the server finished before the client woke) is not used as an end point.
+    r = _result_with_reads([(0.01 * i, 1) for i in range(8)] + [(0.5, 2)])
+    assert r.gen_tps_client() == pytest.approx(100.0)
