@@ -82,7 +82,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
 def main() -> None:
     """Entry point: click handles usage errors (exit 2); anything unexpected is one line unless --debug."""
     try:
-        cli.main(standalone_mode=False)
+        # standalone_mode=False: click returns a command's exit code instead of exiting; pass it on.
+        rc = cli.main(standalone_mode=False)
+        sys.exit(rc if isinstance(rc, int) else 0)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
