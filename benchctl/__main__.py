@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "submit": ("jobs", "submit", "Queue a sweep (now, --at a time, or --when idle/ac-power)."),
     "jobs": ("jobs", "jobs", "List jobs."),
     "status": ("jobs", "status", "Show a job (default: the running or newest one)."),
-    "tail": ("jobs", "tail", "Follow a job's progress until it ends."),
+    "tail": ("tail", "tail", "Follow a job's progress until it ends."),
     "cancel": ("jobs", "cancel", "Cancel a queued or running job."),
     "logs": ("logs", "logs", "Read the daemon's log or a server's log."),
     "report": ("report", "report", "Report a runbook: medians, spread, nulls with reasons, Pareto."),

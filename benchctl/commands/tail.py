@@ -1,0 +1,191 @@
+"""`benchctl tail`: follow a job's events to a terminal one — a rich progress view on a TTY, plain lines
+otherwise, NDJSON with --json — reconnecting with `since` across daemon restarts for up to a minute.
+
+Also used by `submit --follow`. Split from `jobs.py` to keep each module small; the socket client and
+exit-code helpers live there.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import click
+
+from benchctl import exitcodes
+from benchctl.commands.jobs import (
+    RECONNECT_FOR_S,
+    TERMINAL_EXIT,
+    _call,
+    _client,
+    _fail,
+    json_option,
+    socket_option,
+)
+
+
+def stream_events(client: Any, job_id: str, sleep: Callable[[float], None] = time.sleep,
+                  reconnect_for_s: float = RECONNECT_FOR_S) -> Iterator[bytes]:
+    """Every event line of a job up to its terminal event, across daemon restarts.
+
+    When the stream drops or ends without a terminal event (the daemon stopped), reconnect with `since`
+    for up to `reconnect_for_s`, then raise Unreachable.
+    """
+    from benchctl.client import Unreachable
+
+    since = 0
+    gone_at: float | None = None
+    while True:
+        try:
+            for line in client.events(job_id, since=since, follow=True):
+                gone_at = None
+                ev = json.loads(line)
+                since = int(ev["seq"])
+                yield line
+                if ev["type"] in TERMINAL_EXIT:
+                    return
+        except Unreachable:
+            pass
+        now = time.monotonic()
+        gone_at = gone_at if gone_at is not None else now
+        if now - gone_at > reconnect_for_s:
+            raise Unreachable(client.socket_path, "gone for longer than the reconnect window")
+        sleep(1.0)
+
+
+def follow_job(client: Any, job_id: str, as_json: bool) -> int:
+    """Follow to a terminal event; returns the exit code (0 succeeded, 1 failed, 4 cancelled, 3 gone)."""
+    from benchctl.client import ApiError, Unreachable
+
+    job = _call(lambda: client.job(job_id))
+    renderer: _Plain | _Rich
+    if as_json:
+        renderer = _Plain(job, raw=True)
+    elif sys.stdout.isatty():
+        renderer = _Rich(job)
+    else:
+        renderer = _Plain(job, raw=False)
+    code = exitcodes.UNREACHABLE
+    try:
+        with renderer:
+            for line in stream_events(client, job_id):
+                ev = json.loads(line)
+                renderer.event(line, ev)
+                if ev["type"] in TERMINAL_EXIT:
+                    code = TERMINAL_EXIT[ev["type"]]
+    except Unreachable as exc:
+        raise _fail(str(exc), exitcodes.UNREACHABLE) from exc
+    except ApiError as exc:
+        raise _fail(f"error: {exc}", exitcodes.BAD_INPUT) from exc
+    if not as_json and code != exitcodes.UNREACHABLE:
+        _say_runbook(client, job_id)
+    return code
+
+
+def _say_runbook(client: Any, job_id: str, wait_s: float = 15.0) -> None:
+    """The runbook is written just after the terminal event: wait briefly and name it."""
+    from benchctl.client import ClientError
+
+    deadline = time.monotonic() + wait_s
+    job: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        try:
+            job = client.job(job_id)
+        except ClientError:
+            return
+        if job.get("runbook_id") or "runbook not written" in (job.get("error") or ""):
+            break
+        if not (job.get("progress") or {}).get("done"):
+            return  # no rows: no runbook is coming
+        time.sleep(0.25)
+    if job.get("runbook_id"):
+        click.echo(f"runbook: {job['runbook_id']} (benchctl report {job['runbook_id']})")
+    elif job.get("error"):
+        click.echo(f"error: {job['error']}")
+
+
+def _row_text(row: dict[str, Any]) -> str:
+    def f(key: str, fmt: str) -> str:
+        v = row.get(key)
+        return "null" if v is None else format(v, fmt)
+
+    base = (f"{row.get('candidate')} ctx {row.get('context')} {row.get('kind')} #{row.get('probe')}: "
+            f"{row.get('status')}")
+    if row.get("status") != "ok":
+        return f"{base} ({row.get('error') or 'no reason given'})"
+    return (f"{base}  gen {f('gen_tps', '.1f')} tok/s  prompt {f('prompt_tps', '.1f')} tok/s  "
+            f"ttft {f('ttft_ms', '.0f')} ms  mem {f('mem_peak_bytes', ',')} B")
+
+
+def _event_text(ev: dict[str, Any]) -> str:
+    p = ev.get("payload") or {}
+    if ev["type"] == "probe_finished" and isinstance(p.get("row"), dict):
+        return _row_text(p["row"])
+    detail = " ".join(f"{k}={v}" for k, v in p.items() if not isinstance(v, (dict, list)) and v is not None)
+    return f"{ev['type']} {detail}".rstrip()
+
+
+class _Plain:
+    def __init__(self, job: dict[str, Any], raw: bool) -> None:
+        self.raw = raw
+
+    def __enter__(self) -> _Plain:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def event(self, line: bytes, ev: dict[str, Any]) -> None:
+        if self.raw:
+            sys.stdout.buffer.write(line + b"\n")
+        else:
+            sys.stdout.write(f"{ev['time'][11:19]} #{ev['seq']} {_event_text(ev)}\n")
+        sys.stdout.flush()
+
+
+class _Rich:
+    """A progress bar (rows done/total, ETA) with each finished row printed above it as it lands."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        prog = job.get("progress") or {}
+        self.total = int(prog.get("total") or 0)
+        self.done_keys: set[tuple[Any, ...]] = set()
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("eta"), TimeRemainingColumn())
+        self.task = self.progress.add_task(job.get("name", job["id"]), total=self.total or None)
+
+    def __enter__(self) -> _Rich:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def event(self, line: bytes, ev: dict[str, Any]) -> None:
+        row = (ev.get("payload") or {}).get("row")
+        if ev["type"] == "probe_finished" and isinstance(row, dict):
+            if row.get("status") != "aborted":
+                self.done_keys.add((row.get("candidate"), row.get("context"), row.get("kind"), row.get("probe")))
+                self.progress.update(self.task, completed=len(self.done_keys))
+            self.progress.console.print(_row_text(row), highlight=False, markup=False)
+        elif ev["type"] in ("job_started", "job_resumed", "job_interrupted", *TERMINAL_EXIT, "server_crashed"):
+            self.progress.console.print(_event_text(ev), style="bold", highlight=False, markup=False)
+        else:
+            self.progress.update(self.task, description=_event_text(ev)[:60])
+
+
+@click.command()
+@click.argument("job_id")
+@socket_option
+@json_option
+def tail(job_id: str, socket_path: str | None, as_json: bool) -> None:
+    """Follow a job until it ends (exit 0 succeeded, 1 failed, 4 cancelled, 3 daemon gone)."""
+    raise SystemExit(follow_job(_client(socket_path), job_id, as_json))
+
+
+__all__ = ["follow_job", "stream_events", "tail"]
