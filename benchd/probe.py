@@ -105,7 +105,8 @@ class ProbeResult:
         read carried several content chunks (and there are 3+ reads), the window therefore runs from
         the END of the first read to the END of the second-to-last read, counting the chunks in
         between: while the server is still producing, a read's last chunk is at most about one token
-        interval old. Unbunched streams keep the plain first-to-last window. Measured (benchmarks/fidelity.py, loaded 2-core machine): max
+        interval old. Unbunched streams keep the plain first-to-last window; bunched streams of fewer
+        than 3 reads have no trustworthy window (None). Measured (benchmarks/fidelity.py, loaded 2-core machine): max
         client/server ratio 1.17 -> 1.01 (llama-server, 64 tokens), 1.44 -> 1.05 (mlx_vlm).
         """
         n = completion_tokens if completion_tokens is not None else self.content_chunks
@@ -123,6 +124,8 @@ class ProbeResult:
             if bunched and len(ends) >= 3 and ends[-2][0] > ends[0][0]:
                 (t0, c0), (t1, c1) = ends[0], ends[-2]
                 return (c1 - c0) / (t1 - t0) * (n - 1) / (len(times) - 1)
+            if bunched:
+                return None  # two bunched reads have no fresh window (measured: ratios up to 55x)
         window = self.last_content - self.first_content
         return (n - 1) / window if window > 0 else None
 

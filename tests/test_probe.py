@@ -95,7 +95,7 @@ async def test_probe_llama_server(llama_server) -> None:
     assert n.cached_tokens == 0  # cache_prompt: false
     assert n.gen_tokens == 48 and n.prompt_tokens is not None and n.prompt_tokens > 300
     assert n.prompt_tps and n.gen_tps and n.sources["gen_tps"] == "server:timings"
-    assert n.gen_tps_client and n.sources["gen_tps_client"] == "client:stream-window"
+    assert n.gen_tps_client and n.sources["gen_tps_client"].startswith("client:stream-window")  # may be flagged "(bunched: …)" under load
     assert 0 < n.ttft_ms < n.e2e_ms  # type: ignore[operator]
     assert before is not None and after is not None
     diff = probe.counter_diff(before, after)
@@ -260,3 +260,9 @@ def test_gen_tps_client_bunched_first_read_uses_read_ends() -> None:
     # A bunched final read (the server finished before the client woke) is not used as an end point.
     r = _result_with_reads([(0.01 * i, 1) for i in range(8)] + [(0.5, 2)])
     assert r.gen_tps_client() == pytest.approx(100.0)
+
+
+def test_gen_tps_client_two_bunched_reads_is_none() -> None:
+    """Two reads, one of them bunched: no fresh end point exists, so no rate (not a 50x outlier)."""
+    assert _result_with_reads([(0.0, 1), (0.001, 63)]).gen_tps_client() is None
+    assert _result_with_reads([(0.0, 1), (0.01, 1)]).gen_tps_client() == pytest.approx(100.0)

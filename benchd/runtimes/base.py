@@ -230,10 +230,10 @@ class RuntimeAdapter:
             if result.arrivals < result.content_chunks / 2:  # bunched reads: say so, never hide it
                 source += f" (bunched: {result.arrivals} reads for {result.content_chunks} chunks)"
             out["sources"]["gen_tps_client"] = source
-        elif result.content_chunks >= 2 and result.arrivals < 2:
+        elif result.content_chunks >= 2 and result.arrivals < 3:
             out["null_reasons"]["gen_tps_client"] = (
-                "stream window unmeasurable: all content arrived in one read (client starved or server "
-                "faster than the client's reads)"
+                f"stream window unmeasurable: all content arrived in {result.arrivals} socket read(s) "
+                "(client starved or server faster than the client's reads)"
             )
         else:
             out["null_reasons"]["gen_tps_client"] = (
