@@ -63,6 +63,8 @@ def read_sweep_dict(path: Path | str) -> dict[str, Any]:
         raise BenchdError("malformed", f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})", None) from exc
     except tomllib.TOMLDecodeError as exc:
         raise BenchdError("malformed", f"{p}: not valid TOML: {exc}", None) from exc
+    except RecursionError as exc:  # tomllib recurses per nesting level (found by the fault suite's fuzzer)
+        raise BenchdError("malformed", f"{p}: arrays or tables nested too deeply", None) from exc
     return resolve_paths(data, p.absolute().parent)
 
 
@@ -73,6 +75,8 @@ def load_sweep(path: Path | str) -> Sweep:
         return msgspec.convert(data, Sweep)
     except msgspec.ValidationError as exc:
         raise from_validation(exc, str(Path(path).expanduser())) from exc
+    except RecursionError as exc:
+        raise BenchdError("malformed", f"{Path(path).expanduser()}: values nested too deeply", None) from exc
 
 
 def sweep_to_dict(sweep: Sweep) -> dict[str, Any]:

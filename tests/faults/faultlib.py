@@ -351,3 +351,93 @@ def iter_lines(path: Path) -> Iterator[str]:
         yield from path.read_text(errors="replace").splitlines()
     except OSError:
         return
+
+
+# ------------------------------------------------------------------------------------------ raw HTTP
+
+
+class RawHttp:
+    """HTTP/1.1 over the daemon's Unix socket with one persistent (keep-alive) connection.
+
+    Hand-written so the fuzzer controls every byte of the request and pays no client overhead per
+    request; reconnects (and counts it) when the daemon closes the connection, e.g. after a 413.
+    """
+
+    def __init__(self, sock_path: Path, timeout: float = 30.0) -> None:
+        self.sock_path = sock_path
+        self.timeout = timeout
+        self.sock: socket.socket | None = None
+        self.buf = b""
+        self.reconnects = 0
+
+    def _connect(self) -> socket.socket:
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(self.timeout)
+        s.connect(str(self.sock_path))
+        self.buf = b""
+        return s
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def _recv(self) -> bytes:
+        assert self.sock is not None
+        data = self.sock.recv(262144)
+        if not data:
+            raise ConnectionError("closed by the daemon")
+        return data
+
+    def _read_until(self, marker: bytes) -> bytes:
+        while marker not in self.buf:
+            self.buf += self._recv()
+        head, self.buf = self.buf.split(marker, 1)
+        return head
+
+    def _read_n(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            self.buf += self._recv()
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def request(self, method: str, target: str, body: bytes = b"",
+                headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+        for attempt in (0, 1):
+            if self.sock is None:
+                self.sock = self._connect()
+                if attempt:
+                    self.reconnects += 1
+            try:
+                return self._exchange(method, target, body, headers or {})
+            except (ConnectionError, BrokenPipeError) as exc:
+                self.close()
+                if attempt:
+                    raise ConnectionError(f"daemon closed the connection twice: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    def _exchange(self, method: str, target: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        assert self.sock is not None
+        hdrs = {"Host": "benchd", "Content-Length": str(len(body)), **headers}
+        head = f"{method} {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in hdrs.items()) + "\r\n"
+        try:
+            self.sock.sendall(head.encode("latin-1") + body)
+        except BrokenPipeError:
+            pass  # the daemon may answer (413) and close before reading it all
+        status_line, *lines = self._read_until(b"\r\n\r\n").decode("latin-1").split("\r\n")
+        status = int(status_line.split()[1])
+        out = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines)}
+        if out.get("transfer-encoding") == "chunked":
+            data = b""
+            while True:
+                size = int(self._read_until(b"\r\n").split(b";")[0] or b"0", 16)
+                if size == 0:
+                    self._read_until(b"\r\n")
+                    break
+                data += self._read_n(size)
+                self._read_n(2)
+        else:
+            data = self._read_n(int(out.get("content-length", "0")))
+        if out.get("connection", "").lower() == "close":
+            self.close()
+        return status, out, data
