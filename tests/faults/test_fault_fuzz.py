@@ -124,7 +124,9 @@ def bad_submit(draw: st.DrawFn) -> tuple[str, bytes]:
         else:
             sweep[field] = value
     elif kind == "int_wrong_type":
-        sweep[draw(st.sampled_from(["gen_tokens", "probes", "warmup", "contexts"]))] = draw(not_int)
+        field = draw(st.sampled_from(["gen_tokens", "probes", "warmup", "contexts"]))
+        value = draw(not_int.filter(lambda v: not isinstance(v, list)))
+        sweep[field] = [value] if field == "contexts" and draw(st.booleans()) else value
     elif kind == "name_invalid":
         sweep["name"] = draw(st.one_of(not_str, st.text(max_size=120).filter(
             lambda s: not (s and s[0].isascii() and s[0].isalnum() and len(s) <= 100
