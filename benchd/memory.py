@@ -167,6 +167,41 @@ def _swap() -> tuple[int, int] | None:
     return int(s.sin), int(s.sout)
 
 
+def _proc_tree(root: int) -> set[int] | None:
+    """{root} + descendants from /proc/PID/task/TID/children; None when that file is unavailable
+    (not Linux, or a kernel without CONFIG_PROC_CHILDREN): the caller falls back to psutil."""
+    if not sys.platform.startswith("linux"):
+        return None
+    seen = {root}
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            if pid == root:
+                return set()
+            continue  # a descendant exited meanwhile
+        except OSError:
+            return None
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                if os.path.exists(f"/proc/{pid}/task/{tid}"):
+                    return None  # the task lives but has no children file: CONFIG_PROC_CHILDREN off
+                continue  # that thread (or the process) exited meanwhile
+            except OSError:
+                return None
+            for c in data.split():
+                child = int(c)
+                if child not in seen:
+                    seen.add(child)
+                    stack.append(child)
+    return seen
+
+
 class MemorySampler:
     """Samples `root_pid` and its descendants at `rate_hz` on the running event loop."""
 
@@ -192,7 +227,15 @@ class MemorySampler:
     # ------------------------------------------------------------------------------------- tree
 
     def tree(self) -> set[int]:
-        """Root plus its live descendants now (empty when the root is gone)."""
+        """Root plus its live descendants now (empty when the root is gone).
+
+        Linux: walks `/proc/PID/task/*/children` from the root (a few reads for a server's tree);
+        psutil's `children()` reads /proc/*/stat of EVERY process on the machine. Measured with
+        cProfile over a 20-probe engine run: psutil's ppid_map was 61 calls, 0.105 s of the engine's
+        0.54 CPU-s (reset_peak, start and stop each ask for the tree, plus the 1 s refresh)."""
+        kids_proc = _proc_tree(self.root_pid)
+        if kids_proc is not None:
+            return kids_proc
         try:
             root = psutil.Process(self.root_pid)
             kids = root.children(recursive=True)
