@@ -45,7 +45,9 @@ def test_demo_runs_end_to_end(tmp_path: Path, cache_dir: Path, tiny_models: obje
     assert all(r["mem_peak_bytes"] and r["mem_peak_bytes"] > 0 for r in ok)
     assert (state / "runbooks" / (runbooks[0].stem + ".md")).stat().st_size > 0
     assert (state / "runbooks" / (runbooks[0].stem + ".pareto.png")).stat().st_size > 0
-    leftovers = [p for p in psutil.process_iter(["pid", "name", "cmdline"])
-                 if p.pid not in before and any(n in " ".join(p.info["cmdline"] or []) for n in ("benchd", "llama-server", "mlx_lm.server"))
-                 and "pytest" not in " ".join(p.info["cmdline"] or [])]
-    assert not leftovers, [p.info for p in leftovers]
+    # Nothing outlived the demo: no process names its state dir (the daemon), and no server record is
+    # left (the supervisor removes a record only after the server's whole process group is gone).
+    leftovers = [p.info for p in psutil.process_iter(["pid", "cmdline"])
+                 if p.pid not in before and str(state) in " ".join(p.info["cmdline"] or [])]
+    assert not leftovers, leftovers
+    assert not list((state / "servers").glob("*.json"))
