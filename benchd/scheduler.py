@@ -307,6 +307,9 @@ class Engine:
             self.prompts.observe(prompt, norm.prompt_tokens)
         extra: dict[str, Any] = {}
         sources: dict[str, str] = {"prompt": f"{prompt.method}; target {cell.context} tokens"}
+        load_mode = adapter.memory_note(cand)
+        if load_mode:
+            sources["mem_load_mode"] = load_mode
         if before is not None and result.ok:
             sources.update(self.acceptance_check(before, await probe.read_metrics(server.base_url)))
         if cell.kind == "sustained":

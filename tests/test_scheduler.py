@@ -98,6 +98,7 @@ def test_llama_rates_come_from_server_timings(full_sweep: dict[str, Any]) -> Non
             "stream window" in r.null_reasons["gen_tps_client"]
         )
         assert r.mem_peak_bytes and r.mem_peak_bytes > 1_000_000 and r.mem_source == "kernel:VmHWM"
+        assert r.sources["mem_load_mode"] == "--load-mode mmap (default)"
         assert r.server_version and "b1-0c1e570" in r.server_version
         assert r.ctx_size == r.context + 32 + 64
 

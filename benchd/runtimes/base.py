@@ -161,6 +161,10 @@ class RuntimeAdapter:
         env.update(candidate.env)
         return env
 
+    def memory_note(self, candidate: Candidate) -> str | None:
+        """How the runtime maps the model, printed beside memory figures (RSS depends on it)."""
+        return None
+
     # ------------------------------------------------------------------ talking to the server
 
     async def check_ready(self, base_url: str) -> Readiness:

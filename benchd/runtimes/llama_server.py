@@ -124,6 +124,17 @@ class LlamaServerAdapter(RuntimeAdapter):
                 argv += ["--spec-draft-n-max", str(spec.draft_max)]
         return [*argv, *candidate.args]
 
+    def memory_note(self, candidate: Candidate) -> str | None:
+        """This build's `--load-mode` (none|mmap|mlock|mmap+mlock|dio; default mmap): with mmap the
+        weights are file-backed pages, counted in RSS (RssFile) only once touched."""
+        mode = "mmap (default)"
+        for i, arg in enumerate(candidate.args):
+            if arg.startswith("--load-mode="):
+                mode = arg.split("=", 1)[1]
+            elif arg == "--load-mode" and i + 1 < len(candidate.args):
+                mode = candidate.args[i + 1]
+        return f"--load-mode {mode}"
+
     async def check_ready(self, base_url: str) -> Readiness:
         return await json_health(base_url, self.health_path, ("ok",))
 
