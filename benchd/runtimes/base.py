@@ -214,6 +214,46 @@ class RuntimeAdapter:
 
     # ------------------------------------------------------------------ shared pieces for subclasses
 
+    def normalize_timings(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
+        """The llama.cpp-style final chunk (`usage` + `timings`) that llama-server and mlx_vlm.server
+        both send: rates from `server:timings`, the client window recorded beside them."""
+        timings: Mapping[str, Any] = result.timings or {}
+        prompt_tokens, completion_tokens, cached = self.usage_tokens(result)
+        sources: dict[str, str] = {}
+        reasons: dict[str, str] = {}
+        if prompt_tokens is not None:
+            sources["prompt_tokens"] = "server:usage"
+        else:
+            reasons["prompt_tokens"] = "no usage in the final chunk"
+        cache_n = _int(timings.get("cache_n"))
+        if cache_n is not None:
+            cached, sources["cached_tokens"] = cache_n, "server:timings cache_n"
+        elif cached is not None:
+            sources["cached_tokens"] = "server:usage prompt_tokens_details"
+        else:
+            reasons["cached_tokens"] = "no cache_n in timings"
+        gen_tokens = completion_tokens if completion_tokens is not None else _int(timings.get("predicted_n"))
+        if gen_tokens is not None:
+            sources["gen_tokens"] = "server:usage" if completion_tokens is not None else "server:timings"
+        else:
+            reasons["gen_tokens"] = "no usage or timings in the final chunk"
+        rates: dict[str, float | None] = {}
+        for key, raw in (("prompt_tps", "prompt_per_second"), ("gen_tps", "predicted_per_second")):
+            value = _num(timings.get(raw))
+            rates[key] = value if value else None
+            if value:
+                sources[key] = "server:timings"
+            else:
+                reasons[key] = f"{self.name} sent no (or zero) timings.{raw}"
+        client = self.client_timing(result, gen_tokens)
+        draft = self.draft_fields(timings, spec_configured=spec_configured, runtime=self.name, source="server:timings")
+        for part in (client, draft):
+            sources.update(part.pop("sources"))
+            reasons.update(part.pop("null_reasons"))
+        return Normalized(prompt_tokens=prompt_tokens, cached_tokens=cached, gen_tokens=gen_tokens,
+                          prompt_tps=rates["prompt_tps"], gen_tps=rates["gen_tps"], sources=sources,
+                          null_reasons=reasons, **client, **draft)
+
     @staticmethod
     def client_timing(result: ProbeResult, completion_tokens: int | None) -> dict[str, Any]:
         """ttft, e2e and the client stream-window rate, with sources/reasons (shared by all runtimes)."""
@@ -346,65 +386,3 @@ async def json_health(base_url: str, path: str, ok_values: tuple[str, ...]) -> R
         return Readiness(False, f"HTTP 200 but not JSON: {text}")
     ok = isinstance(doc, dict) and doc.get("status") in ok_values
     return Readiness(ok, text)
-
-
-def mlx_version_from_venv(command: list[str], dists: tuple[str, ...]) -> str | None:
-    """Package versions read from the server's venv with importlib.metadata (no subprocess).
-
-    The command's first element lives in `<venv>/bin/`; its `lib/python*/site-packages` holds the
-    dist-info metadata. None when the layout is not a venv (then nothing is guessed).
-    """
-    from importlib import metadata
-
-    bin_dir = Path(command[0]).parent
-    venv = bin_dir.parent
-    site = sorted(venv.glob("lib/python*/site-packages"))
-    if not site:
-        return None
-    parts = []
-    for dist_name in dists:
-        found = list(metadata.distributions(name=dist_name, path=[str(p) for p in site]))
-        if found:
-            parts.append(f"{dist_name} {found[0].version}")
-    return ", ".join(parts) if parts else None
-
-
-class MlxServerAdapter(RuntimeAdapter):
-    """What mlx_lm.server and mlx_vlm.server share: offline HF env, venv command, venv version.
-
-    Both size their KV cache themselves (no context-size flag with llama-server's meaning), so one
-    server start serves every context and `ctx_size` is rejected rather than silently ignored.
-    """
-
-    #: Distributions whose versions make up `version()` (first = the server package).
-    version_dists: ClassVar[tuple[str, ...]] = ()
-    version_source: ClassVar[str] = "venv:importlib.metadata"
-
-    def validate(self, candidate: Candidate) -> list[BenchdError]:
-        errors = super().validate(candidate)
-        if candidate.ctx_size is not None:
-            errors.append(
-                BenchdError(
-                    "unsupported_ctx_size",
-                    f"candidate {candidate.id!r}: {self.name} sizes its KV cache itself; "
-                    "`ctx_size` applies to llama-server only (remove it)",
-                    f"$.candidates[{candidate.id}].ctx_size",
-                )
-            )
-        return errors
-
-    def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
-        return resolve_mlx_command(self.name, candidate.binary, cache_dir)
-
-    def env(self, candidate: Candidate, config: Config) -> dict[str, str]:
-        """Offline hub and an existing HF cache dir (created here: `/v1/models` answers 500 without)."""
-        config.hf_cache_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        env["HF_HUB_OFFLINE"] = "1"
-        env["HF_HUB_CACHE"] = str(config.hf_cache_dir)
-        env["PYTHONUNBUFFERED"] = "1"  # log lines reach the log file as they happen
-        env.update(candidate.env)
-        return env
-
-    async def version(self, base_url: str, command: list[str]) -> str | None:
-        return mlx_version_from_venv(command, self.version_dists)

@@ -31,8 +31,6 @@ from benchd.runtimes.base import (
     Normalized,
     Readiness,
     RuntimeAdapter,
-    _int,
-    _num,
     http_get,
     http_post_json,
     json_health,
@@ -165,53 +163,7 @@ class LlamaServerAdapter(RuntimeAdapter):
 
     def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
         """llama-server: prompt/gen rates from `timings`; the client window is recorded beside them."""
-        timings = result.timings or {}
-        prompt_tokens, completion_tokens, cached = self.usage_tokens(result)
-        sources: dict[str, str] = {}
-        reasons: dict[str, str] = {}
-        if prompt_tokens is not None:
-            sources["prompt_tokens"] = "server:usage"
-        else:
-            reasons["prompt_tokens"] = "no usage in the final chunk"
-        cache_n = _int(timings.get("cache_n"))
-        if cache_n is not None:
-            cached = cache_n
-            sources["cached_tokens"] = "server:timings cache_n"
-        elif cached is not None:
-            sources["cached_tokens"] = "server:usage prompt_tokens_details"
-        else:
-            reasons["cached_tokens"] = "no cache_n in timings"
-        gen_tokens = completion_tokens if completion_tokens is not None else _int(timings.get("predicted_n"))
-        if gen_tokens is not None:
-            sources["gen_tokens"] = "server:usage" if completion_tokens is not None else "server:timings"
-        else:
-            reasons["gen_tokens"] = "no usage or timings in the final chunk"
-        prompt_tps = _num(timings.get("prompt_per_second"))
-        gen_tps = _num(timings.get("predicted_per_second"))
-        for key, value in (("prompt_tps", prompt_tps), ("gen_tps", gen_tps)):
-            if value is not None and value > 0:
-                sources[key] = "server:timings"
-            else:
-                reasons[key] = "llama-server sent no timings for this request"
-        client = self.client_timing(result, gen_tokens)
-        draft = self.draft_fields(
-            timings, spec_configured=spec_configured, runtime=self.name, source="server:timings"
-        )
-        sources.update(client.pop("sources"))
-        sources.update(draft.pop("sources"))
-        reasons.update(client.pop("null_reasons"))
-        reasons.update(draft.pop("null_reasons"))
-        return Normalized(
-            prompt_tokens=prompt_tokens,
-            cached_tokens=cached,
-            gen_tokens=gen_tokens,
-            prompt_tps=prompt_tps if prompt_tps else None,
-            gen_tps=gen_tps if gen_tps else None,
-            sources=sources,
-            null_reasons=reasons,
-            **client,
-            **draft,
-        )
+        return self.normalize_timings(result, spec_configured=spec_configured)
 
 
 #: Counter names in llama-server's `/metrics` for the acceptance cross-check.

@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from benchd.probe import ProbeResult
-from benchd.runtimes.base import HOST, MlxServerAdapter, Normalized, Readiness, json_health
+from benchd.runtimes.base import HOST, Normalized, Readiness, json_health
+from benchd.runtimes.mlx_common import MlxServerAdapter
 from benchd.schemas import Candidate
 
 _RESERVED: dict[str, str] = {

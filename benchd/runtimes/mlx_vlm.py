@@ -14,10 +14,12 @@ Facts used (checked with `python -m mlx_vlm.server --help` and the package sourc
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar
 
 from benchd.probe import ProbeResult
-from benchd.runtimes.base import HOST, MlxServerAdapter, Normalized, Readiness, _int, _num, json_health
+from benchd.runtimes.base import HOST, Normalized, Readiness, _num, json_health
+from benchd.runtimes.mlx_common import MlxServerAdapter
 from benchd.schemas import Candidate
 
 _RESERVED: dict[str, str] = {
@@ -54,55 +56,13 @@ class MlxVlmAdapter(MlxServerAdapter):
         return await json_health(base_url, self.health_path, ("healthy", "ok"))
 
     def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
-        """Server timings for both rates (client window recorded beside), usage, the MLX peak."""
+        """Server timings for both rates (client window recorded beside), usage, and the MLX peak."""
+        norm = self.normalize_timings(result, spec_configured=spec_configured)
         timings: dict[str, Any] = result.timings or {}
-        prompt_tokens, completion_tokens, cached = self.usage_tokens(result)
-        sources: dict[str, str] = {}
-        reasons: dict[str, str] = {}
-        if prompt_tokens is not None:
-            sources["prompt_tokens"] = "server:usage"
-        else:
-            reasons["prompt_tokens"] = "no usage in the final chunk"
-        cache_n = _int(timings.get("cache_n"))
-        if cache_n is not None:
-            cached, sources["cached_tokens"] = cache_n, "server:timings cache_n"
-        elif cached is not None:
-            sources["cached_tokens"] = "server:usage prompt_tokens_details"
-        else:
-            reasons["cached_tokens"] = "no cache_n in timings"
-        gen_tokens = completion_tokens if completion_tokens is not None else _int(timings.get("predicted_n"))
-        if gen_tokens is not None:
-            sources["gen_tokens"] = "server:usage" if completion_tokens is not None else "server:timings"
-        else:
-            reasons["gen_tokens"] = "no usage or timings in the final chunk"
-        rates: dict[str, float | None] = {}
-        for key, raw in (("prompt_tps", "prompt_per_second"), ("gen_tps", "predicted_per_second")):
-            value = _num(timings.get(raw))
-            rates[key] = value if value else None
-            if value:
-                sources[key] = "server:timings"
-            else:
-                reasons[key] = f"mlx_vlm.server sent no (or zero) timings.{raw}"
         peak_gb = _num(timings.get("peak_memory", (result.final or {}).get("peak_memory")))
         peak = round(peak_gb * 1e9) if peak_gb else None
         if peak is not None:
-            sources["server_peak_memory_bytes"] = PEAK_MEMORY_SOURCE
+            norm.sources["server_peak_memory_bytes"] = PEAK_MEMORY_SOURCE
         else:
-            reasons["server_peak_memory_bytes"] = "mlx_vlm.server reported no peak_memory"
-        client = self.client_timing(result, gen_tokens)
-        draft = self.draft_fields(timings, spec_configured=spec_configured, runtime=self.name, source="server:timings")
-        for part in (client, draft):
-            sources.update(part.pop("sources"))
-            reasons.update(part.pop("null_reasons"))
-        return Normalized(
-            prompt_tokens=prompt_tokens,
-            cached_tokens=cached,
-            gen_tokens=gen_tokens,
-            prompt_tps=rates["prompt_tps"],
-            gen_tps=rates["gen_tps"],
-            server_peak_memory_bytes=peak,
-            sources=sources,
-            null_reasons=reasons,
-            **client,
-            **draft,
-        )
+            norm.null_reasons["server_peak_memory_bytes"] = "mlx_vlm.server reported no peak_memory"
+        return dataclasses.replace(norm, server_peak_memory_bytes=peak)
