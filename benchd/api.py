@@ -306,8 +306,8 @@ async def _stream_events(
             if ev.type in TERMINAL_EVENTS:
                 await resp.write_eof()
                 return
-        if len(events) == EVENT_PAGE:
-            continue
+        if len(events) == EVENT_PAGE or (follow and ctx.store.last_seq(job_id) > since):
+            continue  # more was committed while we wrote (maybe the terminal event): send it first
         if not follow or ctx.hub.closing.is_set():
             await resp.write_eof()
             return
