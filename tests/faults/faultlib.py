@@ -146,6 +146,8 @@ class Follower:
                     line = line.strip()
                     if line.startswith(b"{"):
                         self.q.put(json.loads(line))
+                    elif line == b"0":  # the last chunk: the daemon ended the stream (keep-alive stays open)
+                        return
         except OSError:
             pass
         finally:
