@@ -7,6 +7,7 @@ package: importing by module name would pick up the wrong one.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import random
@@ -39,6 +40,29 @@ def fault_seed() -> int:
 
     faultlib.figure("seed", seed, add=False)
     return seed
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The last orphan check: any server process of this session's tests still alive (found by the
+    `BENCHD_FAULT_TAG` every test puts in its servers' environment, which names this pytest's pid)."""
+    import faultlib
+    import psutil
+
+    if not faultlib.FIGURES:
+        return
+    me = str(os.getpid())
+    left = []
+    for p in psutil.process_iter():
+        try:
+            tag = p.environ().get(faultlib.FAULT_TAG_ENV, "")
+        except (psutil.Error, OSError):
+            continue
+        if me in tag.split("-"):
+            left.append(p)
+    faultlib.figure("orphan_servers_at_session_end", len(left), add=False)
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -38,10 +38,13 @@ def figures_path() -> Path | None:
     return Path(raw) if raw else None
 
 
-def figure(name: str, value: Any, *, add: bool = True) -> None:
-    """Record a measured figure: numbers add up (`add`), anything else is appended to a list."""
+def figure(name: str, value: Any, *, add: bool = True, keep_max: bool = False) -> None:
+    """Record a measured figure: numbers add up (`add`) or keep their maximum (`keep_max`), anything else
+    is appended to a list; `add=False` sets it."""
     with _FIG_LOCK:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and add:
+        if keep_max:
+            FIGURES[name] = max(FIGURES.get(name, value), value)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and add:
             FIGURES[name] = FIGURES.get(name, 0) + value
         elif add:
             FIGURES.setdefault(name, []).append(value)

@@ -17,6 +17,7 @@ The loop runs until at least MIN_KILLS kills landed and at least MIN_PER_PHASE i
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -147,10 +148,11 @@ def test_kill9_at_random_points_loses_nothing(run_daemon, tiny_models, llama_ser
         assert not left, f"servers of the killed daemon survived the restart: {[p.pid for p in left]}"
 
     # let the last job run to its end on the final daemon
+    def ended(job: str) -> bool:
+        return read_events(d.state_dir, job)[-1]["type"] in ("job_finished", "job_failed", "job_cancelled")
+
     for job in jobs:
-        wait_until(lambda job=job: read_events(d.state_dir, job)[-1]["type"] in
-                   ("job_finished", "job_failed", "job_cancelled"), timeout=300, interval=0.2,
-                   what=f"job {job} to end")
+        wait_until(functools.partial(ended, job), timeout=300, interval=0.2, what=f"job {job} to end")
     lost = duplicates = 0
     for job in jobs:
         evs = read_events(d.state_dir, job)

@@ -30,6 +30,8 @@ from benchd.config import Config
 from benchd.daemon import Daemon
 from benchd.schemas import Sweep
 
+pytestmark = [pytest.mark.slow]
+
 SWEEP = {"name": "race", "contexts": [64], "gen_tokens": 1,
          "candidates": [{"id": "a", "runtime": "llama-server", "model": "/m"}]}
 
