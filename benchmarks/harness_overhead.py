@@ -6,8 +6,9 @@ each tool measures it, side by side in one run, interleaved (A B C … A B C …
         [--json]
 
 Tools (each round runs every tool once, in a rotated order):
-- `alone`: the unmeasured server — the same prompts sent NON-streaming from a blocking socket (the
-  client sleeps in recv while the server decodes); its /metrics decode rate is the 1.00 reference.
+- `alone`: the unmeasured server — the same streamed requests read by `curl -N` into /dev/null (a C
+  client doing nothing per chunk; the server still pays for its own SSE writes); its /metrics decode
+  rate is the 1.00 reference. `--alone-nonstream` uses non-streaming requests instead.
 - `benchd-daemon`: a real `benchd` daemon process runs a submitted one-candidate sweep (same model,
   `-t`, context, gen_tokens, probes; warm-up 1, no sustained/evals, cooldown fixed 0 s). Client CPU =
   the daemon process's own user+system CPU from submit to the job's end (its threads included, the
@@ -163,13 +164,19 @@ def prompt_text(srv: C.LlamaServer, n_tokens: int) -> str:
 
 
 def run_alone(srv: C.LlamaServer, a: argparse.Namespace) -> dict[str, Any]:
-    """Non-streaming requests: the server decodes while the client sleeps in recv."""
+    """The reference: the same streamed requests read by `curl -N` into /dev/null (a C client that does
+    nothing per chunk), so the server pays its own streaming cost but no Python client competes with
+    it. (`--alone-nonstream`: non-streaming requests instead, which also spares the server the per-token
+    SSE writes.)"""
     before = srv.metrics()
     for _ in range(a.probes):
-        C.http_json(srv.base + "/v1/chat/completions", {
+        body = json.dumps({
             "messages": [{"role": "user", "content": prompt_text(srv, a.context)}], "max_tokens": a.gen,
-            "stream": False, "cache_prompt": False, "ignore_eos": True, "temperature": 0, "seed": 0,
-        }, timeout=300)
+            "stream": not a.alone_nonstream, "stream_options": {"include_usage": True}, "cache_prompt": False,
+            "ignore_eos": True, "temperature": 0, "seed": 0,
+        }).encode()
+        subprocess.run(["curl", "-sSN", "-o", "/dev/null", "-H", "Content-Type: application/json", "--data-binary", "@-",
+                        srv.base + "/v1/chat/completions"], input=body, check=True, timeout=300)
     rate, n = C.decode_rate(before, srv.metrics())
     return {"server_tps": rate, "tokens": n, "cpu_s": None}
 
@@ -251,6 +258,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--tools", default="benchd-daemon,benchd-probe,llama-benchy,aiperf,guidellm")
     p.add_argument("--no-install", action="store_true")
+    p.add_argument("--alone-nonstream", action="store_true", help="reference = non-streaming requests")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
 

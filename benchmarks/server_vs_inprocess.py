@@ -1,18 +1,20 @@
 """Server vs in-process: llama-server's prompt and generation rates at depth d, as benchd records them,
-÷ `llama-bench`'s pp / tg at the same depth, same binary build, same threads. Interleaved A B A B.
+÷ `llama-bench`'s pp / tg at the same depth, same binary build, same threads. Alternated probe by probe.
 
-    .venv/bin/python benchmarks/server_vs_inprocess.py [--rounds 3] [--contexts 512,2048] [--gen 128]
-        [--probes 3] [--threads 1] [--json]
+    .venv/bin/python benchmarks/server_vs_inprocess.py [--probes 10] [--contexts 512,2048] [--gen 128]
+        [--threads 1] [--json]
 
-A = a real benchd daemon runs a one-candidate sweep (the tiny "medium" GGUF, `-t N`; warm-up 1, no
-sustained/evals, cooldown fixed 0 s); its rows give `prompt_tps` (llama-server `timings.prompt_per_second`
-for a prompt of ~d tokens) and `gen_tps` (`timings.predicted_per_second`, generating after that prompt).
-B = `llama-bench -m MODEL -t N -p d -n 0` (pp of d tokens from an empty context) and
-`-p 0 -n GEN -d d` (tg of GEN tokens at depth d), `-r probes`, JSON output; both binaries are the
-provisioned pinned build (benchd.provision; `build_commit` is printed).
+A = benchd's per-probe path on a server started by benchd's Supervisor with the engine's argv (the tiny
+"medium" GGUF, `-t N`, `-c d+gen+64`, `-np 1`, `--metrics`): PromptBuilder sized with /tokenize,
+probe.run_chat, adapter.normalize — the row's `prompt_tps` (`timings.prompt_per_second` for a prompt
+of ~d tokens) and `gen_tps` (`timings.predicted_per_second`, generating after it). One warm-up first.
+B = right after each probe: `llama-bench -m MODEL -t N -r 1 -p d -n 0` (pp of d tokens from an empty
+context) and `-p 0 -n GEN -d d` (tg of GEN tokens at depth d), JSON; both binaries are the provisioned
+pinned build (`build_commit` is printed). Why probe by probe and not a daemon job vs a llama-bench
+run: on this shared 2-core machine the load changes within seconds; job-level alternation gave
+ratios from 0.7 to 2.3 for the same quantity.
 
-Ratios per round: median over the round's rows ÷ llama-bench `avg_ts`; the table shows the median over
-rounds and the spread. Goal: >= 0.95. Why the server can be slower, by design: it tokenizes and
+Ratio per pair; the table shows the median and the spread. Goal: >= 0.95. Why the server can be slower, by design: it tokenizes and
 applies the chat template (its prompt is d tokens plus ~12 template tokens, and it processes them as
 one request with HTTP, JSON and sampling around the batch); its generation samples each token through
 the full sampler chain and streams it (SSE, one write per token), where llama-bench only decodes.
@@ -21,10 +23,12 @@ the full sampler chain and streams it (SSE, one write per token), where llama-be
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
-import statistics
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,31 +36,51 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C
 
+from benchd import probe
+from benchd.config import Config
+from benchd.prompts import PromptBuilder
+from benchd.runtimes import get_adapter
+from benchd.schemas import Candidate, Sampling
+from benchd.supervisor import Supervisor
+
 GOAL = 0.95
 
 
-def sweep(model: str, a: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "name": "server-vs-inprocess", "contexts": a.contexts, "gen_tokens": a.gen, "probes": a.probes,
-        "warmup": 1, "eval_tier": "none", "sustained": {"tokens": 0},
-        "cooldown": {"policy": "fixed", "seconds": 0, "max_seconds": 0},
-        "candidates": [{"id": "medium", "runtime": "llama-server", "model": model, "args": ["-t", str(a.threads)]}],
-    }
+async def server_probes(model: str, ctx: int, a: argparse.Namespace, state: Path,
+                        between: Callable[[], None]) -> list[dict[str, Any]]:
+    """benchd's own path for each probe (Supervisor-started server with the engine's argv, PromptBuilder
+    sized with /tokenize, probe.run_chat, adapter.normalize -> the row's prompt_tps/gen_tps), calling
+    `between()` (one llama-bench pair) after every probe so the two alternate probe by probe."""
+    config = Config.resolve(state_dir=state)
+    sup = Supervisor(config, grace_s=1.5)
+    cand = Candidate(id="medium", runtime="llama-server", model=model, args=["-t", str(a.threads)])
+    adapter = get_adapter("llama-server")
+    server = await sup.start("svi", cand, adapter.server_ctx_size(cand, ctx, a.gen))
+    out = []
+    try:
+        builder = PromptBuilder()
 
+        async def count(text: str) -> int:
+            n = await adapter.count_tokens(server.base_url, text)
+            assert n is not None
+            return n
 
-def run_benchd(d: C.Daemon, model: str, a: argparse.Namespace) -> dict[int, dict[str, Any]]:
-    job = d.client().submit(sweep(model, a))["id"]
-    info = d.wait_job(job)
-    if info.get("state") != "succeeded":
-        raise RuntimeError(f"job {job} {info.get('state')}: {info.get('error')}")
-    rows = [e["payload"]["row"] for e in d.events(job) if e["type"] == "probe_finished"]
-    out: dict[int, dict[str, Any]] = {}
-    for ctx in a.contexts:
-        ok = [r for r in rows if r["context"] == ctx and r["status"] == "ok" and r["kind"] == "probe"]
-        out[ctx] = {"prompt_tps": statistics.median([r["prompt_tps"] for r in ok if r["prompt_tps"]]),
-                    "gen_tps": statistics.median([r["gen_tps"] for r in ok if r["gen_tps"]]),
-                    "prompt_tokens": statistics.median([r["prompt_tokens"] for r in ok if r["prompt_tokens"]]),
-                    "server_version": ok[0]["server_version"] if ok else None, "job": job}
+        for i in range(-1, a.probes):  # -1: the engine's warm-up
+            prompt = await builder.build(ctx, f"svi/medium/{ctx}/{i}", count, key="medium")
+            r = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text,
+                                     max_tokens=a.gen if i >= 0 else 16, sampling=Sampling(), timeout_s=600)
+            n = adapter.normalize(r, spec_configured=False)
+            if n.prompt_tokens:
+                builder.observe(prompt, n.prompt_tokens)
+            if i < 0:
+                continue
+            if not r.ok or not n.prompt_tps or not n.gen_tps:
+                raise RuntimeError(f"probe failed: {r.error}")
+            out.append({"prompt_tps": n.prompt_tps, "gen_tps": n.gen_tps, "prompt_tokens": n.prompt_tokens,
+                        "server_version": server.version})
+            await asyncio.to_thread(between)
+    finally:
+        await sup.stop_all()
     return out
 
 
@@ -72,10 +96,9 @@ def llama_bench(model: str, args: list[str], reps: int, threads: int) -> dict[st
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--probes", type=int, default=10, help="probe/llama-bench pairs per depth")
     p.add_argument("--contexts", default="512,2048")
     p.add_argument("--gen", type=int, default=128)
-    p.add_argument("--probes", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
@@ -84,41 +107,38 @@ def main() -> int:
     per: dict[int, dict[str, list[float]]] = {c: {"pp": [], "tg": []} for c in a.contexts}
     raw: list[dict[str, Any]] = []
     build = None
-    with C.benchd_daemon() as d:
-        for rnd in range(a.rounds):
-            order = ["benchd", "llama-bench"] if rnd % 2 == 0 else ["llama-bench", "benchd"]
-            got: dict[str, Any] = {}
-            for what in order:
-                if what == "benchd":
-                    got["benchd"] = run_benchd(d, model, a)
-                else:
-                    got["bench"] = {c: {"pp": llama_bench(model, ["-p", str(c), "-n", "0"], a.probes, a.threads),
-                                        "tg": llama_bench(model, ["-p", "0", "-n", str(a.gen), "-d", str(c)], a.probes, a.threads)}
-                                    for c in a.contexts}
-            for c in a.contexts:
-                s, b = got["benchd"][c], got["bench"][c]
-                per[c]["pp"].append(s["prompt_tps"] / b["pp"]["avg_ts"])
-                per[c]["tg"].append(s["gen_tps"] / b["tg"]["avg_ts"])
-                build = b["pp"]["build_commit"]
-                raw.append({"round": rnd, "context": c, "server": s, "llama_bench": b})
-                print(f"round {rnd} d={c}: server pp {s['prompt_tps']:.0f} / bench {b['pp']['avg_ts']:.0f} = "
-                      f"{per[c]['pp'][-1]:.3f};  server tg {s['gen_tps']:.1f} / bench {b['tg']['avg_ts']:.1f} = "
-                      f"{per[c]['tg'][-1]:.3f}", file=sys.stderr, flush=True)
+    version = None
+    with tempfile.TemporaryDirectory(prefix="benchd-svi-") as tmp:
+        for c in a.contexts:
+            benches: list[dict[str, Any]] = []
+
+            def pair(c: int = c, benches: list[dict[str, Any]] = benches) -> None:
+                benches.append({"pp": llama_bench(model, ["-p", str(c), "-n", "0"], 1, a.threads),
+                                "tg": llama_bench(model, ["-p", "0", "-n", str(a.gen), "-d", str(c)], 1, a.threads)})
+
+            rows = asyncio.run(server_probes(model, c, a, Path(tmp) / f"s{c}", pair))
+            for s_row, b in zip(rows, benches, strict=True):
+                per[c]["pp"].append(s_row["prompt_tps"] / b["pp"]["avg_ts"])
+                per[c]["tg"].append(s_row["gen_tps"] / b["tg"]["avg_ts"])
+                build, version = b["pp"]["build_commit"], s_row["server_version"]
+                raw.append({"context": c, "server": s_row, "llama_bench": b})
+                print(f"d={c}: server pp {s_row['prompt_tps']:.0f} ({s_row['prompt_tokens']} tok) / bench "
+                      f"{b['pp']['avg_ts']:.0f} = {per[c]['pp'][-1]:.3f};  server tg {s_row['gen_tps']:.1f} / bench "
+                      f"{b['tg']['avg_ts']:.1f} = {per[c]['tg'][-1]:.3f}", file=sys.stderr, flush=True)
     summary: dict[str, Any] = {str(c): {k: {"median": C.med(v), "spread": C.spread(v)} for k, v in per[c].items()}
                                for c in a.contexts}
     met = all(summary[str(c)][k]["median"] is not None and summary[str(c)][k]["median"] >= GOAL
               for c in a.contexts for k in ("pp", "tg"))
-    doc = {"machine": C.machine(), "model": model, "threads": a.threads, "gen": a.gen, "probes": a.probes,
-           "rounds": a.rounds, "llama_bench_build_commit": build,
-           "server_version": raw[0]["server"]["server_version"] if raw else None,
+    doc = {"machine": C.machine(), "model": model, "threads": a.threads, "gen": a.gen, "pairs": a.probes,
+           "llama_bench_build_commit": build, "server_version": version,
            "summary": summary, "goal": GOAL, "goal_met": met, "raw": raw}
     if a.json:
         print(json.dumps(doc, indent=2))
         return 0 if met else 1
     m = doc["machine"]
     print(f"server_vs_inprocess  {m['date_utc']} UTC  {m['cores_logical']} cores  load {m['loadavg_1m']:.2f}  "
-          f"tiny medium GGUF, -t {a.threads}, gen {a.gen}, {a.rounds} rounds")
-    print(f"server: {doc['server_version']}  llama-bench build_commit: {build}")
+          f"tiny medium GGUF, -t {a.threads}, gen {a.gen}, {a.probes} probe/llama-bench pairs per depth")
+    print(f"server: {version}  llama-bench build_commit: {build}")
     print(f"{'depth':>6s} {'prompt: server/bench':>21s} {'(min..max)':>14s} {'gen: server/bench':>18s} {'(min..max)':>14s}")
     for c in a.contexts:
         s = summary[str(c)]
