@@ -291,10 +291,16 @@ class Engine:
                      cd: CooldownRecord, started_at: str, facts: ServerFacts, sampler: MemorySampler) -> Row:
         cand = cell.candidate
         try:
-            prompt = await self.prompts.build(cell.context, f"{self.job}/{cand.id}/{cell.context}/{cell.kind}{cell.probe}",
-                                              await self.counter(adapter, server), key=cand.id)
-            spec_metrics = cand.spec is not None and cand.runtime == "llama-server"
-            before = await probe.read_metrics(server.base_url) if spec_metrics else None
+            async with asyncio.timeout(self.timeout_s):  # a hung server must not stall sizing (SIGSTOP test)
+                prompt = await self.prompts.build(cell.context, f"{self.job}/{cand.id}/{cell.context}/{cell.kind}{cell.probe}",
+                                                  await self.counter(adapter, server), key=cand.id)
+                spec_metrics = cand.spec is not None and cand.runtime == "llama-server"
+                before = await probe.read_metrics(server.base_url) if spec_metrics else None
+        except TimeoutError:
+            await self.supervisor.stop(server, grace_s=0.5)
+            return build_row(cell, status="timeout", started_at=started_at, server=facts, cooldown=cd,
+                             error=f"probe timed out after {self.timeout_s:g} s while sizing the prompt (the server's "
+                                   "tokenizer did not answer); the server was killed", log_tail=server.log_tail())
         except Exception as exc:  # the server (or its tokenizer) went away before the request
             return await self.failed_row(cell, server, facts, cd, started_at, f"sizing the prompt failed: {type(exc).__name__}: {exc}")
         sampler.reset_peak()

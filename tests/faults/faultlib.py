@@ -240,7 +240,8 @@ POST /tokenize, POST /v1/chat/completions streamed) for the supervisor to start 
 It accepts llama-server's flags (-m, --host, --port, -c, ...) and ignores all but --host/--port.
 
 Modes: garbage (non-SSE bytes on the chat stream), early-close (two content chunks, then the
-connection is closed without [DONE]), never-healthy (503 "Loading model" forever), chatty (writes
+connection is closed without [DONE]), never-healthy (503 "Loading model" forever), hang-tokenize
+(/tokenize answers once, then never: a server hung while the engine sizes a prompt), chatty (writes
 FAKE_CHATTY_MB megabytes to stdout at FAKE_CHATTY_MBPS MB/s while serving good answers), ok (good answers).
 """
 import json, os, socket, sys, threading, time
@@ -254,6 +255,7 @@ for i, a in enumerate(args):
     if a == "--port":
         port = int(args[i + 1])
 MODE = os.environ.get("FAKE_MODE", "ok")
+TOKENIZED = 0
 print(f"fake llama-server mode={MODE} argv={args}", flush=True)
 
 
@@ -295,6 +297,10 @@ class H(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(n)
         if self.path == "/tokenize":
+            global TOKENIZED
+            TOKENIZED += 1
+            if MODE == "hang-tokenize" and TOKENIZED > 1:
+                time.sleep(3600)  # the tokenizer hangs after its first answer (the engine's probe of it)
             doc = json.loads(raw or b"{}")
             return self._json(200, {"tokens": list(range(max(1, len(str(doc.get("content", ""))) // 4)))})
         if self.path != "/v1/chat/completions":

@@ -173,3 +173,30 @@ def test_garbage_early_close_and_never_healthy_servers_fail_their_rows_only(
         except psutil.Error:
             continue
     figure("server_faults_checked", 3)
+
+
+def test_server_hung_while_the_prompt_is_sized_times_out_and_is_killed(run_daemon, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Regression: the fault suite's SIGSTOP at `probe_started` sometimes landed while the engine was still
+    sizing the prompt through /tokenize; that wait was bounded only by the tokenizer call's own 60 s, the
+    row said "sizing the prompt failed" and the hung server was left running. The FAKE server (a real one
+    cannot hang on cue at exactly that call) answers /tokenize once, then never."""
+    d = run_daemon()
+    fake = write_fake_server(tmp_path)
+    timeout_s = 4.0
+    cand = fake_candidate(fake, "hangtok", "hang-tokenize", ctx_size=4096)
+    doc = sweep_doc("/x", contexts=[32], gen_tokens=4, probes=2, binary=None, candidates=[cand],
+                    probe_timeout_s=timeout_s)
+    job = d.client().submit(doc)["id"]
+    evs = wait_end(d, job, timeout=90)
+    rows = by_probe(read_rows(d.state_dir, job))
+    for p in (0, 1):
+        assert rows[p].status == "timeout", (rows[p].status, rows[p].error)
+        assert "while sizing the prompt" in (rows[p].error or "") and "killed" in (rows[p].error or "")
+    for p in (0, 1):
+        started = next(e for e in evs if e["type"] == "probe_started" and e["payload"]["probe"] == p)
+        finished = next(e for e in evs if e["type"] == "probe_finished" and e["payload"]["row"]["probe"] == p)
+        took = (datetime.fromisoformat(finished["time"]) - datetime.fromisoformat(started["time"])).total_seconds()
+        assert took < timeout_s + 3.0, took
+    ready = [int(e["payload"]["pid"]) for e in evs if e["type"] == "server_ready"]
+    assert len(ready) == 2 and not any(alive(pid) for pid in ready)  # killed, then restarted for probe 1
+    figure("server_faults_checked", 1)
