@@ -61,7 +61,7 @@ ids = st.one_of(
     st.builds(lambda a, b: a + b, st.sampled_from(TRAVERSAL), st.text(max_size=10)),
 )
 unicode_text = st.text(max_size=60)
-huge_ints = st.one_of(st.integers(max_value=-1, min_value=-(10**40)), st.integers(min_value=2**31, max_value=10**40))
+huge_ints = st.one_of(st.integers(max_value=-1, min_value=-(10**40)), st.integers(min_value=2**33, max_value=10**40))
 not_int = st.one_of(st.text(max_size=10), st.booleans(), st.none(), st.lists(st.integers(), max_size=3),
                     st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
                     st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: f != int(f)))
