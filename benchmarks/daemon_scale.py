@@ -14,7 +14,8 @@ and the read commands on a big store.
    store's own cost shows apart from the machine's load): a temp store gets `--jobs` queued jobs and `--rows` rows (inserted directly with sqlite3 in
    one transaction, the same schema and encodings benchd writes; rows belong to 1,000-row finished
    jobs), and a runbook written by benchd for a real finished job; then a daemon starts on it (the
-   oldest queued job runs, the rest stay queued) and `benchctl jobs`, `benchctl status`, `benchctl
+   oldest queued job runs and sits in a one-hour fixed cooldown, so the rest stay queued and no server
+   streams) and `benchctl jobs`, `benchctl status`, `benchctl
    status JOB` and `benchctl report RUNBOOK` are timed (wall, fresh process, median). Goal < 200 ms.
 """
 
@@ -46,6 +47,14 @@ def streaming_sweep(model: str, name: str = "scale") -> dict[str, Any]:
     """A job that keeps a probe streaming at full speed for a while (long generations, no cooldown)."""
     return {"name": name, "contexts": [128], "gen_tokens": 4096, "probes": 200, "warmup": 0, "eval_tier": "none",
             "sustained": {"tokens": 0}, "cooldown": {"policy": "fixed", "seconds": 0, "max_seconds": 0},
+            "candidates": [{"id": "tiny", "runtime": "llama-server", "model": model, "args": ["-t", "1"]}]}
+
+
+def idle_sweep(model: str, name: str = "queued") -> dict[str, Any]:
+    """A job that, once running, sits in a one-hour fixed cooldown: it holds the queue (the other jobs
+    stay queued) without a server streaming, so the read commands are timed on an idle machine."""
+    return {"name": name, "contexts": [128], "gen_tokens": 16, "probes": 1, "warmup": 0, "eval_tier": "none",
+            "sustained": {"tokens": 0}, "cooldown": {"policy": "fixed", "seconds": 3600, "max_seconds": 3600},
             "candidates": [{"id": "tiny", "runtime": "llama-server", "model": model, "args": ["-t", "1"]}]}
 
 
@@ -134,7 +143,7 @@ def fill_store(state: Path, n_jobs: int, n_rows: int, model: str, runbook_src: P
 
     state.mkdir(parents=True, exist_ok=True)
     Store(state / "benchd.sqlite3").close() if hasattr(Store, "close") else Store(state / "benchd.sqlite3")
-    sweep = msgspec.convert(streaming_sweep(model, "queued"), Sweep)
+    sweep = msgspec.convert(idle_sweep(model, "queued"), Sweep)
     sweep_json = msgspec.json.encode(sweep).decode()
     total = planned_probes(sweep)
     t0 = time.perf_counter()
@@ -243,7 +252,7 @@ def main() -> int:
             # The same commands on a small store, alternated with the big one, so the big store's own
             # cost shows apart from this shared machine's load (the interpreter start is most of it).
             with C.benchd_daemon(tmp / "small2") as ds:
-                sjob = ds.client().submit(streaming_sweep(model, "small"))["id"]
+                sjob = ds.client().submit(idle_sweep(model, "small"))["id"]
                 (ds.state / "runbooks").mkdir(parents=True, exist_ok=True)
                 for f in (big / "runbooks").iterdir():
                     shutil.copy(f, ds.state / "runbooks" / f.name)
@@ -265,15 +274,11 @@ def main() -> int:
                                             "argv": " ".join(args)}
                 ds.client().cancel(sjob)
             if running:
-                wait_streaming(d, running)
-                out["api_big_store"] = asyncio.run(poll_latency(d.socket, running, a.clients, a.seconds))
                 d.client().cancel(running)
     out["goals"] = {
         "cold_status_ms": (out["cold_status"]["median_ms"], GOAL_COLD_MS, out["cold_status"]["median_ms"] <= GOAL_COLD_MS),
         "api_p99_ms_small": (out["api_small_store"].get("p99_ms"), GOAL_P99_MS,
                              (out["api_small_store"].get("p99_ms") or 1e9) <= GOAL_P99_MS),
-        "api_p99_ms_big": (out.get("api_big_store", {}).get("p99_ms"), GOAL_P99_MS,
-                           (out.get("api_big_store", {}).get("p99_ms") or 1e9) <= GOAL_P99_MS),
         **{f"{k}_ms": (out[k]["median_ms"], GOAL_READ_MS, out[k]["median_ms"] < GOAL_READ_MS)
            for k in ("big_jobs", "big_status", "big_status_job", "big_report")},
     }

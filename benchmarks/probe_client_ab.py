@@ -1,5 +1,7 @@
 """The probe's HTTP client: aiohttp (what benchd ships) vs a minimal HTTP/1.1 streaming reader on bare
-asyncio streams, same parser (`benchd.probe._Stream`), same server, interleaved A B A B.
+asyncio streams vs aiohttp reading every `--pace-ms` after the first chunk, same parser
+(`benchd.probe._Stream`), same server, interleaved with `curl -N` (the reference: a C client) in
+rotated order each round.
 
     .venv/bin/python benchmarks/probe_client_ab.py [--rounds 4] [--probes 20] [--gen 256] [--json]
 
@@ -17,7 +19,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -97,7 +99,44 @@ async def raw_run(url: str, body: bytes, headers: Mapping[str, str], *, timeout_
     return r
 
 
-async def batch(impl: str, base: str, model: str, a: argparse.Namespace, builder: PromptBuilder, k: int) -> dict[str, Any]:
+async def paced_run(url: str, body: bytes, headers: Mapping[str, str], *, timeout_s: float,
+                    pace_s: float) -> probe.ProbeResult:
+    """benchd's aiohttp probe, but after the first content chunk it sleeps `pace_s` between reads, so
+    one wake-up collects several chunks (fewer context switches on the cores the server shares). The
+    read-ends window (`ProbeResult.gen_tps_client`) stays exact to about one token interval."""
+    import aiohttp
+
+    started = time.perf_counter()
+    r = probe.ProbeResult(status="failed", error=None, http_status=None, started=started, ended=started)
+    st = probe._Stream(r)
+    async with (
+        asyncio.timeout(timeout_s),
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session,
+        session.post(url, data=body, headers=dict(headers)) as resp,
+    ):
+        r.http_status = resp.status
+        async for data in resp.content.iter_any():
+            err = st.feed(data, time.perf_counter())
+            if err:
+                r.error = err
+                break
+            if r.first_content is not None:
+                await asyncio.sleep(pace_s)
+    r.ended = time.perf_counter()
+    if r.done and r.final is not None and r.error is None:
+        r.status = "ok"
+    return r
+
+
+async def curl_run(url: str, body: bytes) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        "curl", "-sSN", "-o", "/dev/null", "-H", "Content-Type: application/json", "--data-binary", "@-", url,
+        stdin=asyncio.subprocess.PIPE)
+    await proc.communicate(body)
+
+
+async def batch(impl: str, base: str, model: str, a: argparse.Namespace, builder: PromptBuilder, k: int,
+                metrics: Callable[[], dict[str, float]]) -> dict[str, Any]:
     adapter = get_adapter("llama-server")
 
     async def count(text: str) -> int:
@@ -106,13 +145,19 @@ async def batch(impl: str, base: str, model: str, a: argparse.Namespace, builder
         return n
 
     prompts = [await builder.build(a.context, f"ab/ab/{a.context}/{k}-{i}", count, key="ab") for i in range(a.probes)]
+    before = await asyncio.to_thread(metrics)
     cpu0 = time.process_time()
     ratios, tokens = [], 0
     for p in prompts:
         body = adapter.encode_body(adapter.request_body(model=model, prompt=p.text, max_tokens=a.gen, sampling=Sampling()))
         url = base + adapter.request_path()
+        if impl == "curl":
+            await curl_run(url, body)
+            continue
         if impl == "aiohttp":
             r = await probe.run(url, body, adapter.request_headers(), timeout_s=120)
+        elif impl == "aiohttp-paced":
+            r = await paced_run(url, body, adapter.request_headers(), timeout_s=120, pace_s=a.pace_ms / 1000)
         else:
             r = await raw_run(url, body, adapter.request_headers(), timeout_s=120)
         if not r.ok:
@@ -122,7 +167,10 @@ async def batch(impl: str, base: str, model: str, a: argparse.Namespace, builder
         if n.gen_tps and n.gen_tps_client:
             ratios.append(n.gen_tps_client / n.gen_tps)
     cpu = time.process_time() - cpu0
-    return {"cpu_per_1k": cpu / tokens * 1000, "ratio_median": statistics.median(ratios) if ratios else None}
+    server_tps, n_pred = C.decode_rate(before, await asyncio.to_thread(metrics))
+    tokens = tokens or int(n_pred)
+    return {"cpu_per_1k": cpu / tokens * 1000 if impl != "curl" else None,
+            "ratio_median": statistics.median(ratios) if ratios else None, "server_tps": server_tps}
 
 
 def main() -> int:
@@ -131,25 +179,31 @@ def main() -> int:
     p.add_argument("--probes", type=int, default=20)
     p.add_argument("--context", type=int, default=512)
     p.add_argument("--gen", type=int, default=256)
+    p.add_argument("--pace-ms", type=float, default=10.0)
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     import uvloop
 
     model = str(C.tiny("small").target)
-    res: dict[str, list[dict[str, Any]]] = {"aiohttp": [], "raw-asyncio": []}
+    impls = ["curl", "aiohttp", "aiohttp-paced", "raw-asyncio"]
+    res: dict[str, list[dict[str, Any]]] = {k: [] for k in impls}
     with C.llama_server(model, a.context + a.gen + 64, 1) as srv:
 
         async def go() -> None:
             builder = PromptBuilder()
-            await batch("aiohttp", srv.base, model, argparse.Namespace(**{**vars(a), "probes": 2}), builder, -1)
+            await batch("aiohttp", srv.base, model, argparse.Namespace(**{**vars(a), "probes": 2}), builder, -1, srv.metrics)
             for rnd in range(a.rounds):
-                for impl in (["aiohttp", "raw-asyncio"] if rnd % 2 == 0 else ["raw-asyncio", "aiohttp"]):
-                    res[impl].append(await batch(impl, srv.base, model, a, builder, rnd))
+                order = impls[rnd % len(impls):] + impls[: rnd % len(impls)]
+                for impl in order:
+                    res[impl].append(await batch(impl, srv.base, model, a, builder, rnd, srv.metrics))
 
         uvloop.run(go())
-    summary: dict[str, Any] = {k: {"cpu_s_per_1k_tokens": C.med([x["cpu_per_1k"] for x in v]),
-                   "cpu_spread": C.spread([x["cpu_per_1k"] for x in v]),
-                   "client_over_server": C.med([x["ratio_median"] for x in v if x["ratio_median"]])} for k, v in res.items()}
+    curl_by_round = [x["server_tps"] for x in res["curl"]]
+    summary: dict[str, Any] = {k: {"cpu_s_per_1k_tokens": C.med([x["cpu_per_1k"] for x in v if x["cpu_per_1k"]]),
+                   "cpu_spread": C.spread([x["cpu_per_1k"] for x in v if x["cpu_per_1k"]]),
+                   "client_over_server": C.med([x["ratio_median"] for x in v if x["ratio_median"]]),
+                   "server_vs_curl": C.med([x["server_tps"] / c for x, c in zip(v, curl_by_round, strict=True)
+                                            if x["server_tps"] and c])} for k, v in res.items()}
     ratio = (summary["raw-asyncio"]["cpu_s_per_1k_tokens"] or 0) / (summary["aiohttp"]["cpu_s_per_1k_tokens"] or 1)
     doc: dict[str, Any] = {"machine": C.machine(), "summary": summary, "raw_over_aiohttp_cpu": ratio, "raw": res}
     if a.json:
@@ -158,9 +212,9 @@ def main() -> int:
     m = doc["machine"]
     print(f"probe_client_ab  {m['date_utc']} UTC  load {m['loadavg_1m']:.2f}  {a.rounds} rounds x {a.probes} probes x {a.gen} tokens")
     for k, v in summary.items():
-        cs = v["cpu_spread"]
-        print(f"  {k:12s} loop CPU {C.fmt(v['cpu_s_per_1k_tokens'], 4)} s/1k tok ({cs[0]:.4f}..{cs[1]:.4f})  "
-              f"client/server gen rate {C.fmt(v['client_over_server'], 4)}")
+        cs = v["cpu_spread"] or (0.0, 0.0)
+        print(f"  {k:14s} loop CPU {C.fmt(v['cpu_s_per_1k_tokens'], 4)} s/1k tok ({cs[0]:.4f}..{cs[1]:.4f})  "
+              f"client/server gen rate {C.fmt(v['client_over_server'], 4)}  server decode / curl's {C.fmt(v['server_vs_curl'])}")
     print(f"RATIO raw-asyncio / aiohttp probe-loop CPU = {ratio:.3f}")
     return 0
 
