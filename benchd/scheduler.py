@@ -202,12 +202,13 @@ class Engine:
                         if server is None:
                             return
                         warm = True
-                    if warm:
-                        await self.warm_up(adapter, server, cand, context)
-                        warm = False
-                    await self.size_prompts(adapter, server, cand, context)
-                    row = await self.run_probe(adapter, server, Cell(self.job, cand, context, "probe", p), self.sweep.gen_tokens)
-                    self.commit(row)
+                    cell = Cell(self.job, cand, context, "probe", p)
+                    failed = await self.prepare(adapter, server, cell, warm)
+                    warm = False
+                    if failed is not None:  # the server broke before the probe: this cell's row says how
+                        self.commit(failed)
+                        continue
+                    self.commit(await self.run_probe(adapter, server, cell, self.sweep.gen_tokens))
             if g.sustained and server.running:
                 ctx = self.sustained_context()
                 for p in self.pending(cand, ctx, "sustained"):
@@ -220,6 +221,33 @@ class Engine:
                     await asyncio.shield(self.stop_server(server))
 
     # -- probes ---------------------------------------------------------------------------------
+
+    async def prepare(self, adapter: RuntimeAdapter, server: Server, cell: Cell, warm: bool) -> Row | None:
+        """Warm-up (after a start) and prompt sizing, bounded by the probe timeout per warm-up probe.
+
+        A server that crashes or hangs here costs this cell (a failed / timeout row naming the cause,
+        the server stopped so the next cell restarts it), never the job: found by the fault suite,
+        where a SIGKILL/SIGSTOP right after `server_ready` ended the whole sweep with an engine error.
+        """
+        started_at = utcnow()
+        facts = ServerFacts(server.ctx_size, server.binary, server.version)
+        budget = self.timeout_s * (self.sweep.warmup + 1)
+        try:
+            async with asyncio.timeout(budget):
+                if warm:
+                    await self.warm_up(adapter, server, cell.candidate, cell.context)
+                await self.size_prompts(adapter, server, cell.candidate, cell.context)
+            return None
+        except TimeoutError:
+            await self.supervisor.stop(server, grace_s=0.5)
+            return build_row(cell, status="timeout", started_at=started_at, server=facts, log_tail=server.log_tail(),
+                             error=f"warm-up / prompt sizing timed out after {budget:g} s; the server was killed")
+        except Exception as exc:
+            row = await self.failed_row(cell, server, facts, None, started_at,
+                                        f"warm-up / prompt sizing failed: {type(exc).__name__}: {exc}")
+            if server.running:
+                await self.supervisor.stop(server, grace_s=0.5)
+            return row
 
     async def warm_up(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int) -> None:
         """Unrecorded probes after a server start (also feed the prompt calibration)."""
@@ -335,7 +363,7 @@ class Engine:
         return build_row(cell, status=status, started_at=started_at, server=facts, metrics=norm, memory=memory,
                          cooldown=cd, error=error, log_tail=tail, extra=extra, extra_sources=sources)
 
-    async def failed_row(self, cell: Cell, server: Server, facts: ServerFacts, cd: CooldownRecord, started_at: str,
+    async def failed_row(self, cell: Cell, server: Server, facts: ServerFacts, cd: CooldownRecord | None, started_at: str,
                          error: str, norm: Any = None, memory: Any = None) -> Row:
         """A failed row naming the cause: a crash (exit status + log tail, `server_crashed`) or the error."""
         info = server.crashed or await server.wait_exit(0.5)

@@ -200,3 +200,39 @@ def test_server_hung_while_the_prompt_is_sized_times_out_and_is_killed(run_daemo
     ready = [int(e["payload"]["pid"]) for e in evs if e["type"] == "server_ready"]
     assert len(ready) == 2 and not any(alive(pid) for pid in ready)  # killed, then restarted for probe 1
     figure("server_faults_checked", 1)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["crash", "hang"])
+def test_server_fault_during_warm_up_does_not_end_the_sweep(
+        run_daemon, tiny_models, llama_server_bin, sig: int) -> None:  # type: ignore[no-untyped-def]
+    """The warm-up probes run right after `server_ready` (sweeps warm up once by default); a server that
+    crashes or hangs there must cost that server's cells at most, never the job."""
+    d = run_daemon()
+    tag = f"warm-{os.getpid()}-{int(sig)}"
+    doc = sweep_doc(tiny_models.target, contexts=[64, 96], gen_tokens=16, probes=2, binary=llama_server_bin,
+                    tag=tag, probe_timeout_s=6)
+    doc["warmup"] = 1
+    job = d.client().submit(doc)["id"]
+    f = Follower(d.socket, job)
+    try:
+        while True:
+            ev = f.next(timeout=120)
+            assert ev is not None and ev["type"] not in TERMINAL, ev
+            if ev["type"] == "server_ready":
+                pid = int(ev["payload"]["pid"])
+                os.kill(pid, sig)
+                break
+    finally:
+        f.close()
+    try:
+        evs = wait_end(d, job, timeout=180)
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGCONT)
+    rows = read_rows(d.state_dir, job)
+    assert evs[-1]["type"] == "job_finished", (evs[-1], [(r.context, r.probe, r.status, r.error) for r in rows])
+    assert len(rows) == 4
+    assert all(r.status == "ok" for r in rows if r.context == 96), [r.error for r in rows]
+    assert not alive(pid)
+    wait_until(lambda: not tagged_processes(tag), timeout=10, what="servers gone")
+    figure("server_faults_checked", 1)
