@@ -222,6 +222,7 @@ class JobQueue:
     # -------------------------------------------------------------------------------- loop
 
     async def run(self) -> None:
+        await self._catch_up_runbooks()
         while not self._stopping:
             try:
                 self._recover_stranded()
@@ -243,6 +244,22 @@ class JobQueue:
                 self.store_error = f"{type(exc).__name__}: {exc}"
                 log.error("store error while running job %s: %s", job.id, exc)
                 await asyncio.sleep(5.0)
+
+    async def _catch_up_runbooks(self) -> None:
+        """Write the runbooks a dead daemon owed: it was killed between a job's terminal event and its
+        runbook (found by the fault suite's kill -9). A job whose runbook failed says so in `error`."""
+        try:
+            owed = [j.id for j in self.store.jobs_in_states("succeeded", "failed", "cancelled")
+                    if not j.runbook_id and j.progress is not None and j.progress.done > 0
+                    and "runbook not written" not in (j.error or "")]
+        except sqlite3.Error as exc:
+            log.error("cannot list jobs owing a runbook: %s", exc)
+            return
+        for job_id in owed:
+            if self._stopping:
+                return
+            log.warning("job %s ended without its runbook (benchd stopped first): writing it now", job_id)
+            await self._write_runbook(job_id, self.store.get_job(job_id, with_sweep=False).state)
 
     def _recover_stranded(self) -> None:
         """A job the store still calls `running` while no task runs it: a store write failed (disk full)

@@ -187,3 +187,26 @@ def test_kill9_at_random_points_loses_nothing(run_daemon, tiny_models, llama_ser
     figure("rows_lost", lost)
     figure("duplicate_rows", duplicates)
     figure("orphan_servers_after_restart", orphans_left)
+
+
+def test_kill9_between_the_last_event_and_the_runbook(run_daemon, tiny_models, llama_server_bin) -> None:  # type: ignore[no-untyped-def]
+    """The runbook is written after `job_finished`; a kill -9 in between must not leave a finished job
+    without its runbook for ever: the next daemon writes the missing one."""
+    d = run_daemon()
+    doc = sweep_doc(tiny_models.target, contexts=[32], gen_tokens=8, probes=2, binary=llama_server_bin, name="rb")
+    job = d.client().submit(doc)["id"]
+    f = Follower(d.socket, job)
+    try:
+        while (ev := f.next(timeout=120)) is not None:
+            if ev["type"] == "job_finished":
+                d.proc.send_signal(signal.SIGKILL)
+                break
+    finally:
+        f.close()
+    d.proc.wait(timeout=10)
+    d2 = run_daemon()
+    got = wait_until(lambda: (j := d2.client().job(job))["runbook_id"] and j, timeout=60, what="the runbook")
+    assert got["state"] == "succeeded"
+    assert (d2.state_dir / "runbooks" / f"{got['runbook_id']}.json").exists()
+    assert d2.client().request("GET", f"/v1/runbooks/{got['runbook_id']}")["job"]["id"] == job
+    figure("kills_survived", 1)
