@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import logging.handlers
 import os
+import sqlite3
 import sys
 
 import click
@@ -75,12 +76,25 @@ def cli(state_dir: str | None, socket_path: str | None, log_level: str) -> None:
     except BenchdError as exc:
         log.error("bad configuration: %s", exc)
         sys.exit(EXIT_BAD_CONFIG)
+    except (OSError, sqlite3.Error) as exc:  # e.g. the state dir's disk is full: one clear line, no traceback
+        log.error("cannot start on %s: %s: %s (%s free there); the supervisor's restart retries", config.state_dir,
+                  type(exc).__name__, exc, _free(config.state_dir))
+        sys.exit(1)
     except KeyboardInterrupt:
         code = 130
     logging.shutdown()
     if code == 130:
         os._exit(code)  # forced: do not wait for worker threads
     sys.exit(code)
+
+
+def _free(path: object) -> str:
+    import shutil
+
+    try:
+        return f"{shutil.disk_usage(str(path)).free / 2**20:.1f} MiB"
+    except OSError:
+        return "unknown space"
 
 
 def main() -> None:

@@ -100,8 +100,11 @@ class InstanceGuard:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise AlreadyRunning(self.config.state_dir, pid) from exc
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:  # the pid is a note for humans and for AlreadyRunning's message: a full disk must not stop us
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:
+            log.warning("cannot write the pid to %s: %s", path, exc.strerror or exc)
         os.fchmod(fd, 0o600)
         self._fd = fd
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -111,6 +112,19 @@ def test_full_disk_is_reported_rows_kept_and_the_job_recovers(
     assert c.health()["store_error"] is None
     assert c.job(job)["state"] == "succeeded"
     wait_until(lambda: not tagged_processes(tag), timeout=10, what="servers gone")
+    # a daemon (re)started on a full disk: one clear line and exit 1, no traceback (its supervisor
+    # retries); once space returns it starts and every job is still there
+    d.signal(signal.SIGTERM)
+    assert d.wait(timeout=15) == 0
+    filler = fill(small_tmpfs)
+    d2 = run_daemon(wait=False)
+    assert d2.wait(timeout=30) == 1
+    out = d2.output()
+    assert "cannot start on" in out and "Traceback" not in out, out[-2000:]
+    filler.unlink()
+    d3 = run_daemon()
+    assert d3.client().job(job)["state"] == "succeeded"
+    assert len(read_rows(d3.state_dir, job)) == total
     figure("full_disk_rows_kept", len(before))
 
 
