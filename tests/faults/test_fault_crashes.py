@@ -177,6 +177,8 @@ def test_kill9_at_random_points_loses_nothing(run_daemon, tiny_models, llama_ser
                 lost += 1
     assert lost == 0 and duplicates == 0
     wait_until(lambda: not tagged_processes(tag), timeout=15, what="the last job's servers to stop")
+    stale = sorted(p.name for p in (d.state_dir / "servers").glob("*.json"))
+    assert not stale, f"server records left in <state>/servers/: {stale}"
     elapsed = time.monotonic() - t_start
     print(f"\n[faults] kill -9: {len(kills)} kills over {len(jobs)} job(s) in {elapsed:.0f} s; landed {dict(landed)}")
     for k in kills:
