@@ -1,7 +1,9 @@
 """The probe's HTTP client: aiohttp (what benchd ships) vs a minimal HTTP/1.1 streaming reader on bare
 asyncio streams vs aiohttp reading every `--pace-ms` after the first chunk, same parser
 (`benchd.probe._Stream`), same server, interleaved with `curl -N` (the reference: a C client) in
-rotated order each round.
+rotated order each round. `aiohttp-pinned`: benchd's client with this process pinned to the last
+CPU (`sched_setaffinity`) while the server's threads stay free, to see whether keeping the client off
+the server's compute core helps the server.
 
     .venv/bin/python benchmarks/probe_client_ab.py [--rounds 4] [--probes 20] [--gen 256] [--json]
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -32,6 +35,8 @@ from benchd import probe
 from benchd.prompts import PromptBuilder
 from benchd.runtimes import get_adapter
 from benchd.schemas import Sampling
+
+ALL_CPUS = set(os.sched_getaffinity(0))
 
 
 async def raw_run(url: str, body: bytes, headers: Mapping[str, str], *, timeout_s: float) -> probe.ProbeResult:
@@ -146,6 +151,8 @@ async def batch(impl: str, base: str, model: str, a: argparse.Namespace, builder
 
     prompts = [await builder.build(a.context, f"ab/ab/{a.context}/{k}-{i}", count, key="ab") for i in range(a.probes)]
     before = await asyncio.to_thread(metrics)
+    if impl == "aiohttp-pinned":  # the client on the last core only; the server's threads stay free
+        os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
     cpu0 = time.process_time()
     ratios, tokens = [], 0
     for p in prompts:
@@ -154,7 +161,7 @@ async def batch(impl: str, base: str, model: str, a: argparse.Namespace, builder
         if impl == "curl":
             await curl_run(url, body)
             continue
-        if impl == "aiohttp":
+        if impl in ("aiohttp", "aiohttp-pinned"):
             r = await probe.run(url, body, adapter.request_headers(), timeout_s=120)
         elif impl == "aiohttp-paced":
             r = await paced_run(url, body, adapter.request_headers(), timeout_s=120, pace_s=a.pace_ms / 1000)
@@ -167,6 +174,7 @@ async def batch(impl: str, base: str, model: str, a: argparse.Namespace, builder
         if n.gen_tps and n.gen_tps_client:
             ratios.append(n.gen_tps_client / n.gen_tps)
     cpu = time.process_time() - cpu0
+    os.sched_setaffinity(0, ALL_CPUS)
     server_tps, n_pred = C.decode_rate(before, await asyncio.to_thread(metrics))
     tokens = tokens or int(n_pred)
     return {"cpu_per_1k": cpu / tokens * 1000 if impl != "curl" else None,
@@ -185,7 +193,7 @@ def main() -> int:
     import uvloop
 
     model = str(C.tiny("small").target)
-    impls = ["curl", "aiohttp", "aiohttp-paced", "raw-asyncio"]
+    impls = ["curl", "aiohttp", "aiohttp-paced", "raw-asyncio", "aiohttp-pinned"]
     res: dict[str, list[dict[str, Any]]] = {k: [] for k in impls}
     with C.llama_server(model, a.context + a.gen + 64, 1) as srv:
 
