@@ -101,6 +101,7 @@ class Engine:
         self.evals_done = {(e.candidate, e.task) for e in store.evals(job)}
         self.tokenizer: dict[int, bool] = {}  # server pid -> has /tokenize
         self.prompts_recorded = False
+        self.local_counters: dict[str, Any] = {}  # candidate id -> local count_tokens or None
 
     # -- events and rows ------------------------------------------------------------------------
 
@@ -277,11 +278,15 @@ class Engine:
             self.prompts.observe(prompt, usage["prompt_tokens"])
 
     async def counter(self, adapter: RuntimeAdapter, server: Server) -> Any:
-        """The server's tokenizer as `count_tokens(text)`, or None; probed once per server start."""
+        """The server's tokenizer as `count_tokens(text)` (probed once per server start), else the
+        adapter's local one (the model dir's tokenizer), else None (calibrate from reported usage)."""
         if server.pid not in self.tokenizer:
             self.tokenizer[server.pid] = await adapter.count_tokens(server.base_url, "hello") is not None
         if not self.tokenizer[server.pid]:
-            return None
+            cand = server.candidate
+            if cand.id not in self.local_counters:
+                self.local_counters[cand.id] = adapter.local_token_counter(cand)
+            return self.local_counters[cand.id]
 
         async def count(text: str) -> int:
             n = await adapter.count_tokens(server.base_url, text)
@@ -290,6 +295,14 @@ class Engine:
             return n
 
         return count
+
+    def sizing_method(self, method: str, server: Server) -> str:
+        """How the prompt was sized, naming whose tokenizer counted it."""
+        if method != "tokenizer":
+            return f"{method} (calibrated from reported usage.prompt_tokens)"
+        if self.tokenizer.get(server.pid):
+            return "tokenizer (server /tokenize)"
+        return "tokenizer (model dir tokenizer.json, counted locally)"
 
     async def cool_down(self, cell: Cell) -> CooldownRecord:
         self.emit("cooldown_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe,
@@ -340,7 +353,7 @@ class Engine:
         if norm.prompt_tokens is not None:
             self.prompts.observe(prompt, norm.prompt_tokens)
         extra: dict[str, Any] = {}
-        sources: dict[str, str] = {"prompt": f"{prompt.method}; target {cell.context} tokens"}
+        sources: dict[str, str] = {"prompt": f"{self.sizing_method(prompt.method, server)}; target {cell.context} tokens"}
         load_mode = adapter.memory_note(cand)
         if load_mode:
             sources["mem_load_mode"] = load_mode

@@ -177,6 +177,10 @@ class RuntimeAdapter:
         """Exact prompt tokens via the server's tokenizer, or None (calibrate from usage instead)."""
         return None
 
+    def local_token_counter(self, candidate: Candidate) -> Any:
+        """A `count_tokens(text)` that needs no server (e.g. the model dir's tokenizer), or None."""
+        return None
+
     def request_path(self) -> str:
         return "/v1/chat/completions"
 

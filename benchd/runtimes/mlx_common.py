@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from benchd.config import Config
 from benchd.errors import BenchdError
@@ -72,6 +72,13 @@ class MlxServerAdapter(RuntimeAdapter):
         env["PYTHONUNBUFFERED"] = "1"  # log lines reach the log file as they happen
         env.update(candidate.env)
         return env
+
+    def local_token_counter(self, candidate: Candidate) -> Any:
+        """The model dir's `tokenizer.json`, counted here (the MLX servers have no /tokenize); None
+        without the `tokenizers` package, and the engine calibrates from reported usage instead."""
+        from benchd.prompts import local_tokenizer_counter
+
+        return local_tokenizer_counter(candidate.model)
 
     async def version(self, base_url: str, command: list[str]) -> str | None:
         return mlx_version_from_venv(command, self.version_dists)
