@@ -394,14 +394,37 @@ REFUSAL_RESPONSE = (
 )
 
 
-class PeerGate(asyncio.Protocol):
-    """Wraps aiohttp's per-connection protocol; creates it only for a peer with the daemon's uid."""
+#: Connections served at once, and how long a connection may take to send its first request's headers:
+#: without them, clients that connect and never send (or trickle headers) held a file descriptor each
+#: for ever (the fault suite held 300 for minutes); at the fd limit the engine could no longer open
+#: server logs or spawn servers.
+MAX_CONNECTIONS = 256
+HEADER_TIMEOUT_S = 30.0
+_TOO_MANY = _enc.encode({"error": {"code": "too_many_connections",
+                                   "message": f"benchd serves at most {MAX_CONNECTIONS} connections at once",
+                                   "field": None}})
+TOO_MANY_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    b"Content-Length: " + str(len(_TOO_MANY)).encode() + b"\r\n\r\n" + _TOO_MANY
+)
 
-    def __init__(self, make_inner: Callable[[], asyncio.Protocol], allowed_uid: int) -> None:
+
+class PeerGate(asyncio.Protocol):
+    """Wraps aiohttp's per-connection protocol; creates it only for a peer with the daemon's uid.
+
+    With a `live` set (the daemon's), it also caps the connections served at once and drops a
+    connection that has not sent complete request headers within HEADER_TIMEOUT_S.
+    """
+
+    def __init__(self, make_inner: Callable[[], asyncio.Protocol], allowed_uid: int,
+                 live: set[PeerGate] | None = None) -> None:
         self._make_inner = make_inner
         self._allowed = allowed_uid
         self._inner: asyncio.Protocol | None = None
         self._abort: asyncio.TimerHandle | None = None
+        self._live = live
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._tail = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         try:
@@ -412,18 +435,41 @@ class PeerGate(asyncio.Protocol):
         if uid != self._allowed:
             if uid is not None:
                 log.warning("refused a connection from uid %s (benchd runs as uid %s)", uid, self._allowed)
-            transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio subclasses
-            # Answer, half-close, and drain what the peer sends until it closes (at most REFUSE_LINGER_S):
-            # closing with its request unread would reset the connection and lose the 403 on the way.
-            transport.write(REFUSAL_RESPONSE)
-            if transport.can_write_eof():
-                transport.write_eof()
-            self._abort = asyncio.get_running_loop().call_later(REFUSE_LINGER_S, transport.abort)
+            self._refuse(transport, REFUSAL_RESPONSE)
             return
+        if self._live is not None:
+            if len(self._live) >= MAX_CONNECTIONS:
+                log.warning("refused a connection: %d connections already open", len(self._live))
+                self._refuse(transport, TOO_MANY_RESPONSE)
+                return
+            self._live.add(self)
+            closing = cast(asyncio.Transport, transport)
+            self._header_timer = asyncio.get_running_loop().call_later(HEADER_TIMEOUT_S, self._no_headers, closing)
         self._inner = self._make_inner()
         self._inner.connection_made(transport)
 
+    def _refuse(self, transport: asyncio.BaseTransport, response: bytes) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio subclasses
+        # Answer, half-close, and drain what the peer sends until it closes (at most REFUSE_LINGER_S):
+        # closing with its request unread would reset the connection and lose the answer on the way.
+        transport.write(response)
+        if transport.can_write_eof():
+            transport.write_eof()
+        self._abort = asyncio.get_running_loop().call_later(REFUSE_LINGER_S, transport.abort)
+
+    def _no_headers(self, transport: asyncio.Transport) -> None:
+        log.info("dropped a connection that sent no complete request headers within %.0f s", HEADER_TIMEOUT_S)
+        transport.abort()
+
     def data_received(self, data: bytes) -> None:
+        if self._header_timer is not None:
+            seen = self._tail + data
+            if b"\r\n\r\n" in seen:
+                self._header_timer.cancel()
+                self._header_timer = None
+                self._tail = b""
+            else:
+                self._tail = seen[-3:]
         if self._inner is not None:
             self._inner.data_received(data)
 
@@ -433,6 +479,10 @@ class PeerGate(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._abort is not None:
             self._abort.cancel()
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+        if self._live is not None:
+            self._live.discard(self)
         if self._inner is not None:
             self._inner.connection_lost(exc)
 

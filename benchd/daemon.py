@@ -102,7 +102,9 @@ class Daemon:
         make_inner = self.runner.server
         assert make_inner is not None
         uid = os.getuid()
-        self.server = await asyncio.get_running_loop().create_server(lambda: PeerGate(make_inner, uid), sock=sock)
+        live: set[PeerGate] = set()  # the connections served now (capped, see api.MAX_CONNECTIONS)
+        self.server = await asyncio.get_running_loop().create_server(lambda: PeerGate(make_inner, uid, live),
+                                                                     sock=sock)
         self.queue.start()
         log.info("benchd %s listening on %s (state %s, pid %s)", _version(), cfg.socket, cfg.state_dir, os.getpid())
 

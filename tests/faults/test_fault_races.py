@@ -100,3 +100,57 @@ async def test_a_job_cancelled_while_the_queue_starts_it_never_runs(
     assert calls == [], "the engine ran a cancelled job"
     assert [e.type for e in d.store.events(job.id)] == ["job_queued", "job_cancelled"]
     assert d.store.get_job(job.id).state == "cancelled"
+
+
+async def test_idle_connections_are_capped_and_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: clients that connect and never send a request (or trickle its headers) were held for
+    ever, one file descriptor each (the fault suite held 300 for minutes). In-process daemon so the cap
+    and the header timeout can be made small; the socket, the gate and aiohttp are the real ones."""
+    import socket
+
+    import psutil
+
+    from benchd import api
+
+    monkeypatch.setattr(api, "MAX_CONNECTIONS", 20)
+    monkeypatch.setattr(api, "HEADER_TIMEOUT_S", 1.0)
+    base = Path(tempfile.mkdtemp(prefix="bd-", dir="/tmp"))
+    cfg = Config.resolve(state_dir=base / "s", cache_dir=base / "c")
+    async with Daemon(cfg) as d:
+        me = psutil.Process()
+        fds0 = me.num_fds()
+        idle = []
+        for i in range(20):
+            s = socket.socket(socket.AF_UNIX)
+            s.setblocking(False)
+            s.connect(str(d.config.socket))
+            if i % 2:
+                s.send(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+            idle.append(s)
+        await asyncio.sleep(0.3)
+
+        def one_request() -> bytes:
+            with socket.socket(socket.AF_UNIX) as c:
+                c.settimeout(5)
+                c.connect(str(d.config.socket))
+                c.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                out = b""
+                while chunk := c.recv(65536):
+                    out += chunk
+                return out
+
+        refused = await asyncio.to_thread(one_request)
+        assert refused.startswith(b"HTTP/1.1 503") and b"too_many_connections" in refused, refused
+        await asyncio.sleep(1.5)  # past the header timeout: the idle ones are dropped
+        for s in idle:
+            s.setblocking(True)
+            s.settimeout(2)
+            try:
+                assert s.recv(100) == b""
+            except ConnectionResetError:
+                pass
+            s.close()
+        answer = await asyncio.to_thread(one_request)
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+        await asyncio.sleep(0.2)
+        assert me.num_fds() <= fds0 + 2
