@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 #: (label, figure key, what it means)
 LINES: list[tuple[str, str, str]] = [
-    ("kills survived", "kills_survived", "kill -9 of benchd at seeded random points of a real sweep"),
+    ("kills survived", "kills_survived", "kill -9 of benchd at seeded random points of real sweeps (+1 before a runbook)"),
     ("kills by phase", "kills_by_phase", "where each kill landed (last event committed before it)"),
     ("rows lost", "rows_lost", "rows committed before a kill that were missing or changed at the end"),
     ("duplicate rows", "duplicate_rows", "probe_finished events for a row key beyond the first"),
@@ -34,7 +34,8 @@ LINES: list[tuple[str, str, str]] = [
     ("sweep-file fuzz cases", "fuzz_sweep_files", "generated sweep files through benchctl.sweepfile"),
     ("5xx answers", "fuzz_5xx_answers", "server errors among the fuzz answers"),
     ("shell injection attempts", "shell_injection_attempts", "candidate args that a shell would have run"),
-    ("server faults checked", "server_faults_checked", "crash, hang x2, garbage, early close, never healthy"),
+    ("server faults checked", "server_faults_checked",
+     "crash, hang x2, garbage, early close, never healthy, tokenizer hang, warm-up crash/hang"),
     ("rows kept on full disk", "full_disk_rows_kept", "rows committed before the tmpfs filled up"),
     ("chatty log max bytes", "chatty_log_max_bytes", "largest server .log seen while it wrote 3x the cap"),
     ("log cap bytes", "log_cap_bytes", "benchd.config.LOG_CAP_BYTES"),
@@ -43,6 +44,7 @@ LINES: list[tuple[str, str, str]] = [
     ("health max ms (50 clients)", "concurrent_clients_health_max_ms", "slowest /v1/health meanwhile"),
     ("health max ms (stuck readers)", "stuck_followers_health_max_ms", "with 5 never-reading followers"),
     ("RSS growth, stuck readers (MiB)", "stuck_followers_rss_growth_mib", "daemon RSS growth meanwhile"),
+    ("idle connections dropped", "idle_connections_dropped", "connections that never sent complete headers"),
     ("SIGTERM cases", "sigterm_cases", "cooldown, server start, probe"),
     ("SIGTERM slowest exit (s)", "sigterm_exit_max_s", "must be under 10 s"),
     ("seed", "seed", "replay with BENCHD_FAULT_SEED"),

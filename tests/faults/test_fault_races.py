@@ -154,3 +154,6 @@ async def test_idle_connections_are_capped_and_dropped(monkeypatch: pytest.Monke
         assert answer.startswith(b"HTTP/1.1 200"), answer
         await asyncio.sleep(0.2)
         assert me.num_fds() <= fds0 + 2
+    from faultlib import figure
+
+    figure("idle_connections_dropped", len(idle))
