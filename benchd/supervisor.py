@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import shlex
 import shutil
 import signal
@@ -53,6 +54,12 @@ from benchd.schemas import Candidate
 StartFailure = Literal["spawn_failed", "exited", "timeout", "port_taken"]
 
 LOG_TAIL_BYTES = 4000
+#: A record written BEFORE each spawn (`pending-<token>.json`) and the token put in the server's
+#: environment: a daemon killed between the spawn and the pid record left an unrecorded server
+#: running for ever (the fault suite's kill -9 at server start hit that window). The reaper finds
+#: such a server by the token in its environment.
+SERVER_TOKEN_ENV = "BENCHD_SERVER_TOKEN"
+PENDING_PREFIX = "pending-"
 #: How often the watcher checks the log size, and the share of the cap at which it rotates: a file is
 #: rotated at half the cap, so it stays under the cap while the server writes under cap/2 per check
 #: (20 MB/s at 8 MiB); checking once a second at the full cap let a chatty server reach twice the cap.
@@ -241,6 +248,7 @@ class Supervisor:
         self.grace_s = grace_s
         self.poll_interval_s = poll_interval_s
         self.servers: dict[int, Server] = {}
+        self._pending: set[str] = set()
 
     # ------------------------------------------------------------------------------------ start
 
@@ -278,6 +286,9 @@ class Supervisor:
             raise ServerStartError(str(exc), reason="spawn_failed", log_path=log_path) from exc
         argv = adapter.argv(candidate, command=command, port=port, ctx_size=ctx_size)
         env = adapter.env(candidate, self.config)
+        token = secrets.token_hex(8)
+        env[SERVER_TOKEN_ENV] = token
+        pending = self._write_pending(token, argv, job, candidate.id)
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             header = f"\n=== benchd {time.strftime('%Y-%m-%dT%H:%M:%S%z')}: {shlex.join(argv)}\n"
@@ -291,6 +302,7 @@ class Supervisor:
                 start_new_session=True,
             )
         except OSError as exc:
+            self._drop_pending(pending, token)
             raise ServerStartError(
                 f"cannot start {candidate.runtime} for {candidate.id!r}: {argv[0]}: {exc.strerror or exc}",
                 reason="spawn_failed",
@@ -324,6 +336,7 @@ class Supervisor:
             _proc=proc,
         )
         self._write_record(server)
+        self._drop_pending(pending, token)
         self.servers[server.pid] = server
         server._watcher = asyncio.create_task(self._watch(server), name=f"watch-{candidate.id}-{proc.pid}")
         try:
@@ -494,6 +507,59 @@ class Supervisor:
         tmp.write_bytes(msgspec.json.encode(record))
         os.replace(tmp, server.record_path)
 
+    def _write_pending(self, token: str, argv: list[str], job: str, candidate: str) -> Path:
+        self.config.servers_dir.mkdir(parents=True, exist_ok=True)
+        path = self.config.servers_dir / f"{PENDING_PREFIX}{token}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(msgspec.json.encode({"token": token, "argv": argv, "job": job, "candidate": candidate}))
+        os.replace(tmp, path)
+        self._pending.add(token)
+        return path
+
+    def _drop_pending(self, path: Path, token: str) -> None:
+        path.unlink(missing_ok=True)
+        self._pending.discard(token)
+
+    @staticmethod
+    def _read_pending(path: Path) -> dict[str, Any] | None:
+        """A pending record, or None (and the file removed) when it cannot be read."""
+        try:
+            rec = msgspec.json.decode(path.read_bytes())
+            str(rec["token"])
+            return rec  # type: ignore[no-any-return]
+        except (OSError, msgspec.DecodeError, KeyError, TypeError):
+            path.unlink(missing_ok=True)
+            return None
+
+    async def _reap_pending(self, path: Path) -> dict[str, Any] | None:
+        """A server whose spawn a dead daemon recorded only as pending: find it by its token, kill its group."""
+        rec = self._read_pending(path)
+        if rec is None:
+            return {"path": str(path), "action": "unreadable"}
+        token = str(rec["token"])
+        if token in self._pending:
+            return None
+        found = []
+        for p in psutil.process_iter():
+            try:
+                if p.environ().get(SERVER_TOKEN_ENV) == token:
+                    found.append(p)
+            except (psutil.Error, OSError):
+                continue
+        members: list[psutil.Process] = []
+        for p in found:
+            with contextlib.suppress(ProcessLookupError, psutil.Error):
+                pgid = os.getpgid(p.pid)
+                members += group_members(pgid, p.create_time())
+                _killpg(pgid, signal.SIGTERM)
+        survivors = await _wait_gone(found + members, self.grace_s)
+        for p in survivors:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        await _wait_gone(survivors, 5.0)
+        self._drop_pending(path, token)
+        return {**rec, "pid": found[0].pid if found else None, "action": "killed" if found else "gone"}
+
     async def reap_orphans(self) -> list[dict[str, Any]]:
         """Kill servers a previous daemon left behind (recorded pid alive with the recorded start time).
 
@@ -503,7 +569,13 @@ class Supervisor:
         out: list[dict[str, Any]] = []
         if not self.config.servers_dir.is_dir():
             return out
+        for path in sorted(self.config.servers_dir.glob(PENDING_PREFIX + "*.json")):
+            entry = await self._reap_pending(path)
+            if entry is not None:
+                out.append(entry)
         for path in sorted(self.config.servers_dir.glob("*.json")):
+            if path.name.startswith(PENDING_PREFIX):
+                continue
             try:
                 rec = msgspec.json.decode(path.read_bytes())
                 pid, pgid, start = int(rec["pid"]), int(rec["pgid"]), float(rec["start_time"])
