@@ -25,8 +25,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from benchd.conditions import unmet
 from benchd.config import Config
 from benchd.errors import BenchdError
+from benchd.power import keep_awake
 from benchd.schemas import TERMINAL_JOB_STATES, Event, Job, Sweep
 from benchd.store import Store, utcnow
 
@@ -91,7 +93,7 @@ def parse_time(value: str) -> datetime:
 
 
 def _load_engine() -> RunJob:
-    # The sweep engine (the lead's module), imported late so the API starts without it.
+    # The sweep engine, imported when the first job starts: the daemon answers its socket sooner.
     from benchd.scheduler import run_job
 
     return run_job  # type: ignore[no-any-return]
@@ -99,25 +101,13 @@ def _load_engine() -> RunJob:
 
 @contextlib.asynccontextmanager
 async def _keep_awake() -> AsyncIterator[dict[str, Any]]:
-    """The power helper's sleep guard, as event payload; absent helper → a stated reason."""
-    try:
-        from benchd.power import keep_awake
-    except ImportError:
-        yield {"sleep_prevented": False, "sleep_reason": "benchd.power not available"}
-        return
+    """The sleep guard held while a job runs, as the job_started/job_resumed payload (the runbook's
+    provenance says whether sleep was prevented, how, or why not)."""
     async with keep_awake(os.getpid()) as guard:
-        yield {
-            "sleep_prevented": bool(getattr(guard, "prevented", False)),
-            "sleep_method": getattr(guard, "method", None),
-            "sleep_reason": getattr(guard, "reason", None),
-        }
+        yield {"sleep_prevented": guard.prevented, "sleep_method": guard.method, "sleep_reason": guard.reason}
 
 
 async def _unmet(when: list[str], sweep: Sweep) -> str | None:
-    try:
-        from benchd.conditions import unmet
-    except ImportError:
-        return None
     return await unmet(when, sweep.cooldown)
 
 
