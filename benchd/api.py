@@ -398,7 +398,15 @@ REFUSAL_RESPONSE = (
 #: without them, clients that connect and never send (or trickle headers) held a file descriptor each
 #: for ever (the fault suite held 300 for minutes); at the fd limit the engine could no longer open
 #: server logs or spawn servers.
-MAX_CONNECTIONS = 256
+def _fd_budget() -> int:
+    """A quarter of the soft fd limit (launchd's default is 256 on macOS), within [16, 256]."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return 256 if soft == resource.RLIM_INFINITY else max(16, min(256, soft // 4))
+
+
+MAX_CONNECTIONS = _fd_budget()
 HEADER_TIMEOUT_S = 30.0
 _TOO_MANY = _enc.encode({"error": {"code": "too_many_connections",
                                    "message": f"benchd serves at most {MAX_CONNECTIONS} connections at once",
