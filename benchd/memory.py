@@ -3,7 +3,8 @@
 Usage (the sweep engine): `s = MemorySampler(server_pid)`, then per probe `s.reset_peak()`,
 `await s.start()`, run the probe, `result = await s.stop()`.
 
-Sources, best first, each named in `MemoryResult.source`:
+Sources, best first, each named in `MemoryResult.source` (their per-OS readers are in
+`benchd.memory_backends`):
 - Linux `kernel:VmHWM`: `/proc/PID/status` VmHWM is the kernel's peak RSS; writing "5" to
   `/proc/PID/clear_refs` resets it to the current RSS, so each probe gets its own exact peak. The series
   is VmRSS from the same file, with the RssAnon/RssFile split (heap vs mmap'd weights).
@@ -30,13 +31,12 @@ import contextlib
 import os
 import sys
 import time
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 import psutil
 
-_KB = 1024
+from benchd.memory_backends import Backend, LinuxProc, default_backend, proc_tree
 
 
 class MemoryResult(msgspec.Struct, kw_only=True, frozen=True):
@@ -58,148 +58,12 @@ class MemoryResult(msgspec.Struct, kw_only=True, frozen=True):
     null_reasons: dict[str, str] = {}
 
 
-@dataclass(frozen=True)
-class ProcMem:
-    """One process at one instant, bytes. `peak` is the kernel's peak since reset, when it has one."""
-
-    current: int
-    peak: int | None
-    anon: int | None
-    file: int | None
-
-
-class Backend(Protocol):
-    source: str  # the name of the kernel peak source
-    current_source: str  # the name of what the series samples
-
-    def read(self, pid: int) -> ProcMem | None: ...  # None: the process is gone
-
-    def reset(self, pid: int) -> str | None: ...  # None: ok, else why not
-
-
-class LinuxProc:
-    """/proc/PID/status (VmRSS, VmHWM, RssAnon, RssFile) and /proc/PID/clear_refs."""
-
-    source = "kernel:VmHWM"
-    current_source = "kernel:VmRSS"
-
-    def read(self, pid: int) -> ProcMem | None:
-        try:
-            with open(f"/proc/{pid}/status", "rb") as f:
-                data = f.read()
-        except (FileNotFoundError, ProcessLookupError):
-            return None
-        fields: dict[bytes, int] = {}
-        for line in data.splitlines():
-            if line[:2] in (b"Vm", b"Rs"):
-                key, _, rest = line.partition(b":")
-                if key in (b"VmRSS", b"VmHWM", b"RssAnon", b"RssFile", b"RssShmem"):
-                    fields[key] = int(rest.split()[0]) * _KB
-        if b"VmRSS" not in fields:  # zombie or kernel thread: no memory of its own any more
-            return None
-        file_ = fields.get(b"RssFile")
-        if file_ is not None and b"RssShmem" in fields:
-            file_ += fields[b"RssShmem"]  # shared memory is not anonymous heap either
-        return ProcMem(fields[b"VmRSS"], fields.get(b"VmHWM"), fields.get(b"RssAnon"), file_)
-
-    def reset(self, pid: int) -> str | None:
-        try:
-            with open(f"/proc/{pid}/clear_refs", "w") as f:
-                f.write("5")
-        except FileNotFoundError:
-            return None  # gone: nothing to reset
-        except OSError as exc:
-            return f"cannot write /proc/{pid}/clear_refs: {exc.strerror or exc}"
-        return None
-
-
-class Darwin:
-    """proc_pid_rusage phys_footprint; the kernel's interval max is the peak (benchd.memory_darwin)."""
-
-    source = "darwin:phys_footprint"
-    current_source = "darwin:phys_footprint"
-
-    def read(self, pid: int) -> ProcMem | None:
-        from benchd import memory_darwin
-
-        fp = memory_darwin.read_footprint(pid)
-        if fp is None:
-            return None
-        peak = fp.interval_max_phys_footprint or None  # 0: kernel built without interval max
-        return ProcMem(fp.phys_footprint, peak, None, None)
-
-    def reset(self, pid: int) -> str | None:
-        from benchd import memory_darwin
-
-        return memory_darwin.reset_footprint_interval(pid)
-
-
-class PsutilRss:
-    """Portable fallback: psutil RSS, no kernel peak."""
-
-    source = "psutil:rss"
-    current_source = "psutil:rss"
-
-    def read(self, pid: int) -> ProcMem | None:
-        try:
-            rss = psutil.Process(pid).memory_info().rss
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            return None
-        return ProcMem(int(rss), None, None, None)
-
-    def reset(self, pid: int) -> str | None:
-        return "psutil has no resettable kernel peak"
-
-
-def default_backend() -> Backend:
-    if sys.platform.startswith("linux") and os.path.exists("/proc/self/status"):
-        return LinuxProc()
-    if sys.platform == "darwin":
-        return Darwin()
-    return PsutilRss()
-
-
 def _swap() -> tuple[int, int] | None:
     try:
         s = psutil.swap_memory()
     except (OSError, RuntimeError, NotImplementedError):
         return None
     return int(s.sin), int(s.sout)
-
-
-def _proc_tree(root: int) -> set[int] | None:
-    """{root} + descendants from /proc/PID/task/TID/children; None when that file is unavailable
-    (not Linux, or a kernel without CONFIG_PROC_CHILDREN): the caller falls back to psutil."""
-    if not sys.platform.startswith("linux"):
-        return None
-    seen = {root}
-    stack = [root]
-    while stack:
-        pid = stack.pop()
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except FileNotFoundError:
-            if pid == root:
-                return set()
-            continue  # a descendant exited meanwhile
-        except OSError:
-            return None
-        for tid in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                    data = f.read()
-            except FileNotFoundError:
-                if os.path.exists(f"/proc/{pid}/task/{tid}"):
-                    return None  # the task lives but has no children file: CONFIG_PROC_CHILDREN off
-                continue  # that thread (or the process) exited meanwhile
-            except OSError:
-                return None
-            for c in data.split():
-                child = int(c)
-                if child not in seen:
-                    seen.add(child)
-                    stack.append(child)
-    return seen
 
 
 class MemorySampler:
@@ -233,7 +97,7 @@ class MemorySampler:
         psutil's `children()` reads /proc/*/stat of EVERY process on the machine. Measured with
         cProfile over a 20-probe engine run: psutil's ppid_map was 61 calls, 0.105 s of the engine's
         0.54 CPU-s (reset_peak, start and stop each ask for the tree, plus the 1 s refresh)."""
-        kids_proc = _proc_tree(self.root_pid)
+        kids_proc = proc_tree(self.root_pid)
         if kids_proc is not None:
             return kids_proc
         try:

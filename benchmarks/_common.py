@@ -42,9 +42,9 @@ def cache_dir() -> Path:
 
 
 def llama_bin(name: str = "llama-server") -> Path:
-    from benchd import provision
+    from benchd import locate
 
-    path, _how = provision.resolve_llama_binary(None, cache_dir(), name)
+    path, _how = locate.resolve_llama_binary(None, cache_dir(), name)
     return Path(path)
 
 

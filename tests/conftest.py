@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from benchd import provision
+from benchd import locate, provision
 from benchd.config import default_cache_dir
 from benchd.errors import BenchdError
 
@@ -79,10 +79,10 @@ def tiny_models(cache_dir: Path) -> Any:
 
 def _llama_binary(cache_dir: Path, name: str) -> Path:
     try:
-        return provision.resolve_llama_binary(None, cache_dir, name)[0]
+        return locate.resolve_llama_binary(None, cache_dir, name)[0]
     except BenchdError:
         provision.install_llama(cache_dir, _log)
-        return provision.resolve_llama_binary(None, cache_dir, name)[0]
+        return locate.resolve_llama_binary(None, cache_dir, name)[0]
 
 
 @pytest.fixture(scope="session")
@@ -100,10 +100,10 @@ def mlx_argv(cache_dir: Path) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for runtime in MLX_RUNTIMES:
         try:
-            out[runtime] = provision.resolve_mlx_command(runtime, None, cache_dir)[0]
+            out[runtime] = locate.resolve_mlx_command(runtime, None, cache_dir)[0]
         except BenchdError:
             provision.install_mlx(cache_dir, _log)
-            out[runtime] = provision.resolve_mlx_command(runtime, None, cache_dir)[0]
+            out[runtime] = locate.resolve_mlx_command(runtime, None, cache_dir)[0]
     return out
 
 

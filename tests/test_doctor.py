@@ -21,7 +21,8 @@ import pytest
 
 from benchd.config import default_cache_dir
 from benchd.errors import BenchdError
-from benchd.provision import mlx_dir, resolve_llama_binary
+from benchd.locate import resolve_llama_binary
+from benchd.provision import mlx_dir
 
 BIN = Path(sys.executable).parent
 CLEAN_PATH = f"{BIN}:/usr/bin:/bin"  # no llama-server (checked below), no MLX

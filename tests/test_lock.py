@@ -173,11 +173,11 @@ def _real_runtime(request: pytest.FixtureRequest) -> tuple[Path, Path, Path]:
         return binary, tiny.target, tiny.draft_identical
     except pytest.FixtureLookupError:
         pass
-    from benchd import provision, tinymodels
+    from benchd import locate, tinymodels
     from benchd.config import default_cache_dir
 
     try:
-        binary = provision.resolve_llama_binary(None, default_cache_dir())[0]
+        binary = locate.resolve_llama_binary(None, default_cache_dir())[0]
     except BenchdError as exc:
         pytest.skip(f"no llama-server: {exc}")
     tiny = tinymodels.ensure(default_cache_dir())

@@ -11,7 +11,7 @@ import textwrap
 import msgspec
 import pytest
 
-from benchd import memory, memory_darwin
+from benchd import memory, memory_backends, memory_darwin
 
 MB = 1024 * 1024
 
@@ -154,7 +154,7 @@ async def test_root_gone_gives_nulls_with_reasons() -> None:
 
 @linux_only
 async def test_reset_failure_falls_back_to_sampled_rss(child: Child) -> None:
-    class NoReset(memory.LinuxProc):
+    class NoReset(memory_backends.LinuxProc):
         """Double for a kernel that refuses clear_refs (e.g. another user's process): the only way here."""
 
         def reset(self, pid: int) -> str | None:

@@ -13,7 +13,8 @@ import re
 import pytest
 
 from benchd import prompts
-from benchd.prompts import PromptBuilder, load_corpus, prompt_provenance
+from benchd.corpus import load_corpus
+from benchd.prompts import PromptBuilder, prompt_provenance
 
 TEMPLATE_OVERHEAD = 17  # tokens a fake chat template adds around the user message
 

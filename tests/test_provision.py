@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from benchd import provision
+from benchd import locate, provision
 from benchd.errors import BenchdError
 
 BENCHCTL = [sys.executable, "-m", "benchctl"]
@@ -76,7 +76,7 @@ def test_install_mlx_second_run_is_a_no_op(cache_dir: Path, mlx_argv: dict[str, 
 @pytest.mark.real
 def test_list_runtimes_on_the_real_cache(cache_dir: Path, llama_server_bin: Path,
                                          mlx_argv: dict[str, list[str]]) -> None:
-    entries = {e["name"]: e for e in provision.list_runtimes(cache_dir)}
+    entries = {e["name"]: e for e in locate.list_runtimes(cache_dir)}
     assert set(entries) == {"llama-server", "llama-bench", "mlx_lm.server", "mlx_vlm.server"}
     assert all(e["installed"] for e in entries.values())
     assert re.fullmatch(r"b\d+-[0-9a-f]+", str(entries["llama-server"]["version"]))
@@ -154,46 +154,46 @@ def test_failed_build_points_at_the_log(tmp_path: Path) -> None:
 def test_llama_resolution_order(tmp_path: Path, clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "cache"
     with pytest.raises(BenchdError, match="benchctl runtimes install llama-server") as exc:
-        provision.resolve_llama_binary(None, cache)
+        locate.resolve_llama_binary(None, cache)
     assert exc.value.code == "runtime_missing"
     cached = _exe(provision.llama_dir(cache) / "bin" / "llama-server")
-    assert provision.resolve_llama_binary(None, cache) == (cached, "cache")
+    assert locate.resolve_llama_binary(None, cache) == (cached, "cache")
     on_path = _exe(clean_env / "llama-server")
-    assert provision.resolve_llama_binary(None, cache) == (on_path, "path")
+    assert locate.resolve_llama_binary(None, cache) == (on_path, "path")
     env = _exe(tmp_path / "env" / "llama-server")
     monkeypatch.setenv("BENCHD_LLAMA_SERVER", str(env))
-    assert provision.resolve_llama_binary(None, cache) == (env, "env")
+    assert locate.resolve_llama_binary(None, cache) == (env, "env")
     cand = _exe(tmp_path / "cand" / "my-llama")
-    assert provision.resolve_llama_binary(str(cand), cache) == (cand, "candidate")
+    assert locate.resolve_llama_binary(str(cand), cache) == (cand, "candidate")
     bench = _exe(provision.llama_dir(cache) / "bin" / "llama-bench")
-    assert provision.resolve_llama_binary(None, cache, "llama-bench") == (bench, "cache")
+    assert locate.resolve_llama_binary(None, cache, "llama-bench") == (bench, "cache")
     (tmp_path / "notexec").write_text("")
     with pytest.raises(BenchdError, match="not an executable") as exc:
-        provision.resolve_llama_binary(str(tmp_path / "notexec"), cache)
+        locate.resolve_llama_binary(str(tmp_path / "notexec"), cache)
     assert exc.value.field == "binary"
     monkeypatch.setenv("BENCHD_LLAMA_SERVER", str(tmp_path / "missing"))
     with pytest.raises(BenchdError, match=r"\$BENCHD_LLAMA_SERVER"):
-        provision.resolve_llama_binary(None, cache)
+        locate.resolve_llama_binary(None, cache)
 
 
 def test_mlx_resolution_order(tmp_path: Path, clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "cache"
     python = _exe(tmp_path / "venv" / "bin" / "python")
     script = _exe(tmp_path / "venv" / "bin" / "mlx_lm.server")
-    assert provision.resolve_mlx_command("mlx_lm.server", str(script), cache) == ([str(script)], "candidate")
-    assert provision.resolve_mlx_command("mlx_vlm.server", str(python), cache) == (
+    assert locate.resolve_mlx_command("mlx_lm.server", str(script), cache) == ([str(script)], "candidate")
+    assert locate.resolve_mlx_command("mlx_vlm.server", str(python), cache) == (
         [str(python), "-m", "mlx_vlm.server"], "candidate")
     monkeypatch.setenv(NO_MLX_PYTHON, str(python))
-    assert provision.resolve_mlx_command("mlx_lm.server", None, cache) == ([str(script)], "env")
-    assert provision.resolve_mlx_command("mlx_vlm.server", None, cache) == (
+    assert locate.resolve_mlx_command("mlx_lm.server", None, cache) == ([str(script)], "env")
+    assert locate.resolve_mlx_command("mlx_vlm.server", None, cache) == (
         [str(python), "-m", "mlx_vlm.server"], "env")
     monkeypatch.delenv(NO_MLX_PYTHON)
-    if provision._can_import(sys.executable, "mlx_lm"):
+    if locate._can_import(sys.executable, "mlx_lm"):
         pytest.skip("this interpreter has mlx_lm: the 'path' step wins before the cache")
     with pytest.raises(BenchdError, match="benchctl runtimes install mlx"):
-        provision.resolve_mlx_command("mlx_lm.server", None, cache)
+        locate.resolve_mlx_command("mlx_lm.server", None, cache)
     with pytest.raises(BenchdError, match="unknown MLX runtime"):
-        provision.resolve_mlx_command("llama-server", None, cache)
+        locate.resolve_mlx_command("llama-server", None, cache)
 
 
 @pytest.mark.real

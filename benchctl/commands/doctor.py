@@ -5,7 +5,7 @@ only whether it answers. Each check is `ok`, `warn` (benchd works, something is 
 sensor, no sleep prevention, daemon not started) or `problem` (something needed is missing: no runtime
 at all, a state dir others can read or that is not yours). Exit 1 on any problem, else 0.
 
-The parts come from the modules that own them (`benchd.provision.list_runtimes`,
+The parts come from the modules that own them (`benchd.locate.list_runtimes`,
 `benchd.thermal/memory.describe_sources`, `benchd.power`, the socket client); a module missing from
 this build is reported as such, never as a crash.
 """
@@ -53,9 +53,9 @@ def check_state_dir(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def check_runtimes(cache_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     try:
-        from benchd.provision import list_runtimes
+        from benchd.locate import list_runtimes
     except ImportError as exc:
-        return [], [_check("runtimes", "problem", f"benchd.provision is not available in this build ({exc})")]
+        return [], [_check("runtimes", "problem", f"benchd.locate is not available in this build ({exc})")]
     runtimes = list_runtimes(cache_dir)
     checks: list[dict[str, Any]] = []
     for rt in runtimes:

@@ -66,9 +66,9 @@ def install(ctx: click.Context, runtime: str, cache_dir: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_(cache_dir: str | None, as_json: bool) -> None:
     """Show each runtime: installed?, version, path, and how it was found (candidate|env|path|cache)."""
-    from benchd import provision
+    from benchd import locate
 
-    entries = provision.list_runtimes(_cache(cache_dir))
+    entries = locate.list_runtimes(_cache(cache_dir))
     if as_json:
         sys.stdout.write(json.dumps(entries, indent=2) + "\n")
         return

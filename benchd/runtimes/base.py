@@ -328,22 +328,22 @@ class RuntimeAdapter:
 # ------------------------------------------------------------------------------- binary resolution
 
 
-def _provision() -> Any:
-    """`benchd.provision`, imported lazily (it is the one place that knows the cache layout)."""
+def _locate() -> Any:
+    """`benchd.locate`, imported lazily (it finds binaries through provision's cache layout)."""
     import importlib
 
-    return importlib.import_module("benchd.provision")
+    return importlib.import_module("benchd.locate")
 
 
 def resolve_llama_binary(binary: str | None, cache_dir: Path) -> tuple[list[str], str]:
     """The llama-server binary and how it was found (candidate|env|path|cache), via provision."""
-    path, how = _provision().resolve_llama_binary(binary, cache_dir)
+    path, how = _locate().resolve_llama_binary(binary, cache_dir)
     return [str(path)], str(how)
 
 
 def resolve_mlx_command(runtime: str, binary: str | None, cache_dir: Path) -> tuple[list[str], str]:
     """The MLX server's command prefix (a script, or interpreter + `-m module`) and how it was found."""
-    cmd, how = _provision().resolve_mlx_command(runtime, binary, cache_dir)
+    cmd, how = _locate().resolve_mlx_command(runtime, binary, cache_dir)
     return [str(p) for p in cmd], str(how)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from contract_http import get_json, is_printable_ascii, post_json, stream_chat
 
-from benchd import provision
+from benchd import locate
 
 pytestmark = pytest.mark.real
 
@@ -84,7 +84,7 @@ def test_props_build_info(llama_url: str, llama_server_bin: Path, tiny_models: A
     status, props = get_json(llama_url + "/props")
     assert status == 200
     assert re.fullmatch(r"b\d+-[0-9a-f]{7,}", props["build_info"]), props["build_info"]
-    assert props["build_info"] == provision._llama_version(llama_server_bin)  # same string as --version
+    assert props["build_info"] == locate._llama_version(llama_server_bin)  # same string as --version
     assert props["total_slots"] >= 1
     assert props["model_path"] == str(tiny_models.target)
     assert props["default_generation_settings"]["n_ctx"] == 4096
