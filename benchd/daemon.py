@@ -21,7 +21,8 @@ from types import TracebackType
 
 from aiohttp import web
 
-from benchd.api import Ctx, PeerGate, make_app
+from benchd.api import Ctx, make_app
+from benchd.api_gate import PeerGate
 from benchd.config import Config
 from benchd.instance import InstanceGuard, bind_socket, check_socket_path, ensure_private_dir, unlink_socket
 from benchd.queue import EventHub, JobQueue, RunJob

@@ -110,7 +110,7 @@ async def test_idle_connections_are_capped_and_dropped(monkeypatch: pytest.Monke
 
     import psutil
 
-    from benchd import api
+    from benchd import api_gate as api
 
     monkeypatch.setattr(api, "MAX_CONNECTIONS", 20)
     monkeypatch.setattr(api, "HEADER_TIMEOUT_S", 1.0)
