@@ -8,15 +8,14 @@
   process's exit, so a server that dies while loading is reported at once (exit status + log tail),
   not after the startup timeout. A health answer alone is not trusted: the listening socket must belong
   to our process tree, or another program on a just-taken port would pass for our server.
-- Ports: a free 127.0.0.1 port is found by binding port 0. Between that check and the server's own bind
-  another program can take it; the server then exits (or another process answers), which is reported
-  as `port_taken`, and an auto-allocated port is retried once with a fresh one.
+- Ports: an auto-allocated port (`procgroup.free_port`) can be taken by another program before the
+  server binds it; the server then exits (or another process answers), which is reported as
+  `port_taken`, and an auto-allocated port is retried once with a fresh one.
 - Crash detection: a watcher task awaits the process; `server.crashed` is set when it exits without
   `stop()` having been asked, and `await server.wait_exit()` lets a caller race a probe against it.
-- Orphans: every spawned server is recorded in `<state>/servers/<pid>.json` (pid, pgid, psutil
-  create_time, argv, job, candidate) before readiness; `stop()` removes the record. `reap_orphans()`
-  (a new daemon after a crash) kills recorded groups whose leader still exists with the same
-  create_time, and only those: a reused pid has another create_time and is left alone.
+- Orphans: every spawned server is recorded in `<state>/servers/` (a pending record before the spawn,
+  `<pid>.json` before readiness; `benchd.server_records`); `stop()` removes the record and
+  `reap_orphans()` (a new daemon after a crash) kills what a dead daemon left.
 
 Logs: the child writes stdout+stderr straight to `<state>/logs/<job>/<candidate>.log` (opened O_APPEND),
 and the watcher checks the size every 0.2 s; over half of `LOG_CAP_BYTES` the file is copied to `.log.1`
@@ -36,76 +35,38 @@ import secrets
 import shlex
 import shutil
 import signal
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import msgspec
 import psutil
 
 from benchd.config import LOG_CAP_BYTES, Config
 from benchd.errors import BenchdError
+from benchd.procgroup import (
+    LOG_TAIL_BYTES,
+    exit_status,
+    free_port,
+    group_members,
+    killpg,
+    listens_on,
+    port_is_free,
+    read_log_tail,
+    wait_gone,
+)
 from benchd.runtimes import get_adapter
 from benchd.runtimes.base import HOST
 from benchd.schemas import Candidate
+from benchd.server_records import SERVER_TOKEN_ENV, reap_orphans, write_pending, write_record
 
 StartFailure = Literal["spawn_failed", "exited", "timeout", "port_taken"]
 
-LOG_TAIL_BYTES = 4000
-#: A record written BEFORE each spawn (`pending-<token>.json`) and the token put in the server's
-#: environment: a daemon killed between the spawn and the pid record left an unrecorded server
-#: running for ever (the fault suite's kill -9 at server start hit that window). The reaper finds
-#: such a server by the token in its environment.
-SERVER_TOKEN_ENV = "BENCHD_SERVER_TOKEN"
-PENDING_PREFIX = "pending-"
 #: How often the watcher checks the log size, and the share of the cap at which it rotates: a file is
 #: rotated at half the cap, so it stays under the cap while the server writes under cap/2 per check
 #: (20 MB/s at 8 MiB); checking once a second at the full cap let a chatty server reach twice the cap.
 _ROTATE_CHECK_S = 0.2
 _ROTATE_AT = 0.5
-
-
-def exit_status(returncode: int) -> str:
-    """`exit N` or `signal N` (asyncio reports death by signal as -N)."""
-    return f"signal {-returncode}" if returncode < 0 else f"exit {returncode}"
-
-
-def read_log_tail(path: Path, max_bytes: int = LOG_TAIL_BYTES) -> str:
-    """The last `max_bytes` of a server log (reaching into `.log.1` right after a rotation)."""
-    chunks: list[bytes] = []
-    need = max_bytes
-    for p in (path, path.with_name(path.name + ".1")):
-        try:
-            with p.open("rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                f.seek(max(0, size - need))
-                data = f.read()
-        except OSError:
-            continue
-        chunks.insert(0, data)
-        need -= len(data)
-        if need <= 0:
-            break
-    return b"".join(chunks)[-max_bytes:].decode("utf-8", "replace")
-
-
-def free_port() -> int:
-    """A port nobody listens on right now (bind port 0 on 127.0.0.1; the kernel picks)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
 
 
 @dataclass(frozen=True)
@@ -189,57 +150,6 @@ class Server:
         return read_log_tail(self.log_path, max_bytes)
 
 
-def _listens_on(pid: int, port: int) -> bool:
-    """Whether `pid` or one of its descendants listens on `port` (who answers health is ours)."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return False
-    for p in procs:
-        try:
-            conns = p.net_connections(kind="tcp")
-        except psutil.Error:
-            continue
-        if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns):
-            return True
-    return False
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-async def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
-    """Poll (no thread, no busy wait) until every process is gone or a zombie; returns survivors."""
-    deadline = time.monotonic() + timeout_s
-    alive = [p for p in procs if _alive(p)]
-    while alive and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-        alive = [p for p in alive if _alive(p)]
-    return alive
-
-
-def group_members(pgid: int, since: float) -> list[psutil.Process]:
-    """Live processes in process group `pgid` created at or after `since` (psutil create_time)."""
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if os.getpgid(p.pid) == pgid and p.create_time() >= since - 0.01 and _alive(p):
-                out.append(p)
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return out
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
 class Supervisor:
     """Owns every server process benchd starts. One per daemon (or per test)."""
 
@@ -288,7 +198,8 @@ class Supervisor:
         env = adapter.env(candidate, self.config)
         token = secrets.token_hex(8)
         env[SERVER_TOKEN_ENV] = token
-        pending = self._write_pending(token, argv, job, candidate.id)
+        pending = write_pending(self.config.servers_dir, token, argv, job, candidate.id)
+        self._pending.add(token)  # this daemon's own spawn: `reap_orphans` leaves it alone
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             header = f"\n=== benchd {time.strftime('%Y-%m-%dT%H:%M:%S%z')}: {shlex.join(argv)}\n"
@@ -335,7 +246,7 @@ class Supervisor:
             version_source=adapter.version_source,
             _proc=proc,
         )
-        self._write_record(server)
+        write_record(self.config.servers_dir, server)
         self._drop_pending(pending, token)
         self.servers[server.pid] = server
         server._watcher = asyncio.create_task(self._watch(server), name=f"watch-{candidate.id}-{proc.pid}")
@@ -367,7 +278,7 @@ class Supervisor:
                     answer = poll.result()
                     last = answer.detail
                     if answer.ready:
-                        if _listens_on(server.pid, server.port):
+                        if listens_on(server.pid, server.port):
                             return
                         raise ServerStartError(
                             f"port {server.port} was taken by another process: something else answers "
@@ -467,16 +378,16 @@ class Supervisor:
         grace = self.grace_s if grace_s is None else grace_s
         server._stopping = True
         if server.exit is None:
-            _killpg(server.pgid, signal.SIGTERM)
+            killpg(server.pgid, signal.SIGTERM)
             if await server.wait_exit(grace) is None:
-                _killpg(server.pgid, signal.SIGKILL)
+                killpg(server.pgid, signal.SIGKILL)
                 await server.wait_exit(5.0)
-        survivors = await _wait_gone(group_members(server.pgid, server.create_time), 0.5)
+        survivors = await wait_gone(group_members(server.pgid, server.create_time), 0.5)
         if survivors:  # grandchildren that outlived the leader (or ignored TERM)
             for p in survivors:
                 with contextlib.suppress(psutil.Error):
                     p.kill()
-            await _wait_gone(survivors, 5.0)
+            await wait_gone(survivors, 5.0)
         if server._watcher is not None:
             await asyncio.wait({server._watcher}, timeout=1.0)
         server.record_path.unlink(missing_ok=True)
@@ -489,119 +400,17 @@ class Supervisor:
             with contextlib.suppress(Exception):
                 await self.stop(server)
 
-    # ---------------------------------------------------------------------------------- records
-
-    def _write_record(self, server: Server) -> None:
-        self.config.servers_dir.mkdir(parents=True, exist_ok=True)
-        record = {
-            "pid": server.pid,
-            "pgid": server.pgid,
-            "start_time": server.create_time,
-            "argv": server.argv,
-            "job": server.job,
-            "candidate": server.candidate.id,
-            "port": server.port,
-            "log_path": str(server.log_path),
-        }
-        tmp = server.record_path.with_suffix(".tmp")
-        tmp.write_bytes(msgspec.json.encode(record))
-        os.replace(tmp, server.record_path)
-
-    def _write_pending(self, token: str, argv: list[str], job: str, candidate: str) -> Path:
-        self.config.servers_dir.mkdir(parents=True, exist_ok=True)
-        path = self.config.servers_dir / f"{PENDING_PREFIX}{token}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(msgspec.json.encode({"token": token, "argv": argv, "job": job, "candidate": candidate}))
-        os.replace(tmp, path)
-        self._pending.add(token)
-        return path
+    # ---------------------------------------------------------------------------------- orphans
 
     def _drop_pending(self, path: Path, token: str) -> None:
         path.unlink(missing_ok=True)
         self._pending.discard(token)
 
-    @staticmethod
-    def _read_pending(path: Path) -> dict[str, Any] | None:
-        """A pending record, or None (and the file removed) when it cannot be read."""
-        try:
-            rec = msgspec.json.decode(path.read_bytes())
-            str(rec["token"])
-            return rec  # type: ignore[no-any-return]
-        except (OSError, msgspec.DecodeError, KeyError, TypeError):
-            path.unlink(missing_ok=True)
-            return None
-
-    async def _reap_pending(self, path: Path) -> dict[str, Any] | None:
-        """A server whose spawn a dead daemon recorded only as pending: find it by its token, kill its group."""
-        rec = self._read_pending(path)
-        if rec is None:
-            return {"path": str(path), "action": "unreadable"}
-        token = str(rec["token"])
-        if token in self._pending:
-            return None
-        found = []
-        for p in psutil.process_iter():
-            try:
-                if p.environ().get(SERVER_TOKEN_ENV) == token:
-                    found.append(p)
-            except (psutil.Error, OSError):
-                continue
-        members: list[psutil.Process] = []
-        for p in found:
-            with contextlib.suppress(ProcessLookupError, psutil.Error):
-                pgid = os.getpgid(p.pid)
-                members += group_members(pgid, p.create_time())
-                _killpg(pgid, signal.SIGTERM)
-        survivors = await _wait_gone(found + members, self.grace_s)
-        for p in survivors:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        await _wait_gone(survivors, 5.0)
-        self._drop_pending(path, token)
-        return {**rec, "pid": found[0].pid if found else None, "action": "killed" if found else "gone"}
-
     async def reap_orphans(self) -> list[dict[str, Any]]:
-        """Kill servers a previous daemon left behind (recorded pid alive with the recorded start time).
+        """Kill servers a previous daemon left behind; see `server_records.reap_orphans` for the entries.
 
-        Returns one entry per record: its fields plus `action` = "killed" | "gone" | "pid-reused" |
-        "unreadable". Records of servers this supervisor runs itself are left alone.
+        Records of servers this supervisor runs itself (or is spawning right now) are left alone.
         """
-        out: list[dict[str, Any]] = []
-        if not self.config.servers_dir.is_dir():
-            return out
-        for path in sorted(self.config.servers_dir.glob(PENDING_PREFIX + "*.json")):
-            entry = await self._reap_pending(path)
-            if entry is not None:
-                out.append(entry)
-        for path in sorted(self.config.servers_dir.glob("*.json")):
-            if path.name.startswith(PENDING_PREFIX):
-                continue
-            try:
-                rec = msgspec.json.decode(path.read_bytes())
-                pid, pgid, start = int(rec["pid"]), int(rec["pgid"]), float(rec["start_time"])
-            except (OSError, msgspec.DecodeError, KeyError, TypeError, ValueError):
-                out.append({"path": str(path), "action": "unreadable"})
-                path.unlink(missing_ok=True)
-                continue
-            if pid in self.servers:
-                continue
-            action = "gone"
-            try:
-                proc = psutil.Process(pid)
-                same = abs(proc.create_time() - start) < 0.01 and os.getpgid(pid) == pgid
-            except (psutil.Error, ProcessLookupError):
-                proc, same = None, False
-            if proc is not None and not same:
-                action = "pid-reused"
-            elif proc is not None and _alive(proc):
-                members = group_members(pgid, start)
-                _killpg(pgid, signal.SIGTERM)
-                survivors = await _wait_gone(members, self.grace_s)
-                for p in survivors:
-                    with contextlib.suppress(psutil.Error):
-                        p.kill()
-                await _wait_gone(survivors, 5.0)
-                action = "killed"
-            path.unlink(missing_ok=True)
-            out.append({**rec, "action": action})
-        return out
+        return await reap_orphans(
+            self.config.servers_dir, own_pids=self.servers, own_tokens=self._pending, grace_s=self.grace_s
+        )

@@ -20,10 +20,11 @@ import pytest
 
 from benchd import probe
 from benchd.config import Config
+from benchd.procgroup import free_port
 from benchd.runtimes import get_adapter
 from benchd.runtimes.llama_server import METRIC_DRAFT_ACCEPTED, METRIC_DRAFT_TOKENS, acceptance_from_metrics
 from benchd.schemas import Candidate, Sampling
-from benchd.supervisor import Server, Supervisor, free_port
+from benchd.supervisor import Server, Supervisor
 
 PROMPT = "def add(a, b):\n    return a + b\n" * 30
 HEADERS = {"Content-Type": "application/json"}

@@ -21,9 +21,10 @@ import psutil
 import pytest
 
 from benchd.config import Config
+from benchd.procgroup import exit_status, read_log_tail
 from benchd.runtimes import get_adapter
 from benchd.schemas import Candidate
-from benchd.supervisor import ServerStartError, Supervisor, exit_status, read_log_tail
+from benchd.supervisor import ServerStartError, Supervisor
 
 pytestmark = [pytest.mark.real]
 

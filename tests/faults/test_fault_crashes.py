@@ -231,7 +231,7 @@ def test_a_server_spawned_but_not_yet_recorded_is_reaped(run_daemon, short_base,
     import json
     import subprocess
 
-    from benchd.supervisor import PENDING_PREFIX, SERVER_TOKEN_ENV
+    from benchd.server_records import PENDING_PREFIX, SERVER_TOKEN_ENV
 
     state = short_base / "s"
     servers = state / "servers"
@@ -261,12 +261,13 @@ def test_the_pending_record_exists_before_the_spawn(tmp_path, monkeypatch) -> No
     from benchd import supervisor as sup_mod
     from benchd.config import Config
     from benchd.schemas import Candidate
+    from benchd.server_records import PENDING_PREFIX, SERVER_TOKEN_ENV
 
     cfg = Config.resolve(state_dir=tmp_path / "s", cache_dir=tmp_path / "c")
     seen: dict[str, Any] = {}
 
     async def fake_spawn(*argv: str, env: dict[str, str], **kw: Any) -> Any:
-        seen["token"] = env[sup_mod.SERVER_TOKEN_ENV]
+        seen["token"] = env[SERVER_TOKEN_ENV]
         seen["pending"] = sorted(p.name for p in cfg.servers_dir.glob("*.json"))
         raise OSError(8, "Exec format error")  # then the spawn fails: the pending record must go
 
@@ -277,7 +278,7 @@ def test_the_pending_record_exists_before_the_spawn(tmp_path, monkeypatch) -> No
     cand = Candidate(id="c", runtime="llama-server", model="/m.gguf", binary=str(binary))
     with pytest.raises(sup_mod.ServerStartError):
         asyncio.run(sup_mod.Supervisor(cfg).start("job", cand, 256, startup_timeout_s=5))
-    assert seen["pending"] == [f"{sup_mod.PENDING_PREFIX}{seen['token']}.json"]
+    assert seen["pending"] == [f"{PENDING_PREFIX}{seen['token']}.json"]
     assert not list(cfg.servers_dir.glob("*.json"))
 
 
