@@ -103,7 +103,7 @@ class Daemon:
         make_inner = self.runner.server
         assert make_inner is not None
         uid = os.getuid()
-        live: set[PeerGate] = set()  # the connections served now (capped, see api.MAX_CONNECTIONS)
+        live: set[PeerGate] = set()  # the connections served now (capped, see api_gate.MAX_CONNECTIONS)
         self.server = await asyncio.get_running_loop().create_server(lambda: PeerGate(make_inner, uid, live),
                                                                      sock=sock)
         self.queue.start()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from msgspec import Struct
 
@@ -118,6 +118,21 @@ def sustain_ratio_reason(windows: Sequence[float]) -> str | None:
     if windows[0] <= 0:
         return "first window rate is zero"
     return None
+
+
+def sustained_summary(chunk_times: Sequence[float], window: int) -> tuple[dict[str, Any], dict[str, str]]:
+    """A sustained row's `window_tps` and `sustain_ratio`, and their sources (naming what it could not
+    time: a starved client that read a window's tokens at once leaves that window without a duration)."""
+    windows = sustained_windows(chunk_times, 1, window)
+    ratio = sustain_ratio(windows)
+    sources = {"window_tps": f"client:chunk-timestamps per {window} tokens",
+               "sustain_ratio": "client:last-window/first-window"}
+    expected = len(chunk_times) // window
+    if len(windows) < expected:
+        sources["window_tps"] += f"; {expected - len(windows)} of {expected} windows unmeasurable (their tokens arrived in one read)"
+    if ratio is None:
+        sources["sustain_ratio"] = f"null: {sustain_ratio_reason(windows)}"
+    return {"window_tps": windows, "sustain_ratio": ratio}, sources
 
 
 # ------------------------------------------------------------------------------------ statistics

@@ -23,15 +23,15 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from benchd import cooldown as cooldown_mod
-from benchd import evals, probe
+from benchd import evalrun, evals, probe
 from benchd.config import Config
 from benchd.memory import MemorySampler
-from benchd.metrics import sustain_ratio, sustain_ratio_reason, sustained_windows
-from benchd.prompts import PromptBuilder
+from benchd.metrics import sustained_summary
 from benchd.rows import Cell, ServerFacts, build_row
 from benchd.runtimes import get_adapter
-from benchd.runtimes.base import RuntimeAdapter, http_post_json
-from benchd.schemas import Candidate, CooldownRecord, EvalResult, Event, Row, Sweep
+from benchd.runtimes.base import RuntimeAdapter
+from benchd.schemas import Candidate, CooldownRecord, Event, Row, Sweep
+from benchd.sizing import PromptSizer
 from benchd.store import Store, utcnow
 from benchd.supervisor import Server, ServerStartError, Supervisor
 from benchd.thermal import ThermalSensor, open_sensor
@@ -40,8 +40,6 @@ from benchd.thermal import ThermalSensor, open_sensor
 STOP_GRACE_S = 1.5
 #: The sustained generation and evals need room beyond the smallest context.
 TAIL_MIN_TOKENS = 1024
-#: Unrecorded probes that size prompts for a runtime without a tokenizer endpoint, at most.
-MAX_SIZING_PROBES = 6
 
 
 @dataclass(frozen=True)
@@ -95,13 +93,12 @@ class Engine:
         self.sensor = sensor or open_sensor()
         self.memory_rate_hz = memory_rate_hz
         self.supervisor = Supervisor(config, grace_s=STOP_GRACE_S)
-        self.prompts = PromptBuilder()
         self.done = store.done_keys(job)
         self.timeout_s = sweep.effective_probe_timeout_s()
+        self.sizer = PromptSizer(job, sweep, self.timeout_s)
+        self.prompts = self.sizer.prompts
         self.evals_done = {(e.candidate, e.task) for e in store.evals(job)}
-        self.tokenizer: dict[int, bool] = {}  # server pid -> has /tokenize
         self.prompts_recorded = False
-        self.local_counters: dict[str, Any] = {}  # candidate id -> local count_tokens or None
 
     # -- events and rows ------------------------------------------------------------------------
 
@@ -236,8 +233,8 @@ class Engine:
         try:
             async with asyncio.timeout(budget):
                 if warm:
-                    await self.warm_up(adapter, server, cell.candidate, cell.context)
-                await self.size_prompts(adapter, server, cell.candidate, cell.context)
+                    await self.sizer.warm_up(adapter, server, cell.candidate, cell.context)
+                await self.sizer.size_prompts(adapter, server, cell.candidate, cell.context)
             return None
         except TimeoutError:
             await self.supervisor.stop(server, grace_s=0.5)
@@ -249,60 +246,6 @@ class Engine:
             if server.running:
                 await self.supervisor.stop(server, grace_s=0.5)
             return row
-
-    async def warm_up(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int) -> None:
-        """Unrecorded probes after a server start (also feed the prompt calibration)."""
-        for w in range(self.sweep.warmup):
-            await self.unrecorded(adapter, server, cand, context, f"warmup{w}")
-
-    async def size_prompts(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int) -> None:
-        """Without a tokenizer, unrecorded probes at a new context teach the calibrator its size.
-
-        Usually 1-3 suffice (calibration converges within 1 % on the tiny models); capped so a server
-        whose reported prompt tokens never settle cannot stall the sweep.
-        """
-        if await self.counter(adapter, server) is not None:
-            return
-        for i in range(MAX_SIZING_PROBES):
-            if not self.prompts.needs_sizing(context, cand.id):
-                return
-            await self.unrecorded(adapter, server, cand, context, f"sizing{i}")
-
-    async def unrecorded(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int, tag: str) -> None:
-        prompt = await self.prompts.build(context, f"{self.job}/{cand.id}/{context}/{tag}", await self.counter(adapter, server), key=cand.id)
-        result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text,
-                                      max_tokens=min(self.sweep.gen_tokens, 16), sampling=self.sweep.sampling,
-                                      timeout_s=self.timeout_s)
-        usage = result.usage or {}
-        if isinstance(usage.get("prompt_tokens"), int):
-            self.prompts.observe(prompt, usage["prompt_tokens"])
-
-    async def counter(self, adapter: RuntimeAdapter, server: Server) -> Any:
-        """The server's tokenizer as `count_tokens(text)` (probed once per server start), else the
-        adapter's local one (the model dir's tokenizer), else None (calibrate from reported usage)."""
-        if server.pid not in self.tokenizer:
-            self.tokenizer[server.pid] = await adapter.count_tokens(server.base_url, "hello") is not None
-        if not self.tokenizer[server.pid]:
-            cand = server.candidate
-            if cand.id not in self.local_counters:
-                self.local_counters[cand.id] = adapter.local_token_counter(cand)
-            return self.local_counters[cand.id]
-
-        async def count(text: str) -> int:
-            n = await adapter.count_tokens(server.base_url, text)
-            if n is None:
-                raise RuntimeError("the server's tokenizer stopped answering")
-            return n
-
-        return count
-
-    def sizing_method(self, method: str, server: Server) -> str:
-        """How the prompt was sized, naming whose tokenizer counted it."""
-        if method != "tokenizer":
-            return f"{method} (calibrated from reported usage.prompt_tokens)"
-        if self.tokenizer.get(server.pid):
-            return "tokenizer (server /tokenize)"
-        return "tokenizer (model dir tokenizer.json, counted locally)"
 
     async def cool_down(self, cell: Cell) -> CooldownRecord:
         self.emit("cooldown_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe,
@@ -334,9 +277,9 @@ class Engine:
         try:
             async with asyncio.timeout(self.timeout_s):  # a hung server must not stall sizing (SIGSTOP test)
                 prompt = await self.prompts.build(cell.context, f"{self.job}/{cand.id}/{cell.context}/{cell.kind}{cell.probe}",
-                                                  await self.counter(adapter, server), key=cand.id)
-                spec_metrics = cand.spec is not None and cand.runtime == "llama-server"
-                before = await probe.read_metrics(server.base_url) if spec_metrics else None
+                                                  await self.sizer.counter(adapter, server), key=cand.id)
+                counters = cand.spec is not None and adapter.reads_counters
+                before = await probe.read_metrics(server.base_url) if counters else None
         except TimeoutError:
             await self.supervisor.stop(server, grace_s=0.5)
             return build_row(cell, status="timeout", started_at=started_at, server=facts, cooldown=cd,
@@ -353,14 +296,15 @@ class Engine:
         if norm.prompt_tokens is not None:
             self.prompts.observe(prompt, norm.prompt_tokens)
         extra: dict[str, Any] = {}
-        sources: dict[str, str] = {"prompt": f"{self.sizing_method(prompt.method, server)}; target {cell.context} tokens"}
+        sources: dict[str, str] = {"prompt": f"{self.sizer.method(prompt.method, server)}; target {cell.context} tokens"}
         load_mode = adapter.memory_note(cand)
         if load_mode:
             sources["mem_load_mode"] = load_mode
         if before is not None and result.ok:
-            sources.update(self.acceptance_check(before, await probe.read_metrics(server.base_url)))
+            sources.update(adapter.acceptance_check(before, await probe.read_metrics(server.base_url)))
         if cell.kind == "sustained":
-            extra, more = self.sustained_fields(result.chunk_times)
+            extra, more = sustained_summary(result.chunk_times, self.sweep.sustained.window)
+            extra["thermal_after"] = self.sensor.read()
             sources.update(more)
         status, error, tail = result.status, result.error, None
         if result.status == "timeout":
@@ -389,67 +333,15 @@ class Engine:
                          cooldown=cd, error=f"server crashed mid-probe ({info.status}): {error}",
                          exit_status=info.status, log_tail=info.log_tail)
 
-    def sustained_fields(self, chunk_times: list[float]) -> tuple[dict[str, Any], dict[str, str]]:
-        windows = sustained_windows(chunk_times, 1, self.sweep.sustained.window)
-        ratio = sustain_ratio(windows)
-        extra: dict[str, Any] = {"window_tps": windows, "sustain_ratio": ratio,
-                                 "thermal_after": self.sensor.read()}
-        sources = {"window_tps": f"client:chunk-timestamps per {self.sweep.sustained.window} tokens",
-                   "sustain_ratio": "client:last-window/first-window"}
-        expected = len(chunk_times) // self.sweep.sustained.window
-        if len(windows) < expected:  # bunched reads leave a window without a duration: say so
-            sources["window_tps"] += f"; {expected - len(windows)} of {expected} windows unmeasurable (their tokens arrived in one read)"
-        if ratio is None:
-            sources["sustain_ratio"] = f"null: {sustain_ratio_reason(windows)}"
-        return extra, sources
-
-    @staticmethod
-    def acceptance_check(before: dict[str, float], after: dict[str, float] | None) -> dict[str, str]:
-        """Cross-check of draft acceptance from llama-server's /metrics counters (diff over the probe)."""
-        if after is None:
-            return {"draft_acceptance_check": "unavailable: /metrics did not answer after the probe"}
-        diff = probe.counter_diff(before, after)
-        drafted = next((v for k, v in diff.items() if "spec_decode_num_draft_tokens_total" in k), None)
-        accepted = next((v for k, v in diff.items() if "spec_decode_num_accepted_tokens_total" in k), None)
-        if not drafted or accepted is None:
-            return {"draft_acceptance_check": "unavailable: no spec_decode counters moved in /metrics"}
-        return {"draft_acceptance_check": f"{accepted / drafted:.4f} (server:/metrics counter diff)"}
-
     # -- evals ----------------------------------------------------------------------------------
 
     async def run_evals(self, adapter: RuntimeAdapter, server: Server, cand: Candidate) -> None:
-        """The eval tier's tasks through the candidate's server; graded off the event loop."""
+        """The eval tier's tasks through the candidate's server (each result stored as it lands)."""
         for task in evals.tasks(self.sweep.eval_tier):
-            if (cand.id, task.id) in self.evals_done:
-                continue
-            body = adapter.request_body(model=adapter.request_model(cand), prompt=task.prompt,
-                                        max_tokens=task.max_tokens, sampling=self.sweep.sampling)
-            body["stream"] = False
-            body.pop("stream_options", None)
-            body.pop("ignore_eos", None)
-            try:
-                status, raw = await http_post_json(server.base_url, adapter.request_path(), body, timeout_s=self.timeout_s)
-                answer = _answer_text(raw) if status == 200 else None
-                detail = None if status == 200 else f"HTTP {status}"
-            except Exception as exc:  # recorded in the eval result, not swallowed
-                answer, detail = None, f"request failed: {type(exc).__name__}: {exc}"
-            if answer is None:
-                result = EvalResult(job=self.job, candidate=cand.id, tier=task.tier, task=task.id,
-                                          passed=False, detail=detail or "no answer text", sandboxed=None)
-            else:
-                result = evals.to_result(self.job, cand.id, task, await asyncio.to_thread(evals.grade, task, answer))
-            self.store.put_eval(result)
-            self.evals_done.add((cand.id, task.id))
-
-
-def _answer_text(raw: bytes) -> str | None:
-    import msgspec
-
-    try:
-        doc = msgspec.json.decode(raw)
-        return str(doc["choices"][0]["message"]["content"])
-    except (msgspec.DecodeError, KeyError, IndexError, TypeError):
-        return None
+            if (cand.id, task.id) not in self.evals_done:
+                self.store.put_eval(await evalrun.run_task(self.job, adapter, server.base_url, cand, task,
+                                                           self.sweep.sampling, self.timeout_s))
+                self.evals_done.add((cand.id, task.id))
 
 
 async def run_job(

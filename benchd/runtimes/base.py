@@ -99,6 +99,8 @@ class RuntimeAdapter:
     version_source: ClassVar[str] = ""
     #: The readiness endpoint.
     health_path: ClassVar[str] = "/health"
+    #: Whether the server exposes Prometheus counters that cross-check draft acceptance (`/metrics`).
+    reads_counters: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ validation and planning
 
@@ -205,6 +207,18 @@ class RuntimeAdapter:
             "temperature": sampling.temperature,
             "seed": sampling.seed,
         }
+
+    def answer_body(self, *, model: str, prompt: str, max_tokens: int, sampling: Sampling) -> dict[str, Any]:
+        """A non-streamed chat completion for an eval task: the model may stop on its own."""
+        body = self.request_body(model=model, prompt=prompt, max_tokens=max_tokens, sampling=sampling)
+        body["stream"] = False
+        body.pop("stream_options", None)
+        return body
+
+    def acceptance_check(self, before: Mapping[str, float], after: Mapping[str, float] | None) -> dict[str, str]:
+        """A cross-check of draft acceptance from server counters diffed over a probe (source -> text);
+        empty for runtimes without such counters (`reads_counters` False)."""
+        return {}
 
     def request_model(self, candidate: Candidate) -> str:
         """The `model` value requests carry: the candidate's `request_model`, else the model path."""

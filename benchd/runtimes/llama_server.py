@@ -17,6 +17,7 @@ Facts used (pinned build b1-0c1e570, checked with `llama-server --help` on this 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -24,7 +25,7 @@ import aiohttp
 import msgspec
 
 from benchd.errors import BenchdError
-from benchd.probe import ProbeResult
+from benchd.probe import ProbeResult, counter_diff
 from benchd.runtimes.base import (
     CTX_MARGIN_TOKENS,
     HOST,
@@ -80,6 +81,7 @@ class LlamaServerAdapter(RuntimeAdapter):
     spec_kinds_without_draft: ClassVar[tuple[str, ...]] = ("mtp",)
     reserved_args: ClassVar[dict[str, str]] = _RESERVED
     version_source: ClassVar[str] = "server:/props build_info"
+    reads_counters: ClassVar[bool] = True  # started with --metrics
 
     def validate(self, candidate: Candidate) -> list[BenchdError]:
         errors = super().validate(candidate)
@@ -161,6 +163,20 @@ class LlamaServerAdapter(RuntimeAdapter):
         body["ignore_eos"] = True  # generation runs to max_tokens: every probe does the same work
         return body
 
+    def answer_body(self, *, model: str, prompt: str, max_tokens: int, sampling: Sampling) -> dict[str, Any]:
+        body = super().answer_body(model=model, prompt=prompt, max_tokens=max_tokens, sampling=sampling)
+        body.pop("ignore_eos", None)  # an eval answer ends where the model ends it
+        return body
+
+    def acceptance_check(self, before: Mapping[str, float], after: Mapping[str, float] | None) -> dict[str, str]:
+        """Draft acceptance from the `/metrics` spec_decode counters diffed over the probe."""
+        if after is None:
+            return {"draft_acceptance_check": "unavailable: /metrics did not answer after the probe"}
+        acceptance = acceptance_from_metrics(counter_diff(before, after))
+        if acceptance is None:
+            return {"draft_acceptance_check": "unavailable: no spec_decode counters moved in /metrics"}
+        return {"draft_acceptance_check": f"{acceptance:.4f} (server:/metrics counter diff)"}
+
     def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
         """llama-server: prompt/gen rates from `timings`; the client window is recorded beside them."""
         return self.normalize_timings(result, spec_configured=spec_configured)
@@ -171,7 +187,7 @@ METRIC_DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens_total"
 METRIC_DRAFT_ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
 
 
-def acceptance_from_metrics(diff: dict[str, float]) -> float | None:
+def acceptance_from_metrics(diff: Mapping[str, float]) -> float | None:
     """Acceptance over one probe from the `/metrics` counter difference (None without spec counters)."""
     drafted = diff.get(METRIC_DRAFT_TOKENS)
     accepted = diff.get(METRIC_DRAFT_ACCEPTED)
