@@ -120,16 +120,24 @@ def sustain_ratio_reason(windows: Sequence[float]) -> str | None:
     return None
 
 
-def sustained_summary(chunk_times: Sequence[float], window: int) -> tuple[dict[str, Any], dict[str, str]]:
-    """A sustained row's `window_tps` and `sustain_ratio`, and their sources (naming what it could not
-    time: a starved client that read a window's tokens at once leaves that window without a duration)."""
+def sustained_summary(
+    chunk_times: Sequence[float], window: int, tokens: int | None = None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """A sustained row's `window_tps` and `sustain_ratio`, and their sources.
+
+    Windows are counted at one token per content chunk. When fewer windows come out than the tokens
+    generated allow, the source says why instead of hiding it: a starved client read a window's tokens
+    at once (no duration), or the server packed more than one token into some chunks.
+    """
     windows = sustained_windows(chunk_times, 1, window)
     ratio = sustain_ratio(windows)
     sources = {"window_tps": f"client:chunk-timestamps per {window} tokens",
                "sustain_ratio": "client:last-window/first-window"}
-    expected = len(chunk_times) // window
+    expected = (tokens if tokens is not None else len(chunk_times)) // window
     if len(windows) < expected:
-        sources["window_tps"] += f"; {expected - len(windows)} of {expected} windows unmeasurable (their tokens arrived in one read)"
+        why = (f"{len(chunk_times)} content chunks carried {tokens} tokens" if tokens and len(chunk_times) < tokens
+               else "their tokens arrived in one read")
+        sources["window_tps"] += f"; {expected - len(windows)} of {expected} windows unmeasurable ({why})"
     if ratio is None:
         sources["sustain_ratio"] = f"null: {sustain_ratio_reason(windows)}"
     return {"window_tps": windows, "sustain_ratio": ratio}, sources

@@ -303,7 +303,7 @@ class Engine:
         if before is not None and result.ok:
             sources.update(adapter.acceptance_check(before, await probe.read_metrics(server.base_url)))
         if cell.kind == "sustained":
-            extra, more = sustained_summary(result.chunk_times, self.sweep.sustained.window)
+            extra, more = sustained_summary(result.chunk_times, self.sweep.sustained.window, norm.gen_tokens)
             extra["thermal_after"] = self.sensor.read()
             sources.update(more)
         status, error, tail = result.status, result.error, None

@@ -137,3 +137,16 @@ def test_cell_stats_groups_counts_and_flags_noise():
     # embeddable in a runbook: round-trips through JSON
     back = msgspec.json.decode(msgspec.json.encode(cells), type=list[CellStats])
     assert back == cells
+
+
+def test_sustained_summary_names_windows_it_could_not_time() -> None:
+    from benchd.metrics import sustained_summary
+
+    ticks = [i * 0.01 for i in range(96)]  # one token per chunk, 100 tok/s
+    extra, sources = sustained_summary(ticks, 32, 96)
+    assert extra["window_tps"] == pytest.approx([100.0, 100.0, 100.0]) and extra["sustain_ratio"] == pytest.approx(1.0)
+    assert "unmeasurable" not in sources["window_tps"]
+    # A server that packed two tokens into one chunk: 95 chunks for 96 tokens leave the last window short.
+    extra, sources = sustained_summary(ticks[:95], 32, 96)
+    assert len(extra["window_tps"]) == 2
+    assert "1 of 3 windows unmeasurable (95 content chunks carried 96 tokens)" in sources["window_tps"]
