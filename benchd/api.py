@@ -29,7 +29,7 @@ from aiohttp import web
 
 import benchd
 from benchd.config import Config
-from benchd.errors import BenchdError, NotFound, from_validation
+from benchd.errors import BenchdError, from_validation
 from benchd.queue import EventHub, JobQueue, parse_time
 from benchd.schemas import (
     JOB_ID_PATTERN,
@@ -167,11 +167,9 @@ def check_paths(sweep: Sweep) -> None:
 
 
 def validate_candidates(sweep: Sweep) -> None:
-    """Each runtime adapter's own checks (reserved args, spec kinds), when the adapters are present."""
-    try:
-        from benchd.runtimes import get_adapter  # type: ignore[attr-defined]
-    except ImportError:
-        return
+    """Each runtime adapter's own checks (reserved args, spec kinds)."""
+    from benchd.runtimes import get_adapter
+
     for i, cand in enumerate(sweep.candidates):
         problems = _adapter_problems(get_adapter, cand)
         if problems:
@@ -330,10 +328,8 @@ async def get_schema(request: web.Request) -> web.Response:
 
 async def list_runbooks(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
-    try:
-        from benchd.runbook import list_runbooks as _list
-    except ImportError as exc:
-        raise BenchdError("unavailable", "runbooks are not available in this build", None, status=404) from exc
+    from benchd.runbook import list_runbooks as _list
+
     result = await asyncio.to_thread(_list, ctx.config)
     return _json({"runbooks": _plain(result)})
 
@@ -344,10 +340,8 @@ async def get_runbook(request: web.Request) -> web.Response:
     ident = request.match_info["id"]
     if not (_RUNBOOK_ID.fullmatch(ident) or _JOB_ID.fullmatch(ident)):
         raise BenchdError("invalid_id", "a runbook id (YYYY-MM-DD-<job id>) or a job id", "id")
-    try:
-        from benchd.runbook import runbook_json
-    except ImportError as exc:
-        raise NotFound("runbook", ident) from exc
+    from benchd.runbook import runbook_json
+
     data = await asyncio.to_thread(runbook_json, ident, ctx.config)
     return web.Response(body=data, content_type="application/json")
 

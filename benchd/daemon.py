@@ -43,11 +43,8 @@ EXIT_SLOW_SHUTDOWN = 1
 
 async def _reap_orphans(config: Config) -> None:
     """Kill servers a dead daemon left running (the supervisor's records in `<state>/servers/`)."""
-    try:
-        from benchd.supervisor import Supervisor
-    except ImportError:
-        log.warning("benchd.supervisor not available: orphan servers are not checked")
-        return
+    from benchd.supervisor import Supervisor
+
     try:
         entries = await Supervisor(config).reap_orphans()
     except Exception:

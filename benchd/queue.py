@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import os
 import sqlite3
@@ -383,16 +382,10 @@ class JobQueue:
 
     async def _write_runbook(self, job_id: str, outcome: str) -> None:
         """The runbook (another module); its failure is recorded on the job, never raised."""
+        from benchd.runbook import write_runbook  # lazily: it pulls in the report and chart code
+
         try:
-            from benchd.runbook import write_runbook
-        except ImportError:
-            log.warning("benchd.runbook not available: no runbook for %s", job_id)
-            return
-        try:
-            if inspect.iscoroutinefunction(write_runbook):
-                runbook_id = await write_runbook(self.config, self.store, job_id, outcome)
-            else:
-                runbook_id = await asyncio.to_thread(write_runbook, self.config, self.store, job_id, outcome)
+            runbook_id = await asyncio.to_thread(write_runbook, self.config, self.store, job_id, outcome)
             if runbook_id:
                 self.store.update_job(job_id, runbook_id=str(runbook_id))
         except Exception as exc:

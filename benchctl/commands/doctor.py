@@ -52,10 +52,8 @@ def check_state_dir(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def check_runtimes(cache_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    try:
-        from benchd.locate import list_runtimes
-    except ImportError as exc:
-        return [], [_check("runtimes", "problem", f"benchd.locate is not available in this build ({exc})")]
+    from benchd.locate import list_runtimes
+
     runtimes = list_runtimes(cache_dir)
     checks: list[dict[str, Any]] = []
     for rt in runtimes:
@@ -75,11 +73,8 @@ def check_runtimes(cache_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str
 
 
 def check_daemon(socket: Path, state_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    try:
-        from benchctl.client import Client, ClientError, Unreachable
-    except ImportError as exc:
-        return {"reachable": False, "socket": str(socket), "reason": str(exc)}, _check(
-            "daemon", "warn", f"the socket client is not available in this build ({exc})")
+    from benchctl.client import Client, ClientError, Unreachable
+
     info: dict[str, Any] = {"reachable": False, "socket": str(socket), "health": None, "reason": None}
     try:
         health = Client(socket, timeout=HEALTH_TIMEOUT_S).health()

@@ -114,11 +114,9 @@ def check_sweep(path: str) -> tuple[Any, list[str]]:
     from benchd.errors import BenchdError
 
     sweep = load_sweep(path)
+    from benchd.runtimes import get_adapter
+
     problems: list[str] = []
-    try:
-        from benchd.runtimes import get_adapter
-    except ImportError:
-        get_adapter = None  # type: ignore[assignment]
     cache_dir = Config.resolve().cache_dir
     for i, cand in enumerate(sweep.candidates):
         where = f"candidates[{i}] ({cand.id})"
@@ -128,8 +126,6 @@ def check_sweep(path: str) -> tuple[Any, list[str]]:
             problems.append(f"{where}.spec.draft_model: {cand.spec.draft_model} does not exist")
         if cand.binary is not None and not (os.path.isfile(cand.binary) and os.access(cand.binary, os.X_OK)):
             problems.append(f"{where}.binary: {cand.binary} is not an executable file")
-        if get_adapter is None:
-            continue
         adapter = get_adapter(cand.runtime)
         problems += [f"{where}: {e}" for e in adapter.validate(cand)]
         if cand.binary is None:
@@ -139,8 +135,6 @@ def check_sweep(path: str) -> tuple[Any, list[str]]:
                     problems.append(f"{where}.binary: {exe} does not exist")
             except BenchdError as exc:
                 problems.append(f"{where}.binary: {exc}")
-            except ImportError:
-                pass  # no provisioning module in this build: the daemon reports it when it starts the server
     return sweep, problems
 
 

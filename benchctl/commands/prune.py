@@ -206,13 +206,9 @@ def plan_prune(state_dir: Path, cache_dir: Path, older_than_s: float, now: float
             continue
         delete.append(Item("job-record", f"job:{job.id}", 0, age, f"job {job.state} {_age(age)} ago (store record)"))
 
-    pinned: set[Path] = set()
-    try:
-        from benchd import provision
+    from benchd import provision
 
-        pinned = {provision.llama_dir(cache_dir).resolve(), provision.mlx_dir(cache_dir).resolve()}
-    except ImportError:
-        warnings.append("benchd.provision is not available: runtime caches are kept")
+    pinned = {provision.llama_dir(cache_dir).resolve(), provision.mlx_dir(cache_dir).resolve()}
     for kind, root in (("model-cache", cache_dir / "models"), ("runtime-cache", cache_dir / "runtimes")):
         if kind == "runtime-cache" and not pinned:
             continue
