@@ -2,7 +2,7 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-0
+STAMP := $(VENV)/.installed-1
 
 .PHONY: setup runtimes models test test-fast lint demo clean
 
@@ -25,6 +25,7 @@ models: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check benchd benchctl tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # The test command (CI runs exactly this): lint, type-check, then every suite, slow ones included.
 test: setup lint

@@ -22,7 +22,7 @@ BIN = Path(sys.executable).parent
 
 
 def _sweep_toml(models: object) -> str:
-    from benchd.tinymodels import TinyModels
+    from benchctl.tinymodels import TinyModels
 
     assert isinstance(models, TinyModels)
     mlx_runtime = "mlx_lm.server"
@@ -80,8 +80,8 @@ def _run(args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m benchctl.demo [STATE_DIR]` (default: the checkout's `state/`)."""
+    from benchctl.tinymodels import ensure
     from benchd.config import Config
-    from benchd.tinymodels import ensure
 
     args = sys.argv[1:] if argv is None else argv
     state = Path(args[0]).absolute() if args else ROOT / "state"

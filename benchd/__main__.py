@@ -53,9 +53,9 @@ def cli(state_dir: str | None, socket_path: str | None, log_level: str) -> None:
     """benchd: the benchmark daemon. Runs in the foreground; launchd/systemd supervise it."""
     import uvloop
 
-    from benchd.daemon import run_daemon
+    from benchd.daemon.instance import AlreadyRunning, check_socket_path, ensure_private_dir
+    from benchd.daemon.lifecycle import run_daemon
     from benchd.errors import BenchdError
-    from benchd.instance import AlreadyRunning, check_socket_path, ensure_private_dir
 
     config = Config.resolve(state_dir=state_dir, socket=socket_path, log_level=log_level.lower())
     try:

@@ -12,6 +12,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+#: Every server benchd starts binds here, and every request benchd sends goes here: loopback only.
+HOST = "127.0.0.1"
+
 #: Server logs are capped at this size, then rotated once (`.log.1`).
 LOG_CAP_BYTES = 8 * 1024 * 1024
 

@@ -42,14 +42,14 @@ def cache_dir() -> Path:
 
 
 def llama_bin(name: str = "llama-server") -> Path:
-    from benchd import locate
+    from benchd.servers import locate
 
     path, _how = locate.resolve_llama_binary(None, cache_dir(), name)
     return Path(path)
 
 
 def tiny(size: str = "small") -> Any:
-    from benchd.tinymodels import ensure
+    from benchctl.tinymodels import ensure
 
     return ensure(cache_dir(), size=size, seed=0)
 
@@ -112,7 +112,7 @@ class LlamaServer:
         return f"http://127.0.0.1:{self.port}"
 
     def metrics(self) -> dict[str, float]:
-        from benchd.probe import parse_prometheus
+        from benchd.engine.probe import parse_prometheus
 
         return parse_prometheus(http_text(self.base + "/metrics"))
 

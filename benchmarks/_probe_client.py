@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchd import probe
-from benchd.prompts import PromptBuilder
-from benchd.runtimes import get_adapter
+from benchd.engine import probe
+from benchd.engine.prompts import PromptBuilder
 from benchd.schemas import Candidate, Sampling
+from benchd.servers.runtimes import get_adapter
 
 
 async def main_async(a: argparse.Namespace) -> dict[str, object]:

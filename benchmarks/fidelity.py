@@ -43,12 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C
 
-from benchd import probe
 from benchd.config import Config
-from benchd.prompts import PromptBuilder
-from benchd.runtimes import get_adapter
+from benchd.engine import probe
+from benchd.engine.prompts import PromptBuilder
 from benchd.schemas import Candidate, Sampling
-from benchd.supervisor import Supervisor
+from benchd.servers.runtimes import get_adapter
+from benchd.servers.supervisor import Supervisor
 
 GOAL = 0.01
 

@@ -96,7 +96,7 @@ def peer_env(hub: Path) -> dict[str, str]:
 
 def seed_benchy_corpus() -> None:
     """llama-benchy downloads a book unless its cache has one for the URL: seed it with benchd's corpus."""
-    from benchd.corpus import load_corpus
+    from benchd.engine.corpus import load_corpus
 
     d = Path.home() / ".cache" / "llama-benchy"
     d.mkdir(parents=True, exist_ok=True)
@@ -155,7 +155,7 @@ _CPT: list[float] = []
 def prompt_text(srv: C.LlamaServer, n_tokens: int) -> str:
     """A unique prompt of about `n_tokens` tokens of the server's tokenizer (chars/token measured once
     with /tokenize; ~12 tokens of chat template come on top, as with the other tools)."""
-    from benchd.corpus import load_corpus
+    from benchd.engine.corpus import load_corpus
 
     text, _ = load_corpus().take(20_000)
     if not _CPT:
@@ -262,7 +262,7 @@ def main() -> int:
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
 
-    from benchd.runtimes.base import CTX_MARGIN_TOKENS
+    from benchd.servers.runtimes.base import CTX_MARGIN_TOKENS
 
     models = C.tiny("small")
     model = str(models.target)

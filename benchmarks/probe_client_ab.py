@@ -1,6 +1,6 @@
 """The probe's HTTP client: aiohttp (what benchd ships) vs a minimal HTTP/1.1 streaming reader on bare
 asyncio streams vs aiohttp reading every `--pace-ms` after the first chunk, same parser
-(`benchd.probe._Stream`), same server, interleaved with `curl -N` (the reference: a C client) in
+(`benchd.engine.probe._Stream`), same server, interleaved with `curl -N` (the reference: a C client) in
 rotated order each round. `aiohttp-pinned`: benchd's client with this process pinned to the last
 CPU (`sched_setaffinity`) while the server's threads stay free, to see whether keeping the client off
 the server's compute core helps the server.
@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C
 
-from benchd import probe
-from benchd.prompts import PromptBuilder
-from benchd.runtimes import get_adapter
+from benchd.engine import probe
+from benchd.engine.prompts import PromptBuilder
 from benchd.schemas import Sampling
+from benchd.servers.runtimes import get_adapter
 
 ALL_CPUS = set(os.sched_getaffinity(0))
 

@@ -1,7 +1,7 @@
 """The memory sampler's own CPU cost at 10 Hz, as % of one core (goal: < 1 %).
 
 Method: a sleeping child process is the "server". Phase 1 (baseline) runs this process's event loop
-idle for `--seconds`; phase 2 samples the child with `benchd.memory.MemorySampler` for the same time.
+idle for `--seconds`; phase 2 samples the child with `benchd.sensors.memory.sampler.MemorySampler` for the same time.
 CPU is this process's user+system time (`time.process_time()`, all threads) over each phase, so the
 difference between the phases is the sampler's own cost and the baseline shows what an idle loop costs.
 
@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from benchd.memory import MemorySampler
+from benchd.sensors.memory.sampler import MemorySampler
 
 GOAL_PCT = 1.0
 

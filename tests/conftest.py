@@ -34,9 +34,9 @@ from typing import Any
 
 import pytest
 
-from benchd import locate, provision
 from benchd.config import default_cache_dir
 from benchd.errors import BenchdError
+from benchd.servers import locate, provision
 
 MLX_RUNTIMES = ("mlx_lm.server", "mlx_vlm.server")
 
@@ -72,7 +72,7 @@ def cache_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_models(cache_dir: Path) -> Any:
-    from benchd.tinymodels import ensure
+    from benchctl.tinymodels import ensure
 
     return ensure(cache_dir, "small", 0, _log)
 

@@ -5,8 +5,8 @@ only whether it answers. Each check is `ok`, `warn` (benchd works, something is 
 sensor, no sleep prevention, daemon not started) or `problem` (something needed is missing: no runtime
 at all, a state dir others can read or that is not yours). Exit 1 on any problem, else 0.
 
-The parts come from the modules that own them (`benchd.locate.list_runtimes`,
-`benchd.thermal/memory.describe_sources`, `benchd.power`, the socket client); a module missing from
+The parts come from the modules that own them (`benchd.servers.locate.list_runtimes`,
+`benchd.sensors.thermal.sensor` / `benchd.sensors.memory.sampler` `describe_sources`, `benchd.sensors.power.status`, the socket client); a module missing from
 this build is reported as such, never as a crash.
 """
 
@@ -52,7 +52,7 @@ def check_state_dir(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def check_runtimes(cache_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    from benchd.locate import list_runtimes
+    from benchd.servers.locate import list_runtimes
 
     runtimes = list_runtimes(cache_dir)
     checks: list[dict[str, Any]] = []
@@ -107,11 +107,11 @@ def _duration(seconds: float) -> str:
 
 
 def _sources(kind: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    try:
-        module = __import__(f"benchd.{kind}", fromlist=["describe_sources"])
-        sources: list[dict[str, Any]] = module.describe_sources()
-    except (ImportError, AttributeError) as exc:
-        return [], _check(kind, "warn", f"benchd.{kind} is not available in this build ({exc})")
+    from benchd.sensors.memory import sampler
+    from benchd.sensors.thermal import sensor
+
+    describe = {"thermal": sensor.describe_sources, "memory": sampler.describe_sources}[kind]
+    sources: list[dict[str, Any]] = describe()
     have = [s["name"] for s in sources if s.get("available") and s["name"] != "selected"]
     missing = [f"{s['name']} ({s.get('reason')})" for s in sources if not s.get("available") and s["name"] != "selected"]
     if kind == "thermal":
@@ -124,7 +124,7 @@ def _sources(kind: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 
 def check_power() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
-    from benchd.power import check_sleep_prevention, power_status
+    from benchd.sensors.power.status import check_sleep_prevention, power_status
 
     ps = power_status()
     power = {"source": ps.source, "percent": ps.percent, "method": ps.method, "reason": ps.reason}

@@ -31,7 +31,7 @@ def lock(candidate: str, runbook_ref: str | None, note: str, out: str | None, fo
     """Write your choice to a reviewable TOML file: exactly what was benchmarked, and the evidence."""
     import msgspec
 
-    from benchd.lock import lock_candidate
+    from benchd.results.lock import lock_candidate
 
     config = _config(state_dir)
     path, doc = lock_candidate(config, candidate, runbook_ref, note=note, out=Path(out) if out else None,
@@ -50,7 +50,7 @@ def lock(candidate: str, runbook_ref: str | None, note: str, out: str | None, fo
 
 
 def _show(doc: Any, path: Path) -> None:
-    from benchd.report import fmt_value
+    from benchd.results.report import fmt_value
 
     lk = doc.locked
     click.echo(f"lock file: {path}")
@@ -90,7 +90,7 @@ def locked(file_: str | None, as_command: bool, port: int | None, as_json: bool,
     """Show the locked candidate, or (--command) the exact command that starts it as benchmarked."""
     import msgspec
 
-    from benchd.lock import read_lock, server_argv, server_command_line, server_env
+    from benchd.results.lock import read_lock, server_argv, server_command_line, server_env
 
     config = _config(state_dir)
     path = Path(file_) if file_ else config.locked_path

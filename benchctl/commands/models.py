@@ -34,7 +34,7 @@ def tiny(ctx: click.Context, out: str | None, size: str, seed: int, cache_dir: s
     from benchd.errors import BenchdError
 
     try:
-        from benchd import tinymodels
+        from benchctl import tinymodels
     except ModuleNotFoundError as exc:  # the `models` extra is missing
         click.echo(f"error: {exc.name} is not installed: pip install 'benchd[models]'", err=True)
         sys.exit(exitcodes.BAD_INPUT)

@@ -206,7 +206,7 @@ def plan_prune(state_dir: Path, cache_dir: Path, older_than_s: float, now: float
             continue
         delete.append(Item("job-record", f"job:{job.id}", 0, age, f"job {job.state} {_age(age)} ago (store record)"))
 
-    from benchd import provision
+    from benchd.servers import provision
 
     pinned = {provision.llama_dir(cache_dir).resolve(), provision.mlx_dir(cache_dir).resolve()}
     for kind, root in (("model-cache", cache_dir / "models"), ("runtime-cache", cache_dir / "runtimes")):

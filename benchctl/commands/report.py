@@ -41,8 +41,8 @@ def report(runbook_ref: str | None, fmt: str, pareto: bool, as_json: bool, state
       benchctl report 20261130-021500-ab12 --pareto
       benchctl report run.json --format csv > cells.csv
     """
-    from benchd import report as rep
-    from benchd.runbook import load_runbook, resolve_runbook_path
+    from benchd.results import report as rep
+    from benchd.results.runbook import load_runbook, resolve_runbook_path
 
     config = _config(state_dir)
     rb = load_runbook(runbook_ref, config)
@@ -61,7 +61,7 @@ def report(runbook_ref: str | None, fmt: str, pareto: bool, as_json: bool, state
 
 
 def _fmt(metric: str, v: float | None) -> str:
-    from benchd.report import fmt_value
+    from benchd.results.report import fmt_value
 
     return fmt_value(metric, v)
 
@@ -80,8 +80,8 @@ def compare(a_ref: str, b_ref: str, as_json: bool, state_dir: str | None) -> Non
     """
     import msgspec
 
-    from benchd.compare import compare_runbooks
-    from benchd.runbook import load_runbook
+    from benchd.results.compare import compare_runbooks
+    from benchd.results.runbook import load_runbook
 
     config = _config(state_dir)
     cmp = compare_runbooks(load_runbook(a_ref, config), load_runbook(b_ref, config))

@@ -46,8 +46,8 @@ def install(ctx: click.Context, runtime: str, cache_dir: str | None) -> None:
     mlx           a venv with mlx (cpu on Linux), mlx-lm, mlx-vlm, pinned (~1-2 min, ~1 GB)
     all           both (default)
     """
-    from benchd import provision
     from benchd.errors import BenchdError
+    from benchd.servers import provision
 
     def log(msg: str) -> None:
         click.echo(msg, err=True)
@@ -66,7 +66,7 @@ def install(ctx: click.Context, runtime: str, cache_dir: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_(cache_dir: str | None, as_json: bool) -> None:
     """Show each runtime: installed?, version, path, and how it was found (candidate|env|path|cache)."""
-    from benchd import locate
+    from benchd.servers import locate
 
     entries = locate.list_runtimes(_cache(cache_dir))
     if as_json:

@@ -11,14 +11,14 @@ import click
 from benchctl import exitcodes
 
 if TYPE_CHECKING:
-    from benchd.service import ServicePlan
+    from benchd.service.manager import ServicePlan
 
 STATE_DIR_HELP = "State dir the service's benchd uses (default: $BENCHD_STATE_DIR, else the platform default)."
 
 
 def _plan(state_dir: str | None) -> ServicePlan:
-    from benchd import service
     from benchd.config import Config
+    from benchd.service import manager as service
 
     state = Config.resolve(state_dir=state_dir).state_dir
     try:
@@ -66,7 +66,7 @@ def install(state_dir: str | None, dry_run: bool) -> None:
       benchctl service install --dry-run
       benchctl service install --state-dir ~/benchd-state
     """
-    from benchd import service as svc
+    from benchd.service import manager as svc
 
     plan = _plan(state_dir)
     if dry_run:
@@ -93,7 +93,7 @@ def uninstall(state_dir: str | None) -> None:
     Example:
       benchctl service uninstall
     """
-    from benchd import service as svc
+    from benchd.service import manager as svc
 
     plan = _plan(state_dir)
     try:
@@ -117,7 +117,7 @@ def status(state_dir: str | None, as_json: bool) -> None:
     """
     from dataclasses import asdict
 
-    from benchd import service as svc
+    from benchd.service import manager as svc
 
     plan = _plan(state_dir)
     st = svc.status(plan)

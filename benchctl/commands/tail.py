@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from benchctl import exitcodes
-from benchctl.commands.jobs import (
+from benchctl.commands.common import (
     RECONNECT_FOR_S,
     TERMINAL_EXIT,
     _call,

@@ -1,7 +1,7 @@
 """Contract tests: the llama-server (pinned llama-cpp-python 0.3.36 build) response shapes benchd relies on.
 
 Each test talks to a real llama-server on a free loopback port, on the tiny models. If one fails after a
-llama.cpp upgrade, the adapter in benchd/runtimes/llama_server.py needs the same change.
+llama.cpp upgrade, the adapter in benchd/servers/runtimes/llama_server.py needs the same change.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from contract_http import get_json, is_printable_ascii, post_json, stream_chat
 
-from benchd import locate
+from benchd.servers import locate
 
 pytestmark = pytest.mark.real
 

@@ -1,7 +1,7 @@
 """Contract tests: mlx_lm.server 0.32.2 and mlx_vlm.server 0.7.10 response shapes benchd relies on.
 
 Real servers (CPU backend on Linux) on the tiny model's MLX directory, which BOTH servers load. If one
-of these fails after an upgrade, benchd/runtimes/mlx_lm.py or mlx_vlm.py needs the same change.
+of these fails after an upgrade, benchd/servers/runtimes/mlx_lm.py or mlx_vlm.py needs the same change.
 """
 
 from __future__ import annotations

@@ -3,53 +3,15 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
+from testlib import raw_request
 
 from benchd.schemas import sweep_schema
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def raw_request(sock_path: Path, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None,
-                timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
-    """A hand-written HTTP/1.1 request (so the test controls every byte), read to the close."""
-    hdrs = {"Host": "benchd", "Connection": "close", "Content-Length": str(len(body)), **(headers or {})}
-    head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in hdrs.items()) + "\r\n"
-    with socket.socket(socket.AF_UNIX) as s:
-        s.settimeout(timeout)
-        s.connect(str(sock_path))
-        try:
-            s.sendall(head.encode() + body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the server may answer 413 and close before taking the whole body
-        chunks = []
-        while True:
-            try:
-                got = s.recv(65536)
-            except ConnectionResetError:
-                break
-            if not got:
-                break
-            chunks.append(got)
-    data = b"".join(chunks)
-    head_b, _, rest = data.partition(b"\r\n\r\n")
-    lines = head_b.decode(errors="replace").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers_out = {k.lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
-    if headers_out.get("transfer-encoding") == "chunked":
-        out, buf = b"", rest
-        while buf:
-            size_s, _, buf = buf.partition(b"\r\n")
-            size = int(size_s or b"0", 16)
-            if size == 0:
-                break
-            out, buf = out + buf[:size], buf[size + 2:]
-        rest = out
-    return status, headers_out, rest
 
 
 def good_sweep(model: str = "/nonexistent/model.gguf") -> dict[str, Any]:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from benchd import peercred
 from benchd.config import Config
-from benchd.instance import AlreadyRunning, InstanceGuard, ensure_private_dir
+from benchd.daemon import peercred
+from benchd.daemon.instance import AlreadyRunning, InstanceGuard, ensure_private_dir
 
 
 def mode(path: Path) -> int:

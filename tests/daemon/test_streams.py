@@ -19,9 +19,9 @@ import msgspec
 import pytest
 
 from benchctl.client import AsyncClient
-from benchd import api
 from benchd.config import Config
-from benchd.daemon import Daemon
+from benchd.daemon import api
+from benchd.daemon.lifecycle import Daemon
 from benchd.schemas import Sweep
 
 

@@ -1,31 +1,16 @@
-"""Fault suite fixtures: the daemon helper of `tests/daemon/conftest.py` (reused, not copied), the seed,
+"""Fault suite fixtures: the daemon fixtures of `tests/testlib.py`, the seed,
 and the end-of-session figures.
 
-The daemon helpers are loaded from their file because both folders have a `conftest.py` and no
-package: importing by module name would pick up the wrong one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import random
-import sys
-from pathlib import Path
 
 import pytest
-
-_spec = importlib.util.spec_from_file_location(
-    "benchd_daemon_test_helpers", Path(__file__).resolve().parents[1] / "daemon" / "conftest.py")
-assert _spec is not None and _spec.loader is not None
-daemon_helpers = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = daemon_helpers  # dataclasses look their module up there
-_spec.loader.exec_module(daemon_helpers)
-
-# Re-exported fixtures (pytest collects fixtures from the conftest's namespace).
-short_base = daemon_helpers.short_base
-run_daemon = daemon_helpers.run_daemon
+from testlib import run_daemon, short_base  # noqa: F401  (fixtures shared with tests/daemon)
 
 SEED_ENV = "BENCHD_FAULT_SEED"
 

@@ -18,12 +18,12 @@ import queue
 import socket
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
+from testlib import wait_until  # noqa: F401  (the fault tests take it from here)
 
 from benchd.store import Store
 
@@ -211,17 +211,6 @@ def kill_tagged(tag: str) -> int:
         except psutil.Error:
             pass
     return n
-
-
-def wait_until(pred: Callable[[], Any], timeout: float, interval: float = 0.05, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {timeout} s")
-        time.sleep(interval)
 
 
 def rss_bytes(pid: int) -> int:

@@ -231,7 +231,7 @@ def test_a_server_spawned_but_not_yet_recorded_is_reaped(run_daemon, short_base,
     import json
     import subprocess
 
-    from benchd.server_records import PENDING_PREFIX, SERVER_TOKEN_ENV
+    from benchd.servers.records import PENDING_PREFIX, SERVER_TOKEN_ENV
 
     state = short_base / "s"
     servers = state / "servers"
@@ -258,10 +258,10 @@ def test_a_server_spawned_but_not_yet_recorded_is_reaped(run_daemon, short_base,
 def test_the_pending_record_exists_before_the_spawn(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import asyncio
 
-    from benchd import supervisor as sup_mod
     from benchd.config import Config
     from benchd.schemas import Candidate
-    from benchd.server_records import PENDING_PREFIX, SERVER_TOKEN_ENV
+    from benchd.servers import supervisor as sup_mod
+    from benchd.servers.records import PENDING_PREFIX, SERVER_TOKEN_ENV
 
     cfg = Config.resolve(state_dir=tmp_path / "s", cache_dir=tmp_path / "c")
     seen: dict[str, Any] = {}

@@ -32,8 +32,8 @@ from hypothesis import seed as hseed
 from hypothesis import strategies as st
 
 from benchctl.sweepfile import load_sweep
+from benchd.daemon.queue import parse_time
 from benchd.errors import BenchdError
-from benchd.queue import parse_time
 from benchd.schemas import Sweep, submit_decoder
 
 pytestmark = [pytest.mark.slow]

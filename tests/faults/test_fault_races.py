@@ -25,9 +25,9 @@ import pytest
 from aiohttp import web
 
 from benchctl.client import AsyncClient
-from benchd import queue as queue_mod
 from benchd.config import Config
-from benchd.daemon import Daemon
+from benchd.daemon import queue as queue_mod
+from benchd.daemon.lifecycle import Daemon
 from benchd.schemas import Sweep
 
 pytestmark = [pytest.mark.slow]
@@ -110,7 +110,7 @@ async def test_idle_connections_are_capped_and_dropped(monkeypatch: pytest.Monke
 
     import psutil
 
-    from benchd import api_gate as api
+    from benchd.daemon import gate as api
 
     monkeypatch.setattr(api, "MAX_CONNECTIONS", 20)
     monkeypatch.setattr(api, "HEADER_TIMEOUT_S", 1.0)

@@ -1,0 +1,75 @@
+"""Options and helpers shared by the commands that talk to the daemon (jobs, tail, logs, ...).
+
+Its own module so that `jobs` and `tail` both import it and not each other (`submit --follow` runs the
+tail loop; `tail` needs the socket option and the exit-code mapping).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from benchctl import exitcodes
+
+TERMINAL_EXIT = {"job_finished": exitcodes.OK, "job_failed": exitcodes.FAILED, "job_cancelled": exitcodes.CANCELLED}
+RECONNECT_FOR_S = 60.0
+
+# ----------------------------------------------------------------------------------------- helpers
+
+
+def _default_socket() -> str:
+    from benchd.config import Config
+
+    return str(Config.resolve().socket)
+
+
+def socket_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--socket", "socket_path", envvar="BENCHD_SOCKET", default=None, metavar="PATH",
+        help="benchd's Unix socket (default: $BENCHD_SOCKET or <state dir>/benchd.sock).",
+    )(f)
+
+
+def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(f)
+
+
+def _client(socket_path: str | None) -> Any:
+    from benchctl.client import Client
+
+    return Client(socket_path or _default_socket())
+
+
+def _fail(message: str, code: int) -> SystemExit:
+    """SystemExit, not click's Exit: benchctl's main() runs click with standalone_mode=False, which
+    turns an Exit into a return value that main() drops (the exit code would be lost)."""
+    click.echo(message, err=True)
+    return SystemExit(code)
+
+
+def _call(fn: Callable[[], Any]) -> Any:
+    """Run a client call; typed errors become the contract's exit codes."""
+    from benchctl.client import ApiError, Unreachable
+
+    try:
+        return fn()
+    except Unreachable as exc:
+        raise _fail(str(exc), exitcodes.UNREACHABLE) from exc
+    except ApiError as exc:
+        code = exitcodes.BAD_INPUT if 400 <= exc.status < 500 else exitcodes.FAILED
+        raise _fail(f"error: {exc}", code) from exc
+
+
+def _print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def _fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    h, rem = divmod(round(seconds), 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")

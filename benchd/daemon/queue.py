@@ -1,0 +1,396 @@
+"""The job queue: FIFO over the store, one job at a time, `not_before` / `when`, restart recovery.
+
+Why one at a time: two benchmarks running at once would spoil both measurements. Why the store is the
+queue: a kill -9 must lose nothing, so the only queue state is the jobs table; this class holds just
+the running job's task.
+
+Lifecycle events are written here (the engine writes server/cooldown/probe events itself), each with
+the job's new state in the same transaction (`Store.transition`):
+    queued/waiting --job_started--> running --job_finished/job_failed/job_cancelled--> terminal
+    running --job_interrupted--> interrupted --job_resumed--> running          (shutdown, crash)
+A job `running` at startup belonged to a daemon that died: it becomes `interrupted` and is resumed
+before anything else. Followers of the event stream are woken through `EventHub.notify`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from benchd.config import Config
+from benchd.errors import BenchdError
+from benchd.schemas import TERMINAL_JOB_STATES, Event, Job, Sweep
+from benchd.sensors.conditions import unmet
+from benchd.sensors.power.status import keep_awake
+from benchd.store import Store, utcnow
+
+log = logging.getLogger("benchd.daemon.queue")
+
+RunJob = Callable[..., Awaitable[Any]]
+
+#: How often jobs waiting on `when` conditions are re-checked (no event tells us the machine went idle).
+CONDITION_RECHECK_S = 30.0
+#: How long `cancel` waits for a running job to stop (the contract: within 2 s).
+CANCEL_WAIT_S = 2.0
+
+
+class EventHub:
+    """Wakes the followers of a job's event stream; no polling of the store in a loop.
+
+    A follower takes `waiter(job)` BEFORE reading the store, then waits on it: any event committed
+    after that read sets it. `notify` may be called from another thread (it hops to the loop).
+    """
+
+    def __init__(self) -> None:
+        self._waiters: dict[str, asyncio.Event] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: int | None = None
+        self.closing = asyncio.Event()
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._thread = threading.get_ident()
+
+    def waiter(self, job: str) -> asyncio.Event:
+        ev = self._waiters.get(job)
+        if ev is None:
+            ev = self._waiters[job] = asyncio.Event()
+        return ev
+
+    def notify(self, event: Event) -> None:
+        if self._loop is not None and threading.get_ident() != self._thread:
+            self._loop.call_soon_threadsafe(self._wake, event.job)
+        else:
+            self._wake(event.job)
+
+    def _wake(self, job: str) -> None:
+        ev = self._waiters.pop(job, None)
+        if ev is not None:
+            ev.set()
+
+    def close(self) -> None:
+        """Shutdown: every follower returns (its client reconnects with `since`)."""
+        self.closing.set()
+        for ev in self._waiters.values():
+            ev.set()
+        self._waiters.clear()
+
+
+def parse_time(value: str) -> datetime:
+    """RFC 3339 with an offset (`Z` allowed) → aware datetime; ValueError otherwise."""
+    parsed = datetime.fromisoformat(value)
+    if parsed.tzinfo is None:
+        raise ValueError("time has no UTC offset")
+    return parsed
+
+
+def _load_engine() -> RunJob:
+    # The sweep engine, imported when the first job starts: the daemon answers its socket sooner.
+    from benchd.engine.scheduler import run_job
+
+    return run_job  # type: ignore[no-any-return]
+
+
+@contextlib.asynccontextmanager
+async def _keep_awake() -> AsyncIterator[dict[str, Any]]:
+    """The sleep guard held while a job runs, as the job_started/job_resumed payload (the runbook's
+    provenance says whether sleep was prevented, how, or why not)."""
+    async with keep_awake(os.getpid()) as guard:
+        yield {"sleep_prevented": guard.prevented, "sleep_method": guard.method, "sleep_reason": guard.reason}
+
+
+async def _unmet(when: list[str], sweep: Sweep) -> str | None:
+    return await unmet(when, sweep.cooldown)
+
+
+class _Running:
+    def __init__(self, job_id: str, task: asyncio.Task[Any]) -> None:
+        self.job_id = job_id
+        self.task = task
+        self.cancel_reason: str | None = None  # "user" | "shutdown"
+        self.done = asyncio.Event()
+
+
+class JobQueue:
+    def __init__(self, store: Store, config: Config, hub: EventHub, run_job: RunJob | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.hub = hub
+        self._run_job = run_job
+        self._wake = asyncio.Event()
+        self._running: _Running | None = None
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        #: The last store write failure (disk full…), shown by /v1/health; cleared by the next success.
+        self.store_error: str | None = None
+        #: The job whose run that failure stopped (the API shows the failure on it while it lasts).
+        self.store_error_job: str | None = None
+
+    # -------------------------------------------------------------------------------- public
+
+    @property
+    def running_job(self) -> str | None:
+        return self._running.job_id if self._running else None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _emit(self, event: Event) -> Event:
+        self.hub.notify(event)
+        return event
+
+    def recover(self) -> list[str]:
+        """Jobs left `running` by a dead daemon become `interrupted` (resumed first by `run`)."""
+        ids = []
+        for job in self.store.jobs_in_states("running"):
+            self._emit(self.store.transition(
+                job.id, "job_interrupted", {"reason": "benchd stopped while this job ran; it resumes now"},
+                state="interrupted",
+            ))
+            ids.append(job.id)
+        if ids:
+            log.warning("recovered interrupted jobs: %s", ", ".join(ids))
+        return ids
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self.run(), name="benchd-queue")
+
+    def submit(self, sweep: Sweep, not_before: str | None, when: list[str]) -> Job:
+        job, event = self.store.create_job(sweep, not_before=not_before, when=when)
+        self._emit(event)
+        self.wake()
+        return job
+
+    async def cancel(self, job_id: str) -> Job:
+        job = self.store.get_job(job_id, with_sweep=False)
+        if job.state in TERMINAL_JOB_STATES:
+            raise BenchdError("not_cancellable", f"job {job_id} has already ended ({job.state})", "id", status=409)
+        running = self._running
+        if running is not None and running.job_id == job_id:
+            running.cancel_reason = "user"
+            running.task.cancel()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(running.done.wait()), CANCEL_WAIT_S + 1.0)
+            return self.store.get_job(job_id, with_sweep=False)
+        # Not running: no await between this check and the transition, so the queue cannot pick it meanwhile.
+        self._emit(self.store.transition(
+            job_id, "job_cancelled", {"reason": "cancelled before it ran" if job.state != "interrupted"
+                                      else "cancelled while interrupted"},
+            state="cancelled", finished_at=utcnow(), waiting_reason=None,
+        ))
+        if job.state == "interrupted" and self.store.count_rows(job_id):
+            await self._write_runbook(job_id, "cancelled")
+        self.wake()
+        return self.store.get_job(job_id, with_sweep=False)
+
+    async def stop(self, wait_s: float = 7.0) -> None:
+        """Shutdown: take no more jobs, cancel the running one (engine aborts the probe, tears down
+        servers), mark it interrupted. Bounded by `wait_s`."""
+        self._stopping = True
+        running = self._running
+        if running is not None:
+            running.cancel_reason = "shutdown"
+            running.task.cancel()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(running.done.wait()), wait_s)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
+                await asyncio.wait_for(self._task, 1.0)
+        if running is not None and not running.done.is_set():
+            # The engine did not stop in time: record the interruption ourselves.
+            self._finish_interrupted(running.job_id, "benchd shut down (engine did not stop in time)")
+
+    # -------------------------------------------------------------------------------- loop
+
+    async def run(self) -> None:
+        await self._catch_up_runbooks()
+        while not self._stopping:
+            try:
+                self._recover_stranded()
+                job, delay = await self._pick()
+            except sqlite3.Error as exc:
+                self.store_error = f"{type(exc).__name__}: {exc}"
+                log.error("store error while picking a job: %s", exc)
+                job, delay = None, 5.0
+            if self._stopping:
+                return
+            if job is None:
+                self._wake.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                continue
+            try:
+                await self._run_one(job)
+            except sqlite3.Error as exc:
+                self.store_error = f"{type(exc).__name__}: {exc}"
+                log.error("store error while running job %s: %s", job.id, exc)
+                await asyncio.sleep(5.0)
+
+    async def _catch_up_runbooks(self) -> None:
+        """Write the runbooks a dead daemon owed: it was killed between a job's terminal event and its
+        runbook (found by the fault suite's kill -9). A job whose runbook failed says so in `error`."""
+        try:
+            owed = [j.id for j in self.store.jobs_in_states("succeeded", "failed", "cancelled")
+                    if not j.runbook_id and j.progress is not None and j.progress.done > 0
+                    and "runbook not written" not in (j.error or "")]
+        except sqlite3.Error as exc:
+            log.error("cannot list jobs owing a runbook: %s", exc)
+            return
+        for job_id in owed:
+            if self._stopping:
+                return
+            log.warning("job %s ended without its runbook (benchd stopped first): writing it now", job_id)
+            await self._write_runbook(job_id, self.store.get_job(job_id, with_sweep=False).state)
+
+    def _recover_stranded(self) -> None:
+        """A job the store still calls `running` while no task runs it: a store write failed (disk full)
+        while its end was being recorded. Interrupt it once the store writes again, so it resumes;
+        raises sqlite3.Error while the store still cannot write (the loop retries)."""
+        if self._running is not None or not self.store.jobs_in_states("running"):
+            return
+        reason = f"the state store could not be written ({self.store_error or 'unknown error'}); it resumes now"
+        for job in self.store.jobs_in_states("running"):
+            self._emit(self.store.transition(job.id, "job_interrupted", {"reason": reason}, state="interrupted"))
+            log.warning("job %s resumes after a store write failure", job.id)
+        self.store_error = None
+        self.store_error_job = None
+
+    async def _pick(self) -> tuple[Job | None, float | None]:
+        """The next job to run (interrupted first, then FIFO of the eligible), or how long to sleep."""
+        interrupted = self.store.jobs_in_states("interrupted")
+        if interrupted:
+            return interrupted[0], None
+        now = datetime.now(UTC)
+        delay: float | None = None
+        for job in self.store.jobs_in_states("queued", "waiting"):
+            reason: str | None = None
+            if job.not_before:
+                at = parse_time(job.not_before)
+                if at > now:
+                    reason = f"not before {job.not_before}"
+                    wait_s = (at - now).total_seconds() + 0.05
+                    delay = wait_s if delay is None else min(delay, wait_s)
+            if reason is None and job.when:
+                reason = await _unmet(list(job.when), self.store.get_sweep(job.id))
+                if reason is not None:
+                    delay = CONDITION_RECHECK_S if delay is None else min(delay, CONDITION_RECHECK_S)
+            if reason is None:
+                return job, None
+            if job.state != "waiting" or job.waiting_reason != reason:
+                self.store.update_job(job.id, state="waiting", waiting_reason=reason)
+        return None, delay
+
+    async def _run_one(self, picked: Job) -> None:
+        job_id = picked.id
+        job = self.store.get_job(job_id, with_sweep=False)
+        if job.state not in ("queued", "waiting", "interrupted"):
+            return  # cancelled while `_pick` awaited a condition check
+        resume = job.state == "interrupted" or self.store.count_rows(job_id) > 0
+        sweep = self.store.get_sweep(job_id)
+        async with _keep_awake() as sleep_info:
+            if self.store.get_job(job_id, with_sweep=False).state not in ("queued", "waiting", "interrupted"):
+                return  # cancelled while the sleep guard started; no await from here to the transition
+            progress = {"done": self.store.count_rows(job_id), "total": job.progress.total if job.progress else 0}
+            self._emit(self.store.transition(
+                job_id, "job_resumed" if resume else "job_started", {**progress, **sleep_info},
+                state="running", waiting_reason=None, started_at=job.started_at or utcnow(),
+            ))
+            self.store_error = None
+            task = asyncio.create_task(self._engine(job_id, sweep, resume), name=f"job-{job_id}")
+            running = self._running = _Running(job_id, task)
+            try:
+                outcome, error = await self._await_engine(running)
+                # Recorded before the sleep guard is released (that may take seconds): a cancel
+                # waiting on `done` must see the job cancelled within its 2 s.
+                self._record_end(job_id, outcome, error)
+            finally:
+                self._running = None
+                running.done.set()
+        if outcome in ("succeeded", "failed", "cancelled"):
+            await self._write_runbook(job_id, outcome)
+
+    async def _engine(self, job_id: str, sweep: Sweep, resume: bool) -> Any:
+        run_job = self._run_job or _load_engine()
+        return await run_job(job_id, sweep, self.store, self.config, self.hub.notify, resume)
+
+    async def _await_engine(self, running: _Running) -> tuple[str, str | None]:
+        """Wait for the engine; map its result, cancellation or crash to (outcome, error)."""
+        task = running.task
+        try:
+            result = await task
+        except asyncio.CancelledError:
+            if not task.done():  # we ourselves were cancelled: stop the engine, then re-raise
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(task, 5.0)
+                running.cancel_reason = running.cancel_reason or "shutdown"
+            if running.cancel_reason == "user":
+                return "cancelled", None
+            return "interrupted", "benchd shut down while the job ran"
+        except sqlite3.Error as exc:
+            # Not the job's fault (disk full, I/O error): interrupt it, resume once the store writes again.
+            self.store_error = f"{type(exc).__name__}: {exc}"
+            self.store_error_job = running.job_id
+            log.error("job %s stopped: the state store failed: %s", running.job_id, exc)
+            return "interrupted", f"the state store could not be written ({self.store_error})"
+        except Exception as exc:
+            log.exception("job %s: the engine raised", running.job_id)
+            return "failed", f"engine error: {type(exc).__name__}: {exc}"
+        # The engine returned (it may have finished just as a cancel arrived): its outcome stands.
+        state = getattr(result, "state", "failed")
+        error = getattr(result, "error", None)
+        if state not in ("succeeded", "failed"):
+            return "failed", f"engine returned an unknown outcome {state!r}"
+        return state, error
+
+    def _record_end(self, job_id: str, outcome: str, error: str | None) -> None:
+        try:
+            if outcome == "interrupted":
+                self._finish_interrupted(job_id, error or "benchd shut down")
+            else:
+                self._finish(job_id, outcome, error)
+        except sqlite3.Error as exc:
+            self.store_error = f"{type(exc).__name__}: {exc}"
+            log.error("could not record the end of job %s: %s", job_id, exc)
+
+    def _finish(self, job_id: str, outcome: str, error: str | None) -> None:
+        done = self.store.count_rows(job_id)
+        event: str
+        payload: dict[str, Any]
+        if outcome == "succeeded":
+            event, payload = "job_finished", {"done": done}
+        elif outcome == "cancelled":
+            event, payload = "job_cancelled", {"done": done, "reason": "cancelled by the user"}
+        else:
+            event, payload = "job_failed", {"done": done, "error": error}
+        self._emit(self.store.transition(
+            job_id, event, payload, state=outcome, finished_at=utcnow(), **({"error": error} if error else {}),
+        ))
+
+    def _finish_interrupted(self, job_id: str, reason: str) -> None:
+        if self.store.get_job(job_id, with_sweep=False).state != "running":
+            return
+        self._emit(self.store.transition(job_id, "job_interrupted", {"reason": reason}, state="interrupted"))
+
+    async def _write_runbook(self, job_id: str, outcome: str) -> None:
+        """The runbook (another module); its failure is recorded on the job, never raised."""
+        from benchd.results.runbook import write_runbook  # lazily: it pulls in the report and chart code
+
+        try:
+            runbook_id = await asyncio.to_thread(write_runbook, self.config, self.store, job_id, outcome)
+            if runbook_id:
+                self.store.update_job(job_id, runbook_id=str(runbook_id))
+        except Exception as exc:
+            log.exception("job %s: writing the runbook failed", job_id)
+            with contextlib.suppress(sqlite3.Error):
+                prior = self.store.get_job(job_id, with_sweep=False).error
+                note = f"runbook not written: {type(exc).__name__}: {exc}"
+                self.store.update_job(job_id, error=f"{prior}; {note}" if prior else note)

@@ -1,0 +1,142 @@
+"""Cooldown between probes: explicit policies, each wait recorded (how long, why it stopped, readings).
+
+- `fixed`: wait `seconds`. Reason "fixed".
+- `thermal`: wait at least `seconds`, then until the sensor reads ≤ `target_celsius` (or, for a
+  pressure-only sensor such as macOS, pressure "nominal"), at most `max_seconds`. Reason "reached" or
+  "timeout". Without a usable sensor it waits the fixed minimum `seconds` and says so: reason
+  "sensor-unavailable", with the sensor's reason in `note`.
+- `idle`: the same bounds, until system CPU load per core is under `max_load`.
+
+Load per core, as used here: the fraction of all cores' time spent busy (everything but idle and iowait)
+over the last poll interval, from `psutil.cpu_times()` deltas; 1.0 = every core busy. Chosen over
+`os.getloadavg()[0] / cores` because the 1-minute load average is an exponential average with a 60 s
+time constant: after a busy probe it would hold the cooldown a minute or two past the moment the CPU
+went quiet, and notice a new busy process just as slowly. The delta answers for exactly the last poll.
+
+Never busy-waits: polls every `poll_s` (1 s by default) with the injected `sleep` (asyncio.sleep), and
+reads the sensor in a worker thread (macOS reads spawn a short subprocess). Cancellation is prompt:
+CancelledError propagates from whichever await is pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Awaitable, Callable
+
+from benchd.schemas import Cooldown, CooldownRecord, ThermalReading
+from benchd.sensors.cpu import FIRST_LOAD_WINDOW_S, CpuLoad
+from benchd.sensors.thermal.sensor import ThermalSensor
+
+
+def _usable(r: ThermalReading) -> bool:
+    return r.available and (r.celsius is not None or r.pressure is not None)
+
+
+def _cool(r: ThermalReading, target: float) -> bool:
+    if r.celsius is not None:
+        return r.celsius <= target
+    return r.pressure == "nominal"
+
+
+def _num(x: float | None) -> float | None:
+    return None if x is None or math.isnan(x) else x
+
+
+async def wait(
+    policy: Cooldown,
+    sensor: ThermalSensor,
+    *,
+    load: Callable[[], float] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    poll_s: float = 1.0,
+) -> CooldownRecord:
+    """Wait according to `policy`; returns what was waited and why it stopped.
+
+    `load` returns the current load per core (default: `CpuLoad()`, see the module docstring);
+    `clock`/`sleep` are seams for tests; `poll_s` is the polling period (≥ 1 s in production).
+    """
+    if poll_s <= 0:
+        raise ValueError("poll_s must be > 0")
+    t0 = clock()
+
+    async def read() -> ThermalReading:
+        return await asyncio.to_thread(sensor.read)
+
+    def step(elapsed: float) -> float:
+        deadline = policy.seconds if elapsed < policy.seconds else policy.max_seconds
+        return max(0.0, min(poll_s, deadline - elapsed))
+
+    before = await read()
+
+    if policy.policy == "fixed":
+        await sleep(policy.seconds)
+        return CooldownRecord(policy="fixed", waited_s=clock() - t0, reason="fixed", before=before, after=await read())
+
+    if policy.policy == "thermal":
+        reading = before
+        while True:
+            elapsed = clock() - t0
+            if not _usable(reading):
+                return await _fallback(policy, before, reading, t0, clock, sleep, read)
+            if elapsed >= policy.seconds and _cool(reading, policy.target_celsius):
+                return CooldownRecord(policy="thermal", waited_s=elapsed, reason="reached", before=before, after=reading)
+            if elapsed >= policy.max_seconds:
+                return CooldownRecord(
+                    policy="thermal", waited_s=elapsed, reason="timeout", before=before, after=reading,
+                    note=f"still above target {policy.target_celsius:g} °C / not nominal after {policy.max_seconds:g} s",
+                )
+            await sleep(step(elapsed))
+            reading = await read()
+
+    if policy.policy == "idle":
+        load_fn: Callable[[], float]
+        if load is None:
+            load_fn = CpuLoad()
+            await sleep(min(poll_s, FIRST_LOAD_WINDOW_S))
+        else:
+            load_fn = load
+        cur = load_fn()
+        load_before = cur
+        while True:
+            elapsed = clock() - t0
+            if elapsed >= policy.seconds and cur < policy.max_load:
+                reason = "reached"
+                break
+            if elapsed >= policy.max_seconds:
+                reason = "timeout"
+                break
+            await sleep(step(elapsed))
+            cur = load_fn()
+        note = None
+        if reason == "timeout":
+            note = f"load per core {cur:.2f} still ≥ max_load {policy.max_load:g} after {policy.max_seconds:g} s"
+        return CooldownRecord(
+            policy="idle", waited_s=clock() - t0, reason=reason,  # type: ignore[arg-type]
+            before=before, after=await read(), load_before=_num(load_before), load_after=_num(cur), note=note,
+        )
+
+    raise ValueError(f"unknown cooldown policy {policy.policy!r}")
+
+
+async def _fallback(
+    policy: Cooldown,
+    before: ThermalReading,
+    bad: ThermalReading,
+    t0: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], Awaitable[None]],
+    read: Callable[[], Awaitable[ThermalReading]],
+) -> CooldownRecord:
+    """No usable thermal reading: wait out the fixed minimum and say so."""
+    remaining = policy.seconds - (clock() - t0)
+    if remaining > 0:
+        await sleep(remaining)
+    why = bad.reason or "reading has neither celsius nor pressure"
+    when = "" if bad is before else " (lost mid-wait)"
+    return CooldownRecord(
+        policy="thermal", waited_s=clock() - t0, reason="sensor-unavailable", before=before, after=await read(),
+        note=f"thermal sensor unavailable{when}: {why}; waited the fixed minimum of {policy.seconds:g} s instead",
+    )

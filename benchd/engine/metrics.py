@@ -1,0 +1,227 @@
+"""Pure arithmetic over measurements: stream-window rates, sustained windows, per-cell statistics.
+
+Nothing here talks to a server or the clock; every function takes numbers the probe recorded and
+returns numbers (or null + a reason: a figure that cannot be computed honestly is not guessed).
+
+Statistics follow the issue: n, median, min, max, coefficient of variation and a distribution-free
+95 % confidence interval of the median from order statistics (the binomial(n, 1/2) argument: the
+interval [x_(j), x_(n+1-j)] covers the median with probability 1 - 2·P(B <= j-1)). Below six values no
+pair of order statistics reaches 95 % (n = 5 gives at most 93.75 %), so the interval is null with
+reason "n < 6" rather than a false one. A metric whose CV exceeds 5 % makes the cell `noisy`; noisy
+cells are flagged, never hidden.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from benchd.schemas import CellStats, MetricStats, Row
+
+NOISY_CV = 0.05
+CI_LEVEL = 0.95
+CI_MIN_N = 6
+STAT_METRICS: tuple[str, ...] = ("prompt_tps", "gen_tps", "ttft_ms", "mem_peak_bytes")
+
+
+class Measured(NamedTuple):
+    """A value or null with the reason it is null."""
+
+    value: float | None
+    reason: str | None = None
+
+
+# --------------------------------------------------------------------------------- stream windows
+
+
+def stream_window(completion_tokens: int | None, first_t: float | None, last_t: float | None) -> Measured:
+    """Client-side generation rate: tokens after the first, over first-to-last content chunk time.
+
+    The first token is excluded because its arrival time includes prompt processing; what remains is
+    pure decode. Times are monotonic-clock seconds taken when each content chunk arrived.
+    """
+    if completion_tokens is None:
+        return Measured(None, "no completion token count (usage missing)")
+    if completion_tokens < 2:
+        return Measured(None, f"{completion_tokens} completion token(s): a window needs at least 2")
+    if first_t is None or last_t is None:
+        return Measured(None, "no content chunk timestamps")
+    window = last_t - first_t
+    if window <= 0:
+        return Measured(None, "zero first-to-last chunk window (all tokens arrived in one chunk)")
+    return Measured((completion_tokens - 1) / window)
+
+
+def stream_window_tps(completion_tokens: int | None, first_t: float | None, last_t: float | None) -> float | None:
+    """`stream_window(...).value`; use `stream_window` when the null reason is needed."""
+    return stream_window(completion_tokens, first_t, last_t).value
+
+
+def sustained_windows(
+    chunk_times: Sequence[float], tokens_per_chunk: Sequence[int] | int = 1, window: int = 128
+) -> list[float]:
+    """Tokens/s per consecutive window of `window` tokens, from content-chunk arrival times.
+
+    Window k covers tokens k·window+1 .. (k+1)·window; its rate is the tokens counted between the
+    chunk that completed the previous window and the chunk that completed this one, over the time
+    between them. For window 0 the start is the first chunk (its arrival includes prompt processing,
+    so the first token is not counted). A trailing partial window is dropped, so N tokens give
+    N // window figures. A window that ends in the same chunk (or at the same instant) as it began
+    has no measurable duration and is skipped; the streaming clients stamp one token per chunk, so
+    that does not happen in practice.
+    """
+    if window < 1:
+        raise ValueError("window must be >= 1")
+    n = len(chunk_times)
+    per = [tokens_per_chunk] * n if isinstance(tokens_per_chunk, int) else list(tokens_per_chunk)
+    if len(per) != n:
+        raise ValueError("tokens_per_chunk must match chunk_times")
+    # Drop chunks that carried no token (role-only or empty deltas) before the cumulative count.
+    pts: list[tuple[float, int]] = []
+    cum = 0
+    for t, k in zip(chunk_times, per, strict=True):
+        if k > 0:
+            cum += k
+            pts.append((t, cum))
+    if not pts:
+        return []
+    out: list[float] = []
+    start_t, start_c = pts[0]
+    boundary = window
+    for t, c in pts:
+        if c < boundary:
+            continue
+        dt = t - start_t
+        if dt > 0 and c > start_c:
+            out.append((c - start_c) / dt)
+        start_t, start_c = t, c
+        while boundary <= c:
+            boundary += window
+    return out
+
+
+def sustain_ratio(windows: Sequence[float]) -> float | None:
+    """Last window's rate over the first's: < 1 means the machine slowed down (thermal, memory)."""
+    if len(windows) < 2 or windows[0] <= 0:
+        return None
+    return windows[-1] / windows[0]
+
+
+def sustain_ratio_reason(windows: Sequence[float]) -> str | None:
+    """Why `sustain_ratio` is null (None when it is not)."""
+    if len(windows) < 2:
+        return f"{len(windows)} window(s): a ratio needs at least 2"
+    if windows[0] <= 0:
+        return "first window rate is zero"
+    return None
+
+
+def sustained_summary(
+    chunk_times: Sequence[float], window: int, tokens: int | None = None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """A sustained row's `window_tps` and `sustain_ratio`, and their sources.
+
+    Windows are counted at one token per content chunk. When fewer windows come out than the tokens
+    generated allow, the source says why instead of hiding it: a starved client read a window's tokens
+    at once (no duration), or the server packed more than one token into some chunks.
+    """
+    windows = sustained_windows(chunk_times, 1, window)
+    ratio = sustain_ratio(windows)
+    sources = {"window_tps": f"client:chunk-timestamps per {window} tokens",
+               "sustain_ratio": "client:last-window/first-window"}
+    expected = (tokens if tokens is not None else len(chunk_times)) // window
+    if len(windows) < expected:
+        why = (f"{len(chunk_times)} content chunks carried {tokens} tokens" if tokens and len(chunk_times) < tokens
+               else "their tokens arrived in one read")
+        sources["window_tps"] += f"; {expected - len(windows)} of {expected} windows unmeasurable ({why})"
+    if ratio is None:
+        sources["sustain_ratio"] = f"null: {sustain_ratio_reason(windows)}"
+    return {"window_tps": windows, "sustain_ratio": ratio}, sources
+
+
+# ------------------------------------------------------------------------------------ statistics
+
+
+def median_ci(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float, float, float] | None:
+    """Distribution-free CI of the median: (low, high, coverage), or None when n < 6.
+
+    Chooses the largest j such that [x_(j), x_(n+1-j)] has coverage 1 - 2·P(Binomial(n, ½) <= j-1)
+    >= level: the narrowest symmetric order-statistic interval that holds.
+    """
+    xs = sorted(values)
+    n = len(xs)
+    if n < CI_MIN_N:
+        return None
+    best: tuple[float, float, float] | None = None
+    tail = 0.0
+    for j in range(1, n // 2 + 1):
+        tail += math.comb(n, j - 1) / 2.0**n  # now P(B <= j-1)
+        coverage = 1.0 - 2.0 * tail
+        if coverage < level:
+            break
+        best = (xs[j - 1], xs[n - j], coverage)
+    return best
+
+
+def metric_stats(metric: str, values: Sequence[float | None], null_reasons: Sequence[str | None] = ()) -> MetricStats:
+    """Stats over the non-null values; nulls are counted and their reasons kept (deduplicated)."""
+    present = [float(v) for v in values if v is not None]
+    reasons: dict[str, str] = {}
+    n_null = len(values) - len(present)
+    distinct = sorted({r for r in null_reasons if r})
+    if n_null:
+        reasons["value"] = "; ".join(distinct) if distinct else "null in the rows (no reason recorded)"
+    n = len(present)
+    if n == 0:
+        reasons.setdefault("value", "no ok probe rows")
+        return MetricStats(metric=metric, n=0, n_null=n_null, null_reasons=reasons)
+    mean = statistics.fmean(present)
+    cv: float | None = None
+    if n >= 2 and mean != 0:
+        cv = statistics.stdev(present) / abs(mean)
+    elif n < 2:
+        reasons["cv"] = "n < 2"
+    else:
+        reasons["cv"] = "mean is zero"
+    ci = median_ci(present)
+    if ci is None:
+        reasons["ci95"] = f"n < {CI_MIN_N}"
+    return MetricStats(
+        metric=metric, n=n, n_null=n_null, median=statistics.median(present), min=min(present),
+        max=max(present), mean=mean, cv=cv, ci95_low=ci[0] if ci else None, ci95_high=ci[1] if ci else None,
+        ci95_coverage=ci[2] if ci else None, noisy=cv is not None and cv > NOISY_CV, null_reasons=reasons,
+    )
+
+
+def cell_stats(rows: Sequence[Row]) -> list[CellStats]:
+    """One CellStats per (candidate, context) with probe rows, in first-seen candidate order and
+    ascending context. Sustained rows are excluded (they have their own window figures)."""
+    cells: dict[tuple[str, int], list[Row]] = {}
+    order: dict[str, int] = {}
+    for r in rows:
+        if r.kind != "probe":
+            continue
+        order.setdefault(r.candidate, len(order))
+        cells.setdefault((r.candidate, r.context), []).append(r)
+    out: list[CellStats] = []
+    for (cand, ctx), cell in sorted(cells.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
+        ok = [r for r in cell if r.status == "ok"]
+        failed = [r for r in cell if r.status in ("failed", "timeout")]
+        stats = {}
+        for m in STAT_METRICS:
+            stats[m] = metric_stats(
+                m, [getattr(r, m) for r in ok], [r.null_reasons.get(m) for r in ok if getattr(r, m) is None]
+            )
+        noisy = [m for m in STAT_METRICS if stats[m].noisy]
+        errors = sorted({f"{r.status}: {r.error or 'no error recorded'}" for r in failed})
+        out.append(
+            CellStats(
+                candidate=cand, runtime=cell[0].runtime, context=ctx, n_ok=len(ok), n_failed=len(failed),
+                n_aborted=sum(1 for r in cell if r.status == "aborted"), prompt_tps=stats["prompt_tps"],
+                gen_tps=stats["gen_tps"], ttft_ms=stats["ttft_ms"], mem_peak_bytes=stats["mem_peak_bytes"],
+                noisy=bool(noisy), noisy_metrics=noisy, errors=errors,
+            )
+        )
+    return out

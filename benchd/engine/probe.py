@@ -1,0 +1,258 @@
+"""The streaming client: one request, timestamps of every content chunk on arrival, the raw final chunk.
+
+Kept lean on purpose: on a small machine a heavy client slows the server it measures (runtimes.md:
+aiperf/guidellm cost 10-20x the CPU of a lean aiohttp client and cut the server's decode rate). So:
+- one fresh connection per probe (`TCPConnector(force_close=True)`): llama-server closes the connection
+  after each streamed response although it advertises keep-alive, and a pooled client then fails the
+  next request with "server disconnected";
+- reads whole socket chunks (`iter_any`) and splits lines itself; every SSE event in a read gets the
+  read's `perf_counter()` stamp (that is when it arrived);
+- content chunks are recognised by a byte scan, not decoded; only chunks without content (role, usage,
+  timings, errors) are decoded with msgspec, and the last one carrying `usage`/`timings` is kept raw;
+- SSE comment lines (`: keepalive 12/40`, mlx_lm during prompt processing) are skipped.
+
+Errors are values (`ProbeResult.status`/`error`), never exceptions, with one exception: cancellation
+(`asyncio.CancelledError`) propagates, so a cancelled sweep stops at once and the caller stores the
+probe as `aborted`. The probe's own timeout yields status "timeout".
+
+Also here: reading llama-server's Prometheus `/metrics` counters, to cross-check draft acceptance
+against the counters' difference around a probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import aiohttp
+import msgspec
+
+from benchd.probe_result import ProbeResult
+
+if TYPE_CHECKING:
+    from benchd.schemas import Candidate, Sampling
+    from benchd.servers.runtimes.base import RuntimeAdapter
+
+
+_decoder = msgspec.json.Decoder()
+_CONTENT_KEY = b'"content"'
+_SKIP = frozenset(b" :\t")
+_QUOTE = 0x22
+_BRACE = 0x7B
+
+
+def _value_starts(payload: bytes, key: bytes) -> list[int]:
+    """The byte that starts each value of `"key"` in a JSON text (after optional spaces and the colon)."""
+    out = []
+    n = len(payload)
+    i = payload.find(key)
+    while i != -1:
+        j = i + len(key)
+        while j < n and payload[j] in _SKIP:
+            j += 1
+        if j < n:
+            out.append(j)
+        i = payload.find(key, j)
+    return out
+
+
+def has_content(payload: bytes) -> bool:
+    """True when a chunk's JSON has a non-empty string `"content"` (a byte scan, no decoding).
+
+    Matches `"content":"x"` and `"content": "x"`; not `"content":null`, `"content":""`, nor
+    `"reasoning_content"` (its key does not start with the quote before `content`). An escaped
+    `\\"content\\"` inside text cannot match because a backslash, not a quote, follows it.
+    """
+    n = len(payload)
+    return any(
+        j + 1 < n and payload[j] == _QUOTE and payload[j + 1] != _QUOTE
+        for j in _value_starts(payload, _CONTENT_KEY)
+    )
+
+
+def _worth_decoding(payload: bytes) -> bool:
+    """A content chunk is decoded only if it also carries a usage object or a finish reason
+    (mlx_vlm sends `"usage":null` and `"timings"` in every chunk; those are not worth a decode)."""
+    for key, starts in ((b'"usage"', (_BRACE,)), (b'"finish_reason"', (_QUOTE,))):
+        if any(payload[j] in starts for j in _value_starts(payload, key)):
+            return True
+    return False
+
+
+class _Stream:
+    """Per-request parsing state (kept out of `run` so the hot loop stays readable)."""
+
+    def __init__(self, result: ProbeResult) -> None:
+        self.r = result
+        self.buf = b""
+
+    def feed(self, data: bytes, now: float) -> str | None:
+        """Consume bytes; returns an error message if the stream is garbage or carries an error."""
+        self.buf += data
+        if b"\n" not in self.buf:
+            return None
+        *lines, self.buf = self.buf.split(b"\n")
+        for raw in lines:
+            line = raw.rstrip(b"\r")
+            if not line or line.startswith(b":"):
+                continue  # event separator, or an SSE comment (keepalive)
+            if not line.startswith(b"data:"):
+                if line.startswith((b"event:", b"id:", b"retry:")):
+                    continue
+                return f"not an SSE line: {line[:200]!r}"
+            payload = line[5:].lstrip()
+            if payload == b"[DONE]":
+                self.r.done = True
+                continue
+            err = self._event(payload, now)
+            if err:
+                return err
+        return None
+
+    def _event(self, payload: bytes, now: float) -> str | None:
+        r = self.r
+        content = has_content(payload)
+        if content:
+            if r.first_content is None:
+                r.first_content = now
+            r.last_content = now
+            r.content_chunks += 1
+            r.chunk_times.append(now)
+            if not _worth_decoding(payload):
+                return None  # the hot path: nothing else to learn from this chunk
+        try:
+            doc = _decoder.decode(payload)
+        except msgspec.DecodeError:
+            return f"malformed JSON chunk: {payload[:200]!r}"
+        if not isinstance(doc, dict):
+            return f"unexpected chunk: {payload[:200]!r}"
+        if doc.get("error"):
+            return f"server error in stream: {str(doc['error'])[:500]}"
+        for choice in doc.get("choices") or ():
+            if isinstance(choice, dict) and choice.get("finish_reason"):
+                r.finish_reason = str(choice["finish_reason"])
+        if isinstance(doc.get("usage"), dict) or isinstance(doc.get("timings"), dict):
+            # Every mlx_vlm chunk has partial timings; the one with usage is the final answer.
+            if r.final is None or isinstance(doc.get("usage"), dict) or not isinstance(r.final.get("usage"), dict):
+                r.final = doc
+        return None
+
+
+async def run(
+    url: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    timeout_s: float,
+) -> ProbeResult:
+    """POST one streamed request to `url` and read it to the end (or error, or timeout)."""
+    started = time.perf_counter()
+    result = ProbeResult(status="failed", error=None, http_status=None, started=started, ended=started)
+    stream = _Stream(result)
+    connector = aiohttp.TCPConnector(force_close=True)
+    try:
+        async with (
+            asyncio.timeout(timeout_s),
+            aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session,
+            session.post(url, data=body, headers=dict(headers)) as resp,
+        ):
+            result.http_status = resp.status
+            if resp.status != 200:
+                text = (await resp.content.read(2000)).decode("utf-8", "replace")
+                result.error = f"HTTP {resp.status}: {text.strip()}"
+                result.ended = time.perf_counter()
+                return result
+            async for data in resp.content.iter_any():
+                err = stream.feed(data, time.perf_counter())
+                if err:
+                    result.error = err
+                    result.ended = time.perf_counter()
+                    return result
+            result.ended = time.perf_counter()
+            if stream.buf.strip():
+                err = stream.feed(b"\n", result.ended)
+                if err:
+                    result.error = err
+                    return result
+    except TimeoutError:
+        result.ended = time.perf_counter()
+        result.status = "timeout"
+        result.error = f"probe timed out after {timeout_s:g} s ({result.content_chunks} content chunks received)"
+        return result
+    except (aiohttp.ClientError, OSError) as exc:
+        result.ended = time.perf_counter()
+        what = "stream closed early" if result.http_status == 200 else "request failed"
+        result.error = f"{what}: {type(exc).__name__}: {exc}"
+        return result
+    if not result.done:
+        result.error = (
+            f"stream closed early: no [DONE] after {result.content_chunks} content chunks"
+        )
+        return result
+    if result.final is None:
+        result.error = "stream ended without a usage/timings chunk (include_usage ignored?)"
+        return result
+    result.status = "ok"
+    return result
+
+
+async def run_chat(
+    adapter: RuntimeAdapter,
+    base_url: str,
+    candidate: Candidate,
+    *,
+    prompt: str,
+    max_tokens: int,
+    sampling: Sampling,
+    timeout_s: float,
+) -> ProbeResult:
+    """Build the adapter's streamed chat request and run it (the usual way to probe a server)."""
+    body = adapter.request_body(
+        model=adapter.request_model(candidate), prompt=prompt, max_tokens=max_tokens, sampling=sampling
+    )
+    return await run(
+        base_url + adapter.request_path(),
+        adapter.encode_body(body),
+        adapter.request_headers(),
+        timeout_s=timeout_s,
+    )
+
+
+# ------------------------------------------------------------------------------ Prometheus /metrics
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """`name{labels} value` lines to {name{labels}: value}; comments and garbage lines are skipped."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, _, rest = line.rpartition(" ")
+        if not name:
+            continue
+        try:
+            out[name.strip()] = float(rest)
+        except ValueError:
+            continue
+    return out
+
+
+async def read_metrics(base_url: str, *, timeout_s: float = 5.0) -> dict[str, float] | None:
+    """The server's Prometheus counters, or None when it has no `/metrics` (llama-server without
+    `--metrics` answers 501)."""
+    try:
+        async with (
+            aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(force_close=True),
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
+            ) as session,
+            session.get(base_url + "/metrics") as resp,
+        ):
+            if resp.status != 200:
+                return None
+            return parse_prometheus(await resp.text())
+    except (aiohttp.ClientError, TimeoutError, OSError):
+        return None

@@ -1,0 +1,315 @@
+"""Prompts that put a target number of tokens in front of generation, unique per probe.
+
+Why this shape:
+- Realistic text: the corpus is the Python standard library's own source (`benchd.engine.corpus`).
+- Unique at the START. A prefix cache (llama-server's `cache_prompt`, mlx_lm.server's prompt cache)
+  can only serve a shared prefix, so every prompt starts with a random nonce, then the probe's tag
+  (`<nonce> # probe <tag>`; the nonce comes first because tags share prefixes). There is no system
+  message, so the nonce comes right after the chat template's own header tokens — which stay shared:
+  measured on mlx_lm.server 0.32.2, `cached_tokens` was 5-6 (17 with the tag first) unless the server
+  runs with `--prompt-cache-size 0` (then 0); llama-server reports `cache_n` 0 with `cache_prompt`
+  false.
+- The target is what the server reports as `usage.prompt_tokens`: the context present when generation
+  starts, chat template included. Two ways to hit it:
+  * with the server's tokenizer (an async `count_tokens(text) -> int`, e.g. llama-server `/tokenize`):
+    an interpolating binary search over the number of corpus characters (a handful of calls), minus
+    the template overhead, which `observe()` learns from the first reported `prompt_tokens`;
+  * without one (mlx servers): a `Calibrator` maps prompt characters to reported prompt tokens per
+    calibration key (the candidate) by interpolating between earlier observations. The first guess
+    assumes one character per token, which undershoots for every real tokenizer (a byte-level one
+    overshoots by the template overhead at most), so a first sizing request does not overflow a
+    context sized for target + gen_tokens. `needs_sizing()` tells the engine to send an
+    unrecorded sizing request (max_tokens 1) until an observation within 0.5 % of the target exists;
+    the corpus prefix is deterministic, so the next prompt of that size lands within the nonce's
+    noise. Warm-up probes feed the same observations.
+
+This module is unit-tested with a fake tokenizer function; accuracy against real servers is tested by
+the engine tests (prompt tokens within 1 % of every context).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from benchd.engine.corpus import Corpus, load_corpus
+
+# The request template: bump TEMPLATE_VERSION whenever any of these strings change.
+TEMPLATE_VERSION = 1
+HEADER_FORMAT = "{nonce} # probe {tag}\n"
+INSTRUCTION = "Continue this Python code:\n\n"
+NONCE_DIGITS = 12  # fixed-width decimal: tokenizes to a near-constant number of tokens
+
+# Calibration constants.
+FIRST_GUESS_CHARS_PER_TOKEN = 1.0  # undershoots for any real tokenizer: never overflows the context
+SIZING_TOLERANCE = 0.005  # an observation this close to the target makes the estimate reliable
+MAX_TOKENIZER_CALLS = 24
+
+CountTokens = Callable[[str], Awaitable[int]]
+Method = Literal["tokenizer", "calibrated", "first-guess"]
+
+
+# ------------------------------------------------------------------------- template and provenance
+
+
+def template_sha256() -> str:
+    """Hash of everything that wraps the corpus in a request (header, instruction, message layout)."""
+    doc = {
+        "version": TEMPLATE_VERSION,
+        "header": HEADER_FORMAT,
+        "instruction": INSTRUCTION,
+        "nonce_digits": NONCE_DIGITS,
+        "messages": [{"role": "user", "content": "{header}{instruction}{corpus}"}],
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def prompt_provenance(corpus: Corpus | None = None) -> dict[str, Any]:
+    """What the runbook records so two runs can show they used the same prompts."""
+    c = corpus or load_corpus()
+    return {"corpus": c.describe(), "corpus_sha256": c.sha256, "template_sha256": template_sha256()}
+
+
+def messages(prompt_text: str) -> list[dict[str, str]]:
+    """The chat messages a probe sends. No system message: the unique line must come first."""
+    return [{"role": "user", "content": prompt_text}]
+
+
+# ---------------------------------------------------------------------------------------- prompts
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One probe's prompt. `text` is the user message content; send it with `messages()`.
+
+    `estimated_tokens` is the builder's estimate of the server-reported prompt tokens (template
+    included); `counted_tokens` is the tokenizer's count of `text` alone (tokenizer mode only).
+    """
+
+    text: str
+    target_tokens: int
+    estimated_tokens: int
+    tag: str
+    nonce: str
+    key: str
+    method: Method
+    body_chars: int
+    counted_tokens: int | None = None
+    tokenizer_calls: int = 0
+    corpus_cycles: int = 1
+
+    def messages(self) -> list[dict[str, str]]:
+        return messages(self.text)
+
+
+@dataclass
+class _KeyState:
+    points: list[tuple[int, int]] = field(default_factory=list)  # (len(text), reported), sorted
+    overheads: list[int] = field(default_factory=list)  # reported - counted (tokenizer mode)
+    tokenizer_cpt: float | None = None  # chars per counted token, for the search's first guess
+
+
+class Calibrator:
+    """Learns, per key (candidate), how prompt characters map to the tokens the server reports."""
+
+    def __init__(self) -> None:
+        self._keys: dict[str, _KeyState] = {}
+
+    def _state(self, key: str) -> _KeyState:
+        return self._keys.setdefault(key, _KeyState())
+
+    def observe(self, key: str, text_chars: int, reported: int, counted: int | None = None) -> None:
+        st = self._state(key)
+        if counted is not None:
+            st.overheads.append(reported - counted)
+        # Same length seen again: keep the mean (only the nonce's tokenization differs).
+        i = bisect.bisect_left(st.points, (text_chars, -(2**62)))
+        if i < len(st.points) and st.points[i][0] == text_chars:
+            st.points[i] = (text_chars, round((st.points[i][1] + reported) / 2))
+        else:
+            st.points.insert(i, (text_chars, reported))
+
+    def overhead(self, key: str) -> int | None:
+        """Template tokens the server adds to the tokenizer's count (median of observations)."""
+        ov = sorted(self._state(key).overheads)
+        return ov[len(ov) // 2] if ov else None
+
+    def chars_for(self, key: str, target: int) -> tuple[int, bool]:
+        """Characters of prompt text expected to give `target` reported tokens; (chars, learned)."""
+        pts = self._state(key).points
+        if not pts:
+            return max(1, round(target * FIRST_GUESS_CHARS_PER_TOKEN)), False
+        # Piecewise-linear inverse through (0, 0) and the observations, which are monotone in
+        # practice. Beyond the largest observation: the secant of the two largest when they are far
+        # enough apart to give a stable slope (the template and header make an intercept that pure
+        # scaling misses), else scale proportionally from the largest.
+        prev_c, prev_t = 0, 0
+        for c, t in pts:
+            if t >= target and t > prev_t:
+                frac = (target - prev_t) / (t - prev_t)
+                return max(1, round(prev_c + frac * (c - prev_c))), True
+            if t > prev_t:
+                prev_c, prev_t = c, t
+        c, t = prev_c, prev_t
+        if len(pts) >= 2:
+            c0, t0 = pts[-2]
+            if c - c0 >= 0.02 * c and t > t0:
+                return max(1, round(c + (target - t) * (c - c0) / (t - t0))), True
+        return max(1, round(c * target / t)) if t > 0 else max(1, target), True
+
+    def estimate_tokens(self, key: str, text_chars: int) -> int:
+        """Forward estimate (reported tokens for a text of `text_chars`), for the Prompt record."""
+        pts = self._state(key).points
+        if not pts:
+            return round(text_chars / FIRST_GUESS_CHARS_PER_TOKEN)
+        prev_c, prev_t = 0, 0
+        for c, t in pts:
+            if c >= text_chars and c > prev_c:
+                return round(prev_t + (text_chars - prev_c) * (t - prev_t) / (c - prev_c))
+            prev_c, prev_t = c, t
+        return round(prev_t * text_chars / prev_c) if prev_c else text_chars
+
+    def needs_sizing(self, key: str, target: int, tokenizer: bool = False) -> bool:
+        """True while the estimate for `target` is not yet backed by a close observation.
+
+        With a tokenizer only the template overhead is unknown (one observation fixes it). Without,
+        an observation within SIZING_TOLERANCE of the target is required.
+        """
+        st = self._state(key)
+        if tokenizer:
+            return not st.overheads
+        return not any(abs(t - target) <= SIZING_TOLERANCE * target for _, t in st.points)
+
+
+def _tag_key(tag: str) -> str:
+    parts = tag.split("/")
+    return parts[1] if len(parts) >= 4 and parts[1] else "default"
+
+
+class PromptBuilder:
+    """Builds unique prompts of a target size; one builder serves a whole sweep (keys = candidates)."""
+
+    def __init__(self, corpus: Corpus | None = None, calibrator: Calibrator | None = None) -> None:
+        self.corpus = corpus or load_corpus()
+        self.calibrator = calibrator or Calibrator()
+
+    @property
+    def corpus_hash(self) -> str:
+        return self.corpus.sha256
+
+    def provenance(self) -> dict[str, Any]:
+        return prompt_provenance(self.corpus)
+
+    def _compose(self, tag: str, nonce: str, body_chars: int) -> tuple[str, int]:
+        header = HEADER_FORMAT.format(tag=tag.replace("\n", " "), nonce=nonce) + INSTRUCTION
+        body, cycles = self.corpus.take(max(0, body_chars))
+        return header + body, cycles
+
+    def _header_len(self, tag: str, nonce: str) -> int:
+        return len(HEADER_FORMAT.format(tag=tag.replace("\n", " "), nonce=nonce) + INSTRUCTION)
+
+    def needs_sizing(self, target_tokens: int, key: str, tokenizer: bool = False) -> bool:
+        return self.calibrator.needs_sizing(key, target_tokens, tokenizer)
+
+    async def build(
+        self,
+        target_tokens: int,
+        tag: str,
+        count_tokens: CountTokens | None = None,
+        *,
+        key: str | None = None,
+        nonce: str | None = None,
+    ) -> Prompt:
+        """A prompt expected to make the server report `target_tokens` prompt tokens.
+
+        `tag` is `<job>/<candidate>/<context>/<probe>` (any text without a newline works); `key`
+        defaults to the candidate segment of such a tag. `count_tokens` counts the tokens of a text
+        with the server's tokenizer, without the chat template.
+        """
+        if target_tokens < 1:
+            raise ValueError("target_tokens must be >= 1")
+        key = key or _tag_key(tag)
+        nonce = nonce or str(secrets.randbelow(10**NONCE_DIGITS)).zfill(NONCE_DIGITS)
+        hlen = self._header_len(tag, nonce)
+        if count_tokens is not None:
+            return await self._build_counted(target_tokens, tag, nonce, key, hlen, count_tokens)
+        chars, learned = self.calibrator.chars_for(key, target_tokens)
+        text, cycles = self._compose(tag, nonce, chars - hlen)
+        return Prompt(
+            text=text, target_tokens=target_tokens,
+            estimated_tokens=self.calibrator.estimate_tokens(key, len(text)), tag=tag, nonce=nonce,
+            key=key, method="calibrated" if learned else "first-guess", body_chars=max(0, chars - hlen),
+            corpus_cycles=cycles,
+        )
+
+    async def _build_counted(
+        self, target: int, tag: str, nonce: str, key: str, hlen: int, count_tokens: CountTokens
+    ) -> Prompt:
+        """Largest body whose counted tokens + template overhead <= target (usually == target).
+
+        Interpolation search with a bisection fallback over body characters: tokens grow almost
+        linearly with characters, so 3-8 calls usually suffice.
+        """
+        overhead = self.calibrator.overhead(key) or 0
+        goal = max(1, target - overhead)
+        st = self.calibrator._state(key)
+        calls = 0
+        cache: dict[int, int] = {}
+
+        async def count(body_chars: int) -> int:
+            nonlocal calls
+            if body_chars not in cache:
+                calls += 1
+                cache[body_chars] = await count_tokens(self._compose(tag, nonce, body_chars)[0])
+            return cache[body_chars]
+
+        lo, lo_t = 0, await count(0)  # header-only text: tokens(lo) <= goal unless target is tiny
+        hi: int | None = None
+        cpt = st.tokenizer_cpt or 3.0
+        prev = (0, lo_t)
+        guess = max(1, round((goal - lo_t) * cpt))
+        best = 0
+        while lo_t < goal and calls < MAX_TOKENIZER_CALLS:
+            t = await count(guess)
+            if t == goal:
+                best = guess
+                break
+            if t < goal:
+                lo, lo_t = guess, t
+            else:
+                hi = guess
+            if hi is not None and hi - lo <= 1:
+                break
+            # Secant through the last two counts (tokens are locally ~linear in characters), nudged
+            # one character past the estimate so a near miss brackets the goal quickly.
+            px, pt = prev
+            rate = (t - pt) / (guess - px) if guess != px and t != pt else 1 / cpt
+            step = (goal - t) / rate
+            nxt = guess + round(step) + (1 if step > 0 else -1)
+            prev = (guess, t)
+            upper = hi - 1 if hi is not None else nxt
+            nxt = min(max(nxt, lo + 1), upper)
+            if nxt in cache:  # the secant stalled: bisect the bracket
+                nxt = (lo + hi) // 2 if hi is not None else lo + max(1, guess - lo)
+            guess = nxt
+        if best == 0:
+            best = lo
+        counted = cache.get(best, lo_t)
+        if best > 0 and counted > 0:
+            st.tokenizer_cpt = best / max(1, counted - cache[0])
+        text, cycles = self._compose(tag, nonce, best)
+        return Prompt(
+            text=text, target_tokens=target, estimated_tokens=counted + overhead, tag=tag, nonce=nonce,
+            key=key, method="tokenizer", body_chars=best, counted_tokens=counted, tokenizer_calls=calls,
+            corpus_cycles=cycles,
+        )
+
+    def observe(self, prompt: Prompt, reported_prompt_tokens: int) -> float:
+        """Feed back the server's `usage.prompt_tokens`; returns the relative error vs the target."""
+        self.calibrator.observe(prompt.key, len(prompt.text), reported_prompt_tokens, prompt.counted_tokens)
+        return (reported_prompt_tokens - prompt.target_tokens) / prompt.target_tokens

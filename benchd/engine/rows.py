@@ -1,0 +1,121 @@
+"""Assemble one normalized `Row` from what a probe produced: the adapter's metrics, the memory sampler's
+facts, the cooldown record and the server that answered.
+
+Pure: no I/O, so the same assembly serves real probes, failed probes (a crash, a timeout, a server that
+never started) and aborted ones, and every row carries the same provenance fields (llama-bench's "every
+parameter in the row"). Every metric left null gets a reason here if nobody gave one earlier.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from benchd.schemas import Candidate, CooldownRecord, Row, RowKind, RowStatus
+from benchd.sensors.memory.sampler import MemoryResult
+from benchd.servers.runtimes.base import Normalized
+
+#: Metrics a reader expects in every row; a null one must say why.
+METRICS = (
+    "prompt_tokens", "cached_tokens", "gen_tokens", "prompt_tps", "gen_tps", "gen_tps_client",
+    "ttft_ms", "e2e_ms", "draft_n", "draft_accepted", "draft_acceptance", "mem_peak_bytes",
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Where a row belongs: the key (candidate, context, kind, probe) plus the job."""
+
+    job: str
+    candidate: Candidate
+    context: int
+    kind: RowKind
+    probe: int
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """The server-side provenance every row repeats."""
+
+    ctx_size: int | None
+    binary: str | None
+    server_version: str | None
+
+
+def build_row(
+    cell: Cell,
+    *,
+    status: RowStatus,
+    started_at: str,
+    server: ServerFacts | None,
+    metrics: Normalized | None = None,
+    memory: MemoryResult | None = None,
+    cooldown: CooldownRecord | None = None,
+    error: str | None = None,
+    exit_status: str | None = None,
+    log_tail: str | None = None,
+    extra: dict[str, Any] | None = None,
+    extra_sources: dict[str, str] | None = None,
+) -> Row:
+    """One row. `extra` sets sustained-only fields (window_tps, sustain_ratio, thermal_after)."""
+    fields: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    reasons: dict[str, str] = {}
+    if metrics is not None:
+        fields.update({k: v for k, v in metrics.row_fields().items() if k not in ("sources", "null_reasons")})
+        sources.update(metrics.sources)
+        reasons.update(metrics.null_reasons)
+    if memory is not None:
+        fields["mem_peak_bytes"] = memory.peak_bytes
+        fields["mem_source"] = memory.source if memory.peak_bytes is not None else None
+        fields["mem_rss_anon_bytes"] = memory.rss_anon_bytes
+        fields["mem_rss_file_bytes"] = memory.rss_file_bytes
+        fields["swap_in_bytes"] = memory.swap_in_bytes
+        fields["swap_out_bytes"] = memory.swap_out_bytes
+        if memory.peak_bytes is not None:
+            sources["mem_peak_bytes"] = memory.source if memory.exact else f"{memory.source} ({memory.source_note})"
+        for key, why in memory.null_reasons.items():
+            reasons.setdefault(_memory_field(key), why)
+    if cooldown is not None:
+        fields["cooldown_s"] = round(cooldown.waited_s, 3)
+        fields["cooldown_reason"] = cooldown.reason
+        fields["thermal_before"] = cooldown.after or cooldown.before
+        sources["cooldown_s"] = f"cooldown:{cooldown.policy}"
+    if extra:
+        fields.update(extra)
+    if extra_sources:
+        sources.update(extra_sources)
+    if status != "ok":
+        why = error or status
+        for name in METRICS:
+            if fields.get(name) is None:
+                reasons.setdefault(name, f"probe {status}: {why}"[:300])
+    for name in METRICS:
+        if fields.get(name) is None and name not in reasons:
+            reasons[name] = "not reported for this probe"
+    fields = {k: v for k, v in fields.items() if k in Row.__struct_fields__}
+    return Row(
+        job=cell.job,
+        candidate=cell.candidate.id,
+        runtime=cell.candidate.runtime,
+        context=cell.context,
+        kind=cell.kind,
+        probe=cell.probe,
+        status=status,
+        error=error,
+        started_at=started_at,
+        ctx_size=server.ctx_size if server else None,
+        binary=server.binary if server else None,
+        server_version=server.server_version if server else None,
+        exit_status=exit_status,
+        log_tail=log_tail,
+        sources=sources,
+        null_reasons={k: v for k, v in reasons.items() if k in Row.__struct_fields__ and fields.get(k) is None},
+        **fields,
+    )
+
+
+def _memory_field(key: str) -> str:
+    """The sampler names its nulls by its own field names; rows use mem_* names."""
+    return {"peak_bytes": "mem_peak_bytes", "rss_anon_bytes": "mem_rss_anon_bytes",
+            "rss_file_bytes": "mem_rss_file_bytes"}.get(key, key)

@@ -1,0 +1,356 @@
+"""The sweep engine: one job, run in-process — candidates → server starts → cells → cooldown → probes.
+
+Order (issue 4): for each candidate, one server start per context size (llama-server restarts per
+context unless `ctx_size` is pinned; the MLX servers start once), warm-up probes after every start,
+then the probe series of each context, each probe preceded by the cooldown policy. The sustained
+generation and the eval tier run on the candidate's last server. A crash restarts the server for the
+next cell; a server that never gets ready turns that group's cells into failed rows; the sweep goes on.
+
+Durability: every row is committed with its `probe_finished` event before the next probe starts, and
+`resume` skips the keys already stored (an `aborted` row is run again). Cancellation (the daemon
+cancels the task) stores the probe in flight as `aborted`, tears the servers down, and re-raises.
+
+The daemon writes the job lifecycle events (job_started … job_finished); this module writes
+server_*, cooldown_* and probe_* events, and passes each stored Event to `notify`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from benchd.config import Config
+from benchd.engine import cooldown as cooldown_mod
+from benchd.engine import evalrun, evals, probe
+from benchd.engine.metrics import sustained_summary
+from benchd.engine.rows import Cell, ServerFacts, build_row
+from benchd.engine.sizing import PromptSizer
+from benchd.schemas import Candidate, CooldownRecord, Event, Row, Sweep
+from benchd.sensors.memory.sampler import MemorySampler
+from benchd.sensors.thermal.sensor import ThermalSensor, open_sensor
+from benchd.servers.runtimes import get_adapter
+from benchd.servers.runtimes.base import RuntimeAdapter
+from benchd.servers.supervisor import Server, ServerStartError, Supervisor
+from benchd.store import Store, utcnow
+
+#: Grace between SIGTERM and SIGKILL when the engine stops a server (cancel must finish within 2 s).
+STOP_GRACE_S = 1.5
+#: The sustained generation and evals need room beyond the smallest context.
+TAIL_MIN_TOKENS = 1024
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    state: Literal["succeeded", "failed"]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Group:
+    """Cells one server start serves: its context size, the contexts, and the tail work."""
+
+    ctx_size: int | None
+    contexts: list[int]
+    sustained: bool
+    evals: bool
+
+
+def plan_groups(adapter: RuntimeAdapter, cand: Candidate, sweep: Sweep) -> list[Group]:
+    """Server starts for a candidate, in order. The last group also runs sustained + evals."""
+    contexts = sorted(sweep.contexts)
+    tail_sustained = sweep.sustained.tokens > 0
+    tail_evals = sweep.eval_tier != "none"
+    if not adapter.restarts_per_context(cand):
+        ctx = adapter.server_ctx_size(cand, contexts[-1], sweep.gen_tokens)
+        return [Group(ctx, contexts, tail_sustained, tail_evals)]
+    groups = [Group(adapter.server_ctx_size(cand, c, sweep.gen_tokens), [c], False, False) for c in contexts]
+    if tail_sustained or tail_evals:
+        tail_tokens = max(sweep.sustained.tokens, TAIL_MIN_TOKENS)
+        groups.append(Group(adapter.server_ctx_size(cand, contexts[0], tail_tokens), [], tail_sustained, tail_evals))
+    return groups
+
+
+class Engine:
+    def __init__(
+        self,
+        job: str,
+        sweep: Sweep,
+        store: Store,
+        config: Config,
+        notify: Callable[[Event], None],
+        *,
+        sensor: ThermalSensor | None = None,
+        memory_rate_hz: float = 10.0,
+    ) -> None:
+        self.job = job
+        self.sweep = sweep
+        self.store = store
+        self.config = config
+        self.notify = notify
+        self.sensor = sensor or open_sensor()
+        self.memory_rate_hz = memory_rate_hz
+        self.supervisor = Supervisor(config, grace_s=STOP_GRACE_S)
+        self.done = store.done_keys(job)
+        self.timeout_s = sweep.effective_probe_timeout_s()
+        self.sizer = PromptSizer(job, sweep, self.timeout_s)
+        self.prompts = self.sizer.prompts
+        self.evals_done = {(e.candidate, e.task) for e in store.evals(job)}
+        self.prompts_recorded = False
+
+    # -- events and rows ------------------------------------------------------------------------
+
+    def emit(self, type_: str, **payload: Any) -> None:
+        self.notify(self.store.append_event(self.job, type_, payload))
+
+    def commit(self, row: Row) -> None:
+        self.notify(self.store.commit_row(row))
+        self.done.add((row.candidate, row.context, row.kind, row.probe))
+
+    def pending(self, cand: Candidate, context: int, kind: str = "probe") -> list[int]:
+        count = self.sweep.probes if kind == "probe" else 1
+        return [p for p in range(count) if (cand.id, context, kind, p) not in self.done]
+
+    # -- the job --------------------------------------------------------------------------------
+
+    async def run(self) -> JobOutcome:
+        try:
+            for cand in self.sweep.candidates:
+                await self.run_candidate(cand)
+        finally:
+            await asyncio.shield(self.supervisor.stop_all())
+        rows = self.store.rows(self.job)
+        if any(r.status == "ok" for r in rows):
+            return JobOutcome("succeeded")
+        return JobOutcome("failed", "no probe succeeded; the rows say why")
+
+    async def run_candidate(self, cand: Candidate) -> None:
+        adapter = get_adapter(cand.runtime)
+        problems = adapter.validate(cand)
+        groups = plan_groups(adapter, cand, self.sweep)
+        if problems:
+            for g in groups:
+                self.fail_group(cand, g, "; ".join(p.message for p in problems), None)
+            return
+        for g in groups:
+            if self.group_has_work(cand, g):
+                await self.run_group(adapter, cand, g)
+
+    def group_has_work(self, cand: Candidate, g: Group) -> bool:
+        if any(self.pending(cand, c) for c in g.contexts):
+            return True
+        if g.sustained and self.pending(cand, self.sustained_context(), "sustained"):
+            return True
+        return g.evals and any((cand.id, t.id) not in self.evals_done for t in evals.tasks(self.sweep.eval_tier))
+
+    def sustained_context(self) -> int:
+        return min(self.sweep.contexts)
+
+    def fail_group(self, cand: Candidate, g: Group, error: str, exc: ServerStartError | None) -> None:
+        """Every pending cell of a group becomes a failed row naming why the server is missing."""
+        cells = [(c, "probe", p) for c in g.contexts for p in self.pending(cand, c)]
+        if g.sustained:
+            cells += [(self.sustained_context(), "sustained", p) for p in self.pending(cand, self.sustained_context(), "sustained")]
+        for context, kind, p in cells:
+            self.commit(build_row(
+                Cell(self.job, cand, context, kind, p),  # type: ignore[arg-type]
+                status="failed", started_at=utcnow(), server=ServerFacts(g.ctx_size, None, None), error=error,
+                exit_status=exc.exit_status if exc else None, log_tail=exc.log_tail if exc else None,
+            ))
+
+    # -- servers --------------------------------------------------------------------------------
+
+    async def start_server(self, cand: Candidate, g: Group) -> Server | None:
+        extra: dict[str, Any] = {}
+        if not self.prompts_recorded:  # the prompt corpus/template hashes, once per run, for the runbook
+            extra["prompts"] = self.prompts.provenance()
+            self.prompts_recorded = True
+        self.emit("server_starting", candidate=cand.id, runtime=cand.runtime, ctx_size=g.ctx_size, **extra)
+        try:
+            server = await self.supervisor.start(self.job, cand, g.ctx_size)
+        except ServerStartError as exc:
+            self.emit("server_crashed", candidate=cand.id, phase="startup", reason=exc.reason,
+                      error=exc.message, exit_status=exc.exit_status, log_tail=exc.log_tail[-2000:])
+            self.fail_group(cand, g, f"server never became ready ({exc.reason}): {exc.message}", exc)
+            return None
+        self.emit("server_ready", candidate=cand.id, runtime=cand.runtime, pid=server.pid, port=server.port,
+                  ctx_size=server.ctx_size, binary=server.binary, version=server.version,
+                  version_source=server.version_source, ready_s=round(server.ready_s, 3), argv=server.argv)
+        return server
+
+    async def stop_server(self, server: Server) -> None:
+        info = await self.supervisor.stop(server)
+        crashed = server.crashed
+        self.emit("server_stopped", candidate=server.candidate.id, pid=server.pid,
+                  exit_status=info.status if info else None, crashed=crashed is not None)
+
+    async def run_group(self, adapter: RuntimeAdapter, cand: Candidate, g: Group) -> None:
+        server: Server | None = await self.start_server(cand, g)
+        if server is None:
+            return
+        try:
+            warm = True
+            for context in g.contexts:
+                for p in self.pending(cand, context):
+                    if not server.running:  # crashed or killed after a timeout: restart for the next cell
+                        await self.stop_server(server)
+                        server = await self.start_server(cand, g)
+                        if server is None:
+                            return
+                        warm = True
+                    cell = Cell(self.job, cand, context, "probe", p)
+                    failed = await self.prepare(adapter, server, cell, warm)
+                    warm = False
+                    if failed is not None:  # the server broke before the probe: this cell's row says how
+                        self.commit(failed)
+                        continue
+                    self.commit(await self.run_probe(adapter, server, cell, self.sweep.gen_tokens))
+            if g.sustained and server.running:
+                ctx = self.sustained_context()
+                for p in self.pending(cand, ctx, "sustained"):
+                    self.commit(await self.run_probe(adapter, server, Cell(self.job, cand, ctx, "sustained", p), self.sweep.sustained.tokens))
+            if g.evals and server.running:
+                await self.run_evals(adapter, server, cand)
+        finally:
+            if server is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.stop_server(server))
+
+    # -- probes ---------------------------------------------------------------------------------
+
+    async def prepare(self, adapter: RuntimeAdapter, server: Server, cell: Cell, warm: bool) -> Row | None:
+        """Warm-up (after a start) and prompt sizing, bounded by the probe timeout per warm-up probe.
+
+        A server that crashes or hangs here costs this cell (a failed / timeout row naming the cause,
+        the server stopped so the next cell restarts it), never the job: found by the fault suite,
+        where a SIGKILL/SIGSTOP right after `server_ready` ended the whole sweep with an engine error.
+        """
+        started_at = utcnow()
+        facts = ServerFacts(server.ctx_size, server.binary, server.version)
+        budget = self.timeout_s * (self.sweep.warmup + 1)
+        try:
+            async with asyncio.timeout(budget):
+                if warm:
+                    await self.sizer.warm_up(adapter, server, cell.candidate, cell.context)
+                await self.sizer.size_prompts(adapter, server, cell.candidate, cell.context)
+            return None
+        except TimeoutError:
+            await self.supervisor.stop(server, grace_s=0.5)
+            return build_row(cell, status="timeout", started_at=started_at, server=facts, log_tail=server.log_tail(),
+                             error=f"warm-up / prompt sizing timed out after {budget:g} s; the server was killed")
+        except Exception as exc:
+            row = await self.failed_row(cell, server, facts, None, started_at,
+                                        f"warm-up / prompt sizing failed: {type(exc).__name__}: {exc}")
+            if server.running:
+                await self.supervisor.stop(server, grace_s=0.5)
+            return row
+
+    async def cool_down(self, cell: Cell) -> CooldownRecord:
+        self.emit("cooldown_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe,
+                  policy=self.sweep.cooldown.policy)
+        record = await cooldown_mod.wait(self.sweep.cooldown, self.sensor)
+        self.emit("cooldown_finished", candidate=cell.candidate.id, context=cell.context, probe=cell.probe,
+                  record=record)
+        return record
+
+    async def run_probe(self, adapter: RuntimeAdapter, server: Server, cell: Cell, gen_tokens: int) -> Row:
+        cd = await self.cool_down(cell)
+        started_at = utcnow()
+        self.emit("probe_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe, kind=cell.kind)
+        facts = ServerFacts(server.ctx_size, server.binary, server.version)
+        sampler = MemorySampler(server.pid, self.memory_rate_hz)
+        try:
+            return await self._probe(adapter, server, cell, gen_tokens, cd, started_at, facts, sampler)
+        except asyncio.CancelledError:
+            # A cancel or shutdown cut the probe short: store it as `aborted` (run again on resume).
+            with contextlib.suppress(Exception):
+                await asyncio.shield(sampler.stop())
+            self.commit(build_row(cell, status="aborted", started_at=started_at, server=facts, cooldown=cd,
+                                  error="cancelled while the probe was in flight"))
+            raise
+
+    async def _probe(self, adapter: RuntimeAdapter, server: Server, cell: Cell, gen_tokens: int,
+                     cd: CooldownRecord, started_at: str, facts: ServerFacts, sampler: MemorySampler) -> Row:
+        cand = cell.candidate
+        try:
+            async with asyncio.timeout(self.timeout_s):  # a hung server must not stall sizing (SIGSTOP test)
+                prompt = await self.prompts.build(cell.context, f"{self.job}/{cand.id}/{cell.context}/{cell.kind}{cell.probe}",
+                                                  await self.sizer.counter(adapter, server), key=cand.id)
+                counters = cand.spec is not None and adapter.reads_counters
+                before = await probe.read_metrics(server.base_url) if counters else None
+        except TimeoutError:
+            await self.supervisor.stop(server, grace_s=0.5)
+            return build_row(cell, status="timeout", started_at=started_at, server=facts, cooldown=cd,
+                             error=f"probe timed out after {self.timeout_s:g} s while sizing the prompt (the server's "
+                                   "tokenizer did not answer); the server was killed", log_tail=server.log_tail())
+        except Exception as exc:  # the server (or its tokenizer) went away before the request
+            return await self.failed_row(cell, server, facts, cd, started_at, f"sizing the prompt failed: {type(exc).__name__}: {exc}")
+        sampler.reset_peak()
+        await sampler.start()
+        result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text, max_tokens=gen_tokens,
+                                      sampling=self.sweep.sampling, timeout_s=self.timeout_s)
+        memory = await sampler.stop()
+        norm = adapter.normalize(result, spec_configured=cand.spec is not None)
+        if norm.prompt_tokens is not None:
+            self.prompts.observe(prompt, norm.prompt_tokens)
+        extra: dict[str, Any] = {}
+        sources: dict[str, str] = {"prompt": f"{self.sizer.method(prompt.method, server)}; target {cell.context} tokens"}
+        load_mode = adapter.memory_note(cand)
+        if load_mode:
+            sources["mem_load_mode"] = load_mode
+        if before is not None and result.ok:
+            sources.update(adapter.acceptance_check(before, await probe.read_metrics(server.base_url)))
+        if cell.kind == "sustained":
+            extra, more = sustained_summary(result.chunk_times, self.sweep.sustained.window, norm.gen_tokens)
+            extra["thermal_after"] = self.sensor.read()
+            sources.update(more)
+        status, error, tail = result.status, result.error, None
+        if result.status == "timeout":
+            await self.supervisor.stop(server, grace_s=0.5)
+            error = f"{error}; the server was killed"
+            tail = server.log_tail()
+        elif server.crashed or (not result.ok and await server.wait_exit(0.3) is not None):
+            return await self.failed_row(cell, server, facts, cd, started_at, error or "failed", norm, memory)
+        elif result.ok and norm.cached_tokens not in (None, 0):
+            status, error = "failed", f"prompt cache served {norm.cached_tokens} tokens: prompt throughput would be fake"
+        elif not result.ok:
+            tail = server.log_tail()
+        return build_row(cell, status=status, started_at=started_at, server=facts, metrics=norm, memory=memory,
+                         cooldown=cd, error=error, log_tail=tail, extra=extra, extra_sources=sources)
+
+    async def failed_row(self, cell: Cell, server: Server, facts: ServerFacts, cd: CooldownRecord | None, started_at: str,
+                         error: str, norm: Any = None, memory: Any = None) -> Row:
+        """A failed row naming the cause: a crash (exit status + log tail, `server_crashed`) or the error."""
+        info = server.crashed or await server.wait_exit(0.5)
+        if info is None:
+            return build_row(cell, status="failed", started_at=started_at, server=facts, metrics=norm, memory=memory,
+                             cooldown=cd, error=error, log_tail=server.log_tail())
+        self.emit("server_crashed", candidate=cell.candidate.id, phase="probe", exit_status=info.status,
+                  log_tail=info.log_tail[-2000:])
+        return build_row(cell, status="failed", started_at=started_at, server=facts, metrics=norm, memory=memory,
+                         cooldown=cd, error=f"server crashed mid-probe ({info.status}): {error}",
+                         exit_status=info.status, log_tail=info.log_tail)
+
+    # -- evals ----------------------------------------------------------------------------------
+
+    async def run_evals(self, adapter: RuntimeAdapter, server: Server, cand: Candidate) -> None:
+        """The eval tier's tasks through the candidate's server (each result stored as it lands)."""
+        for task in evals.tasks(self.sweep.eval_tier):
+            if (cand.id, task.id) not in self.evals_done:
+                self.store.put_eval(await evalrun.run_task(self.job, adapter, server.base_url, cand, task,
+                                                           self.sweep.sampling, self.timeout_s))
+                self.evals_done.add((cand.id, task.id))
+
+
+async def run_job(
+    job_id: str,
+    sweep: Sweep,
+    store: Store,
+    config: Config,
+    notify: Callable[[Event], None],
+    resume: bool = False,
+) -> JobOutcome:
+    """Run (or resume: rows already stored are skipped either way) one sweep to its end."""
+    return await Engine(job_id, sweep, store, config, notify).run()

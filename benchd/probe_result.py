@@ -1,0 +1,105 @@
+"""What one streamed request did, as plain data: the type the probe client fills and the runtime adapters read.
+
+It sits on the floor (below the engine and the servers) because both stages use it: the engine's probe
+client (`benchd.engine.probe`) produces it, each runtime adapter's `normalize` maps it to a row's figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+ProbeStatus = Literal["ok", "failed", "timeout"]
+
+
+@dataclass
+class ProbeResult:
+    """What one streamed request did. Times are `time.perf_counter()` seconds (monotonic).
+
+    `final` is the last decoded chunk that carried `usage` or `timings` (the runtime's raw answer, mapped
+    by the adapter's `normalize`). `chunk_times` has the arrival time of every content chunk (one entry
+    per chunk; a chunk is one token for these servers except when a runtime batches several).
+    """
+
+    status: ProbeStatus
+    error: str | None
+    http_status: int | None
+    started: float
+    ended: float
+    first_content: float | None = None
+    last_content: float | None = None
+    content_chunks: int = 0
+    chunk_times: list[float] = field(default_factory=list)
+    final: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    done: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def ttft_ms(self) -> float | None:
+        return None if self.first_content is None else (self.first_content - self.started) * 1000.0
+
+    @property
+    def e2e_ms(self) -> float:
+        return (self.ended - self.started) * 1000.0
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        u = (self.final or {}).get("usage")
+        return u if isinstance(u, dict) else None
+
+    @property
+    def timings(self) -> dict[str, Any] | None:
+        t = (self.final or {}).get("timings")
+        return t if isinstance(t, dict) else None
+
+    @property
+    def arrivals(self) -> int:
+        """Distinct arrival times of content chunks (socket reads that carried content). Far fewer than
+        `content_chunks` means the client was starved and read bunched chunks: its window is unreliable."""
+        return len(set(self.chunk_times))
+
+    def gen_tps_client(self, completion_tokens: int | None = None) -> float | None:
+        """The stream window: (tokens - 1) / (last - first content chunk time).
+
+        Tokens are `completion_tokens` from usage when given, else the content chunk count. The first
+        token is excluded because its time is the prompt processing, not generation.
+
+        Chunks coalesced in one socket read share that read's time, so the first chunk's time is late
+        when a busy client read it together with later ones (the window shrinks, the rate inflates), and
+        the final read's time is late when the server had already finished. When the first or the last
+        read carried several content chunks (and there are 3+ reads), the window therefore runs from
+        the END of the first read to the END of the second-to-last read, counting the chunks in
+        between: while the server is still producing, a read's last chunk is at most about one token
+        interval old. Unbunched streams keep the plain first-to-last window; bunched streams of fewer
+        than 3 reads have no trustworthy window (None). Measured (benchmarks/fidelity.py, loaded 2-core machine): max
+        client/server ratio 1.17 -> 1.01 (llama-server, 64 tokens), 1.44 -> 1.05 (mlx_vlm).
+        """
+        n = completion_tokens if completion_tokens is not None else self.content_chunks
+        if n < 2 or self.first_content is None or self.last_content is None:
+            return None
+        times = self.chunk_times
+        if len(times) >= 3:
+            ends: list[tuple[float, int]] = []  # (read time, chunks received by the end of that read)
+            for i, t in enumerate(times):
+                if ends and ends[-1][0] == t:
+                    ends[-1] = (t, i + 1)
+                else:
+                    ends.append((t, i + 1))
+            bunched = ends[0][1] > 1 or len(times) - ends[-2][1] > 1 if len(ends) >= 2 else False
+            if bunched and len(ends) >= 3 and ends[-2][0] > ends[0][0]:
+                (t0, c0), (t1, c1) = ends[0], ends[-2]
+                return (c1 - c0) / (t1 - t0) * (n - 1) / (len(times) - 1)
+            if bunched:
+                return None  # two bunched reads have no fresh window (measured: ratios up to 55x)
+        window = self.last_content - self.first_content
+        return (n - 1) / window if window > 0 else None
+
+
+def counter_diff(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """after - before for every counter present in both (cumulative counters: the probe's share)."""
+    return {k: after[k] - before[k] for k in after.keys() & before.keys()}

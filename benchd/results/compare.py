@@ -1,0 +1,209 @@
+"""Compare two runbooks cell by cell: medians side by side, ratio B/A, and a significance call.
+
+The test is the exact two-sided Mann–Whitney U (Wilcoxon rank-sum) test at α = 0.05 on the probe
+values of a cell: distribution-free (probe timings are not normal, and a handful of probes cannot show
+that they are), exact (the permutation distribution of the rank sum is enumerated, ties included by
+mid-ranks, so no normal approximation is trusted at n = 3..10). With n probes per side the smallest
+two-sided p-value it can ever give is 2 / C(2n, n): 0.1 at n = 3, 0.029 at n = 4, so it needs at least
+`min_probes_per_side()` (= 4 at α = 0.05) per side; below that the verdict is "too few probes to call
+a difference", never a guess. No scipy: the distribution is counted by dynamic programming.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from fractions import Fraction
+from math import comb
+from typing import Any
+
+from msgspec import Struct
+
+from benchd.schemas import Runbook
+
+ALPHA = 0.05
+TEST_NAME = "Mann–Whitney U (Wilcoxon rank-sum), exact, two-sided"
+TOO_FEW = "too few probes to call a difference"
+#: Metrics compared, with the direction that is better.
+METRICS: tuple[tuple[str, str], ...] = (
+    ("gen_tps", "higher"), ("prompt_tps", "higher"), ("ttft_ms", "lower"), ("mem_peak_bytes", "lower"),
+)
+#: Exact enumeration up to this many pooled probes; beyond, the rank-sum DP would be slow in Python.
+EXACT_LIMIT = 80
+
+
+def min_p_value(n1: int, n2: int) -> float:
+    """The smallest two-sided exact p-value possible with these sample sizes (complete separation)."""
+    if n1 == 0 or n2 == 0:
+        return 1.0
+    return min(1.0, 2 / comb(n1 + n2, n1))
+
+
+def min_probes_per_side(alpha: float = ALPHA) -> int:
+    """The fewest probes per side (equal sizes) with which the exact test can ever reach `alpha`."""
+    n = 1
+    while min_p_value(n, n) > alpha:
+        n += 1
+    return n
+
+
+def _midranks2(values: Sequence[float]) -> list[int]:
+    """Twice the mid-ranks (1-based) of `values`: integers even with ties."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks2 = [0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        r2 = (i + 1) + (j + 1)  # 2 × mean of ranks i+1..j+1
+        for k in range(i, j + 1):
+            ranks2[order[k]] = r2
+        i = j + 1
+    return ranks2
+
+
+def mann_whitney_exact(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """(U of `a`, exact two-sided p-value) under the permutation distribution of the rank sum.
+
+    Counts, over every way of choosing len(a) of the pooled mid-ranks, how often the rank sum is at
+    least as far from its mean as observed. Ties are handled exactly (conditional on the tie pattern).
+    """
+    n1, n2 = len(a), len(b)
+    if n1 == 0 or n2 == 0:
+        raise ValueError("both samples need at least one value")
+    if n1 + n2 > EXACT_LIMIT:
+        raise ValueError(f"exact test limited to {EXACT_LIMIT} pooled values")
+    ranks2 = _midranks2([*a, *b])
+    w2 = sum(ranks2[:n1])
+    u = w2 / 2 - n1 * (n1 + 1) / 2
+    # dp[k][s] = number of k-subsets of the ranks seen so far with doubled rank sum s
+    dp: list[dict[int, int]] = [{} for _ in range(n1 + 1)]
+    dp[0][0] = 1
+    for r in ranks2:
+        for k in range(min(n1, len(ranks2)) - 1, -1, -1):
+            for s, cnt in dp[k].items():
+                dp[k + 1][s + r] = dp[k + 1].get(s + r, 0) + cnt
+    total = comb(n1 + n2, n1)
+    mean2 = Fraction(n1 * sum(ranks2), n1 + n2)
+    dev = abs(w2 - mean2)
+    extreme = sum(cnt for s, cnt in dp[n1].items() if abs(s - mean2) >= dev)
+    return u, min(1.0, extreme / total)
+
+
+class MetricComparison(Struct, kw_only=True):
+    metric: str
+    better: str
+    n_a: int
+    n_b: int
+    median_a: float | None
+    median_b: float | None
+    ratio_b_over_a: float | None
+    p_value: float | None
+    verdict: str  # "B better" | "B worse" | "no significant difference" | TOO_FEW | "not measured: ..."
+
+
+class CellComparison(Struct, kw_only=True):
+    candidate: str
+    context: int
+    metrics: list[MetricComparison]
+
+
+class Comparison(Struct, kw_only=True):
+    a: str
+    b: str
+    test: str
+    alpha: float
+    min_probes_per_side: int
+    warnings: list[str]
+    cells: list[CellComparison]
+    only_in_a: list[str]
+    only_in_b: list[str]
+
+
+def _samples(rb: Runbook) -> dict[tuple[str, int], list[Any]]:
+    cells: dict[tuple[str, int], list[Any]] = {}
+    for r in rb.rows:
+        if r.kind == "probe" and r.status == "ok":
+            cells.setdefault((r.candidate, r.context), []).append(r)
+    return cells
+
+
+def _compare_metric(metric: str, better: str, ra: list[Any], rb_: list[Any]) -> MetricComparison:
+    a = [float(v) for r in ra if (v := getattr(r, metric)) is not None]
+    b = [float(v) for r in rb_ if (v := getattr(r, metric)) is not None]
+    med_a = statistics.median(a) if a else None
+    med_b = statistics.median(b) if b else None
+    ratio = med_b / med_a if med_a not in (None, 0) and med_b is not None else None
+    p: float | None = None
+    if not a or not b:
+        reasons = {getattr(r, "null_reasons", {}).get(metric) for r in [*ra, *rb_]} - {None}
+        verdict = "not measured" + (f": {'; '.join(sorted(str(x) for x in reasons))}" if reasons else "")
+    elif min_p_value(len(a), len(b)) > ALPHA or len(a) + len(b) > EXACT_LIMIT:
+        verdict = TOO_FEW if len(a) + len(b) <= EXACT_LIMIT else "too many probes for the exact test"
+    else:
+        _, p = mann_whitney_exact(a, b)
+        if p >= ALPHA or med_a == med_b:
+            verdict = "no significant difference"
+        else:
+            b_higher = (med_b or 0) > (med_a or 0)
+            verdict = "B better" if b_higher == (better == "higher") else "B worse"
+    return MetricComparison(metric=metric, better=better, n_a=len(a), n_b=len(b), median_a=med_a,
+                            median_b=med_b, ratio_b_over_a=ratio, p_value=p, verdict=verdict)
+
+
+_MACHINE_FIELDS = ("hardware_model", "chip", "cpu_model", "cores_logical", "cores_physical", "memory_bytes",
+                   "os", "os_version", "kernel", "arch")
+
+
+def comparability_warnings(a: Runbook, b: Runbook) -> list[str]:
+    """What makes the two runbooks not like for like: machine, grid, prompts, cooldown, models, servers."""
+    out: list[str] = []
+    ma, mb = a.provenance.machine, b.provenance.machine
+    diff = [f"{f}: {getattr(ma, f)!r} vs {getattr(mb, f)!r}" for f in _MACHINE_FIELDS if getattr(ma, f) != getattr(mb, f)]
+    if diff:
+        out.append("machines differ (" + "; ".join(diff) + ")")
+    if ma.power_source != mb.power_source:
+        out.append(f"power source differs: {ma.power_source!r} vs {mb.power_source!r}")
+    sa, sb = a.sweep, b.sweep
+    grid = [(name, x, y) for name, x, y in (
+        ("contexts", sa.contexts, sb.contexts), ("gen_tokens", sa.gen_tokens, sb.gen_tokens),
+        ("probes", sa.probes, sb.probes), ("warmup", sa.warmup, sb.warmup),
+        ("sampling", sa.sampling, sb.sampling), ("eval_tier", sa.eval_tier, sb.eval_tier)) if x != y]
+    if grid:
+        out.append("grids differ (" + "; ".join(f"{n}: {x} vs {y}" for n, x, y in grid) + ")")
+    pa, pb = a.provenance.prompts.corpus_sha256, b.provenance.prompts.corpus_sha256
+    if pa is None or pb is None:
+        out.append("prompt hashes unknown for " + " and ".join(
+            x for x, h in (("A", pa), ("B", pb)) if h is None) + ": cannot tell whether the prompts match")
+    elif pa != pb:
+        out.append(f"prompt hashes differ: {pa[:12]} vs {pb[:12]}")
+    if sa.cooldown != sb.cooldown:
+        out.append(f"cooldown policies differ: {sa.cooldown} vs {sb.cooldown}")
+    cb = {c.candidate: c for c in b.provenance.candidates}
+    for ca in a.provenance.candidates:
+        other = cb.get(ca.candidate)
+        if other is None:
+            continue
+        if ca.model.sha256 != other.model.sha256:
+            out.append(f"{ca.candidate}: model sha256 differs ({str(ca.model.sha256)[:12]} vs {str(other.model.sha256)[:12]})")
+        if ca.server_version != other.server_version:
+            out.append(f"{ca.candidate}: server version differs ({ca.server_version} vs {other.server_version})")
+    return out
+
+
+def compare_runbooks(a: Runbook, b: Runbook) -> Comparison:
+    sa, sb = _samples(a), _samples(b)
+    keys_a = {(r.candidate, r.context) for r in a.rows if r.kind == "probe"}
+    keys_b = {(r.candidate, r.context) for r in b.rows if r.kind == "probe"}
+    cells = [
+        CellComparison(candidate=c, context=x, metrics=[
+            _compare_metric(m, d, sa.get((c, x), []), sb.get((c, x), [])) for m, d in METRICS])
+        for c, x in sorted(keys_a & keys_b)
+    ]
+    return Comparison(
+        a=a.id, b=b.id, test=TEST_NAME, alpha=ALPHA, min_probes_per_side=min_probes_per_side(ALPHA),
+        warnings=comparability_warnings(a, b), cells=cells,
+        only_in_a=[f"{c}@{x}" for c, x in sorted(keys_a - keys_b)],
+        only_in_b=[f"{c}@{x}" for c, x in sorted(keys_b - keys_a)],
+    )

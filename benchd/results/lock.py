@@ -1,0 +1,307 @@
+"""The human lock: the user, not the tool, picks a candidate; this writes that choice down.
+
+`lock_candidate` turns one candidate of a runbook into a reviewable TOML file (default
+`<state>/locked.toml`) holding exactly what was benchmarked (runtime, model + sha256, binary + version,
+args, context size, spec, sampling) and the medians it was chosen on. It refuses an unknown candidate
+or one without a successful row, and a candidate the Pareto view shows dominated is locked only with
+`force=True` (the human decides, knowingly; the file then records who dominated it). The write is
+atomic (temp file + rename) and the lock it replaces moves to `[previous]`, so a diff shows the change.
+
+The TOML is written by a small emitter for this fixed shape (stdlib has a reader, `tomllib`, but no
+writer); `read_lock` parses it back with tomllib and msgspec.
+
+Lock schema_version history (newest last; never edit an entry):
+  1 (2026-11-30) first version: [locked] + [locked.spec] + [locked.sampling] + [locked.evidence."<ctx>"],
+    optional [previous] (the replaced lock, same shape, its own [previous] dropped).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from msgspec import Struct
+
+from benchd.config import Config
+from benchd.errors import BenchdError
+from benchd.results.runbook import load_runbook
+from benchd.schemas import Candidate, Runbook, Sampling, Spec
+from benchd.store import utcnow
+
+LOCK_SCHEMA_VERSION = 1
+#: The port `locked --command` uses when none is given (llama-server's and mlx_lm.server's default).
+DEFAULT_PORTS: dict[str, int] = {"llama-server": 8080, "mlx_lm.server": 8080, "mlx_vlm.server": 8080}
+
+
+class LockEvidence(Struct, kw_only=True, omit_defaults=True):
+    """The cell medians (and per-candidate eval/sustain figures) the choice was made on, per context."""
+
+    n_ok: int = 0
+    n_failed: int = 0
+    gen_tps: float | None = None
+    prompt_tps: float | None = None
+    ttft_ms: float | None = None
+    mem_peak_bytes: float | None = None
+    eval_pass_rate: float | None = None
+    sustain_ratio: float | None = None
+    noisy: bool = False
+    frontier: bool = True
+    null_reasons: dict[str, str] = {}
+
+
+class Locked(Struct, kw_only=True, omit_defaults=True):
+    """The [locked] table, in the order a reviewer reads it (kw_only lets required fields come late)."""
+
+    schema_version: int
+    candidate: str
+    runtime: str
+    model_path: str
+    model_bytes: int | None = None
+    model_sha256: str | None = None
+    request_model: str | None = None
+    binary: str | None = None
+    binary_version: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    ctx_size: int | None = None
+    ctx_size_source: str | None = None
+    spec: Spec | None = None
+    sampling: Sampling = Sampling()
+    runbook: str
+    locked_at: str
+    note: str = ""
+    forced: bool = False
+    dominated_by: dict[str, list[str]] = {}
+    evidence: dict[str, LockEvidence] = {}
+
+
+class LockFile(Struct, kw_only=True, omit_defaults=True):
+    locked: Locked
+    previous: Locked | None = None
+
+
+# ------------------------------------------------------------------------------------- TOML emitter
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _key(k: str) -> str:
+    """Bare when TOML allows it; quoted otherwise and for numbers (`evidence."2048"` reads as a label)."""
+    return k if _BARE_KEY.fullmatch(k) and not k.isdigit() else _str(k)
+
+
+def _str(s: str) -> str:
+    # JSON string escapes (\" \\ \n \t \uXXXX) are all valid TOML basic-string escapes; DEL is not
+    # allowed raw in TOML, so it is escaped too.
+    return json.dumps(s, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _scalar(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, str):
+        return _str(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_scalar(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} to the lock TOML")
+
+
+def dumps_toml(doc: dict[str, Any], header: str = "") -> str:
+    """TOML for nested dicts of str/int/float/bool/lists of those. None values are left out."""
+    out: list[str] = [header] if header else []
+
+    def table(path: list[str], d: dict[str, Any]) -> None:
+        scalars = [(k, v) for k, v in d.items() if v is not None and not isinstance(v, dict)]
+        subs = [(k, v) for k, v in d.items() if isinstance(v, dict)]
+        if path and (scalars or not subs):
+            out.append(("\n" if out else "") + "[" + ".".join(_key(p) for p in path) + "]")
+        out.extend(f"{_key(k)} = {_scalar(v)}" for k, v in scalars)
+        for k, v in subs:
+            table([*path, k], v)
+
+    table([], doc)
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------------------------- build
+
+
+def _evidence(rb: Runbook, candidate: str) -> dict[str, LockEvidence]:
+    out: dict[str, LockEvidence] = {}
+    for cell in rb.cells:
+        if cell.candidate != candidate:
+            continue
+        point = None
+        front = True
+        for p in rb.pareto:
+            if p.context == cell.context:
+                point = next((pt for pt in p.points if pt.candidate == candidate), None)
+                front = candidate in p.frontier
+        values = point.values if point else {}
+        nulls: dict[str, str] = {}
+        fields: dict[str, Any] = {}
+        for m in ("gen_tps", "prompt_tps", "ttft_ms", "mem_peak_bytes"):
+            ms = getattr(cell, m)
+            fields[m] = ms.median
+            if ms.median is None:
+                nulls[m] = ms.null_reasons.get("value", "no value")
+        for m, why in (("eval_pass_rate", "no eval results"), ("sustain_ratio", "no successful sustained run")):
+            fields[m] = values.get(m)
+            if fields[m] is None:
+                nulls[m] = why
+        out[str(cell.context)] = LockEvidence(n_ok=cell.n_ok, n_failed=cell.n_failed, noisy=cell.noisy,
+                                              frontier=front, null_reasons=nulls, **fields)
+    return out
+
+
+def dominated_by(rb: Runbook, candidate: str) -> dict[str, list[str]]:
+    """Per context: 'X (better on a, b)' for every candidate that dominates `candidate` there."""
+    return {str(p.context): [f"{d.by} (better on {', '.join(d.better_on)})" for d in p.dominated[candidate]]
+            for p in rb.pareto if candidate in p.dominated}
+
+
+def build_lock(rb: Runbook, candidate_id: str, note: str = "", force: bool = False) -> Locked:
+    """The [locked] table for one candidate of a runbook; raises BenchdError when the lock is refused."""
+    cand = next((c for c in rb.sweep.candidates if c.id == candidate_id), None)
+    if cand is None:
+        known = ", ".join(c.id for c in rb.sweep.candidates)
+        raise BenchdError("unknown_candidate", f"no candidate {candidate_id!r} in runbook {rb.id} (it has: {known})",
+                          "candidate")
+    ok = [r for r in rb.rows if r.candidate == candidate_id and r.kind == "probe" and r.status == "ok"]
+    if not ok:
+        raise BenchdError("no_successful_rows", f"candidate {candidate_id!r} has no successful probe rows in runbook "
+                          f"{rb.id}: nothing measured to lock on", "candidate")
+    doms = dominated_by(rb, candidate_id)
+    if doms and not force:
+        detail = "; ".join(f"at context {ctx}: {', '.join(who)}" for ctx, who in doms.items())
+        raise BenchdError("dominated", f"candidate {candidate_id!r} is dominated ({detail}). "
+                          "Lock it anyway with --force if that is your informed choice.", "candidate")
+    prov = next((p for p in rb.provenance.candidates if p.candidate == candidate_id), None)
+    ctx_size: int | None
+    if cand.ctx_size is not None:
+        ctx_size, ctx_src = cand.ctx_size, "pinned in the sweep (ctx_size)"
+    else:
+        sizes = [r.ctx_size for r in ok if r.ctx_size is not None]
+        ctx_size = max(sizes) if sizes else None
+        ctx_src = ("largest server context size of the benchmarked cells" if sizes
+                   else "the server sized its own context (not recorded in the rows)")
+    return Locked(
+        schema_version=LOCK_SCHEMA_VERSION, candidate=cand.id, runtime=cand.runtime, model_path=cand.model,
+        model_bytes=prov.model.bytes if prov else None, model_sha256=prov.model.sha256 if prov else None,
+        request_model=cand.request_model, binary=(prov.binary if prov else None) or cand.binary,
+        binary_version=prov.server_version if prov else None, args=list(cand.args), env=dict(cand.env),
+        ctx_size=ctx_size, ctx_size_source=ctx_src, spec=cand.spec, sampling=rb.sweep.sampling,
+        runbook=rb.id, locked_at=utcnow(), note=note, forced=bool(doms) and force, dominated_by=doms,
+        evidence=_evidence(rb, candidate_id),
+    )
+
+
+_HEADER = (
+    "# benchd lock: the candidate a person chose, exactly as benchmarked. Written by `benchctl lock`;\n"
+    "# review changes in a diff ([previous] holds the lock this one replaced).\n"
+    f"# Lock schema_version {LOCK_SCHEMA_VERSION}: see benchd/results/lock.py for the change history."
+)
+
+
+def encode_lock(lock: LockFile) -> str:
+    return dumps_toml(msgspec.to_builtins(lock), header=_HEADER)
+
+
+def read_lock(path: Path) -> LockFile:
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise BenchdError("no_lock", f"no lock file at {path} (create one with `benchctl lock --candidate ID`)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise BenchdError("invalid_lock", f"{path}: not valid TOML ({exc})") from exc
+    version = data.get("locked", {}).get("schema_version") if isinstance(data.get("locked"), dict) else None
+    if version != LOCK_SCHEMA_VERSION:
+        raise BenchdError("unsupported_lock_version", f"{path}: lock schema_version {version!r} is not supported "
+                          f"(this benchd reads {LOCK_SCHEMA_VERSION})", "locked.schema_version")
+    try:
+        return msgspec.convert(data, LockFile)
+    except msgspec.ValidationError as exc:
+        from benchd.errors import from_validation
+
+        raise from_validation(exc, str(path)) from exc
+
+
+def write_lock(path: Path, locked: Locked) -> LockFile:
+    """Atomically write `locked`, moving an existing lock (if readable) to [previous]."""
+    previous = None
+    if path.exists():
+        try:
+            previous = read_lock(path).locked
+        except BenchdError as exc:
+            raise BenchdError("invalid_lock", f"will not replace {path}: {exc.message} (move it away first)") from exc
+    doc = LockFile(locked=locked, previous=previous)
+    text = encode_lock(doc)
+    msgspec.convert(tomllib.loads(text), LockFile)  # never write what we could not read back
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with tmp.open("w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return doc
+
+
+def lock_candidate(config: Config, candidate_id: str, runbook_ref: str | None = None, note: str = "",
+                   out: Path | None = None, force: bool = False) -> tuple[Path, LockFile]:
+    rb = load_runbook(runbook_ref, config)
+    locked = build_lock(rb, candidate_id, note=note, force=force)
+    path = out or config.locked_path
+    return path, write_lock(path, locked)
+
+
+# --------------------------------------------------------------------------------------- command
+
+
+def locked_candidate(locked: Locked) -> Candidate:
+    """The Candidate the lock describes (what the runtime adapter builds a command from)."""
+    return Candidate(id=locked.candidate, runtime=locked.runtime, model=locked.model_path,  # type: ignore[arg-type]
+                     request_model=locked.request_model, args=list(locked.args), binary=locked.binary,
+                     env=dict(locked.env), ctx_size=locked.ctx_size, spec=locked.spec)
+
+
+def server_argv(locked: Locked, config: Config, port: int | None = None) -> list[str]:
+    """The exact argv that starts the locked server as benchmarked, via the runtime adapter."""
+    from benchd.servers.runtimes import get_adapter
+
+    adapter = get_adapter(locked.runtime)
+    cand = locked_candidate(locked)
+    command, _found_via = adapter.command(cand, config.cache_dir)
+    return adapter.argv(cand, command=command, port=port or DEFAULT_PORTS.get(locked.runtime, 8080),
+                        ctx_size=locked.ctx_size)
+
+
+def server_env(locked: Locked, config: Config) -> dict[str, str]:
+    """The variables the server runs with beyond this shell's: the candidate's `env` plus what the
+    runtime adapter sets (e.g. the MLX servers' offline HF cache), exactly as the daemon starts it."""
+    from benchd.servers.runtimes import get_adapter
+
+    full = get_adapter(locked.runtime).env(locked_candidate(locked), config)
+    return {k: v for k, v in sorted(full.items()) if os.environ.get(k) != v}
+
+
+def server_command_line(locked: Locked, config: Config, port: int | None = None) -> str:
+    """`server_argv` as one shell line, with the extra environment (`server_env`) in front."""
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in server_env(locked, config).items())
+    line = shlex.join(server_argv(locked, config, port))
+    return f"env {env} {line}" if env else line

@@ -1,0 +1,100 @@
+"""Provenance for a runbook: the machine facts (benchd.sensors.facts) plus what the job itself recorded: one `collect_*` function per area (pyperf's _collect_metadata).
+
+Every value is a plain fact read from the OS or a file, never a guess: when a read fails or the OS
+does not tell, the value is None and `null_reasons[field]` says why. macOS-only readers (sysctl,
+pmset) are isolated: `_sysctl` here, and the power source comes from `benchd.sensors.power.status` (whose pmset parser
+lives in the darwin-only `benchd.sensors.power.darwin` and is tested on committed sample outputs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from benchd.config import Config
+from benchd.schemas import (
+    CandidateProvenance,
+    PromptsInfo,
+    Row,
+    SleepInfo,
+    Sweep,
+)
+from benchd.sensors.facts import (
+    hash_model,
+)
+
+# ------------------------------------------------------------------------ per candidate and prompts
+
+
+def collect_sleep(events: Sequence[Any]) -> SleepInfo:
+    """`sleep_prevented` of every job_started/job_resumed: true only if every run segment held it."""
+    seen = [e.payload for e in events if e.type in ("job_started", "job_resumed") and "sleep_prevented" in e.payload]
+    if not seen:
+        return SleepInfo(reasons=["the job recorded no sleep-prevention state"])
+    return SleepInfo(
+        prevented=all(bool(p["sleep_prevented"]) for p in seen),
+        methods=sorted({str(p["sleep_method"]) for p in seen if p.get("sleep_method")}),
+        reasons=sorted({str(p["sleep_reason"]) for p in seen if p.get("sleep_reason")}),
+        source="event:job_started/job_resumed",
+    )
+
+
+def server_info(cand: str, rows: Sequence[Row], events: Sequence[Any]) -> tuple[str | None, str | None, str | None]:
+    """(binary, server_version, where the version came from): the rows first, then `server_ready` events."""
+    binary = next((r.binary for r in rows if r.candidate == cand and r.binary), None)
+    version = next((r.server_version for r in rows if r.candidate == cand and r.server_version), None)
+    source = "rows" if version else None
+    for ev in events:
+        p = ev.payload
+        if ev.type == "server_ready" and p.get("candidate") == cand:
+            binary = binary or p.get("binary")
+            got = p.get("server_version") or p.get("version")
+            if version is None and got is not None:
+                version, source = str(got), "event:server_ready"
+    return binary, version, source
+
+
+def collect_prompts(events: Sequence[Any]) -> PromptsInfo:
+    """The prompt corpus hash as the job recorded it in an event payload (`prompts` or top level).
+
+    When the job recorded none, it is computed now from `benchd.engine.prompts.prompt_provenance()` (the
+    same stdlib files on the same machine) and `source` says it was computed at runbook time.
+    """
+    for ev in events:
+        p = ev.payload
+        prompts = p.get("prompts") if isinstance(p.get("prompts"), dict) else p
+        if isinstance(prompts, dict) and prompts.get("corpus_sha256"):
+            return PromptsInfo(corpus_sha256=str(prompts["corpus_sha256"]),
+                               template_sha256=prompts.get("template_sha256"), source=f"event:{ev.type}",
+                               corpus=prompts.get("corpus") or {})
+    try:
+        from benchd.engine.prompts import prompt_provenance
+
+        got = prompt_provenance()
+    except Exception as exc:  # a missing stdlib file must not cost the whole runbook
+        reason = f"the job recorded no prompt hash and computing it failed: {exc}"
+        return PromptsInfo(null_reasons={"corpus_sha256": reason, "template_sha256": reason})
+    return PromptsInfo(corpus_sha256=got["corpus_sha256"], template_sha256=got["template_sha256"],
+                       source="benchd.engine.prompts.prompt_provenance (computed when the runbook was written)",
+                       corpus=got.get("corpus") or {})
+
+
+def collect_candidates(config: Config, sweep: Sweep, rows: Sequence[Row], events: Sequence[Any]) -> list[CandidateProvenance]:
+    cache = config.cache_dir / "model-hashes.json"
+    out = []
+    for c in sweep.candidates:
+        binary, version, source = server_info(c.id, rows, events)
+        nulls: dict[str, str] = {}
+        if version is None:
+            nulls["server_version"] = "no row or server_ready event of this candidate carries a version"
+        if binary is None:
+            binary = c.binary
+            if binary is None:
+                nulls["binary"] = "no row or event names the binary, and the sweep sets none"
+        draft = c.spec.draft_model if c.spec else None
+        out.append(CandidateProvenance(
+            candidate=c.id, runtime=c.runtime, model=hash_model(c.model, cache),
+            draft_model=hash_model(draft, cache) if draft else None,
+            binary=binary, server_version=version, server_version_source=source, null_reasons=nulls,
+        ))
+    return out

@@ -1,0 +1,282 @@
+"""Rendering a runbook for people and tools: plain/rich tables, Markdown, JSON, CSV, the Pareto view.
+
+Every figure printed comes from the runbook (cell statistics computed by `benchd.engine.metrics` from the
+rows); nothing is recomputed differently here. A null is never shown as 0 or blank: it prints as
+`null [n]` with the reason in a numbered note under the table. Noisy cells (CV > 5 %) are marked.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import msgspec
+
+from benchd.results.pareto import AXES
+from benchd.schemas import CellStats, ContextPareto, MetricStats, Runbook
+
+#: Columns of the cell table: metric, header.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("gen_tps", "gen tok/s"), ("prompt_tps", "prompt tok/s"), ("ttft_ms", "TTFT ms"), ("mem_peak_bytes", "peak mem"),
+)
+NOISY_MARK = "~noisy"
+
+
+def fmt_value(metric: str, v: float | None) -> str:
+    if v is None:
+        return "null"
+    if metric.endswith("_bytes"):
+        for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+            if abs(v) >= scale:
+                return f"{v / scale:.2f} {unit}"
+        return f"{v:.0f} B"
+    if metric in ("eval_pass_rate", "sustain_ratio"):
+        return f"{v:.3f}"
+    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
+
+
+class Notes:
+    """Numbered reasons for nulls, deduplicated, printed under a table."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def ref(self, text: str) -> str:
+        if text not in self.items:
+            self.items.append(text)
+        return f"[{self.items.index(text) + 1}]"
+
+    def lines(self) -> list[str]:
+        return [f"[{i}] {t}" for i, t in enumerate(self.items, 1)]
+
+
+def metric_text(ms: MetricStats, notes: Notes) -> str:
+    """`median (min–max, cv x%)` or `null [n]`; `~noisy` when the CV exceeds the threshold."""
+    if ms.median is None:
+        return f"null {notes.ref(f'{ms.metric}: ' + ms.null_reasons.get('value', 'no value'))}"
+    spread = f"{fmt_value(ms.metric, ms.min)}–{fmt_value(ms.metric, ms.max)}"
+    cv = f", cv {ms.cv * 100:.1f}%" if ms.cv is not None else ""
+    text = f"{fmt_value(ms.metric, ms.median)} ({spread}{cv})"
+    if ms.n_null:
+        text += f" {notes.ref(f'{ms.metric}: ' + ms.null_reasons.get('value', 'some probes null'))}"
+    return text + (f" {NOISY_MARK}" if ms.noisy else "")
+
+
+def cell_table(rb: Runbook) -> tuple[list[str], list[list[str]], Notes]:
+    notes = Notes()
+    header = ["candidate", "context", "ok/failed", *(h for _, h in COLUMNS)]
+    body = []
+    for c in rb.cells:
+        failed = f"{c.n_ok}/{c.n_failed}"
+        if c.n_ok == 0 and c.errors:
+            failed += f" {notes.ref(f'{c.candidate}@{c.context}: ' + '; '.join(c.errors))}"
+        body.append([c.candidate, str(c.context), failed, *(metric_text(getattr(c, m), notes) for m, _ in COLUMNS)])
+    return header, body, notes
+
+
+def _plain_table(header: list[str], body: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*r) for r in body]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _md_table(header: list[str], body: list[list[str]]) -> str:
+    esc = [[cell.replace("|", "\\|") for cell in row] for row in [header, *body]]
+    lines = ["| " + " | ".join(esc[0]) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in esc[1:]]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------- Pareto
+
+
+def pareto_lines(p: ContextPareto) -> list[str]:
+    out = [f"context {p.context}: frontier = {', '.join(p.frontier) or '(none)'}"]
+    for cand, doms in p.dominated.items():
+        for d in doms:
+            skipped = f" (skipped, null for one side: {', '.join(d.skipped_axes)})" if d.skipped_axes else ""
+            out.append(f"  {cand} is dominated by {d.by} — better on {', '.join(d.better_on)}{skipped}")
+    for cand, reason in p.excluded.items():
+        out.append(f"  {cand} excluded: {reason}")
+    return out
+
+
+def pareto_points_table(p: ContextPareto) -> tuple[list[str], list[list[str]]]:
+    header = ["candidate", "status", *(f"{a} ({d})" for a, d in AXES)]
+    body = []
+    for pt in p.points:
+        status = "frontier" if pt.candidate in p.frontier else "dominated by " + ", ".join(
+            d.by for d in p.dominated.get(pt.candidate, []))
+        body.append([pt.candidate, status, *(fmt_value(a, pt.values.get(a)) for a, _ in AXES)])
+    return header, body
+
+
+def render_pareto_text(rb: Runbook) -> str:
+    parts = ["Pareto view (per context, over cell medians; a null axis is skipped for that pair and named)"]
+    for p in rb.pareto:
+        parts.append("")
+        parts.extend(pareto_lines(p))
+        h, b = pareto_points_table(p)
+        parts.append(_plain_table(h, b))
+    return "\n".join(parts)
+
+
+# ------------------------------------------------------------------------------------------ text
+
+
+def header_lines(rb: Runbook) -> list[str]:
+    m = rb.provenance.machine
+    return [
+        f"runbook {rb.id}  outcome: {rb.outcome}  sweep: {rb.sweep.name}",
+        f"started {rb.job.started_at or 'never'}  finished {rb.job.finished_at or '-'}",
+        f"machine: {m.hardware_model or m.cpu_model or 'unknown'}, {m.cores_logical} cores, "
+        f"{fmt_value('mem_peak_bytes', m.memory_bytes)} RAM, {m.os} {m.os_version or ''}, power {m.power_source or 'unknown'}",
+        f"grid: contexts {rb.sweep.contexts}, {rb.sweep.probes} probes + {rb.sweep.warmup} warm-up, "
+        f"gen_tokens {rb.sweep.gen_tokens}, eval tier {rb.sweep.eval_tier}, cooldown {rb.sweep.cooldown.policy}",
+    ]
+
+
+def render_text(rb: Runbook, pareto: bool = False) -> str:
+    header, body, notes = cell_table(rb)
+    parts = [*header_lines(rb), "", "medians (min–max, cv) of ok probes; ~noisy = CV > 5 %", _plain_table(header, body)]
+    if notes.items:
+        parts += ["", *notes.lines()]
+    if pareto:
+        parts += ["", render_pareto_text(rb)]
+    return "\n".join(parts) + "\n"
+
+
+def print_rich(rb: Runbook, pareto: bool = False) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for line in header_lines(rb):
+        console.print(line, highlight=False, soft_wrap=True)
+    header, body, notes = cell_table(rb)
+    table = Table(title="medians (min–max, cv) of ok probes; ~noisy = CV > 5 %")
+    for h in header:
+        table.add_column(h)
+    for row in body:
+        table.add_row(*(f"[yellow]{c}[/yellow]" if NOISY_MARK in c else c for c in row))
+    console.print(table)
+    for line in notes.lines():
+        console.print(line, highlight=False, soft_wrap=True)
+    if pareto:
+        console.print(render_pareto_text(rb), highlight=False, soft_wrap=True)
+
+
+# -------------------------------------------------------------------------------------- Markdown
+
+
+def cooldown_waited_s(payload: dict[str, Any]) -> float:
+    """Seconds a `cooldown_finished` event waited (its CooldownRecord is under `record`)."""
+    record = payload.get("record") if isinstance(payload.get("record"), dict) else payload
+    waited = record.get("waited_s") if isinstance(record, dict) else None
+    return float(waited) if isinstance(waited, (int, float)) else 0.0
+
+
+def render_markdown(rb: Runbook) -> str:
+    """The runbook for a person: the same figures as the JSON, with provenance and the Pareto view."""
+    m = rb.provenance.machine
+    lines = [f"# Runbook {rb.id}", "", f"- Sweep: **{rb.sweep.name}** — outcome: **{rb.outcome}**"
+             + (f" ({rb.job.error})" if rb.job.error else ""),
+             f"- Job `{rb.job.id}`: created {rb.job.created_at}, started {rb.job.started_at or 'never'}, "
+             f"finished {rb.job.finished_at or '-'}",
+             f"- benchd {rb.provenance.benchd.version} (Python {rb.provenance.benchd.python}); written {rb.generated_at}",
+             "", "## Machine", ""]
+    for field in ("hardware_model", "chip", "cpu_model", "cores_logical", "cores_physical", "memory_bytes",
+                  "os", "os_version", "kernel", "arch", "power_source", "battery_percent"):
+        v = getattr(m, field)
+        lines.append(f"- {field}: {v if v is not None else 'null — ' + m.null_reasons.get(field, 'not reported')}")
+    s = rb.sweep
+    lines += ["", "## Sweep", "", f"- contexts: {s.contexts}", f"- probes: {s.probes}, warm-up: {s.warmup}, "
+              f"gen_tokens: {s.gen_tokens}, eval tier: {s.eval_tier}",
+              f"- sampling: temperature {s.sampling.temperature}, seed {s.sampling.seed}",
+              f"- sustained: {s.sustained.tokens} tokens, window {s.sustained.window}",
+              f"- cooldown (configured): {msgspec.json.encode(s.cooldown).decode()}",
+              f"- cooldowns as they happened: {len(rb.cooldowns)}, total "
+              f"{sum(cooldown_waited_s(c.payload) for c in rb.cooldowns):.1f} s waited",
+              f"- prompts: corpus sha256 {rb.provenance.prompts.corpus_sha256 or 'null'}, template sha256 "
+              f"{rb.provenance.prompts.template_sha256 or 'null'}",
+              f"- sleep prevented while running: {_sleep_text(rb.provenance.sleep)}", "", "## Candidates", ""]
+    h = ["candidate", "runtime", "model", "bytes", "sha256", "server version", "binary"]
+    body = []
+    for c in rb.provenance.candidates:
+        body.append([c.candidate, c.runtime, c.model.path, str(c.model.bytes) if c.model.bytes is not None else "null",
+                     f"`{c.model.sha256}`" if c.model.sha256 else "null", c.server_version or "null", c.binary or "null"])
+    lines += [_md_table(h, body), ""]
+    methods = sorted({c.model.sha256_method for c in rb.provenance.candidates if c.model.sha256_method})
+    lines += [f"sha256 method: {mm}" for mm in methods] + [""]
+    lines += ["## Results", "", "Medians (min–max, cv) over ok probes; `~noisy` = CV > 5 %.", ""]
+    header, rows, notes = cell_table(rb)
+    lines += [_md_table(header, rows), ""]
+    lines += [f"{n}  " for n in notes.lines()] + ([""] if notes.items else [])
+    if rb.sustained:
+        lines += ["## Sustained", ""]
+        sbody = [[x.candidate, x.status, fmt_value("sustain_ratio", x.sustain_ratio),
+                  ", ".join(f"{w:.1f}" for w in (x.window_tps or [])) or "null"] for x in rb.sustained]
+        lines += [_md_table(["candidate", "status", "sustain_ratio", "window tok/s"], sbody), ""]
+    if rb.eval_summary:
+        lines += ["## Evals", ""]
+        ebody = [[e.candidate, e.tier, f"{e.passed}/{e.total}", f"{e.pass_rate:.2f}", str(e.unsandboxed)]
+                 for e in rb.eval_summary]
+        lines += [_md_table(["candidate", "tier", "passed", "pass rate", "unsandboxed"], ebody), ""]
+    lines += ["## Deferred axes", ""]
+    for d in rb.deferred.declared:
+        lines.append(f"- {d.axis} (declared): {d.reason}")
+    for d in rb.deferred.automatic:
+        lines.append(f"- {d.axis} (automatic): {d.reason}")
+    if not rb.deferred.declared and not rb.deferred.automatic:
+        lines.append("- none")
+    lines += ["", "## Pareto view", "", "Per context over cell medians; an axis null for either side is "
+              "skipped for that pair and named. The tool never picks: `benchctl lock` is yours.", ""]
+    for p in rb.pareto:
+        lines += [f"### Context {p.context}", ""]
+        lines += [f"- {x.strip()}" for x in pareto_lines(p)]
+        ph, pb = pareto_points_table(p)
+        lines += ["", _md_table(ph, pb), ""]
+    charts = f"{rb.id}.pareto.png"
+    lines += [f"Chart (when matplotlib is installed): `{charts}` / `{rb.id}.pareto.svg`", ""]
+    return "\n".join(lines)
+
+
+# -------------------------------------------------------------------------------------- JSON/CSV
+
+
+def report_json(rb: Runbook, pareto: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"runbook": rb.id, "outcome": rb.outcome, "sweep": rb.sweep.name,
+                           "cells": msgspec.to_builtins(rb.cells)}
+    if pareto:
+        out["pareto"] = msgspec.to_builtins(rb.pareto)
+    return out
+
+
+def render_csv(rb: Runbook) -> str:
+    """One line per candidate × context × metric; a null has its reason in `null_reason`."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["runbook", "candidate", "runtime", "context", "n_ok", "n_failed", "metric", "n", "median", "min",
+                "max", "cv", "ci95_low", "ci95_high", "noisy", "null_reason"])
+    for c in rb.cells:
+        for m, _ in COLUMNS:
+            ms: MetricStats = getattr(c, m)
+            reason = "; ".join(f"{k}: {v}" for k, v in ms.null_reasons.items())
+            w.writerow([rb.id, c.candidate, c.runtime, c.context, c.n_ok, c.n_failed, m, ms.n,
+                        *("null" if v is None else v for v in (ms.median, ms.min, ms.max, ms.cv, ms.ci95_low, ms.ci95_high)),
+                        ms.noisy, reason])
+    return buf.getvalue()
+
+
+def find_cell(rb: Runbook, candidate: str, context: int) -> CellStats | None:
+    return next((c for c in rb.cells if c.candidate == candidate and c.context == context), None)
+
+
+def _sleep_text(sleep: Any) -> str:
+    if sleep.prevented is None:
+        return "unknown — " + "; ".join(sleep.reasons or ["not recorded"])
+    how = ", ".join(sleep.methods) or "no method"
+    return f"{'yes' if sleep.prevented else 'no'} ({how}{'; ' + '; '.join(sleep.reasons) if sleep.reasons else ''})"

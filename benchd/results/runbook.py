@@ -1,0 +1,280 @@
+"""The dated runbook: everything a job measured and everything needed to trust it, in one file.
+
+Written by the daemon when a job ends (succeeded, failed, cancelled or interrupted: `outcome` says
+which) as `<state>/runbooks/<YYYY-MM-DD>-<job>.json` (machines) and `.md` (people), with Pareto charts
+when matplotlib is installed. The date is the UTC date of the job's start; the file stem is the
+runbook id. Both files are written atomically (temp file + rename), so a reader never sees half a file.
+
+The JSON carries `schema_version`; `load_runbook` dispatches on it and rejects versions it does not
+know. msgspec's evolution rules apply: new fields get defaults, types never change; anything else
+bumps the version, and the committed golden file of every version (tests/data/) must keep loading.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from msgspec import Struct
+
+from benchd.config import Config
+from benchd.errors import BenchdError, NotFound
+from benchd.results import provenance
+from benchd.schemas import (
+    JOB_ID_PATTERN,
+    RUNBOOK_ID_PATTERN,
+    RUNBOOK_SCHEMA_VERSION,
+    SUPPORTED_VERSIONS,
+    CooldownHappened,
+    DeferredAxes,
+    EvalResult,
+    EvalSummary,
+    JobInfo,
+    Provenance,
+    Row,
+    Runbook,
+    SustainedResult,
+)
+from benchd.sensors import facts
+from benchd.store import Store, utcnow
+
+
+class _Head(Struct, kw_only=True):
+    """The cheap part of a runbook, for listing (unknown fields are ignored on purpose)."""
+
+    schema_version: int
+    id: str = ""
+    generated_at: str = ""
+    outcome: str = ""
+    job: JobInfo | None = None
+
+
+_encoder = msgspec.json.Encoder(order="deterministic")
+_v1_decoder = msgspec.json.Decoder(Runbook)
+_head_decoder = msgspec.json.Decoder(_Head)
+
+
+def runbook_schema() -> dict[str, Any]:
+    """JSON schema of the current runbook version (committed as schemas/runbook.schema.json)."""
+    return msgspec.json.schema(Runbook)
+
+
+# ------------------------------------------------------------------------------------------- build
+
+
+def runbook_id(job_id: str, started_at: str | None, created_at: str) -> str:
+    """`<YYYY-MM-DD>-<job>`: the UTC date of the job's start (its creation if it never started)."""
+    stamp = (started_at or created_at).replace("Z", "+00:00")
+    day = datetime.fromisoformat(stamp).astimezone(UTC).strftime("%Y-%m-%d")
+    return f"{day}-{job_id}"
+
+
+def _sustained(rows: list[Row]) -> list[SustainedResult]:
+    return [
+        SustainedResult(candidate=r.candidate, status=r.status, gen_tokens=r.gen_tokens,
+                        sustain_ratio=r.sustain_ratio, window_tps=r.window_tps, thermal_before=r.thermal_before,
+                        thermal_after=r.thermal_after, error=r.error, null_reasons=r.null_reasons)
+        for r in rows if r.kind == "sustained"
+    ]
+
+
+def _eval_summary(evals: list[EvalResult]) -> list[EvalSummary]:
+    groups: dict[tuple[str, str], list[EvalResult]] = {}
+    for e in evals:
+        groups.setdefault((e.candidate, e.tier), []).append(e)
+    return [
+        EvalSummary(candidate=c, tier=t, passed=sum(e.passed for e in g), total=len(g),
+                    pass_rate=sum(e.passed for e in g) / len(g), unsandboxed=sum(e.sandboxed is False for e in g))
+        for (c, t), g in sorted(groups.items())
+    ]
+
+
+def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None = None) -> Runbook:
+    """Assemble the runbook of a job from the store (no file is written)."""
+    from benchd.engine.metrics import cell_stats
+    from benchd.results.deferred import automatic_deferred
+    from benchd.results.pareto import pareto_from_rows
+
+    job = store.get_job(job_id)
+    sweep = job.sweep or store.get_sweep(job_id)
+    rows = store.rows(job_id)
+    evals = store.evals(job_id)
+    events = store.events(job_id)
+    prov = Provenance(
+        collected_at=utcnow(), machine=facts.collect_machine(), benchd=facts.collect_benchd(),
+        candidates=provenance.collect_candidates(config, sweep, rows, events),
+        prompts=provenance.collect_prompts(events), sleep=provenance.collect_sleep(events),
+    )
+    return Runbook(
+        schema_version=RUNBOOK_SCHEMA_VERSION,
+        id=runbook_id(job.id, job.started_at, job.created_at),
+        generated_at=utcnow(),
+        outcome=outcome or job.state,
+        job=JobInfo(id=job.id, name=job.name, state=job.state, created_at=job.created_at,
+                    started_at=job.started_at, finished_at=job.finished_at, error=job.error),
+        sweep=sweep,
+        provenance=prov,
+        cooldowns=[CooldownHappened(seq=e.seq, time=e.time, payload=e.payload)
+                   for e in events if e.type == "cooldown_finished"],
+        deferred=DeferredAxes(declared=list(sweep.deferred), automatic=list(automatic_deferred(sweep, rows, evals))),
+        rows=rows,
+        cells=list(cell_stats([r for r in rows if r.kind == "probe"])),
+        sustained=_sustained(rows),
+        evals=evals,
+        eval_summary=_eval_summary(evals),
+        pareto=pareto_from_rows(rows, evals),
+    )
+
+
+# ------------------------------------------------------------------------------------------- write
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with tmp.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def encode_runbook(rb: Runbook) -> bytes:
+    return msgspec.json.format(_encoder.encode(rb), indent=2) + b"\n"
+
+
+def save_runbook(config: Config, rb: Runbook, charts: bool = True) -> Path:
+    """Write `<id>.json` and `<id>.md` atomically (and the charts when matplotlib is present)."""
+    from benchd.results.report import render_markdown
+
+    out = config.runbooks_dir
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{rb.id}.json"
+    _atomic_write(path, encode_runbook(rb))
+    _atomic_write(out / f"{rb.id}.md", render_markdown(rb).encode())
+    if charts:
+        from benchd.results.plot import available, write_charts
+
+        if available():
+            write_charts(rb, out)
+    return path
+
+
+def write_runbook(config: Config, store: Store, job_id: str, outcome: str | None = None) -> str:
+    """Build and write the runbook of a job; returns its id (the file stem). Called when a job ends."""
+    rb = build_runbook(config, store, job_id, outcome)
+    save_runbook(config, rb)
+    return rb.id
+
+
+# -------------------------------------------------------------------------------------------- load
+
+
+def decode_runbook(data: bytes, source: str = "runbook") -> Runbook:
+    """Dispatch on `schema_version`; an unknown version is a clear error, never a half-read."""
+    try:
+        head = _head_decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise BenchdError("invalid_runbook", f"{source}: not a benchd runbook ({exc})") from exc
+    if head.schema_version not in SUPPORTED_VERSIONS:
+        raise BenchdError(
+            "unsupported_runbook_version",
+            f"{source}: runbook schema_version {head.schema_version} is not supported by benchd "
+            f"{facts.collect_benchd().version} (it reads {', '.join(map(str, SUPPORTED_VERSIONS))})",
+            "schema_version",
+        )
+    try:
+        return _v1_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        from benchd.errors import from_validation
+
+        raise from_validation(exc, source) from exc
+
+
+def resolve_runbook_path(ref: str | Path | None, config: Config) -> Path:
+    """A path, a runbook id, a job id, or None (the newest runbook) → the runbook's JSON path."""
+    rdir = config.runbooks_dir
+    if ref is None:
+        found = _runbook_files(rdir)
+        if not found:
+            raise BenchdError("no_runbooks", f"no runbooks in {rdir} (a runbook is written when a job ends)")
+        return found[0]
+    text = str(ref)
+    p = Path(text).expanduser()
+    if p.suffix == ".json" or os.sep in text:
+        if p.is_file():
+            return p
+        raise BenchdError("not_found", f"no runbook file at {p}")
+    if re.fullmatch(RUNBOOK_ID_PATTERN, text) and (rdir / f"{text}.json").is_file():
+        return rdir / f"{text}.json"
+    if re.fullmatch(JOB_ID_PATTERN, text):
+        hits = sorted(rdir.glob(f"????-??-??-{text}.json")) if rdir.is_dir() else []
+        if hits:
+            return hits[-1]
+    if p.is_file():
+        return p
+    raise NotFound("runbook (id, job id or path)", text)
+
+
+def load_runbook(ref: str | Path | None, config: Config) -> Runbook:
+    path = resolve_runbook_path(ref, config)
+    return decode_runbook(path.read_bytes(), str(path))
+
+
+def _runbook_files(rdir: Path) -> list[Path]:
+    """Newest first: by date in the name, then job id (default job ids sort by time)."""
+    if not rdir.is_dir():
+        return []
+    return sorted((p for p in rdir.glob("*.json") if re.fullmatch(RUNBOOK_ID_PATTERN, p.stem)),
+                  key=lambda p: p.stem, reverse=True)
+
+
+def list_runbooks(config: Config) -> list[dict[str, Any]]:
+    """For `GET /v1/runbooks`: one entry per runbook, newest first (cheap: only the head is decoded)."""
+    out: list[dict[str, Any]] = []
+    for path in _runbook_files(config.runbooks_dir):
+        entry: dict[str, Any] = {"id": path.stem, "path": str(path)}
+        try:
+            head = _head_decoder.decode(path.read_bytes())
+        except (OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
+            entry["error"] = f"unreadable: {exc}"
+            out.append(entry)
+            continue
+        job = head.job
+        entry.update(
+            schema_version=head.schema_version, generated_at=head.generated_at, outcome=head.outcome,
+            job=job.id if job else None, name=job.name if job else None,
+            started_at=job.started_at if job else None, finished_at=job.finished_at if job else None,
+            markdown=str(path.with_suffix(".md")) if path.with_suffix(".md").is_file() else None,
+            charts=[str(c) for c in (path.with_name(f"{path.stem}.pareto.png"),
+                                     path.with_name(f"{path.stem}.pareto.svg")) if c.is_file()],
+        )
+        out.append(entry)
+    return out
+
+
+def runbook_json(ref: str, config: Config) -> bytes:
+    """For `GET /v1/runbooks/{id}`: the file's bytes after checking it loads.
+
+    Only a runbook id or a job id is accepted here (never a path: the API must not read arbitrary files).
+    """
+    if not (re.fullmatch(RUNBOOK_ID_PATTERN, ref) or re.fullmatch(JOB_ID_PATTERN, ref)):
+        raise BenchdError("invalid", f"not a runbook id or job id: {ref!r}", "id")
+    path = resolve_runbook_path(ref, config)
+    data = path.read_bytes()
+    decode_runbook(data, str(path))
+    return data
+
+
+def schema_json() -> str:
+    """The committed schemas/runbook.schema.json text (a test diffs the file against this)."""
+    import json
+
+    return json.dumps(runbook_schema(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":  # `python -m benchd.results.runbook > schemas/runbook.schema.json`
+    print(schema_json(), end="")

@@ -1,0 +1,103 @@
+"""API bodies and the job event stream (`/v1`): submit, job, progress, health, errors, events."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from msgspec import Meta, Struct
+
+from benchd.schemas.sweep import Sweep
+
+# ---------------------------------------------------------------------------------------- API bodies
+
+WhenCondition = Literal["idle", "ac-power"]
+
+
+class SubmitJob(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """`POST /v1/jobs` body. `not_before` is an RFC 3339 time with an offset."""
+
+    sweep: Sweep
+    not_before: str | None = None
+    when: Annotated[list[WhenCondition], Meta(max_length=2)] = []
+
+
+JobState = Literal["queued", "waiting", "running", "succeeded", "failed", "cancelled", "interrupted"]
+JOB_STATES: tuple[str, ...] = ("queued", "waiting", "running", "succeeded", "failed", "cancelled", "interrupted")
+TERMINAL_JOB_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+
+
+class Progress(Struct, kw_only=True):
+    done: int
+    total: int
+    eta_s: float | None = None
+
+
+class Job(Struct, kw_only=True):
+    """A queued or finished sweep, as the API shows it."""
+
+    id: str
+    name: str
+    state: JobState
+    created_at: str
+    not_before: str | None = None
+    when: list[str] = []
+    waiting_reason: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    error: str | None = None
+    progress: Progress | None = None
+    runbook_id: str | None = None
+    sweep: Sweep | None = None
+
+
+class JobList(Struct, kw_only=True):
+    jobs: list[Job]
+    next_cursor: str | None = None
+
+
+class ErrorBody(Struct, kw_only=True):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class Health(Struct, kw_only=True):
+    version: str
+    pid: int
+    uptime_s: float
+    state_dir: str
+    queue_depth: int
+    running_job: str | None = None
+    store_error: str | None = None
+
+
+# ------------------------------------------------------------------------------------------ events
+
+EventType = Literal[
+    "job_queued",
+    "job_started",
+    "job_resumed",
+    "server_starting",
+    "server_ready",
+    "server_stopped",
+    "server_crashed",
+    "cooldown_started",
+    "cooldown_finished",
+    "probe_started",
+    "probe_finished",
+    "job_interrupted",
+    "job_finished",
+    "job_failed",
+    "job_cancelled",
+]
+TERMINAL_EVENTS: frozenset[str] = frozenset({"job_finished", "job_failed", "job_cancelled"})
+
+
+class Event(Struct, kw_only=True, frozen=True):
+    """One line of `GET /v1/jobs/{id}/events`: seq is per job, gap-free, starting at 1."""
+
+    seq: int
+    time: str
+    type: EventType
+    job: str
+    payload: dict[str, Any] = {}

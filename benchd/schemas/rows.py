@@ -1,0 +1,100 @@
+"""Facts the engine records: one row per probe or sustained run, eval results, cooldowns, thermal readings.
+
+Rows are append-only facts: new fields get defaults, types never change (msgspec's schema evolution)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from msgspec import Struct
+
+# --------------------------------------------------------------------------------------- facts: rows
+
+RowKind = Literal["probe", "sustained"]
+RowStatus = Literal["ok", "failed", "timeout", "aborted"]
+
+
+class ThermalReading(Struct, kw_only=True, frozen=True):
+    """One thermal fact with its source. `celsius` and `pressure` are null when the source has none."""
+
+    source: str
+    celsius: float | None = None
+    pressure: str | None = None
+    available: bool = True
+    reason: str | None = None
+
+
+class Row(Struct, kw_only=True, frozen=True, omit_defaults=False):
+    """One normalized probe (or sustained generation): every parameter in the row, like llama-bench.
+
+    Each metric names where it came from in `sources` (`server:timings`, `client:stream-window`,
+    `kernel:VmHWM`, ...). A metric that could not be measured is null and `null_reasons` says why.
+    (job, candidate, context, kind, probe) is unique in the store.
+    """
+
+    job: str
+    candidate: str
+    runtime: str
+    context: int
+    kind: RowKind
+    probe: int
+    status: RowStatus
+    error: str | None = None
+    started_at: str | None = None
+    ctx_size: int | None = None
+    binary: str | None = None
+    server_version: str | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    gen_tokens: int | None = None
+    prompt_tps: float | None = None
+    gen_tps: float | None = None
+    gen_tps_client: float | None = None
+    ttft_ms: float | None = None
+    e2e_ms: float | None = None
+    draft_n: int | None = None
+    draft_accepted: int | None = None
+    draft_acceptance: float | None = None
+    mem_peak_bytes: int | None = None
+    mem_source: str | None = None
+    #: The runtime's own peak-memory figure where it reports one (mlx_vlm `peak_memory`), beside the OS one.
+    server_peak_memory_bytes: int | None = None
+    mem_rss_anon_bytes: int | None = None
+    mem_rss_file_bytes: int | None = None
+    swap_in_bytes: int | None = None
+    swap_out_bytes: int | None = None
+    cooldown_s: float | None = None
+    cooldown_reason: str | None = None
+    thermal_before: ThermalReading | None = None
+    thermal_after: ThermalReading | None = None
+    window_tps: list[float] | None = None
+    sustain_ratio: float | None = None
+    exit_status: str | None = None
+    log_tail: str | None = None
+    sources: dict[str, str] = {}
+    null_reasons: dict[str, str] = {}
+
+
+class EvalResult(Struct, kw_only=True, frozen=True):
+    """One eval task's outcome for a candidate, recorded beside the speed rows."""
+
+    job: str
+    candidate: str
+    tier: str
+    task: str
+    passed: bool
+    detail: str | None = None
+    sandboxed: bool | None = None
+
+
+class CooldownRecord(Struct, kw_only=True, frozen=True):
+    """What a cooldown wait did: policy, how long, why it stopped, readings before and after."""
+
+    policy: str
+    waited_s: float
+    reason: Literal["reached", "timeout", "sensor-unavailable", "fixed"]
+    before: ThermalReading | None = None
+    after: ThermalReading | None = None
+    load_before: float | None = None
+    load_after: float | None = None
+    note: str | None = None

@@ -1,0 +1,230 @@
+"""The runbook document: provenance facts, per-cell statistics, the Pareto view, and the runbook itself.
+
+Persisted as JSON with `schema_version` (history beside RUNBOOK_SCHEMA_VERSION below); `results.runbook` builds,
+writes and loads it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import Struct
+
+from benchd.schemas.rows import EvalResult, Row, ThermalReading
+from benchd.schemas.sweep import Deferred, Sweep
+
+
+class MetricStats(Struct, kw_only=True, frozen=True):
+    """One metric over a cell's ok probe rows. `ci95_*` is the order-statistic interval of the median
+    and `ci95_coverage` its exact binomial coverage (>= 0.95)."""
+
+    metric: str
+    n: int
+    n_null: int = 0
+    median: float | None = None
+    min: float | None = None
+    max: float | None = None
+    mean: float | None = None
+    cv: float | None = None
+    ci95_low: float | None = None
+    ci95_high: float | None = None
+    ci95_coverage: float | None = None
+    noisy: bool = False
+    null_reasons: dict[str, str] = {}
+
+
+class CellStats(Struct, kw_only=True, frozen=True):
+    """Statistics per (candidate, context) over `kind == "probe"` rows; failures are counted, not hidden."""
+
+    candidate: str
+    runtime: str
+    context: int
+    n_ok: int
+    n_failed: int
+    n_aborted: int = 0
+    prompt_tps: MetricStats
+    gen_tps: MetricStats
+    ttft_ms: MetricStats
+    mem_peak_bytes: MetricStats
+    noisy: bool = False
+    noisy_metrics: list[str] = []
+    errors: list[str] = []
+
+
+class Point(Struct, kw_only=True, frozen=True):
+    """One candidate in one context: axis -> cell median (None = not measured)."""
+
+    candidate: str
+    values: dict[str, float | None]
+
+
+class Domination(Struct, kw_only=True, frozen=True):
+    by: str
+    better_on: list[str]
+    skipped_axes: list[str]
+
+
+class SkippedPair(Struct, kw_only=True, frozen=True):
+    """Axes that could not be compared between two candidates (null for one or both)."""
+
+    pair: list[str]
+    axes: list[str]
+
+
+class ContextPareto(Struct, kw_only=True, frozen=True):
+    context: int
+    frontier: list[str]
+    dominated: dict[str, list[Domination]]
+    excluded: dict[str, str]
+    skipped_pairs: list[SkippedPair]
+    points: list[Point]
+
+
+class MachineInfo(Struct, kw_only=True):
+    hardware_model: str | None = None
+    chip: str | None = None
+    cpu_model: str | None = None
+    cores_logical: int | None = None
+    cores_physical: int | None = None
+    memory_bytes: int | None = None
+    os: str | None = None
+    os_version: str | None = None
+    kernel: str | None = None
+    arch: str | None = None
+    power_source: str | None = None
+    battery_percent: float | None = None
+    sources: dict[str, str] = {}
+    null_reasons: dict[str, str] = {}
+
+
+class BenchdInfo(Struct, kw_only=True):
+    version: str
+    python: str
+    executable: str
+
+
+class ModelInfo(Struct, kw_only=True):
+    """A model file or an MLX model directory, identified by size and content hash."""
+
+    path: str
+    kind: str  # "file" | "dir" | "missing"
+    bytes: int | None = None
+    sha256: str | None = None
+    sha256_method: str | None = None
+    files: int | None = None
+    null_reasons: dict[str, str] = {}
+
+
+class CandidateProvenance(Struct, kw_only=True):
+    """One candidate's model (size + sha256), draft model, and the server that ran it."""
+
+    candidate: str
+    runtime: str
+    model: ModelInfo
+    draft_model: ModelInfo | None = None
+    binary: str | None = None
+    server_version: str | None = None
+    server_version_source: str | None = None
+    null_reasons: dict[str, str] = {}
+
+
+class PromptsInfo(Struct, kw_only=True):
+    """Hash of the prompt corpus and template: two runbooks with equal hashes used the same prompts."""
+
+    corpus_sha256: str | None = None
+    template_sha256: str | None = None
+    source: str | None = None
+    corpus: dict[str, Any] = {}
+    null_reasons: dict[str, str] = {}
+
+
+class SleepInfo(Struct, kw_only=True):
+    """Whether the machine was kept awake while the job ran, per start/resume (from the job's events)."""
+
+    prevented: bool | None = None
+    methods: list[str] = []
+    reasons: list[str] = []
+    source: str | None = None
+
+
+#: Version of the runbook JSON. Change history (newest last; never edit an entry):
+#:   1 (2026-11-30) first version: job, sweep, provenance (machine, benchd, per-candidate model
+#:     size/sha256 and server version), cooldowns as they happened, deferred axes (declared and
+#:     automatic), rows, per-cell statistics, sustained results, evals, Pareto per context.
+RUNBOOK_SCHEMA_VERSION = 1
+SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
+
+# ------------------------------------------------------------------------------------------ structs
+
+
+class JobInfo(Struct, kw_only=True):
+    id: str
+    name: str
+    state: str
+    created_at: str
+    started_at: str | None = None
+    finished_at: str | None = None
+    error: str | None = None
+
+
+class Provenance(Struct, kw_only=True):
+    collected_at: str
+    machine: MachineInfo
+    benchd: BenchdInfo
+    candidates: list[CandidateProvenance]
+    prompts: PromptsInfo
+    sleep: SleepInfo = msgspec.field(default_factory=SleepInfo)
+
+
+class CooldownHappened(Struct, kw_only=True):
+    """A `cooldown_finished` event as it happened (payload verbatim: policy, waited_s, reason, ...)."""
+
+    seq: int
+    time: str
+    payload: dict[str, Any]
+
+
+class DeferredAxes(Struct, kw_only=True):
+    declared: list[Deferred]
+    automatic: list[Deferred]
+
+
+class SustainedResult(Struct, kw_only=True):
+    candidate: str
+    status: str
+    gen_tokens: int | None = None
+    sustain_ratio: float | None = None
+    window_tps: list[float] | None = None
+    thermal_before: ThermalReading | None = None
+    thermal_after: ThermalReading | None = None
+    error: str | None = None
+    null_reasons: dict[str, str] = {}
+
+
+class EvalSummary(Struct, kw_only=True):
+    candidate: str
+    tier: str
+    passed: int
+    total: int
+    pass_rate: float
+    unsandboxed: int = 0
+
+
+class Runbook(Struct, kw_only=True):
+    """The runbook JSON (schema version 1). `outcome` is the job's state when the runbook was written."""
+
+    schema_version: int
+    id: str
+    generated_at: str
+    outcome: str
+    job: JobInfo
+    sweep: Sweep
+    provenance: Provenance
+    cooldowns: list[CooldownHappened]
+    deferred: DeferredAxes
+    rows: list[Row]
+    cells: list[CellStats]
+    sustained: list[SustainedResult]
+    evals: list[EvalResult]
+    eval_summary: list[EvalSummary]
+    pareto: list[ContextPareto]

@@ -1,0 +1,134 @@
+"""The sweep file: ids, candidates, sampling, cooldown policy, the sweep itself (inbound: unknown fields fail)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+# ---------------------------------------------------------------------------------------------- ids
+
+CANDIDATE_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+JOB_ID_PATTERN = r"^[a-z0-9-]{8,32}$"
+RUNBOOK_ID_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}-[a-z0-9-]{8,32}$"
+
+CandidateId = Annotated[str, Meta(pattern=CANDIDATE_ID_PATTERN)]
+JobId = Annotated[str, Meta(pattern=JOB_ID_PATTERN)]
+Runtime = Literal["llama-server", "mlx_lm.server", "mlx_vlm.server"]
+RUNTIMES: tuple[str, ...] = ("llama-server", "mlx_lm.server", "mlx_vlm.server")
+
+PathStr = Annotated[str, Meta(min_length=1, max_length=4096)]
+ShortStr = Annotated[str, Meta(max_length=1024)]
+Seconds = Annotated[float, Meta(ge=0, le=7 * 24 * 3600)]
+
+# ------------------------------------------------------------------------------------- sweep file
+
+
+class Spec(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """Speculative / MTP decoding, exactly as benchmarked (the lock preserves it verbatim)."""
+
+    kind: Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")]
+    draft_model: PathStr | None = None
+    draft_max: Annotated[int, Meta(ge=1, le=1024)] | None = None
+
+
+class Candidate(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """One thing to measure: runtime + model + server args + optional spec."""
+
+    id: CandidateId
+    runtime: Runtime
+    model: PathStr
+    request_model: ShortStr | None = None
+    args: Annotated[list[Annotated[str, Meta(max_length=4096)]], Meta(max_length=256)] = []
+    binary: PathStr | None = None
+    env: Annotated[dict[Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")], ShortStr], Meta(max_length=64)] = {}
+    startup_timeout_s: Annotated[float, Meta(gt=0, le=24 * 3600)] = 300.0
+    ctx_size: Annotated[int, Meta(ge=16, le=16_777_216)] | None = None
+    spec: Spec | None = None
+
+    def __post_init__(self) -> None:
+        if ".." in self.id:
+            raise ValueError("candidate id must not contain '..'")
+
+
+class Sampling(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """Greedy by default; sent with every request."""
+
+    temperature: Annotated[float, Meta(ge=0, le=10)] = 0.0
+    seed: Annotated[int, Meta(ge=0, le=2**32 - 1)] = 0
+
+
+class Sustained(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """One long generation per candidate; tokens = 0 turns it off."""
+
+    tokens: Annotated[int, Meta(ge=0, le=1_000_000)] = 1024
+    window: Annotated[int, Meta(ge=1, le=100_000)] = 128
+
+
+CooldownPolicy = Literal["fixed", "thermal", "idle"]
+
+
+class Cooldown(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    policy: CooldownPolicy = "fixed"
+    seconds: Seconds = 5.0
+    max_seconds: Seconds = 180.0
+    target_celsius: Annotated[float, Meta(ge=0, le=150)] = 65.0
+    max_load: Annotated[float, Meta(ge=0, le=1024)] = 0.5
+
+    def __post_init__(self) -> None:
+        if self.max_seconds < self.seconds:
+            raise ValueError("cooldown.max_seconds must be >= cooldown.seconds")
+
+
+class Deferred(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """An axis the sweep did not measure, and why. Nothing unmeasured disappears without a line."""
+
+    axis: Annotated[str, Meta(min_length=1, max_length=200)]
+    reason: Annotated[str, Meta(min_length=1, max_length=2000)]
+
+
+EvalTier = Literal["none", "smoke", "standard"]
+
+
+class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """The sweep file (TOML on disk, JSON in `POST /v1/jobs`). These are all the fields."""
+
+    name: Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,99}$")]
+    contexts: Annotated[list[Annotated[int, Meta(ge=1, le=4_194_304)]], Meta(min_length=1, max_length=64)]
+    gen_tokens: Annotated[int, Meta(ge=1, le=131_072)]
+    candidates: Annotated[list[Candidate], Meta(min_length=1, max_length=64)]
+    probes: Annotated[int, Meta(ge=1, le=1000)] = 3
+    warmup: Annotated[int, Meta(ge=0, le=100)] = 1
+    eval_tier: EvalTier = "none"
+    probe_timeout_s: Annotated[float, Meta(gt=0, le=24 * 3600)] | None = None
+    deferred: Annotated[list[Deferred], Meta(max_length=256)] = []
+    sampling: Sampling = Sampling()
+    sustained: Sustained = Sustained()
+    cooldown: Cooldown = Cooldown()
+
+    def __post_init__(self) -> None:
+        ids = [c.id for c in self.candidates]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"candidate ids must be unique; repeated: {', '.join(dup)}")
+        if len(set(self.contexts)) != len(self.contexts):
+            raise ValueError("contexts must not repeat")
+
+    def effective_probe_timeout_s(self) -> float:
+        """The probe's own timeout: configured, else derived from gen_tokens with a floor.
+
+        The derivation assumes a pessimistic 2 tok/s decode plus 10 s per 1k context tokens of
+        prompt processing, never under 60 s: generous enough for a slow CPU, tight enough that a hung
+        (SIGSTOPped) server is noticed within minutes, not hours.
+        """
+        if self.probe_timeout_s is not None:
+            return self.probe_timeout_s
+        return max(60.0, self.gen_tokens / 2.0 + 10.0 * max(self.contexts) / 1000.0)
+
+
+
+
+def sweep_schema() -> dict[str, Any]:
+    """JSON schema of the sweep file, for editors and `GET /v1/schema`."""
+    return msgspec.json.schema(Sweep)

@@ -1,0 +1,108 @@
+"""`--when` conditions of a queued job: `idle` and `ac-power`. The queue asks `unmet()` before starting.
+
+`unmet()` returns None when every condition holds, else one human line saying why the job waits
+(`benchctl jobs` shows it as the job's `waiting_reason`):
+- `idle`: system CPU load per core (cooldown.CpuLoad: busy fraction of all cores since the previous
+  check) is at most the sweep's `cooldown.max_load`: the same measure and threshold as the idle
+  cooldown policy, so "idle" means one thing in benchd.
+- `ac-power`: the machine is not on battery. When the OS cannot tell ("unknown": VMs, desktops without
+  a battery driver) the job runs; the runbook records the power source as unknown rather than guessing.
+
+The probes are injectable (`Probes`) so tests control load and power without waiting for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from benchd.schemas import Cooldown
+from benchd.sensors.cpu import FIRST_LOAD_WINDOW_S, CpuLoad
+from benchd.sensors.power.status import PowerStatus, power_status
+
+
+class RecentLoad:
+    """System CPU load per core since the previous check, measured by `benchd.engine.cooldown.CpuLoad`.
+
+    One measure of load for the idle cooldown and the idle condition (the cooldown module explains
+    why it is a cpu_times delta, not the 1-minute load average). The queue re-checks waiting jobs every
+    30 s, so a check sees the load over the last 30 s. Returns NaN when no interval has elapsed yet
+    (the first check); `unmet` then measures a short window. Checks under a second apart (several
+    waiting jobs in one pass) reuse the last figure instead of measuring a sliver.
+    """
+
+    REUSE_WITHIN_S = 1.0
+
+    def __init__(self) -> None:
+        self._meter: CpuLoad | None = None
+        self._last: tuple[float, float] | None = None  # (monotonic time, value)
+
+    def __call__(self) -> float | None:
+        now = time.monotonic()
+        if self._last is not None and now - self._last[0] < self.REUSE_WITHIN_S:
+            return self._last[1]
+        if self._meter is None:
+            self._meter = CpuLoad()
+            return math.nan
+        value = self._meter()
+        if not math.isnan(value):
+            self._last = (now, value)
+        return value
+
+
+load_per_core = RecentLoad()
+
+
+@dataclass(frozen=True)
+class Probes:
+    """Where `unmet` reads the machine's state (seams for tests; the defaults read the real OS)."""
+
+    load_per_core: Callable[[], float | None] = field(default=load_per_core)
+    power: Callable[[], PowerStatus] = field(default=power_status)
+
+
+DEFAULT_PROBES = Probes()
+
+
+def idle_reason(load: float | None, max_load: float) -> str | None:
+    if load is None:
+        return None  # the OS gives no load figure: waiting forever would be worse than running
+    if load > max_load:
+        return f"waiting for idle: load {load:.2f}/core > {max_load:.2f}"
+    return None
+
+
+def power_reason(status: PowerStatus) -> str | None:
+    if status.source != "battery":
+        return None  # "ac" runs; "unknown" runs too, and is recorded as unknown
+    pct = f" {status.percent:.0f} %" if status.percent is not None else ""
+    return f"waiting for AC power: on battery{pct}"
+
+
+async def unmet(when: list[str], cooldown: Cooldown, *, probes: Probes = DEFAULT_PROBES) -> str | None:
+    """None when every condition in `when` holds now, else why the job waits ("; "-joined).
+
+    An unknown condition name is a bug upstream (the schema only admits "idle" and "ac-power"), so it
+    raises ValueError rather than silently running or waiting forever.
+    """
+    reasons: list[str] = []
+    for cond in when:
+        if cond == "idle":
+            load = probes.load_per_core()
+            if load is not None and math.isnan(load):  # no interval yet: measure a short one
+                await asyncio.sleep(FIRST_LOAD_WINDOW_S)
+                load = probes.load_per_core()
+            if load is not None and math.isnan(load):
+                load = None
+            reason = idle_reason(load, cooldown.max_load)
+        elif cond == "ac-power":
+            # pmset on macOS is a subprocess: keep it off the event loop.
+            reason = power_reason(await asyncio.to_thread(probes.power))
+        else:
+            raise ValueError(f"unknown --when condition {cond!r}")
+        if reason:
+            reasons.append(reason)
+    return "; ".join(reasons) if reasons else None

@@ -1,0 +1,222 @@
+"""Facts about the machine, benchd and the model files: one `collect_*` function per area (pyperf's _collect_metadata).
+
+Every value is a plain fact read from the OS or a file, never a guess: when a read fails or the OS
+does not tell, the value is None and `null_reasons[field]` says why. macOS-only readers (sysctl,
+pmset) are isolated: `_sysctl` here, and the power source comes from `benchd.sensors.power` (whose pmset
+parser lives in the darwin-only `benchd.sensors.power.darwin` and is tested on committed sample outputs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+import benchd
+from benchd.schemas import (
+    BenchdInfo,
+    MachineInfo,
+    ModelInfo,
+)
+from benchd.sensors.power.status import PowerStatus
+
+# ------------------------------------------------------------------------------------------ structs
+
+
+SHA256_FILE_METHOD = "sha256 of the file's bytes"
+SHA256_DIR_METHOD = (
+    "sha256 over the directory's regular files in sorted relative-path order, each fed as "
+    "'<relative path>\\n<size>\\n' followed by its bytes (symlinks followed)"
+)
+
+# --------------------------------------------------------------------------------------- machine
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text(errors="replace").strip("\x00\n ")
+    except OSError:
+        return None
+
+
+def _sysctl(name: str) -> str | None:
+    """macOS only: `sysctl -n name`, None if it fails."""
+    try:
+        out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def _linux_cpu_model() -> str | None:
+    text = _read("/proc/cpuinfo") or ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "Hardware", "cpu model") and value.strip():
+            return value.strip()
+    return None
+
+
+def _linux_os_release() -> tuple[str | None, str | None]:
+    text = _read("/etc/os-release") or ""
+    fields = dict(
+        (k, v.strip().strip('"')) for k, _, v in (line.partition("=") for line in text.splitlines()) if k
+    )
+    return fields.get("NAME"), fields.get("VERSION_ID") or fields.get("VERSION")
+
+
+def _linux_hardware_model() -> tuple[str | None, str | None]:
+    for path in ("/proc/device-tree/model", "/sys/devices/virtual/dmi/id/product_name"):
+        value = _read(path)
+        if value:
+            vendor = _read("/sys/devices/virtual/dmi/id/sys_vendor") if "dmi" in path else None
+            return (f"{vendor} {value}" if vendor and vendor not in value else value), path
+    return None, None
+
+
+def collect_machine() -> MachineInfo:
+    """Hardware model/chip, CPU model, cores, memory, OS, kernel, power source."""
+    info = MachineInfo()
+    nulls = info.null_reasons
+    src = info.sources
+    uname = platform.uname()
+    info.kernel = f"{uname.system} {uname.release} {uname.version}".strip()
+    info.arch = uname.machine or None
+    info.cores_logical = psutil.cpu_count(logical=True)
+    info.cores_physical = psutil.cpu_count(logical=False)
+    info.memory_bytes = int(psutil.virtual_memory().total)
+    src.update(cores_logical="psutil.cpu_count", cores_physical="psutil.cpu_count", memory_bytes="psutil.virtual_memory")
+    if sys.platform == "darwin":
+        info.os, info.os_version = "macOS", platform.mac_ver()[0] or None
+        info.hardware_model = _sysctl("hw.model")
+        info.chip = info.cpu_model = _sysctl("machdep.cpu.brand_string")
+        src.update(hardware_model="sysctl hw.model", chip="sysctl machdep.cpu.brand_string",
+                   cpu_model="sysctl machdep.cpu.brand_string", os_version="platform.mac_ver")
+    elif sys.platform.startswith("linux"):
+        info.os, info.os_version = _linux_os_release()
+        src.update(os="/etc/os-release", os_version="/etc/os-release")
+        info.hardware_model, where = _linux_hardware_model()
+        if where:
+            src["hardware_model"] = where
+        else:
+            nulls["hardware_model"] = "neither /proc/device-tree/model nor DMI product_name is readable"
+        info.cpu_model = _linux_cpu_model()
+        src["cpu_model"] = "/proc/cpuinfo"
+        nulls["chip"] = "no separate chip name on Linux (see cpu_model)"
+    else:
+        info.os, info.os_version = uname.system, uname.release
+        info.cpu_model = platform.processor() or None
+    power = collect_power()
+    info.power_source = power.get("power_source")
+    info.battery_percent = power.get("battery_percent")
+    src.update({k: v for k, v in power.get("sources", {}).items()})
+    nulls.update(power.get("null_reasons", {}))
+    for field in ("hardware_model", "chip", "cpu_model", "cores_logical", "cores_physical", "memory_bytes",
+                  "os", "os_version", "kernel", "arch", "power_source", "battery_percent"):
+        if getattr(info, field) is None and field not in nulls:
+            nulls[field] = f"not reported by this OS ({sys.platform})"
+    return info
+
+
+# ----------------------------------------------------------------------------------------- power
+
+
+def power_fields(status: PowerStatus) -> dict[str, Any]:
+    """`benchd.sensors.power.status.PowerStatus` → the machine fields (power_source, battery_percent) with sources/reasons.
+
+    The readers themselves (Linux /sys/class/power_supply, macOS `pmset -g batt` via the
+    darwin-isolated `benchd.sensors.power.darwin` parser) belong to `benchd.sensors.power.status`; this only maps the answer.
+    """
+    out: dict[str, Any] = {"power_source": None, "battery_percent": status.percent, "null_reasons": {}, "sources": {}}
+    if status.source == "unknown":
+        out["null_reasons"]["power_source"] = status.reason or "the OS does not say"
+    else:
+        out["power_source"] = status.source
+        out["sources"]["power_source"] = status.method or "benchd.sensors.power.status"
+    if status.percent is None:
+        out["null_reasons"]["battery_percent"] = "no battery reported"
+    else:
+        out["sources"]["battery_percent"] = status.method or "benchd.sensors.power.status"
+    return out
+
+
+def collect_power() -> dict[str, Any]:
+    from benchd.sensors.power.status import power_status
+
+    return power_fields(power_status())
+
+
+# ---------------------------------------------------------------------------------------- benchd
+
+
+def collect_benchd() -> BenchdInfo:
+    return BenchdInfo(version=benchd.__version__, python=platform.python_version(), executable=sys.executable)
+
+
+# ----------------------------------------------------------------------------------------- models
+
+
+def _file_sha256(path: Path, h: Any | None = None) -> Any:
+    h = h or hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h
+
+
+def _cache_key(path: Path) -> str:
+    st = path.stat()
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+
+
+def hash_model(path: str | Path, cache_file: Path | None = None) -> ModelInfo:
+    """Size and sha256 of a model file, or of an MLX model directory (method named in the result).
+
+    Hashing a 20 GB GGUF takes tens of seconds, so results are cached in `cache_file` keyed by the
+    resolved path, size and mtime (a changed file is hashed again). Directories are not cached.
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        return ModelInfo(path=str(path), kind="missing",
+                         null_reasons={"bytes": "model path does not exist", "sha256": "model path does not exist"})
+    if p.is_dir():
+        files = sorted((f for f in p.rglob("*") if f.is_file()), key=lambda f: f.relative_to(p).as_posix())
+        h = hashlib.sha256()
+        total = 0
+        for f in files:
+            size = f.stat().st_size
+            total += size
+            h.update(f"{f.relative_to(p).as_posix()}\n{size}\n".encode())
+            _file_sha256(f, h)
+        return ModelInfo(path=str(path), kind="dir", bytes=total, sha256=h.hexdigest(),
+                         sha256_method=SHA256_DIR_METHOD, files=len(files))
+    cache: dict[str, str] = {}
+    key = _cache_key(p)
+    if cache_file is not None:
+        try:
+            cache = json.loads(cache_file.read_text())
+        except (OSError, ValueError):
+            cache = {}
+    digest = cache.get(key)
+    if digest is None:
+        digest = _file_sha256(p).hexdigest()
+        if cache_file is not None:
+            cache[key] = digest
+            try:
+                cache_file.parent.mkdir(parents=True, exist_ok=True)
+                tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
+                tmp.write_text(json.dumps(cache, indent=0, sort_keys=True))
+                os.replace(tmp, cache_file)
+            except OSError:
+                pass  # the cache is an optimisation; the digest itself is returned either way
+    return ModelInfo(path=str(path), kind="file", bytes=p.stat().st_size, sha256=digest,
+                     sha256_method=SHA256_FILE_METHOD, files=1)
+
+

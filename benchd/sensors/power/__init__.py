@@ -1,0 +1,2 @@
+"""Power source and sleep prevention (`status`), with macOS's pmset/caffeinate parsing in `darwin`.
+Imports the floor only."""

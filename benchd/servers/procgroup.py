@@ -1,0 +1,121 @@
+"""Process groups, ports and log tails: the OS-level helpers the supervisor and the orphan reaper share.
+
+Why a module of its own: both `benchd.servers.supervisor` (teardown of a server it runs) and
+`benchd.servers.records` (reaping servers a dead daemon left) must find and kill a whole process group,
+and the probe tests need a free port; these are plain psutil/socket functions with no server state.
+
+- Group members are found by process group, not by parentage: a grandchild whose parent died was
+  reparented to init but is still in the group. Only processes created at or after the leader count,
+  so a pid reused since then is never touched.
+- Ports: a free 127.0.0.1 port is found by binding port 0. Between that check and the server's own bind
+  another program can take it, so a health answer is trusted only when the listening socket belongs to
+  our process tree (`listens_on`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+from pathlib import Path
+
+import psutil
+
+from benchd.config import HOST
+
+LOG_TAIL_BYTES = 4000
+
+
+def exit_status(returncode: int) -> str:
+    """`exit N` or `signal N` (asyncio reports death by signal as -N)."""
+    return f"signal {-returncode}" if returncode < 0 else f"exit {returncode}"
+
+
+def read_log_tail(path: Path, max_bytes: int = LOG_TAIL_BYTES) -> str:
+    """The last `max_bytes` of a server log (reaching into `.log.1` right after a rotation)."""
+    chunks: list[bytes] = []
+    need = max_bytes
+    for p in (path, path.with_name(path.name + ".1")):
+        try:
+            with p.open("rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - need))
+                data = f.read()
+        except OSError:
+            continue
+        chunks.insert(0, data)
+        need -= len(data)
+        if need <= 0:
+            break
+    return b"".join(chunks)[-max_bytes:].decode("utf-8", "replace")
+
+
+def free_port() -> int:
+    """A port nobody listens on right now (bind port 0 on 127.0.0.1; the kernel picks)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def listens_on(pid: int, port: int) -> bool:
+    """Whether `pid` or one of its descendants listens on `port` (who answers health is ours)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return False
+    for p in procs:
+        try:
+            conns = p.net_connections(kind="tcp")
+        except psutil.Error:
+            continue
+        if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns):
+            return True
+    return False
+
+
+def alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+async def wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Poll (no thread, no busy wait) until every process is gone or a zombie; returns survivors."""
+    deadline = time.monotonic() + timeout_s
+    left = [p for p in procs if alive(p)]
+    while left and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+        left = [p for p in left if alive(p)]
+    return left
+
+
+def group_members(pgid: int, since: float) -> list[psutil.Process]:
+    """Live processes in process group `pgid` created at or after `since` (psutil create_time)."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid and p.create_time() >= since - 0.01 and alive(p):
+                out.append(p)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return out
+
+
+def killpg(pgid: int, sig: int) -> None:
+    """Signal a whole process group; a group already gone (or no longer ours) is not an error."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)

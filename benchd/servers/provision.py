@@ -1,0 +1,296 @@
+"""Runtime provisioning: build llama-server and make the MLX venv (finding them is `benchd.servers.locate`).
+
+Why build from the llama-cpp-python sdist: Debian has no llama.cpp package and the only prebuilt CPU wheel
+needs AVX512/AMX (SIGILL here), while the pinned sdist vendors a known llama.cpp tree (build b1-0c1e570).
+Everything lands in the cache dir keyed by version (`<cache>/runtimes/llama.cpp-0.3.36/`,
+`<cache>/runtimes/mlx-0.32.4_lm-0.32.2_vlm-0.7.10_py3.11/`), and a completion marker `installed.json`
+is written last, so an interrupted install is redone and a finished one is a no-op (seconds).
+Installs of one runtime are serialised with a file lock (two test sessions may start at once).
+
+Library code: errors are `BenchdError` with one line naming the problem and the fix; only benchctl exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from benchd.errors import BenchdError
+
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+MLX_VERSION = "0.32.4"
+MLX_LM_VERSION = "0.32.2"
+MLX_VLM_VERSION = "0.7.10"
+LLAMA_TARGETS = ("llama-server", "llama-bench")
+RUNTIMES = ("llama-server", "mlx")
+MARKER = "installed.json"
+
+#: The options that worked on Linux x86-64 (shared/reference/runtimes.md). The UI options stop the build
+#: from downloading web assets; the ISA options keep a GGML_NATIVE=OFF build fast (x86 with AVX2 only).
+LLAMA_CMAKE_BASE = [
+    "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF", "-DBUILD_SHARED_LIBS=OFF",
+]
+LLAMA_CMAKE_X86_AVX2 = [
+    "-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON",
+]
+
+Log = Callable[[str], None]
+
+
+def mlx_requirements() -> list[str]:
+    """Pinned MLX packages: the CPU backend wheel on Linux, plain `mlx` (Metal) on macOS."""
+    mlx = f"mlx=={MLX_VERSION}" if sys.platform == "darwin" else f"mlx[cpu]=={MLX_VERSION}"
+    return [mlx, f"mlx-lm=={MLX_LM_VERSION}", f"mlx-vlm=={MLX_VLM_VERSION}"]
+
+
+def llama_dir(cache_dir: Path) -> Path:
+    return Path(cache_dir) / "runtimes" / f"llama.cpp-{LLAMA_CPP_PYTHON_VERSION}"
+
+
+def mlx_dir(cache_dir: Path) -> Path:
+    py = f"py{sys.version_info.major}.{sys.version_info.minor}"
+    return Path(cache_dir) / "runtimes" / f"mlx-{MLX_VERSION}_lm-{MLX_LM_VERSION}_vlm-{MLX_VLM_VERSION}_{py}"
+
+
+def llama_cmake_options() -> list[str]:
+    """Base options plus the x86 ISA set when this CPU has AVX2 (else a portable/native build)."""
+    machine = platform.machine().lower()
+    if machine in ("x86_64", "amd64"):
+        flags = ""
+        with contextlib.suppress(OSError):
+            flags = Path("/proc/cpuinfo").read_text()
+        if sys.platform == "darwin" or " avx2" in flags:
+            return LLAMA_CMAKE_BASE + LLAMA_CMAKE_X86_AVX2
+        return [*LLAMA_CMAKE_BASE, "-DGGML_NATIVE=OFF"]
+    return [*LLAMA_CMAKE_BASE, "-DGGML_NATIVE=ON"]  # arm64: NEON is baseline, native adds dotprod etc.
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+
+def _read_marker(root: Path) -> dict[str, object] | None:
+    try:
+        data = json.loads((root / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_marker(root: Path, data: dict[str, object]) -> None:
+    tmp = root / (MARKER + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, root / MARKER)
+
+
+def _ensure_writable(root: Path) -> None:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise BenchdError(
+            "cache_unwritable",
+            f"cache dir {root} is not writable ({exc.strerror}): set $BENCHD_CACHE_DIR to a writable folder",
+            "cache_dir",
+        ) from exc
+
+
+@contextlib.contextmanager
+def _install_lock(root: Path, log: Log) -> Iterator[None]:
+    """One installer per runtime folder at a time (blocking; a concurrent one finishes, we then reuse)."""
+    with open(root / ".install.lock", "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"another install is running in {root}; waiting for it")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def _run(argv: list[str], log_path: Path, what: str, cwd: Path | None = None) -> None:
+    """Run a step, appending its output to `log_path`; a failure names the log."""
+    with open(log_path, "a") as fh:
+        fh.write(f"$ {' '.join(argv)}\n")
+        fh.flush()
+        proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=cwd, check=False)
+        fh.write(f"rc={proc.returncode}\n")
+    if proc.returncode != 0:
+        raise BenchdError("install_failed", f"{what} failed (exit {proc.returncode}): see {log_path}")
+
+
+def _which_compiler() -> str | None:
+    for cxx in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if cxx and shutil.which(cxx):
+            return cxx
+    return None
+
+
+def _check_build_tools() -> None:
+    hint = "xcode-select --install && brew install cmake" if sys.platform == "darwin" else \
+        "apt-get install build-essential cmake ninja-build (or your distribution's equivalent)"
+    if shutil.which("cmake") is None:
+        raise BenchdError("missing_tool", f"cmake not found on PATH, needed to build llama-server: {hint}")
+    if _which_compiler() is None:
+        raise BenchdError("missing_tool", f"no C++ compiler (c++, g++, clang++) on PATH: {hint}")
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+# ---------------------------------------------------------------------------------------- llama.cpp
+
+
+def _llama_source(root: Path, log: Log) -> Path:
+    """The vendored llama.cpp tree of the pinned sdist, downloading and extracting it if needed."""
+    stem = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}"
+    src = root / "src" / stem / "vendor" / "llama.cpp"
+    if (src / "CMakeLists.txt").is_file():
+        return src
+    sdist = Path(os.environ.get("BENCHD_LLAMA_SDIST", "")) if os.environ.get("BENCHD_LLAMA_SDIST") else None
+    if sdist is None or not sdist.is_file():
+        dl = root / "dl"
+        dl.mkdir(exist_ok=True)
+        sdist = dl / f"{stem}.tar.gz"
+        if not sdist.is_file():
+            log(f"downloading llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} sdist (~77 MB)")
+            _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                  "-d", str(dl), f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}"],
+                 root / "download.log", "downloading the llama-cpp-python sdist")
+    log(f"extracting {sdist.name}")
+    tmp = root / "src.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp, filter="data")
+    shutil.rmtree(root / "src", ignore_errors=True)
+    os.replace(tmp, root / "src")
+    if not (src / "CMakeLists.txt").is_file():
+        raise BenchdError("install_failed", f"{sdist} has no vendor/llama.cpp tree: delete it and retry")
+    return src
+
+
+def install_llama(cache_dir: Path, log: Log) -> Path:
+    """Build llama-server and llama-bench into `<cache>/runtimes/llama.cpp-<v>/bin`; returns that dir.
+
+    Idempotent: with a valid marker and both binaries present it returns at once. An existing `build/`
+    tree is reused (CMake/Ninja only rebuild what changed), so a half-finished build resumes.
+    """
+    root = llama_dir(Path(cache_dir))
+    bin_dir = root / "bin"
+    marker = _read_marker(root)
+    if marker and marker.get("version") == LLAMA_CPP_PYTHON_VERSION and all(
+        _executable(bin_dir / t) for t in LLAMA_TARGETS
+    ):
+        log(f"llama-server {LLAMA_CPP_PYTHON_VERSION} already installed in {bin_dir}")
+        return bin_dir
+    _ensure_writable(root)
+    _check_build_tools()
+    with _install_lock(root, log):
+        marker = _read_marker(root)  # a concurrent installer may have finished meanwhile
+        if marker and all(_executable(bin_dir / t) for t in LLAMA_TARGETS):
+            return bin_dir
+        started = time.monotonic()
+        src = _llama_source(root, log)
+        build = root / "build"
+        options = llama_cmake_options()
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        log(f"configuring llama.cpp ({'Ninja' if generator else 'default generator'}); log: {root / 'cmake.log'}")
+        _run(["cmake", "-S", str(src), "-B", str(build), *generator, *options],
+             root / "cmake.log", "configuring llama.cpp with cmake")
+        jobs = str(os.cpu_count() or 2)
+        log(f"building {', '.join(LLAMA_TARGETS)} with {jobs} jobs (~6 min on 2 cores); log: {root / 'build.log'}")
+        _run(["cmake", "--build", str(build), "--config", "Release", "-j", jobs,
+              "--target", *LLAMA_TARGETS], root / "build.log", "building llama-server")
+        bin_dir.mkdir(exist_ok=True)
+        for target in LLAMA_TARGETS:
+            built = build / "bin" / target
+            if not _executable(built):
+                raise BenchdError("install_failed", f"the build produced no {built}: see {root / 'build.log'}")
+            tmp = bin_dir / f".{target}.tmp"
+            shutil.copy2(built, tmp)
+            os.replace(tmp, bin_dir / target)
+        _write_marker(root, {
+            "runtime": "llama-server",
+            "version": LLAMA_CPP_PYTHON_VERSION,
+            "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "seconds": round(time.monotonic() - started, 1),
+            "source": str(src),
+            "build_dir": str(build),
+            "binaries": {t: str(bin_dir / t) for t in LLAMA_TARGETS},
+            "cmake_options": options,
+        })
+        log(f"llama-server {LLAMA_CPP_PYTHON_VERSION} installed in {bin_dir}")
+        return bin_dir
+
+
+# ---------------------------------------------------------------------------------------------- MLX
+
+
+def _venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def install_mlx(cache_dir: Path, log: Log) -> Path:
+    """Create the pinned MLX venv at `<cache>/runtimes/mlx-..._py<X.Y>/venv`; returns the venv dir.
+
+    The venv is made in place (a venv cannot be moved: its scripts hard-code their interpreter path); the
+    marker written after an import check is what makes it count as installed.
+    """
+    root = mlx_dir(Path(cache_dir))
+    venv = root / "venv"
+    marker = _read_marker(root)
+    if marker and marker.get("requirements") == mlx_requirements() and _executable(_venv_python(venv)):
+        log(f"MLX runtimes already installed in {venv}")
+        return venv
+    _ensure_writable(root)
+    with _install_lock(root, log):
+        marker = _read_marker(root)
+        if marker and marker.get("requirements") == mlx_requirements() and _executable(_venv_python(venv)):
+            return venv
+        started = time.monotonic()
+        log_path = root / "install.log"
+        shutil.rmtree(venv, ignore_errors=True)
+        log(f"creating {venv}")
+        _run([sys.executable, "-m", "venv", str(venv)], log_path, "creating the MLX venv")
+        log(f"installing {' '.join(mlx_requirements())} (~1-2 min, ~1 GB); log: {log_path}")
+        _run([str(_venv_python(venv)), "-m", "pip", "install", "--disable-pip-version-check",
+              *mlx_requirements()], log_path, "installing the MLX packages")
+        _run([str(_venv_python(venv)), "-c", "import mlx.core, mlx_lm, mlx_vlm"], log_path,
+             "importing mlx, mlx_lm and mlx_vlm in the new venv")
+        _write_marker(root, {
+            "runtime": "mlx",
+            "version": MLX_VERSION,
+            "requirements": mlx_requirements(),
+            "python": sys.version.split()[0],
+            "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "seconds": round(time.monotonic() - started, 1),
+            "venv": str(venv),
+        })
+        log(f"MLX runtimes installed in {venv}")
+        return venv
+
+
+def install(runtime: str, cache_dir: Path, log: Log) -> list[Path]:
+    """`benchctl runtimes install RUNTIME`: 'llama-server', 'mlx' or 'all'."""
+    if runtime not in (*RUNTIMES, "all"):
+        raise BenchdError("unknown_runtime", f"unknown runtime {runtime!r}: use llama-server, mlx or all", "runtime")
+    out = []
+    if runtime in ("llama-server", "all"):
+        out.append(install_llama(cache_dir, log))
+    if runtime in ("mlx", "all"):
+        out.append(install_mlx(cache_dir, log))
+    return out

@@ -1,0 +1,157 @@
+"""Server records in `<state>/servers/` and the reaping of servers a dead daemon left running.
+
+Why: a daemon killed (kill -9, power loss) while it runs servers leaves them running for ever, holding
+memory and ports, and skewing the next job's measurements. Every server is therefore recorded on disk,
+and a new daemon kills what the old one left before it starts anything.
+
+- `<pid>.json` (pid, pgid, psutil create_time, argv, job, candidate) is written before readiness and
+  removed by `Supervisor.stop()`. `reap_orphans()` kills recorded groups whose leader still exists with
+  the same create_time, and only those: a reused pid has another create_time and is left alone.
+- `pending-<token>.json` is written BEFORE each spawn, and the token put in the server's environment
+  (`SERVER_TOKEN_ENV`): a daemon killed between the spawn and the pid record left an unrecorded server
+  running for ever (the fault suite's kill -9 at server start hit that window). The reaper finds such a
+  server by the token in its environment and kills its group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Container
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import psutil
+
+from benchd.servers.procgroup import alive, group_members, killpg, wait_gone
+
+if TYPE_CHECKING:
+    from benchd.servers.server import Server
+
+SERVER_TOKEN_ENV = "BENCHD_SERVER_TOKEN"
+PENDING_PREFIX = "pending-"
+
+
+def write_record(servers_dir: Path, server: Server) -> None:
+    """`<pid>.json` for a spawned server (atomically: a reaper never reads half a record)."""
+    servers_dir.mkdir(parents=True, exist_ok=True)
+    record = {
+        "pid": server.pid,
+        "pgid": server.pgid,
+        "start_time": server.create_time,
+        "argv": server.argv,
+        "job": server.job,
+        "candidate": server.candidate.id,
+        "port": server.port,
+        "log_path": str(server.log_path),
+    }
+    tmp = server.record_path.with_suffix(".tmp")
+    tmp.write_bytes(msgspec.json.encode(record))
+    os.replace(tmp, server.record_path)
+
+
+def write_pending(servers_dir: Path, token: str, argv: list[str], job: str, candidate: str) -> Path:
+    """`pending-<token>.json`, written before the spawn of the server that carries `token`."""
+    servers_dir.mkdir(parents=True, exist_ok=True)
+    path = servers_dir / f"{PENDING_PREFIX}{token}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(msgspec.json.encode({"token": token, "argv": argv, "job": job, "candidate": candidate}))
+    os.replace(tmp, path)
+    return path
+
+
+def read_pending(path: Path) -> dict[str, Any] | None:
+    """A pending record, or None (and the file removed) when it cannot be read."""
+    try:
+        rec = msgspec.json.decode(path.read_bytes())
+        str(rec["token"])
+        return rec  # type: ignore[no-any-return]
+    except (OSError, msgspec.DecodeError, KeyError, TypeError):
+        path.unlink(missing_ok=True)
+        return None
+
+
+async def reap_pending(path: Path, own_tokens: Container[str], grace_s: float) -> dict[str, Any] | None:
+    """A server whose spawn a dead daemon recorded only as pending: find it by its token, kill its group.
+
+    None for a record of a spawn this daemon has in progress (its token is in `own_tokens`).
+    """
+    rec = read_pending(path)
+    if rec is None:
+        return {"path": str(path), "action": "unreadable"}
+    token = str(rec["token"])
+    if token in own_tokens:
+        return None
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(SERVER_TOKEN_ENV) == token:
+                found.append(p)
+        except (psutil.Error, OSError):
+            continue
+    members: list[psutil.Process] = []
+    for p in found:
+        with contextlib.suppress(ProcessLookupError, psutil.Error):
+            pgid = os.getpgid(p.pid)
+            members += group_members(pgid, p.create_time())
+            killpg(pgid, signal.SIGTERM)
+    survivors = await wait_gone(found + members, grace_s)
+    for p in survivors:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    await wait_gone(survivors, 5.0)
+    path.unlink(missing_ok=True)  # noqa: ASYNC240 (a tiny file, and reaping runs before the API serves)
+    return {**rec, "pid": found[0].pid if found else None, "action": "killed" if found else "gone"}
+
+
+async def reap_orphans(
+    servers_dir: Path, *, own_pids: Container[int], own_tokens: Container[str], grace_s: float
+) -> list[dict[str, Any]]:
+    """Kill servers a previous daemon left behind (recorded pid alive with the recorded start time).
+
+    Returns one entry per record: its fields plus `action` = "killed" | "gone" | "pid-reused" |
+    "unreadable". Records of servers the caller runs itself (`own_pids`, `own_tokens`; read as the
+    reaping goes, so pass the live collections) are left alone.
+    """
+    # Blocking file calls on the loop are fine here: a few tiny files, and reaping runs before the API serves.
+    out: list[dict[str, Any]] = []
+    if not servers_dir.is_dir():  # noqa: ASYNC240
+        return out
+    for path in sorted(servers_dir.glob(PENDING_PREFIX + "*.json")):  # noqa: ASYNC240
+        entry = await reap_pending(path, own_tokens, grace_s)
+        if entry is not None:
+            out.append(entry)
+    for path in sorted(servers_dir.glob("*.json")):  # noqa: ASYNC240
+        if path.name.startswith(PENDING_PREFIX):
+            continue
+        try:
+            rec = msgspec.json.decode(path.read_bytes())
+            pid, pgid, start = int(rec["pid"]), int(rec["pgid"]), float(rec["start_time"])
+        except (OSError, msgspec.DecodeError, KeyError, TypeError, ValueError):
+            out.append({"path": str(path), "action": "unreadable"})
+            path.unlink(missing_ok=True)
+            continue
+        if pid in own_pids:
+            continue
+        action = "gone"
+        try:
+            proc = psutil.Process(pid)
+            same = abs(proc.create_time() - start) < 0.01 and os.getpgid(pid) == pgid
+        except (psutil.Error, ProcessLookupError):
+            proc, same = None, False
+        if proc is not None and not same:
+            action = "pid-reused"
+        elif proc is not None and alive(proc):
+            members = group_members(pgid, start)
+            killpg(pgid, signal.SIGTERM)
+            survivors = await wait_gone(members, grace_s)
+            for p in survivors:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            await wait_gone(survivors, 5.0)
+            action = "killed"
+        path.unlink(missing_ok=True)
+        out.append({**rec, "action": action})
+    return out

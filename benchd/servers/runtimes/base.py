@@ -1,0 +1,398 @@
+"""What every runtime adapter provides, and the pieces they share.
+
+The supervisor, the probe client and the sweep engine never branch on a runtime's name: they ask its
+adapter (`benchd.servers.runtimes.get_adapter(candidate.runtime)`). An adapter is stateless; everything a
+call needs is passed in. The three adapters differ in the command line, readiness, provenance and in
+how the raw final chunk maps to normalized metrics (`normalize`), which is why those are the methods.
+
+Shared here: the OpenAI-style streamed chat request body, the HTTP GET/POST helpers (one fresh
+connection per request: llama-server closes the connection after each streamed answer even though it
+advertises keep-alive, and a pooled client then loses the next request), the check that candidate
+`args` do not set what the adapter owns, and `Normalized`, the runtime-independent metric record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import aiohttp
+import msgspec
+
+from benchd.config import Config
+from benchd.errors import BenchdError
+from benchd.probe_result import ProbeResult
+from benchd.schemas import Candidate, Row, Sampling
+from benchd.servers import locate
+
+#: Margin added to `context + gen_tokens` when an adapter sizes the server's context itself: the chat
+#: template wraps the prompt in a few tokens, and the prompt builder is allowed to be 1 % off.
+CTX_MARGIN_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """One health poll: ready or not, with the server's own words for the log/error message."""
+
+    ready: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class Normalized:
+    """One probe's metrics in runtime-independent form, named like `schemas.Row`'s fields.
+
+    Every non-null metric has its source in `sources`; every null metric that a reader might expect has
+    a reason in `null_reasons`. `server_peak_memory_bytes` is a separate figure from the OS sampler's
+    `mem_peak_bytes` (mlx_vlm reports its own MLX peak); it reaches a Row only once Row has that field.
+    """
+
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    gen_tokens: int | None = None
+    prompt_tps: float | None = None
+    gen_tps: float | None = None
+    gen_tps_client: float | None = None
+    ttft_ms: float | None = None
+    e2e_ms: float | None = None
+    draft_n: int | None = None
+    draft_accepted: int | None = None
+    draft_acceptance: float | None = None
+    server_peak_memory_bytes: int | None = None
+    sources: dict[str, str] = field(default_factory=dict)
+    null_reasons: dict[str, str] = field(default_factory=dict)
+
+    def row_fields(self) -> dict[str, Any]:
+        """The fields `schemas.Row` knows, ready for `Row(**fields, job=..., ...)`."""
+        known = set(Row.__struct_fields__)
+        return {k: v for k, v in dataclasses.asdict(self).items() if k in known}
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class RuntimeAdapter:
+    """Base class: shared behaviour; each runtime module subclasses and fills in the class attributes.
+
+    Methods a subclass must provide: `command`, `argv`, `check_ready`, `version`, `normalize`.
+    """
+
+    #: The runtime's name as in `schemas.Runtime`.
+    name: ClassVar[str] = ""
+    #: Spec kinds this runtime supports (checked against the pinned build's `--help`).
+    spec_kinds: ClassVar[tuple[str, ...]] = ()
+    #: Spec kinds that need no `draft_model`.
+    spec_kinds_without_draft: ClassVar[tuple[str, ...]] = ()
+    #: Candidate args the adapter owns: flag -> what to use instead.
+    reserved_args: ClassVar[Mapping[str, str]] = {}
+    #: Where `version()` gets its answer (provenance of the provenance).
+    version_source: ClassVar[str] = ""
+    #: The readiness endpoint.
+    health_path: ClassVar[str] = "/health"
+    #: Whether the server exposes Prometheus counters that cross-check draft acceptance (`/metrics`).
+    reads_counters: ClassVar[bool] = False
+
+    # ------------------------------------------------------------------ validation and planning
+
+    def validate(self, candidate: Candidate) -> list[BenchdError]:
+        """Everything wrong with a candidate for this runtime, each naming the field (empty: fine)."""
+        errors: list[BenchdError] = []
+        for i, arg in enumerate(candidate.args):
+            flag = arg.split("=", 1)[0]
+            if flag in self.reserved_args:
+                errors.append(
+                    BenchdError(
+                        "reserved_arg",
+                        f"candidate {candidate.id!r}: {self.name} argument {flag!r} is set by benchd; "
+                        f"{self.reserved_args[flag]}",
+                        f"$.candidates[{candidate.id}].args[{i}]",
+                    )
+                )
+        spec = candidate.spec
+        if spec is not None:
+            if spec.kind not in self.spec_kinds:
+                supported = ", ".join(self.spec_kinds) or "none"
+                errors.append(
+                    BenchdError(
+                        "unsupported_spec",
+                        f"candidate {candidate.id!r}: {self.name} does not support spec kind "
+                        f"{spec.kind!r}; supported: {supported}",
+                        f"$.candidates[{candidate.id}].spec.kind",
+                    )
+                )
+            elif spec.draft_model is None and spec.kind not in self.spec_kinds_without_draft:
+                errors.append(
+                    BenchdError(
+                        "missing_draft_model",
+                        f"candidate {candidate.id!r}: spec kind {spec.kind!r} needs `spec.draft_model`",
+                        f"$.candidates[{candidate.id}].spec.draft_model",
+                    )
+                )
+        return errors
+
+    def restarts_per_context(self, candidate: Candidate) -> bool:
+        """Whether the server must restart for every context of the grid (its context size changes)."""
+        return False
+
+    def server_ctx_size(self, candidate: Candidate, context: int, gen_tokens: int) -> int | None:
+        """The context size to start the server with for this cell; None = the server sizes itself."""
+        return None
+
+    def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
+        """The resolved command prefix (binary, or interpreter + module) and how it was found
+        (candidate|env|path|cache). May run a subprocess (provision probes an interpreter): call it
+        off the event loop (`asyncio.to_thread`)."""
+        raise NotImplementedError
+
+    def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
+        raise NotImplementedError
+
+    def env(self, candidate: Candidate, config: Config) -> dict[str, str]:
+        """The child's whole environment: ours, plus runtime needs, plus the candidate's `env` (wins)."""
+        env = dict(os.environ)
+        env.update(candidate.env)
+        return env
+
+    def memory_note(self, candidate: Candidate) -> str | None:
+        """How the runtime maps the model, printed beside memory figures (RSS depends on it)."""
+        return None
+
+    # ------------------------------------------------------------------ talking to the server
+
+    async def check_ready(self, base_url: str) -> Readiness:
+        raise NotImplementedError
+
+    async def version(self, base_url: str, command: list[str]) -> str | None:
+        raise NotImplementedError
+
+    async def count_tokens(self, base_url: str, text: str) -> int | None:
+        """Exact prompt tokens via the server's tokenizer, or None (calibrate from usage instead)."""
+        return None
+
+    def local_token_counter(self, candidate: Candidate) -> Any:
+        """A `count_tokens(text)` that needs no server (e.g. the model dir's tokenizer), or None."""
+        return None
+
+    def request_path(self) -> str:
+        return "/v1/chat/completions"
+
+    def request_headers(self) -> dict[str, str]:
+        return {"Content-Type": "application/json", "Accept": "text/event-stream"}
+
+    def request_body(
+        self,
+        *,
+        model: str,
+        prompt: str,
+        max_tokens: int,
+        sampling: Sampling,
+    ) -> dict[str, Any]:
+        """A streamed chat completion with usage, greedy/seeded as the sweep says."""
+        return {
+            "model": model,
+            "messages": [{"role": "user", "content": prompt}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": max_tokens,
+            "temperature": sampling.temperature,
+            "seed": sampling.seed,
+        }
+
+    def answer_body(self, *, model: str, prompt: str, max_tokens: int, sampling: Sampling) -> dict[str, Any]:
+        """A non-streamed chat completion for an eval task: the model may stop on its own."""
+        body = self.request_body(model=model, prompt=prompt, max_tokens=max_tokens, sampling=sampling)
+        body["stream"] = False
+        body.pop("stream_options", None)
+        return body
+
+    def acceptance_check(self, before: Mapping[str, float], after: Mapping[str, float] | None) -> dict[str, str]:
+        """A cross-check of draft acceptance from server counters diffed over a probe (source -> text);
+        empty for runtimes without such counters (`reads_counters` False)."""
+        return {}
+
+    def request_model(self, candidate: Candidate) -> str:
+        """The `model` value requests carry: the candidate's `request_model`, else the model path."""
+        return candidate.request_model or candidate.model
+
+    def encode_body(self, body: Mapping[str, Any]) -> bytes:
+        return msgspec.json.encode(body)
+
+    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ shared pieces for subclasses
+
+    def normalize_timings(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
+        """The llama.cpp-style final chunk (`usage` + `timings`) that llama-server and mlx_vlm.server
+        both send: rates from `server:timings`, the client window recorded beside them."""
+        timings: Mapping[str, Any] = result.timings or {}
+        prompt_tokens, completion_tokens, cached = self.usage_tokens(result)
+        sources: dict[str, str] = {}
+        reasons: dict[str, str] = {}
+        if prompt_tokens is not None:
+            sources["prompt_tokens"] = "server:usage"
+        else:
+            reasons["prompt_tokens"] = "no usage in the final chunk"
+        cache_n = _int(timings.get("cache_n"))
+        if cache_n is not None:
+            cached, sources["cached_tokens"] = cache_n, "server:timings cache_n"
+        elif cached is not None:
+            sources["cached_tokens"] = "server:usage prompt_tokens_details"
+        else:
+            reasons["cached_tokens"] = "no cache_n in timings"
+        gen_tokens = completion_tokens if completion_tokens is not None else _int(timings.get("predicted_n"))
+        if gen_tokens is not None:
+            sources["gen_tokens"] = "server:usage" if completion_tokens is not None else "server:timings"
+        else:
+            reasons["gen_tokens"] = "no usage or timings in the final chunk"
+        rates: dict[str, float | None] = {}
+        for key, raw in (("prompt_tps", "prompt_per_second"), ("gen_tps", "predicted_per_second")):
+            value = _num(timings.get(raw))
+            rates[key] = value if value else None
+            if value:
+                sources[key] = "server:timings"
+            else:
+                reasons[key] = f"{self.name} sent no (or zero) timings.{raw}"
+        client = self.client_timing(result, gen_tokens)
+        draft = self.draft_fields(timings, spec_configured=spec_configured, runtime=self.name, source="server:timings")
+        for part in (client, draft):
+            sources.update(part.pop("sources"))
+            reasons.update(part.pop("null_reasons"))
+        return Normalized(prompt_tokens=prompt_tokens, cached_tokens=cached, gen_tokens=gen_tokens,
+                          prompt_tps=rates["prompt_tps"], gen_tps=rates["gen_tps"], sources=sources,
+                          null_reasons=reasons, **client, **draft)
+
+    @staticmethod
+    def client_timing(result: ProbeResult, completion_tokens: int | None) -> dict[str, Any]:
+        """ttft, e2e and the client stream-window rate, with sources/reasons (shared by all runtimes)."""
+        out: dict[str, Any] = {"sources": {}, "null_reasons": {}}
+        out["ttft_ms"] = result.ttft_ms
+        if result.ttft_ms is not None:
+            out["sources"]["ttft_ms"] = "client:first-content-chunk"
+        else:
+            out["null_reasons"]["ttft_ms"] = "no content chunk arrived"
+        out["e2e_ms"] = result.e2e_ms
+        out["sources"]["e2e_ms"] = "client:request-to-stream-end"
+        tps = result.gen_tps_client(completion_tokens)
+        if tps is not None and result.arrivals < 2:
+            tps = None  # every token arrived in one read: there is no window to time
+        out["gen_tps_client"] = tps
+        if tps is not None:
+            source = "client:stream-window"
+            if result.arrivals < result.content_chunks / 2:  # bunched reads: say so, never hide it
+                source += f" (bunched: {result.arrivals} reads for {result.content_chunks} chunks)"
+            out["sources"]["gen_tps_client"] = source
+        elif result.content_chunks >= 2 and result.arrivals < 3:
+            out["null_reasons"]["gen_tps_client"] = (
+                f"stream window unmeasurable: all content arrived in {result.arrivals} socket read(s) "
+                "(client starved or server faster than the client's reads)"
+            )
+        else:
+            out["null_reasons"]["gen_tps_client"] = (
+                "stream window too short (fewer than 2 content chunks or tokens)"
+            )
+        return out
+
+    @staticmethod
+    def draft_fields(
+        timings: Mapping[str, Any] | None, *, spec_configured: bool, runtime: str, source: str
+    ) -> dict[str, Any]:
+        """draft_n / accepted / acceptance from llama.cpp-style timings, only when a spec is configured."""
+        out: dict[str, Any] = {"sources": {}, "null_reasons": {}}
+        if not spec_configured:
+            for key in ("draft_n", "draft_accepted", "draft_acceptance"):
+                out["null_reasons"][key] = "no spec configured"
+            return out
+        n = _int((timings or {}).get("draft_n"))
+        acc = _int((timings or {}).get("draft_n_accepted"))
+        if n is None or acc is None:
+            for key in ("draft_n", "draft_accepted", "draft_acceptance"):
+                out["null_reasons"][key] = f"{runtime} reported no draft counts for this request"
+            return out
+        out["draft_n"] = n
+        out["draft_accepted"] = acc
+        out["sources"]["draft_n"] = source
+        out["sources"]["draft_accepted"] = source
+        if n > 0:
+            out["draft_acceptance"] = acc / n
+            out["sources"]["draft_acceptance"] = f"{source} draft_n_accepted/draft_n"
+        else:
+            out["null_reasons"]["draft_acceptance"] = "draft_n is 0 (nothing was drafted)"
+        return out
+
+    @staticmethod
+    def usage_tokens(result: ProbeResult) -> tuple[int | None, int | None, int | None]:
+        """(prompt_tokens, completion_tokens, cached_tokens) from the final chunk's OpenAI `usage`."""
+        usage = result.usage or {}
+        details = usage.get("prompt_tokens_details")
+        cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
+        return _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")), cached
+
+
+# ------------------------------------------------------------------------------- binary resolution
+
+
+def resolve_llama_binary(binary: str | None, cache_dir: Path) -> tuple[list[str], str]:
+    """The llama-server binary and how it was found (candidate|env|path|cache), via provision."""
+    path, how = locate.resolve_llama_binary(binary, cache_dir)
+    return [str(path)], str(how)
+
+
+def resolve_mlx_command(runtime: str, binary: str | None, cache_dir: Path) -> tuple[list[str], str]:
+    """The MLX server's command prefix (a script, or interpreter + `-m module`) and how it was found."""
+    cmd, how = locate.resolve_mlx_command(runtime, binary, cache_dir)
+    return [str(p) for p in cmd], str(how)
+
+
+# ---------------------------------------------------------------------------------- HTTP helpers
+
+
+def _session(timeout_s: float) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(force_close=True),
+        timeout=aiohttp.ClientTimeout(total=timeout_s),
+    )
+
+
+async def http_get(base_url: str, path: str, *, timeout_s: float = 2.0) -> tuple[int, bytes]:
+    """GET on a fresh connection; returns (status, body). Connection errors raise aiohttp errors."""
+    async with _session(timeout_s) as session, session.get(base_url + path) as resp:
+        return resp.status, await resp.read()
+
+
+async def http_post_json(
+    base_url: str, path: str, body: Mapping[str, Any], *, timeout_s: float = 30.0
+) -> tuple[int, bytes]:
+    async with (
+        _session(timeout_s) as session,
+        session.post(
+            base_url + path, data=msgspec.json.encode(body), headers={"Content-Type": "application/json"}
+        ) as resp,
+    ):
+        return resp.status, await resp.read()
+
+
+async def json_health(base_url: str, path: str, ok_values: tuple[str, ...]) -> Readiness:
+    """A `/health` that answers 200 `{"status": <one of ok_values>}` when ready (shared shape)."""
+    try:
+        status, raw = await http_get(base_url, path, timeout_s=2.0)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return Readiness(False, f"not answering: {type(exc).__name__}")
+    text = raw[:300].decode("utf-8", "replace")
+    if status != 200:
+        return Readiness(False, f"HTTP {status}: {text}")
+    try:
+        doc = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return Readiness(False, f"HTTP 200 but not JSON: {text}")
+    ok = isinstance(doc, dict) and doc.get("status") in ok_values
+    return Readiness(ok, text)

@@ -1,0 +1,196 @@
+"""llama.cpp `llama-server`: the only module that knows its flags, endpoints and timings shape.
+
+Facts used (pinned build b1-0c1e570, checked with `llama-server --help` on this machine):
+- `-m MODEL --host 127.0.0.1 --port P -c CTX`; `--metrics` enables Prometheus `/metrics` so draft
+  acceptance can be cross-checked against counter differences.
+- `-np 1` unless the candidate sets the slot count: the default is "auto" = 4 slots sharing a unified
+  KV buffer, and a single-user benchmark wants memory measured for exactly one sequence.
+- Speculative decoding: `-md DRAFT` alone loads the draft but does not use it; `--spec-type
+  draft-simple` turns it on, `--spec-draft-n-max N` bounds the draft length. `draft-eagle3` and
+  `draft-mtp` exist too (mtp needs no separate draft model).
+- `GET /health`: 503 while loading, 200 `{"status":"ok"}` when ready. `GET /props` `build_info`.
+  `POST /tokenize` for exact prompt lengths.
+- The final stream chunk (with `stream_options.include_usage`) has `usage` and `timings` (`cache_n,
+  prompt_n, prompt_per_second, predicted_n, predicted_per_second`, and `draft_n, draft_n_accepted`
+  only when speculation ran). The prompt cache is on by default: requests send `cache_prompt: false`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import aiohttp
+import msgspec
+
+from benchd.config import HOST
+from benchd.errors import BenchdError
+from benchd.probe_result import ProbeResult, counter_diff
+from benchd.schemas import Candidate, Sampling
+from benchd.servers.runtimes.base import (
+    CTX_MARGIN_TOKENS,
+    Normalized,
+    Readiness,
+    RuntimeAdapter,
+    http_get,
+    http_post_json,
+    json_health,
+    resolve_llama_binary,
+)
+
+#: benchd spec kind -> `--spec-type` value of the pinned build.
+SPEC_TYPES: dict[str, str] = {"draft": "draft-simple", "eagle3": "draft-eagle3", "mtp": "draft-mtp"}
+
+_MODEL = "benchd sets it from the candidate's `model`"
+_RESERVED: dict[str, str] = {
+    "-m": f"use `model` ({_MODEL})",
+    "--model": f"use `model` ({_MODEL})",
+    "-hf": "use `model` with a local path (benchd never downloads)",
+    "-hfr": "use `model` with a local path (benchd never downloads)",
+    "--hf-repo": "use `model` with a local path (benchd never downloads)",
+    "-mu": "use `model` with a local path (benchd never downloads)",
+    "--model-url": "use `model` with a local path (benchd never downloads)",
+    "--host": "benchd always binds 127.0.0.1",
+    "--port": "benchd allocates a free port",
+    "-c": "use `ctx_size`",
+    "--ctx-size": "use `ctx_size`",
+    "-md": "use `spec.draft_model`",
+    "--model-draft": "use `spec.draft_model`",
+    "--spec-draft-model": "use `spec.draft_model`",
+    "--spec-type": "use `spec.kind`",
+    "--spec-draft-n-max": "use `spec.draft_max`",
+    "--api-key": "benchd talks to the server without a key",
+    "--api-key-file": "benchd talks to the server without a key",
+    "--api-prefix": "benchd needs the default endpoints",
+}
+_RESERVED_ENV: dict[str, str] = {
+    "LLAMA_ARG_HOST": "benchd always binds 127.0.0.1",
+    "LLAMA_ARG_PORT": "benchd allocates a free port",
+    "LLAMA_ARG_MODEL": "use `model`",
+    "LLAMA_ARG_CTX_SIZE": "use `ctx_size`",
+    "LLAMA_ARG_SPEC_DRAFT_MODEL": "use `spec.draft_model`",
+    "LLAMA_ARG_SPEC_TYPE": "use `spec.kind`",
+    "LLAMA_ARG_SPEC_DRAFT_N_MAX": "use `spec.draft_max`",
+}
+
+
+class LlamaServerAdapter(RuntimeAdapter):
+    name: ClassVar[str] = "llama-server"
+    spec_kinds: ClassVar[tuple[str, ...]] = tuple(SPEC_TYPES)
+    spec_kinds_without_draft: ClassVar[tuple[str, ...]] = ("mtp",)
+    reserved_args: ClassVar[dict[str, str]] = _RESERVED
+    version_source: ClassVar[str] = "server:/props build_info"
+    reads_counters: ClassVar[bool] = True  # started with --metrics
+
+    def validate(self, candidate: Candidate) -> list[BenchdError]:
+        errors = super().validate(candidate)
+        for key in candidate.env:
+            if key in _RESERVED_ENV:
+                errors.append(
+                    BenchdError(
+                        "reserved_env",
+                        f"candidate {candidate.id!r}: env {key} is set by benchd; {_RESERVED_ENV[key]}",
+                        f"$.candidates[{candidate.id}].env.{key}",
+                    )
+                )
+        return errors
+
+    def restarts_per_context(self, candidate: Candidate) -> bool:
+        """The server's `-c` follows the cell's context unless the candidate pins `ctx_size`."""
+        return candidate.ctx_size is None
+
+    def server_ctx_size(self, candidate: Candidate, context: int, gen_tokens: int) -> int | None:
+        """`-c` = context + gen_tokens + a margin (memory measured at that context), or the pinned size."""
+        if candidate.ctx_size is not None:
+            return candidate.ctx_size
+        return context + gen_tokens + CTX_MARGIN_TOKENS
+
+    def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
+        return resolve_llama_binary(candidate.binary, cache_dir)
+
+    def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
+        argv = [*command, "-m", candidate.model, "--host", HOST, "--port", str(port), "--metrics"]
+        if ctx_size is not None:
+            argv += ["-c", str(ctx_size)]
+        if not any(a.split("=", 1)[0] in ("-np", "--parallel") for a in candidate.args):
+            argv += ["-np", "1"]
+        spec = candidate.spec
+        if spec is not None:
+            if spec.draft_model is not None:
+                argv += ["-md", spec.draft_model]
+            argv += ["--spec-type", SPEC_TYPES[spec.kind]]
+            if spec.draft_max is not None:
+                argv += ["--spec-draft-n-max", str(spec.draft_max)]
+        return [*argv, *candidate.args]
+
+    def memory_note(self, candidate: Candidate) -> str | None:
+        """This build's `--load-mode` (none|mmap|mlock|mmap+mlock|dio; default mmap): with mmap the
+        weights are file-backed pages, counted in RSS (RssFile) only once touched."""
+        mode = "mmap (default)"
+        for i, arg in enumerate(candidate.args):
+            if arg.startswith("--load-mode="):
+                mode = arg.split("=", 1)[1]
+            elif arg == "--load-mode" and i + 1 < len(candidate.args):
+                mode = candidate.args[i + 1]
+        return f"--load-mode {mode}"
+
+    async def check_ready(self, base_url: str) -> Readiness:
+        return await json_health(base_url, self.health_path, ("ok",))
+
+    async def version(self, base_url: str, command: list[str]) -> str | None:
+        try:
+            status, raw = await http_get(base_url, "/props", timeout_s=5.0)
+            doc = msgspec.json.decode(raw) if status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
+            return None
+        info = doc.get("build_info") if isinstance(doc, dict) else None
+        return f"llama.cpp {info}" if isinstance(info, str) and info else None
+
+    async def count_tokens(self, base_url: str, text: str) -> int | None:
+        """Exact token count of `text` with the loaded model's tokenizer (`POST /tokenize`)."""
+        try:
+            status, raw = await http_post_json(base_url, "/tokenize", {"content": text}, timeout_s=60.0)
+            doc = msgspec.json.decode(raw) if status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
+            return None
+        tokens = doc.get("tokens") if isinstance(doc, dict) else None
+        return len(tokens) if isinstance(tokens, list) else None
+
+    def request_body(self, *, model: str, prompt: str, max_tokens: int, sampling: Sampling) -> dict[str, Any]:
+        body = super().request_body(model=model, prompt=prompt, max_tokens=max_tokens, sampling=sampling)
+        body["cache_prompt"] = False  # or prompt throughput is fake (runtimes.md)
+        body["ignore_eos"] = True  # generation runs to max_tokens: every probe does the same work
+        return body
+
+    def answer_body(self, *, model: str, prompt: str, max_tokens: int, sampling: Sampling) -> dict[str, Any]:
+        body = super().answer_body(model=model, prompt=prompt, max_tokens=max_tokens, sampling=sampling)
+        body.pop("ignore_eos", None)  # an eval answer ends where the model ends it
+        return body
+
+    def acceptance_check(self, before: Mapping[str, float], after: Mapping[str, float] | None) -> dict[str, str]:
+        """Draft acceptance from the `/metrics` spec_decode counters diffed over the probe."""
+        if after is None:
+            return {"draft_acceptance_check": "unavailable: /metrics did not answer after the probe"}
+        acceptance = acceptance_from_metrics(counter_diff(before, after))
+        if acceptance is None:
+            return {"draft_acceptance_check": "unavailable: no spec_decode counters moved in /metrics"}
+        return {"draft_acceptance_check": f"{acceptance:.4f} (server:/metrics counter diff)"}
+
+    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
+        """llama-server: prompt/gen rates from `timings`; the client window is recorded beside them."""
+        return self.normalize_timings(result, spec_configured=spec_configured)
+
+
+#: Counter names in llama-server's `/metrics` for the acceptance cross-check.
+METRIC_DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens_total"
+METRIC_DRAFT_ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
+
+
+def acceptance_from_metrics(diff: Mapping[str, float]) -> float | None:
+    """Acceptance over one probe from the `/metrics` counter difference (None without spec counters)."""
+    drafted = diff.get(METRIC_DRAFT_TOKENS)
+    accepted = diff.get(METRIC_DRAFT_ACCEPTED)
+    if drafted is None or accepted is None or drafted <= 0:
+        return None
+    return accepted / drafted

@@ -1,0 +1,104 @@
+"""`mlx_lm.server`: the only module that knows its flags and answer shape (mlx-lm 0.32.2).
+
+Facts used (checked with `mlx_lm.server --help` and the package source on this machine):
+- `mlx_lm.server --model DIR --host 127.0.0.1 --port P`; spec: `--draft-model DIR
+  --num-draft-tokens N` (plain draft model only).
+- `GET /health` answers 503 `{"status":"unavailable"}` until the model is loaded, then 200 `{"status":"ok"}`.
+- Requests name `"model": "default_model"` to get the model given on the command line (another string
+  would make the server load that path as a second model).
+- Streamed chunks carry no timings at all; with `include_usage` a final chunk (`object:
+  "chat.completion"`, `choices: []`) has `usage` (+ `prompt_tokens_details.cached_tokens`). So prompt
+  throughput is not measurable from the client (null + reason) and generation throughput comes from the
+  client's stream window. Draft acceptance is not exposed (null + reason).
+- There is no `ignore_eos`: a real model may stop before `max_tokens`; `gen_tokens` records what ran.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from benchd.config import HOST
+from benchd.probe_result import ProbeResult
+from benchd.schemas import Candidate
+from benchd.servers.runtimes.base import Normalized, Readiness, json_health
+from benchd.servers.runtimes.mlx_common import MlxServerAdapter
+
+_RESERVED: dict[str, str] = {
+    "--model": "use `model`",
+    "--host": "benchd always binds 127.0.0.1",
+    "--port": "benchd allocates a free port",
+    "--draft-model": "use `spec.draft_model`",
+    "--num-draft-tokens": "use `spec.draft_max`",
+}
+
+NO_PROMPT_TIMING = "mlx_lm.server reports no prompt timing"
+NO_DRAFT_COUNTS = "mlx_lm.server exposes no draft acceptance figures"
+
+
+class MlxLmAdapter(MlxServerAdapter):
+    name: ClassVar[str] = "mlx_lm.server"
+    spec_kinds: ClassVar[tuple[str, ...]] = ("draft",)
+    reserved_args: ClassVar[dict[str, str]] = _RESERVED
+    version_dists: ClassVar[tuple[str, ...]] = ("mlx-lm", "mlx")
+
+    def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
+        argv = [*command, "--model", candidate.model, "--host", HOST, "--port", str(port)]
+        # The LRU prompt cache reuses the chat template's prefix across requests (5-10 cached tokens
+        # measured with the tiny model even with a unique first line): size 0 turns it off so
+        # `cached_tokens` is 0 and every probe processes its whole prompt.
+        if not any(a.split("=", 1)[0] == "--prompt-cache-size" for a in candidate.args):
+            argv += ["--prompt-cache-size", "0"]
+        spec = candidate.spec
+        if spec is not None and spec.draft_model is not None:
+            argv += ["--draft-model", spec.draft_model]
+            if spec.draft_max is not None:
+                argv += ["--num-draft-tokens", str(spec.draft_max)]
+        return [*argv, *candidate.args]
+
+    def request_model(self, candidate: Candidate) -> str:
+        return candidate.request_model or "default_model"
+
+    async def check_ready(self, base_url: str) -> Readiness:
+        return await json_health(base_url, self.health_path, ("ok",))
+
+    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
+        """Usage from the server; generation rate from the client's stream window; no prompt rate."""
+        prompt_tokens, completion_tokens, cached = self.usage_tokens(result)
+        sources: dict[str, str] = {}
+        reasons: dict[str, str] = {"prompt_tps": NO_PROMPT_TIMING}
+        if prompt_tokens is not None:
+            sources["prompt_tokens"] = "server:usage"
+        else:
+            reasons["prompt_tokens"] = "no usage in the final chunk"
+        gen_tokens = completion_tokens
+        if gen_tokens is not None:
+            sources["gen_tokens"] = "server:usage"
+        else:
+            gen_tokens = result.content_chunks
+            sources["gen_tokens"] = "client:content-chunks"
+        if cached is not None:
+            sources["cached_tokens"] = "server:usage prompt_tokens_details"
+        else:
+            reasons["cached_tokens"] = "mlx_lm.server sent no prompt_tokens_details"
+        client = self.client_timing(result, gen_tokens)
+        sources.update(client.pop("sources"))
+        reasons.update(client.pop("null_reasons"))
+        gen_tps = client["gen_tps_client"]
+        if gen_tps is not None:
+            sources["gen_tps"] = sources["gen_tps_client"]
+        else:
+            reasons["gen_tps"] = f"mlx_lm.server reports no timings, and {reasons['gen_tps_client']}"
+        if spec_configured:
+            drafts = dict.fromkeys(("draft_n", "draft_accepted", "draft_acceptance"), NO_DRAFT_COUNTS)
+        else:
+            drafts = dict.fromkeys(("draft_n", "draft_accepted", "draft_acceptance"), "no spec configured")
+        reasons.update(drafts)
+        return Normalized(
+            prompt_tokens=prompt_tokens,
+            cached_tokens=cached,
+            gen_tokens=gen_tokens,
+            gen_tps=gen_tps,
+            sources=sources,
+            null_reasons=reasons,
+            **client,
+        )

@@ -1,0 +1,69 @@
+"""`mlx_vlm.server`: the only module that knows its flags and answer shape (mlx-vlm 0.7.10).
+
+Facts used (checked with `python -m mlx_vlm.server --help` and the package source on this machine):
+- `python -m mlx_vlm.server --model DIR --host 127.0.0.1 --port P`; its default host is 0.0.0.0, so
+  `--host` is always passed. Requests need `Content-Type: application/json` (422 otherwise).
+- Spec: `--draft-model DIR --draft-kind {dflash,eagle3,mtp} [--draft-block-size N]`: dedicated drafter
+  families only (no plain small-LM draft); `mtp` checkpoints may use the model's own path as drafter.
+- `GET /health` answers 200 `{"status": "healthy", "loaded_model": ...}`.
+- Every streamed chunk has `timings.predicted_per_second`; the final usage chunk has llama.cpp-style
+  `timings` (`prompt_per_second, predicted_per_second, cache_n, ...`) plus `peak_memory` in GB (MLX's
+  `get_peak_memory()/1e9`, never reset by the server, so a lifetime peak of the server process) and
+  `draft_kind, draft_rounds, draft_n, draft_n_accepted` (null unless a drafter ran).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+from benchd.config import HOST
+from benchd.probe_result import ProbeResult
+from benchd.schemas import Candidate
+from benchd.servers.runtimes.base import Normalized, Readiness, _num, json_health
+from benchd.servers.runtimes.mlx_common import MlxServerAdapter
+
+_RESERVED: dict[str, str] = {
+    "--model": "use `model`",
+    "--host": "benchd always binds 127.0.0.1",
+    "--port": "benchd allocates a free port",
+    "--draft-model": "use `spec.draft_model`",
+    "--draft-kind": "use `spec.kind`",
+    "--draft-block-size": "use `spec.draft_max`",
+    "--api-key": "benchd talks to the server without a key",
+    "--reload": "a reloader child process would escape supervision",
+}
+
+PEAK_MEMORY_SOURCE = "server:peak_memory (mx.get_peak_memory, server lifetime)"
+
+
+class MlxVlmAdapter(MlxServerAdapter):
+    name: ClassVar[str] = "mlx_vlm.server"
+    spec_kinds: ClassVar[tuple[str, ...]] = ("dflash", "eagle3", "mtp")
+    spec_kinds_without_draft: ClassVar[tuple[str, ...]] = ("mtp",)
+    reserved_args: ClassVar[dict[str, str]] = _RESERVED
+    version_dists: ClassVar[tuple[str, ...]] = ("mlx-vlm", "mlx")
+
+    def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
+        argv = [*command, "--model", candidate.model, "--host", HOST, "--port", str(port)]
+        spec = candidate.spec
+        if spec is not None:
+            argv += ["--draft-model", spec.draft_model or candidate.model, "--draft-kind", spec.kind]
+            if spec.draft_max is not None:
+                argv += ["--draft-block-size", str(spec.draft_max)]
+        return [*argv, *candidate.args]
+
+    async def check_ready(self, base_url: str) -> Readiness:
+        return await json_health(base_url, self.health_path, ("healthy", "ok"))
+
+    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
+        """Server timings for both rates (client window recorded beside), usage, and the MLX peak."""
+        norm = self.normalize_timings(result, spec_configured=spec_configured)
+        timings: dict[str, Any] = result.timings or {}
+        peak_gb = _num(timings.get("peak_memory", (result.final or {}).get("peak_memory")))
+        peak = round(peak_gb * 1e9) if peak_gb else None
+        if peak is not None:
+            norm.sources["server_peak_memory_bytes"] = PEAK_MEMORY_SOURCE
+        else:
+            norm.null_reasons["server_peak_memory_bytes"] = "mlx_vlm.server reported no peak_memory"
+        return dataclasses.replace(norm, server_peak_memory_bytes=peak)

@@ -1,0 +1,98 @@
+"""The handle of one running server (`Server`), how it ended (`ExitInfo`), and why it never got ready.
+
+Plain data plus a wait: `Supervisor` (which starts and stops servers) and `records` (which writes the
+on-disk record of each one for orphan reaping) both use it, so it lives apart from either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from benchd.schemas import Candidate
+from benchd.servers.procgroup import LOG_TAIL_BYTES, read_log_tail
+
+StartFailure = Literal["spawn_failed", "exited", "timeout", "port_taken"]
+
+
+@dataclass(frozen=True)
+class ExitInfo:
+    """How a server process ended: `status` is "exit N" or "signal N"; `expected` if we stopped it."""
+
+    status: str
+    returncode: int
+    log_tail: str
+    expected: bool
+
+
+class ServerStartError(Exception):
+    """The server never got ready: why (`reason`), its exit status if it exited, and its log tail."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: StartFailure,
+        exit_status: str | None = None,
+        log_tail: str = "",
+        log_path: Path | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason
+        self.exit_status = exit_status
+        self.log_tail = log_tail
+        self.log_path = log_path
+
+
+@dataclass(eq=False)
+class Server:
+    """A running (or ended) server that `Supervisor.start` made ready."""
+
+    job: str
+    candidate: Candidate
+    runtime: str
+    argv: list[str]
+    command: list[str]
+    binary: str
+    binary_source: str
+    port: int
+    base_url: str
+    pid: int
+    pgid: int
+    create_time: float
+    ctx_size: int | None
+    log_path: Path
+    record_path: Path
+    started_at: float
+    ready_s: float = 0.0
+    version: str | None = None
+    version_source: str = ""
+    exit: ExitInfo | None = None
+    _proc: asyncio.subprocess.Process | None = field(default=None, repr=False)
+    _exited: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _watcher: asyncio.Task[None] | None = field(default=None, repr=False)
+    _stopping: bool = field(default=False, repr=False)
+
+    @property
+    def running(self) -> bool:
+        return self.exit is None
+
+    @property
+    def crashed(self) -> ExitInfo | None:
+        """Exit info when the server ended without `stop()` asking it to; else None."""
+        return self.exit if self.exit is not None and not self.exit.expected else None
+
+    async def wait_exit(self, timeout_s: float | None = None) -> ExitInfo | None:
+        """Wait until the process ends (None on timeout)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._exited.wait()
+        except TimeoutError:
+            return None
+        return self.exit
+
+    def log_tail(self, max_bytes: int = LOG_TAIL_BYTES) -> str:
+        return read_log_tail(self.log_path, max_bytes)

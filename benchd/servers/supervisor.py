@@ -1,0 +1,330 @@
+"""Server lifecycle: spawn in its own process group, wait for readiness, watch for crashes, tear down.
+
+- Each server runs in its own session/process group (`start_new_session=True`, so pgid == pid) with the
+  environment its adapter builds. Teardown signals the whole group: SIGTERM, then SIGKILL after a grace
+  period, then SIGKILL again for any group member still alive (a grandchild that ignored TERM), and
+  waits until none is left.
+- Readiness: the adapter's health check is polled every `poll_interval_s` and raced against the
+  process's exit, so a server that dies while loading is reported at once (exit status + log tail),
+  not after the startup timeout. A health answer alone is not trusted: the listening socket must belong
+  to our process tree, or another program on a just-taken port would pass for our server.
+- Ports: an auto-allocated port (`procgroup.free_port`) can be taken by another program before the
+  server binds it; the server then exits (or another process answers), which is reported as
+  `port_taken`, and an auto-allocated port is retried once with a fresh one.
+- Crash detection: a watcher task awaits the process; `server.crashed` is set when it exits without
+  `stop()` having been asked, and `await server.wait_exit()` lets a caller race a probe against it.
+- Orphans: every spawned server is recorded in `<state>/servers/` (a pending record before the spawn,
+  `<pid>.json` before readiness; `benchd.servers.records`); `stop()` removes the record and
+  `reap_orphans()` (a new daemon after a crash) kills what a dead daemon left.
+
+Logs: the child writes stdout+stderr straight to `<state>/logs/<job>/<candidate>.log` (opened O_APPEND),
+and the watcher checks the size every 0.2 s; over half of `LOG_CAP_BYTES` the file is copied to `.log.1`
+and truncated in place (copy-truncate: the child keeps its fd, and O_APPEND makes its next write land at the
+new end). Chosen over a pipe reader because it costs the event loop nothing during a probe (mlx_vlm logs
+every 10 decoded tokens) and a stalled loop can never block the server on a full pipe, which would
+distort the measurement. The price: a server writing over cap/2 per 0.2 s (20 MB/s) could still pass
+the cap, and lines written between the copy and the truncate are lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from benchd.config import HOST, LOG_CAP_BYTES, Config
+from benchd.errors import BenchdError
+from benchd.schemas import Candidate
+from benchd.servers.procgroup import (
+    exit_status,
+    free_port,
+    group_members,
+    killpg,
+    listens_on,
+    port_is_free,
+    wait_gone,
+)
+from benchd.servers.records import SERVER_TOKEN_ENV, reap_orphans, write_pending, write_record
+from benchd.servers.runtimes import get_adapter
+from benchd.servers.server import ExitInfo, Server, ServerStartError
+
+#: How often the watcher checks the log size, and the share of the cap at which it rotates: a file is
+#: rotated at half the cap, so it stays under the cap while the server writes under cap/2 per check
+#: (20 MB/s at 8 MiB); checking once a second at the full cap let a chatty server reach twice the cap.
+_ROTATE_CHECK_S = 0.2
+_ROTATE_AT = 0.5
+
+
+class Supervisor:
+    """Owns every server process benchd starts. One per daemon (or per test)."""
+
+    def __init__(self, config: Config, *, grace_s: float = 10.0, poll_interval_s: float = 0.1) -> None:
+        self.config = config
+        self.grace_s = grace_s
+        self.poll_interval_s = poll_interval_s
+        self.servers: dict[int, Server] = {}
+        self._pending: set[str] = set()
+
+    # ------------------------------------------------------------------------------------ start
+
+    async def start(
+        self,
+        job: str,
+        candidate: Candidate,
+        ctx_size: int | None,
+        *,
+        port: int | None = None,
+        startup_timeout_s: float | None = None,
+    ) -> Server:
+        """Spawn the candidate's server and return it once ready; raises `ServerStartError` otherwise.
+
+        `ctx_size` comes from `adapter.server_ctx_size(candidate, context, gen_tokens)`. An explicit
+        `port` is used as given (tests); otherwise a free one is allocated and retried once if taken.
+        """
+        timeout = startup_timeout_s if startup_timeout_s is not None else candidate.startup_timeout_s
+        try:
+            return await self._start_once(job, candidate, ctx_size, port or free_port(), timeout)
+        except ServerStartError as exc:
+            if exc.reason != "port_taken" or port is not None:
+                raise
+        return await self._start_once(job, candidate, ctx_size, free_port(), timeout)
+
+    async def _start_once(
+        self, job: str, candidate: Candidate, ctx_size: int | None, port: int, timeout_s: float
+    ) -> Server:
+        adapter = get_adapter(candidate.runtime)
+        log_path = self.config.server_log_path(job, candidate.id)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            command, how = await asyncio.to_thread(adapter.command, candidate, self.config.cache_dir)
+        except BenchdError as exc:
+            raise ServerStartError(str(exc), reason="spawn_failed", log_path=log_path) from exc
+        argv = adapter.argv(candidate, command=command, port=port, ctx_size=ctx_size)
+        env = adapter.env(candidate, self.config)
+        token = secrets.token_hex(8)
+        env[SERVER_TOKEN_ENV] = token
+        pending = write_pending(self.config.servers_dir, token, argv, job, candidate.id)
+        self._pending.add(token)  # this daemon's own spawn: `reap_orphans` leaves it alone
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            header = f"\n=== benchd {time.strftime('%Y-%m-%dT%H:%M:%S%z')}: {shlex.join(argv)}\n"
+            os.write(fd, header.encode())
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=fd,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self._drop_pending(pending, token)
+            raise ServerStartError(
+                f"cannot start {candidate.runtime} for {candidate.id!r}: {argv[0]}: {exc.strerror or exc}",
+                reason="spawn_failed",
+                log_path=log_path,
+            ) from exc
+        finally:
+            os.close(fd)
+        started = time.monotonic()
+        try:
+            create_time = psutil.Process(proc.pid).create_time()
+        except psutil.Error:
+            create_time = 0.0
+        server = Server(
+            job=job,
+            candidate=candidate,
+            runtime=candidate.runtime,
+            argv=argv,
+            command=command,
+            binary=shlex.join(command),
+            binary_source=how,
+            port=port,
+            base_url=f"http://{HOST}:{port}",
+            pid=proc.pid,
+            pgid=proc.pid,  # start_new_session: the child leads its own group
+            create_time=create_time,
+            ctx_size=ctx_size,
+            log_path=log_path,
+            record_path=self.config.servers_dir / f"{proc.pid}.json",
+            started_at=time.time(),
+            version_source=adapter.version_source,
+            _proc=proc,
+        )
+        write_record(self.config.servers_dir, server)
+        self._drop_pending(pending, token)
+        self.servers[server.pid] = server
+        server._watcher = asyncio.create_task(self._watch(server), name=f"watch-{candidate.id}-{proc.pid}")
+        try:
+            await self._wait_ready(server, timeout_s)
+        except BaseException:
+            await self.stop(server, grace_s=min(self.grace_s, 5.0))
+            raise
+        server.ready_s = time.monotonic() - started
+        server.version = await adapter.version(server.base_url, command)
+        return server
+
+    async def _wait_ready(self, server: Server, timeout_s: float) -> None:
+        adapter = get_adapter(server.runtime)
+        deadline = time.monotonic() + timeout_s
+        exited = asyncio.create_task(server._exited.wait())
+        last = "no answer yet"
+        try:
+            while True:
+                poll = asyncio.create_task(adapter.check_ready(server.base_url))
+                remaining = deadline - time.monotonic()
+                done, _ = await asyncio.wait(
+                    {poll, exited}, timeout=max(remaining, 0.0), return_when=asyncio.FIRST_COMPLETED
+                )
+                if exited in done:
+                    poll.cancel()
+                    raise self._exited_error(server)
+                if poll in done:
+                    answer = poll.result()
+                    last = answer.detail
+                    if answer.ready:
+                        if listens_on(server.pid, server.port):
+                            return
+                        raise ServerStartError(
+                            f"port {server.port} was taken by another process: something else answers "
+                            f"health there while {server.runtime} (pid {server.pid}) is not listening",
+                            reason="port_taken",
+                            log_tail=server.log_tail(),
+                            log_path=server.log_path,
+                        )
+                else:
+                    poll.cancel()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ServerStartError(
+                        f"{server.runtime} for {server.candidate.id!r} not ready within {timeout_s:g} s "
+                        f"(last health answer: {last})",
+                        reason="timeout",
+                        log_tail=server.log_tail(),
+                        log_path=server.log_path,
+                    )
+                done, _ = await asyncio.wait({exited}, timeout=min(self.poll_interval_s, remaining))
+                if exited in done:
+                    raise self._exited_error(server)
+        finally:
+            exited.cancel()
+
+    def _exited_error(self, server: Server) -> ServerStartError:
+        info = server.exit
+        status = info.status if info else "unknown"
+        tail = server.log_tail()
+        lowered = tail.lower()
+        taken = "address already in use" in lowered or "couldn't bind" in lowered or "errno 98" in lowered
+        if taken and not port_is_free(server.port):
+            return ServerStartError(
+                f"{server.runtime} for {server.candidate.id!r} could not bind port {server.port}: "
+                f"the port was taken by another process ({status})",
+                reason="port_taken",
+                exit_status=status,
+                log_tail=tail,
+                log_path=server.log_path,
+            )
+        last_line = next((ln for ln in reversed(tail.strip().splitlines()) if ln.strip()), "")
+        return ServerStartError(
+            f"{server.runtime} for {server.candidate.id!r} exited before ready ({status}): {last_line[:300]}",
+            reason="exited",
+            exit_status=status,
+            log_tail=tail,
+            log_path=server.log_path,
+        )
+
+    # ------------------------------------------------------------------------------------ watch
+
+    async def _watch(self, server: Server) -> None:
+        """Wait for the process to end; meanwhile keep its log under the cap."""
+        proc = server._proc
+        assert proc is not None
+        waiter = asyncio.create_task(proc.wait())
+        try:
+            while True:
+                done, _ = await asyncio.wait({waiter}, timeout=_ROTATE_CHECK_S)
+                if done:
+                    break
+                await self._rotate_if_needed(server.log_path)
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+        rc = waiter.result()
+        server.exit = ExitInfo(
+            status=exit_status(rc), returncode=rc, log_tail=server.log_tail(), expected=server._stopping
+        )
+        server._exited.set()
+
+    @staticmethod
+    async def _rotate_if_needed(path: Path, cap: int = LOG_CAP_BYTES) -> bool:
+        try:
+            if os.stat(path).st_size <= cap * _ROTATE_AT:
+                return False
+        except OSError:
+            return False
+        rotated = path.with_name(path.name + ".1")
+
+        def copy_truncate() -> None:
+            shutil.copyfile(path, rotated)
+            os.truncate(path, 0)
+
+        await asyncio.to_thread(copy_truncate)  # an 8 MB copy must not stall the loop
+        return True
+
+    # ------------------------------------------------------------------------------------- stop
+
+    async def stop(self, server: Server, *, grace_s: float | None = None) -> ExitInfo | None:
+        """SIGTERM the group, SIGKILL after the grace period, and wait until no member is left.
+
+        Members are found by process group (not by parentage): a grandchild whose parent died was
+        reparented to init but is still in the group. Only processes started after the server count,
+        so a pid reused since then is never touched.
+        """
+        grace = self.grace_s if grace_s is None else grace_s
+        server._stopping = True
+        if server.exit is None:
+            killpg(server.pgid, signal.SIGTERM)
+            if await server.wait_exit(grace) is None:
+                killpg(server.pgid, signal.SIGKILL)
+                await server.wait_exit(5.0)
+        survivors = await wait_gone(group_members(server.pgid, server.create_time), 0.5)
+        if survivors:  # grandchildren that outlived the leader (or ignored TERM)
+            for p in survivors:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            await wait_gone(survivors, 5.0)
+        if server._watcher is not None:
+            await asyncio.wait({server._watcher}, timeout=1.0)
+        server.record_path.unlink(missing_ok=True)
+        self.servers.pop(server.pid, None)
+        return server.exit
+
+    async def stop_all(self) -> None:
+        """Tear down every server this supervisor owns (daemon shutdown); keeps going on errors."""
+        for server in list(self.servers.values()):
+            with contextlib.suppress(Exception):
+                await self.stop(server)
+
+    # ---------------------------------------------------------------------------------- orphans
+
+    def _drop_pending(self, path: Path, token: str) -> None:
+        path.unlink(missing_ok=True)
+        self._pending.discard(token)
+
+    async def reap_orphans(self) -> list[dict[str, Any]]:
+        """Kill servers a previous daemon left behind; see `server_records.reap_orphans` for the entries.
+
+        Records of servers this supervisor runs itself (or is spawning right now) are left alone.
+        """
+        return await reap_orphans(
+            self.config.servers_dir, own_pids=self.servers, own_tokens=self._pending, grace_s=self.grace_s
+        )

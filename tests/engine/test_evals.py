@@ -1,0 +1,201 @@
+"""The eval grader on known right and wrong answers, an endless loop, and a network attempt.
+
+Random-weight test models fail every task, so the grader itself is what these tests exercise; the
+engine tests drive real servers through the tiers.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+
+import pytest
+
+from benchd.engine import evals
+from benchd.engine.evals import EvalTask, extract_code, grade, pass_rate, tasks, to_result
+
+RIGHT = {
+    "is-palindrome": """Here you go:
+```python
+def is_palindrome(s: str) -> bool:
+    t = [c.lower() for c in s if c.isalnum()]
+    return t == t[::-1]
+```
+""",
+    "fibonacci": "```python\ndef fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n```",
+    "flatten": """```py
+def flatten(xs):
+    out = []
+    for x in xs:
+        if isinstance(x, list):
+            out.extend(flatten(x))
+        else:
+            out.append(x)
+    return out
+```""",
+    "merge-intervals": """```python
+def merge_intervals(intervals):
+    out = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+```""",
+    "to-roman": """<think>classic greedy</think>
+```python
+def to_roman(n):
+    vals = [(1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"),
+            (50, "L"), (40, "XL"), (10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I")]
+    out = ""
+    for v, s in vals:
+        while n >= v:
+            out += s
+            n -= v
+    return out
+```""",
+}
+
+
+def by_id(tier: str, task_id: str) -> EvalTask:
+    return next(t for t in tasks(tier) if t.id == task_id)
+
+
+def test_tiers():
+    assert tasks("none") == []
+    assert len(tasks("smoke")) == 5 and all(t.kind == "answer" for t in tasks("smoke"))
+    assert len(tasks("standard")) == 5 and all(t.kind == "python" for t in tasks("standard"))
+    assert len({t.id for t in tasks("smoke") + tasks("standard")}) == 10
+    with pytest.raises(ValueError):
+        tasks("hard")
+    assert tasks("smoke")[0].messages()[0]["role"] == "user"
+
+
+@pytest.mark.parametrize(
+    "task_id,answer,passed",
+    [
+        ("arith-17-25", "42", True),
+        ("arith-17-25", "17 + 25 = 42.", True),
+        ("arith-17-25", "<think>17+25 is 41? no, 42</think>\n42", True),
+        ("arith-17-25", "43", False),
+        ("arith-17-25", "420", False),
+        ("arith-17-25", "<think>it is 42", False),  # never answered
+        ("arith-17-25", "", False),
+        ("capital-france", "Paris.", True),
+        ("capital-france", "paris", True),
+        ("capital-france", "Parisian", False),
+        ("capital-france", "Lyon", False),
+        ("capital-france", " ".join(["Paris"] + ["word"] * 60), False),  # not terse
+        ("reverse-stressed", "desserts", True),
+        ("reverse-stressed", "stressed", False),
+        ("sequence-doubling", "32", True),
+        ("sequence-doubling", "64", False),
+        ("letters-benchmark", "9", True),
+        ("letters-benchmark", "10", False),
+    ],
+)
+def test_smoke_checkers(task_id, answer, passed):
+    ok, detail, sandboxed = grade(by_id("smoke", task_id), answer)
+    assert ok is passed, detail
+    assert sandboxed is None and detail
+
+
+@pytest.mark.parametrize("task_id", sorted(RIGHT))
+def test_standard_right_answers_pass_sandboxed(task_id):
+    ok, detail, sandboxed = grade(by_id("standard", task_id), RIGHT[task_id])
+    assert ok, detail
+    if sys.platform.startswith("linux") and evals.sandbox_prefix() is not None:
+        assert sandboxed is True
+
+
+@pytest.mark.parametrize(
+    "task_id,answer,fragment",
+    [
+        ("fibonacci", "```python\ndef fib(n):\n    return n\n```", "fib(10)"),
+        ("is-palindrome", "```python\ndef is_palindrome(s):\n    return s == s[::-1]\n```", "Panama"),
+        ("flatten", "I cannot help with that.", "no code block"),
+        ("to-roman", "```python\ndef to_roman(n) return 'I'\n```", "SyntaxError"),
+        ("merge-intervals", "```python\ndef merge_intervals(x):\n    raise RuntimeError('boom')\n```", "boom"),
+    ],
+)
+def test_standard_wrong_answers_fail_with_reason(task_id, answer, fragment):
+    ok, detail, _ = grade(by_id("standard", task_id), answer)
+    assert not ok
+    assert fragment in detail
+
+
+def test_endless_loop_times_out():
+    answer = "```python\ndef fib(n):\n    while True:\n        pass\n```"
+    t0 = time.monotonic()
+    ok, detail, _ = grade(by_id("standard", "fibonacci"), answer, timeout_s=1.5)
+    assert not ok and "timeout" in detail
+    assert time.monotonic() - t0 < 8
+
+
+def test_memory_blowup_is_limited():
+    answer = "```python\ndef fib(n):\n    x = bytearray(4 << 30)\n    return 0\n```"
+    ok, detail, _ = grade(by_id("standard", "fibonacci"), answer)
+    assert not ok and "MemoryError" in detail
+
+
+@pytest.mark.root
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="unshare is Linux-only")
+def test_network_is_unreachable_when_sandboxed():
+    """A listener on loopback in THIS namespace; the answer connects to it at import. Sandboxed, the
+    connect fails (the answer's netns has no usable interface), so the task fails and no connection
+    arrives. CI runs as root, where `unshare -n` works; elsewhere the grader says sandboxed=False."""
+    if evals.sandbox_prefix() is None:
+        pytest.skip("neither `unshare -n` nor `unshare -rn` works here (not root, no user namespaces)")
+    srv = socket.create_server(("127.0.0.1", 0))
+    srv.settimeout(0.2)
+    port = srv.getsockname()[1]
+    answer = f"""```python
+import socket
+socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
+def fib(n):
+    a, b = 0, 1
+    for _ in range(n):
+        a, b = b, a + b
+    return a
+```"""
+    try:
+        ok, detail, sandboxed = grade(by_id("standard", "fibonacci"), answer)
+        assert sandboxed is True
+        assert not ok
+        assert "OSError" in detail or "unreachable" in detail.lower() or "refused" in detail.lower(), detail
+        with pytest.raises(TimeoutError):
+            srv.accept()
+    finally:
+        srv.close()
+
+
+def test_unsandboxed_is_marked(monkeypatch):
+    monkeypatch.setattr(evals, "sandbox_prefix", lambda: None)
+    ok, _, sandboxed = grade(by_id("standard", "fibonacci"), RIGHT["fibonacci"])
+    assert ok and sandboxed is False
+
+
+def test_extract_code_prefers_the_block_defining_entry():
+    text = "```bash\npip install x\n```\n```python\nimport math\n```\n```python\ndef fib(n):\n    return 1\n```"
+    assert extract_code(text, "fib") == "def fib(n):\n    return 1\n"
+    assert extract_code("def fib(n):\n    return 1\n", "fib") == "def fib(n):\n    return 1\n"
+    assert extract_code("no code", "fib") is None
+
+
+def test_results_and_pass_rate():
+    t = by_id("smoke", "arith-17-25")
+    r1 = to_result("job-00001", "cand", t, grade(t, "42"))
+    r2 = to_result("job-00001", "cand", t, grade(t, "41"))
+    assert r1.passed and not r2.passed and r1.tier == "smoke" and r1.task == "arith-17-25"
+    assert pass_rate([r1, r2]) == 0.5 and pass_rate([]) is None
+
+
+async def test_grade_from_a_thread():
+    """The engine grades via asyncio.to_thread while the loop runs; no preexec_fn, so this is safe."""
+    import asyncio
+
+    t = by_id("standard", "fibonacci")
+    results = await asyncio.gather(*(asyncio.to_thread(grade, t, RIGHT["fibonacci"]) for _ in range(2)))
+    assert all(ok for ok, _, _ in results)

@@ -1,0 +1,181 @@
+"""Deferred axes: every null metric in a row set appears, with the reason the rows carry."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import msgspec
+
+from benchd.results.deferred import (
+    NO_REASON,
+    PROBE_METRICS,
+    SUSTAINED_METRICS,
+    all_deferred,
+    automatic_deferred,
+)
+from benchd.schemas import Deferred, EvalResult, Row, Sweep, ThermalReading, sweep_json_decoder
+
+
+def make_sweep(**over) -> Sweep:
+    doc = {
+        "name": "t", "contexts": [512, 2048], "gen_tokens": 16, "probes": 2, "eval_tier": "none",
+        "candidates": [
+            {"id": "ll", "runtime": "llama-server", "model": "/m/a.gguf",
+             "spec": {"kind": "draft", "draft_model": "/m/d.gguf"}},
+            {"id": "lm", "runtime": "mlx_lm.server", "model": "/m/lm"},
+            {"id": "vl", "runtime": "mlx_vlm.server", "model": "/m/vl"},
+        ],
+    }
+    doc.update(over)
+    return sweep_json_decoder.decode(msgspec.json.encode(doc))
+
+
+FULL: dict[str, Any] = dict(prompt_tokens=512, cached_tokens=0, gen_tokens=16, prompt_tps=1.0, gen_tps=1.0, gen_tps_client=1.0,
+            ttft_ms=1.0, e2e_ms=1.0, draft_n=1, draft_accepted=1, draft_acceptance=1.0, mem_peak_bytes=1,
+            mem_rss_anon_bytes=1, mem_rss_file_bytes=1, swap_in_bytes=0, swap_out_bytes=0,
+            thermal_before=ThermalReading(source="psutil", celsius=40.0), server_version="b1",
+            thermal_after=ThermalReading(source="psutil", celsius=41.0), window_tps=[1.0, 1.0], sustain_ratio=1.0)
+
+
+def row(cand, runtime, ctx, probe, kind="probe", status="ok", nulls=(), reasons=None, **kw) -> Row:
+    vals: dict[str, Any] = {k: v for k, v in FULL.items() if kind == "sustained" or k not in ("thermal_after", "window_tps",
+                                                                             "sustain_ratio")}
+    for m in nulls:
+        vals[m] = None
+    vals.update(kw)
+    if status != "ok":
+        vals = {k: v for k, v in kw.items() if k == "error"}
+    return Row(job="job-00001", candidate=cand, runtime=runtime, context=ctx, kind=kind, probe=probe,
+               status=status, null_reasons=reasons or {}, **vals)
+
+
+def full_rows(sweep: Sweep) -> list[Row]:
+    out = []
+    for c in sweep.candidates:
+        for ctx in sweep.contexts:
+            out += [row(c.id, c.runtime, ctx, p) for p in range(sweep.probes)]
+        out.append(row(c.id, c.runtime, 0, 0, kind="sustained"))
+    return out
+
+
+def covered(entries: list[Deferred], metric: str, cand: str) -> bool:
+    return any(metric in e.axis.split(", ") and f"{cand} (" in e.reason for e in entries)
+
+
+def assert_every_null_appears(sweep: Sweep, rows: list[Row]) -> list[Deferred]:
+    entries = automatic_deferred(sweep, rows)
+    for r in rows:
+        if r.status != "ok":
+            assert any(e.axis == "probes" and e.reason.startswith(f"{r.candidate} (") and r.status in e.reason
+                       for e in entries), r
+            continue
+        metrics = SUSTAINED_METRICS if r.kind == "sustained" else PROBE_METRICS
+        for m in metrics:
+            if getattr(r, m) is None:
+                assert covered(entries, m, r.candidate), (m, r.candidate)
+                reason = r.null_reasons.get(m)
+                assert any(reason in e.reason for e in entries if m in e.axis) if reason else True
+    return entries
+
+
+def test_fixed_entries_and_scope():
+    sweep = make_sweep(sustained={"tokens": 0, "window": 8})
+    entries = automatic_deferred(sweep, full_rows(sweep))
+    axes = {e.axis for e in entries}
+    assert {"vision", "concurrency", "quality", "energy", "prefix-cache", "contexts", "sampling"} <= axes
+    assert any(e.axis == "eval" and "eval_tier none" in e.reason for e in entries)
+    assert any(e.axis == "sustained" and "sustained.tokens = 0" in e.reason for e in entries)
+    vision = next(e for e in entries if e.axis == "vision")
+    assert "no image probe in this tier" in vision.reason
+
+
+def test_complete_rows_give_only_fixed_entries():
+    sweep = make_sweep(eval_tier="smoke")
+    entries = automatic_deferred(sweep, full_rows(sweep))
+    assert not any(" (" in e.reason and "—" in e.reason for e in entries)
+    assert not any(e.axis in ("probes", "eval") for e in entries)
+
+
+def test_runtime_nulls_with_reasons():
+    sweep = make_sweep()
+    rows = full_rows(sweep)
+    no_prompt = "mlx_lm.server reports no prompt timing"
+    no_spec = "no speculative decoding configured"
+    rows = [
+        row(r.candidate, r.runtime, r.context, r.probe, kind=r.kind,
+            nulls=("prompt_tps", "draft_n", "draft_accepted", "draft_acceptance"),
+            reasons={"prompt_tps": no_prompt, "draft_n": no_spec, "draft_accepted": no_spec,
+                     "draft_acceptance": no_spec})
+        if r.candidate == "lm" else r
+        for r in rows
+    ]
+    entries = assert_every_null_appears(sweep, rows)
+    pt = [e for e in entries if e.axis == "prompt_tps"]
+    assert len(pt) == 2  # probe rows and the sustained row
+    assert no_prompt in pt[0].reason and "lm (mlx_lm.server)" in pt[0].reason and "4 of 4 ok probe" in pt[0].reason
+    # the draft trio shares one reason: one line, not three
+    assert any(e.axis == "draft_n, draft_accepted, draft_acceptance" and no_spec in e.reason for e in entries)
+
+
+def test_null_without_reason_is_reported_as_a_bug():
+    sweep = make_sweep()
+    rows = full_rows(sweep)
+    rows[0] = row("ll", "llama-server", 512, 0, nulls=("mem_peak_bytes",))
+    entries = assert_every_null_appears(sweep, rows)
+    e = next(e for e in entries if e.axis == "mem_peak_bytes")
+    assert NO_REASON in e.reason and "1 of 4" in e.reason
+
+
+def test_failures_missing_probes_and_thermal():
+    sweep = make_sweep()
+    rows = [r for r in full_rows(sweep) if not (r.candidate == "vl" and r.context == 2048)]
+    rows = [r for r in rows if not (r.candidate == "vl" and r.kind == "sustained")]
+    rows.append(row("ll", "llama-server", 4096, 9, status="failed", error="server crashed: signal 9\nlog tail"))
+    rows.append(row("lm", "mlx_lm.server", 512, 7, status="aborted"))
+    cold = ThermalReading(source="psutil", available=False, reason="no sensors in this VM")
+    rows[0] = row("ll", "llama-server", 512, 0, thermal_before=cold)
+    entries = assert_every_null_appears(sweep, rows)
+    assert any(e.axis == "probes" and "1 failed" in e.reason and "signal 9" in e.reason for e in entries)
+    assert any(e.axis == "probes" and "1 aborted" in e.reason for e in entries)
+    assert any(e.axis == "probes" and "vl (" in e.reason and "context 2048: 2 of 2" in e.reason for e in entries)
+    assert any(e.axis == "sustained" and "vl (" in e.reason for e in entries)
+    assert any(e.axis == "thermal" and "no sensors in this VM" in e.reason for e in entries)
+
+
+def test_random_null_sets_all_appear():
+    rng = random.Random(4)
+    sweep = make_sweep()
+    for _ in range(30):
+        rows = []
+        for r in full_rows(sweep):
+            metrics = SUSTAINED_METRICS if r.kind == "sustained" else PROBE_METRICS
+            nulls = tuple(m for m in metrics if rng.random() < 0.15)
+            reasons = {m: f"reason-{rng.randrange(3)}" for m in nulls if rng.random() < 0.8}
+            status = "failed" if rng.random() < 0.05 else "ok"
+            rows.append(row(r.candidate, r.runtime, r.context, r.probe, kind=r.kind, status=status,
+                            nulls=nulls, reasons=reasons))
+        entries = assert_every_null_appears(sweep, rows)
+        for e in entries:  # every entry is a valid Deferred (length limits hold)
+            msgspec.json.decode(msgspec.json.encode(e), type=Deferred)
+
+
+def test_declared_entries_first_and_override_fixed():
+    sweep = make_sweep(deferred=[{"axis": "concurrency", "reason": "single-user daily driver"}])
+    entries = all_deferred(sweep, full_rows(sweep))
+    assert entries[0] == Deferred(axis="concurrency", reason="single-user daily driver")
+    assert sum(e.axis == "concurrency" for e in entries) == 1
+    assert any(e.axis == "vision" for e in entries)
+
+
+def test_eval_entries():
+    sweep = make_sweep(eval_tier="standard")
+    evals = [EvalResult(job="job-00001", candidate="ll", tier="standard", task="fibonacci", passed=True,
+                        sandboxed=False),
+             EvalResult(job="job-00001", candidate="lm", tier="standard", task="fibonacci", passed=False,
+                        sandboxed=True)]
+    entries = automatic_deferred(sweep, full_rows(sweep), evals)
+    assert any(e.axis == "eval-sandbox" and "ll (" in e.reason and "fibonacci" in e.reason for e in entries)
+    assert any(e.axis == "eval" and "vl (" in e.reason and "no result" in e.reason for e in entries)
+    assert not any(e.axis == "eval" and "lm (" in e.reason for e in entries)
+    assert not any(e.axis == "eval" and "eval_tier none" in e.reason for e in entries)

@@ -1,0 +1,228 @@
+"""The human lock: round trip (TOML parsed back and compared with the runbook's candidate), refusals
+(unknown id, no successful rows, dominated without --force), [previous] on re-lock, atomic writes,
+the TOML emitter's escaping, and `locked --command` starting a real llama-server that answers /health."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.request
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from runbook_factory import fill_job, setup_state
+
+from benchd.errors import BenchdError
+from benchd.results import lock, runbook
+from benchd.schemas import Candidate, Spec
+
+BENCHCTL = [sys.executable, "-m", "benchctl"]
+
+
+@pytest.fixture()
+def state(tmp_path: Path):
+    config, store, sweep, models = setup_state(tmp_path)
+    job = fill_job(store, sweep)
+    rid = runbook.write_runbook(config, store, job)
+    yield config, runbook.load_runbook(rid, config), models
+    store.close()
+
+
+def _cli(config, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "BENCHD_CACHE_DIR": str(config.cache_dir), **(env or {})}
+    return subprocess.run([*BENCHCTL, *args, "--state-dir", str(config.state_dir)], capture_output=True,
+                          text=True, timeout=60, env=full_env, check=False)
+
+
+def test_round_trip(state) -> None:
+    config, rb, models = state
+    path, _doc = lock.lock_candidate(config, "gguf-spec", note='fast "enough"\nand fits')
+    assert path == config.locked_path
+    data = tomllib.loads(path.read_text())
+    got = data["locked"]
+    cand = next(c for c in rb.sweep.candidates if c.id == "gguf-spec")
+    assert got["schema_version"] == 1
+    assert got["candidate"] == cand.id and got["runtime"] == cand.runtime
+    assert got["model_path"] == cand.model and got["args"] == cand.args and got["ctx_size"] == cand.ctx_size
+    assert cand.spec is not None
+    assert got["spec"] == {"kind": cand.spec.kind, "draft_model": cand.spec.draft_model, "draft_max": cand.spec.draft_max}
+    assert got["sampling"] == {"temperature": rb.sweep.sampling.temperature, "seed": rb.sweep.sampling.seed}
+    assert got["model_sha256"] == hashlib.sha256(models["gguf"].read_bytes()).hexdigest()
+    assert got["model_bytes"] == models["gguf"].stat().st_size
+    assert got["binary"] == "/opt/llama/llama-server" and got["binary_version"] == "b1-0c1e570"
+    assert got["runbook"] == rb.id and got["note"] == 'fast "enough"\nand fits' and got["locked_at"]
+    for cell in (c for c in rb.cells if c.candidate == "gguf-spec"):
+        ev = got["evidence"][str(cell.context)]
+        assert ev["gen_tps"] == cell.gen_tps.median and ev["prompt_tps"] == cell.prompt_tps.median
+        assert ev["mem_peak_bytes"] == cell.mem_peak_bytes.median and ev["n_ok"] == cell.n_ok
+    assert '[locked.evidence."512"]' in path.read_text()
+    assert "previous" not in data
+    assert lock.read_lock(path).locked.candidate == "gguf-spec"
+    assert [p.name for p in path.parent.iterdir() if ".tmp" in p.name] == []
+
+
+def test_refusals(state) -> None:
+    config, rb, _ = state
+    with pytest.raises(BenchdError, match="no candidate 'nope'"):
+        lock.build_lock(rb, "nope")
+    with pytest.raises(BenchdError, match="no successful probe rows"):
+        lock.build_lock(rb, "broken")
+    with pytest.raises(BenchdError, match=r"dominated \(at context 1024: gguf-plain") as exc:
+        lock.build_lock(rb, "mlx-lm")
+    assert "--force" in exc.value.message
+    assert not config.locked_path.exists()
+    forced = lock.build_lock(rb, "mlx-lm", force=True)
+    assert forced.forced and "1024" in forced.dominated_by
+
+
+def test_cli_refusals_exit_2(state) -> None:
+    config, _rb, _ = state
+    for cand, needle in (("nope", "no candidate 'nope'"), ("broken", "no successful probe rows"),
+                         ("mlx-lm", "is dominated")):
+        res = _cli(config, "lock", "--candidate", cand)
+        assert res.returncode == 2, res.stderr
+        assert needle in res.stderr
+    assert not config.locked_path.exists()
+    res = _cli(config, "lock", "--candidate", "mlx-lm", "--force", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["locked"]["forced"] is True
+
+
+def test_relock_moves_previous_and_cli_json(state, tmp_path: Path) -> None:
+    config, _rb, _ = state
+    out = tmp_path / "my.lock.toml"
+    assert _cli(config, "lock", "--candidate", "gguf-spec", "--out", str(out)).returncode == 0
+    res = _cli(config, "lock", "--candidate", "gguf-plain", "--out", str(out), "--note", "smaller")
+    assert res.returncode == 0 and "[previous]" in res.stdout
+    data = tomllib.loads(out.read_text())
+    assert data["locked"]["candidate"] == "gguf-plain" and data["previous"]["candidate"] == "gguf-spec"
+    assert "previous" not in data["previous"]
+    shown = _cli(config, "locked", "--file", str(out), "--json")
+    assert shown.returncode == 0, shown.stderr
+    doc = json.loads(shown.stdout)
+    assert doc["locked"]["candidate"] == "gguf-plain" and doc["previous"]["candidate"] == "gguf-spec"
+    text = _cli(config, "locked", "--file", str(out))
+    assert "gguf-plain" in text.stdout and "smaller" in text.stdout
+    missing = _cli(config, "locked", "--file", str(tmp_path / "none.toml"))
+    assert missing.returncode == 2 and "no lock file" in missing.stderr
+
+
+def test_unknown_lock_version_rejected(tmp_path: Path) -> None:
+    bad = tmp_path / "locked.toml"
+    bad.write_text('[locked]\nschema_version = 7\ncandidate = "x"\n')
+    with pytest.raises(BenchdError, match="schema_version 7 is not supported"):
+        lock.read_lock(bad)
+
+
+_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_text, st.one_of(_text, st.integers(-2**63, 2**63 - 1), st.booleans(),
+                                        st.floats(allow_nan=False), st.lists(_text, max_size=4)), max_size=6),
+       _text)
+def test_toml_emitter_round_trips(table: dict, sub_key: str) -> None:
+    doc = {"t": table, "u": {sub_key: {"k": "v"}}}
+    assert tomllib.loads(lock.dumps_toml(doc)) == doc
+
+
+def test_command_is_the_adapters(state) -> None:
+    """`locked --command` argv comes from the llama-server adapter: model, host, port, -c, spec, args."""
+    config, rb, models = state
+    fake_bin = config.state_dir / "llama-server"
+    fake_bin.write_text("#!/bin/sh\n")
+    fake_bin.chmod(0o755)
+    locked = msgspec.structs.replace(lock.build_lock(rb, "gguf-spec"), binary=str(fake_bin))
+    argv = lock.server_argv(locked, config, port=18080)
+    assert argv[0] == str(fake_bin)
+    for pair in (["-m", str(models["gguf"])], ["--host", "127.0.0.1"], ["--port", "18080"], ["-c", "4096"],
+                 ["-md", str(models["draft"])], ["--spec-draft-n-max", "8"]):
+        i = argv.index(pair[0])
+        assert argv[i: i + 2] == pair
+    assert argv[-2:] == ["-t", "1"]
+    mlx = lock.build_lock(rb, "mlx-lm", force=True)
+    env = lock.server_env(mlx, config)  # what the MLX adapter adds: offline hub, an existing HF cache
+    assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HUB_CACHE"] == str(config.hf_cache_dir)
+
+
+# ------------------------------------------------------------------------------------ real server
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _real_runtime(request: pytest.FixtureRequest) -> tuple[Path, Path, Path]:
+    """(llama-server binary, target gguf, identical draft) from the conftest fixtures when they exist,
+    else from the same places they read (the provisioned runtime and the cached tiny models)."""
+    try:
+        binary = Path(request.getfixturevalue("llama_server_bin"))
+        tiny = request.getfixturevalue("tiny_models")
+        return binary, tiny.target, tiny.draft_identical
+    except pytest.FixtureLookupError:
+        pass
+    from benchctl import tinymodels
+    from benchd.config import default_cache_dir
+    from benchd.servers import locate
+
+    try:
+        binary = locate.resolve_llama_binary(None, default_cache_dir())[0]
+    except BenchdError as exc:
+        pytest.skip(f"no llama-server: {exc}")
+    tiny = tinymodels.ensure(default_cache_dir())
+    return binary, tiny.target, tiny.draft_identical
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_locked_command_starts_real_llama_server(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    binary, target, draft = _real_runtime(request)
+    config, store, sweep, _ = setup_state(tmp_path)
+    real = Candidate(id="gguf-spec", runtime="llama-server", model=str(target), args=["-t", "1"], ctx_size=512,
+                     binary=str(binary), spec=Spec(kind="draft", draft_model=str(draft), draft_max=4))
+    sweep = msgspec.structs.replace(sweep, candidates=[real, *sweep.candidates[1:]])
+    fill_job(store, sweep)
+    runbook.write_runbook(config, store, "20261130-020000-abcd")
+    store.close()
+    assert _cli(config, "lock", "--candidate", "gguf-spec").returncode == 0
+    port = _free_port()
+    res = _cli(config, "locked", "--command", "--port", str(port), "--json")
+    assert res.returncode == 0, res.stderr
+    argv = json.loads(res.stdout)["argv"]
+    assert argv[0] == str(binary) and str(port) in argv
+    log = tmp_path / "server.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        body = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        body = json.loads(resp.read())
+                        break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        assert body == {"status": "ok"}, log.read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)

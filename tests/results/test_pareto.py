@@ -1,0 +1,76 @@
+"""Pareto view: hand-built row sets (tests/data/pareto/*.json) with their expected frontier and
+"dominated by", committed before the code. Each fixture's description says why the answer is right."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from benchd.results import pareto
+from benchd.schemas import EvalResult, Row
+
+FIXTURES = sorted((Path(__file__).parents[1] / "data" / "pareto").glob("*.json"))
+
+
+def _load(path: Path) -> tuple[list[Row], list[EvalResult], dict]:
+    doc = json.loads(path.read_text())
+    rows = [msgspec.convert(r, Row) for r in doc["rows"]]
+    evals = [msgspec.convert(e, EvalResult) for e in doc["evals"]]
+    return rows, evals, doc["expected"]
+
+
+def test_fixtures_exist() -> None:
+    assert len(FIXTURES) >= 4
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[p.stem for p in FIXTURES])
+def test_fixture(path: Path) -> None:
+    rows, evals, expected = _load(path)
+    got = {str(c.context): c for c in pareto.pareto_from_rows(rows, evals)}
+    assert sorted(got) == sorted(expected)
+    for ctx, exp in expected.items():
+        res = got[ctx]
+        assert sorted(res.frontier) == sorted(exp["frontier"]), ctx
+        dominated = {
+            cand: sorted(
+                ({"by": d.by, "better_on": d.better_on, "skipped_axes": d.skipped_axes} for d in doms),  # type: ignore[misc]
+                key=lambda d: str(d["by"]),
+            )
+            for cand, doms in res.dominated.items()
+        }
+        assert dominated == exp["dominated"], ctx
+        assert res.excluded == exp["excluded"], ctx
+        # Every candidate is either on the frontier, dominated, or excluded (with a reason): none vanish.
+        everyone = {r.candidate for r in rows if r.context == int(ctx) and r.kind == "probe"}
+        assert set(res.frontier) | set(res.dominated) | set(res.excluded) == everyone
+        assert not set(res.frontier) & set(res.dominated)
+
+
+def test_equal_points_neither_dominates() -> None:
+    a = pareto.Point(candidate="a", values={"gen_tps": 1.0, "prompt_tps": 2.0, "mem_peak_bytes": 3.0})
+    b = pareto.Point(candidate="b", values={"gen_tps": 1.0, "prompt_tps": 2.0, "mem_peak_bytes": 3.0})
+    assert pareto.dominates(a, b) is None
+    assert pareto.dominates(b, a) is None
+    res = pareto.frontier([a, b], context=1)
+    assert sorted(res.frontier) == ["a", "b"]
+
+
+def test_no_shared_axis_neither_dominates() -> None:
+    """All axes null for one side: nothing to compare, so no verdict (never a silent win)."""
+    a = pareto.Point(candidate="a", values={"gen_tps": 5.0})
+    b = pareto.Point(candidate="b", values={"gen_tps": None, "prompt_tps": 9.0})
+    assert pareto.dominates(a, b) is None
+    res = pareto.frontier([a, b], context=1)
+    assert sorted(res.frontier) == ["a", "b"]
+    assert any(set(p.pair) == {"a", "b"} and "gen_tps" in p.axes for p in res.skipped_pairs)
+
+
+def test_direction_of_memory_axis() -> None:
+    low = pareto.Point(candidate="low", values={"gen_tps": 10.0, "mem_peak_bytes": 100.0})
+    high = pareto.Point(candidate="high", values={"gen_tps": 10.0, "mem_peak_bytes": 200.0})
+    d = pareto.dominates(low, high)
+    assert d is not None and d.better_on == ["mem_peak_bytes"]
+    assert pareto.dominates(high, low) is None

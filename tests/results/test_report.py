@@ -1,0 +1,103 @@
+"""`benchctl report`: medians with spread, noisy cells marked, nulls with their reason (never 0 or
+blank) in every format; the Pareto view; JSON via the real CLI; charts optional with a clear message."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from runbook_factory import fill_job, setup_state
+
+from benchd.errors import BenchdError
+from benchd.results import plot, report, runbook
+
+
+@pytest.fixture()
+def state(tmp_path: Path):
+    config, store, sweep, _ = setup_state(tmp_path)
+    job = fill_job(store, sweep)
+    rid = runbook.write_runbook(config, store, job)
+    yield config, runbook.load_runbook(rid, config)
+    store.close()
+
+
+def test_text_table(state) -> None:
+    _config, rb = state
+    text = report.render_text(rb, pareto=True)
+    line = next(x for x in text.splitlines() if x.startswith("gguf-plain") and " 512 " in x)
+    assert "100.0 (99.0–101.0, cv 1.0%)" in line  # median (min–max, cv) of GEN[gguf-plain, 512]
+    noisy = next(x for x in text.splitlines() if x.startswith("gguf-spec") and " 1024 " in x)
+    assert "100.0 (80.0–120.0, cv 20.0%) ~noisy" in noisy
+    mlx = next(x for x in text.splitlines() if x.startswith("mlx-lm") and " 512 " in x)
+    ref = mlx.split("null ")[1].split()[0]  # e.g. "[7]"
+    assert f"{ref} prompt_tps: mlx_lm.server reports no prompt timing" in text
+    assert "broken excluded: no successful probe rows in this context" in text
+    assert "mlx-lm is dominated by gguf-plain — better on gen_tps, mem_peak_bytes, eval_pass_rate" in text
+    assert "(skipped, null for one side: prompt_tps)" in text
+
+
+def test_csv_nulls_have_reasons(state) -> None:
+    _config, rb = state
+    got = list(csv.DictReader(io.StringIO(report.render_csv(rb))))
+    assert len(got) == len(rb.cells) * 4
+    for r in got:
+        if r["median"] == "null":
+            assert r["null_reason"], r
+        else:
+            float(r["median"])
+    mlx = next(r for r in got if r["candidate"] == "mlx-lm" and r["metric"] == "prompt_tps" and r["context"] == "512")
+    assert mlx["median"] == "null" and "mlx_lm.server reports no prompt timing" in mlx["null_reason"]
+    spec = next(r for r in got if r["candidate"] == "gguf-spec" and r["metric"] == "gen_tps" and r["context"] == "1024")
+    assert spec["noisy"] == "True" and float(spec["median"]) == 100.0
+    assert "n < 6" in spec["null_reason"]  # the CI is null with its reason at three probes
+
+
+def test_cli_json_and_md(state) -> None:
+    config, rb = state
+    env = {**os.environ, "BENCHD_CACHE_DIR": str(config.cache_dir)}
+    base = [sys.executable, "-m", "benchctl", "report", "--state-dir", str(config.state_dir)]
+    res = subprocess.run([*base, "--json", "--pareto"], capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["runbook"] == rb.id  # no RUNBOOK given: the newest
+    cell = next(c for c in doc["cells"] if c["candidate"] == "gguf-plain" and c["context"] == 512)
+    assert cell["gen_tps"]["median"] == 100.0 and cell["gen_tps"]["min"] == 99.0
+    assert {p["context"] for p in doc["pareto"]} == {512, 1024}
+    md = subprocess.run([*base, rb.job.id, "--format", "md"], capture_output=True, text=True, env=env, timeout=60,
+                        check=False)
+    assert md.returncode == 0 and md.stdout == (config.runbooks_dir / f"{rb.id}.md").read_text()
+    bad = subprocess.run([*base, "nosuchjob-0000"], capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert bad.returncode == 2 and "no runbook" in bad.stderr
+
+
+def test_plot_missing_is_clear(state, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config, rb = state
+    monkeypatch.setattr(plot, "available", lambda: False)
+    with pytest.raises(BenchdError, match="matplotlib is not installed"):
+        plot.write_charts(rb, tmp_path)
+    out = runbook.save_runbook(config, rb)  # charts skipped, the runbook itself still written
+    assert out.is_file()
+
+
+def test_charts_non_empty(state, tmp_path: Path) -> None:
+    _config, rb = state
+    paths = plot.write_charts(rb, tmp_path / "charts")
+    assert sorted(p.suffix for p in paths) == [".png", ".svg"]
+    assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_rich_table(state, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TTY path (rich) prints the same cells and the null notes (on a terminal 250 columns wide)."""
+    monkeypatch.setenv("COLUMNS", "250")
+    _config, rb = state
+    report.print_rich(rb, pareto=True)
+    out = capsys.readouterr().out
+    assert "gguf-plain" in out and "100.0 (99.0–101.0" in out
+    assert "mlx_lm.server reports no prompt timing" in out and "~noisy" in out
+    assert "frontier" in out

@@ -1,0 +1,272 @@
+"""Memory sampler against real child processes (Linux /proc), plus the macOS ctypes struct layout."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import sys
+import textwrap
+
+import msgspec
+import pytest
+
+from benchd.sensors.memory import darwin as memory_darwin
+from benchd.sensors.memory import readers as memory_backends
+from benchd.sensors.memory import sampler as memory
+
+MB = 1024 * 1024
+
+linux_only = pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
+
+# A child that allocates N MiB on command, touches every page, frees it, and says "done".
+CHILD = textwrap.dedent(
+    """
+    import sys
+    for line in sys.stdin:
+        cmd = line.split()
+        if cmd[0] == "alloc":
+            n = int(cmd[1]) * 1024 * 1024
+            buf = bytearray(n)
+            buf[::4096] = b"\\x01" * (n // 4096)   # touch every page
+            del buf                                 # free: large blocks go back to the kernel (munmap)
+        elif cmd[0] == "spawn":
+            import subprocess
+            kid = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        elif cmd[0] == "quit":
+            break
+        print("done", flush=True)
+    """
+)
+
+
+class Child:
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    async def cmd(self, line: str) -> None:
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write((line + "\n").encode())
+        await self.proc.stdin.drain()
+        out = await asyncio.wait_for(self.proc.stdout.readline(), 20)
+        assert out.strip() == b"done", out
+
+    def rss(self) -> int:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+
+@pytest.fixture
+async def child():
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", CHILD, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+    )
+    c = Child(proc)
+    await c.cmd("noop")  # wait until the interpreter is up
+    yield c
+    import psutil
+
+    with __import__("contextlib").suppress(psutil.NoSuchProcess):
+        for k in psutil.Process(proc.pid).children(recursive=True):
+            k.kill()
+    if proc.returncode is None:
+        proc.kill()
+    await proc.wait()
+
+
+@linux_only
+async def test_per_probe_peak_exact_and_reset(child: Child) -> None:
+    s = memory.MemorySampler(child.proc.pid, rate_hz=20)
+
+    # Probe 1: 200 MiB allocated, touched, freed while sampling.
+    base = child.rss()
+    s.reset_peak()
+    await s.start()
+    await child.cmd("alloc 200")
+    await asyncio.sleep(0.2)
+    r1 = await s.stop()
+    expected = base + 200 * MB
+    assert r1.source == "kernel:VmHWM" and r1.exact and r1.processes == 1, r1.source_note
+    assert r1.peak_bytes is not None
+    assert abs(r1.peak_bytes - expected) <= 0.05 * expected, (r1.peak_bytes, expected)
+    assert r1.rss_anon_bytes is not None and r1.rss_file_bytes is not None
+    assert r1.swap_in_bytes is not None and r1.swap_out_bytes is not None
+
+    # Probe 2, after a reset: only 20 MiB this time; the kernel peak must drop accordingly.
+    base2 = child.rss()
+    s.reset_peak()
+    await s.start()
+    await child.cmd("alloc 20")
+    r2 = await s.stop()
+    assert r2.peak_bytes is not None
+    assert r2.peak_bytes < r1.peak_bytes - 150 * MB
+    assert abs(r2.peak_bytes - (base2 + 20 * MB)) <= 0.05 * (base2 + 20 * MB)
+    msgspec.json.encode(r2)  # serializable as-is
+
+
+@linux_only
+async def test_series_rate_within_20_percent(child: Child) -> None:
+    for rate in (10.0, 25.0):
+        s = memory.MemorySampler(child.proc.pid, rate_hz=rate)
+        await s.start()
+        await asyncio.sleep(1.5)
+        r = await s.stop()
+        assert r.rate_hz_achieved is not None
+        assert abs(r.rate_hz_achieved - rate) <= 0.2 * rate, r.rate_hz_achieved
+        assert len(r.series) >= int(1.5 * rate * 0.8)
+        ts = [t for t, _ in r.series]
+        assert ts == sorted(ts) and all(b > 0 for _, b in r.series)
+
+
+@linux_only
+async def test_tree_sum_is_upper_bound_and_vanishing_child_survives(child: Child) -> None:
+    await child.cmd("spawn")
+    s = memory.MemorySampler(child.proc.pid, rate_hz=20, tree_refresh_s=0.1)
+    s.reset_peak()
+    await s.start()
+    await asyncio.sleep(0.3)
+    import psutil
+
+    kids = psutil.Process(child.proc.pid).children(recursive=True)
+    assert kids
+    for k in kids:  # a process of the tree vanishes mid-probe
+        k.kill()
+    await asyncio.sleep(0.3)
+    r = await s.stop()
+    assert r.processes == 2
+    assert r.source == "kernel:VmHWM" and not r.exact
+    assert "upper bound" in r.source_note and "exited mid-probe" in r.source_note
+    assert r.peak_bytes is not None and r.sampled_peak_bytes is not None
+    assert r.peak_bytes >= r.sampled_peak_bytes
+
+
+async def test_root_gone_gives_nulls_with_reasons() -> None:
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+    await proc.wait()
+    s = memory.MemorySampler(proc.pid, rate_hz=10)
+    await s.start()
+    await asyncio.sleep(0.15)
+    r = await s.stop()
+    assert r.peak_bytes is None and "peak_bytes" in r.null_reasons
+    assert r.series == [] and r.processes == 0 and not r.exact
+
+
+@linux_only
+async def test_reset_failure_falls_back_to_sampled_rss(child: Child) -> None:
+    class NoReset(memory_backends.LinuxProc):
+        """Double for a kernel that refuses clear_refs (e.g. another user's process): the only way here."""
+
+        def reset(self, pid: int) -> str | None:
+            return "cannot write /proc/X/clear_refs: Permission denied"
+
+    s = memory.MemorySampler(child.proc.pid, rate_hz=20, backend=NoReset())
+    s.reset_peak()
+    await s.start()
+    await asyncio.sleep(0.2)
+    r = await s.stop()
+    assert r.source == "psutil:rss" and not r.exact
+    assert r.peak_bytes == r.sampled_peak_bytes and "Permission denied" in r.source_note
+
+
+def test_describe_sources_lists_each_source() -> None:
+    rows = memory.describe_sources()
+    names = {r["name"] for r in rows}
+    assert "psutil:rss" in names and "psutil:swap_memory" in names
+    assert all("available" in r for r in rows)
+    assert all(r["available"] or r.get("reason") for r in rows)
+    if sys.platform.startswith("linux"):
+        assert {"kernel:VmHWM", "kernel:clear_refs"} <= names
+
+
+# ------------------------------------------------------------------------------------- darwin layout
+
+# `struct rusage_info_v4` as declared in <sys/resource.h> (macOS SDK): a 16-byte uuid, then 35 uint64_t
+# fields in this order. The offsets below are derived from that declaration, independently of ctypes.
+DOCUMENTED_V4_ORDER = [
+    "ri_user_time", "ri_system_time", "ri_pkg_idle_wkups", "ri_interrupt_wkups", "ri_pageins",
+    "ri_wired_size", "ri_resident_size", "ri_phys_footprint", "ri_proc_start_abstime",
+    "ri_proc_exit_abstime", "ri_child_user_time", "ri_child_system_time", "ri_child_pkg_idle_wkups",
+    "ri_child_interrupt_wkups", "ri_child_pageins", "ri_child_elapsed_abstime", "ri_diskio_bytesread",
+    "ri_diskio_byteswritten", "ri_cpu_time_qos_default", "ri_cpu_time_qos_maintenance",
+    "ri_cpu_time_qos_background", "ri_cpu_time_qos_utility", "ri_cpu_time_qos_legacy",
+    "ri_cpu_time_qos_user_initiated", "ri_cpu_time_qos_user_interactive", "ri_billed_system_time",
+    "ri_serviced_system_time", "ri_logical_writes", "ri_lifetime_max_phys_footprint", "ri_instructions",
+    "ri_cycles", "ri_billed_energy", "ri_serviced_energy", "ri_interval_max_phys_footprint",
+    "ri_runnable_time",
+]
+
+
+def test_rusage_info_v4_layout_matches_header() -> None:
+    S = memory_darwin.RUsageInfoV4
+    assert S.ri_uuid.offset == 0 and S.ri_uuid.size == 16
+    for i, name in enumerate(DOCUMENTED_V4_ORDER):
+        field = getattr(S, name)
+        assert field.offset == 16 + 8 * i, name
+        assert field.size == 8, name
+    assert ctypes.sizeof(S) == 16 + 8 * len(DOCUMENTED_V4_ORDER) == 296
+    # The three fields benchd reads, spelled out:
+    assert S.ri_phys_footprint.offset == 72
+    assert S.ri_lifetime_max_phys_footprint.offset == 240
+    assert S.ri_interval_max_phys_footprint.offset == 280
+    assert memory_darwin.RUSAGE_INFO_V4 == 4
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="checks the non-macOS refusal")
+def test_darwin_reader_refuses_off_macos() -> None:
+    with pytest.raises(OSError, match="only on macOS"):
+        memory_darwin.read_footprint(os.getpid())
+    assert memory_darwin.reset_footprint_interval(os.getpid()) is not None
+
+
+@pytest.mark.darwin
+@pytest.mark.skipif(sys.platform != "darwin", reason="needs macOS")
+async def test_darwin_live_peak(child: Child) -> None:  # pragma: no cover - macOS only
+    s = memory.MemorySampler(child.proc.pid, rate_hz=20)
+    s.reset_peak()
+    await s.start()
+    await child.cmd("alloc 200")
+    r = await s.stop()
+    assert r.source == "darwin:phys_footprint" and r.peak_bytes is not None
+    assert r.peak_bytes >= 200 * MB
+
+
+# ------------------------------------------------------------------------------------ real server
+
+
+@linux_only
+@pytest.mark.real
+async def test_real_llama_server_probe(server_factory, tiny_models, free_port) -> None:
+    """The sampler on a real llama-server during a real completion: kernel peak, exact, split adds up."""
+    import json
+    import urllib.request
+
+    port = free_port()
+    server = server_factory.spawn("llama-server-mem", server_factory.llama_argv(tiny_models.target, port, ["-t", "1"], 2048))
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            server.check_alive()
+            try:
+                await asyncio.to_thread(lambda: urllib.request.urlopen(base + "/health", timeout=1).read())
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+        s = memory.MemorySampler(server.proc.pid, rate_hz=20)
+        body = json.dumps({"prompt": "hello " * 200, "n_predict": 64, "temperature": 0}).encode()
+        req = urllib.request.Request(base + "/completion", data=body, headers={"Content-Type": "application/json"})
+        s.reset_peak()
+        await s.start()
+        await asyncio.to_thread(lambda: urllib.request.urlopen(req, timeout=60).read())
+        await asyncio.sleep(0.15)  # at least a few periodic ticks, whatever the probe's speed
+        r = await s.stop()
+    finally:
+        server.stop()
+    assert r.source == "kernel:VmHWM" and r.exact and r.processes == 1, r.source_note
+    assert r.peak_bytes is not None and r.sampled_peak_bytes is not None
+    assert r.peak_bytes >= r.sampled_peak_bytes > tiny_models.target.stat().st_size
+    assert r.rss_anon_bytes is not None and r.rss_file_bytes is not None
+    assert r.rss_anon_bytes + r.rss_file_bytes == r.sampled_peak_bytes  # VmRSS = RssAnon + RssFile + RssShmem
+    assert r.rate_hz_achieved is not None and len(r.series) >= 3

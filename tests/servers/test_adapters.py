@@ -1,0 +1,259 @@
+"""Adapters without a server: argv, validation, environment, request bodies, and the raw->normalized map.
+
+The `normalize` tests feed final chunks copied verbatim from the real servers on this machine (llama.cpp
+b1-0c1e570, mlx-lm 0.32.2, mlx-vlm 0.7.10; see tests/runtimes/test_real_servers.py for the live runs):
+they pin the mapping; the live tests prove the shapes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+import pytest
+
+from benchd.config import Config
+from benchd.errors import BenchdError
+from benchd.probe_result import ProbeResult
+from benchd.schemas import Candidate, Row, Sampling, Spec
+from benchd.servers.runtimes import ADAPTERS, get_adapter
+from benchd.servers.runtimes.base import CTX_MARGIN_TOKENS
+
+
+def cand(runtime: str = "llama-server", **kw: object) -> Candidate:
+    fields: dict[str, object] = {"id": "c1", "runtime": runtime, "model": "/models/m.gguf"}
+    fields.update(kw)
+    return msgspec.convert(fields, Candidate)
+
+
+def test_registry_and_unknown_runtime() -> None:
+    assert set(ADAPTERS) == {"llama-server", "mlx_lm.server", "mlx_vlm.server"}
+    for name, adapter in ADAPTERS.items():
+        assert adapter.name == name
+    with pytest.raises(BenchdError) as err:
+        get_adapter("vllm")
+    assert "llama-server" in err.value.message
+
+
+def test_llama_argv_ctx_spec_and_metrics() -> None:
+    a = get_adapter("llama-server")
+    c = cand(spec={"kind": "draft", "draft_model": "/models/d.gguf", "draft_max": 8}, args=["-fa", "on"])
+    ctx = a.server_ctx_size(c, 2048, 128)
+    assert ctx == 2048 + 128 + CTX_MARGIN_TOKENS
+    argv = a.argv(c, command=["/bin/llama-server"], port=4321, ctx_size=ctx)
+    assert argv[0] == "/bin/llama-server"
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--port") + 1] == "4321"
+    assert argv[argv.index("-m") + 1] == "/models/m.gguf"
+    assert argv[argv.index("-c") + 1] == str(ctx)
+    assert "--metrics" in argv
+    assert argv[argv.index("-np") + 1] == "1"
+    assert argv[argv.index("-md") + 1] == "/models/d.gguf"
+    assert argv[argv.index("--spec-type") + 1] == "draft-simple"
+    assert argv[argv.index("--spec-draft-n-max") + 1] == "8"
+    assert argv[-2:] == ["-fa", "on"]
+    assert a.restarts_per_context(c)
+
+
+def test_llama_pinned_ctx_and_own_slot_count() -> None:
+    a = get_adapter("llama-server")
+    c = cand(ctx_size=65536, args=["--parallel", "2"])
+    assert not a.restarts_per_context(c)
+    assert a.server_ctx_size(c, 2048, 128) == 65536
+    argv = a.argv(c, command=["x"], port=1, ctx_size=65536)
+    assert "-np" not in argv and argv[-2:] == ["--parallel", "2"]
+
+
+def test_mtp_needs_no_draft_model() -> None:
+    a = get_adapter("llama-server")
+    c = cand(spec={"kind": "mtp"})
+    assert a.validate(c) == []
+    argv = a.argv(c, command=["x"], port=1, ctx_size=100)
+    assert "-md" not in argv and argv[argv.index("--spec-type") + 1] == "draft-mtp"
+
+
+@pytest.mark.parametrize(
+    ("runtime", "arg", "hint"),
+    [
+        ("llama-server", "-c", "use `ctx_size`"),
+        ("llama-server", "--ctx-size=4096", "use `ctx_size`"),
+        ("llama-server", "--port", "free port"),
+        ("llama-server", "--host", "127.0.0.1"),
+        ("llama-server", "-m", "use `model`"),
+        ("llama-server", "-md", "use `spec.draft_model`"),
+        ("mlx_lm.server", "--model", "use `model`"),
+        ("mlx_lm.server", "--num-draft-tokens", "use `spec.draft_max`"),
+        ("mlx_vlm.server", "--host", "127.0.0.1"),
+        ("mlx_vlm.server", "--draft-kind", "use `spec.kind`"),
+    ],
+)
+def test_reserved_args_are_rejected_naming_the_field(runtime: str, arg: str, hint: str) -> None:
+    errors = get_adapter(runtime).validate(cand(runtime, args=["--foo", arg, "1"]))
+    assert len(errors) == 1
+    assert errors[0].code == "reserved_arg"
+    assert hint in errors[0].message
+    assert errors[0].field is not None and errors[0].field.endswith("args[1]")
+
+
+def test_llama_reserved_env() -> None:
+    errors = get_adapter("llama-server").validate(cand(env={"LLAMA_ARG_CTX_SIZE": "4096", "OK": "1"}))
+    assert [e.code for e in errors] == ["reserved_env"]
+    assert "use `ctx_size`" in errors[0].message
+
+
+@pytest.mark.parametrize(
+    ("runtime", "kind", "supported"),
+    [
+        ("llama-server", "medusa", "draft, eagle3, mtp"),
+        ("mlx_lm.server", "mtp", "draft"),
+        ("mlx_vlm.server", "draft", "dflash, eagle3, mtp"),
+    ],
+)
+def test_unsupported_spec_kind_names_supported(runtime: str, kind: str, supported: str) -> None:
+    errors = get_adapter(runtime).validate(cand(runtime, spec={"kind": kind, "draft_model": "/d"}))
+    assert [e.code for e in errors] == ["unsupported_spec"]
+    assert kind in errors[0].message and supported in errors[0].message
+    assert errors[0].field is not None and errors[0].field.endswith("spec.kind")
+
+
+def test_missing_draft_model() -> None:
+    errors = get_adapter("mlx_lm.server").validate(cand("mlx_lm.server", spec={"kind": "draft"}))
+    assert [e.code for e in errors] == ["missing_draft_model"]
+
+
+@pytest.mark.parametrize("runtime", ["mlx_lm.server", "mlx_vlm.server"])
+def test_mlx_rejects_ctx_size_and_never_restarts(runtime: str) -> None:
+    a = get_adapter(runtime)
+    errors = a.validate(cand(runtime, ctx_size=4096))
+    assert [e.code for e in errors] == ["unsupported_ctx_size"]
+    assert not a.restarts_per_context(cand(runtime))
+    assert a.server_ctx_size(cand(runtime), 2048, 128) is None
+
+
+def test_mlx_argv() -> None:
+    lm = get_adapter("mlx_lm.server")
+    c = cand("mlx_lm.server", spec={"kind": "draft", "draft_model": "/d", "draft_max": 4})
+    argv = lm.argv(c, command=["/v/bin/mlx_lm.server"], port=9, ctx_size=None)
+    assert argv[:7] == ["/v/bin/mlx_lm.server", "--model", "/models/m.gguf", "--host", "127.0.0.1", "--port", "9"]
+    assert argv[-4:] == ["--draft-model", "/d", "--num-draft-tokens", "4"]
+    assert argv[argv.index("--prompt-cache-size") + 1] == "0"
+    vlm = get_adapter("mlx_vlm.server")
+    c = cand("mlx_vlm.server", spec={"kind": "mtp", "draft_max": 3})
+    argv = vlm.argv(c, command=["/v/bin/python", "-m", "mlx_vlm.server"], port=9, ctx_size=None)
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--draft-model") + 1] == "/models/m.gguf"  # mtp: the model's own weights
+    assert argv[argv.index("--draft-kind") + 1] == "mtp"
+    assert argv[argv.index("--draft-block-size") + 1] == "3"
+
+
+def test_mlx_env_offline_with_existing_cache(tmp_path) -> None:
+    config = Config.resolve(state_dir=tmp_path / "state", cache_dir=tmp_path / "cache")
+    env = get_adapter("mlx_lm.server").env(cand("mlx_lm.server", env={"HF_HUB_OFFLINE": "0", "X": "y"}), config)
+    assert env["HF_HUB_CACHE"] == str(config.hf_cache_dir)
+    assert config.hf_cache_dir.is_dir()
+    assert env["HF_HUB_OFFLINE"] == "0"  # the candidate's env wins
+    assert env["X"] == "y"
+    llama_env = get_adapter("llama-server").env(cand(env={"A": "b"}), config)
+    assert llama_env["A"] == "b"
+
+
+def test_request_bodies() -> None:
+    s = Sampling(temperature=0.0, seed=7)
+    for name, adapter in ADAPTERS.items():
+        body = adapter.request_body(model="m", prompt="hi", max_tokens=5, sampling=s)
+        assert body["stream"] is True
+        assert body["stream_options"] == {"include_usage": True}
+        assert body["max_tokens"] == 5 and body["temperature"] == 0.0 and body["seed"] == 7
+        assert body["messages"] == [{"role": "user", "content": "hi"}]
+        assert adapter.request_headers()["Content-Type"] == "application/json"
+        if name == "llama-server":
+            assert body["cache_prompt"] is False and body["ignore_eos"] is True
+    assert get_adapter("mlx_lm.server").request_model(cand("mlx_lm.server")) == "default_model"
+    assert get_adapter("mlx_vlm.server").request_model(cand("mlx_vlm.server")) == "/models/m.gguf"
+    assert get_adapter("llama-server").request_model(cand(request_model="q")) == "q"
+
+
+# ------------------------------------------------------------------------- normalize on real shapes
+
+def result_with(final: dict, chunks: int = 64, window_s: float = 0.1) -> ProbeResult:
+    t0 = time.perf_counter()
+    times = [t0 + 0.02 + window_s * i / (chunks - 1) for i in range(chunks)]
+    return ProbeResult(
+        status="ok", error=None, http_status=200, started=t0, ended=times[-1] + 0.001,
+        first_content=times[0], last_content=times[-1], content_chunks=chunks, chunk_times=times,
+        final=final, done=True,
+    )
+
+
+LLAMA_SPEC_FINAL: dict[str, Any] = {
+    "choices": [], "object": "chat.completion.chunk",
+    "usage": {"completion_tokens": 64, "prompt_tokens": 315, "total_tokens": 379,
+              "prompt_tokens_details": {"cached_tokens": 0}},
+    "timings": {"cache_n": 0, "prompt_n": 315, "prompt_ms": 62.69, "prompt_per_second": 5024.72,
+                "predicted_n": 64, "predicted_ms": 29.98, "predicted_per_second": 2101.26,
+                "draft_n": 56, "draft_n_accepted": 56},
+}
+MLX_LM_FINAL: dict[str, Any] = {
+    "object": "chat.completion", "model": "default_model", "choices": [],
+    "usage": {"prompt_tokens": 314, "completion_tokens": 64, "total_tokens": 378,
+              "prompt_tokens_details": {"cached_tokens": 0}},
+}
+MLX_VLM_FINAL: dict[str, Any] = {
+    "object": "chat.completion.chunk", "choices": [],
+    "usage": {"prompt_tokens": 314, "completion_tokens": 64, "total_tokens": 378,
+              "prompt_tokens_details": {"cached_tokens": 0}},
+    "timings": {"prompt_n": 314, "cache_n": 0, "predicted_n": 64, "prompt_per_second": 10765.38,
+                "predicted_per_second": 524.83, "peak_memory": 0.002357843, "draft_kind": None,
+                "draft_rounds": None, "draft_n": None, "draft_n_accepted": None},
+}
+
+
+def test_normalize_llama_with_spec() -> None:
+    n = get_adapter("llama-server").normalize(result_with(LLAMA_SPEC_FINAL), spec_configured=True)
+    assert (n.prompt_tokens, n.cached_tokens, n.gen_tokens) == (315, 0, 64)
+    assert n.prompt_tps == 5024.72 and n.gen_tps == 2101.26
+    assert n.sources["prompt_tps"] == n.sources["gen_tps"] == "server:timings"
+    assert n.sources["cached_tokens"] == "server:timings cache_n"
+    assert (n.draft_n, n.draft_accepted, n.draft_acceptance) == (56, 56, 1.0)
+    assert n.gen_tps_client == pytest.approx(63 / 0.1, rel=1e-6)
+    assert n.sources["gen_tps_client"] == "client:stream-window"
+    assert n.null_reasons == {}
+    fields = n.row_fields()
+    assert "server_peak_memory_bytes" not in fields or "server_peak_memory_bytes" in Row.__struct_fields__
+    Row(job="j", candidate="c", runtime="llama-server", context=1, kind="probe", probe=0, status="ok", **fields)
+
+
+def test_normalize_llama_without_spec_has_null_acceptance() -> None:
+    final = {**LLAMA_SPEC_FINAL, "timings": {k: v for k, v in LLAMA_SPEC_FINAL["timings"].items()
+                                              if not k.startswith("draft")}}
+    n = get_adapter("llama-server").normalize(result_with(final), spec_configured=False)
+    assert n.draft_acceptance is None and n.null_reasons["draft_acceptance"] == "no spec configured"
+    n = get_adapter("llama-server").normalize(result_with(final), spec_configured=True)
+    assert n.draft_acceptance is None and "no draft counts" in n.null_reasons["draft_acceptance"]
+
+
+def test_normalize_mlx_lm() -> None:
+    n = get_adapter("mlx_lm.server").normalize(result_with(MLX_LM_FINAL), spec_configured=True)
+    assert n.prompt_tps is None
+    assert n.null_reasons["prompt_tps"] == "mlx_lm.server reports no prompt timing"
+    assert n.gen_tps == n.gen_tps_client == pytest.approx(630.0, rel=1e-6)
+    assert n.sources["gen_tps"] == "client:stream-window"
+    assert n.cached_tokens == 0 and n.gen_tokens == 64 and n.prompt_tokens == 314
+    assert "exposes no draft acceptance" in n.null_reasons["draft_acceptance"]
+
+
+def test_normalize_mlx_vlm() -> None:
+    n = get_adapter("mlx_vlm.server").normalize(result_with(MLX_VLM_FINAL), spec_configured=False)
+    assert n.prompt_tps == 10765.38 and n.gen_tps == 524.83
+    assert n.server_peak_memory_bytes == 2_357_843
+    assert n.sources["server_peak_memory_bytes"].startswith("server:peak_memory")
+    assert n.cached_tokens == 0
+    assert n.gen_tps_client is not None
+    assert n.draft_n is None and n.null_reasons["draft_n"] == "no spec configured"
+
+
+def test_spec_struct_is_what_validate_reads() -> None:
+    # guards the Spec fields this module relies on
+    s = Spec(kind="draft", draft_model="/d", draft_max=2)
+    assert (s.kind, s.draft_model, s.draft_max) == ("draft", "/d", 2)

@@ -1,0 +1,214 @@
+"""Provisioning: idempotent installs on the real cache, one-line errors, and the binary resolution order.
+
+The idempotency tests use the real cache (the session fixtures provision it once); the error tests use
+temp cache dirs and a PATH without the build tools. A real failing build is made by a CMake project
+that stops with FATAL_ERROR (no test double: cmake really runs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchd.errors import BenchdError
+from benchd.servers import locate, provision
+
+BENCHCTL = [sys.executable, "-m", "benchctl"]
+NO_MLX_PYTHON = "BENCHD_MLX_PYTHON"
+
+
+def _exe(path: Path, body: str = "#!/bin/sh\nexit 0\n") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(body)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No overrides, and a PATH with nothing but an empty dir (and the interpreter's own dir removed)."""
+    for var in ("BENCHD_LLAMA_SERVER", "BENCHD_LLAMA_BENCH", NO_MLX_PYTHON, "BENCHD_LLAMA_SDIST"):
+        monkeypatch.delenv(var, raising=False)
+    empty = tmp_path / "emptybin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    return empty
+
+
+# ----------------------------------------------------------------------------- real cache, idempotent
+
+
+@pytest.mark.real
+def test_install_llama_second_run_is_a_no_op(cache_dir: Path, llama_server_bin: Path) -> None:
+    lines: list[str] = []
+    started = time.monotonic()
+    bin_dir = provision.install_llama(cache_dir, lines.append)
+    assert time.monotonic() - started < 5
+    assert bin_dir == provision.llama_dir(cache_dir) / "bin"
+    assert lines and "already installed" in lines[0]
+    marker = json.loads((provision.llama_dir(cache_dir) / "installed.json").read_text())
+    assert marker["version"] == provision.LLAMA_CPP_PYTHON_VERSION
+    assert set(marker["binaries"]) == {"llama-server", "llama-bench"}
+    assert "-DLLAMA_BUILD_UI=OFF" in marker["cmake_options"]
+    for name in ("llama-server", "llama-bench"):
+        assert os.access(bin_dir / name, os.X_OK)
+
+
+@pytest.mark.real
+def test_install_mlx_second_run_is_a_no_op(cache_dir: Path, mlx_argv: dict[str, list[str]]) -> None:
+    lines: list[str] = []
+    started = time.monotonic()
+    venv = provision.install_mlx(cache_dir, lines.append)
+    assert time.monotonic() - started < 5 and "already installed" in lines[0]
+    assert venv.name == "venv" and venv.parent == provision.mlx_dir(cache_dir)
+    marker = json.loads((venv.parent / "installed.json").read_text())
+    assert marker["requirements"] == provision.mlx_requirements()
+    assert marker["requirements"][1:] == ["mlx-lm==0.32.2", "mlx-vlm==0.7.10"]
+
+
+@pytest.mark.real
+def test_list_runtimes_on_the_real_cache(cache_dir: Path, llama_server_bin: Path,
+                                         mlx_argv: dict[str, list[str]]) -> None:
+    entries = {e["name"]: e for e in locate.list_runtimes(cache_dir)}
+    assert set(entries) == {"llama-server", "llama-bench", "mlx_lm.server", "mlx_vlm.server"}
+    assert all(e["installed"] for e in entries.values())
+    assert re.fullmatch(r"b\d+-[0-9a-f]+", str(entries["llama-server"]["version"]))
+    assert entries["llama-server"]["path"] == str(llama_server_bin)
+    assert entries["mlx_lm.server"]["version"] == provision.MLX_LM_VERSION
+    assert entries["mlx_vlm.server"]["version"] == provision.MLX_VLM_VERSION
+    out = subprocess.run([*BENCHCTL, "runtimes", "list", "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert [e["name"] for e in json.loads(out.stdout)] == list(entries)
+
+
+@pytest.mark.real
+def test_cli_install_is_fast_when_installed(llama_server_bin: Path, mlx_argv: dict[str, list[str]]) -> None:
+    started = time.monotonic()
+    out = subprocess.run([*BENCHCTL, "runtimes", "install", "all"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert time.monotonic() - started < 20
+    assert "already installed" in out.stderr and len(out.stdout.splitlines()) == 2
+
+
+# ------------------------------------------------------------------------------------- errors
+
+
+def test_unknown_runtime_cli_one_line() -> None:
+    out = subprocess.run([*BENCHCTL, "runtimes", "install", "vllm"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "error: unknown runtime 'vllm': use llama-server, mlx or all (field runtime)"
+    ]
+    with pytest.raises(BenchdError) as exc:
+        provision.install("vllm", Path("/nonexistent"), print)
+    assert exc.value.code == "unknown_runtime"
+
+
+def test_unwritable_cache_dir(tmp_path: Path) -> None:
+    """A path under a regular file cannot be created, even by root."""
+    (tmp_path / "file").write_text("")
+    for install in (provision.install_llama, provision.install_mlx):
+        with pytest.raises(BenchdError, match=r"not writable.*BENCHD_CACHE_DIR") as exc:
+            install(tmp_path / "file" / "cache", print)
+        assert exc.value.code == "cache_unwritable"
+    out = subprocess.run([*BENCHCTL, "runtimes", "install", "llama-server", "--cache-dir", str(tmp_path / "file" / "c")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_missing_cmake_and_compiler_name_the_package(tmp_path: Path, clean_env: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(BenchdError, match=r"cmake not found.*(apt-get install|brew install)") as exc:
+        provision.install_llama(tmp_path / "cache", print)
+    assert exc.value.code == "missing_tool"
+    _exe(clean_env / "cmake")
+    with pytest.raises(BenchdError, match=r"no C\+\+ compiler.*(build-essential|xcode-select)"):
+        provision.install_llama(tmp_path / "cache", print)
+
+
+def test_failed_build_points_at_the_log(tmp_path: Path) -> None:
+    """A source tree whose CMakeLists fails: the error names cmake.log, which holds cmake's message."""
+    root = provision.llama_dir(tmp_path)
+    src = root / "src" / f"llama_cpp_python-{provision.LLAMA_CPP_PYTHON_VERSION}" / "vendor" / "llama.cpp"
+    src.mkdir(parents=True)
+    (src / "CMakeLists.txt").write_text('cmake_minimum_required(VERSION 3.14)\nmessage(FATAL_ERROR "boom-42")\n')
+    with pytest.raises(BenchdError) as exc:
+        provision.install_llama(tmp_path, print)
+    assert exc.value.code == "install_failed"
+    assert str(root / "cmake.log") in exc.value.message
+    assert "boom-42" in (root / "cmake.log").read_text()
+    assert not (root / "installed.json").exists()
+
+
+# --------------------------------------------------------------------------------------- resolution
+
+
+def test_llama_resolution_order(tmp_path: Path, clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    with pytest.raises(BenchdError, match="benchctl runtimes install llama-server") as exc:
+        locate.resolve_llama_binary(None, cache)
+    assert exc.value.code == "runtime_missing"
+    cached = _exe(provision.llama_dir(cache) / "bin" / "llama-server")
+    assert locate.resolve_llama_binary(None, cache) == (cached, "cache")
+    on_path = _exe(clean_env / "llama-server")
+    assert locate.resolve_llama_binary(None, cache) == (on_path, "path")
+    env = _exe(tmp_path / "env" / "llama-server")
+    monkeypatch.setenv("BENCHD_LLAMA_SERVER", str(env))
+    assert locate.resolve_llama_binary(None, cache) == (env, "env")
+    cand = _exe(tmp_path / "cand" / "my-llama")
+    assert locate.resolve_llama_binary(str(cand), cache) == (cand, "candidate")
+    bench = _exe(provision.llama_dir(cache) / "bin" / "llama-bench")
+    assert locate.resolve_llama_binary(None, cache, "llama-bench") == (bench, "cache")
+    (tmp_path / "notexec").write_text("")
+    with pytest.raises(BenchdError, match="not an executable") as exc:
+        locate.resolve_llama_binary(str(tmp_path / "notexec"), cache)
+    assert exc.value.field == "binary"
+    monkeypatch.setenv("BENCHD_LLAMA_SERVER", str(tmp_path / "missing"))
+    with pytest.raises(BenchdError, match=r"\$BENCHD_LLAMA_SERVER"):
+        locate.resolve_llama_binary(None, cache)
+
+
+def test_mlx_resolution_order(tmp_path: Path, clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    python = _exe(tmp_path / "venv" / "bin" / "python")
+    script = _exe(tmp_path / "venv" / "bin" / "mlx_lm.server")
+    assert locate.resolve_mlx_command("mlx_lm.server", str(script), cache) == ([str(script)], "candidate")
+    assert locate.resolve_mlx_command("mlx_vlm.server", str(python), cache) == (
+        [str(python), "-m", "mlx_vlm.server"], "candidate")
+    monkeypatch.setenv(NO_MLX_PYTHON, str(python))
+    assert locate.resolve_mlx_command("mlx_lm.server", None, cache) == ([str(script)], "env")
+    assert locate.resolve_mlx_command("mlx_vlm.server", None, cache) == (
+        [str(python), "-m", "mlx_vlm.server"], "env")
+    monkeypatch.delenv(NO_MLX_PYTHON)
+    if locate._can_import(sys.executable, "mlx_lm"):
+        pytest.skip("this interpreter has mlx_lm: the 'path' step wins before the cache")
+    with pytest.raises(BenchdError, match="benchctl runtimes install mlx"):
+        locate.resolve_mlx_command("mlx_lm.server", None, cache)
+    with pytest.raises(BenchdError, match="unknown MLX runtime"):
+        locate.resolve_mlx_command("llama-server", None, cache)
+
+
+@pytest.mark.real
+def test_mlx_cache_venv_resolves(cache_dir: Path, mlx_argv: dict[str, list[str]]) -> None:
+    venv_bin = provision.mlx_dir(cache_dir) / "venv" / "bin"
+    assert mlx_argv["mlx_lm.server"] == [str(venv_bin / "mlx_lm.server")]
+    assert mlx_argv["mlx_vlm.server"] == [str(venv_bin / "python"), "-m", "mlx_vlm.server"]
+
+
+def test_cmake_options_match_the_reference() -> None:
+    opts = provision.llama_cmake_options()
+    for must in ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF",
+                 "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF"):
+        assert must in opts
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists() and " avx2" in cpuinfo.read_text():
+        assert provision.LLAMA_CMAKE_X86_AVX2[0] == "-DGGML_NATIVE=OFF"
+        assert set(provision.LLAMA_CMAKE_X86_AVX2) <= set(opts)

@@ -1,0 +1,64 @@
+"""The layout's promises (issue 12): the import contracts hold, and every module imports on its own.
+
+`lint-imports` reads the contracts from pyproject.toml ([tool.importlinter]); `make lint` runs it too,
+this test keeps it inside `make test`'s meaning. Importing each module in a fresh interpreter catches an
+import that only works because another module happened to be imported first.
+"""
+
+from __future__ import annotations
+
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import benchctl
+import benchd
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _modules() -> list[str]:
+    out = []
+    for pkg in (benchd, benchctl):
+        out.append(pkg.__name__)
+        for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+            out.append(info.name)
+    return out
+
+
+def test_import_contracts_hold() -> None:
+    exe = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(exe)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "BROKEN" not in done.stdout and "KEPT" in done.stdout
+
+
+def test_every_module_imports_alone() -> None:
+    mods = _modules()
+    assert "benchd.daemon.queue" in mods and "benchd.sensors.memory.darwin" in mods
+    script = (
+        "import importlib, subprocess, sys\n"
+        "bad = []\n"
+        "for m in sys.argv[1:]:\n"
+        "    r = subprocess.run([sys.executable, '-c', f'import {m}'], capture_output=True, text=True)\n"
+        "    if r.returncode: bad.append((m, r.stderr.strip().splitlines()[-1:]))\n"
+        "print(bad)\n"
+        "sys.exit(1 if bad else 0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, *mods], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_no_module_over_the_size_limit() -> None:
+    """~400 lines a module (the house style); a module that grows past it is split along a seam."""
+    big = [(p.relative_to(ROOT), n) for pkg in ("benchd", "benchctl") for p in (ROOT / pkg).rglob("*.py")
+           if (n := len(p.read_text().splitlines())) > 420]
+    assert not big, big
+
+
+def test_the_daemon_never_imports_numpy() -> None:
+    """The tiny-model generator pulls numpy; the daemon's path must not."""
+    code = "import sys, benchd.daemon.lifecycle, benchd.engine.scheduler; print('numpy' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "False", done.stdout + done.stderr

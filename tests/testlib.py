@@ -1,0 +1,233 @@
+"""Helpers shared by the test suites (daemon, faults, benchctl): a real `benchd` process per test, polling,
+and a hand-written HTTP request over the socket.
+
+A real `benchd` process per test, on a short temporary state dir (socket path well under 100 bytes).
+
+`run_daemon()` starts `benchd --state-dir <tmp>/s` as a subprocess, waits until `/v1/health` answers and
+returns a `DaemonProc`; teardown kills whatever is left (the daemon and every process it spawned,
+found through psutil before the kill, since servers live in their own sessions).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from benchctl.client import Client, Unreachable
+
+BENCHD = [sys.executable, "-m", "benchd"]
+BENCHCTL = [sys.executable, "-m", "benchctl"]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("BENCHD_STATE_DIR", "BENCHD_SOCKET")}
+    env.update(extra)
+    return env
+
+
+@dataclass
+class DaemonProc:
+    base: Path
+    state_dir: Path
+    proc: subprocess.Popen[bytes]
+    out_path: Path
+    spawned: set[int] = field(default_factory=set)
+
+    @property
+    def socket(self) -> Path:
+        return self.state_dir / "benchd.sock"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def client(self, timeout: float = 30.0) -> Client:
+        return Client(self.socket, timeout=timeout)
+
+    def output(self) -> str:
+        try:
+            return self.out_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            kids = psutil.Process(self.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        self.spawned.update(k.pid for k in kids)
+        return kids
+
+    def signal(self, sig: int) -> None:
+        self.descendants()
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def benchctl_argv(self) -> list[str]:
+        return list(BENCHCTL)
+
+    def benchctl_env(self) -> dict[str, str]:
+        return clean_env(BENCHD_SOCKET=str(self.socket))
+
+    def benchctl(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*BENCHCTL, *args], capture_output=True, text=True, timeout=timeout,
+                              env=self.benchctl_env())
+
+
+def wait_healthy(socket: Path, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    client = Client(socket, timeout=2.0)
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"benchd exited with {proc.returncode} before it answered")
+        try:
+            return client.health()
+        except Unreachable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def start_benchd(base: Path, state_dir: Path | None = None, wait: bool = True, args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> DaemonProc:
+    state = state_dir or base / "s"
+    out_path = base / f"benchd-{time.monotonic_ns()}.out"
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen([*BENCHD, "--state-dir", str(state), "--log-level", "debug", *args],
+                                stdout=out, stderr=subprocess.STDOUT, env=env or clean_env(),
+                                start_new_session=True)
+    d = DaemonProc(base=base, state_dir=state, proc=proc, out_path=out_path)
+    if wait:
+        try:
+            wait_healthy(d.socket, proc)
+        except Exception:
+            proc.kill()
+            raise RuntimeError(f"benchd did not come up:\n{d.output()}") from None
+    return d
+
+
+def _kill_all(daemons: list[DaemonProc]) -> None:
+    for d in daemons:
+        d.descendants()
+        if d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait(timeout=10)
+    for d in daemons:
+        for pid in d.spawned:
+            try:
+                p = psutil.Process(pid)
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+                p.wait(timeout=5)
+            except (psutil.NoSuchProcess, ProcessLookupError, psutil.TimeoutExpired, PermissionError):
+                pass
+
+
+@pytest.fixture
+def short_base() -> Iterator[Path]:
+    """A short temporary folder (/tmp/bd-XXXX): `<it>/s/benchd.sock` stays far below 100 bytes."""
+    base = Path(tempfile.mkdtemp(prefix="bd-", dir="/tmp"))
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def run_daemon(short_base: Path) -> Iterator[Callable[..., DaemonProc]]:
+    """Factory: `run_daemon()` → a healthy DaemonProc on `<short_base>/s`; call again to restart."""
+    started: list[DaemonProc] = []
+
+    def start(**kwargs: Any) -> DaemonProc:
+        d = start_benchd(short_base, **kwargs)
+        started.append(d)
+        return d
+
+    try:
+        yield start
+    finally:
+        _kill_all(started)
+        for d in started:
+            if d.proc.returncode not in (0, None) and os.environ.get("BENCHD_TEST_SHOW_LOGS"):
+                print(d.output())
+
+
+@pytest.fixture(scope="module")
+def shared_daemon() -> Iterator[DaemonProc]:
+    """One daemon for a module's read-mostly tests (bad-input cases that must not change its state)."""
+    base = Path(tempfile.mkdtemp(prefix="bd-", dir="/tmp"))
+    d = start_benchd(base)
+    try:
+        yield d
+    finally:
+        _kill_all([d])
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def poll() -> Callable[..., Any]:
+    return wait_until
+
+
+def wait_until(pred: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "condition") -> Any:
+    """Poll `pred` until it returns something truthy; AssertionError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met within {timeout} s")
+        time.sleep(interval)
+
+
+def raw_request(sock_path: Path, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None,
+                timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
+    """A hand-written HTTP/1.1 request (so the test controls every byte), read to the close."""
+    hdrs = {"Host": "benchd", "Connection": "close", "Content-Length": str(len(body)), **(headers or {})}
+    head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in hdrs.items()) + "\r\n"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(timeout)
+        s.connect(str(sock_path))
+        try:
+            s.sendall(head.encode() + body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server may answer 413 and close before taking the whole body
+        chunks = []
+        while True:
+            try:
+                got = s.recv(65536)
+            except ConnectionResetError:
+                break
+            if not got:
+                break
+            chunks.append(got)
+    data = b"".join(chunks)
+    head_b, _, rest = data.partition(b"\r\n\r\n")
+    lines = head_b.decode(errors="replace").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers_out = {k.lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+    if headers_out.get("transfer-encoding") == "chunked":
+        out, buf = b"", rest
+        while buf:
+            size_s, _, buf = buf.partition(b"\r\n")
+            size = int(size_s or b"0", 16)
+            if size == 0:
+                break
+            out, buf = out + buf[:size], buf[size + 2:]
+        rest = out
+    return status, headers_out, rest
