@@ -5,7 +5,8 @@ the fixtures call the idempotent installers against `$BENCHD_CACHE_DIR` (or the 
 a fresh machine provisions itself once; afterwards they cost milliseconds.
 
 Fixtures others use (keep the names):
-- `cache_dir`, `tiny_models` (small, seed 0; `.target` is the f16 GGUF), `llama_server_bin`,
+- `cache_dir`, `tiny_models` (small, seed 0; `.target` is the f16 GGUF), `scripted_models` (a thinking
+  model that follows a fixed script, with drafts; see its docstring), `llama_server_bin`,
   `llama_bench_bin`, `mlx_argv` ({"mlx_lm.server": argv prefix, "mlx_vlm.server": argv prefix}),
   `mlx_env` (environment for the MLX servers: offline HF hub with an existing cache folder);
 - `free_port` -> a callable returning a free 127.0.0.1 port;
@@ -75,6 +76,28 @@ def tiny_models(cache_dir: Path) -> Any:
     from benchctl.tinymodels import ensure
 
     return ensure(cache_dir, "small", 0, _log)
+
+
+@pytest.fixture(scope="session")
+def scripted_models(cache_dir: Path) -> Any:
+    """A scripted thinking model (`benchctl.tinymodels.scripted.ScriptedModels`, K=24, A=8, seed 0).
+
+    Greedy decoding of any chat prompt gives `<think>`, K reasoning tokens, `</think>`, A answer tokens,
+    EOS (`.generated_tokens()` = K + A + 3; with thinking off only the answer and EOS: A + 1). With EOS
+    suppressed the answer repeats, so a probe runs to max_tokens. The template is Qwen3's, so
+    llama-server streams the reasoning in `delta.reasoning_content` (thinking on by default),
+    mlx_lm.server in `delta.reasoning` (on by default), mlx_vlm.server in both (off by default; top-level
+    `enable_thinking: true`). Attributes:
+    - paths: `.target` (f16 GGUF), `.mlx_dir` (mlx_lm and mlx_vlm), `.drafts` {share of changed
+      transitions: GGUF} for 0.0 (identical), 0.25, 0.5, 0.75, 1.0 (unrelated); acceptance falls with the share;
+    - facts: `.reasoning_tokens` (K), `.answer_tokens` (A), `.reasoning_text`, `.answer_text` (each with a
+      leading space, as llama-server streams them), `.eos_ids` ((4, 2): `<|im_end|>` ends the script,
+      `</s>` is the second id in generation_config.json), `.script` (token ids: `think_open_id`,
+      `think_close_id`, `eos_id`, `reasoning_ids`, `answer_ids`, `chain()`).
+    """
+    from benchctl.tinymodels.scripted import ensure_scripted
+
+    return ensure_scripted(cache_dir, log=_log)
 
 
 def _llama_binary(cache_dir: Path, name: str) -> Path:

@@ -1,4 +1,4 @@
-"""`benchctl models tiny`: generate the tiny random-weight models (no download, deterministic from a seed).
+"""`benchctl models tiny`: generate the tiny models (random or scripted; no download, deterministic from a seed).
 
 Works without the daemon and without MLX installed (numpy, gguf, tokenizers, safetensors).
 """
@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -16,42 +18,48 @@ from benchctl import exitcodes
 
 @click.group("models")
 def models() -> None:
-    """Generate tiny random-weight models for tests and the demo."""
+    """Generate tiny models (random weights, or a scripted thinking model) for tests and the demo."""
 
 
 @models.command("tiny")
+@click.option("--kind", default="random", show_default=True, type=click.Choice(["random", "scripted"]),
+              help="random: random weights that never stop; scripted: a thinking model that follows a fixed "
+                   "script (<think>, K reasoning tokens, </think>, an answer, EOS) with a Qwen3 chat template.")
 @click.option("--out", "out", type=click.Path(file_okay=True), default=None,
-              help="Write the set to this new directory (default: the cache's models/tiny-SIZE-seedN-v1).")
+              help="Write the set to this new directory (default: the cache's models/ folder).")
 @click.option("--size", default="small", show_default=True, metavar="small|medium",
-              help="small: 64-dim, 2 layers (~0.4 MB f16); medium: 512-dim, 8 layers (~25 M params).")
+              help="random only. small: 64-dim, 2 layers (~0.4 MB f16); medium: 512-dim, 8 layers (~25 M params).")
+@click.option("--reasoning-tokens", type=int, default=None, metavar="K",
+              help="scripted only: reasoning tokens between the think tags (default 24).")
+@click.option("--answer-tokens", type=int, default=None, metavar="A",
+              help="scripted only: answer tokens before EOS (default 8).")
+@click.option("--n-ctx", type=int, default=None, help="scripted only: the model's context length (default 32768).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same bytes.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Cache dir used when --out is not given (default: $BENCHD_CACHE_DIR or the platform's).")
-@click.option("--json", "as_json", is_flag=True, help="Print the paths as JSON.")
-@click.pass_context
-def tiny(ctx: click.Context, out: str | None, size: str, seed: int, cache_dir: str | None, as_json: bool) -> None:
-    """Write target GGUFs (f32, f16, q8_0, q4_0), three draft GGUFs and an MLX model dir."""
+@click.option("--json", "as_json", is_flag=True, help="Print the paths (and the script's facts) as JSON.")
+def tiny(kind: str, out: str | None, size: str, reasoning_tokens: int | None, answer_tokens: int | None,
+         n_ctx: int | None, seed: int, cache_dir: str | None, as_json: bool) -> None:
+    """Random kind: target GGUFs (f32, f16, q8_0, q4_0), three draft GGUFs and an MLX model dir.
+    Scripted kind: a target GGUF, drafts with 0/25/50/75/100 % of the script's transitions changed, an MLX dir."""
     from benchd.errors import BenchdError
-
-    try:
-        from benchctl import tinymodels
-    except ModuleNotFoundError as exc:  # the `models` extra is missing
-        click.echo(f"error: {exc.name} is not installed: pip install 'benchd[models]'", err=True)
-        sys.exit(exitcodes.BAD_INPUT)
-        return
 
     def log(msg: str) -> None:
         if not as_json:
             click.echo(msg, err=True)
 
     try:
-        if out is not None:
-            result = tinymodels.generate(Path(out), size, seed, log)
+        if kind == "scripted":
+            if size != "small":
+                raise BenchdError("bad_option", "--size applies to --kind random only", "size")
+            paths = _scripted(out, reasoning_tokens, answer_tokens, n_ctx, seed, cache_dir, log)
         else:
-            from benchd.config import Config
-
-            result = tinymodels.ensure(Config.resolve(cache_dir=cache_dir).cache_dir, size, seed, log)
-    except ModuleNotFoundError as exc:
+            for name, value in (("reasoning-tokens", reasoning_tokens), ("answer-tokens", answer_tokens),
+                                ("n-ctx", n_ctx)):
+                if value is not None:
+                    raise BenchdError("bad_option", f"--{name} applies to --kind scripted only", name)
+            paths = _random(out, size, seed, cache_dir, log)
+    except ModuleNotFoundError as exc:  # the `models` extra is missing
         click.echo(f"error: {exc.name} is not installed: pip install 'benchd[models]'", err=True)
         sys.exit(exitcodes.BAD_INPUT)
         return
@@ -59,14 +67,53 @@ def tiny(ctx: click.Context, out: str | None, size: str, seed: int, cache_dir: s
         click.echo(click.style("error: ", fg="red", bold=True) + str(exc), err=True)
         sys.exit(exitcodes.BAD_INPUT)
         return
-    paths = {
+    if as_json:
+        sys.stdout.write(json.dumps(paths, indent=2) + "\n")
+    else:
+        click.echo(str(paths["root"]))
+
+
+def _cache(cache_dir: str | None) -> Path:
+    from benchd.config import Config
+
+    return Config.resolve(cache_dir=cache_dir).cache_dir
+
+
+def _random(out: str | None, size: str, seed: int, cache_dir: str | None,
+            log: Callable[[str], None]) -> dict[str, Any]:
+    from benchctl import tinymodels
+
+    if out is not None:
+        result = tinymodels.generate(Path(out), size, seed, log)
+    else:
+        result = tinymodels.ensure(_cache(cache_dir), size, seed, log)
+    return {
         "root": str(result.root), "size": result.size, "seed": result.seed, "n_params": result.n_params,
         "n_vocab": result.n_vocab, "gguf": {k: str(v) for k, v in result.gguf.items()},
         "target": str(result.target), "draft_identical": str(result.draft_identical),
         "draft_noisy": str(result.draft_noisy), "draft_unrelated": str(result.draft_unrelated),
         "mlx_dir": str(result.mlx_dir), "mlx_vlm_dir": str(result.mlx_vlm_dir),
     }
-    if as_json:
-        sys.stdout.write(json.dumps(paths, indent=2) + "\n")
+
+
+def _scripted(out: str | None, reasoning_tokens: int | None, answer_tokens: int | None, n_ctx: int | None,
+              seed: int, cache_dir: str | None, log: Callable[[str], None]) -> dict[str, Any]:
+    from benchctl.tinymodels import scripted
+
+    k = scripted.DEFAULT_REASONING_TOKENS if reasoning_tokens is None else reasoning_tokens
+    a = scripted.DEFAULT_ANSWER_TOKENS if answer_tokens is None else answer_tokens
+    ctx = scripted.DEFAULT_N_CTX if n_ctx is None else n_ctx
+    if out is not None:
+        result = scripted.generate_scripted(Path(out), k, a, seed, ctx, log)
     else:
-        click.echo(str(result.root))
+        result = scripted.ensure_scripted(_cache(cache_dir), k, a, seed, ctx, log)
+    s = result.script
+    return {
+        "root": str(result.root), "kind": "scripted", "seed": result.seed, "n_params": result.n_params,
+        "n_vocab": result.n_vocab, "n_ctx": result.n_ctx, "target": str(result.target),
+        "mlx_dir": str(result.mlx_dir), "mlx_vlm_dir": str(result.mlx_dir),
+        "drafts": {str(share): str(path) for share, path in result.drafts.items()},
+        "reasoning_tokens": result.reasoning_tokens, "answer_tokens": result.answer_tokens,
+        "think_open_id": s.think_open_id, "think_close_id": s.think_close_id, "eos_id": s.eos_id,
+        "eos_ids": list(result.eos_ids), "reasoning_text": result.reasoning_text, "answer_text": result.answer_text,
+    }

@@ -14,6 +14,9 @@ One set holds:
 - `mlx/`: the same target weights as an MLX/HF directory that both `mlx_lm.server` and
   `mlx_vlm.server` load (`mlx_vlm_dir` is the same directory);
 - `manifest.json`: sizes, parameter counts, the vocabulary hash and the format version.
+
+The other kind, a scripted thinking model that follows a fixed script, lives in `scripted.py`
+(`ensure_scripted`, `<cache>/models/scripted-…/`); both write through `publish()`.
 """
 
 from __future__ import annotations
@@ -122,16 +125,14 @@ def _write_all(tmp: Path, size: str, seed: int, log: Callable[[str], None]) -> N
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
 
-def generate(out: Path, size: str = "small", seed: int = 0, log: Callable[[str], None] | None = None) -> TinyModels:
-    """Write a model set to `out` (created; must not exist or be empty), atomically via a sibling temp dir."""
+def publish(out: Path, write: Callable[[Path], None]) -> None:
+    """Run `write(tmp)` in a sibling temp dir, then rename it to `out` (created; must not exist or be
+    empty). A complete set already at `out` (its manifest is written last) is kept as it is."""
     from benchd.errors import BenchdError
 
-    _check_args(size, seed)
-    log = log or (lambda _msg: None)
-    out = Path(out).expanduser().absolute()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if (out / "manifest.json").is_file():
-            return load(out)
+            return
         raise BenchdError("out_exists", f"{out} exists and is not an empty directory: pick a new --out", "out")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -139,7 +140,7 @@ def generate(out: Path, size: str = "small", seed: int = 0, log: Callable[[str],
     except OSError as exc:
         raise BenchdError("unwritable", f"cannot write models under {out.parent}: {exc.strerror}", "out") from exc
     try:
-        _write_all(tmp, size, seed, log)
+        write(tmp)
         for path in [tmp, *tmp.rglob("*")]:  # mkdtemp and safetensors create owner-only modes
             path.chmod(0o755 if path.is_dir() else 0o644)
         if out.exists():
@@ -148,11 +149,18 @@ def generate(out: Path, size: str = "small", seed: int = 0, log: Callable[[str],
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if (out / "manifest.json").is_file():  # a concurrent run won the rename
-            return load(out)
+            return
         raise BenchdError("unwritable", f"cannot write models to {out}: {exc}", "out") from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def generate(out: Path, size: str = "small", seed: int = 0, log: Callable[[str], None] | None = None) -> TinyModels:
+    """Write a model set to `out` (created; must not exist or be empty), atomically via a sibling temp dir."""
+    _check_args(size, seed)
+    out = Path(out).expanduser().absolute()
+    publish(out, lambda tmp: _write_all(tmp, size, seed, log or (lambda _msg: None)))
     return load(out)
 
 

@@ -42,7 +42,8 @@ def _gguf_tensors(w: Weights, arch: Arch) -> list[tuple[str, np.ndarray]]:
     return out
 
 
-def write_gguf(path: Path, w: Weights, arch: Arch, vocab: Vocab, fmt: str, name: str) -> None:
+def write_gguf(path: Path, w: Weights, arch: Arch, vocab: Vocab, fmt: str, name: str,
+               chat_template: str = CHAT_TEMPLATE) -> None:
     """One GGUF file; `fmt` is one of FORMATS."""
     import gguf
 
@@ -87,7 +88,7 @@ def write_gguf(path: Path, w: Weights, arch: Arch, vocab: Vocab, fmt: str, name:
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
     writer.add_add_space_prefix(True)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    writer.add_chat_template(chat_template)
 
     for tname, arr in _gguf_tensors(w, arch):
         if arr.ndim == 1 or fmt == "f32":

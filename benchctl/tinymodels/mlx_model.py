@@ -41,8 +41,11 @@ def mlx_config(arch: Arch, vocab: Vocab) -> dict[str, object]:
     }
 
 
-def write_mlx_dir(out: Path, w: Weights, arch: Arch, vocab: Vocab) -> None:
-    """config.json, model.safetensors (float16), tokenizer.json, tokenizer_config.json, chat template."""
+def write_mlx_dir(out: Path, w: Weights, arch: Arch, vocab: Vocab, chat_template: str = CHAT_TEMPLATE,
+                  eos_ids: tuple[int, ...] = (EOS_ID,)) -> None:
+    """config.json, model.safetensors (float16), tokenizer.json, tokenizer_config.json, chat template.
+
+    `eos_ids`: generation_config.json's `eos_token_id` (a list when more than one, as in Qwen3's)."""
     from safetensors.numpy import save_file
 
     out.mkdir(parents=True, exist_ok=True)
@@ -50,9 +53,12 @@ def write_mlx_dir(out: Path, w: Weights, arch: Arch, vocab: Vocab) -> None:
     tensors = {k: np.ascontiguousarray(v, dtype=np.float16) for k, v in sorted(w.items())}
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "mlx"})
     (out / "tokenizer.json").write_text(json.dumps(vocab.hf_tokenizer_json(), ensure_ascii=False))
-    (out / "tokenizer_config.json").write_text(json.dumps(vocab.hf_tokenizer_config(), indent=2) + "\n")
+    (out / "tokenizer_config.json").write_text(
+        json.dumps({**vocab.hf_tokenizer_config(), "chat_template": chat_template}, indent=2) + "\n"
+    )
     (out / "special_tokens_map.json").write_text(json.dumps(vocab.hf_special_tokens_map(), indent=2) + "\n")
-    (out / "chat_template.jinja").write_text(CHAT_TEMPLATE)
+    (out / "chat_template.jinja").write_text(chat_template)
+    eos: int | list[int] = eos_ids[0] if len(eos_ids) == 1 else list(eos_ids)
     (out / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "do_sample": False}, indent=2) + "\n"
+        json.dumps({"bos_token_id": BOS_ID, "eos_token_id": eos, "do_sample": False}, indent=2) + "\n"
     )

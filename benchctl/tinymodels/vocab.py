@@ -32,7 +32,7 @@ TARGET_SIZE = 1024
 INDENT_MERGES = [(SPACE, SPACE), (SPACE * 2, SPACE * 2), (SPACE * 4, SPACE * 4)]
 
 #: gguf.TokenType values (kept literal so this module does not import gguf).
-TT_NORMAL, TT_UNKNOWN, TT_CONTROL, TT_BYTE = 1, 2, 3, 6
+TT_NORMAL, TT_UNKNOWN, TT_CONTROL, TT_USER_DEFINED, TT_BYTE = 1, 2, 3, 4, 6
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -72,10 +72,13 @@ class Vocab:
 
     def hf_tokenizer_json(self) -> dict[str, Any]:
         """A Llama-2-style `tokenizer.json` (BPE + byte fallback) for `tokenizers`/`transformers`."""
+        # Control tokens are special; user-defined ones (the scripted models' think tags) are added tokens
+        # that are NOT special, like Qwen3's `<think>`: mlx_vlm skips special tokens when detokenizing.
         added = [
             {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-             "normalized": False, "special": True}
-            for i, t in enumerate(SPECIALS)
+             "normalized": False, "special": typ != TT_USER_DEFINED}
+            for i, (t, typ) in enumerate(zip(self.tokens, self.types, strict=True))
+            if typ in (TT_UNKNOWN, TT_CONTROL, TT_USER_DEFINED)
         ]
         return {
             "version": "1.0",

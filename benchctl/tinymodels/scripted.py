@@ -1,0 +1,227 @@
+"""Scripted tiny models: greedy decoding follows a fixed thinking script (see `script.py`), GGUF and MLX.
+
+Why a bigram construction: with every block's output projections zeroed (attention `o_proj`, FFN
+`down_proj`), the residual stream reaching the final norm is the current token's embedding, so the logits
+depend only on the last token; the output matrix then maps each token of the script to the next one.
+Attention and FFN still run (their input projections are random), so the runtimes do the normal work.
+
+Embeddings: dimension 0 is 1 for every token; scripted token number j also has 1 on dimension j (one
+dimension each, so `n_embd` grows with the script). Output rows: `<think>` reads dimension 0 (every
+unscripted token leads into the script), a token's successor reads its dimension with a larger weight,
+and after the last answer token `a1` is the runner-up to EOS (see script.py). Margins are tens of logits.
+
+`ensure_scripted(cache_dir, reasoning_tokens, answer_tokens, seed)` returns a `ScriptedModels` set,
+generated on first use under `<cache>/models/scripted-k<K>-a<A>-ctx<N>-seed<S>-v<SCRIPTED_VERSION>/`:
+- `target.gguf` (f16) and `mlx/` (the same weights; loads in mlx_lm.server and mlx_vlm.server);
+- drafts (f16 GGUF, same vocabulary) of the same script with a share of its transitions changed:
+  `draft-identical.gguf` (share 0, a byte copy), `draft-changed-25/50/75.gguf`, `draft-unrelated.gguf`
+  (share 1: every transition wrong). A larger share changes a superset of the smaller one's transitions;
+- `manifest.json`: the script's facts (token ids, texts, EOS ids, changed transitions) and the usual keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchctl.tinymodels.script import (
+    EOS_IDS,
+    Script,
+    changed_transitions,
+    chat_template,
+    check_sizes,
+    detokenize,
+    make_script,
+    scripted_vocab,
+)
+from benchctl.tinymodels.weights import Arch, Weights, n_params, random_weights
+
+#: Bump when anything that changes the scripted sets' bytes changes (script, vocab, weights, writers).
+SCRIPTED_VERSION = 1
+DEFAULT_REASONING_TOKENS = 24
+DEFAULT_ANSWER_TOKENS = 8
+DEFAULT_N_CTX = 32768
+#: Shares of changed transitions of the partial drafts (0 and 1 are always there: identical, unrelated).
+DRAFT_SHARES = (0.25, 0.5, 0.75)
+#: Output weights: unscripted token -> `<think>`; a scripted token -> its successor; runner-up after the answer.
+W_DEFAULT, W_NEXT, W_RUNNER_UP = 4.0, 12.0, 8.0
+_DRAFT_SEED_OFFSET = 104_729
+
+
+@dataclass(frozen=True)
+class ScriptedModels:
+    """One scripted set: paths and the facts a test needs (`script` has the token ids)."""
+
+    root: Path
+    seed: int
+    reasoning_tokens: int
+    answer_tokens: int
+    n_ctx: int
+    target: Path
+    mlx_dir: Path
+    drafts: dict[float, Path]
+    script: Script
+    eos_ids: tuple[int, ...]
+    reasoning_text: str
+    answer_text: str
+    n_params: int
+    n_vocab: int
+
+    @property
+    def draft_identical(self) -> Path:
+        return self.drafts[0.0]
+
+    @property
+    def draft_unrelated(self) -> Path:
+        return self.drafts[1.0]
+
+    def generated_tokens(self, thinking: bool = True) -> int:
+        """Tokens generated before stopping (EOS included; with thinking, the two tags and K)."""
+        return (self.reasoning_tokens + 2 if thinking else 0) + self.answer_tokens + 1
+
+
+def scripted_dir_name(reasoning_tokens: int, answer_tokens: int, seed: int, n_ctx: int = DEFAULT_N_CTX) -> str:
+    return f"scripted-k{reasoning_tokens}-a{answer_tokens}-ctx{n_ctx}-seed{seed}-v{SCRIPTED_VERSION}"
+
+
+def _arch(script: Script, n_ctx: int) -> Arch:
+    """Dimension 0 plus one per scripted token, rounded up to 32 (at least 64): 4 heads, 2 KV heads."""
+    dims = 1 + len(script.successor())
+    n_embd = max(64, -(-dims // 32) * 32)
+    return Arch(n_embd=n_embd, n_layer=2, n_head=4, n_head_kv=2, n_ff=128, n_ctx=n_ctx)
+
+
+def bigram_weights(arch: Arch, n_vocab: int, script: Script, seed: int,
+                   changed: dict[int, int] | None = None) -> Weights:
+    """HF-layout weights whose greedy decoding follows `script` (with `changed` successors replaced)."""
+    w = random_weights(arch, n_vocab, seed)
+    for name, arr in w.items():
+        if name.endswith(("o_proj.weight", "down_proj.weight")):
+            arr[:] = 0.0
+    successor = {**script.successor(), **(changed or {})}
+    embed = np.zeros((n_vocab, arch.n_embd), dtype=np.float32)
+    embed[:, 0] = 1.0
+    head = np.zeros((n_vocab, arch.n_embd), dtype=np.float32)
+    head[script.think_open_id, 0] = W_DEFAULT
+    for dim, (token, nxt) in enumerate(sorted(successor.items()), start=1):
+        embed[token, dim] = 1.0
+        head[nxt, dim] = W_NEXT
+        if token == script.answer_ids[-1]:
+            head[script.answer_ids[0], dim] = W_RUNNER_UP
+    w["model.embed_tokens.weight"] = embed
+    w["lm_head.weight"] = head
+    return w
+
+
+def _share_name(share: float) -> str:
+    return {0.0: "draft-identical", 1.0: "draft-unrelated"}.get(share, f"draft-changed-{round(share * 100)}")
+
+
+def load_scripted(root: Path) -> ScriptedModels:
+    """The scripted set in `root` (must be complete: its manifest is written last)."""
+    m: dict[str, Any] = json.loads((root / "manifest.json").read_text())
+    s = m["script"]
+    script = Script(
+        reasoning_ids=tuple(s["reasoning_ids"]), answer_ids=tuple(s["answer_ids"]),
+        think_open_id=s["think_open_id"], think_close_id=s["think_close_id"], paragraph_id=s["paragraph_id"],
+        eos_id=s["eos_id"],
+    )
+    return ScriptedModels(
+        root=root, seed=m["seed"], reasoning_tokens=m["reasoning_tokens"], answer_tokens=m["answer_tokens"],
+        n_ctx=m["n_ctx"], target=root / m["target"], mlx_dir=root / "mlx",
+        drafts={float(k): root / v for k, v in m["drafts"].items()}, script=script,
+        eos_ids=tuple(s["eos_ids"]), reasoning_text=s["reasoning_text"], answer_text=s["answer_text"],
+        n_params=m["n_params"], n_vocab=m["n_vocab"],
+    )
+
+
+def _write_all(tmp: Path, reasoning_tokens: int, answer_tokens: int, seed: int, n_ctx: int,
+               log: Callable[[str], None]) -> None:
+    from benchctl.tinymodels import gguf_model, mlx_model
+
+    voc = scripted_vocab()
+    script = make_script(reasoning_tokens, answer_tokens, seed)
+    arch = _arch(script, n_ctx)
+    template = chat_template()
+    name = f"benchd-scripted-k{reasoning_tokens}-a{answer_tokens}-seed{seed}"
+    target = bigram_weights(arch, voc.size, script, seed)
+    log("writing target.gguf")
+    gguf_model.write_gguf(tmp / "target.gguf", target, arch, voc, "f16", name, template)
+    drafts: dict[str, str] = {"0.0": "draft-identical.gguf"}
+    shutil.copyfile(tmp / "target.gguf", tmp / "draft-identical.gguf")
+    changed_by_share: dict[str, list[list[int]]] = {}
+    for share in (*DRAFT_SHARES, 1.0):
+        changed = changed_transitions(script, share, seed + _DRAFT_SEED_OFFSET)
+        fname = _share_name(share) + ".gguf"
+        log(f"writing {fname}")
+        draft = bigram_weights(arch, voc.size, script, seed, changed)
+        gguf_model.write_gguf(tmp / fname, draft, arch, voc, "f16", f"{name}-{_share_name(share)}", template)
+        drafts[str(share)] = fname
+        changed_by_share[str(share)] = [[k, v] for k, v in sorted(changed.items())]
+    log("writing mlx/")
+    mlx_model.write_mlx_dir(tmp / "mlx", target, arch, voc, template, EOS_IDS)
+    manifest = {
+        "format_version": SCRIPTED_VERSION,
+        "kind": "scripted",
+        "seed": seed,
+        "reasoning_tokens": reasoning_tokens,
+        "answer_tokens": answer_tokens,
+        "n_ctx": n_ctx,
+        "n_params": n_params(target),
+        "n_vocab": voc.size,
+        "vocab_sha256": hashlib.sha256(json.dumps(voc.tokens).encode()).hexdigest(),
+        "arch": {k: getattr(arch, k) for k in ("n_embd", "n_layer", "n_head", "n_head_kv", "n_ff", "n_ctx")},
+        "target": "target.gguf",
+        "drafts": drafts,
+        "changed_transitions": changed_by_share,
+        "script": {
+            "think_open_id": script.think_open_id, "think_close_id": script.think_close_id,
+            "paragraph_id": script.paragraph_id, "eos_id": script.eos_id, "eos_ids": list(EOS_IDS),
+            "reasoning_ids": list(script.reasoning_ids), "answer_ids": list(script.answer_ids),
+            "reasoning_text": detokenize(voc, script.reasoning_ids),
+            "answer_text": detokenize(voc, script.answer_ids),
+        },
+        "files": {p.name: p.stat().st_size for p in sorted(tmp.glob("*.gguf"))},
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def _check(reasoning_tokens: int, answer_tokens: int, seed: int, n_ctx: int) -> None:
+    from benchd.errors import BenchdError
+
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise BenchdError("bad_seed", f"seed must be a non-negative integer, got {seed!r}", "seed")
+    check_sizes(reasoning_tokens, answer_tokens, n_ctx)
+
+
+def generate_scripted(out: Path, reasoning_tokens: int = DEFAULT_REASONING_TOKENS,
+                      answer_tokens: int = DEFAULT_ANSWER_TOKENS, seed: int = 0, n_ctx: int = DEFAULT_N_CTX,
+                      log: Callable[[str], None] | None = None) -> ScriptedModels:
+    """Write a scripted set to `out` (created; must not exist or be empty), atomically."""
+    from benchctl.tinymodels import publish
+
+    _check(reasoning_tokens, answer_tokens, seed, n_ctx)
+    out = Path(out).expanduser().absolute()
+    publish(out, lambda tmp: _write_all(tmp, reasoning_tokens, answer_tokens, seed, n_ctx, log or (lambda _m: None)))
+    return load_scripted(out)
+
+
+def ensure_scripted(cache_dir: Path, reasoning_tokens: int = DEFAULT_REASONING_TOKENS,
+                    answer_tokens: int = DEFAULT_ANSWER_TOKENS, seed: int = 0, n_ctx: int = DEFAULT_N_CTX,
+                    log: Callable[[str], None] | None = None) -> ScriptedModels:
+    """The cached scripted set for these sizes and seed, generated on first use (idempotent)."""
+    _check(reasoning_tokens, answer_tokens, seed, n_ctx)
+    root = Path(cache_dir).expanduser().absolute() / "models" / scripted_dir_name(
+        reasoning_tokens, answer_tokens, seed, n_ctx)
+    if (root / "manifest.json").is_file():
+        return load_scripted(root)
+    return generate_scripted(root, reasoning_tokens, answer_tokens, seed, n_ctx, log)
