@@ -21,6 +21,7 @@ runtimes: $(STAMP)
 models: $(STAMP)
 	$(BIN)/benchctl models tiny --size small
 	$(BIN)/benchctl models tiny --size medium
+	$(BIN)/benchctl models tiny --kind scripted
 
 lint: $(STAMP)
 	$(BIN)/ruff check benchd benchctl tests benchmarks

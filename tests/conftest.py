@@ -6,7 +6,8 @@ a fresh machine provisions itself once; afterwards they cost milliseconds.
 
 Fixtures others use (keep the names):
 - `cache_dir`, `tiny_models` (small, seed 0; `.target` is the f16 GGUF), `scripted_models` (a thinking
-  model that follows a fixed script, with drafts; see its docstring), `llama_server_bin`,
+  model that follows a fixed script, with drafts; see its docstring; `make_scripted_models(...)` for
+  other sizes), `llama_server_bin`,
   `llama_bench_bin`, `mlx_argv` ({"mlx_lm.server": argv prefix, "mlx_vlm.server": argv prefix}),
   `mlx_env` (environment for the MLX servers: offline HF hub with an existing cache folder);
 - `free_port` -> a callable returning a free 127.0.0.1 port;
@@ -98,6 +99,19 @@ def scripted_models(cache_dir: Path) -> Any:
     from benchctl.tinymodels.scripted import ensure_scripted
 
     return ensure_scripted(cache_dir, log=_log)
+
+
+@pytest.fixture(scope="session")
+def make_scripted_models(cache_dir: Path) -> Callable[..., Any]:
+    """`make_scripted_models(reasoning_tokens=24, answer_tokens=8, seed=0, n_ctx=32768, size="small")`:
+    another scripted set (cached). `size="medium"` (512-dim, 8 layers; a few hundred tok/s on 2 cores)
+    makes stream windows long enough to time; its drafts stay small."""
+    from benchctl.tinymodels.scripted import ensure_scripted
+
+    def make(**kwargs: Any) -> Any:
+        return ensure_scripted(cache_dir, log=_log, **kwargs)
+
+    return make
 
 
 def _llama_binary(cache_dir: Path, name: str) -> Path:

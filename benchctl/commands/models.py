@@ -28,7 +28,8 @@ def models() -> None:
 @click.option("--out", "out", type=click.Path(file_okay=True), default=None,
               help="Write the set to this new directory (default: the cache's models/ folder).")
 @click.option("--size", default="small", show_default=True, metavar="small|medium",
-              help="random only. small: 64-dim, 2 layers (~0.4 MB f16); medium: 512-dim, 8 layers (~25 M params).")
+              help="small: 64-dim, 2 layers (~0.4 MB f16); medium: 512-dim, 8 layers (~25 M params; "
+                   "scripted drafts stay small).")
 @click.option("--reasoning-tokens", type=int, default=None, metavar="K",
               help="scripted only: reasoning tokens between the think tags (default 24).")
 @click.option("--answer-tokens", type=int, default=None, metavar="A",
@@ -50,9 +51,7 @@ def tiny(kind: str, out: str | None, size: str, reasoning_tokens: int | None, an
 
     try:
         if kind == "scripted":
-            if size != "small":
-                raise BenchdError("bad_option", "--size applies to --kind random only", "size")
-            paths = _scripted(out, reasoning_tokens, answer_tokens, n_ctx, seed, cache_dir, log)
+            paths = _scripted(out, size, reasoning_tokens, answer_tokens, n_ctx, seed, cache_dir, log)
         else:
             for name, value in (("reasoning-tokens", reasoning_tokens), ("answer-tokens", answer_tokens),
                                 ("n-ctx", n_ctx)):
@@ -96,20 +95,20 @@ def _random(out: str | None, size: str, seed: int, cache_dir: str | None,
     }
 
 
-def _scripted(out: str | None, reasoning_tokens: int | None, answer_tokens: int | None, n_ctx: int | None,
-              seed: int, cache_dir: str | None, log: Callable[[str], None]) -> dict[str, Any]:
+def _scripted(out: str | None, size: str, reasoning_tokens: int | None, answer_tokens: int | None,
+              n_ctx: int | None, seed: int, cache_dir: str | None, log: Callable[[str], None]) -> dict[str, Any]:
     from benchctl.tinymodels import scripted
 
     k = scripted.DEFAULT_REASONING_TOKENS if reasoning_tokens is None else reasoning_tokens
     a = scripted.DEFAULT_ANSWER_TOKENS if answer_tokens is None else answer_tokens
     ctx = scripted.DEFAULT_N_CTX if n_ctx is None else n_ctx
     if out is not None:
-        result = scripted.generate_scripted(Path(out), k, a, seed, ctx, log)
+        result = scripted.generate_scripted(Path(out), k, a, seed, ctx, log, size)
     else:
-        result = scripted.ensure_scripted(_cache(cache_dir), k, a, seed, ctx, log)
+        result = scripted.ensure_scripted(_cache(cache_dir), k, a, seed, ctx, log, size)
     s = result.script
     return {
-        "root": str(result.root), "kind": "scripted", "seed": result.seed, "n_params": result.n_params,
+        "root": str(result.root), "kind": "scripted", "size": result.size, "seed": result.seed, "n_params": result.n_params,
         "n_vocab": result.n_vocab, "n_ctx": result.n_ctx, "target": str(result.target),
         "mlx_dir": str(result.mlx_dir), "mlx_vlm_dir": str(result.mlx_dir),
         "drafts": {str(share): str(path) for share, path in result.drafts.items()},

@@ -11,10 +11,10 @@ unscripted token leads into the script), a token's successor reads its dimension
 and after the last answer token `a1` is the runner-up to EOS (see script.py). Margins are tens of logits.
 
 `ensure_scripted(cache_dir, reasoning_tokens, answer_tokens, seed)` returns a `ScriptedModels` set,
-generated on first use under `<cache>/models/scripted-k<K>-a<A>-ctx<N>-seed<S>-v<SCRIPTED_VERSION>/`:
+generated on first use under `<cache>/models/scripted-<size>-k<K>-a<A>-ctx<N>-seed<S>-v<SCRIPTED_VERSION>/`:
 - `target.gguf` (f16) and `mlx/` (the same weights; loads in mlx_lm.server and mlx_vlm.server);
-- drafts (f16 GGUF, same vocabulary) of the same script with a share of its transitions changed:
-  `draft-identical.gguf` (share 0, a byte copy), `draft-changed-25/50/75.gguf`, `draft-unrelated.gguf`
+- drafts (f16 GGUF, same vocabulary, always the small shape) of the same script with a share of its transitions changed:
+  `draft-identical.gguf` (share 0; a byte copy of a small target), `draft-changed-25/50/75.gguf`, `draft-unrelated.gguf`
   (share 1: every transition wrong). A larger share changes a superset of the smaller one's transitions;
 - `manifest.json`: the script's facts (token ids, texts, EOS ids, changed transitions) and the usual keys.
 """
@@ -26,7 +26,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from benchctl.tinymodels.script import (
     make_script,
     scripted_vocab,
 )
-from benchctl.tinymodels.weights import Arch, Weights, n_params, random_weights
+from benchctl.tinymodels.weights import SIZES, Arch, Weights, n_params, random_weights
 
 #: Bump when anything that changes the scripted sets' bytes changes (script, vocab, weights, writers).
 SCRIPTED_VERSION = 1
@@ -61,6 +61,7 @@ class ScriptedModels:
     """One scripted set: paths and the facts a test needs (`script` has the token ids)."""
 
     root: Path
+    size: str
     seed: int
     reasoning_tokens: int
     answer_tokens: int
@@ -88,15 +89,17 @@ class ScriptedModels:
         return (self.reasoning_tokens + 2 if thinking else 0) + self.answer_tokens + 1
 
 
-def scripted_dir_name(reasoning_tokens: int, answer_tokens: int, seed: int, n_ctx: int = DEFAULT_N_CTX) -> str:
-    return f"scripted-k{reasoning_tokens}-a{answer_tokens}-ctx{n_ctx}-seed{seed}-v{SCRIPTED_VERSION}"
+def scripted_dir_name(size: str, reasoning_tokens: int, answer_tokens: int, seed: int,
+                      n_ctx: int = DEFAULT_N_CTX) -> str:
+    return f"scripted-{size}-k{reasoning_tokens}-a{answer_tokens}-ctx{n_ctx}-seed{seed}-v{SCRIPTED_VERSION}"
 
 
-def _arch(script: Script, n_ctx: int) -> Arch:
-    """Dimension 0 plus one per scripted token, rounded up to 32 (at least 64): 4 heads, 2 KV heads."""
+def _arch(script: Script, size: str, n_ctx: int) -> Arch:
+    """The random sets' shape for `size`, widened when the script needs more dimensions (one for
+    dimension 0 plus one per scripted token, rounded up to 32 so every head count divides it)."""
+    base = SIZES[size]
     dims = 1 + len(script.successor())
-    n_embd = max(64, -(-dims // 32) * 32)
-    return Arch(n_embd=n_embd, n_layer=2, n_head=4, n_head_kv=2, n_ff=128, n_ctx=n_ctx)
+    return replace(base, n_embd=max(base.n_embd, -(-dims // 32) * 32), n_ctx=n_ctx)
 
 
 def bigram_weights(arch: Arch, n_vocab: int, script: Script, seed: int,
@@ -135,7 +138,7 @@ def load_scripted(root: Path) -> ScriptedModels:
         eos_id=s["eos_id"],
     )
     return ScriptedModels(
-        root=root, seed=m["seed"], reasoning_tokens=m["reasoning_tokens"], answer_tokens=m["answer_tokens"],
+        root=root, size=m["size"], seed=m["seed"], reasoning_tokens=m["reasoning_tokens"], answer_tokens=m["answer_tokens"],
         n_ctx=m["n_ctx"], target=root / m["target"], mlx_dir=root / "mlx",
         drafts={float(k): root / v for k, v in m["drafts"].items()}, script=script,
         eos_ids=tuple(s["eos_ids"]), reasoning_text=s["reasoning_text"], answer_text=s["answer_text"],
@@ -143,27 +146,30 @@ def load_scripted(root: Path) -> ScriptedModels:
     )
 
 
-def _write_all(tmp: Path, reasoning_tokens: int, answer_tokens: int, seed: int, n_ctx: int,
+def _write_all(tmp: Path, size: str, reasoning_tokens: int, answer_tokens: int, seed: int, n_ctx: int,
                log: Callable[[str], None]) -> None:
     from benchctl.tinymodels import gguf_model, mlx_model
 
     voc = scripted_vocab()
     script = make_script(reasoning_tokens, answer_tokens, seed)
-    arch = _arch(script, n_ctx)
+    arch = _arch(script, size, n_ctx)
+    draft_arch = _arch(script, "small", n_ctx)  # drafts stay small (cheaper than the target, as in real use)
     template = chat_template()
-    name = f"benchd-scripted-k{reasoning_tokens}-a{answer_tokens}-seed{seed}"
+    name = f"benchd-scripted-{size}-k{reasoning_tokens}-a{answer_tokens}-seed{seed}"
     target = bigram_weights(arch, voc.size, script, seed)
     log("writing target.gguf")
     gguf_model.write_gguf(tmp / "target.gguf", target, arch, voc, "f16", name, template)
     drafts: dict[str, str] = {"0.0": "draft-identical.gguf"}
-    shutil.copyfile(tmp / "target.gguf", tmp / "draft-identical.gguf")
     changed_by_share: dict[str, list[list[int]]] = {}
-    for share in (*DRAFT_SHARES, 1.0):
-        changed = changed_transitions(script, share, seed + _DRAFT_SEED_OFFSET)
+    for share in (0.0, *DRAFT_SHARES, 1.0):
         fname = _share_name(share) + ".gguf"
+        if share == 0.0 and draft_arch == arch:
+            shutil.copyfile(tmp / "target.gguf", tmp / fname)
+            continue
+        changed = changed_transitions(script, share, seed + _DRAFT_SEED_OFFSET)
         log(f"writing {fname}")
-        draft = bigram_weights(arch, voc.size, script, seed, changed)
-        gguf_model.write_gguf(tmp / fname, draft, arch, voc, "f16", f"{name}-{_share_name(share)}", template)
+        draft = bigram_weights(draft_arch, voc.size, script, seed, changed)
+        gguf_model.write_gguf(tmp / fname, draft, draft_arch, voc, "f16", f"{name}-{_share_name(share)}", template)
         drafts[str(share)] = fname
         changed_by_share[str(share)] = [[k, v] for k, v in sorted(changed.items())]
     log("writing mlx/")
@@ -171,6 +177,7 @@ def _write_all(tmp: Path, reasoning_tokens: int, answer_tokens: int, seed: int, 
     manifest = {
         "format_version": SCRIPTED_VERSION,
         "kind": "scripted",
+        "size": size,
         "seed": seed,
         "reasoning_tokens": reasoning_tokens,
         "answer_tokens": answer_tokens,
@@ -179,6 +186,7 @@ def _write_all(tmp: Path, reasoning_tokens: int, answer_tokens: int, seed: int, 
         "n_vocab": voc.size,
         "vocab_sha256": hashlib.sha256(json.dumps(voc.tokens).encode()).hexdigest(),
         "arch": {k: getattr(arch, k) for k in ("n_embd", "n_layer", "n_head", "n_head_kv", "n_ff", "n_ctx")},
+        "draft_arch": {k: getattr(draft_arch, k) for k in ("n_embd", "n_layer", "n_head", "n_head_kv", "n_ff")},
         "target": "target.gguf",
         "drafts": drafts,
         "changed_transitions": changed_by_share,
@@ -195,9 +203,11 @@ def _write_all(tmp: Path, reasoning_tokens: int, answer_tokens: int, seed: int, 
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
 
-def _check(reasoning_tokens: int, answer_tokens: int, seed: int, n_ctx: int) -> None:
+def _check(size: str, reasoning_tokens: int, answer_tokens: int, seed: int, n_ctx: int) -> None:
     from benchd.errors import BenchdError
 
+    if size not in SIZES:
+        raise BenchdError("bad_size", f"unknown model size {size!r}: use one of {', '.join(SIZES)}", "size")
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise BenchdError("bad_seed", f"seed must be a non-negative integer, got {seed!r}", "seed")
     check_sizes(reasoning_tokens, answer_tokens, n_ctx)
@@ -205,23 +215,27 @@ def _check(reasoning_tokens: int, answer_tokens: int, seed: int, n_ctx: int) -> 
 
 def generate_scripted(out: Path, reasoning_tokens: int = DEFAULT_REASONING_TOKENS,
                       answer_tokens: int = DEFAULT_ANSWER_TOKENS, seed: int = 0, n_ctx: int = DEFAULT_N_CTX,
-                      log: Callable[[str], None] | None = None) -> ScriptedModels:
+                      log: Callable[[str], None] | None = None, size: str = "small") -> ScriptedModels:
     """Write a scripted set to `out` (created; must not exist or be empty), atomically."""
     from benchctl.tinymodels import publish
 
-    _check(reasoning_tokens, answer_tokens, seed, n_ctx)
+    _check(size, reasoning_tokens, answer_tokens, seed, n_ctx)
     out = Path(out).expanduser().absolute()
-    publish(out, lambda tmp: _write_all(tmp, reasoning_tokens, answer_tokens, seed, n_ctx, log or (lambda _m: None)))
+    publish(out, lambda tmp: _write_all(tmp, size, reasoning_tokens, answer_tokens, seed, n_ctx,
+                                        log or (lambda _m: None)))
     return load_scripted(out)
 
 
 def ensure_scripted(cache_dir: Path, reasoning_tokens: int = DEFAULT_REASONING_TOKENS,
                     answer_tokens: int = DEFAULT_ANSWER_TOKENS, seed: int = 0, n_ctx: int = DEFAULT_N_CTX,
-                    log: Callable[[str], None] | None = None) -> ScriptedModels:
-    """The cached scripted set for these sizes and seed, generated on first use (idempotent)."""
-    _check(reasoning_tokens, answer_tokens, seed, n_ctx)
+                    log: Callable[[str], None] | None = None, size: str = "small") -> ScriptedModels:
+    """The cached scripted set for these sizes and seed, generated on first use (idempotent).
+
+    `size` "small" (64-dim, 2 layers: thousands of tok/s) or "medium" (512-dim, 8 layers: a few hundred,
+    so stream windows last long enough to time); the drafts are small either way."""
+    _check(size, reasoning_tokens, answer_tokens, seed, n_ctx)
     root = Path(cache_dir).expanduser().absolute() / "models" / scripted_dir_name(
-        reasoning_tokens, answer_tokens, seed, n_ctx)
+        size, reasoning_tokens, answer_tokens, seed, n_ctx)
     if (root / "manifest.json").is_file():
         return load_scripted(root)
-    return generate_scripted(root, reasoning_tokens, answer_tokens, seed, n_ctx, log)
+    return generate_scripted(root, reasoning_tokens, answer_tokens, seed, n_ctx, log, size)

@@ -152,6 +152,7 @@ def test_texts_match_ids(models: scripted.ScriptedModels) -> None:
     ({"n_ctx": 60}, "n_ctx"),
     ({"reasoning_tokens": 200, "n_ctx": 250}, "n_ctx"),  # script + prompt longer than the context
     ({"seed": -2}, "seed"),
+    ({"size": "huge"}, "size"),
 ])
 def test_impossible_sizes_name_the_field(tmp_path: Path, kwargs: dict[str, int], field: str) -> None:
     with pytest.raises(BenchdError) as err:
@@ -162,7 +163,7 @@ def test_impossible_sizes_name_the_field(tmp_path: Path, kwargs: dict[str, int],
 
 def test_ensure_is_idempotent(tmp_path: Path) -> None:
     first = scripted.ensure_scripted(tmp_path, 4, 2, seed=1)
-    assert first.root == tmp_path / "models" / f"scripted-k4-a2-ctx32768-seed1-v{scripted.SCRIPTED_VERSION}"
+    assert first.root == tmp_path / "models" / f"scripted-small-k4-a2-ctx32768-seed1-v{scripted.SCRIPTED_VERSION}"
     mtime = first.target.stat().st_mtime_ns
     assert scripted.ensure_scripted(tmp_path, 4, 2, seed=1) == first
     assert first.target.stat().st_mtime_ns == mtime
@@ -187,3 +188,21 @@ def test_cli_scripted(tmp_path: Path) -> None:
     mixed = subprocess.run([*BENCHCTL, "models", "tiny", "--answer-tokens", "3", "--out", str(tmp_path / "r")],
                            capture_output=True, text=True, timeout=60)
     assert mixed.returncode == 2 and "--kind scripted only" in mixed.stderr
+
+
+def test_medium_target_small_drafts(tmp_path: Path) -> None:
+    """A medium target (slow enough to time) follows the same script; its drafts keep the small shape."""
+    import gguf
+
+    m = scripted.generate_scripted(tmp_path / "m", 6, 3, seed=0, size="medium")
+    assert m.size == "medium" and 10_000_000 < m.n_params < 60_000_000
+
+    def width(path: Path) -> int:
+        return int(gguf.GGUFReader(path).fields["llama.embedding_length"].contents())
+
+    assert width(m.target) == 512 and all(width(d) == 64 for d in m.drafts.values())
+    best = _logits(*_gguf_weights(m.target)).argmax(axis=1)
+    chain = m.script.chain()
+    assert [int(best[t]) for t in chain[:-1]] == chain[1:]
+    small = scripted.generate_scripted(tmp_path / "s", 6, 3, seed=0)
+    assert small.script == m.script  # the script depends on the seed only
