@@ -70,7 +70,7 @@ def _layout(root: Path, size: str, seed: int, n_params: int = 0, n_vocab: int = 
     )
 
 
-def _check_args(size: str, seed: int) -> None:
+def check_args(size: str, seed: int) -> None:
     from benchd.errors import BenchdError
 
     if size not in SIZES:
@@ -158,7 +158,7 @@ def publish(out: Path, write: Callable[[Path], None]) -> None:
 
 def generate(out: Path, size: str = "small", seed: int = 0, log: Callable[[str], None] | None = None) -> TinyModels:
     """Write a model set to `out` (created; must not exist or be empty), atomically via a sibling temp dir."""
-    _check_args(size, seed)
+    check_args(size, seed)
     out = Path(out).expanduser().absolute()
     publish(out, lambda tmp: _write_all(tmp, size, seed, log or (lambda _msg: None)))
     return load(out)
@@ -166,7 +166,7 @@ def generate(out: Path, size: str = "small", seed: int = 0, log: Callable[[str],
 
 def ensure(cache_dir: Path, size: str = "small", seed: int = 0, log: Callable[[str], None] | None = None) -> TinyModels:
     """The cached set for (size, seed), generated on first use (idempotent, cheap when present)."""
-    _check_args(size, seed)
+    check_args(size, seed)
     root = Path(cache_dir).expanduser().absolute() / "models" / model_dir_name(size, seed)
     if (root / "manifest.json").is_file():
         return load(root)

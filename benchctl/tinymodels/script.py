@@ -24,12 +24,16 @@ mlx-lm 0.32.2, mlx-vlm 0.7.10):
   `<think>`/`</think>` become the reasoning markers; deltas then carry `reasoning_content`.
 - llama.cpp's SPM tokenizer (`src/llama-vocab.cpp`) splits USER_DEFINED tokens out of any text (no
   `parse_special` needed) and `token_to_piece` always renders them, so the tags are GGUF USER_DEFINED (4),
-  as `convert_hf_to_gguf.py` writes Qwen3's non-special added tokens. It also prefixes a space after
-  every special fragment, which is why the prompt's last piece is `\\n` (or `▁` + `\\n\\n`), never a word.
+  as `convert_hf_to_gguf.py` writes Qwen3's non-special added tokens. It prefixes a space to the text
+  after every such token, so `</think>\\n\\n` ends in `▁`, `\\n\\n`; no learnt merge holds a newline, so
+  `assistant\\n` ends in the piece `\\n`. HF's tokenizer (its Prepend normalizer runs per segment) agrees.
+- EOS: GGUF `eos_token_id` = `eot_token_id` = `<|im_end|>`; llama.cpp also marks `</s>` end-of-generation
+  by its text (the EOG list in `llama-vocab.cpp`), matching `generation_config.json`'s `[4, 2]`.
 - mlx_lm (`tokenizer_utils.py::_infer_thinking`): thinking is on when `<think>` and `</think>` are in the
   vocabulary; `server.py` then splits text into `reasoning` and `content` (`delta.reasoning`, ~line 1511).
   Its EOS ids are the tokenizer's `eos_token` plus `generation_config.json`'s `eos_token_id` list
-  (`utils.py::load_config`).
+  (`utils.py::load_config`). Its SPM streaming detokenizer flushes every token (one chunk per word
+  piece) but trims the leading space of a response's first text: thinking off, mlx content has no space.
 - mlx_vlm skips special tokens when detokenizing, so in `tokenizer.json` the tags are added tokens with
   `special: false` (as in Qwen3's); its thinking parser works on the text `<think>`/`</think>`.
 """

@@ -204,12 +204,9 @@ def _write_all(tmp: Path, size: str, reasoning_tokens: int, answer_tokens: int, 
 
 
 def _check(size: str, reasoning_tokens: int, answer_tokens: int, seed: int, n_ctx: int) -> None:
-    from benchd.errors import BenchdError
+    from benchctl.tinymodels import check_args
 
-    if size not in SIZES:
-        raise BenchdError("bad_size", f"unknown model size {size!r}: use one of {', '.join(SIZES)}", "size")
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise BenchdError("bad_seed", f"seed must be a non-negative integer, got {seed!r}", "seed")
+    check_args(size, seed)
     check_sizes(reasoning_tokens, answer_tokens, n_ctx)
 
 

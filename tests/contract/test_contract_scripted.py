@@ -74,6 +74,10 @@ def test_llama_ignore_eos_repeats_the_answer(llama_scripted: str, scripted_model
     _, r = post_json(llama_scripted + "/completion", body)
     expected = s.chain()[:-1] + list(s.answer_ids) * 10
     assert r["tokens"] == expected[:60] and r["timings"]["predicted_n"] == 60
+    chat = stream_chat(llama_scripted, _chat(64, ignore_eos=True))
+    assert "".join(_deltas(chat, "reasoning_content")) == scripted_models.reasoning_text
+    assert chat.text.startswith(scripted_models.answer_text * 3)
+    assert chat.usage_chunk["usage"]["completion_tokens"] == 64 and _finish(chat) == "length"
 
 
 def test_llama_prompt_tail_tokens(llama_scripted: str, scripted_models: Any) -> None:
@@ -163,3 +167,6 @@ def test_mlx_vlm_thinking_is_off_by_default_and_on_on_request(mlx_vlm_scripted: 
     assert on.text == scripted_models.answer_text
     assert on.usage_chunk["usage"]["completion_tokens"] == scripted_models.generated_tokens()
     assert _finish(on) == "stop"
+    bias = {str(i): -1000 for i in scripted_models.eos_ids}
+    long = stream_chat(mlx_vlm_scripted, _chat(48, model=model, logit_bias=bias))
+    assert long.usage_chunk["usage"]["completion_tokens"] == 48 and _finish(long) == "length"
