@@ -4,15 +4,24 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-1
 
-.PHONY: setup runtimes models test test-fast lint demo clean
+.PHONY: setup runtimes models browser test test-fast lint demo clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,plot]'
+	$(BIN)/pip install -q -e '.[dev,plot,html]'
 	touch $(STAMP)
 
-setup: $(STAMP) runtimes models
+setup: $(STAMP) runtimes models browser
+
+# The browser tests drive headless Chromium from the OS packages: installed quietly, only when absent
+# (Debian/Ubuntu as root: apt-get). Elsewhere, say what is missing; the browser tests then skip, or fail in CI.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    echo "installing chromium (Debian package) for the browser tests"; \
+	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is not installed: the browser tests need it (Debian: apt-get install chromium)"; fi
 
 # Idempotent: builds llama-server once per machine (cache keyed by version), then takes seconds.
 runtimes: $(STAMP)

@@ -2,7 +2,8 @@
 
 Steps, each a real command a user could type: provision runtimes (cached), generate the tiny models
 (cached), write `state/demo-sweep.toml`, start `benchd` on the checkout's `state/`, `benchctl submit
---follow`, `benchctl report --pareto`, stop the daemon, and print the next step (`benchctl lock`).
+--follow`, `benchctl report --pareto`, stop the daemon, and print the page to open (`<runbook>.html`)
+and the next step (`benchctl lock`).
 
 Why subprocesses and not library calls: the demo doubles as the proof that the installed entry points
 work together (the daemon, the socket, the client), which is what a newcomer needs to see.
@@ -119,10 +120,11 @@ def main(argv: list[str] | None = None) -> int:
             daemon.wait(timeout=15)
         except subprocess.TimeoutExpired:
             daemon.kill()
-    runbooks = sorted(config.runbooks_dir.glob("*.md"))
-    print("\nDone. The runbook (JSON + Markdown) and the Pareto chart are in", config.runbooks_dir)
+    runbooks = sorted(config.runbooks_dir.glob("*.json"))
+    print("\nDone. The runbook (JSON + Markdown), the Pareto chart and the page are in", config.runbooks_dir)
     if runbooks:
-        print("  ", runbooks[-1])
+        print("\nOpen the runbook page (one self-contained file, works offline):")
+        print("  ", runbooks[-1].with_suffix(".html"))
     print("\nNext step: read the tradeoffs, then lock the candidate YOU choose, e.g.")
     print(f"  BENCHD_STATE_DIR={state} {benchctl} lock --candidate tiny-gguf-draft --note 'why I chose it'")
     return 0

@@ -31,8 +31,12 @@ def _config(state_dir: str | None) -> Any:
               show_default=True, help="Output format (table: rich on a terminal, plain otherwise).")
 @click.option("--pareto", is_flag=True, help="Add the Pareto view (frontier and who dominates whom, per context).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("--html", "as_html", is_flag=True,
+              help="(Re)write the self-contained page <runbook-id>.html beside the JSON and print its path.")
+@click.option("--open", "open_page", is_flag=True, help="With --html: open the page in the default browser.")
 @state_dir_option
-def report(runbook_ref: str | None, fmt: str, pareto: bool, as_json: bool, state_dir: str | None) -> None:
+def report(runbook_ref: str | None, fmt: str, pareto: bool, as_json: bool, as_html: bool, open_page: bool,
+           state_dir: str | None) -> None:
     """Per candidate × context: medians with spread, noisy cells marked, nulls with their reason.
 
     \b
@@ -40,12 +44,19 @@ def report(runbook_ref: str | None, fmt: str, pareto: bool, as_json: bool, state
       benchctl report                       # the newest runbook
       benchctl report 20261130-021500-ab12 --pareto
       benchctl report run.json --format csv > cells.csv
+      benchctl report --html --open         # the page: Pareto per context, probe series, lock commands
     """
     from benchd.results import report as rep
     from benchd.results.runbook import load_runbook, resolve_runbook_path
 
     config = _config(state_dir)
     rb = load_runbook(runbook_ref, config)
+    if as_html or open_page:
+        from benchd.results.html import write_page
+
+        path = write_page(rb, resolve_runbook_path(runbook_ref, config).parent, config.cache_dir)
+        _announce_page(path, open_page)
+        return
     if as_json or fmt == "json":
         doc = rep.report_json(rb, pareto=pareto)
         doc["path"] = str(resolve_runbook_path(runbook_ref, config))
@@ -60,6 +71,20 @@ def report(runbook_ref: str | None, fmt: str, pareto: bool, as_json: bool, state
         click.echo(rep.render_text(rb, pareto=pareto), nl=False)
 
 
+def _announce_page(path: Any, open_page: bool) -> None:
+    """Print the page's path (the thing to open); say plainly when it has tables only."""
+    from benchd.results.html import MISSING, available
+
+    click.echo(str(path))
+    if not available():
+        click.echo(f"note: {MISSING}", err=True)
+    if open_page:
+        import webbrowser
+
+        if not webbrowser.open(path.resolve().as_uri()):
+            click.echo("no browser could be started here: open the file above yourself", err=True)
+
+
 def _fmt(metric: str, v: float | None) -> str:
     from benchd.results.report import fmt_value
 
@@ -70,8 +95,11 @@ def _fmt(metric: str, v: float | None) -> str:
 @click.argument("a_ref", metavar="RUNBOOK_A")
 @click.argument("b_ref", metavar="RUNBOOK_B")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@click.option("--html", "as_html", is_flag=True,
+              help="Write the comparison as a self-contained page beside runbook B and print its path.")
+@click.option("--open", "open_page", is_flag=True, help="With --html: open the page in the default browser.")
 @state_dir_option
-def compare(a_ref: str, b_ref: str, as_json: bool, state_dir: str | None) -> None:
+def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: bool, state_dir: str | None) -> None:
     """Same candidate/context cells of two runbooks side by side: ratio B/A and a significance call.
 
     The test is the exact two-sided Mann–Whitney U at α = 0.05 on the probe values; below the probes
@@ -81,10 +109,15 @@ def compare(a_ref: str, b_ref: str, as_json: bool, state_dir: str | None) -> Non
     import msgspec
 
     from benchd.results.compare import compare_runbooks
-    from benchd.results.runbook import load_runbook
+    from benchd.results.runbook import load_runbook, resolve_runbook_path
 
     config = _config(state_dir)
     cmp = compare_runbooks(load_runbook(a_ref, config), load_runbook(b_ref, config))
+    if as_html or open_page:
+        from benchd.results.html import write_compare_page
+
+        _announce_page(write_compare_page(cmp, resolve_runbook_path(b_ref, config).parent, config.cache_dir), open_page)
+        return
     if as_json:
         click.echo(json.dumps(msgspec.to_builtins(cmp), indent=2))
         return

@@ -2,8 +2,9 @@
 
 Written by the daemon when a job ends (succeeded, failed, cancelled or interrupted: `outcome` says
 which) as `<state>/runbooks/<YYYY-MM-DD>-<job>.json` (machines) and `.md` (people), with Pareto charts
-when matplotlib is installed. The date is the UTC date of the job's start; the file stem is the
-runbook id. Both files are written atomically (temp file + rename), so a reader never sees half a file.
+when matplotlib is installed, and `.html`, one self-contained page (results/html.py). The date is the
+UTC date of the job's start; the file stem is the runbook id. Every file is written atomically (temp
+file + rename), so a reader never sees half a file.
 
 The JSON carries `schema_version`; `load_runbook` dispatches on it and rejects versions it does not
 know. msgspec's evolution rules apply: new fields get defaults, types never change; anything else
@@ -147,7 +148,9 @@ def encode_runbook(rb: Runbook) -> bytes:
 
 
 def save_runbook(config: Config, rb: Runbook, charts: bool = True) -> Path:
-    """Write `<id>.json` and `<id>.md` atomically (and the charts when matplotlib is present)."""
+    """Write `<id>.json` and `<id>.md` atomically, then the charts (when matplotlib is present) and the
+    self-contained page `<id>.html` (always: without the `html` extra it has the tables and says why
+    it has no charts)."""
     from benchd.results.report import render_markdown
 
     out = config.runbooks_dir
@@ -160,6 +163,9 @@ def save_runbook(config: Config, rb: Runbook, charts: bool = True) -> Path:
 
         if available():
             write_charts(rb, out)
+        from benchd.results.html import write_page
+
+        write_page(rb, out, config.cache_dir)
     return path
 
 
@@ -249,6 +255,7 @@ def list_runbooks(config: Config) -> list[dict[str, Any]]:
             job=job.id if job else None, name=job.name if job else None,
             started_at=job.started_at if job else None, finished_at=job.finished_at if job else None,
             markdown=str(path.with_suffix(".md")) if path.with_suffix(".md").is_file() else None,
+            html=str(path.with_suffix(".html")) if path.with_suffix(".html").is_file() else None,
             charts=[str(c) for c in (path.with_name(f"{path.stem}.pareto.png"),
                                      path.with_name(f"{path.stem}.pareto.svg")) if c.is_file()],
         )

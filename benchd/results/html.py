@@ -1,0 +1,323 @@
+"""The runbook as one self-contained HTML page: `<runbook-id>.html` beside the `.json` and `.md`.
+
+`render_page(runbook, runtime)` is a pure function (runbook in, bytes out): the daemon, `benchctl report
+--html` and whatever worker renders charts off the daemon's loop call the same thing. The page carries
+everything it shows: the Vega runtime inlined (`vega_runtime`, from the optional `html` extra), the chart
+specs and their data as JSON, a small script (`benchd/data/page.js`) for the axis choice and the copy
+buttons, and a Content-Security-Policy that forbids every network request, so it reads offline and can
+be attached to an issue. Without the extra the page is still written: the tables (every chart has one)
+and a note saying how to get the charts.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import json
+import os
+from importlib import metadata, resources
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from benchd.results import pagecharts, pagedata
+from benchd.results.pagedata import Doc, axis_label, fmt
+from benchd.schemas import Runbook
+
+MISSING = ("the interactive charts need the html extra (pip install 'benchd[html]': vl-convert-python, which "
+           "carries the Vega runtime); every chart's table is on this page")
+#: No request may leave the page: scripts and styles are inline, images only data: URLs.
+CSP = ("default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
+       "img-src data:; font-src 'none'; connect-src 'none'; form-action 'none'; base-uri 'none'")
+
+
+class Runtime:
+    """The inlined charting runtime (or its absence, with the reason the page prints)."""
+
+    def __init__(self, script: str | None, about: str) -> None:
+        self.script, self.about = script, about
+
+
+def available() -> bool:
+    """Whether the `html` extra (vl-convert-python: the Vega runtime) is installed."""
+    try:
+        metadata.version("vl-convert-python")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=4)
+def vega_runtime(cache_dir: Path | None = None) -> Runtime:
+    """Vega + Vega-Lite + vega-embed as one script, from vl-convert-python's bundler.
+
+    Bundling costs ~2 CPU-s and ~150 MB once per process, so the result is kept in
+    `<cache>/html/vega-<version>.js` and read back by every later page (milliseconds).
+    """
+    try:
+        version = metadata.version("vl-convert-python")
+    except metadata.PackageNotFoundError:
+        return Runtime(None, MISSING)
+    cached = cache_dir / "html" / f"vega-bundle-{version}.js" if cache_dir else None
+    if cached is not None and cached.is_file():
+        script = cached.read_text()
+    else:
+        import vl_convert
+
+        script = vl_convert.javascript_bundle()
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_name(f".{cached.name}.{os.getpid()}")
+            tmp.write_text(script)
+            tmp.replace(cached)
+    if "</script" in script.lower():  # would end the inline <script> early
+        return Runtime(None, f"vl-convert-python {version}'s bundle cannot be inlined (it contains '</script')")
+    return Runtime(script, f"Vega-Lite via vl-convert-python {version}, inlined")
+
+
+# ------------------------------------------------------------------------------------------- pieces
+
+
+def esc(v: Any) -> str:
+    return html.escape("null" if v is None else str(v))
+
+
+def table(header: list[str], rows: list[list[Any]], caption: str = "", cls: str = "") -> str:
+    head = "".join(f"<th scope='col'>{esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c if isinstance(c, Raw) else esc(c)}</td>" for c in r) + "</tr>"
+                   for r in rows)
+    cap = f"<caption>{esc(caption)}</caption>" if caption else ""
+    return f"<table class='{cls}'>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+class Raw(str):
+    """Already-escaped HTML for a table cell."""
+
+
+def value_html(v: Any, depth: int = 0) -> str:
+    """A sweep-level fact of any shape (the drift sentinel, verdicts): nested lists, never dropped."""
+    if isinstance(v, dict) and depth < 4:
+        items = "".join(f"<li><b>{esc(k)}</b>: {value_html(x, depth + 1)}</li>" for k, x in v.items())
+        return f"<ul class='facts'>{items}</ul>"
+    if isinstance(v, list) and depth < 4:
+        return "<ul class='facts'>" + "".join(f"<li>{value_html(x, depth + 1)}</li>" for x in v) + "</ul>"
+    return esc(v) if not isinstance(v, dict | list) else esc(json.dumps(v))
+
+
+def chart_div(chart_id: str, label: str) -> str:
+    return (f"<div class='chart' id='{esc(chart_id)}' role='img' aria-label='{esc(label)}'>"
+            "<p class='nochart'>chart not rendered (see the note at the top)</p></div>")
+
+
+def _asset(name: str) -> str:
+    return resources.files("benchd").joinpath("data", name).read_text()
+
+
+def _json_script(element_id: str, obj: Any) -> str:
+    text = json.dumps(obj, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    return f"<script type='application/json' id='{element_id}'>{text}</script>"
+
+
+def page(title: str, body: str, charts: list[Doc], extra: Doc, runtime: Runtime) -> bytes:
+    """The HTML document around a body: styles, chart specs, the runtime and the page script."""
+    notice = "" if runtime.script else f"<div class='notice' role='note'><b>No charts:</b> {esc(runtime.about)}.</div>"
+    runtime_js = f"<script>{runtime.script}</script>" if runtime.script else ""
+    doc = (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{esc(title)}</title><style>{_asset('page.css')}</style></head><body>"
+        f"{notice}{body}"
+        f"<footer><p>Written by benchd from the runbook JSON; charts: {esc(runtime.about)}. "
+        "The page loads nothing from the network.</p></footer>"
+        f"{_json_script('benchd-charts', {'charts': charts, **extra})}{runtime_js}"
+        f"<script>{_asset('page.js')}</script></body></html>\n"
+    )
+    return doc.encode()
+
+
+# ------------------------------------------------------------------------------------- the runbook
+
+
+def _summary(doc: Doc) -> str:
+    s = pagedata.summary(doc)
+    facts = [("sweep", s["name"]), ("outcome", s["outcome"]), ("machine", s["machine"]),
+             ("started", s["started_at"]), ("finished", s["finished_at"]), ("runbook written", s["generated_at"]),
+             ("grid", s["grid"]), ("candidates", ", ".join(map(str, s["candidates"])))]
+    if s["error"]:
+        facts.insert(2, ("error", s["error"]))
+    dl = "".join(f"<dt>{esc(k)}</dt><dd class='{esc(k.replace(' ', '-'))}'>{esc(v)}</dd>" for k, v in facts)
+    verdicts = ("".join(f"<h3>{esc(v['key'].replace('_', ' '))}</h3>{value_html(v['value'])}" for v in s["verdicts"])
+                or "<p>No sweep-level verdict in this runbook (no drift sentinel ran).</p>")
+    deferred = table(["axis", "why it was not measured", "declared by"],
+                     [[d["axis"], d["reason"], "the sweep file" if d["origin"] == "declared" else "benchd"]
+                      for d in s["deferred"]], "What this sweep did not measure, and why")
+    return (f"<section id='summary'><h2>Summary</h2><dl class='summary'>{dl}</dl>"
+            f"<h3>Sweep-level verdicts</h3>{verdicts}<h3>Deferred axes</h3>{deferred}</section>")
+
+
+def _pareto(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
+    axes = pagedata.axes_present(doc)
+    if not axes:
+        return "<section id='pareto'><h2>Pareto view</h2><p>No context has a successful probe: nothing to compare.</p></section>"
+    x_axis = "mem_peak_bytes" if "mem_peak_bytes" in axes else axes[-1]
+    y_axis = "gen_tps" if "gen_tps" in axes else axes[0]
+    opts = "".join(f"<option value='{esc(a)}'>{esc(axis_label(a))}</option>" for a in axes)
+    controls = (f"<div class='controls'><label>x axis <select id='x-axis'>{opts}</select></label> "
+                f"<label>y axis <select id='y-axis'>{opts}</select></label></div>")
+    parts = []
+    for ctx in doc.get("pareto") or []:
+        context = int(ctx["context"])
+        points = pagedata.pareto_points(doc, ctx)
+        cid = f"chart-pareto-{context}"
+        charts.append({"id": cid, "kind": "pareto", "spec": pagecharts.pareto_spec(points, context, axes, candidates,
+                                                                                    x_axis, y_axis)})
+        rows = [[p["candidate"], p["status"], p["relation"], *(Raw(f"<span title='{esc(p.get('tip_' + a))}'>"
+                                                                    f"{esc(fmt(a, ctx_value(ctx, p, a)))}</span>")
+                                                                for a in axes)] for p in points]
+        rows += [[c, "excluded", why, *["-"] * len(axes)] for c, why in (ctx.get("excluded") or {}).items()]
+        skipped = "".join(f"<li>{esc(' vs '.join(sp['pair']))}: not compared on {esc(', '.join(sp['axes']))} "
+                          "(null for one of them)</li>" for sp in ctx.get("skipped_pairs") or [])
+        parts.append(
+            f"<article class='context' data-context='{context}'><h3>Context {context} tokens</h3>"
+            f"<figure>{chart_div(cid, f'Pareto scatter at context {context}; the table below has the same figures')}"
+            f"<figcaption class='undrawn' id='{cid}-undrawn'></figcaption></figure>"
+            + table(["candidate", "status", "Pareto", *(axis_label(a) for a in axes)], rows,
+                    f"Context {context}: cell medians (hover a value for its CI, probes and source)", "pareto")
+            + (f"<ul class='skipped'>{skipped}</ul>" if skipped else "") + "</article>")
+    return ("<section id='pareto'><h2>Pareto view</h2><p>Per context, one point per candidate. A candidate is "
+            "dominated when another is at least as good on every axis both have and better on one; the frontier is "
+            "what is left. benchd does not choose among the frontier: the tradeoff is yours.</p>"
+            f"{controls}{''.join(parts)}</section>")
+
+
+def ctx_value(ctx: Doc, point: Doc, axis: str) -> Any:
+    """The unscaled Pareto value of a point (the table formats it like the report does)."""
+    raw = next((p for p in ctx.get("points") or [] if p.get("candidate") == point["candidate"]), {})
+    return (raw.get("values") or {}).get(axis)
+
+
+def _probes(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
+    series = pagedata.probe_series(doc)
+    if not series:
+        return "<section id='probes'><h2>Probe series</h2><p>No probe rows.</p></section>"
+    charts.append({"id": "chart-probes", "kind": "probes", "spec": pagecharts.probes_spec(series, candidates)})
+    rows = [[p["candidate"], p["context"], p["probe"], p["mark"], fmt("gen_tps", p["gen_tps"]), p["note"],
+             p["source"], p["verdict"]] for p in series]
+    return ("<section id='probes'><h2>Probe series per cell</h2><p>Each probe's generation tok/s in the order it "
+            "ran; the dashed line is the cell median. Failed probes (crosses) and null values (squares) sit at the "
+            "bottom of their panel with the reason in their tooltip and in the table.</p>"
+            f"{chart_div('chart-probes', 'Small multiples of the probe series; the table below lists every probe')}"
+            "<details><summary>Every probe as a table</summary>"
+            + table(["candidate", "context", "probe", "kind", "gen tok/s", "note", "source", "cell"], rows) +
+            "</details></section>")
+
+
+def _sustained(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
+    windows, runs = pagedata.sustained_windows(doc), pagedata.sustained_rows(doc)
+    if not runs:
+        return "<section id='sustained'><h2>Sustained generation</h2><p>Not run in this sweep (sustained.tokens = 0).</p></section>"
+    if windows:
+        charts.append({"id": "chart-sustained", "kind": "sustained", "spec": pagecharts.sustained_spec(windows, candidates)})
+    rows = [[r.get("candidate"), r.get("status"), r.get("gen_tokens"), fmt("sustain_ratio", r.get("sustain_ratio")),
+             ", ".join(fmt("gen_tps", w) for w in r.get("window_tps") or []) or "null",
+             r.get("error") or "; ".join(f"{k}: {v}" for k, v in (r.get("null_reasons") or {}).items()
+                                         if k in ("window_tps", "sustain_ratio")), r["window_source"]] for r in runs]
+    return ("<section id='sustained'><h2>Sustained generation</h2>"
+            + (chart_div("chart-sustained", "Sustained windows per candidate; the table below has the values") if windows else "")
+            + table(["candidate", "status", "tokens", "sustain ratio", "window tok/s", "error / nulls", "source"], rows)
+            + "</section>")
+
+
+def _evals(doc: Doc) -> str:
+    summary = doc.get("eval_summary") or []
+    if not summary:
+        return "<section id='evals'><h2>Evals</h2><p>No eval ran (eval_tier = none, or no candidate answered).</p></section>"
+    top = table(["candidate", "tier", "passed", "total", "pass rate", "not sandboxed"],
+                [[e.get("candidate"), e.get("tier"), e.get("passed"), e.get("total"), fmt("eval_pass_rate", e.get("pass_rate")),
+                  e.get("unsandboxed")] for e in summary])
+    tasks = table(["candidate", "task", "passed", "detail"],
+                  [[e.get("candidate"), e.get("task"), "yes" if e.get("passed") else "no", e.get("detail") or ""]
+                   for e in doc.get("evals") or []])
+    return f"<section id='evals'><h2>Evals</h2>{top}<details><summary>Every task</summary>{tasks}</details></section>"
+
+
+def _locks(doc: Doc) -> str:
+    items = []
+    for i, c in enumerate(pagedata.lock_commands(doc)):
+        note = f"<br><small>{esc(c['note'])}</small>" if c["note"] else ""
+        items.append(f"<li class='lock'><code id='lock-{i}'>{esc(c['command'])}</code> <button type='button' "
+                     f"class='copy' data-target='lock-{i}' aria-label='copy the lock command of {esc(c['candidate'])}'>"
+                     f"copy</button>{note}</li>")
+    return ("<section id='lock'><h2>Lock a candidate</h2><p>benchd never picks one. When you have chosen, run the "
+            "command of your choice (with your reason in --note): it writes a reviewable locked.toml with the "
+            f"evidence. Candidates in alphabetical order.</p><ul class='locks'>{''.join(items)}</ul></section>")
+
+
+def render_page(rb: Runbook, runtime: Runtime) -> bytes:
+    """The runbook page (pure: the same runbook and runtime give the same bytes)."""
+    doc = pagedata.to_doc(rb)
+    candidates = [str(c.get("id")) for c in (doc.get("sweep") or {}).get("candidates") or []]
+    charts: list[Doc] = []
+    nav = "".join(f"<a href='#{a}'>{t}</a>" for a, t in (("summary", "Summary"), ("pareto", "Pareto"),
+                  ("probes", "Probes"), ("sustained", "Sustained"), ("evals", "Evals"), ("lock", "Lock")))
+    body = (f"<header><h1>benchd runbook <span class='rid'>{esc(rb.id)}</span></h1>"
+            f"<p class='outcome {esc(rb.outcome)}'>sweep <b>{esc(rb.sweep.name)}</b>: {esc(rb.outcome)}</p>"
+            f"<nav>{nav}</nav></header><main>"
+            + _summary(doc) + _pareto(doc, candidates, charts) + _probes(doc, candidates, charts)
+            + _sustained(doc, candidates, charts) + _evals(doc) + _locks(doc) + "</main>")
+    labels = {a: axis_label(a) for a in pagedata.axes_present(doc)}
+    return page(f"benchd runbook {rb.id}", body, charts, {"labels": labels}, runtime)
+
+
+def write_page(rb: Runbook, out_dir: Path, cache_dir: Path | None = None) -> Path:
+    """`<out_dir>/<id>.html`, written atomically."""
+    return _write(out_dir / f"{rb.id}.html", render_page(rb, vega_runtime(cache_dir)))
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return path
+
+
+# ----------------------------------------------------------------------------------- the comparison
+
+
+def render_compare_page(cmp: Any, runtime: Runtime) -> bytes:
+    """`benchctl compare A B --html`: warnings first, then ratio B/A per cell and metric, chart and table."""
+    doc = msgspec.to_builtins(cmp)
+    records, rows = [], []
+    for cell in doc["cells"]:
+        for m in cell["metrics"]:
+            name = f"{cell['candidate']} @ {cell['context']}"
+            p = f"{m['p_value']:.3g}" if m["p_value"] is not None else "-"
+            ratio = m["ratio_b_over_a"]
+            rows.append([cell["candidate"], cell["context"], m["metric"], f"{fmt(m['metric'], m['median_a'])} ({m['n_a']})",
+                         f"{fmt(m['metric'], m['median_b'])} ({m['n_b']})", f"{ratio:.3f}" if ratio is not None else "null",
+                         p, m["verdict"]])
+            if ratio is not None:
+                records.append({"cell": name, "metric": m["metric"], "ratio": ratio, "verdict": m["verdict"], "p": p,
+                                "median_a": fmt(m["metric"], m["median_a"]), "median_b": fmt(m["metric"], m["median_b"])})
+    charts = [{"id": "chart-compare", "kind": "compare", "spec": pagecharts.compare_spec(records)}] if records else []
+    warnings = "".join(f"<li>{esc(w)}</li>" for w in doc["warnings"]) or "<li>none: the two runbooks are like for like</li>"
+    only = (f"<p>Only in A: {esc(', '.join(doc['only_in_a']) or '-')}; only in B: "
+            f"{esc(', '.join(doc['only_in_b']) or '-')}</p>")
+    body = (f"<header><h1>benchd comparison</h1><p>A = <span class='rid'>{esc(doc['a'])}</span>, "
+            f"B = <span class='rid'>{esc(doc['b'])}</span></p></header><main><section id='summary'><h2>Summary</h2>"
+            f"<p>Test: {esc(doc['test'])}, α = {esc(doc['alpha'])}; it needs at least {esc(doc['min_probes_per_side'])} "
+            f"ok probes per side.</p><h3>What differs between the two runs</h3><ul>{warnings}</ul>{only}</section>"
+            "<section id='cells'><h2>B / A per cell</h2>"
+            + (chart_div("chart-compare", "Ratio B over A per cell and metric; the table below has the figures")
+               if records else "<p>No cell has a ratio (no common cell measured on both sides).</p>")
+            + table(["candidate", "context", "metric", "A median (n)", "B median (n)", "B/A", "p", "verdict"], rows)
+            + "</section></main>")
+    return page(f"benchd comparison {doc['a']} vs {doc['b']}", body, charts, {"labels": {}}, runtime)
+
+
+def write_compare_page(cmp: Any, out_dir: Path, cache_dir: Path | None = None) -> Path:
+    """`<out_dir>/compare-<A>-vs-<B>.html`, written atomically."""
+    return _write(out_dir / f"compare-{cmp.a}-vs-{cmp.b}.html", render_compare_page(cmp, vega_runtime(cache_dir)))

@@ -1,0 +1,154 @@
+"""Vega-Lite specs for the runbook and comparison pages (plain dicts; Vega-Lite draws them in the page).
+
+Why Vega-Lite: declarative specs are data, so this module only says what to draw; the page inlines the
+Vega runtime (the `html` extra, vl-convert-python's bundle: ~0.9 MB) and needs no network. Plotly's
+inlined library is ~4.8 MB, over the ~1.5 MB a page may weigh; BokehJS is ~1.3 MB before its widgets.
+
+Every candidate keeps one shape and one colour on every chart, and the palette steps through lightness,
+so the charts read in grey scale: shape and label carry identity, fill carries frontier status
+(filled = frontier, half = tied, hollow = dominated), and every chart has a table beside it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchd.results.pagedata import axis_label
+
+Spec = dict[str, Any]
+
+SHAPES = ("circle", "square", "triangle-up", "diamond", "cross", "triangle-down", "triangle-right",
+          "triangle-left", "wedge", "arrow")
+#: Dark, light, mid... so neighbours differ in grey scale too (ColorBrewer-derived).
+COLOURS = ("#08306b", "#f4a582", "#2166ac", "#b2182b", "#7fbc41", "#542788", "#e08214", "#4d4d4d",
+           "#80cdc1", "#c51b7d")
+MARKS = {"ok": ("circle", "#08306b"), "short": ("triangle-down", "#e08214"), "null": ("square", "#7f7f7f"),
+         "failed": ("cross", "#b2182b")}
+DASHES = ([1, 0], [6, 3], [2, 2], [8, 2, 2, 2], [4, 4])
+STATUS_FILL = {"frontier": 1.0, "tied": 0.4, "dominated": 0.0}
+CONFIG: Spec = {"font": "sans-serif", "axis": {"labelFontSize": 11, "titleFontSize": 11},
+                "legend": {"labelFontSize": 11, "titleFontSize": 11}, "view": {"stroke": "#ccc"}}
+
+
+def candidate_scales(candidates: list[str]) -> tuple[Spec, Spec]:
+    """Shape and colour scales with a fixed domain: the same candidate looks the same everywhere."""
+    n = len(candidates)
+    shapes = [SHAPES[i % len(SHAPES)] for i in range(n)]
+    colours = [COLOURS[i % len(COLOURS)] for i in range(n)]
+    return ({"domain": candidates, "range": shapes}, {"domain": candidates, "range": colours})
+
+
+def pareto_spec(points: list[Spec], context: int, axes: list[str], candidates: list[str],
+                x_axis: str, y_axis: str) -> Spec:
+    """One context's scatter. `xAxis`/`yAxis` are params the page's axis selectors change."""
+    shape, colour = candidate_scales(candidates)
+    pos = {
+        "x": {"field": "x", "type": "quantitative", "title": axis_label(x_axis), "scale": {"zero": False, "nice": True}},
+        "y": {"field": "y", "type": "quantitative", "title": axis_label(y_axis), "scale": {"zero": False, "nice": True}},
+    }
+    tooltip = [{"field": "candidate"}, {"field": "status"}, {"field": "relation", "title": "Pareto"},
+               {"field": "probes"}]
+    if any(p.get("verdict") for p in points):
+        tooltip.append({"field": "verdict"})
+    tooltip += [{"field": f"tip_{a}", "title": axis_label(a)} for a in axes]
+    return {
+        "description": f"Pareto view at context {context}: one point per candidate, the two chosen axes; "
+                       "filled = on the frontier, half-filled = tied, hollow = dominated.",
+        "width": 400, "height": 260, "config": CONFIG,
+        "params": [{"name": "xAxis", "value": x_axis}, {"name": "yAxis", "value": y_axis}],
+        "data": {"values": points},
+        "transform": [{"calculate": "datum[xAxis]", "as": "x"}, {"calculate": "datum[yAxis]", "as": "y"},
+                      {"filter": "isValid(datum.x) && isValid(datum.y)"},
+                      {"calculate": "datum.candidate + (datum.status === 'frontier' ? '' : ' (' + datum.status + ')')",
+                       "as": "label"}],
+        "layer": [
+            {"mark": {"type": "point", "size": 160, "strokeWidth": 2, "filled": False, "cursor": "pointer"},
+             "encoding": {**pos,
+                          "shape": {"field": "candidate", "type": "nominal", "scale": shape, "title": "candidate"},
+                          "stroke": {"field": "candidate", "type": "nominal", "scale": colour, "legend": None},
+                          "fill": {"field": "candidate", "type": "nominal", "scale": colour, "legend": None},
+                          "fillOpacity": {"condition": [
+                              {"test": f"datum.status === '{k}'", "value": v} for k, v in STATUS_FILL.items()],
+                              "value": 0},
+                          "tooltip": tooltip}},
+            {"mark": {"type": "text", "align": "left", "dx": 10, "dy": -8, "fontSize": 11},
+             "encoding": {**pos, "text": {"field": "label"}}},
+        ],
+    }
+
+
+def probes_spec(series: list[Spec], candidates: list[str]) -> Spec:
+    """Small multiples: candidate rows × context columns, each probe's gen tok/s in order."""
+    tooltip = [{"field": "candidate"}, {"field": "context"}, {"field": "probe"}, {"field": "mark", "title": "probe"},
+               {"field": "gen_tps", "title": "gen tok/s", "format": ",.1f"}, {"field": "note"},
+               {"field": "source"}, {"field": "cell_median", "title": "cell median", "format": ",.1f"},
+               {"field": "verdict", "title": "cell"}]
+    xy = {"x": {"field": "probe", "type": "ordinal", "title": "probe #", "axis": {"labelAngle": 0}},
+          "y": {"field": "y", "type": "quantitative", "title": "gen tok/s", "scale": {"zero": False}}}
+    return {
+        "description": "Each probe's generation tok/s in order, one panel per candidate and context: drift and "
+                       "outliers are visible; crosses are failed probes, squares null values, down-triangles "
+                       "probes that generated fewer tokens than asked (at the bottom of the panel when null).",
+        "config": CONFIG,
+        "data": {"values": series},
+        "facet": {"row": {"field": "candidate", "type": "nominal", "sort": candidates, "title": None},
+                  "column": {"field": "context", "type": "ordinal", "title": "context (tokens)"}},
+        "resolve": {"scale": {"y": "independent"}},
+        "spec": {"width": 170, "height": 80, "layer": [
+            {"transform": [{"filter": "datum.gen_tps !== null"}],
+             "mark": {"type": "line", "color": "#9ecae1"}, "encoding": xy},
+            {"mark": {"type": "rule", "strokeDash": [4, 3], "color": "#4d4d4d"},
+             "encoding": {"y": {"field": "cell_median", "aggregate": "max", "type": "quantitative"}}},
+            {"mark": {"type": "point", "filled": True, "size": 60},
+             "encoding": {**xy,
+                          "shape": {"field": "mark", "type": "nominal", "title": "probe",
+                                    "scale": {"domain": list(MARKS), "range": [s for s, _ in MARKS.values()]}},
+                          "color": {"field": "mark", "type": "nominal", "title": "probe",
+                                    "scale": {"domain": list(MARKS), "range": [c for _, c in MARKS.values()]}},
+                          "tooltip": tooltip}},
+        ]},
+    }
+
+
+def sustained_spec(windows: list[Spec], candidates: list[str]) -> Spec:
+    shape, colour = candidate_scales(candidates)
+    dashes = {"domain": candidates, "range": [DASHES[i % len(DASHES)] for i in range(len(candidates))]}
+    enc = {"x": {"field": "window", "type": "quantitative", "title": "window # (in generation order)",
+                 "axis": {"tickMinStep": 1}},
+           "y": {"field": "tps", "type": "quantitative", "title": "tok/s in the window (log scale)",
+                 "scale": {"type": "log"}},
+           "color": {"field": "candidate", "type": "nominal", "scale": colour},
+           "tooltip": [{"field": "candidate"}, {"field": "window"}, {"field": "tps", "title": "tok/s", "format": ",.1f"}]}
+    return {
+        "description": "Sustained generation: tokens per second in each window of one long generation, a line per "
+                       "candidate (dash pattern and marker shape differ per candidate).",
+        "width": 520, "height": 220, "config": CONFIG, "data": {"values": windows},
+        "layer": [
+            {"mark": {"type": "line", "strokeWidth": 2},
+             "encoding": {**enc, "strokeDash": {"field": "candidate", "type": "nominal", "scale": dashes, "legend": None}}},
+            {"mark": {"type": "point", "filled": True, "size": 70},
+             "encoding": {**enc, "shape": {"field": "candidate", "type": "nominal", "scale": shape}}},
+        ],
+    }
+
+
+def compare_spec(records: list[Spec]) -> Spec:
+    """Ratio B/A per cell, one panel per metric; the rule at 1 is 'no change'."""
+    return {
+        "description": "Ratio B over A of each cell's median, one panel per metric; marker shape is the verdict.",
+        "config": CONFIG, "data": {"values": records},
+        "facet": {"column": {"field": "metric", "type": "nominal", "title": None}},
+        "resolve": {"scale": {"x": "independent"}},
+        "spec": {"width": 220, "height": {"step": 22}, "layer": [
+            {"mark": {"type": "rule", "color": "#999", "strokeDash": [4, 3]}, "encoding": {"x": {"datum": 1}}},
+            {"mark": {"type": "point", "filled": True, "size": 90},
+             "encoding": {
+                 "x": {"field": "ratio", "type": "quantitative", "title": "B / A", "scale": {"zero": False}},
+                 "y": {"field": "cell", "type": "nominal", "title": None},
+                 "shape": {"field": "verdict", "type": "nominal"},
+                 "color": {"field": "verdict", "type": "nominal", "scale": {"scheme": "darkmulti"}},
+                 "tooltip": [{"field": "cell"}, {"field": "metric"}, {"field": "median_a", "title": "A median"},
+                             {"field": "median_b", "title": "B median"}, {"field": "ratio", "format": ".3f"},
+                             {"field": "p", "title": "p-value"}, {"field": "verdict"}]}},
+        ]},
+    }

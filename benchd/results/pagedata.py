@@ -1,0 +1,301 @@
+"""What the runbook page shows, as plain records: one function per section, no HTML and no charts.
+
+Why plain dicts from `msgspec.to_builtins(runbook)` and not the structs: fields land in the runbook
+concurrently (cell verdicts, the drift sentinel, energy, thinking), and the page must show them when a
+runbook has them and still render one that has not. Reading the document as data with `.get()` makes
+"present or absent" the normal case, and an axis the Pareto view gains (energy) appears on the page
+without a change here. Every figure is the runbook's own (cell statistics, Pareto points): nothing is
+recomputed differently, so the page and `benchctl report` cannot disagree.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+from typing import Any
+
+import msgspec
+
+from benchd.results.pareto import AXES
+from benchd.schemas import Runbook
+
+Doc = dict[str, Any]
+
+#: Axis -> (label, unit scale, unit). Axes the runbook has but this table lacks get their own name.
+AXIS_LABELS: dict[str, tuple[str, float, str]] = {
+    "gen_tps": ("generation speed", 1.0, "tok/s"),
+    "prompt_tps": ("prompt processing", 1.0, "tok/s"),
+    "mem_peak_bytes": ("peak memory", 1 / (1 << 20), "MiB"),
+    "eval_pass_rate": ("eval pass rate", 1.0, ""),
+    "sustain_ratio": ("sustain ratio (last / first window)", 1.0, ""),
+    "j_per_gen_token": ("energy per generated token", 1.0, "J"),
+}
+#: Where the per-candidate axes come from when a row carries no source for them.
+DERIVED_SOURCES = {"eval_pass_rate": "evals: passed / total over the sweep's eval tier"}
+#: Top-level runbook keys the page shows in their own section; any other key is a sweep-level fact
+#: it lists generically (the drift sentinel and sweep verdicts before the page knows their shape).
+#: Row fields other work adds (thinking, energy, throttling flags): shown beside a probe when present.
+ROW_EXTRAS = ("flags", "throttle", "ttfat_ms", "reasoning_tokens", "thinking", "j_per_gen_token")
+KNOWN_KEYS = {"schema_version", "id", "generated_at", "outcome", "job", "sweep", "provenance", "cooldowns",
+              "deferred", "rows", "cells", "sustained", "evals", "eval_summary", "pareto"}
+
+
+def to_doc(rb: Runbook) -> Doc:
+    return msgspec.to_builtins(rb)  # type: ignore[no-any-return]
+
+
+def direction(axis: str) -> str:
+    """'higher' or 'lower' is better: from the Pareto module's own table, else by the unit's meaning."""
+    known = dict(AXES)
+    if axis in known:
+        return known[axis]
+    return "lower" if axis.endswith(("_bytes", "_ms", "_token", "_j", "_w")) else "higher"
+
+
+def axis_label(axis: str) -> str:
+    label, _, unit = AXIS_LABELS.get(axis, (axis.replace("_", " "), 1.0, ""))
+    better = "higher" if direction(axis) == "higher" else "lower"
+    return f"{label}{f' ({unit})' if unit else ''}, {better} is better"
+
+
+def scaled(axis: str, v: Any) -> float | None:
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return None
+    return float(v) * AXIS_LABELS.get(axis, ("", 1.0, ""))[1]
+
+
+def fmt(axis: str, v: Any) -> str:
+    """A figure for people: MiB for bytes, 3 significant digits for ratios, null stays `null`."""
+    s = scaled(axis, v)
+    if s is None:
+        return "null"
+    if axis.endswith("_bytes"):
+        return f"{s:,.1f} MiB"
+    if axis in ("eval_pass_rate", "sustain_ratio") or abs(s) < 10:
+        return f"{s:.3g}"
+    return f"{s:,.1f}"
+
+
+# ------------------------------------------------------------------------------------------ summary
+
+
+def summary(doc: Doc) -> Doc:
+    """Sweep, machine, dates, outcome, sweep-level verdicts and facts, deferred axes (deduplicated)."""
+    job, sweep, machine = doc.get("job") or {}, doc.get("sweep") or {}, (doc.get("provenance") or {}).get("machine") or {}
+    cpu = machine.get("chip") or machine.get("cpu_model") or "unknown CPU"
+    mem = machine.get("memory_bytes")
+    machine_text = ", ".join(x for x in (
+        machine.get("hardware_model"), cpu,
+        f"{machine.get('cores_logical')} logical cores" if machine.get("cores_logical") else None,
+        f"{mem / (1 << 30):.1f} GiB" if isinstance(mem, int | float) else None,
+        " ".join(str(x) for x in (machine.get("os"), machine.get("os_version")) if x) or None,
+        machine.get("arch"), f"power: {machine['power_source']}" if machine.get("power_source") else None,
+    ) if x)
+    deferred: list[Doc] = []
+    seen: set[tuple[str, str]] = set()
+    for origin in ("declared", "automatic"):
+        for d in (doc.get("deferred") or {}).get(origin) or []:
+            key = (str(d.get("axis")), str(d.get("reason")))
+            if key not in seen:
+                seen.add(key)
+                deferred.append({"axis": key[0], "reason": key[1], "origin": origin})
+    verdicts = [{"key": k, "value": v} for k, v in doc.items() if k not in KNOWN_KEYS]
+    return {
+        "id": doc.get("id"), "name": sweep.get("name") or job.get("name"), "outcome": doc.get("outcome"),
+        "error": job.get("error"), "started_at": job.get("started_at"), "finished_at": job.get("finished_at"),
+        "generated_at": doc.get("generated_at"), "machine": machine_text,
+        "grid": (f"contexts {sweep.get('contexts')}, {sweep.get('gen_tokens')} generated tokens, "
+                 f"{sweep.get('probes')} probes + {sweep.get('warmup')} warm-up per cell, "
+                 f"eval tier {sweep.get('eval_tier')}, cooldown {(sweep.get('cooldown') or {}).get('policy')}"
+                 + (f", thinking {sweep['thinking']}" if sweep.get("thinking") is not None else "")),
+        "candidates": [c.get("id") for c in sweep.get("candidates") or []],
+        "contexts": sorted({int(p["context"]) for p in doc.get("pareto") or []} | set(sweep.get("contexts") or [])),
+        "verdicts": verdicts, "deferred": deferred,
+    }
+
+
+# ------------------------------------------------------------------------------------------- pareto
+
+
+def _probe_rows(doc: Doc, candidate: str, context: int, ok_only: bool = True) -> list[Doc]:
+    return [r for r in doc.get("rows") or [] if r.get("kind") == "probe" and r.get("candidate") == candidate
+            and r.get("context") == context and (r.get("status") == "ok" or not ok_only)]
+
+
+def metric_source(rows: list[Doc], metric: str) -> str | None:
+    """The source the cell's rows name for a metric (the commonest, with a count when they differ)."""
+    got = Counter(str(r["sources"][metric]) for r in rows if (r.get("sources") or {}).get(metric))
+    if not got:
+        return None
+    (top, n), *rest = got.most_common()
+    return top if not rest else f"{top} ({n} of {sum(got.values())} rows)"
+
+
+def _cell(doc: Doc, candidate: str, context: int) -> Doc:
+    return next((c for c in doc.get("cells") or [] if c.get("candidate") == candidate and c.get("context") == context), {})
+
+
+def _stats_text(axis: str, stats: Doc | None, value: Any) -> str:
+    if not isinstance(stats, dict) or "median" not in stats:
+        return fmt(axis, value)
+    text = f"median {fmt(axis, stats.get('median'))}"
+    if stats.get("ci95_low") is not None and stats.get("ci95_high") is not None:
+        text += f", 95% CI {fmt(axis, stats['ci95_low'])}–{fmt(axis, stats['ci95_high'])}"
+    else:
+        why = (stats.get("null_reasons") or {}).get("ci95")
+        text += f", CI null ({why})" if why else ""
+    text += f", n={stats.get('n')}"
+    if stats.get("min") is not None:
+        text += f", range {fmt(axis, stats.get('min'))}–{fmt(axis, stats.get('max'))}"
+    return text + (", noisy" if stats.get("noisy") else "")
+
+
+def _ties(ctx: Doc) -> dict[str, str]:
+    """Candidate -> with whom it is tied, from whatever shape the runbook's Pareto gives ties (if any)."""
+    raw = ctx.get("tied") or ctx.get("ties") or {}
+    out: dict[str, str] = {}
+    if isinstance(raw, dict):
+        for k, v in raw.items():
+            out[str(k)] = ", ".join(map(str, v)) if isinstance(v, list) else str(v)
+    elif isinstance(raw, list):
+        for item in raw:
+            members = item.get("pair") or item.get("candidates") if isinstance(item, dict) else item
+            if isinstance(members, list):
+                for m in members:
+                    out[str(m)] = ", ".join(str(x) for x in members if x != m)
+    return out
+
+
+def axes_present(doc: Doc) -> list[str]:
+    """The Pareto axes this runbook has, in the Pareto module's order, then any it added."""
+    keys: list[str] = []
+    for ctx in doc.get("pareto") or []:
+        for p in ctx.get("points") or []:
+            keys += [k for k in p.get("values") or {} if k not in keys]
+    order = [a for a, _ in AXES]
+    return sorted(keys, key=lambda k: (order.index(k) if k in order else len(order), k))
+
+
+def pareto_points(doc: Doc, ctx: Doc) -> list[Doc]:
+    """One record per candidate in a context: status, every axis's value (scaled), and hover text."""
+    context = int(ctx["context"])
+    ties, dominated = _ties(ctx), ctx.get("dominated") or {}
+    evals = {e.get("candidate"): e for e in doc.get("eval_summary") or []}
+    sustained = {s.get("candidate"): s for s in doc.get("sustained") or []}
+    sustained_rows = {r.get("candidate"): r for r in doc.get("rows") or [] if r.get("kind") == "sustained"}
+    out = []
+    for p in ctx.get("points") or []:
+        cand = p["candidate"]
+        rows, cell = _probe_rows(doc, cand, context), _cell(doc, cand, context)
+        if cand in dominated:
+            status = "dominated"
+            relation = "; ".join(f"by {d.get('by')} on {', '.join(d.get('better_on') or [])}"
+                                 + (f" (not compared: {', '.join(d['skipped_axes'])})" if d.get("skipped_axes") else "")
+                                 for d in dominated[cand])
+        elif cand in ties:
+            status, relation = "tied", f"tied with {ties[cand]}"
+        else:
+            status, relation = "frontier", "on the frontier: no candidate beats it on every axis"
+        rec: Doc = {"candidate": cand, "context": context, "status": status, "relation": relation,
+                    "label": cand, "verdict": cell.get("verdict"), "probes": f"{cell.get('n_ok', len(rows))} ok, "
+                    f"{cell.get('n_failed', 0)} failed"}
+        for axis, value in (p.get("values") or {}).items():
+            rec[axis] = scaled(axis, value)
+            if axis == "eval_pass_rate" and cand in evals:
+                e = evals[cand]
+                detail = f"{fmt(axis, value)} ({e.get('passed')}/{e.get('total')}, tier {e.get('tier')})"
+            elif axis == "sustain_ratio" and cand in sustained:
+                detail = f"{fmt(axis, value)} (one sustained run of {sustained[cand].get('gen_tokens')} tokens)"
+            else:
+                detail = _stats_text(axis, cell.get(axis), value)
+            src = (metric_source(rows, axis) or DERIVED_SOURCES.get(axis)
+                   or metric_source([sustained_rows.get(cand) or {}], axis) or "not recorded")
+            rec[f"tip_{axis}"] = f"{detail}; source: {src}" if value is not None else (
+                f"null: {_null_reason(rows, cell, axis)}")
+        out.append(rec)
+    return out
+
+
+def _null_reason(rows: list[Doc], cell: Doc, axis: str) -> str:
+    reasons = {str(r["null_reasons"][axis]) for r in rows if (r.get("null_reasons") or {}).get(axis)}
+    stats = cell.get(axis)
+    if isinstance(stats, dict):
+        reasons |= {str(v) for v in (stats.get("null_reasons") or {}).values()}
+    return "; ".join(sorted(reasons)) or "not measured for this candidate"
+
+
+# --------------------------------------------------------------------------------- probe series
+
+
+def probe_series(doc: Doc) -> list[Doc]:
+    """Every probe row in order, with what the small multiples mark: ok, short, null or failed."""
+    want = (doc.get("sweep") or {}).get("gen_tokens")
+    out = []
+    for r in doc.get("rows") or []:
+        if r.get("kind") != "probe":
+            continue
+        cell = _cell(doc, r["candidate"], r["context"])
+        gen = r.get("gen_tps")
+        if r.get("status") != "ok":
+            mark, note = "failed", f"{r.get('status')}: {r.get('error') or 'no error recorded'}"
+        elif gen is None:
+            mark, note = "null", f"gen_tps null: {(r.get('null_reasons') or {}).get('gen_tps', 'no reason recorded')}"
+        elif isinstance(want, int) and isinstance(r.get("gen_tokens"), int) and r["gen_tokens"] < want:
+            mark, note = "short", f"short: {r['gen_tokens']} of {want} tokens generated"
+        else:
+            mark, note = "ok", ""
+        out.append({
+            "candidate": r["candidate"], "context": r["context"], "probe": r.get("probe"), "mark": mark,
+            "gen_tps": gen, "note": note, "source": (r.get("sources") or {}).get("gen_tps") or "",
+            "cell_median": ((cell.get("gen_tps") or {}).get("median")),
+            "verdict": cell.get("verdict") or ("noisy (CV > 5 %)" if cell.get("noisy") else ""),
+            **{k: r[k] for k in ROW_EXTRAS if r.get(k) is not None},
+        })
+    # Failed and null probes sit at the bottom of their cell's panel, so the panel's scale stays the data's.
+    floor: dict[tuple[str, int], float] = {}
+    for p in out:
+        if p["gen_tps"] is not None:
+            key = (p["candidate"], p["context"])
+            floor[key] = min(floor.get(key, p["gen_tps"]), p["gen_tps"])
+    for p in out:
+        p["y"] = p["gen_tps"] if p["gen_tps"] is not None else floor.get((p["candidate"], p["context"]), 0.0)
+    return out
+
+
+# ------------------------------------------------------------------------------- sustained, evals
+
+
+def sustained_windows(doc: Doc) -> list[Doc]:
+    out = []
+    for s in doc.get("sustained") or []:
+        for i, tps in enumerate(s.get("window_tps") or []):
+            out.append({"candidate": s["candidate"], "window": i + 1, "tps": tps})
+    return out
+
+
+def sustained_rows(doc: Doc) -> list[Doc]:
+    rows = {r.get("candidate"): r for r in doc.get("rows") or [] if r.get("kind") == "sustained"}
+    out = []
+    for s in doc.get("sustained") or []:
+        src = (rows.get(s.get("candidate")) or {}).get("sources") or {}
+        out.append({**s, "window_source": src.get("window_tps") or "not recorded"})
+    return out
+
+
+def lock_commands(doc: Doc) -> list[Doc]:
+    """The command that locks each candidate: given for every one, alphabetically (never a choice)."""
+    rid, out = str(doc.get("id")), []
+    dominated = {c for ctx in doc.get("pareto") or [] for c in (ctx.get("dominated") or {})}
+    for cand in sorted(c.get("id") for c in (doc.get("sweep") or {}).get("candidates") or []):
+        ok = any(r.get("candidate") == cand and r.get("kind") == "probe" and r.get("status") == "ok"
+                 for r in doc.get("rows") or [])
+        cmd = ["benchctl", "lock", "--runbook", rid, "--candidate", cand]
+        note = ""
+        if not ok:
+            note = "no successful probe row: benchctl refuses to lock it (nothing measured to lock on)"
+        elif cand in dominated:
+            cmd.append("--force")
+            note = "dominated in at least one context: the lock needs --force"
+        out.append({"candidate": cand, "command": " ".join(shlex.quote(x) for x in cmd) + " --note '…'",
+                    "note": note, "lockable": ok})
+    return out
