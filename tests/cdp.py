@@ -58,26 +58,26 @@ class Page:
             elif "method" in data:
                 self.events.append(data)
 
-    async def call(self, method: str, timeout: float = 30.0, **params: Any) -> dict[str, Any]:
+    async def call(self, method: str, wait_s: float = 30.0, **params: Any) -> dict[str, Any]:
         self._next += 1
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[self._next] = fut
         await self.ws.send_str(json.dumps({"id": self._next, "method": method, "params": params}))
-        answer = await asyncio.wait_for(fut, timeout)
+        answer = await asyncio.wait_for(fut, wait_s)
         if "error" in answer:
             raise RuntimeError(f"{method}: {answer['error']}")
         return answer.get("result", {})
 
-    async def js(self, expression: str, timeout: float = 30.0) -> Any:
+    async def js(self, expression: str, wait_s: float = 30.0) -> Any:
         """Evaluate in the page (promises awaited); the value, or an AssertionError with the exception."""
-        res = await self.call("Runtime.evaluate", timeout=timeout, expression=expression, awaitPromise=True,
+        res = await self.call("Runtime.evaluate", wait_s=wait_s, expression=expression, awaitPromise=True,
                               returnByValue=True)
         if "exceptionDetails" in res:
             raise AssertionError(f"page script failed: {res['exceptionDetails']}")
         return res["result"].get("value")
 
-    async def wait_for(self, expression: str, timeout: float = 30.0) -> Any:
-        deadline = time.monotonic() + timeout
+    async def wait_for(self, expression: str, wait_s: float = 30.0) -> Any:
+        deadline = time.monotonic() + wait_s
         while True:
             value = await self.js(expression)
             if value:
@@ -99,7 +99,7 @@ class Page:
 
     async def screenshot(self, path: Path, full_page: bool = True) -> Path:
         res = await self.call("Page.captureScreenshot", format="png", captureBeyondViewport=full_page)
-        path.write_bytes(base64.b64decode(res["data"]))
+        await asyncio.to_thread(path.write_bytes, base64.b64decode(res["data"]))
         return path
 
     def errors(self) -> list[str]:
@@ -125,24 +125,37 @@ class Page:
             await self._reader
 
 
-@contextlib.asynccontextmanager
-async def chromium(profile: Path) -> AsyncIterator[Page]:
-    """A headless Chromium with a fresh profile dir; yields its first tab. Killed (and waited) on exit."""
+def _launch(profile: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """Start Chromium on a fresh profile and wait (≤ 60 s) for the port it wrote to DevToolsActivePort."""
     exe = chromium_path()
     assert exe, "chromium is not installed (make test installs the Debian package chromium when missing)"
     profile.mkdir(parents=True, exist_ok=True)
-    log = (profile / "chromium.log").open("wb")
-    proc = subprocess.Popen([exe, *FLAGS, f"--user-data-dir={profile}", "about:blank"], stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    log_path = profile / "chromium.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([exe, *FLAGS, f"--user-data-dir={profile}", "about:blank"], stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    port_file = profile / "DevToolsActivePort"
+    deadline = time.monotonic() + 60
+    while not (port_file.is_file() and port_file.read_text().strip()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _kill(proc)
+            raise AssertionError(f"chromium did not open its debugging port: {log_path.read_text()[-2000:]}")
+        time.sleep(0.1)
+    return proc, int(port_file.read_text().split()[0])
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, 9)
+    proc.wait(timeout=30)
+
+
+@contextlib.asynccontextmanager
+async def chromium(profile: Path) -> AsyncIterator[Page]:
+    """A headless Chromium with a fresh profile dir; yields its first tab. Killed (and waited) on exit."""
+    proc, port = await asyncio.to_thread(_launch, profile)
     session = aiohttp.ClientSession()
     try:
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 60
-        while not (port_file.is_file() and port_file.read_text().strip()):
-            assert proc.poll() is None, f"chromium exited: {(profile / 'chromium.log').read_text()[-2000:]}"
-            assert time.monotonic() < deadline, "chromium did not open its debugging port within 60 s"
-            await asyncio.sleep(0.1)
-        port = int(port_file.read_text().split()[0])
         async with session.get(f"http://127.0.0.1:{port}/json/list") as resp:
             targets = await resp.json()
         target = next(t for t in targets if t.get("type") == "page")
@@ -154,7 +167,4 @@ async def chromium(profile: Path) -> AsyncIterator[Page]:
             await page.close()
     finally:
         await session.close()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 9)
-        proc.wait(timeout=30)
-        log.close()
+        await asyncio.to_thread(_kill, proc)

@@ -362,3 +362,31 @@ def mlx_lm_url(start_mlx_server: Callable[..., Any], tiny_models: Any) -> Iterat
 def mlx_vlm_url(start_mlx_server: Callable[..., Any], tiny_models: Any) -> Iterator[str]:
     with start_mlx_server("mlx_vlm.server", tiny_models.mlx_vlm_dir) as url:
         yield url
+
+
+# ---------------------------------------------------------------------------------------- the demo
+
+
+class DemoRun:
+    """`make demo`'s flow, run once per session: its state dir, output, exit code, and what outlived it."""
+
+    def __init__(self, state: Path, returncode: int, out: str, leftovers: list[Any]) -> None:
+        self.state, self.returncode, self.out, self.leftovers = state, returncode, out, leftovers
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path, tiny_models: Any) -> DemoRun:
+    """The real demo sweep (~1.5 min), shared by the demo test and the browser tests of its page."""
+    import psutil
+
+    state = tmp_path_factory.mktemp("demo") / "state"
+    env = dict(os.environ, BENCHD_CACHE_DIR=str(cache_dir))
+    env.pop("BENCHD_STATE_DIR", None)
+    env.pop("BENCHD_SOCKET", None)
+    before = {p.pid for p in psutil.process_iter()}
+    done = subprocess.run([sys.executable, "-m", "benchctl.demo", str(state)], env=env, capture_output=True,
+                          text=True, timeout=900)
+    # Nothing may outlive the demo: no process naming its state dir (the daemon, its servers).
+    leftovers = [p.info for p in psutil.process_iter(["pid", "cmdline"])
+                 if p.pid not in before and str(state) in " ".join(p.info["cmdline"] or [])]
+    return DemoRun(state, done.returncode, done.stdout + done.stderr, leftovers)

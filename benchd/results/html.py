@@ -65,7 +65,7 @@ def vega_runtime(cache_dir: Path | None = None) -> Runtime:
     else:
         import vl_convert
 
-        script = vl_convert.javascript_bundle()
+        script = vl_convert.javascript_bundle()  # type: ignore[call-arg]  # (the stub omits the default)
         if cached is not None:
             cached.parent.mkdir(parents=True, exist_ok=True)
             tmp = cached.with_name(f".{cached.name}.{os.getpid()}")
@@ -194,7 +194,7 @@ def _pareto(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
 
 def ctx_value(ctx: Doc, point: Doc, axis: str) -> Any:
     """The unscaled Pareto value of a point (the table formats it like the report does)."""
-    raw = next((p for p in ctx.get("points") or [] if p.get("candidate") == point["candidate"]), {})
+    raw: Doc = next((p for p in ctx.get("points") or [] if p.get("candidate") == point["candidate"]), {})
     return (raw.get("values") or {}).get(axis)
 
 
@@ -255,20 +255,24 @@ def _locks(doc: Doc) -> str:
             f"evidence. Candidates in alphabetical order.</p><ul class='locks'>{''.join(items)}</ul></section>")
 
 
-def render_page(rb: Runbook, runtime: Runtime) -> bytes:
-    """The runbook page (pure: the same runbook and runtime give the same bytes)."""
-    doc = pagedata.to_doc(rb)
+def render_page(rb: Runbook | Doc, runtime: Runtime) -> bytes:
+    """The runbook page (pure: the same runbook and runtime give the same bytes).
+
+    A plain dict is accepted too (a runbook decoded as data): fields this version does not know about
+    (a newer runbook's verdicts, energy) are shown, not refused."""
+    doc = rb if isinstance(rb, dict) else pagedata.to_doc(rb)
+    rid, name, outcome = doc.get("id"), (doc.get("sweep") or {}).get("name"), doc.get("outcome")
     candidates = [str(c.get("id")) for c in (doc.get("sweep") or {}).get("candidates") or []]
     charts: list[Doc] = []
     nav = "".join(f"<a href='#{a}'>{t}</a>" for a, t in (("summary", "Summary"), ("pareto", "Pareto"),
                   ("probes", "Probes"), ("sustained", "Sustained"), ("evals", "Evals"), ("lock", "Lock")))
-    body = (f"<header><h1>benchd runbook <span class='rid'>{esc(rb.id)}</span></h1>"
-            f"<p class='outcome {esc(rb.outcome)}'>sweep <b>{esc(rb.sweep.name)}</b>: {esc(rb.outcome)}</p>"
+    body = (f"<header><h1>benchd runbook <span class='rid'>{esc(rid)}</span></h1>"
+            f"<p class='outcome {esc(outcome)}'>sweep <b>{esc(name)}</b>: {esc(outcome)}</p>"
             f"<nav>{nav}</nav></header><main>"
             + _summary(doc) + _pareto(doc, candidates, charts) + _probes(doc, candidates, charts)
             + _sustained(doc, candidates, charts) + _evals(doc) + _locks(doc) + "</main>")
     labels = {a: axis_label(a) for a in pagedata.axes_present(doc)}
-    return page(f"benchd runbook {rb.id}", body, charts, {"labels": labels}, runtime)
+    return page(f"benchd runbook {rid}", body, charts, {"labels": labels}, runtime)
 
 
 def write_page(rb: Runbook, out_dir: Path, cache_dir: Path | None = None) -> Path:

@@ -1,35 +1,25 @@
 """`make demo`'s flow, run the way the Makefile runs it (issue 7: "a test runs the same flow").
 
 It drives the real entry points as subprocesses — runtimes install (cached), benchd, benchctl submit
---follow, report --pareto — on a temporary state dir, then checks what a newcomer would look at: the
-exit code, a report with real numbers, the runbook and chart files, the next-step hint, and that no
-daemon or server outlived the demo.
+--follow, report --pareto — on a temporary state dir (the session fixture `demo_run` in conftest.py, shared
+with the browser tests of the page), then checks what a newcomer would look at: the exit code, a report
+with real numbers, the runbook, chart and page files, the page's path printed, the next-step hint, and
+that no daemon or server outlived the demo.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+from typing import Any
 
-import psutil
 import pytest
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 
-def test_demo_runs_end_to_end(tmp_path: Path, cache_dir: Path, tiny_models: object) -> None:
-    state = tmp_path / "state"
-    env = dict(os.environ, BENCHD_CACHE_DIR=str(cache_dir))
-    env.pop("BENCHD_STATE_DIR", None)
-    env.pop("BENCHD_SOCKET", None)
-    before = {p.pid for p in psutil.process_iter()}
-    done = subprocess.run([sys.executable, "-m", "benchctl.demo", str(state)], env=env, capture_output=True,
-                          text=True, timeout=900)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, out[-4000:]
+def test_demo_runs_end_to_end(demo_run: Any) -> None:
+    state, out = demo_run.state, demo_run.out
+    assert demo_run.returncode == 0, out[-4000:]
     assert "Pareto view" in out and "frontier" in out
     assert "benchctl lock --candidate" in out
     runbooks = sorted((state / "runbooks").glob("*.json"))
@@ -45,9 +35,11 @@ def test_demo_runs_end_to_end(tmp_path: Path, cache_dir: Path, tiny_models: obje
     assert all(r["mem_peak_bytes"] and r["mem_peak_bytes"] > 0 for r in ok)
     assert (state / "runbooks" / (runbooks[0].stem + ".md")).stat().st_size > 0
     assert (state / "runbooks" / (runbooks[0].stem + ".pareto.png")).stat().st_size > 0
+    # The page is the thing to open: written beside the JSON, and its path is what the demo prints last.
+    page = runbooks[0].with_suffix(".html")
+    assert page.stat().st_size > 0
+    assert "Open the runbook page" in out and str(page) in out.split("Open the runbook page", 1)[1]
     # Nothing outlived the demo: no process names its state dir (the daemon), and no server record is
     # left (the supervisor removes a record only after the server's whole process group is gone).
-    leftovers = [p.info for p in psutil.process_iter(["pid", "cmdline"])
-                 if p.pid not in before and str(state) in " ".join(p.info["cmdline"] or [])]
-    assert not leftovers, leftovers
+    assert not demo_run.leftovers, demo_run.leftovers
     assert not list((state / "servers").glob("*.json"))

@@ -1,0 +1,125 @@
+"""The runbook page as bytes (no browser here: tests/results/test_html_browser.py loads it in Chromium).
+
+Hand-built runbooks (tests/runbook_factory.py) with a null axis (mlx prompt_tps), a candidate whose every
+probe failed, a single-candidate sweep, and fields a newer runbook carries (cell verdicts, a drift
+sentinel, an energy axis): each renders, says what it has, and leaves nothing out.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from runbook_factory import fill_job, setup_state
+
+from benchd.results import html, runbook
+from benchd.results.compare import compare_runbooks
+from benchd.schemas import Runbook
+
+NO_RUNTIME = html.Runtime(None, html.MISSING)
+
+
+def factory_runbook(tmp_path: Path, only: str | None = None) -> Runbook:
+    config, store, sweep, _models = setup_state(tmp_path)
+    if only:
+        sweep = msgspec.structs.replace(sweep, candidates=[c for c in sweep.candidates if c.id == only])
+    job = fill_job(store, sweep)
+    rb = runbook.build_runbook(config, store, job)
+    store.close()
+    return rb
+
+
+def strip_scripts(page: str) -> str:
+    return re.sub(r"<script[^>]*>.*?</script>", "", page, flags=re.S)
+
+
+def test_page_without_the_runtime_has_every_section_and_says_why_no_charts(tmp_path: Path) -> None:
+    rb = factory_runbook(tmp_path)
+    page = html.render_page(rb, NO_RUNTIME).decode()
+    assert page.startswith("<!doctype html>")
+    assert "No charts:" in page and "pip install &#x27;benchd[html]&#x27;" in page
+    for section in ("summary", "pareto", "probes", "sustained", "evals", "lock"):
+        assert f"<section id='{section}'>" in page
+    for cand in ("gguf-spec", "gguf-plain", "mlx-lm", "broken"):
+        assert cand in strip_scripts(page)
+    for ctx in (512, 1024):
+        assert f"Context {ctx} tokens" in page
+    # Nulls keep their reason; failed probes are listed with their error; deferred axes are there.
+    assert "mlx_lm.server reports no prompt timing" in page
+    assert "server exited before ready (status 1)" in page
+    assert "concurrency" in page and "single-user daily driver" in page
+    # A lock command for every candidate, alphabetically; the failed one is said to be refused.
+    locks = re.findall(r"<code id='lock-\d+'>([^<]+)</code>", page)
+    assert [re.search(r"--candidate (\S+)", c).group(1) for c in locks] == sorted(  # type: ignore[union-attr]
+        ["gguf-spec", "gguf-plain", "mlx-lm", "broken"])
+    assert all(f"--runbook {rb.id}" in c for c in locks)
+    assert "benchctl refuses to lock it" in page
+    assert "recommend" not in page.lower()
+
+
+def test_page_is_self_contained(tmp_path: Path) -> None:
+    """No address outside the page in anything it loads: no src=, no <link>, a CSP forbidding requests."""
+    page = html.render_page(factory_runbook(tmp_path), NO_RUNTIME).decode()
+    assert "default-src 'none'" in page and "connect-src 'none'" in page
+    assert not re.search(r"<(script|img|iframe|link)[^>]+(src|href)=", page)
+    assert not re.search(r"https?://", strip_scripts(page))
+
+
+def test_single_candidate_renders(tmp_path: Path) -> None:
+    page = html.render_page(factory_runbook(tmp_path, only="gguf-plain"), NO_RUNTIME).decode()
+    assert "gguf-plain" in page and "on the frontier" in page
+    assert "mlx-lm" not in strip_scripts(page)
+
+
+def test_fields_from_newer_runbooks_are_shown(tmp_path: Path) -> None:
+    """Verdicts (issue 15), energy (16), thinking (13) land separately: the page shows what it finds."""
+    doc: dict[str, Any] = msgspec.to_builtins(factory_runbook(tmp_path))
+    doc["drift_sentinel"] = {"candidate": "gguf-plain", "context": 512, "ratio": 0.962, "p_value": 0.03,
+                             "verdict": "the sweep drifted by 3.8 %"}
+    doc["cells"][0]["verdict"] = "steady"
+    doc["sweep"]["thinking"] = "off"
+    for ctx in doc["pareto"]:
+        for p in ctx["points"]:
+            p["values"]["j_per_gen_token"] = 0.25
+        ctx["tied"] = {"gguf-plain": ["gguf-spec"]}
+    page = html.render_page(doc, NO_RUNTIME).decode()
+    assert "drift sentinel" in page and "the sweep drifted by 3.8 %" in page
+    assert "steady" in page and "thinking off" in page
+    assert "energy per generated token (J), lower is better" in page
+    charts = re.search(r"<script type='application/json' id='benchd-charts'>(.*?)</script>", page, re.S)
+    assert charts and "j_per_gen_token" in charts.group(1)
+
+
+def test_page_with_the_runtime_stays_under_the_size_budget(tmp_path: Path) -> None:
+    if not html.available():
+        pytest.skip("the html extra is not installed")
+    rb = factory_runbook(tmp_path)
+    rt = html.vega_runtime(tmp_path / "cache")
+    assert rt.script and "vegaEmbed" in rt.script
+    page = html.render_page(rb, rt)
+    assert len(page) < 1_500_000, len(page)
+    assert b"No charts:" not in page
+    # The bundle is cached: a second process-level lookup reads the file, byte for byte.
+    cached = next((tmp_path / "cache" / "html").glob("vega-bundle-*.js"))
+    assert cached.read_text() == rt.script
+
+
+def test_save_runbook_writes_the_page_beside_the_json(tmp_path: Path) -> None:
+    config, store, sweep, _models = setup_state(tmp_path)
+    rid = runbook.write_runbook(config, store, fill_job(store, sweep))
+    store.close()
+    page = config.runbooks_dir / f"{rid}.html"
+    assert page.is_file() and rid in page.read_text()
+    listed = runbook.list_runbooks(config)
+    assert listed[0]["html"] == str(page)
+
+
+def test_compare_page(tmp_path: Path) -> None:
+    rb = factory_runbook(tmp_path)
+    page = html.render_compare_page(compare_runbooks(rb, rb), NO_RUNTIME).decode()
+    assert "B / A per cell" in page and "gguf-plain" in page and "too few probes" in page
+    path = html.write_compare_page(compare_runbooks(rb, rb), tmp_path)
+    assert path.name == f"compare-{rb.id}-vs-{rb.id}.html" and path.stat().st_size > 0
