@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from benchd.errors import BenchdError, from_validation
-from benchd.schemas import Sweep
+from benchd.schemas import Candidate, Sweep
 
 PATH_FIELDS = ("model", "binary")
 
@@ -77,6 +77,53 @@ def load_sweep(path: Path | str) -> Sweep:
         raise from_validation(exc, str(Path(path).expanduser())) from exc
     except RecursionError as exc:
         raise BenchdError("malformed", f"{Path(path).expanduser()}: values nested too deeply", None) from exc
+
+
+#: The smallest valid sweep: each top-level field is checked on its own by putting it into this.
+_STUB: dict[str, Any] = {"name": "stub", "contexts": [1], "gen_tokens": 1,
+                         "candidates": [{"id": "stub", "runtime": "llama-server", "model": "/stub"}]}
+
+
+def _problem(exc: msgspec.ValidationError, prefix: str = "$") -> str:
+    """msgspec's message with its `$.path` rebased under `prefix` (a candidate checked on its own)."""
+    text = str(exc)
+    msg, _, path = text.rpartition(" - at `")
+    if not msg:
+        return f"{text} (at `{prefix}`)"
+    return f"{msg} (at `{prefix}{path.rstrip('`')[1:]}`)"
+
+
+def schema_problems(data: dict[str, Any]) -> tuple[list[str], list[tuple[int, Candidate]]]:
+    """Every schema problem in a sweep dict, field by field, and the candidates that are valid (with
+    their index in the file).
+
+    msgspec stops at the first error of a document; a person fixing a file wants all of them at once.
+    So each top-level field is checked alone (inside a minimal valid sweep), and each candidate alone,
+    which finds one problem per field or candidate — the first inside each, as msgspec reports it.
+    """
+    problems: list[str] = []
+    for key in ("name", "contexts", "gen_tokens", "candidates"):
+        if key not in data:
+            problems.append(f"Object missing required field `{key}` (at `$`)")
+    for key, value in data.items():
+        if key == "candidates" and isinstance(value, list):
+            continue
+        try:
+            msgspec.convert({**_STUB, key: value}, Sweep)
+        except msgspec.ValidationError as exc:
+            problems.append(_problem(exc))
+    valid: list[tuple[int, Candidate]] = []
+    raw_candidates = data.get("candidates")
+    for i, raw in enumerate(raw_candidates if isinstance(raw_candidates, list) else []):
+        try:
+            valid.append((i, msgspec.convert(raw, Candidate)))
+        except msgspec.ValidationError as exc:
+            problems.append(_problem(exc, f"$.candidates[{i}]"))
+    ids = [c.id for _, c in valid]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        problems.append(f"candidate ids must be unique; repeated: {', '.join(dup)} (at `$.candidates`)")
+    return problems, valid
 
 
 def sweep_to_dict(sweep: Sweep) -> dict[str, Any]:

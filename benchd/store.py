@@ -12,6 +12,7 @@ All methods are synchronous and short; the daemon calls them from its event loop
 
 from __future__ import annotations
 
+import os
 import secrets
 import sqlite3
 import threading
@@ -144,7 +145,11 @@ class Store:
                 (jid, sweep.name, _enc.encode(sweep).decode(), now, not_before,
                  _enc.encode(list(when)).decode(), planned_probes(sweep)),
             )
-            event = self._append_event(jid, "job_queued", {"name": sweep.name, "not_before": not_before})
+            # Which model paths were absent when the job was queued: a later "no longer exists" is then a fact.
+            missing = sorted({p for c in sweep.candidates for p in (c.model, c.spec.draft_model if c.spec else None)
+                              if p is not None and not os.path.exists(p)})
+            event = self._append_event(jid, "job_queued", {"name": sweep.name, "not_before": not_before,
+                                                           "missing_paths": missing})
         return self.get_job(jid), event
 
     def get_job(self, job_id: str, with_sweep: bool = True) -> Job:

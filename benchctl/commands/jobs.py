@@ -54,17 +54,33 @@ ASSUMED_STARTUP_S = 10.0
 
 
 def check_sweep(path: str) -> tuple[Any, list[str]]:
-    """Load the file and check each binary and model exists; returns (sweep, problems)."""
-    from benchctl.sweepfile import load_sweep
+    """Load the file and check each binary and model exists; returns (sweep or None, problems).
+
+    Every problem found is listed, not the first only: when the file does not decode, each field and
+    each candidate is checked on its own, and the candidates that decode still get their path, binary
+    and adapter checks. The sweep is None then (nothing to plan or submit)."""
+    import msgspec
+
+    from benchctl.sweepfile import read_sweep_dict, schema_problems
     from benchd.config import Config
     from benchd.errors import BenchdError
-
-    sweep = load_sweep(path)
+    from benchd.schemas import Sweep
     from benchd.servers.runtimes import get_adapter
 
+    data = read_sweep_dict(path)
     problems: list[str] = []
+    try:
+        try:
+            sweep: Any = msgspec.convert(data, Sweep)
+            candidates = list(enumerate(sweep.candidates))
+        except msgspec.ValidationError:
+            sweep = None
+            found, candidates = schema_problems(data)
+            problems += [f"{path}: {p}" for p in found]
+    except RecursionError as exc:
+        raise BenchdError("malformed", f"{path}: values nested too deeply", None) from exc
     cache_dir = Config.resolve().cache_dir
-    for i, cand in enumerate(sweep.candidates):
+    for i, cand in candidates:
         where = f"candidates[{i}] ({cand.id})"
         if not os.path.exists(cand.model):
             problems.append(f"{where}.model: {cand.model} does not exist")
@@ -82,6 +98,11 @@ def check_sweep(path: str) -> tuple[Any, list[str]]:
             except BenchdError as exc:
                 problems.append(f"{where}.binary: {exc}")
     return sweep, problems
+
+
+def _print_problems(problems: list[str]) -> None:
+    for prob in problems:
+        click.echo(f"problem: {prob}", err=True)
 
 
 def _first_str(value: Any) -> str | None:
@@ -137,6 +158,13 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
 def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) -> None:
     """Check a sweep file (offline) and show its planned cells and an estimated duration."""
     sweep, problems = check_sweep(sweep_file)
+    if sweep is None:
+        if as_json:
+            _print_json({"file": sweep_file, "ok": False, "problems": problems})
+        else:
+            click.echo(f"{sweep_file}: {len(problems)} problem(s); nothing planned until they are fixed")
+            _print_problems(problems)
+        raise SystemExit(exitcodes.BAD_INPUT)
     p = plan(sweep, gen_tps, prompt_tps, ASSUMED_STARTUP_S)
     if as_json:
         _print_json({"file": sweep_file, "ok": not problems, "problems": problems, **p})
@@ -146,6 +174,10 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
                    f"gen_tokens {sweep.gen_tokens}")
         for cell in p["cells"]:
             click.echo(f"  {cell['candidate']:<32} ctx {cell['context']:>8}  {cell['probes']} probes")
+        for cand in sweep.candidates:
+            if cand.spec is not None:
+                click.echo(f"  {cand.id}: spec kind {cand.spec.kind}"
+                           + (f", draft {cand.spec.draft_model}" if cand.spec.draft_model else ""))
         if sweep.sustained.tokens:
             click.echo(f"  + one sustained generation of {sweep.sustained.tokens} tokens per candidate")
         a = p["assumptions"]
@@ -154,8 +186,7 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
         click.echo(f"{p['rows']} rows; estimated duration {span} (assuming {a['gen_tps']:g} tok/s decode, "
                    f"{a['prompt_tps']:g} tok/s prompt, {a['startup_s_per_server']:g} s per server start; "
                    f"cooldown {a['cooldown']}; assumptions, not measurements)")
-        for prob in problems:
-            click.echo(f"problem: {prob}", err=True)
+        _print_problems(problems)
     if problems:
         raise SystemExit(exitcodes.BAD_INPUT)
 
@@ -206,9 +237,8 @@ def submit(sweep_file: str, at: str | None, when: tuple[str, ...], follow: bool,
     from benchctl.sweepfile import sweep_to_dict
 
     sweep, problems = check_sweep(sweep_file)
-    if problems:
-        for prob in problems:
-            click.echo(f"problem: {prob}", err=True)
+    if problems or sweep is None:
+        _print_problems(problems)
         raise SystemExit(exitcodes.BAD_INPUT)
     not_before = None
     if at is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -162,7 +163,27 @@ class Engine:
 
     # -- servers --------------------------------------------------------------------------------
 
+    def missing_models(self, cand: Candidate) -> str | None:
+        """Checked before every server start: a model deleted after submit is named here, not left to
+        the server's log tail ("exiting due to model loading error")."""
+        paths = [("model file", cand.model)]
+        if cand.spec is not None and cand.spec.draft_model:
+            paths.append(("draft model file", cand.spec.draft_model))
+        gone = [(what, p) for what, p in paths if not os.path.exists(p)]
+        if not gone:
+            return None
+        queued = next((e.payload for e in self.store.events(self.job) if e.type == "job_queued"), {})
+        at_submit = queued.get("missing_paths")
+        return "; ".join(
+            f"{what} {p} does not exist" if at_submit is None  # a job queued before this was recorded
+            else f"{what} {p} no longer exists (it existed at submit)" if p not in at_submit
+            else f"{what} {p} does not exist (nor did it at submit)" for what, p in gone)
+
     async def start_server(self, cand: Candidate, g: Group) -> Server | None:
+        gone = self.missing_models(cand)
+        if gone:
+            self.fail_group(cand, g, gone, None)
+            return None
         extra: dict[str, Any] = {}
         if not self.prompts_recorded:  # the prompt corpus/template hashes, once per run, for the runbook
             extra["prompts"] = self.prompts.provenance()

@@ -26,11 +26,21 @@ Seconds = Annotated[float, Meta(ge=0, le=7 * 24 * 3600)]
 
 
 class Spec(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
-    """Speculative / MTP decoding, exactly as benchmarked (the lock preserves it verbatim)."""
+    """Speculative / MTP decoding, exactly as benchmarked (the lock preserves it verbatim).
 
-    kind: Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")]
+    `kind` may be left out when `draft_model` is given: it then resolves to "draft" at decode time, so
+    every stored sweep, runbook and lock records the resolved kind. Without a draft model it stays
+    required (eagle3 / mtp / dflash name no draft file)."""
+
+    kind: Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")] | None = None
     draft_model: PathStr | None = None
     draft_max: Annotated[int, Meta(ge=1, le=1024)] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind is None:
+            if self.draft_model is None:
+                raise ValueError("spec.kind is required (it defaults to 'draft' only when draft_model is given)")
+            msgspec.structs.force_setattr(self, "kind", "draft")
 
 
 class Candidate(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):

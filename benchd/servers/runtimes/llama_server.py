@@ -119,6 +119,7 @@ class LlamaServerAdapter(RuntimeAdapter):
         if spec is not None:
             if spec.draft_model is not None:
                 argv += ["-md", spec.draft_model]
+            assert spec.kind is not None  # resolved when the sweep is decoded (Spec.__post_init__)
             argv += ["--spec-type", SPEC_TYPES[spec.kind]]
             if spec.draft_max is not None:
                 argv += ["--spec-draft-n-max", str(spec.draft_max)]

@@ -48,6 +48,7 @@ class MlxVlmAdapter(MlxServerAdapter):
         argv = [*command, "--model", candidate.model, "--host", HOST, "--port", str(port)]
         spec = candidate.spec
         if spec is not None:
+            assert spec.kind is not None  # resolved when the sweep is decoded (Spec.__post_init__)
             argv += ["--draft-model", spec.draft_model or candidate.model, "--draft-kind", spec.kind]
             if spec.draft_max is not None:
                 argv += ["--draft-block-size", str(spec.draft_max)]

@@ -1,0 +1,98 @@
+"""Small things a new user hit (issue 18): `validate` lists every problem, not the first only, and a
+`[candidates.spec]` with a draft model but no `kind` means a draft (the resolved kind is recorded)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from benchd.schemas import Candidate, Spec, Sweep
+
+BENCHCTL = [sys.executable, "-m", "benchctl"]
+
+BAD = """name = "bad sweep!"
+contexts = [256, "x"]
+gen_tokens = 0
+colour = "red"
+
+[[candidates]]
+id = "A"
+runtime = "llama-server"
+model = "/nope.gguf"
+
+[[candidates]]
+id = "fine"
+runtime = "llama-server"
+model = "{missing}"
+[candidates.spec]
+draft_model = "{missing_draft}"
+
+[[candidates]]
+id = "no-kind"
+runtime = "llama-server"
+model = "/x.gguf"
+[candidates.spec]
+draft_max = 4
+"""
+
+
+def validate(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*BENCHCTL, "validate", str(path), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_validate_lists_every_problem(tmp_path: Path) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text(BAD.format(missing=tmp_path / "gone.gguf", missing_draft=tmp_path / "gone-draft.gguf"))
+    out = validate(f, "--json")
+    assert out.returncode == 2, out.stderr
+    problems = json.loads(out.stdout)["problems"]
+    expected = ["`$.name`", "`$.contexts[1]`", "`$.gen_tokens`", "unknown field `colour`", "`$.candidates[0].id`",
+                "`$.candidates[2].spec`", "candidates[1] (fine).model", "candidates[1] (fine).spec.draft_model"]
+    for needle in expected:
+        assert sum(needle in p for p in problems) == 1, (needle, problems)
+    assert all(p.startswith(str(f)) for p in problems if "`$" in p)  # schema problems name the file
+    text = validate(f)
+    assert text.returncode == 2 and "8 problem(s)" in text.stdout
+    assert len([ln for ln in text.stderr.splitlines() if ln.startswith("problem: ")]) == 8
+
+
+def test_submit_refuses_with_the_same_list(tmp_path: Path) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text(BAD.format(missing=tmp_path / "gone.gguf", missing_draft=tmp_path / "gone-draft.gguf"))
+    out = subprocess.run([*BENCHCTL, "submit", str(f)], capture_output=True, text=True, timeout=60,
+                         env={"BENCHD_SOCKET": str(tmp_path / "none.sock"), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 2
+    assert len([ln for ln in out.stderr.splitlines() if ln.startswith("problem: ")]) == 8
+
+
+def test_spec_kind_defaults_to_draft_with_a_draft_model(tmp_path: Path) -> None:
+    spec = msgspec.convert({"draft_model": "/d.gguf"}, Spec)
+    assert spec.kind == "draft"
+    sweep = msgspec.convert({"name": "s", "contexts": [8], "gen_tokens": 1, "candidates": [
+        {"id": "c", "runtime": "llama-server", "model": "/m", "spec": {"draft_model": "/d.gguf"}}]}, Sweep)
+    stored = msgspec.json.decode(msgspec.json.encode(sweep))  # what the store, runbook and lock record
+    assert stored["candidates"][0]["spec"]["kind"] == "draft"
+    assert msgspec.convert({"kind": "mtp"}, Spec).kind == "mtp"  # an explicit kind stays
+    with pytest.raises(msgspec.ValidationError, match=r"spec.kind is required .* - at `\$.spec`"):
+        msgspec.convert({"id": "c", "runtime": "llama-server", "model": "/m", "spec": {"draft_max": 4}},
+                        Candidate)
+
+
+def test_validate_shows_the_resolved_kind(tmp_path: Path) -> None:
+    model, draft = tmp_path / "m.gguf", tmp_path / "d.gguf"
+    model.write_bytes(b"GGUF")
+    draft.write_bytes(b"GGUF")
+    exe = tmp_path / "llama-server"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    f = tmp_path / "s.toml"
+    f.write_text(f'name = "s"\ncontexts = [64]\ngen_tokens = 4\n[[candidates]]\nid = "c"\nruntime = "llama-server"\n'
+                 f'model = "{model}"\nbinary = "{exe}"\n[candidates.spec]\ndraft_model = "{draft}"\n')
+    out = validate(f)
+    assert out.returncode == 0, out.stderr
+    assert f"c: spec kind draft, draft {draft}" in out.stdout
