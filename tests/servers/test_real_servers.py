@@ -11,6 +11,7 @@ import pytest
 
 from benchd.config import Config
 from benchd.engine import probe
+from benchd.probe_result import counter_diff
 from benchd.schemas import Candidate, Sampling
 from benchd.servers.runtimes import get_adapter
 from benchd.servers.runtimes.llama_server import acceptance_from_metrics
@@ -81,7 +82,7 @@ async def test_llama_server_draft_acceptance_and_metrics_cross_check(
     assert n.draft_n and n.draft_acceptance is not None and lo <= n.draft_acceptance <= hi
     assert n.sources["draft_acceptance"].startswith("server:timings")
     assert before is not None and after is not None
-    assert acceptance_from_metrics(probe.counter_diff(before, after)) == pytest.approx(n.draft_acceptance)
+    assert acceptance_from_metrics(counter_diff(before, after)) == pytest.approx(n.draft_acceptance)
 
 
 async def test_mlx_lm_server(sup: Supervisor, tiny_models, binary) -> None:
