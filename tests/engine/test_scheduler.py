@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +126,11 @@ def test_mlx_vlm_client_and_server_rates_agree(full_sweep: dict[str, Any]) -> No
 def test_draft_acceptance(full_sweep: dict[str, Any]) -> None:
     same = [r.draft_acceptance for r in _rows(full_sweep, "llama-same")]
     unrelated = [r.draft_acceptance for r in _rows(full_sweep, "llama-unrelated")]
-    assert all(a is not None and a >= 0.9 for a in same), same
+    # The median, not every probe: a random-weight model has near-tied top logits, and the target's batched
+    # verification can round differently from the draft's one-token steps, so a single probe of an
+    # identical draft has been seen at 0.79 (1 of 4 probes, under load average 12). The scripted models
+    # (tests/contract/test_contract_scripted.py) have no near ties and check acceptance per run.
+    assert all(a is not None for a in same) and statistics.median(same) >= 0.9, same
     assert all(a is not None and a <= 0.1 for a in unrelated), unrelated
     for cand in ("llama", "mlx-lm"):
         for r in _rows(full_sweep, cand):
