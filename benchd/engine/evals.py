@@ -8,6 +8,9 @@ nonsense is visible.
   (`unshare -n`, or `unshare -rn` in a user namespace, where the OS allows it: checked at runtime;
   otherwise the result says `sandboxed=False`). The sandbox guards against accidents (endless loops,
   memory blow-ups via RLIMIT_AS/CPU/FSIZE, a stray download), not against an adversarial answer: the filesystem stays visible.
+  Each result's `limits` says which limits applied: macOS gets no RLIMIT_AS (xnu refuses an address-space
+  limit below the process's current size, and every Python process there maps more than 1 GiB), and a
+  limit the kernel refuses anywhere is reported, never fatal.
 
 The engine asks the model (greedy sampling, `task.max_tokens`) with `task.messages()` and calls
 `grade()`, which blocks for at most the task's timeout: call it via `asyncio.to_thread` in the loop.
@@ -17,6 +20,7 @@ Random-weight test models fail every task, so the tests exercise the grader on k
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import secrets
@@ -25,14 +29,24 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from msgspec import Struct
 
 from benchd.schemas import EvalResult
 
 TaskKind = Literal["answer", "python"]
-GradeResult = tuple[bool, str, bool | None]
+
+
+class GradeResult(NamedTuple):
+    """A graded answer. `sandboxed` is None for answer tasks (no code runs), else whether the code ran
+    without network; `limits` is None for answer tasks, else which resource limits applied."""
+
+    passed: bool
+    detail: str
+    sandboxed: bool | None
+    limits: str | None = None
+
 
 MEMORY_LIMIT_BYTES = 1 << 30
 FILE_SIZE_LIMIT_BYTES = 16 << 20
@@ -154,7 +168,7 @@ def strip_thinking(text: str) -> str:
     return text[:i] if i >= 0 else text
 
 
-def _grade_answer(task: EvalTask, answer_text: str) -> GradeResult:
+def _grade_answer(task: EvalTask, answer_text: str) -> tuple[bool, str, None]:
     ans = strip_thinking(answer_text).strip()
     shown = ans[:80].replace("\n", " ")
     if not ans:
@@ -212,33 +226,79 @@ def sandbox_prefix() -> tuple[str, ...] | None:
 
 
 # Runs first in the child Python: sets the resource limits, then runs the answer file. Doing it in the
-# child (not in a preexec_fn) keeps grade() safe to call from a thread (asyncio.to_thread).
+# child (not in a preexec_fn) keeps grade() safe to call from a thread (asyncio.to_thread). A limit the
+# kernel refuses is reported on stderr (LIMITS_MARKER + JSON) and the answer still runs.
+LIMITS_MARKER = "BENCHD-LIMITS-REFUSED "
 _BOOTSTRAP = """
-import resource, runpy, sys
-path, cpu, mem, fsize = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+import json, resource, runpy, sys
+path, wanted = sys.argv[1], json.loads(sys.argv[2])
+refused = {}
+for name, (soft, hard) in wanted.items():
+    try:
+        resource.setrlimit(getattr(resource, name), (soft, hard))
+    except (ValueError, OSError) as exc:
+        refused[name] = f"{type(exc).__name__}: {exc}"
+if refused:
+    sys.stderr.write(%r + json.dumps(refused) + "\\n")
+    sys.stderr.flush()
 sys.argv = [path]
 runpy.run_path(path, run_name="__main__")
-"""
+""" % LIMITS_MARKER
+
+
+def planned_limits(cpu_s: int, platform: str | None = None) -> tuple[dict[str, tuple[int, int]], dict[str, str]]:
+    """The rlimits the answer's child sets (name -> (soft, hard)), and those left out with why."""
+    limits = {"RLIMIT_CPU": (cpu_s, cpu_s + 1), "RLIMIT_FSIZE": (FILE_SIZE_LIMIT_BYTES, FILE_SIZE_LIMIT_BYTES),
+              "RLIMIT_CORE": (0, 0)}
+    skipped: dict[str, str] = {}
+    if (platform or sys.platform) == "darwin":
+        skipped["RLIMIT_AS"] = ("not set on macOS: xnu refuses an address-space limit below the process's "
+                                "current size (every Python process maps more than 1 GiB there)")
+    else:
+        limits["RLIMIT_AS"] = (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES)
+    return limits, skipped
+
+
+def describe_limits(limits: dict[str, tuple[int, int]], skipped: dict[str, str], refused: dict[str, str]) -> str:
+    """One line for the eval record: what applied, what did not and why."""
+    def show(name: str, value: int) -> str:
+        if name == "RLIMIT_CPU":
+            return f"{name}={value} s"
+        return f"{name}={value // (1 << 20)} MiB" if value >= 1 << 20 else f"{name}={value}"
+
+    applied = [show(n, soft) for n, (soft, _) in limits.items() if n not in refused]
+    out = "applied: " + (", ".join(applied) or "none")
+    missing = {**skipped, **{n: f"refused by the kernel ({why})" for n, why in refused.items()}}
+    if missing:
+        out += "; not applied: " + "; ".join(f"{n} {why}" for n, why in sorted(missing.items()))
+    return out
+
+
+def _refused_limits(stderr_lines: list[str]) -> dict[str, str]:
+    for line in stderr_lines:
+        if line.startswith(LIMITS_MARKER):
+            try:
+                found = json.loads(line[len(LIMITS_MARKER):])
+            except ValueError:
+                return {"?": line[len(LIMITS_MARKER):][:200]}
+            return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+    return {}
 
 
 def _grade_python(task: EvalTask, answer_text: str, timeout_s: float) -> GradeResult:
     code = extract_code(answer_text, task.entry)
     if code is None:
-        return False, f"no code block defining {task.entry}()", None
+        return GradeResult(False, f"no code block defining {task.entry}()", None)
     prefix = sandbox_prefix()
+    sandboxed = prefix is not None
     marker = f"BENCHD-EVAL-OK-{secrets.token_hex(8)}"
     script = f"{code}\n\n# ---- benchd checks ----\n{task.tests}\nprint({marker!r})\n"
-    cpu = max(1, int(timeout_s) + 1)
+    limits, skipped = planned_limits(max(1, int(timeout_s) + 1))
     with tempfile.TemporaryDirectory(prefix="benchd-eval-") as tmp:
         path = os.path.join(tmp, "answer.py")
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(script)
-        cmd = [*(prefix or ()), sys.executable, "-I", "-B", "-c", _BOOTSTRAP, path, str(cpu),
-               str(MEMORY_LIMIT_BYTES), str(FILE_SIZE_LIMIT_BYTES)]
+        cmd = [*(prefix or ()), sys.executable, "-I", "-B", "-c", _BOOTSTRAP, path, json.dumps(limits)]
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "HOME": tmp}
         proc = subprocess.Popen(
             cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -251,31 +311,32 @@ def _grade_python(task: EvalTask, answer_text: str, timeout_s: float) -> GradeRe
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            proc.communicate()
-            return False, f"timeout after {timeout_s:g} s", prefix is not None
-    sandboxed = prefix is not None
+            _, err = proc.communicate()
+            lines = err.decode("utf-8", "replace").splitlines()
+            return GradeResult(False, f"timeout after {timeout_s:g} s", sandboxed,
+                               describe_limits(limits, skipped, _refused_limits(lines)))
+    all_lines = err.decode("utf-8", "replace").strip().splitlines()
+    applied = describe_limits(limits, skipped, _refused_limits(all_lines))
     stdout = out.decode("utf-8", "replace")
     if proc.returncode == 0 and marker in stdout:
-        return True, "all checks passed", sandboxed
-    lines = [ln for ln in err.decode("utf-8", "replace").strip().splitlines() if ln.strip()]
+        return GradeResult(True, "all checks passed", sandboxed, applied)
+    lines = [ln for ln in all_lines if ln.strip() and not ln.startswith(LIMITS_MARKER)]
     why = lines[-1] if lines else f"exit status {proc.returncode}"
     if proc.returncode < 0:
         why = f"signal {-proc.returncode}" + (f" ({lines[-1]})" if lines else "")
-    return False, why[:500], sandboxed
+    return GradeResult(False, why[:500], sandboxed, applied)
 
 
 def grade(task: EvalTask, answer_text: str, *, timeout_s: float | None = None) -> GradeResult:
-    """(passed, detail, sandboxed). `sandboxed` is None for answer tasks (no code runs), else whether
-    the code ran without network."""
+    """Grade one answer (blocks for at most the task's timeout when code runs)."""
     if task.kind == "answer":
-        return _grade_answer(task, answer_text)
+        return GradeResult(*_grade_answer(task, answer_text))
     return _grade_python(task, answer_text, task.timeout_s if timeout_s is None else timeout_s)
 
 
 def to_result(job: str, candidate: str, task: EvalTask, graded: GradeResult) -> EvalResult:
-    passed, detail, sandboxed = graded
-    return EvalResult(job=job, candidate=candidate, tier=task.tier, task=task.id, passed=passed,
-                      detail=detail, sandboxed=sandboxed)
+    return EvalResult(job=job, candidate=candidate, tier=task.tier, task=task.id, passed=graded.passed,
+                      detail=graded.detail, sandboxed=graded.sandboxed, limits=graded.limits)
 
 
 def pass_rate(results: list[EvalResult]) -> float | None:

@@ -85,6 +85,8 @@ class EvalResult(Struct, kw_only=True, frozen=True):
     passed: bool
     detail: str | None = None
     sandboxed: bool | None = None
+    #: Which resource limits applied to the answer's code (None: no code ran); e.g. RLIMIT_AS is not set on macOS.
+    limits: str | None = None
 
 
 class CooldownRecord(Struct, kw_only=True, frozen=True):

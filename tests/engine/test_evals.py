@@ -97,15 +97,16 @@ def test_tiers():
     ],
 )
 def test_smoke_checkers(task_id, answer, passed):
-    ok, detail, sandboxed = grade(by_id("smoke", task_id), answer)
+    ok, detail, sandboxed, limits = grade(by_id("smoke", task_id), answer)
     assert ok is passed, detail
-    assert sandboxed is None and detail
+    assert sandboxed is None and detail and limits is None  # no code ran
 
 
 @pytest.mark.parametrize("task_id", sorted(RIGHT))
 def test_standard_right_answers_pass_sandboxed(task_id):
-    ok, detail, sandboxed = grade(by_id("standard", task_id), RIGHT[task_id])
+    ok, detail, sandboxed, limits = grade(by_id("standard", task_id), RIGHT[task_id])
     assert ok, detail
+    assert limits is not None and "RLIMIT_CPU" in limits and "RLIMIT_FSIZE=16 MiB" in limits
     if sys.platform.startswith("linux") and evals.sandbox_prefix() is not None:
         assert sandboxed is True
 
@@ -121,7 +122,7 @@ def test_standard_right_answers_pass_sandboxed(task_id):
     ],
 )
 def test_standard_wrong_answers_fail_with_reason(task_id, answer, fragment):
-    ok, detail, _ = grade(by_id("standard", task_id), answer)
+    ok, detail, *_ = grade(by_id("standard", task_id), answer)
     assert not ok
     assert fragment in detail
 
@@ -129,15 +130,49 @@ def test_standard_wrong_answers_fail_with_reason(task_id, answer, fragment):
 def test_endless_loop_times_out():
     answer = "```python\ndef fib(n):\n    while True:\n        pass\n```"
     t0 = time.monotonic()
-    ok, detail, _ = grade(by_id("standard", "fibonacci"), answer, timeout_s=1.5)
+    ok, detail, *_ = grade(by_id("standard", "fibonacci"), answer, timeout_s=1.5)
     assert not ok and "timeout" in detail
     assert time.monotonic() - t0 < 8
 
 
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS gets no RLIMIT_AS (see test_darwin_gets_no_address_space_limit)")
 def test_memory_blowup_is_limited():
     answer = "```python\ndef fib(n):\n    x = bytearray(4 << 30)\n    return 0\n```"
-    ok, detail, _ = grade(by_id("standard", "fibonacci"), answer)
+    ok, detail, _, limits = grade(by_id("standard", "fibonacci"), answer)
     assert not ok and "MemoryError" in detail
+    assert limits is not None and "RLIMIT_AS=1024 MiB" in limits and "not applied" not in limits
+
+
+def test_darwin_gets_no_address_space_limit():
+    """Issue 14, finding 1: xnu refuses RLIMIT_AS below the process's size, so on macOS it is left out
+    and the record says so (the other limits still apply)."""
+    limits, skipped = evals.planned_limits(11, platform="darwin")
+    assert "RLIMIT_AS" not in limits and "RLIMIT_AS" in skipped and "macOS" in skipped["RLIMIT_AS"]
+    assert limits["RLIMIT_CPU"] == (11, 12) and limits["RLIMIT_CORE"] == (0, 0)
+    linux, none = evals.planned_limits(11, platform="linux")
+    assert linux["RLIMIT_AS"] == (evals.MEMORY_LIMIT_BYTES,) * 2 and none == {}
+    line = evals.describe_limits(limits, skipped, {})
+    assert line.startswith("applied: RLIMIT_CPU=11 s") and "not applied: RLIMIT_AS not set on macOS" in line
+
+
+def test_a_refused_limit_is_reported_and_the_answer_still_runs(monkeypatch):
+    """The macOS failure reproduced here: soft above hard makes setrlimit raise the very error xnu gives
+    for an address-space limit below the current size (`ValueError: current limit exceeds maximum
+    limit`). Before the fix the bootstrap died with it and every answer failed."""
+    real = evals.planned_limits
+
+    def refused_as(cpu_s, platform=None):
+        limits, skipped = real(cpu_s, platform)
+        return {**limits, "RLIMIT_AS": (2 << 30, 1 << 30)}, skipped
+
+    monkeypatch.setattr(evals, "planned_limits", refused_as)
+    ok, detail, _, limits = grade(by_id("standard", "fibonacci"), RIGHT["fibonacci"])
+    assert ok, detail
+    assert limits is not None and "RLIMIT_AS refused by the kernel (ValueError: current limit exceeds maximum limit)" in limits
+    assert "RLIMIT_CPU=" in limits.split(";")[0] and "RLIMIT_AS=" not in limits.split(";")[0]
+    wrong = "```python\ndef fib(n):\n    raise RuntimeError('boom')\n```"
+    ok, detail, _, _ = grade(by_id("standard", "fibonacci"), wrong)
+    assert not ok and "boom" in detail  # the refusal line never hides the answer's own error
 
 
 @pytest.mark.root
@@ -161,7 +196,7 @@ def fib(n):
     return a
 ```"""
     try:
-        ok, detail, sandboxed = grade(by_id("standard", "fibonacci"), answer)
+        ok, detail, sandboxed, _ = grade(by_id("standard", "fibonacci"), answer)
         assert sandboxed is True
         assert not ok
         assert "OSError" in detail or "unreachable" in detail.lower() or "refused" in detail.lower(), detail
@@ -173,7 +208,7 @@ def fib(n):
 
 def test_unsandboxed_is_marked(monkeypatch):
     monkeypatch.setattr(evals, "sandbox_prefix", lambda: None)
-    ok, _, sandboxed = grade(by_id("standard", "fibonacci"), RIGHT["fibonacci"])
+    ok, _, sandboxed, _ = grade(by_id("standard", "fibonacci"), RIGHT["fibonacci"])
     assert ok and sandboxed is False
 
 
@@ -188,7 +223,10 @@ def test_results_and_pass_rate():
     t = by_id("smoke", "arith-17-25")
     r1 = to_result("job-00001", "cand", t, grade(t, "42"))
     r2 = to_result("job-00001", "cand", t, grade(t, "41"))
-    assert r1.passed and not r2.passed and r1.tier == "smoke" and r1.task == "arith-17-25"
+    assert r1.passed and not r2.passed and r1.tier == "smoke" and r1.task == "arith-17-25" and r1.limits is None
+    code = by_id("standard", "fibonacci")
+    r3 = to_result("job-00001", "cand", code, grade(code, RIGHT["fibonacci"]))
+    assert r3.passed and r3.limits is not None and r3.limits.startswith("applied: ")
     assert pass_rate([r1, r2]) == 0.5 and pass_rate([]) is None
 
 
@@ -198,4 +236,4 @@ async def test_grade_from_a_thread():
 
     t = by_id("standard", "fibonacci")
     results = await asyncio.gather(*(asyncio.to_thread(grade, t, RIGHT["fibonacci"]) for _ in range(2)))
-    assert all(ok for ok, _, _ in results)
+    assert all(r.passed for r in results)
