@@ -5,18 +5,22 @@ Why two: `benchctl ping` must start in under 150 ms, and importing aiohttp alone
 `http.client` over an AF_UNIX socket. The async client uses aiohttp's `UnixConnector`.
 
 Errors are typed so commands map them to exit codes without parsing text:
-    Unreachable → 3 (with one line on how to start the daemon), ApiError(status 4xx) → 2, else 1.
+    Unreachable → 3 (with one line on how to start the daemon; SocketPathTooLong says the path is over
+    the Unix-socket limit instead), ApiError(status 4xx) → 2, else 1.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
+
+from benchd.config import MAX_SOCKET_PATH_BYTES
 
 
 class ClientError(Exception):
@@ -30,6 +34,26 @@ class Unreachable(ClientError):
         self.socket_path = Path(socket_path)
         self.reason = reason
         super().__init__(unreachable_message(self.socket_path))
+
+
+class SocketPathTooLong(Unreachable):
+    """No daemon can listen on a path longer than a Unix socket address holds (pytest's tmp_path on
+    macOS is one): say so, rather than let the kernel's "AF_UNIX path too long" surface as a crash."""
+
+    def __init__(self, socket_path: Path | str) -> None:
+        n = len(os.fsencode(str(socket_path)))
+        super().__init__(socket_path, f"the socket path is {n} bytes")
+        self.args = (
+            f"cannot reach benchd on {socket_path}: the socket path is {n} bytes, over the "
+            f"{MAX_SOCKET_PATH_BYTES}-byte limit of Unix sockets (sun_path is 104 bytes on macOS); use a shorter "
+            "--socket / $BENCHD_SOCKET or --state-dir",
+        )
+
+
+def check_socket_path(socket_path: Path | str) -> None:
+    """Raise SocketPathTooLong for a path no benchd can bind (the daemon refuses the same limit)."""
+    if len(os.fsencode(str(socket_path))) > MAX_SOCKET_PATH_BYTES:
+        raise SocketPathTooLong(socket_path)
 
 
 class ApiError(ClientError):
@@ -94,6 +118,7 @@ class Client:
 
     def _open(self, method: str, path: str, body: Any = None, timeout: float | None = -1.0
               ) -> tuple[_UnixHTTPConnection, http.client.HTTPResponse]:
+        check_socket_path(self.socket_path)
         conn = _UnixHTTPConnection(str(self.socket_path), self.timeout if timeout == -1.0 else timeout)
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json"} if data is not None else {}
@@ -173,6 +198,8 @@ class AsyncClient:
 
     async def __aenter__(self) -> AsyncClient:
         import aiohttp
+
+        check_socket_path(self.socket_path)
 
         self._session = aiohttp.ClientSession(
             connector=aiohttp.UnixConnector(path=str(self.socket_path)),

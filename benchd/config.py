@@ -18,6 +18,10 @@ HOST = "127.0.0.1"
 #: Server logs are capped at this size, then rotated once (`.log.1`).
 LOG_CAP_BYTES = 8 * 1024 * 1024
 
+#: sockaddr_un.sun_path is 108 bytes on Linux and 104 on macOS, including the NUL: benchd (which refuses
+#: to bind a longer path) and benchctl (which says so instead of failing to connect) both use the smaller.
+MAX_SOCKET_PATH_BYTES = 103
+
 
 def default_state_dir() -> Path:
     env = os.environ.get("BENCHD_STATE_DIR")

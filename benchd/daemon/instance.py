@@ -21,13 +21,10 @@ import socket
 import stat
 from pathlib import Path
 
-from benchd.config import Config
+from benchd.config import MAX_SOCKET_PATH_BYTES, Config
 from benchd.errors import BenchdError
 
 log = logging.getLogger("benchd.daemon.instance")
-
-#: sockaddr_un.sun_path is 108 bytes on Linux and 104 on macOS, including the NUL.
-MAX_SOCKET_PATH_BYTES = 103
 
 
 class AlreadyRunning(Exception):

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from benchctl.commands.logs import tail_lines
+from testlib import short_base  # noqa: F401  (fixture: a short socket base)
 
 BIN = Path(sys.executable).parent
 JOB = "job-0001-logs"
@@ -53,8 +54,8 @@ def logs(*args: str, state: Path | None = None, sock: Path | None = None) -> sub
                           capture_output=True, text=True, env=env, timeout=30)
 
 
-def test_unreachable_daemon_exits_3(tmp_path: Path) -> None:
-    done = logs(sock=tmp_path / "benchd.sock")
+def test_unreachable_daemon_exits_3(short_base: Path) -> None:
+    done = logs(sock=short_base / "benchd.sock")  # short: pytest's tmp_path is over 104 bytes on macOS
     assert done.returncode == 3
     assert "benchd is not running" in done.stderr and "Traceback" not in done.stderr
 

@@ -150,14 +150,28 @@ def test_validate_is_offline_and_checks_files(tmp_path: Path) -> None:
     (tmp_path.parent / "d.gguf").unlink()
 
 
-def test_unreachable_is_exit_3_with_one_line(tmp_path: Path) -> None:
-    sock = tmp_path / "s" / "benchd.sock"
+def test_unreachable_is_exit_3_with_one_line(short_base: Path) -> None:
+    sock = short_base / "s" / "benchd.sock"  # short: pytest's tmp_path is over 104 bytes on macOS
     for args in (["ping"], ["jobs"], ["status"], ["cancel", "abcdefgh"], ["tail", "abcdefgh"]):
         out = run_ctl(*args, socket=sock)
         assert out.returncode == 3, (args, out.stdout, out.stderr)
         lines = out.stderr.strip().splitlines()
         assert lines == [f"benchd is not running on {sock}: start it with `benchd --state-dir {sock.parent}`"
                          " or `benchctl service install`"], out.stderr
+
+
+def test_too_long_socket_path_is_exit_3_naming_the_length(short_base: Path) -> None:
+    """Issue 14, finding 6: "AF_UNIX path too long" used to escape as an error (exit 1). No daemon can
+    listen there (benchd refuses the same 103-byte limit), so it is "unreachable" with the reason."""
+    sock = short_base / ("x" * 110) / "benchd.sock"
+    n = len(str(sock).encode())
+    for args in (["ping"], ["jobs"], ["tail", "abcdefgh"]):
+        out = run_ctl(*args, socket=sock)
+        assert out.returncode == 3, (args, out.stdout, out.stderr)
+        assert out.stderr.strip().splitlines() == [
+            f"cannot reach benchd on {sock}: the socket path is {n} bytes, over the 103-byte limit of Unix "
+            "sockets (sun_path is 104 bytes on macOS); use a shorter --socket / $BENCHD_SOCKET or --state-dir"
+        ], out.stderr
 
 
 def test_ping_jobs_status_against_a_daemon(run_daemon) -> None:  # type: ignore[no-untyped-def]
