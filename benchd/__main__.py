@@ -2,6 +2,8 @@
 
 Exit codes (the shared contract): 0 clean shutdown, 2 bad configuration, 3 another benchd holds the
 state dir; 130 when a second SIGINT forced the exit; 1 for anything else (logged with its traceback).
+Under `--launchd` (the LaunchAgent passes it) 2 and 3 become 0 after logging the reason: launchd's
+KeepAlive{SuccessfulExit=false} would otherwise restart a benchd that cannot start every 30 s, for ever.
 Logs go to stderr (the supervisor's journal) and to `<state>/logs/benchd.log` (size-capped, rotated).
 """
 
@@ -48,8 +50,10 @@ def setup_logging(config: Config) -> None:
 @click.option("--socket", "socket_path", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Unix socket (default: <state>/benchd.sock or $BENCHD_SOCKET).")
 @click.option("--log-level", type=click.Choice(LEVELS, case_sensitive=False), default="info", show_default=True)
+@click.option("--launchd", "under_launchd", is_flag=True,
+              help="Started by launchd: exits 2 and 3 (retrying cannot fix them) log why and exit 0 instead.")
 @click.version_option(package_name="benchd")
-def cli(state_dir: str | None, socket_path: str | None, log_level: str) -> None:
+def cli(state_dir: str | None, socket_path: str | None, log_level: str, under_launchd: bool) -> None:
     """benchd: the benchmark daemon. Runs in the foreground; launchd/systemd supervise it."""
     import uvloop
 
@@ -63,7 +67,7 @@ def cli(state_dir: str | None, socket_path: str | None, log_level: str) -> None:
         fixed = ensure_private_dir(config.state_dir)  # before the log file goes in it
     except BenchdError as exc:
         click.echo(f"benchd: {exc}", err=True)
-        sys.exit(EXIT_BAD_CONFIG)
+        _refuse(EXIT_BAD_CONFIG, under_launchd)
     setup_logging(config)
     log = logging.getLogger("benchd")
     for what in fixed:
@@ -72,10 +76,10 @@ def cli(state_dir: str | None, socket_path: str | None, log_level: str) -> None:
         code = uvloop.run(run_daemon(config))
     except AlreadyRunning as exc:
         log.error("%s; refusing to start", exc)
-        sys.exit(EXIT_ALREADY_RUNNING)
+        _refuse(EXIT_ALREADY_RUNNING, under_launchd)
     except BenchdError as exc:
         log.error("bad configuration: %s", exc)
-        sys.exit(EXIT_BAD_CONFIG)
+        _refuse(EXIT_BAD_CONFIG, under_launchd)
     except (OSError, sqlite3.Error) as exc:  # e.g. the state dir's disk is full: one clear line, no traceback
         log.error("cannot start on %s: %s: %s (%s free there); the supervisor's restart retries", config.state_dir,
                   type(exc).__name__, exc, _free(config.state_dir))
@@ -85,6 +89,21 @@ def cli(state_dir: str | None, socket_path: str | None, log_level: str) -> None:
     logging.shutdown()
     if code == 130:
         os._exit(code)  # forced: do not wait for worker threads
+    sys.exit(code)
+
+
+def _refuse(code: int, under_launchd: bool) -> None:
+    """Exit with a refusal code; under launchd exit 0 instead (the reason is already logged)."""
+    if under_launchd:
+        what = "bad configuration" if code == EXIT_BAD_CONFIG else "another benchd owns the state dir"
+        msg = (f"benchd: exiting 0 instead of {code} ({what}) because launchd would restart it every 30 s "
+               "for ever; fix the cause, then `benchctl service install`")
+        if logging.getLogger().handlers:
+            logging.getLogger("benchd").error(msg)
+        else:
+            click.echo(msg, err=True)
+        logging.shutdown()
+        sys.exit(0)
     sys.exit(code)
 
 

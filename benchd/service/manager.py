@@ -9,7 +9,7 @@ systemd start services with a bare environment).
 Both units restart benchd only when it fails, never in a tight loop (launchd: ThrottleInterval;
 systemd: RestartSec, a start limit and RestartPreventExitStatus for the exits retrying cannot fix).
 
-Linux commands run here; macOS ones are built in `service_darwin.py`. Failures raise `ServiceError`
+Linux commands run here; the macOS ones and their load sequence are in `launchd.py`. Failures raise `ServiceError`
 with a message that says what to do; nothing here exits the process.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +93,7 @@ def render_launchd(benchd: Path, state_dir: Path, env: dict[str, str], label: st
         state_dir=xml_escape(str(state_dir)),
         environment=env_lines,
         throttle_s=THROTTLE_S,
+        exit_timeout_s=service_darwin.EXIT_TIMEOUT_S,
         stdout_log=xml_escape(str(logs / "launchd.stdout.log")),
         stderr_log=xml_escape(str(logs / "launchd.stderr.log")),
     )
@@ -195,7 +197,7 @@ def _write(plan_: ServicePlan) -> bool:
     return old != plan_.text
 
 
-def install(plan_: ServicePlan, *, run: Runner = _run) -> list[str]:
+def install(plan_: ServicePlan, *, run: Runner = _run, sleep: Callable[[float], None] = time.sleep) -> list[str]:
     """Write and load the service; returns what was done, one line each. Raises ServiceError."""
     if not os.access(plan_.benchd, os.X_OK):
         raise ServiceError(f"{plan_.benchd} is not an executable benchd; install benchd into this venv first (make setup)")
@@ -211,16 +213,17 @@ def install(plan_: ServicePlan, *, run: Runner = _run) -> list[str]:
         if changed and active:
             steps.append(["systemctl", "--user", "restart", plan_.label])  # pick up the new unit
     else:
-        _write(plan_)
-        done.append(f"wrote {plan_.path}")
-        steps = service_darwin.bootstrap_commands(plan_.label, plan_.path)
+        changed = _write(plan_)
+        done.append(f"wrote {plan_.path}" if changed else f"{plan_.path} is up to date")
+        try:
+            return done + service_darwin.load_agent(plan_.label, plan_.path, changed=changed, run=run, sleep=sleep)
+        except service_darwin.LaunchctlError as exc:
+            raise ServiceError(str(exc)) from exc
     for cmd in steps:
         result = run(cmd)
-        tolerated = cmd[:2] == ["launchctl", "bootout"]  # "not loaded" is the usual answer
-        if result.returncode != 0 and not tolerated:
+        if result.returncode != 0:
             raise ServiceError(f"`{' '.join(cmd)}` failed: {_why(result)}")
-        if not tolerated:
-            done.append(f"ran: {' '.join(cmd)}")
+        done.append(f"ran: {' '.join(cmd)}")
     return done
 
 

@@ -72,6 +72,19 @@ def test_too_long_socket_path_is_bad_config(run_daemon) -> None:  # type: ignore
     assert "limit of Unix sockets" in d.output()
 
 
+def test_under_launchd_refusals_exit_0_with_the_reason(run_daemon) -> None:  # type: ignore[no-untyped-def]
+    """Issue 14, finding 8: KeepAlive{SuccessfulExit=false} restarts any non-zero exit every 30 s for
+    ever; with --launchd (the plist passes it) exits 2 and 3 log why and exit 0 instead."""
+    bad = run_daemon(wait=False, args=("--socket", "/tmp/" + "x" * 120 + ".sock", "--launchd"))
+    assert bad.wait(timeout=20) == 0
+    assert "limit of Unix sockets" in bad.output() and "exiting 0 instead of 2" in bad.output()
+    first = run_daemon()
+    second = run_daemon(wait=False, args=("--launchd",))
+    assert second.wait(timeout=20) == 0
+    assert "another benchd" in second.output() and "exiting 0 instead of 3" in second.output()
+    assert first.client().health()["pid"] == first.pid
+
+
 def test_loosened_state_dir_is_fixed_at_start(run_daemon, short_base: Path) -> None:  # type: ignore[no-untyped-def]
     state = short_base / "s"
     state.mkdir()

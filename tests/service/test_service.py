@@ -33,7 +33,8 @@ def test_launchd_plist_parses_and_has_the_required_keys(tmp_path: Path) -> None:
     plan = service.plan(state, manager="launchd", environ=env)
     data = plistlib.loads(plan.text.encode())
     assert data["Label"] == "dev.benchd"
-    assert data["ProgramArguments"] == [str(VENV_BIN / "benchd"), "--state-dir", str(state)]
+    assert data["ProgramArguments"] == [str(VENV_BIN / "benchd"), "--state-dir", str(state), "--launchd"]
+    assert data["ExitTimeOut"] == service_darwin.EXIT_TIMEOUT_S
     assert data["ProcessType"] == "Interactive"
     assert data["RunAtLoad"] is True
     assert data["KeepAlive"] == {"SuccessfulExit": False}  # restart after a crash only
@@ -109,33 +110,110 @@ def test_launchctl_print_parser_on_sample() -> None:
 
 def test_launchctl_commands() -> None:
     plist = Path("/Users/ada/Library/LaunchAgents/dev.benchd.plist")
-    assert service_darwin.bootstrap_commands("dev.benchd", plist, uid=501) == [
-        ["launchctl", "bootout", "gui/501/dev.benchd"],
-        ["launchctl", "enable", "gui/501/dev.benchd"],
-        ["launchctl", "bootstrap", "gui/501", str(plist)],
-    ]
+    assert service_darwin.bootstrap_command(plist, uid=501) == ["launchctl", "bootstrap", "gui/501", str(plist)]
+    assert service_darwin.enable_command("dev.benchd", uid=501) == ["launchctl", "enable", "gui/501/dev.benchd"]
+    assert service_darwin.kickstart_command("dev.benchd", uid=501) == ["launchctl", "kickstart", "-k", "gui/501/dev.benchd"]
     assert service_darwin.bootout_command("dev.benchd", uid=501) == ["launchctl", "bootout", "gui/501/dev.benchd"]
+    assert service_darwin.print_command("dev.benchd", uid=501) == ["launchctl", "print", "gui/501/dev.benchd"]
+
+
+class FakeLaunchd:
+    """launchctl cannot run on Linux: this stand-in answers the way launchd does after `bootout` (issue 14,
+    finding 2): the job stays visible to `print` for a few polls while it stops, and `bootstrap` fails
+    with "Bootstrap failed: 5: Input/output error" while it is there and for a while after."""
+
+    def __init__(self, loaded: bool, stopping_polls: int = 0, eio_bootstraps: int = 0) -> None:
+        self.loaded = loaded
+        self.stopping = False
+        self.stopping_polls = stopping_polls
+        self.eio_bootstraps = eio_bootstraps
+        self.calls: list[str] = []
+        self.slept = 0.0
+        self.sample = (DATA / "launchctl_print_running.txt").read_text()
+
+    def sleep(self, s: float) -> None:
+        self.slept += s
+
+    def __call__(self, cmd: list[str]) -> subprocess.CompletedProcess[str]:
+        verb = cmd[1]
+        self.calls.append(verb if verb != "kickstart" else "kickstart -k")
+        if verb == "print":
+            if self.stopping:
+                self.stopping_polls -= 1
+                self.loaded = self.stopping = self.stopping_polls > 0
+            if self.loaded:
+                return subprocess.CompletedProcess(cmd, 0, self.sample, "")
+            return subprocess.CompletedProcess(cmd, 113, "", 'Could not find service "dev.benchd" in domain for port')
+        if verb == "bootout":
+            if not self.loaded:
+                return subprocess.CompletedProcess(cmd, 3, "", "Boot-out failed: 3: No such process")
+            self.stopping = True  # returns at once; the job goes away only later
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+        if verb == "bootstrap":
+            if self.loaded or self.eio_bootstraps > 0:
+                self.eio_bootstraps -= 1
+                return subprocess.CompletedProcess(cmd, 5, "", "Bootstrap failed: 5: Input/output error")
+            self.loaded = True
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+
+def test_reinstall_over_a_running_service_waits_for_it_to_go(tmp_path: Path) -> None:
+    """bootout returns while the job stops; bootstrap must wait for `print` to fail and retry error 5."""
+    fake = FakeLaunchd(loaded=True, stopping_polls=4, eio_bootstraps=2)
+    done = service_darwin.load_agent("dev.benchd", tmp_path / "p.plist", changed=True, run=fake,
+                                     uid=501, sleep=fake.sleep)
+    assert fake.calls[:2] == ["print", "bootout"]
+    assert fake.calls.count("print") >= 5 and fake.calls.index("enable") > fake.calls.index("bootout")
+    assert fake.calls[-3:] == ["bootstrap", "bootstrap", "bootstrap"] and fake.loaded
+    assert "waited until gui/501/dev.benchd was gone" in done and "attempt 3" in done[-1]
+    assert fake.slept <= service_darwin.EXIT_TIMEOUT_S + service_darwin.GONE_MARGIN_S + 10
+
+
+def test_unchanged_plist_restarts_in_place(tmp_path: Path) -> None:
+    fake = FakeLaunchd(loaded=True)
+    done = service_darwin.load_agent("dev.benchd", tmp_path / "p.plist", changed=False, run=fake, uid=501)
+    assert fake.calls == ["print", "kickstart -k"] and "restarted in place" in done[0]
+
+
+def test_fresh_install_bootstraps_without_bootout(tmp_path: Path) -> None:
+    fake = FakeLaunchd(loaded=False)
+    service_darwin.load_agent("dev.benchd", tmp_path / "p.plist", changed=True, run=fake, uid=501)
+    assert fake.calls == ["print", "enable", "bootstrap"] and fake.loaded
+
+
+def test_a_job_that_never_goes_is_a_clear_error(tmp_path: Path) -> None:
+    fake = FakeLaunchd(loaded=True, stopping_polls=10**6)
+    clock = iter(range(0, 10**6)).__next__  # one "second" per poll
+    with pytest.raises(service_darwin.LaunchctlError, match="still loaded 35 s after bootout"):
+        service_darwin.load_agent("dev.benchd", tmp_path / "p.plist", changed=True, run=fake, uid=501,
+                                  sleep=fake.sleep, clock=lambda: float(clock()))
+    assert "bootstrap" not in fake.calls
+
+
+def test_persistent_error_5_gives_up(tmp_path: Path) -> None:
+    fake = FakeLaunchd(loaded=False, eio_bootstraps=10**6)
+    with pytest.raises(service_darwin.LaunchctlError, match="5: Input/output error"):
+        service_darwin.load_agent("dev.benchd", tmp_path / "p.plist", changed=True, run=fake, uid=501,
+                                  sleep=fake.sleep)
+    assert fake.calls.count("bootstrap") == service_darwin.BOOTSTRAP_RETRIES
 
 
 def test_launchd_install_status_uninstall_flow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """launchctl cannot run on Linux: a recording stand-in answers for it (the live path is macOS-only)."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    calls: list[list[str]] = []
-    sample = (DATA / "launchctl_print_running.txt").read_text()
-
-    def run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
-        calls.append(cmd)
-        if cmd[1] == "bootout" and len(calls) == 1:
-            return subprocess.CompletedProcess(cmd, 3, "", "Boot-out failed: 3: No such process")
-        return subprocess.CompletedProcess(cmd, 0, sample if cmd[1] == "print" else "", "")
+    fake = FakeLaunchd(loaded=False)
+    run = fake
 
     plan = service.plan(tmp_path / "state", manager="launchd")
     done = service.install(plan, run=run)
     assert plan.path.read_text() == plan.text and plan.path.parent == tmp_path / "home" / "Library" / "LaunchAgents"
     assert (tmp_path / "state" / "logs").is_dir()  # launchd does not create the log dir itself
     assert (tmp_path / "state").stat().st_mode & 0o777 == 0o700
-    assert [c[1] for c in calls] == ["bootout", "enable", "bootstrap"]
+    assert fake.calls == ["print", "enable", "bootstrap"]
     assert done[0] == f"wrote {plan.path}"
+    fake.calls.clear()
+    done = service.install(plan, run=run)  # again, same plist, service loaded: restart in place
+    assert fake.calls == ["print", "kickstart -k"] and done[0] == f"{plan.path} is up to date"
     st = service.status(plan, run=run)
     assert (st.installed, st.current, st.state, st.pid, st.last_exit) == (True, True, "running", 48213, "1")
     done = service.uninstall(plan, run=run)
