@@ -239,11 +239,11 @@ for name, (soft, hard) in wanted.items():
     except (ValueError, OSError) as exc:
         refused[name] = f"{type(exc).__name__}: {exc}"
 if refused:
-    sys.stderr.write(%r + json.dumps(refused) + "\\n")
+    sys.stderr.write(@MARKER@ + json.dumps(refused) + "\\n")
     sys.stderr.flush()
 sys.argv = [path]
 runpy.run_path(path, run_name="__main__")
-""" % LIMITS_MARKER
+""".replace("@MARKER@", repr(LIMITS_MARKER))
 
 
 def planned_limits(cpu_s: int, platform: str | None = None) -> tuple[dict[str, tuple[int, int]], dict[str, str]]:

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from benchctl.commands.logs import tail_lines
-from testlib import short_base  # noqa: F401  (fixture: a short socket base)
 
 BIN = Path(sys.executable).parent
 JOB = "job-0001-logs"
