@@ -1,7 +1,7 @@
 """The daemon stage: the long-running process that owns the queue and answers on a Unix socket.
 
 What it does: takes the single-instance guard (`instance`), binds the socket, serves the `/v1` JSON API
-behind a peer-uid gate (`api`, `gate`, `peercred`), and runs one sweep at a time from the persistent
+behind a peer-uid gate (`api`, `gate`; the kernel query is `benchd.peercred`), and runs one sweep at a time from the persistent
 queue (`queue`), handing each job to the engine and its runbook to results. `lifecycle` ties these
 together with the shutdown order.
 

@@ -2,7 +2,7 @@
 
 Why a module of its own: it is a separate step that runs before aiohttp sees a byte — a raw
 `asyncio.Protocol` around aiohttp's, with no routes, no store and no app in it.
-- `PeerGate` asks the kernel who connected (`peercred.py`) and answers any other uid with a 403 and
+- `PeerGate` asks the kernel who connected (`benchd/peercred.py`) and answers any other uid with a 403 and
   a close: the socket's 0600 mode is not the only fence.
 - It caps the connections served at once (`MAX_CONNECTIONS`, 503 beyond) and drops a connection that
   sends no complete request headers within `HEADER_TIMEOUT_S`: idle or trickling clients must not
@@ -18,7 +18,7 @@ from typing import cast
 
 import msgspec
 
-from benchd.daemon.peercred import PeerCredError, peer_uid
+from benchd.peercred import PeerCredError, peer_uid
 
 log = logging.getLogger("benchd.daemon.api")  # the gate's lines stay under the API's logger name
 

@@ -42,6 +42,13 @@ class ServerFacts:
     server_version: str | None
 
 
+def model_files(candidate: Candidate) -> list[str]:
+    """The files (or MLX model dirs) a candidate's server maps or loads: the memory sampler counts their
+    resident pages, which macOS's footprint leaves out when they are mmap'd."""
+    spec = candidate.spec
+    return [candidate.model, *([spec.draft_model] if spec is not None and spec.draft_model else [])]
+
+
 def build_row(
     cell: Cell,
     *,
@@ -72,6 +79,10 @@ def build_row(
         fields["mem_rss_file_bytes"] = memory.rss_file_bytes
         fields["swap_in_bytes"] = memory.swap_in_bytes
         fields["swap_out_bytes"] = memory.swap_out_bytes
+        fields["mem_footprint_peak_bytes"] = memory.footprint_peak_bytes
+        fields["mem_resident_peak_bytes"] = memory.resident_peak_bytes
+        fields["mem_model_resident_bytes"] = memory.model_resident_bytes
+        sources.update({_memory_field(k): v for k, v in memory.sources.items()})
         if memory.peak_bytes is not None:
             sources["mem_peak_bytes"] = memory.source if memory.exact else f"{memory.source} ({memory.source_note})"
         for key, why in memory.null_reasons.items():
@@ -118,4 +129,6 @@ def build_row(
 def _memory_field(key: str) -> str:
     """The sampler names its nulls by its own field names; rows use mem_* names."""
     return {"peak_bytes": "mem_peak_bytes", "rss_anon_bytes": "mem_rss_anon_bytes",
-            "rss_file_bytes": "mem_rss_file_bytes"}.get(key, key)
+            "rss_file_bytes": "mem_rss_file_bytes", "footprint_peak_bytes": "mem_footprint_peak_bytes",
+            "resident_peak_bytes": "mem_resident_peak_bytes",
+            "model_resident_bytes": "mem_model_resident_bytes"}.get(key, key)

@@ -27,7 +27,7 @@ from benchd.config import Config
 from benchd.engine import cooldown as cooldown_mod
 from benchd.engine import evalrun, evals, probe
 from benchd.engine.metrics import sustained_summary
-from benchd.engine.rows import Cell, ServerFacts, build_row
+from benchd.engine.rows import Cell, ServerFacts, build_row, model_files
 from benchd.engine.sizing import PromptSizer
 from benchd.schemas import Candidate, CooldownRecord, Event, Row, Sweep
 from benchd.sensors.memory.sampler import MemorySampler
@@ -281,7 +281,7 @@ class Engine:
         started_at = utcnow()
         self.emit("probe_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe, kind=cell.kind)
         facts = ServerFacts(server.ctx_size, server.binary, server.version)
-        sampler = MemorySampler(server.pid, self.memory_rate_hz)
+        sampler = MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cell.candidate))
         try:
             return await self._probe(adapter, server, cell, gen_tokens, cd, started_at, facts, sampler)
         except asyncio.CancelledError:

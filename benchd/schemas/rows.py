@@ -55,6 +55,8 @@ class Row(Struct, kw_only=True, frozen=True, omit_defaults=False):
     draft_n: int | None = None
     draft_accepted: int | None = None
     draft_acceptance: float | None = None
+    #: The memory axis: what the candidate occupies including its weights, on every OS (issue 14). Linux:
+    #: VmHWM (mapped and copied weights alike); macOS: footprint peak + resident mapped model files.
     mem_peak_bytes: int | None = None
     mem_source: str | None = None
     #: The runtime's own peak-memory figure where it reports one (mlx_vlm `peak_memory`), beside the OS one.
@@ -63,6 +65,12 @@ class Row(Struct, kw_only=True, frozen=True, omit_defaults=False):
     mem_rss_file_bytes: int | None = None
     swap_in_bytes: int | None = None
     swap_out_bytes: int | None = None
+    #: The axis's components, each with its source: the footprint/anonymous peak (macOS phys_footprint,
+    #: Linux RssAnon), the resident peak including mapped files (Linux VmHWM, macOS ri_resident_size) and
+    #: the resident bytes of the mapped model files (what a GGUF's footprint leaves out on macOS).
+    mem_footprint_peak_bytes: int | None = None
+    mem_resident_peak_bytes: int | None = None
+    mem_model_resident_bytes: int | None = None
     cooldown_s: float | None = None
     cooldown_reason: str | None = None
     thermal_before: ThermalReading | None = None

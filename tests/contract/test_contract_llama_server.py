@@ -182,6 +182,8 @@ def test_spec_flags_exist_in_pinned_build(llama_server_bin: Path) -> None:
                  "--load-mode"):
         assert flag in out, flag
     assert "--no-mmap" not in out  # memory figures must record `--load-mode` instead
+    load = next(ln for ln in out.splitlines() if "--load-mode" in ln)
+    assert "-lm," in load and "(default: auto)" in load  # what the adapter's load-mode note says
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchd.config import Config
-from benchd.daemon import peercred
+from benchd import peercred
 from benchd.daemon.instance import AlreadyRunning, InstanceGuard, ensure_private_dir
 
 

@@ -99,7 +99,11 @@ def test_llama_rates_come_from_server_timings(full_sweep: dict[str, Any]) -> Non
             "stream window" in r.null_reasons["gen_tps_client"]
         )
         assert r.mem_peak_bytes and r.mem_peak_bytes > 1_000_000 and r.mem_source == "kernel:VmHWM"
-        assert r.sources["mem_load_mode"] == "--load-mode mmap (default)"
+        assert r.sources["mem_load_mode"] == "load mode auto (default: mmap unless a device cannot)"
+        # The axis's components, each with its source (issue 14): anon peak, VmHWM, and the mapped GGUF.
+        assert r.mem_resident_peak_bytes == r.mem_peak_bytes and r.sources["mem_resident_peak_bytes"] == "kernel:VmHWM"
+        assert r.mem_footprint_peak_bytes and r.sources["mem_footprint_peak_bytes"] == "kernel:RssAnon (sampled max)"
+        assert r.mem_model_resident_bytes is not None and r.sources["mem_model_resident_bytes"].startswith("kernel:smaps")
         assert r.server_version and "b1-0c1e570" in r.server_version
         assert r.ctx_size == r.context + 32 + 64
 

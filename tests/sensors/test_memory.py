@@ -1,9 +1,8 @@
-"""Memory sampler against real child processes (Linux /proc), plus the macOS ctypes struct layout."""
+"""Memory sampler against real child processes (Linux /proc); the macOS readers are in test_memory_darwin.py."""
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import sys
 import textwrap
@@ -11,9 +10,10 @@ import textwrap
 import msgspec
 import pytest
 
-from benchd.sensors.memory import darwin as memory_darwin
-from benchd.sensors.memory import readers as memory_backends
+from benchd.sensors.memory import linux as memory_linux
 from benchd.sensors.memory import sampler as memory
+from benchd.sensors.memory import sources as memory_sources
+from benchd.sensors.memory.readers import PeakOf, ProcMem
 
 MB = 1024 * 1024
 
@@ -33,6 +33,11 @@ CHILD = textwrap.dedent(
         elif cmd[0] == "spawn":
             import subprocess
             kid = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        elif cmd[0] == "map":  # map a file read-only and touch every page (what llama-server does with a GGUF)
+            import mmap
+            fh = open(" ".join(cmd[1:]), "rb")
+            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            sum(mapped[i] for i in range(0, len(mapped), 4096))
         elif cmd[0] == "quit":
             break
         print("done", flush=True)
@@ -156,7 +161,7 @@ async def test_root_gone_gives_nulls_with_reasons() -> None:
 
 @linux_only
 async def test_reset_failure_falls_back_to_sampled_rss(child: Child) -> None:
-    class NoReset(memory_backends.LinuxProc):
+    class NoReset(memory_linux.LinuxProc):
         """Double for a kernel that refuses clear_refs (e.g. another user's process): the only way here."""
 
         def reset(self, pid: int) -> str | None:
@@ -172,53 +177,13 @@ async def test_reset_failure_falls_back_to_sampled_rss(child: Child) -> None:
 
 
 def test_describe_sources_lists_each_source() -> None:
-    rows = memory.describe_sources()
+    rows = memory_sources.describe_sources()
     names = {r["name"] for r in rows}
-    assert "psutil:rss" in names and "psutil:swap_memory" in names
+    assert "psutil:rss" in names and "psutil:swap_memory sin/sout" in names
     assert all("available" in r for r in rows)
     assert all(r["available"] or r.get("reason") for r in rows)
     if sys.platform.startswith("linux"):
-        assert {"kernel:VmHWM", "kernel:clear_refs"} <= names
-
-
-# ------------------------------------------------------------------------------------- darwin layout
-
-# `struct rusage_info_v4` as declared in <sys/resource.h> (macOS SDK): a 16-byte uuid, then 35 uint64_t
-# fields in this order. The offsets below are derived from that declaration, independently of ctypes.
-DOCUMENTED_V4_ORDER = [
-    "ri_user_time", "ri_system_time", "ri_pkg_idle_wkups", "ri_interrupt_wkups", "ri_pageins",
-    "ri_wired_size", "ri_resident_size", "ri_phys_footprint", "ri_proc_start_abstime",
-    "ri_proc_exit_abstime", "ri_child_user_time", "ri_child_system_time", "ri_child_pkg_idle_wkups",
-    "ri_child_interrupt_wkups", "ri_child_pageins", "ri_child_elapsed_abstime", "ri_diskio_bytesread",
-    "ri_diskio_byteswritten", "ri_cpu_time_qos_default", "ri_cpu_time_qos_maintenance",
-    "ri_cpu_time_qos_background", "ri_cpu_time_qos_utility", "ri_cpu_time_qos_legacy",
-    "ri_cpu_time_qos_user_initiated", "ri_cpu_time_qos_user_interactive", "ri_billed_system_time",
-    "ri_serviced_system_time", "ri_logical_writes", "ri_lifetime_max_phys_footprint", "ri_instructions",
-    "ri_cycles", "ri_billed_energy", "ri_serviced_energy", "ri_interval_max_phys_footprint",
-    "ri_runnable_time",
-]
-
-
-def test_rusage_info_v4_layout_matches_header() -> None:
-    S = memory_darwin.RUsageInfoV4
-    assert S.ri_uuid.offset == 0 and S.ri_uuid.size == 16
-    for i, name in enumerate(DOCUMENTED_V4_ORDER):
-        field = getattr(S, name)
-        assert field.offset == 16 + 8 * i, name
-        assert field.size == 8, name
-    assert ctypes.sizeof(S) == 16 + 8 * len(DOCUMENTED_V4_ORDER) == 296
-    # The three fields benchd reads, spelled out:
-    assert S.ri_phys_footprint.offset == 72
-    assert S.ri_lifetime_max_phys_footprint.offset == 240
-    assert S.ri_interval_max_phys_footprint.offset == 280
-    assert memory_darwin.RUSAGE_INFO_V4 == 4
-
-
-@pytest.mark.skipif(sys.platform == "darwin", reason="checks the non-macOS refusal")
-def test_darwin_reader_refuses_off_macos() -> None:
-    with pytest.raises(OSError, match="only on macOS"):
-        memory_darwin.read_footprint(os.getpid())
-    assert memory_darwin.reset_footprint_interval(os.getpid()) is not None
+        assert {"kernel:VmHWM", "kernel:clear_refs", "kernel:smaps"} <= names
 
 
 @pytest.mark.darwin
@@ -270,3 +235,94 @@ async def test_real_llama_server_probe(server_factory, tiny_models, free_port) -
     assert r.rss_anon_bytes is not None and r.rss_file_bytes is not None
     assert r.rss_anon_bytes + r.rss_file_bytes == r.sampled_peak_bytes  # VmRSS = RssAnon + RssFile + RssShmem
     assert r.rate_hz_achieved is not None and len(r.series) >= 3
+
+
+# ---------------------------------------------------------------------------- axis components (issue 14)
+
+
+@linux_only
+def test_smaps_counts_the_resident_pages_of_a_mapped_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A real mapping of a real file in this process: smaps says how much of it is in RAM."""
+    import mmap
+
+    f = tmp_path / "weights.bin"
+    f.write_bytes(b"\x01" * (8 * MB))
+    with open(f, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        for off in range(0, 8 * MB, 4096):  # touch every page
+            mm[off]
+        got = memory_linux.LinuxProc().mapped_file_bytes(os.getpid(), [str(f)])
+        other = memory_linux.LinuxProc().mapped_file_bytes(os.getpid(), [str(tmp_path / "nope.bin")])
+        by_dir = memory_linux.LinuxProc().mapped_file_bytes(os.getpid(), [str(tmp_path)])  # an MLX model dir
+    assert got == 8 * MB and other == 0 and by_dir == 8 * MB
+
+
+def test_smaps_parser_on_a_captured_excerpt() -> None:
+    text = (
+        b"55d0c3a00000-55d0c3a21000 rw-p 00000000 00:00 0                          [heap]\n"
+        b"Rss:                 132 kB\n"
+        b"7f3a10000000-7f3a13010000 r--s 00000000 08:01 1835012                    /models/my model.gguf\n"
+        b"Size:              49216 kB\n"
+        b"Rss:               49216 kB\n"
+        b"VmFlags: rd sh mr mw me ms sd\n"
+        b"7f3a14000000-7f3a14001000 r--p 00000000 08:01 1835013                    /models/other.gguf (deleted)\n"
+        b"Rss:                   4 kB\n"
+    )
+    assert memory_linux.parse_smaps_rss(text, ["/models/my model.gguf"]) == 49216 * 1024
+    assert memory_linux.parse_smaps_rss(text, ["/models"]) == (49216 + 4) * 1024
+    assert memory_linux.parse_smaps_rss(text, []) == 0
+
+
+class FootprintLike(memory_linux.LinuxProc):
+    """Double: the macOS accounting (a footprint that leaves mapped files out, its own peak) fed with
+    Linux counters (RssAnon as the footprint), to check the sampler's macOS axis on a real process here."""
+
+    peak_of: PeakOf = "footprint"
+    source = current_source = "test:footprint"
+    footprint_source = "test:footprint"
+    resident_source = "test:resident (sampled max)"
+
+    def read(self, pid: int) -> ProcMem | None:
+        m = super().read(pid)
+        if m is None or m.anon is None:
+            return None
+        return ProcMem(m.anon, None, None, None, resident=m.resident, footprint=m.anon)
+
+
+@linux_only
+async def test_footprint_axis_adds_the_mapped_model_files(child: Child, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"\x02" * (16 * MB))
+    await child.cmd(f"map {model}")
+    s = memory.MemorySampler(child.proc.pid, rate_hz=20, backend=FootprintLike(), model_paths=[str(model)])
+    s.reset_peak()
+    await s.start()
+    await asyncio.sleep(0.2)
+    r = await s.stop()
+    assert r.model_resident_bytes == 16 * MB and r.footprint_peak_bytes is not None
+    assert r.peak_bytes == r.footprint_peak_bytes + 16 * MB
+    assert r.source == "psutil:rss+mapped-model-files" or r.source.endswith("+mapped-model-files")
+    assert "mapped model files" in r.source_note
+    assert r.sources["model_resident_bytes"] == "kernel:smaps Rss of the model files"
+
+    class Unreadable(FootprintLike):
+        def mapped_file_bytes(self, pid: int, paths: list[str]) -> int:
+            raise OSError("proc_pidinfo: EPERM")
+
+    s = memory.MemorySampler(child.proc.pid, rate_hz=20, backend=Unreadable(), model_paths=[str(model)])
+    await s.start()
+    await asyncio.sleep(0.2)
+    r = await s.stop()
+    assert r.model_resident_bytes is None and "EPERM" in r.null_reasons["model_resident_bytes"]
+    assert r.resident_peak_bytes is not None and r.peak_bytes == max(r.footprint_peak_bytes or 0, r.resident_peak_bytes)
+    assert not r.exact and "lower bound" in r.source_note
+
+
+@linux_only
+async def test_no_model_paths_is_a_null_with_reason(child: Child) -> None:
+    s = memory.MemorySampler(child.proc.pid, rate_hz=20)
+    await s.start()
+    await asyncio.sleep(0.15)
+    r = await s.stop()
+    assert r.model_resident_bytes is None and r.null_reasons["model_resident_bytes"] == "no model files given to the sampler"
+    assert r.resident_peak_bytes == r.peak_bytes and r.footprint_peak_bytes is not None
+    assert r.sources["swap_in_bytes"] == "psutil:swap_memory sin/sout"

@@ -96,6 +96,23 @@ def test_reserved_args_are_rejected_naming_the_field(runtime: str, arg: str, hin
     assert errors[0].field is not None and errors[0].field.endswith("args[1]")
 
 
+@pytest.mark.parametrize(
+    ("args", "env", "note"),
+    [
+        ([], {}, "load mode auto (default: mmap unless a device cannot)"),
+        (["-lm", "none"], {}, "load mode none (-lm)"),
+        (["--load-mode", "mlock"], {}, "load mode mlock (--load-mode)"),
+        (["--load-mode=mmap+mlock"], {}, "load mode mmap+mlock (--load-mode)"),
+        ([], {"LLAMA_ARG_LOAD_MODE": "dio"}, "load mode dio (env LLAMA_ARG_LOAD_MODE)"),
+        (["-lm", "none"], {"LLAMA_ARG_LOAD_MODE": "dio"}, "load mode none (-lm)"),  # the flag wins, as in llama.cpp
+    ],
+)
+def test_llama_load_mode_note(args: list[str], env: dict[str, str], note: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 14, finding 5: the default is `auto` (not "mmap (default)") and `-lm` is the same flag."""
+    monkeypatch.delenv("LLAMA_ARG_LOAD_MODE", raising=False)
+    assert get_adapter("llama-server").memory_note(cand(args=args, env=env)) == note
+
+
 def test_llama_reserved_env() -> None:
     errors = get_adapter("llama-server").validate(cand(env={"LLAMA_ARG_CTX_SIZE": "4096", "OK": "1"}))
     assert [e.code for e in errors] == ["reserved_env"]

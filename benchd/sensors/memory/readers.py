@@ -1,155 +1,92 @@
-"""Per-OS readers of one process's memory, and the Linux /proc walk that finds a server's process tree.
+"""What one process's memory reader gives the sampler, and the portable fallback (psutil RSS).
 
-Why a module of its own: `benchd.sensors.memory.sampler` is about *sampling* (ticks, peaks across a tree, the probe's
-result); what one process's memory is, and how its kernel peak is reset, differs per OS and is the part
-a new platform adds to. Each backend names its sources (`source`, `current_source`), which
-`MemoryResult.source` reports; see `benchd.sensors.memory.sampler` for which is used when and why.
+Why a module of its own: `benchd.sensors.memory.sampler` is about *sampling* (ticks, peaks across a
+tree, the probe's result); what one process's memory is, and how its kernel peak is reset, differs per
+OS and is the part a new platform adds to. The per-OS readers sit side by side: `linux.py` (/proc) and
+`darwin.py` (proc_pid_rusage, region walk, vm_statistics64); `sources.default_backend()` chooses.
+
+Two figures per process, because the OSes count differently (issue 14, finding 5):
+- `resident`: pages in RAM including file-backed ones (Linux VmRSS, macOS ri_resident_size, psutil rss):
+  an mmap'd model counts once its pages are touched.
+- `footprint`: memory the process owns that is not a clean file page (Linux RssAnon, macOS
+  phys_footprint = internal + compressed + IOKit/Metal + purgeable + page tables): an mmap'd GGUF is
+  NOT in it, Metal allocations (MLX weights, KV caches) are.
+The kernel peak (`peak`) is of one of them (`Backend.peak_of`): VmHWM is a resident peak, the
+interval-max footprint a footprint peak.
 """
 
 from __future__ import annotations
 
 import os
-import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import psutil
 
-_KB = 1024
+PeakOf = Literal["resident", "footprint"]
 
 
 @dataclass(frozen=True)
 class ProcMem:
     """One process at one instant, bytes. `peak` is the kernel's peak since reset, when it has one."""
 
-    current: int
+    current: int  # what the series samples (the backend's `current_source`)
     peak: int | None
-    anon: int | None
-    file: int | None
+    anon: int | None  # Linux RssAnon
+    file: int | None  # Linux RssFile + RssShmem
+    resident: int | None = None
+    footprint: int | None = None
 
 
 class Backend(Protocol):
     source: str  # the name of the kernel peak source
     current_source: str  # the name of what the series samples
+    peak_of: PeakOf  # which of the two figures the kernel peak is a peak of
+    resident_source: str
+    footprint_source: str
+    mapped_source: str  # how the resident bytes of mapped model files are read
 
     def read(self, pid: int) -> ProcMem | None: ...  # None: the process is gone
 
     def reset(self, pid: int) -> str | None: ...  # None: ok, else why not
 
-
-class LinuxProc:
-    """/proc/PID/status (VmRSS, VmHWM, RssAnon, RssFile) and /proc/PID/clear_refs."""
-
-    source = "kernel:VmHWM"
-    current_source = "kernel:VmRSS"
-
-    def read(self, pid: int) -> ProcMem | None:
-        try:
-            with open(f"/proc/{pid}/status", "rb") as f:
-                data = f.read()
-        except (FileNotFoundError, ProcessLookupError):
-            return None
-        fields: dict[bytes, int] = {}
-        for line in data.splitlines():
-            if line[:2] in (b"Vm", b"Rs"):
-                key, _, rest = line.partition(b":")
-                if key in (b"VmRSS", b"VmHWM", b"RssAnon", b"RssFile", b"RssShmem"):
-                    fields[key] = int(rest.split()[0]) * _KB
-        if b"VmRSS" not in fields:  # zombie or kernel thread: no memory of its own any more
-            return None
-        file_ = fields.get(b"RssFile")
-        if file_ is not None and b"RssShmem" in fields:
-            file_ += fields[b"RssShmem"]  # shared memory is not anonymous heap either
-        return ProcMem(fields[b"VmRSS"], fields.get(b"VmHWM"), fields.get(b"RssAnon"), file_)
-
-    def reset(self, pid: int) -> str | None:
-        try:
-            with open(f"/proc/{pid}/clear_refs", "w") as f:
-                f.write("5")
-        except FileNotFoundError:
-            return None  # gone: nothing to reset
-        except OSError as exc:
-            return f"cannot write /proc/{pid}/clear_refs: {exc.strerror or exc}"
-        return None
+    def mapped_file_bytes(self, pid: int, paths: list[str]) -> int: ...  # raises OSError with the reason
 
 
-class Darwin:
-    """proc_pid_rusage phys_footprint; the kernel's interval max is the peak (benchd.sensors.memory.darwin)."""
+def real_paths(paths: Iterable[str]) -> list[str]:
+    """Model paths as the kernel names mappings (symlinks resolved: /var -> /private/var on macOS)."""
+    return sorted({os.path.realpath(os.path.expanduser(p)) for p in paths if p})
 
-    source = "darwin:phys_footprint"
-    current_source = "darwin:phys_footprint"
 
-    def read(self, pid: int) -> ProcMem | None:
-        from benchd.sensors.memory import darwin as memory_darwin
-
-        fp = memory_darwin.read_footprint(pid)
-        if fp is None:
-            return None
-        peak = fp.interval_max_phys_footprint or None  # 0: kernel built without interval max
-        return ProcMem(fp.phys_footprint, peak, None, None)
-
-    def reset(self, pid: int) -> str | None:
-        from benchd.sensors.memory import darwin as memory_darwin
-
-        return memory_darwin.reset_footprint_interval(pid)
+def is_under(path: str, roots: list[str]) -> bool:
+    """Is a mapped file one of `roots` (a model file) or inside one (an MLX model directory)?"""
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
 class PsutilRss:
-    """Portable fallback: psutil RSS, no kernel peak."""
+    """Portable fallback: psutil RSS, no kernel peak, no footprint."""
 
     source = "psutil:rss"
     current_source = "psutil:rss"
+    peak_of: PeakOf = "resident"
+    resident_source = "psutil:rss"
+    footprint_source = "psutil: no footprint"
+    mapped_source = "psutil:memory_maps rss of the model files"
 
     def read(self, pid: int) -> ProcMem | None:
         try:
             rss = psutil.Process(pid).memory_info().rss
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             return None
-        return ProcMem(int(rss), None, None, None)
+        return ProcMem(int(rss), None, None, None, resident=int(rss))
 
     def reset(self, pid: int) -> str | None:
         return "psutil has no resettable kernel peak"
 
-
-def default_backend() -> Backend:
-    if sys.platform.startswith("linux") and os.path.exists("/proc/self/status"):
-        return LinuxProc()
-    if sys.platform == "darwin":
-        return Darwin()
-    return PsutilRss()
-
-
-
-def proc_tree(root: int) -> set[int] | None:
-    """{root} + descendants from /proc/PID/task/TID/children; None when that file is unavailable
-    (not Linux, or a kernel without CONFIG_PROC_CHILDREN): the caller falls back to psutil."""
-    if not sys.platform.startswith("linux"):
-        return None
-    seen = {root}
-    stack = [root]
-    while stack:
-        pid = stack.pop()
+    def mapped_file_bytes(self, pid: int, paths: list[str]) -> int:
         try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except FileNotFoundError:
-            if pid == root:
-                return set()
-            continue  # a descendant exited meanwhile
-        except OSError:
-            return None
-        for tid in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                    data = f.read()
-            except FileNotFoundError:
-                if os.path.exists(f"/proc/{pid}/task/{tid}"):
-                    return None  # the task lives but has no children file: CONFIG_PROC_CHILDREN off
-                continue  # that thread (or the process) exited meanwhile
-            except OSError:
-                return None
-            for c in data.split():
-                child = int(c)
-                if child not in seen:
-                    seen.add(child)
-                    stack.append(child)
-    return seen
+            maps = psutil.Process(pid).memory_maps(grouped=True)
+        except (psutil.Error, NotImplementedError, AttributeError) as exc:
+            raise OSError(f"psutil memory_maps: {type(exc).__name__}: {exc}") from exc
+        return sum(int(m.rss) for m in maps if is_under(m.path, paths))

@@ -1,18 +1,27 @@
-"""Memory of a server's whole process tree during one probe: a time series and the kernel's exact peak.
+"""Memory of a server's whole process tree during one probe: a time series, the kernel's exact peak,
+and the memory axis the Pareto view compares.
 
-Usage (the sweep engine): `s = MemorySampler(server_pid)`, then per probe `s.reset_peak()`,
-`await s.start()`, run the probe, `result = await s.stop()`.
+Usage (the sweep engine): `s = MemorySampler(server_pid, model_paths=[model, draft])`, then per probe
+`s.reset_peak()`, `await s.start()`, run the probe, `result = await s.stop()`.
 
-Sources, best first, each named in `MemoryResult.source` (their per-OS readers are in
-`benchd.sensors.memory.readers`):
+Sources, best first, each named in `MemoryResult.source` (the per-OS readers are `linux.py` and
+`darwin.py` beside this module, the interface and the psutil fallback `readers.py`):
 - Linux `kernel:VmHWM`: `/proc/PID/status` VmHWM is the kernel's peak RSS; writing "5" to
   `/proc/PID/clear_refs` resets it to the current RSS, so each probe gets its own exact peak. The series
   is VmRSS from the same file, with the RssAnon/RssFile split (heap vs mmap'd weights).
-- macOS `darwin:phys_footprint` (benchd.sensors.memory.darwin): phys_footprint per tick, and the kernel's
-  interval-max footprint since `proc_reset_footprint_interval` as the peak (Metal memory shows there,
-  not in RSS).
+- macOS `darwin:phys_footprint`: phys_footprint per tick, and the kernel's interval-max footprint since
+  `proc_reset_footprint_interval` as the peak (Metal memory shows there, not in RSS).
 - `psutil:rss`: max of the sampled RSS series. Used when the kernel peak cannot be reset or read; it
   misses any spike shorter than a tick, so it is never `exact`.
+
+The memory axis (`peak_bytes`, issue 14 finding 5) is the memory the candidate occupies *including its
+weights*, on every OS, so a GGUF that llama-server mmaps is not made to look smaller than MLX weights in
+Metal buffers: Linux VmHWM already counts mapped model pages (RssFile) and copied ones (RssAnon) alike;
+on macOS the footprint leaves clean file-backed pages out, so the axis is the footprint peak plus the
+resident bytes of the mapped model files (region walk at the probe's end; weights do not change size).
+Both components stay in the result with their sources: `footprint_peak_bytes` (macOS kernel peak /
+Linux sampled RssAnon max) and `resident_peak_bytes` (Linux VmHWM / macOS sampled ri_resident_size max),
+plus `model_resident_bytes`.
 
 A tree's peak is the sum of each process's kernel peak: exact for one process, an upper bound for
 several (their peaks need not coincide); `source_note` says which.
@@ -28,15 +37,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import sys
 import time
-from typing import Any
+from collections.abc import Sequence
 
 import msgspec
 import psutil
 
-from benchd.sensors.memory.readers import Backend, LinuxProc, default_backend, proc_tree
+from benchd.sensors.memory import linux as memory_linux
+from benchd.sensors.memory.readers import Backend, real_paths
+from benchd.sensors.memory.sources import default_backend, read_swap
 
 
 class MemoryResult(msgspec.Struct, kw_only=True, frozen=True):
@@ -52,18 +61,16 @@ class MemoryResult(msgspec.Struct, kw_only=True, frozen=True):
     sampled_peak_bytes: int | None  # max of the series: a lower bound on the true peak
     rss_anon_bytes: int | None  # at the sampled peak (the tick with the largest tree total)
     rss_file_bytes: int | None  # RssFile + RssShmem (all non-anonymous pages), at the sampled peak
-    swap_in_bytes: int | None  # system-wide, psutil.swap_memory().sin delta over the probe
+    swap_in_bytes: int | None  # system-wide swap-in delta over the probe (`swap_source`)
     swap_out_bytes: int | None
     processes: int  # distinct pids sampled
     null_reasons: dict[str, str] = {}
-
-
-def _swap() -> tuple[int, int] | None:
-    try:
-        s = psutil.swap_memory()
-    except (OSError, RuntimeError, NotImplementedError):
-        return None
-    return int(s.sin), int(s.sout)
+    #: The two components of the axis, per OS (see the module docstring), and the mapped model files' share.
+    footprint_peak_bytes: int | None = None
+    resident_peak_bytes: int | None = None
+    model_resident_bytes: int | None = None
+    #: Where each component and the swap figures came from: {field: source}.
+    sources: dict[str, str] = {}
 
 
 class MemorySampler:
@@ -76,6 +83,7 @@ class MemorySampler:
         *,
         tree_refresh_s: float = 1.0,
         backend: Backend | None = None,
+        model_paths: Sequence[str] = (),
     ) -> None:
         if rate_hz <= 0:
             raise ValueError("rate_hz must be > 0")
@@ -83,6 +91,7 @@ class MemorySampler:
         self.rate_hz = rate_hz
         self.tree_refresh_s = tree_refresh_s
         self.backend: Backend = backend or default_backend()
+        self.model_paths = real_paths(model_paths)
         self._task: asyncio.Task[None] | None = None
         self._reset_errors: dict[int, str] = {}
         self._reset_pids: set[int] = set()
@@ -97,7 +106,7 @@ class MemorySampler:
         psutil's `children()` reads /proc/*/stat of EVERY process on the machine. Measured with
         cProfile over a 20-probe engine run: psutil's ppid_map was 61 calls, 0.105 s of the engine's
         0.54 CPU-s (reset_peak, start and stop each ask for the tree, plus the 1 s refresh)."""
-        kids_proc = proc_tree(self.root_pid)
+        kids_proc = memory_linux.proc_tree(self.root_pid)
         if kids_proc is not None:
             return kids_proc
         try:
@@ -129,6 +138,9 @@ class MemorySampler:
         self._seen: set[int] = set()
         self._vanished: set[int] = set()
         self._peaks: dict[int, int] = {}
+        self._footprints: dict[int, int] = {}  # sampled max per pid
+        self._residents: dict[int, int] = {}  # sampled max per pid
+        self._model: tuple[int | None, str] = (None, "not read")
         self._read_errors: dict[int, str] = {}
         self._series: list[tuple[float, int]] = []
         self._best: tuple[int, int | None, int | None] | None = None
@@ -136,7 +148,7 @@ class MemorySampler:
         self._first_t: float | None = None
         self._last_t: float | None = None
         self._error: str | None = None
-        self._swap0 = _swap()
+        self._swap0 = read_swap()
         self._last_refresh = time.monotonic()
         self._task = asyncio.create_task(self._run(), name=f"memory-sampler-{self.root_pid}")
 
@@ -194,6 +206,10 @@ class MemorySampler:
             file_ = file_ + m.file if file_ is not None and m.file is not None else None
             if m.peak is not None:
                 self._peaks[pid] = max(self._peaks.get(pid, 0), m.peak)
+            if m.footprint is not None:
+                self._footprints[pid] = max(self._footprints.get(pid, 0), m.footprint)
+            if m.resident is not None:
+                self._residents[pid] = max(self._residents.get(pid, 0), m.resident)
         if got:
             self._series.append((now, total))
             if self._best is None or total > self._best[0]:
@@ -211,13 +227,26 @@ class MemorySampler:
         now = time.monotonic()
         self._refresh(now)
         self._tick(now)
-        swap1 = _swap()
+        self._model = self._read_model_files()
+        swap1 = read_swap()
         self._reset_pending = True
         return self._result(swap1)
 
+    def _read_model_files(self) -> tuple[int | None, str]:
+        """Resident bytes of the mapped model files over the live tree, or (None, why not)."""
+        if not self.model_paths:
+            return None, "no model files given to the sampler"
+        total = 0
+        for pid in sorted(self._pids):
+            try:
+                total += self.backend.mapped_file_bytes(pid, self.model_paths)
+            except OSError as exc:
+                return None, f"cannot read the mappings of pid {pid}: {exc}"
+        return total, "mapped"
+
     # ------------------------------------------------------------------------------------ result
 
-    def _result(self, swap1: tuple[int, int] | None) -> MemoryResult:
+    def _result(self, swap1: tuple[int, int, str] | tuple[None, None, str]) -> MemoryResult:
         reasons: dict[str, str] = {}
         b = self.backend
         gone = self._vanished & self._seen
@@ -275,12 +304,28 @@ class MemorySampler:
         if file_ is None:
             reasons["rss_file_bytes"] = reasons.get("rss_anon_bytes", f"{b.current_source} has no RssFile")
 
-        if self._swap0 is not None and swap1 is not None:
-            sin: int | None = max(0, swap1[0] - self._swap0[0])
-            sout: int | None = max(0, swap1[1] - self._swap0[1])
+        sources: dict[str, str] = {}
+        (in0, out0, _), (in1, out1, swap_src) = self._swap0, swap1
+        if in0 is not None and out0 is not None and in1 is not None and out1 is not None:
+            sin: int | None = max(0, in1 - in0)
+            sout: int | None = max(0, out1 - out0)
+            sources["swap_in_bytes"] = sources["swap_out_bytes"] = swap_src
         else:
             sin = sout = None
-            reasons["swap_in_bytes"] = reasons["swap_out_bytes"] = "psutil.swap_memory() unavailable"
+            reasons["swap_in_bytes"] = reasons["swap_out_bytes"] = swap_src
+
+        fp, res, model = self._components(kernel_ok and not reset_failed, seen, sources, reasons)
+        if b.peak_of == "footprint" and peak is not None:  # macOS: add the weights the footprint leaves out
+            if model is not None:
+                peak += model
+                source = f"{source}+mapped-model-files"
+                note += (f"; plus {model} B of mapped model files resident at the probe's end (clean file-backed "
+                         "pages, which the footprint leaves out)")
+            else:
+                peak = max(peak, res or 0)
+                exact = False
+                note += (f"; lower bound: max(footprint peak, resident peak), the mapped model files could not be "
+                         f"read ({reasons.get('model_resident_bytes')})")
 
         return MemoryResult(
             peak_bytes=peak,
@@ -297,36 +342,34 @@ class MemorySampler:
             swap_out_bytes=sout,
             processes=len(seen),
             null_reasons=reasons,
+            footprint_peak_bytes=fp,
+            resident_peak_bytes=res,
+            model_resident_bytes=model,
+            sources=sources,
         )
 
-
-def describe_sources() -> list[dict[str, Any]]:
-    """What memory sources exist on this machine and which do not, with why (for `benchctl doctor`)."""
-    out: list[dict[str, Any]] = []
-    if sys.platform == "darwin":
-        from benchd.sensors.memory import darwin as memory_darwin
-
-        out.extend(memory_darwin.describe())
-    elif os.path.exists("/proc/self/status"):
-        m = LinuxProc().read(os.getpid())
-        hwm = m is not None and m.peak is not None
-        out.append({"name": "kernel:VmHWM", "available": hwm, "detail": "/proc/PID/status VmHWM"}
-                   | ({} if hwm else {"reason": "VmHWM missing from /proc/self/status"}))
-        err = LinuxProc().reset(os.getpid())  # resets only this process's own peak: harmless
-        out.append({"name": "kernel:clear_refs", "available": err is None,
-                    "detail": "per-probe reset of VmHWM via /proc/PID/clear_refs"} | ({"reason": err} if err else {}))
-        split = m is not None and m.anon is not None
-        out.append({"name": "kernel:RssAnon/RssFile", "available": split, "detail": "heap vs mmap'd file pages"}
-                   | ({} if split else {"reason": "kernel older than 4.5: no RssAnon/RssFile"}))
-    else:
-        out.append({"name": "kernel peak", "available": False, "reason": f"no kernel peak source on {sys.platform}"})
-    out.append({"name": "psutil:rss", "available": True, "detail": "sampled RSS, fallback only"})
-    sw = _swap()
-    if sw is None:
-        out.append({"name": "psutil:swap_memory", "available": False, "reason": "psutil.swap_memory() failed"})
-    else:
-        total = psutil.swap_memory().total
-        out.append({"name": "psutil:swap_memory", "available": True,
-                    "detail": "system-wide swap in/out delta per probe"
-                    + ("" if total else " (no swap configured: deltas will be 0)")})
-    return out
+    def _components(self, kernel_ok: bool, seen: set[int], sources: dict[str, str], reasons: dict[str, str]
+                    ) -> tuple[int | None, int | None, int | None]:
+        """(footprint peak, resident peak, model files resident), each with its source or null reason."""
+        b = self.backend
+        kernel = sum(self._peaks[p] for p in seen) if kernel_ok else None
+        out: list[int | None] = []
+        for name, peak_of, sampled, src in (
+            ("footprint_peak_bytes", "footprint", self._footprints, b.footprint_source),
+            ("resident_peak_bytes", "resident", self._residents, b.resident_source),
+        ):
+            if b.peak_of == peak_of and kernel is not None:
+                out.append(kernel)
+                sources[name] = src
+            elif seen and all(p in sampled for p in seen):
+                out.append(sum(sampled[p] for p in seen))
+                sources[name] = src if b.peak_of != peak_of else f"{b.current_source} (sampled max)"
+            else:
+                out.append(None)
+                reasons[name] = f"{src}: not available" if seen else "no process sampled"
+        model, why = self._model
+        if model is None:
+            reasons["model_resident_bytes"] = why
+        else:
+            sources["model_resident_bytes"] = b.mapped_source
+        return out[0], out[1], model

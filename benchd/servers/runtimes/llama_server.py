@@ -17,6 +17,7 @@ Facts used (pinned build b1-0c1e570, checked with `llama-server --help` on this 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -126,15 +127,21 @@ class LlamaServerAdapter(RuntimeAdapter):
         return [*argv, *candidate.args]
 
     def memory_note(self, candidate: Candidate) -> str | None:
-        """This build's `--load-mode` (none|mmap|mlock|mmap+mlock|dio; default mmap): with mmap the
-        weights are file-backed pages, counted in RSS (RssFile) only once touched."""
-        mode = "mmap (default)"
+        """This build's load mode: `-lm` / `--load-mode` (none|mmap|mlock|mmap+mlock|dio), else the
+        candidate's `LLAMA_ARG_LOAD_MODE`, else the default `auto` (mmap unless a device cannot). With mmap
+        the weights are file-backed pages: Linux counts them in RSS (RssFile, inside VmHWM); macOS leaves
+        them out of phys_footprint, so the memory axis adds the mapped model files' resident bytes there."""
+        env = {**os.environ, **candidate.env}  # what the server's environment will carry (`environment`)
+        mode, how = env.get("LLAMA_ARG_LOAD_MODE", "auto"), "env LLAMA_ARG_LOAD_MODE"
+        if "LLAMA_ARG_LOAD_MODE" not in env:
+            how = "default: mmap unless a device cannot"
         for i, arg in enumerate(candidate.args):
-            if arg.startswith("--load-mode="):
-                mode = arg.split("=", 1)[1]
-            elif arg == "--load-mode" and i + 1 < len(candidate.args):
-                mode = candidate.args[i + 1]
-        return f"--load-mode {mode}"
+            for flag in ("--load-mode", "-lm"):
+                if arg.startswith(flag + "="):
+                    mode, how = arg.split("=", 1)[1], flag
+                elif arg == flag and i + 1 < len(candidate.args):
+                    mode, how = candidate.args[i + 1], flag
+        return f"load mode {mode} ({how})"
 
     async def check_ready(self, base_url: str) -> Readiness:
         return await json_health(base_url, self.health_path, ("ok",))

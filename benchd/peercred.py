@@ -9,6 +9,9 @@ macOS: `getsockopt(SOL_LOCAL, LOCAL_PEERCRED)` → `struct xucred` (what libc's 
     u_int cr_version (0 = XUCRED_VERSION) | uid_t cr_uid | short cr_ngroups | (2 bytes pad) |
     gid_t cr_groups[16]  → 76 bytes, uid at offset 4.
 The macOS path cannot run here; `parse_xucred` is tested against that documented layout only.
+
+On the floor (not in `daemon/`) because two stages use it: the daemon's peer gate, and `benchctl doctor
+--platform-report`, which checks it on a socket pair (benchctl never imports the daemon).
 """
 
 from __future__ import annotations
