@@ -6,7 +6,7 @@ sensor, no sleep prevention, daemon not started) or `problem` (something needed 
 at all, a state dir others can read or that is not yours). Exit 1 on any problem, else 0.
 
 The parts come from the modules that own them (`benchd.servers.locate.list_runtimes`,
-`benchd.sensors.thermal.sensor` / `benchd.sensors.memory.sampler` `describe_sources`, `benchd.sensors.power.status`, the socket client); a module missing from
+`benchd.sensors.thermal.sensor` / `benchd.sensors.memory.sources` `describe_sources`, `benchd.sensors.power.status`, the socket client); a module missing from
 this build is reported as such, never as a crash.
 """
 
@@ -107,10 +107,10 @@ def _duration(seconds: float) -> str:
 
 
 def _sources(kind: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    from benchd.sensors.memory import sampler
+    from benchd.sensors.memory import sources as memory_sources
     from benchd.sensors.thermal import sensor
 
-    describe = {"thermal": sensor.describe_sources, "memory": sampler.describe_sources}[kind]
+    describe = {"thermal": sensor.describe_sources, "memory": memory_sources.describe_sources}[kind]
     sources: list[dict[str, Any]] = describe()
     have = [s["name"] for s in sources if s.get("available") and s["name"] != "selected"]
     missing = [f"{s['name']} ({s.get('reason')})" for s in sources if not s.get("available") and s["name"] != "selected"]
