@@ -1,6 +1,6 @@
 """benchd.sensors.power.status: power source and sleep prevention.
 
-The pmset samples under tests/data/darwin/ were written from pmset's documented output format, not
+The pmset samples under tests/data/darwin/ (see SAMPLES.md) follow pmset.c's output shapes, not
 captured on a Mac in this run (none is available here): the live macOS path is the `darwin` test.
 """
 
@@ -25,21 +25,28 @@ DATA = Path(__file__).parents[1] / "data" / "darwin"
 
 
 @pytest.mark.parametrize(
-    ("sample", "source", "percent", "state"),
+    ("sample", "source", "percent", "state", "estimate", "remaining"),
     [
-        ("pmset_ac_charged.txt", "ac", 100.0, "charged"),
-        ("pmset_ac_not_charging.txt", "ac", 81.0, "AC attached"),
-        ("pmset_battery_discharging.txt", "battery", 54.0, "discharging"),
-        ("pmset_battery_no_estimate.txt", "battery", 97.0, "discharging"),
-        ("pmset_desktop.txt", "ac", None, None),
-        ("pmset_ups.txt", "battery", 88.0, "discharging"),
+        ("pmset_ac_charged.txt", "ac", 100.0, "charged", "0:00", 0),
+        ("pmset_ac_not_charging.txt", "ac", 100.0, "AC attached", "not charging", None),
+        ("pmset_ac_finishing.txt", "ac", 99.0, "finishing charge", "0:04", 4),
+        ("pmset_battery_discharging.txt", "battery", 54.0, "discharging", "3:12", 192),
+        ("pmset_battery_no_estimate.txt", "battery", 85.0, "discharging", "no estimate", None),
+        ("pmset_battery_no_time.txt", "battery", 62.0, "discharging", None, None),  # no "; h:mm" part at all
+        ("pmset_desktop.txt", "ac", None, None, None, None),
+        ("pmset_ups.txt", "battery", 88.0, "discharging", "0:41", 41),
     ],
 )
-def test_parse_pmset_batt_samples(sample: str, source: str, percent: float | None, state: str | None) -> None:
+def test_parse_pmset_batt_samples(sample: str, source: str, percent: float | None, state: str | None,
+                                  estimate: str | None, remaining: int | None) -> None:
+    """Every line shape pmset.c's show_power_sources prints (issue 14, finding 9): with and without the
+    `; h:mm remaining` part, `(no estimate)`, `AC attached; not charging`."""
     parsed = power_darwin.parse_pmset_batt((DATA / sample).read_text())
     assert parsed.source == source
     assert parsed.percent == percent
     assert parsed.state == state
+    assert parsed.estimate == estimate and parsed.remaining_min == remaining
+    assert parsed.present is (None if percent is None else True)
 
 
 def test_parse_pmset_garbage_is_unknown() -> None:

@@ -113,13 +113,23 @@ def test_powermetrics_parser_on_sample() -> None:
 
 
 def test_pmset_therm_parser_on_samples() -> None:
+    """The shapes pmset.c prints (issue 14, finding 9): notes when nothing was recorded, a dated
+    `Thermal Warning Level = N` (kept, not dropped), and `<date> CPU Power notify` + tab-indented keys."""
     quiet = thermal_darwin.parse_pmset_therm((DATA / "pmset_therm_quiet.txt").read_text())
-    assert quiet == {"thermal_warning_recorded": False, "performance_warning_recorded": False}
+    assert quiet == {"thermal_warning_level": None, "thermal_warning_recorded": False,
+                     "performance_warning_level": None, "performance_warning_recorded": False,
+                     "cpu_power_status_recorded": False, "errors": []}
     power = thermal_darwin.parse_pmset_therm((DATA / "pmset_therm_cpu_power.txt").read_text())
-    assert power["CPU_Speed_Limit"] == 100 and power["CPU_Available_CPUs"] == 10
-    assert power["CPU_Scheduler_Limit"] == 100 and power["thermal_warning_recorded"] is None
-    limited = thermal_darwin.parse_pmset_therm((DATA / "pmset_therm_limited.txt").read_text())
-    assert limited["CPU_Speed_Limit"] == 50
+    assert power["CPU_Speed_Limit"] == 100 and power["CPU_Available_CPUs"] == 12 and power["CPU_Scheduler_Limit"] == 100
+    assert power["cpu_power_status_recorded"] is True and power["thermal_warning_recorded"] is False
+    # stdout alone: pmset writes "CPU Power notify" to stderr, so the first key shares the date's line
+    limited = thermal_darwin.parse_pmset_therm((DATA / "pmset_therm_limited_stdout_only.txt").read_text())
+    assert limited["CPU_Speed_Limit"] == 62 and limited["CPU_Scheduler_Limit"] == 100 and limited["CPU_Available_CPUs"] == 4
+    warned = thermal_darwin.parse_pmset_therm((DATA / "pmset_therm_warning.txt").read_text())
+    assert warned["thermal_warning_recorded"] is True and warned["thermal_warning_level"] == 1
+    assert warned["cpu_power_status_recorded"] is False and "CPU_Speed_Limit" not in warned
+    err = thermal_darwin.parse_pmset_therm("Error: No thermal warning level with error code 0xe00002c2\n")
+    assert err["thermal_warning_recorded"] is None and err["errors"] == ["Error: No thermal warning level with error code 0xe00002c2"]
 
 
 def test_darwin_sensor_reports_missing_tool(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,8 +5,11 @@ pure and tested on committed sample outputs (tests/data/darwin/pmset_*.txt); the
 built here and run by `power.py` on a Mac.
 
 `pmset -g batt` prints which supply the machine draws from on its first line (`Now drawing from 'AC
-Power'`, `'Battery Power'`, `'UPS Power'`), then one line per battery with its charge (`54%;
-discharging; 3:12 remaining`). A desktop Mac prints the first line only.
+Power'`, `'Battery Power'`, `'UPS Power'`), then one line per battery: ` -NAME (id=N)\tPCT%; STATE`,
+then `; h:mm remaining` or `; (no estimate)` when pmset has a time estimate (never with `AC attached;
+not charging`, and not at all when the source reports no time), then ` present: true`. STATE is
+charging, discharging, charged, finishing charge, or `AC attached; not charging` (PowerManagement's
+pmset.c, `show_power_sources`). A desktop Mac prints the first line only.
 """
 
 from __future__ import annotations
@@ -20,17 +23,22 @@ PowerSource = Literal["ac", "battery", "unknown"]
 PMSET_BATT = ("pmset", "-g", "batt")
 
 _DRAWING = re.compile(r"Now drawing from '([^']+)'")
-_PERCENT = re.compile(r"\t\s*(\d{1,3})%;\s*([^;]*);")
+_BATTERY = re.compile(r"\t\s*(\d{1,3})%;([^\n]*)")
+_REMAINING = re.compile(r"(\d+):(\d{2}) remaining")
+_PRESENT = re.compile(r"\bpresent: (true|false)")
 
 
 @dataclass(frozen=True)
 class PmsetBatt:
-    """What `pmset -g batt` said: the supply, the first battery's charge and its state, if any."""
+    """What `pmset -g batt` said: the supply, the first battery's charge, state and time estimate."""
 
     source: PowerSource
     drawing_from: str | None
     percent: float | None
     state: str | None
+    remaining_min: int | None = None  # "h:mm remaining" (to empty on battery, to full on AC)
+    estimate: str | None = None  # "h:mm", "no estimate", "not charging", or None (no time part at all)
+    present: bool | None = None
 
 
 def parse_pmset_batt(text: str) -> PmsetBatt:
@@ -48,12 +56,24 @@ def parse_pmset_batt(text: str) -> PmsetBatt:
             source = "ac"
         elif "battery" in low or "ups" in low:
             source = "battery"
-    pct = _PERCENT.search(text)
+    batt = _BATTERY.search(text)
+    if batt is None:
+        return PmsetBatt(source=source, drawing_from=drawing, percent=None, state=None)
+    rest = batt.group(2)
+    present = _PRESENT.search(rest)
+    parts = [p.strip() for p in _PRESENT.sub("", rest).split(";")]
+    state = re.sub(r"\s*\([^)]*/[^)]*\)$", "", parts[0]) or None  # drop a "(Good/100)" health suffix
+    remaining = _REMAINING.search(rest)
+    estimate = (f"{remaining.group(1)}:{remaining.group(2)}" if remaining else "no estimate" if "(no estimate)" in rest
+                else "not charging" if "not charging" in rest else None)
     return PmsetBatt(
         source=source,
         drawing_from=drawing,
-        percent=float(pct.group(1)) if pct else None,
-        state=pct.group(2).strip() if pct else None,
+        percent=float(batt.group(1)),
+        state=state,
+        remaining_min=int(remaining.group(1)) * 60 + int(remaining.group(2)) if remaining else None,
+        estimate=estimate,
+        present=None if present is None else present.group(1) == "true",
     )
 
 

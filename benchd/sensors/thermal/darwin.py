@@ -5,8 +5,13 @@ level thermald publishes (what throttling decisions follow):
 - `notifyutil -g com.apple.system.thermalpressurelevel` (no root, ~10 ms): prints the key and a level,
   0 nominal, 1 moderate, 2 heavy, 3 trapping, 4 sleeping (OSThermalNotification.h's macOS values).
 - `powermetrics -s thermal -n 1 -i 100` (root only): "Current pressure level: Nominal".
-- `pmset -g therm`: CPU_Speed_Limit / CPU_Scheduler_Limit (100 = unthrottled), or "No thermal warning
-  level has been recorded". Reported by `describe()`; not a pressure level, so not a reading.
+- `pmset -g therm` (PowerManagement's pmset.c): "Note: No thermal warning level has been recorded" or
+  "<date> Thermal Warning Level = N"; the same for the performance warning level; then either "Note: No
+  CPU power status has been recorded" (Apple silicon) or "<date> CPU Power notify" followed by
+  tab-indented `\tCPU_Speed_Limit \t= 100` lines (100 = unthrottled). pmset writes "CPU Power notify"
+  to stderr and the rest to stdout, so captured separately the first key sits on the date's line: the
+  parser reads keys anywhere and is fed stdout and stderr together. Reported by `describe()`; not a
+  pressure level, so not a reading.
 
 The parsers are pure and tested on the committed samples under tests/data/darwin/ (transcribed from
 published outputs; no Mac was available to capture them). Nothing here runs on Linux.
@@ -49,31 +54,45 @@ def parse_powermetrics(text: str) -> str | None:
     return word if word in LEVELS.values() else None
 
 
-_PMSET_KV = re.compile(r"^\s*-?\s*(CPU_[A-Za-z_]+|GPU_[A-Za-z_]+)\s*=\s*(\d+)", re.MULTILINE)
+_PMSET_KV = re.compile(r"\b((?:CPU|GPU)_[A-Za-z_]+)\s*=\s*(\d+)")
+_THERMAL_LEVEL = re.compile(r"Thermal Warning Level\s*[=:]\s*(-?\d+)", re.IGNORECASE)
+_PERF_LEVEL = re.compile(r"Performance Warning Level\s*[=:]\s*(-?\d+)", re.IGNORECASE)
+
+
+def _recorded(text: str, what: str, level: re.Match[str] | None) -> bool | None:
+    """True when pmset printed a level, False when it said none was recorded, None when it said neither."""
+    if level is not None:
+        return True
+    return False if f"no {what} has been recorded" in text.lower() else None
 
 
 def parse_pmset_therm(text: str) -> dict[str, Any]:
-    """`pmset -g therm` → {"CPU_Speed_Limit": 100, ..., "thermal_warning_recorded": bool, ...}."""
+    """`pmset -g therm` (stdout and stderr together) → the CPU_* limits, and which warnings were recorded.
+
+    {"CPU_Speed_Limit": 100, ..., "thermal_warning_level": N | None, "thermal_warning_recorded": bool | None,
+     "performance_warning_level", "performance_warning_recorded", "cpu_power_status_recorded", "errors"}.
+    """
     out: dict[str, Any] = {k: int(v) for k, v in _PMSET_KV.findall(text)}
-    out["thermal_warning_recorded"] = (
-        None if "thermal warning level" not in text.lower() else "no thermal warning level" not in text.lower()
-    )
-    out["performance_warning_recorded"] = (
-        None
-        if "performance warning level" not in text.lower()
-        else "no performance warning level" not in text.lower()
-    )
+    thermal, perf = _THERMAL_LEVEL.search(text), _PERF_LEVEL.search(text)
+    out["thermal_warning_level"] = int(thermal.group(1)) if thermal else None
+    out["thermal_warning_recorded"] = _recorded(text, "thermal warning level", thermal)
+    out["performance_warning_level"] = int(perf.group(1)) if perf else None
+    out["performance_warning_recorded"] = _recorded(text, "performance warning level", perf)
+    cpu = any(k.startswith("CPU_") for k in out) or "cpu power notify" in text.lower()
+    out["cpu_power_status_recorded"] = True if cpu else _recorded(text, "cpu power status", None)
+    out["errors"] = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("Error")]
     return out
 
 
-def _run(argv: list[str]) -> str:
-    """Run a short command; raises OSError (with the reason) on any failure."""
+def _run(argv: list[str], *, with_stderr: bool = False) -> str:
+    """Run a short command (stdout, plus stderr when asked); raises OSError (with the reason) on failure."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False)
+        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if with_stderr else subprocess.PIPE,
+                              text=True, timeout=_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise OSError(f"{argv[0]}: {exc}") from exc
     if done.returncode != 0:
-        raise OSError(f"{argv[0]} exited {done.returncode}: {done.stderr.strip()[:200]}")
+        raise OSError(f"{argv[0]} exited {done.returncode}: {(done.stderr or done.stdout or '').strip()[:200]}")
     return done.stdout
 
 
@@ -127,7 +146,7 @@ def describe() -> list[dict[str, Any]]:
     else:
         out.append({"name": "darwin:powermetrics", "available": False, "reason": "needs root"})
     try:
-        info = parse_pmset_therm(_run(["pmset", "-g", "therm"]))
+        info = parse_pmset_therm(_run(["pmset", "-g", "therm"], with_stderr=True))
         out.append({"name": "darwin:pmset-therm", "available": True, "detail": info})
     except OSError as exc:
         out.append({"name": "darwin:pmset-therm", "available": False, "reason": str(exc)})
