@@ -191,7 +191,10 @@ def _print(report: dict[str, Any]) -> None:
 @click.option("--socket", "socket_path", envvar="BENCHD_SOCKET", type=click.Path(dir_okay=False), default=None,
               help="benchd's socket (default: <state dir>/benchd.sock).")
 @click.option("--json", "as_json", is_flag=True, help="Print every finding as JSON.")
-def doctor(state_dir: str | None, socket_path: str | None, as_json: bool) -> None:
+@click.option("--platform-report", "report_file", type=click.Path(dir_okay=False, writable=True), default=None,
+              metavar="FILE", help="Exercise every platform path here and write raw outputs + parsed values to FILE "
+                                   "(nothing private: home is ~, user and host are masked) for a bug report.")
+def doctor(state_dir: str | None, socket_path: str | None, as_json: bool, report_file: str | None) -> None:
     """Check this machine: runtimes and versions, daemon, state dir, sensors, power, sleep.
 
     Prints what to do about each problem. Exit status 1 when something needed is missing (no runtime
@@ -202,10 +205,14 @@ def doctor(state_dir: str | None, socket_path: str | None, as_json: bool) -> Non
       benchctl doctor
       benchctl doctor --json | jq '.runtimes'
       BENCHD_LLAMA_SERVER=~/llama.cpp/build/bin/llama-server benchctl doctor
+      benchctl doctor --platform-report benchd-report.json   # on a Mac: attach it to a bug report
     """
     from benchd.config import Config
 
     config = Config.resolve(state_dir=state_dir, socket=socket_path)
+    if report_file is not None:
+        write_platform_report(Path(report_file), config.state_dir, config.cache_dir, config.socket)
+        return
     report = run_checks(config.state_dir, config.socket, config.cache_dir)
     if as_json:
         import json
@@ -214,3 +221,18 @@ def doctor(state_dir: str | None, socket_path: str | None, as_json: bool) -> Non
     else:
         _print(report)
     sys.exit(exitcodes.OK if report["ok"] else exitcodes.FAILED)
+
+
+def write_platform_report(path: Path, state_dir: Path, cache_dir: Path, socket: Path) -> None:
+    """`--platform-report`: write the file, say which areas failed; exit 2 when it cannot be written."""
+    from benchctl.platform_report import write
+
+    try:
+        report = write(path, (state_dir, cache_dir, socket),
+                       extra={"doctor": lambda ctx: run_checks(ctx.state_dir, ctx.socket, ctx.cache_dir)})
+    except OSError as exc:
+        click.echo(f"error: cannot write the platform report to {path}: {exc.strerror or exc}", err=True)
+        sys.exit(exitcodes.BAD_INPUT)
+    failed = [name for name, area in report["areas"].items() if isinstance(area, dict) and "error" in area]
+    click.echo(f"wrote {path} ({len(report['areas'])} areas" + (f"; failed: {', '.join(failed)}" if failed else "") + ")")
+    click.echo("please attach it to a bug report: it holds raw command outputs and parsed values, no user or host names")

@@ -133,7 +133,7 @@ def load_agent(label: str, plist: Path, *, changed: bool, run: Runner, uid: int 
     raise LaunchctlError(f"`{' '.join(cmd)}` failed: {_why(result)}")
 
 
-_TOP_KEY = re.compile(r"^\t([a-z][a-z ]*[a-z]) = (.*)$")
+_TOP_KEY = re.compile(r"^\t([a-z][a-z ()]*[a-z)]) = (.*)$")  # "jetsam memory limit (active) = ..." too
 
 
 def parse_print(text: str) -> dict[str, str]:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from benchd.config import Config
 from benchd import peercred
+from benchd.config import Config
 from benchd.daemon.instance import AlreadyRunning, InstanceGuard, ensure_private_dir
 
 

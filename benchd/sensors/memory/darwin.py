@@ -203,11 +203,11 @@ def reset_footprint_interval(pid: int) -> str | None:
     return None
 
 
-def walk_regions(pid: int) -> list[tuple[int, int, int, str]]:
-    """Every VM region of `pid` with its backing file: (address, size, resident pages, path)."""
+def walk_regions_raw(pid: int) -> list[bytes]:
+    """Every VM region of `pid` as raw `proc_regionwithpathinfo` bytes, in address order."""
     lib = libsystem()
     buf = ProcRegionWithPathInfo()
-    out: list[tuple[int, int, int, str]] = []
+    out: list[bytes] = []
     addr = 0
     for _ in range(MAX_REGIONS):
         n = lib.proc_pidinfo(pid, PROC_PIDREGIONPATHINFO, addr, ctypes.byref(buf), ctypes.sizeof(buf))
@@ -216,13 +216,18 @@ def walk_regions(pid: int) -> list[tuple[int, int, int, str]]:
             if err in (0, errno.EINVAL) and out:  # past the last region
                 return out
             raise OSError(err, f"proc_pidinfo({pid}, PROC_PIDREGIONPATHINFO): {_errno_text(err)}")
-        region = parse_region(bytes(buf))
-        out.append(region)
-        nxt = region[0] + region[1]
-        if nxt <= addr:
+        raw = bytes(buf)
+        out.append(raw)
+        start, size, _, _ = parse_region(raw)
+        if start + size <= addr:
             return out
-        addr = nxt
+        addr = start + size
     return out
+
+
+def walk_regions(pid: int) -> list[tuple[int, int, int, str]]:
+    """Every VM region of `pid` with its backing file: (address, size, resident pages, path)."""
+    return [parse_region(raw) for raw in walk_regions_raw(pid)]
 
 
 def read_swap_raw() -> bytes:

@@ -33,22 +33,9 @@ class LinuxProc:
     def read(self, pid: int) -> ProcMem | None:
         try:
             with open(f"/proc/{pid}/status", "rb") as f:
-                data = f.read()
+                return parse_status(f.read())
         except (FileNotFoundError, ProcessLookupError):
             return None
-        fields: dict[bytes, int] = {}
-        for line in data.splitlines():
-            if line[:2] in (b"Vm", b"Rs"):
-                key, _, rest = line.partition(b":")
-                if key in (b"VmRSS", b"VmHWM", b"RssAnon", b"RssFile", b"RssShmem"):
-                    fields[key] = int(rest.split()[0]) * _KB
-        if b"VmRSS" not in fields:  # zombie or kernel thread: no memory of its own any more
-            return None
-        file_ = fields.get(b"RssFile")
-        if file_ is not None and b"RssShmem" in fields:
-            file_ += fields[b"RssShmem"]  # shared memory is not anonymous heap either
-        anon = fields.get(b"RssAnon")
-        return ProcMem(fields[b"VmRSS"], fields.get(b"VmHWM"), anon, file_, resident=fields[b"VmRSS"], footprint=anon)
 
     def reset(self, pid: int) -> str | None:
         try:
@@ -68,6 +55,23 @@ class LinuxProc:
         except OSError as exc:
             raise OSError(f"cannot read /proc/{pid}/smaps: {exc.strerror or exc}") from exc
         return parse_smaps_rss(data, paths)
+
+
+def parse_status(data: bytes) -> ProcMem | None:
+    """`/proc/PID/status` → ProcMem; None for a zombie or kernel thread (no memory of its own any more)."""
+    fields: dict[bytes, int] = {}
+    for line in data.splitlines():
+        if line[:2] in (b"Vm", b"Rs"):
+            key, _, rest = line.partition(b":")
+            if key in (b"VmRSS", b"VmHWM", b"RssAnon", b"RssFile", b"RssShmem"):
+                fields[key] = int(rest.split()[0]) * _KB
+    if b"VmRSS" not in fields:
+        return None
+    file_ = fields.get(b"RssFile")
+    if file_ is not None and b"RssShmem" in fields:
+        file_ += fields[b"RssShmem"]  # shared memory is not anonymous heap either
+    anon = fields.get(b"RssAnon")
+    return ProcMem(fields[b"VmRSS"], fields.get(b"VmHWM"), anon, file_, resident=fields[b"VmRSS"], footprint=anon)
 
 
 def parse_smaps_rss(data: bytes, paths: list[str]) -> int:
