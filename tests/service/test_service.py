@@ -105,6 +105,7 @@ def test_launchctl_print_parser_on_sample() -> None:
     assert props["pid"] == "48213"
     assert props["last exit code"] == "1"
     assert props["path"] == "/Users/ada/Library/LaunchAgents/dev.benchd.plist"
+    assert props["jetsam memory limit (active)"] == "(unlimited)"  # keys with parentheses too
     assert "arguments" not in props and "PATH" not in props
 
 
