@@ -6,7 +6,7 @@ Why two: `benchctl ping` must start in under 150 ms, and importing aiohttp alone
 
 Errors are typed so commands map them to exit codes without parsing text:
     Unreachable → 3 (with one line on how to start the daemon; SocketPathTooLong says the path is over
-    the Unix-socket limit instead), ApiError(status 4xx) → 2, else 1.
+    the Unix-socket limit instead, checked only once connecting failed), ApiError(status 4xx) → 2, else 1.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
-
-from benchd.config import MAX_SOCKET_PATH_BYTES
 
 
 class ClientError(Exception):
@@ -41,6 +39,8 @@ class SocketPathTooLong(Unreachable):
     macOS is one): say so, rather than let the kernel's "AF_UNIX path too long" surface as a crash."""
 
     def __init__(self, socket_path: Path | str) -> None:
+        from benchd.config import MAX_SOCKET_PATH_BYTES
+
         n = len(os.fsencode(str(socket_path)))
         super().__init__(socket_path, f"the socket path is {n} bytes")
         self.args = (
@@ -50,10 +50,15 @@ class SocketPathTooLong(Unreachable):
         )
 
 
-def check_socket_path(socket_path: Path | str) -> None:
-    """Raise SocketPathTooLong for a path no benchd can bind (the daemon refuses the same limit)."""
+def unreachable(socket_path: Path | str, reason: str) -> Unreachable:
+    """The error for a socket nothing answers on: SocketPathTooLong when no benchd could bind that path
+    (the daemon refuses the same limit). Checked on the failure path only, so a successful `benchctl
+    ping` never imports the config module."""
+    from benchd.config import MAX_SOCKET_PATH_BYTES
+
     if len(os.fsencode(str(socket_path))) > MAX_SOCKET_PATH_BYTES:
-        raise SocketPathTooLong(socket_path)
+        return SocketPathTooLong(socket_path)
+    return Unreachable(socket_path, reason)
 
 
 class ApiError(ClientError):
@@ -118,7 +123,6 @@ class Client:
 
     def _open(self, method: str, path: str, body: Any = None, timeout: float | None = -1.0
               ) -> tuple[_UnixHTTPConnection, http.client.HTTPResponse]:
-        check_socket_path(self.socket_path)
         conn = _UnixHTTPConnection(str(self.socket_path), self.timeout if timeout == -1.0 else timeout)
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json"} if data is not None else {}
@@ -128,13 +132,19 @@ class Client:
         except (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, BrokenPipeError,
                 http.client.RemoteDisconnected) as exc:
             conn.close()
-            raise Unreachable(self.socket_path, str(exc)) from exc
+            raise unreachable(self.socket_path, str(exc)) from exc
         except PermissionError as exc:
             conn.close()
             raise Unreachable(self.socket_path, f"permission denied: {exc}") from exc
         except TimeoutError as exc:
             conn.close()
             raise Unreachable(self.socket_path, "timed out") from exc
+        except OSError as exc:  # "AF_UNIX path too long" carries no errno: the length is the reason
+            conn.close()
+            err = unreachable(self.socket_path, str(exc))
+            if isinstance(err, SocketPathTooLong):
+                raise err from exc
+            raise
         return conn, resp
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
@@ -199,8 +209,6 @@ class AsyncClient:
     async def __aenter__(self) -> AsyncClient:
         import aiohttp
 
-        check_socket_path(self.socket_path)
-
         self._session = aiohttp.ClientSession(
             connector=aiohttp.UnixConnector(path=str(self.socket_path)),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeout),
@@ -225,7 +233,7 @@ class AsyncClient:
                 data = await resp.read()
                 status = resp.status
         except (aiohttp.ClientConnectionError, FileNotFoundError) as exc:
-            raise Unreachable(self.socket_path, str(exc)) from exc
+            raise unreachable(self.socket_path, str(exc)) from exc
         if status >= 400:
             raise _error_from(status, data)
         return json.loads(data) if data else None
