@@ -227,7 +227,8 @@ class MemorySampler:
         now = time.monotonic()
         self._refresh(now)
         self._tick(now)
-        self._model = self._read_model_files()
+        # off the loop: its cost grows with the model (smaps and the region walk cover every mapped page)
+        self._model = await asyncio.to_thread(self._read_model_files)
         swap1 = read_swap()
         self._reset_pending = True
         return self._result(swap1)
