@@ -127,10 +127,10 @@ def test_plan_counts_cells_and_states_its_assumptions(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------- the CLI
 
 
-def test_validate_is_offline_and_checks_files(tmp_path: Path) -> None:
+def test_validate_is_offline_and_checks_files(tmp_path: Path, short_base: Path) -> None:
     f = tmp_path / "s.toml"
     f.write_text(SWEEP)
-    out = run_ctl("validate", str(f), "--json", socket=tmp_path / "nothing.sock")
+    out = run_ctl("validate", str(f), "--json", socket=short_base / "nothing.sock")
     assert out.returncode == 2, out.stderr  # model, draft model and binary are missing
     doc = json.loads(out.stdout)
     assert not doc["ok"]
@@ -143,7 +143,7 @@ def test_validate_is_offline_and_checks_files(tmp_path: Path) -> None:
     exe.write_text("#!/bin/sh\n")
     exe.chmod(0o755)
     f.write_text(SWEEP.replace("~/bin/llama-server", str(exe)))
-    out = run_ctl("validate", str(f), socket=tmp_path / "nothing.sock")
+    out = run_ctl("validate", str(f), socket=short_base / "nothing.sock")
     problems = [ln for ln in out.stderr.splitlines() if ln.startswith("problem:")]
     assert out.returncode == (2 if problems else 0), out.stderr
     assert "estimated duration" in out.stdout and "assumptions, not measurements" in out.stdout
