@@ -381,16 +381,28 @@ class JobQueue:
         self._emit(self.store.transition(job_id, "job_interrupted", {"reason": reason}, state="interrupted"))
 
     async def _write_runbook(self, job_id: str, outcome: str) -> None:
-        """The runbook (another module); its failure is recorded on the job, never raised."""
-        from benchd.results.runbook import write_runbook  # lazily: it pulls in the report and chart code
+        """The runbook (another module), then its views (charts) in a worker process, awaited here so
+        the next job starts after it; a failure of either is recorded on the job, never raised."""
+        from benchd.results.render import render_off_loop  # lazily: the results stage is for job ends
+        from benchd.results.runbook import write_runbook
 
         try:
-            runbook_id = await asyncio.to_thread(write_runbook, self.config, self.store, job_id, outcome)
+            runbook_id = await asyncio.to_thread(write_runbook, self.config, self.store, job_id, outcome, charts=False)
             if runbook_id:
                 self.store.update_job(job_id, runbook_id=str(runbook_id))
         except Exception as exc:
             log.exception("job %s: writing the runbook failed", job_id)
-            with contextlib.suppress(sqlite3.Error):
-                prior = self.store.get_job(job_id, with_sweep=False).error
-                note = f"runbook not written: {type(exc).__name__}: {exc}"
-                self.store.update_job(job_id, error=f"{prior}; {note}" if prior else note)
+            self._note_error(job_id, f"runbook not written: {type(exc).__name__}: {exc}")
+            return
+        try:
+            problem = (await render_off_loop(self.config.runbooks_dir / f"{runbook_id}.json")).problem()
+        except Exception as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        if problem:
+            log.error("job %s: rendering the runbook's views failed: %s", job_id, problem)
+            self._note_error(job_id, f"runbook views not rendered: {problem}")
+
+    def _note_error(self, job_id: str, note: str) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            prior = self.store.get_job(job_id, with_sweep=False).error
+            self.store.update_job(job_id, error=f"{prior}; {note}" if prior else note)

@@ -148,9 +148,9 @@ def encode_runbook(rb: Runbook) -> bytes:
 
 
 def save_runbook(config: Config, rb: Runbook, charts: bool = True) -> Path:
-    """Write `<id>.json` and `<id>.md` atomically, then the charts (when matplotlib is present) and the
-    self-contained page `<id>.html` (always: without the `html` extra it has the tables and says why
-    it has no charts)."""
+    """Write `<id>.json` and `<id>.md` atomically, and with `charts` the runbook's views (charts when
+    matplotlib is present) in this process. The daemon passes `charts=False` and renders the views
+    in a worker process (`benchd.results.render.render_off_loop`)."""
     from benchd.results.report import render_markdown
 
     out = config.runbooks_dir
@@ -159,20 +159,19 @@ def save_runbook(config: Config, rb: Runbook, charts: bool = True) -> Path:
     _atomic_write(path, encode_runbook(rb))
     _atomic_write(out / f"{rb.id}.md", render_markdown(rb).encode())
     if charts:
-        from benchd.results.plot import available, write_charts
+        from benchd.results.render import render_views
 
-        if available():
-            write_charts(rb, out)
+        render_views(rb, out)
         from benchd.results.html import write_page
 
         write_page(rb, out, config.cache_dir)
     return path
 
 
-def write_runbook(config: Config, store: Store, job_id: str, outcome: str | None = None) -> str:
+def write_runbook(config: Config, store: Store, job_id: str, outcome: str | None = None, *, charts: bool = True) -> str:
     """Build and write the runbook of a job; returns its id (the file stem). Called when a job ends."""
     rb = build_runbook(config, store, job_id, outcome)
-    save_runbook(config, rb)
+    save_runbook(config, rb, charts=charts)
     return rb.id
 
 

@@ -107,6 +107,14 @@ def test_sweep_follow_to_the_end(run_daemon, tiny_models, llama_server_bin, tmp_
     assert rb and rb.endswith(job)
     assert d.client().request("GET", f"/v1/runbooks/{rb}")["job"]["id"] == job
     assert any(r["id"] == rb for r in d.client().request("GET", "/v1/runbooks")["runbooks"])
+    # its charts come from a worker process: they appear, and the daemon never loaded matplotlib
+    png = d.state_dir / "runbooks" / f"{rb}.pareto.png"
+    while not png.exists() and time.monotonic() < deadline + 60:
+        time.sleep(0.2)
+    assert png.stat().st_size > 1000
+    daemon_maps = Path(f"/proc/{d.client().health()['pid']}/maps")
+    if daemon_maps.exists():
+        assert "matplotlib" not in daemon_maps.read_text()
     assert not [p for p in server_pids(evs) if alive(p)]
     # a plain `tail` of a finished job replays to the end and exits 0, naming the runbook
     out = d.benchctl("tail", job)

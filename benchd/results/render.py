@@ -1,0 +1,148 @@
+"""Views of a written runbook (the Pareto charts; any later view registers beside them), rendered in
+a worker process so the daemon's event loop never pays for them.
+
+Why a worker process: matplotlib's import and one chart render cost 0.5 + 0.4-0.55 CPU-s per job on
+the 2-core VM (benchmarks/RESULTS.md §1). In a thread of the daemon that CPU still runs in the daemon's
+process, holding the GIL against the event loop, and leaves matplotlib and numpy resident for the
+daemon's lifetime. `python -m benchd.results.render RUNBOOK.json` does the import and the drawing in
+its own short-lived process; the daemon awaits its exit without blocking its loop, and the queue
+starts the next job only after it exits, so a render never competes with a probe.
+
+Why not lazily on first read: the views are files next to the runbook that `benchctl report` (offline)
+and `make demo` open directly, so a lazy render would run in whichever reader came first — the daemon's
+API handler or the CLI — at a time nobody chose, possibly during the next job's probes.
+
+A view is a `Renderer`: a name, what it needs installed (None when present, else why not), and a
+function writing its files beside the runbook. The daemon renders every available view of each
+runbook; `--only NAME` renders one (a view whose requirement is missing is skipped with its reason).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchd.schemas import Runbook
+
+#: A render that takes longer is killed: the runbook itself is already written, only its views are lost.
+RENDER_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Renderer:
+    name: str
+    missing: Callable[[], str | None]  # None: can render here; else why not (an install hint)
+    render: Callable[[Runbook, Path], list[Path]]  # (runbook, its folder) -> files written
+
+
+def _charts_missing() -> str | None:
+    from benchd.results import plot
+
+    return None if plot.available() else plot.MISSING
+
+
+def _charts(rb: Runbook, out_dir: Path) -> list[Path]:
+    from benchd.results.plot import write_charts
+
+    return write_charts(rb, out_dir)
+
+
+#: Every view of a runbook, in render order (plain table: a new view adds one entry).
+RENDERERS: dict[str, Renderer] = {"charts": Renderer("charts", _charts_missing, _charts)}
+
+
+def available(names: list[str] | None = None) -> list[str]:
+    """The views that can be rendered here (their requirements are importable); cheap, no import."""
+    return [n for n in (names or list(RENDERERS)) if RENDERERS[n].missing() is None]
+
+
+def render_views(rb: Runbook, out_dir: Path, names: list[str] | None = None, *,
+                 collect_errors: bool = False) -> dict[str, Any]:
+    """Render views of `rb` into `out_dir` in THIS process: {written, skipped, errors}. A view whose
+    requirement is missing is skipped with its reason; a failing view raises, or with
+    `collect_errors` is recorded by name and the others still render (the worker's way)."""
+    out: dict[str, Any] = {"written": [], "skipped": {}, "errors": {}}
+    for name in names or list(RENDERERS):
+        r = RENDERERS[name]
+        why = r.missing()
+        if why is not None:
+            out["skipped"][name] = why
+            continue
+        try:
+            out["written"] += [str(p) for p in r.render(rb, out_dir)]
+        except Exception as exc:
+            if not collect_errors:
+                raise
+            out["errors"][name] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+@dataclass
+class RenderOutcome:
+    """What the worker did, as the daemon saw it."""
+
+    written: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # view (or "worker") -> why
+
+    def problem(self) -> str | None:
+        return "; ".join(f"{k}: {v}" for k, v in self.errors.items()) or None
+
+
+async def render_off_loop(path: Path, names: list[str] | None = None, *,
+                          timeout_s: float = RENDER_TIMEOUT_S) -> RenderOutcome:
+    """Render the runbook's views in a worker process and wait for it without blocking the loop.
+
+    Cancelled (daemon shutdown) or past `timeout_s`, the worker is killed. Nothing is spawned when no
+    view can be rendered here (e.g. matplotlib not installed)."""
+    wanted = available(names)
+    skipped = {n: str(RENDERERS[n].missing()) for n in (names or list(RENDERERS)) if n not in wanted}
+    if not wanted:
+        return RenderOutcome(skipped=skipped)
+    argv = [sys.executable, "-m", "benchd.results.render", str(path), *(a for n in wanted for a in ("--only", n))]
+    proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                                env={**os.environ, "MPLBACKEND": "Agg"})
+    try:
+        async with asyncio.timeout(timeout_s):
+            stdout, stderr = await proc.communicate()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        with contextlib.suppress(Exception):
+            await asyncio.shield(proc.wait())
+        raise
+    try:
+        doc = json.loads(stdout)  # exit 1 with a document: some view failed, the document says which
+    except ValueError:
+        tail = stderr.decode(errors="replace").strip().splitlines()[-3:]
+        return RenderOutcome(skipped=skipped, errors={"worker": f"exit {proc.returncode}: {' | '.join(tail)}"})
+    return RenderOutcome(written=doc["written"], skipped={**skipped, **doc["skipped"]}, errors=doc["errors"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m benchd.results.render RUNBOOK.json [--only NAME]...`: prints {written, skipped,
+    errors} as JSON; exit 0 when no view failed, 1 otherwise."""
+    p = argparse.ArgumentParser(prog="python -m benchd.results.render", description=main.__doc__)
+    p.add_argument("runbook", type=Path)
+    p.add_argument("--only", action="append", choices=sorted(RENDERERS), help="render only this view (repeatable)")
+    a = p.parse_args(argv)
+    from benchd.results.runbook import decode_runbook
+
+    rb = decode_runbook(a.runbook.read_bytes(), str(a.runbook))
+    out = render_views(rb, a.runbook.parent, a.only, collect_errors=True)
+    print(json.dumps(out))
+    return 1 if out["errors"] else 0
+
+
+if __name__ == "__main__":  # the worker process's own entry point
+    raise SystemExit(main())
