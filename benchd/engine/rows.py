@@ -85,6 +85,8 @@ def build_row(
         sources.update({_memory_field(k): v for k, v in memory.sources.items()})
         if memory.peak_bytes is not None:
             sources["mem_peak_bytes"] = memory.source if memory.exact else f"{memory.source} ({memory.source_note})"
+        if memory.rss_anon_bytes is not None and memory.split_note:
+            sources["mem_rss_anon_bytes"] = sources["mem_rss_file_bytes"] = memory.split_note
         for key, why in memory.null_reasons.items():
             reasons.setdefault(_memory_field(key), why)
     if cooldown is not None:

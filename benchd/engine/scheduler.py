@@ -27,6 +27,7 @@ from benchd.config import Config
 from benchd.engine import cooldown as cooldown_mod
 from benchd.engine import evalrun, evals, probe
 from benchd.engine.metrics import sustained_summary
+from benchd.engine.prompts import Prompt
 from benchd.engine.rows import Cell, ServerFacts, build_row, model_files
 from benchd.engine.sizing import PromptSizer
 from benchd.schemas import Candidate, CooldownRecord, Event, Row, Sweep
@@ -277,13 +278,17 @@ class Engine:
         return record
 
     async def run_probe(self, adapter: RuntimeAdapter, server: Server, cell: Cell, gen_tokens: int) -> Row:
+        facts = ServerFacts(server.ctx_size, server.binary, server.version)
+        prompt = await self.size_prompt(adapter, server, cell, facts)  # before the cooldown, not in the window
+        if isinstance(prompt, Row):
+            return prompt
         cd = await self.cool_down(cell)
         started_at = utcnow()
         self.emit("probe_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe, kind=cell.kind)
-        facts = ServerFacts(server.ctx_size, server.binary, server.version)
-        sampler = MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cell.candidate))
+        sampler = MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cell.candidate),
+                                series=cell.kind == "sustained")
         try:
-            return await self._probe(adapter, server, cell, gen_tokens, cd, started_at, facts, sampler)
+            return await self._probe(adapter, server, cell, gen_tokens, cd, started_at, facts, sampler, prompt)
         except asyncio.CancelledError:
             # A cancel or shutdown cut the probe short: store it as `aborted` (run again on resume).
             with contextlib.suppress(Exception):
@@ -292,22 +297,36 @@ class Engine:
                                   error="cancelled while the probe was in flight"))
             raise
 
-    async def _probe(self, adapter: RuntimeAdapter, server: Server, cell: Cell, gen_tokens: int,
-                     cd: CooldownRecord, started_at: str, facts: ServerFacts, sampler: MemorySampler) -> Row:
-        cand = cell.candidate
+    async def size_prompt(self, adapter: RuntimeAdapter, server: Server, cell: Cell, facts: ServerFacts) -> Prompt | Row:
+        """The cell's prompt, sized before its cooldown (the /tokenize round trips and their CPU fall
+        before the wait, never inside the probe's window), or the row saying why it could not be."""
+        cand, started_at = cell.candidate, utcnow()
         try:
             async with asyncio.timeout(self.timeout_s):  # a hung server must not stall sizing (SIGSTOP test)
-                prompt = await self.prompts.build(cell.context, f"{self.job}/{cand.id}/{cell.context}/{cell.kind}{cell.probe}",
-                                                  await self.sizer.counter(adapter, server), key=cand.id)
+                return await self.prompts.build(cell.context, f"{self.job}/{cand.id}/{cell.context}/{cell.kind}{cell.probe}",
+                                                await self.sizer.counter(adapter, server), key=cand.id)
+        except TimeoutError:
+            await self.supervisor.stop(server, grace_s=0.5)
+            return build_row(cell, status="timeout", started_at=started_at, server=facts,
+                             error=f"probe timed out after {self.timeout_s:g} s while sizing the prompt (the server's "
+                                   "tokenizer did not answer); the server was killed", log_tail=server.log_tail())
+        except Exception as exc:  # the server (or its tokenizer) went away before the request
+            return await self.failed_row(cell, server, facts, None, started_at, f"sizing the prompt failed: {type(exc).__name__}: {exc}")
+
+    async def _probe(self, adapter: RuntimeAdapter, server: Server, cell: Cell, gen_tokens: int, cd: CooldownRecord,
+                     started_at: str, facts: ServerFacts, sampler: MemorySampler, prompt: Prompt) -> Row:
+        cand = cell.candidate
+        try:
+            async with asyncio.timeout(self.timeout_s):
                 counters = cand.spec is not None and adapter.reads_counters
                 before = await probe.read_metrics(server.base_url) if counters else None
         except TimeoutError:
             await self.supervisor.stop(server, grace_s=0.5)
             return build_row(cell, status="timeout", started_at=started_at, server=facts, cooldown=cd,
-                             error=f"probe timed out after {self.timeout_s:g} s while sizing the prompt (the server's "
-                                   "tokenizer did not answer); the server was killed", log_tail=server.log_tail())
-        except Exception as exc:  # the server (or its tokenizer) went away before the request
-            return await self.failed_row(cell, server, facts, cd, started_at, f"sizing the prompt failed: {type(exc).__name__}: {exc}")
+                             error=f"probe timed out after {self.timeout_s:g} s reading /metrics before the request; "
+                                   "the server was killed", log_tail=server.log_tail())
+        except Exception as exc:  # the server went away before the request
+            return await self.failed_row(cell, server, facts, cd, started_at, f"reading /metrics failed: {type(exc).__name__}: {exc}")
         sampler.reset_peak()
         await sampler.start()
         result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text, max_tokens=gen_tokens,

@@ -1,7 +1,7 @@
 """The results stage: what a finished (or interrupted) job means, for a human choosing a model.
 
 What it does: assembles and writes the runbook (`runbook`, with `provenance` and `deferred` axes),
-renders it as Markdown (`report`) and a chart (`plot`), computes the Pareto view (`pareto`), compares
+renders it as Markdown (`report`) and a chart (`plot`, drawn by the worker process in `render` from the `views` table), computes the Pareto view (`pareto`), compares
 two runbooks (`compare`) and writes the human's lock (`lock`). It never picks a winner.
 
 May import: the engine's public statistics and prompt provenance (`engine.metrics`, `engine.prompts`),

@@ -12,9 +12,10 @@ Why not lazily on first read: the views are files next to the runbook that `benc
 and `make demo` open directly, so a lazy render would run in whichever reader came first — the daemon's
 API handler or the CLI — at a time nobody chose, possibly during the next job's probes.
 
-A view is a `Renderer`: a name, what it needs installed (None when present, else why not), and a
-function writing its files beside the runbook. The daemon renders every available view of each
-runbook; `--only NAME` renders one (a view whose requirement is missing is skipped with its reason).
+A view is a `Renderer` in `benchd.results.views.RENDERERS`: a name, what it needs installed (None
+when present, else why not), and a function writing its files beside the runbook. The daemon renders
+every available view of each runbook; `--only NAME` renders one (a view whose requirement is missing
+is skipped with its reason).
 """
 
 from __future__ import annotations
@@ -25,65 +26,13 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from benchd.schemas import Runbook
+from benchd.results.views import RENDERERS, available, render_views
 
 #: A render that takes longer is killed: the runbook itself is already written, only its views are lost.
 RENDER_TIMEOUT_S = 120.0
-
-
-@dataclass(frozen=True)
-class Renderer:
-    name: str
-    missing: Callable[[], str | None]  # None: can render here; else why not (an install hint)
-    render: Callable[[Runbook, Path], list[Path]]  # (runbook, its folder) -> files written
-
-
-def _charts_missing() -> str | None:
-    from benchd.results import plot
-
-    return None if plot.available() else plot.MISSING
-
-
-def _charts(rb: Runbook, out_dir: Path) -> list[Path]:
-    from benchd.results.plot import write_charts
-
-    return write_charts(rb, out_dir)
-
-
-#: Every view of a runbook, in render order (plain table: a new view adds one entry).
-RENDERERS: dict[str, Renderer] = {"charts": Renderer("charts", _charts_missing, _charts)}
-
-
-def available(names: list[str] | None = None) -> list[str]:
-    """The views that can be rendered here (their requirements are importable); cheap, no import."""
-    return [n for n in (names or list(RENDERERS)) if RENDERERS[n].missing() is None]
-
-
-def render_views(rb: Runbook, out_dir: Path, names: list[str] | None = None, *,
-                 collect_errors: bool = False) -> dict[str, Any]:
-    """Render views of `rb` into `out_dir` in THIS process: {written, skipped, errors}. A view whose
-    requirement is missing is skipped with its reason; a failing view raises, or with
-    `collect_errors` is recorded by name and the others still render (the worker's way)."""
-    out: dict[str, Any] = {"written": [], "skipped": {}, "errors": {}}
-    for name in names or list(RENDERERS):
-        r = RENDERERS[name]
-        why = r.missing()
-        if why is not None:
-            out["skipped"][name] = why
-            continue
-        try:
-            out["written"] += [str(p) for p in r.render(rb, out_dir)]
-        except Exception as exc:
-            if not collect_errors:
-                raise
-            out["errors"][name] = f"{type(exc).__name__}: {exc}"
-    return out
 
 
 @dataclass

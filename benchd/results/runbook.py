@@ -159,7 +159,7 @@ def save_runbook(config: Config, rb: Runbook, charts: bool = True) -> Path:
     _atomic_write(path, encode_runbook(rb))
     _atomic_write(out / f"{rb.id}.md", render_markdown(rb).encode())
     if charts:
-        from benchd.results.render import render_views
+        from benchd.results.views import render_views
 
         render_views(rb, out)
         from benchd.results.html import write_page

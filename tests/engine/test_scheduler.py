@@ -227,3 +227,45 @@ def test_cancel_stores_aborted_and_resume_completes_exactly_once(
     assert len(keys) == len(set(keys)) == len(CONTEXTS) * 2
     assert all(r.status == "ok" for r in rows)
     assert [r.started_at for r in rows if r.context == 256] == [r.started_at for r in first if r.context == 256]
+
+
+def test_prompts_sized_outside_probe_windows_and_memory_series_only_when_sustained(
+    tiny_models: Any, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/tokenize round trips (prompt sizing) happen before each probe's cooldown, never between its
+    probe_started and probe_finished; recorded probes read the kernel peak without a series, the
+    sustained run keeps its 10 Hz series. The adapter is the real one, wrapped only to timestamp calls."""
+    import time
+
+    from benchd.servers.runtimes import get_adapter
+
+    adapter_cls = type(get_adapter("llama-server"))
+    real_count = adapter_cls.count_tokens
+    calls: list[float] = []
+
+    async def timed_count(self: Any, base_url: str, text: str) -> int | None:
+        calls.append(time.monotonic())
+        return await real_count(self, base_url, text)
+
+    monkeypatch.setattr(adapter_cls, "count_tokens", timed_count)
+    windows: list[list[float]] = []
+
+    def on_event(e: Event) -> None:
+        if e.type == "probe_started":
+            windows.append([time.monotonic(), float("inf")])
+        elif e.type == "probe_finished":
+            windows[-1][1] = time.monotonic()
+
+    cands = [Candidate(id="sized", runtime="llama-server", model=str(tiny_models.target), args=["-t", "1"])]
+    config = Config.resolve(state_dir=tmp_path / "state", cache_dir=cache_dir)
+    sweep = _sweep(tiny_models, cands, contexts=[256], warmup=0, sustained=Sustained(tokens=64, window=16),
+                   cooldown=Cooldown(policy="fixed", seconds=0.2, max_seconds=0.2))
+    store, job, outcome, _events = _run(config, sweep, on_event)
+    assert outcome.state == "succeeded" and len(windows) == 3 and calls
+    assert not [t for t in calls for a, b in windows if a <= t <= b], "a /tokenize call inside a probe window"
+    rows = store.rows(job)
+    probes = [r for r in rows if r.kind == "probe"]
+    (sustained,) = [r for r in rows if r.kind == "sustained"]
+    assert all(r.mem_peak_bytes and r.sources["mem_peak_bytes"] == "kernel:VmHWM" for r in probes)
+    assert all("no series" in r.sources["mem_rss_anon_bytes"] for r in probes)
+    assert "Hz series" in sustained.sources["mem_rss_anon_bytes"]

@@ -3,6 +3,7 @@ runbook, this process never imports matplotlib, and a failing worker is reported
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -21,9 +22,9 @@ def written(tmp_path: Path):
     return config.runbooks_dir / f"{rid}.json"
 
 
-async def test_worker_writes_the_charts_off_this_process(written: Path) -> None:
+def test_worker_writes_the_charts_off_this_process(written: Path) -> None:
     assert not list(written.parent.glob("*.pareto.*"))  # charts=False wrote none
-    out = await render.render_off_loop(written)
+    out = asyncio.run(render.render_off_loop(written))
     assert out.problem() is None, out.errors
     assert sorted(Path(p).name for p in out.written) == [f"{written.stem}.pareto.png", f"{written.stem}.pareto.svg"]
     assert all(Path(p).stat().st_size > 1000 for p in out.written)

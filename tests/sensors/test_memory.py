@@ -148,6 +148,40 @@ async def test_tree_sum_is_upper_bound_and_vanishing_child_survives(child: Child
     assert r.peak_bytes >= r.sampled_peak_bytes
 
 
+@linux_only
+async def test_peak_only_is_exact_and_runs_nothing_during_the_probe(child: Child) -> None:
+    """The engine's recorded probes: the kernel peak, read at the ends; no sampling task in between."""
+    s = memory.MemorySampler(child.proc.pid, rate_hz=20, series=False)
+    base = child.rss()
+    s.reset_peak()
+    await s.start()
+    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("memory-sampler")]
+    await child.cmd("alloc 200")
+    await asyncio.sleep(0.2)
+    r = await s.stop()
+    expected = base + 200 * MB
+    assert r.source == "kernel:VmHWM" and r.exact and r.peak_bytes is not None
+    assert abs(r.peak_bytes - expected) <= 0.05 * expected, (r.peak_bytes, expected)
+    assert len(r.series) == 2 and r.rate_hz_achieved is None and "no series" in r.null_reasons["rate_hz_achieved"]
+    assert r.rss_anon_bytes is not None and "no series" in r.split_note
+
+
+@linux_only
+async def test_peak_only_without_a_usable_kernel_peak_samples_the_series(child: Child) -> None:
+    class NoReset(memory_backends.LinuxProc):
+        """Double for a kernel that refuses clear_refs (e.g. another user's process): the only way here."""
+
+        def reset(self, pid: int) -> str | None:
+            return "cannot write /proc/X/clear_refs: Permission denied"
+
+    s = memory.MemorySampler(child.proc.pid, rate_hz=20, series=False, backend=NoReset())
+    s.reset_peak()
+    await s.start()
+    await asyncio.sleep(0.3)
+    r = await s.stop()
+    assert r.source == "psutil:rss" and not r.exact and len(r.series) >= 4 and r.rate_hz_achieved is not None
+
+
 async def test_root_gone_gives_nulls_with_reasons() -> None:
     proc = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
     await proc.wait()

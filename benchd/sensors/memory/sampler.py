@@ -4,6 +4,11 @@ and the memory axis the Pareto view compares.
 Usage (the sweep engine): `s = MemorySampler(server_pid, model_paths=[model, draft])`, then per probe
 `s.reset_peak()`, `await s.start()`, run the probe, `result = await s.stop()`.
 
+Peak only (`series=False`, the engine's recorded probes): where the kernel peak is exact and its reset
+worked, nothing runs between `start` and `stop` — one read of the tree at each end, no timer, no
+wake-up during the probe. The 10 Hz series (`series=True`) is for the sustained run; a probe without
+a usable kernel peak falls back to it, since the sampled maximum is then the only peak there is.
+
 Sources, best first, each named in `MemoryResult.source` (the per-OS readers are `linux.py` and
 `darwin.py` beside this module, the interface and the psutil fallback `readers.py`):
 - Linux `kernel:VmHWM`: `/proc/PID/status` VmHWM is the kernel's peak RSS; writing "5" to
@@ -64,6 +69,7 @@ class MemoryResult(msgspec.Struct, kw_only=True, frozen=True):
     swap_in_bytes: int | None  # system-wide swap-in delta over the probe (`swap_source`)
     swap_out_bytes: int | None
     processes: int  # distinct pids sampled
+    split_note: str = ""  # where rss_anon/rss_file were read (the row's sources)
     null_reasons: dict[str, str] = {}
     #: The two components of the axis, per OS (see the module docstring), and the mapped model files' share.
     footprint_peak_bytes: int | None = None
@@ -84,12 +90,16 @@ class MemorySampler:
         tree_refresh_s: float = 1.0,
         backend: Backend | None = None,
         model_paths: Sequence[str] = (),
+        series: bool = True,
     ) -> None:
         if rate_hz <= 0:
             raise ValueError("rate_hz must be > 0")
         self.root_pid = root_pid
         self.rate_hz = rate_hz
         self.tree_refresh_s = tree_refresh_s
+        self.series = series
+        self._running = False
+        self._ticking = series  # whether this probe's sampling runs a timer (decided at start)
         self.backend: Backend = backend or default_backend()
         self.model_paths = real_paths(model_paths)
         self._task: asyncio.Task[None] | None = None
@@ -130,7 +140,7 @@ class MemorySampler:
 
     async def start(self) -> None:
         """Begin sampling; resets the peak first if `reset_peak()` was not called since the last stop."""
-        if self._task is not None:
+        if self._running:
             raise RuntimeError("sampler already running")
         if self._reset_pending:
             self.reset_peak()
@@ -150,7 +160,14 @@ class MemorySampler:
         self._error: str | None = None
         self._swap0 = read_swap()
         self._last_refresh = time.monotonic()
-        self._task = asyncio.create_task(self._run(), name=f"memory-sampler-{self.root_pid}")
+        self._ticking = self.series
+        if not self.series:  # peak only: read the tree once now; tick only if the kernel peak is unusable
+            self._tick(self._last_refresh)
+            kernel_ok = bool(self._seen) and all(p in self._peaks for p in self._seen)
+            self._ticking = not kernel_ok or any(p in self._seen for p in self._reset_errors)
+        self._running = True
+        if self._ticking:
+            self._task = asyncio.create_task(self._run(), name=f"memory-sampler-{self.root_pid}")
 
     async def _run(self) -> None:
         period = 1.0 / self.rate_hz
@@ -218,12 +235,14 @@ class MemorySampler:
 
     async def stop(self) -> MemoryResult:
         """Stop sampling and return the probe's result (a final read catches the last moment)."""
-        if self._task is None:
+        if not self._running:
             raise RuntimeError("sampler not running")
+        self._running = False
         task, self._task = self._task, None
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         now = time.monotonic()
         self._refresh(now)
         self._tick(now)
@@ -271,10 +290,8 @@ class MemorySampler:
             if unreset:
                 note += f"; {len(unreset)} process(es) joined the tree after the reset (peak since their start)"
             if gone:
-                note += (
-                    f"; {len(gone)} process(es) exited mid-probe, their peak is the last one read "
-                    f"(up to 1/{self.rate_hz:g} s before exit)"
-                )
+                when = f"up to 1/{self.rate_hz:g} s before exit" if self._ticking else "at the probe's start: no series"
+                note += f"; {len(gone)} process(es) exited mid-probe, their peak is the last one read ({when})"
         else:
             peak = sampled
             source = "psutil:rss" if b.current_source.startswith("kernel:") else b.current_source
@@ -296,7 +313,8 @@ class MemorySampler:
             rate: float | None = (self._periodic - 1) / (self._last_t - self._first_t)
         else:
             rate = None
-            reasons["rate_hz_achieved"] = f"fewer than two periodic samples ({self._periodic})"
+            reasons["rate_hz_achieved"] = (f"fewer than two periodic samples ({self._periodic})" if self._ticking else
+                                           "no series: peak only (the kernel peak is exact; the series runs for sustained runs)")
 
         anon = self._best[1] if self._best else None
         file_ = self._best[2] if self._best else None
@@ -342,6 +360,8 @@ class MemorySampler:
             swap_in_bytes=sin,
             swap_out_bytes=sout,
             processes=len(seen),
+            split_note=(f"{b.current_source} split at the sampled peak ({self.rate_hz:g} Hz series)" if self._ticking
+                        else f"{b.current_source} split read at the probe's start or end, whichever tree total was larger (no series)"),
             null_reasons=reasons,
             footprint_peak_bytes=fp,
             resident_peak_bytes=res,
@@ -364,7 +384,8 @@ class MemorySampler:
                 sources[name] = src
             elif seen and all(p in sampled for p in seen):
                 out.append(sum(sampled[p] for p in seen))
-                sources[name] = src if b.peak_of != peak_of else f"{b.current_source} (sampled max)"
+                sources[name] = (src if b.peak_of != peak_of else f"{b.current_source} (sampled max)") + (
+                    "" if self._ticking else " (max of the reads at the probe's start and end: no series)")
             else:
                 out.append(None)
                 reasons[name] = f"{src}: not available" if seen else "no process sampled"

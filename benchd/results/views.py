@@ -1,0 +1,64 @@
+"""The views of a runbook (the Pareto charts; any later view registers here): what each needs installed
+and how it writes its files beside the runbook. Rendering them in the daemon happens in a worker
+process (`benchd.results.render`); `render_views` is the in-process path that worker and the offline
+writers (`save_runbook(charts=True)`) share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchd.schemas import Runbook
+
+
+@dataclass(frozen=True)
+class Renderer:
+    name: str
+    missing: Callable[[], str | None]  # None: can render here; else why not (an install hint)
+    render: Callable[[Runbook, Path], list[Path]]  # (runbook, its folder) -> files written
+
+
+def _charts_missing() -> str | None:
+    from benchd.results import plot
+
+    return None if plot.available() else plot.MISSING
+
+
+def _charts(rb: Runbook, out_dir: Path) -> list[Path]:
+    from benchd.results.plot import write_charts
+
+    return write_charts(rb, out_dir)
+
+
+#: Every view of a runbook, in render order (plain table: a new view adds one entry).
+RENDERERS: dict[str, Renderer] = {"charts": Renderer("charts", _charts_missing, _charts)}
+
+
+def available(names: list[str] | None = None) -> list[str]:
+    """The views that can be rendered here (their requirements are importable); cheap, no import."""
+    return [n for n in (names or list(RENDERERS)) if RENDERERS[n].missing() is None]
+
+
+def render_views(rb: Runbook, out_dir: Path, names: list[str] | None = None, *,
+                 collect_errors: bool = False) -> dict[str, Any]:
+    """Render views of `rb` into `out_dir` in THIS process: {written, skipped, errors}. A view whose
+    requirement is missing is skipped with its reason; a failing view raises, or with
+    `collect_errors` is recorded by name and the others still render (the worker's way)."""
+    out: dict[str, Any] = {"written": [], "skipped": {}, "errors": {}}
+    for name in names or list(RENDERERS):
+        r = RENDERERS[name]
+        why = r.missing()
+        if why is not None:
+            out["skipped"][name] = why
+            continue
+        try:
+            out["written"] += [str(p) for p in r.render(rb, out_dir)]
+        except Exception as exc:
+            if not collect_errors:
+                raise
+            out["errors"][name] = f"{type(exc).__name__}: {exc}"
+    return out
