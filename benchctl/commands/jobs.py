@@ -105,6 +105,21 @@ def _print_problems(problems: list[str]) -> None:
         click.echo(f"problem: {prob}", err=True)
 
 
+def _pinning(sweep: Any) -> list[str]:
+    """`pin_client`: the cores each candidate's server and the probe client would get on THIS machine."""
+    if not sweep.pin_client:
+        return []
+    from benchd.servers import affinity
+    from benchd.servers.runtimes import get_adapter
+
+    out = ["pin_client: the server on its own cores, benchd's probe client on the others (Linux):"]
+    for cand in sweep.candidates:
+        p = affinity.plan(True, *get_adapter(cand.runtime).server_threads(cand))
+        what = f"server cores {p.server_cpus}, client cores {p.client_cpus}" if p.applied else f"not pinned: {p.reason}"
+        out.append(f"  {cand.id:<32} {what}")
+    return out
+
+
 def _first_str(value: Any) -> str | None:
     """The executable of an adapter's command (a list, or a (list, how) pair)."""
     while isinstance(value, (list, tuple)) and value:
@@ -167,7 +182,7 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
         raise SystemExit(exitcodes.BAD_INPUT)
     p = plan(sweep, gen_tps, prompt_tps, ASSUMED_STARTUP_S)
     if as_json:
-        _print_json({"file": sweep_file, "ok": not problems, "problems": problems, **p})
+        _print_json({"file": sweep_file, "ok": not problems, "problems": problems, "pin_client": sweep.pin_client, **p})
     else:
         click.echo(f"{sweep_file}: sweep {sweep.name!r}: {len(sweep.candidates)} candidate(s) x "
                    f"{len(sweep.contexts)} context(s), {sweep.probes} probe(s) + {sweep.warmup} warmup each, "
@@ -180,6 +195,8 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
                            + (f", draft {cand.spec.draft_model}" if cand.spec.draft_model else ""))
         if sweep.sustained.tokens:
             click.echo(f"  + one sustained generation of {sweep.sustained.tokens} tokens per candidate")
+        for line in _pinning(sweep):
+            click.echo(line)
         a = p["assumptions"]
         est = p["estimate_s"]
         span = _fmt_s(est["low"]) if est["low"] == est["high"] else f"{_fmt_s(est['low'])}-{_fmt_s(est['high'])}"

@@ -85,8 +85,9 @@ def follow_job(client: Any, job_id: str, as_json: bool) -> int:
     return code
 
 
-def _say_runbook(client: Any, job_id: str, wait_s: float = 15.0) -> None:
-    """The runbook is written just after the terminal event: wait briefly and name it."""
+def _say_runbook(client: Any, job_id: str, wait_s: float = 60.0) -> None:
+    """The runbook and its charts (a worker process draws them) are written just after the terminal
+    event: wait for them (returns as soon as they are there) and name the runbook."""
     from benchctl.client import ClientError
 
     deadline = time.monotonic() + wait_s

@@ -382,14 +382,13 @@ class JobQueue:
 
     async def _write_runbook(self, job_id: str, outcome: str) -> None:
         """The runbook (another module), then its views (charts) in a worker process, awaited here so
-        the next job starts after it; a failure of either is recorded on the job, never raised."""
+        the next job starts after it. `runbook_id` is set once both are written (a daemon stopped in
+        between writes them again at its next start); a failure is recorded on the job, never raised."""
         from benchd.results.render import render_off_loop  # lazily: the results stage is for job ends
         from benchd.results.runbook import write_runbook
 
         try:
             runbook_id = await asyncio.to_thread(write_runbook, self.config, self.store, job_id, outcome, charts=False)
-            if runbook_id:
-                self.store.update_job(job_id, runbook_id=str(runbook_id))
         except Exception as exc:
             log.exception("job %s: writing the runbook failed", job_id)
             self._note_error(job_id, f"runbook not written: {type(exc).__name__}: {exc}")
@@ -401,6 +400,8 @@ class JobQueue:
         if problem:
             log.error("job %s: rendering the runbook's views failed: %s", job_id, problem)
             self._note_error(job_id, f"runbook views not rendered: {problem}")
+        with contextlib.suppress(sqlite3.Error):
+            self.store.update_job(job_id, runbook_id=str(runbook_id))
 
     def _note_error(self, job_id: str, note: str) -> None:
         with contextlib.suppress(sqlite3.Error):

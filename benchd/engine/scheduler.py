@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
+
 from benchd.config import Config
 from benchd.engine import cooldown as cooldown_mod
 from benchd.engine import evalrun, evals, probe
@@ -33,6 +35,7 @@ from benchd.engine.sizing import PromptSizer
 from benchd.schemas import Candidate, CooldownRecord, Event, Row, Sweep
 from benchd.sensors.memory.sampler import MemorySampler
 from benchd.sensors.thermal.sensor import ThermalSensor, open_sensor
+from benchd.servers import affinity
 from benchd.servers.runtimes import get_adapter
 from benchd.servers.runtimes.base import RuntimeAdapter
 from benchd.servers.supervisor import Server, ServerStartError, Supervisor
@@ -101,6 +104,7 @@ class Engine:
         self.prompts = self.sizer.prompts
         self.evals_done = {(e.candidate, e.task) for e in store.evals(job)}
         self.prompts_recorded = False
+        self.client_pin = affinity.ClientPin()  # the sweep's pin_client: this (event loop) thread
 
     # -- events and rows ------------------------------------------------------------------------
 
@@ -123,6 +127,7 @@ class Engine:
                 await self.run_candidate(cand)
         finally:
             await asyncio.shield(self.supervisor.stop_all())
+            self.client_pin.release()
         rows = self.store.rows(self.job)
         if any(r.status == "ok" for r in rows):
             return JobOutcome("succeeded")
@@ -190,19 +195,25 @@ class Engine:
             extra["prompts"] = self.prompts.provenance()
             self.prompts_recorded = True
         self.emit("server_starting", candidate=cand.id, runtime=cand.runtime, ctx_size=g.ctx_size, **extra)
+        pin = affinity.plan(self.sweep.pin_client, *get_adapter(cand.runtime).server_threads(cand))
         try:
-            server = await self.supervisor.start(self.job, cand, g.ctx_size)
+            server = await self.supervisor.start(self.job, cand, g.ctx_size, cpus=pin.server_cpus or None)
         except ServerStartError as exc:
             self.emit("server_crashed", candidate=cand.id, phase="startup", reason=exc.reason,
                       error=exc.message, exit_status=exc.exit_status, log_tail=exc.log_tail[-2000:])
             self.fail_group(cand, g, f"server never became ready ({exc.reason}): {exc.message}", exc)
             return None
+        pin = affinity.confirm(pin, server.pid)
+        if pin.applied:
+            self.client_pin.hold(pin.client_cpus)
         self.emit("server_ready", candidate=cand.id, runtime=cand.runtime, pid=server.pid, port=server.port,
                   ctx_size=server.ctx_size, binary=server.binary, version=server.version,
-                  version_source=server.version_source, ready_s=round(server.ready_s, 3), argv=server.argv)
+                  version_source=server.version_source, ready_s=round(server.ready_s, 3), argv=server.argv,
+                  affinity=msgspec.to_builtins(pin))
         return server
 
     async def stop_server(self, server: Server) -> None:
+        self.client_pin.release()
         info = await self.supervisor.stop(server)
         crashed = server.crashed
         self.emit("server_stopped", candidate=server.candidate.id, pid=server.pid,

@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from benchd.config import Config
 from benchd.schemas import (
     CandidateProvenance,
+    CpuAffinity,
     PromptsInfo,
     Row,
     SleepInfo,
@@ -92,9 +95,19 @@ def collect_candidates(config: Config, sweep: Sweep, rows: Sequence[Row], events
             if binary is None:
                 nulls["binary"] = "no row or event names the binary, and the sweep sets none"
         draft = c.spec.draft_model if c.spec else None
+        pinned = collect_affinity(c.id, events)
+        if pinned is None:
+            nulls["affinity"] = "no server_ready event of this candidate records its cores (never started, or older benchd)"
         out.append(CandidateProvenance(
             candidate=c.id, runtime=c.runtime, model=hash_model(c.model, cache),
             draft_model=hash_model(draft, cache) if draft else None,
-            binary=binary, server_version=version, server_version_source=source, null_reasons=nulls,
+            binary=binary, server_version=version, server_version_source=source, affinity=pinned, null_reasons=nulls,
         ))
     return out
+
+
+def collect_affinity(cand: str, events: Sequence[Any]) -> CpuAffinity | None:
+    """The cores the candidate's last server and the probe client ran on (`server_ready`'s `affinity`)."""
+    got = [e.payload["affinity"] for e in events
+           if e.type == "server_ready" and e.payload.get("candidate") == cand and isinstance(e.payload.get("affinity"), dict)]
+    return msgspec.convert(got[-1], CpuAffinity) if got else None

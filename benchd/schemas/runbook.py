@@ -115,6 +115,19 @@ class ModelInfo(Struct, kw_only=True):
     null_reasons: dict[str, str] = {}
 
 
+class CpuAffinity(Struct, kw_only=True, frozen=True):
+    """The sweep's `pin_client`: the cores the server and benchd's probe client (the event loop) ran
+    on, or why they shared every core (`reason`). `server_cpus` is read back from the server's pid."""
+
+    requested: bool
+    applied: bool
+    server_threads: int | None = None
+    server_cpus: list[int] = []
+    client_cpus: list[int] = []
+    source: str | None = None
+    reason: str | None = None
+
+
 class CandidateProvenance(Struct, kw_only=True):
     """One candidate's model (size + sha256), draft model, and the server that ran it."""
 
@@ -125,6 +138,7 @@ class CandidateProvenance(Struct, kw_only=True):
     binary: str | None = None
     server_version: str | None = None
     server_version_source: str | None = None
+    affinity: CpuAffinity | None = None  # from the last server_ready event; null (with a reason) before it existed
     null_reasons: dict[str, str] = {}
 
 

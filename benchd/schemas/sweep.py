@@ -116,6 +116,9 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     sampling: Sampling = Sampling()
     sustained: Sustained = Sustained()
     cooldown: Cooldown = Cooldown()
+    # Linux: a server whose thread count is known (llama-server -t N) and below the usable cores runs
+    # on the first N cores and benchd's probe client on the others (recorded in the runbook either way).
+    pin_client: bool = False
 
     def __post_init__(self) -> None:
         ids = [c.id for c in self.candidates]

@@ -36,6 +36,7 @@ import shlex
 import shutil
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ import psutil
 from benchd.config import HOST, LOG_CAP_BYTES, Config
 from benchd.errors import BenchdError
 from benchd.schemas import Candidate
+from benchd.servers.affinity import spawning_on
 from benchd.servers.procgroup import (
     exit_status,
     free_port,
@@ -84,22 +86,25 @@ class Supervisor:
         *,
         port: int | None = None,
         startup_timeout_s: float | None = None,
+        cpus: Sequence[int] | None = None,
     ) -> Server:
         """Spawn the candidate's server and return it once ready; raises `ServerStartError` otherwise.
 
         `ctx_size` comes from `adapter.server_ctx_size(candidate, context, gen_tokens)`. An explicit
         `port` is used as given (tests); otherwise a free one is allocated and retried once if taken.
+        `cpus`: the cores the server (and every thread it starts) may run on (`benchd.servers.affinity`).
         """
         timeout = startup_timeout_s if startup_timeout_s is not None else candidate.startup_timeout_s
         try:
-            return await self._start_once(job, candidate, ctx_size, port or free_port(), timeout)
+            return await self._start_once(job, candidate, ctx_size, port or free_port(), timeout, cpus)
         except ServerStartError as exc:
             if exc.reason != "port_taken" or port is not None:
                 raise
-        return await self._start_once(job, candidate, ctx_size, free_port(), timeout)
+        return await self._start_once(job, candidate, ctx_size, free_port(), timeout, cpus)
 
     async def _start_once(
-        self, job: str, candidate: Candidate, ctx_size: int | None, port: int, timeout_s: float
+        self, job: str, candidate: Candidate, ctx_size: int | None, port: int, timeout_s: float,
+        cpus: Sequence[int] | None = None,
     ) -> Server:
         adapter = get_adapter(candidate.runtime)
         log_path = self.config.server_log_path(job, candidate.id)
@@ -118,14 +123,15 @@ class Supervisor:
         try:
             header = f"\n=== benchd {time.strftime('%Y-%m-%dT%H:%M:%S%z')}: {shlex.join(argv)}\n"
             os.write(fd, header.encode())
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=fd,
-                stderr=asyncio.subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
+            with spawning_on(cpus):  # the child inherits the spawning thread's mask
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=fd,
+                    stderr=asyncio.subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
         except OSError as exc:
             self._drop_pending(pending, token)
             raise ServerStartError(

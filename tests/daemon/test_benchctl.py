@@ -150,6 +150,18 @@ def test_validate_is_offline_and_checks_files(tmp_path: Path, short_base: Path) 
     (tmp_path.parent / "d.gguf").unlink()
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="the split needs Linux and at least 2 usable cores")
+def test_validate_shows_the_pin_client_split(tmp_path: Path) -> None:
+    f = tmp_path / "s.toml"
+    f.write_text(SWEEP.replace('gen_tokens = 4', 'gen_tokens = 4\npin_client = true').replace(
+        'runtime = "llama-server"', 'runtime = "llama-server"\nargs = ["-t", "1"]'))
+    out = run_ctl("validate", str(f), socket=tmp_path / "nothing.sock")
+    cores = sorted(os.sched_getaffinity(0))
+    assert f"server cores {cores[:1]}, client cores {cores[1:]}" in out.stdout, out.stdout
+    assert json.loads(run_ctl("validate", str(f), "--json", socket=tmp_path / "nothing.sock").stdout)["pin_client"] is True
+
+
 def test_unreachable_is_exit_3_with_one_line(short_base: Path) -> None:
     sock = short_base / "s" / "benchd.sock"  # short: pytest's tmp_path is over 104 bytes on macOS
     for args in (["ping"], ["jobs"], ["status"], ["cancel", "abcdefgh"], ["tail", "abcdefgh"]):

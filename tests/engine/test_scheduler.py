@@ -269,3 +269,34 @@ def test_prompts_sized_outside_probe_windows_and_memory_series_only_when_sustain
     assert all(r.mem_peak_bytes and r.sources["mem_peak_bytes"] == "kernel:VmHWM" for r in probes)
     assert all("no series" in r.sources["mem_rss_anon_bytes"] for r in probes)
     assert "Hz series" in sustained.sources["mem_rss_anon_bytes"]
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="pin_client needs Linux and at least 2 usable cores")
+def test_pin_client_puts_the_server_and_the_probe_client_on_separate_cores(
+    tiny_models: Any, cache_dir: Path, tmp_path: Path
+) -> None:
+    from benchd.results.runbook import build_runbook
+
+    mine = os.sched_getaffinity(0)
+    during: list[set[int]] = []
+
+    def on_event(e: Event) -> None:  # the engine notifies from its event loop thread: the probe client
+        if e.type == "probe_started":
+            during.append(os.sched_getaffinity(0))
+
+    cands = [Candidate(id="pinned", runtime="llama-server", model=str(tiny_models.target), args=["-t", "1"]),
+             Candidate(id="unpinned", runtime="llama-server", model=str(tiny_models.target))]
+    config = Config.resolve(state_dir=tmp_path / "state", cache_dir=cache_dir)
+    sweep = _sweep(tiny_models, cands, contexts=[256], probes=1, warmup=0, sustained=Sustained(tokens=0), pin_client=True)
+    store, job, outcome, events = _run(config, sweep, on_event)
+    assert outcome.state == "succeeded"
+    ready = {e.payload["candidate"]: e.payload["affinity"] for e in events if e.type == "server_ready"}
+    cores = sorted(mine)
+    assert ready["pinned"]["applied"] and ready["pinned"]["server_cpus"] == cores[:1]
+    assert ready["pinned"]["client_cpus"] == cores[1:] and during[0] == set(cores[1:])
+    assert not ready["unpinned"]["applied"] and "no -t N" in ready["unpinned"]["reason"] and during[1] == mine
+    assert os.sched_getaffinity(0) == mine  # released when the job ends
+    prov = {c.candidate: c.affinity for c in build_runbook(config, store, job).provenance.candidates}
+    assert prov["pinned"] is not None and prov["pinned"].client_cpus == cores[1:]
+    assert prov["unpinned"] is not None and not prov["unpinned"].applied

@@ -166,6 +166,11 @@ class RuntimeAdapter:
         """How the runtime maps the model, printed beside memory figures (RSS depends on it)."""
         return None
 
+    def server_threads(self, candidate: Candidate) -> tuple[int | None, str]:
+        """(compute threads the server will use, how that is known), or (None, why it is not): the
+        sweep's `pin_client` gives the server that many cores."""
+        return None, f"{self.name} sets no thread count benchd can read"
+
     # ------------------------------------------------------------------ talking to the server
 
     async def check_ready(self, base_url: str) -> Readiness:

@@ -126,6 +126,30 @@ class LlamaServerAdapter(RuntimeAdapter):
                 argv += ["--spec-draft-n-max", str(spec.draft_max)]
         return [*argv, *candidate.args]
 
+    def server_threads(self, candidate: Candidate) -> tuple[int | None, str]:
+        """The largest of `-t`, `-tb`, `-td`, `-tbd` (or `LLAMA_ARG_THREADS`) the candidate sets; unknown
+        when none is set (this build's default, -1, lets llama.cpp pick from the machine) or when the
+        args place threads themselves (`-C`/`-Cr`/`--cpu-*`: benchd would fight them)."""
+        flags = {"-t", "--threads", "-tb", "--threads-batch", "-td", "--threads-draft", "--spec-draft-threads",
+                 "-tbd", "--threads-batch-draft", "--spec-draft-threads-batch"}
+        placing = ("-C", "-Cr", "-Cb", "-Crb", "--cpu-mask", "--cpu-range", "--cpu-mask-batch", "--cpu-range-batch")
+        args = candidate.args
+        found: list[int] = []
+        for i, arg in enumerate(args):
+            key, eq, inline = arg.partition("=")
+            if key in placing:
+                return None, f"the candidate's args place threads themselves ({key})"
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if key in flags and value.lstrip("-").isdigit():
+                found.append(int(value))
+        if not found and candidate.env.get("LLAMA_ARG_THREADS", "").isdigit():
+            return int(candidate.env["LLAMA_ARG_THREADS"]), "env LLAMA_ARG_THREADS"
+        if not found:
+            return None, "no -t N in the candidate's args (llama.cpp then picks a count from the machine)"
+        if min(found) < 1:
+            return None, "a thread count below 1 lets llama.cpp pick from the machine"
+        return max(found), "the candidate's -t/-tb/-td args"
+
     def memory_note(self, candidate: Candidate) -> str | None:
         """This build's load mode: `-lm` / `--load-mode` (none|mmap|mlock|mmap+mlock|dio), else the
         candidate's `LLAMA_ARG_LOAD_MODE`, else the default `auto` (mmap unless a device cannot). With mmap
