@@ -394,7 +394,8 @@ class JobQueue:
             self._note_error(job_id, f"runbook not written: {type(exc).__name__}: {exc}")
             return
         try:
-            problem = (await render_off_loop(self.config.runbooks_dir / f"{runbook_id}.json")).problem()
+            path = self.config.runbooks_dir / f"{runbook_id}.json"
+            problem = (await render_off_loop(path, cache_dir=self.config.cache_dir)).problem()
         except Exception as exc:
             problem = f"{type(exc).__name__}: {exc}"
         if problem:

@@ -1,5 +1,5 @@
-"""Views of a written runbook (the Pareto charts; any later view registers beside them), rendered in
-a worker process so the daemon's event loop never pays for them.
+"""Views of a written runbook (the Pareto charts, the self-contained HTML page), rendered in a worker
+process so the daemon's event loop never pays for them.
 
 Why a worker process: matplotlib's import and one chart render cost 0.5 + 0.4-0.55 CPU-s per job on
 the 2-core VM (benchmarks/RESULTS.md §1). In a thread of the daemon that CPU still runs in the daemon's
@@ -47,7 +47,7 @@ class RenderOutcome:
         return "; ".join(f"{k}: {v}" for k, v in self.errors.items()) or None
 
 
-async def render_off_loop(path: Path, names: list[str] | None = None, *,
+async def render_off_loop(path: Path, names: list[str] | None = None, *, cache_dir: Path | None = None,
                           timeout_s: float = RENDER_TIMEOUT_S) -> RenderOutcome:
     """Render the runbook's views in a worker process and wait for it without blocking the loop.
 
@@ -57,7 +57,8 @@ async def render_off_loop(path: Path, names: list[str] | None = None, *,
     skipped = {n: str(RENDERERS[n].missing()) for n in (names or list(RENDERERS)) if n not in wanted}
     if not wanted:
         return RenderOutcome(skipped=skipped)
-    argv = [sys.executable, "-m", "benchd.results.render", str(path), *(a for n in wanted for a in ("--only", n))]
+    argv = [sys.executable, "-m", "benchd.results.render", str(path), *(a for n in wanted for a in ("--only", n)),
+            *(["--cache-dir", str(cache_dir)] if cache_dir else [])]
     proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                                                 env={**os.environ, "MPLBACKEND": "Agg"})
@@ -84,11 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchd.results.render", description=main.__doc__)
     p.add_argument("runbook", type=Path)
     p.add_argument("--only", action="append", choices=sorted(RENDERERS), help="render only this view (repeatable)")
+    p.add_argument("--cache-dir", type=Path, default=None, help="benchd's cache (the page's charting runtime)")
     a = p.parse_args(argv)
     from benchd.results.runbook import decode_runbook
 
     rb = decode_runbook(a.runbook.read_bytes(), str(a.runbook))
-    out = render_views(rb, a.runbook.parent, a.only, collect_errors=True)
+    out = render_views(rb, a.runbook.parent, a.only, cache_dir=a.cache_dir, collect_errors=True)
     print(json.dumps(out))
     return 1 if out["errors"] else 0
 

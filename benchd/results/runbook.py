@@ -148,9 +148,10 @@ def encode_runbook(rb: Runbook) -> bytes:
 
 
 def save_runbook(config: Config, rb: Runbook, charts: bool = True) -> Path:
-    """Write `<id>.json` and `<id>.md` atomically, and with `charts` the runbook's views (charts when
-    matplotlib is present) in this process. The daemon passes `charts=False` and renders the views
-    in a worker process (`benchd.results.render.render_off_loop`)."""
+    """Write `<id>.json` and `<id>.md` atomically, and with `charts` the runbook's views in this process
+    (`benchd.results.views`: the charts when matplotlib is present, and the self-contained page
+    `<id>.html`, always). The daemon passes `charts=False` and renders the views in a worker process
+    (`benchd.results.render.render_off_loop`)."""
     from benchd.results.report import render_markdown
 
     out = config.runbooks_dir
@@ -161,10 +162,7 @@ def save_runbook(config: Config, rb: Runbook, charts: bool = True) -> Path:
     if charts:
         from benchd.results.views import render_views
 
-        render_views(rb, out)
-        from benchd.results.html import write_page
-
-        write_page(rb, out, config.cache_dir)
+        render_views(rb, out, cache_dir=config.cache_dir)
     return path
 
 

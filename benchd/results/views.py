@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 class Renderer:
     name: str
     missing: Callable[[], str | None]  # None: can render here; else why not (an install hint)
-    render: Callable[[Runbook, Path], list[Path]]  # (runbook, its folder) -> files written
+    render: Callable[[Runbook, Path, Path | None], list[Path]]  # (runbook, its folder, cache dir) -> files
 
 
 def _charts_missing() -> str | None:
@@ -28,14 +28,27 @@ def _charts_missing() -> str | None:
     return None if plot.available() else plot.MISSING
 
 
-def _charts(rb: Runbook, out_dir: Path) -> list[Path]:
+def _charts(rb: Runbook, out_dir: Path, _cache_dir: Path | None) -> list[Path]:
     from benchd.results.plot import write_charts
 
     return write_charts(rb, out_dir)
 
 
+def _page_missing() -> str | None:
+    return None  # always written: without the html extra it has the tables and says why it has no charts
+
+
+def _page(rb: Runbook, out_dir: Path, cache_dir: Path | None) -> list[Path]:
+    from benchd.results.html import write_page
+
+    return [write_page(rb, out_dir, cache_dir)]
+
+
 #: Every view of a runbook, in render order (plain table: a new view adds one entry).
-RENDERERS: dict[str, Renderer] = {"charts": Renderer("charts", _charts_missing, _charts)}
+RENDERERS: dict[str, Renderer] = {
+    "charts": Renderer("charts", _charts_missing, _charts),
+    "page": Renderer("page", _page_missing, _page),
+}
 
 
 def available(names: list[str] | None = None) -> list[str]:
@@ -43,7 +56,7 @@ def available(names: list[str] | None = None) -> list[str]:
     return [n for n in (names or list(RENDERERS)) if RENDERERS[n].missing() is None]
 
 
-def render_views(rb: Runbook, out_dir: Path, names: list[str] | None = None, *,
+def render_views(rb: Runbook, out_dir: Path, names: list[str] | None = None, *, cache_dir: Path | None = None,
                  collect_errors: bool = False) -> dict[str, Any]:
     """Render views of `rb` into `out_dir` in THIS process: {written, skipped, errors}. A view whose
     requirement is missing is skipped with its reason; a failing view raises, or with
@@ -56,7 +69,7 @@ def render_views(rb: Runbook, out_dir: Path, names: list[str] | None = None, *,
             out["skipped"][name] = why
             continue
         try:
-            out["written"] += [str(p) for p in r.render(rb, out_dir)]
+            out["written"] += [str(p) for p in r.render(rb, out_dir, cache_dir)]
         except Exception as exc:
             if not collect_errors:
                 raise

@@ -26,7 +26,7 @@ def test_worker_writes_the_charts_off_this_process(written: Path) -> None:
     assert not list(written.parent.glob("*.pareto.*"))  # charts=False wrote none
     out = asyncio.run(render.render_off_loop(written))
     assert out.problem() is None, out.errors
-    assert sorted(Path(p).name for p in out.written) == [f"{written.stem}.pareto.png", f"{written.stem}.pareto.svg"]
+    assert sorted(Path(p).name for p in out.written) == [f"{written.stem}.{ext}" for ext in ("html", "pareto.png", "pareto.svg")]
     assert all(Path(p).stat().st_size > 1000 for p in out.written)
     # the render ran in the worker: the test process has not imported matplotlib for it
     probe = subprocess.run([sys.executable, "-c", "import sys, asyncio\nfrom pathlib import Path\n"
@@ -44,9 +44,10 @@ async def test_a_broken_runbook_is_reported_not_raised(tmp_path: Path) -> None:
     assert out.written == [] and "worker" in out.errors and "not a benchd runbook" in out.errors["worker"]
 
 
-async def test_nothing_is_spawned_without_the_plot_extra(written: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_view_without_its_extra_is_skipped_with_the_reason(written: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from benchd.results import plot
 
     monkeypatch.setattr(plot, "available", lambda: False)
     out = await render.render_off_loop(written)
-    assert out.written == [] and "matplotlib is not installed" in out.skipped["charts"] and out.problem() is None
+    assert "matplotlib is not installed" in out.skipped["charts"] and out.problem() is None
+    assert [Path(p).name for p in out.written] == [f"{written.stem}.html"]  # the page needs no extra
