@@ -117,13 +117,22 @@ class LlamaServer:
         return parse_prometheus(http_text(self.base + "/metrics"))
 
 
+def on_cpus(cpus: set[int] | None) -> Any:
+    """A `preexec_fn` that pins the child (and every thread it creates) to `cpus`; None: no pinning."""
+    if not cpus:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
 @contextlib.contextmanager
-def llama_server(model: str, ctx: int, threads: int = 1, extra: list[str] | None = None) -> Iterator[LlamaServer]:
+def llama_server(model: str, ctx: int, threads: int = 1, extra: list[str] | None = None,
+                 cpus: set[int] | None = None) -> Iterator[LlamaServer]:
     port = free_port()
     argv = server_argv(llama_bin(), model, port, ctx, threads, extra)
     log = Path(tempfile.mkstemp(prefix="bench-llama-", suffix=".log")[1])
     with log.open("wb") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=on_cpus(cpus))
     srv = LlamaServer(argv, port, proc, log)
     try:
         deadline = time.monotonic() + 60
@@ -178,10 +187,11 @@ def proc_cpu(pid: int) -> float:
 
 
 def run_measured(argv: list[str], env: dict[str, str] | None = None, timeout: float = 900,
-                 cwd: str | None = None) -> tuple[subprocess.CompletedProcess[str], float, float]:
+                 cwd: str | None = None, cpus: set[int] | None = None) -> tuple[subprocess.CompletedProcess[str], float, float]:
     """Run a tool to completion: (result, CPU-seconds of its whole process tree, wall seconds)."""
     c0, w0 = children_cpu(), time.perf_counter()
-    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                         preexec_fn=on_cpus(cpus))
     return res, children_cpu() - c0, time.perf_counter() - w0
 
 
@@ -217,15 +227,22 @@ class Daemon:
 
 
 @contextlib.contextmanager
-def benchd_daemon(state: Path | None = None) -> Iterator[Daemon]:
+def benchd_daemon(state: Path | None = None, src: Path | None = None, cpus: set[int] | None = None) -> Iterator[Daemon]:
+    """A real daemon on `state` (a temp dir by default). `src`: run another checkout's benchd (its
+    folder first on PYTHONPATH, this venv's packages) — e.g. main before a change, for A/B in one run.
+    `cpus`: the daemon (every thread, and what it spawns) pinned there."""
     tmp = None
     if state is None:
         tmp = tempfile.mkdtemp(prefix="benchd-bench-")
         state = Path(tmp) / "state"
     env = dict(os.environ, BENCHD_STATE_DIR=str(state))
     env.pop("BENCHD_SOCKET", None)
-    proc = subprocess.Popen([str(BIN / "benchd"), "--state-dir", str(state)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    # cwd: `python -m` puts the working directory first on sys.path, ahead of PYTHONPATH
+    proc = subprocess.Popen([sys.executable, "-m", "benchd", "--state-dir", str(state)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=on_cpus(cpus), cwd=str(src) if src is not None else None)
     d = Daemon(state, proc, env)
     try:
         deadline = time.monotonic() + 30

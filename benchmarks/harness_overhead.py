@@ -1,35 +1,36 @@
-"""Harness overhead vs peers: client CPU per 1,000 streamed tokens and the server's decode speed while
-each tool measures it, side by side in one run, interleaved (A B C … A B C …).
+"""Harness overhead counted like with like: benchd's daemon vs llama-benchy 0.4.0, client CPU per 1,000
+streamed tokens as a MARGINAL cost (start-up cancels) and a FIXED cost, pinned and unpinned, plus the
+per-job work benchd adds, each phase in its own row.
 
-    .venv/bin/python benchmarks/harness_overhead.py [--rounds 3] [--probes 20] [--context 512]
-        [--gen 256] [--threads 1] [--tools benchd-daemon,benchd-probe,llama-benchy,aiperf,guidellm]
-        [--json]
+    .venv/bin/python benchmarks/harness_overhead.py [--rounds 4] [--n 5] [--context 512] [--gen 256]
+        [--size medium] [--modes pinned,unpinned] [--base-src DIR] [--json]
 
-Tools (each round runs every tool once, in a rotated order):
-- `alone`: the unmeasured server — the same streamed requests read by `curl -N` into /dev/null (a C
-  client doing nothing per chunk; the server still pays for its own SSE writes); its /metrics decode
-  rate is the 1.00 reference. `--alone-nonstream` uses non-streaming requests instead.
-- `benchd-daemon`: a real `benchd` daemon process runs a submitted one-candidate sweep (same model,
-  `-t`, context, gen_tokens, probes; warm-up 1, no sustained/evals, cooldown fixed 0 s). Client CPU =
-  the daemon process's own user+system CPU from submit to the job's end (its threads included, the
-  llama-server it spawns excluded because psutil's per-process times exclude children). benchd spawns
-  its OWN llama-server (same argv as the shared one), so its server speed comes from its rows
-  (`timings.predicted_*`, weighted: sum(tokens) / sum(tokens / tps)). Tokens counted = the recorded
-  probes' generated tokens only (warm-up tokens are not counted: conservative against benchd).
-  Its reference is `alone-fresh` (run just before and after it): a fresh server with the same argv,
-  one warm-up, the same non-streaming requests.
-- `benchd-probe`: benchd's probe path in-process (`benchmarks/_probe_client.py`: prompt sizing via
-  /tokenize + `probe.run_chat` + normalize) against the SHARED server, as a subprocess, so its whole
-  process tree (interpreter start and imports included, like the peers) is measured.
-- `llama-benchy`, `aiperf`, `guidellm`: installed from PyPI into their own venvs under
-  `<cache>/peers/<tool>` on first use (`--no-install` to skip), run against the shared server with the
-  same prompt size, gen tokens and request count at concurrency 1, prompt cache off where the tool
-  can say so. Their CPU = the whole subprocess tree (`RUSAGE_CHILDREN` delta: every descendant the
-  tool waited for). Their tokens and server decode rate = the shared server's /metrics counter
-  difference over the tool's run (everything the tool had streamed, its own warm-ups included).
+Method
+- Each tool runs the same workload twice per round: N requests and 4N requests (prompt ~context tokens,
+  `gen` tokens each, forced to run to the end, concurrency 1, prompt cache off). Marginal CPU per 1k
+  tokens = (CPU(4N) - CPU(N)) / (tokens(4N) - tokens(N)) * 1000: interpreter start, imports, tokenizer
+  load, server start, warm-ups and the runbook are the same in both runs and cancel. Fixed cost =
+  CPU(N) - tokens(N) * marginal: what one run costs besides its tokens (its warm-ups included: benchd's
+  `warmup = 1` streams a full-size prompt and 16 tokens, llama-benchy's warm-up a 1-token request).
+- Within a round the four runs per tool go in a rotated order; rounds alternate the tools.
+- `pinned`: servers on the first core, clients on the second. llama-benchy's server (started here, the
+  argv benchd's adapter builds) and llama-benchy run with `sched_setaffinity`; benchd's daemon runs the
+  sweep with `pin_client = true` (its server on core 0, its event loop on core 1: benchd's own feature).
+  `benchd-base` (a daemon from `--base-src`, e.g. main before a change, which may not know
+  `pin_client`) runs pinned to core 1 with its server pinned to core 0 by a `taskset` wrapper binary.
+  `unpinned`: nothing pinned.
+- benchd's CPU = the daemon process's own user+system time (all its threads; its servers and render
+  workers are children, excluded) from submit until the job's runbook id is in the store (the runbook
+  and its views done), read by a sampling thread here every 10 ms and cut at the job's event times; the
+  done moment is read from the state DB read-only, so nothing polls the daemon. The runbook's view
+  worker (a child of the daemon) is sampled the same way and reported in its own row.
+  Tokens = the rows' generated tokens. Server decode = the rows' timings on /metrics' footing.
+- llama-benchy's CPU = its whole process tree (RUSAGE_CHILDREN). Tokens and server decode = the
+  shared server's /metrics counters over the run (warm-ups included, the same in N and 4N).
 
-Printed: per tool the median over rounds of CPU-s / 1k tokens and server decode ÷ alone (per round,
-against that round's `alone`), and the ratios benchd ÷ best peer. Exit 0 when both goals are met.
+Printed: per tool and mode, median (min..max over rounds) marginal CPU-s per 1k tokens and fixed
+CPU-s per run, the ratio benchd / llama-benchy per round (median), benchd's per-job phases, and the
+load average. Exit 0 when benchd's marginal cost is <= llama-benchy's pinned.
 """
 
 from __future__ import annotations
@@ -39,355 +40,347 @@ import contextlib
 import hashlib
 import json
 import os
-import secrets
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C
 
-PEERS = {"llama-benchy": "llama-benchy", "aiperf": "aiperf", "guidellm": "guidellm"}
-GOAL_CPU_RATIO = 0.5
-GOAL_SERVER = 0.99
+BENCHY = "llama-benchy==0.4.0"
 CORPUS_URL = "http://127.0.0.1:9/benchd-corpus.txt"  # never fetched: llama-benchy reads its cache file
+HF_REPO = "benchd/tiny"
+HF_REV = "0" * 40
+SERVER_CPUS, CLIENT_CPUS = {0}, {1}
 
 
-# ------------------------------------------------------------------------------------------- peers
+# ------------------------------------------------------------------------------------- llama-benchy
 
 
-def peer_venv(tool: str) -> Path:
-    return C.cache_dir() / "peers" / tool
+def bench_venvs() -> Path:
+    return C.cache_dir() / "bench-venvs"
 
 
-def ensure_peer(tool: str, install: bool) -> tuple[Path | None, str]:
-    """(the tool's executable, version or why it is missing). Installs into its own venv on first use."""
-    venv = peer_venv(tool)
-    exe = venv / "bin" / tool
+def ensure_benchy(install: bool) -> tuple[Path | None, str]:
+    """llama-benchy 0.4.0 in its own venv under <cache>/bench-venvs (outside the repo, never committed)."""
+    venv = bench_venvs() / "llama-benchy"
+    exe = venv / "bin" / "llama-benchy"
     if not exe.exists() and install:
         venv.parent.mkdir(parents=True, exist_ok=True)
-        log = venv.parent / f"{tool}.install.log"
-        with log.open("w") as fh:
+        with (venv.parent / "llama-benchy.install.log").open("w") as fh:
             rc = subprocess.call([sys.executable, "-m", "venv", "--clear", str(venv)], stdout=fh, stderr=fh)
-            if rc == 0:
-                rc = subprocess.call([str(venv / "bin" / "pip"), "install", "-q", PEERS[tool]], stdout=fh, stderr=fh)
-        if rc != 0:
-            tail = [ln for ln in log.read_text().splitlines() if "is ignored" not in ln][-3:]
-            return None, f"pip install {PEERS[tool]} failed ({rc}): {' | '.join(tail)}"
+            rc = rc or subprocess.call([str(venv / "bin" / "pip"), "install", "-q", BENCHY], stdout=fh, stderr=fh)
+        if rc:
+            return None, f"pip install {BENCHY} failed ({rc}); see {venv.parent / 'llama-benchy.install.log'}"
     if not exe.exists():
-        return None, f"not installed ({exe} missing)"
-    out = subprocess.run([str(venv / "bin" / "pip"), "show", PEERS[tool]], capture_output=True, text=True).stdout
-    version = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Version:")), "?")
-    return exe, version
+        return None, f"not installed ({exe} missing; run without --no-install)"
+    out = subprocess.run([str(venv / "bin" / "pip"), "show", "llama-benchy"], capture_output=True, text=True).stdout
+    return exe, next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Version:")), "?")
 
 
-def peer_env(hub: Path) -> dict[str, str]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(hub), HF_HOME=str(hub.parent / "hf-home"), TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               NO_COLOR="1", TQDM_DISABLE="1")
-    for k in ("BENCHD_STATE_DIR", "BENCHD_SOCKET"):
-        env.pop(k, None)
-    return env
-
-
-def seed_benchy_corpus() -> None:
-    """llama-benchy downloads a book unless its cache has one for the URL: seed it with benchd's corpus."""
+def seed_offline(tok_dir: Path) -> dict[str, str]:
+    """llama-benchy reads a book (seeded with benchd's corpus) and a tokenizer (the tiny model's, as
+    hub repo `benchd/tiny` in an offline cache) and never reaches a network. Returns its environment."""
     from benchd.engine.corpus import load_corpus
 
-    d = Path.home() / ".cache" / "llama-benchy"
-    d.mkdir(parents=True, exist_ok=True)
-    text, _ = load_corpus().take(400_000)
-    (d / (hashlib.md5(CORPUS_URL.encode()).hexdigest() + ".txt")).write_text(text)
-
-
-HF_REPO = "benchd/tiny-small"
-HF_REV = "0" * 40
-
-
-def seed_hf_cache(tok_dir: Path) -> Path:
-    """A Hugging Face hub cache holding the tiny model's tokenizer as repo `benchd/tiny-small`, so the
-    peers load it in offline mode (aiperf's offline loader only accepts hub ids, not paths)."""
-    hub = C.cache_dir() / "peers" / "hf-hub"
+    books = Path.home() / ".cache" / "llama-benchy"
+    books.mkdir(parents=True, exist_ok=True)
+    (books / (hashlib.md5(CORPUS_URL.encode()).hexdigest() + ".txt")).write_text(load_corpus().take(400_000)[0])
+    hub = bench_venvs() / "hf-hub"
     repo = hub / ("models--" + HF_REPO.replace("/", "--"))
     snap = repo / "snapshots" / HF_REV
     snap.mkdir(parents=True, exist_ok=True)
     (repo / "refs").mkdir(exist_ok=True)
     (repo / "refs" / "main").write_text(HF_REV)
     for f in tok_dir.iterdir():
-        if f.name != "model.safetensors" and f.is_file():
+        if f.is_file() and f.name != "model.safetensors":
             shutil.copyfile(f, snap / f.name)
-    return hub
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(hub), HF_HOME=str(hub.parent / "hf-home"),
+               TRANSFORMERS_OFFLINE="1", NO_COLOR="1", TQDM_DISABLE="1")
+    env.pop("PYTHONPATH", None)
+    return env
 
 
-def peer_argv(tool: str, exe: Path, base: str, a: argparse.Namespace, out: Path) -> list[str]:
-    """The same workload in each tool's words: prompt ~context tokens (its own tokenizer = the model's),
-    gen tokens, request count, concurrency 1, streaming, greedy where the tool lets us say so."""
-    if tool == "llama-benchy":
-        return [str(exe), "--base-url", base + "/v1", "--model", HF_REPO, "--tokenizer", HF_REPO,
-                "--pp", str(a.context), "--tg", str(a.gen), "--runs", str(a.probes), "--no-cache",
-                "--book-url", CORPUS_URL, "--latency-mode", "none", "--skip-coherence", "--exact-tg",
-                "--format", "json", "--save-result", str(out / "benchy.json")]
-    if tool == "aiperf":
-        return [str(exe), "profile", "--model", "benchd-tiny", "--tokenizer", HF_REPO, "--url", base,
-                "--endpoint-type", "chat", "--streaming", "--isl", str(a.context), "--isl-stddev", "0",
-                "--osl", str(a.gen), "--extra-inputs", "ignore_eos:true", "--extra-inputs", "cache_prompt:false",
-                "--request-count", str(a.probes), "--concurrency", "1", "--warmup-request-count", "1",
-                "--artifact-dir", str(out / "aiperf"), "--ui", "none"]
-    if tool == "guidellm":
-        return [str(exe), "run", "--backend", f"kind=openai_http,target={base},model=benchd-tiny",
-                "--profile", "kind=synchronous", "--constraint", f"kind=max_requests,count={a.probes}",
-                "--tokenizer", f"kind=huggingface_auto,model={HF_REPO}",
-                "--data", f"kind=synthetic_text,prompt_tokens={a.context},output_tokens={a.gen}",
-                "--output", f"kind=json,path={out / 'guidellm.json'}", "--disable-console-interactive"]
-    raise ValueError(tool)
-
-
-# ------------------------------------------------------------------------------------------ runs
-
-
-_CPT: list[float] = []
-
-
-def prompt_text(srv: C.LlamaServer, n_tokens: int) -> str:
-    """A unique prompt of about `n_tokens` tokens of the server's tokenizer (chars/token measured once
-    with /tokenize; ~12 tokens of chat template come on top, as with the other tools)."""
-    from benchd.engine.corpus import load_corpus
-
-    text, _ = load_corpus().take(20_000)
-    if not _CPT:
-        _CPT.append(4000 / len(C.http_json(srv.base + "/tokenize", {"content": text[:4000]})["tokens"]))
-    return f"[{secrets.token_hex(6)}] " + text[: int((n_tokens - 12) * _CPT[0])]
-
-
-def run_alone(srv: C.LlamaServer, a: argparse.Namespace) -> dict[str, Any]:
-    """The reference: the same streamed requests read by `curl -N` into /dev/null (a C client that does
-    nothing per chunk), so the server pays its own streaming cost but no Python client competes with
-    it. (`--alone-nonstream`: non-streaming requests instead, which also spares the server the per-token
-    SSE writes.)"""
-    before = srv.metrics()
-    for _ in range(a.probes):
-        body = json.dumps({
-            "messages": [{"role": "user", "content": prompt_text(srv, a.context)}], "max_tokens": a.gen,
-            "stream": not a.alone_nonstream, "stream_options": {"include_usage": True}, "cache_prompt": False,
-            "ignore_eos": True, "temperature": 0, "seed": 0,
-        }).encode()
-        subprocess.run(["curl", "-sSN", "-o", "/dev/null", "-H", "Content-Type: application/json", "--data-binary", "@-",
-                        srv.base + "/v1/chat/completions"], input=body, check=True, timeout=300)
-    rate, n = C.decode_rate(before, srv.metrics())
-    return {"server_tps": rate, "tokens": n, "cpu_s": None}
-
-
-def run_alone_fresh(model: str, ctx: int, a: argparse.Namespace) -> dict[str, Any]:
-    """The reference for benchd-daemon, which starts its own server per job: a FRESH server with the
-    same argv, one warm-up request, then the same non-streaming requests (a new process decodes at a
-    different speed than a long-running one on this machine, so the shared server is not its reference)."""
-    with C.llama_server(model, ctx, a.threads) as fresh:
-        run_alone(fresh, argparse.Namespace(**{**vars(a), "probes": 1}))
-        return run_alone(fresh, a)
-
-
-def run_probe_client(srv: C.LlamaServer, a: argparse.Namespace, model: str) -> dict[str, Any]:
-    before = srv.metrics()
-    res, cpu, wall = C.run_measured([sys.executable, str(Path(__file__).parent / "_probe_client.py"),
-                                     "--url", srv.base, "--model", model, "--context", str(a.context),
-                                     "--gen", str(a.gen), "--probes", str(a.probes), "--warmup", "1"])
-    if res.returncode != 0:
-        return {"error": res.stderr[-500:]}
-    rate, n = C.decode_rate(before, srv.metrics())
-    doc = json.loads(res.stdout)
-    return {"server_tps": rate, "tokens": n, "cpu_s": cpu, "wall_s": wall,
-            "loop_cpu_s": doc["loop_cpu_s"], "loop_tokens": doc["streamed_tokens"]}
-
-
-def run_peer(tool: str, exe: Path, srv: C.LlamaServer, a: argparse.Namespace, hub: Path) -> dict[str, Any]:
-    out = Path(tempfile.mkdtemp(prefix=f"bench-{tool}-"))
+def run_benchy(exe: Path, env: dict[str, str], srv: C.LlamaServer, a: argparse.Namespace, n: int,
+               cpus: set[int] | None) -> dict[str, Any]:
+    out = Path(tempfile.mkdtemp(prefix="bench-benchy-"))
+    argv = [str(exe), "--base-url", srv.base + "/v1", "--model", HF_REPO, "--tokenizer", HF_REPO, "--pp", str(a.context),
+            "--tg", str(a.gen), "--runs", str(n), "--no-cache", "--book-url", CORPUS_URL, "--latency-mode", "none",
+            "--skip-coherence", "--exact-tg", "--format", "json", "--save-result", str(out / "r.json")]
     before = srv.metrics()
     try:
-        res, cpu, wall = C.run_measured(peer_argv(tool, exe, srv.base, a, out), env=peer_env(hub),
-                                        cwd=str(out), timeout=1200)
-    except subprocess.TimeoutExpired:
-        return {"error": "timed out after 1200 s"}
+        res, cpu, wall = C.run_measured(argv, env=env, cwd=str(out), timeout=1800, cpus=cpus)
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    rate, n = C.decode_rate(before, srv.metrics())
-    if res.returncode != 0 or n < a.probes * a.gen:
-        return {"error": f"exit {res.returncode}, {n:.0f} tokens streamed: {(res.stderr or res.stdout)[-600:]}"}
-    return {"server_tps": rate, "tokens": n, "cpu_s": cpu, "wall_s": wall}
+    rate, tokens = C.decode_rate(before, srv.metrics())
+    if res.returncode != 0 or tokens < n * a.gen:  # it reuses connections llama-server closes: check the count
+        return {"error": f"exit {res.returncode}, {tokens:.0f} of {n * a.gen} tokens: {(res.stderr or res.stdout)[-400:]}"}
+    return {"cpu_s": cpu, "tokens": tokens, "server_tps": rate, "wall_s": wall}
 
 
-def daemon_sweep(a: argparse.Namespace, model: str) -> dict[str, Any]:
-    return {
-        "name": "harness-overhead", "contexts": [a.context], "gen_tokens": a.gen, "probes": a.probes,
-        "warmup": 1, "eval_tier": "none", "sustained": {"tokens": 0},
-        "cooldown": {"policy": "fixed", "seconds": 0, "max_seconds": 0},
-        "candidates": [{"id": "tiny", "runtime": "llama-server", "model": model, "args": ["-t", str(a.threads)]}],
-    }
+# ------------------------------------------------------------------------------------------- benchd
 
 
-def run_daemon(d: C.Daemon, a: argparse.Namespace, model: str) -> dict[str, Any]:
-    cpu0 = C.proc_cpu(d.proc.pid)
-    w0 = time.perf_counter()
-    job = d.client().submit(daemon_sweep(a, model))["id"]
-    info = d.wait_job(job)
-    cpu = C.proc_cpu(d.proc.pid) - cpu0
-    wall = time.perf_counter() - w0
+class CpuTrace:
+    """The daemon's own CPU, and the CPU of its runbook-view workers (`benchd.results.render` children),
+    sampled every 10 ms by a thread of THIS process (a worker's total is its last sample: up to 10 ms
+    short). Children are found through /proc/PID/task/*/children, not a scan of every process."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.proc = psutil.Process(pid)
+        self.points: list[tuple[float, float]] = []  # (wall time.time(), own CPU)
+        self.workers: dict[int, float] = {}  # render worker pid -> CPU at its last sample
+        self._kids: dict[int, psutil.Process | None] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        t = self.proc.cpu_times()
+        self.points.append((time.time(), t.user + t.system))
+        from benchd.sensors.memory.readers import proc_tree
+
+        for kid in (proc_tree(self.pid) or set()) - {self.pid}:
+            with contextlib.suppress(psutil.Error):
+                if kid not in self._kids:
+                    p = psutil.Process(kid)
+                    self._kids[kid] = p if "benchd.results.render" in " ".join(p.cmdline()) else None
+                p = self._kids[kid]
+                if p is not None:
+                    ct = p.cpu_times()
+                    self.workers[kid] = ct.user + ct.system
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.01):
+            self._sample()
+
+    def __enter__(self) -> CpuTrace:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def at(self, when: float) -> float:
+        """The daemon's own CPU at wall time `when`: the first sample at or after it."""
+        for t, own in self.points:
+            if t >= when:
+                return own
+        return self.points[-1][1]
+
+
+def _epoch(rfc3339: str) -> float:
+    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
+
+
+def wait_runbook(state: Path, job: str, timeout: float = 900) -> float:
+    """The wall time at which the job's runbook id appeared in the store (read-only, no daemon request)."""
+    db = sqlite3.connect(f"file:{state / 'benchd.sqlite3'}?mode=ro", uri=True, timeout=10)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            row = db.execute("SELECT runbook_id, state FROM jobs WHERE id = ?", (job,)).fetchone()
+            if row and row[0]:
+                return time.time()
+            time.sleep(0.01)
+    finally:
+        db.close()
+    raise TimeoutError(f"job {job}: no runbook within {timeout} s")
+
+
+def benchd_sweep(a: argparse.Namespace, model: str, n: int, pin: bool, binary: str | None) -> dict[str, Any]:
+    cand: dict[str, Any] = {"id": "tiny", "runtime": "llama-server", "model": model, "args": ["-t", str(a.threads)]}
+    if binary:
+        cand["binary"] = binary
+    doc: dict[str, Any] = {"name": "harness-overhead", "contexts": [a.context], "gen_tokens": a.gen, "probes": n,
+                           "warmup": 1, "eval_tier": "none", "sustained": {"tokens": 0},
+                           "cooldown": {"policy": "fixed", "seconds": 0, "max_seconds": 0}, "candidates": [cand]}
+    if pin:
+        doc["pin_client"] = True
+    return doc
+
+
+def run_benchd(d: C.Daemon, a: argparse.Namespace, model: str, n: int, pin: bool, binary: str | None) -> dict[str, Any]:
+    with CpuTrace(d.proc.pid) as trace:
+        t0 = time.time()
+        job = d.client().submit(benchd_sweep(a, model, n, pin, binary))["id"]
+        t_done = wait_runbook(d.state, job)
+    evs = d.events(job)
+    info = d.client().job(job)
     if info.get("state") != "succeeded":
         return {"error": f"job {job} {info.get('state')}: {info.get('error')}"}
-    rows = [e["payload"]["row"] for e in d.events(job) if e["type"] == "probe_finished"]
+    rows = [e["payload"]["row"] for e in evs if e["type"] == "probe_finished"]
     ok = [r for r in rows if r["status"] == "ok" and r.get("gen_tps") and r.get("gen_tokens")]
-    # Rows carry llama-server's predicted_per_second = (n - 1) / t (the first token is free); /metrics
-    # counts n / t. Put the rows on the counters' footing so every tool's rate is the same quantity.
-    n = sum(r["gen_tokens"] for r in ok)
-    secs = sum((r["gen_tokens"] - 1) / r["gen_tps"] for r in ok)
-    return {"server_tps": n / secs if secs else None, "tokens": n, "cpu_s": cpu, "wall_s": wall, "job": job}
+    tokens = sum(r["gen_tokens"] for r in ok)
+    secs = sum((r["gen_tokens"] - 1) / r["gen_tps"] for r in ok)  # rows: (n-1)/t; /metrics: n/t
+    times = {"submit": t0, "done": t_done}
+    for e in evs:
+        times.setdefault(e["type"], _epoch(e["time"]))  # first occurrence
+    times["last_probe_finished"] = max(_epoch(e["time"]) for e in evs if e["type"] == "probe_finished")
+    times["job_finished"] = next(_epoch(e["time"]) for e in evs if e["type"] == "job_finished")
+    pinned = next((e["payload"].get("affinity") for e in evs if e["type"] == "server_ready"), None)
+
+    def cpu(a_: str, b_: str) -> float:
+        return trace.at(times[b_]) - trace.at(times[a_])
+
+    phases = {"server_start": cpu("server_starting", "server_ready"),
+              "warmup_and_sizing": cpu("server_ready", "probe_started"),
+              "probes": cpu("probe_started", "last_probe_finished"),
+              "server_stop": cpu("last_probe_finished", "job_finished"),
+              "runbook_daemon": cpu("job_finished", "done"),
+              "runbook_views_worker": sum(trace.workers.values())}
+    return {"cpu_s": cpu("submit", "done"), "tokens": tokens, "server_tps": tokens / secs if secs else None,
+            "wall_s": t_done - t0, "phases": phases, "ready_s": times["server_ready"] - times["server_starting"],
+            "affinity": pinned, "job": job}
 
 
-# ------------------------------------------------------------------------------------------ main
+def taskset_wrapper(folder: Path, cpus: set[int]) -> str:
+    """A llama-server 'binary' that execs the real one pinned to `cpus` (for a daemon without pin_client)."""
+    path = folder / "llama-server-pinned"
+    path.write_text(f"#!/bin/sh\nexec taskset -c {','.join(map(str, sorted(cpus)))} {C.llama_bin()} \"$@\"\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+# --------------------------------------------------------------------------------------------- main
+
+
+def marginal(small: dict[str, Any], big: dict[str, Any]) -> tuple[float, float] | None:
+    """(marginal CPU-s per 1k tokens, fixed CPU-s of the small run) from a round's N and 4N runs."""
+    if "error" in small or "error" in big or big["tokens"] <= small["tokens"]:
+        return None
+    m = (big["cpu_s"] - small["cpu_s"]) / (big["tokens"] - small["tokens"]) * 1000
+    return m, small["cpu_s"] - small["tokens"] * m / 1000
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--probes", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--n", type=int, default=5, help="requests in the small run (the big one has 4N)")
     p.add_argument("--context", type=int, default=512)
     p.add_argument("--gen", type=int, default=256)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--tools", default="benchd-daemon,benchd-probe,llama-benchy,aiperf,guidellm")
+    p.add_argument("--size", default="medium", help="tiny model size (medium: 512-dim, 8 layers)")
+    p.add_argument("--modes", default="pinned,unpinned")
+    p.add_argument("--tools", default="benchd,llama-benchy")
+    p.add_argument("--base-src", type=Path, default=None, help="also run the daemon of this checkout as benchd-base")
     p.add_argument("--no-install", action="store_true")
-    p.add_argument("--alone-nonstream", action="store_true", help="reference = non-streaming requests")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
-
     from benchd.servers.runtimes.base import CTX_MARGIN_TOKENS
 
-    models = C.tiny("small")
+    models = C.tiny(a.size)
     model = str(models.target)
-    hub = seed_hf_cache(Path(models.mlx_dir))  # the same vocabulary as the GGUF (tinymodels writes both)
-    wanted = [t.strip() for t in a.tools.split(",") if t.strip()]
-    peers: dict[str, Path] = {}
-    skipped: dict[str, str] = {}
-    versions: dict[str, str] = {}
-    for tool in wanted:
-        if tool in PEERS:
-            exe, info = ensure_peer(tool, not a.no_install)
-            if exe is None:
-                skipped[tool] = info
-            else:
-                peers[tool], versions[tool] = exe, info
-    if "llama-benchy" in peers:
-        seed_benchy_corpus()
-    tools = ["alone"] + [t for t in wanted if t in peers or t.startswith("benchd")]
-    results: dict[str, list[dict[str, Any]]] = {t: [] for t in tools}
-    if "benchd-daemon" in tools:
-        results["alone-fresh"] = []
+    tools = [t.strip() for t in a.tools.split(",") if t.strip()] + (["benchd-base"] if a.base_src else [])
+    exe, version = ensure_benchy(not a.no_install) if "llama-benchy" in tools else (None, "")
+    if exe is None and "llama-benchy" in tools:
+        print(f"llama-benchy skipped: {version}", file=sys.stderr)
+        tools.remove("llama-benchy")
+    env = seed_offline(Path(models.mlx_dir)) if exe else {}
     ctx = a.context + a.gen + CTX_MARGIN_TOKENS
-    with contextlib.ExitStack() as stack:
-        srv = stack.enter_context(C.llama_server(model, ctx, a.threads))
-        daemon = stack.enter_context(C.benchd_daemon()) if "benchd-daemon" in tools else None
-        run_alone(srv, argparse.Namespace(**{**vars(a), "probes": 2}))  # warm the shared server
-        seq = 0
-        for rnd in range(a.rounds):
-            others = tools[1:]
-            others = [*others[rnd % len(others):], *others[: rnd % len(others)]] if others else []
-            order = ["alone"]
-            for t in others:
-                order += ["alone-fresh", t, "alone-fresh", "alone"] if t == "benchd-daemon" else [t, "alone"]
-            for tool in order:
-                if tool == "alone":
-                    r = run_alone(srv, a)
-                elif tool == "alone-fresh":
-                    r = run_alone_fresh(model, ctx, a)
-                elif tool == "benchd-daemon":
-                    assert daemon is not None
-                    r = run_daemon(daemon, a, model)
-                elif tool == "benchd-probe":
-                    r = run_probe_client(srv, a, model)
-                else:
-                    r = run_peer(tool, peers[tool], srv, a, hub)
-                r["round"] = rnd
-                r["seq"] = seq
-                seq += 1
-                results[tool].append(r)
-                print(f"round {rnd} {tool:14s} " + json.dumps({k: (round(v, 4) if isinstance(v, float) else v)
-                                                             for k, v in r.items() if k != "round"})[:400],
-                      file=sys.stderr, flush=True)
-    summary = summarize(results, a)
-    doc = {"machine": C.machine(), "workload": {k: getattr(a, k) for k in ("rounds", "probes", "context", "gen", "threads")},
-           "server_argv": C.server_argv(C.llama_bin(), model, 0, ctx, a.threads), "peer_versions": versions,
-           "skipped": skipped, "summary": summary, "raw": results}
+    raw: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    loads: dict[str, list[float]] = {}
+    for mode in [m.strip() for m in a.modes.split(",") if m.strip()]:
+        pinned = mode == "pinned"
+        raw[mode] = {f"{t}/{n}": [] for t in tools for n in ("N", "4N")}
+        loads[mode] = [os.getloadavg()[0]]
+        with contextlib.ExitStack() as stack:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-ho-")))
+            srv = stack.enter_context(C.llama_server(model, ctx, a.threads, cpus=SERVER_CPUS if pinned else None))
+            daemons = {}
+            if "benchd" in tools:
+                daemons["benchd"] = stack.enter_context(C.benchd_daemon(tmp / "new"))
+            if "benchd-base" in tools:
+                daemons["benchd-base"] = stack.enter_context(
+                    C.benchd_daemon(tmp / "base", src=a.base_src, cpus=CLIENT_CPUS if pinned else None))
+            wrapper = taskset_wrapper(tmp, SERVER_CPUS) if pinned else None
+            runs = [(t, n) for t in tools for n in ("N", "4N")]
+            for rnd in range(a.rounds):
+                for tool, size in runs[rnd % len(runs):] + runs[: rnd % len(runs)]:
+                    n = a.n * (4 if size == "4N" else 1)
+                    if tool == "llama-benchy":
+                        r = run_benchy(exe, env, srv, a, n, CLIENT_CPUS if pinned else None)  # type: ignore[arg-type]
+                    else:
+                        base = tool == "benchd-base"
+                        r = run_benchd(daemons[tool], a, model, n, pin=pinned and not base,
+                                       binary=wrapper if base else None)
+                    r["round"] = rnd
+                    raw[mode][f"{tool}/{size}"].append(r)
+                    print(f"{mode} round {rnd} {tool}/{size}: " + json.dumps(
+                        {k: round(v, 4) if isinstance(v, float) else v for k, v in r.items() if k not in ("phases", "affinity")})[:300],
+                        file=sys.stderr, flush=True)
+        loads[mode].append(os.getloadavg()[0])
+    doc = {"machine": C.machine(), "workload": {k: getattr(a, k) for k in ("rounds", "n", "context", "gen", "threads", "size")},
+           "llama_benchy": version, "loadavg_1m": loads, "summary": summarize(raw, tools), "raw": raw}
     if a.json:
         print(json.dumps(doc, indent=2))
     else:
         print_table(doc)
-    return 0 if summary.get("goals_met") else 1
+    pinned_ratio = doc["summary"].get("pinned", {}).get("ratio_benchd_vs_benchy")
+    return 0 if pinned_ratio is not None and pinned_ratio <= 1.0 else 1
 
 
-def summarize(results: dict[str, list[dict[str, Any]]], a: argparse.Namespace) -> dict[str, Any]:
-    alone_by_seq = {r["seq"]: r.get("server_tps") for r in [*results["alone"], *results.get("alone-fresh", [])]}
-
-    def neighbours(r: dict[str, Any]) -> float | None:
-        """The unmeasured server speed around a tool's run: mean of the `alone` (for benchd-daemon:
-        `alone-fresh`) runs just before and after it."""
-        xs: list[float] = [x for x in (alone_by_seq.get(r["seq"] - 1), alone_by_seq.get(r["seq"] + 1)) if x]
-        return sum(xs) / len(xs) if xs else None
-
-    per_tool: dict[str, Any] = {}
-    for tool, runs in results.items():
-        ok = [r for r in runs if "error" not in r]
-        cpu_per_k = [r["cpu_s"] / r["tokens"] * 1000 for r in ok if r.get("cpu_s") is not None and r.get("tokens")]
-        server = [r["server_tps"] / nb for r in ok if r.get("server_tps") and (nb := neighbours(r))]
-        if tool.startswith("alone"):
-            server = [1.0 for r in ok]
-        loop = [r["loop_cpu_s"] / r["loop_tokens"] * 1000 for r in ok if r.get("loop_tokens")]
-        per_tool[tool] = {"runs_ok": len(ok), "errors": [r["error"] for r in runs if "error" in r][:2],
-                          "cpu_s_per_1k_tokens": C.med(cpu_per_k), "cpu_spread": C.spread(cpu_per_k),
-                          "server_decode_vs_alone": C.med(server), "server_spread": C.spread(server),
-                          "server_tps": C.med([r["server_tps"] for r in ok if r.get("server_tps")]),
-                          "probe_loop_cpu_s_per_1k_tokens": C.med(loop)}
-    peer_cpus = {t: v["cpu_s_per_1k_tokens"] for t, v in per_tool.items() if t in PEERS and v["cpu_s_per_1k_tokens"]}
-    best = min(peer_cpus.items(), key=lambda kv: kv[1]) if peer_cpus else None
-    out: dict[str, Any] = {"per_tool": per_tool, "best_peer": best[0] if best else None}
-    met = best is not None
-    for b in ("benchd-daemon", "benchd-probe"):
-        if b not in per_tool:
-            continue
-        mine = per_tool[b]["cpu_s_per_1k_tokens"]
-        ratio = mine / best[1] if (best and mine) else None
-        out[f"{b}_cpu_ratio_vs_best_peer"] = ratio
-        srv = per_tool[b]["server_decode_vs_alone"]
-        met = met and ratio is not None and ratio <= GOAL_CPU_RATIO and srv is not None and srv >= GOAL_SERVER
-    out["goals_met"] = met
+def summarize(raw: dict[str, dict[str, list[dict[str, Any]]]], tools: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for mode, runs in raw.items():
+        per: dict[str, Any] = {}
+        by_round: dict[str, dict[int, float]] = {}
+        for t in tools:
+            pairs = [marginal(s, b) for s, b in zip(runs[f"{t}/N"], runs[f"{t}/4N"], strict=True)]
+            by_round[t] = {r["round"]: m[0] for r, m in zip(runs[f"{t}/N"], pairs, strict=True) if m}
+            ms, fs = [m[0] for m in pairs if m], [m[1] for m in pairs if m]
+            srv = [r["server_tps"] for r in runs[f"{t}/N"] + runs[f"{t}/4N"] if r.get("server_tps")]
+            per[t] = {"rounds_ok": len(ms), "marginal_cpu_s_per_1k": C.med(ms), "marginal_spread": C.spread(ms),
+                      "fixed_cpu_s": C.med(fs), "fixed_spread": C.spread(fs), "server_tps": C.med(srv),
+                      "errors": [r["error"] for r in runs[f"{t}/N"] + runs[f"{t}/4N"] if "error" in r][:2]}
+            phases = [r["phases"] for r in runs[f"{t}/N"] + runs[f"{t}/4N"] if "phases" in r]
+            if phases:
+                per[t]["phases_cpu_s"] = {k: C.med([ph[k] for ph in phases]) for k in phases[0]}
+                per[t]["affinity"] = next((r.get("affinity") for r in runs[f"{t}/N"] if r.get("affinity")), None)
+        ratio = {}
+        for t in tools:
+            if t != "llama-benchy" and "llama-benchy" in by_round:
+                xs = [by_round[t][k] / by_round["llama-benchy"][k] for k in by_round[t] if k in by_round["llama-benchy"]]
+                ratio[t] = (C.med(xs), C.spread(xs))
+        out[mode] = {"per_tool": per, "ratios_per_round": ratio,
+                     "ratio_benchd_vs_benchy": (ratio.get("benchd") or (None,))[0]}
     return out
 
 
 def print_table(doc: dict[str, Any]) -> None:
-    m, w, s = doc["machine"], doc["workload"], doc["summary"]
-    print(f"harness_overhead  {m['date_utc']} UTC  {m['cores_logical']} cores  {m['cpu_model']}  load {m['loadavg_1m']:.2f}")
-    print(f"workload: {w['rounds']} rounds x {w['probes']} probes, prompt ~{w['context']} tokens, {w['gen']} generated, -t {w['threads']}")
-    print(f"{'tool':15s} {'ok':>3s} {'CPU-s/1k tok':>13s} {'(min..max)':>16s} {'server/alone':>13s} {'(min..max)':>14s} {'server tok/s':>12s}")
-    for tool, v in s["per_tool"].items():
-        cs, ss = v["cpu_spread"], v["server_spread"]
-        print(f"{tool:15s} {v['runs_ok']:>3d} {C.fmt(v['cpu_s_per_1k_tokens']):>13s} "
-              f"{(f'{cs[0]:.3f}..{cs[1]:.3f}' if cs else ''):>16s} {C.fmt(v['server_decode_vs_alone']):>13s} "
-              f"{(f'{ss[0]:.3f}..{ss[1]:.3f}' if ss else ''):>14s} {C.fmt(v['server_tps'], 0):>12s}")
-        for e in v["errors"]:
-            print(f"    error: {e[:300]}")
-    for tool, why in doc["skipped"].items():
-        print(f"{tool:15s} skipped: {why}")
-    for t in ("benchd-daemon", "benchd-probe"):
-        if t in s["per_tool"] and s["per_tool"][t]["probe_loop_cpu_s_per_1k_tokens"] is not None:
-            print(f"{t}: probe loop alone (no interpreter start/imports) {C.fmt(s['per_tool'][t]['probe_loop_cpu_s_per_1k_tokens'])} CPU-s/1k tok")
-    print(f"best peer: {s['best_peer']} {doc['peer_versions'].get(s['best_peer'] or '', '')}")
-    for t in ("benchd-daemon", "benchd-probe"):
-        key = f"{t}_cpu_ratio_vs_best_peer"
-        if key in s:
-            print(f"RATIO {t} CPU / best peer = {C.fmt(s[key])} (goal <= {GOAL_CPU_RATIO});"
-                  f" server decode / alone = {C.fmt(s['per_tool'][t]['server_decode_vs_alone'])} (goal >= {GOAL_SERVER})")
-    print(f"goals met: {s['goals_met']}")
+    m, w = doc["machine"], doc["workload"]
+    print(f"harness_overhead  {m['date_utc']} UTC  {m['cores_logical']} cores  {m['cpu_model']}  llama-benchy {doc['llama_benchy']}")
+    print(f"workload: {w['rounds']} rounds x (N={w['n']} and 4N requests) per tool, prompt ~{w['context']}, "
+          f"{w['gen']} generated, -t {w['threads']}, tiny {w['size']} GGUF")
+    for mode, s in doc["summary"].items():
+        print(f"\n[{mode}]  load average (1 min) at start/end: {', '.join(f'{x:.2f}' for x in doc['loadavg_1m'][mode])}")
+        print(f"{'tool':14s} {'ok':>3s} {'marginal CPU-s/1k tok':>22s} {'(min..max)':>14s} {'fixed CPU-s/run':>16s} "
+              f"{'(min..max)':>14s} {'server tok/s':>12s}")
+        for t, v in s["per_tool"].items():
+            ms, fs = v["marginal_spread"], v["fixed_spread"]
+            print(f"{t:14s} {v['rounds_ok']:>3d} {C.fmt(v['marginal_cpu_s_per_1k'], 4):>22s} "
+                  f"{(f'{ms[0]:.4f}..{ms[1]:.4f}' if ms else ''):>14s} {C.fmt(v['fixed_cpu_s']):>16s} "
+                  f"{(f'{fs[0]:.3f}..{fs[1]:.3f}' if fs else ''):>14s} {C.fmt(v['server_tps'], 0):>12s}")
+            for e in v["errors"]:
+                print(f"    error: {e[:200]}")
+            if "phases_cpu_s" in v:
+                print("    per-job daemon CPU-s (median): " + ", ".join(f"{k} {x:.3f}" for k, x in v["phases_cpu_s"].items() if x is not None))
+        for t, (r, sp) in s["ratios_per_round"].items():
+            print(f"RATIO {mode} {t} / llama-benchy marginal CPU per token = {C.fmt(r)} "
+                  f"({'..'.join(f'{x:.3f}' for x in sp) if sp else ''}) (goal <= 1, pinned)")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,16 @@ CPU (`sched_setaffinity`) while the server's threads stay free, to see whether k
 the server's compute core helps the server.
 
     .venv/bin/python benchmarks/probe_client_ab.py [--rounds 4] [--probes 20] [--gen 256] [--json]
+    .venv/bin/python benchmarks/probe_client_ab.py --decode [--rounds 12] [--size medium] [--json]
+
+`--decode` (issue 19: what benchd does to the server it measures): probe by probe, benchd's probe path
+(prompt sized before the request, then the peak-only memory sampler around `probe.run_chat`, as the
+engine runs a recorded probe) alternates with the same request streamed by `curl -N` (a C client doing
+nothing per chunk), each probe's server decode rate read from its own final chunk's `timings`
+(`predicted_per_second`). Two servers with the same argv: `pinned` (server on core 0; the client —
+this process's event loop thread, or curl — on core 1) and `unpinned` (nothing pinned). Each round
+runs the four (mode, client) probes in a rotated order; the ratio per round is benchd's ÷ curl's
+decode rate in the same mode.
 
 Measures this process's CPU (`time.process_time`) over each batch of probes only (no interpreter start,
 no imports), per 1,000 streamed tokens, and the client/server gen-rate ratio of each variant. Issue 9
@@ -181,8 +191,105 @@ async def batch(impl: str, base: str, model: str, a: argparse.Namespace, builder
             "ratio_median": statistics.median(ratios) if ratios else None, "server_tps": server_tps}
 
 
+async def curl_decode(url: str, body: bytes, cpus: set[int] | None) -> float:
+    """One request streamed by curl into a file; the server's decode rate from the final timings."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(prefix="ab-curl-", suffix=".sse") as out:
+        proc = await asyncio.create_subprocess_exec(
+            "curl", "-sSN", "-o", out.name, "-H", "Content-Type: application/json", "--data-binary", "@-", url,
+            stdin=asyncio.subprocess.PIPE, preexec_fn=C.on_cpus(cpus))
+        await proc.communicate(body)
+        text = await asyncio.to_thread(Path(out.name).read_text)  # a file, not a pipe: no reader wakes per chunk
+    lines = [ln for ln in text.splitlines() if ln.startswith("data: {") and '"timings"' in ln]
+    return float(json.loads(lines[-1][6:])["timings"]["predicted_per_second"])
+
+
+async def benchd_decode(adapter: Any, base: str, body: bytes, server_pid: int, cpus: set[int] | None) -> float:
+    """One recorded probe's request path in the engine (sampler peak-only around `probe.run`)."""
+    from benchd.sensors.memory.sampler import MemorySampler
+
+    if cpus:
+        os.sched_setaffinity(0, cpus)  # this (event loop) thread only: what pin_client does
+    try:
+        sampler = MemorySampler(server_pid, series=False)
+        sampler.reset_peak()
+        await sampler.start()
+        r = await probe.run(base + adapter.request_path(), body, adapter.request_headers(), timeout_s=120)
+        await sampler.stop()
+    finally:
+        os.sched_setaffinity(0, ALL_CPUS)
+    n = adapter.normalize(r, spec_configured=False)
+    if not r.ok or not n.gen_tps:
+        raise RuntimeError(f"benchd probe: {r.error}")
+    return float(n.gen_tps)
+
+
+def decode_ab(a: argparse.Namespace) -> int:
+    """`--decode`: the server's own decode rate under benchd's probe path vs under curl, per round."""
+    import uvloop
+
+    model = str(C.tiny(a.size).target)
+    adapter = get_adapter("llama-server")
+    server_cpus, client_cpus = {min(ALL_CPUS)}, {max(ALL_CPUS)}
+    cells = [(m, c) for m in ("pinned", "unpinned") for c in ("benchd", "curl")]
+    res: dict[str, list[float]] = {f"{m}/{c}": [] for m, c in cells}
+    load0 = os.getloadavg()[0]
+    with (C.llama_server(model, a.context + a.gen + 64, a.threads, cpus=server_cpus) as pinned,
+          C.llama_server(model, a.context + a.gen + 64, a.threads) as unpinned):
+        servers = {"pinned": pinned, "unpinned": unpinned}
+
+        async def go() -> None:
+            builder = PromptBuilder()
+            for rnd in range(-1, a.rounds):  # round -1: one warm-up probe per cell, not recorded
+                for mode, client in cells[rnd % 4:] + cells[: rnd % 4]:
+                    srv = servers[mode]
+
+                    async def count(text: str, base: str = srv.base) -> int:
+                        n = await adapter.count_tokens(base, text)
+                        assert n is not None
+                        return n
+
+                    prompt = await builder.build(a.context, f"decode/{mode}/{client}/{rnd}", count, key=mode)
+                    body = adapter.encode_body(adapter.request_body(model=model, prompt=prompt.text, max_tokens=a.gen,
+                                                                    sampling=Sampling()))
+                    cpus = client_cpus if mode == "pinned" else None
+                    if client == "curl":
+                        rate = await curl_decode(srv.base + adapter.request_path(), body, cpus)
+                    else:
+                        rate = await benchd_decode(adapter, srv.base, body, srv.proc.pid, cpus)
+                    if rnd >= 0:
+                        res[f"{mode}/{client}"].append(rate)
+
+        uvloop.run(go())
+    summary: dict[str, Any] = {}
+    for mode in ("pinned", "unpinned"):
+        ratios = [b / c for b, c in zip(res[f"{mode}/benchd"], res[f"{mode}/curl"], strict=True)]
+        summary[mode] = {"benchd_tps": C.med(res[f"{mode}/benchd"]), "curl_tps": C.med(res[f"{mode}/curl"]),
+                         "ratio_median": C.med(ratios), "ratio_spread": C.spread(ratios),
+                         "ratio_iqr": (statistics.quantiles(ratios, n=4)[0], statistics.quantiles(ratios, n=4)[2])
+                         if len(ratios) >= 4 else None, "rounds": len(ratios)}
+    doc = {"machine": C.machine(), "loadavg_1m": [load0, os.getloadavg()[0]], "model": a.size, "threads": a.threads,
+           "gen": a.gen, "context": a.context, "summary": summary, "raw": res}
+    if a.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    m = doc["machine"]
+    print(f"probe_client_ab --decode  {m['date_utc']} UTC  load {load0:.2f} -> {doc['loadavg_1m'][1]:.2f}  "
+          f"{a.rounds} rounds, tiny {a.size}, -t {a.threads}, prompt ~{a.context}, {a.gen} generated")
+    for mode, v in summary.items():
+        sp, iq = v["ratio_spread"] or (0.0, 0.0), v["ratio_iqr"] or (0.0, 0.0)
+        print(f"  {mode:9s} server decode under benchd {C.fmt(v['benchd_tps'], 1)} tok/s, under curl {C.fmt(v['curl_tps'], 1)} "
+              f"tok/s; RATIO benchd/curl median {C.fmt(v['ratio_median'])} (IQR {iq[0]:.3f}..{iq[1]:.3f}, "
+              f"min..max {sp[0]:.3f}..{sp[1]:.3f}, {v['rounds']} rounds; goal >= 0.99)")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--decode", action="store_true", help="server decode under benchd vs curl, probe by probe")
+    p.add_argument("--size", default="medium", help="--decode: tiny model size")
+    p.add_argument("--threads", type=int, default=1, help="--decode: the server's -t")
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--probes", type=int, default=20)
     p.add_argument("--context", type=int, default=512)
@@ -190,6 +297,8 @@ def main() -> int:
     p.add_argument("--pace-ms", type=float, default=10.0)
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
+    if a.decode:
+        return decode_ab(a)
     import uvloop
 
     model = str(C.tiny("small").target)

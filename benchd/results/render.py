@@ -61,7 +61,8 @@ async def render_off_loop(path: Path, names: list[str] | None = None, *, cache_d
             *(["--cache-dir", str(cache_dir)] if cache_dir else [])]
     proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                                                env={**os.environ, "MPLBACKEND": "Agg"})
+                                                env={**os.environ, "MPLBACKEND": "Agg"},
+                                                cwd=path.parent)  # `-m` puts the cwd first on sys.path
     try:
         async with asyncio.timeout(timeout_s):
             stdout, stderr = await proc.communicate()
