@@ -168,7 +168,7 @@ async def test_peak_only_is_exact_and_runs_nothing_during_the_probe(child: Child
 
 @linux_only
 async def test_peak_only_without_a_usable_kernel_peak_samples_the_series(child: Child) -> None:
-    class NoReset(memory_backends.LinuxProc):
+    class NoReset(memory_linux.LinuxProc):
         """Double for a kernel that refuses clear_refs (e.g. another user's process): the only way here."""
 
         def reset(self, pid: int) -> str | None:
