@@ -148,13 +148,14 @@ def _summary(doc: Doc) -> str:
     if s["error"]:
         facts.insert(2, ("error", s["error"]))
     dl = "".join(f"<dt>{esc(k)}</dt><dd class='{esc(k.replace(' ', '-'))}'>{esc(v)}</dd>" for k, v in facts)
-    verdicts = ("".join(f"<h3>{esc(v['key'].replace('_', ' '))}</h3>{value_html(v['value'])}" for v in s["verdicts"])
+    verdicts = ("".join(f"<h4 class='{'alarm' if v['alarm'] else ''}'>{esc(v['key'].replace('_', ' '))}</h4>"
+                        f"{value_html(v['value'])}" for v in s["verdicts"])
                 or "<p>No sweep-level verdict in this runbook (no drift sentinel ran).</p>")
     deferred = table(["axis", "why it was not measured", "declared by"],
                      [[d["axis"], d["reason"], "the sweep file" if d["origin"] == "declared" else "benchd"]
                       for d in s["deferred"]], "What this sweep did not measure, and why")
     return (f"<section id='summary'><h2>Summary</h2><dl class='summary'>{dl}</dl>"
-            f"<h3>Sweep-level verdicts</h3>{verdicts}<h3>Deferred axes</h3>{deferred}</section>")
+            f"<h3>Sweep-level verdicts and flags</h3>{verdicts}<h3>Deferred axes</h3>{deferred}</section>")
 
 
 def _pareto(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
@@ -188,7 +189,9 @@ def _pareto(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
             + (f"<ul class='skipped'>{skipped}</ul>" if skipped else "") + "</article>")
     return ("<section id='pareto'><h2>Pareto view</h2><p>Per context, one point per candidate. A candidate is "
             "dominated when another is at least as good on every axis both have and better on one; the frontier is "
-            "what is left. benchd does not choose among the frontier: the tradeoff is yours.</p>"
+            "what is left. benchd does not choose among the frontier: the tradeoff is yours. Marker shape and colour "
+            "name the candidate (the same on every chart); filled = on the frontier, half-filled = tied, hollow = "
+            "dominated. Hover a point for its cell's median, CI, probes and each figure's source.</p>"
             f"{controls}{''.join(parts)}</section>")
 
 

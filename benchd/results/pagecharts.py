@@ -23,7 +23,8 @@ SHAPES = ("circle", "square", "triangle-up", "diamond", "cross", "triangle-down"
 COLOURS = ("#08306b", "#f4a582", "#2166ac", "#b2182b", "#7fbc41", "#542788", "#e08214", "#4d4d4d",
            "#80cdc1", "#c51b7d")
 MARKS = {"ok": ("circle", "#08306b"), "short": ("triangle-down", "#e08214"), "null": ("square", "#7f7f7f"),
-         "failed": ("cross", "#b2182b")}
+         "failed": ("cross", "#b2182b"), "throttle-suspect": ("triangle-up", "#c51b7d"),
+         "sentinel": ("diamond", "#7fbc41")}
 DASHES = ([1, 0], [6, 3], [2, 2], [8, 2, 2, 2], [4, 4])
 STATUS_FILL = {"frontier": 1.0, "tied": 0.4, "dominated": 0.0}
 CONFIG: Spec = {"font": "sans-serif", "axis": {"labelFontSize": 11, "titleFontSize": 11},
@@ -95,7 +96,7 @@ def probes_spec(series: list[Spec], candidates: list[str]) -> Spec:
                   "column": {"field": "context", "type": "ordinal", "title": "context (tokens)"}},
         "resolve": {"scale": {"y": "independent"}},
         "spec": {"width": 170, "height": 80, "layer": [
-            {"transform": [{"filter": "datum.gen_tps !== null"}],
+            {"transform": [{"filter": "datum.gen_tps !== null && datum.mark !== 'sentinel'"}],
              "mark": {"type": "line", "color": "#9ecae1"}, "encoding": xy},
             {"mark": {"type": "rule", "strokeDash": [4, 3], "color": "#4d4d4d"},
              "encoding": {"y": {"field": "cell_median", "aggregate": "max", "type": "quantitative"}}},
@@ -123,6 +124,7 @@ def sustained_spec(windows: list[Spec], candidates: list[str]) -> Spec:
         "description": "Sustained generation: tokens per second in each window of one long generation, a line per "
                        "candidate (dash pattern and marker shape differ per candidate).",
         "width": 520, "height": 220, "config": CONFIG, "data": {"values": windows},
+        "transform": [{"filter": "datum.tps > 0"}],  # a log scale has no place for 0
         "layer": [
             {"mark": {"type": "line", "strokeWidth": 2},
              "encoding": {**enc, "strokeDash": {"field": "candidate", "type": "nominal", "scale": dashes, "legend": None}}},

@@ -35,7 +35,7 @@ DERIVED_SOURCES = {"eval_pass_rate": "evals: passed / total over the sweep's eva
 #: Top-level runbook keys the page shows in their own section; any other key is a sweep-level fact
 #: it lists generically (the drift sentinel and sweep verdicts before the page knows their shape).
 #: Row fields other work adds (thinking, energy, throttling flags): shown beside a probe when present.
-ROW_EXTRAS = ("flags", "throttle", "ttfat_ms", "reasoning_tokens", "thinking", "j_per_gen_token")
+ROW_EXTRAS = ("ttfat_ms", "reasoning_tokens", "thinking", "j_per_gen_token")
 KNOWN_KEYS = {"schema_version", "id", "generated_at", "outcome", "job", "sweep", "provenance", "cooldowns",
               "deferred", "rows", "cells", "sustained", "evals", "eval_summary", "pareto"}
 
@@ -99,7 +99,11 @@ def summary(doc: Doc) -> Doc:
             if key not in seen:
                 seen.add(key)
                 deferred.append({"axis": key[0], "reason": key[1], "origin": origin})
-    verdicts = [{"key": k, "value": v} for k, v in doc.items() if k not in KNOWN_KEYS]
+    verdicts = sweep_verdicts(doc)
+    energy = (doc.get("provenance") or {}).get("energy")
+    if isinstance(energy, dict):
+        machine_text += "; energy: " + (", ".join(f"{k} {energy[k]}" for k in ("source", "granularity", "scope")
+                                                  if energy.get(k)) or str(energy.get("reason") or "not measured"))
     return {
         "id": doc.get("id"), "name": sweep.get("name") or job.get("name"), "outcome": doc.get("outcome"),
         "error": job.get("error"), "started_at": job.get("started_at"), "finished_at": job.get("finished_at"),
@@ -112,6 +116,46 @@ def summary(doc: Doc) -> Doc:
         "contexts": sorted({int(p["context"]) for p in doc.get("pareto") or []} | set(sweep.get("contexts") or [])),
         "verdicts": verdicts, "deferred": deferred,
     }
+
+
+def sweep_verdicts(doc: Doc) -> list[Doc]:
+    """Sweep-level verdicts: the drift sentinel's summary (or why none ran), the runbook's flags, then any
+    other top-level field this page does not know yet, shown as it is (never dropped)."""
+    out: list[Doc] = []
+    drift = doc.get("drift")
+    if isinstance(drift, dict):
+        out.append({"key": "drift sentinel", "value": drift.get("summary") or drift,
+                    "alarm": bool(drift.get("drifted"))})
+    elif doc.get("drift_null_reason"):
+        out.append({"key": "drift sentinel", "value": f"not run: {doc['drift_null_reason']}", "alarm": False})
+    flags = doc.get("flags")
+    if isinstance(flags, list) and flags:
+        out.append({"key": "flags", "alarm": True, "value": [
+            f"{f.get('candidate') or 'sweep'}: {f.get('flag')} — {f.get('detail')}" if isinstance(f, dict) else f
+            for f in flags]})
+    known = KNOWN_KEYS | {"drift", "drift_null_reason", "flags"}
+    out += [{"key": k, "value": v, "alarm": False} for k, v in doc.items() if k not in known and v not in (None, [], {})]
+    return out
+
+
+def verdict_text(v: Any) -> str:
+    """A cell verdict as words: issue 15's struct (verdict, CI width, trend) or a plain string."""
+    if not isinstance(v, dict):
+        return "" if v is None else str(v)
+    word = v.get("verdict")
+    if word is None:
+        return f"no verdict: {v.get('reason') or 'not measured'}"
+    extra = []
+    if v.get("ci_half_width_pct") is not None:
+        extra.append(f"CI ±{v['ci_half_width_pct']:.1f} % (target {v.get('target_ci_pct')} %)")
+    trend = v.get("trend")
+    if isinstance(trend, dict) and trend.get("drift_pct") is not None:
+        extra.append(f"trend {trend['drift_pct']:+.1f} % over the series (p {trend.get('p_value', float('nan')):.2g})")
+    if v.get("throttle_suspects"):
+        extra.append(f"{v['throttle_suspects']} throttle-suspect probe(s)")
+    if v.get("probes_used") is not None:
+        extra.append(f"{v['probes_used']} probes used")
+    return f"{word} ({'; '.join(extra)})" if extra else str(word)
 
 
 # ------------------------------------------------------------------------------------------- pareto
@@ -153,17 +197,19 @@ def _stats_text(axis: str, stats: Doc | None, value: Any) -> str:
 def _ties(ctx: Doc) -> dict[str, str]:
     """Candidate -> with whom it is tied, from whatever shape the runbook's Pareto gives ties (if any)."""
     raw = ctx.get("tied") or ctx.get("ties") or {}
-    out: dict[str, str] = {}
+    out: dict[str, list[str]] = {}
     if isinstance(raw, dict):
         for k, v in raw.items():
-            out[str(k)] = ", ".join(map(str, v)) if isinstance(v, list) else str(v)
+            out.setdefault(str(k), []).append(", ".join(map(str, v)) if isinstance(v, list) else str(v))
     elif isinstance(raw, list):
         for item in raw:
-            members = item.get("pair") or item.get("candidates") if isinstance(item, dict) else item
+            members = (item.get("pair") or item.get("candidates")) if isinstance(item, dict) else item
+            axes = item.get("axes") if isinstance(item, dict) else None
+            on = f" on {', '.join(axes)}" if isinstance(axes, dict | list) and axes else ""
             if isinstance(members, list):
                 for m in members:
-                    out[str(m)] = ", ".join(str(x) for x in members if x != m)
-    return out
+                    out.setdefault(str(m), []).append(", ".join(str(x) for x in members if x != m) + on)
+    return {k: "; ".join(v) for k, v in out.items()}
 
 
 def axes_present(doc: Doc) -> list[str]:
@@ -179,7 +225,7 @@ def axes_present(doc: Doc) -> list[str]:
 def pareto_points(doc: Doc, ctx: Doc) -> list[Doc]:
     """One record per candidate in a context: status, every axis's value (scaled), and hover text."""
     context = int(ctx["context"])
-    ties, dominated = _ties(ctx), ctx.get("dominated") or {}
+    ties, dominated, caveats = _ties(ctx), ctx.get("dominated") or {}, ctx.get("caveats") or {}
     evals = {e.get("candidate"): e for e in doc.get("eval_summary") or []}
     sustained = {s.get("candidate"): s for s in doc.get("sustained") or []}
     sustained_rows = {r.get("candidate"): r for r in doc.get("rows") or [] if r.get("kind") == "sustained"}
@@ -190,14 +236,17 @@ def pareto_points(doc: Doc, ctx: Doc) -> list[Doc]:
         if cand in dominated:
             status = "dominated"
             relation = "; ".join(f"by {d.get('by')} on {', '.join(d.get('better_on') or [])}"
+                                 + (f" (tied on {', '.join(d['tied_on'])})" if d.get("tied_on") else "")
                                  + (f" (not compared: {', '.join(d['skipped_axes'])})" if d.get("skipped_axes") else "")
                                  for d in dominated[cand])
         elif cand in ties:
             status, relation = "tied", f"tied with {ties[cand]}"
         else:
             status, relation = "frontier", "on the frontier: no candidate beats it on every axis"
+        if cand in caveats:
+            relation += f" — caveat: {caveats[cand]}"
         rec: Doc = {"candidate": cand, "context": context, "status": status, "relation": relation,
-                    "label": cand, "verdict": cell.get("verdict"), "probes": f"{cell.get('n_ok', len(rows))} ok, "
+                    "label": cand, "verdict": verdict_text(cell.get("verdict") or p.get("verdict")), "probes": f"{cell.get('n_ok', len(rows))} ok, "
                     f"{cell.get('n_failed', 0)} failed"}
         for axis, value in (p.get("values") or {}).items():
             rec[axis] = scaled(axis, value)
@@ -227,28 +276,45 @@ def _null_reason(rows: list[Doc], cell: Doc, axis: str) -> str:
 # --------------------------------------------------------------------------------- probe series
 
 
+def _probe_mark(r: Doc, want: Any) -> tuple[str, str]:
+    """What a probe's marker says: failed, null, short, throttle-suspect, sentinel or ok, and why."""
+    gen = r.get("gen_tps")
+    throttle: Doc = r["throttle"] if isinstance(r.get("throttle"), dict) else {}
+    if r.get("status") != "ok":
+        return "failed", f"{r.get('status')}: {r.get('error') or 'no error recorded'}"
+    if gen is None:
+        return "null", f"gen_tps null: {(r.get('null_reasons') or {}).get('gen_tps', 'no reason recorded')}"
+    if r.get("short") or (isinstance(want, int) and isinstance(r.get("gen_tokens"), int) and r["gen_tokens"] < want):
+        return "short", r.get("short_reason") or f"short: {r.get('gen_tokens')} of {want} tokens generated"
+    if throttle.get("suspect"):
+        return "throttle-suspect", str(throttle.get("note") or "throttle-suspect")
+    if r.get("kind") == "sentinel":
+        return "sentinel", "drift sentinel: this cell run again at the end of the sweep"
+    return "ok", ""
+
+
 def probe_series(doc: Doc) -> list[Doc]:
-    """Every probe row in order, with what the small multiples mark: ok, short, null or failed."""
+    """Every probe row in order (the drift sentinel's re-run after its cell's own probes), with what the
+    small multiples mark: ok, short, null, failed, throttle-suspect or sentinel."""
     want = (doc.get("sweep") or {}).get("gen_tokens")
+    rows = [r for r in doc.get("rows") or [] if r.get("kind") in ("probe", "sentinel")]
+    last: dict[tuple[str, int], int] = {}
+    for r in rows:
+        if r.get("kind") == "probe":
+            key = (r["candidate"], r["context"])
+            last[key] = max(last.get(key, -1), int(r.get("probe") or 0))
     out = []
-    for r in doc.get("rows") or []:
-        if r.get("kind") != "probe":
-            continue
+    for r in rows:
         cell = _cell(doc, r["candidate"], r["context"])
-        gen = r.get("gen_tps")
-        if r.get("status") != "ok":
-            mark, note = "failed", f"{r.get('status')}: {r.get('error') or 'no error recorded'}"
-        elif gen is None:
-            mark, note = "null", f"gen_tps null: {(r.get('null_reasons') or {}).get('gen_tps', 'no reason recorded')}"
-        elif isinstance(want, int) and isinstance(r.get("gen_tokens"), int) and r["gen_tokens"] < want:
-            mark, note = "short", f"short: {r['gen_tokens']} of {want} tokens generated"
-        else:
-            mark, note = "ok", ""
+        mark, note = _probe_mark(r, want)
+        order = int(r.get("probe") or 0)
+        if r.get("kind") == "sentinel":
+            order += last.get((r["candidate"], r["context"]), -1) + 1
         out.append({
-            "candidate": r["candidate"], "context": r["context"], "probe": r.get("probe"), "mark": mark,
-            "gen_tps": gen, "note": note, "source": (r.get("sources") or {}).get("gen_tps") or "",
+            "candidate": r["candidate"], "context": r["context"], "probe": order, "mark": mark,
+            "gen_tps": r.get("gen_tps"), "note": note, "source": (r.get("sources") or {}).get("gen_tps") or "",
             "cell_median": ((cell.get("gen_tps") or {}).get("median")),
-            "verdict": cell.get("verdict") or ("noisy (CV > 5 %)" if cell.get("noisy") else ""),
+            "verdict": verdict_text(cell.get("verdict")) or ("noisy (CV > 5 %)" if cell.get("noisy") else ""),
             **{k: r[k] for k in ROW_EXTRAS if r.get(k) is not None},
         })
     # Failed and null probes sit at the bottom of their cell's panel, so the panel's scale stays the data's.

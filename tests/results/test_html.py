@@ -74,23 +74,51 @@ def test_single_candidate_renders(tmp_path: Path) -> None:
     assert "mlx-lm" not in strip_scripts(page)
 
 
-def test_fields_from_newer_runbooks_are_shown(tmp_path: Path) -> None:
-    """Verdicts (issue 15), energy (16), thinking (13) land separately: the page shows what it finds."""
+def newer_doc(tmp_path: Path) -> dict[str, Any]:
+    """A factory runbook as data, with the fields issues 13, 15 and 16 add, in their shapes."""
     doc: dict[str, Any] = msgspec.to_builtins(factory_runbook(tmp_path))
-    doc["drift_sentinel"] = {"candidate": "gguf-plain", "context": 512, "ratio": 0.962, "p_value": 0.03,
-                             "verdict": "the sweep drifted by 3.8 %"}
-    doc["cells"][0]["verdict"] = "steady"
+    doc["drift"] = {"candidate": "gguf-plain", "context": 512, "metric": "gen_tps", "ratio": 0.962, "drifted": True,
+                    "summary": "the sweep drifted: sentinel median 3.8 % below the first run (p = 0.03)"}
+    doc["flags"] = [{"candidate": "mlx-lm", "flag": "thinking-mixed", "detail": "thinking on here, off elsewhere"}]
+    doc["something_new"] = {"answer": 42}
+    doc["provenance"]["energy"] = {"source": "rapl:package-0", "granularity": "per probe phase",
+                                   "scope": "whole package (system energy)"}
+    doc["cells"][0]["verdict"] = {"verdict": "drifting", "metric": "gen_tps", "n": 7, "probes_used": 7,
+                                  "adaptive": True, "target_ci_pct": 2.0, "ci_half_width_pct": 1.2,
+                                  "trend": {"drift_pct": -4.5, "p_value": 0.01}, "reason": "trend beyond target"}
     doc["sweep"]["thinking"] = "off"
     for ctx in doc["pareto"]:
         for p in ctx["points"]:
             p["values"]["j_per_gen_token"] = 0.25
-        ctx["tied"] = {"gguf-plain": ["gguf-spec"]}
-    page = html.render_page(doc, NO_RUNTIME).decode()
-    assert "drift sentinel" in page and "the sweep drifted by 3.8 %" in page
-    assert "steady" in page and "thinking off" in page
-    assert "energy per generated token (J), lower is better" in page
+        ctx["ties"] = [{"pair": ["gguf-plain", "gguf-spec"], "axes": {"mem_peak_bytes": "CIs overlap"}}]
+        ctx["caveats"] = {"mlx-lm": "cell verdict unsteady"}
+    probe_rows = [r for r in doc["rows"] if r["kind"] == "probe" and r["status"] == "ok"]
+    probe_rows[0].update(short=True, short_reason="EOS after 20 of 32 tokens")
+    probe_rows[1]["throttle"] = {"suspect": True, "note": "12 % below the running median, thermal nominal"}
+    doc["rows"].append({**probe_rows[2], "kind": "sentinel", "probe": 0})
+    return doc
+
+
+def test_fields_from_newer_runbooks_are_shown(tmp_path: Path) -> None:
+    """Verdicts (issue 15), energy (16), thinking (13) land separately: the page shows what it finds, in
+    the shapes those issues give them, and an unknown top-level field as it is."""
+    page = html.render_page(newer_doc(tmp_path), NO_RUNTIME).decode()
+    for text in ("drift sentinel", "sentinel median 3.8 % below", "thinking-mixed", "something new", "42",
+                 "rapl:package-0", "drifting (CI ±1.2 % (target 2.0 %); trend -4.5 %", "thinking off",
+                 "energy per generated token (J), lower is better", "tied with gguf-spec on mem_peak_bytes",
+                 "caveat: cell verdict unsteady", "EOS after 20 of 32 tokens", "thermal nominal",
+                 "drift sentinel: this cell run again"):
+        assert text in page, text
     charts = re.search(r"<script type='application/json' id='benchd-charts'>(.*?)</script>", page, re.S)
     assert charts and "j_per_gen_token" in charts.group(1)
+
+
+def test_plain_string_verdicts_and_tie_maps_are_read_too(tmp_path: Path) -> None:
+    doc: dict[str, Any] = msgspec.to_builtins(factory_runbook(tmp_path))
+    doc["cells"][0]["verdict"] = "steady"
+    doc["pareto"][0]["tied"] = {"gguf-plain": ["gguf-spec"]}
+    page = html.render_page(doc, NO_RUNTIME).decode()
+    assert "steady" in page and "tied with gguf-spec" in page
 
 
 def test_page_with_the_runtime_stays_under_the_size_budget(tmp_path: Path) -> None:

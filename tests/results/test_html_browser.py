@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from cdp import Page, chromium, chromium_path
-from test_html import NO_RUNTIME, factory_runbook
+from test_html import NO_RUNTIME, factory_runbook, newer_doc
 
 from benchd.results import html
 from benchd.results.compare import compare_runbooks
@@ -138,13 +138,15 @@ async def test_demo_page_in_chromium(demo_run: Any, tmp_path: Path) -> None:
 
 
 async def test_hand_built_runbooks_in_chromium(tmp_path: Path) -> None:
-    """Nulls, a candidate with only failed rows, a single candidate, no charts extra, and a comparison."""
+    """Nulls, a candidate with only failed rows, a single candidate, fields of newer runbooks (verdicts,
+    sentinel, throttle, short probes, energy), no charts extra, and a comparison."""
     runtime = html.vega_runtime(tmp_path / "cache")
     full = factory_runbook(tmp_path / "full")
     single = factory_runbook(tmp_path / "single", only="mlx-lm")
     pages = {
         "full.html": (html.render_page(full, runtime), "true"),
         "single.html": (html.render_page(single, runtime), "true"),
+        "newer-fields.html": (html.render_page(newer_doc(tmp_path / "newer"), runtime), "true"),
         "tables-only.html": (html.render_page(full, NO_RUNTIME), "absent"),
         "compare.html": (html.render_compare_page(compare_runbooks(full, full), runtime), "true"),
     }
