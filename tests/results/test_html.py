@@ -151,3 +151,27 @@ def test_compare_page(tmp_path: Path) -> None:
     assert "B / A per cell" in page and "gguf-plain" in page and "too few probes" in page
     path = html.write_compare_page(compare_runbooks(rb, rb), tmp_path)
     assert path.name == f"compare-{rb.id}-vs-{rb.id}.html" and path.stat().st_size > 0
+
+
+def test_benchctl_report_and_compare_write_pages(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    config, store, sweep, _models = setup_state(tmp_path)
+    rid = runbook.write_runbook(config, store, fill_job(store, sweep))
+    store.close()
+    page = config.runbooks_dir / f"{rid}.html"
+    page.unlink()
+    ctl = [sys.executable, "-m", "benchctl"]
+    out = subprocess.run([*ctl, "report", rid, "--html", "--state-dir", str(config.state_dir)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(page) and page.is_file()
+    out = subprocess.run([*ctl, "compare", rid, rid, "--html", "--state-dir", str(config.state_dir)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    cmp_page = config.runbooks_dir / f"compare-{rid}-vs-{rid}.html"
+    assert out.stdout.strip() == str(cmp_page) and cmp_page.is_file()
+    missing = subprocess.run([*ctl, "report", "2026-01-01-nosuchjob1", "--html", "--state-dir", str(config.state_dir)],
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
