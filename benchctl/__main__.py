@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "compare": ("report", "compare", "Compare two runbooks cell by cell."),
     "lock": ("lock", "lock", "Lock the candidate you chose (writes locked.toml)."),
     "locked": ("lock", "locked", "Show the locked candidate, or the command that starts it."),
+    "recheck": ("recheck", "recheck", "Queue a recheck of the locked candidate (--now: at once)."),
     "runtimes": ("runtimes", "runtimes", "Install or list the inference runtimes (llama-server, MLX)."),
     "models": ("models", "models", "Generate tiny random-weight models for tests and the demo."),
     "doctor": ("doctor", "doctor", "Check this machine: runtimes, daemon, state dir, sensors."),

@@ -177,6 +177,12 @@ class Client:
     def cancel(self, job_id: str) -> dict[str, Any]:
         return self.request("POST", _job_path(job_id) + "/cancel")  # type: ignore[no-any-return]
 
+    def recheck_status(self) -> dict[str, Any]:
+        return self.request("GET", "/v1/recheck")  # type: ignore[no-any-return]
+
+    def recheck(self, now: bool = False) -> dict[str, Any]:
+        return self.request("POST", "/v1/recheck", {"now": now})  # type: ignore[no-any-return]
+
     def events(self, job_id: str, since: int = 0, follow: bool = False) -> Iterator[bytes]:
         """NDJSON lines (bytes, newline stripped). Ends at the stream's end; a drop raises Unreachable."""
         conn, resp = self._open("GET", f"{_job_path(job_id)}/events?{_events_query(since, follow)}",

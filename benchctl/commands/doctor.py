@@ -144,6 +144,36 @@ def check_power() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[
     return power, pcheck, sleep, scheck
 
 
+def check_recheck(state_dir: Path, socket: Path, daemon_up: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The `[recheck]` settings in force: the running daemon's (read at its start), else the file's."""
+    from benchd.settings import load_settings, settings_path
+
+    path = settings_path(state_dir)
+    loaded, error = load_settings(path)
+    info: dict[str, Any] = {"path": str(path), "exists": path.exists(), "error": error, "from": "file"}
+    settings: Any = loaded.recheck
+    if daemon_up:
+        from benchctl.client import Client, ClientError
+
+        try:
+            st = Client(socket, timeout=HEALTH_TIMEOUT_S).recheck_status()
+            info.update({"from": "daemon", "error": st.get("settings_error"), "pending": st.get("pending"),
+                         "last": st.get("last")})
+            error = st.get("settings_error")
+            settings = type(settings)(**st["settings"])
+        except (ClientError, ValueError, OSError, KeyError, TypeError) as exc:
+            info["daemon_error"] = str(exc)
+    info["settings"] = {k: getattr(settings, k) for k in settings.__struct_fields__}
+    if error:
+        return info, _check("recheck", "warn", f"{error} (defaults in force: when idle + ac-power, next 03:00, "
+                            "every 24 h, threshold 5 %)", f"fix {path}, then restart benchd")
+    when = ", ".join(settings.when) or "no conditions"
+    summary = (f"{'on' if settings.enabled else 'detection off'}: every {settings.recheck_hours:g} h; a recheck waits for "
+               f"{when}, {'next ' + settings.at if settings.at else 'no set time'}; regression beyond "
+               f"{settings.threshold_pct:g} % ({'settings ' + str(path) if path.exists() else 'defaults: no ' + str(path)})")
+    return info, _check("recheck", "ok", summary)
+
+
 def run_checks(state_dir: Path, socket: Path, cache_dir: Path) -> dict[str, Any]:
     state_info, state_check = check_state_dir(state_dir)
     runtimes, runtime_checks = check_runtimes(cache_dir)
@@ -151,7 +181,9 @@ def run_checks(state_dir: Path, socket: Path, cache_dir: Path) -> dict[str, Any]
     thermal, thermal_check = _sources("thermal")
     memory, memory_check = _sources("memory")
     power, power_check, sleep, sleep_check = check_power()
-    checks = [state_check, *runtime_checks, daemon_check, thermal_check, memory_check, power_check, sleep_check]
+    recheck, recheck_check = check_recheck(state_dir, socket, bool(daemon["reachable"]))
+    checks = [state_check, *runtime_checks, daemon_check, thermal_check, memory_check, power_check, sleep_check,
+              recheck_check]
     problems = [c for c in checks if c["status"] == "problem"]
     return {
         "ok": not problems,
@@ -165,6 +197,7 @@ def run_checks(state_dir: Path, socket: Path, cache_dir: Path) -> dict[str, Any]
         "memory": memory,
         "power": power,
         "sleep_prevention": sleep,
+        "recheck": recheck,
     }
 
 

@@ -313,8 +313,12 @@ def jobs(state: str | None, limit: int, socket_path: str | None, as_json: bool) 
 @socket_option
 @json_option
 def status(job_id: str | None, socket_path: str | None, as_json: bool) -> None:
-    """Show a job (default: the running one, else the newest)."""
+    """Show a job (default: the running one, else the newest), and a pending or regressed recheck of the lock."""
+    from benchctl.commands.recheck import recheck_lines
+
     client = _client(socket_path)
+    recheck_status = _call(client.recheck_status)
+    rechecks = recheck_lines(recheck_status)
     if job_id is None:
         running = _call(client.health).get("running_job")
         if running:
@@ -322,11 +326,11 @@ def status(job_id: str | None, socket_path: str | None, as_json: bool) -> None:
         else:
             page = _call(lambda: client.jobs(limit=1))
             if not page["jobs"]:
-                raise _fail("no jobs yet", exitcodes.OK)
+                raise _fail("\n".join([*rechecks, "no jobs yet"]), exitcodes.OK)
             job_id = page["jobs"][0]["id"]
     job = _call(lambda: client.job(job_id))
     if as_json:
-        _print_json(job)
+        _print_json({**job, "recheck": recheck_status})
         return
     prog = job.get("progress") or {}
     lines = [
@@ -341,7 +345,7 @@ def status(job_id: str | None, socket_path: str | None, as_json: bool) -> None:
             lines.append(f"{key.replace('_', ' '):<9} {job[key]}")
     if job.get("when"):
         lines.append(f"when      {', '.join(job['when'])}")
-    click.echo("\n".join(lines))
+    click.echo("\n".join([*lines, *rechecks]))
 
 
 @click.command()

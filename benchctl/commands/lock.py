@@ -74,8 +74,31 @@ def _show(doc: Any, path: Path) -> None:
         click.echo(f"    context {ctx}: {vals}{'  ~noisy' if ev.noisy else ''}")
         for m, why in ev.null_reasons.items():
             click.echo(f"      {m} null: {why}")
+    fp = lk.fingerprint
+    if fp is not None:
+        click.echo(f"  fingerprint ({fp.source}, {fp.taken_at}):")
+        click.echo(f"    binary {fp.binary} -> {fp.binary_realpath}, {fp.binary_bytes} bytes, "
+                   f"sha256 {(fp.binary_sha256 or 'null')[:16]}; version {fp.version or 'null'}")
+        if fp.packages:
+            click.echo("    packages " + ", ".join(f"{k} {v}" for k, v in fp.packages.items()))
+    _show_recheck(doc)
     if doc.previous is not None:
         click.echo(f"  previous: {doc.previous.candidate} (runbook {doc.previous.runbook}, {doc.previous.locked_at})")
+
+
+def _show_recheck(doc: Any) -> None:
+    """The newest recheck of this lock: when, why, the verdict per context and metric."""
+    from benchd.results.recheck import last_recheck, summary
+
+    last = last_recheck(doc)
+    if last is None:
+        click.echo("  last recheck: none yet")
+        return
+    click.echo(f"  last recheck: {last.at} job {last.job} ({last.outcome}; runbook {last.runbook or 'none'})")
+    click.echo(f"    cause: {'; '.join(last.cause) or '-'}")
+    click.echo(f"    verdict: {summary(last)}" + (f"  [notified: {last.notified}]" if last.notified else ""))
+    for ctx, per in last.verdicts.items():
+        click.echo(f"    context {ctx}: " + "; ".join(f"{m} {v}" for m, v in per.items()))
 
 
 @click.command()

@@ -124,6 +124,7 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
     for w in cmp.warnings:
         click.echo(f"warning: {w}")
     click.echo(f"A = {cmp.a}\nB = {cmp.b}")
+    _print_builds(cmp.builds)
     click.echo(f"test: {cmp.test}, α = {cmp.alpha}; needs ≥ {cmp.min_probes_per_side} ok probes per side "
                "(with fewer the smallest possible p-value is above α)")
     header = ["candidate", "context", "metric", "A median (n)", "B median (n)", "B/A", "p", "verdict"]
@@ -139,3 +140,17 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     if cmp.only_in_a or cmp.only_in_b:
         click.echo(f"only in A: {', '.join(cmp.only_in_a) or '-'}; only in B: {', '.join(cmp.only_in_b) or '-'}")
+
+
+def _print_builds(builds: list[Any]) -> None:
+    """Both fingerprints side by side per candidate, the changed fields marked, and what changed."""
+    from benchd.results.fingerprint import side_by_side
+
+    for bc in builds:
+        changed = ", ".join(bc.changed) or "nothing"
+        click.echo(f"{bc.candidate}: changed between A and B: {changed}")
+        rows = side_by_side(bc.a, bc.b)
+        wl = max(len(r[0]) for r in rows)
+        wa = max(len(r[1]) for r in rows)
+        for label, va, vb, differs in rows:
+            click.echo(f"  {'*' if differs else ' '} {label:<{wl}}  A {va:<{wa}}  B {vb}")

@@ -29,7 +29,8 @@ from aiohttp import web
 
 import benchd
 from benchd.config import Config
-from benchd.daemon.queue import EventHub, JobQueue, parse_time
+from benchd.daemon.hub import EventHub
+from benchd.daemon.queue import JobQueue, parse_time
 from benchd.errors import BenchdError, from_validation
 from benchd.schemas import (
     JOB_ID_PATTERN,

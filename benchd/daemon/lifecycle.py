@@ -1,11 +1,12 @@
 """Wiring: state dir → instance lock → store → queue → API on the Unix socket; and the ordered shutdown.
 
 Why the order (style.md, uvicorn's Server.shutdown): the flock comes before the socket (the event loop's
-unix-server helpers would delete a live daemon's socket); the socket is bound 0600 before listen; on
-the way out, each resource is released in reverse, all within `SHUTDOWN_BUDGET_S`:
-    stop accepting → close follow streams (aiohttp on_shutdown) → cancel the running job's task (the
-    engine aborts the probe and tears down its servers) → mark the job interrupted → close the store →
-    unlink the socket → release the flock.
+unix-server helpers would delete a live daemon's socket); the socket is bound 0600 before listen; the
+lock's rechecker starts after the queue (its first check may queue a recheck job). On the way out, each
+resource is released in reverse, all within `SHUTDOWN_BUDGET_S`:
+    stop accepting → close follow streams (aiohttp on_shutdown) → stop the recheck timer → cancel the
+    running job's task (the engine aborts the probe and tears down its servers) → mark the job
+    interrupted → close the store → unlink the socket → release the flock.
 Signal handlers only set an Event; a second SIGINT forces the exit.
 """
 
@@ -24,6 +25,7 @@ from aiohttp import web
 from benchd.config import Config
 from benchd.daemon.api import Ctx, make_app
 from benchd.daemon.gate import PeerGate
+from benchd.daemon.hub import EventHub
 from benchd.daemon.instance import (
     InstanceGuard,
     bind_socket,
@@ -31,7 +33,8 @@ from benchd.daemon.instance import (
     ensure_private_dir,
     unlink_socket,
 )
-from benchd.daemon.queue import EventHub, JobQueue, RunJob
+from benchd.daemon.queue import JobQueue, RunJob
+from benchd.daemon.recheck import Rechecker, routes
 from benchd.store import Store
 
 log = logging.getLogger("benchd")
@@ -72,6 +75,7 @@ class Daemon:
         self.store: Store | None = None
         self.hub: EventHub | None = None
         self.queue: JobQueue | None = None
+        self.rechecker: Rechecker | None = None
         self.runner: web.AppRunner | None = None
         self.server: asyncio.AbstractServer | None = None
         self._bound = False
@@ -98,7 +102,9 @@ class Daemon:
         self.hub.bind(asyncio.get_running_loop())
         self.queue = JobQueue(self.store, cfg, self.hub, run_job=self._run_job)
         self.queue.recover()
+        self.rechecker = Rechecker(cfg, self.store, self.queue)
         app = make_app(Ctx(cfg, self.store, self.queue, self.hub))
+        app.router.add_routes(routes(self.rechecker))
         self.runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=HTTP_SHUTDOWN_S, access_log=None)
         await self.runner.setup()
         sock = bind_socket(cfg.socket)
@@ -110,6 +116,7 @@ class Daemon:
         self.server = await asyncio.get_running_loop().create_server(lambda: PeerGate(make_inner, uid, live),
                                                                      sock=sock)
         self.queue.start()
+        await self.rechecker.start()
         log.info("benchd %s listening on %s (state %s, pid %s)", _version(), cfg.socket, cfg.state_dir, os.getpid())
 
     async def shutdown(self) -> None:
@@ -126,6 +133,9 @@ class Daemon:
         if self.runner is not None:
             with _step("close API connections"):
                 await asyncio.wait_for(self.runner.cleanup(), HTTP_SHUTDOWN_S + 1.0)
+        if self.rechecker is not None:
+            with _step("stop the recheck timer"):
+                await self.rechecker.stop()
         if self.queue is not None:
             with _step("stop the running job"):
                 await self.queue.stop(wait_s=JOB_STOP_S)

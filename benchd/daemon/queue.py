@@ -9,7 +9,7 @@ the job's new state in the same transaction (`Store.transition`):
     queued/waiting --job_started--> running --job_finished/job_failed/job_cancelled--> terminal
     running --job_interrupted--> interrupted --job_resumed--> running          (shutdown, crash)
 A job `running` at startup belonged to a daemon that died: it becomes `interrupted` and is resumed
-before anything else. Followers of the event stream are woken through `EventHub.notify`.
+before anything else. Followers of the event stream are woken through `EventHub.notify` (daemon.hub).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import contextlib
 import logging
 import os
 import sqlite3
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from benchd.config import Config
+from benchd.daemon.hub import EventHub
 from benchd.errors import BenchdError
 from benchd.schemas import TERMINAL_JOB_STATES, Event, Job, Sweep
 from benchd.sensors.conditions import unmet
@@ -34,53 +34,13 @@ from benchd.store import Store, utcnow
 log = logging.getLogger("benchd.daemon.queue")
 
 RunJob = Callable[..., Awaitable[Any]]
+#: Called with (job id, outcome, runbook id or None) once a job has ended and its runbook is written.
+JobEnded = Callable[[str, str, str | None], Awaitable[None]]
 
 #: How often jobs waiting on `when` conditions are re-checked (no event tells us the machine went idle).
 CONDITION_RECHECK_S = 30.0
 #: How long `cancel` waits for a running job to stop (the contract: within 2 s).
 CANCEL_WAIT_S = 2.0
-
-
-class EventHub:
-    """Wakes the followers of a job's event stream; no polling of the store in a loop.
-
-    A follower takes `waiter(job)` BEFORE reading the store, then waits on it: any event committed
-    after that read sets it. `notify` may be called from another thread (it hops to the loop).
-    """
-
-    def __init__(self) -> None:
-        self._waiters: dict[str, asyncio.Event] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: int | None = None
-        self.closing = asyncio.Event()
-
-    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._thread = threading.get_ident()
-
-    def waiter(self, job: str) -> asyncio.Event:
-        ev = self._waiters.get(job)
-        if ev is None:
-            ev = self._waiters[job] = asyncio.Event()
-        return ev
-
-    def notify(self, event: Event) -> None:
-        if self._loop is not None and threading.get_ident() != self._thread:
-            self._loop.call_soon_threadsafe(self._wake, event.job)
-        else:
-            self._wake(event.job)
-
-    def _wake(self, job: str) -> None:
-        ev = self._waiters.pop(job, None)
-        if ev is not None:
-            ev.set()
-
-    def close(self) -> None:
-        """Shutdown: every follower returns (its client reconnects with `since`)."""
-        self.closing.set()
-        for ev in self._waiters.values():
-            ev.set()
-        self._waiters.clear()
 
 
 def parse_time(value: str) -> datetime:
@@ -132,6 +92,8 @@ class JobQueue:
         self.store_error: str | None = None
         #: The job whose run that failure stopped (the API shows the failure on it while it lasts).
         self.store_error_job: str | None = None
+        #: Hooks for a job's end (the lock's rechecker); a failing hook is logged, never raised.
+        self.job_ended: list[JobEnded] = []
 
     # -------------------------------------------------------------------------------- public
 
@@ -187,6 +149,8 @@ class JobQueue:
         ))
         if job.state == "interrupted" and self.store.count_rows(job_id):
             await self._write_runbook(job_id, "cancelled")
+        else:
+            await self._ended(job_id, "cancelled", None)
         self.wake()
         return self.store.get_job(job_id, with_sweep=False)
 
@@ -392,6 +356,7 @@ class JobQueue:
         except Exception as exc:
             log.exception("job %s: writing the runbook failed", job_id)
             self._note_error(job_id, f"runbook not written: {type(exc).__name__}: {exc}")
+            await self._ended(job_id, outcome, None)
             return
         try:
             path = self.config.runbooks_dir / f"{runbook_id}.json"
@@ -403,8 +368,16 @@ class JobQueue:
             self._note_error(job_id, f"runbook views not rendered: {problem}")
         with contextlib.suppress(sqlite3.Error):
             self.store.update_job(job_id, runbook_id=str(runbook_id))
+        await self._ended(job_id, outcome, str(runbook_id))
 
     def _note_error(self, job_id: str, note: str) -> None:
         with contextlib.suppress(sqlite3.Error):
             prior = self.store.get_job(job_id, with_sweep=False).error
             self.store.update_job(job_id, error=f"{prior}; {note}" if prior else note)
+
+    async def _ended(self, job_id: str, outcome: str, runbook_id: str | None) -> None:
+        for hook in self.job_ended:
+            try:
+                await hook(job_id, outcome, runbook_id)
+            except Exception:
+                log.exception("job %s: an end-of-job hook failed", job_id)

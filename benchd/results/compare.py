@@ -19,7 +19,8 @@ from typing import Any
 
 from msgspec import Struct
 
-from benchd.schemas import Runbook
+from benchd.results.fingerprint import changed_kinds, changes, runbook_fingerprint
+from benchd.schemas import Fingerprint, Runbook
 
 ALPHA = 0.05
 TEST_NAME = "Mann–Whitney U (Wilcoxon rank-sum), exact, two-sided"
@@ -109,6 +110,16 @@ class CellComparison(Struct, kw_only=True):
     metrics: list[MetricComparison]
 
 
+class BuildComparison(Struct, kw_only=True):
+    """One candidate's fingerprints in A and B, and what changed between them (binary, version, model, args)."""
+
+    candidate: str
+    a: Fingerprint | None
+    b: Fingerprint | None
+    changed: list[str]
+    changes: list[str]
+
+
 class Comparison(Struct, kw_only=True):
     a: str
     b: str
@@ -119,6 +130,7 @@ class Comparison(Struct, kw_only=True):
     cells: list[CellComparison]
     only_in_a: list[str]
     only_in_b: list[str]
+    builds: list[BuildComparison] = []
 
 
 def _samples(rb: Runbook) -> dict[tuple[str, int], list[Any]]:
@@ -192,6 +204,18 @@ def comparability_warnings(a: Runbook, b: Runbook) -> list[str]:
     return out
 
 
+def compare_builds(a: Runbook, b: Runbook) -> list[BuildComparison]:
+    """Per candidate in both runbooks: the two fingerprints and what changed (comparing two builds)."""
+    ids_b = {c.candidate for c in b.provenance.candidates}
+    out = []
+    for cand in (c.candidate for c in a.provenance.candidates if c.candidate in ids_b):
+        fa, fb = runbook_fingerprint(a, cand), runbook_fingerprint(b, cand)
+        both = fa is not None and fb is not None
+        out.append(BuildComparison(candidate=cand, a=fa, b=fb, changed=changed_kinds(fa, fb) if both else [],  # type: ignore[arg-type]
+                                   changes=changes(fa, fb) if both else []))  # type: ignore[arg-type]
+    return out
+
+
 def compare_runbooks(a: Runbook, b: Runbook) -> Comparison:
     sa, sb = _samples(a), _samples(b)
     keys_a = {(r.candidate, r.context) for r in a.rows if r.kind == "probe"}
@@ -205,5 +229,5 @@ def compare_runbooks(a: Runbook, b: Runbook) -> Comparison:
         a=a.id, b=b.id, test=TEST_NAME, alpha=ALPHA, min_probes_per_side=min_probes_per_side(ALPHA),
         warnings=comparability_warnings(a, b), cells=cells,
         only_in_a=[f"{c}@{x}" for c, x in sorted(keys_a - keys_b)],
-        only_in_b=[f"{c}@{x}" for c, x in sorted(keys_b - keys_a)],
+        only_in_b=[f"{c}@{x}" for c, x in sorted(keys_b - keys_a)], builds=compare_builds(a, b),
     )

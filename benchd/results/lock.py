@@ -13,6 +13,10 @@ writer); `read_lock` parses it back with tomllib and msgspec.
 Lock schema_version history (newest last; never edit an entry):
   1 (2026-11-30) first version: [locked] + [locked.spec] + [locked.sampling] + [locked.evidence."<ctx>"],
     optional [previous] (the replaced lock, same shape, its own [previous] dropped).
+  2 (2026-11-30) [locked.fingerprint] (binary, version, packages, model sha256: what the evidence depends
+    on), optional `recheck_contexts` (a subset of the evidence contexts to recheck; a person sets it), and
+    the top-level [[rechecks]] history that benchd appends (also to version-1 files) without rewriting
+    [locked]. A re-lock keeps the history.
 """
 
 from __future__ import annotations
@@ -32,10 +36,11 @@ from msgspec import Struct
 from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.results.runbook import load_runbook
-from benchd.schemas import Candidate, Runbook, Sampling, Spec
+from benchd.schemas import Candidate, Fingerprint, RecheckEntry, Runbook, Sampling, Spec
 from benchd.store import utcnow
 
-LOCK_SCHEMA_VERSION = 1
+LOCK_SCHEMA_VERSION = 2
+SUPPORTED_LOCK_VERSIONS: tuple[int, ...] = (1, 2)
 #: The port `locked --command` uses when none is given (llama-server's and mlx_lm.server's default).
 DEFAULT_PORTS: dict[str, int] = {"llama-server": 8080, "mlx_lm.server": 8080, "mlx_vlm.server": 8080}
 
@@ -80,11 +85,14 @@ class Locked(Struct, kw_only=True, omit_defaults=True):
     forced: bool = False
     dominated_by: dict[str, list[str]] = {}
     evidence: dict[str, LockEvidence] = {}
+    recheck_contexts: list[int] = []
+    fingerprint: Fingerprint | None = None
 
 
 class LockFile(Struct, kw_only=True, omit_defaults=True):
     locked: Locked
     previous: Locked | None = None
+    rechecks: list[RecheckEntry] = []
 
 
 # ------------------------------------------------------------------------------------- TOML emitter
@@ -121,18 +129,30 @@ def _scalar(v: Any) -> str:
     raise TypeError(f"cannot write {type(v).__name__} to the lock TOML")
 
 
+def _is_tables(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
+
+
 def dumps_toml(doc: dict[str, Any], header: str = "") -> str:
-    """TOML for nested dicts of str/int/float/bool/lists of those. None values are left out."""
+    """TOML for nested dicts of str/int/float/bool/lists of those; a non-empty list of dicts is an
+    array of tables (`[[name]]`). None values are left out."""
     out: list[str] = [header] if header else []
 
-    def table(path: list[str], d: dict[str, Any]) -> None:
-        scalars = [(k, v) for k, v in d.items() if v is not None and not isinstance(v, dict)]
-        subs = [(k, v) for k, v in d.items() if isinstance(v, dict)]
-        if path and (scalars or not subs):
-            out.append(("\n" if out else "") + "[" + ".".join(_key(p) for p in path) + "]")
+    def table(path: list[str], d: dict[str, Any], array: bool = False) -> None:
+        scalars = [(k, v) for k, v in d.items() if v is not None and not isinstance(v, dict) and not _is_tables(v)]
+        subs = [(k, v) for k, v in d.items() if isinstance(v, dict) or _is_tables(v)]
+        name = ".".join(_key(p) for p in path)
+        if array:
+            out.append(("\n" if out else "") + f"[[{name}]]")
+        elif path and (scalars or not subs):
+            out.append(("\n" if out else "") + f"[{name}]")
         out.extend(f"{_key(k)} = {_scalar(v)}" for k, v in scalars)
         for k, v in subs:
-            table([*path, k], v)
+            if isinstance(v, dict):
+                table([*path, k], v)
+            else:
+                for item in v:
+                    table([*path, k], item, array=True)
 
     table([], doc)
     return "\n".join(out) + "\n"
@@ -175,8 +195,12 @@ def dominated_by(rb: Runbook, candidate: str) -> dict[str, list[str]]:
             for p in rb.pareto if candidate in p.dominated}
 
 
-def build_lock(rb: Runbook, candidate_id: str, note: str = "", force: bool = False) -> Locked:
-    """The [locked] table for one candidate of a runbook; raises BenchdError when the lock is refused."""
+def build_lock(rb: Runbook, candidate_id: str, note: str = "", force: bool = False,
+               config: Config | None = None) -> Locked:
+    """The [locked] table for one candidate of a runbook; raises BenchdError when the lock is refused.
+
+    The fingerprint is the runbook's (read when it was written); a runbook older than fingerprints gets
+    one read now, when `config` is given (its `source` says so)."""
     cand = next((c for c in rb.sweep.candidates if c.id == candidate_id), None)
     if cand is None:
         known = ", ".join(c.id for c in rb.sweep.candidates)
@@ -207,8 +231,20 @@ def build_lock(rb: Runbook, candidate_id: str, note: str = "", force: bool = Fal
         binary_version=prov.server_version if prov else None, args=list(cand.args), env=dict(cand.env),
         ctx_size=ctx_size, ctx_size_source=ctx_src, spec=cand.spec, sampling=rb.sweep.sampling,
         runbook=rb.id, locked_at=utcnow(), note=note, forced=bool(doms) and force, dominated_by=doms,
-        evidence=_evidence(rb, candidate_id),
+        evidence=_evidence(rb, candidate_id), fingerprint=_fingerprint(prov, cand, config),
     )
+
+
+def _fingerprint(prov: Any, cand: Candidate, config: Config | None) -> Fingerprint | None:
+    if prov is not None and prov.fingerprint is not None:
+        return prov.fingerprint  # type: ignore[no-any-return]
+    if config is None:
+        return None
+    from benchd.results.fingerprint import executable_of, take_fingerprint
+
+    binary = executable_of(prov.binary if prov else None) or cand.binary
+    return take_fingerprint(msgspec.structs.replace(cand, binary=binary), config,
+                            "read from files when locked (the runbook has no fingerprint)")
 
 
 _HEADER = (
@@ -230,9 +266,10 @@ def read_lock(path: Path) -> LockFile:
     except tomllib.TOMLDecodeError as exc:
         raise BenchdError("invalid_lock", f"{path}: not valid TOML ({exc})") from exc
     version = data.get("locked", {}).get("schema_version") if isinstance(data.get("locked"), dict) else None
-    if version != LOCK_SCHEMA_VERSION:
+    if version not in SUPPORTED_LOCK_VERSIONS:
         raise BenchdError("unsupported_lock_version", f"{path}: lock schema_version {version!r} is not supported "
-                          f"(this benchd reads {LOCK_SCHEMA_VERSION})", "locked.schema_version")
+                          f"(this benchd reads {', '.join(map(str, SUPPORTED_LOCK_VERSIONS))})",
+                          "locked.schema_version")
     try:
         return msgspec.convert(data, LockFile)
     except msgspec.ValidationError as exc:
@@ -242,16 +279,24 @@ def read_lock(path: Path) -> LockFile:
 
 
 def write_lock(path: Path, locked: Locked) -> LockFile:
-    """Atomically write `locked`, moving an existing lock (if readable) to [previous]."""
+    """Atomically write `locked`, moving an existing lock (if readable) to [previous]; the [[rechecks]]
+    history is kept (each entry names the lock it checked)."""
     previous = None
+    rechecks: list[RecheckEntry] = []
     if path.exists():
         try:
-            previous = read_lock(path).locked
+            old = read_lock(path)
         except BenchdError as exc:
             raise BenchdError("invalid_lock", f"will not replace {path}: {exc.message} (move it away first)") from exc
-    doc = LockFile(locked=locked, previous=previous)
+        previous, rechecks = old.locked, old.rechecks
+    doc = LockFile(locked=locked, previous=previous, rechecks=rechecks)
     text = encode_lock(doc)
     msgspec.convert(tomllib.loads(text), LockFile)  # never write what we could not read back
+    _replace(path, text)
+    return doc
+
+
+def _replace(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     with tmp.open("w") as f:
@@ -259,13 +304,27 @@ def write_lock(path: Path, locked: Locked) -> LockFile:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    return doc
+
+
+def append_recheck(path: Path, entry: RecheckEntry) -> LockFile:
+    """Append one [[rechecks]] table to the lock file, leaving every byte before it as it was: benchd
+    never rewrites the human's [locked] block. Refuses (BenchdError) when the result would not read back
+    with the same [locked]."""
+    text = path.read_text()
+    before = read_lock(path)
+    added = dumps_toml({"rechecks": [msgspec.to_builtins(entry)]})
+    new_text = text.rstrip("\n") + "\n\n" + added
+    after = msgspec.convert(tomllib.loads(new_text), LockFile)
+    if after.locked != before.locked or after.previous != before.previous:
+        raise BenchdError("invalid_lock", f"{path}: appending the recheck would change [locked]; not written")
+    _replace(path, new_text)
+    return after
 
 
 def lock_candidate(config: Config, candidate_id: str, runbook_ref: str | None = None, note: str = "",
                    out: Path | None = None, force: bool = False) -> tuple[Path, LockFile]:
     rb = load_runbook(runbook_ref, config)
-    locked = build_lock(rb, candidate_id, note=note, force=force)
+    locked = build_lock(rb, candidate_id, note=note, force=force, config=config)
     path = out or config.locked_path
     return path, write_lock(path, locked)
 
@@ -275,8 +334,10 @@ def lock_candidate(config: Config, candidate_id: str, runbook_ref: str | None = 
 
 def locked_candidate(locked: Locked) -> Candidate:
     """The Candidate the lock describes (what the runtime adapter builds a command from)."""
+    from benchd.results.fingerprint import executable_of
+
     return Candidate(id=locked.candidate, runtime=locked.runtime, model=locked.model_path,  # type: ignore[arg-type]
-                     request_model=locked.request_model, args=list(locked.args), binary=locked.binary,
+                     request_model=locked.request_model, args=list(locked.args), binary=executable_of(locked.binary),
                      env=dict(locked.env), ctx_size=locked.ctx_size, spec=locked.spec)
 
 

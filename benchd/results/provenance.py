@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from benchd.config import Config
+from benchd.results.fingerprint import executable_of, take_fingerprint
 from benchd.schemas import (
     CandidateProvenance,
     CpuAffinity,
@@ -98,10 +99,17 @@ def collect_candidates(config: Config, sweep: Sweep, rows: Sequence[Row], events
         pinned = collect_affinity(c.id, events)
         if pinned is None:
             nulls["affinity"] = "no server_ready event of this candidate records its cores (never started, or older benchd)"
+        ran = msgspec.structs.replace(c, binary=executable_of(binary)) if binary else c
+        try:
+            fingerprint = take_fingerprint(ran, config, "read from files when the runbook was written")
+        except OSError as exc:  # an unreadable file must not cost the whole runbook
+            fingerprint = None
+            nulls["fingerprint"] = f"could not be read: {exc}"
         out.append(CandidateProvenance(
             candidate=c.id, runtime=c.runtime, model=hash_model(c.model, cache),
             draft_model=hash_model(draft, cache) if draft else None,
             binary=binary, server_version=version, server_version_source=source, affinity=pinned, null_reasons=nulls,
+            fingerprint=fingerprint,
         ))
     return out
 

@@ -8,7 +8,7 @@ Persisted documents (runbook JSON, lock TOML) carry their own `schema_version`; 
 `lock.py` for their change histories. Rows and events are append-only facts: new fields get defaults,
 types never change (msgspec's schema-evolution rules).
 
-The package is split by stage (sweep file, rows, API, runbook); every name is re-exported here, so
+The package is split by stage (sweep file, rows, API, runbook, recheck); every name is re-exported here, so
 `from benchd.schemas import X` is the one way the rest of benchd reaches a schema.
 """
 
@@ -28,8 +28,19 @@ from benchd.schemas.api import (
     JobList,
     JobState,
     Progress,
+    RecheckRequest,
+    RecheckStatus,
     SubmitJob,
-    WhenCondition,
+)
+from benchd.schemas.recheck import (
+    CLOCK_TIME_PATTERN,
+    Fingerprint,
+    PendingRecheck,
+    RecheckEntry,
+    RecheckOutcome,
+    RecheckSettings,
+    RecheckState,
+    SettingsFile,
 )
 from benchd.schemas.rows import (
     CooldownRecord,
@@ -83,6 +94,7 @@ from benchd.schemas.sweep import (
     Spec,
     Sustained,
     Sweep,
+    WhenCondition,
     sweep_schema,
 )
 
@@ -93,10 +105,12 @@ submit_decoder = msgspec.json.Decoder(SubmitJob)
 row_decoder = msgspec.json.Decoder(Row)
 event_decoder = msgspec.json.Decoder(Event)
 job_decoder = msgspec.json.Decoder(Job)
+recheck_request_decoder = msgspec.json.Decoder(RecheckRequest)
 json_encoder = msgspec.json.Encoder()
 
 __all__ = [
     "CANDIDATE_ID_PATTERN",
+    "CLOCK_TIME_PATTERN",
     "JOB_ID_PATTERN",
     "JOB_STATES",
     "RUNBOOK_ID_PATTERN",
@@ -125,6 +139,7 @@ __all__ = [
     "EvalTier",
     "Event",
     "EventType",
+    "Fingerprint",
     "Health",
     "Job",
     "JobId",
@@ -135,10 +150,17 @@ __all__ = [
     "MetricStats",
     "ModelInfo",
     "PathStr",
+    "PendingRecheck",
     "Point",
     "Progress",
     "PromptsInfo",
     "Provenance",
+    "RecheckEntry",
+    "RecheckOutcome",
+    "RecheckRequest",
+    "RecheckSettings",
+    "RecheckState",
+    "RecheckStatus",
     "Row",
     "RowKind",
     "RowStatus",
@@ -146,6 +168,7 @@ __all__ = [
     "Runtime",
     "Sampling",
     "Seconds",
+    "SettingsFile",
     "ShortStr",
     "SkippedPair",
     "SleepInfo",
@@ -159,6 +182,7 @@ __all__ = [
     "event_decoder",
     "job_decoder",
     "json_encoder",
+    "recheck_request_decoder",
     "row_decoder",
     "submit_decoder",
     "sweep_json_decoder",

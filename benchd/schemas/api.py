@@ -6,11 +6,10 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta, Struct
 
-from benchd.schemas.sweep import Sweep
+from benchd.schemas.recheck import PendingRecheck, RecheckEntry, RecheckSettings
+from benchd.schemas.sweep import Sweep, WhenCondition
 
 # ---------------------------------------------------------------------------------------- API bodies
-
-WhenCondition = Literal["idle", "ac-power"]
 
 
 class SubmitJob(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
@@ -69,6 +68,29 @@ class Health(Struct, kw_only=True):
     queue_depth: int
     running_job: str | None = None
     store_error: str | None = None
+
+
+class RecheckRequest(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """`POST /v1/recheck` body: queue a recheck of the lock by hand. `now` = no time or conditions;
+    otherwise the `[recheck]` settings' `when` and `at` apply."""
+
+    now: bool = False
+
+
+class RecheckStatus(Struct, kw_only=True):
+    """`GET /v1/recheck` (and `POST`'s answer): settings in force, the lock, pending and last recheck."""
+
+    settings: RecheckSettings
+    settings_error: str | None = None
+    lock_path: str
+    lock_candidate: str | None = None
+    lock_error: str | None = None
+    pending: PendingRecheck | None = None
+    pending_job: Job | None = None
+    last: RecheckEntry | None = None
+    last_check_at: str | None = None
+    last_check: list[str] = []
+    next_check_at: str | None = None
 
 
 # ------------------------------------------------------------------------------------------ events

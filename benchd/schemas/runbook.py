@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+from benchd.schemas.recheck import Fingerprint
 from benchd.schemas.rows import EvalResult, Row, ThermalReading
 from benchd.schemas.sweep import Deferred, Sweep
 
@@ -140,6 +141,8 @@ class CandidateProvenance(Struct, kw_only=True):
     server_version_source: str | None = None
     affinity: CpuAffinity | None = None  # from the last server_ready event; null (with a reason) before it existed
     null_reasons: dict[str, str] = {}
+    #: What the speed depends on, read from files when the runbook was written (None before rechecks existed).
+    fingerprint: Fingerprint | None = None
 
 
 class PromptsInfo(Struct, kw_only=True):

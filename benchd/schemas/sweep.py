@@ -77,6 +77,8 @@ class Sustained(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
 
 
 CooldownPolicy = Literal["fixed", "thermal", "idle"]
+#: Conditions a queued job waits for (`--when`, and `[recheck] when` in the settings file).
+WhenCondition = Literal["idle", "ac-power"]
 
 
 class Cooldown(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):

@@ -176,47 +176,73 @@ def _cache_key(path: Path) -> str:
     return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
 
 
-def hash_model(path: str | Path, cache_file: Path | None = None) -> ModelInfo:
-    """Size and sha256 of a model file, or of an MLX model directory (method named in the result).
+def _dir_listing(p: Path) -> tuple[list[tuple[Path, str, int, int]], str]:
+    """The regular files of a model directory (path, relative path, size, mtime) in hashing order, and
+    the cache key: the resolved dir plus a digest of every file's relative path, size and mtime (a
+    `stat` per file; no file is read)."""
+    files = sorted((f for f in p.rglob("*") if f.is_file()), key=lambda f: f.relative_to(p).as_posix())
+    listing = []
+    sig = hashlib.sha256()
+    for f in files:
+        st = f.stat()
+        rel = f.relative_to(p).as_posix()
+        listing.append((f, rel, st.st_size, st.st_mtime_ns))
+        sig.update(f"{rel}\n{st.st_size}\n{st.st_mtime_ns}\n".encode())
+    return listing, f"{p.resolve()}|dir|{sig.hexdigest()}"
 
-    Hashing a 20 GB GGUF takes tens of seconds, so results are cached in `cache_file` keyed by the
-    resolved path, size and mtime (a changed file is hashed again). Directories are not cached.
-    """
-    p = Path(path).expanduser()
-    if not p.exists():
-        return ModelInfo(path=str(path), kind="missing",
-                         null_reasons={"bytes": "model path does not exist", "sha256": "model path does not exist"})
-    if p.is_dir():
-        files = sorted((f for f in p.rglob("*") if f.is_file()), key=lambda f: f.relative_to(p).as_posix())
-        h = hashlib.sha256()
-        total = 0
-        for f in files:
-            size = f.stat().st_size
-            total += size
-            h.update(f"{f.relative_to(p).as_posix()}\n{size}\n".encode())
-            _file_sha256(f, h)
-        return ModelInfo(path=str(path), kind="dir", bytes=total, sha256=h.hexdigest(),
-                         sha256_method=SHA256_DIR_METHOD, files=len(files))
+
+def _cached_digest(key: str, compute: Any, cache_file: Path | None) -> str:
+    """`compute()` unless `cache_file` (JSON: key -> sha256) already holds `key`; stores new digests."""
     cache: dict[str, str] = {}
-    key = _cache_key(p)
     if cache_file is not None:
         try:
             cache = json.loads(cache_file.read_text())
         except (OSError, ValueError):
             cache = {}
     digest = cache.get(key)
-    if digest is None:
-        digest = _file_sha256(p).hexdigest()
-        if cache_file is not None:
-            cache[key] = digest
-            try:
-                cache_file.parent.mkdir(parents=True, exist_ok=True)
-                tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
-                tmp.write_text(json.dumps(cache, indent=0, sort_keys=True))
-                os.replace(tmp, cache_file)
-            except OSError:
-                pass  # the cache is an optimisation; the digest itself is returned either way
-    return ModelInfo(path=str(path), kind="file", bytes=p.stat().st_size, sha256=digest,
+    if digest is not None:
+        return digest
+    digest = str(compute())
+    if cache_file is not None:
+        cache[key] = digest
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(cache, indent=0, sort_keys=True))
+            os.replace(tmp, cache_file)
+        except OSError:
+            pass  # the cache is an optimisation; the digest itself is returned either way
+    return digest
+
+
+def hash_file(path: Path, cache_file: Path | None = None) -> str:
+    """sha256 of a file's bytes (e.g. a runtime binary), cached by resolved path, size and mtime."""
+    return _cached_digest(_cache_key(path), lambda: _file_sha256(path).hexdigest(), cache_file)
+
+
+def hash_model(path: str | Path, cache_file: Path | None = None) -> ModelInfo:
+    """Size and sha256 of a model file, or of an MLX model directory (method named in the result).
+
+    Hashing a 20 GB GGUF takes tens of seconds, so results are cached in `cache_file` keyed by the
+    resolved path, size and mtime (a changed file is hashed again); a directory's key covers every
+    file's relative path, size and mtime, so an unchanged MLX dir is not read again either.
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        return ModelInfo(path=str(path), kind="missing",
+                         null_reasons={"bytes": "model path does not exist", "sha256": "model path does not exist"})
+    if p.is_dir():
+        listing, key = _dir_listing(p)
+
+        def digest_dir() -> str:
+            h = hashlib.sha256()
+            for f, rel, size, _mtime in listing:
+                h.update(f"{rel}\n{size}\n".encode())
+                _file_sha256(f, h)
+            return h.hexdigest()
+
+        return ModelInfo(path=str(path), kind="dir", bytes=sum(x[2] for x in listing),
+                         sha256=_cached_digest(key, digest_dir, cache_file), sha256_method=SHA256_DIR_METHOD,
+                         files=len(listing))
+    return ModelInfo(path=str(path), kind="file", bytes=p.stat().st_size, sha256=hash_file(p, cache_file),
                      sha256_method=SHA256_FILE_METHOD, files=1)
-
-

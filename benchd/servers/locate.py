@@ -125,7 +125,7 @@ def resolve_mlx_command(runtime: str, binary: str | None, cache_dir: Path) -> tu
 # ------------------------------------------------------------------------------------------- listing
 
 
-def _llama_version(path: Path) -> str | None:
+def llama_version(path: Path) -> str | None:
     """`llama-server --version` says e.g. `version: 0.5.0-dev (build 1, commit 0c1e570)` -> `b1-0c1e570`."""
     try:
         proc = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=20, check=False)
@@ -161,7 +161,7 @@ def list_runtimes(cache_dir: Path) -> list[dict[str, object]]:
         entry: dict[str, object] = {"name": name, "installed": False, "version": None, "path": None, "how": None}
         try:
             path, how = resolve_llama_binary(None, cache_dir, name)
-            entry.update(path=str(path), how=how, installed=True, version=_llama_version(path))
+            entry.update(path=str(path), how=how, installed=True, version=llama_version(path))
         except BenchdError as exc:
             entry["reason"] = exc.message
         out.append(entry)

@@ -84,7 +84,7 @@ def test_props_build_info(llama_url: str, llama_server_bin: Path, tiny_models: A
     status, props = get_json(llama_url + "/props")
     assert status == 200
     assert re.fullmatch(r"b\d+-[0-9a-f]{7,}", props["build_info"]), props["build_info"]
-    assert props["build_info"] == locate._llama_version(llama_server_bin)  # same string as --version
+    assert props["build_info"] == locate.llama_version(llama_server_bin)  # same string as --version
     assert props["total_slots"] >= 1
     assert props["model_path"] == str(tiny_models.target)
     assert props["default_generation_settings"]["n_ctx"] == 4096

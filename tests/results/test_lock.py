@@ -51,7 +51,12 @@ def test_round_trip(state) -> None:
     data = tomllib.loads(path.read_text())
     got = data["locked"]
     cand = next(c for c in rb.sweep.candidates if c.id == "gguf-spec")
-    assert got["schema_version"] == 1
+    assert got["schema_version"] == 2
+    fp = got["fingerprint"]  # read when the runbook was written; the fixture's binary does not exist
+    assert fp["model_sha256"] == hashlib.sha256(models["gguf"].read_bytes()).hexdigest()
+    assert fp["binary"] == "/opt/llama/llama-server" and "binary_sha256" not in fp
+    assert "/opt/llama/llama-server" in fp["null_reasons"]["binary_sha256"]
+    assert fp["args"] == ["-t", "1"] and fp["source"] == "read from files when the runbook was written"
     assert got["candidate"] == cand.id and got["runtime"] == cand.runtime
     assert got["model_path"] == cand.model and got["args"] == cand.args and got["ctx_size"] == cand.ctx_size
     assert cand.spec is not None

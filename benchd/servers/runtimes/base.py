@@ -179,6 +179,15 @@ class RuntimeAdapter:
     async def version(self, base_url: str, command: list[str]) -> str | None:
         raise NotImplementedError
 
+    def installed_version(self, command: list[str]) -> str | None:
+        """The string `version()` reports, read without starting a server (the lock's recheck detector
+        compares it); None when this runtime cannot tell offline. May run a subprocess."""
+        return None
+
+    def installed_packages(self, command: list[str]) -> dict[str, str]:
+        """Package versions the server's speed depends on (MLX venvs); empty for a single binary."""
+        return {}
+
     async def count_tokens(self, base_url: str, text: str) -> int | None:
         """Exact prompt tokens via the server's tokenizer, or None (calibrate from usage instead)."""
         return None

@@ -179,6 +179,13 @@ class LlamaServerAdapter(RuntimeAdapter):
         info = doc.get("build_info") if isinstance(doc, dict) else None
         return f"llama.cpp {info}" if isinstance(info, str) and info else None
 
+    def installed_version(self, command: list[str]) -> str | None:
+        """`--version` (`version: 0.5.0-dev (build 1, commit 0c1e570)`) in `/props`' format: `llama.cpp b1-0c1e570`."""
+        from benchd.servers.locate import llama_version
+
+        build = llama_version(Path(command[0]))
+        return f"llama.cpp {build}" if build else None
+
     async def count_tokens(self, base_url: str, text: str) -> int | None:
         """Exact token count of `text` with the loaded model's tokenizer (`POST /tokenize`)."""
         try:

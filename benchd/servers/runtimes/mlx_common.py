@@ -16,25 +16,29 @@ from benchd.schemas import Candidate
 from benchd.servers.runtimes.base import RuntimeAdapter, resolve_mlx_command
 
 
-def mlx_version_from_venv(command: list[str], dists: tuple[str, ...]) -> str | None:
+def venv_dist_versions(command: list[str], dists: tuple[str, ...]) -> dict[str, str]:
     """Package versions read from the server's venv with importlib.metadata (no subprocess).
 
     The command's first element lives in `<venv>/bin/`; its `lib/python*/site-packages` holds the
-    dist-info metadata. None when the layout is not a venv (then nothing is guessed).
+    dist-info metadata. Empty when the layout is not a venv (then nothing is guessed).
     """
     from importlib import metadata
 
     bin_dir = Path(command[0]).parent
     venv = bin_dir.parent
     site = sorted(venv.glob("lib/python*/site-packages"))
-    if not site:
-        return None
-    parts = []
-    for dist_name in dists:
+    out: dict[str, str] = {}
+    for dist_name in dists if site else ():
         found = list(metadata.distributions(name=dist_name, path=[str(p) for p in site]))
         if found:
-            parts.append(f"{dist_name} {found[0].version}")
-    return ", ".join(parts) if parts else None
+            out[dist_name] = found[0].version
+    return out
+
+
+def mlx_version_from_venv(command: list[str], dists: tuple[str, ...]) -> str | None:
+    """`mlx-lm 0.32.2, mlx 0.32.4`: the version string recorded for an MLX server (None outside a venv)."""
+    found = venv_dist_versions(command, dists)
+    return ", ".join(f"{k} {v}" for k, v in found.items()) or None
 
 
 class MlxServerAdapter(RuntimeAdapter):
@@ -81,6 +85,13 @@ class MlxServerAdapter(RuntimeAdapter):
 
     async def version(self, base_url: str, command: list[str]) -> str | None:
         return mlx_version_from_venv(command, self.version_dists)
+
+    def installed_version(self, command: list[str]) -> str | None:
+        return mlx_version_from_venv(command, self.version_dists)
+
+    def installed_packages(self, command: list[str]) -> dict[str, str]:
+        """The server package, mlx (+ mlx-metal on macOS) and the tokenizer stack it loads models with."""
+        return venv_dist_versions(command, (*self.version_dists, "mlx-metal", "transformers", "tokenizers"))
 
 
 def local_tokenizer_counter(model_dir: str) -> Callable[[str], Awaitable[int]] | None:

@@ -1,0 +1,284 @@
+"""Keep the lock honest: notice when what the lock depends on changed, re-measure, tell the user.
+
+At daemon start and then every `recheck_hours` the `Rechecker` reads the lock's fingerprint baseline
+(the newest recheck's of this lock, else the lock's own) and the current one (from files: binary,
+version, packages, model; see `results.fingerprint`). A difference queues a recheck job (the locked
+candidate on the evidence's settings, `results.recheck.recheck_sweep`) with the `[recheck]` settings'
+conditions (`when`, next `at`). When that job ends, its verdict goes into the lock's `[[rechecks]]`
+history (appended: the `[locked]` block is never rewritten), and a significant regression beyond the
+threshold, or a recheck that failed, posts a desktop notification (`daemon.notify`).
+
+Why a state file (`<state>/recheck.json`) and not only the jobs table: the pending recheck's cause
+and fingerprint must survive a restart between queueing and the verdict, and a recheck is told apart
+from a user's sweep without a new column in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from benchd.config import Config
+from benchd.daemon.notify import notify
+from benchd.daemon.queue import JobQueue
+from benchd.errors import BenchdError, NotFound, from_validation
+from benchd.results.fingerprint import changes, take_fingerprint
+from benchd.results.lock import LockFile, append_recheck, locked_candidate, read_lock
+from benchd.results.recheck import baseline, finish_entry, last_recheck, recheck_sweep, summary
+from benchd.schemas import (
+    TERMINAL_JOB_STATES,
+    Fingerprint,
+    PendingRecheck,
+    RecheckEntry,
+    RecheckState,
+    RecheckStatus,
+    recheck_request_decoder,
+)
+from benchd.settings import load_settings, settings_path
+from benchd.store import Store, utcnow
+
+log = logging.getLogger("benchd.daemon.recheck")
+
+STATE_FILE = "recheck.json"
+_enc = msgspec.json.Encoder()
+
+
+def next_local_time(hhmm: str, now: datetime) -> str:
+    """The next `HH:MM` local wall-clock time after `now`, as RFC 3339 UTC (the queue's `not_before`)."""
+    hour, minute = (int(x) for x in hhmm.split(":"))
+    local_now = now.astimezone()
+    naive = local_now.replace(tzinfo=None, hour=hour, minute=minute, second=0, microsecond=0)
+    if naive <= local_now.replace(tzinfo=None):
+        naive += timedelta(days=1)
+    return naive.astimezone().astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class Rechecker:
+    """Detection at start and on a timer, the pending recheck, its verdict; `status()` for the API."""
+
+    def __init__(self, config: Config, store: Store, queue: JobQueue) -> None:
+        self.config = config
+        self.store = store
+        self.queue = queue
+        loaded, self.settings_error = load_settings(settings_path(config.state_dir))
+        self.settings = loaded.recheck
+        self.lock_error: str | None = None
+        self.state = self._load_state()
+        self.next_check_at: str | None = None
+        self._mutex = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        queue.job_ended.append(self.on_job_end)
+
+    # ------------------------------------------------------------------------------- state file
+
+    @property
+    def state_path(self) -> Any:
+        return self.config.state_dir / STATE_FILE
+
+    def _load_state(self) -> RecheckState:
+        try:
+            return msgspec.json.decode(self.state_path.read_bytes(), type=RecheckState)
+        except FileNotFoundError:
+            return RecheckState()
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.error("%s unreadable (%s): starting with no pending recheck", self.state_path, exc)
+            return RecheckState()
+
+    def _save_state(self) -> None:
+        tmp = self.state_path.with_name(f".{STATE_FILE}.tmp{os.getpid()}")
+        tmp.write_bytes(msgspec.json.format(_enc.encode(self.state)))
+        os.replace(tmp, self.state_path)
+
+    # ------------------------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        if self.settings_error:
+            log.error("recheck settings: %s", self.settings_error)
+        await self._catch_up()
+        self._task = asyncio.create_task(self._loop(), name="benchd-recheck")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _loop(self) -> None:
+        """Check at start, then every `recheck_hours` (detection off: `enabled = false`)."""
+        if not self.settings.enabled:
+            log.info("recheck detection is off ([recheck] enabled = false)")
+            return
+        while True:
+            try:
+                await self.check()
+            except Exception:  # a bug here must not stop the timer or the daemon
+                log.exception("recheck detection failed")
+            delay = self.settings.recheck_hours * 3600.0
+            self.next_check_at = (datetime.now().astimezone() + timedelta(seconds=delay)).isoformat(timespec="seconds")
+            await asyncio.sleep(delay)
+
+    async def _catch_up(self) -> None:
+        """A pending recheck whose job ended while benchd was down gets its verdict now (a job that
+        still owes its runbook gets it from the queue's catch-up, which calls `on_job_end`)."""
+        pending = self.state.pending
+        if pending is None:
+            return
+        try:
+            job = self.store.get_job(pending.job, with_sweep=False)
+        except NotFound:
+            log.warning("pending recheck job %s is gone (pruned?): forgetting it", pending.job)
+            self.state.pending = None
+            self._save_state()
+            return
+        if job.state in TERMINAL_JOB_STATES and (job.runbook_id or not (job.progress and job.progress.done)):
+            await self.on_job_end(job.id, job.state, job.runbook_id)
+
+    # ------------------------------------------------------------------------------- detection
+
+    def _inspect(self) -> tuple[LockFile | None, Fingerprint | None, list[str]]:
+        """(lock, current fingerprint, what changed since the baseline); no lock: (None, None, [])."""
+        path = self.config.locked_path
+        if not path.exists():
+            self.lock_error = None
+            return None, None, []
+        try:
+            lf = read_lock(path)
+        except BenchdError as exc:
+            self.lock_error = exc.message
+            return None, None, []
+        self.lock_error = None
+        current = take_fingerprint(locked_candidate(lf.locked), self.config, "read by the recheck detector")
+        return lf, current, changes(baseline(lf), current)
+
+    def _pending_active(self) -> PendingRecheck | None:
+        pending = self.state.pending
+        if pending is None:
+            return None
+        try:
+            state = self.store.get_job(pending.job, with_sweep=False).state
+        except NotFound:
+            return None
+        return pending if state not in TERMINAL_JOB_STATES else None
+
+    async def check(self) -> list[str]:
+        """Compare fingerprints; queue a recheck when something changed and none is pending."""
+        async with self._mutex:
+            lf, current, changed = await asyncio.to_thread(self._inspect)
+            self.state.last_check_at = utcnow()
+            self.state.last_check = changed or ([f"no change ({lf.locked.candidate})"] if lf else ["no lock"])
+            if lf is not None and changed:
+                if (pending := self._pending_active()) is not None:
+                    log.info("lock changed (%s); recheck job %s already pending", "; ".join(changed), pending.job)
+                else:
+                    await self._queue(lf, current, changed, now=False)
+            self._save_state()
+            return changed
+
+    async def request(self, now: bool) -> PendingRecheck:
+        """`benchctl recheck [--now]`: queue one by hand (409 while one is pending)."""
+        async with self._mutex:
+            if (pending := self._pending_active()) is not None:
+                raise BenchdError("recheck_pending", f"a recheck is already queued: job {pending.job}", status=409)
+            lf, current, changed = await asyncio.to_thread(self._inspect)
+            if lf is None:
+                raise BenchdError("no_lock", self.lock_error or f"no lock file at {self.config.locked_path} "
+                                  "(create one with `benchctl lock --candidate ID`)", status=409)
+            return await self._queue(lf, current, ["requested by hand", *changed], now=now)
+
+    async def _queue(self, lf: LockFile, current: Fingerprint | None, cause: list[str], now: bool) -> PendingRecheck:
+        sweep = await asyncio.to_thread(recheck_sweep, lf.locked, self.config)
+        at = self.settings.at
+        not_before = None if now or not at else next_local_time(at, datetime.now().astimezone())
+        when: list[str] = [] if now else [str(w) for w in self.settings.when]
+        job = self.queue.submit(sweep, not_before, when)
+        self.state.pending = PendingRecheck(job=job.id, queued_at=utcnow(), candidate=lf.locked.candidate,
+                                            locked_at=lf.locked.locked_at, lock_runbook=lf.locked.runbook,
+                                            cause=cause, fingerprint=current)
+        self._save_state()
+        log.warning("lock %s: %s; recheck job %s queued (not before %s, when %s)", lf.locked.candidate,
+                    "; ".join(cause), job.id, not_before or "now", ", ".join(when) or "-")
+        return self.state.pending
+
+    # ------------------------------------------------------------------------------- verdict
+
+    async def on_job_end(self, job_id: str, outcome: str, runbook_id: str | None) -> None:
+        """The queue's hook: a pending recheck ended; write its verdict into the lock's history."""
+        pending = self.state.pending
+        if pending is None or pending.job != job_id:
+            return
+        async with self._mutex:
+            try:
+                await self._finish(pending, outcome, runbook_id)
+            except (BenchdError, OSError) as exc:
+                log.error("recheck job %s: could not record the verdict: %s", job_id, exc)
+            self.state.pending = None
+            self._save_state()
+
+    async def _finish(self, pending: PendingRecheck, outcome: str, runbook_id: str | None) -> None:
+        path = self.config.locked_path
+        lf = await asyncio.to_thread(read_lock, path)
+        error = self.store.get_job(pending.job, with_sweep=False).error
+        entry = await asyncio.to_thread(
+            finish_entry, self.config, lf, job=pending.job, outcome=outcome, runbook_id=runbook_id,
+            lock_runbook=pending.lock_runbook, locked_at=pending.locked_at, cause=pending.cause,
+            fingerprint=pending.fingerprint, threshold_pct=self.settings.threshold_pct, error=error)
+        if entry.regressed or entry.outcome == "failed":
+            entry = msgspec.structs.replace(entry, notified=await notify(*self._message(lf, entry),
+                                                                         self.settings.notify_command))
+        await asyncio.to_thread(append_recheck, path, entry)
+        log.warning("recheck job %s of %s: %s", pending.job, entry.candidate, summary(entry))
+
+    def _message(self, lf: LockFile, entry: RecheckEntry) -> tuple[str, str]:
+        old = lf.locked.binary_version or "?"
+        new = entry.fingerprint.version if entry.fingerprint and entry.fingerprint.version else "?"
+        title = (f"benchd: {entry.candidate} got slower" if entry.regressed
+                 else f"benchd: recheck of {entry.candidate} {entry.outcome}")
+        versions = f"{old} -> {new}" if old != new else f"version {new}"
+        return title, f"{versions}; {'; '.join(entry.cause)}. {summary(entry)}"
+
+    # ------------------------------------------------------------------------------- status
+
+    def status(self) -> RecheckStatus:
+        lf = None
+        path = self.config.locked_path
+        if path.exists():
+            try:
+                lf = read_lock(path)
+                self.lock_error = None
+            except BenchdError as exc:
+                self.lock_error = exc.message
+        pending = self._pending_active()
+        job = self.store.get_job(pending.job, with_sweep=False) if pending else None
+        last: RecheckEntry | None = last_recheck(lf) if lf else None
+        return RecheckStatus(settings=self.settings, settings_error=self.settings_error, lock_path=str(path),
+                             lock_candidate=lf.locked.candidate if lf else None, lock_error=self.lock_error,
+                             pending=pending, pending_job=job, last=last, last_check_at=self.state.last_check_at,
+                             last_check=self.state.last_check, next_check_at=self.next_check_at)
+
+
+def routes(rechecker: Rechecker) -> list[web.RouteDef]:
+    """`GET /v1/recheck` (status) and `POST /v1/recheck` (`{"now": bool}`: queue one by hand)."""
+
+    def answer(body: Any, status: int = 200) -> web.Response:
+        return web.Response(status=status, body=_enc.encode(body), content_type="application/json")
+
+    async def get_recheck(request: web.Request) -> web.Response:
+        return answer(rechecker.status())
+
+    async def post_recheck(request: web.Request) -> web.Response:
+        raw = await request.read()
+        try:
+            body = recheck_request_decoder.decode(raw or b"{}")
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise from_validation(exc) from exc
+        await rechecker.request(body.now)
+        return answer(rechecker.status(), status=201)
+
+    return [web.get("/v1/recheck", get_recheck), web.post("/v1/recheck", post_recheck)]

@@ -1,0 +1,184 @@
+"""The fingerprint of what a benchmarked candidate's speed depends on, and what changed between two.
+
+Why read from files, not from a running server: the daemon checks the lock at start and every
+`recheck_hours`, and starting the locked server to ask it would cost a model load each time. So the
+fingerprint is what the filesystem and the runtime's own offline answer say: the executable the
+runtime adapter resolves (path and real path, size, mtime, sha256 of the real file; the sha256 is
+cached by path, size and mtime), its version string in the format benchd records (`llama-server
+--version` says the same build as `/props`), the MLX venv's package versions, and the model's sha256
+(cached likewise, an MLX directory by every file's size and mtime).
+
+`changes(old, new)` names what differs in words a person reads in a notification or a compare header:
+binary, version, packages, model, draft model, args, env. An mtime alone is not a change (a copy with
+the same bytes runs the same code); a value one side could not read is a change only if the other
+side read one.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+from benchd.config import Config
+from benchd.errors import BenchdError
+from benchd.schemas import Candidate, Fingerprint
+from benchd.sensors.facts import hash_file, hash_model
+from benchd.store import utcnow
+
+#: Fingerprint fields compared by `changes`, in the order a reader wants them, with their labels.
+COMPARED: tuple[tuple[str, str], ...] = (
+    ("binary", "binary path"), ("binary_realpath", "binary real path"), ("binary_sha256", "binary sha256"),
+    ("version", "version"), ("packages", "packages"), ("model_path", "model path"),
+    ("model_sha256", "model sha256"), ("draft_model_sha256", "draft model sha256"), ("args", "args"),
+    ("env", "env"),
+)
+#: Which kind of change each field is (what `compare` and the notification call out).
+KIND = {"binary": "binary", "binary_realpath": "binary", "binary_sha256": "binary", "version": "version",
+        "packages": "version", "model_path": "model", "model_sha256": "model", "draft_model_sha256": "model",
+        "args": "args", "env": "args"}
+
+
+def hash_cache(config: Config) -> Path:
+    """One cache of sha256s (models and binaries) per cache dir, keyed by path, size and mtime."""
+    return config.cache_dir / "model-hashes.json"
+
+
+def executable_of(binary: str | None) -> str | None:
+    """The executable in a recorded `binary` (rows record the command joined: `python -m mlx_lm.server`)."""
+    if not binary or os.path.exists(binary):
+        return binary
+    try:
+        parts = shlex.split(binary)
+    except ValueError:
+        return binary
+    return parts[0] if parts else binary
+
+
+def take_fingerprint(cand: Candidate, config: Config, source: str) -> Fingerprint:
+    """Read the candidate's fingerprint now (may run `--version`: call off the event loop)."""
+    from benchd.servers.runtimes import get_adapter
+
+    adapter = get_adapter(cand.runtime)
+    nulls: dict[str, str] = {}
+    fields: dict[str, Any] = {}
+    try:
+        command, _how = adapter.command(cand, config.cache_dir)
+    except BenchdError as exc:
+        command = []
+        fields["binary"] = cand.binary
+        for f in ("binary_sha256", "version"):
+            nulls[f] = f"the runtime does not resolve: {exc.message}"
+    if command:
+        fields.update(_binary_facts(Path(command[0]), config, nulls))
+        version = adapter.installed_version(command)
+        fields["version"] = version
+        fields["version_source"] = f"{adapter.name} offline ({'--version' if cand.runtime == 'llama-server' else 'venv metadata'})"
+        if version is None:
+            nulls["version"] = "the runtime did not tell its version offline"
+        fields["packages"] = adapter.installed_packages(command)
+    model = hash_model(cand.model, hash_cache(config))
+    fields.update(model_path=cand.model, model_bytes=model.bytes, model_sha256=model.sha256)
+    if model.sha256 is None:
+        nulls["model_sha256"] = model.null_reasons.get("sha256", "not hashed")
+    if cand.spec is not None and cand.spec.draft_model:
+        draft = hash_model(cand.spec.draft_model, hash_cache(config))
+        fields["draft_model_sha256"] = draft.sha256
+        if draft.sha256 is None:
+            nulls["draft_model_sha256"] = draft.null_reasons.get("sha256", "not hashed")
+    return Fingerprint(taken_at=utcnow(), source=source, runtime=cand.runtime, args=list(cand.args),
+                       env=dict(cand.env), null_reasons=nulls, **fields)
+
+
+def _binary_facts(path: Path, config: Config, nulls: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"binary": str(path)}
+    try:
+        real = path.resolve(strict=True)
+        st = real.stat()
+    except OSError as exc:
+        nulls["binary_sha256"] = f"cannot read {path}: {exc.strerror or exc}"
+        return out
+    out.update(binary_realpath=str(real), binary_bytes=st.st_size, binary_mtime_ns=st.st_mtime_ns)
+    try:
+        out["binary_sha256"] = hash_file(real, hash_cache(config))
+    except OSError as exc:
+        nulls["binary_sha256"] = f"cannot read {real}: {exc.strerror or exc}"
+    return out
+
+
+def baseline_from_lock(locked: Any) -> Fingerprint:
+    """A partial fingerprint from what a lock without one recorded (lock schema 1): binary path,
+    version string (from the server's `/props` or venv metadata) and model sha256."""
+    nulls = {f: "the lock predates fingerprints (lock schema_version 1)" for f in
+             ("binary_realpath", "binary_sha256", "packages")}
+    return Fingerprint(taken_at=locked.locked_at, source="the lock's own fields (no [locked.fingerprint])",
+                       runtime=locked.runtime, binary=executable_of(locked.binary), version=locked.binary_version,
+                       model_path=locked.model_path, model_bytes=locked.model_bytes,
+                       model_sha256=locked.model_sha256, args=list(locked.args), env=dict(locked.env),
+                       null_reasons=nulls)
+
+
+def runbook_fingerprint(rb: Any, candidate: str) -> Fingerprint | None:
+    """A candidate's fingerprint in a runbook; for a runbook older than fingerprints, the partial one
+    its provenance allows (binary, server version, model sha256, args)."""
+    prov = next((p for p in rb.provenance.candidates if p.candidate == candidate), None)
+    if prov is None:
+        return None
+    if prov.fingerprint is not None:
+        return prov.fingerprint  # type: ignore[no-any-return]
+    cand = next((c for c in rb.sweep.candidates if c.id == candidate), None)
+    return Fingerprint(taken_at=rb.provenance.collected_at, source="the runbook's provenance (no fingerprint)",
+                       runtime=prov.runtime, binary=executable_of(prov.binary), version=prov.server_version,
+                       model_path=prov.model.path, model_bytes=prov.model.bytes, model_sha256=prov.model.sha256,
+                       draft_model_sha256=prov.draft_model.sha256 if prov.draft_model else None,
+                       args=list(cand.args) if cand else [], env=dict(cand.env) if cand else {},
+                       null_reasons={f: "the runbook predates fingerprints" for f in
+                                     ("binary_realpath", "binary_sha256", "packages")})
+
+
+def _show(field: str, value: Any) -> str:
+    if value in (None, {}, []):
+        return "-"
+    if field.endswith("sha256"):
+        return str(value)[:12]
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" if field == "packages" else f"{k}={v}" for k, v in sorted(value.items()))
+    if isinstance(value, list):
+        return shlex.join(str(v) for v in value)
+    return str(value)
+
+
+def _differences(old: Fingerprint, new: Fingerprint) -> list[tuple[str, str]]:
+    out = []
+    for field, label in COMPARED:
+        a, b = getattr(old, field), getattr(new, field)
+        if a == b:
+            continue
+        if field not in ("args", "env") and a in (None, {}):
+            continue  # the old side could not read it: no evidence of a change
+        if field not in ("args", "env") and b in (None, {}):
+            out.append((field, f"{label}: {_show(field, a)} -> unreadable ({new.null_reasons.get(field, 'not read')})"))
+            continue
+        out.append((field, f"{label}: {_show(field, a)} -> {_show(field, b)}"))
+    return out
+
+
+def changes(old: Fingerprint, new: Fingerprint) -> list[str]:
+    """What differs, one line per field ("version: llama.cpp b1-0c1e570 -> llama.cpp b2-…")."""
+    return [line for _field, line in _differences(old, new)]
+
+
+def changed_kinds(old: Fingerprint, new: Fingerprint) -> list[str]:
+    """Which of binary / version / model / args changed (for headers and notifications)."""
+    return sorted({KIND[field] for field, _line in _differences(old, new)})
+
+
+def side_by_side(a: Fingerprint | None, b: Fingerprint | None) -> list[tuple[str, str, str, bool]]:
+    """(label, A, B, differs) per compared field, for `compare`'s header."""
+    rows = []
+    for field, label in COMPARED:
+        va = getattr(a, field) if a is not None else None
+        vb = getattr(b, field) if b is not None else None
+        rows.append((label, _show(field, va), _show(field, vb), va != vb))
+    return rows

@@ -1,0 +1,119 @@
+"""Rechecks of the lock: the fingerprint of what a lock depends on, the recheck history entry, the user's
+`[recheck]` settings and the daemon's own recheck bookkeeping.
+
+A lock is chosen on evidence measured with one runtime build and one model file; when either changes
+the evidence may no longer hold. `Fingerprint` is what benchd compares to notice (read from files, no
+server started); `RecheckEntry` is one `[[rechecks]]` table of the lock file (benchd appends, never
+rewrites `[locked]`); `RecheckSettings` is the `[recheck]` table of `<state>/config.toml`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+from benchd.schemas.sweep import WhenCondition
+
+
+class Fingerprint(Struct, kw_only=True, omit_defaults=True):
+    """What the locked server's speed depends on, read without starting it.
+
+    `binary` is the executable that starts the server (llama-server, or the MLX venv's interpreter or
+    server script); `binary_sha256` is of its resolved real file, cached by path, size and mtime.
+    `version` is the version string benchd records for the runtime, read offline (`llama-server
+    --version` in the `/props` format, or the MLX venv's package metadata); `packages` are the MLX venv's
+    package versions. A value that cannot be read is absent, with the reason in `null_reasons`.
+    """
+
+    taken_at: str
+    source: str
+    runtime: str
+    binary: str | None = None
+    binary_realpath: str | None = None
+    binary_bytes: int | None = None
+    binary_mtime_ns: int | None = None
+    binary_sha256: str | None = None
+    version: str | None = None
+    version_source: str | None = None
+    packages: dict[str, str] = {}
+    model_path: str | None = None
+    model_bytes: int | None = None
+    model_sha256: str | None = None
+    draft_model_sha256: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    null_reasons: dict[str, str] = {}
+
+
+RecheckOutcome = Literal["succeeded", "failed", "cancelled"]
+
+
+class RecheckEntry(Struct, kw_only=True, omit_defaults=True):
+    """One `[[rechecks]]` table: when, why, on what, and the verdict per context and metric.
+
+    `verdicts[context][metric]` is `same`, `faster by X %`, `slower by X % (p = …)` (memory: `larger`
+    / `smaller`), or why no verdict (too few probes, not measured). `regressions` lists the metrics that
+    got worse beyond the threshold with significance; `notified` says what the notifier did.
+    """
+
+    at: str
+    job: str
+    outcome: RecheckOutcome
+    candidate: str
+    locked_at: str
+    lock_runbook: str
+    runbook: str | None = None
+    cause: list[str] = []
+    fingerprint: Fingerprint | None = None
+    threshold_pct: float = 5.0
+    verdicts: dict[str, dict[str, str]] = {}
+    regressed: bool = False
+    regressions: list[str] = []
+    notified: str | None = None
+    error: str | None = None
+
+
+#: `at` in the settings: "HH:MM" local time (24 h), or "" for "as soon as the conditions hold".
+CLOCK_TIME_PATTERN = r"^(([01][0-9]|2[0-3]):[0-5][0-9])?$"
+ClockTime = Annotated[str, Meta(pattern=CLOCK_TIME_PATTERN)]
+
+
+class RecheckSettings(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """The `[recheck]` table of `<state>/config.toml` (every field optional; unknown fields are errors)."""
+
+    enabled: bool = True
+    when: Annotated[list[WhenCondition], Meta(max_length=2)] = msgspec.field(
+        default_factory=lambda: ["idle", "ac-power"])
+    at: ClockTime = "03:00"
+    recheck_hours: Annotated[float, Meta(gt=0, le=24 * 365)] = 24.0
+    threshold_pct: Annotated[float, Meta(ge=0, le=1000)] = 5.0
+    notify_command: Annotated[list[Annotated[str, Meta(min_length=1, max_length=4096)]], Meta(max_length=64)] = []
+
+
+class SettingsFile(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """`<state>/config.toml`: today only `[recheck]`."""
+
+    recheck: RecheckSettings = msgspec.field(default_factory=RecheckSettings)
+
+
+class PendingRecheck(Struct, kw_only=True):
+    """A recheck job the daemon queued and has not yet written into the lock's history."""
+
+    job: str
+    queued_at: str
+    candidate: str
+    locked_at: str
+    lock_runbook: str
+    cause: list[str] = []
+    fingerprint: Fingerprint | None = None
+
+
+class RecheckState(Struct, kw_only=True):
+    """`<state>/recheck.json`: the daemon's bookkeeping between restarts (the history is in the lock)."""
+
+    schema_version: int = 1
+    pending: PendingRecheck | None = None
+    last_check_at: str | None = None
+    last_check: list[str] = []

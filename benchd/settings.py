@@ -1,0 +1,50 @@
+"""The user's settings file, `<state>/config.toml` (today only its `[recheck]` table).
+
+Why a file and not flags: the daemon usually runs as a service (launchd, systemd) whose command line a
+user does not edit; a file in the state dir is read at every start and by `benchctl doctor`.
+
+A bad file never stops the daemon: `load_settings` returns the defaults together with one line naming
+the file, the field and the reason, which the daemon logs and shows in `GET /v1/recheck`, and which
+`doctor` reports. A missing file is not an error (the defaults apply).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import msgspec
+
+from benchd.errors import from_validation
+from benchd.schemas import CLOCK_TIME_PATTERN, SettingsFile
+
+SETTINGS_FILE_NAME = "config.toml"
+
+
+def settings_path(state_dir: Path) -> Path:
+    return state_dir / SETTINGS_FILE_NAME
+
+
+def load_settings(path: Path) -> tuple[SettingsFile, str | None]:
+    """(settings, error): the file's settings, or the defaults plus why the file was not used."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return SettingsFile(), None
+    except OSError as exc:
+        return SettingsFile(), f"{path}: cannot read ({exc.strerror or exc}); using the defaults"
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        return SettingsFile(), f"{path}: not valid TOML ({exc}); using the defaults"
+    at = data.get("recheck", {}).get("at") if isinstance(data.get("recheck"), dict) else None
+    if at is not None and not (isinstance(at, str) and re.fullmatch(CLOCK_TIME_PATTERN, at)):
+        return SettingsFile(), (f"{path}: recheck.at {at!r} is not a time of day: expected \"HH:MM\" "
+                                "(24-hour, local time) or \"\" (as soon as the conditions hold); using the defaults")
+    try:
+        return msgspec.convert(data, SettingsFile), None
+    except msgspec.ValidationError as exc:
+        err = from_validation(exc, str(path))
+        where = f" (field {err.field.removeprefix('$.')})" if err.field else ""
+        return SettingsFile(), f"{err.message}{where}; using the defaults"
