@@ -1,0 +1,113 @@
+"""False-regression rate of the lock's recheck on this machine: unchanged build, repeated rechecks.
+
+    .venv/bin/python benchmarks/recheck_false_regressions.py [--rechecks 10] [--size small]
+        [--context 512] [--gen-tokens 32] [--probes 6] [--json]
+
+A real `benchd` runs one evidence sweep of the tiny GGUF on the provisioned llama-server (`-t 1 -tb 1`,
+fixed cooldown 0, 1 warm-up), `benchctl lock` locks it, then `POST /v1/recheck {"now": true}` queues
+`--rechecks` rechecks one after the other; nothing about the runtime or the model changes, so every
+regression the verdict calls is a false one. The daemon judges each at its default threshold (5 %);
+the script re-judges the same runbooks offline (`results.recheck.verdicts`) at 10, 20 and 50 % too, to
+show what threshold this machine's noise needs. Printed: per threshold, how many rechecks were called a
+regression and which metrics; per metric, how many verdicts were `slower`/`larger` (significant and
+beyond the threshold), `faster`/`smaller`, `same`; the 1-min load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as C
+
+THRESHOLDS = (5.0, 10.0, 20.0, 50.0)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from benchd.config import Config
+    from benchd.results.recheck import verdicts
+    from benchd.results.runbook import load_runbook
+
+    model = str(C.tiny(args.size).target)
+    binary = str(C.llama_bin())
+    base = Path(tempfile.mkdtemp(prefix="benchd-recheck-"))
+    state = base / "state"
+    state.mkdir(mode=0o700)
+    (state / "config.toml").write_text('[recheck]\nwhen = []\nat = ""\nnotify_command = ["/bin/true"]\n')
+    load_before = C.machine()["loadavg_1m"]
+    entries: list[dict[str, Any]] = []
+    with C.benchd_daemon(state) as d:
+        c = d.client()
+        sweep = {"name": "evidence", "contexts": [args.context], "gen_tokens": args.gen_tokens, "probes": args.probes,
+                 "warmup": 1, "sustained": {"tokens": 0}, "cooldown": {"policy": "fixed", "seconds": 0, "max_seconds": 0},
+                 "candidates": [{"id": "tiny", "runtime": "llama-server", "model": model, "binary": binary,
+                                 "args": ["-t", "1", "-tb", "1"]}]}
+        job = c.submit(sweep)["id"]
+        d.wait_job(job)
+        while not c.job(job)["runbook_id"]:
+            time.sleep(0.2)
+        subprocess.run([str(C.BIN / "benchctl"), "lock", "--candidate", "tiny", "--state-dir", str(state)],
+                       check=True, capture_output=True, env=d.env)
+        for i in range(args.rechecks):
+            queued = c.request("POST", "/v1/recheck", {"now": True})["pending"]["job"]
+            d.wait_job(queued)
+            while (last := c.request("GET", "/v1/recheck")["last"]) is None or last["job"] != queued:
+                time.sleep(0.2)
+            entries.append(last)
+            print(f"recheck {i + 1}/{args.rechecks}: {'REGRESSED' if last.get('regressed') else 'ok'} "
+                  f"{json.dumps(last.get('verdicts'))}", file=sys.stderr, flush=True)
+    config = Config.resolve(state_dir=state)
+    evidence = load_runbook(entries[0]["lock_runbook"], config)
+    per_threshold: dict[str, Any] = {}
+    for t in THRESHOLDS:
+        regressed, words = 0, Counter()
+        metrics_hit: Counter[str] = Counter()
+        for e in entries:
+            got, regs = verdicts(evidence, load_runbook(e["runbook"], config), "tiny", t)
+            regressed += bool(regs)
+            metrics_hit.update(r.split(" at ")[0] for r in regs)
+            words.update(f"{m} {v.split(' ')[0]}" for per in got.values() for m, v in per.items())
+        per_threshold[f"{t:g} %"] = {"regressed": regressed, "rechecks": len(entries),
+                                     "rate": round(regressed / len(entries), 3), "metrics": dict(metrics_hit),
+                                     "verdict_words": dict(sorted(words.items()))}
+    daemon_rate = sum(bool(e.get("regressed")) for e in entries) / len(entries)
+    return {"machine": C.machine(), "load_before": load_before, "settings": vars(args),
+            "daemon_rate_at_5_pct": round(daemon_rate, 3), "per_threshold": per_threshold,
+            "state_dir": str(state)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rechecks", type=int, default=10)
+    ap.add_argument("--size", default="small", choices=["small", "medium"])
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--gen-tokens", type=int, default=32)
+    ap.add_argument("--probes", type=int, default=6)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    out = run(args)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return
+    m = out["machine"]
+    print(f"{m['date_utc']} UTC, load {out['load_before']:.2f} -> {m['loadavg_1m']:.2f}, "
+          f"{args.rechecks} rechecks of an unchanged lock ({args.size} GGUF, context {args.context}, "
+          f"{args.gen_tokens} tokens, {args.probes} probes)")
+    print(f"daemon's own verdicts at 5 %: false-regression rate {out['daemon_rate_at_5_pct']:.2f}")
+    for t, r in out["per_threshold"].items():
+        print(f"  threshold {t:>5}: {r['regressed']}/{r['rechecks']} called a regression (rate {r['rate']:.2f}); "
+              f"metrics {r['metrics'] or '-'}")
+        print(f"                   verdicts: {r['verdict_words']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""Rechecks, the pure parts: fingerprints and what changed, the hash cache, verdict words, probe counts,
+the lock's [[rechecks]] history (appended without touching [locked], kept on re-lock), the recheck sweep,
+the settings file, the notifier's choice of command and the next HH:MM.
+
+The runtime binary here is a real executable file (a shell script that answers `--version` like
+llama-server does); the daemon-level and real-server paths are in tests/daemon/test_recheck*.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import sys
+import tomllib
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+import pytest
+from runbook_factory import fill_job, setup_state
+
+from benchd.daemon.notify import notify, notify_argv
+from benchd.daemon.recheck import next_local_time
+from benchd.results import lock, runbook
+from benchd.results.compare import MetricComparison, compare_runbooks
+from benchd.results.fingerprint import changed_kinds, changes, executable_of, take_fingerprint
+from benchd.results.recheck import (
+    describe,
+    finish_entry,
+    last_recheck,
+    recheck_probes,
+    recheck_sweep,
+    verdicts,
+)
+from benchd.sensors import facts
+from benchd.settings import load_settings
+
+
+def _fake_llama(path: Path, build: int) -> Path:
+    path.write_text(f'#!/bin/sh\necho "version: 0.5.0 (build {build}, commit 0c1e570)"\n')
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture()
+def state(tmp_path: Path):
+    config, store, sweep, models = setup_state(tmp_path)
+    binary = _fake_llama(tmp_path / "bin-llama-server", 1)
+    sweep = msgspec.structs.replace(sweep, candidates=[msgspec.structs.replace(c, binary=str(binary))
+                                                       if c.runtime == "llama-server" else c for c in sweep.candidates])
+    fill_job(store, sweep)
+    rid = runbook.write_runbook(config, store, "20261130-020000-abcd")
+    yield config, runbook.load_runbook(rid, config), models, binary, store
+    store.close()
+
+
+def test_fingerprint_and_changes(state) -> None:
+    config, rb, models, binary, _ = state
+    cand = next(c for c in rb.sweep.candidates if c.id == "gguf-spec")
+    fp = take_fingerprint(cand, config, "test")
+    assert fp.binary == str(binary) and fp.binary_realpath == str(binary.resolve())
+    assert fp.binary_sha256 == hashlib.sha256(binary.read_bytes()).hexdigest()
+    assert fp.binary_bytes == binary.stat().st_size and fp.version == "llama.cpp b1-0c1e570"
+    assert fp.model_sha256 == hashlib.sha256(models["gguf"].read_bytes()).hexdigest()
+    assert fp.draft_model_sha256 == hashlib.sha256(models["draft"].read_bytes()).hexdigest()
+    # the runbook carries the same fingerprint, and the lock copies it
+    prov = next(p for p in rb.provenance.candidates if p.candidate == "gguf-spec")
+    assert prov.fingerprint is not None and prov.fingerprint.binary_sha256 == fp.binary_sha256
+    assert lock.build_lock(rb, "gguf-spec").fingerprint == prov.fingerprint
+    # a touch (same bytes, new mtime) is no change; new bytes + a new version are
+    os.utime(binary, ns=(1, 1))
+    assert changes(fp, take_fingerprint(cand, config, "test")) == []
+    _fake_llama(binary, 2)
+    new = take_fingerprint(cand, config, "test")
+    lines = changes(fp, new)
+    assert [line.split(":")[0] for line in lines] == ["binary sha256", "version"]
+    assert "version: llama.cpp b1-0c1e570 -> llama.cpp b2-0c1e570" in lines
+    assert changed_kinds(fp, new) == ["binary", "version"]
+    models["gguf"].write_bytes(b"other weights")
+    assert changed_kinds(new, take_fingerprint(cand, config, "test")) == ["model"]
+    # a binary that no longer exists is a change, said with the reason
+    binary.unlink()
+    gone = take_fingerprint(cand, config, "test")
+    assert any(line.startswith("binary sha256: ") and "unreadable" in line for line in changes(new, gone))
+
+
+def test_mlx_dir_hash_is_cached_by_stat(tmp_path: Path) -> None:
+    d = tmp_path / "mlx"
+    d.mkdir()
+    (d / "model.safetensors").write_bytes(b"w" * 1000)
+    (d / "config.json").write_text("{}")
+    cache = tmp_path / "hashes.json"
+    first = facts.hash_model(d, cache)
+    keys = json.loads(cache.read_text())
+    assert len(keys) == 1 and "|dir|" in next(iter(keys))
+    # poison the cached digest: an unchanged dir must be answered from the cache, not re-read
+    cache.write_text(json.dumps({k: "cached" for k in keys}))
+    assert facts.hash_model(d, cache).sha256 == "cached"
+    (d / "model.safetensors").write_bytes(b"x" * 1000)  # same size, new mtime and bytes
+    again = facts.hash_model(d, cache)
+    assert again.sha256 not in ("cached", first.sha256) and again.bytes == first.bytes == 1002
+
+
+def _m(metric: str, ratio: float | None, p: float | None, verdict: str = "") -> MetricComparison:
+    better = "lower" if metric in ("ttft_ms", "mem_peak_bytes") else "higher"
+    return MetricComparison(metric=metric, better=better, n_a=6, n_b=6, median_a=100.0,
+                            median_b=None if ratio is None else 100.0 * ratio, ratio_b_over_a=ratio,
+                            p_value=p, verdict=verdict or "x")
+
+
+@pytest.mark.parametrize(("m", "text", "worse"), [
+    (_m("gen_tps", 0.70, 0.0022), "slower by 30.0 % (p = 0.0022)", True),
+    (_m("gen_tps", 1.30, 0.0022), "faster by 30.0 % (p = 0.0022)", False),
+    (_m("gen_tps", 0.97, 0.0022), "same (-3.0 %, p = 0.0022: under the 5 % threshold)", False),
+    (_m("gen_tps", 0.70, 0.3), "same (-30.0 %, p = 0.3: not significant)", False),
+    (_m("ttft_ms", 1.40, 0.0022), "slower by 40.0 % (p = 0.0022)", True),
+    (_m("mem_peak_bytes", 1.10, 0.0022), "larger by 10.0 % (p = 0.0022)", True),
+    (_m("mem_peak_bytes", 0.90, 0.0022), "smaller by 10.0 % (p = 0.0022)", False),
+    (_m("gen_tps", 0.5, None, "too few probes to call a difference"),
+     "no verdict: too few probes to call a difference (-50.0 % on medians)", False),
+    (_m("prompt_tps", None, None, "not measured: mlx_lm.server reports no prompt timing"),
+     "not measured: mlx_lm.server reports no prompt timing", False),
+])
+def test_verdict_words(m: MetricComparison, text: str, worse: bool) -> None:
+    assert describe(m, 5.0) == (text, worse)
+
+
+def test_recheck_probes_reach_alpha() -> None:
+    assert recheck_probes(3, 3) == 5  # 2/C(8,3) = 0.036 < 0.05; with 4: 2/C(7,3) = 0.057
+    assert recheck_probes(6, 6) == 6 and recheck_probes(1, 1) == 30  # one evidence probe can never get there
+
+
+def test_history_appended_without_touching_locked_and_kept_on_relock(state) -> None:
+    config, rb, _models, _binary, store = state
+    path, _ = lock.lock_candidate(config, "gguf-spec", note="daily")
+    before = path.read_text()
+    sweep = recheck_sweep(lock.read_lock(path).locked, config)
+    assert sweep.name == "recheck-gguf-spec" and sweep.contexts == [512, 1024] and sweep.probes == 5
+    assert sweep.candidates[0].binary == rb.sweep.candidates[0].binary and sweep.eval_tier == "none"
+    assert sweep.sustained.tokens == 0 and {d.axis for d in sweep.deferred} >= {"evals", "sustained generation"}
+    # a "recheck" job: the same candidate 30 % slower at generation, written as a runbook
+    slow = msgspec.structs.replace(rb.sweep, probes=5)
+    fill_job(store, slow, job_id="20261130-040000-beef", gen_scale=0.7)
+    rid = runbook.write_runbook(config, store, "20261130-040000-beef")
+    lf = lock.read_lock(path)
+    entry = finish_entry(config, lf, job="20261130-040000-beef", outcome="succeeded", runbook_id=rid,
+                         lock_runbook=lf.locked.runbook, locked_at=lf.locked.locked_at, cause=["version: a -> b"],
+                         fingerprint=lf.locked.fingerprint, threshold_pct=5.0)
+    # three evidence probes against three: too few for the exact test, said as such
+    assert entry.verdicts["512"]["gen_tps"].startswith("no verdict: too few probes") and not entry.regressed
+    lock.append_recheck(path, entry)
+    text = path.read_text()
+    assert text.startswith(before.rstrip("\n")) and text.count("[[rechecks]]") == 1
+    assert tomllib.loads(text)["locked"] == tomllib.loads(before)["locked"]
+    again = msgspec.structs.replace(entry, job="20261130-050000-cafe", regressed=True, regressions=["x"])
+    doc = lock.append_recheck(path, again)
+    assert [e.job for e in doc.rechecks] == ["20261130-040000-beef", "20261130-050000-cafe"]
+    assert last_recheck(doc) == again
+    # a human re-locks: the history stays, but belongs to the previous lock
+    _, relocked = lock.lock_candidate(config, "gguf-plain")
+    assert len(relocked.rechecks) == 2 and last_recheck(relocked) is None
+    assert lock.read_lock(path).previous is not None
+
+
+def test_verdicts_with_enough_probes(state) -> None:
+    config, rb, _models, _binary, store = state
+    six = msgspec.structs.replace(rb.sweep, probes=6)
+    from runbook_factory import GEN
+
+    saved = dict(GEN)
+    GEN.update({key: values * 2 for key, values in saved.items()})  # six probes per cell, this test only
+    try:
+        fill_job(store, six, job_id="20261130-060000-aaaa")
+        fill_job(store, six, job_id="20261130-070000-bbbb", gen_scale=0.7)
+        a = runbook.load_runbook(runbook.write_runbook(config, store, "20261130-060000-aaaa"), config)
+        b = runbook.load_runbook(runbook.write_runbook(config, store, "20261130-070000-bbbb"), config)
+    finally:
+        GEN.clear()
+        GEN.update(saved)
+    got, regressions = verdicts(a, b, "gguf-plain", 5.0)
+    assert got["512"]["gen_tps"].startswith("slower by 30.0 % (p = ")
+    assert got["512"]["prompt_tps"].startswith("same (+0.0 %")
+    assert regressions[0].startswith("gen_tps at context 1024: slower by 30.0 %") or \
+        regressions[0].startswith("gen_tps at context 512: slower by 30.0 %")
+    assert compare_runbooks(a, b).builds[0].changed == []
+
+
+def test_settings_file(tmp_path: Path) -> None:
+    f = tmp_path / "config.toml"
+    assert load_settings(f) == (load_settings(f)[0], None)  # no file: defaults, no error
+    f.write_text('[recheck]\nwhen = []\nat = "23:59"\nthreshold_pct = 10\nnotify_command = ["/bin/true"]\n')
+    got, err = load_settings(f)
+    assert err is None and got.recheck.at == "23:59" and got.recheck.when == [] and got.recheck.threshold_pct == 10
+    for text, needle in (('[recheck]\nat = "7:00"\n', "recheck.at '7:00' is not a time of day"),
+                         ('[recheck]\nwhen = ["sunny"]\n', "field recheck.when[0]"),
+                         ('[recheck]\nrecheck_hours = 0\n', "field recheck.recheck_hours"),
+                         ("[recheckk]\n", "unknown field `recheckk`"), ("x = \n", "not valid TOML")):
+        f.write_text(text)
+        got, err = load_settings(f)
+        assert err is not None and needle in err and str(f) in err and err.endswith("using the defaults"), err
+        assert got.recheck.when == ["idle", "ac-power"] and got.recheck.at == "03:00"
+
+
+def test_next_local_time() -> None:
+    now = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
+    got = datetime.fromisoformat(next_local_time("03:00", now))
+    local = got.astimezone()
+    assert (local.hour, local.minute, local.second) == (3, 0, 0)
+    assert 0 < (got - now).total_seconds() <= 24 * 3600
+    assert next_local_time("03:00", got) != next_local_time("03:00", now)  # at 03:00 sharp: the next day
+
+
+def test_notifier_choice_and_a_failing_command(tmp_path: Path) -> None:
+    argv, how = notify_argv("t", 'm "q"', ["/x/notify", "--flag"])
+    assert argv == ["/x/notify", "--flag", "t", 'm "q"'] and how == "notify_command"
+    argv, how = notify_argv("t", 'm "q"', [])
+    if sys.platform == "darwin":
+        assert argv == ["osascript", "-e", 'display notification "m \\"q\\"" with title "t"']
+    elif argv is not None:
+        assert how == "notify-send" and argv[-2:] == ["t", 'm "q"']
+    else:
+        assert "no desktop notifier" in how
+    bad = tmp_path / "bad"
+    bad.write_text("#!/bin/sh\necho nope >&2\nexit 3\n")
+    bad.chmod(0o755)
+    assert asyncio.run(notify("t", "m", [str(bad)])) == "notify_command: exit 3 nope"
+    assert asyncio.run(notify("t", "m", [str(tmp_path / "missing")])).startswith("notify_command: failed")
+
+
+def test_executable_of() -> None:
+    assert executable_of("/venv/bin/python -m mlx_lm.server") == "/venv/bin/python"
+    assert executable_of(sys.executable) == sys.executable and executable_of(None) is None
+    assert lock.locked_candidate(lock.Locked(
+        schema_version=2, candidate="m", runtime="mlx_lm.server", model_path="/m", runbook="r", locked_at="t",
+        binary="/venv/bin/python -m mlx_lm.server")).binary == "/venv/bin/python"
