@@ -15,7 +15,11 @@ moved between ~200 and ~1,300 tok/s from one run to the next (scheduling latency
 prompt medians by up to ~55 %. So the unchanged build is judged with 95 % (a 6x slowdown from load is
 still `same`; a run that lands in a quieter moment may read `faster`, never `slower`), and the slow
 build with 50 %: a one-token micro-batch costs the prompt rate 85-97 % here, and its probes do not
-overlap the evidence's, so the exact test calls it at p = 0.0022.
+overlap the evidence's, so the exact test calls it at p = 0.0022. Even so a single run can land in a
+busy minute (benchmarks/recheck_false_regressions.py: 1-2 false regressions in 10 unchanged rechecks
+here), so each case may take up to `ATTEMPTS` rechecks, the later ones queued by hand
+(`benchctl recheck --now`): the unchanged build must be judged without a regression in one of them,
+the slow build with one; every attempt stays in the lock's history.
 
 The notifier is replaced (`[recheck] notify_command`) by a script that appends its arguments to a file:
 a test cannot see a desktop notification, and what the daemon would post is exactly those arguments.
@@ -72,6 +76,22 @@ def _wait_verdict(d: Any, job_before: str | None, timeout: float = 240) -> dict[
     return wait_until(done, timeout=timeout, interval=0.5, what="the recheck's verdict")  # type: ignore[no-any-return]
 
 
+#: Rechecks allowed per case (the first queued by the daemon, the others by hand).
+ATTEMPTS = 3
+
+
+def _attempts(d: Any, first: dict[str, Any], wanted: Any) -> tuple[dict[str, Any], list[str]]:
+    """The first verdict `wanted` accepts (queuing more rechecks by hand), and every job judged."""
+    entry, jobs = first, [first["job"]]
+    while not wanted(entry) and len(jobs) < ATTEMPTS:
+        print(f"attempt {len(jobs)} not as expected on this busy machine: {entry.get('verdicts')}")
+        out = d.benchctl("recheck", "--now")
+        assert out.returncode == 0, out.stderr
+        entry = _wait_verdict(d, entry["job"])
+        jobs.append(entry["job"])
+    return entry, jobs
+
+
 def test_lock_then_runtime_changes(run_daemon, short_base: Path, tiny_models, llama_server_bin) -> None:  # type: ignore[no-untyped-def]
     state = short_base / "s"
     state.mkdir(mode=0o700)
@@ -120,25 +140,29 @@ def test_lock_then_runtime_changes(run_daemon, short_base: Path, tiny_models, ll
     st = wait_until(lambda: ((s := _status(d))["pending"] or s["last"]) and s, timeout=60, what="a recheck")
     pending_job = d.client().job((st["pending"] or st["last"])["job"])
     assert pending_job["when"] == ["ac-power"] and pending_job["not_before"] is None  # the configured conditions
-    same = _wait_verdict(d, None)
+    first = _wait_verdict(d, None)
+    assert any(c.startswith("binary sha256: ") for c in first["cause"]), first["cause"]
+    assert "version: llama.cpp b1-0c1e570 -> llama.cpp b9999-feedbee" in first["cause"], first["cause"]
+    same, same_jobs = _attempts(d, first, lambda e: not e.get("regressed"))
     assert same["outcome"] == "succeeded" and same["runbook"] and same["lock_runbook"] == rb, same
-    assert any(c.startswith("binary sha256: ") for c in same["cause"]), same["cause"]
-    assert "version: llama.cpp b1-0c1e570 -> llama.cpp b9999-feedbee" in same["cause"], same["cause"]
     verdicts = same["verdicts"]["512"]
     assert set(verdicts) == {"gen_tps", "prompt_tps", "ttft_ms", "mem_peak_bytes"}
     assert verdicts["mem_peak_bytes"].startswith("same"), verdicts
     assert all(v.startswith(("same", "faster")) for v in verdicts.values()), verdicts
-    assert not same.get("regressed") and not same.get("regressions") and not notified.exists()
-    print(f"unchanged build, judged at 95 %: {verdicts}")
+    assert not same.get("regressed") and not same.get("regressions") and not same.get("notified")
+    print(f"unchanged build, judged at 95 % (attempt {len(same_jobs)}): {verdicts}")
     _stop(d)
+    notified.unlink(missing_ok=True)  # a false alarm of an earlier attempt is not what step 4 checks
 
     # 4. a build that is really slower: a regression, significant and beyond the threshold
     _wrapper(wrapper, llama_server_bin, NEW_VERSION, build=10000, extra=" --ubatch-size 1")
     (state / "config.toml").write_text(settings.format(50))
     d = run_daemon(env=env)
-    slow = _wait_verdict(d, same["job"])
+    first = _wait_verdict(d, same["job"])
+    assert "version: llama.cpp b9999-feedbee -> llama.cpp b10000-feedbee" in first["cause"]
+    slow, slow_jobs = _attempts(d, first, lambda e: e.get("regressed"))
     assert slow["outcome"] == "succeeded" and slow["regressed"] is True, slow
-    assert "version: llama.cpp b9999-feedbee -> llama.cpp b10000-feedbee" in slow["cause"]
+    print(f"slow build, judged at 50 % (attempt {len(slow_jobs)}): {slow['verdicts']}")
     prompt = slow["verdicts"]["512"]["prompt_tps"]
     assert prompt.startswith("slower by ") and "(p = " in prompt, prompt
     assert any(r.startswith("prompt_tps at context 512: slower by") for r in slow["regressions"])
@@ -152,10 +176,10 @@ def test_lock_then_runtime_changes(run_daemon, short_base: Path, tiny_models, ll
     status = d.benchctl("status")
     assert "recheck   last" in status.stdout and "REGRESSED: prompt_tps" in status.stdout, status.stdout
     text = lock_path.read_text()
-    assert text.startswith(locked_text) and text.count("[[rechecks]]") == 2
+    assert text.startswith(locked_text) and text.count("[[rechecks]]") == len(same_jobs) + len(slow_jobs)
     doc = tomllib.loads(text)
     assert doc["locked"] == tomllib.loads(locked_text)["locked"]
-    assert [e["job"] for e in doc["rechecks"]] == [same["job"], slow["job"]]
+    assert [e["job"] for e in doc["rechecks"]] == same_jobs + slow_jobs
     # comparing the two builds by hand: both fingerprints side by side, what changed called out
     cmp = d.benchctl("compare", rb, slow["runbook"], "--state-dir", str(state))
     assert cmp.returncode == 0, cmp.stderr

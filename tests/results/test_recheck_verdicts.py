@@ -3,7 +3,7 @@ the lock's [[rechecks]] history (appended without touching [locked], kept on re-
 the settings file, the notifier's choice of command and the next HH:MM.
 
 The runtime binary here is a real executable file (a shell script that answers `--version` like
-llama-server does); the daemon-level and real-server paths are in tests/daemon/test_recheck*.py.
+llama-server does); the daemon-level and real-server paths are in tests/daemon/test_recheck_detect.py and test_recheck_real.py.
 """
 
 from __future__ import annotations
