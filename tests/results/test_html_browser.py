@@ -159,6 +159,13 @@ async def test_hand_built_runbooks_in_chromium(tmp_path: Path) -> None:
             if name != "compare.html":
                 text = await page.js("document.body.innerText")
                 assert "Lock a candidate" in text
+                # The copy button copies (or, where the clipboard is refused, selects) the lock command.
+                await page.js("document.querySelector('button.copy').click()")
+                state = await page.wait_for("(() => { const b = document.querySelector('button.copy');"
+                                            " return b.textContent !== 'copy' && b.textContent; })()")
+                assert state in ("copied", "selected: press Ctrl/Cmd-C"), state
+                if state != "copied":
+                    assert (await page.js("String(window.getSelection())")).startswith("benchctl lock")
             if ready == "absent":
                 assert "No charts:" in await page.js("document.body.innerText")
         assert_not_blank(await page.screenshot(tmp_path / "last.png"))
