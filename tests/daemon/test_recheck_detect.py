@@ -123,3 +123,26 @@ def test_recheck_by_hand_needs_a_lock(run_daemon) -> None:  # type: ignore[no-un
     out = d.benchctl("recheck", "--now")
     assert out.returncode == 2 and "no lock file" in out.stderr
     assert d.client().health()["pid"] == d.pid
+
+
+def test_timer_notices_a_change_while_running_and_by_hand_uses_the_settings(run_daemon, short_base: Path) -> None:  # type: ignore[no-untyped-def]
+    """`recheck_hours` is the period of the check while benchd runs (here 0.001 h = 3.6 s)."""
+    config, models = _factory_lock(short_base)
+    (config.state_dir / "config.toml").write_text('[recheck]\nrecheck_hours = 0.001\nwhen = ["idle"]\nat = "23:30"\n')
+    d = run_daemon(state_dir=config.state_dir, env=_env(config))
+    first = wait_until(lambda: (s := _status(d))["last_check_at"] and s, timeout=30, what="the start-up check")
+    assert first["last_check"] == ["no change (gguf-spec)"] and first["next_check_at"]
+    models["draft"].write_bytes(b"a new draft")
+    st = wait_until(lambda: (s := _status(d))["pending"] and s, timeout=60, what="the timer's recheck")
+    assert st["pending"]["cause"][0].startswith("draft model sha256: ") and st["last_check_at"] > first["last_check_at"]
+    job = st["pending_job"]
+    assert job["when"] == ["idle"] and job["not_before"] == next_local_time("23:30", datetime.now().astimezone())
+    d.client().cancel(job["id"])
+    wait_until(lambda: _status(d)["last"], timeout=30, what="the cancelled recheck in the history")
+    # by hand, without --now: the settings' conditions apply; the cause says who asked
+    out = _ctl(config, "recheck")
+    assert out.returncode == 0, out.stderr
+    job_id = out.stdout.strip()
+    got = d.client().job(job_id)
+    assert got["when"] == ["idle"] and got["not_before"] and got["name"] == "recheck-gguf-spec"
+    assert "requested by hand" in out.stderr and "when idle" in out.stderr

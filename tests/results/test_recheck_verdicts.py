@@ -27,6 +27,7 @@ from benchd.results import lock, runbook
 from benchd.results.compare import MetricComparison, compare_runbooks
 from benchd.results.fingerprint import changed_kinds, changes, executable_of, take_fingerprint
 from benchd.results.recheck import (
+    baseline,
     describe,
     finish_entry,
     last_recheck,
@@ -235,3 +236,37 @@ def test_executable_of() -> None:
     assert lock.locked_candidate(lock.Locked(
         schema_version=2, candidate="m", runtime="mlx_lm.server", model_path="/m", runbook="r", locked_at="t",
         binary="/venv/bin/python -m mlx_lm.server")).binary == "/venv/bin/python"
+
+
+def test_a_version_1_lock_is_checked_on_what_it_recorded(state) -> None:
+    """A lock written before fingerprints (schema 1): binary path, version string and model sha256 only."""
+    config, _rb, models, binary, _ = state
+    path, _ = lock.lock_candidate(config, "gguf-spec")
+    data = tomllib.loads(path.read_text())["locked"]
+    data.pop("fingerprint")
+    data["schema_version"] = 1
+    data["binary_version"] = "llama.cpp b1-0c1e570"  # as llama-server's /props makes the adapter record it
+    path.write_text(lock.dumps_toml({"locked": data}))
+    lf = lock.read_lock(path)
+    base = baseline(lf)
+    assert base.binary == str(binary) and base.binary_sha256 is None and base.version == "llama.cpp b1-0c1e570"
+    now = take_fingerprint(lock.locked_candidate(lf.locked), config, "test")
+    assert changes(base, now) == []  # no sha256 to compare the binary with: no evidence of a change
+    _fake_llama(binary, 7)
+    models["gguf"].write_bytes(b"new")
+    got = take_fingerprint(lock.locked_candidate(lf.locked), config, "test")
+    assert changed_kinds(base, got) == ["model", "version"]
+
+
+@pytest.mark.real
+def test_mlx_fingerprint_names_the_venv_packages(mlx_argv, tiny_models, cache_dir) -> None:  # type: ignore[no-untyped-def]
+    from benchd.config import Config
+    from benchd.schemas import Candidate
+
+    config = Config.resolve(cache_dir=cache_dir)
+    python = mlx_argv["mlx_lm.server"][0]
+    cand = Candidate(id="m", runtime="mlx_lm.server", model=str(tiny_models.mlx_dir), binary=python)
+    fp = take_fingerprint(cand, config, "test")
+    assert fp.packages["mlx-lm"] == "0.32.2" and fp.packages["mlx"] == "0.32.4", fp.packages
+    assert fp.version == "mlx-lm 0.32.2, mlx 0.32.4" and fp.binary_sha256 and fp.binary_realpath
+    assert fp.model_sha256 == facts.hash_model(tiny_models.mlx_dir).sha256
