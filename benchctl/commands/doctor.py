@@ -168,9 +168,11 @@ def check_recheck(state_dir: Path, socket: Path, daemon_up: bool) -> tuple[dict[
         return info, _check("recheck", "warn", f"{error} (defaults in force: when idle + ac-power, next 03:00, "
                             "every 24 h, threshold 5 %)", f"fix {path}, then restart benchd")
     when = ", ".join(settings.when) or "no conditions"
+    confirm = ", confirmed by a second run" if getattr(settings, "confirm", True) else ""
     summary = (f"{'on' if settings.enabled else 'detection off'}: every {settings.recheck_hours:g} h; a recheck waits for "
                f"{when}, {'next ' + settings.at if settings.at else 'no set time'}; regression beyond "
-               f"{settings.threshold_pct:g} % ({'settings ' + str(path) if path.exists() else 'defaults: no ' + str(path)})")
+               f"{settings.threshold_pct:g} %{confirm} "
+               f"({'settings ' + str(path) if path.exists() else 'defaults: no ' + str(path)})")
     return info, _check("recheck", "ok", summary)
 
 

@@ -33,11 +33,16 @@ def recheck_lines(st: dict[str, Any]) -> list[str]:
 
 
 def verdict_line(entry: dict[str, Any]) -> str:
+    """The daemon's `results.recheck.summary`, from the JSON (`status` stays free of the results stage)."""
     if entry.get("outcome") != "succeeded" or entry.get("error"):
         return f"{entry.get('outcome')}" + (f": {entry['error']}" if entry.get("error") else "")
+    regressions = "; ".join(entry.get("regressions") or [])
+    if entry.get("regressed") and entry.get("confirming"):
+        return f"suspected regression, being confirmed by recheck job {entry['confirming']}: {regressions}"
     if entry.get("regressed"):
-        return "REGRESSED: " + "; ".join(entry.get("regressions") or [])
-    return "no regression"
+        first = f" (confirmed by a second run; first: job {entry['confirms']})" if entry.get("confirms") else ""
+        return f"REGRESSED{first}: {regressions}"
+    return "no regression" + (f" (job {entry['confirms']}'s regression did not repeat)" if entry.get("confirms") else "")
 
 
 @click.command()

@@ -5,8 +5,11 @@ At daemon start and then every `recheck_hours` the `Rechecker` reads the lock's 
 version, packages, model; see `results.fingerprint`). A difference queues a recheck job (the locked
 candidate on the evidence's settings, `results.recheck.recheck_sweep`) with the `[recheck]` settings'
 conditions (`when`, next `at`). When that job ends, its verdict goes into the lock's `[[rechecks]]`
-history (appended: the `[locked]` block is never rewritten), and a significant regression beyond the
-threshold, or a recheck that failed, posts a desktop notification (`daemon.notify`).
+history (appended: the `[locked]` block is never rewritten). A significant regression beyond the
+threshold is first confirmed by a second recheck queued at once (same `when`, no `at`: on a busy machine
+one run in five to ten called an unchanged build slower, benchmarks/RESULTS.md §6); when the second
+run finds it too, or a recheck failed, benchd posts a desktop notification (`daemon.notify`).
+`confirm = false` in the settings notifies on the first run.
 
 Why a state file (`<state>/recheck.json`) and not only the jobs table: the pending recheck's cause
 and fingerprint must survive a restart between queueing and the verdict, and a recheck is told apart
@@ -101,7 +104,8 @@ class Rechecker:
     async def start(self) -> None:
         if self.settings_error:
             log.error("recheck settings: %s", self.settings_error)
-        await self._catch_up()
+        async with self._mutex:
+            await self._settle()
         self._task = asyncio.create_task(self._loop(), name="benchd-recheck")
 
     async def stop(self) -> None:
@@ -124,9 +128,10 @@ class Rechecker:
             self.next_check_at = (datetime.now().astimezone() + timedelta(seconds=delay)).isoformat(timespec="seconds")
             await asyncio.sleep(delay)
 
-    async def _catch_up(self) -> None:
-        """A pending recheck whose job ended while benchd was down gets its verdict now (a job that
-        still owes its runbook gets it from the queue's catch-up, which calls `on_job_end`)."""
+    async def _settle(self) -> None:
+        """With the mutex held: a pending recheck whose job ended without its verdict being written
+        (benchd stopped in between) gets it now; a job that still owes its runbook gets it from the
+        queue's catch-up, which calls `on_job_end`. A job that is gone (pruned) is forgotten."""
         pending = self.state.pending
         if pending is None:
             return
@@ -138,7 +143,7 @@ class Rechecker:
             self._save_state()
             return
         if job.state in TERMINAL_JOB_STATES and (job.runbook_id or not (job.progress and job.progress.done)):
-            await self.on_job_end(job.id, job.state, job.runbook_id)
+            await self._record(pending, job.state, job.runbook_id)
 
     # ------------------------------------------------------------------------------- detection
 
@@ -158,18 +163,21 @@ class Rechecker:
         return lf, current, changes(baseline(lf), current)
 
     def _pending_active(self) -> PendingRecheck | None:
+        """The pending recheck until its verdict is written (its job may have just ended), unless its
+        job is gone."""
         pending = self.state.pending
         if pending is None:
             return None
         try:
-            state = self.store.get_job(pending.job, with_sweep=False).state
+            self.store.get_job(pending.job, with_sweep=False)
         except NotFound:
             return None
-        return pending if state not in TERMINAL_JOB_STATES else None
+        return pending
 
     async def check(self) -> list[str]:
         """Compare fingerprints; queue a recheck when something changed and none is pending."""
         async with self._mutex:
+            await self._settle()
             lf, current, changed = await asyncio.to_thread(self._inspect)
             self.state.last_check_at = utcnow()
             self.state.last_check = changed or ([f"no change ({lf.locked.candidate})"] if lf else ["no lock"])
@@ -184,6 +192,7 @@ class Rechecker:
     async def request(self, now: bool) -> PendingRecheck:
         """`benchctl recheck [--now]`: queue one by hand (409 while one is pending)."""
         async with self._mutex:
+            await self._settle()
             if (pending := self._pending_active()) is not None:
                 raise BenchdError("recheck_pending", f"a recheck is already queued: job {pending.job}", status=409)
             lf, current, changed = await asyncio.to_thread(self._inspect)
@@ -192,15 +201,16 @@ class Rechecker:
                                   "(create one with `benchctl lock --candidate ID`)", status=409)
             return await self._queue(lf, current, ["requested by hand", *changed], now=now)
 
-    async def _queue(self, lf: LockFile, current: Fingerprint | None, cause: list[str], now: bool) -> PendingRecheck:
+    async def _queue(self, lf: LockFile, current: Fingerprint | None, cause: list[str], now: bool,
+                     confirms: str | None = None) -> PendingRecheck:
         sweep = await asyncio.to_thread(recheck_sweep, lf.locked, self.config)
-        at = self.settings.at
+        at = self.settings.at if confirms is None else ""  # a confirmation follows the recheck it confirms
         not_before = None if now or not at else next_local_time(at, datetime.now().astimezone())
         when: list[str] = [] if now else [str(w) for w in self.settings.when]
         job = self.queue.submit(sweep, not_before, when)
         self.state.pending = PendingRecheck(job=job.id, queued_at=utcnow(), candidate=lf.locked.candidate,
                                             locked_at=lf.locked.locked_at, lock_runbook=lf.locked.runbook,
-                                            cause=cause, fingerprint=current)
+                                            cause=cause, fingerprint=current, confirms=confirms)
         self._save_state()
         log.warning("lock %s: %s; recheck job %s queued (not before %s, when %s)", lf.locked.candidate,
                     "; ".join(cause), job.id, not_before or "now", ", ".join(when) or "-")
@@ -210,16 +220,21 @@ class Rechecker:
 
     async def on_job_end(self, job_id: str, outcome: str, runbook_id: str | None) -> None:
         """The queue's hook: a pending recheck ended; write its verdict into the lock's history."""
-        pending = self.state.pending
-        if pending is None or pending.job != job_id:
-            return
         async with self._mutex:
-            try:
-                await self._finish(pending, outcome, runbook_id)
-            except (BenchdError, OSError) as exc:
-                log.error("recheck job %s: could not record the verdict: %s", job_id, exc)
+            pending = self.state.pending
+            if pending is not None and pending.job == job_id:
+                await self._record(pending, outcome, runbook_id)
+
+    async def _record(self, pending: PendingRecheck, outcome: str, runbook_id: str | None) -> None:
+        """With the mutex held: the verdict into the lock, then the pending recheck is done (whatever
+        happened: a pending that never clears would block every later recheck)."""
+        try:
+            await self._finish(pending, outcome, runbook_id)
+        except Exception:
+            log.exception("recheck job %s: could not record the verdict", pending.job)
+        if self.state.pending is pending:  # not replaced by a confirmation recheck
             self.state.pending = None
-            self._save_state()
+        self._save_state()
 
     async def _finish(self, pending: PendingRecheck, outcome: str, runbook_id: str | None) -> None:
         path = self.config.locked_path
@@ -229,7 +244,14 @@ class Rechecker:
             finish_entry, self.config, lf, job=pending.job, outcome=outcome, runbook_id=runbook_id,
             lock_runbook=pending.lock_runbook, locked_at=pending.locked_at, cause=pending.cause,
             fingerprint=pending.fingerprint, threshold_pct=self.settings.threshold_pct, error=error)
-        if entry.regressed or entry.outcome == "failed":
+        entry = msgspec.structs.replace(entry, confirms=pending.confirms)
+        if entry.regressed and self.settings.confirm and pending.confirms is None:
+            again = await self._queue(lf, pending.fingerprint, [f"confirming the regression found by recheck job "
+                                                                f"{pending.job}", *pending.cause],
+                                      now=False, confirms=pending.job)
+            entry = msgspec.structs.replace(entry, confirming=again.job,
+                                            notified=f"held until recheck job {again.job} confirms it")
+        elif entry.regressed or entry.outcome == "failed":
             entry = msgspec.structs.replace(entry, notified=await notify(*self._message(lf, entry),
                                                                          self.settings.notify_command))
         await asyncio.to_thread(append_recheck, path, entry)

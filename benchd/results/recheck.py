@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.results.compare import ALPHA, EXACT_LIMIT, MetricComparison, compare_runbooks, min_p_value
@@ -157,12 +155,13 @@ def summary(entry: RecheckEntry) -> str:
     """One line for `locked`, `status` and the notification."""
     if entry.outcome != "succeeded" or entry.error:
         return f"recheck {entry.outcome}" + (f": {entry.error}" if entry.error else "")
+    if entry.regressed and entry.confirming:
+        return f"suspected regression, being confirmed by recheck job {entry.confirming}: " + "; ".join(entry.regressions)
     if entry.regressed:
-        return "REGRESSED: " + "; ".join(entry.regressions)
+        confirmed = f" (confirmed by a second run; first: job {entry.confirms})" if entry.confirms else ""
+        return f"REGRESSED{confirmed}: " + "; ".join(entry.regressions)
     worst = [f"{m} at {ctx}: {v}" for ctx, per in entry.verdicts.items() for m, v in per.items()
              if not v.startswith(("same", "not measured"))]
-    return "no regression" + (f" ({'; '.join(worst)})" if worst else ": every metric the same")
-
-
-def entry_json(entry: RecheckEntry) -> Any:
-    return msgspec.to_builtins(entry)
+    head = f"not confirmed (job {entry.confirms}'s regression did not repeat): no regression" if entry.confirms \
+        else "no regression"
+    return head + (f" ({'; '.join(worst)})" if worst else ": every metric the same")

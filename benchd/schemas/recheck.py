@@ -55,7 +55,9 @@ class RecheckEntry(Struct, kw_only=True, omit_defaults=True):
 
     `verdicts[context][metric]` is `same`, `faster by X %`, `slower by X % (p = …)` (memory: `larger`
     / `smaller`), or why no verdict (too few probes, not measured). `regressions` lists the metrics that
-    got worse beyond the threshold with significance; `notified` says what the notifier did.
+    got worse beyond the threshold with significance; `notified` says what the notifier did. A first
+    regression is held until a second recheck confirms it (`confirming`: that job; `confirms`: on the
+    second one, the job it confirms or not), unless the settings say `confirm = false`.
     """
 
     at: str
@@ -73,6 +75,8 @@ class RecheckEntry(Struct, kw_only=True, omit_defaults=True):
     regressions: list[str] = []
     notified: str | None = None
     error: str | None = None
+    confirming: str | None = None
+    confirms: str | None = None
 
 
 #: `at` in the settings: "HH:MM" local time (24 h), or "" for "as soon as the conditions hold".
@@ -89,6 +93,7 @@ class RecheckSettings(Struct, kw_only=True, forbid_unknown_fields=True, frozen=T
     at: ClockTime = "03:00"
     recheck_hours: Annotated[float, Meta(gt=0, le=24 * 365)] = 24.0
     threshold_pct: Annotated[float, Meta(ge=0, le=1000)] = 5.0
+    confirm: bool = True
     notify_command: Annotated[list[Annotated[str, Meta(min_length=1, max_length=4096)]], Meta(max_length=64)] = []
 
 
@@ -108,6 +113,7 @@ class PendingRecheck(Struct, kw_only=True):
     lock_runbook: str
     cause: list[str] = []
     fingerprint: Fingerprint | None = None
+    confirms: str | None = None
 
 
 class RecheckState(Struct, kw_only=True):

@@ -270,3 +270,21 @@ def test_mlx_fingerprint_names_the_venv_packages(mlx_argv, tiny_models, cache_di
     assert fp.packages["mlx-lm"] == "0.32.2" and fp.packages["mlx"] == "0.32.4", fp.packages
     assert fp.version == "mlx-lm 0.32.2, mlx 0.32.4" and fp.binary_sha256 and fp.binary_realpath
     assert fp.model_sha256 == facts.hash_model(tiny_models.mlx_dir).sha256
+
+
+def test_summary_words_for_held_confirmed_and_not_confirmed() -> None:
+    from benchd.results.recheck import summary
+    from benchd.schemas import RecheckEntry
+
+    base = RecheckEntry(at="t", job="j2", outcome="succeeded", candidate="c", locked_at="l", lock_runbook="r",
+                        verdicts={"512": {"gen_tps": "slower by 30.0 % (p = 0.0022)"}}, regressed=True,
+                        regressions=["gen_tps at context 512: slower by 30.0 % (p = 0.0022)"])
+    held = msgspec.structs.replace(base, confirming="j3")
+    assert summary(held).startswith("suspected regression, being confirmed by recheck job j3: gen_tps")
+    confirmed = msgspec.structs.replace(base, confirms="j1")
+    assert summary(confirmed).startswith("REGRESSED (confirmed by a second run; first: job j1): gen_tps")
+    gone = msgspec.structs.replace(base, confirms="j1", regressed=False, regressions=[],
+                                   verdicts={"512": {"gen_tps": "same (-1.0 %, p = 0.5: not significant)"}})
+    assert summary(gone) == "not confirmed (job j1's regression did not repeat): no regression: every metric the same"
+    failed = msgspec.structs.replace(base, outcome="failed", error="server exited")
+    assert summary(failed) == "recheck failed: server exited"
