@@ -18,8 +18,12 @@ class ProbeResult:
     """What one streamed request did. Times are `time.perf_counter()` seconds (monotonic).
 
     `final` is the last decoded chunk that carried `usage` or `timings` (the runtime's raw answer, mapped
-    by the adapter's `normalize`). `chunk_times` has the arrival time of every content chunk (one entry
-    per chunk; a chunk is one token for these servers except when a runtime batches several).
+    by the adapter's `normalize`). A "content chunk" is any token-bearing chunk: answer text (`content`)
+    or reasoning (`reasoning_content` on llama-server, `reasoning` on the MLX servers), so the first one
+    is the first generated token of any kind. `chunk_times` has the arrival time of every content chunk
+    (one entry per chunk; a chunk is one token for these servers except when a runtime batches several).
+    `reasoning_chunks` counts the chunks that carried reasoning, `first_answer` is the first chunk that
+    carried answer text.
     """
 
     status: ProbeStatus
@@ -30,6 +34,10 @@ class ProbeResult:
     first_content: float | None = None
     last_content: float | None = None
     content_chunks: int = 0
+    reasoning_chunks: int = 0
+    answer_chunks: int = 0
+    first_answer: float | None = None
+    first_is_reasoning: bool = False
     chunk_times: list[float] = field(default_factory=list)
     final: dict[str, Any] | None = None
     finish_reason: str | None = None
@@ -42,6 +50,11 @@ class ProbeResult:
     @property
     def ttft_ms(self) -> float | None:
         return None if self.first_content is None else (self.first_content - self.started) * 1000.0
+
+    @property
+    def ttfat_ms(self) -> float | None:
+        """Time to the first answer token (after any reasoning)."""
+        return None if self.first_answer is None else (self.first_answer - self.started) * 1000.0
 
     @property
     def e2e_ms(self) -> float:

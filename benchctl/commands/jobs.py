@@ -163,6 +163,12 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
     }
 
 
+def _settings(sweep: Any) -> dict[str, Any]:
+    """What the sweep asks of every request beyond the grid (thinking, EOS, eval thinking)."""
+    return {"thinking": sweep.thinking, "ignore_eos": sweep.ignore_eos, "eval_thinking": sweep.eval_thinking,
+            "eval_reasoning_budget": sweep.eval_reasoning_budget}
+
+
 @click.command()
 @click.argument("sweep_file", type=click.Path(dir_okay=False))
 @click.option("--gen-tps", type=click.FloatRange(min=0.01), default=ASSUMED_GEN_TPS, show_default=True,
@@ -182,7 +188,8 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
         raise SystemExit(exitcodes.BAD_INPUT)
     p = plan(sweep, gen_tps, prompt_tps, ASSUMED_STARTUP_S)
     if as_json:
-        _print_json({"file": sweep_file, "ok": not problems, "problems": problems, "pin_client": sweep.pin_client, **p})
+        _print_json({"file": sweep_file, "ok": not problems, "problems": problems, "pin_client": sweep.pin_client,
+                     "settings": _settings(sweep), **p})
     else:
         click.echo(f"{sweep_file}: sweep {sweep.name!r}: {len(sweep.candidates)} candidate(s) x "
                    f"{len(sweep.contexts)} context(s), {sweep.probes} probe(s) + {sweep.warmup} warmup each, "
@@ -197,6 +204,9 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
             click.echo(f"  + one sustained generation of {sweep.sustained.tokens} tokens per candidate")
         for line in _pinning(sweep):
             click.echo(line)
+        st = _settings(sweep)
+        click.echo(f"thinking {st['thinking']}; ignore_eos {str(st['ignore_eos']).lower()}; evals: thinking "
+                   f"{st['eval_thinking']}, +{st['eval_reasoning_budget']} tokens when cut off while reasoning")
         a = p["assumptions"]
         est = p["estimate_s"]
         span = _fmt_s(est["low"]) if est["low"] == est["high"] else f"{_fmt_s(est['low'])}-{_fmt_s(est['high'])}"

@@ -207,7 +207,7 @@ def cell_stats(rows: Sequence[Row]) -> list[CellStats]:
         cells.setdefault((r.candidate, r.context), []).append(r)
     out: list[CellStats] = []
     for (cand, ctx), cell in sorted(cells.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
-        ok = [r for r in cell if r.status == "ok"]
+        ok = [r for r in cell if r.status == "ok" and not r.short]  # short probes did other work: counted below
         failed = [r for r in cell if r.status in ("failed", "timeout")]
         stats = {}
         for m in STAT_METRICS:
@@ -219,7 +219,8 @@ def cell_stats(rows: Sequence[Row]) -> list[CellStats]:
         out.append(
             CellStats(
                 candidate=cand, runtime=cell[0].runtime, context=ctx, n_ok=len(ok), n_failed=len(failed),
-                n_aborted=sum(1 for r in cell if r.status == "aborted"), prompt_tps=stats["prompt_tps"],
+                n_aborted=sum(1 for r in cell if r.status == "aborted"),
+                n_short=sum(1 for r in cell if r.status == "ok" and r.short), prompt_tps=stats["prompt_tps"],
                 gen_tps=stats["gen_tps"], ttft_ms=stats["ttft_ms"], mem_peak_bytes=stats["mem_peak_bytes"],
                 noisy=bool(noisy), noisy_metrics=noisy, errors=errors,
             )

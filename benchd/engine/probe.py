@@ -7,8 +7,11 @@ aiperf/guidellm cost 10-20x the CPU of a lean aiohttp client and cut the server'
   next request with "server disconnected";
 - reads whole socket chunks (`iter_any`) and splits lines itself; every SSE event in a read gets the
   read's `perf_counter()` stamp (that is when it arrived);
-- content chunks are recognised by a byte scan, not decoded; only chunks without content (role, usage,
-  timings, errors) are decoded with msgspec, and the last one carrying `usage`/`timings` is kept raw;
+- token-bearing chunks are recognised by a byte scan, not decoded: answer text (`content`) and reasoning
+  (`reasoning_content`: llama-server; `reasoning`: mlx_lm.server; both: mlx_vlm.server), so TTFT is the
+  first generated token of any kind and the stream window spans the reasoning too; only chunks without
+  either (role, usage, timings, errors) are decoded with msgspec, and the last one carrying
+  `usage`/`timings` is kept raw;
 - SSE comment lines (`: keepalive 12/40`, mlx_lm during prompt processing) are skipped.
 
 Errors are values (`ProbeResult.status`/`error`), never exceptions, with one exception: cancellation
@@ -38,6 +41,9 @@ if TYPE_CHECKING:
 
 _decoder = msgspec.json.Decoder()
 _CONTENT_KEY = b'"content"'
+#: Reasoning delta keys of the three runtimes (read in their sources: llama.cpp server-chat.cpp
+#: `reasoning_content`, mlx_lm server.py `reasoning`, mlx_vlm ChatMessage both).
+_REASONING_KEYS = (b'"reasoning_content"', b'"reasoning"')
 _SKIP = frozenset(b" :\t")
 _QUOTE = 0x22
 _BRACE = 0x7B
@@ -58,18 +64,30 @@ def _value_starts(payload: bytes, key: bytes) -> list[int]:
     return out
 
 
-def has_content(payload: bytes) -> bool:
+def _has_text(payload: bytes, key: bytes) -> bool:
+    """True when `"key"` has a non-empty string value somewhere in the chunk (a byte scan)."""
+    n = len(payload)
+    return any(j + 1 < n and payload[j] == _QUOTE and payload[j + 1] != _QUOTE for j in _value_starts(payload, key))
+
+
+def has_answer(payload: bytes) -> bool:
     """True when a chunk's JSON has a non-empty string `"content"` (a byte scan, no decoding).
 
     Matches `"content":"x"` and `"content": "x"`; not `"content":null`, `"content":""`, nor
     `"reasoning_content"` (its key does not start with the quote before `content`). An escaped
     `\\"content\\"` inside text cannot match because a backslash, not a quote, follows it.
     """
-    n = len(payload)
-    return any(
-        j + 1 < n and payload[j] == _QUOTE and payload[j + 1] != _QUOTE
-        for j in _value_starts(payload, _CONTENT_KEY)
-    )
+    return _has_text(payload, _CONTENT_KEY)
+
+
+def has_reasoning(payload: bytes) -> bool:
+    """True when a chunk carries a non-empty reasoning delta (`reasoning_content` or `reasoning`)."""
+    return any(_has_text(payload, key) for key in _REASONING_KEYS)
+
+
+def has_content(payload: bytes) -> bool:
+    """True when a chunk carries a generated token of any kind: answer text or reasoning."""
+    return has_answer(payload) or has_reasoning(payload)
 
 
 def _worth_decoding(payload: bytes) -> bool:
@@ -113,10 +131,18 @@ class _Stream:
 
     def _event(self, payload: bytes, now: float) -> str | None:
         r = self.r
-        content = has_content(payload)
-        if content:
+        answer = has_answer(payload)
+        reasoning = has_reasoning(payload)
+        if answer or reasoning:
             if r.first_content is None:
                 r.first_content = now
+                r.first_is_reasoning = reasoning and not answer
+            if answer:
+                r.answer_chunks += 1
+                if r.first_answer is None:
+                    r.first_answer = now
+            if reasoning:
+                r.reasoning_chunks += 1
             r.last_content = now
             r.content_chunks += 1
             r.chunk_times.append(now)
@@ -207,11 +233,18 @@ async def run_chat(
     max_tokens: int,
     sampling: Sampling,
     timeout_s: float,
+    thinking: str = "default",
+    run_to_length: bool = True,
 ) -> ProbeResult:
-    """Build the adapter's streamed chat request and run it (the usual way to probe a server)."""
+    """Build the adapter's streamed chat request and run it (the usual way to probe a server).
+
+    `thinking` ("default" | "on" | "off") and `run_to_length` (suppress EOS so every probe generates
+    `max_tokens`) go into the body in the form the runtime honours (its adapter knows which)."""
     body = adapter.request_body(
-        model=adapter.request_model(candidate), prompt=prompt, max_tokens=max_tokens, sampling=sampling
+        model=adapter.request_model(candidate), prompt=prompt, max_tokens=max_tokens, sampling=sampling,
+        thinking=thinking,
     )
+    body.update(adapter.length_fields(candidate, run_to_length))
     return await run(
         base_url + adapter.request_path(),
         adapter.encode_body(body),

@@ -13,12 +13,14 @@ from typing import Any
 
 from benchd.schemas import Candidate, CooldownRecord, Row, RowKind, RowStatus
 from benchd.sensors.memory.sampler import MemoryResult
-from benchd.servers.runtimes.base import Normalized
+from benchd.servers.runtimes.base import Normalized, RuntimeAdapter
+from benchd.servers.server import Server
 
 #: Metrics a reader expects in every row; a null one must say why.
 METRICS = (
     "prompt_tokens", "cached_tokens", "gen_tokens", "prompt_tps", "gen_tps", "gen_tps_client",
     "ttft_ms", "e2e_ms", "draft_n", "draft_accepted", "draft_acceptance", "mem_peak_bytes",
+    "ttfat_ms", "reasoning_tokens", "thinking", "layer_split",
 )
 
 
@@ -40,6 +42,24 @@ class ServerFacts:
     ctx_size: int | None
     binary: str | None
     server_version: str | None
+    fit: str | None = None
+    fit_note: str = ""
+    layer_split: str | None = None
+    split_note: str = ""
+
+    @classmethod
+    def of(cls, server: Server) -> ServerFacts:
+        return cls(server.ctx_size, server.binary, server.version, server.fit, server.fit_note,
+                   server.layer_split, server.split_note)
+
+    def record(self, sources: dict[str, str], reasons: dict[str, str]) -> None:
+        """The fit and split facts' sources (or null reasons) for a row."""
+        if self.fit is not None:
+            sources["fit"] = self.fit_note
+        if self.layer_split is not None:
+            sources["layer_split"] = self.split_note
+        elif self.split_note:
+            reasons["layer_split"] = self.split_note
 
 
 def model_files(candidate: Candidate) -> list[str]:
@@ -98,6 +118,8 @@ def build_row(
         fields.update(extra)
     if extra_sources:
         sources.update(extra_sources)
+    if server is not None:
+        server.record(sources, reasons)
     if status != "ok":
         why = error or status
         for name in METRICS:
@@ -120,6 +142,8 @@ def build_row(
         ctx_size=server.ctx_size if server else None,
         binary=server.binary if server else None,
         server_version=server.server_version if server else None,
+        fit=server.fit if server else None,
+        layer_split=server.layer_split if server else None,
         exit_status=exit_status,
         log_tail=log_tail,
         sources=sources,
@@ -134,3 +158,16 @@ def _memory_field(key: str) -> str:
             "rss_file_bytes": "mem_rss_file_bytes", "footprint_peak_bytes": "mem_footprint_peak_bytes",
             "resident_peak_bytes": "mem_resident_peak_bytes",
             "model_resident_bytes": "mem_model_resident_bytes"}.get(key, key)
+
+
+def shortfall(adapter: RuntimeAdapter, cand: Candidate, *, asked: int, norm: Normalized,
+              finish_reason: str | None, run_to_length: bool) -> dict[str, Any]:
+    """`short`/`short_reason` for a probe that generated fewer tokens than asked ({} when it did not).
+
+    A short probe compared different work from its cell's others: it is kept out of the medians
+    (`metrics.cell_stats`), counted and named there, never dropped."""
+    got = norm.gen_tokens
+    if got is None or got >= asked:
+        return {}
+    return {"short": True, "short_reason": adapter.short_reason(
+        cand, asked=asked, got=got, finish_reason=finish_reason, run_to_length=run_to_length)}

@@ -30,7 +30,7 @@ from benchd.engine import cooldown as cooldown_mod
 from benchd.engine import evalrun, evals, probe
 from benchd.engine.metrics import sustained_summary
 from benchd.engine.prompts import Prompt
-from benchd.engine.rows import Cell, ServerFacts, build_row, model_files
+from benchd.engine.rows import Cell, ServerFacts, build_row, model_files, shortfall
 from benchd.engine.sizing import PromptSizer
 from benchd.schemas import Candidate, CooldownRecord, Event, Row, Sweep
 from benchd.sensors.memory.sampler import MemorySampler
@@ -209,7 +209,8 @@ class Engine:
         self.emit("server_ready", candidate=cand.id, runtime=cand.runtime, pid=server.pid, port=server.port,
                   ctx_size=server.ctx_size, binary=server.binary, version=server.version,
                   version_source=server.version_source, ready_s=round(server.ready_s, 3), argv=server.argv,
-                  affinity=msgspec.to_builtins(pin))
+                  affinity=msgspec.to_builtins(pin), env=server.env_passed, env_removed=server.env_removed,
+                  fit=server.fit, layer_split=server.layer_split, split_note=server.split_note)
         return server
 
     async def stop_server(self, server: Server) -> None:
@@ -261,7 +262,7 @@ class Engine:
         where a SIGKILL/SIGSTOP right after `server_ready` ended the whole sweep with an engine error.
         """
         started_at = utcnow()
-        facts = ServerFacts(server.ctx_size, server.binary, server.version)
+        facts = ServerFacts.of(server)
         budget = self.timeout_s * (self.sweep.warmup + 1)
         try:
             async with asyncio.timeout(budget):
@@ -296,6 +297,7 @@ class Engine:
         cd = await self.cool_down(cell)
         started_at = utcnow()
         self.emit("probe_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe, kind=cell.kind)
+        facts = ServerFacts.of(server)
         sampler = MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cell.candidate),
                                 series=cell.kind == "sustained")
         try:
@@ -341,21 +343,25 @@ class Engine:
         sampler.reset_peak()
         await sampler.start()
         result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text, max_tokens=gen_tokens,
-                                      sampling=self.sweep.sampling, timeout_s=self.timeout_s)
+                                      sampling=self.sweep.sampling, timeout_s=self.timeout_s,
+                                      thinking=self.sweep.thinking, run_to_length=self.sweep.ignore_eos)
         memory = await sampler.stop()
         norm = adapter.normalize(result, spec_configured=cand.spec is not None)
         if norm.prompt_tokens is not None:
             self.prompts.observe(prompt, norm.prompt_tokens)
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = shortfall(adapter, cand, asked=gen_tokens, norm=norm, finish_reason=result.finish_reason,
+                                          run_to_length=self.sweep.ignore_eos) if result.ok else {}
         sources: dict[str, str] = {"prompt": f"{self.sizer.method(prompt.method, server)}; target {cell.context} tokens"}
+        if "thinking" in norm.sources:
+            sources["thinking"] = f"{norm.sources['thinking']}; sweep asked: {self.sweep.thinking}"
         load_mode = adapter.memory_note(cand)
         if load_mode:
             sources["mem_load_mode"] = load_mode
         if before is not None and result.ok:
             sources.update(adapter.acceptance_check(before, await probe.read_metrics(server.base_url)))
         if cell.kind == "sustained":
-            extra, more = sustained_summary(result.chunk_times, self.sweep.sustained.window, norm.gen_tokens)
-            extra["thermal_after"] = self.sensor.read()
+            extra_sustained, more = sustained_summary(result.chunk_times, self.sweep.sustained.window, norm.gen_tokens)
+            extra.update(extra_sustained, thermal_after=self.sensor.read())
             sources.update(more)
         status, error, tail = result.status, result.error, None
         if result.status == "timeout":
@@ -391,7 +397,7 @@ class Engine:
         for task in evals.tasks(self.sweep.eval_tier):
             if (cand.id, task.id) not in self.evals_done:
                 self.store.put_eval(await evalrun.run_task(self.job, adapter, server.base_url, cand, task,
-                                                           self.sweep.sampling, self.timeout_s))
+                                                           self.sweep, self.timeout_s))
                 self.evals_done.add((cand.id, task.id))
 
 

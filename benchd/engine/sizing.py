@@ -80,7 +80,7 @@ class PromptSizer:
                                           await self.counter(adapter, server), key=cand.id)
         result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text,
                                       max_tokens=min(self.sweep.gen_tokens, 16), sampling=self.sweep.sampling,
-                                      timeout_s=self.timeout_s)
+                                      timeout_s=self.timeout_s, thinking=self.sweep.thinking)
         usage = result.usage or {}
         if isinstance(usage.get("prompt_tokens"), int):
             self.prompts.observe(prompt, usage["prompt_tokens"])

@@ -136,7 +136,7 @@ class Comparison(Struct, kw_only=True):
 def _samples(rb: Runbook) -> dict[tuple[str, int], list[Any]]:
     cells: dict[tuple[str, int], list[Any]] = {}
     for r in rb.rows:
-        if r.kind == "probe" and r.status == "ok":
+        if r.kind == "probe" and r.status == "ok" and not r.short:
             cells.setdefault((r.candidate, r.context), []).append(r)
     return cells
 
@@ -181,7 +181,8 @@ def comparability_warnings(a: Runbook, b: Runbook) -> list[str]:
     grid = [(name, x, y) for name, x, y in (
         ("contexts", sa.contexts, sb.contexts), ("gen_tokens", sa.gen_tokens, sb.gen_tokens),
         ("probes", sa.probes, sb.probes), ("warmup", sa.warmup, sb.warmup),
-        ("sampling", sa.sampling, sb.sampling), ("eval_tier", sa.eval_tier, sb.eval_tier)) if x != y]
+        ("sampling", sa.sampling, sb.sampling), ("eval_tier", sa.eval_tier, sb.eval_tier),
+        ("thinking", sa.thinking, sb.thinking), ("ignore_eos", sa.ignore_eos, sb.ignore_eos)) if x != y]
     if grid:
         out.append("grids differ (" + "; ".join(f"{n}: {x} vs {y}" for n, x, y in grid) + ")")
     pa, pb = a.provenance.prompts.corpus_sha256, b.provenance.prompts.corpus_sha256
@@ -201,6 +202,10 @@ def comparability_warnings(a: Runbook, b: Runbook) -> list[str]:
             out.append(f"{ca.candidate}: model sha256 differs ({str(ca.model.sha256)[:12]} vs {str(other.model.sha256)[:12]})")
         if ca.server_version != other.server_version:
             out.append(f"{ca.candidate}: server version differs ({ca.server_version} vs {other.server_version})")
+        ta, tb = _thinking_seen(a, ca.candidate), _thinking_seen(b, ca.candidate)
+        if ta and tb and ta != tb:
+            out.append(f"{ca.candidate}: thinking {'/'.join(ta)} vs {'/'.join(tb)}: one side's rates count "
+                       "reasoning tokens the other did not generate")
     return out
 
 
@@ -214,6 +219,12 @@ def compare_builds(a: Runbook, b: Runbook) -> list[BuildComparison]:
         out.append(BuildComparison(candidate=cand, a=fa, b=fb, changed=changed_kinds(fa, fb) if both else [],  # type: ignore[arg-type]
                                    changes=changes(fa, fb) if both else []))  # type: ignore[arg-type]
     return out
+
+
+def _thinking_seen(rb: Runbook, candidate: str) -> list[str]:
+    """The thinking states a candidate's ok probe rows observed (sorted)."""
+    return sorted({r.thinking for r in rb.rows if r.candidate == candidate and r.kind == "probe"
+                   and r.status == "ok" and r.thinking})
 
 
 def compare_runbooks(a: Runbook, b: Runbook) -> Comparison:

@@ -126,7 +126,7 @@ def points_from_rows(
         points[ctx] = []
         excluded[ctx] = {}
         for cand in sorted(cells[ctx]):
-            ok = [r for r in cells[ctx][cand] if r.status == "ok"]
+            ok = [r for r in cells[ctx][cand] if r.status == "ok" and not r.short]
             if not ok:
                 excluded[ctx][cand] = "no successful probe rows in this context"
                 continue

@@ -58,6 +58,19 @@ def server_info(cand: str, rows: Sequence[Row], events: Sequence[Any]) -> tuple[
     return binary, version, source
 
 
+def server_env(cand: str, events: Sequence[Any]) -> tuple[dict[str, str] | None, list[str]]:
+    """(variables passed to the candidate's servers, inherited knobs removed) from `server_ready` events
+    (the last start's record; the adapter redacted secret-looking values before the event was written)."""
+    env: dict[str, str] | None = None
+    removed: set[str] = set()
+    for ev in events:
+        p = ev.payload
+        if ev.type == "server_ready" and p.get("candidate") == cand and isinstance(p.get("env"), dict):
+            env = {str(k): str(v) for k, v in p["env"].items()}
+            removed.update(str(x) for x in p.get("env_removed") or ())
+    return env, sorted(removed)
+
+
 def collect_prompts(events: Sequence[Any]) -> PromptsInfo:
     """The prompt corpus hash as the job recorded it in an event payload (`prompts` or top level).
 
@@ -96,6 +109,9 @@ def collect_candidates(config: Config, sweep: Sweep, rows: Sequence[Row], events
             if binary is None:
                 nulls["binary"] = "no row or event names the binary, and the sweep sets none"
         draft = c.spec.draft_model if c.spec else None
+        env, removed = server_env(c.id, events)
+        if env is None:
+            nulls["server_env"] = "no server_ready event of this candidate records its environment"
         pinned = collect_affinity(c.id, events)
         if pinned is None:
             nulls["affinity"] = "no server_ready event of this candidate records its cores (never started, or older benchd)"
@@ -109,6 +125,7 @@ def collect_candidates(config: Config, sweep: Sweep, rows: Sequence[Row], events
             candidate=c.id, runtime=c.runtime, model=hash_model(c.model, cache),
             draft_model=hash_model(draft, cache) if draft else None,
             binary=binary, server_version=version, server_version_source=source, affinity=pinned, null_reasons=nulls,
+            server_env=env or {}, env_removed=removed,
             fingerprint=fingerprint,
         ))
     return out

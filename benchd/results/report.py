@@ -69,6 +69,8 @@ def cell_table(rb: Runbook) -> tuple[list[str], list[list[str]], Notes]:
     body = []
     for c in rb.cells:
         failed = f"{c.n_ok}/{c.n_failed}"
+        if c.n_short:
+            failed += f" +{c.n_short} short {notes.ref(f'{c.candidate}@{c.context}: short probes are kept out of the medians (runbook flags say why)')}"
         if c.n_ok == 0 and c.errors:
             failed += f" {notes.ref(f'{c.candidate}@{c.context}: ' + '; '.join(c.errors))}"
         body.append([c.candidate, str(c.context), failed, *(metric_text(getattr(c, m), notes) for m, _ in COLUMNS)])
@@ -93,8 +95,11 @@ def _md_table(header: list[str], body: list[list[str]]) -> str:
 # --------------------------------------------------------------------------------------- Pareto
 
 
-def pareto_lines(p: ContextPareto) -> list[str]:
+def pareto_lines(p: ContextPareto, rb: Runbook | None = None) -> list[str]:
     out = [f"context {p.context}: frontier = {', '.join(p.frontier) or '(none)'}"]
+    for f in rb.flags if rb is not None else ():
+        if f.flag == "thinking_mixed" and f.detail.startswith(f"context {p.context}:"):
+            out.append(f"  unlike work: {f.detail}")
     for cand, doms in p.dominated.items():
         for d in doms:
             skipped = f" (skipped, null for one side: {', '.join(d.skipped_axes)})" if d.skipped_axes else ""
@@ -118,7 +123,7 @@ def render_pareto_text(rb: Runbook) -> str:
     parts = ["Pareto view (per context, over cell medians; a null axis is skipped for that pair and named)"]
     for p in rb.pareto:
         parts.append("")
-        parts.extend(pareto_lines(p))
+        parts.extend(pareto_lines(p, rb))
         h, b = pareto_points_table(p)
         parts.append(_plain_table(h, b))
     return "\n".join(parts)
@@ -135,7 +140,9 @@ def header_lines(rb: Runbook) -> list[str]:
         f"machine: {m.hardware_model or m.cpu_model or 'unknown'}, {m.cores_logical} cores, "
         f"{fmt_value('mem_peak_bytes', m.memory_bytes)} RAM, {m.os} {m.os_version or ''}, power {m.power_source or 'unknown'}",
         f"grid: contexts {rb.sweep.contexts}, {rb.sweep.probes} probes + {rb.sweep.warmup} warm-up, "
-        f"gen_tokens {rb.sweep.gen_tokens}, eval tier {rb.sweep.eval_tier}, cooldown {rb.sweep.cooldown.policy}",
+        f"gen_tokens {rb.sweep.gen_tokens}, eval tier {rb.sweep.eval_tier}, cooldown {rb.sweep.cooldown.policy}, "
+        f"thinking {rb.sweep.thinking}, ignore_eos {str(rb.sweep.ignore_eos).lower()}",
+        *(f"flag {f.flag}{' (' + f.candidate + ')' if f.candidate else ''}: {f.detail}" for f in rb.flags),
     ]
 
 
@@ -196,6 +203,8 @@ def render_markdown(rb: Runbook) -> str:
     lines += ["", "## Sweep", "", f"- contexts: {s.contexts}", f"- probes: {s.probes}, warm-up: {s.warmup}, "
               f"gen_tokens: {s.gen_tokens}, eval tier: {s.eval_tier}",
               f"- sampling: temperature {s.sampling.temperature}, seed {s.sampling.seed}",
+              f"- thinking: {s.thinking}; ignore_eos: {str(s.ignore_eos).lower()}; evals: thinking "
+              f"{s.eval_thinking}, +{s.eval_reasoning_budget} tokens when cut off while reasoning",
               f"- sustained: {s.sustained.tokens} tokens, window {s.sustained.window}",
               f"- cooldown (configured): {msgspec.json.encode(s.cooldown).decode()}",
               f"- cooldowns as they happened: {len(rb.cooldowns)}, total "
@@ -211,6 +220,12 @@ def render_markdown(rb: Runbook) -> str:
     lines += [_md_table(h, body), ""]
     methods = sorted({c.model.sha256_method for c in rb.provenance.candidates if c.model.sha256_method})
     lines += [f"sha256 method: {mm}" for mm in methods] + [""]
+    for c in rb.provenance.candidates:
+        env = ", ".join(f"{k}={v}" for k, v in c.server_env.items()) or "none"
+        removed = ", ".join(c.env_removed) or "none"
+        lines.append(f"- {c.candidate} server environment: passed {env}; inherited knobs removed: {removed}")
+    lines += ["", "## Flags", ""] + ([f"- **{f.flag}**{' (' + f.candidate + ')' if f.candidate else ''}: {f.detail}"
+                                     for f in rb.flags] or ["- none"]) + [""]
     lines += ["## Results", "", "Medians (min–max, cv) over ok probes; `~noisy` = CV > 5 %.", ""]
     header, rows, notes = cell_table(rb)
     lines += [_md_table(header, rows), ""]
@@ -236,7 +251,7 @@ def render_markdown(rb: Runbook) -> str:
               "skipped for that pair and named. The tool never picks: `benchctl lock` is yours.", ""]
     for p in rb.pareto:
         lines += [f"### Context {p.context}", ""]
-        lines += [f"- {x.strip()}" for x in pareto_lines(p)]
+        lines += [f"- {x.strip()}" for x in pareto_lines(p, rb)]
         ph, pb = pareto_points_table(p)
         lines += ["", _md_table(ph, pb), ""]
     charts = f"{rb.id}.pareto.png"

@@ -25,6 +25,7 @@ from msgspec import Struct
 from benchd.config import Config
 from benchd.errors import BenchdError, NotFound
 from benchd.results import provenance
+from benchd.results.flags import runbook_flags
 from benchd.schemas import (
     JOB_ID_PATTERN,
     RUNBOOK_ID_PATTERN,
@@ -128,6 +129,7 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
         evals=evals,
         eval_summary=_eval_summary(evals),
         pareto=pareto_from_rows(rows, evals),
+        flags=runbook_flags(rows),
     )
 
 

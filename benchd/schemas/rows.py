@@ -44,6 +44,10 @@ class Row(Struct, kw_only=True, frozen=True, omit_defaults=False):
     ctx_size: int | None = None
     binary: str | None = None
     server_version: str | None = None
+    #: llama-server's `--fit` as started ("off": benchd's default; "on": the candidate asked for it).
+    fit: str | None = None
+    #: The layer split the server reported ("N/M layers on GPU"), null with a reason where it reports none.
+    layer_split: str | None = None
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     gen_tokens: int | None = None
@@ -52,6 +56,16 @@ class Row(Struct, kw_only=True, frozen=True, omit_defaults=False):
     gen_tps_client: float | None = None
     ttft_ms: float | None = None
     e2e_ms: float | None = None
+    #: Time to the first answer token (after any reasoning); null with a reason when none came.
+    ttfat_ms: float | None = None
+    #: Generated tokens that were reasoning (the runtime's count where it reports one, else reasoning chunks).
+    reasoning_tokens: int | None = None
+    #: Thinking as it happened: "on" (reasoning deltas streamed) or "off"; what was asked is in `sources`.
+    thinking: str | None = None
+    #: True when the probe generated fewer tokens than asked (an EOS that could not be suppressed, or the
+    #: sweep let the model stop): kept out of the cell's medians, `short_reason` says by how much and why.
+    short: bool = False
+    short_reason: str | None = None
     draft_n: int | None = None
     draft_accepted: int | None = None
     draft_acceptance: float | None = None
@@ -95,6 +109,10 @@ class EvalResult(Struct, kw_only=True, frozen=True):
     sandboxed: bool | None = None
     #: Which resource limits applied to the answer's code (None: no code ran); e.g. RLIMIT_AS is not set on macOS.
     limits: str | None = None
+    #: What the eval asked for: thinking ("off", "on", "default") and the token budget of the answer that
+    #: was graded (the task's own, or raised by the sweep's `eval_reasoning_budget` after a cut-off).
+    thinking: str | None = None
+    max_tokens: int | None = None
 
 
 class CooldownRecord(Struct, kw_only=True, frozen=True):

@@ -43,6 +43,8 @@ class CellStats(Struct, kw_only=True, frozen=True):
     n_ok: int
     n_failed: int
     n_aborted: int = 0
+    #: Ok probes that generated fewer tokens than asked: counted here, kept out of the medians.
+    n_short: int = 0
     prompt_tps: MetricStats
     gen_tps: MetricStats
     ttft_ms: MetricStats
@@ -140,6 +142,10 @@ class CandidateProvenance(Struct, kw_only=True):
     server_version: str | None = None
     server_version_source: str | None = None
     affinity: CpuAffinity | None = None  # from the last server_ready event; null (with a reason) before it existed
+    #: Environment variables benchd passed to the server on top of a scrubbed environment (its own and the
+    #: candidate's `env`; secret-looking values redacted), and the inherited runtime knobs it removed.
+    server_env: dict[str, str] = {}
+    env_removed: list[str] = []
     null_reasons: dict[str, str] = {}
     #: What the speed depends on, read from files when the runbook was written (None before rechecks existed).
     fingerprint: Fingerprint | None = None
@@ -218,6 +224,15 @@ class SustainedResult(Struct, kw_only=True):
     null_reasons: dict[str, str] = {}
 
 
+class RunbookFlag(Struct, kw_only=True):
+    """Something a reader must know before comparing a candidate's cells (a layer split that changed
+    between contexts, thinking on for some candidates and off for others, probes that ended short)."""
+
+    candidate: str | None
+    flag: str
+    detail: str
+
+
 class EvalSummary(Struct, kw_only=True):
     candidate: str
     tier: str
@@ -245,3 +260,4 @@ class Runbook(Struct, kw_only=True):
     evals: list[EvalResult]
     eval_summary: list[EvalSummary]
     pareto: list[ContextPareto]
+    flags: list[RunbookFlag] = []

@@ -101,6 +101,12 @@ class Deferred(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
 
 
 EvalTier = Literal["none", "smoke", "standard"]
+#: How thinking is asked for: "default" sends nothing (the model's template decides), "on"/"off" send
+#: `enable_thinking` in the form each runtime honours (benchd.servers.runtimes).
+Thinking = Literal["default", "on", "off"]
+#: Thinking during evals: "off" asks every eval task with thinking turned off; "sweep" uses the sweep's
+#: `thinking`. Either way a task cut off while still reasoning is asked again with a larger budget.
+EvalThinking = Literal["off", "sweep"]
 
 
 class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
@@ -113,6 +119,10 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     probes: Annotated[int, Meta(ge=1, le=1000)] = 3
     warmup: Annotated[int, Meta(ge=0, le=100)] = 1
     eval_tier: EvalTier = "none"
+    thinking: Thinking = "default"
+    ignore_eos: bool = True
+    eval_thinking: EvalThinking = "off"
+    eval_reasoning_budget: Annotated[int, Meta(ge=0, le=131_072)] = 4096
     probe_timeout_s: Annotated[float, Meta(gt=0, le=24 * 3600)] | None = None
     deferred: Annotated[list[Deferred], Meta(max_length=256)] = []
     sampling: Sampling = Sampling()

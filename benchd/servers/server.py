@@ -70,6 +70,15 @@ class Server:
     ready_s: float = 0.0
     version: str | None = None
     version_source: str = ""
+    #: Environment passed on top of the scrubbed inheritance (secret-looking values redacted), and the
+    #: inherited runtime knobs removed (`runtimes.environment`).
+    env_passed: dict[str, str] = field(default_factory=dict)
+    env_removed: list[str] = field(default_factory=list)
+    #: `--fit` as started and its source; the layer split the server reported, or why none (`split_note`).
+    fit: str | None = None
+    fit_note: str = ""
+    layer_split: str | None = None
+    split_note: str = ""
     exit: ExitInfo | None = None
     _proc: asyncio.subprocess.Process | None = field(default=None, repr=False)
     _exited: asyncio.Event = field(default_factory=asyncio.Event, repr=False)

@@ -64,6 +64,18 @@ from benchd.servers.server import ExitInfo, Server, ServerStartError
 #: (20 MB/s at 8 MiB); checking once a second at the full cap let a chatty server reach twice the cap.
 _ROTATE_CHECK_S = 0.2
 _ROTATE_AT = 0.5
+#: How much of a start's log is read for its load facts (the layer split is logged while loading).
+LOAD_LOG_BYTES = 1 << 20
+
+
+def _read_from(path: Path, offset: int, max_bytes: int) -> str:
+    """The log from `offset` (this start's header), at most `max_bytes`; "" when rotated away."""
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            return f.read(max_bytes).decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 class Supervisor:
@@ -114,7 +126,8 @@ class Supervisor:
         except BenchdError as exc:
             raise ServerStartError(str(exc), reason="spawn_failed", log_path=log_path) from exc
         argv = adapter.argv(candidate, command=command, port=port, ctx_size=ctx_size)
-        env = adapter.env(candidate, self.config)
+        server_env = adapter.server_env(candidate, self.config)
+        env = server_env.env
         token = secrets.token_hex(8)
         env[SERVER_TOKEN_ENV] = token
         pending = write_pending(self.config.servers_dir, token, argv, job, candidate.id)
@@ -123,6 +136,7 @@ class Supervisor:
         try:
             header = f"\n=== benchd {time.strftime('%Y-%m-%dT%H:%M:%S%z')}: {shlex.join(argv)}\n"
             os.write(fd, header.encode())
+            log_start = os.lseek(fd, 0, os.SEEK_END)  # where this start's own log begins (load log)
             with spawning_on(cpus):  # the child inherits the spawning thread's mask
                 proc = await asyncio.create_subprocess_exec(
                     *argv,
@@ -164,8 +178,11 @@ class Supervisor:
             record_path=self.config.servers_dir / f"{proc.pid}.json",
             started_at=time.time(),
             version_source=adapter.version_source,
+            env_passed=server_env.recorded(),
+            env_removed=server_env.removed,
             _proc=proc,
         )
+        server.fit, server.fit_note = adapter.fit_state(candidate)
         write_record(self.config.servers_dir, server)
         self._drop_pending(pending, token)
         self.servers[server.pid] = server
@@ -177,6 +194,8 @@ class Supervisor:
             raise
         server.ready_s = time.monotonic() - started
         server.version = await adapter.version(server.base_url, command)
+        load_log = await asyncio.to_thread(_read_from, log_path, log_start, LOAD_LOG_BYTES)
+        server.layer_split, server.split_note = adapter.layer_split(candidate, command, load_log)
         return server
 
     async def _wait_ready(self, server: Server, timeout_s: float) -> None:

@@ -41,7 +41,7 @@ def test_has_content() -> None:
     assert probe.has_content(b'{"delta":{"content":"\\""}}')
     assert not probe.has_content(b'{"delta":{"role":"assistant","content":null}}')
     assert not probe.has_content(b'{"delta":{"content":""}}')
-    assert not probe.has_content(b'{"delta":{"reasoning_content":"thinking"}}')
+    assert probe.has_content(b'{"delta":{"reasoning_content":"thinking"}}')
     assert probe.has_content(b'{"delta":{"reasoning_content":"t","content":"x"}}')
     assert not probe.has_content(b'{"usage":{"prompt_tokens":3}}')
 

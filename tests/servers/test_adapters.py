@@ -199,7 +199,7 @@ def result_with(final: dict, chunks: int = 64, window_s: float = 0.1) -> ProbeRe
     return ProbeResult(
         status="ok", error=None, http_status=200, started=t0, ended=times[-1] + 0.001,
         first_content=times[0], last_content=times[-1], content_chunks=chunks, chunk_times=times,
-        final=final, done=True,
+        final=final, done=True, answer_chunks=chunks, first_answer=times[0],
     )
 
 

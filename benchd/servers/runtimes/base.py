@@ -5,10 +5,10 @@ adapter (`benchd.servers.runtimes.get_adapter(candidate.runtime)`). An adapter i
 call needs is passed in. The three adapters differ in the command line, readiness, provenance and in
 how the raw final chunk maps to normalized metrics (`normalize`), which is why those are the methods.
 
-Shared here: the OpenAI-style streamed chat request body, the HTTP GET/POST helpers (one fresh
-connection per request: llama-server closes the connection after each streamed answer even though it
-advertises keep-alive, and a pooled client then loses the next request), the check that candidate
-`args` do not set what the adapter owns, and `Normalized`, the runtime-independent metric record.
+Shared here: the OpenAI-style streamed chat request body (thinking in the form each runtime reads), the
+check that candidate `args` do not set what the adapter owns, and `Normalized`, the runtime-independent
+metric record. The HTTP helpers live in `http`, the window accounting in `tokens`, the scrubbed
+environment in `environment`; they are re-exported here.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-import aiohttp
 import msgspec
 
 from benchd.config import Config
@@ -28,18 +27,16 @@ from benchd.errors import BenchdError
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate, Row, Sampling
 from benchd.servers import locate
+from benchd.servers.runtimes import environment, tokens
+from benchd.servers.runtimes.environment import ServerEnv
+from benchd.servers.runtimes.http import Readiness, http_get, http_post_json, json_health
+
+__all__ = ["CTX_MARGIN_TOKENS", "Normalized", "Readiness", "RuntimeAdapter", "ServerEnv", "http_get",
+           "http_post_json", "json_health", "resolve_llama_binary", "resolve_mlx_command"]
 
 #: Margin added to `context + gen_tokens` when an adapter sizes the server's context itself: the chat
 #: template wraps the prompt in a few tokens, and the prompt builder is allowed to be 1 % off.
 CTX_MARGIN_TOKENS = 64
-
-
-@dataclass(frozen=True)
-class Readiness:
-    """One health poll: ready or not, with the server's own words for the log/error message."""
-
-    ready: bool
-    detail: str
 
 
 @dataclass(frozen=True)
@@ -59,6 +56,9 @@ class Normalized:
     gen_tps_client: float | None = None
     ttft_ms: float | None = None
     e2e_ms: float | None = None
+    ttfat_ms: float | None = None
+    reasoning_tokens: int | None = None
+    thinking: str | None = None
     draft_n: int | None = None
     draft_accepted: int | None = None
     draft_acceptance: float | None = None
@@ -100,6 +100,12 @@ class RuntimeAdapter:
     health_path: ClassVar[str] = "/health"
     #: Whether the server exposes Prometheus counters that cross-check draft acceptance (`/metrics`).
     reads_counters: ClassVar[bool] = False
+    #: Inherited environment variables removed before a start (a trailing `_` = prefix): the runtime's
+    #: knobs found in its sources (`environment` has the list per runtime and why).
+    env_scrub: ClassVar[tuple[str, ...]] = ()
+    #: How `enable_thinking` reaches the chat template: inside `chat_template_kwargs` (llama-server,
+    #: mlx_lm.server) or as a top-level field (mlx_vlm.server ignores `chat_template_kwargs`).
+    thinking_top_level: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ validation and planning
 
@@ -157,10 +163,25 @@ class RuntimeAdapter:
         raise NotImplementedError
 
     def env(self, candidate: Candidate, config: Config) -> dict[str, str]:
-        """The child's whole environment: ours, plus runtime needs, plus the candidate's `env` (wins)."""
-        env = dict(os.environ)
-        env.update(candidate.env)
-        return env
+        """The child's whole environment (see `server_env`)."""
+        return self.server_env(candidate, config).env
+
+    def server_env(self, candidate: Candidate, config: Config) -> ServerEnv:
+        """Ours minus the runtime's inherited knobs (`env_scrub`), plus runtime needs (`env_ours`), plus
+        the candidate's `env` (wins), with the record of what was passed and removed."""
+        return environment.build(self.env_scrub, self.env_ours(config), candidate.env, os.environ)
+
+    def env_ours(self, config: Config) -> dict[str, str]:
+        """Variables benchd sets for this runtime (recorded beside the candidate's)."""
+        return {}
+
+    def fit_state(self, candidate: Candidate) -> tuple[str | None, str]:
+        """(`--fit` as the server runs it, its source) or (None, why there is none)."""
+        return None, f"{self.name} has no --fit (it does not move layers between devices)"
+
+    def layer_split(self, candidate: Candidate, command: list[str], load_log: str) -> tuple[str | None, str]:
+        """(the split the server reported, its source) or (None, why none was reported)."""
+        return None, f"{self.name} has no layer split: MLX runs the whole model on its default device"
 
     def memory_note(self, candidate: Candidate) -> str | None:
         """How the runtime maps the model, printed beside memory figures (RSS depends on it)."""
@@ -209,9 +230,11 @@ class RuntimeAdapter:
         prompt: str,
         max_tokens: int,
         sampling: Sampling,
+        thinking: str = "default",
     ) -> dict[str, Any]:
-        """A streamed chat completion with usage, greedy/seeded as the sweep says."""
-        return {
+        """A streamed chat completion with usage, greedy/seeded as the sweep says; `thinking` "on"/"off"
+        sends `enable_thinking` where this runtime reads it, "default" sends nothing."""
+        body: dict[str, Any] = {
             "model": model,
             "messages": [{"role": "user", "content": prompt}],
             "stream": True,
@@ -220,13 +243,36 @@ class RuntimeAdapter:
             "temperature": sampling.temperature,
             "seed": sampling.seed,
         }
+        if thinking != "default":
+            if self.thinking_top_level:
+                body["enable_thinking"] = thinking == "on"
+            else:
+                body["chat_template_kwargs"] = {"enable_thinking": thinking == "on"}
+        return body
 
-    def answer_body(self, *, model: str, prompt: str, max_tokens: int, sampling: Sampling) -> dict[str, Any]:
+    def answer_body(
+        self, *, model: str, prompt: str, max_tokens: int, sampling: Sampling, thinking: str = "default"
+    ) -> dict[str, Any]:
         """A non-streamed chat completion for an eval task: the model may stop on its own."""
-        body = self.request_body(model=model, prompt=prompt, max_tokens=max_tokens, sampling=sampling)
+        body = self.request_body(model=model, prompt=prompt, max_tokens=max_tokens, sampling=sampling,
+                                 thinking=thinking)
         body["stream"] = False
         body.pop("stream_options", None)
         return body
+
+    def length_fields(self, candidate: Candidate, run_to_length: bool) -> dict[str, Any]:
+        """Request fields that make a probe generate exactly `max_tokens` (or, False, let it stop)."""
+        return {}
+
+    def short_reason(self, candidate: Candidate, *, asked: int, got: int, finish_reason: str | None,
+                     run_to_length: bool) -> str:
+        """Why a probe generated `got` < `asked` tokens, for its row."""
+        why = "the sweep lets the model stop (ignore_eos = false)" if not run_to_length else self.eos_gap(candidate)
+        return f"generated {got} of {asked} tokens (finish_reason {finish_reason or 'none'}): {why}"
+
+    def eos_gap(self, candidate: Candidate) -> str:
+        """Why EOS could end a probe although benchd asked to run to length."""
+        return f"{self.name} ended the stream before max_tokens"
 
     def acceptance_check(self, before: Mapping[str, float], after: Mapping[str, float] | None) -> dict[str, str]:
         """A cross-check of draft acceptance from server counters diffed over a probe (source -> text);
@@ -285,36 +331,8 @@ class RuntimeAdapter:
                           prompt_tps=rates["prompt_tps"], gen_tps=rates["gen_tps"], sources=sources,
                           null_reasons=reasons, **client, **draft)
 
-    @staticmethod
-    def client_timing(result: ProbeResult, completion_tokens: int | None) -> dict[str, Any]:
-        """ttft, e2e and the client stream-window rate, with sources/reasons (shared by all runtimes)."""
-        out: dict[str, Any] = {"sources": {}, "null_reasons": {}}
-        out["ttft_ms"] = result.ttft_ms
-        if result.ttft_ms is not None:
-            out["sources"]["ttft_ms"] = "client:first-content-chunk"
-        else:
-            out["null_reasons"]["ttft_ms"] = "no content chunk arrived"
-        out["e2e_ms"] = result.e2e_ms
-        out["sources"]["e2e_ms"] = "client:request-to-stream-end"
-        tps = result.gen_tps_client(completion_tokens)
-        if tps is not None and result.arrivals < 2:
-            tps = None  # every token arrived in one read: there is no window to time
-        out["gen_tps_client"] = tps
-        if tps is not None:
-            source = "client:stream-window"
-            if result.arrivals < result.content_chunks / 2:  # bunched reads: say so, never hide it
-                source += f" (bunched: {result.arrivals} reads for {result.content_chunks} chunks)"
-            out["sources"]["gen_tps_client"] = source
-        elif result.content_chunks >= 2 and result.arrivals < 3:
-            out["null_reasons"]["gen_tps_client"] = (
-                f"stream window unmeasurable: all content arrived in {result.arrivals} socket read(s) "
-                "(client starved or server faster than the client's reads)"
-            )
-        else:
-            out["null_reasons"]["gen_tps_client"] = (
-                "stream window too short (fewer than 2 content chunks or tokens)"
-            )
-        return out
+    #: Window accounting and thinking figures live in `tokens` (shared by every adapter's normalize).
+    client_timing = staticmethod(tokens.client_timing)
 
     @staticmethod
     def draft_fields(
@@ -365,48 +383,3 @@ def resolve_mlx_command(runtime: str, binary: str | None, cache_dir: Path) -> tu
     """The MLX server's command prefix (a script, or interpreter + `-m module`) and how it was found."""
     cmd, how = locate.resolve_mlx_command(runtime, binary, cache_dir)
     return [str(p) for p in cmd], str(how)
-
-
-# ---------------------------------------------------------------------------------- HTTP helpers
-
-
-def _session(timeout_s: float) -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(force_close=True),
-        timeout=aiohttp.ClientTimeout(total=timeout_s),
-    )
-
-
-async def http_get(base_url: str, path: str, *, timeout_s: float = 2.0) -> tuple[int, bytes]:
-    """GET on a fresh connection; returns (status, body). Connection errors raise aiohttp errors."""
-    async with _session(timeout_s) as session, session.get(base_url + path) as resp:
-        return resp.status, await resp.read()
-
-
-async def http_post_json(
-    base_url: str, path: str, body: Mapping[str, Any], *, timeout_s: float = 30.0
-) -> tuple[int, bytes]:
-    async with (
-        _session(timeout_s) as session,
-        session.post(
-            base_url + path, data=msgspec.json.encode(body), headers={"Content-Type": "application/json"}
-        ) as resp,
-    ):
-        return resp.status, await resp.read()
-
-
-async def json_health(base_url: str, path: str, ok_values: tuple[str, ...]) -> Readiness:
-    """A `/health` that answers 200 `{"status": <one of ok_values>}` when ready (shared shape)."""
-    try:
-        status, raw = await http_get(base_url, path, timeout_s=2.0)
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return Readiness(False, f"not answering: {type(exc).__name__}")
-    text = raw[:300].decode("utf-8", "replace")
-    if status != 200:
-        return Readiness(False, f"HTTP {status}: {text}")
-    try:
-        doc = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return Readiness(False, f"HTTP 200 but not JSON: {text}")
-    ok = isinstance(doc, dict) and doc.get("status") in ok_values
-    return Readiness(ok, text)

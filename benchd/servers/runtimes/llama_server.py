@@ -13,11 +13,23 @@ Facts used (pinned build b1-0c1e570, checked with `llama-server --help` on this 
 - The final stream chunk (with `stream_options.include_usage`) has `usage` and `timings` (`cache_n,
   prompt_n, prompt_per_second, predicted_n, predicted_per_second`, and `draft_n, draft_n_accepted`
   only when speculation ran). The prompt cache is on by default: requests send `cache_prompt: false`.
+- Thinking (llama.cpp `common/chat-diff-analyzer.cpp`, `tools/server/server-chat.cpp`): when the chat
+  template analyser recognises the reasoning format, thinking streams as `delta.reasoning_content`
+  (default `--reasoning-format deepseek`) and is on by default; `chat_template_kwargs.enable_thinking`
+  turns it on/off per request. `ignore_eos: true` runs every probe to `max_tokens`.
+- `--fit` is on by default (`common/common.h` `fit_params = true`): unless `-ngl` is given it lowers the
+  GPU layers (or moves MoE experts to the CPU) to fit free device memory, differently per context. benchd
+  passes `--fit off` unless the candidate asks for fit, so the split is what the args say and a model
+  that does not fit fails loudly. The split is logged as "offloaded N/M layers to GPU" by builds with GPU
+  offload only, at log verbosity 4 (`-lv 4`, which also logs every request); `/props` has none.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -76,6 +88,42 @@ _RESERVED_ENV: dict[str, str] = {
 }
 
 
+#: Inherited variables removed before a start (found with getenv in the pinned sources; `environment`).
+ENV_SCRUB = ("LLAMA_", "GGML_", "SPACEMIT_", "OMP_WAIT_POLICY", "ONEAPI_DEVICE_SELECTOR")
+_FIT_FLAGS = ("-fit", "--fit")
+_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+
+
+@functools.lru_cache(maxsize=16)
+def build_facts(binary: str, mtime_ns: int = 0) -> tuple[bool, list[str] | None]:
+    """(whether `--help` lists `--fit`, the GPU devices `--list-devices` names or None if it failed).
+
+    Both run in milliseconds; cached per binary and modification time. Call off the event loop.
+    """
+    def run(*args: str) -> str | None:
+        try:
+            done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=20, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout + done.stderr
+
+    help_text = run("--help") or ""
+    listing = run("--list-devices")
+    devices = None
+    if listing is not None and "Available devices" in listing:
+        devices = [ln.strip() for ln in listing.split("Available devices:", 1)[1].splitlines()
+                   if ln.strip() and ln.strip() != "(none)"]
+    return bool(re.search(r"(^|\s)--fit\b", help_text)), devices
+
+
+def facts_for(binary: str) -> tuple[bool, list[str] | None]:
+    try:
+        mtime = Path(binary).stat().st_mtime_ns
+    except OSError:
+        mtime = 0
+    return build_facts(binary, mtime)
+
+
 class LlamaServerAdapter(RuntimeAdapter):
     name: ClassVar[str] = "llama-server"
     spec_kinds: ClassVar[tuple[str, ...]] = tuple(SPEC_TYPES)
@@ -83,6 +131,7 @@ class LlamaServerAdapter(RuntimeAdapter):
     reserved_args: ClassVar[dict[str, str]] = _RESERVED
     version_source: ClassVar[str] = "server:/props build_info"
     reads_counters: ClassVar[bool] = True  # started with --metrics
+    env_scrub: ClassVar[tuple[str, ...]] = ENV_SCRUB
 
     def validate(self, candidate: Candidate) -> list[BenchdError]:
         errors = super().validate(candidate)
@@ -108,7 +157,34 @@ class LlamaServerAdapter(RuntimeAdapter):
         return context + gen_tokens + CTX_MARGIN_TOKENS
 
     def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
-        return resolve_llama_binary(candidate.binary, cache_dir)
+        command, how = resolve_llama_binary(candidate.binary, cache_dir)
+        facts_for(command[0])  # --help / --list-devices, here off the event loop (argv reads the cache)
+        return command, how
+
+    def fit_state(self, candidate: Candidate) -> tuple[str | None, str]:
+        """`--fit` as started: the candidate's args or env when it asks, else benchd's `off`."""
+        for i, arg in enumerate(candidate.args):
+            flag, eq, value = arg.partition("=")
+            if flag in _FIT_FLAGS:
+                given = value if eq else (candidate.args[i + 1] if i + 1 < len(candidate.args) else "")
+                return given or "on", f"candidate args ({arg if eq else f'{arg} {given}'})"
+        if "LLAMA_ARG_FIT" in candidate.env:
+            return candidate.env["LLAMA_ARG_FIT"], "candidate env LLAMA_ARG_FIT"
+        return "off", "benchd default (--fit off: the split is what the args say)"
+
+    def layer_split(self, candidate: Candidate, command: list[str], load_log: str) -> tuple[str | None, str]:
+        """The server's own "offloaded N/M layers to GPU" line, else why there is none."""
+        found = _OFFLOADED.findall(load_log)
+        if found:
+            n, m = found[-1]
+            return f"{n}/{m} layers on GPU", "server:log (load_tensors: offloaded N/M layers to GPU)"
+        _, devices = facts_for(command[0])
+        if devices == []:
+            return None, "CPU-only build (`llama-server --list-devices` lists no GPU): every layer runs on the CPU"
+        if devices is None:
+            return None, "`llama-server --list-devices` did not answer, and the load log names no split"
+        return None, ("this build logs its split ('offloaded N/M layers to GPU') only at log verbosity 4, which "
+                      "also logs every request; benchd keeps the default (add `-lv 4` to the args to record it)")
 
     def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
         argv = [*command, "-m", candidate.model, "--host", HOST, "--port", str(port), "--metrics"]
@@ -116,6 +192,9 @@ class LlamaServerAdapter(RuntimeAdapter):
             argv += ["-c", str(ctx_size)]
         if not any(a.split("=", 1)[0] in ("-np", "--parallel") for a in candidate.args):
             argv += ["-np", "1"]
+        asked = any(a.split("=", 1)[0] in _FIT_FLAGS for a in candidate.args) or "LLAMA_ARG_FIT" in candidate.env
+        if not asked and facts_for(command[0])[0]:
+            argv += ["--fit", "off"]  # builds without --fit do not fit either
         spec = candidate.spec
         if spec is not None:
             if spec.draft_model is not None:
@@ -196,16 +275,26 @@ class LlamaServerAdapter(RuntimeAdapter):
         tokens = doc.get("tokens") if isinstance(doc, dict) else None
         return len(tokens) if isinstance(tokens, list) else None
 
-    def request_body(self, *, model: str, prompt: str, max_tokens: int, sampling: Sampling) -> dict[str, Any]:
-        body = super().request_body(model=model, prompt=prompt, max_tokens=max_tokens, sampling=sampling)
+    def request_body(self, *, model: str, prompt: str, max_tokens: int, sampling: Sampling,
+                     thinking: str = "default") -> dict[str, Any]:
+        body = super().request_body(model=model, prompt=prompt, max_tokens=max_tokens, sampling=sampling,
+                                    thinking=thinking)
         body["cache_prompt"] = False  # or prompt throughput is fake (runtimes.md)
         body["ignore_eos"] = True  # generation runs to max_tokens: every probe does the same work
         return body
 
-    def answer_body(self, *, model: str, prompt: str, max_tokens: int, sampling: Sampling) -> dict[str, Any]:
-        body = super().answer_body(model=model, prompt=prompt, max_tokens=max_tokens, sampling=sampling)
+    def answer_body(self, *, model: str, prompt: str, max_tokens: int, sampling: Sampling,
+                    thinking: str = "default") -> dict[str, Any]:
+        body = super().answer_body(model=model, prompt=prompt, max_tokens=max_tokens, sampling=sampling,
+                                   thinking=thinking)
         body.pop("ignore_eos", None)  # an eval answer ends where the model ends it
         return body
+
+    def length_fields(self, candidate: Candidate, run_to_length: bool) -> dict[str, Any]:
+        return {"ignore_eos": run_to_length}
+
+    def eos_gap(self, candidate: Candidate) -> str:
+        return "llama-server ended before max_tokens although ignore_eos was sent (context full?)"
 
     def acceptance_check(self, before: Mapping[str, float], after: Mapping[str, float] | None) -> dict[str, str]:
         """Draft acceptance from the `/metrics` spec_decode counters diffed over the probe."""

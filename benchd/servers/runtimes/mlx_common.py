@@ -1,10 +1,19 @@
 """What `mlx_lm.server` and `mlx_vlm.server` share: the offline Hugging Face environment, the command from
-the provisioned venv (or the candidate's), package versions read from that venv, and the refusal of a
-`ctx_size` they would ignore. Split from `base.py`, which keeps what every runtime shares.
+the provisioned venv (or the candidate's), package versions read from that venv, the refusal of a
+`ctx_size` they would ignore, and EOS suppression. Split from `base.py`, which keeps what every runtime
+shares.
+
+EOS: neither server has `ignore_eos`, so a real model stops at its end-of-sequence token and cells would
+compare different amounts of work. Both apply an additive `logit_bias` (mlx_lm `LogitsProcessorArguments`,
+mlx_vlm `GenerationArguments.logit_bias`), so probes bias the model's EOS/EOT ids by -1000, read from the
+model dir the way mlx_lm builds its stop set (`utils.load`: `config.json` / `generation_config.json`
+`eos_token_id`, plus the tokenizer's `eos_token` from `tokenizer_config.json`, resolved in `tokenizer.json`).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -41,6 +50,69 @@ def mlx_version_from_venv(command: list[str], dists: tuple[str, ...]) -> str | N
     return ", ".join(f"{k} {v}" for k, v in found.items()) or None
 
 
+#: Additive bias on EOS/EOT ids for probes that must run to max_tokens (-1000 gave 40/40 tokens).
+EOS_BIAS = -1000.0
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _ids(value: Any) -> list[int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
+    return []
+
+
+def _token_id(model_dir: str, token: str) -> int | None:
+    """A token's id from `tokenizer.json` (added tokens first, then the model vocabulary)."""
+    doc = _read_json(os.path.join(model_dir, "tokenizer.json"))
+    for added in doc.get("added_tokens") or ():
+        if isinstance(added, dict) and added.get("content") == token and isinstance(added.get("id"), int):
+            return int(added["id"])
+    vocab = (doc.get("model") or {}).get("vocab") if isinstance(doc.get("model"), dict) else None
+    got = vocab.get(token) if isinstance(vocab, dict) else None
+    return got if isinstance(got, int) else None
+
+
+@functools.lru_cache(maxsize=64)
+def _eos_ids_cached(model_dir: str, stamp: tuple[int, ...]) -> tuple[tuple[int, ...], str]:
+    ids: list[int] = []
+    where: list[str] = []
+    for name in ("config.json", "generation_config.json"):
+        got = _ids(_read_json(os.path.join(model_dir, name)).get("eos_token_id"))
+        if got:
+            ids += got
+            where.append(f"{name} eos_token_id")
+    eos = _read_json(os.path.join(model_dir, "tokenizer_config.json")).get("eos_token")
+    text = eos.get("content") if isinstance(eos, dict) else eos
+    if isinstance(text, str):
+        tid = _token_id(model_dir, text)
+        if tid is not None:
+            ids.append(tid)
+            where.append(f"tokenizer_config.json eos_token {text!r}")
+    return tuple(sorted(set(ids))), ", ".join(where)
+
+
+def eos_token_ids(model_dir: str) -> tuple[tuple[int, ...], str]:
+    """(the model's EOS/EOT ids, which files named them); empty when the dir names none."""
+    names = ("config.json", "generation_config.json", "tokenizer_config.json", "tokenizer.json")
+    stamp = tuple(int(os.stat(p).st_mtime_ns) if os.path.exists(p) else 0
+                  for p in (os.path.join(model_dir, n) for n in names))
+    return _eos_ids_cached(model_dir, stamp)
+
+
+#: Inherited variables both MLX servers read (`environment` has where they come from).
+MLX_ENV_SCRUB = ("MLX_", "MLXLM_")
+
+
 class MlxServerAdapter(RuntimeAdapter):
     """What mlx_lm.server and mlx_vlm.server share: offline HF env, venv command, venv version.
 
@@ -68,15 +140,31 @@ class MlxServerAdapter(RuntimeAdapter):
     def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
         return resolve_mlx_command(self.name, candidate.binary, cache_dir)
 
-    def env(self, candidate: Candidate, config: Config) -> dict[str, str]:
+    env_scrub: ClassVar[tuple[str, ...]] = MLX_ENV_SCRUB
+
+    def env_ours(self, config: Config) -> dict[str, str]:
         """Offline hub and an existing HF cache dir (created here: `/v1/models` answers 500 without)."""
         config.hf_cache_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        env["HF_HUB_OFFLINE"] = "1"
-        env["HF_HUB_CACHE"] = str(config.hf_cache_dir)
-        env["PYTHONUNBUFFERED"] = "1"  # log lines reach the log file as they happen
-        env.update(candidate.env)
-        return env
+        return {
+            "HF_HUB_OFFLINE": "1",
+            "HF_HUB_CACHE": str(config.hf_cache_dir),
+            "PYTHONUNBUFFERED": "1",  # log lines reach the log file as they happen
+        }
+
+    def length_fields(self, candidate: Candidate, run_to_length: bool) -> dict[str, Any]:
+        """`logit_bias` pushing the model's EOS/EOT ids down, so a probe runs to max_tokens."""
+        if not run_to_length:
+            return {}
+        ids, _ = eos_token_ids(candidate.model)
+        return {"logit_bias": {str(i): EOS_BIAS for i in ids}} if ids else {}
+
+    def eos_gap(self, candidate: Candidate) -> str:
+        ids, where = eos_token_ids(candidate.model)
+        if not ids:
+            return ("the model dir names no EOS id (config.json, generation_config.json, "
+                    "tokenizer_config.json): nothing to suppress")
+        return (f"EOS ids {list(ids)} ({where}) were biased by {EOS_BIAS:g}, yet {self.name} stopped early "
+                "(a stop token the model dir does not name?)")
 
     def local_token_counter(self, candidate: Candidate) -> Any:
         """The model dir's `tokenizer.json`, counted here (the MLX servers have no /tokenize); None

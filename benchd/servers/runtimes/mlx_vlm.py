@@ -10,6 +10,13 @@ Facts used (checked with `python -m mlx_vlm.server --help` and the package sourc
   `timings` (`prompt_per_second, predicted_per_second, cache_n, ...`) plus `peak_memory` in GB (MLX's
   `get_peak_memory()/1e9`, never reset by the server, so a lifetime peak of the server process) and
   `draft_kind, draft_rounds, draft_n, draft_n_accepted` (null unless a drafter ran).
+- Thinking is off by default; it ignores `chat_template_kwargs` but honours a top-level `enable_thinking`;
+  deltas carry both `reasoning` and `reasoning_content`. It skips special tokens when detokenizing.
+- `logit_bias` works on the plain path, but the speculative path (dflash/eagle3/mtp) applies no logits
+  processors: EOS cannot be suppressed there, and rows that end short say so.
+- Knobs come from the environment (its CLI exports a variable only when the flag is given), so inherited
+  `KV_*`, `MAX_KV_SIZE`, `QUANTIZED_KV_START`, `PREFILL_STEP_SIZE`, `EXPERT_CACHE_GB`, `TOP_LOGPROBS_K`,
+  `MLX_VLM_*` and `APC_*` (`APC_ENABLED` = prefix cache) are removed before a start.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from benchd.config import HOST
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate
 from benchd.servers.runtimes.base import Normalized, Readiness, _num, json_health
-from benchd.servers.runtimes.mlx_common import MlxServerAdapter
+from benchd.servers.runtimes.mlx_common import MLX_ENV_SCRUB, MlxServerAdapter
 
 _RESERVED: dict[str, str] = {
     "--model": "use `model`",
@@ -43,6 +50,17 @@ class MlxVlmAdapter(MlxServerAdapter):
     spec_kinds_without_draft: ClassVar[tuple[str, ...]] = ("mtp",)
     reserved_args: ClassVar[dict[str, str]] = _RESERVED
     version_dists: ClassVar[tuple[str, ...]] = ("mlx-vlm", "mlx")
+    thinking_top_level: ClassVar[bool] = True
+    env_scrub: ClassVar[tuple[str, ...]] = (
+        *MLX_ENV_SCRUB, "APC_", "KV_", "MAX_KV_SIZE", "QUANTIZED_KV_START", "PREFILL_STEP_SIZE",
+        "EXPERT_CACHE_GB", "TOP_LOGPROBS_K",
+    )
+
+    def eos_gap(self, candidate: Candidate) -> str:
+        if candidate.spec is not None:
+            return (f"mlx_vlm's speculative path ({candidate.spec.kind}) applies no logits processors, so "
+                    "EOS cannot be suppressed there")
+        return super().eos_gap(candidate)
 
     def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
         argv = [*command, "--model", candidate.model, "--host", HOST, "--port", str(port)]

@@ -1,0 +1,66 @@
+"""A server's environment: the daemon's own, minus the runtime knobs it would leak, plus what benchd and
+the candidate set — and the record of it that the runbook keeps.
+
+Why: every runtime reads settings from the environment that change what is measured, and a daemon
+started from a shell inherits whatever that shell exported. Read in the pinned sources:
+- llama-server: every flag has an `LLAMA_ARG_*` twin (`common/arg.cpp` `set_env`, e.g. `LLAMA_ARG_FIT`,
+  `LLAMA_ARG_N_GPU_LAYERS`, `LLAMA_ARG_THREADS`); `LLAMA_*` debug/trace switches and `GGML_*` backend
+  switches (`GGML_CUDA_*`, `GGML_VK_*`, `GGML_OP_OFFLOAD_MIN_BATCH`, ...) are read with getenv, as are
+  `OMP_WAIT_POLICY` and `ONEAPI_DEVICE_SELECTOR`.
+- mlx_lm.server: `MLX_*` (core and model switches such as `MLX_GDN_PACKED`), `MLXLM_USE_MODELSCOPE`.
+- mlx_vlm.server: its CLI exports a flag only when it is given, and the server reads the variable
+  otherwise: `KV_BITS`, `KV_*` schemes, `MAX_KV_SIZE`, `QUANTIZED_KV_START`, `PREFILL_STEP_SIZE`,
+  `EXPERT_CACHE_GB`, `TOP_LOGPROBS_K`, `MLX_VLM_*`, and `APC_*` (`APC_ENABLED` turns its prefix cache on).
+A variable the candidate's `env` sets is passed as given: the scrub removes only inherited values.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+#: Names that look like they hold a secret: their values are never recorded.
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
+REDACTED = "<redacted>"
+
+
+@dataclass(frozen=True)
+class ServerEnv:
+    """The child's whole environment, what benchd passed on top of the scrubbed inheritance, and the
+    inherited names it removed (sorted)."""
+
+    env: dict[str, str]
+    passed: dict[str, str] = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)
+
+    def recorded(self) -> dict[str, str]:
+        """`passed` with secret-looking values redacted: what rows, events and runbooks may carry."""
+        return redact(self.passed)
+
+
+def matches(name: str, scrub: Iterable[str]) -> bool:
+    """An entry ending in `_` is a prefix, any other entry an exact name."""
+    return any(name.startswith(s) if s.endswith("_") else name == s for s in scrub)
+
+
+def build(
+    scrub: Iterable[str],
+    ours: Mapping[str, str],
+    candidate_env: Mapping[str, str],
+    inherited: Mapping[str, str] | None = None,
+) -> ServerEnv:
+    """Inherited environment without the scrubbed names, then benchd's settings, then the candidate's
+    `env` (wins). `passed` is benchd's settings plus the candidate's `env`."""
+    base = dict(os.environ if inherited is None else inherited)
+    scrub = tuple(scrub)
+    removed = sorted(k for k in base if matches(k, scrub) and k not in candidate_env)
+    for k in removed:
+        del base[k]
+    passed = {**ours, **candidate_env}
+    return ServerEnv(env={**base, **passed}, passed=passed, removed=removed)
+
+
+def redact(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: (REDACTED if SECRET_NAME.search(k) else v) for k, v in sorted(env.items())}

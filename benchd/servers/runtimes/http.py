@@ -1,0 +1,63 @@
+"""HTTP helpers the adapters share: GET/POST on a fresh connection per request (llama-server closes the
+connection after each streamed answer even though it advertises keep-alive, and a pooled client then
+loses the next request), and the `/health` shape two runtimes share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import msgspec
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """One health poll: ready or not, with the server's own words for the log/error message."""
+
+    ready: bool
+    detail: str
+
+
+def _session(timeout_s: float) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(force_close=True),
+        timeout=aiohttp.ClientTimeout(total=timeout_s),
+    )
+
+
+async def http_get(base_url: str, path: str, *, timeout_s: float = 2.0) -> tuple[int, bytes]:
+    """GET on a fresh connection; returns (status, body). Connection errors raise aiohttp errors."""
+    async with _session(timeout_s) as session, session.get(base_url + path) as resp:
+        return resp.status, await resp.read()
+
+
+async def http_post_json(
+    base_url: str, path: str, body: Mapping[str, Any], *, timeout_s: float = 30.0
+) -> tuple[int, bytes]:
+    async with (
+        _session(timeout_s) as session,
+        session.post(
+            base_url + path, data=msgspec.json.encode(body), headers={"Content-Type": "application/json"}
+        ) as resp,
+    ):
+        return resp.status, await resp.read()
+
+
+async def json_health(base_url: str, path: str, ok_values: tuple[str, ...]) -> Readiness:
+    """A `/health` that answers 200 `{"status": <one of ok_values>}` when ready (shared shape)."""
+    try:
+        status, raw = await http_get(base_url, path, timeout_s=2.0)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return Readiness(False, f"not answering: {type(exc).__name__}")
+    text = raw[:300].decode("utf-8", "replace")
+    if status != 200:
+        return Readiness(False, f"HTTP {status}: {text}")
+    try:
+        doc = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return Readiness(False, f"HTTP 200 but not JSON: {text}")
+    ok = isinstance(doc, dict) and doc.get("status") in ok_values
+    return Readiness(ok, text)

@@ -1,0 +1,114 @@
+"""What a stream's chunks say about its tokens: which of the reported tokens fall inside the client's
+stream window, and the thinking figures (time to the first answer token, reasoning tokens, thinking on
+or off). Shared by every adapter's `normalize`.
+
+Why the accounting: some generated tokens produce no chunk but count in `usage.completion_tokens`
+(checked in the runtimes' sources and on a scripted model: 33 tokens, 30 chunks). The think tags are
+consumed by the reasoning parsers (llama.cpp's chat parser, mlx_lm's TextStateMachine, mlx_vlm's thinking
+state), and the final stop token is discarded (mlx_lm `TextStateMachine.discard` on `finish_reason ==
+"stop"`; llama-server stops without sending it). The window runs from the first to the last
+token-bearing chunk, so its numerator must count exactly the tokens in between: the opening tag (before
+the first reasoning chunk) and the stop token (after the last chunk) are outside, the closing tag (between
+reasoning and answer) inside. Counting them all overstates the rate by 1/(N-2) per token (+2.6 % at 40).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchd.probe_result import ProbeResult
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def window_tokens(result: ProbeResult, completion_tokens: int | None) -> tuple[int | None, list[str]]:
+    """(tokens inside the stream window, counting the first chunk's; what was left outside and why).
+
+    With one token per chunk, the tokens without a chunk are `completion_tokens - chunks`: the closing
+    think tag (when reasoning was followed by an answer), the stop token (finish_reason "stop") and the
+    opening think tag (when the first chunk was reasoning). They are attributed in that order, only as
+    far as the count allows, so a runtime that sends a chunk for one of them (or a prompt that already
+    holds the opening tag) is not corrected twice. Several tokens per chunk leave the rest inside.
+    """
+    if completion_tokens is None:
+        return None, []
+    spare = completion_tokens - result.content_chunks
+    if spare <= 0:
+        return completion_tokens, []
+    if result.reasoning_chunks and result.answer_chunks:
+        spare -= 1  # the closing think tag: between reasoning and answer, inside the window
+    outside: list[str] = []
+    if spare >= 1 and result.finish_reason == "stop":
+        outside.append("the final stop token")
+        spare -= 1
+    if spare >= 1 and result.first_is_reasoning:
+        outside.append("the opening think tag")
+    return completion_tokens - len(outside), outside
+
+
+def thinking_fields(result: ProbeResult) -> dict[str, Any]:
+    """ttfat_ms, reasoning_tokens and thinking (observed), with sources and null reasons."""
+    out: dict[str, Any] = {"sources": {}, "null_reasons": {}}
+    out["ttfat_ms"] = result.ttfat_ms
+    if result.ttfat_ms is not None:
+        out["sources"]["ttfat_ms"] = "client:first-answer-chunk"
+    elif result.reasoning_chunks:
+        out["null_reasons"]["ttfat_ms"] = (
+            f"no answer token arrived: all {result.content_chunks} token chunks were reasoning")
+    else:
+        out["null_reasons"]["ttfat_ms"] = "no answer token arrived"
+    details = (result.usage or {}).get("completion_tokens_details")
+    reported = _int(details.get("reasoning_tokens")) if isinstance(details, dict) else None
+    if reported is not None:
+        out["reasoning_tokens"] = reported
+        out["sources"]["reasoning_tokens"] = "server:usage completion_tokens_details.reasoning_tokens"
+    elif result.content_chunks:
+        out["reasoning_tokens"] = result.reasoning_chunks
+        out["sources"]["reasoning_tokens"] = "client:reasoning-chunks (one token per chunk)"
+    else:
+        out["reasoning_tokens"] = None
+        out["null_reasons"]["reasoning_tokens"] = "no token chunk arrived"
+    if result.content_chunks:
+        out["thinking"] = "on" if result.reasoning_chunks else "off"
+        out["sources"]["thinking"] = (
+            f"client:reasoning-deltas ({result.reasoning_chunks} of {result.content_chunks} token chunks)")
+    else:
+        out["thinking"] = None
+        out["null_reasons"]["thinking"] = "no token chunk arrived"
+    return out
+
+
+def client_timing(result: ProbeResult, completion_tokens: int | None) -> dict[str, Any]:
+    """ttft, e2e, the client stream-window rate and the thinking figures, with sources/reasons (shared
+    by all runtimes). TTFT is the first generated token of any kind (reasoning or answer); the window's
+    numerator is the tokens inside it (`window_tokens`)."""
+    out = thinking_fields(result)
+    out["ttft_ms"] = result.ttft_ms
+    if result.ttft_ms is not None:
+        out["sources"]["ttft_ms"] = "client:first-token-chunk (reasoning or answer)"
+    else:
+        out["null_reasons"]["ttft_ms"] = "no token chunk arrived"
+    out["e2e_ms"] = result.e2e_ms
+    out["sources"]["e2e_ms"] = "client:request-to-stream-end"
+    inside, outside = window_tokens(result, completion_tokens)
+    tps = result.gen_tps_client(inside)
+    if tps is not None and result.arrivals < 2:
+        tps = None  # every token arrived in one read: there is no window to time
+    out["gen_tps_client"] = tps
+    if tps is not None:
+        source = "client:stream-window"
+        if outside:
+            source += f" ({inside} of {completion_tokens} tokens inside; outside: {', '.join(outside)})"
+        if result.arrivals < result.content_chunks / 2:  # bunched reads: say so, never hide it
+            source += f" (bunched: {result.arrivals} reads for {result.content_chunks} chunks)"
+        out["sources"]["gen_tps_client"] = source
+    elif result.content_chunks >= 2 and result.arrivals < 3:
+        out["null_reasons"]["gen_tps_client"] = (
+            f"stream window unmeasurable: all tokens arrived in {result.arrivals} socket read(s) "
+            "(client starved or server faster than the client's reads)"
+        )
+    else:
+        out["null_reasons"]["gen_tps_client"] = "stream window too short (fewer than 2 token chunks or tokens)"
+    return out
