@@ -41,6 +41,7 @@ from benchd.config import HOST
 from benchd.errors import BenchdError
 from benchd.probe_result import ProbeResult, counter_diff
 from benchd.schemas import Candidate, Sampling
+from benchd.servers.runtimes import environment
 from benchd.servers.runtimes.base import (
     CTX_MARGIN_TOKENS,
     Normalized,
@@ -100,19 +101,21 @@ def build_facts(binary: str, mtime_ns: int = 0) -> tuple[bool, list[str] | None]
 
     Both run in milliseconds; cached per binary and modification time. Call off the event loop.
     """
+    env = environment.build(ENV_SCRUB, {}, {}).env  # as the servers run: no inherited LLAMA_ARG_*
+
     def run(*args: str) -> str | None:
         try:
-            done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=20, check=False)
+            done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=20, check=False, env=env)
         except (OSError, subprocess.SubprocessError):
             return None
-        return done.stdout + done.stderr
+        return done.stdout
 
     help_text = run("--help") or ""
     listing = run("--list-devices")
     devices = None
-    if listing is not None and "Available devices" in listing:
+    if listing is not None and "Available devices:" in listing:  # devices are the indented lines after it
         devices = [ln.strip() for ln in listing.split("Available devices:", 1)[1].splitlines()
-                   if ln.strip() and ln.strip() != "(none)"]
+                   if ln.startswith((" ", "\t")) and ln.strip() and ln.strip() != "(none)"]
     return bool(re.search(r"(^|\s)--fit\b", help_text)), devices
 
 
