@@ -195,7 +195,7 @@ class Supervisor:
         server.ready_s = time.monotonic() - started
         server.version = await adapter.version(server.base_url, command)
         load_log = await asyncio.to_thread(_read_from, log_path, log_start, LOAD_LOG_BYTES)
-        server.layer_split, server.split_note = adapter.layer_split(candidate, command, load_log)
+        server.layer_split, server.split_note = await asyncio.to_thread(adapter.layer_split, candidate, command, load_log)
         return server
 
     async def _wait_ready(self, server: Server, timeout_s: float) -> None:

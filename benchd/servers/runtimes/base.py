@@ -180,7 +180,8 @@ class RuntimeAdapter:
         return None, f"{self.name} has no --fit (it does not move layers between devices)"
 
     def layer_split(self, candidate: Candidate, command: list[str], load_log: str) -> tuple[str | None, str]:
-        """(the split the server reported, its source) or (None, why none was reported)."""
+        """(the split the server reported, its source) or (None, why none was reported). May run a
+        subprocess: called off the event loop."""
         return None, f"{self.name} has no layer split: MLX runs the whole model on its default device"
 
     def memory_note(self, candidate: Candidate) -> str | None:

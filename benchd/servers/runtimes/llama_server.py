@@ -26,9 +26,11 @@ Facts used (pinned build b1-0c1e570, checked with `llama-server --help` on this 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
+import signal
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -95,36 +97,57 @@ _FIT_FLAGS = ("-fit", "--fit")
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 
 
-@functools.lru_cache(maxsize=16)
-def build_facts(binary: str, mtime_ns: int = 0) -> tuple[bool, list[str] | None]:
-    """(whether `--help` lists `--fit`, the GPU devices `--list-devices` names or None if it failed).
+#: A fact query (`--help`, `--list-devices`) answers in milliseconds; a binary that hangs must not stall a start.
+FACT_TIMEOUT_S = 2.0
 
-    Both run in milliseconds; cached per binary and modification time. Call off the event loop.
-    """
+
+def _ask_binary(binary: str, *args: str) -> str | None:
+    """The stdout of `binary args` (own process group, scrubbed env, killed as a group on timeout), or None."""
     env = environment.build(ENV_SCRUB, {}, {}).env  # as the servers run: no inherited LLAMA_ARG_*
-
-    def run(*args: str) -> str | None:
-        try:
-            done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=20, check=False, env=env)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout
-
-    help_text = run("--help") or ""
-    listing = run("--list-devices")
-    devices = None
-    if listing is not None and "Available devices:" in listing:  # devices are the indented lines after it
-        devices = [ln.strip() for ln in listing.split("Available devices:", 1)[1].splitlines()
-                   if ln.startswith((" ", "\t")) and ln.strip() and ln.strip() != "(none)"]
-    return bool(re.search(r"(^|\s)--fit\b", help_text)), devices
-
-
-def facts_for(binary: str) -> tuple[bool, list[str] | None]:
     try:
-        mtime = Path(binary).stat().st_mtime_ns
+        proc = subprocess.Popen([binary, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, env=env, start_new_session=True)
     except OSError:
-        mtime = 0
-    return build_facts(binary, mtime)
+        return None
+    try:
+        out, _ = proc.communicate(timeout=FACT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return None
+    return out
+
+
+def _mtime(binary: str) -> int:
+    try:
+        return Path(binary).stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+@functools.lru_cache(maxsize=16)
+def _supports_fit(binary: str, mtime_ns: int) -> bool:
+    return bool(re.search(r"(^|\s)--fit\b", _ask_binary(binary, "--help") or ""))
+
+
+@functools.lru_cache(maxsize=16)
+def _gpu_devices(binary: str, mtime_ns: int) -> tuple[str, ...] | None:
+    listing = _ask_binary(binary, "--list-devices")
+    if listing is None or "Available devices:" not in listing:
+        return None
+    return tuple(ln.strip() for ln in listing.split("Available devices:", 1)[1].splitlines()
+                 if ln.startswith((" ", "\t")) and ln.strip() and ln.strip() != "(none)")
+
+
+def supports_fit(binary: str) -> bool:
+    """Whether this build's `--help` lists `--fit` (cached per binary and mtime; blocks: call off the loop)."""
+    return _supports_fit(binary, _mtime(binary))
+
+
+def gpu_devices(binary: str) -> tuple[str, ...] | None:
+    """The GPU devices `--list-devices` names (empty: a CPU-only build; None: it did not answer)."""
+    return _gpu_devices(binary, _mtime(binary))
 
 
 class LlamaServerAdapter(RuntimeAdapter):
@@ -161,7 +184,7 @@ class LlamaServerAdapter(RuntimeAdapter):
 
     def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
         command, how = resolve_llama_binary(candidate.binary, cache_dir)
-        facts_for(command[0])  # --help / --list-devices, here off the event loop (argv reads the cache)
+        supports_fit(command[0])  # --help, here off the event loop (argv reads the cache)
         return command, how
 
     def fit_state(self, candidate: Candidate) -> tuple[str | None, str]:
@@ -181,8 +204,8 @@ class LlamaServerAdapter(RuntimeAdapter):
         if found:
             n, m = found[-1]
             return f"{n}/{m} layers on GPU", "server:log (load_tensors: offloaded N/M layers to GPU)"
-        _, devices = facts_for(command[0])
-        if devices == []:
+        devices = gpu_devices(command[0])
+        if devices == ():
             return None, "CPU-only build (`llama-server --list-devices` lists no GPU): every layer runs on the CPU"
         if devices is None:
             return None, "`llama-server --list-devices` did not answer, and the load log names no split"
@@ -196,7 +219,7 @@ class LlamaServerAdapter(RuntimeAdapter):
         if not any(a.split("=", 1)[0] in ("-np", "--parallel") for a in candidate.args):
             argv += ["-np", "1"]
         asked = any(a.split("=", 1)[0] in _FIT_FLAGS for a in candidate.args) or "LLAMA_ARG_FIT" in candidate.env
-        if not asked and facts_for(command[0])[0]:
+        if not asked and supports_fit(command[0]):
             argv += ["--fit", "off"]  # builds without --fit do not fit either
         spec = candidate.spec
         if spec is not None:
