@@ -60,14 +60,20 @@ async def probes(server: Server, cand: Candidate, n: int, max_tokens: int, **kw:
 
 
 @pytest.fixture(scope="module")
-def thinking_runs(scripted_models: Any, cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def thinking_runs(scripted_models: Any, make_scripted_models: Any, cache_dir: Path,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Per runtime: 5 probes of 256 tokens with thinking on (the default on llama-server and mlx_lm,
-    asked for on mlx_vlm), 1 with thinking off, 1 with EOS left alone; and the server handle."""
+    asked for on mlx_vlm), 1 with thinking off, 1 with EOS left alone; and the server handle.
+    llama-server runs the medium scripted model (same script, a few hundred tok/s): the small one
+    streams thousands of tok/s, and a loaded client then reads a whole probe in one or two reads,
+    which leaves no window to time."""
+    medium = make_scripted_models(size="medium")
+    assert medium.reasoning_tokens == scripted_models.reasoning_tokens
 
     async def run() -> dict[str, Any]:
         out: dict[str, Any] = {}
         for runtime in RUNTIMES:
-            cand = candidate(runtime, scripted_models)
+            cand = candidate(runtime, medium if runtime == "llama-server" else scripted_models)
             on = "on" if runtime == "mlx_vlm.server" else "default"
             async with started(cand, tmp_path_factory.mktemp("state"), cache_dir) as server:
                 out[runtime] = {
