@@ -105,15 +105,15 @@ def test_reasoning_is_measured(thinking_runs: dict[str, Any], scripted_models: A
 
 def test_llama_ttft_follows_the_servers_prompt_timing(thinking_runs: dict[str, Any]) -> None:
     """The first token chunk (reasoning) arrives right after the server's prompt processing: TTFT minus
-    the server's `prompt_ms` is the first decode steps plus HTTP, far below the time to the answer."""
+    the server's `prompt_ms` is two decode steps (`<think>`, the first reasoning token) plus HTTP, a
+    small share of the K + 2 steps to the first answer token (a ratio: absolute times vary with load)."""
     gaps, answer_gaps = [], []
     for r, n in thinking_runs["llama-server"]["on"]:
         prompt_ms = (r.timings or {})["prompt_ms"]
         gaps.append(n.ttft_ms - prompt_ms)
         answer_gaps.append(n.ttfat_ms - prompt_ms)
     assert statistics.median(gaps) >= 0
-    assert statistics.median(gaps) < statistics.median(answer_gaps)
-    assert statistics.median(gaps) < 50, gaps  # generous: a loaded 2-core machine
+    assert statistics.median(gaps) < 0.5 * statistics.median(answer_gaps), (gaps, answer_gaps)
 
 
 @pytest.mark.parametrize("runtime", ["llama-server", "mlx_vlm.server"])
