@@ -185,7 +185,11 @@ class Rechecker:
                 if (pending := self._pending_active()) is not None:
                     log.info("lock changed (%s); recheck job %s already pending", "; ".join(changed), pending.job)
                 else:
-                    await self._queue(lf, current, changed, now=False)
+                    try:
+                        await self._queue(lf, current, changed, now=False)
+                    except BenchdError as exc:  # e.g. the evidence runbook was pruned: said in the status
+                        log.error("lock changed (%s) but %s", "; ".join(changed), exc.message)
+                        self.state.last_check = [*changed, exc.message]
             self._save_state()
             return changed
 
@@ -210,7 +214,7 @@ class Rechecker:
         job = self.queue.submit(sweep, not_before, when)
         self.state.pending = PendingRecheck(job=job.id, queued_at=utcnow(), candidate=lf.locked.candidate,
                                             locked_at=lf.locked.locked_at, lock_runbook=lf.locked.runbook,
-                                            cause=cause, fingerprint=current, confirms=confirms)
+                                            cause=cause, fingerprint=current, confirms=confirms, now=now)
         self._save_state()
         log.warning("lock %s: %s; recheck job %s queued (not before %s, when %s)", lf.locked.candidate,
                     "; ".join(cause), job.id, not_before or "now", ", ".join(when) or "-")
@@ -248,7 +252,7 @@ class Rechecker:
         if entry.regressed and self.settings.confirm and pending.confirms is None:
             again = await self._queue(lf, pending.fingerprint, [f"confirming the regression found by recheck job "
                                                                 f"{pending.job}", *pending.cause],
-                                      now=False, confirms=pending.job)
+                                      now=pending.now, confirms=pending.job)
             entry = msgspec.structs.replace(entry, confirming=again.job,
                                             notified=f"held until recheck job {again.job} confirms it")
         elif entry.regressed or entry.outcome == "failed":

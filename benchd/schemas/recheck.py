@@ -114,6 +114,7 @@ class PendingRecheck(Struct, kw_only=True):
     cause: list[str] = []
     fingerprint: Fingerprint | None = None
     confirms: str | None = None
+    now: bool = False
 
 
 class RecheckState(Struct, kw_only=True):

@@ -20,6 +20,7 @@ from testlib import BENCHCTL, clean_env, wait_until
 
 from benchd.daemon.recheck import next_local_time
 from benchd.results import lock, runbook
+from benchd.store import Store
 
 
 def _factory_lock(base: Path) -> tuple[Any, dict[str, Path]]:
@@ -146,3 +147,20 @@ def test_timer_notices_a_change_while_running_and_by_hand_uses_the_settings(run_
     got = d.client().job(job_id)
     assert got["when"] == ["idle"] and got["not_before"] and got["name"] == "recheck-gguf-spec"
     assert "requested by hand" in out.stderr and "when idle" in out.stderr
+
+
+def test_a_change_without_evidence_to_compare_is_said_not_queued(run_daemon, short_base: Path) -> None:  # type: ignore[no-untyped-def]
+    config, models = _factory_lock(short_base)
+    for f in config.runbooks_dir.iterdir():  # the evidence runbook was pruned, with its job
+        f.unlink()
+    store = Store(config.db_path)
+    store.delete_jobs(["20261130-020000-abcd"])
+    store.close()
+    models["gguf"].write_bytes(b"re-quantized")
+    d = run_daemon(state_dir=config.state_dir, env=_env(config))
+    st = wait_until(lambda: (s := _status(d))["last_check_at"] and s, timeout=30, what="the start-up check")
+    assert st["pending"] is None and st["last_check"][0].startswith("model sha256: ")
+    assert "cannot recheck: the lock's evidence runbook" in st["last_check"][-1], st["last_check"]
+    out = _ctl(config, "recheck", "--now")
+    assert out.returncode == 2 and "re-lock on a current runbook" in out.stderr, out.stderr
+    assert d.client().health()["pid"] == d.pid
