@@ -362,7 +362,12 @@ def server_env(locked: Locked, config: Config) -> dict[str, str]:
 
 
 def server_command_line(locked: Locked, config: Config, port: int | None = None) -> str:
-    """`server_argv` as one shell line, with the extra environment (`server_env`) in front."""
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in server_env(locked, config).items())
+    """`server_argv` as one shell line, with the extra environment (`server_env`) in front and the
+    runtime knobs this shell exports unset (`env -u`), as the daemon removes them before a start."""
+    from benchd.servers.runtimes import get_adapter
+
+    removed = get_adapter(locked.runtime).server_env(locked_candidate(locked), config).removed
+    env = " ".join([*(f"-u {k}" for k in removed),
+                    *(f"{k}={shlex.quote(v)}" for k, v in server_env(locked, config).items())])
     line = shlex.join(server_argv(locked, config, port))
     return f"env {env} {line}" if env else line

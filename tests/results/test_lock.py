@@ -160,6 +160,17 @@ def test_command_is_the_adapters(state) -> None:
     assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HUB_CACHE"] == str(config.hf_cache_dir)
 
 
+def test_command_unsets_inherited_runtime_knobs(state, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon starts servers without inherited LLAMA_ARG_* (issue 13): so does the locked command."""
+    config, rb, _ = state
+    fake_bin = config.state_dir / "llama-server"
+    fake_bin.write_text("#!/bin/sh\n")
+    fake_bin.chmod(0o755)
+    monkeypatch.setenv("LLAMA_ARG_N_GPU_LAYERS", "0")
+    locked = msgspec.structs.replace(lock.build_lock(rb, "gguf-spec"), binary=str(fake_bin))
+    assert lock.server_command_line(locked, config, port=18080).startswith("env -u LLAMA_ARG_N_GPU_LAYERS ")
+
+
 # ------------------------------------------------------------------------------------ real server
 
 
