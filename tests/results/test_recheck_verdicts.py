@@ -288,3 +288,18 @@ def test_summary_words_for_held_confirmed_and_not_confirmed() -> None:
     assert summary(gone) == "not confirmed (job j1's regression did not repeat): no regression: every metric the same"
     failed = msgspec.structs.replace(base, outcome="failed", error="server exited")
     assert summary(failed) == "recheck failed: server exited"
+
+
+def test_recheck_contexts_a_person_names_in_the_lock(state) -> None:
+    from benchd.errors import BenchdError
+
+    config, _rb, _models, _binary, _ = state
+    path, doc = lock.lock_candidate(config, "gguf-spec")
+    subset = msgspec.structs.replace(doc.locked, recheck_contexts=[1024])
+    assert recheck_sweep(subset, config).contexts == [1024]
+    with pytest.raises(BenchdError, match=r"recheck_contexts \[4096\] are not among the lock's evidence contexts"):
+        recheck_sweep(msgspec.structs.replace(doc.locked, recheck_contexts=[4096]), config)
+    # written by hand into the file, it reads back (the person's edit; benchd never writes it)
+    text = path.read_text().replace('candidate = "gguf-spec"', 'candidate = "gguf-spec"\nrecheck_contexts = [512]', 1)
+    path.write_text(text)
+    assert recheck_sweep(lock.read_lock(path).locked, config).contexts == [512]
