@@ -327,7 +327,7 @@ def status(job_id: str | None, socket_path: str | None, as_json: bool) -> None:
     from benchctl.commands.recheck import recheck_lines
 
     client = _client(socket_path)
-    recheck_status = _call(client.recheck_status)
+    recheck_status = _call(lambda: _recheck_status(client))
     rechecks = recheck_lines(recheck_status)
     if job_id is None:
         running = _call(client.health).get("running_job")
@@ -356,6 +356,18 @@ def status(job_id: str | None, socket_path: str | None, as_json: bool) -> None:
     if job.get("when"):
         lines.append(f"when      {', '.join(job['when'])}")
     click.echo("\n".join([*lines, *rechecks]))
+
+
+def _recheck_status(client: Any) -> dict[str, Any]:
+    """The daemon's recheck status; empty from a daemon older than rechecks (404), so `status` still works."""
+    from benchctl.client import ApiError
+
+    try:
+        return client.recheck_status()  # type: ignore[no-any-return]
+    except ApiError as exc:
+        if exc.status == 404:
+            return {}
+        raise
 
 
 @click.command()
