@@ -102,20 +102,25 @@ FACT_TIMEOUT_S = 2.0
 
 
 def _ask_binary(binary: str, *args: str) -> str | None:
-    """The stdout of `binary args` (own process group, scrubbed env, killed as a group on timeout), or None."""
+    """The stdout of `binary args`, or None when it did not answer in time. Runs in its own process group
+    with the scrubbed environment; the group is killed afterwards either way, so nothing the query
+    started (a wrapper script's background child) outlives it."""
     env = environment.build(ENV_SCRUB, {}, {}).env  # as the servers run: no inherited LLAMA_ARG_*
     try:
         proc = subprocess.Popen([binary, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True, env=env, start_new_session=True)
     except OSError:
         return None
+    out: str | None = None
     try:
         out, _ = proc.communicate(timeout=FACT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
+        pass
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return None
+        if out is None:
+            proc.communicate()
     return out
 
 
@@ -128,7 +133,10 @@ def _mtime(binary: str) -> int:
 
 @functools.lru_cache(maxsize=16)
 def _supports_fit(binary: str, mtime_ns: int) -> bool:
-    return bool(re.search(r"(^|\s)--fit\b", _ask_binary(binary, "--help") or ""))
+    """True when `--help` lists `--fit`, or did not answer: then benchd still passes `--fit off` (every
+    build since `--fit` appeared has it, and an older one fails loudly naming the flag, never fits)."""
+    text = _ask_binary(binary, "--help")
+    return text is None or bool(re.search(r"(^|\s)--fit\b", text))
 
 
 @functools.lru_cache(maxsize=16)
