@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -97,10 +97,14 @@ def new_job_id() -> str:
     return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
-def planned_probes(sweep: Sweep) -> int:
-    """Recorded rows a sweep will write: probes per (candidate, context) plus one sustained each."""
-    per_candidate = len(sweep.contexts) * sweep.probes + (1 if sweep.sustained.tokens > 0 else 0)
-    return per_candidate * len(sweep.candidates)
+def planned_probes(sweep: Sweep, bound: Literal["min", "max"] = "min") -> int:
+    """Recorded rows a sweep will write: probes per (candidate, context) plus one sustained each, plus
+    the drift sentinel's re-run of the first cell. With `probes = "auto"` a cell writes between `min`
+    and `max` probe rows: `bound` picks which end (a fixed count gives the same number for both)."""
+    plan = sweep.probe_plan()
+    per_cell = plan.min if bound == "min" else plan.max
+    per_candidate = len(sweep.contexts) * per_cell + (1 if sweep.sustained.tokens > 0 else 0)
+    return per_candidate * len(sweep.candidates) + (per_cell if sweep.sentinel_on() else 0)
 
 
 class Store:
@@ -169,13 +173,15 @@ class Store:
     def _job_from(self, cur: sqlite3.Cursor, values: tuple[Any, ...], with_sweep: bool) -> Job:
         d = {desc[0]: v for desc, v in zip(cur.description, values, strict=True)}
         done = self.count_rows(d["id"])
+        sweep = _sweep_dec.decode(d["sweep"])
+        total_max = planned_probes(sweep, "max") if sweep.probe_plan().adaptive else None
         return Job(
             id=d["id"], name=d["name"], state=d["state"], created_at=d["created_at"],
             not_before=d["not_before"], when=msgspec.json.decode(d["when_"]),
             waiting_reason=d["waiting_reason"], started_at=d["started_at"], finished_at=d["finished_at"],
             error=d["error"], runbook_id=d["runbook_id"],
-            progress=Progress(done=done, total=d["total"]),
-            sweep=_sweep_dec.decode(d["sweep"]) if with_sweep else None,
+            progress=Progress(done=done, total=d["total"], total_max=total_max),
+            sweep=sweep if with_sweep else None,
         )
 
     def list_jobs(self, state: str | None = None, limit: int = 50, before: str | None = None) -> JobList:

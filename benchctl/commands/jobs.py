@@ -129,32 +129,45 @@ def _first_str(value: Any) -> str | None:
 
 def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dict[str, Any]:
     """Planned cells and a duration estimate from stated assumptions (the estimate is no measurement)."""
-    cells = []
-    for cand in sweep.candidates:
-        for ctx in sweep.contexts:
-            cells.append({"candidate": cand.id, "context": ctx, "warmup": sweep.warmup, "probes": sweep.probes})
+    import msgspec
+
     from benchd.store import planned_probes
 
-    requests = 0
-    gen_s = prompt_s = 0.0
-    for ctx in sweep.contexts:
-        n = (sweep.probes + sweep.warmup) * len(sweep.candidates)
-        requests += n
-        gen_s += n * sweep.gen_tokens / gen_tps
-        prompt_s += n * ctx / prompt_tps
-    if sweep.sustained.tokens:
-        requests += len(sweep.candidates)
-        gen_s += len(sweep.candidates) * sweep.sustained.tokens / gen_tps
+    pp = sweep.probe_plan()
+    probes = sweep.probes if isinstance(sweep.probes, (int, str)) else msgspec.to_builtins(sweep.probes)
+    cells = [{"candidate": cand.id, "context": ctx, "warmup": sweep.warmup, "probes": probes,
+              "probes_min": pp.min, "probes_max": pp.max} for cand in sweep.candidates for ctx in sweep.contexts]
+    sentinel = sweep.sentinel_on()
+
+    def cost(per_cell: int) -> tuple[int, float]:
+        """Requests and seconds of generation + prompt work when every cell runs `per_cell` probes."""
+        requests, work_s = 0, 0.0
+        for ctx in sweep.contexts:
+            n = (per_cell + sweep.warmup) * len(sweep.candidates) + (per_cell if sentinel and ctx == min(sweep.contexts) else 0)
+            requests += n
+            work_s += n * (sweep.gen_tokens / gen_tps + ctx / prompt_tps)
+        if sweep.sustained.tokens:
+            requests += len(sweep.candidates)
+            work_s += len(sweep.candidates) * sweep.sustained.tokens / gen_tps
+        return requests, work_s
+
+    (req_lo, work_lo), (req_hi, work_hi) = cost(pp.min), cost(pp.max)
     cd = sweep.cooldown
-    cooldown_min = requests * (cd.seconds if cd.policy == "fixed" else 0.0)
-    cooldown_max = requests * (cd.seconds if cd.policy == "fixed" else cd.max_seconds)
-    startups = len(sweep.candidates) * len(sweep.contexts)
-    base = gen_s + prompt_s + startups * startup_s
+    cooldown_min = req_lo * (cd.seconds if cd.policy == "fixed" else 0.0)
+    cooldown_max = req_hi * (cd.seconds if cd.policy == "fixed" else cd.max_seconds)
+    startups = len(sweep.candidates) * len(sweep.contexts) + (1 if sentinel else 0)
     return {
         "cells": cells,
         "rows": planned_probes(sweep),
-        "requests": requests,
-        "estimate_s": {"low": round(base + cooldown_min), "high": round(base + cooldown_max)},
+        "rows_max": planned_probes(sweep, "max"),
+        "requests": req_lo,
+        "requests_max": req_hi,
+        "adaptive": pp.adaptive and {"min": pp.min, "max": pp.max, "target_ci_pct": pp.target_ci_pct,
+                                     "metric": pp.metric, "throttle_pct": pp.throttle_pct},
+        "sentinel": sentinel and {"candidate": sweep.candidates[0].id, "context": min(sweep.contexts),
+                                  "drift_pct": sweep.sentinel_drift_pct},
+        "estimate_s": {"low": round(work_lo + startups * startup_s + cooldown_min),
+                       "high": round(work_hi + startups * startup_s + cooldown_max)},
         "assumptions": {
             "gen_tps": gen_tps, "prompt_tps": prompt_tps, "startup_s_per_server": startup_s,
             "servers_started": startups, "cooldown": f"{cd.policy}, before every request",
@@ -191,11 +204,18 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
         _print_json({"file": sweep_file, "ok": not problems, "problems": problems, "pin_client": sweep.pin_client,
                      "settings": _settings(sweep), **p})
     else:
+        pp = sweep.probe_plan()
+        count = f"{pp.min}-{pp.max} probes (auto)" if pp.adaptive else f"{pp.min} probe(s)"
         click.echo(f"{sweep_file}: sweep {sweep.name!r}: {len(sweep.candidates)} candidate(s) x "
-                   f"{len(sweep.contexts)} context(s), {sweep.probes} probe(s) + {sweep.warmup} warmup each, "
+                   f"{len(sweep.contexts)} context(s), {count} + {sweep.warmup} warmup each, "
                    f"gen_tokens {sweep.gen_tokens}")
+        if pp.adaptive:
+            click.echo(f"  probes: each cell stops once the 95 % CI of the median {pp.metric} is within "
+                       f"±{pp.target_ci_pct:g} % (after {pp.min}, at most {pp.max}); throttle-suspect below "
+                       f"{pp.throttle_pct:g} % of the running median")
         for cell in p["cells"]:
-            click.echo(f"  {cell['candidate']:<32} ctx {cell['context']:>8}  {cell['probes']} probes")
+            n = f"{cell['probes_min']}-{cell['probes_max']}" if pp.adaptive else str(cell["probes_min"])
+            click.echo(f"  {cell['candidate']:<32} ctx {cell['context']:>8}  {n} probes")
         for cand in sweep.candidates:
             if cand.spec is not None:
                 click.echo(f"  {cand.id}: spec kind {cand.spec.kind}"
@@ -207,10 +227,15 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
         st = _settings(sweep)
         click.echo(f"thinking {st['thinking']}; ignore_eos {str(st['ignore_eos']).lower()}; evals: thinking "
                    f"{st['eval_thinking']}, +{st['eval_reasoning_budget']} tokens when cut off while reasoning")
+        if p["sentinel"]:
+            s = p["sentinel"]
+            click.echo(f"  + drift sentinel: {s['candidate']} ctx {s['context']} run again at the end "
+                       f"(drift beyond ±{s['drift_pct']:g} % is reported)")
         a = p["assumptions"]
         est = p["estimate_s"]
         span = _fmt_s(est["low"]) if est["low"] == est["high"] else f"{_fmt_s(est['low'])}-{_fmt_s(est['high'])}"
-        click.echo(f"{p['rows']} rows; estimated duration {span} (assuming {a['gen_tps']:g} tok/s decode, "
+        rows = f"{p['rows']}" if p["rows"] == p["rows_max"] else f"{p['rows']}-{p['rows_max']}"
+        click.echo(f"{rows} rows; estimated duration {span} (assuming {a['gen_tps']:g} tok/s decode, "
                    f"{a['prompt_tps']:g} tok/s prompt, {a['startup_s_per_server']:g} s per server start; "
                    f"cooldown {a['cooldown']}; assumptions, not measurements)")
         _print_problems(problems)
@@ -290,12 +315,24 @@ def submit(sweep_file: str, at: str | None, when: tuple[str, ...], follow: bool,
 # --------------------------------------------------------------------------------------- jobs/status
 
 
+def planned_text(prog: dict[str, Any]) -> str:
+    """Rows planned: `N`, or `min-max` when the probe count is adaptive (`probes = "auto"`)."""
+    lo, hi = prog.get("total", 0), prog.get("total_max")
+    return f"{lo}-{hi}" if hi is not None and hi != lo else str(lo)
+
+
+def eta_text(prog: dict[str, Any]) -> str:
+    """ETA: one figure, or `low-high` when the probe count is adaptive."""
+    lo, hi = prog.get("eta_s") or 0, prog.get("eta_max_s")
+    return f"{_fmt_s(lo)}-{_fmt_s(hi)}" if hi is not None and round(hi) != round(lo) else _fmt_s(lo)
+
+
 def _job_line(job: dict[str, Any]) -> str:
     prog = job.get("progress") or {}
     why = job.get("waiting_reason") or job.get("error") or ""
     if job.get("state") == "running" and prog.get("eta_s") is not None:
-        why = f"eta {_fmt_s(prog['eta_s'])}"
-    return (f"{job['id']:<22} {job['state']:<11} {prog.get('done', 0):>5}/{prog.get('total', 0):<5} "
+        why = f"eta {eta_text(prog)}"
+    return (f"{job['id']:<22} {job['state']:<11} {prog.get('done', 0):>5}/{planned_text(prog):<5} "
             f"{job['created_at'][:19]:<20} {job['name'][:28]:<28} {why}")
 
 
@@ -346,8 +383,8 @@ def status(job_id: str | None, socket_path: str | None, as_json: bool) -> None:
     lines = [
         f"job       {job['id']}  ({job['name']})",
         f"state     {job['state']}" + (f"  - {job['waiting_reason']}" if job.get("waiting_reason") else ""),
-        f"progress  {prog.get('done', 0)}/{prog.get('total', 0)} rows"
-        + (f", eta {_fmt_s(prog['eta_s'])}" if prog.get("eta_s") is not None else ""),
+        f"progress  {prog.get('done', 0)}/{planned_text(prog)} rows"
+        + (f", eta {eta_text(prog)}" if prog.get("eta_s") is not None else ""),
         f"created   {job['created_at']}",
     ]
     for key in ("not_before", "started_at", "finished_at", "error", "runbook_id"):

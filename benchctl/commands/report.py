@@ -126,7 +126,8 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
     click.echo(f"A = {cmp.a}\nB = {cmp.b}")
     _print_builds(cmp.builds)
     click.echo(f"test: {cmp.test}, α = {cmp.alpha}; needs ≥ {cmp.min_probes_per_side} ok probes per side "
-               "(with fewer the smallest possible p-value is above α)")
+               "(with fewer the smallest possible p-value is above α); better/worse only beyond the noise "
+               "(CIs apart or p < α) and beyond the runbook's target_ci_pct, else tied")
     header = ["candidate", "context", "metric", "A median (n)", "B median (n)", "B/A", "p", "verdict"]
     body = []
     for cell in cmp.cells:
@@ -134,7 +135,8 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
             body.append([cell.candidate, str(cell.context), m.metric, f"{_fmt(m.metric, m.median_a)} ({m.n_a})",
                          f"{_fmt(m.metric, m.median_b)} ({m.n_b})",
                          f"{m.ratio_b_over_a:.3f}" if m.ratio_b_over_a is not None else "null",
-                         f"{m.p_value:.3g}" if m.p_value is not None else "-", m.verdict])
+                         f"{m.p_value:.3g}" if m.p_value is not None else "-",
+                         m.verdict + (f" ({m.why})" if m.why and m.verdict == "tied" else "")])
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     for row in [header, ["-" * w for w in widths], *body]:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())

@@ -117,14 +117,31 @@ def _row_text(row: dict[str, Any]) -> str:
             f"{row.get('status')}")
     if row.get("status") != "ok":
         return f"{base} ({row.get('error') or 'no reason given'})"
+    throttle = row.get("throttle") or {}
+    flag = f"  THROTTLE-SUSPECT ({throttle.get('note')})" if throttle.get("suspect") else ""
     return (f"{base}  gen {f('gen_tps', '.1f')} tok/s  prompt {f('prompt_tps', '.1f')} tok/s  "
-            f"ttft {f('ttft_ms', '.0f')} ms  mem {f('mem_peak_bytes', ',')} B")
+            f"ttft {f('ttft_ms', '.0f')} ms  mem {f('mem_peak_bytes', ',')} B{flag}")
+
+
+def _verdict_text(p: dict[str, Any]) -> str:
+    """`cell a ctx 512: steady (CI ±1.2 % <= ±2 % target after 8 ok probes, no trend)`."""
+    v = p.get("verdict") or {}
+    word = v.get("verdict") or "null"
+    if word == "unsteady" and v.get("ci_half_width_pct") is not None:
+        word += f" ±{v['ci_half_width_pct']:.1f}%"
+    kind = "" if p.get("kind") == "probe" else f" {p.get('kind')}"
+    extra = f"; {v['throttle_suspects']} throttle-suspect" if v.get("throttle_suspects") else ""
+    extra += f"; {v['invalidated']} invalidated and re-run" if v.get("invalidated") else ""
+    return (f"cell {p.get('candidate')} ctx {p.get('context')}{kind}: {word} after {v.get('probes_used')} probes "
+            f"({v.get('reason')}{extra})")
 
 
 def _event_text(ev: dict[str, Any]) -> str:
     p = ev.get("payload") or {}
     if ev["type"] == "probe_finished" and isinstance(p.get("row"), dict):
         return _row_text(p["row"])
+    if ev["type"] == "cell_finished":
+        return _verdict_text(p)
     detail = " ".join(f"{k}={v}" for k, v in p.items() if not isinstance(v, (dict, list)) and v is not None)
     return f"{ev['type']} {detail}".rstrip()
 
@@ -132,6 +149,10 @@ def _event_text(ev: dict[str, Any]) -> str:
 class _Plain:
     def __init__(self, job: dict[str, Any], raw: bool) -> None:
         self.raw = raw
+        prog = job.get("progress") or {}
+        if not raw and prog.get("total_max") not in (None, prog.get("total")):
+            sys.stdout.write(f"{job.get('name', job['id'])}: {prog.get('total')}-{prog['total_max']} rows planned "
+                             "(probes = auto: each cell stops when its CI target is met)\n")
 
     def __enter__(self) -> _Plain:
         return self
@@ -155,6 +176,9 @@ class _Rich:
 
         prog = job.get("progress") or {}
         self.total = int(prog.get("total") or 0)
+        if prog.get("total_max") not in (None, self.total):  # adaptive probes: the plan is a range, the bar
+            job = {**job, "name": f"{job.get('name', job['id'])} ({self.total}-{prog['total_max']} rows)"}
+            self.total = int(prog["total_max"])  # runs to its high end (the ETA is the longest)
         self.done_keys: set[tuple[Any, ...]] = set()
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("eta"), TimeRemainingColumn())
@@ -174,7 +198,8 @@ class _Rich:
                 self.done_keys.add((row.get("candidate"), row.get("context"), row.get("kind"), row.get("probe")))
                 self.progress.update(self.task, completed=len(self.done_keys))
             self.progress.console.print(_row_text(row), highlight=False, markup=False)
-        elif ev["type"] in ("job_started", "job_resumed", "job_interrupted", *TERMINAL_EXIT, "server_crashed"):
+        elif ev["type"] in ("job_started", "job_resumed", "job_interrupted", *TERMINAL_EXIT, "server_crashed",
+                            "cell_finished"):
             self.progress.console.print(_event_text(ev), style="bold", highlight=False, markup=False)
         else:
             self.progress.update(self.task, description=_event_text(ev)[:60])

@@ -224,14 +224,18 @@ async def submit_job(request: web.Request) -> web.Response:
 def _with_eta(job: Job) -> Job:
     """A rough ETA for a running job: time per stored row so far times the rows left."""
     prog = job.progress
-    if job.state != "running" or prog is None or not job.started_at or prog.done <= 0 or prog.done >= prog.total:
+    if job.state != "running" or prog is None or not job.started_at or prog.done <= 0 or prog.done >= (prog.total_max or prog.total):
         return job
     try:
         elapsed = (datetime.now(UTC) - parse_time(job.started_at)).total_seconds()
     except ValueError:
         return job
-    eta = elapsed / prog.done * (prog.total - prog.done)
-    return msgspec.structs.replace(job, progress=Progress(done=prog.done, total=prog.total, eta_s=round(eta, 1)))
+    per_row = elapsed / prog.done
+    eta = per_row * max(0, prog.total - prog.done)
+    eta_max = per_row * (prog.total_max - prog.done) if prog.total_max is not None else None
+    return msgspec.structs.replace(job, progress=Progress(
+        done=prog.done, total=prog.total, eta_s=round(eta, 1), total_max=prog.total_max,
+        eta_max_s=round(eta_max, 1) if eta_max is not None else None))
 
 
 async def list_jobs(request: web.Request) -> web.Response:

@@ -112,6 +112,7 @@ def build_row(
     if cooldown is not None:
         fields["cooldown_s"] = round(cooldown.waited_s, 3)
         fields["cooldown_reason"] = cooldown.reason
+        fields["cooldown_note"] = cooldown.note
         fields["thermal_before"] = cooldown.after or cooldown.before
         sources["cooldown_s"] = f"cooldown:{cooldown.policy}"
     if extra:

@@ -27,13 +27,17 @@ import msgspec
 
 from benchd.config import Config
 from benchd.engine import cooldown as cooldown_mod
-from benchd.engine import evalrun, evals, probe
+from benchd.engine import evalrun, evals, probe, verdict
+from benchd.engine import series as series_mod
+from benchd.engine.groups import Group, plan_groups
 from benchd.engine.metrics import sustained_summary
 from benchd.engine.prompts import Prompt
 from benchd.engine.rows import Cell, ServerFacts, build_row, model_files, shortfall
+from benchd.engine.series import CellSeries
 from benchd.engine.sizing import PromptSizer
 from benchd.schemas import Candidate, CooldownRecord, Event, Row, Sweep
 from benchd.sensors.memory.sampler import MemorySampler
+from benchd.sensors.suspend.sensor import open_clock
 from benchd.sensors.thermal.sensor import ThermalSensor, open_sensor
 from benchd.servers import affinity
 from benchd.servers.runtimes import get_adapter
@@ -43,39 +47,12 @@ from benchd.store import Store, utcnow
 
 #: Grace between SIGTERM and SIGKILL when the engine stops a server (cancel must finish within 2 s).
 STOP_GRACE_S = 1.5
-#: The sustained generation and evals need room beyond the smallest context.
-TAIL_MIN_TOKENS = 1024
 
 
 @dataclass(frozen=True)
 class JobOutcome:
     state: Literal["succeeded", "failed"]
     error: str | None = None
-
-
-@dataclass(frozen=True)
-class Group:
-    """Cells one server start serves: its context size, the contexts, and the tail work."""
-
-    ctx_size: int | None
-    contexts: list[int]
-    sustained: bool
-    evals: bool
-
-
-def plan_groups(adapter: RuntimeAdapter, cand: Candidate, sweep: Sweep) -> list[Group]:
-    """Server starts for a candidate, in order. The last group also runs sustained + evals."""
-    contexts = sorted(sweep.contexts)
-    tail_sustained = sweep.sustained.tokens > 0
-    tail_evals = sweep.eval_tier != "none"
-    if not adapter.restarts_per_context(cand):
-        ctx = adapter.server_ctx_size(cand, contexts[-1], sweep.gen_tokens)
-        return [Group(ctx, contexts, tail_sustained, tail_evals)]
-    groups = [Group(adapter.server_ctx_size(cand, c, sweep.gen_tokens), [c], False, False) for c in contexts]
-    if tail_sustained or tail_evals:
-        tail_tokens = max(sweep.sustained.tokens, TAIL_MIN_TOKENS)
-        groups.append(Group(adapter.server_ctx_size(cand, contexts[0], tail_tokens), [], tail_sustained, tail_evals))
-    return groups
 
 
 class Engine:
@@ -99,6 +76,9 @@ class Engine:
         self.memory_rate_hz = memory_rate_hz
         self.supervisor = Supervisor(config, grace_s=STOP_GRACE_S)
         self.done = store.done_keys(job)
+        self.plan = sweep.probe_plan()
+        self.book = series_mod.SeriesBook(self.plan, store.rows(job))  # every cell's rows so far (resume)
+        self.clock = open_clock()
         self.timeout_s = sweep.effective_probe_timeout_s()
         self.sizer = PromptSizer(job, sweep, self.timeout_s)
         self.prompts = self.sizer.prompts
@@ -114,10 +94,12 @@ class Engine:
     def commit(self, row: Row) -> None:
         self.notify(self.store.commit_row(row))
         self.done.add((row.candidate, row.context, row.kind, row.probe))
+        self.book.add(row)
 
     def pending(self, cand: Candidate, context: int, kind: str = "probe") -> list[int]:
-        count = self.sweep.probes if kind == "probe" else 1
-        return [p for p in range(count) if (cand.id, context, kind, p) not in self.done]
+        if kind == "sustained":
+            return [0] if (cand.id, context, kind, 0) not in self.done else []
+        return self.book.series(cand.id, context, kind).pending_floor()
 
     # -- the job --------------------------------------------------------------------------------
 
@@ -125,6 +107,7 @@ class Engine:
         try:
             for cand in self.sweep.candidates:
                 await self.run_candidate(cand)
+            await self.run_sentinel()
         finally:
             await asyncio.shield(self.supervisor.stop_all())
             self.client_pin.release()
@@ -145,8 +128,17 @@ class Engine:
             if self.group_has_work(cand, g):
                 await self.run_group(adapter, cand, g)
 
+    async def run_sentinel(self) -> None:
+        """Re-run the sweep's first cell (same candidate, context, probe count) to measure the drift."""
+        cand, ctx = self.sweep.candidates[0], min(self.sweep.contexts)
+        first, again = self.book.series(cand.id, ctx), self.book.series(cand.id, ctx, "sentinel")
+        if self.sweep.sentinel_on() and first.values() and not again.done():
+            adapter = get_adapter(cand.runtime)  # (no ok first run: nothing to compare, the runbook says so)
+            g = next(g for g in plan_groups(adapter, cand, self.sweep) if ctx in g.contexts)
+            await self.run_group(adapter, cand, Group(g.ctx_size, [ctx], False, False), kind="sentinel")
+
     def group_has_work(self, cand: Candidate, g: Group) -> bool:
-        if any(self.pending(cand, c) for c in g.contexts):
+        if any(self.book.series(cand.id, c).next_probe() is not None for c in g.contexts):
             return True
         if g.sustained and self.pending(cand, self.sustained_context(), "sustained"):
             return True
@@ -220,27 +212,28 @@ class Engine:
         self.emit("server_stopped", candidate=server.candidate.id, pid=server.pid,
                   exit_status=info.status if info else None, crashed=crashed is not None)
 
-    async def run_group(self, adapter: RuntimeAdapter, cand: Candidate, g: Group) -> None:
+    async def run_group(self, adapter: RuntimeAdapter, cand: Candidate, g: Group, kind: str = "probe") -> None:
         server: Server | None = await self.start_server(cand, g)
         if server is None:
             return
         try:
-            warm = True
+            warm = self.sweep.warmup
             for context in g.contexts:
-                for p in self.pending(cand, context):
+                while (p := (series := self.book.series(cand.id, context, kind)).next_probe()) is not None:
                     if not server.running:  # crashed or killed after a timeout: restart for the next cell
                         await self.stop_server(server)
                         server = await self.start_server(cand, g)
                         if server is None:
                             return
-                        warm = True
-                    cell = Cell(self.job, cand, context, "probe", p)
+                        warm = self.sweep.warmup
+                    cell = Cell(self.job, cand, context, kind, p)  # type: ignore[arg-type]
                     failed = await self.prepare(adapter, server, cell, warm)
-                    warm = False
-                    if failed is not None:  # the server broke before the probe: this cell's row says how
-                        self.commit(failed)
-                        continue
-                    self.commit(await self.run_probe(adapter, server, cell, self.sweep.gen_tokens))
+                    warm = 0
+                    row = failed or await self.run_probe(adapter, server, cell, self.sweep.gen_tokens, series)
+                    self.commit(row)  # a failed prepare: the server broke before the probe, the row says how
+                if series.rows:  # the cell is done: its verdict (shown by `tail`)
+                    self.emit("cell_finished", candidate=cand.id, context=context, kind=kind, verdict=verdict.cell_verdict(series.rows, series.plan))
+                warm = min(1, self.sweep.warmup)  # a server serving several contexts warms up at each new one
             if g.sustained and server.running:
                 ctx = self.sustained_context()
                 for p in self.pending(cand, ctx, "sustained"):
@@ -254,8 +247,8 @@ class Engine:
 
     # -- probes ---------------------------------------------------------------------------------
 
-    async def prepare(self, adapter: RuntimeAdapter, server: Server, cell: Cell, warm: bool) -> Row | None:
-        """Warm-up (after a start) and prompt sizing, bounded by the probe timeout per warm-up probe.
+    async def prepare(self, adapter: RuntimeAdapter, server: Server, cell: Cell, warm: int) -> Row | None:
+        """Warm-up (`warm` probes: after a start; one at each new context of a multi-context server) and prompt sizing.
 
         A server that crashes or hangs here costs this cell (a failed / timeout row naming the cause,
         the server stopped so the next cell restarts it), never the job: found by the fault suite,
@@ -267,7 +260,7 @@ class Engine:
         try:
             async with asyncio.timeout(budget):
                 if warm:
-                    await self.sizer.warm_up(adapter, server, cell.candidate, cell.context)
+                    await self.sizer.warm_up(adapter, server, cell.candidate, cell.context, warm)
                 await self.sizer.size_prompts(adapter, server, cell.candidate, cell.context)
             return None
         except TimeoutError:
@@ -281,31 +274,35 @@ class Engine:
                 await self.supervisor.stop(server, grace_s=0.5)
             return row
 
-    async def cool_down(self, cell: Cell) -> CooldownRecord:
-        self.emit("cooldown_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe,
-                  policy=self.sweep.cooldown.policy)
-        record = await cooldown_mod.wait(self.sweep.cooldown, self.sensor)
-        self.emit("cooldown_finished", candidate=cell.candidate.id, context=cell.context, probe=cell.probe,
-                  record=record)
+    async def cool_down(self, adapter: RuntimeAdapter, server: Server, cell: Cell, series: CellSeries | None) -> CooldownRecord:
+        self.emit("cooldown_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe, policy=self.sweep.cooldown.policy)
+        record = await series_mod.extend_cooldown(  # after a throttle-suspect probe, with policy thermal
+            await cooldown_mod.wait(self.sweep.cooldown, self.sensor), series, self.sweep.cooldown, self.plan,
+            lambda: series_mod.check_rate(self.sizer, adapter, server, cell.candidate, cell.context, self.plan.metric))
+        self.emit("cooldown_finished", candidate=cell.candidate.id, context=cell.context, probe=cell.probe, record=record)
         return record
 
-    async def run_probe(self, adapter: RuntimeAdapter, server: Server, cell: Cell, gen_tokens: int) -> Row:
+    async def run_probe(self, adapter: RuntimeAdapter, server: Server, cell: Cell, gen_tokens: int,
+                        series: CellSeries | None = None) -> Row:
         facts = ServerFacts(server.ctx_size, server.binary, server.version)
         prompt = await self.size_prompt(adapter, server, cell, facts)  # before the cooldown, not in the window
         if isinstance(prompt, Row):
             return prompt
-        cd = await self.cool_down(cell)
+        cd = await self.cool_down(adapter, server, cell, series)
         started_at = utcnow()
         self.emit("probe_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe, kind=cell.kind)
         facts = ServerFacts.of(server)
         sampler = MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cell.candidate),
                                 series=cell.kind == "sustained")
+        watch = series_mod.Watch(self.clock, server.pid)  # a sleep or a stopped server invalidates the probe
         try:
-            return await self._probe(adapter, server, cell, gen_tokens, cd, started_at, facts, sampler, prompt)
+            row = await self._probe(adapter, server, cell, gen_tokens, cd, started_at, facts, sampler, prompt)
+            return await watch.judge(row, series=series, plan=self.plan, sensor=self.sensor,
+                                     target_celsius=self.sweep.cooldown.target_celsius)
         except asyncio.CancelledError:
             # A cancel or shutdown cut the probe short: store it as `aborted` (run again on resume).
             with contextlib.suppress(Exception):
-                await asyncio.shield(sampler.stop())
+                await asyncio.shield(asyncio.gather(watch.cancel(), sampler.stop()))
             self.commit(build_row(cell, status="aborted", started_at=started_at, server=facts, cooldown=cd,
                                   error="cancelled while the probe was in flight"))
             raise
@@ -401,13 +398,7 @@ class Engine:
                 self.evals_done.add((cand.id, task.id))
 
 
-async def run_job(
-    job_id: str,
-    sweep: Sweep,
-    store: Store,
-    config: Config,
-    notify: Callable[[Event], None],
-    resume: bool = False,
-) -> JobOutcome:
+async def run_job(job_id: str, sweep: Sweep, store: Store, config: Config, notify: Callable[[Event], None],
+                  resume: bool = False) -> JobOutcome:
     """Run (or resume: rows already stored are skipped either way) one sweep to its end."""
     return await Engine(job_id, sweep, store, config, notify).run()

@@ -57,9 +57,11 @@ class PromptSizer:
             return "tokenizer (server /tokenize)"
         return "tokenizer (model dir tokenizer.json, counted locally)"
 
-    async def warm_up(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int) -> None:
-        """Unrecorded probes after a server start (they also feed the prompt calibration)."""
-        for w in range(self.sweep.warmup):
+    async def warm_up(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int,
+                      count: int | None = None) -> None:
+        """Unrecorded probes after a server start (`sweep.warmup`) or at a new context on a server that
+        serves several (`count` = 1); they also feed the prompt calibration."""
+        for w in range(self.sweep.warmup if count is None else count):
             await self.unrecorded(adapter, server, cand, context, f"warmup{w}")
 
     async def size_prompts(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int) -> None:

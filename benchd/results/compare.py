@@ -7,10 +7,17 @@ mid-ranks, so no normal approximation is trusted at n = 3..10). With n probes pe
 two-sided p-value it can ever give is 2 / C(2n, n): 0.1 at n = 3, 0.029 at n = 4, so it needs at least
 `min_probes_per_side()` (= 4 at α = 0.05) per side; below that the verdict is "too few probes to call
 a difference", never a guess. No scipy: the distribution is counted by dynamic programming.
+
+Ties are ties (issue 15): a difference counts only beyond the noise — the two cells' distribution-free
+95 % CIs of the median do not overlap, or the exact test is significant — and larger than the sweep's
+`target_ci_pct` (the precision the user asked for: a 0.8 % gap is not a finding when every cell was
+measured to ±2 %). Otherwise the verdict is `tied`, with why. `beyond_noise` is the one rule; the
+Pareto view uses it too.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from fractions import Fraction
@@ -19,12 +26,16 @@ from typing import Any
 
 from msgspec import Struct
 
+from benchd.engine.metrics import median_ci
 from benchd.results.fingerprint import changed_kinds, changes, runbook_fingerprint
 from benchd.schemas import Fingerprint, Runbook
 
 ALPHA = 0.05
 TEST_NAME = "Mann–Whitney U (Wilcoxon rank-sum), exact, two-sided"
 TOO_FEW = "too few probes to call a difference"
+TIED = "tied"
+#: The practical margin when a runbook names none (the default `target_ci_pct`).
+DEFAULT_MARGIN_PCT = 2.0
 #: Metrics compared, with the direction that is better.
 METRICS: tuple[tuple[str, str], ...] = (
     ("gen_tps", "higher"), ("prompt_tps", "higher"), ("ttft_ms", "lower"), ("mem_peak_bytes", "lower"),
@@ -92,6 +103,33 @@ def mann_whitney_exact(a: Sequence[float], b: Sequence[float]) -> tuple[float, f
     return u, min(1.0, extreme / total)
 
 
+def beyond_noise(a: Sequence[float], b: Sequence[float], margin_pct: float = DEFAULT_MARGIN_PCT) -> tuple[bool, str]:
+    """Whether the medians of `a` and `b` differ by more than the noise, and why (or why not).
+
+    Beyond the noise = (the 95 % CIs of the medians do not overlap, or the exact Mann–Whitney test
+    gives p < α) and the medians differ by more than `margin_pct` %. With too few values for either
+    test (n < 6 for the CI, and too few for the exact test to ever reach α), nothing is beyond noise.
+    """
+    if not a or not b:
+        return False, "not measured on one side"
+    ma, mb = statistics.median(a), statistics.median(b)
+    rel = abs(mb - ma) / abs(ma) * 100 if ma else (0.0 if mb == ma else math.inf)
+    ca, cb = median_ci(a), median_ci(b)
+    apart = ca is not None and cb is not None and (ca[1] < cb[0] or cb[1] < ca[0])
+    testable = min_p_value(len(a), len(b)) <= ALPHA and len(a) + len(b) <= EXACT_LIMIT
+    p = mann_whitney_exact(a, b)[1] if testable and ma != mb else None
+    significant = p is not None and p < ALPHA
+    if not (apart or significant):
+        if ca is None and not testable:
+            return False, f"too few probes to tell ({len(a)} vs {len(b)})"
+        p_text = f"Mann–Whitney p = {p:.3g}" if p is not None else "medians equal"
+        return False, f"CIs overlap, {p_text}; medians {rel:.1f} % apart"
+    if rel <= margin_pct:
+        return False, f"medians {rel:.1f} % apart, within the ±{margin_pct:g} % target"
+    how = "CIs apart" if apart else f"Mann–Whitney p = {p:.3g}"
+    return True, f"medians {rel:.1f} % apart ({how})"
+
+
 class MetricComparison(Struct, kw_only=True):
     metric: str
     better: str
@@ -101,7 +139,8 @@ class MetricComparison(Struct, kw_only=True):
     median_b: float | None
     ratio_b_over_a: float | None
     p_value: float | None
-    verdict: str  # "B better" | "B worse" | "no significant difference" | TOO_FEW | "not measured: ..."
+    verdict: str  # "B better" | "B worse" | TIED | TOO_FEW | "not measured: ..."
+    why: str | None = None
 
 
 class CellComparison(Struct, kw_only=True):
@@ -141,27 +180,33 @@ def _samples(rb: Runbook) -> dict[tuple[str, int], list[Any]]:
     return cells
 
 
-def _compare_metric(metric: str, better: str, ra: list[Any], rb_: list[Any]) -> MetricComparison:
+def _compare_metric(metric: str, better: str, ra: list[Any], rb_: list[Any],
+                    margin_pct: float = DEFAULT_MARGIN_PCT) -> MetricComparison:
     a = [float(v) for r in ra if (v := getattr(r, metric)) is not None]
     b = [float(v) for r in rb_ if (v := getattr(r, metric)) is not None]
     med_a = statistics.median(a) if a else None
     med_b = statistics.median(b) if b else None
     ratio = med_b / med_a if med_a not in (None, 0) and med_b is not None else None
     p: float | None = None
+    why: str | None = None
     if not a or not b:
         reasons = {getattr(r, "null_reasons", {}).get(metric) for r in [*ra, *rb_]} - {None}
         verdict = "not measured" + (f": {'; '.join(sorted(str(x) for x in reasons))}" if reasons else "")
-    elif min_p_value(len(a), len(b)) > ALPHA or len(a) + len(b) > EXACT_LIMIT:
-        verdict = TOO_FEW if len(a) + len(b) <= EXACT_LIMIT else "too many probes for the exact test"
+    elif len(a) + len(b) > EXACT_LIMIT:
+        verdict = "too many probes for the exact test"
+    elif min_p_value(len(a), len(b)) > ALPHA and (median_ci(a) is None or median_ci(b) is None):
+        verdict = TOO_FEW
     else:
-        _, p = mann_whitney_exact(a, b)
-        if p >= ALPHA or med_a == med_b:
-            verdict = "no significant difference"
+        if min_p_value(len(a), len(b)) <= ALPHA:
+            _, p = mann_whitney_exact(a, b)
+        beyond, why = beyond_noise(a, b, margin_pct)
+        if not beyond:
+            verdict = TIED
         else:
             b_higher = (med_b or 0) > (med_a or 0)
             verdict = "B better" if b_higher == (better == "higher") else "B worse"
     return MetricComparison(metric=metric, better=better, n_a=len(a), n_b=len(b), median_a=med_a,
-                            median_b=med_b, ratio_b_over_a=ratio, p_value=p, verdict=verdict)
+                            median_b=med_b, ratio_b_over_a=ratio, p_value=p, verdict=verdict, why=why)
 
 
 _MACHINE_FIELDS = ("hardware_model", "chip", "cpu_model", "cores_logical", "cores_physical", "memory_bytes",
@@ -229,11 +274,12 @@ def _thinking_seen(rb: Runbook, candidate: str) -> list[str]:
 
 def compare_runbooks(a: Runbook, b: Runbook) -> Comparison:
     sa, sb = _samples(a), _samples(b)
+    margin = a.sweep.probe_plan().target_ci_pct
     keys_a = {(r.candidate, r.context) for r in a.rows if r.kind == "probe"}
     keys_b = {(r.candidate, r.context) for r in b.rows if r.kind == "probe"}
     cells = [
         CellComparison(candidate=c, context=x, metrics=[
-            _compare_metric(m, d, sa.get((c, x), []), sb.get((c, x), [])) for m, d in METRICS])
+            _compare_metric(m, d, sa.get((c, x), []), sb.get((c, x), []), margin) for m, d in METRICS])
         for c, x in sorted(keys_a & keys_b)
     ]
     return Comparison(

@@ -64,10 +64,13 @@ def _cand_label(cand: str, runtime: str) -> str:
 
 
 def row_deferred(sweep: Sweep, rows: Sequence[Row]) -> list[Deferred]:
-    """Entries derived from the rows: null metrics per candidate, failures, missing probes."""
+    """Entries derived from the rows: null metrics, failures, missing probes — one line per axis and
+    reason, naming every candidate it applies to (not one line per candidate repeating the same thing)."""
     runtime: dict[str, str] = {c.id: c.runtime for c in sweep.candidates}
     order = [c.id for c in sweep.candidates] + sorted({r.candidate for r in rows} - set(runtime))
-    out: list[Deferred] = []
+    merged: dict[tuple[str, str], list[str]] = {}  # (axis, reason) -> "who" parts, in first-seen order
+    singles: list[Deferred] = []
+    per_cell = sweep.probe_plan().min
     for cand in order:
         rt = runtime.get(cand) or next((r.runtime for r in rows if r.candidate == cand), "?")
         label = _cand_label(cand, rt)
@@ -76,7 +79,7 @@ def row_deferred(sweep: Sweep, rows: Sequence[Row]) -> list[Deferred]:
         # 1. null metrics in ok rows, grouped by identical (kind, reasons) so a trio like draft_* is one line
         groups: dict[tuple[str, str], list[str]] = {}
         counts: dict[tuple[str, str], tuple[int, int]] = {}
-        for kind in ("probe", "sustained"):
+        for kind in ("probe", "sustained", "sentinel"):
             kind_rows = [r for r in ok if r.kind == kind]
             per_metric: dict[str, list[Row]] = {}
             for r in kind_rows:
@@ -90,15 +93,19 @@ def row_deferred(sweep: Sweep, rows: Sequence[Row]) -> list[Deferred]:
                 counts[key] = (max(n, len(rs)), total)
         for (kind, reason), metrics in groups.items():
             n, total = counts[(kind, reason)]
-            out.append(Deferred(axis=", ".join(metrics)[:200],
-                                reason=f"{reason} — {label}, null in {n} of {total} ok {kind} rows"[:2000]))
+            who = merged.setdefault((", ".join(metrics)[:200], reason), [])
+            count = f"{n} of {total} ok {kind} rows"
+            if who and who[-1].startswith(f"{label}: null in "):
+                who[-1] += f" and {count}"  # the same candidate's other row kind: one phrase
+            else:
+                who.append(f"{label}: null in {count}")
         # 2. thermal readings that exist but say the sensor was unavailable
         unavailable = sorted({
             t.reason or t.source for r in ok for t in (r.thermal_before, r.thermal_after)
             if t is not None and not t.available
         })
         if unavailable:
-            out.append(Deferred(axis="thermal", reason=f"sensor unavailable: {'; '.join(unavailable)} — {label}"))
+            merged.setdefault(("thermal", f"sensor unavailable: {'; '.join(unavailable)}"), []).append(label)
         # 3. failed / aborted probes: their metrics are missing as a whole
         bad = [r for r in mine if r.status != "ok"]
         if bad:
@@ -107,19 +114,20 @@ def row_deferred(sweep: Sweep, rows: Sequence[Row]) -> list[Deferred]:
                 by_status[r.status] = by_status.get(r.status, 0) + 1
             errors = sorted({(r.error or "no error recorded").splitlines()[0][:200] for r in bad})
             summary = ", ".join(f"{n} {s}" for s, n in sorted(by_status.items()))
-            out.append(Deferred(axis="probes", reason=f"{label}: {summary} of {len(mine)} rows; no metrics "
-                                f"from those probes; errors: {' | '.join(errors)}"[:2000]))
+            singles.append(Deferred(axis="probes", reason=f"{label}: {summary} of {len(mine)} rows; no metrics "
+                                    f"from those probes; errors: {' | '.join(errors)}"[:2000]))
         # 4. planned probes without any row (job cancelled or failed before reaching them)
         if cand in runtime:
             have = {(r.context, r.probe) for r in mine if r.kind == "probe"}
             for ctx in sweep.contexts:
-                missing = [p for p in range(sweep.probes) if (ctx, p) not in have]
+                missing = [p for p in range(per_cell) if (ctx, p) not in have]
                 if missing:
-                    out.append(Deferred(axis="probes", reason=f"{label}: context {ctx}: {len(missing)} of "
-                                        f"{sweep.probes} planned probes have no row (never ran)"))
+                    singles.append(Deferred(axis="probes", reason=f"{label}: context {ctx}: {len(missing)} of "
+                                            f"{per_cell} planned probes have no row (never ran)"))
             if sweep.sustained.tokens > 0 and not any(r.kind == "sustained" for r in mine):
-                out.append(Deferred(axis="sustained", reason=f"{label}: no sustained row (never ran)"))
-    return out
+                merged.setdefault(("sustained", "no sustained row (never ran)"), []).append(label)
+    out = [Deferred(axis=axis, reason=f"{reason} — {'; '.join(who)}"[:2000]) for (axis, reason), who in merged.items()]
+    return out + singles
 
 
 def eval_deferred(sweep: Sweep, evals: Iterable[EvalResult]) -> list[Deferred]:

@@ -8,16 +8,26 @@ on at least one. An axis that is null for either of the two is skipped for that 
 output (never treated as 0). Equal on all compared axes, or no axis to compare, means neither
 dominates. Candidates with no successful probe row in a context are excluded from that context with
 a reason, never silently dropped.
+
+Ties are ties (issue 15): over rows, "better" means better beyond the noise (`compare.beyond_noise`:
+the cells' 95 % CIs apart or an exact Mann–Whitney p < 0.05, and more than the sweep's
+`target_ci_pct`); a smaller difference is a tie on that axis, named with why. Axes with one value per
+candidate: the eval pass rate (greedy, deterministic answers) compares exactly; the sustain ratio
+(one run each, noise unknown) is never beyond the noise. Frontier candidates whose cell is drifting or
+unsteady carry a caveat, so they are never silently on the frontier.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal
 
-from benchd.schemas import ContextPareto, Domination, EvalResult, Point, Row, SkippedPair
+from benchd.engine.metrics import median_ci
+from benchd.engine.verdict import cell_verdict, verdict_text
+from benchd.results.compare import DEFAULT_MARGIN_PCT, beyond_noise
+from benchd.schemas import ContextPareto, Domination, EvalResult, Point, ProbePlan, Row, SkippedPair, Tie
 
 Direction = Literal["higher", "lower"]
 
@@ -30,6 +40,11 @@ AXES: tuple[tuple[str, Direction], ...] = (
     ("sustain_ratio", "higher"),
 )
 AXIS_NAMES: tuple[str, ...] = tuple(a for a, _ in AXES)
+#: Per-candidate axes compared exactly (deterministic: greedy answers pass or fail the same way each time).
+EXACT_AXES = frozenset({"eval_pass_rate"})
+
+#: (axis, a, b) -> (differs beyond the noise?, why). None compares medians exactly (points without rows).
+Noise = Callable[[str, Point, Point], tuple[bool, str]]
 
 
 def _val(p: Point, axis: str) -> float | None:
@@ -40,9 +55,11 @@ def skipped_axes(a: Point, b: Point) -> list[str]:
     return [axis for axis in AXIS_NAMES if _val(a, axis) is None or _val(b, axis) is None]
 
 
-def dominates(a: Point, b: Point) -> Domination | None:
-    """Domination of `b` by `a`, or None. Skipped axes are named in the result."""
-    better: list[str] = []
+def judge_pair(a: Point, b: Point, noise: Noise | None = None) -> tuple[list[str], list[str], dict[str, str], int]:
+    """(axes a is better on, axes b is better on — beyond the noise —, axes tied with why, axes compared)."""
+    a_better: list[str] = []
+    b_better: list[str] = []
+    tied: dict[str, str] = {}
     compared = 0
     for axis, direction in AXES:
         va, vb = _val(a, axis), _val(b, axis)
@@ -50,29 +67,48 @@ def dominates(a: Point, b: Point) -> Domination | None:
             continue
         compared += 1
         if va == vb:
+            tied[axis] = "equal"
             continue
-        a_better = va > vb if direction == "higher" else va < vb
-        if not a_better:
-            return None
-        better.append(axis)
-    if compared == 0 or not better:
+        beyond, why = noise(axis, a, b) if noise else (True, "")
+        if not beyond:
+            tied[axis] = why
+        elif (va > vb) == (direction == "higher"):
+            a_better.append(axis)
+        else:
+            b_better.append(axis)
+    return a_better, b_better, tied, compared
+
+
+def dominates(a: Point, b: Point, noise: Noise | None = None) -> Domination | None:
+    """Domination of `b` by `a`, or None. Skipped and tied axes are named in the result."""
+    better, worse, tied, compared = judge_pair(a, b, noise)
+    if compared == 0 or not better or worse:
         return None
-    return Domination(by=a.candidate, better_on=better, skipped_axes=skipped_axes(a, b))
+    return Domination(by=a.candidate, better_on=better, skipped_axes=skipped_axes(a, b),
+                      tied_on=[x for x in tied if tied[x] != "equal"])
 
 
-def frontier(points: Sequence[Point], context: int, excluded: Mapping[str, str] | None = None) -> ContextPareto:
-    """The frontier of one context, every dominated candidate with all its dominators."""
+def frontier(points: Sequence[Point], context: int, excluded: Mapping[str, str] | None = None,
+             noise: Noise | None = None) -> ContextPareto:
+    """The frontier of one context, every dominated candidate with all its dominators, and the ties."""
     dominated: dict[str, list[Domination]] = {}
     skipped: list[SkippedPair] = []
+    ties: list[Tie] = []
     for i, b in enumerate(points):
-        doms = [d for a in points if a is not b and (d := dominates(a, b)) is not None]
+        doms = [d for a in points if a is not b and (d := dominates(a, b, noise)) is not None]
         if doms:
             dominated[b.candidate] = sorted(doms, key=lambda d: d.by)
         for a in points[i + 1 :]:
             axes = skipped_axes(a, b)
             if axes:
                 skipped.append(SkippedPair(pair=sorted([a.candidate, b.candidate]), axes=axes))
+            a_better, b_better, tied, _ = judge_pair(a, b, noise)
+            if not a_better and not b_better and tied:
+                ties.append(Tie(pair=sorted([a.candidate, b.candidate]), axes=tied))
     front = sorted(p.candidate for p in points if p.candidate not in dominated)
+    by_cand = {p.candidate: p for p in points}
+    caveats = {c: f"cell verdict {by_cand[c].verdict}" for c in front
+               if (by_cand[c].verdict or "").startswith(("drifting", "unsteady"))}
     return ContextPareto(
         context=context,
         frontier=front,
@@ -80,6 +116,8 @@ def frontier(points: Sequence[Point], context: int, excluded: Mapping[str, str] 
         excluded=dict(sorted((excluded or {}).items())),
         skipped_pairs=skipped,
         points=sorted(points, key=lambda p: p.candidate),
+        ties=ties,
+        caveats=caveats,
     )
 
 
@@ -107,13 +145,43 @@ def sustain_ratios(rows: Iterable[Row]) -> dict[str, float]:
     return {c: statistics.median(v) for c, v in by_cand.items()}
 
 
+def cell_samples(rows: Sequence[Row]) -> dict[tuple[int, str], dict[str, list[float]]]:
+    """Per (context, candidate): each per-probe axis's values over the ok probe rows (the noise's input)."""
+    out: dict[tuple[int, str], dict[str, list[float]]] = defaultdict(dict)
+    for r in rows:
+        if r.kind == "probe" and r.status == "ok":
+            for axis in AXIS_NAMES:
+                v = getattr(r, axis, None) if axis in Row.__struct_fields__ else None
+                if v is not None:
+                    out[(r.context, r.candidate)].setdefault(axis, []).append(float(v))
+    return out
+
+
+def noise_rule(samples: Mapping[tuple[int, str], Mapping[str, Sequence[float]]], context: int,
+               margin_pct: float = DEFAULT_MARGIN_PCT) -> Noise:
+    """The tie rule over one context's probe values (see the module docstring)."""
+
+    def noise(axis: str, a: Point, b: Point) -> tuple[bool, str]:
+        sa = samples.get((context, a.candidate), {}).get(axis)
+        sb = samples.get((context, b.candidate), {}).get(axis)
+        if sa and sb:
+            return beyond_noise(sa, sb, margin_pct)
+        if axis in EXACT_AXES:
+            return True, "exact"
+        return False, "one value per candidate: noise unknown"
+
+    return noise
+
+
 def points_from_rows(
-    rows: Sequence[Row], evals: Sequence[EvalResult]
+    rows: Sequence[Row], evals: Sequence[EvalResult], plan: ProbePlan | None = None
 ) -> tuple[dict[int, list[Point]], dict[int, dict[str, str]]]:
     """Cell medians of successful probe rows per context, plus the candidates excluded per context.
 
-    Eval pass rate and sustain ratio are per candidate, so they apply to every context of it.
+    Eval pass rate and sustain ratio are per candidate, so they apply to every context of it. Each
+    point carries the 95 % CI of its per-probe axes and, given the sweep's plan, its cell verdict.
     """
+    samples = cell_samples(rows)
     rates = eval_pass_rates(evals)
     sustain = sustain_ratios(rows)
     cells: dict[int, dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
@@ -137,13 +205,20 @@ def points_from_rows(
                 "eval_pass_rate": rates.get(cand),
                 "sustain_ratio": sustain.get(cand),
             }
-            points[ctx].append(Point(candidate=cand, values=values))
+            ci = {axis: [lo, hi] for axis, vals in samples.get((ctx, cand), {}).items()
+                  if (got := median_ci(vals)) is not None for lo, hi in [got[:2]]}
+            verdict = verdict_text(cell_verdict(cells[ctx][cand], plan)) if plan is not None else None
+            points[ctx].append(Point(candidate=cand, values=values, ci95=ci, verdict=verdict))
     return points, excluded
 
 
-def pareto_from_rows(rows: Sequence[Row], evals: Sequence[EvalResult]) -> list[ContextPareto]:
-    points, excluded = points_from_rows(rows, evals)
-    return [frontier(points[ctx], ctx, excluded[ctx]) for ctx in sorted(points)]
+def pareto_from_rows(rows: Sequence[Row], evals: Sequence[EvalResult],
+                     plan: ProbePlan | None = None) -> list[ContextPareto]:
+    """The Pareto view per context with the tie rule (`plan`'s `target_ci_pct` as margin, its verdicts)."""
+    points, excluded = points_from_rows(rows, evals, plan)
+    samples = cell_samples(rows)
+    margin = plan.target_ci_pct if plan is not None else DEFAULT_MARGIN_PCT
+    return [frontier(points[ctx], ctx, excluded[ctx], noise_rule(samples, ctx, margin)) for ctx in sorted(points)]
 
 
 def dominators(results: Sequence[ContextPareto], candidate: str) -> dict[int, list[Domination]]:

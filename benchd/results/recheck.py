@@ -70,11 +70,12 @@ def evidence_runbook(locked: Locked, config: Config) -> Runbook:
 def recheck_sweep(locked: Locked, config: Config) -> Sweep:
     """The sweep that re-measures the locked candidate on the evidence's settings."""
     rb = evidence_runbook(locked, config)
-    evidence_n = min((ev.n_ok for ev in locked.evidence.values()), default=rb.sweep.probes) or rb.sweep.probes
     src = rb.sweep
+    planned = src.probe_plan().min  # a fixed count, or the low end of `probes = "auto"`
+    evidence_n = min((ev.n_ok for ev in locked.evidence.values()), default=planned) or planned
     return Sweep(
         name=f"recheck-{locked.candidate}", contexts=recheck_contexts(locked), gen_tokens=src.gen_tokens,
-        candidates=[locked_candidate(locked)], probes=recheck_probes(src.probes, evidence_n), warmup=src.warmup,
+        candidates=[locked_candidate(locked)], probes=recheck_probes(planned, evidence_n), warmup=src.warmup,
         eval_tier="none", probe_timeout_s=src.probe_timeout_s, sampling=locked.sampling,
         sustained=Sustained(tokens=0, window=src.sustained.window), cooldown=src.cooldown,
         deferred=[*src.deferred, *NOT_RECHECKED],

@@ -3,6 +3,8 @@
 Every figure printed comes from the runbook (cell statistics computed by `benchd.engine.metrics` from the
 rows); nothing is recomputed differently here. A null is never shown as 0 or blank: it prints as
 `null [n]` with the reason in a numbered note under the table. Noisy cells (CV > 5 %) are marked.
+Each cell shows its verdict (steady / unsteady ±w / drifting ±d / too few) and the probes it used;
+the drift sentinel's summary heads the report.
 """
 
 from __future__ import annotations
@@ -13,14 +15,33 @@ from typing import Any
 
 import msgspec
 
+from benchd.engine.verdict import verdict_text
 from benchd.results.pareto import AXES
-from benchd.schemas import CellStats, ContextPareto, MetricStats, Runbook
+from benchd.schemas import CellStats, ContextPareto, MetricStats, Runbook, Sweep
 
 #: Columns of the cell table: metric, header.
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("gen_tps", "gen tok/s"), ("prompt_tps", "prompt tok/s"), ("ttft_ms", "TTFT ms"), ("mem_peak_bytes", "peak mem"),
 )
 NOISY_MARK = "~noisy"
+VERDICT_NOTE = ("verdict: steady = 95 % CI of the median within the target, no trend; unsteady ±w = CI half-width "
+                "w % wider than the target; drifting ±d = significant monotone trend of d % over the series; "
+                "too few = fewer than 6 ok probes (the CI needs six)")
+
+
+def probes_text(sweep: Sweep) -> str:
+    """`3` or `auto: 6-30 until the 95 % CI of gen_tps is within ±2 %`."""
+    p = sweep.probe_plan()
+    if not p.adaptive:
+        return str(p.min)
+    return f"auto: {p.min}-{p.max} until the 95 % CI of the median {p.metric} is within ±{p.target_ci_pct:g} %"
+
+
+def drift_text(rb: Runbook) -> str:
+    """The sentinel's one-line summary, or why there is none."""
+    if rb.drift is not None:
+        return ("DRIFT: " if rb.drift.drifted else "") + rb.drift.summary
+    return f"drift sentinel: none ({rb.drift_null_reason or 'not recorded'})"
 
 
 def fmt_value(metric: str, v: float | None) -> str:
@@ -63,9 +84,30 @@ def metric_text(ms: MetricStats, notes: Notes) -> str:
     return text + (f" {NOISY_MARK}" if ms.noisy else "")
 
 
+def _probes_used(c: CellStats) -> str:
+    v = c.verdict
+    if v is None:
+        return str(c.n_ok + c.n_failed)
+    return str(v.probes_used) + (f" (+{v.invalidated} re-run)" if v.invalidated else "")
+
+
+def _verdict_cell(c: CellStats, notes: Notes) -> str:
+    v = c.verdict
+    if v is None:
+        return "null"
+    text = verdict_text(v)
+    if v.verdict != "steady":
+        text += f" {notes.ref(f'{c.candidate}@{c.context}: {v.reason}')}"
+    if v.throttle_suspects:
+        text += f" ({v.throttle_suspects} throttle-suspect)"
+    return text
+
+
 def cell_table(rb: Runbook) -> tuple[list[str], list[list[str]], Notes]:
     notes = Notes()
-    header = ["candidate", "context", "ok/failed", *(h for _, h in COLUMNS)]
+    drafts = any(c.draft_acceptance is not None for c in rb.cells)
+    header = ["candidate", "context", "ok/failed", "verdict", "probes", *(h for _, h in COLUMNS),
+              *(["draft acceptance"] if drafts else [])]
     body = []
     for c in rb.cells:
         failed = f"{c.n_ok}/{c.n_failed}"
@@ -73,7 +115,9 @@ def cell_table(rb: Runbook) -> tuple[list[str], list[list[str]], Notes]:
             failed += f" +{c.n_short} short {notes.ref(f'{c.candidate}@{c.context}: short probes are kept out of the medians (runbook flags say why)')}"
         if c.n_ok == 0 and c.errors:
             failed += f" {notes.ref(f'{c.candidate}@{c.context}: ' + '; '.join(c.errors))}"
-        body.append([c.candidate, str(c.context), failed, *(metric_text(getattr(c, m), notes) for m, _ in COLUMNS)])
+        draft = [] if not drafts else ["-" if c.draft_acceptance is None else metric_text(c.draft_acceptance, notes)]
+        body.append([c.candidate, str(c.context), failed, _verdict_cell(c, notes), _probes_used(c),
+                     *(metric_text(getattr(c, m), notes) for m, _ in COLUMNS), *draft])
     return header, body, notes
 
 
@@ -100,27 +144,37 @@ def pareto_lines(p: ContextPareto, rb: Runbook | None = None) -> list[str]:
     for f in rb.flags if rb is not None else ():
         if f.flag == "thinking_mixed" and f.detail.startswith(f"context {p.context}:"):
             out.append(f"  unlike work: {f.detail}")
+    for cand, caveat in p.caveats.items():
+        out.append(f"  {cand} is on the frontier with a caveat: {caveat}")
     for cand, doms in p.dominated.items():
         for d in doms:
             skipped = f" (skipped, null for one side: {', '.join(d.skipped_axes)})" if d.skipped_axes else ""
-            out.append(f"  {cand} is dominated by {d.by} — better on {', '.join(d.better_on)}{skipped}")
+            tied = f"; tied on {', '.join(d.tied_on)}" if d.tied_on else ""
+            out.append(f"  {cand} is dominated by {d.by} — better beyond noise on {', '.join(d.better_on)}{tied}{skipped}")
+    for t in p.ties:
+        axes = "; ".join(f"{a} ({why})" for a, why in t.axes.items() if why != "equal")
+        if axes:
+            out.append(f"  {t.pair[0]} and {t.pair[1]}: tied on {axes}")
     for cand, reason in p.excluded.items():
         out.append(f"  {cand} excluded: {reason}")
     return out
 
 
 def pareto_points_table(p: ContextPareto) -> tuple[list[str], list[list[str]]]:
-    header = ["candidate", "status", *(f"{a} ({d})" for a, d in AXES)]
+    header = ["candidate", "status", "verdict", *(f"{a} ({d})" for a, d in AXES)]
     body = []
     for pt in p.points:
         status = "frontier" if pt.candidate in p.frontier else "dominated by " + ", ".join(
             d.by for d in p.dominated.get(pt.candidate, []))
-        body.append([pt.candidate, status, *(fmt_value(a, pt.values.get(a)) for a, _ in AXES)])
+        if pt.candidate in p.caveats:
+            status += " (caveat)"
+        body.append([pt.candidate, status, pt.verdict or "-", *(fmt_value(a, pt.values.get(a)) for a, _ in AXES)])
     return header, body
 
 
 def render_pareto_text(rb: Runbook) -> str:
-    parts = ["Pareto view (per context, over cell medians; a null axis is skipped for that pair and named)"]
+    parts = ["Pareto view (per context, over cell medians; better = beyond the noise, else tied; a null axis is "
+             "skipped for that pair and named)"]
     for p in rb.pareto:
         parts.append("")
         parts.extend(pareto_lines(p, rb))
@@ -139,16 +193,18 @@ def header_lines(rb: Runbook) -> list[str]:
         f"started {rb.job.started_at or 'never'}  finished {rb.job.finished_at or '-'}",
         f"machine: {m.hardware_model or m.cpu_model or 'unknown'}, {m.cores_logical} cores, "
         f"{fmt_value('mem_peak_bytes', m.memory_bytes)} RAM, {m.os} {m.os_version or ''}, power {m.power_source or 'unknown'}",
-        f"grid: contexts {rb.sweep.contexts}, {rb.sweep.probes} probes + {rb.sweep.warmup} warm-up, "
+        f"grid: contexts {rb.sweep.contexts}, probes {probes_text(rb.sweep)} + {rb.sweep.warmup} warm-up, "
         f"gen_tokens {rb.sweep.gen_tokens}, eval tier {rb.sweep.eval_tier}, cooldown {rb.sweep.cooldown.policy}, "
         f"thinking {rb.sweep.thinking}, ignore_eos {str(rb.sweep.ignore_eos).lower()}",
         *(f"flag {f.flag}{' (' + f.candidate + ')' if f.candidate else ''}: {f.detail}" for f in rb.flags),
+        drift_text(rb),
     ]
 
 
 def render_text(rb: Runbook, pareto: bool = False) -> str:
     header, body, notes = cell_table(rb)
-    parts = [*header_lines(rb), "", "medians (min–max, cv) of ok probes; ~noisy = CV > 5 %", _plain_table(header, body)]
+    parts = [*header_lines(rb), "", "medians (min–max, cv) of ok probes; ~noisy = CV > 5 %", VERDICT_NOTE,
+             _plain_table(header, body)]
     if notes.items:
         parts += ["", *notes.lines()]
     if pareto:
@@ -194,13 +250,14 @@ def render_markdown(rb: Runbook) -> str:
              f"- Job `{rb.job.id}`: created {rb.job.created_at}, started {rb.job.started_at or 'never'}, "
              f"finished {rb.job.finished_at or '-'}",
              f"- benchd {rb.provenance.benchd.version} (Python {rb.provenance.benchd.python}); written {rb.generated_at}",
+             f"- {'**' + drift_text(rb) + '**' if rb.drift and rb.drift.drifted else drift_text(rb)}",
              "", "## Machine", ""]
     for field in ("hardware_model", "chip", "cpu_model", "cores_logical", "cores_physical", "memory_bytes",
                   "os", "os_version", "kernel", "arch", "power_source", "battery_percent"):
         v = getattr(m, field)
         lines.append(f"- {field}: {v if v is not None else 'null — ' + m.null_reasons.get(field, 'not reported')}")
     s = rb.sweep
-    lines += ["", "## Sweep", "", f"- contexts: {s.contexts}", f"- probes: {s.probes}, warm-up: {s.warmup}, "
+    lines += ["", "## Sweep", "", f"- contexts: {s.contexts}", f"- probes: {probes_text(s)}, warm-up: {s.warmup}, "
               f"gen_tokens: {s.gen_tokens}, eval tier: {s.eval_tier}",
               f"- sampling: temperature {s.sampling.temperature}, seed {s.sampling.seed}",
               f"- thinking: {s.thinking}; ignore_eos: {str(s.ignore_eos).lower()}; evals: thinking "
@@ -226,7 +283,7 @@ def render_markdown(rb: Runbook) -> str:
         lines.append(f"- {c.candidate} server environment: passed {env}; inherited knobs removed: {removed}")
     lines += ["", "## Flags", ""] + ([f"- **{f.flag}**{' (' + f.candidate + ')' if f.candidate else ''}: {f.detail}"
                                      for f in rb.flags] or ["- none"]) + [""]
-    lines += ["## Results", "", "Medians (min–max, cv) over ok probes; `~noisy` = CV > 5 %.", ""]
+    lines += ["## Results", "", f"Medians (min–max, cv) over ok probes; `~noisy` = CV > 5 %; {VERDICT_NOTE}.", ""]
     header, rows, notes = cell_table(rb)
     lines += [_md_table(header, rows), ""]
     lines += [f"{n}  " for n in notes.lines()] + ([""] if notes.items else [])
@@ -247,8 +304,9 @@ def render_markdown(rb: Runbook) -> str:
         lines.append(f"- {d.axis} (automatic): {d.reason}")
     if not rb.deferred.declared and not rb.deferred.automatic:
         lines.append("- none")
-    lines += ["", "## Pareto view", "", "Per context over cell medians; an axis null for either side is "
-              "skipped for that pair and named. The tool never picks: `benchctl lock` is yours.", ""]
+    lines += ["", "## Pareto view", "", "Per context over cell medians; better means better beyond the noise (CIs "
+              "apart or Mann–Whitney p < 0.05, and more than the CI target), otherwise tied; an axis null for either "
+              "side is skipped for that pair and named. The tool never picks: `benchctl lock` is yours.", ""]
     for p in rb.pareto:
         lines += [f"### Context {p.context}", ""]
         lines += [f"- {x.strip()}" for x in pareto_lines(p, rb)]
@@ -264,7 +322,8 @@ def render_markdown(rb: Runbook) -> str:
 
 def report_json(rb: Runbook, pareto: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"runbook": rb.id, "outcome": rb.outcome, "sweep": rb.sweep.name,
-                           "cells": msgspec.to_builtins(rb.cells)}
+                           "cells": msgspec.to_builtins(rb.cells), "drift": msgspec.to_builtins(rb.drift),
+                           "drift_null_reason": rb.drift_null_reason}
     if pareto:
         out["pareto"] = msgspec.to_builtins(rb.pareto)
     return out
@@ -275,14 +334,14 @@ def render_csv(rb: Runbook) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["runbook", "candidate", "runtime", "context", "n_ok", "n_failed", "metric", "n", "median", "min",
-                "max", "cv", "ci95_low", "ci95_high", "noisy", "null_reason"])
+                "max", "cv", "ci95_low", "ci95_high", "noisy", "null_reason", "verdict", "probes_used"])
     for c in rb.cells:
         for m, _ in COLUMNS:
             ms: MetricStats = getattr(c, m)
             reason = "; ".join(f"{k}: {v}" for k, v in ms.null_reasons.items())
             w.writerow([rb.id, c.candidate, c.runtime, c.context, c.n_ok, c.n_failed, m, ms.n,
                         *("null" if v is None else v for v in (ms.median, ms.min, ms.max, ms.cv, ms.ci95_low, ms.ci95_high)),
-                        ms.noisy, reason])
+                        ms.noisy, reason, verdict_text(c.verdict), c.verdict.probes_used if c.verdict else "null"])
     return buf.getvalue()
 
 

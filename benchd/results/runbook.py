@@ -98,7 +98,9 @@ def _eval_summary(evals: list[EvalResult]) -> list[EvalSummary]:
 def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None = None) -> Runbook:
     """Assemble the runbook of a job from the store (no file is written)."""
     from benchd.engine.metrics import cell_stats
+    from benchd.engine.verdict import with_verdicts
     from benchd.results.deferred import automatic_deferred
+    from benchd.results.drift import sweep_drift
     from benchd.results.pareto import pareto_from_rows
 
     job = store.get_job(job_id)
@@ -106,6 +108,7 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
     rows = store.rows(job_id)
     evals = store.evals(job_id)
     events = store.events(job_id)
+    drift, no_drift = sweep_drift(sweep, rows)
     prov = Provenance(
         collected_at=utcnow(), machine=facts.collect_machine(), benchd=facts.collect_benchd(),
         candidates=provenance.collect_candidates(config, sweep, rows, events),
@@ -124,12 +127,14 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
                    for e in events if e.type == "cooldown_finished"],
         deferred=DeferredAxes(declared=list(sweep.deferred), automatic=list(automatic_deferred(sweep, rows, evals))),
         rows=rows,
-        cells=list(cell_stats([r for r in rows if r.kind == "probe"])),
+        cells=with_verdicts(cell_stats([r for r in rows if r.kind == "probe"]), rows, sweep.probe_plan()),
         sustained=_sustained(rows),
         evals=evals,
         eval_summary=_eval_summary(evals),
-        pareto=pareto_from_rows(rows, evals),
+        pareto=pareto_from_rows(rows, evals, sweep.probe_plan()),
         flags=runbook_flags(rows),
+        drift=drift,
+        drift_null_reason=no_drift,
     )
 
 

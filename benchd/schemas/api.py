@@ -26,9 +26,15 @@ TERMINAL_JOB_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancell
 
 
 class Progress(Struct, kw_only=True):
+    """Rows stored vs planned. With `probes = "auto"` the plan is a range: `total` is its low end
+    (every cell stops at `min`) and `total_max` its high end (every cell runs to `max`); `eta_s` /
+    `eta_max_s` are the matching estimates."""
+
     done: int
     total: int
     eta_s: float | None = None
+    total_max: int | None = None
+    eta_max_s: float | None = None
 
 
 class Job(Struct, kw_only=True):
@@ -107,6 +113,7 @@ EventType = Literal[
     "cooldown_finished",
     "probe_started",
     "probe_finished",
+    "cell_finished",
     "job_interrupted",
     "job_finished",
     "job_failed",

@@ -10,7 +10,10 @@ from msgspec import Struct
 
 # --------------------------------------------------------------------------------------- facts: rows
 
-RowKind = Literal["probe", "sustained"]
+#: "sentinel": the drift sentinel's re-run of the sweep's first cell at the end (not in the cell's stats).
+RowKind = Literal["probe", "sustained", "sentinel"]
+#: Why a probe's numbers were thrown away and the probe run again (a failed row, never a slow number).
+Invalidated = Literal["machine-slept", "server-stopped"]
 RowStatus = Literal["ok", "failed", "timeout", "aborted"]
 
 
@@ -22,6 +25,23 @@ class ThermalReading(Struct, kw_only=True, frozen=True):
     pressure: str | None = None
     available: bool = True
     reason: str | None = None
+
+
+class ThrottleCheck(Struct, kw_only=True, frozen=True):
+    """Whether a probe ran slower than its cell so far while the thermal reading did not say why.
+
+    `suspect` when `value` is more than `threshold_pct` below `running_median` (the median of the cell's
+    earlier ok probes, at least three) and the thermal reading is nominal or unavailable (`thermal`
+    says which). `note` is the decision in words, with both figures."""
+
+    metric: str
+    value: float | None
+    running_median: float | None
+    drop_pct: float | None
+    threshold_pct: float
+    thermal: str
+    suspect: bool
+    note: str
 
 
 class Row(Struct, kw_only=True, frozen=True, omit_defaults=False):
@@ -95,6 +115,16 @@ class Row(Struct, kw_only=True, frozen=True, omit_defaults=False):
     log_tail: str | None = None
     sources: dict[str, str] = {}
     null_reasons: dict[str, str] = {}
+    #: The cooldown's note (sensor unavailable, a throttle-check extension and its check probes).
+    cooldown_note: str | None = None
+    #: Throttle check of an ok probe against its cell's running median (issue 15).
+    throttle: ThrottleCheck | None = None
+    #: Seconds the machine slept during the probe (boottime minus monotonic clock gap; `sources` names them).
+    suspended_s: float | None = None
+    #: Seconds the server process was seen stopped (SIGSTOP, a debugger) during the probe, polled.
+    server_stopped_s: float | None = None
+    #: Set when the probe was thrown away for a sleep or a stopped server (status failed; re-run).
+    invalidated: Invalidated | None = None
 
 
 class EvalResult(Struct, kw_only=True, frozen=True):
@@ -126,3 +156,7 @@ class CooldownRecord(Struct, kw_only=True, frozen=True):
     load_before: float | None = None
     load_after: float | None = None
     note: str | None = None
+    #: Policy `thermal` after a throttle-suspect probe: seconds added past the wait, and the rates of
+    #: the short check probes run until one was back within the threshold (or max_seconds ran out).
+    extended_s: float | None = None
+    throttle_checks: list[float] = []

@@ -5,7 +5,7 @@ writes and loads it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from msgspec import Struct
@@ -34,6 +34,43 @@ class MetricStats(Struct, kw_only=True, frozen=True):
     null_reasons: dict[str, str] = {}
 
 
+class Trend(Struct, kw_only=True, frozen=True):
+    """Monotone trend over a cell's probe series (probe order): the Mann–Kendall test and the
+    Theil–Sen slope with its 95 % CI (Sen's interval from the Kendall variance)."""
+
+    n: int
+    s: int
+    p_value: float
+    method: str
+    slope_per_probe: float
+    slope_ci_low: float | None = None
+    slope_ci_high: float | None = None
+    drift_pct: float
+
+
+#: The verdicts: a number to trust, a number too wide, a number that moved, too few probes to say.
+VERDICTS: tuple[str, ...] = ("steady", "unsteady", "drifting", "too few")
+
+
+class CellVerdict(Struct, kw_only=True, frozen=True):
+    """The verdict on one cell's `metric` (issue 15): `steady` (CI target met, no trend), `unsteady`
+    (CI wider than the target: `ci_half_width_pct` says how wide), `drifting` (significant monotone
+    trend larger than the target, even with the CI met), `too few` (fewer ok probes than the CI needs).
+    `verdict` is null when the metric was never measured (`reason` says why)."""
+
+    verdict: Literal["steady", "unsteady", "drifting", "too few"] | None
+    metric: str
+    n: int
+    probes_used: int
+    adaptive: bool
+    target_ci_pct: float
+    ci_half_width_pct: float | None = None
+    trend: Trend | None = None
+    throttle_suspects: int = 0
+    invalidated: int = 0
+    reason: str
+
+
 class CellStats(Struct, kw_only=True, frozen=True):
     """Statistics per (candidate, context) over `kind == "probe"` rows; failures are counted, not hidden."""
 
@@ -52,19 +89,36 @@ class CellStats(Struct, kw_only=True, frozen=True):
     noisy: bool = False
     noisy_metrics: list[str] = []
     errors: list[str] = []
+    verdict: CellVerdict | None = None
+    #: Draft acceptance over the ok probes where a spec is configured (null otherwise).
+    draft_acceptance: MetricStats | None = None
 
 
 class Point(Struct, kw_only=True, frozen=True):
-    """One candidate in one context: axis -> cell median (None = not measured)."""
+    """One candidate in one context: axis -> cell median (None = not measured), the median's 95 % CI
+    per axis where the cell has enough probes, and the cell's verdict (null for per-candidate axes)."""
 
     candidate: str
     values: dict[str, float | None]
+    ci95: dict[str, list[float]] = {}
+    verdict: str | None = None
 
 
 class Domination(Struct, kw_only=True, frozen=True):
+    """`by` dominates: better beyond noise on `better_on`, not worse beyond noise on any axis, and
+    `tied_on` the axes where the difference is within the noise."""
+
     by: str
     better_on: list[str]
     skipped_axes: list[str]
+    tied_on: list[str] = []
+
+
+class Tie(Struct, kw_only=True, frozen=True):
+    """Two candidates neither of which dominates the other for noise: the axes within the noise, and why."""
+
+    pair: list[str]
+    axes: dict[str, str]
 
 
 class SkippedPair(Struct, kw_only=True, frozen=True):
@@ -81,6 +135,9 @@ class ContextPareto(Struct, kw_only=True, frozen=True):
     excluded: dict[str, str]
     skipped_pairs: list[SkippedPair]
     points: list[Point]
+    ties: list[Tie] = []
+    #: Frontier candidates whose cell verdict is not `steady`: never silently on the frontier.
+    caveats: dict[str, str] = {}
 
 
 class MachineInfo(Struct, kw_only=True):
@@ -242,6 +299,26 @@ class EvalSummary(Struct, kw_only=True):
     unsandboxed: int = 0
 
 
+class SweepDrift(Struct, kw_only=True):
+    """The drift sentinel: the sweep's first cell run again at the end, its median over the first run's,
+    with the exact Mann–Whitney p-value `compare` uses. `drifted` when |ratio - 1| exceeds `target_pct`."""
+
+    candidate: str
+    context: int
+    metric: str
+    n_first: int
+    n_sentinel: int
+    first_median: float | None = None
+    sentinel_median: float | None = None
+    ratio: float | None = None
+    drift_pct: float | None = None
+    p_value: float | None = None
+    target_pct: float
+    drifted: bool | None = None
+    summary: str
+    null_reasons: dict[str, str] = {}
+
+
 class Runbook(Struct, kw_only=True):
     """The runbook JSON (schema version 1). `outcome` is the job's state when the runbook was written."""
 
@@ -261,3 +338,6 @@ class Runbook(Struct, kw_only=True):
     eval_summary: list[EvalSummary]
     pareto: list[ContextPareto]
     flags: list[RunbookFlag] = []
+    #: The drift sentinel (null when `sentinel` is off, with the reason in `drift_null_reason`).
+    drift: SweepDrift | None = None
+    drift_null_reason: str | None = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
 from msgspec import Meta, Struct
@@ -93,6 +93,40 @@ class Cooldown(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
             raise ValueError("cooldown.max_seconds must be >= cooldown.seconds")
 
 
+#: Metrics the adaptive probe count can watch (each is a per-probe figure in the row).
+ProbeMetric = Literal["gen_tps", "prompt_tps", "ttft_ms", "e2e_ms", "gen_tps_client"]
+#: The distribution-free 95 % CI of the median needs six values (n = 5 reaches 93.75 % at best).
+CI_MIN_PROBES = 6
+
+
+class Probes(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """Adaptive probe count (`probes = "auto"` or a `[probes]` table): after `min` probes a cell keeps
+    probing until the 95 % CI of the median of `metric` has a half-width <= `target_ci_pct` % of the
+    median, or `max` probes ran. `throttle_pct`: a probe this much below the cell's running median while
+    the thermal reading is nominal is flagged throttle-suspect."""
+
+    min: Annotated[int, Meta(ge=CI_MIN_PROBES, le=1000)] = CI_MIN_PROBES
+    max: Annotated[int, Meta(ge=1, le=1000)] = 30
+    target_ci_pct: Annotated[float, Meta(gt=0, le=100)] = 2.0
+    metric: ProbeMetric = "gen_tps"
+    throttle_pct: Annotated[float, Meta(gt=0, le=100)] = 15.0
+
+    def __post_init__(self) -> None:
+        if self.min > self.max:
+            raise ValueError(f"probes.min ({self.min}) must be <= probes.max ({self.max})")
+
+
+class ProbePlan(NamedTuple):
+    """What a sweep's `probes` field means for one cell: fixed count or adaptive bounds + the rule."""
+
+    adaptive: bool
+    min: int
+    max: int
+    target_ci_pct: float
+    metric: str
+    throttle_pct: float
+
+
 class Deferred(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     """An axis the sweep did not measure, and why. Nothing unmeasured disappears without a line."""
 
@@ -116,7 +150,7 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     contexts: Annotated[list[Annotated[int, Meta(ge=1, le=4_194_304)]], Meta(min_length=1, max_length=64)]
     gen_tokens: Annotated[int, Meta(ge=1, le=131_072)]
     candidates: Annotated[list[Candidate], Meta(min_length=1, max_length=64)]
-    probes: Annotated[int, Meta(ge=1, le=1000)] = 3
+    probes: Annotated[int, Meta(ge=1, le=1000)] | Literal["auto"] | Probes = 3
     warmup: Annotated[int, Meta(ge=0, le=100)] = 1
     eval_tier: EvalTier = "none"
     thinking: Thinking = "default"
@@ -131,6 +165,10 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     # Linux: a server whose thread count is known (llama-server -t N) and below the usable cores runs
     # on the first N cores and benchd's probe client on the others (recorded in the runbook either way).
     pin_client: bool = False
+    #: Re-run the first cell at the end and report the sweep's drift. None = on for adaptive probes only
+    #: (an older sweep file with a fixed count keeps meaning what it meant: no extra rows).
+    sentinel: bool | None = None
+    sentinel_drift_pct: Annotated[float, Meta(gt=0, le=100)] = 3.0
 
     def __post_init__(self) -> None:
         ids = [c.id for c in self.candidates]
@@ -139,6 +177,21 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
             raise ValueError(f"candidate ids must be unique; repeated: {', '.join(dup)}")
         if len(set(self.contexts)) != len(self.contexts):
             raise ValueError("contexts must not repeat")
+
+    def probe_plan(self) -> ProbePlan:
+        """The probes field resolved: a fixed count is min = max = count with the default CI target."""
+        p = self.probes
+        if isinstance(p, int):
+            d = Probes()
+            return ProbePlan(False, p, p, d.target_ci_pct, d.metric, d.throttle_pct)
+        if p == "auto":
+            p = Probes()
+        assert isinstance(p, Probes)
+        return ProbePlan(True, p.min, p.max, p.target_ci_pct, p.metric, p.throttle_pct)
+
+    def sentinel_on(self) -> bool:
+        """Whether the drift sentinel runs: explicit, else only with adaptive probes."""
+        return self.sentinel if self.sentinel is not None else not isinstance(self.probes, int)
 
     def effective_probe_timeout_s(self) -> float:
         """The probe's own timeout: configured, else derived from gen_tokens with a floor.
@@ -150,8 +203,6 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
         if self.probe_timeout_s is not None:
             return self.probe_timeout_s
         return max(60.0, self.gen_tokens / 2.0 + 10.0 * max(self.contexts) / 1000.0)
-
-
 
 
 def sweep_schema() -> dict[str, Any]:

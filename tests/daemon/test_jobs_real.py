@@ -98,7 +98,7 @@ def test_sweep_follow_to_the_end(run_daemon, tiny_models, llama_server_bin, tmp_
     rows = read_rows(d.state_dir, job)
     assert len(rows) == 5 and set(rows.values()) == {"ok"}
     got = d.client().job(job)
-    assert got["state"] == "succeeded" and got["progress"] == {"done": 5, "total": 5, "eta_s": None}
+    assert got["state"] == "succeeded" and got["progress"] == {"done": 5, "total": 5, "eta_s": None, "total_max": None, "eta_max_s": None}
     # the runbook lands just after the terminal event
     deadline = time.monotonic() + 30
     while not d.client().job(job)["runbook_id"] and time.monotonic() < deadline:

@@ -89,9 +89,30 @@ def test_verdicts(pair) -> None:
     assert m.verdict == "B better" and m.p_value == pytest.approx(2 / comb(10, 5))
     same_b = _with_probes(b, {"gguf-plain": [100.2, 99.8, 101.0, 99.0, 100.0]})
     m = _metric(compare.compare_runbooks(more_a, same_b), "gguf-plain", 512, "gen_tps")
-    assert m.verdict == "no significant difference" and m.p_value is not None and m.p_value > 0.05
+    assert m.verdict == compare.TIED and m.p_value is not None and m.p_value > 0.05 and "CIs overlap" in (m.why or "")
     worse_b = _with_probes(b, {"gguf-plain": [80.0, 81.0, 79.0, 80.5]})
     assert _metric(compare.compare_runbooks(more_a, worse_b), "gguf-plain", 512, "gen_tps").verdict == "B worse"
+    # Significant but within the precision asked for (target_ci_pct 2 %): tied, never "better".
+    near_b = _with_probes(b, {"gguf-plain": [101.6, 101.7, 101.5, 101.65, 101.55]})
+    m = _metric(compare.compare_runbooks(more_a, near_b), "gguf-plain", 512, "gen_tps")
+    assert m.p_value is not None and m.p_value < 0.05
+    assert m.verdict == compare.TIED and "within the ±2 % target" in (m.why or "")
+
+
+def test_beyond_noise_rule() -> None:
+    """Issue 15's tie rule: CIs apart or Mann–Whitney significant, and beyond the margin."""
+    base = [100.0, 100.4, 99.6, 100.2, 99.8, 100.1]
+    assert compare.beyond_noise(base, [v * 1.10 for v in base])[0]  # 10 %, CIs apart
+    beyond, why = compare.beyond_noise(base, [v * 1.002 for v in base])  # the issue's 0.2 % difference
+    assert not beyond and "0.2 % apart" in why
+    beyond, why = compare.beyond_noise(base, [v + 1.0 for v in base])  # CIs apart but 1 % < the 2 % target
+    assert not beyond and "within the ±2 % target" in why
+    assert compare.beyond_noise(base, [v + 1.0 for v in base], margin_pct=0.5)[0]
+    beyond, why = compare.beyond_noise([100.0, 101.0, 99.0], [100.2, 101.2, 99.2])  # 3 probes: cannot tell
+    assert not beyond and "too few probes" in why
+    noisy = [80.0, 120.0, 95.0, 105.0, 90.0, 110.0]
+    beyond, why = compare.beyond_noise(noisy, [v * 1.03 for v in noisy])
+    assert not beyond and "CIs overlap" in why
 
 
 def test_warnings(pair) -> None:

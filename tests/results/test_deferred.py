@@ -112,8 +112,9 @@ def test_runtime_nulls_with_reasons():
     ]
     entries = assert_every_null_appears(sweep, rows)
     pt = [e for e in entries if e.axis == "prompt_tps"]
-    assert len(pt) == 2  # probe rows and the sustained row
+    assert len(pt) == 1  # probe rows and the sustained row: one line, not one per kind
     assert no_prompt in pt[0].reason and "lm (mlx_lm.server)" in pt[0].reason and "4 of 4 ok probe" in pt[0].reason
+    assert "1 of 1 ok sustained" in pt[0].reason and pt[0].reason.count("lm (mlx_lm.server)") == 1
     # the draft trio shares one reason: one line, not three
     assert any(e.axis == "draft_n, draft_accepted, draft_acceptance" and no_spec in e.reason for e in entries)
 
@@ -179,3 +180,20 @@ def test_eval_entries():
     assert any(e.axis == "eval" and "vl (" in e.reason and "no result" in e.reason for e in entries)
     assert not any(e.axis == "eval" and "lm (" in e.reason for e in entries)
     assert not any(e.axis == "eval" and "eval_tier none" in e.reason for e in entries)
+
+
+def test_the_same_axis_and_reason_is_one_line_naming_every_candidate():
+    """Issue 15: two candidates with the same null reason give one line naming both, not two lines."""
+    sweep = make_sweep()
+    no_spec = "no spec configured"
+    rows = [row(r.candidate, r.runtime, r.context, r.probe, kind=r.kind,
+                nulls=("draft_n", "draft_accepted", "draft_acceptance"),
+                reasons=dict.fromkeys(("draft_n", "draft_accepted", "draft_acceptance"), no_spec))
+            for r in full_rows(sweep)]
+    entries = assert_every_null_appears(sweep, rows)
+    trio = [e for e in entries if e.axis == "draft_n, draft_accepted, draft_acceptance"]
+    assert len(trio) == 1
+    for c in sweep.candidates:
+        assert trio[0].reason.count(f"{c.id} ({c.runtime})") == 1
+    axes = [(e.axis, e.reason) for e in entries]
+    assert len(axes) == len(set(axes))

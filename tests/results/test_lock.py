@@ -82,7 +82,7 @@ def test_refusals(state) -> None:
         lock.build_lock(rb, "nope")
     with pytest.raises(BenchdError, match="no successful probe rows"):
         lock.build_lock(rb, "broken")
-    with pytest.raises(BenchdError, match=r"dominated \(at context 1024: gguf-plain") as exc:
+    with pytest.raises(BenchdError, match=r"dominated \(at context 512: gguf-plain \(better on eval_pass_rate\)") as exc:
         lock.build_lock(rb, "mlx-lm")
     assert "--force" in exc.value.message
     assert not config.locked_path.exists()

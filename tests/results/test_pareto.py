@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from benchd.results import pareto
-from benchd.schemas import EvalResult, Row
+from benchd.schemas import EvalResult, ProbePlan, Row
 
 FIXTURES = sorted((Path(__file__).parents[1] / "data" / "pareto").glob("*.json"))
 
@@ -74,3 +74,37 @@ def test_direction_of_memory_axis() -> None:
     d = pareto.dominates(low, high)
     assert d is not None and d.better_on == ["mem_peak_bytes"]
     assert pareto.dominates(high, low) is None
+
+
+def _probe_rows(cand: str, gen: list[float], mem: int = 1000, prompt: float = 500.0) -> list[Row]:
+    return [Row(job="j", candidate=cand, runtime="llama-server", context=512, kind="probe", probe=i, status="ok",
+                gen_tps=g, prompt_tps=prompt, mem_peak_bytes=mem) for i, g in enumerate(gen)]
+
+
+def test_a_difference_within_the_noise_is_a_tie() -> None:
+    """Issue 15: with 3 probes a 0.2 % faster candidate is not 'better' — both on the frontier, tied."""
+    rows = _probe_rows("a", [100.0, 101.0, 99.0]) + _probe_rows("b", [100.2, 101.2, 99.2])
+    res = pareto.pareto_from_rows(rows, [])[0]
+    assert sorted(res.frontier) == ["a", "b"] and not res.dominated
+    tie = next(t for t in res.ties if t.pair == ["a", "b"])
+    assert "too few probes" in tie.axes["gen_tps"] and tie.axes["prompt_tps"] == "equal"
+
+
+def test_dominated_only_beyond_the_noise_with_the_tied_axes_named() -> None:
+    """b is 20 % slower (CIs apart): dominated on gen_tps; its 0.5 % prompt edge is a tie, not a trade-off."""
+    fast = _probe_rows("fast", [100.0, 100.3, 99.7, 100.1, 99.9, 100.2], prompt=500.0)
+    slow = [msgspec.structs.replace(r, prompt_tps=502.5) for r in _probe_rows("slow", [80.0, 80.2, 79.8, 80.1, 79.9, 80.3])]
+    res = pareto.pareto_from_rows(fast + slow, [])[0]
+    assert res.frontier == ["fast"]
+    (d,) = res.dominated["slow"]
+    assert d.by == "fast" and d.better_on == ["gen_tps"] and d.tied_on == ["prompt_tps"]
+    pt = next(p for p in res.points if p.candidate == "fast")
+    assert pt.ci95["gen_tps"] == [99.7, 100.3]
+
+
+def test_unsteady_frontier_candidate_has_a_caveat() -> None:
+    """A frontier cell whose verdict is not steady is named in `caveats` (never silently on the frontier)."""
+    rows = _probe_rows("wide", [100.0, 130.0, 70.0, 110.0, 90.0, 120.0])
+    plan = ProbePlan(False, 6, 6, 2.0, "gen_tps", 15.0)
+    res = pareto.pareto_from_rows(rows, [], plan)[0]
+    assert res.frontier == ["wide"] and res.caveats["wide"].startswith("cell verdict unsteady")

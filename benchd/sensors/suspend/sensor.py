@@ -1,0 +1,119 @@
+"""Was a probe suspended? Two independent signs, each with its source, so a probe that straddled a
+sleep or a stopped server becomes a failed row (re-run), never a slow number.
+
+- **The machine slept**: a clock that counts sleep minus one that does not. Linux: CLOCK_BOOTTIME −
+  CLOCK_MONOTONIC; macOS: mach_continuous_time − mach_absolute_time (`darwin.py`). The gap grows by
+  the time slept; read before and after the probe, the difference is the sleep inside it. Elsewhere
+  the clock is unavailable and says why (the row's `suspended_s` is then null with that reason).
+- **The server was stopped** (SIGSTOP, a debugger, `kill -STOP` by a user): `StopWatch` polls the
+  server process's state while the probe runs (psutil: `stopped` / `tracing-stop`), and counts the
+  seconds it saw it stopped. Polling every 0.1 s misses only stops shorter than that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from typing import Protocol
+
+import psutil
+
+#: A gap that grows by more than this during a probe means the machine slept (clock reads are µs apart).
+SLEEP_THRESHOLD_S = 0.25
+STOPPED_STATES = frozenset({psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP})
+
+
+class SuspendClock(Protocol):
+    source: str
+
+    def gap(self) -> float | None: ...
+
+
+class LinuxClock:
+    source = "linux:CLOCK_BOOTTIME-CLOCK_MONOTONIC"
+
+    def gap(self) -> float | None:
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+class UnavailableClock:
+    def __init__(self, reason: str) -> None:
+        self.source = "none"
+        self.reason = reason
+
+    def gap(self) -> float | None:
+        return None
+
+
+def open_clock() -> LinuxClock | UnavailableClock | SuspendClock:
+    """The platform's sleep clock, or an unavailable one naming why."""
+    if sys.platform == "linux" and hasattr(time, "CLOCK_BOOTTIME"):
+        return LinuxClock()
+    if sys.platform == "darwin":
+        try:
+            from benchd.sensors.suspend.darwin import MachClock
+
+            return MachClock()
+        except (OSError, AttributeError) as exc:
+            return UnavailableClock(f"mach clocks unavailable: {exc}")
+    return UnavailableClock(f"no sleep-counting clock on {sys.platform}")
+
+
+def slept_s(before: float | None, after: float | None) -> float | None:
+    """Seconds slept between two gap readings (None when either is missing); tiny noise reads as 0."""
+    if before is None or after is None:
+        return None
+    d = after - before
+    return round(d, 3) if d > SLEEP_THRESHOLD_S else 0.0
+
+
+class StopWatch:
+    """Counts the seconds a process is seen stopped, polling its state from a task while a probe runs."""
+
+    def __init__(self, pid: int, poll_s: float = 0.1) -> None:
+        self.pid = pid
+        self.poll_s = poll_s
+        self.stopped_s = 0.0
+        self.error: str | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def _stopped(self, proc: psutil.Process) -> bool:
+        try:
+            return proc.status() in STOPPED_STATES
+        except psutil.Error:
+            return False  # gone: the probe's own error says so
+
+    async def _run(self) -> None:
+        try:
+            proc = psutil.Process(self.pid)
+        except psutil.Error as exc:
+            self.error = f"server process not readable: {exc}"
+            return
+        last = time.monotonic()
+        was = self._stopped(proc)
+        while True:
+            await asyncio.sleep(self.poll_s)
+            now = time.monotonic()
+            stopped = self._stopped(proc)
+            if stopped or was:
+                self.stopped_s += now - last if (stopped and was) else (now - last) / 2
+            was, last = stopped, now
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> float | None:
+        """Stop polling; seconds seen stopped (None when the process could not be read at all)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            try:
+                proc = psutil.Process(self.pid)
+                if self._stopped(proc):  # still stopped at the end: counts too
+                    self.stopped_s += self.poll_s
+            except psutil.Error:
+                pass
+        return None if self.error else round(self.stopped_s, 3)

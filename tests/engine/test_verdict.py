@@ -1,0 +1,155 @@
+"""The verdict statistics (issue 15), pure: Mann–Kendall exact vs enumeration, Theil–Sen, the CI stop rule,
+the four verdicts, the throttle check, and the adaptive series' stop/re-run decisions."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+
+from benchd.engine import series, verdict
+from benchd.schemas import ProbePlan, Row, ThermalReading
+from benchd.sensors.suspend.sensor import LinuxClock
+
+AUTO = ProbePlan(True, 6, 30, 2.0, "gen_tps", 15.0)
+FIXED3 = ProbePlan(False, 3, 3, 2.0, "gen_tps", 15.0)
+
+
+def _row(i: int, gen: float | None = 100.0, status: str = "ok", invalidated: str | None = None) -> Row:
+    return Row(job="j", candidate="c", runtime="llama-server", context=128, kind="probe", probe=i,
+               status=status, gen_tps=gen, invalidated=invalidated)  # type: ignore[arg-type]
+
+
+def test_mann_kendall_exact_matches_enumeration() -> None:
+    """The Mahonian DP gives the same p-value as counting every permutation of 6 values."""
+    xs = [3.0, 1.0, 4.0, 1.5, 5.0, 9.0]
+    s, p, method = verdict.mann_kendall(xs)
+    assert method == "exact"
+
+    def stat(v: tuple[float, ...]) -> int:
+        return sum((v[j] > v[i]) - (v[j] < v[i]) for i in range(len(v)) for j in range(i + 1, len(v)))
+
+    perms = list(itertools.permutations(xs))
+    extreme = sum(1 for q in perms if abs(stat(q)) >= abs(s))
+    assert p == pytest.approx(extreme / len(perms))
+    assert verdict.mann_kendall([1, 2, 3, 4, 5, 6])[1] == pytest.approx(2 / math.factorial(6))
+
+
+def test_mann_kendall_false_positive_rate_is_alpha() -> None:
+    rng = random.Random(7)
+    hits = sum(verdict.mann_kendall([rng.random() for _ in range(10)])[1] < 0.05 for _ in range(1000))
+    assert 20 <= hits <= 80  # 5 % of 1000, generous binomial bounds
+
+
+def test_theil_sen_slope_and_interval() -> None:
+    xs = [10.0 + 0.5 * i for i in range(12)]
+    slope, lo, hi = verdict.theil_sen(xs)
+    assert slope == pytest.approx(0.5) and lo == pytest.approx(0.5) and hi == pytest.approx(0.5)
+    rng = random.Random(3)
+    noisy = [100 - 1.0 * i + rng.gauss(0, 0.5) for i in range(20)]
+    slope, lo, hi = verdict.theil_sen(noisy)
+    assert lo is not None and hi is not None and lo <= slope <= hi and hi < 0
+
+
+def test_verdicts() -> None:
+    rng = random.Random(1)
+    flat = [100 + rng.gauss(0, 0.5) for _ in range(12)]
+    v = verdict.judge(flat, metric="gen_tps", target_ci_pct=2.0, probes_used=12, adaptive=True)
+    assert v.verdict == "steady" and v.ci_half_width_pct is not None and v.ci_half_width_pct <= 2.0
+    wide = [100 + rng.gauss(0, 15) for _ in range(30)]
+    v = verdict.judge(wide, metric="gen_tps", target_ci_pct=2.0, probes_used=30, adaptive=True)
+    assert v.verdict == "unsteady" and v.ci_half_width_pct is not None and v.ci_half_width_pct > 2.0
+    assert verdict.verdict_text(v).startswith("unsteady ±")
+    # A slow slide inside a narrow CI: the CI target is met, the trend still makes it drifting.
+    slide = [100 - 0.4 * i + rng.gauss(0, 0.1) for i in range(20)]
+    assert verdict.ci_target_met(slide, 2.0)
+    v = verdict.judge(slide, metric="gen_tps", target_ci_pct=2.0, probes_used=20, adaptive=True)
+    assert v.verdict == "drifting" and v.trend is not None and v.trend.drift_pct < -2.0
+    v = verdict.judge([100.0, 101.0, 99.0], metric="gen_tps", target_ci_pct=2.0, probes_used=3, adaptive=False)
+    assert v.verdict == "too few" and "fixed probe count" in v.reason
+    v = verdict.judge([], metric="prompt_tps", target_ci_pct=2.0, probes_used=6, adaptive=True, null_reason="no timing")
+    assert v.verdict is None and v.reason == "no timing"
+
+
+def test_throttle_check() -> None:
+    nominal = dict(metric="gen_tps", threshold_pct=15.0, thermal_nominal=True, thermal_text="pressure nominal")
+    assert not verdict.throttle_check([100, 101], 50, **nominal).suspect  # type: ignore[arg-type]
+    c = verdict.throttle_check([100, 101, 99], 60, **nominal)  # type: ignore[arg-type]
+    assert c.suspect and c.running_median == 100 and c.drop_pct == pytest.approx(40) and "nominal" in c.note
+    assert not verdict.throttle_check([100, 101, 99], 90, **nominal).suspect  # type: ignore[arg-type]
+    hot = verdict.throttle_check([100, 101, 99], 60, metric="gen_tps", threshold_pct=15.0, thermal_nominal=False,
+                                 thermal_text="90 °C")
+    assert not hot.suspect and "explained" in hot.note
+
+
+def test_series_fixed_count_and_reruns() -> None:
+    s = series.CellSeries(FIXED3)
+    assert s.next_probe() == 0
+    for i in range(3):
+        s.add(_row(i))
+    assert s.next_probe() is None
+    s = series.CellSeries(FIXED3, [_row(0), _row(1, invalidated="server-stopped", status="failed"), _row(2)])
+    assert s.next_probe() == 3  # the invalidated probe does not count: one more runs
+    s = series.CellSeries(FIXED3, [_row(0), _row(1, status="aborted")])
+    assert s.next_probe() == 1  # an aborted probe runs again at its index
+    many = [_row(i, invalidated="machine-slept", status="failed") for i in range(series.MAX_RERUNS + 1)]
+    assert series.CellSeries(FIXED3, many).next_probe() is None  # a machine that keeps sleeping cannot stall
+
+
+def test_series_adaptive_stop_rule() -> None:
+    steady = series.CellSeries(AUTO, [_row(i, 100.0 + 0.1 * (i % 2)) for i in range(6)])
+    assert steady.next_probe() is None  # CI within 2 % after min
+    wide = series.CellSeries(AUTO, [_row(i, g) for i, g in enumerate([100, 80, 120, 90, 110, 70])])
+    assert wide.next_probe() == 6
+    full = series.CellSeries(AUTO, [_row(i, 100.0 + (30 if i % 2 else 0)) for i in range(30)])
+    assert full.next_probe() is None  # max reached
+    nothing = series.CellSeries(AUTO, [_row(i, None) for i in range(6)])
+    assert nothing.next_probe() is None  # no value to converge on after min
+    assert series.CellSeries(AUTO, [_row(0)]).pending_floor() == [1, 2, 3, 4, 5]
+
+
+def test_annotate_invalidates_a_suspended_probe_and_flags_throttle() -> None:
+    clock = LinuxClock()
+    row = _row(3, 50.0)
+    cool = ThermalReading(source="test", celsius=40.0)
+    got = series.annotate(row, earlier=[100, 100, 100], plan=AUTO, thermal=cool, target_celsius=65,
+                          clock=clock, slept_s=0.0, stopped_s=0.0)
+    assert got.status == "ok" and got.throttle is not None and got.throttle.suspect and "40.0 °C" in got.throttle.note
+    stopped = series.annotate(row, earlier=[100, 100, 100], plan=AUTO, thermal=cool, target_celsius=65,
+                              clock=clock, slept_s=0.0, stopped_s=3.1)
+    assert stopped.status == "failed" and stopped.invalidated == "server-stopped" and "3.1 s" in (stopped.error or "")
+    slept = series.annotate(row, earlier=[], plan=AUTO, thermal=None, target_celsius=65, clock=clock,
+                            slept_s=42.0, stopped_s=0.0)
+    assert slept.invalidated == "machine-slept" and slept.sources["suspended_s"] == clock.source
+
+
+async def test_recheck_extends_until_back_within_threshold() -> None:
+    """The thermal extension's loop with scripted check rates (the real check probe runs in the
+    scheduler against a server: tests/engine/test_verdicts_real.py)."""
+    from benchd.schemas import CooldownRecord
+
+    rates = iter([60.0, 70.0, 95.0, 99.0])
+    t = [0.0]
+
+    async def check() -> float | None:
+        return next(rates)
+
+    async def sleep(s: float) -> None:
+        t[0] += s
+
+    rec = CooldownRecord(policy="thermal", waited_s=5.0, reason="sensor-unavailable", note="no sensor")
+    got = await series.recheck(rec, baseline=100.0, threshold_pct=15.0, max_seconds=60.0, check=check,
+                               pause_s=2.0, clock=lambda: t[0], sleep=sleep)
+    assert got.throttle_checks == [60.0, 70.0, 95.0] and got.extended_s == pytest.approx(4.0)
+    assert "back within 15 %" in (got.note or "") and got.note.startswith("no sensor")
+    slow = iter([10.0] * 100)
+
+    async def check_slow() -> float | None:
+        return next(slow)
+
+    t[0] = 0.0
+    got = await series.recheck(rec, baseline=100.0, threshold_pct=15.0, max_seconds=11.0, check=check_slow,
+                               pause_s=2.0, clock=lambda: t[0], sleep=sleep)
+    assert got.waited_s == pytest.approx(11.0) and "max_seconds" in (got.note or "")

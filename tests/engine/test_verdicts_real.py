@@ -1,0 +1,252 @@
+"""Verdicts on real servers (issue 15): an adaptive cell that stops when steady, a CPU hog pinned to the
+server's core halfway through a cell (drifting + throttle-suspect + the thermal recheck + the sentinel's
+drift), a SIGSTOP/SIGCONT of the server during a probe (invalidated, re-run, median unaffected), ties
+between identical candidates and domination of a half-thread one, and bad `[probes]` input."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from benchd.config import Config
+from benchd.engine.scheduler import run_job
+from benchd.results.runbook import build_runbook
+from benchd.schemas import Candidate, Cooldown, Event, Probes, Runbook, Sustained, Sweep
+from benchd.store import Store
+
+REPO = Path(__file__).parents[2]
+
+
+def _sweep(cands: list[Candidate], **kw: Any) -> Sweep:
+    base: dict[str, Any] = dict(name="verdicts", contexts=[128], gen_tokens=64, warmup=1, eval_tier="none",
+                                sustained=Sustained(tokens=0), cooldown=Cooldown(policy="fixed", seconds=0, max_seconds=0),
+                                candidates=cands, sentinel=False)
+    base.update(kw)
+    return Sweep(**base)
+
+
+def _run(tmp: Path, cache_dir: Path, sweep: Sweep, on_event: Any = None) -> tuple[Runbook, list[Event]]:
+    config = Config.resolve(state_dir=tmp, cache_dir=cache_dir)
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    store = Store(config.db_path)
+    job, _ = store.create_job(sweep)
+    events: list[Event] = []
+
+    def notify(e: Event) -> None:
+        events.append(e)
+        if on_event:
+            on_event(e)
+
+    try:
+        asyncio.run(run_job(job.id, sweep, store, config, notify))
+        return build_runbook(config, store, job.id), events
+    finally:
+        store.close()
+
+
+def _pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of `pid` onto `cpus` (sched_setaffinity on a pid moves only its main thread)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:
+            pass
+
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_auto_cell_stops_before_max_when_steady(tiny_models: Any, cache_dir: Path, tmp_path: Path) -> None:
+    """A stable cell stops as soon as the CI rule holds. The target is wide (this shared 2-core machine is
+    noisy); the test checks the stop rule and the verdict, not the machine's precision."""
+    cand = Candidate(id="llama", runtime="llama-server", model=str(tiny_models.target), args=["-t", "1"])
+    sweep = _sweep([cand], gen_tokens=128, probes=Probes(min=6, max=30, target_ci_pct=15.0))
+    rb, events = _run(tmp_path, cache_dir, sweep)
+    (cell,) = rb.cells
+    v = cell.verdict
+    assert v is not None and v.verdict == "steady", v
+    assert v.adaptive and 6 <= v.probes_used < 30 and v.ci_half_width_pct is not None and v.ci_half_width_pct <= 15.0
+    assert len([r for r in rb.rows if r.kind == "probe"]) == v.probes_used
+    finished = [e for e in events if e.type == "cell_finished"]
+    assert len(finished) == 1 and msgspec.to_builtins(finished[0].payload["verdict"])["verdict"] == "steady"
+    assert all(r.suspended_s == 0.0 and r.server_stopped_s == 0.0 for r in rb.rows)
+
+
+@pytest.mark.real
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pinning needs sched_setaffinity (Linux)")
+def test_cpu_hog_halfway_is_drifting_throttle_suspect_and_the_sentinel_sees_it(
+        tiny_models: Any, cache_dir: Path, tmp_path: Path) -> None:
+    """The server (medium model: compute-bound) is pinned to core 0; after probe 5 six busy loops are
+    pinned to the same core, each in its own session (the kernel's autogroups share a core between
+    sessions first, so hogs in one session would take one share between them). The cell's second half
+    is slower while the thermal reading (none in this VM) cannot say why, so those probes are
+    throttle-suspect; the series has a significant downward trend (drifting); policy `thermal` extends
+    the cooldown with check probes; the sentinel, run with the hogs still on, reports the sweep's drift."""
+    from benchctl.tinymodels import ensure
+
+    medium = ensure(cache_dir, "medium", 0, lambda _m: None)
+    cand = Candidate(id="llama", runtime="llama-server", model=str(medium.target), args=["-t", "1"])
+    sweep = _sweep([cand], gen_tokens=64, probes=12, sentinel=True,
+                   cooldown=Cooldown(policy="thermal", seconds=0, max_seconds=2))
+    hogs: list[subprocess.Popen[bytes]] = []
+
+    def on_event(e: Event) -> None:
+        if e.type == "server_ready":
+            _pin(int(e.payload["pid"]), {0})
+        row = e.payload.get("row") or {}
+        if e.type == "probe_finished" and row.get("kind") == "probe" and row.get("probe") == 5 and not hogs:
+            for _ in range(6):
+                hog = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+                os.sched_setaffinity(hog.pid, {0})
+                hogs.append(hog)
+
+    try:
+        rb, events = _run(tmp_path, cache_dir, sweep, on_event)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    probes = sorted((r for r in rb.rows if r.kind == "probe"), key=lambda r: r.probe)
+    assert len(probes) == 12 and all(r.status == "ok" for r in probes)
+    first, second = [r.gen_tps or 0 for r in probes[:6]], [r.gen_tps or 0 for r in probes[6:]]
+    assert statistics.median(second) < 0.8 * statistics.median(first), (first, second)  # the hogs slowed it
+    suspects = [r for r in probes[6:] if r.throttle and r.throttle.suspect]
+    assert len(suspects) >= 3, [r.throttle for r in probes]
+    assert all("below the running median" in (r.throttle.note if r.throttle else "") and "thermal says" in
+               (r.throttle.note if r.throttle else "") for r in suspects)
+    v = rb.cells[0].verdict
+    assert v is not None and v.verdict == "drifting" and v.trend is not None and v.trend.drift_pct < -2.0, v
+    assert v.throttle_suspects == len(suspects) and "moved" in v.reason
+    # policy thermal: after a throttle-suspect probe the cooldown ran check probes (recorded in the row)
+    extended = [r for r in probes if r.cooldown_note and "throttle check" in r.cooldown_note]
+    assert extended, [r.cooldown_note for r in probes]
+    records = [msgspec.to_builtins(e.payload["record"]) for e in events if e.type == "cooldown_finished"]
+    assert any(rec.get("extended_s") and rec.get("throttle_checks") for rec in records)
+    # the sentinel re-ran the first cell with the hogs still on: the sweep drifted
+    assert rb.drift is not None and rb.drift.drifted and rb.drift.drift_pct is not None and rb.drift.drift_pct < -3.0
+    assert rb.drift.p_value is not None and rb.drift.n_sentinel == 12
+    assert [r.probe for r in rb.rows if r.kind == "sentinel"] == list(range(12))
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_sigstop_during_a_probe_invalidates_it_and_it_runs_again(
+        tiny_models: Any, cache_dir: Path, tmp_path: Path) -> None:
+    """The test SIGSTOPs the server as probe 2 starts and SIGCONTs it 3 s later: that probe is a failed
+    row naming the suspension, an extra probe replaces it, and the medians come from the others."""
+    cand = Candidate(id="llama", runtime="llama-server", model=str(tiny_models.target), args=["-t", "1"])
+    sweep = _sweep([cand], probes=6)
+    pid: list[int] = []
+
+    def on_event(e: Event) -> None:
+        if e.type == "server_ready":
+            pid.append(int(e.payload["pid"]))
+        if e.type == "probe_started" and e.payload.get("probe") == 2 and e.payload.get("kind") == "probe":
+            os.kill(pid[-1], signal.SIGSTOP)
+            threading.Timer(3.0, os.kill, (pid[-1], signal.SIGCONT)).start()
+
+    rb, _ = _run(tmp_path, cache_dir, sweep, on_event)
+    rows = sorted((r for r in rb.rows if r.kind == "probe"), key=lambda r: r.probe)
+    assert [r.probe for r in rows] == list(range(7))
+    bad = rows[2]
+    assert bad.status == "failed" and bad.invalidated == "server-stopped", bad
+    assert bad.server_stopped_s is not None and 2.0 <= bad.server_stopped_s <= 4.5
+    assert "stopped" in (bad.error or "") and "run again" in (bad.error or "")
+    ok = [r for r in rows if r.status == "ok"]
+    assert len(ok) == 6 and all(r.invalidated is None for r in ok)
+    assert all((r.e2e_ms or 0) < 2500 for r in ok)  # the 3 s stop is in no ok row
+    cell = rb.cells[0]
+    assert cell.n_ok == 6 and cell.verdict is not None and cell.verdict.invalidated == 1
+    assert cell.ttft_ms.max is not None and cell.ttft_ms.max < 2500
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_identical_candidates_tie_and_half_the_threads_is_dominated(
+        tiny_models: Any, cache_dir: Path, tmp_path: Path) -> None:
+    """Two candidates with the same weights and args are tied (never one dominating the other), in each
+    of two sweeps; of a 2-thread and a 1-thread candidate on the medium model, the slower is dominated
+    on gen_tps (never called a tie). Which one is slower depends on the machine: on an idle 2-core
+    machine the half-thread one; on this shared machine under load (1-min load 9-12 when written) a
+    2-thread llama-server spin-waits on a busy core and ran at 2-47 tok/s against 69-102 for 1 thread,
+    so the test asserts "full dominates half" only when the machine was quiet during the sweep."""
+    model = str(tiny_models.target)
+    for rnd in range(2):
+        cands = [Candidate(id=f"twin-{x}", runtime="llama-server", model=model, args=["-t", "1"]) for x in "ab"]
+        rb, _ = _run(tmp_path / f"twins{rnd}", cache_dir, _sweep(cands, probes=8))
+        (p,) = rb.pareto
+        assert sorted(p.frontier) == ["twin-a", "twin-b"] and not p.dominated, (rnd, p)
+        assert any(t.pair == ["twin-a", "twin-b"] for t in p.ties)
+    from benchctl.tinymodels import ensure
+
+    medium = ensure(cache_dir, "medium", 0, lambda _m: None)
+    cands = [Candidate(id="full", runtime="llama-server", model=str(medium.target), args=["-t", "2"]),
+             Candidate(id="half", runtime="llama-server", model=str(medium.target), args=["-t", "1"])]
+    load0 = os.getloadavg()[0]
+    rb, _ = _run(tmp_path / "threads", cache_dir, _sweep(cands, probes=8))
+    quiet = max(load0, os.getloadavg()[0]) < 1.5
+    (p,) = rb.pareto
+    medians = {pt.candidate: pt.values["gen_tps"] or 0.0 for pt in p.points}
+    slower, faster = sorted(medians, key=medians.__getitem__)
+    assert p.frontier == [faster] and not p.ties, p
+    (d,) = p.dominated[slower]
+    assert d.by == faster and "gen_tps" in d.better_on
+    if quiet:
+        assert faster == "full", medians
+
+
+@pytest.mark.parametrize(("probes", "field"), [
+    ("min = 10\nmax = 8", "$.probes"),
+    ("target_ci_pct = 0", "$.probes.target_ci_pct"),
+    ("target_ci_pct = -1.5", "$.probes.target_ci_pct"),
+    ('metric = "tokens_per_joule"', "$.probes.metric"),
+])
+def test_bad_probes_table_exits_2_naming_the_field(tmp_path: Path, probes: str, field: str) -> None:
+    f = tmp_path / "sweep.toml"
+    f.write_text(f'name = "t"\ncontexts = [128]\ngen_tokens = 8\n[probes]\n{probes}\n[[candidates]]\n'
+                 f'id = "a"\nruntime = "llama-server"\nmodel = "/nonexistent.gguf"\n')
+    res = subprocess.run([sys.executable, "-m", "benchctl", "validate", str(f)], capture_output=True, text=True,
+                         timeout=60, check=False, cwd=REPO)
+    assert res.returncode == 2, res
+    assert str(f) in res.stderr and field in res.stderr, res.stderr
+
+
+def test_validate_shows_the_adaptive_plan(tmp_path: Path) -> None:
+    f = tmp_path / "sweep.toml"
+    f.write_text('name = "t"\ncontexts = [128, 512]\ngen_tokens = 8\nprobes = "auto"\n[[candidates]]\n'
+                 'id = "a"\nruntime = "llama-server"\nmodel = "/nonexistent.gguf"\n')
+    res = subprocess.run([sys.executable, "-m", "benchctl", "validate", str(f), "--json"], capture_output=True,
+                         text=True, timeout=60, check=False, cwd=REPO)
+    doc = msgspec.json.decode(res.stdout)
+    assert doc["adaptive"]["min"] == 6 and doc["adaptive"]["max"] == 30 and doc["rows"] < doc["rows_max"]
+    assert doc["estimate_s"]["low"] < doc["estimate_s"]["high"] and doc["sentinel"]["context"] == 128
+    text = subprocess.run([sys.executable, "-m", "benchctl", "validate", str(f)], capture_output=True, text=True,
+                          timeout=60, check=False, cwd=REPO).stdout
+    assert "6-30 probes (auto)" in text and "drift sentinel" in text
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_mlx_server_warms_up_at_each_new_context(tiny_models: Any, cache_dir: Path, tmp_path: Path) -> None:
+    """mlx_lm.server serves both contexts from one start: one unrecorded warm-up probe at the start and
+    one more at the second context, as llama-server gets at each restart. Counted in the server's own
+    request log (http.server logs every request): 1 + 2 probes + 1 + 2 probes = 6 chat requests."""
+    pytest.importorskip("tokenizers")  # with it, MLX prompts are sized locally: no sizing probes to count
+    cand = Candidate(id="mlx", runtime="mlx_lm.server", model=str(tiny_models.mlx_dir))
+    sweep = _sweep([cand], contexts=[64, 128], gen_tokens=8, probes=2)
+    rb, events = _run(tmp_path, cache_dir, sweep)
+    assert [e.type for e in events].count("server_ready") == 1
+    assert sum(r.status == "ok" for r in rb.rows) == 4
+    log = Config.resolve(state_dir=tmp_path, cache_dir=cache_dir).server_log_path(rb.job.id, "mlx").read_text()
+    assert log.count("POST /v1/chat/completions") == 6, log[-3000:]
