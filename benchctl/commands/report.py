@@ -127,7 +127,7 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
     _print_builds(cmp.builds)
     click.echo(f"test: {cmp.test}, α = {cmp.alpha}; needs ≥ {cmp.min_probes_per_side} ok probes per side "
                "(with fewer the smallest possible p-value is above α); better/worse only beyond the noise "
-               "(CIs apart or p < α) and beyond the runbook's target_ci_pct, else tied")
+               "(95 % CIs apart; below six probes p < α) and beyond the runbook's target_ci_pct, else tied")
     header = ["candidate", "context", "metric", "A median (n)", "B median (n)", "B/A", "p", "verdict"]
     body = []
     for cell in cmp.cells:

@@ -11,8 +11,8 @@ stage (Pareto, compare, report) all judge with the same code.
   there are no ties (the count of permutations by inversions, Mahonian numbers, by dynamic programming,
   up to `EXACT_MK_LIMIT` values), the tie-corrected normal approximation otherwise; the size of the
   trend is the Theil–Sen slope (median of pairwise slopes) with Sen's 95 % interval. A cell drifts when
-  the test is significant at α = 0.05 and the slope over the series, slope × (n − 1), exceeds the
-  target in % of the median — even when the CI target was met.
+  the test is significant at α = 0.05 and the change over the series, slope × (n − 1), exceeds the
+  target in % of the fitted line's first value (Theil–Sen intercept) — even when the CI target was met.
 - **Verdict**: `too few` (fewer ok values than the CI's six), else `drifting`, else `steady` (CI met)
   or `unsteady` (CI wider than the target; the width is shown).
 - **Throttle check**: a probe more than `threshold_pct` below the median of its cell's earlier ok
@@ -131,8 +131,10 @@ def trend(values: Sequence[float]) -> Trend | None:
         return None
     s, p, method = mann_kendall(values)
     slope, lo, hi = theil_sen(values)
+    start = statistics.median(v - slope * i for i, v in enumerate(values))  # the fitted line's first value
+    base = start if start > 0 else abs(med)
     return Trend(n=len(values), s=s, p_value=p, method=method, slope_per_probe=slope, slope_ci_low=lo,
-                 slope_ci_high=hi, drift_pct=slope * (len(values) - 1) / abs(med) * 100.0)
+                 slope_ci_high=hi, drift_pct=slope * (len(values) - 1) / base * 100.0)
 
 
 def is_drifting(t: Trend | None, target_pct: float) -> bool:

@@ -9,7 +9,8 @@ two-sided p-value it can ever give is 2 / C(2n, n): 0.1 at n = 3, 0.029 at n = 4
 a difference", never a guess. No scipy: the distribution is counted by dynamic programming.
 
 Ties are ties (issue 15): a difference counts only beyond the noise — the two cells' distribution-free
-95 % CIs of the median do not overlap, or the exact test is significant — and larger than the sweep's
+95 % CIs of the median do not overlap (or, for cells too small for a CI, the exact test is
+significant) — and larger than the sweep's
 `target_ci_pct` (the precision the user asked for: a 0.8 % gap is not a finding when every cell was
 measured to ±2 %). Otherwise the verdict is `tied`, with why. `beyond_noise` is the one rule; the
 Pareto view uses it too.
@@ -106,27 +107,29 @@ def mann_whitney_exact(a: Sequence[float], b: Sequence[float]) -> tuple[float, f
 def beyond_noise(a: Sequence[float], b: Sequence[float], margin_pct: float = DEFAULT_MARGIN_PCT) -> tuple[bool, str]:
     """Whether the medians of `a` and `b` differ by more than the noise, and why (or why not).
 
-    Beyond the noise = (the 95 % CIs of the medians do not overlap, or the exact Mann–Whitney test
-    gives p < α) and the medians differ by more than `margin_pct` %. With too few values for either
-    test (n < 6 for the CI, and too few for the exact test to ever reach α), nothing is beyond noise.
+    Beyond the noise = the two 95 % CIs of the median do not overlap (both cells have six values or
+    more), or — where a cell is too small for a CI but the exact test can reach α — a Mann–Whitney
+    p < α; and in either case the medians differ by more than `margin_pct` %. The CI comes first on
+    purpose: a wide (unsteady) cell must not win on a rank test its spread makes meaningless.
     """
     if not a or not b:
         return False, "not measured on one side"
     ma, mb = statistics.median(a), statistics.median(b)
     rel = abs(mb - ma) / abs(ma) * 100 if ma else (0.0 if mb == ma else math.inf)
     ca, cb = median_ci(a), median_ci(b)
-    apart = ca is not None and cb is not None and (ca[1] < cb[0] or cb[1] < ca[0])
-    testable = min_p_value(len(a), len(b)) <= ALPHA and len(a) + len(b) <= EXACT_LIMIT
-    p = mann_whitney_exact(a, b)[1] if testable and ma != mb else None
-    significant = p is not None and p < ALPHA
-    if not (apart or significant):
-        if ca is None and not testable:
-            return False, f"too few probes to tell ({len(a)} vs {len(b)})"
-        p_text = f"Mann–Whitney p = {p:.3g}" if p is not None else "medians equal"
-        return False, f"CIs overlap, {p_text}; medians {rel:.1f} % apart"
+    if ca is not None and cb is not None:
+        if not (ca[1] < cb[0] or cb[1] < ca[0]):
+            return False, f"95 % CIs overlap; medians {rel:.1f} % apart"
+        how = "95 % CIs apart"
+    elif min_p_value(len(a), len(b)) <= ALPHA and len(a) + len(b) <= EXACT_LIMIT:
+        p = mann_whitney_exact(a, b)[1] if ma != mb else 1.0
+        if p >= ALPHA:
+            return False, f"Mann–Whitney p = {p:.3g}; medians {rel:.1f} % apart"
+        how = f"Mann–Whitney p = {p:.3g}"
+    else:
+        return False, f"too few probes to tell ({len(a)} vs {len(b)})"
     if rel <= margin_pct:
-        return False, f"medians {rel:.1f} % apart, within the ±{margin_pct:g} % target"
-    how = "CIs apart" if apart else f"Mann–Whitney p = {p:.3g}"
+        return False, f"medians {rel:.1f} % apart ({how}), within the ±{margin_pct:g} % target"
     return True, f"medians {rel:.1f} % apart ({how})"
 
 

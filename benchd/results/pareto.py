@@ -10,7 +10,7 @@ dominates. Candidates with no successful probe row in a context are excluded fro
 a reason, never silently dropped.
 
 Ties are ties (issue 15): over rows, "better" means better beyond the noise (`compare.beyond_noise`:
-the cells' 95 % CIs apart or an exact Mann–Whitney p < 0.05, and more than the sweep's
+the cells' 95 % CIs apart (below six probes: an exact Mann–Whitney p < 0.05), and more than the sweep's
 `target_ci_pct`); a smaller difference is a tie on that axis, named with why. Axes with one value per
 candidate: the eval pass rate (greedy, deterministic answers) compares exactly; the sustain ratio
 (one run each, noise unknown) is never beyond the noise. Frontier candidates whose cell is drifting or

@@ -304,8 +304,8 @@ def render_markdown(rb: Runbook) -> str:
         lines.append(f"- {d.axis} (automatic): {d.reason}")
     if not rb.deferred.declared and not rb.deferred.automatic:
         lines.append("- none")
-    lines += ["", "## Pareto view", "", "Per context over cell medians; better means better beyond the noise (CIs "
-              "apart or Mann–Whitney p < 0.05, and more than the CI target), otherwise tied; an axis null for either "
+    lines += ["", "## Pareto view", "", "Per context over cell medians; better means better beyond the noise (95 % CIs "
+              "apart, or Mann–Whitney p < 0.05 below six probes, and more than the CI target), otherwise tied; an axis null for either "
               "side is skipped for that pair and named. The tool never picks: `benchctl lock` is yours.", ""]
     for p in rb.pareto:
         lines += [f"### Context {p.context}", ""]

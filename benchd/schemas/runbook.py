@@ -45,6 +45,7 @@ class Trend(Struct, kw_only=True, frozen=True):
     slope_per_probe: float
     slope_ci_low: float | None = None
     slope_ci_high: float | None = None
+    #: slope × (n − 1) in % of the fitted line's first value: how far the series moved from start to end.
     drift_pct: float
 
 
