@@ -107,7 +107,7 @@ def test_auto_cell_stops_before_max_when_steady(tiny_models: Any, cache_dir: Pat
 def test_cpu_hog_halfway_is_drifting_throttle_suspect_and_the_sentinel_sees_it(
         tiny_models: Any, cache_dir: Path, tmp_path: Path) -> None:
     """The server (medium model: compute-bound) is pinned to core 0 with the top CPU share (`_favour`), so
-    the first half is stable on this shared machine; after probe 5 its share drops back to the default
+    the first half is stable on this shared machine; after probe 7 its share drops back to the default
     and six busy loops are pinned to the same core, each in its own session (the kernel's autogroups
     share a core between sessions first). The cell's second half is slower while the thermal reading
     (none in this VM) cannot say why, so those probes are throttle-suspect; the series has a significant
@@ -117,7 +117,7 @@ def test_cpu_hog_halfway_is_drifting_throttle_suspect_and_the_sentinel_sees_it(
 
     medium = ensure(cache_dir, "medium", 0, lambda _m: None)
     cand = Candidate(id="llama", runtime="llama-server", model=str(medium.target), args=["-t", "1"])
-    sweep = _sweep([cand], gen_tokens=64, probes=12, sentinel=True,
+    sweep = _sweep([cand], gen_tokens=64, probes=16, sentinel=True,
                    cooldown=Cooldown(policy="thermal", seconds=0, max_seconds=2))
     hogs: list[subprocess.Popen[bytes]] = []
     pid: list[int] = []
@@ -128,7 +128,7 @@ def test_cpu_hog_halfway_is_drifting_throttle_suspect_and_the_sentinel_sees_it(
             _pin(pid[-1], {0})
             _favour(pid[-1], 0 if hogs else -20)
         row = e.payload.get("row") or {}
-        if e.type == "probe_finished" and row.get("kind") == "probe" and row.get("probe") == 5 and not hogs:
+        if e.type == "probe_finished" and row.get("kind") == "probe" and row.get("probe") == 7 and not hogs:
             _favour(pid[-1], 0)
             for _ in range(6):
                 hog = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
@@ -142,15 +142,15 @@ def test_cpu_hog_halfway_is_drifting_throttle_suspect_and_the_sentinel_sees_it(
             hog.kill()
             hog.wait()
     probes = sorted((r for r in rb.rows if r.kind == "probe"), key=lambda r: r.probe)
-    assert len(probes) == 12 and all(r.status == "ok" for r in probes)
-    first, second = [r.gen_tps or 0 for r in probes[:6]], [r.gen_tps or 0 for r in probes[6:]]
+    assert len(probes) == 16 and all(r.status == "ok" for r in probes)
+    first, second = [r.gen_tps or 0 for r in probes[:8]], [r.gen_tps or 0 for r in probes[8:]]
     assert statistics.median(second) < 0.8 * statistics.median(first), (first, second)  # the hogs slowed it
-    suspects = [r for r in probes[6:] if r.throttle and r.throttle.suspect]
+    suspects = [r for r in probes[8:] if r.throttle and r.throttle.suspect]
     assert len(suspects) >= 3, [r.throttle for r in probes]
     assert all("below the running median" in (r.throttle.note if r.throttle else "") and "thermal says" in
                (r.throttle.note if r.throttle else "") for r in suspects)
     v = rb.cells[0].verdict
-    assert v is not None and v.verdict == "drifting" and v.trend is not None and v.trend.drift_pct < -2.0, v
+    assert v is not None and v.verdict == "drifting" and v.trend is not None and v.trend.drift_pct < -2.0, (v, first, second)
     assert v.throttle_suspects >= len(suspects) and "moved" in v.reason
     # policy thermal: after a throttle-suspect probe the cooldown ran check probes (recorded in the row)
     extended = [r for r in probes if r.cooldown_note and "throttle check" in r.cooldown_note]
@@ -159,8 +159,8 @@ def test_cpu_hog_halfway_is_drifting_throttle_suspect_and_the_sentinel_sees_it(
     assert any(rec.get("extended_s") and rec.get("throttle_checks") for rec in records)
     # the sentinel re-ran the first cell with the hogs still on: the sweep drifted
     assert rb.drift is not None and rb.drift.drifted and rb.drift.drift_pct is not None and rb.drift.drift_pct < -3.0
-    assert rb.drift.p_value is not None and rb.drift.n_sentinel == 12
-    assert [r.probe for r in rb.rows if r.kind == "sentinel"] == list(range(12))
+    assert rb.drift.p_value is not None and rb.drift.n_sentinel == 16
+    assert [r.probe for r in rb.rows if r.kind == "sentinel"] == list(range(16))
 
 
 @pytest.mark.real
