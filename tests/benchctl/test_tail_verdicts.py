@@ -1,0 +1,29 @@
+"""How `tail`, `jobs` and `status` show issue 15's facts: a cell's verdict, throttle-suspect rows, and the
+min-max plan of an adaptive sweep (pure formatting of the API's JSON)."""
+
+from __future__ import annotations
+
+from benchctl.commands.jobs import eta_text, planned_text
+from benchctl.commands.tail import _event_text
+
+
+def test_cell_finished_line() -> None:
+    ev = {"type": "cell_finished", "payload": {"candidate": "a", "context": 512, "kind": "probe", "verdict": {
+        "verdict": "unsteady", "ci_half_width_pct": 3.14, "probes_used": 30, "throttle_suspects": 2,
+        "invalidated": 1, "reason": "CI ±3.14 % wider than the ±2 % target (max 30 probes reached)"}}}
+    text = _event_text(ev)
+    assert text.startswith("cell a ctx 512: unsteady ±3.1% after 30 probes")
+    assert "2 throttle-suspect" in text and "1 invalidated and re-run" in text
+
+
+def test_throttle_suspect_row_is_flagged() -> None:
+    row = {"candidate": "a", "context": 512, "kind": "probe", "probe": 7, "status": "ok", "gen_tps": 50.0,
+           "throttle": {"suspect": True, "note": "throttle-suspect: gen_tps 50.0 is 50.0 % below 100.0"}}
+    assert "THROTTLE-SUSPECT (throttle-suspect: gen_tps 50.0" in _event_text({"type": "probe_finished", "payload": {"row": row}})
+
+
+def test_plan_and_eta_ranges() -> None:
+    assert planned_text({"total": 19, "total_max": 91}) == "19-91"
+    assert planned_text({"total": 12, "total_max": None}) == "12"
+    assert eta_text({"eta_s": 60.0, "eta_max_s": 600.0}) == "1m00s-10m00s"
+    assert "-" not in eta_text({"eta_s": 60.0})
