@@ -1,12 +1,14 @@
 """Adaptive probes and the drift sentinel (issue 15), measured on real servers side by side in one run.
 
-    .venv/bin/python benchmarks/verdicts.py [--rounds 1] [--target 2.0] [--sentinel-sweeps 10] [--json]
+    .venv/bin/python benchmarks/verdicts.py [--rounds 1] [--target 2.0] [--max 30] [--candidates ID,...]
+                                            [--sentinel-sweeps 10] [--json]
 
 1. **auto vs fixed, same CI width.** The demo sweep's grid and candidates (`benchctl/demo.py`: two
    llama-server candidates and one mlx_lm.server candidate x contexts 256 and 1024, 64 generated tokens),
    run through the real engine with `probes = "auto"` (min 6, max 30, `--target` % CI), then with the
    fixed count a user would have had to choose up front to get every cell to the same CI width: the
-   largest count any auto cell needed. Cooldown fixed 0 s, no sustained run, no evals, no sentinel, so
+   largest count any auto cell needed. `--candidates` keeps a subset of the demo's candidates (the
+   tiny mlx_lm.server cell is slow on this CPU-only machine). Cooldown fixed 0 s, no sustained run, no evals, no sentinel, so
    both runs do only probe work. Printed: probes spent, wall time, the widest CI half-width of each
    run, and the ratios auto / fixed. `--rounds 2` runs A B B A.
 2. **False-drift rate of the sentinel.** `--sentinel-sweeps` small stable sweeps (the demo's first
@@ -75,9 +77,11 @@ def widest(run: dict[str, Any]) -> float | None:
 
 
 def auto_vs_fixed(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    base = msgspec.structs.replace(demo_sweep(), eval_tier="none", sustained=Sustained(tokens=0), sentinel=False,
-                                   cooldown=Cooldown(policy="fixed", seconds=0, max_seconds=0))
-    auto = msgspec.structs.replace(base, probes=Probes(min=6, max=30, target_ci_pct=a.target))
+    demo = demo_sweep()
+    cands = [c for c in demo.candidates if not a.candidates or c.id in a.candidates.split(",")]
+    base = msgspec.structs.replace(demo, candidates=cands, eval_tier="none", sustained=Sustained(tokens=0),
+                                   sentinel=False, cooldown=Cooldown(policy="fixed", seconds=0, max_seconds=0))
+    auto = msgspec.structs.replace(base, probes=Probes(min=6, max=a.max, target_ci_pct=a.target))
     runs: list[dict[str, Any]] = []
     fixed_n: int | None = None
     order = ["auto", "fixed"] if a.rounds == 1 else ["auto", "fixed", "fixed", "auto"]
@@ -101,7 +105,8 @@ def auto_vs_fixed(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
 def false_drift(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     first = demo_sweep().candidates[0]
-    sweep = Sweep(name="sentinel", contexts=[256], gen_tokens=64, candidates=[first], probes="auto", warmup=1,
+    sweep = Sweep(name="sentinel", contexts=[256], gen_tokens=64, candidates=[first], warmup=1,
+                  probes=Probes(min=6, max=a.max, target_ci_pct=a.target),
                   sustained=Sustained(tokens=0), cooldown=Cooldown(policy="fixed", seconds=0, max_seconds=0))
     drifts: list[dict[str, Any]] = []
     load0 = os.getloadavg()[0]
@@ -126,7 +131,9 @@ def fmt(x: float | None, nd: int = 3) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, choices=(1, 2), default=1)
-    ap.add_argument("--target", type=float, default=2.0, help="target_ci_pct of the auto run")
+    ap.add_argument("--target", type=float, default=2.0, help="target_ci_pct of the auto runs")
+    ap.add_argument("--max", type=int, default=30, help="max probes per cell of the auto runs")
+    ap.add_argument("--candidates", default="", help="comma-separated demo candidate ids (default: all)")
     ap.add_argument("--sentinel-sweeps", type=int, default=10)
     ap.add_argument("--skip-auto", action="store_true")
     ap.add_argument("--json", action="store_true")

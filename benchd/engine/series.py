@@ -53,7 +53,8 @@ class CellSeries:
     def values(self, metric: str | None = None) -> list[float]:
         """The metric over ok valid probes, in probe order (what the CI and the throttle check read)."""
         name = metric or self.plan.metric
-        return [float(v) for r in self.valid if r.status == "ok" and (v := getattr(r, name, None)) is not None]
+        return [float(v) for r in self.valid
+                if r.status == "ok" and not r.short and (v := getattr(r, name, None)) is not None]
 
     def done(self) -> bool:
         valid = self.valid

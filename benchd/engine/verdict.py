@@ -187,7 +187,7 @@ def cell_verdict(rows: Sequence[Row], plan: ProbePlan) -> CellVerdict:
     """The verdict on one cell from its probe rows (any order; aborted ones ignored)."""
     kept = sorted((r for r in rows if r.status != "aborted"), key=lambda r: r.probe)
     valid = [r for r in kept if r.invalidated is None]
-    ok = [r for r in valid if r.status == "ok"]
+    ok = [r for r in valid if r.status == "ok" and not r.short]  # a short probe did other work: out, like the medians
     values = [float(v) for r in ok if (v := getattr(r, plan.metric, None)) is not None]
     reasons = sorted({r.null_reasons.get(plan.metric, "") for r in ok if getattr(r, plan.metric, None) is None} - {""})
     return judge(values, metric=plan.metric, target_ci_pct=plan.target_ci_pct, probes_used=len(valid),

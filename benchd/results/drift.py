@@ -18,7 +18,7 @@ from benchd.schemas import Row, Sweep, SweepDrift
 
 def _series(rows: Sequence[Row], cand: str, ctx: int, kind: str, metric: str) -> list[float]:
     return [float(v) for r in sorted(rows, key=lambda r: r.probe)
-            if r.candidate == cand and r.context == ctx and r.kind == kind and r.status == "ok"
+            if r.candidate == cand and r.context == ctx and r.kind == kind and r.status == "ok" and not r.short
             and r.invalidated is None and (v := getattr(r, metric, None)) is not None]
 
 

@@ -149,7 +149,7 @@ def cell_samples(rows: Sequence[Row]) -> dict[tuple[int, str], dict[str, list[fl
     """Per (context, candidate): each per-probe axis's values over the ok probe rows (the noise's input)."""
     out: dict[tuple[int, str], dict[str, list[float]]] = defaultdict(dict)
     for r in rows:
-        if r.kind == "probe" and r.status == "ok":
+        if r.kind == "probe" and r.status == "ok" and not r.short:
             for axis in AXIS_NAMES:
                 v = getattr(r, axis, None) if axis in Row.__struct_fields__ else None
                 if v is not None:
