@@ -73,3 +73,15 @@ def _fmt_s(seconds: float | None) -> str:
     h, rem = divmod(round(seconds), 3600)
     m, s = divmod(rem, 60)
     return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def planned_text(prog: dict[str, Any]) -> str:
+    """Rows planned: `N`, or `min-max` when the probe count is adaptive (`probes = "auto"`)."""
+    lo, hi = prog.get("total", 0), prog.get("total_max")
+    return f"{lo}-{hi}" if hi is not None and hi != lo else str(lo)
+
+
+def eta_text(prog: dict[str, Any]) -> str:
+    """ETA: one figure, or `low-high` when the probe count is adaptive."""
+    lo, hi = prog.get("eta_s") or 0, prog.get("eta_max_s")
+    return f"{_fmt_s(lo)}-{_fmt_s(hi)}" if hi is not None and round(hi) != round(lo) else _fmt_s(lo)

@@ -23,7 +23,9 @@ from benchctl.commands.common import (
     _fail,
     _fmt_s,
     _print_json,
+    eta_text,
     json_option,
+    planned_text,
     socket_option,
 )
 
@@ -313,18 +315,6 @@ def submit(sweep_file: str, at: str | None, when: tuple[str, ...], follow: bool,
 
 
 # --------------------------------------------------------------------------------------- jobs/status
-
-
-def planned_text(prog: dict[str, Any]) -> str:
-    """Rows planned: `N`, or `min-max` when the probe count is adaptive (`probes = "auto"`)."""
-    lo, hi = prog.get("total", 0), prog.get("total_max")
-    return f"{lo}-{hi}" if hi is not None and hi != lo else str(lo)
-
-
-def eta_text(prog: dict[str, Any]) -> str:
-    """ETA: one figure, or `low-high` when the probe count is adaptive."""
-    lo, hi = prog.get("eta_s") or 0, prog.get("eta_max_s")
-    return f"{_fmt_s(lo)}-{_fmt_s(hi)}" if hi is not None and round(hi) != round(lo) else _fmt_s(lo)
 
 
 def _job_line(job: dict[str, Any]) -> str:

@@ -3,7 +3,7 @@ min-max plan of an adaptive sweep (pure formatting of the API's JSON)."""
 
 from __future__ import annotations
 
-from benchctl.commands.jobs import eta_text, planned_text
+from benchctl.commands.common import eta_text, planned_text
 from benchctl.commands.tail import _event_text
 
 
