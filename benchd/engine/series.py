@@ -5,8 +5,11 @@
   CI of the median of the plan's metric is within `target_ci_pct` of the median (`verdict.ci_target_met`),
   or at `max`. A probe invalidated by a sleep or a stopped server does not count: it is re-run (at most
   `MAX_RERUNS` times per cell, so a machine that keeps sleeping cannot stall the sweep). An adaptive cell
-  with no ok value after `min` probes stops there: there is nothing to converge on.
-- `annotate` turns a probe row into what it must record: the throttle check against the cell's
+  with no ok value after `min` probes stops there: there is nothing to converge on. Short probes
+  (issue 13) count as probes run but stay out of the values, like the medians. `SeriesBook` keeps every
+  cell's rows (the drift sentinel's series repeats the first cell's count of valid probes).
+- `Watch` follows one probe from its start (the sleep clock's gap, the server's state polled) and
+  `annotate` turns a probe row into what it must record: the throttle check against the cell's
   running median, and, when the machine slept or the server was seen stopped during the probe, a failed
   row with that reason (`invalidated`), never a slow number.
 - `recheck` extends a `thermal` cooldown after a throttle-suspect probe: short check probes until one
