@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import psutil
 import pytest
@@ -231,3 +231,74 @@ def raw_request(sock_path: Path, method: str, path: str, body: bytes = b"", head
             out, buf = out + buf[:size], buf[size + 2:]
         rest = out
     return status, headers_out, rest
+
+
+# ------------------------------------------------------------------------------ fake powercap tree
+
+
+class FakeRapl:
+    """A powercap tree laid out like /sys/class/powercap: `intel-rapl:0` (package-0) with sub-zones
+    `intel-rapl:0:0` (core) and `intel-rapl:0:1` (dram), each with `name`, `energy_uj` and
+    `max_energy_range_uj`.
+
+    A test double because this VM and CI have no powercap (no RAPL passthrough): only the kernel's files
+    are faked; benchd's reader, wrap-around and phase arithmetic run for real on them. `set`/`add` move
+    a counter (wrapping to 0 at the range, as the kernel's do); `drive(watts)` advances every counter
+    from a separate process at a constant power per zone until `stop()`.
+    """
+
+    ZONES: ClassVar[dict[str, str]] = {"package-0": "intel-rapl:0", "core": "intel-rapl:0:0", "dram": "intel-rapl:0:1"}
+
+    def __init__(self, root: Path, max_uj: int = 262_143_328_850) -> None:
+        self.root = root
+        self.max_uj = max_uj
+        self.values = dict.fromkeys(self.ZONES, 0)
+        self._stop: Any = None
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "intel-rapl").mkdir(exist_ok=True)  # the control type: no counter, must be ignored
+        for name, zone in self.ZONES.items():
+            d = root / zone
+            d.mkdir(exist_ok=True)
+            (d / "name").write_text(name + "\n")
+            (d / "max_energy_range_uj").write_text(f"{max_uj}\n")
+            self.set(name, 0)
+
+    def set(self, name: str, uj: int) -> None:
+        self.values[name] = uj % self.max_uj
+        path = self.root / self.ZONES[name] / "energy_uj"
+        tmp = path.with_name(".energy_uj.tmp")
+        tmp.write_text(f"{self.values[name]}\n")
+        os.replace(tmp, path)
+
+    def add(self, name: str, uj: int) -> None:
+        self.set(name, self.values[name] + uj)
+
+    def drive(self, watts: dict[str, float], period_s: float = 0.002) -> None:
+        """Advance the counters at `watts` per zone from a separate process (a thread would wait for the
+        GIL while the test's event loop reads a stream, and a phase would see no energy at all)."""
+        import json
+
+        self._stop = subprocess.Popen([sys.executable, "-c", _DRIVE, str(self.root), json.dumps(
+            {self.ZONES[n]: w for n, w in watts.items()}), json.dumps(self.values), str(self.max_uj), str(period_s)])
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._stop.kill()
+            self._stop.wait()
+
+
+_DRIVE = """
+import json, os, sys, time
+root, watts, start, max_uj, period = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+names = {"intel-rapl:0": "package-0", "intel-rapl:0:0": "core", "intel-rapl:0:1": "dram"}
+t0 = time.perf_counter()
+while True:
+    time.sleep(period)
+    dt = time.perf_counter() - t0
+    for zone, w in watts.items():
+        path = os.path.join(root, zone, "energy_uj")
+        tmp = os.path.join(root, zone, ".energy_uj.drive")
+        with open(tmp, "w") as f:
+            f.write(str((start[names[zone]] + round(w * dt * 1e6)) % max_uj) + chr(10))
+        os.replace(tmp, path)
+"""

@@ -176,6 +176,35 @@ def check_recheck(state_dir: Path, socket: Path, daemon_up: bool) -> tuple[dict[
     return info, _check("recheck", "ok", summary)
 
 
+def check_energy(seconds: float = 0.25) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The energy counter benchd will read (benchd.sensors.energy) and one reading: mean watts over `seconds`.
+
+    Standalone on purpose, so a platform report can call it too. No counter is a warning, not a
+    problem: benchd runs, and every energy figure is null with the reason shown here."""
+    from benchd.sensors.energy.choose import open_reader
+    from benchd.sensors.energy.reader import describe, one_reading
+
+    reader = open_reader()
+    try:
+        info: dict[str, Any] = describe(reader)
+        d = one_reading(reader, seconds) if reader.available else None
+    finally:
+        reader.close()
+    if d is None or d.total_j is None:
+        why = (d.reason if d is not None else None) or reader.reason or "no reading"
+        info["reading"] = None
+        fix = ("give this user read access to the RAPL counters (the command is in the message above)"
+               if "needs root or a udev rule" in why else
+               "energy per token stays null on this machine (a VM or container has no RAPL; on a Mac, IOReport "
+               "needs Apple silicon)")
+        return info, _check("energy", "warn", f"not measurable: {why}", fix)
+    info["reading"] = {"seconds": round(d.seconds, 3), "joules": round(d.total_j, 6),
+                       "watts": round(d.watts or 0.0, 3), "channels": {k: round(v, 6) for k, v in d.channels.items()}}
+    parts = ", ".join(f"{k} {v / d.seconds:.2f} W" for k, v in d.channels.items())
+    return info, _check("energy", "ok", f"{reader.source}: {d.watts or 0.0:.2f} W over {d.seconds:.2f} s now ({parts}); "
+                        "system energy, not the server alone")
+
+
 def run_checks(state_dir: Path, socket: Path, cache_dir: Path) -> dict[str, Any]:
     state_info, state_check = check_state_dir(state_dir)
     runtimes, runtime_checks = check_runtimes(cache_dir)
@@ -184,8 +213,9 @@ def run_checks(state_dir: Path, socket: Path, cache_dir: Path) -> dict[str, Any]
     memory, memory_check = _sources("memory")
     power, power_check, sleep, sleep_check = check_power()
     recheck, recheck_check = check_recheck(state_dir, socket, bool(daemon["reachable"]))
-    checks = [state_check, *runtime_checks, daemon_check, thermal_check, memory_check, power_check, sleep_check,
-              recheck_check]
+    energy, energy_check = check_energy()
+    checks = [state_check, *runtime_checks, daemon_check, thermal_check, memory_check, energy_check, power_check,
+              sleep_check, recheck_check]
     problems = [c for c in checks if c["status"] == "problem"]
     return {
         "ok": not problems,
@@ -197,6 +227,7 @@ def run_checks(state_dir: Path, socket: Path, cache_dir: Path) -> dict[str, Any]
         "daemon": daemon,
         "thermal": thermal,
         "memory": memory,
+        "energy": energy,
         "power": power,
         "sleep_prevention": sleep,
         "recheck": recheck,

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchctl.platform_report import memory, system
+from benchctl.platform_report import energy, memory, system
 from benchctl.platform_report.context import Context
 
 #: 1: first version (issue 14).
@@ -46,6 +46,7 @@ AREAS: dict[str, Collect] = {
     "peer_credentials": system.collect_peer_credentials,
     "service": system.collect_service,
     "runtimes": system.collect_runtimes,
+    "energy": energy.collect_energy,
 }
 REPLAYS: dict[str, Replay] = {
     "memory": memory.replay_memory,
@@ -54,6 +55,7 @@ REPLAYS: dict[str, Replay] = {
     "power": system.replay_power,
     "peer_credentials": system.replay_peer_credentials,
     "service": system.replay_service,
+    "energy": energy.replay_energy,
 }
 
 

@@ -23,7 +23,7 @@ from benchd.schemas import CellStats, MetricStats, Row
 NOISY_CV = 0.05
 CI_LEVEL = 0.95
 CI_MIN_N = 6
-STAT_METRICS: tuple[str, ...] = ("prompt_tps", "gen_tps", "ttft_ms", "mem_peak_bytes")
+STAT_METRICS: tuple[str, ...] = ("prompt_tps", "gen_tps", "ttft_ms", "mem_peak_bytes", "j_per_gen_token")
 
 
 class Measured(NamedTuple):
@@ -222,6 +222,7 @@ def cell_stats(rows: Sequence[Row]) -> list[CellStats]:
                 n_aborted=sum(1 for r in cell if r.status == "aborted"),
                 n_short=sum(1 for r in cell if r.status == "ok" and r.short), prompt_tps=stats["prompt_tps"],
                 gen_tps=stats["gen_tps"], ttft_ms=stats["ttft_ms"], mem_peak_bytes=stats["mem_peak_bytes"],
+                j_per_gen_token=stats["j_per_gen_token"],
                 noisy=bool(noisy), noisy_metrics=noisy, errors=errors,
             )
         )

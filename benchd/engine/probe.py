@@ -14,6 +14,10 @@ aiperf/guidellm cost 10-20x the CPU of a lean aiohttp client and cut the server'
   `usage`/`timings` is kept raw;
 - SSE comment lines (`: keepalive 12/40`, mlx_lm during prompt processing) are skipped.
 
+Energy marks: an optional `marks(name)` callback is called once at "start" (just before the request
+clock starts), once at the first content chunk ("first") and once when the stream ends ("end"): one
+counter read each (benchd.engine.energy.PhaseMarks), never per chunk.
+
 Errors are values (`ProbeResult.status`/`error`), never exceptions, with one exception: cancellation
 (`asyncio.CancelledError`) propagates, so a cancelled sweep stops at once and the caller stores the
 probe as `aborted`. The probe's own timeout yields status "timeout".
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -102,9 +106,10 @@ def _worth_decoding(payload: bytes) -> bool:
 class _Stream:
     """Per-request parsing state (kept out of `run` so the hot loop stays readable)."""
 
-    def __init__(self, result: ProbeResult) -> None:
+    def __init__(self, result: ProbeResult, marks: Callable[[str], None] | None = None) -> None:
         self.r = result
         self.buf = b""
+        self.marks = marks
 
     def feed(self, data: bytes, now: float) -> str | None:
         """Consume bytes; returns an error message if the stream is garbage or carries an error."""
@@ -137,6 +142,8 @@ class _Stream:
             if r.first_content is None:
                 r.first_content = now
                 r.first_is_reasoning = reasoning and not answer
+                if self.marks is not None:
+                    self.marks("first")
             if answer:
                 r.answer_chunks += 1
                 if r.first_answer is None:
@@ -172,11 +179,14 @@ async def run(
     headers: Mapping[str, str],
     *,
     timeout_s: float,
+    marks: Callable[[str], None] | None = None,
 ) -> ProbeResult:
     """POST one streamed request to `url` and read it to the end (or error, or timeout)."""
+    if marks is not None:
+        marks("start")
     started = time.perf_counter()
     result = ProbeResult(status="failed", error=None, http_status=None, started=started, ended=started)
-    stream = _Stream(result)
+    stream = _Stream(result, marks)
     connector = aiohttp.TCPConnector(force_close=True)
     try:
         async with (
@@ -197,6 +207,8 @@ async def run(
                     result.ended = time.perf_counter()
                     return result
             result.ended = time.perf_counter()
+            if marks is not None:
+                marks("end")
             if stream.buf.strip():
                 err = stream.feed(b"\n", result.ended)
                 if err:
@@ -235,6 +247,7 @@ async def run_chat(
     timeout_s: float,
     thinking: str = "default",
     run_to_length: bool = True,
+    marks: Callable[[str], None] | None = None,
 ) -> ProbeResult:
     """Build the adapter's streamed chat request and run it (the usual way to probe a server).
 
@@ -250,6 +263,7 @@ async def run_chat(
         adapter.encode_body(body),
         adapter.request_headers(),
         timeout_s=timeout_s,
+        marks=marks,
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from benchd.engine.energy import ENERGY_FIELDS, EnergyFigures
 from benchd.schemas import Candidate, CooldownRecord, Row, RowKind, RowStatus
 from benchd.sensors.memory.sampler import MemoryResult
 from benchd.servers.runtimes.base import Normalized, RuntimeAdapter
@@ -20,7 +21,7 @@ from benchd.servers.server import Server
 METRICS = (
     "prompt_tokens", "cached_tokens", "gen_tokens", "prompt_tps", "gen_tps", "gen_tps_client",
     "ttft_ms", "e2e_ms", "draft_n", "draft_accepted", "draft_acceptance", "mem_peak_bytes",
-    "ttfat_ms", "reasoning_tokens", "thinking", "layer_split",
+    "ttfat_ms", "reasoning_tokens", "thinking", "layer_split", *ENERGY_FIELDS,
 )
 
 
@@ -83,6 +84,7 @@ def build_row(
     log_tail: str | None = None,
     extra: dict[str, Any] | None = None,
     extra_sources: dict[str, str] | None = None,
+    energy: EnergyFigures | None = None,
 ) -> Row:
     """One row. `extra` sets sustained-only fields (window_tps, sustain_ratio, thermal_after)."""
     fields: dict[str, Any] = {}
@@ -121,6 +123,10 @@ def build_row(
         sources.update(extra_sources)
     if server is not None:
         server.record(sources, reasons)
+    if energy is not None:
+        fields.update(energy.fields)
+        sources.update(energy.sources)
+        reasons.update(energy.reasons)
     if status != "ok":
         why = error or status
         for name in METRICS:

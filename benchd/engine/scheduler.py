@@ -29,6 +29,7 @@ from benchd.config import Config
 from benchd.engine import cooldown as cooldown_mod
 from benchd.engine import evalrun, evals, probe, verdict
 from benchd.engine import series as series_mod
+from benchd.engine.energy import Delta, EnergySession
 from benchd.engine.groups import Group, plan_groups
 from benchd.engine.metrics import sustained_summary
 from benchd.engine.prompts import Prompt
@@ -74,6 +75,7 @@ class Engine:
         self.notify = notify
         self.sensor = sensor or open_sensor()
         self.memory_rate_hz = memory_rate_hz
+        self.energy = EnergySession()  # the counter ($BENCHD_POWERCAP_ROOT in tests), reopened per server start
         self.supervisor = Supervisor(config, grace_s=STOP_GRACE_S)
         self.done = store.done_keys(job)
         self.plan = sweep.probe_plan()
@@ -111,6 +113,7 @@ class Engine:
         finally:
             await asyncio.shield(self.supervisor.stop_all())
             self.client_pin.release()
+            self.energy.close()
         rows = self.store.rows(self.job)
         if any(r.status == "ok" for r in rows):
             return JobOutcome("succeeded")
@@ -202,7 +205,8 @@ class Engine:
                   ctx_size=server.ctx_size, binary=server.binary, version=server.version,
                   version_source=server.version_source, ready_s=round(server.ready_s, 3), argv=server.argv,
                   affinity=msgspec.to_builtins(pin), env=server.env_passed, env_removed=server.env_removed,
-                  fit=server.fit, layer_split=server.layer_split, split_note=server.split_note)
+                  fit=server.fit, layer_split=server.layer_split, split_note=server.split_note,
+                  energy=self.energy.restart())
         return server
 
     async def stop_server(self, server: Server) -> None:
@@ -288,7 +292,8 @@ class Engine:
         prompt = await self.size_prompt(adapter, server, cell, facts)  # before the cooldown, not in the window
         if isinstance(prompt, Row):
             return prompt
-        cd = await self.cool_down(adapter, server, cell, series)
+        # the idle baseline: the mean power while cooling down
+        cd, idle = await self.energy.over(self.cool_down(adapter, server, cell, series))
         started_at = utcnow()
         self.emit("probe_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe, kind=cell.kind)
         facts = ServerFacts.of(server)
@@ -296,7 +301,7 @@ class Engine:
                                 series=cell.kind == "sustained")
         watch = series_mod.Watch(self.clock, server.pid)  # a sleep or a stopped server invalidates the probe
         try:
-            row = await self._probe(adapter, server, cell, gen_tokens, cd, started_at, facts, sampler, prompt)
+            row = await self._probe(adapter, server, cell, gen_tokens, cd, started_at, facts, sampler, prompt, idle)
             return await watch.judge(row, series=series, plan=self.plan, sensor=self.sensor,
                                      target_celsius=self.sweep.cooldown.target_celsius)
         except asyncio.CancelledError:
@@ -324,7 +329,7 @@ class Engine:
             return await self.failed_row(cell, server, facts, None, started_at, f"sizing the prompt failed: {type(exc).__name__}: {exc}")
 
     async def _probe(self, adapter: RuntimeAdapter, server: Server, cell: Cell, gen_tokens: int, cd: CooldownRecord,
-                     started_at: str, facts: ServerFacts, sampler: MemorySampler, prompt: Prompt) -> Row:
+                     started_at: str, facts: ServerFacts, sampler: MemorySampler, prompt: Prompt, idle: Delta) -> Row:
         cand = cell.candidate
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -339,9 +344,11 @@ class Engine:
             return await self.failed_row(cell, server, facts, cd, started_at, f"reading /metrics failed: {type(exc).__name__}: {exc}")
         sampler.reset_peak()
         await sampler.start()
-        result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text, max_tokens=gen_tokens,
-                                      sampling=self.sweep.sampling, timeout_s=self.timeout_s,
-                                      thinking=self.sweep.thinking, run_to_length=self.sweep.ignore_eos)
+        with self.energy.probe(idle, cell.kind == "sustained") as recording:
+            result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text, max_tokens=gen_tokens,
+                                          sampling=self.sweep.sampling, timeout_s=self.timeout_s,
+                                          thinking=self.sweep.thinking, run_to_length=self.sweep.ignore_eos,
+                                          marks=recording.marks)
         memory = await sampler.stop()
         norm = adapter.normalize(result, spec_configured=cand.spec is not None)
         if norm.prompt_tokens is not None:
@@ -372,7 +379,8 @@ class Engine:
         elif not result.ok:
             tail = server.log_tail()
         return build_row(cell, status=status, started_at=started_at, server=facts, metrics=norm, memory=memory,
-                         cooldown=cd, error=error, log_tail=tail, extra=extra, extra_sources=sources)
+                         cooldown=cd, error=error, log_tail=tail, extra=extra, extra_sources=sources,
+                         energy=recording.row(norm, result, self.sweep.sustained.window))
 
     async def failed_row(self, cell: Cell, server: Server, facts: ServerFacts, cd: CooldownRecord | None, started_at: str,
                          error: str, norm: Any = None, memory: Any = None) -> Row:

@@ -40,6 +40,7 @@ DEFAULT_MARGIN_PCT = 2.0
 #: Metrics compared, with the direction that is better.
 METRICS: tuple[tuple[str, str], ...] = (
     ("gen_tps", "higher"), ("prompt_tps", "higher"), ("ttft_ms", "lower"), ("mem_peak_bytes", "lower"),
+    ("j_per_gen_token", "lower"),
 )
 #: Exact enumeration up to this many pooled probes; beyond, the rank-sum DP would be slow in Python.
 EXACT_LIMIT = 80
@@ -239,6 +240,9 @@ def comparability_warnings(a: Runbook, b: Runbook) -> list[str]:
             x for x, h in (("A", pa), ("B", pb)) if h is None) + ": cannot tell whether the prompts match")
     elif pa != pb:
         out.append(f"prompt hashes differ: {pa[:12]} vs {pb[:12]}")
+    ea, eb = a.provenance.energy.source, b.provenance.energy.source
+    if ea != eb:
+        out.append(f"energy sources differ: {ea!r} vs {eb!r} (J/token is not comparable across counters)")
     if sa.cooldown != sb.cooldown:
         out.append(f"cooldown policies differ: {sa.cooldown} vs {sb.cooldown}")
     cb = {c.candidate: c for c in b.provenance.candidates}

@@ -2,18 +2,20 @@
 
 Three sources, so nothing unmeasured disappears without a line:
 1. declared by the sweep file (`deferred = [...]`), kept verbatim;
-2. fixed: axes this version of benchd never measures (vision, concurrency, energy, ...) and the
+2. fixed: axes this version of benchd never measures (vision, concurrency, ...) and the
    sweep's own choices (eval tier none, sustained off, the context grid);
 3. found in the rows: every metric that is null in some row, grouped per candidate with the reasons
    the rows carry in `null_reasons` (a null without a reason is itself reported as an engine bug);
    failed/aborted probes; planned probes with no row; unavailable thermal readings; unsandboxed or
-   missing eval results.
+   missing eval results. Energy gets its own lines (`energy_deferred`): one per distinct reason its
+   figures are null (no counter on this machine, an unreadable zone, no idle baseline), not one per field.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from benchd.engine.energy import ENERGY_FIELDS
 from benchd.schemas import Deferred, EvalResult, Row, Sweep
 
 # Metrics every probe row should carry; sustained rows add the last three.
@@ -35,7 +37,6 @@ def fixed_deferred(sweep: Sweep) -> list[Deferred]:
                  "under parallel requests are not measured"),
         Deferred(axis="prefix-cache", reason="every prompt is unique at its start, so speed with a warm "
                  "prompt cache (multi-turn chat) is not measured"),
-        Deferred(axis="energy", reason="power draw and energy per token are not measured"),
         Deferred(axis="contexts", reason=f"only the context grid {list(sweep.contexts)} was measured; other "
                  "context sizes are not"),
         Deferred(axis="quality", reason=f"quality beyond the eval tier ({sweep.eval_tier}) is not measured"),
@@ -56,7 +57,30 @@ def _null_metrics(row: Row) -> list[str]:
     names = [m for m in fields if getattr(row, m) is None]
     # Anything else the engine declared null (e.g. a new metric) is listed too.
     names += [k for k in sorted(row.null_reasons) if k not in names and getattr(row, k, None) is None]
-    return names
+    return [n for n in names if n not in ENERGY_ROW_FIELDS]  # energy has its own lines (energy_deferred)
+
+
+ENERGY_ROW_FIELDS = frozenset((*ENERGY_FIELDS, "energy_channels", "window_j"))
+
+
+def energy_deferred(rows: Sequence[Row]) -> list[Deferred]:
+    """Energy not measured, one line per distinct reason over the ok rows (all fields null = axis "energy")."""
+    ok = [r for r in rows if r.status == "ok"]
+    if not ok:
+        return [Deferred(axis="energy", reason="no successful probe row: no energy figure")]
+    groups: dict[str, tuple[set[str], set[tuple[str, int, str, int]]]] = {}
+    for r in ok:
+        names = [*ENERGY_FIELDS, *(("window_j",) if r.kind == "sustained" else ())]
+        for name in names:
+            if getattr(r, name) is None:
+                fields, keys = groups.setdefault(r.null_reasons.get(name) or NO_REASON, (set(), set()))
+                fields.add(name)
+                keys.add((r.candidate, r.context, r.kind, r.probe))
+    out = []
+    for reason, (fields, keys) in groups.items():
+        axis = "energy" if set(ENERGY_FIELDS) <= fields else "energy: " + ", ".join(sorted(fields))
+        out.append(Deferred(axis=axis[:200], reason=f"{reason} — null in {len(keys)} of {len(ok)} ok rows"[:2000]))
+    return out
 
 
 def _cand_label(cand: str, runtime: str) -> str:
@@ -151,7 +175,7 @@ def eval_deferred(sweep: Sweep, evals: Iterable[EvalResult]) -> list[Deferred]:
 
 def automatic_deferred(sweep: Sweep, rows: Sequence[Row], evals: Iterable[EvalResult] | None = None) -> list[Deferred]:
     """Fixed entries, then entries from the rows, then (when given) from the eval results."""
-    out = fixed_deferred(sweep) + row_deferred(sweep, rows)
+    out = fixed_deferred(sweep) + energy_deferred(rows) + row_deferred(sweep, rows)
     if evals is not None:
         out += eval_deferred(sweep, evals)
     return out
@@ -162,7 +186,7 @@ def all_deferred(sweep: Sweep, rows: Sequence[Row], evals: Iterable[EvalResult] 
     dropped (their reason stands), every row-derived entry is kept."""
     declared = {d.axis.strip().lower() for d in sweep.deferred}
     fixed = [d for d in fixed_deferred(sweep) if d.axis.lower() not in declared]
-    out = list(sweep.deferred) + fixed + row_deferred(sweep, rows)
+    out = list(sweep.deferred) + fixed + energy_deferred(rows) + row_deferred(sweep, rows)
     if evals is not None:
         out += eval_deferred(sweep, evals)
     return out

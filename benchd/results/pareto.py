@@ -38,6 +38,7 @@ AXES: tuple[tuple[str, Direction], ...] = (
     ("mem_peak_bytes", "lower"),
     ("eval_pass_rate", "higher"),
     ("sustain_ratio", "higher"),
+    ("j_per_gen_token", "lower"),
 )
 AXIS_NAMES: tuple[str, ...] = tuple(a for a, _ in AXES)
 #: Per-candidate axes compared exactly (deterministic: greedy answers pass or fail the same way each time).
@@ -204,6 +205,7 @@ def points_from_rows(
                 "mem_peak_bytes": _median(r.mem_peak_bytes for r in ok),
                 "eval_pass_rate": rates.get(cand),
                 "sustain_ratio": sustain.get(cand),
+                "j_per_gen_token": _median(r.j_per_gen_token for r in ok),
             }
             ci = {axis: [lo, hi] for axis, vals in samples.get((ctx, cand), {}).items()
                   if (got := median_ci(vals)) is not None for lo, hi in [got[:2]]}

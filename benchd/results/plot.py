@@ -1,4 +1,5 @@
-"""Pareto charts: generation tok/s against peak memory, one panel per context, frontier drawn.
+"""Pareto charts: generation tok/s against peak memory, one panel per context, frontier drawn; a second
+row against joules per generated token when the job measured energy (otherwise the panels say why not).
 
 Optional: needs the `plot` extra (matplotlib). `available()` says whether it is installed and
 `write_charts` raises a BenchdError with the install hint when it is not, so the runbook writer can
@@ -11,12 +12,12 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from benchd.errors import BenchdError
 
 if TYPE_CHECKING:
-    from benchd.schemas import Runbook
+    from benchd.schemas import ContextPareto, Runbook
 
 MISSING = "matplotlib is not installed: install the plot extra (pip install 'benchd[plot]') to get Pareto charts"
 
@@ -33,39 +34,21 @@ def write_charts(rb: Runbook, out_dir: Path) -> list[Path]:
 
     panels = [p for p in rb.pareto if p.points]
     n = max(1, len(panels))
-    fig = Figure(figsize=(5.5 * n, 4.5))
-    axes = fig.subplots(1, n, squeeze=False)
+    energy = any(pt.values.get("j_per_gen_token") is not None for p in panels for pt in p.points)
+    fig = Figure(figsize=(5.5 * n, 4.5 * (2 if energy else 1)))
+    axes = fig.subplots(2 if energy else 1, n, squeeze=False)
     for ax, p in zip(axes[0], panels, strict=False):
-        pts = [(pt.candidate, pt.values.get("mem_peak_bytes"), pt.values.get("gen_tps")) for pt in p.points]
-        drawn = [(c, m / (1 << 20), g) for c, m, g in pts if m is not None and g is not None]
-        missing = [c for c, m, g in pts if m is None or g is None]
-        for c, x, y in drawn:
-            front = c in p.frontier
-            ax.scatter([x], [y], marker="o" if front else "x", color="tab:blue" if front else "tab:gray", zorder=3,
-                       label="on the frontier (all axes)" if front else "dominated")
-            ax.annotate(c, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-        # The 2-D frontier of this chart's own two axes: each point faster than every lighter one.
-        stair: list[tuple[float, float]] = []
-        for _c, x, y in sorted(drawn, key=lambda t: (t[1], -t[2])):
-            if not stair or y > stair[-1][1]:
-                stair.append((x, y))
-        if len(stair) > 1:
-            ax.step([x for x, _ in stair], [y for _, y in stair], where="post", ls="--", color="tab:blue", lw=1,
-                    label="frontier of gen tok/s vs memory")
-        handles, labels = ax.get_legend_handles_labels()
-        uniq = dict(zip(labels, handles, strict=True))
-        if uniq:
-            ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="best")
-        ax.set_title(f"context {p.context}")
-        ax.set_xlabel("peak memory (MiB, median) — lower is better")
-        ax.set_ylabel("generation tok/s (median) — higher is better")
-        ax.grid(True, alpha=0.3)
-        if missing:
-            ax.text(0.01, 0.01, "not plotted (null metric): " + ", ".join(missing), transform=ax.transAxes,
-                    fontsize=7, color="tab:red")
+        _panel(ax, p, "mem_peak_bytes", 1 << 20, "peak memory (MiB, median) — lower is better", "memory")
+        if not energy:
+            ax.text(0.01, 0.06, f"J/gen token not measured: {rb.provenance.energy.reason or 'no energy counter'}"[:110],
+                    transform=ax.transAxes, fontsize=6, color="tab:gray")
+    if energy:
+        for ax, p in zip(axes[1], panels, strict=False):
+            _panel(ax, p, "j_per_gen_token", 1, "joules per generated token (median) — lower is better, "
+                   "system energy", "J/token")
     if not panels:
         axes[0][0].text(0.5, 0.5, "no successful probes to plot", ha="center", va="center")
-    fig.suptitle(f"{rb.id}: Pareto view (frontier over gen/prompt tok/s, memory, evals, sustain)", fontsize=9)
+    fig.suptitle(f"{rb.id}: Pareto view (frontier over gen/prompt tok/s, memory, evals, sustain, J/token)", fontsize=9)
     fig.tight_layout()
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -76,3 +59,34 @@ def write_charts(rb: Runbook, out_dir: Path) -> list[Path]:
         tmp.replace(final)
         paths.append(final)
     return paths
+
+
+def _panel(ax: Any, p: ContextPareto, x_axis: str, scale: float, x_label: str, short: str) -> None:
+    """One context: gen tok/s against `x_axis` (lower is better), with the 2-D frontier of the two."""
+    pts = [(pt.candidate, pt.values.get(x_axis), pt.values.get("gen_tps")) for pt in p.points]
+    drawn = [(c, m / scale, g) for c, m, g in pts if m is not None and g is not None]
+    missing = [c for c, m, g in pts if m is None or g is None]
+    for c, x, y in drawn:
+        front = c in p.frontier
+        ax.scatter([x], [y], marker="o" if front else "x", color="tab:blue" if front else "tab:gray", zorder=3,
+                   label="on the frontier (all axes)" if front else "dominated")
+        ax.annotate(c, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    # The 2-D frontier of this chart's own two axes: each point faster than every lighter one.
+    stair: list[tuple[float, float]] = []
+    for _c, x, y in sorted(drawn, key=lambda t: (t[1], -t[2])):
+        if not stair or y > stair[-1][1]:
+            stair.append((x, y))
+    if len(stair) > 1:
+        ax.step([x for x, _ in stair], [y for _, y in stair], where="post", ls="--", color="tab:blue", lw=1,
+                label=f"frontier of gen tok/s vs {short}")
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles, strict=True))
+    if uniq:
+        ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="best")
+    ax.set_title(f"context {p.context}")
+    ax.set_xlabel(x_label)
+    ax.set_ylabel("generation tok/s (median) — higher is better")
+    ax.grid(True, alpha=0.3)
+    if missing:
+        ax.text(0.01, 0.01, "not plotted (null metric): " + ", ".join(missing), transform=ax.transAxes,
+                fontsize=7, color="tab:red")

@@ -18,6 +18,7 @@ from benchd.results.fingerprint import executable_of, take_fingerprint
 from benchd.schemas import (
     CandidateProvenance,
     CpuAffinity,
+    EnergyInfo,
     PromptsInfo,
     Row,
     SleepInfo,
@@ -41,6 +42,20 @@ def collect_sleep(events: Sequence[Any]) -> SleepInfo:
         reasons=sorted({str(p["sleep_reason"]) for p in seen if p.get("sleep_reason")}),
         source="event:job_started/job_resumed",
     )
+
+
+def collect_energy(events: Sequence[Any]) -> EnergyInfo:
+    """The energy counter the job read, from its `server_ready` events (the engine opens one per start)."""
+    seen = [e.payload["energy"] for e in events if e.type == "server_ready" and isinstance(e.payload.get("energy"), dict)]
+    if not seen:
+        return EnergyInfo(reason="the job recorded no energy source (no server became ready, or the job ran "
+                                 "before benchd measured energy)")
+    first = seen[0]
+    sources = sorted({str(s.get("source")) for s in seen})
+    note = f" (sources differ between server starts: {', '.join(sources)})" if len(sources) > 1 else ""
+    return EnergyInfo(source=first.get("source"), available=bool(first.get("available")), reason=first.get("reason"),
+                      granularity=first.get("granularity"), scope=first.get("scope"),
+                      recorded_by=f"event:server_ready, {len(seen)} server start(s){note}")
 
 
 def server_info(cand: str, rows: Sequence[Row], events: Sequence[Any]) -> tuple[str | None, str | None, str | None]:

@@ -22,7 +22,10 @@ from benchd.schemas import CellStats, ContextPareto, MetricStats, Runbook, Sweep
 #: Columns of the cell table: metric, header.
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("gen_tps", "gen tok/s"), ("prompt_tps", "prompt tok/s"), ("ttft_ms", "TTFT ms"), ("mem_peak_bytes", "peak mem"),
+    ("j_per_gen_token", "J/gen tok"),
 )
+#: A runbook written before energy was measured has no J/token statistics.
+NOT_IN_RUNBOOK = "not in this runbook (written before benchd measured energy)"
 NOISY_MARK = "~noisy"
 VERDICT_NOTE = ("verdict: steady = 95 % CI of the median within the target, no trend; unsteady ±w = CI half-width "
                 "w % wider than the target; drifting ±d = significant monotone trend of d % over the series; "
@@ -117,8 +120,14 @@ def cell_table(rb: Runbook) -> tuple[list[str], list[list[str]], Notes]:
             failed += f" {notes.ref(f'{c.candidate}@{c.context}: ' + '; '.join(c.errors))}"
         draft = [] if not drafts else ["-" if c.draft_acceptance is None else metric_text(c.draft_acceptance, notes)]
         body.append([c.candidate, str(c.context), failed, _verdict_cell(c, notes), _probes_used(c),
-                     *(metric_text(getattr(c, m), notes) for m, _ in COLUMNS), *draft])
+                     *(metric_text(cell_metric(c, m), notes) for m, _ in COLUMNS), *draft])
     return header, body, notes
+
+
+def cell_metric(c: CellStats, metric: str) -> MetricStats:
+    """A cell's statistics of `metric`; an empty one with the reason when the runbook predates it."""
+    got = getattr(c, metric, None)
+    return got if got is not None else MetricStats(metric=metric, n=0, null_reasons={"value": NOT_IN_RUNBOOK})
 
 
 def _plain_table(header: list[str], body: list[list[str]]) -> str:
@@ -292,6 +301,7 @@ def render_markdown(rb: Runbook) -> str:
         sbody = [[x.candidate, x.status, fmt_value("sustain_ratio", x.sustain_ratio),
                   ", ".join(f"{w:.1f}" for w in (x.window_tps or [])) or "null"] for x in rb.sustained]
         lines += [_md_table(["candidate", "status", "sustain_ratio", "window tok/s"], sbody), ""]
+    lines += energy_lines(rb)
     if rb.eval_summary:
         lines += ["## Evals", ""]
         ebody = [[e.candidate, e.tier, f"{e.passed}/{e.total}", f"{e.pass_rate:.2f}", str(e.unsandboxed)]
@@ -317,6 +327,43 @@ def render_markdown(rb: Runbook) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------------------- energy
+
+#: Per-cell energy columns of the Markdown runbook: row field, header.
+ENERGY_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("j_per_prompt_token", "J/prompt tok"), ("j_per_gen_token", "J/gen tok"), ("prompt_watts", "prompt W"),
+    ("gen_watts", "gen W"), ("idle_watts", "idle W"), ("j_per_gen_token_above_idle", "J/gen tok above idle"),
+)
+
+
+def energy_lines(rb: Runbook) -> list[str]:
+    """The runbook's energy section: which counter, what it covers, and medians per cell (same statistics
+    as the results table, `benchd.engine.metrics.metric_stats`, over the ok probe rows)."""
+    from benchd.engine.metrics import metric_stats
+
+    e = rb.provenance.energy
+    lines = ["## Energy", ""]
+    if not e.available:
+        tried = f" (tried: {e.source})" if e.source else ""
+        return [*lines, f"- not measured: {e.reason or 'the job recorded no energy source'}{tried}", ""]
+    lines += [f"- source: `{e.source}`", f"- granularity: {e.granularity}", f"- scope: {e.scope}", ""]
+    notes = Notes()
+    cells: dict[tuple[str, int], list[Any]] = {}
+    for r in rb.rows:
+        if r.kind == "probe" and r.status == "ok":
+            cells.setdefault((r.candidate, r.context), []).append(r)
+    body = []
+    for (cand, ctx), rows in cells.items():
+        stats = [metric_stats(m, [getattr(r, m) for r in rows],
+                              [r.null_reasons.get(m) for r in rows if getattr(r, m) is None]) for m, _ in ENERGY_COLUMNS]
+        body.append([cand, str(ctx), *(metric_text(s, notes) for s in stats)])
+    lines += [_md_table(["candidate", "context", *(h for _, h in ENERGY_COLUMNS)], body), ""]
+    lines += [f"{n}  " for n in notes.lines()] + ([""] if notes.items else [])
+    windows = [(r.candidate, r.window_j) for r in rb.rows if r.kind == "sustained" and r.window_j]
+    lines += [f"- sustained {c}: J per window {', '.join(f'{j:.3g}' for j in w)}" for c, w in windows]
+    return lines + ([""] if windows else [])
+
+
 # -------------------------------------------------------------------------------------- JSON/CSV
 
 
@@ -337,7 +384,7 @@ def render_csv(rb: Runbook) -> str:
                 "max", "cv", "ci95_low", "ci95_high", "noisy", "null_reason", "verdict", "probes_used"])
     for c in rb.cells:
         for m, _ in COLUMNS:
-            ms: MetricStats = getattr(c, m)
+            ms = cell_metric(c, m)
             reason = "; ".join(f"{k}: {v}" for k, v in ms.null_reasons.items())
             w.writerow([rb.id, c.candidate, c.runtime, c.context, c.n_ok, c.n_failed, m, ms.n,
                         *("null" if v is None else v for v in (ms.median, ms.min, ms.max, ms.cv, ms.ci95_low, ms.ci95_high)),

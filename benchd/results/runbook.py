@@ -113,6 +113,7 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
         collected_at=utcnow(), machine=facts.collect_machine(), benchd=facts.collect_benchd(),
         candidates=provenance.collect_candidates(config, sweep, rows, events),
         prompts=provenance.collect_prompts(events), sleep=provenance.collect_sleep(events),
+        energy=provenance.collect_energy(events),
     )
     return Runbook(
         schema_version=RUNBOOK_SCHEMA_VERSION,

@@ -111,6 +111,24 @@ class Row(Struct, kw_only=True, frozen=True, omit_defaults=False):
     thermal_after: ThermalReading | None = None
     window_tps: list[float] | None = None
     sustain_ratio: float | None = None
+    #: Energy (benchd.engine.energy): joules and mean watts per phase (prompt = request start -> first
+    #: token, gen = first token -> end of stream), J per token, the idle baseline over the cooldown and
+    #: the figures above it. System energy of the whole package/SoC; `sources` names the counters.
+    energy_prompt_j: float | None = None
+    energy_gen_j: float | None = None
+    prompt_watts: float | None = None
+    gen_watts: float | None = None
+    j_per_prompt_token: float | None = None
+    j_per_gen_token: float | None = None
+    idle_watts: float | None = None
+    prompt_watts_above_idle: float | None = None
+    gen_watts_above_idle: float | None = None
+    j_per_prompt_token_above_idle: float | None = None
+    j_per_gen_token_above_idle: float | None = None
+    #: {"prompt": {channel: J}, "gen": {channel: J}, "idle_watts": {channel: W}} where the source splits.
+    energy_channels: dict[str, dict[str, float]] | None = None
+    #: Sustained runs: joules per window of `sustained.window` tokens (the windows of `window_tps`).
+    window_j: list[float] | None = None
     exit_status: str | None = None
     log_tail: str | None = None
     sources: dict[str, str] = {}

@@ -87,6 +87,8 @@ class CellStats(Struct, kw_only=True, frozen=True):
     gen_tps: MetricStats
     ttft_ms: MetricStats
     mem_peak_bytes: MetricStats
+    #: Energy per generated token (null before energy was measured, and on machines without a counter).
+    j_per_gen_token: MetricStats | None = None
     noisy: bool = False
     noisy_metrics: list[str] = []
     errors: list[str] = []
@@ -219,6 +221,20 @@ class PromptsInfo(Struct, kw_only=True):
     null_reasons: dict[str, str] = {}
 
 
+class EnergyInfo(Struct, kw_only=True):
+    """Which energy counter the job read, how finely, and what it covers (from the job's server_ready events).
+
+    `scope` says the counter is the whole package/SoC: energy figures are the system's, shared with
+    everything else running, never the server's alone."""
+
+    source: str | None = None
+    available: bool = False
+    reason: str | None = None
+    granularity: str | None = None
+    scope: str | None = None
+    recorded_by: str | None = None
+
+
 class SleepInfo(Struct, kw_only=True):
     """Whether the machine was kept awake while the job ran, per start/resume (from the job's events)."""
 
@@ -255,6 +271,7 @@ class Provenance(Struct, kw_only=True):
     candidates: list[CandidateProvenance]
     prompts: PromptsInfo
     sleep: SleepInfo = msgspec.field(default_factory=SleepInfo)
+    energy: EnergyInfo = msgspec.field(default_factory=EnergyInfo)
 
 
 class CooldownHappened(Struct, kw_only=True):

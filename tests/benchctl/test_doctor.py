@@ -178,3 +178,24 @@ def test_sources_power_and_sleep_are_reported(tmp_path: Path) -> None:
     sleep = report["sleep_prevention"]
     assert sleep["prevented"] or sleep["reason"]
     assert _check(report, "sleep prevention")["status"] == ("ok" if sleep["prevented"] else "warn")
+
+
+def test_energy_source_and_one_reading(tmp_path: Path) -> None:
+    """Over a fake powercap tree driven at 12 W (package 10 W + DRAM 2 W; the double: no RAPL on this VM),
+    doctor names the counters and reads about 12 W; without powercap it says why, as a warning."""
+    from tests.testlib import FakeRapl
+
+    fake = FakeRapl(tmp_path / "powercap")
+    fake.drive({"package-0": 10.0, "core": 6.0, "dram": 2.0})
+    try:
+        _, report, _ = doctor(tmp_path, "--json", BENCHD_POWERCAP_ROOT=str(fake.root))
+    finally:
+        fake.stop()
+    energy = report["energy"]
+    assert energy["available"] and energy["source"] == "rapl:package-0 + rapl:package-0/dram"
+    assert energy["reading"]["watts"] == pytest.approx(12.0, rel=0.3), energy
+    assert set(energy["reading"]["channels"]) == {"package-0", "package-0/core", "package-0/dram"}
+    assert _check(report, "energy")["status"] == "ok" and "system energy" in _check(report, "energy")["summary"]
+    _, report, _ = doctor(tmp_path, "--json", BENCHD_POWERCAP_ROOT=str(tmp_path / "none"))
+    check = _check(report, "energy")
+    assert check["status"] == "warn" and "no powercap" in check["summary"] and report["energy"]["reading"] is None

@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from benchd.engine.energy import ENERGY_FIELDS
 from benchd.results.deferred import (
     NO_REASON,
     PROBE_METRICS,
@@ -35,12 +36,13 @@ FULL: dict[str, Any] = dict(prompt_tokens=512, cached_tokens=0, gen_tokens=16, p
             ttft_ms=1.0, e2e_ms=1.0, draft_n=1, draft_accepted=1, draft_acceptance=1.0, mem_peak_bytes=1,
             mem_rss_anon_bytes=1, mem_rss_file_bytes=1, swap_in_bytes=0, swap_out_bytes=0,
             thermal_before=ThermalReading(source="psutil", celsius=40.0), server_version="b1",
-            thermal_after=ThermalReading(source="psutil", celsius=41.0), window_tps=[1.0, 1.0], sustain_ratio=1.0)
+            thermal_after=ThermalReading(source="psutil", celsius=41.0), window_tps=[1.0, 1.0], sustain_ratio=1.0,
+            **dict.fromkeys(ENERGY_FIELDS, 1.0), window_j=[1.0, 1.0])
 
 
 def row(cand, runtime, ctx, probe, kind="probe", status="ok", nulls=(), reasons=None, **kw) -> Row:
     vals: dict[str, Any] = {k: v for k, v in FULL.items() if kind == "sustained" or k not in ("thermal_after", "window_tps",
-                                                                             "sustain_ratio")}
+                                                                             "sustain_ratio", "window_j")}
     for m in nulls:
         vals[m] = None
     vals.update(kw)
@@ -83,7 +85,8 @@ def test_fixed_entries_and_scope():
     sweep = make_sweep(sustained={"tokens": 0, "window": 8})
     entries = automatic_deferred(sweep, full_rows(sweep))
     axes = {e.axis for e in entries}
-    assert {"vision", "concurrency", "quality", "energy", "prefix-cache", "contexts", "sampling"} <= axes
+    assert {"vision", "concurrency", "quality", "prefix-cache", "contexts", "sampling"} <= axes
+    assert "energy" not in axes  # measured in every row: no deferred line
     assert any(e.axis == "eval" and "eval_tier none" in e.reason for e in entries)
     assert any(e.axis == "sustained" and "sustained.tokens = 0" in e.reason for e in entries)
     vision = next(e for e in entries if e.axis == "vision")
@@ -197,3 +200,25 @@ def test_the_same_axis_and_reason_is_one_line_naming_every_candidate():
         assert trio[0].reason.count(f"{c.id} ({c.runtime})") == 1
     axes = [(e.axis, e.reason) for e in entries]
     assert len(axes) == len(set(axes))
+
+
+def test_energy_null_is_one_line_per_reason():
+    sweep = make_sweep()
+    no_rapl = "energy not measured: no powercap (/sys/class/powercap does not exist)"
+    no_idle = "no idle baseline: the cooldown lasted 0.00 s, under the 0.5 s a baseline needs"
+    idle = [f for f in ENERGY_FIELDS if f == "idle_watts" or f.endswith("_above_idle")]
+    rows = [
+        row(r.candidate, r.runtime, r.context, r.probe, kind=r.kind, nulls=(*ENERGY_FIELDS, "window_j"),
+            reasons={**dict.fromkeys(ENERGY_FIELDS, no_rapl), "window_j": no_rapl})
+        if r.candidate == "lm" else
+        row(r.candidate, r.runtime, r.context, r.probe, kind=r.kind, nulls=idle, reasons=dict.fromkeys(idle, no_idle))
+        for r in full_rows(sweep)
+    ]
+    entries = automatic_deferred(sweep, rows)
+    energy = [e for e in entries if e.axis.startswith("energy")]
+    assert len(energy) == 2, energy
+    whole = next(e for e in energy if e.axis == "energy")
+    assert whole.reason.startswith(no_rapl) and "null in 5 of 15 ok rows" in whole.reason
+    part = next(e for e in energy if e.axis != "energy")
+    assert part.axis == "energy: " + ", ".join(sorted(idle)) and "null in 10 of 15 ok rows" in part.reason
+    assert not any("idle_watts" in e.axis for e in entries if not e.axis.startswith("energy"))  # not listed twice

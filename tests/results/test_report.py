@@ -43,13 +43,13 @@ def test_text_table(state) -> None:
     assert ("mlx-lm is dominated by gguf-plain — better beyond noise on eval_pass_rate; tied on gen_tps, "
             "mem_peak_bytes") in text
     assert "verdict" in text and "too few" in line
-    assert "(skipped, null for one side: prompt_tps)" in text
+    assert "(skipped, null for one side: prompt_tps, j_per_gen_token)" in text
 
 
 def test_csv_nulls_have_reasons(state) -> None:
     _config, rb = state
     got = list(csv.DictReader(io.StringIO(report.render_csv(rb))))
-    assert len(got) == len(rb.cells) * 4
+    assert len(got) == len(rb.cells) * len(report.COLUMNS)
     for r in got:
         if r["median"] == "null":
             assert r["null_reason"], r

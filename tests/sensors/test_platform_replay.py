@@ -117,6 +117,7 @@ def test_sample_covers_the_audit_findings() -> None:
         ("power", ["pmset_batt", "parsed", "percent"], None),
         ("peer_credentials", ["parsed_uid"], 0),
         ("memory", ["steps", "mapped_regions", 0, "parsed", 2], 0),
+        ("energy", ["parsed", "channels", "CPU"], 1.745 + 0.031),  # a per-cluster channel added to CPU Energy
     ],
 )
 def test_replay_catches_a_wrong_parse(area: str, path: list[Any], value: Any) -> None:

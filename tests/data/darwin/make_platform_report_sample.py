@@ -141,6 +141,16 @@ def main() -> None:
                                                        "properties": "keepalive | runatload | inferred program"}},
                         "plutil_lint": {"argv": ["plutil", "-lint", "~/benchd-report-x/dev.benchd.plist"],
                                         "returncode": 0, "stdout": "~/benchd-report-x/dev.benchd.plist: OK\n", "stderr": ""}},
+            # IOReport Energy Model over 0.5 s: the channel walk of ioreport_energy_model_m1.json (ENERGY_SAMPLES.md);
+            # only the four totals count, in their units (per-core, per-cluster, CPM and GPU SRAM are parts of them)
+            "energy": {"kind": "IOReportReader",
+                       "reader": {"source": "ioreport:Energy Model (CPU Energy + GPU Energy + ANE + DRAM)", "available": True,
+                                  "reason": None, "granularity": "IOReport Energy Model counters", "scope": "system energy"},
+                       "raw_channels": json.loads(text("ioreport_energy_model_m1.json"))["channels"],
+                       "parsed": {"seconds": 0.5, "channels": {"CPU": 1745 * 1e-3, "GPU": 4320 * 1e-3, "ANE": 0.0,
+                                                               "DRAM": 610 * 1e-3},
+                                  "total_j": 1745 * 1e-3 + 4320 * 1e-3 + 0.0 + 610 * 1e-3, "reason": None},
+                       "powermetrics": {"error": "needs root (not run)"}},
         },
     }
     (HERE / "platform_report_sample.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -1,0 +1,306 @@
+"""Per-probe energy figures from counter samples at the phase boundaries, and per-window energy of a sustained run.
+
+Phases (the same boundaries as the timing figures):
+- prompt: request start → first content token (prompt processing plus the first token);
+- generation: first token → end of stream (the last token, then the usage chunk and `[DONE]`, which
+  arrive in the same read or right after).
+The probe client calls `PhaseMarks` at those three points: one counter read each, never per chunk.
+
+Derived: mean watts per phase; J per prompt token = prompt J / prompt tokens; J per generated token =
+generation J / (completion tokens - 1), since the first token's time belongs to the prompt phase
+(as in the client's stream window). The idle baseline is the mean power over the cooldown before the
+probe (two samples, one at each end of the wait); the "above idle" figures subtract baseline watts ×
+phase seconds. They can come out slightly negative when the machine was busier while cooling than
+while probing: kept as measured, never clamped.
+
+Every figure names its source (the reader's `source`) and is null with the reason when it cannot be
+measured: no counter here, an unreadable zone, a cooldown too short for a baseline, no tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any, TypeVar
+
+from benchd.probe_result import ProbeResult
+from benchd.sensors.energy.reader import Delta, EnergyReader, NullReader, Sample, describe
+from benchd.servers.runtimes.base import Normalized
+
+T = TypeVar("T")
+
+#: Row fields this module fills (each null one gets a reason).
+ENERGY_FIELDS: tuple[str, ...] = (
+    "energy_prompt_j", "energy_gen_j", "prompt_watts", "gen_watts", "j_per_prompt_token", "j_per_gen_token",
+    "idle_watts", "prompt_watts_above_idle", "gen_watts_above_idle", "j_per_prompt_token_above_idle",
+    "j_per_gen_token_above_idle",
+)
+#: A baseline over less than this is a guess, not a measurement.
+MIN_IDLE_S = 0.5
+#: Above this share of the stream in the first read, the prompt/generation boundary is not observable.
+BUNCHED_MAX = 0.25
+
+
+class PhaseMarks:
+    """Counter samples at named instants; the probe client calls it with "start", "first", "end"."""
+
+    def __init__(self, reader: EnergyReader) -> None:
+        self.reader = reader
+        self.samples: dict[str, Sample] = {}
+        self.missing: str | None = None  # why a boundary sample was dropped after the fact
+
+    def __call__(self, name: str) -> None:
+        if name not in self.samples:
+            self.samples[name] = self.reader.sample()
+
+
+def _round(x: float | None, digits: int = 6) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def _phase(reader: EnergyReader, marks: PhaseMarks, a: str, b: str) -> Delta | str:
+    if a not in marks.samples or b not in marks.samples:
+        missing = "the first token" if "first" not in marks.samples else "the end of the stream"
+        return marks.missing or f"no counter sample at {missing} (the stream never reached it)"
+    d = reader.delta(marks.samples[a], marks.samples[b])
+    return d if d.total_j is not None and not still(d) else _why(d)
+
+
+def still(d: Delta) -> bool:
+    """A package never draws 0 W: a counter that did not move over a phase was not updated within it."""
+    return d.total_j == 0 and d.seconds > 0
+
+
+def _why(d: Delta) -> str:
+    if d.total_j is None:
+        return d.reason or "no total"
+    return (f"the counter did not move over {d.seconds * 1000:.1f} ms (the phase is shorter than the "
+            "counter's update interval)")
+
+
+def probe_energy(
+    reader: EnergyReader,
+    marks: PhaseMarks,
+    idle: Delta | None,
+    prompt_tokens: int | None,
+    gen_tokens: int | None,
+) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    """(row fields, sources, null reasons) for one probe's energy."""
+    fields: dict[str, Any] = dict.fromkeys(ENERGY_FIELDS)
+    reasons: dict[str, str] = {}
+    if not reader.available:
+        why = f"energy not measured: {reader.reason}"
+        return fields, {}, dict.fromkeys(ENERGY_FIELDS, why)
+    src = reader.source
+    sources = {k: src for k in ("energy_prompt_j", "energy_gen_j", "prompt_watts", "gen_watts")}
+    channels: dict[str, dict[str, float]] = {}
+    base_w = idle.watts if idle is not None else None
+    if idle is None or idle.total_j is None or still(idle) or idle.seconds < MIN_IDLE_S:
+        why = ("no cooldown sample" if idle is None else _why(idle) if idle.total_j is None
+               else f"the cooldown lasted {idle.seconds:.2f} s, under the {MIN_IDLE_S:g} s a baseline needs"
+               if idle.seconds < MIN_IDLE_S else _why(idle))
+        base_w = None
+        for k in ENERGY_FIELDS:
+            if k == "idle_watts" or k.endswith("_above_idle"):
+                reasons[k] = f"no idle baseline: {why}"
+    else:
+        fields["idle_watts"] = _round(base_w)
+        sources["idle_watts"] = f"{src}; mean over the {idle.seconds:.1f} s cooldown before the probe"
+        channels["idle_watts"] = {k: round(v / idle.seconds, 6) for k, v in idle.channels.items()}
+    for phase, (a, b), tokens, per_tok in (("prompt", ("start", "first"), prompt_tokens, "prompt tokens"),
+                                           ("gen", ("first", "end"), None if gen_tokens is None else gen_tokens - 1,
+                                            "completion tokens - 1")):
+        got = _phase(reader, marks, a, b)
+        names = (f"energy_{phase}_j", f"{phase}_watts", f"j_per_{phase}_token")
+        above = (f"{phase}_watts_above_idle", f"j_per_{phase}_token_above_idle")
+        if isinstance(got, str):
+            for k in (*names, *above):
+                reasons.setdefault(k, got)
+            continue
+        assert got.total_j is not None
+        channels[phase] = {k: round(v, 6) for k, v in got.channels.items()}
+        fields[names[0]] = _round(got.total_j)
+        fields[names[1]] = _round(got.watts)
+        if base_w is not None and got.watts is not None:
+            fields[above[0]] = _round(got.watts - base_w)
+        if not tokens or tokens <= 0:
+            for k in (names[2], above[1]):
+                reasons[k] = f"no {per_tok} to divide by ({tokens})"
+            continue
+        fields[names[2]] = _round(got.total_j / tokens, 9)
+        sources[names[2]] = f"{src}; {phase} phase J / {per_tok}"
+        if base_w is not None:
+            fields[above[1]] = _round((got.total_j - base_w * got.seconds) / tokens, 9)
+            sources[above[1]] = f"{src}; ({phase} J - idle W × {phase} s) / {per_tok}"
+    fields["energy_channels"] = channels or None
+    if channels:
+        sources["energy_channels"] = f"{src}; joules per channel and phase, idle watts per channel"
+    return fields, sources, reasons
+
+
+# ------------------------------------------------------------------------------------ sustained windows
+
+
+class EnergyTrace:
+    """Counter samples at the reader's `trace_hz` (RAPL 50, IOReport 10) while a sustained generation runs
+    (an asyncio task, never per chunk)."""
+
+    def __init__(self, reader: EnergyReader, hz: float | None = None) -> None:
+        self.reader, self.period = reader, 1.0 / (hz or reader.trace_hz)
+        self.samples: list[Sample] = []
+        self.task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            self.samples.append(self.reader.sample())
+            await asyncio.sleep(self.period)
+
+    def start(self) -> None:
+        if self.reader.available:
+            self.task = asyncio.create_task(self._run())
+
+    def stop(self) -> None:
+        """Cancel the sampling task (also when the probe itself was cancelled) and take the last sample."""
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
+            self.samples.append(self.reader.sample())
+
+
+def window_energy(
+    reader: EnergyReader, samples: Sequence[Sample], chunk_times: Sequence[float], window: int, period_s: float
+) -> tuple[list[float] | None, str]:
+    """Joules per window of `window` tokens (the same windows as `metrics.sustained_windows`), or None
+    and why; the string is the source when a list is returned.
+
+    Window k runs from the chunk that completed window k-1 to the chunk that completes window k
+    (window 0 from the first chunk). The cumulative energy at those instants is interpolated linearly
+    between the trace's samples, so a window shorter than two sampling periods is not measured.
+    """
+    if not reader.available:
+        return None, f"energy not measured: {reader.reason}"
+    if len(samples) < 2:
+        return None, "fewer than two counter samples during the run"
+    cum = [0.0]
+    for a, b in pairwise(samples):
+        d = reader.delta(a, b)
+        if d.total_j is None:
+            return None, d.reason or "no total"
+        cum.append(cum[-1] + d.total_j)
+    ts = [s.t for s in samples]
+    bounds = [chunk_times[0]] + [chunk_times[i] for i in range(window - 1, len(chunk_times), window)] if chunk_times else []
+    if len(bounds) < 2:
+        return None, f"{len(chunk_times)} content chunks: not one full window of {window} tokens"
+    shortest = min(b - a for a, b in pairwise(bounds))
+    if shortest < 2 * period_s:
+        return None, (f"a window lasted {shortest * 1000:.0f} ms, under two counter sampling periods "
+                      f"({2 * period_s * 1000:.0f} ms): too short to split energy by window")
+
+    def at(t: float) -> float:
+        i = max(1, min(len(ts) - 1, next((k for k, x in enumerate(ts) if x >= t), len(ts) - 1)))
+        t0, t1 = ts[i - 1], ts[i]
+        return cum[i - 1] + (cum[i] - cum[i - 1]) * ((t - t0) / (t1 - t0) if t1 > t0 else 1.0)
+
+    out = [round(at(b) - at(a), 6) for a, b in pairwise(bounds)]
+    return out, f"{reader.source}; counter sampled every {period_s * 1000:.0f} ms, interpolated at window ends"
+
+
+def row_energy(
+    reader: EnergyReader, marks: PhaseMarks, idle: Delta | None, prompt_tokens: int | None, gen_tokens: int | None,
+    trace: EnergyTrace | None = None, chunk_times: Sequence[float] = (), window: int = 0,
+) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    """Everything energy puts in a row: the phase figures, and `window_j` for a sustained run.
+
+    When the first token arrived in one socket read together with k - 1 later ones (a busy client, or a
+    server faster than the reads), the first-token sample comes after those tokens were generated: the
+    generation phase then covers completion tokens - k, and its J/token divides by that (the source says
+    so). When that first read carried more than `BUNCHED_MAX` of the stream, the phases are not split
+    at all (null with the reason), never guessed.
+    """
+    k = sum(1 for t in chunk_times if t == chunk_times[0]) if chunk_times else 0
+    if k > 1 and reader.available and k > BUNCHED_MAX * len(chunk_times):
+        marks.samples.pop("first", None)
+        marks.missing = (f"the first token arrived in one read with {k - 1} more of {len(chunk_times)}, so the "
+                         "first-token boundary is too late to split energy into prompt and generation")
+    late = k - 1 if k > 1 and gen_tokens is not None and "first" in marks.samples else 0
+    fields, sources, reasons = probe_energy(reader, marks, idle, prompt_tokens,
+                                            None if gen_tokens is None else gen_tokens - late)
+    if late:
+        for name in ("j_per_gen_token", "j_per_gen_token_above_idle"):
+            if name in sources:
+                sources[name] += f" (the first read carried {k} tokens: over completion tokens - {k})"
+    if trace is not None:
+        windows, text = window_energy(reader, trace.samples, chunk_times, window, trace.period)
+        fields["window_j"] = windows
+        if windows is None:
+            reasons["window_j"] = text
+        else:
+            sources["window_j"] = text
+    return fields, sources, reasons
+
+
+# ------------------------------------------------------------------------------------ the engine's view
+
+
+@dataclass(frozen=True)
+class EnergyFigures:
+    """What energy adds to one row: fields, their sources, and the reasons of the null ones."""
+
+    fields: dict[str, Any]
+    sources: dict[str, str]
+    reasons: dict[str, str]
+
+
+class ProbeEnergy:
+    """One probe's recording: `with` it around the request (the sustained trace runs inside), pass its
+    `marks` to the probe client, then `row()` the figures."""
+
+    def __init__(self, reader: EnergyReader, idle: Delta | None, sustained: bool) -> None:
+        self.reader, self.idle = reader, idle
+        self.marks = PhaseMarks(reader)
+        self.trace = EnergyTrace(reader) if sustained else None
+
+    def __enter__(self) -> ProbeEnergy:
+        if self.trace is not None:
+            self.trace.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.trace is not None:  # also when the probe was cancelled: the task must not outlive it
+            self.trace.stop()
+
+    def row(self, norm: Normalized, result: ProbeResult, window: int) -> EnergyFigures:
+        """The figures, from the adapter's token counts and the stream's chunk times."""
+        return EnergyFigures(*row_energy(self.reader, self.marks, self.idle, norm.prompt_tokens, norm.gen_tokens,
+                                         self.trace, result.chunk_times, window))
+
+
+class EnergySession:
+    """The job's energy counter: reopened at every server start (one IOReport subscription per start on
+    macOS; a fresh zone walk on Linux), sampled around each cooldown for the idle baseline."""
+
+    def __init__(self, open_reader: Callable[[], EnergyReader] | None = None) -> None:
+        from benchd.sensors.energy.choose import open_reader as default
+
+        self.open_reader = open_reader or default
+        self.reader: EnergyReader = NullReader("no server started yet")
+
+    def restart(self) -> dict[str, Any]:
+        """Reopen the reader; returns its description for the `server_ready` event (runbook provenance)."""
+        self.reader.close()
+        self.reader = self.open_reader()
+        return describe(self.reader)
+
+    def close(self) -> None:
+        self.reader.close()
+
+    async def over(self, wait: Awaitable[T]) -> tuple[T, Delta]:
+        """Await `wait` (the cooldown) between two counter samples: its result and the energy it spanned."""
+        a = self.reader.sample()
+        got = await wait
+        return got, self.reader.delta(a, self.reader.sample())
+
+    def probe(self, idle: Delta | None, sustained: bool) -> ProbeEnergy:
+        return ProbeEnergy(self.reader, idle, sustained)
