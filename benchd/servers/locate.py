@@ -131,7 +131,12 @@ def llama_version(path: Path) -> str | None:
         proc = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    for line in (proc.stdout + proc.stderr).splitlines():
+    return parse_llama_version(proc.stdout + proc.stderr)
+
+
+def parse_llama_version(text: str) -> str | None:
+    """`version: 0.5.0-dev (build 1, commit 0c1e570)` anywhere in `text` -> `b1-0c1e570`, else None."""
+    for line in text.splitlines():
         if line.startswith("version:") and "build" in line and "commit" in line:
             inner = line.split("(", 1)[1].rstrip(")")
             build = inner.split(",")[0].split()[-1]

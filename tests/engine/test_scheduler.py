@@ -102,7 +102,7 @@ def test_llama_rates_come_from_server_timings(full_sweep: dict[str, Any]) -> Non
         assert r.sources["mem_load_mode"] == "load mode auto (default: mmap unless a device cannot)"
         # The axis's components, each with its source (issue 14): anon peak, VmHWM, and the mapped GGUF.
         assert r.mem_resident_peak_bytes == r.mem_peak_bytes and r.sources["mem_resident_peak_bytes"] == "kernel:VmHWM"
-        assert r.mem_footprint_peak_bytes and r.sources["mem_footprint_peak_bytes"] == "kernel:RssAnon (sampled max)"
+        assert r.mem_footprint_peak_bytes and r.sources["mem_footprint_peak_bytes"].startswith("kernel:RssAnon (sampled max)")
         assert r.mem_model_resident_bytes is not None and r.sources["mem_model_resident_bytes"].startswith("kernel:smaps")
         assert r.server_version and "b1-0c1e570" in r.server_version
         assert r.ctx_size == r.context + 32 + 64
@@ -164,8 +164,8 @@ def test_stats_follow_from_rows(full_sweep: dict[str, Any]) -> None:
 def test_wrong_model_path_fails_its_rows_only(full_sweep: dict[str, Any]) -> None:
     rows = _rows(full_sweep, "missing-model") + _rows(full_sweep, "missing-model", "sustained")
     assert rows and all(r.status == "failed" for r in rows)
-    assert all("never became ready" in (r.error or "") for r in rows)
-    assert any(r.log_tail for r in rows)
+    # Checked before the server starts (issue 18): the row names the path, not a loader error in a log tail.
+    assert all("/nonexistent/model.gguf" in (r.error or "") and "does not exist" in (r.error or "") for r in rows)
 
 
 def test_killed_server_gives_one_failed_row_and_the_sweep_goes_on(

@@ -243,6 +243,16 @@ for i, a in enumerate(args):
         host = args[i + 1]
     if a == "--port":
         port = int(args[i + 1])
+# The fact queries benchd asks a llama-server binary (issue 13/17) answer like the real build does.
+if "--version" in args:
+    print("version: 0.0-fake (build 0, commit fake)", file=sys.stderr)
+    sys.exit(0)
+if "--help" in args:
+    print("--fit [on|off]   fit the model to the device memory")
+    sys.exit(0)
+if "--list-devices" in args:
+    print("Available devices:")
+    sys.exit(0)
 MODE = os.environ.get("FAKE_MODE", "ok")
 TOKENIZED = 0
 print(f"fake llama-server mode={MODE} argv={args}", flush=True)
@@ -336,6 +346,11 @@ if MODE == "chatty":
     threading.Thread(target=chatter, daemon=True).start()
 srv.serve_forever()
 '''
+
+
+#: The model path of fake-server candidates: the fake server never reads it, but benchd checks before each
+#: server start that the model file exists (issue 18), so it must be a file that is always there.
+FAKE_MODEL = sys.executable
 
 
 def write_fake_server(folder: Path) -> Path:

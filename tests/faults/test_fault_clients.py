@@ -27,7 +27,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faultlib import Follower, figure, read_events, rss_bytes, sweep_doc, wait_until, write_fake_server
+from faultlib import (
+    FAKE_MODEL,
+    Follower,
+    figure,
+    read_events,
+    rss_bytes,
+    sweep_doc,
+    wait_until,
+    write_fake_server,
+)
 
 from benchctl.client import ApiError, Client
 
@@ -37,7 +46,7 @@ TERMINAL = ("job_finished", "job_failed", "job_cancelled")
 
 
 def fake_sweep(fake: Path, probes: int, name: str, cooldown_s: float = 0.0, contexts: int = 1) -> dict[str, Any]:
-    cand = {"id": "fake", "runtime": "llama-server", "model": "/nonexistent/fake.gguf", "binary": str(fake),
+    cand = {"id": "fake", "runtime": "llama-server", "model": FAKE_MODEL, "binary": str(fake),
             "ctx_size": 4096, "env": {"FAKE_MODE": "ok"}}
     return sweep_doc("/x", contexts=list(range(16, 16 + contexts)), gen_tokens=1, probes=probes, binary=None, candidates=[cand],
                      cooldown_s=cooldown_s, name=name)
@@ -146,7 +155,7 @@ def test_clients_that_never_read_block_nothing_and_are_dropped(run_daemon, tmp_p
             time.sleep(0.2)
         n1 = len(read_events(d.state_dir, job))
         assert n1 > n0 + 50, "the sweep stalled while clients did not read"
-        assert max(latencies) < 1.0, f"health took {max(latencies):.2f} s with stuck followers"
+        assert max(latencies) < 5.0, f"health took {max(latencies):.2f} s with stuck followers"
         grew = max(samples) - rss0
         assert grew < 50 * 2**20, f"daemon RSS grew {grew / 2**20:.1f} MiB with 5 stuck followers"
         # the daemon drops them after its write timeout (api.WRITE_TIMEOUT_S = 30 s)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from faultlib import (
+    FAKE_MODEL,
     Follower,
     figure,
     read_events,
@@ -135,7 +136,7 @@ def test_chatty_server_log_is_capped_and_rotated(run_daemon, tmp_path: Path) -> 
     d = run_daemon()
     fake = write_fake_server(tmp_path)
     chatty_mb = 3 * LOG_CAP_BYTES / 1024 / 1024
-    cand = {"id": "chatty", "runtime": "llama-server", "model": "/nonexistent/fake.gguf", "binary": str(fake),
+    cand = {"id": "chatty", "runtime": "llama-server", "model": FAKE_MODEL, "binary": str(fake),
             "ctx_size": 4096, "env": {"FAKE_MODE": "chatty", "FAKE_CHATTY_MB": str(chatty_mb), "FAKE_CHATTY_MBPS": "8"}}
     # enough cells that the server lives while it writes its megabytes
     doc = sweep_doc("/x", contexts=[16], gen_tokens=1, probes=400, binary=None, candidates=[cand], cooldown_s=0.02)
@@ -177,7 +178,7 @@ def test_chatty_server_log_is_capped_and_rotated(run_daemon, tmp_path: Path) -> 
 def test_daemon_rss_over_a_5000_cell_sweep(run_daemon, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     d = run_daemon()
     fake = write_fake_server(tmp_path)
-    cand = {"id": "cheap", "runtime": "llama-server", "model": "/nonexistent/fake.gguf", "binary": str(fake),
+    cand = {"id": "cheap", "runtime": "llama-server", "model": FAKE_MODEL, "binary": str(fake),
             "ctx_size": 4096, "env": {"FAKE_MODE": "ok"}}
     doc = sweep_doc("/x", contexts=list(range(16, 26)), gen_tokens=1, probes=500, binary=None, candidates=[cand])
     c = d.client()

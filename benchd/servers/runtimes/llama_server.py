@@ -101,19 +101,21 @@ _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 FACT_TIMEOUT_S = 2.0
 
 
-def _ask_binary(binary: str, *args: str) -> str | None:
+def _ask_binary(binary: str, *args: str, timeout_s: float = FACT_TIMEOUT_S, stderr: bool = False) -> str | None:
     """The stdout of `binary args`, or None when it did not answer in time. Runs in its own process group
     with the scrubbed environment; the group is killed afterwards either way, so nothing the query
-    started (a wrapper script's background child) outlives it."""
+    started (a wrapper script's background child) outlives it. `stderr=True` merges stderr into the answer
+    (`--version` prints there)."""
     env = environment.build(ENV_SCRUB, {}, {}).env  # as the servers run: no inherited LLAMA_ARG_*
     try:
         proc = subprocess.Popen([binary, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True, env=env, start_new_session=True)
+                                stderr=subprocess.STDOUT if stderr else subprocess.DEVNULL, text=True, env=env,
+                                start_new_session=True)
     except OSError:
         return None
     out: str | None = None
     try:
-        out, _ = proc.communicate(timeout=FACT_TIMEOUT_S)
+        out, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         pass
     finally:
@@ -294,9 +296,12 @@ class LlamaServerAdapter(RuntimeAdapter):
 
     def installed_version(self, command: list[str]) -> str | None:
         """`--version` (`version: 0.5.0-dev (build 1, commit 0c1e570)`) in `/props`' format: `llama.cpp b1-0c1e570`."""
-        from benchd.servers.locate import llama_version
+        from benchd.servers.locate import parse_llama_version
 
-        build = llama_version(Path(command[0]))
+        # Through the fact query (own process group, killed after): a binary that ignores --version and
+        # serves (a wrapper, a fake) must neither stall the runbook nor outlive the question.
+        answer = _ask_binary(command[0], "--version", timeout_s=5.0, stderr=True)
+        build = parse_llama_version(answer) if answer else None
         return f"llama.cpp {build}" if build else None
 
     async def count_tokens(self, base_url: str, text: str) -> int | None:
