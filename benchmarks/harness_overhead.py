@@ -148,7 +148,7 @@ class CpuTrace:
     def _sample(self) -> None:
         t = self.proc.cpu_times()
         self.points.append((time.time(), t.user + t.system))
-        from benchd.sensors.memory.readers import proc_tree
+        from benchd.sensors.memory.linux import proc_tree
 
         for kid in (proc_tree(self.pid) or set()) - {self.pid}:
             with contextlib.suppress(psutil.Error):
@@ -213,17 +213,17 @@ def benchd_sweep(a: argparse.Namespace, model: str, n: int, pin: bool, binary: s
     return doc
 
 
-def run_benchd(d: C.Daemon, a: argparse.Namespace, model: str, n: int, pin: bool, binary: str | None) -> dict[str, Any]:
+def run_benchd(d: C.Daemon, doc: dict[str, Any]) -> dict[str, Any]:
     with CpuTrace(d.proc.pid) as trace:
         t0 = time.time()
-        job = d.client().submit(benchd_sweep(a, model, n, pin, binary))["id"]
+        job = d.client().submit(doc)["id"]
         t_done = wait_runbook(d.state, job)
     evs = d.events(job)
     info = d.client().job(job)
     if info.get("state") != "succeeded":
         return {"error": f"job {job} {info.get('state')}: {info.get('error')}"}
     rows = [e["payload"]["row"] for e in evs if e["type"] == "probe_finished"]
-    ok = [r for r in rows if r["status"] == "ok" and r.get("gen_tps") and r.get("gen_tokens")]
+    ok = [r for r in rows if r["status"] == "ok" and r["kind"] == "probe" and r.get("gen_tps") and r.get("gen_tokens")]
     tokens = sum(r["gen_tokens"] for r in ok)
     secs = sum((r["gen_tokens"] - 1) / r["gen_tps"] for r in ok)  # rows: (n-1)/t; /metrics: n/t
     times = {"submit": t0, "done": t_done}
@@ -255,6 +255,30 @@ def taskset_wrapper(folder: Path, cpus: set[int]) -> str:
     return str(path)
 
 
+def demo_runbooks(a: argparse.Namespace, tools: list[str]) -> dict[str, Any]:
+    """The runbook phase on the demo sweep (`benchctl/demo.py`'s: 3 candidates, 2 contexts, sustained,
+    smoke evals; cooldown set to fixed 0 s, which changes nothing in what the runbook holds): each
+    daemon's own CPU from job_finished to the runbook id, and its views worker's, alternated per round."""
+    from benchctl.demo import _sweep_toml
+    from benchctl.sweepfile import read_sweep_dict
+
+    out: dict[str, list[dict[str, Any]]] = {t: [] for t in tools}
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-demo-")))
+        (tmp / "demo.toml").write_text(_sweep_toml(C.tiny("small")))
+        doc = read_sweep_dict(tmp / "demo.toml")
+        doc["cooldown"] = {"policy": "fixed", "seconds": 0, "max_seconds": 0}
+        daemons = {t: stack.enter_context(C.benchd_daemon(tmp / t, src=a.base_src if t == "benchd-base" else None))
+                   for t in tools}
+        for rnd in range(a.demo_rounds):
+            for t in tools[rnd % len(tools):] + tools[: rnd % len(tools)]:
+                r = run_benchd(daemons[t], doc)
+                out[t].append({"round": rnd, **({"error": r["error"]} if "error" in r else r["phases"])})
+                print(f"demo round {rnd} {t}: {json.dumps(out[t][-1])[:300]}", file=sys.stderr, flush=True)
+    return {t: {k: (C.med([x[k] for x in v if k in x]), C.spread([x[k] for x in v if k in x]))
+                for k in ("runbook_daemon", "runbook_views_worker")} | {"raw": v} for t, v in out.items()}
+
+
 # --------------------------------------------------------------------------------------------- main
 
 
@@ -277,6 +301,7 @@ def main() -> int:
     p.add_argument("--modes", default="pinned,unpinned")
     p.add_argument("--tools", default="benchd,llama-benchy")
     p.add_argument("--base-src", type=Path, default=None, help="also run the daemon of this checkout as benchd-base")
+    p.add_argument("--demo-rounds", type=int, default=3, help="runbook phase on the demo sweep (0: skip)")
     p.add_argument("--no-install", action="store_true")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
@@ -315,16 +340,20 @@ def main() -> int:
                         r = run_benchy(exe, env, srv, a, n, CLIENT_CPUS if pinned else None)  # type: ignore[arg-type]
                     else:
                         base = tool == "benchd-base"
-                        r = run_benchd(daemons[tool], a, model, n, pin=pinned and not base,
-                                       binary=wrapper if base else None)
+                        r = run_benchd(daemons[tool], benchd_sweep(a, model, n, pin=pinned and not base,
+                                                                   binary=wrapper if base else None))
                     r["round"] = rnd
                     raw[mode][f"{tool}/{size}"].append(r)
                     print(f"{mode} round {rnd} {tool}/{size}: " + json.dumps(
                         {k: round(v, 4) if isinstance(v, float) else v for k, v in r.items() if k not in ("phases", "affinity")})[:300],
                         file=sys.stderr, flush=True)
         loads[mode].append(os.getloadavg()[0])
+    daemon_tools = [t for t in tools if t.startswith("benchd")]
+    loads["demo"] = [os.getloadavg()[0]]
+    demo = demo_runbooks(a, daemon_tools) if a.demo_rounds and daemon_tools else {}
+    loads["demo"].append(os.getloadavg()[0])
     doc = {"machine": C.machine(), "workload": {k: getattr(a, k) for k in ("rounds", "n", "context", "gen", "threads", "size")},
-           "llama_benchy": version, "loadavg_1m": loads, "summary": summarize(raw, tools), "raw": raw}
+           "llama_benchy": version, "loadavg_1m": loads, "summary": summarize(raw, tools), "demo_runbook": demo, "raw": raw}
     if a.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -381,6 +410,12 @@ def print_table(doc: dict[str, Any]) -> None:
         for t, (r, sp) in s["ratios_per_round"].items():
             print(f"RATIO {mode} {t} / llama-benchy marginal CPU per token = {C.fmt(r)} "
                   f"({'..'.join(f'{x:.3f}' for x in sp) if sp else ''}) (goal <= 1, pinned)")
+    if doc["demo_runbook"]:
+        print(f"\n[demo sweep runbook]  load average at start/end: {', '.join(f'{x:.2f}' for x in doc['loadavg_1m']['demo'])}")
+        for t, v in doc["demo_runbook"].items():
+            (dm, ds), (wm, ws) = v["runbook_daemon"], v["runbook_views_worker"]
+            print(f"{t:14s} runbook in the daemon {C.fmt(dm)} CPU-s ({ds[0]:.3f}..{ds[1]:.3f}) (goal <= 0.1); "
+                  f"views worker {C.fmt(wm)} CPU-s ({ws[0]:.3f}..{ws[1]:.3f})" if ds and ws else f"{t}: no data")
 
 
 if __name__ == "__main__":
