@@ -41,6 +41,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -305,6 +306,8 @@ def main() -> int:
     p.add_argument("--no-install", action="store_true")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: daemons and servers are stopped
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background
     from benchd.servers.runtimes.base import CTX_MARGIN_TOKENS
 
     models = C.tiny(a.size)
