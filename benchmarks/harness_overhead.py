@@ -140,6 +140,7 @@ class CpuTrace:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.proc = psutil.Process(pid)
+        self._cmdline = self.proc.cmdline()
         self.points: list[tuple[float, float]] = []  # (wall time.time(), own CPU)
         self.workers: dict[int, float] = {}  # render worker pid -> CPU at its last sample
         self._kids: dict[int, psutil.Process | None] = {}
@@ -155,7 +156,10 @@ class CpuTrace:
             with contextlib.suppress(psutil.Error):
                 if kid not in self._kids:
                     p = psutil.Process(kid)
-                    self._kids[kid] = p if "benchd.results.render" in " ".join(p.cmdline()) else None
+                    cmd = p.cmdline()
+                    if cmd == self._cmdline:
+                        continue  # forked, not yet exec'd: look again at the next sample
+                    self._kids[kid] = p if "benchd.results.render" in " ".join(cmd) else None
                 p = self._kids[kid]
                 if p is not None:
                     ct = p.cpu_times()
