@@ -157,8 +157,8 @@ class CpuTrace:
                 if kid not in self._kids:
                     p = psutil.Process(kid)
                     cmd = p.cmdline()
-                    if cmd == self._cmdline:
-                        continue  # forked, not yet exec'd: look again at the next sample
+                    if not cmd or cmd == self._cmdline:
+                        continue  # forked, not yet exec'd (or mid-exec): look again at the next sample
                     self._kids[kid] = p if "benchd.results.render" in " ".join(cmd) else None
                 p = self._kids[kid]
                 if p is not None:
