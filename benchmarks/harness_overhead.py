@@ -3,7 +3,10 @@ streamed tokens as a MARGINAL cost (start-up cancels) and a FIXED cost, pinned a
 per-job work benchd adds, each phase in its own row.
 
     .venv/bin/python benchmarks/harness_overhead.py [--rounds 4] [--n 5] [--context 512] [--gen 256]
-        [--size medium] [--modes pinned,unpinned] [--base-src DIR] [--json]
+        [--size medium] [--modes pinned,unpinned] [--base-src DIR] [--demo-rounds 3] [--json]
+
+RESULTS.md §1 was measured with `--size small --demo-rounds 2 --base-src DIR` (DIR = `git archive
+03570eb benchd | tar -x -C DIR`: main before issue 19).
 
 Method
 - Each tool runs the same workload twice per round: N requests and 4N requests (prompt ~context tokens,
