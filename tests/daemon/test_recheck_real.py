@@ -147,9 +147,11 @@ def test_lock_then_runtime_changes(run_daemon, short_base: Path, tiny_models, ll
     same, same_jobs = _attempts(d, first, lambda e: not e.get("regressed"))
     assert same["outcome"] == "succeeded" and same["runbook"] and same["lock_runbook"] == rb, same
     verdicts = same["verdicts"]["512"]
-    assert set(verdicts) == {"gen_tps", "prompt_tps", "ttft_ms", "mem_peak_bytes"}
+    # The compared metrics, plus energy per token (issue 16), which is "not measured" where the machine has
+    # no readable counter (this VM) and judged like the others where it has one.
+    assert set(verdicts) - {"j_per_gen_token"} == {"gen_tps", "prompt_tps", "ttft_ms", "mem_peak_bytes"}, verdicts
     assert verdicts["mem_peak_bytes"].startswith("same"), verdicts
-    assert all(v.startswith(("same", "faster")) for v in verdicts.values()), verdicts
+    assert all(v.startswith(("same", "faster", "not measured")) for v in verdicts.values()), verdicts
     assert not same.get("regressed") and not same.get("regressions") and not same.get("notified")
     print(f"unchanged build, judged at 95 % (attempt {len(same_jobs)}): {verdicts}")
     _stop(d)
