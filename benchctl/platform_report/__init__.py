@@ -31,7 +31,7 @@ from typing import Any
 from benchctl.platform_report import energy, memory, system
 from benchctl.platform_report.context import Context
 
-#: 1: first version (issue 14).
+#: 1: first version.
 REPORT_VERSION = 1
 
 Collect = Callable[[Context], dict[str, Any]]

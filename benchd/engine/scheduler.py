@@ -1,6 +1,6 @@
 """The sweep engine: one job, run in-process — candidates → server starts → cells → cooldown → probes.
 
-Order (issue 4): for each candidate, one server start per context size (llama-server restarts per
+Order: for each candidate, one server start per context size (llama-server restarts per
 context unless `ctx_size` is pinned; the MLX servers start once), warm-up probes after every start,
 then the probe series of each context, each probe preceded by the cooldown policy. The sustained
 generation and the eval tier run on the candidate's last server. A crash restarts the server for the

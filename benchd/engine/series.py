@@ -1,4 +1,4 @@
-"""One cell's series of probes: how many to run, and what each probe's row must say about it (issue 15).
+"""One cell's series of probes: how many to run, and what each probe's row must say about it.
 
 - `CellSeries` decides the next probe index or that the cell is done. A fixed count runs that many
   valid probes; `probes = "auto"` runs at least `min`, then stops as soon as the distribution-free 95 %
@@ -6,7 +6,7 @@
   or at `max`. A probe invalidated by a sleep or a stopped server does not count: it is re-run (at most
   `MAX_RERUNS` times per cell, so a machine that keeps sleeping cannot stall the sweep). An adaptive cell
   with no ok value after `min` probes stops there: there is nothing to converge on. Short probes
-  (issue 13) count as probes run but stay out of the values, like the medians. `SeriesBook` keeps every
+  count as probes run but stay out of the values, like the medians. `SeriesBook` keeps every
   cell's rows (the drift sentinel's series repeats the first cell's count of valid probes).
 - `Watch` follows one probe from its start (the sleep clock's gap, the server's state polled) and
   `annotate` turns a probe row into what it must record: the throttle check against the cell's

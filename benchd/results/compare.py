@@ -8,7 +8,7 @@ two-sided p-value it can ever give is 2 / C(2n, n): 0.1 at n = 3, 0.029 at n = 4
 `min_probes_per_side()` (= 4 at α = 0.05) per side; below that the verdict is "too few probes to call
 a difference", never a guess. No scipy: the distribution is counted by dynamic programming.
 
-Ties are ties (issue 15): a difference counts only beyond the noise — the two cells' distribution-free
+Ties are ties: a difference counts only beyond the noise — the two cells' distribution-free
 95 % CIs of the median do not overlap (or, for cells too small for a CI, the exact test is
 significant) — and larger than the sweep's
 `target_ci_pct` (the precision the user asked for: a 0.8 % gap is not a finding when every cell was

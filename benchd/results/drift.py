@@ -1,4 +1,4 @@
-"""The sweep's drift, from the sentinel: the first cell run again at the end of the sweep (issue 15).
+"""The sweep's drift, from the sentinel: the first cell run again at the end of the sweep.
 
 A whole sweep can drift (a laptop heating up over a night, a background job starting) while every
 cell looks steady on its own. The engine re-runs the sweep's first cell (same candidate, context and

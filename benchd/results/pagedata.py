@@ -139,7 +139,7 @@ def sweep_verdicts(doc: Doc) -> list[Doc]:
 
 
 def verdict_text(v: Any) -> str:
-    """A cell verdict as words: issue 15's struct (verdict, CI width, trend) or a plain string."""
+    """A cell verdict as words: the `CellVerdict` struct (verdict, CI width, trend) or a plain string."""
     if not isinstance(v, dict):
         return "" if v is None else str(v)
     word = v.get("verdict")

@@ -3,13 +3,13 @@
 Pure (no I/O). The tool never picks: it only says which candidates are dominated, by whom, and on
 which axes, so the human choosing in `benchctl lock` sees every tradeoff that is left.
 
-Rules (issue 6): A dominates B when A is at least as good on every axis both have and strictly better
+Rules: A dominates B when A is at least as good on every axis both have and strictly better
 on at least one. An axis that is null for either of the two is skipped for that pair and named in the
 output (never treated as 0). Equal on all compared axes, or no axis to compare, means neither
 dominates. Candidates with no successful probe row in a context are excluded from that context with
 a reason, never silently dropped.
 
-Ties are ties (issue 15): over rows, "better" means better beyond the noise (`compare.beyond_noise`:
+Ties are ties: over rows, "better" means better beyond the noise (`compare.beyond_noise`:
 the cells' 95 % CIs apart (below six probes: an exact Mann–Whitney p < 0.05), and more than the sweep's
 `target_ci_pct`); a smaller difference is a tie on that axis, named with why. Axes with one value per
 candidate: the eval pass rate (greedy, deterministic answers) compares exactly; the sustain ratio

@@ -89,7 +89,7 @@ class Row(Struct, kw_only=True, frozen=True, omit_defaults=False):
     draft_n: int | None = None
     draft_accepted: int | None = None
     draft_acceptance: float | None = None
-    #: The memory axis: what the candidate occupies including its weights, on every OS (issue 14). Linux:
+    #: The memory axis: what the candidate occupies including its weights, on every OS. Linux:
     #: VmHWM (mapped and copied weights alike); macOS: footprint peak + resident mapped model files.
     mem_peak_bytes: int | None = None
     mem_source: str | None = None
@@ -135,7 +135,7 @@ class Row(Struct, kw_only=True, frozen=True, omit_defaults=False):
     null_reasons: dict[str, str] = {}
     #: The cooldown's note (sensor unavailable, a throttle-check extension and its check probes).
     cooldown_note: str | None = None
-    #: Throttle check of an ok probe against its cell's running median (issue 15).
+    #: Throttle check of an ok probe against its cell's running median.
     throttle: ThrottleCheck | None = None
     #: Seconds the machine slept during the probe (boottime minus monotonic clock gap; `sources` names them).
     suspended_s: float | None = None

@@ -54,7 +54,7 @@ VERDICTS: tuple[str, ...] = ("steady", "unsteady", "drifting", "too few")
 
 
 class CellVerdict(Struct, kw_only=True, frozen=True):
-    """The verdict on one cell's `metric` (issue 15): `steady` (CI target met, no trend), `unsteady`
+    """The verdict on one cell's `metric`: `steady` (CI target met, no trend), `unsteady`
     (CI wider than the target: `ci_half_width_pct` says how wide), `drifting` (significant monotone
     trend larger than the target, even with the CI met), `too few` (fewer ok probes than the CI needs).
     `verdict` is null when the metric was never measured (`reason` says why)."""

@@ -10,7 +10,7 @@ Metal needs), `bootout gui/UID/LABEL` unloads it, `print gui/UID/LABEL` describe
 job is gone), `enable` clears a previous `disable` (which would otherwise make bootstrap fail with
 "service disabled"), `kickstart -k` restarts a loaded job in place.
 
-Why the load sequence waits (issue 14, finding 2): `bootout` returns while the job is still stopping
+Why the load sequence waits: `bootout` returns while the job is still stopping
 (benchd takes up to its 10 s shutdown, launchd allows the plist's ExitTimeOut); a `bootstrap` issued
 meanwhile fails with "Bootstrap failed: 5: Input/output error" (reported by several projects, for about
 5 s), which left a reinstalled service down. So: when the plist did not change, `kickstart -k` (no

@@ -12,9 +12,9 @@
   file-backed pages: an mmap'd GGUF, even when Metal wraps it without a copy).
 - `host_statistics64(HOST_VM_INFO64)` → `vm_statistics64.swapins/swapouts`: real swap (compressor
   segments to the swap file). psutil's `swap_memory().sin/sout` on macOS are `pageins/pageouts`, i.e.
-  pager traffic such as llama-server reading its GGUF: not swap (issue 14, finding 3).
+  pager traffic such as llama-server reading its GGUF: not swap.
 
-Corrections from the audit (issue 14): up to xnu-8792 (macOS <= 13.0) an interval reset sets the interval
+Corrections from the audit: up to xnu-8792 (macOS <= 13.0) an interval reset sets the interval
 max to 0 (later: to the current footprint), so every read takes max(interval max, footprint); a zombie
 still answers proc_pid_rusage with footprint 0, so `ri_proc_exit_abstime != 0` means gone.
 

@@ -5,7 +5,7 @@ tree, the probe's result); what one process's memory is, and how its kernel peak
 OS and is the part a new platform adds to. The per-OS readers sit side by side: `linux.py` (/proc) and
 `darwin.py` (proc_pid_rusage, region walk, vm_statistics64); `sources.default_backend()` chooses.
 
-Two figures per process, because the OSes count differently (issue 14, finding 5):
+Two figures per process, because the OSes count differently:
 - `resident`: pages in RAM including file-backed ones (Linux VmRSS, macOS ri_resident_size, psutil rss):
   an mmap'd model counts once its pages are touched.
 - `footprint`: memory the process owns that is not a clean file page (Linux RssAnon, macOS

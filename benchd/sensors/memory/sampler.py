@@ -19,7 +19,7 @@ Sources, best first, each named in `MemoryResult.source` (the per-OS readers are
 - `psutil:rss`: max of the sampled RSS series. Used when the kernel peak cannot be reset or read; it
   misses any spike shorter than a tick, so it is never `exact`.
 
-The memory axis (`peak_bytes`, issue 14 finding 5) is the memory the candidate occupies *including its
+The memory axis (`peak_bytes`) is the memory the candidate occupies *including its
 weights*, on every OS, so a GGUF that llama-server mmaps is not made to look smaller than MLX weights in
 Metal buffers: Linux VmHWM already counts mapped model pages (RssFile) and copied ones (RssAnon) alike;
 on macOS the footprint leaves clean file-backed pages out, so the axis is the footprint peak plus the

@@ -1,1 +1,1 @@
-"""Suspension sensing: did the machine sleep, or was the server stopped, while a probe ran (issue 15)."""
+"""Suspension sensing: did the machine sleep, or was the server stopped, while a probe ran."""
