@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "logs": ("logs", "logs", "Read the daemon's log or a server's log."),
     "report": ("report", "report", "Report a runbook: medians, spread, nulls with reasons, Pareto."),
     "compare": ("report", "compare", "Compare two runbooks cell by cell."),
+    "export": ("export", "export", "Export a runbook: llama-bench's Markdown table, JSON lines or CSV."),
     "lock": ("lock", "lock", "Lock the candidate you chose (writes locked.toml)."),
     "locked": ("lock", "locked", "Show the locked candidate, or the command that starts it."),
     "recheck": ("recheck", "recheck", "Queue a recheck of the locked candidate (--now: at once)."),

@@ -1,0 +1,285 @@
+"""Exports of a runbook in the formats results are shared in: llama-bench's Markdown table, JSON lines
+with llama-bench's field names, and CSV for a spreadsheet (`benchctl export RUNBOOK --format ...`).
+
+Field names and the table layout follow llama-bench's own printers (tools/llama-bench/llama-bench.cpp:
+`test::get_fields`, `markdown_printer`, `jsonl_printer`). A benchd probe prefills a prompt of
+`prompt_tokens` from an empty cache, then generates `gen_tokens`: its prompt rate is llama-bench's
+`pp<n>` test and its decode rate is `tg<m> @ d<n>` (generation at that depth). Every export carries its
+provenance (machine, runtime build, benchd version); a value benchd did not measure is null (JSON),
+empty with its reason beside it (CSV) or said under the table (Markdown), never a made-up figure.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import statistics
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from benchd.schemas import CandidateProvenance, Row, Runbook
+
+#: How a llama.cpp build is recorded (`llama.cpp b<number>-<commit>`, the `/props` build_info format).
+_BUILD = re.compile(r"\bb(\d+)-([0-9a-fA-F]+)\b")
+_NOT_LLAMA = "not a llama.cpp server: llama-bench's fields describe llama.cpp builds"
+
+
+def build_of(version: str | None) -> tuple[str | None, int | None]:
+    """(build_commit, build_number) of a recorded llama.cpp version string, (None, None) otherwise."""
+    m = _BUILD.search(version or "")
+    return (m.group(2), int(m.group(1))) if m else (None, None)
+
+
+def machine_text(rb: Runbook) -> str:
+    """One line naming the machine the runbook was measured on (what is known of it)."""
+    m = rb.provenance.machine
+    parts = [m.hardware_model or m.chip or m.cpu_model, f"{m.cores_logical} logical cores" if m.cores_logical else None,
+             f"{m.memory_bytes / (1 << 30):.1f} GiB" if m.memory_bytes else None,
+             " ".join(x for x in (m.os, m.os_version or m.kernel, m.arch) if x) or None]
+    return ", ".join(p for p in parts if p) or "unknown machine"
+
+
+def _cand_prov(rb: Runbook) -> dict[str, CandidateProvenance]:
+    return {c.candidate: c for c in rb.provenance.candidates}
+
+
+def _threads(cp: CandidateProvenance | None) -> tuple[int | None, str]:
+    aff = cp.affinity if cp else None
+    if aff is not None and aff.server_threads is not None:
+        return aff.server_threads, aff.source or "affinity"
+    return None, (aff.reason if aff and aff.reason else "the server's thread count was not set by the candidate")
+
+
+def _probe_rows(rb: Runbook) -> list[Row]:
+    return [r for r in rb.rows if r.kind == "probe"]
+
+
+# ---------------------------------------------------------------------------------------------- jsonl
+
+
+def _provenance_fields(rb: Runbook, cp: CandidateProvenance | None, row: Row) -> dict[str, Any]:
+    version = row.server_version or (cp.server_version if cp else None)
+    commit, number = build_of(version) if row.runtime == "llama-server" else (None, None)
+    threads, _ = _threads(cp)
+    m = rb.provenance.machine
+    return {
+        "build_commit": commit, "build_number": number, "cpu_info": m.cpu_model or m.chip,
+        "backends": None, "model_filename": cp.model.path if cp else None,
+        "model_size": cp.model.bytes if cp else None, "model_n_params": None, "n_threads": threads,
+        "machine": machine_text(rb), "benchd_version": rb.provenance.benchd.version, "server_version": version,
+        "runbook": rb.id,
+    }
+
+
+def _provenance_nulls(cp: CandidateProvenance | None, row: Row, fields: dict[str, Any]) -> dict[str, str]:
+    why: dict[str, str] = {}
+    if fields["build_commit"] is None:
+        why["build_commit"] = why["build_number"] = (_NOT_LLAMA if row.runtime != "llama-server"
+                                                    else "no llama.cpp build recorded for this server")
+    why["backends"] = "benchd does not record the ggml backends a server loaded"
+    why["model_n_params"] = "benchd does not read the parameter count from the model"
+    if fields["cpu_info"] is None:
+        why["cpu_info"] = "the machine's CPU model was not reported"
+    if fields["n_threads"] is None:
+        why["n_threads"] = _threads(cp)[1]
+    if cp is None:
+        why["model_filename"] = why["model_size"] = "no provenance for this candidate"
+    elif fields["model_size"] is None:
+        why["model_size"] = cp.model.null_reasons.get("bytes", "the model's size was not read")
+    return why
+
+
+def jsonl_objects(rb: Runbook) -> list[dict[str, Any]]:
+    """One object per probe row: llama-bench's fields where one exists, then every field of the row.
+
+    `n_prompt` is the prompt the probe prefilled, `n_gen` the tokens it generated and `n_depth` the
+    context the generation ran at (the prompt), so `avg_ts`/`samples_ts` are the row's decode rate, the
+    figure of llama-bench's `tg<n_gen> @ d<n_depth>` test (`test` names it). One probe is one sample:
+    `stddev_ts` is null (the spread is across a cell's rows; the Markdown export has it)."""
+    provs = _cand_prov(rb)
+    out = []
+    for row in _probe_rows(rb):
+        cp = provs.get(row.candidate)
+        head = _provenance_fields(rb, cp, row)
+        ok = row.status == "ok"
+        rate = row.gen_tps if ok else None
+        nulls = _provenance_nulls(cp, row, head)
+        nulls["stddev_ts"] = "one probe is one sample: see the cell's spread in the Markdown export"
+        if rate is None:
+            nulls["avg_ts"] = nulls["samples_ts"] = (
+                row.null_reasons.get("gen_tps") or row.error or f"probe {row.status}, no decode rate")
+        obj = {**head, "test": _test_name(row.prompt_tokens, row.gen_tokens),
+               "n_prompt": row.prompt_tokens, "n_gen": row.gen_tokens, "n_depth": row.prompt_tokens,
+               "test_time": row.started_at, "avg_ts": rate, "stddev_ts": None,
+               "samples_ts": [rate] if rate is not None else None}
+        fields = msgspec.to_builtins(row)
+        obj.update({k: v for k, v in fields.items() if k not in ("null_reasons",)})
+        obj["null_reasons"] = {**nulls, **row.null_reasons}
+        out.append(obj)
+    return out
+
+
+def _test_name(n_prompt: int | None, n_gen: int | None) -> str | None:
+    if not n_gen:
+        return None
+    return f"tg{n_gen}" + (f" @ d{n_prompt}" if n_prompt else "")
+
+
+def render_jsonl(rb: Runbook) -> str:
+    return "".join(json.dumps(o, ensure_ascii=False, sort_keys=False) + "\n" for o in jsonl_objects(rb))
+
+
+# ------------------------------------------------------------------------------------------------ csv
+
+
+def _csv_value(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, ensure_ascii=False, sort_keys=True)
+    return str(v)
+
+
+def render_csv(rb: Runbook) -> str:
+    """Every row (probes, sustained runs, sentinel re-runs), one per line, every field a column; nested
+    values as JSON; a null is an empty cell and its reason is in the `null_reasons` column. The first
+    columns are the provenance (runbook, machine, benchd version, llama.cpp build where there is one)."""
+    objs = jsonl_objects(rb)
+    by_key = {(o["candidate"], o["context"], o["kind"], o["probe"]): o for o in objs}
+    provs = _cand_prov(rb)
+    lead = ["runbook", "machine", "benchd_version", "build_commit", "build_number", "model_filename", "model_size"]
+    row_fields = list(Row.__struct_fields__)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([*lead, *row_fields])
+    for row in rb.rows:
+        obj = by_key.get((row.candidate, row.context, row.kind, row.probe))
+        head = obj if obj is not None else _provenance_fields(rb, provs.get(row.candidate), row)
+        data = msgspec.to_builtins(row)
+        if obj is not None:
+            data["null_reasons"] = {k: v for k, v in obj["null_reasons"].items() if k in lead or k in data}
+        w.writerow([*(_csv_value(head[k]) for k in lead), *(_csv_value(data.get(f)) for f in row_fields)])
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------------------------------- markdown
+
+#: llama-bench's column order for a CPU build (model, size, params, backend, threads, test, t/s).
+MD_COLUMNS = ["model", "size", "params", "backend", "threads", "test", "t/s"]
+
+
+def _size_text(n: int | None) -> str | None:
+    """llama-bench's size column: MiB below 1 GiB, else GiB, two decimals."""
+    if n is None:
+        return None
+    return f"{n / (1 << 20):.2f} MiB" if n < (1 << 30) else f"{n / (1 << 30):.2f} GiB"
+
+
+def _ts_text(values: list[float]) -> str:
+    """llama-bench's `avg ± stddev` (sample standard deviation; 0 with one sample, as llama-bench prints)."""
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.2f} ± {sd:.2f}"
+
+
+def _md_cells(rb: Runbook) -> tuple[list[list[str]], list[str]]:
+    """(table lines, what is said under the table) over the sweep's candidates × contexts."""
+    provs = _cand_prov(rb)
+    notes: list[str] = []
+    na_reasons: dict[str, str] = {}
+    table: list[list[str]] = []
+
+    def na(column: str, why: str) -> str:
+        na_reasons.setdefault(column, why)
+        return "n/a"
+
+    groups: dict[tuple[str, int], list[Row]] = {}
+    for r in _probe_rows(rb):
+        groups.setdefault((r.candidate, r.context), []).append(r)
+    names = [Path(c.model.path).name for c in provs.values() if c.runtime == "llama-server"]
+    for (cand, ctx), rows in groups.items():
+        ok = [r for r in rows if r.status == "ok" and not r.short]
+        runtime = rows[0].runtime
+        if runtime != "llama-server":
+            notes.append(f"{cand} @ {ctx}: {runtime} rows are not in the table ({_NOT_LLAMA}); see the jsonl/csv exports")
+            continue
+        if not ok:
+            why = next((r.error for r in rows if r.error), None) or "no successful probe"
+            notes.append(f"{cand} @ {ctx}: no row in the table, {len(rows)} probe(s) failed: {why}")
+            continue
+        cp = provs.get(cand)
+        model = Path(cp.model.path).name if cp else na("model", "no provenance for this candidate")
+        if names.count(model) > 1:  # several candidates of one model file: say which line is whose
+            model += f" [{cand}]"
+        size = _size_text(cp.model.bytes if cp else None) or na("size", "the model's size was not read")
+        params = na("params", "benchd does not read the parameter count from the model")
+        backend = na("backend", "benchd does not record the ggml backends a server loaded")
+        threads_n, threads_why = _threads(cp)
+        threads = str(threads_n) if threads_n is not None else na("threads", threads_why)
+        n_prompt = sorted({r.prompt_tokens for r in ok if r.prompt_tokens is not None})
+        n_gen = sorted({r.gen_tokens for r in ok if r.gen_tokens is not None})
+        p_label = str(n_prompt[0]) if len(n_prompt) == 1 else f"{n_prompt[0]}-{n_prompt[-1]}" if n_prompt else None
+        g_label = str(n_gen[0]) if len(n_gen) == 1 else f"{n_gen[0]}-{n_gen[-1]}" if n_gen else None
+        if len(n_prompt) > 1 or len(n_gen) > 1:
+            notes.append(f"{cand} @ {ctx}: token counts varied across probes (prompt {n_prompt}, gen {n_gen})")
+        base = [model, size, params, backend, threads]
+        pp = [r.prompt_tps for r in ok if r.prompt_tps is not None]
+        tg = [r.gen_tps for r in ok if r.gen_tps is not None]
+        if pp and p_label:
+            table.append([*base, f"pp{p_label}", _ts_text(pp)])
+        else:
+            notes.append(f"{cand} @ {ctx}: no pp line: " + _reason(ok, "prompt_tps"))
+        if tg and g_label:
+            table.append([*base, f"tg{g_label}" + (f" @ d{p_label}" if p_label else ""), _ts_text(tg)])
+        else:
+            notes.append(f"{cand} @ {ctx}: no tg line: " + _reason(ok, "gen_tps"))
+        failed = len(rows) - len(ok)
+        if failed:
+            notes.append(f"{cand} @ {ctx}: {failed} of {len(rows)} probe(s) not counted (failed or short)")
+    notes += [f"{col}: n/a — {why}" for col, why in na_reasons.items()]
+    return table, notes
+
+
+def _reason(rows: Iterable[Row], metric: str) -> str:
+    return next((r.null_reasons[metric] for r in rows if metric in r.null_reasons), "not measured")
+
+
+def render_llama_bench_md(rb: Runbook) -> str:
+    """llama-bench's Markdown table for the llama-server rows (per candidate × context: `pp<n>` is the
+    prompt rate, `tg<m> @ d<n>` the decode rate, mean ± sample stddev over the cell's ok probes), then
+    llama-bench's `build:` footer, benchd's provenance, and everything not in the table with its reason."""
+    table, notes = _md_cells(rb)
+    widths = [max(len(c), *(len(t[i]) for t in table)) if table else len(c) for i, c in enumerate(MD_COLUMNS)]
+    right = {"size", "params", "threads", "test", "t/s"}  # llama-bench right-aligns numbers and the test
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.rjust(w) if MD_COLUMNS[i] in right else c.ljust(w)
+                                 for i, (c, w) in enumerate(zip(cells, widths, strict=True))) + " |"
+
+    sep = "| " + " | ".join(("-" * (w - 1) + ":") if MD_COLUMNS[i] in right else "-" * w
+                            for i, w in enumerate(widths)) + " |"
+    out = [line(MD_COLUMNS), sep, *(line(t) for t in table), ""]
+    builds = sorted({build_of(c.server_version) for c in rb.provenance.candidates if c.runtime == "llama-server"
+                     and build_of(c.server_version)[0]}, key=str)
+    out += [f"build: {commit} ({number})" for commit, number in builds] or ["build: null (no llama.cpp build recorded)"]
+    out += ["", f"benchd {rb.provenance.benchd.version}, runbook {rb.id} ({rb.outcome}), machine: {machine_text(rb)}"]
+    out += ["model: the model file's name (llama-bench prints the model's type), [the candidate] when "
+            "several share it; t/s: mean ± sample stddev "
+            "over the cell's ok probes, each a fresh prompt from an empty cache"]
+    if notes:
+        out += ["", "Not in the table:", *(f"- {n}" for n in notes)]
+    return "\n".join(out) + "\n"
+
+
+#: `benchctl export --format` name -> writer.
+FORMATS: dict[str, Callable[[Runbook], str]] = {
+    "llama-bench-md": render_llama_bench_md,
+    "jsonl": render_jsonl,
+    "csv": render_csv,
+}
