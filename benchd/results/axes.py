@@ -1,0 +1,52 @@
+"""The axis table the one comparison (`results.comparison`) reads: every axis a user can choose on.
+
+A new axis registers here (`register_axis`) and so joins Pareto, `compare`, the report and the page.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+Direction = Literal["higher", "lower"]
+
+
+class Axis(NamedTuple):
+    """An axis a user can choose on: its better direction, the words for B's value being higher /
+    lower, whether Pareto and `compare` use it, and whether its values are per-task outcomes."""
+
+    name: str
+    better: Direction
+    words: tuple[str, str]
+    pareto: bool
+    compare: bool
+    outcomes: bool
+
+
+#: The axis table, in display order.
+AXES: dict[str, Axis] = {}
+
+
+def register_axis(name: str, better: Direction, *, words: tuple[str, str] = ("higher", "lower"),
+                  pareto: bool = True, compare: bool = True, outcomes: bool = False) -> Axis:
+    """Add (or replace) an axis in the table; returns it."""
+    if better not in ("higher", "lower"):
+        raise ValueError(f"axis {name}: better must be 'higher' or 'lower', not {better!r}")
+    AXES[name] = axis = Axis(name, better, words, pareto, compare, outcomes)
+    return axis
+
+
+register_axis("gen_tps", "higher", words=("faster", "slower"))
+register_axis("prompt_tps", "higher", words=("faster", "slower"))
+register_axis("ttft_ms", "lower", words=("slower", "faster"), pareto=False)
+register_axis("mem_peak_bytes", "lower", words=("larger", "smaller"))
+register_axis("eval_pass_rate", "higher", words=("higher", "lower"), compare=False, outcomes=True)
+register_axis("sustain_ratio", "higher", words=("higher", "lower"), compare=False)
+register_axis("j_per_gen_token", "lower", words=("more energy per token", "less energy per token"))
+
+
+def pareto_axes() -> list[Axis]:
+    return [a for a in AXES.values() if a.pareto]
+
+
+def compare_metrics() -> list[Axis]:
+    return [a for a in AXES.values() if a.compare]
