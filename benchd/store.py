@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from benchd.errors import NotFound
+from benchd.errors import BenchdError, NotFound
 from benchd.schemas import (
     EvalResult,
     Event,
@@ -92,9 +92,26 @@ def utcnow() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+#: Random hex digits after the second: 40 bits, so a burst of a thousand submits in one second collides
+#: with probability under 1e-6; `Store.create_job` still probes past a taken id, so none ever fails.
+JOB_ID_RANDOM_HEX = 10
+
+
+def random_hex(digits: int) -> str:
+    """The job id's random source (`digits` lowercase hex digits)."""
+    return secrets.token_hex((digits + 1) // 2)[:digits]
+
+
 def new_job_id() -> str:
-    """`YYYYMMDD-HHMMSS-xxxx`: sortable, 20 characters, [a-z0-9-] (the contract's job id)."""
-    return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    """`YYYYMMDD-HHMMSS-xxxxxxxxxx`: sortable by time, 26 characters of [a-z0-9-] (the contract's job id)."""
+    return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{random_hex(JOB_ID_RANDOM_HEX)}"
+
+
+def _next_job_id(job_id: str) -> str:
+    """The id after a taken one: the same second, its random part + 1 (wrapping), so probing always ends."""
+    stamp, _, suffix = job_id.rpartition("-")
+    width = len(suffix)
+    return f"{stamp}-{(int(suffix, 16) + 1) % 16 ** width:0{width}x}"
 
 
 def planned_probes(sweep: Sweep, bound: Literal["min", "max"] = "min") -> int:
@@ -140,14 +157,21 @@ class Store:
     def create_job(
         self, sweep: Sweep, not_before: str | None = None, when: Iterable[str] = (), job_id: str | None = None
     ) -> tuple[Job, Event]:
+        """Queue a job. Without `job_id` the store picks a fresh id and, should it be taken already (a
+        repeat of the random draw), the next free one in the same second: a submit never fails on its id.
+        A given `job_id` that is taken is a `BenchdError` (409)."""
         jid = job_id or new_job_id()
         now = utcnow()
+        values = (sweep.name, _enc.encode(sweep).decode(), now, not_before, _enc.encode(list(when)).decode(),
+                  planned_probes(sweep))
         with self._tx():
+            while self._db.execute("SELECT 1 FROM jobs WHERE id = ?", (jid,)).fetchone() is not None:
+                if job_id is not None:
+                    raise BenchdError("conflict", f"job id {job_id} is taken", "id", status=409)
+                jid = _next_job_id(jid)
             self._db.execute(
                 "INSERT INTO jobs(id, name, state, sweep, created_at, not_before, when_, total)"
-                " VALUES (?, ?, 'queued', ?, ?, ?, ?, ?)",
-                (jid, sweep.name, _enc.encode(sweep).decode(), now, not_before,
-                 _enc.encode(list(when)).decode(), planned_probes(sweep)),
+                " VALUES (?, ?, 'queued', ?, ?, ?, ?, ?)", (jid, *values),
             )
             # Which model paths were absent when the job was queued: a later "no longer exists" is then a fact.
             missing = sorted({p for c in sweep.candidates for p in (c.model, c.spec.draft_model if c.spec else None)
