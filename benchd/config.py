@@ -81,9 +81,6 @@ class Config:
     def logs_dir(self) -> Path:
         return self.state_dir / "logs"
 
-    def job_logs_dir(self, job: str) -> Path:
-        return self.logs_dir / job
-
     def server_log_path(self, job: str, candidate: str) -> Path:
         return self.logs_dir / job / f"{candidate}.log"
 
@@ -108,11 +105,3 @@ class Config:
     def hf_cache_dir(self) -> Path:
         """An existing, empty HF cache for the MLX servers (they answer 500 without one)."""
         return self.cache_dir / "hf-hub"
-
-    @property
-    def runtimes_dir(self) -> Path:
-        return self.cache_dir / "runtimes"
-
-    @property
-    def models_dir(self) -> Path:
-        return self.cache_dir / "models"

@@ -19,9 +19,6 @@ class BenchdError(Exception):
         self.field = field
         self.status = status
 
-    def to_dict(self) -> dict[str, object]:
-        return {"error": {"code": self.code, "message": self.message, "field": self.field}}
-
     def __str__(self) -> str:
         where = f" (field {self.field})" if self.field else ""
         return f"{self.message}{where}"

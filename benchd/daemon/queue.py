@@ -66,10 +66,6 @@ async def _keep_awake() -> AsyncIterator[dict[str, Any]]:
         yield {"sleep_prevented": guard.prevented, "sleep_method": guard.method, "sleep_reason": guard.reason}
 
 
-async def _unmet(when: list[str], sweep: Sweep) -> str | None:
-    return await unmet(when, sweep.cooldown)
-
-
 class _Running:
     def __init__(self, job_id: str, task: asyncio.Task[Any]) -> None:
         self.job_id = job_id
@@ -243,7 +239,7 @@ class JobQueue:
                     wait_s = (at - now).total_seconds() + 0.05
                     delay = wait_s if delay is None else min(delay, wait_s)
             if reason is None and job.when:
-                reason = await _unmet(list(job.when), self.store.get_sweep(job.id))
+                reason = await unmet(list(job.when), self.store.get_sweep(job.id).cooldown)
                 if reason is not None:
                     delay = CONDITION_RECHECK_S if delay is None else min(delay, CONDITION_RECHECK_S)
             if reason is None:

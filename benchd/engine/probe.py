@@ -89,11 +89,6 @@ def has_reasoning(payload: bytes) -> bool:
     return any(_has_text(payload, key) for key in _REASONING_KEYS)
 
 
-def has_content(payload: bytes) -> bool:
-    """True when a chunk carries a generated token of any kind: answer text or reasoning."""
-    return has_answer(payload) or has_reasoning(payload)
-
-
 def _worth_decoding(payload: bytes) -> bool:
     """A content chunk is decoded only if it also carries a usage object or a finish reason
     (mlx_vlm sends `"usage":null` and `"timings"` in every chunk; those are not worth a decode)."""

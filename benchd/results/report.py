@@ -392,10 +392,6 @@ def render_csv(rb: Runbook) -> str:
     return buf.getvalue()
 
 
-def find_cell(rb: Runbook, candidate: str, context: int) -> CellStats | None:
-    return next((c for c in rb.cells if c.candidate == candidate and c.context == context), None)
-
-
 def _sleep_text(sleep: Any) -> str:
     if sleep.prevented is None:
         return "unknown — " + "; ".join(sleep.reasons or ["not recorded"])

@@ -35,17 +35,6 @@ PROMPT = "def add(a, b):\n    return a + b\n" * 30
 HEADERS = {"Content-Type": "application/json"}
 
 
-def test_has_content() -> None:
-    assert probe.has_content(b'{"choices":[{"delta":{"content":"x"}}]}')
-    assert probe.has_content(b'{"choices": [{"delta": {"content": "x"}}]}')
-    assert probe.has_content(b'{"delta":{"content":"\\""}}')
-    assert not probe.has_content(b'{"delta":{"role":"assistant","content":null}}')
-    assert not probe.has_content(b'{"delta":{"content":""}}')
-    assert probe.has_content(b'{"delta":{"reasoning_content":"thinking"}}')
-    assert probe.has_content(b'{"delta":{"reasoning_content":"t","content":"x"}}')
-    assert not probe.has_content(b'{"usage":{"prompt_tokens":3}}')
-
-
 def test_content_chunks_decoded_only_when_they_carry_more() -> None:
     vlm = b'{"choices":[{"finish_reason":null,"delta":{"content":"x"}}],"usage":null,"timings":{"predicted_per_second":9.5}}'
     assert not probe._worth_decoding(vlm)

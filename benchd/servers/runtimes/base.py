@@ -26,13 +26,12 @@ from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate, Row, Sampling
-from benchd.servers import locate
 from benchd.servers.runtimes import environment, tokens
 from benchd.servers.runtimes.environment import ServerEnv
 from benchd.servers.runtimes.http import Readiness, http_get, http_post_json, json_health
 
 __all__ = ["CTX_MARGIN_TOKENS", "Normalized", "Readiness", "RuntimeAdapter", "ServerEnv", "http_get",
-           "http_post_json", "json_health", "resolve_llama_binary", "resolve_mlx_command"]
+           "http_post_json", "json_health"]
 
 #: Margin added to `context + gen_tokens` when an adapter sizes the server's context itself: the chat
 #: template wraps the prompt in a few tokens, and the prompt builder is allowed to be 1 % off.
@@ -369,18 +368,3 @@ class RuntimeAdapter:
         details = usage.get("prompt_tokens_details")
         cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
         return _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")), cached
-
-
-# ------------------------------------------------------------------------------- binary resolution
-
-
-def resolve_llama_binary(binary: str | None, cache_dir: Path) -> tuple[list[str], str]:
-    """The llama-server binary and how it was found (candidate|env|path|cache), via provision."""
-    path, how = locate.resolve_llama_binary(binary, cache_dir)
-    return [str(path)], str(how)
-
-
-def resolve_mlx_command(runtime: str, binary: str | None, cache_dir: Path) -> tuple[list[str], str]:
-    """The MLX server's command prefix (a script, or interpreter + `-m module`) and how it was found."""
-    cmd, how = locate.resolve_mlx_command(runtime, binary, cache_dir)
-    return [str(p) for p in cmd], str(how)

@@ -43,6 +43,7 @@ from benchd.config import HOST
 from benchd.errors import BenchdError
 from benchd.probe_result import ProbeResult, counter_diff
 from benchd.schemas import Candidate, Sampling
+from benchd.servers import locate
 from benchd.servers.runtimes import environment
 from benchd.servers.runtimes.base import (
     CTX_MARGIN_TOKENS,
@@ -52,7 +53,6 @@ from benchd.servers.runtimes.base import (
     http_get,
     http_post_json,
     json_health,
-    resolve_llama_binary,
 )
 
 #: benchd spec kind -> `--spec-type` value of the pinned build.
@@ -193,9 +193,9 @@ class LlamaServerAdapter(RuntimeAdapter):
         return context + gen_tokens + CTX_MARGIN_TOKENS
 
     def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
-        command, how = resolve_llama_binary(candidate.binary, cache_dir)
-        supports_fit(command[0])  # --help, here off the event loop (argv reads the cache)
-        return command, how
+        path, how = locate.resolve_llama_binary(candidate.binary, cache_dir)
+        supports_fit(str(path))  # --help, here off the event loop (argv reads the cache)
+        return [str(path)], how
 
     def fit_state(self, candidate: Candidate) -> tuple[str | None, str]:
         """`--fit` as started: the candidate's args or env when it asks, else benchd's `off`."""

@@ -22,7 +22,8 @@ from typing import Any, ClassVar
 from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.schemas import Candidate
-from benchd.servers.runtimes.base import RuntimeAdapter, resolve_mlx_command
+from benchd.servers import locate
+from benchd.servers.runtimes.base import RuntimeAdapter
 
 
 def venv_dist_versions(command: list[str], dists: tuple[str, ...]) -> dict[str, str]:
@@ -138,7 +139,7 @@ class MlxServerAdapter(RuntimeAdapter):
         return errors
 
     def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
-        return resolve_mlx_command(self.name, candidate.binary, cache_dir)
+        return locate.resolve_mlx_command(self.name, candidate.binary, cache_dir)
 
     env_scrub: ClassVar[tuple[str, ...]] = MLX_ENV_SCRUB
 
