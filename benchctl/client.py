@@ -1,7 +1,7 @@
 """The benchd API client over its Unix socket: a sync one for the CLI, an async one for tests and tools.
 
-Why two: `benchctl ping` must start in under 150 ms, and importing aiohttp alone costs ~120 ms here
-(measured with `time python -c "import aiohttp"`), so the sync client speaks HTTP/1.1 with the stdlib's
+Why two: `benchctl ping` must start fast, and importing aiohttp alone costs most of that budget, so
+the sync client speaks HTTP/1.1 with the stdlib's
 `http.client` over an AF_UNIX socket. The async client uses aiohttp's `UnixConnector`.
 
 Errors are typed so commands map them to exit codes without parsing text:

@@ -108,7 +108,7 @@ class ProbeResult:
                 (t0, c0), (t1, c1) = ends[0], ends[-2]
                 return (c1 - c0) / (t1 - t0) * (n - 1) / (len(times) - 1)
             if bunched:
-                return None  # two bunched reads have no fresh window (measured: ratios up to 55x)
+                return None  # two bunched reads have no fresh window to time
         window = self.last_content - self.first_content
         return (n - 1) / window if window > 0 else None
 

@@ -8,7 +8,7 @@ Why these rules:
 - The event stream must not let a client that never reads block the daemon or grow its memory: events
   are read from the store in bounded pages, every write waits at most `WRITE_TIMEOUT_S` for the
   socket to drain (aiohttp buffers at most ~64 KiB before it drains), then the client is dropped.
-- Who may connect, and how many at once, is decided before aiohttp sees a byte: see `api_gate.py`.
+- Who may connect, and how many at once, is decided before aiohttp sees a byte: see `gate.py`.
 """
 
 from __future__ import annotations

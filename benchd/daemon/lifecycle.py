@@ -1,6 +1,6 @@
 """Wiring: state dir → instance lock → store → queue → API on the Unix socket; and the ordered shutdown.
 
-Why the order (style.md, uvicorn's Server.shutdown): the flock comes before the socket (the event loop's
+Why the order (as uvicorn's Server.shutdown): the flock comes before the socket (the event loop's
 unix-server helpers would delete a live daemon's socket); the socket is bound 0600 before listen; the
 lock's rechecker starts after the queue (its first check may queue a recheck job). On the way out, each
 resource is released in reverse, all within `SHUTDOWN_BUDGET_S`:
@@ -112,7 +112,7 @@ class Daemon:
         make_inner = self.runner.server
         assert make_inner is not None
         uid = os.getuid()
-        live: set[PeerGate] = set()  # the connections served now (capped, see api_gate.MAX_CONNECTIONS)
+        live: set[PeerGate] = set()  # the connections served now (capped, see gate.MAX_CONNECTIONS)
         self.server = await asyncio.get_running_loop().create_server(lambda: PeerGate(make_inner, uid, live),
                                                                      sock=sock)
         self.queue.start()

@@ -70,7 +70,7 @@ class Corpus:
 
 @functools.cache
 def load_corpus(stdlib: str | None = None) -> Corpus:
-    """Read the fixed file list from the stdlib folder (cached per folder; ~10 ms)."""
+    """Read the fixed file list from the stdlib folder (cached per folder)."""
     root = stdlib or sysconfig.get_paths()["stdlib"]
     parts: list[str] = []
     used: list[str] = []

@@ -1,7 +1,7 @@
 """The streaming client: one request, timestamps of every content chunk on arrival, the raw final chunk.
 
-Kept lean on purpose: on a small machine a heavy client slows the server it measures (runtimes.md:
-aiperf/guidellm cost 10-20x the CPU of a lean aiohttp client and cut the server's decode rate). So:
+Kept lean on purpose: on a small machine a heavy client slows the server it measures (a heavier
+client's CPU cuts the server's decode rate; benchmarks/RESULTS.md). So:
 - one fresh connection per probe (`TCPConnector(force_close=True)`): llama-server closes the connection
   after each streamed response although it advertises keep-alive, and a pooled client then fails the
   next request with "server disconnected";

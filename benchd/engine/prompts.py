@@ -5,10 +5,9 @@ Why this shape:
 - Unique at the START. A prefix cache (llama-server's `cache_prompt`, mlx_lm.server's prompt cache)
   can only serve a shared prefix, so every prompt starts with a random nonce, then the probe's tag
   (`<nonce> # probe <tag>`; the nonce comes first because tags share prefixes). There is no system
-  message, so the nonce comes right after the chat template's own header tokens — which stay shared:
-  measured on mlx_lm.server 0.32.2, `cached_tokens` was 5-6 (17 with the tag first) unless the server
-  runs with `--prompt-cache-size 0` (then 0); llama-server reports `cache_n` 0 with `cache_prompt`
-  false.
+  message, so the nonce comes right after the chat template's own header tokens — which stay shared
+  on mlx_lm.server unless it runs with `--prompt-cache-size 0`; llama-server reports `cache_n` 0 with
+  `cache_prompt` false.
 - The target is what the server reports as `usage.prompt_tokens`: the context present when generation
   starts, chat template included. Two ways to hit it:
   * with the server's tokenizer (an async `count_tokens(text) -> int`, e.g. llama-server `/tokenize`):

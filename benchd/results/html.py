@@ -52,8 +52,8 @@ def available() -> bool:
 def vega_runtime(cache_dir: Path | None = None) -> Runtime:
     """Vega + Vega-Lite + vega-embed as one script, from vl-convert-python's bundler.
 
-    Bundling costs ~2 CPU-s and ~150 MB once per process, so the result is kept in
-    `<cache>/html/vega-<version>.js` and read back by every later page (milliseconds).
+    Bundling is expensive (CPU seconds, a large heap), so the result is kept in
+    `<cache>/html/vega-<version>.js` and read back by every later page.
     """
     try:
         version = metadata.version("vl-convert-python")

@@ -35,7 +35,7 @@ LLAMA_TARGETS = ("llama-server", "llama-bench")
 RUNTIMES = ("llama-server", "mlx")
 MARKER = "installed.json"
 
-#: The options that worked on Linux x86-64 (shared/reference/runtimes.md). The UI options stop the build
+#: The options that build on Linux x86-64. The UI options stop the build
 #: from downloading web assets; the ISA options keep a GGML_NATIVE=OFF build fast (x86 with AVX2 only).
 LLAMA_CMAKE_BASE = [
     "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_SERVER=ON",

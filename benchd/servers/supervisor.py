@@ -346,7 +346,7 @@ class Supervisor:
         self._pending.discard(token)
 
     async def reap_orphans(self) -> list[dict[str, Any]]:
-        """Kill servers a previous daemon left behind; see `server_records.reap_orphans` for the entries.
+        """Kill servers a previous daemon left behind; see `records.reap_orphans` for the entries.
 
         Records of servers this supervisor runs itself (or is spawning right now) are left alone.
         """

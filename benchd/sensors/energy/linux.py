@@ -52,7 +52,7 @@ class Zone:
 
 
 def _read_int(path: Path | str) -> int:
-    """One counter file: os.open/read/close on a prepared str path (pathlib and buffered files cost 3-5x)."""
+    """One counter file: os.open/read/close on a prepared str path (cheaper per read than pathlib or buffered files)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         return int(os.read(fd, 64))

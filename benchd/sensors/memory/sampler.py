@@ -31,11 +31,10 @@ plus `model_resident_bytes`.
 A tree's peak is the sum of each process's kernel peak: exact for one process, an upper bound for
 several (their peaks need not coincide); `source_note` says which.
 
-Why asyncio and not a thread: a tick is one short /proc read per process (~22 µs per process here);
-a thread would add GIL hand-offs and the same 10 Hz wake-ups for nothing. The descendant list (psutil
-scans every /proc/*/stat, ~1.4 ms with ~80 processes here) is refreshed once a second, not per tick.
-Measured on this 2-core VM by `benchmarks/sampler_overhead.py`: ~0.5 % of one core at 10 Hz, of which
-~0.13 % is the bare cost of waking an event loop ten times a second.
+Why asyncio and not a thread: a tick is one short /proc read per process; a thread would add GIL
+hand-offs and the same 10 Hz wake-ups for nothing. The descendant list (psutil scans every
+/proc/*/stat) is refreshed once a second, not per tick. The overhead is measured by
+`benchmarks/sampler_overhead.py` (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations

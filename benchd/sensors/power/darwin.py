@@ -1,8 +1,8 @@
 """macOS-only power facts: `pmset -g batt` parsing and the `caffeinate` sleep assertion.
 
-Kept apart from `power.py` because none of it can run on Linux (the shared contract): the parser is
+Kept apart from `status.py` because none of it can run on Linux (the shared contract): the parser is
 pure and tested on committed sample outputs (tests/data/darwin/pmset_*.txt); the commands are only
-built here and run by `power.py` on a Mac.
+built here and run by `status.py` on a Mac.
 
 `pmset -g batt` prints which supply the machine draws from on its first line (`Now drawing from 'AC
 Power'`, `'Battery Power'`, `'UPS Power'`), then one line per battery: ` -NAME (id=N)\tPCT%; STATE`,

@@ -2,7 +2,7 @@
 
 macOS exposes no CPU temperature without private SMC access, so benchd reads the thermal *pressure*
 level thermald publishes (what throttling decisions follow):
-- `notifyutil -g com.apple.system.thermalpressurelevel` (no root, ~10 ms): prints the key and a level,
+- `notifyutil -g com.apple.system.thermalpressurelevel` (no root, fast): prints the key and a level,
   0 nominal, 1 moderate, 2 heavy, 3 trapping, 4 sleeping (OSThermalNotification.h's macOS values).
 - `powermetrics -s thermal -n 1 -i 100` (root only): "Current pressure level: Nominal".
 - `pmset -g therm` (PowerManagement's pmset.c): "Note: No thermal warning level has been recorded" or

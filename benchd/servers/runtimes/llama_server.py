@@ -318,7 +318,7 @@ class LlamaServerAdapter(RuntimeAdapter):
                      thinking: str = "default") -> dict[str, Any]:
         body = super().request_body(model=model, prompt=prompt, max_tokens=max_tokens, sampling=sampling,
                                     thinking=thinking)
-        body["cache_prompt"] = False  # or prompt throughput is fake (runtimes.md)
+        body["cache_prompt"] = False  # or a cached prefix fakes the prompt throughput
         body["ignore_eos"] = True  # generation runs to max_tokens: every probe does the same work
         return body
 

@@ -43,8 +43,8 @@ class MlxLmAdapter(MlxServerAdapter):
 
     def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
         argv = [*command, "--model", candidate.model, "--host", HOST, "--port", str(port)]
-        # The LRU prompt cache reuses the chat template's prefix across requests (5-10 cached tokens
-        # measured with the tiny model even with a unique first line): size 0 turns it off so
+        # The LRU prompt cache reuses the chat template's prefix across requests (even with a unique
+        # first line): size 0 turns it off so
         # `cached_tokens` is 0 and every probe processes its whole prompt.
         if not any(a.split("=", 1)[0] == "--prompt-cache-size" for a in candidate.args):
             argv += ["--prompt-cache-size", "0"]
