@@ -102,6 +102,16 @@ def scripted_models(cache_dir: Path) -> Any:
 
 
 @pytest.fixture(scope="session")
+def vision_models(cache_dir: Path) -> Any:
+    """The tiny idefics3 VLM (`benchctl.tinymodels.vision.VisionModels`, seed 0): `.mlx_vlm_dir` for
+    mlx_vlm.server, `.text_gguf` + `.mmproj` for `llama-server --mmproj`. Image tokens grow with the
+    resolution in 128-px tiles of 16 tokens (`vision.TILE`, `vision.TOKENS_PER_TILE`), up to 1024 px."""
+    from benchctl.tinymodels.vision import ensure_vision
+
+    return ensure_vision(cache_dir, log=_log)
+
+
+@pytest.fixture(scope="session")
 def make_scripted_models(cache_dir: Path) -> Callable[..., Any]:
     """`make_scripted_models(reasoning_tokens=24, answer_tokens=8, seed=0, n_ctx=32768, size="small")`:
     another scripted set (cached). `size="medium"` (512-dim, 8 layers; a few hundred tok/s on 2 cores)

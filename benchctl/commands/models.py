@@ -22,9 +22,10 @@ def models() -> None:
 
 
 @models.command("tiny")
-@click.option("--kind", default="random", show_default=True, type=click.Choice(["random", "scripted"]),
+@click.option("--kind", default="random", show_default=True, type=click.Choice(["random", "scripted", "vision"]),
               help="random: random weights that never stop; scripted: a thinking model that follows a fixed "
-                   "script (<think>, K reasoning tokens, </think>, an answer, EOS) with a Qwen3 chat template.")
+                   "script (<think>, K reasoning tokens, </think>, an answer, EOS) with a Qwen3 chat template; "
+                   "vision: an idefics3 VLM (mlx_vlm dir, text GGUF + mmproj GGUF for llama-server).")
 @click.option("--out", "out", type=click.Path(file_okay=True), default=None,
               help="Write the set to this new directory (default: the cache's models/ folder).")
 @click.option("--size", default="small", show_default=True, metavar="small|medium",
@@ -42,7 +43,8 @@ def models() -> None:
 def tiny(kind: str, out: str | None, size: str, reasoning_tokens: int | None, answer_tokens: int | None,
          n_ctx: int | None, seed: int, cache_dir: str | None, as_json: bool) -> None:
     """Random kind: target GGUFs (f32, f16, q8_0, q4_0), three draft GGUFs and an MLX model dir.
-    Scripted kind: a target GGUF, drafts with 0/25/50/75/100 % of the script's transitions changed, an MLX dir."""
+    Scripted kind: a target GGUF, drafts with 0/25/50/75/100 % of the script's transitions changed, an MLX dir.
+    Vision kind: an idefics3 mlx_vlm dir with its image processor config, a text GGUF and its projector GGUF."""
     from benchd.errors import BenchdError
 
     def log(msg: str) -> None:
@@ -57,7 +59,12 @@ def tiny(kind: str, out: str | None, size: str, reasoning_tokens: int | None, an
                                 ("n-ctx", n_ctx)):
                 if value is not None:
                     raise BenchdError("bad_option", f"--{name} applies to --kind scripted only", name)
-            paths = _random(out, size, seed, cache_dir, log)
+            if kind == "vision":
+                if size != "small":
+                    raise BenchdError("bad_option", "--size applies to --kind random and scripted only", "size")
+                paths = _vision(out, seed, cache_dir, log)
+            else:
+                paths = _random(out, size, seed, cache_dir, log)
     except ModuleNotFoundError as exc:  # the `models` extra is missing
         click.echo(f"error: {exc.name} is not installed: pip install 'benchd[models]'", err=True)
         sys.exit(exitcodes.BAD_INPUT)
@@ -92,6 +99,21 @@ def _random(out: str | None, size: str, seed: int, cache_dir: str | None,
         "target": str(result.target), "draft_identical": str(result.draft_identical),
         "draft_noisy": str(result.draft_noisy), "draft_unrelated": str(result.draft_unrelated),
         "mlx_dir": str(result.mlx_dir), "mlx_vlm_dir": str(result.mlx_vlm_dir),
+    }
+
+
+def _vision(out: str | None, seed: int, cache_dir: str | None, log: Callable[[str], None]) -> dict[str, Any]:
+    from benchctl.tinymodels import vision
+
+    if out is not None:
+        result = vision.generate_vision(Path(out), seed, log)
+    else:
+        result = vision.ensure_vision(_cache(cache_dir), seed, log)
+    return {
+        "root": str(result.root), "kind": "vision", "seed": result.seed, "n_params": result.n_params,
+        "n_vocab": result.n_vocab, "mlx_vlm_dir": str(result.mlx_vlm_dir), "text_gguf": str(result.text_gguf),
+        "mmproj": str(result.mmproj), "image_token_id": result.image_token_id, "tile": vision.TILE,
+        "tokens_per_tile": vision.TOKENS_PER_TILE, "max_resolution": vision.MAX_RESOLUTION,
     }
 
 

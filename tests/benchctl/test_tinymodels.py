@@ -182,3 +182,24 @@ def test_cli_models_tiny(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "unknown model size 'huge'" in bad.stderr and "small, medium" in bad.stderr
+
+
+def test_vision_kind_cli_same_seed_same_bytes(tmp_path: Path) -> None:
+    """`--kind vision`: an idefics3 mlx_vlm dir and a text + projector GGUF pair, the same bytes per seed."""
+    import gguf
+
+    outs = []
+    for name in ("a", "b"):
+        out = subprocess.run([*BENCHCTL, "models", "tiny", "--kind", "vision", "--out", str(tmp_path / name), "--json"],
+                             capture_output=True, text=True, check=True)
+        outs.append(json.loads(out.stdout))
+    assert _digests(tmp_path / "a") == _digests(tmp_path / "b")
+    paths = outs[0]
+    reader = gguf.GGUFReader(paths["mmproj"])
+    fields = {f.name: f for f in reader.fields.values()}
+    assert bytes(fields["clip.projector_type"].parts[-1]).decode() == "idefics3"
+    assert "mm.model.fc.weight" in {t.name for t in reader.tensors}
+    assert (Path(paths["mlx_vlm_dir"]) / "preprocessor_config.json").is_file()
+    bad = subprocess.run([*BENCHCTL, "models", "tiny", "--kind", "vision", "--size", "medium", "--out",
+                          str(tmp_path / "c")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--size" in bad.stderr

@@ -1,0 +1,107 @@
+"""Deterministic photo-like PNG images for image probes, standard library only (benchd never imports numpy).
+
+An image is a smooth two-colour gradient, a few filled rectangles and discs, and per-pixel noise, so a
+model's image processor does its usual work (resampling, normalising, tiling) on content that neither
+compresses to nothing nor repeats. Everything comes from `random.Random(seed)`: the same seed gives the
+same bytes, a different seed a different image (each probe gets its own seed, so no image-feature or
+prompt cache can serve a probe; `sha256` is recorded per probe to show it).
+
+Speed without numpy: rows are built with `bytes.translate` (a per-row lookup table scales the gradient)
+and slice assignment (shapes), and the noise is added to the whole image at once as one big-integer
+addition; base values stay <= 191 and noise <= 63, so no byte lane carries into the next.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import random
+import struct
+import zlib
+from dataclasses import dataclass
+
+_BASE_MAX = 191
+_NOISE_SHIFT = 2  # noise bytes 0..63
+_SHAPES = 6
+
+
+@dataclass(frozen=True)
+class GeneratedImage:
+    width: int
+    height: int
+    seed: int
+    png: bytes
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.png).hexdigest()
+
+    def data_url(self) -> str:
+        return "data:image/png;base64," + base64.b64encode(self.png).decode("ascii")
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+
+def encode_png(width: int, height: int, rgb: bytes) -> bytes:
+    """An 8-bit RGB PNG (filter 0 on every row) of `rgb` (width * height * 3 bytes, row-major)."""
+    stride = width * 3
+    raw = b"".join(b"\x00" + rgb[y * stride:(y + 1) * stride] for y in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(raw, 6)) + _chunk(b"IEND", b"")
+
+
+def _colour(rng: random.Random) -> tuple[int, int, int]:
+    return rng.randrange(_BASE_MAX + 1), rng.randrange(_BASE_MAX + 1), rng.randrange(_BASE_MAX + 1)
+
+
+def photo_like(width: int, height: int, seed: int) -> GeneratedImage:
+    """A `width` x `height` PNG: gradient + rectangles + discs + noise, all from `seed`."""
+    if width <= 0 or height <= 0:
+        raise ValueError(f"image size must be positive, got {width}x{height}")
+    rng = random.Random(seed)
+    left, right = _colour(rng), _colour(rng)
+    # One gradient row (left colour to right colour), then each row scaled by a per-row table.
+    grad = bytearray(width * 3)
+    for x in range(width):
+        t = x / max(1, width - 1)
+        for c in range(3):
+            grad[x * 3 + c] = round(left[c] + (right[c] - left[c]) * t)
+    grad_row = bytes(grad)
+    shapes = []
+    for _ in range(_SHAPES):
+        kind = rng.choice(("rect", "disc"))
+        cx, cy = rng.randrange(width), rng.randrange(height)
+        rx = max(1, rng.randrange(max(2, width // 3)))
+        ry = max(1, rng.randrange(max(2, height // 3))) if kind == "rect" else rx
+        shapes.append((kind, cx, cy, rx, ry, bytes(_colour(rng))))
+    rows = []
+    for y in range(height):
+        shade = 0.6 + 0.4 * y / max(1, height - 1)
+        row = bytearray(grad_row.translate(bytes(min(_BASE_MAX, int(v * shade)) for v in range(256))))
+        for kind, cx, cy, rx, ry, col in shapes:
+            dy = y - cy
+            if abs(dy) > ry:
+                continue
+            half = rx if kind == "rect" else int((rx * rx - dy * dy) ** 0.5)
+            x0, x1 = max(0, cx - half), min(width, cx + half + 1)
+            if x1 > x0:
+                row[x0 * 3:x1 * 3] = col * (x1 - x0)
+        rows.append(bytes(row))
+    base = b"".join(rows)
+    noise = rng.randbytes(len(base)).translate(bytes(v >> _NOISE_SHIFT for v in range(256)))
+    pixels = (int.from_bytes(base, "big") + int.from_bytes(noise, "big")).to_bytes(len(base), "big")
+    return GeneratedImage(width=width, height=height, seed=seed, png=encode_png(width, height, pixels))
+
+
+def probe_seed(base_seed: int, *parts: object) -> int:
+    """A 63-bit seed unique to one probe's image: the sweep's seed plus what names the probe
+    (candidate, resolution, probe index, image index), hashed."""
+    text = "\x1f".join(str(p) for p in (base_seed, *parts))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
+
+
+def truncated(image: GeneratedImage) -> GeneratedImage:
+    """The same image with its PNG cut in half: a broken image a server must refuse."""
+    return GeneratedImage(width=image.width, height=image.height, seed=image.seed, png=image.png[: len(image.png) // 2])
