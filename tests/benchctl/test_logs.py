@@ -16,7 +16,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
+from testlib import wait_until
 
 from benchctl.commands.logs import tail_lines
 
@@ -117,7 +119,9 @@ def test_follow_prints_appended_lines(daemon: Path) -> None:
         stdout=subprocess.PIPE, text=True, env=env,
     )
     try:
-        time.sleep(1.5)  # let it reach the end of the file
+        log = str(job_dir / "cand-b.log")
+        wait_until(lambda: any(f.path == log for f in psutil.Process(proc.pid).open_files()), timeout=30,
+                   what="benchctl logs -f opened the log")  # it opens at the end (-n 0): what is appended next is new
         with (job_dir / "cand-b.log").open("a") as fh:
             fh.write("appended while following\n")
         assert proc.stdout is not None

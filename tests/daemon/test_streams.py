@@ -12,7 +12,7 @@ import json
 import socket
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import msgspec
@@ -55,24 +55,35 @@ def open_follower(sock: Path, job: str, rcvbuf: int = 4096) -> socket.socket:
     return s
 
 
+async def until(pred: Callable[[], object], what: str, within_s: float = 30.0) -> None:
+    """Wait for `pred()` to hold (the event under test), polling the in-process daemon's state."""
+    deadline = time.monotonic() + within_s
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {within_s} s")
+        await asyncio.sleep(0.02)
+
+
+def _ctx(d: Daemon) -> api.Ctx:
+    assert d.runner is not None
+    return d.runner.app[api.CTX]
+
+
 async def test_a_client_that_never_reads_is_dropped_and_blocks_nothing(
         daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(api, "WRITE_TIMEOUT_S", 1.0)
+    """Five followers that never read are stuck on full sockets: health is answered while all five are
+    still stuck (so the write timeout is not what let it through), then they are dropped at the timeout."""
+    monkeypatch.setattr(api, "WRITE_TIMEOUT_S", 5.0)
     job = waiting_job_with_events(daemon, n=3000, payload_bytes=1000)  # ~3 MB of events
     stuck = [open_follower(daemon.config.socket, job) for _ in range(5)]
+    ctx = _ctx(daemon)
     try:
         async with AsyncClient(daemon.config.socket) as c:
-            await asyncio.sleep(0.3)
-            t0 = time.monotonic()
+            await until(lambda: len(ctx.streams) == 5, "five follow streams open")
             health = await c.health()  # answered while five streams are stuck on full sockets
-            assert time.monotonic() - t0 < 1.0
             assert health["pid"] > 0
-            ctx = daemon.runner.app[api.CTX] if daemon.runner else None  # type: ignore[union-attr]
-            assert ctx is not None
-            deadline = time.monotonic() + 10
-            while ctx.streams and time.monotonic() < deadline:  # noqa: ASYNC110 (observing, not waiting)
-                await asyncio.sleep(0.1)
-            assert not ctx.streams, "stuck followers were not dropped after the write timeout"
+            assert len(ctx.streams) == 5, "a stuck stream was dropped before health answered"
+            await until(lambda: not ctx.streams, "stuck followers dropped after the write timeout")
             # a reading client still gets every event
             seqs = [ev["seq"] async for ev in c.events(job, since=2990)]
             assert seqs == list(range(2991, 3002))
@@ -81,7 +92,10 @@ async def test_a_client_that_never_reads_is_dropped_and_blocks_nothing(
             s.close()
 
 
-async def test_followers_wake_on_new_events_and_end_at_terminal(daemon: Daemon) -> None:
+async def test_followers_wake_on_new_events_and_end_at_terminal(
+        daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The follower gets the new event by being woken: its idle re-check is put out of reach."""
+    monkeypatch.setattr(api, "IDLE_CHECK_S", 3600.0)
     job = waiting_job_with_events(daemon, n=0, payload_bytes=0)
     assert daemon.store is not None and daemon.queue is not None
     got: list[dict[str, object]] = []
@@ -92,22 +106,21 @@ async def test_followers_wake_on_new_events_and_end_at_terminal(daemon: Daemon) 
                 got.append(ev)
 
     task = asyncio.create_task(follow())
-    await asyncio.sleep(0.3)
+    await until(lambda: got, "the first event streamed")
     assert [e["type"] for e in got] == ["job_queued"]
-    t0 = time.monotonic()
     await daemon.queue.cancel(job)  # writes job_cancelled and notifies
-    await asyncio.wait_for(task, 5)
-    assert time.monotonic() - t0 < 1.0  # woken, not polled
+    await asyncio.wait_for(task, 30)  # woken: a polled follower would wait for the hour-long re-check
     assert [e["type"] for e in got] == ["job_queued", "job_cancelled"]
 
 
-async def test_shutdown_ends_follow_streams(daemon: Daemon) -> None:
+async def test_shutdown_ends_follow_streams(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(api, "IDLE_CHECK_S", 3600.0)
     job = waiting_job_with_events(daemon, n=0, payload_bytes=0)
     lines: list[bytes] = []
 
     def read_all() -> None:
         s = socket.socket(socket.AF_UNIX)
-        s.settimeout(15)
+        s.settimeout(60)
         s.connect(str(daemon.config.socket))
         s.sendall(f"GET /v1/jobs/{job}/events?follow=true HTTP/1.1\r\nHost: x\r\n\r\n".encode())
         while True:
@@ -118,11 +131,9 @@ async def test_shutdown_ends_follow_streams(daemon: Daemon) -> None:
         s.close()
 
     reader = asyncio.create_task(asyncio.to_thread(read_all))
-    await asyncio.sleep(0.3)
-    t0 = time.monotonic()
+    await until(lambda: b'"job_queued"' in b"".join(lines), "the first event streamed")
     await daemon.shutdown()
-    await asyncio.wait_for(reader, 10)
-    assert time.monotonic() - t0 < 5
+    await asyncio.wait_for(reader, 30)  # ended by the shutdown, not by the 3600 s idle re-check
     body = b"".join(lines)
     assert b'"job_queued"' in body
     assert not daemon.config.socket.exists()

@@ -132,7 +132,7 @@ def test_endless_loop_times_out():
     t0 = time.monotonic()
     ok, detail, *_ = grade(by_id("standard", "fibonacci"), answer, timeout_s=1.5)
     assert not ok and "timeout" in detail
-    assert time.monotonic() - t0 < 8
+    assert time.monotonic() - t0 < 30  # the 1.5 s timeout held, not a hang
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="macOS gets no RLIMIT_AS (see test_darwin_gets_no_address_space_limit)")

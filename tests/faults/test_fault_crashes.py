@@ -240,9 +240,11 @@ def test_a_server_spawned_but_not_yet_recorded_is_reaped(run_daemon, short_base,
     proc = subprocess.Popen(["sh", "-c", "sleep 600 & exec sleep 601"], start_new_session=True,
                             env={**os.environ, SERVER_TOKEN_ENV: token})
     try:
-        time.sleep(0.2)
-        group = [p for p in __import__("psutil").process_iter() if _pgid(p.pid) == proc.pid]
-        assert len(group) == 2
+        def both() -> list[Any] | None:
+            group = [p for p in __import__("psutil").process_iter() if _pgid(p.pid) == proc.pid]
+            return group if len(group) == 2 else None
+
+        group = wait_until(both, timeout=30, what="the server's two processes started")
         (servers / f"{PENDING_PREFIX}{token}.json").write_text(json.dumps(
             {"token": token, "argv": ["llama-server"], "job": "j", "candidate": "c"}))
         d = run_daemon()

@@ -102,6 +102,16 @@ async def test_a_job_cancelled_while_the_queue_starts_it_never_runs(
     assert d.store.get_job(job.id).state == "cancelled"
 
 
+async def _until(pred: Any, what: str, within_s: float = 30.0) -> None:
+    """Wait for `pred()` to hold (the event under test), polling."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while not pred():
+        if loop.time() > deadline:
+            raise AssertionError(f"{what}: not within {within_s} s")
+        await asyncio.sleep(0.02)
+
+
 async def test_idle_connections_are_capped_and_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     """Regression: clients that connect and never send a request (or trickle its headers) were held for
     ever, one file descriptor each (the fault suite held 300 for minutes). In-process daemon so the cap
@@ -113,7 +123,7 @@ async def test_idle_connections_are_capped_and_dropped(monkeypatch: pytest.Monke
     from benchd.daemon import gate as api
 
     monkeypatch.setattr(api, "MAX_CONNECTIONS", 20)
-    monkeypatch.setattr(api, "HEADER_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(api, "HEADER_TIMEOUT_S", 5.0)
     base = Path(tempfile.mkdtemp(prefix="bd-", dir="/tmp"))
     cfg = Config.resolve(state_dir=base / "s", cache_dir=base / "c")
     async with Daemon(cfg) as d:
@@ -127,7 +137,8 @@ async def test_idle_connections_are_capped_and_dropped(monkeypatch: pytest.Monke
             if i % 2:
                 s.send(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")  # headers never finished
             idle.append(s)
-        await asyncio.sleep(0.3)
+        # both ends of the 20 connections are in this process: wait until the daemon has accepted them all
+        await _until(lambda: me.num_fds() >= fds0 + 2 * len(idle), "the 20 idle connections accepted")
 
         def one_request() -> bytes:
             with socket.socket(socket.AF_UNIX) as c:
@@ -141,19 +152,22 @@ async def test_idle_connections_are_capped_and_dropped(monkeypatch: pytest.Monke
 
         refused = await asyncio.to_thread(one_request)
         assert refused.startswith(b"HTTP/1.1 503") and b"too_many_connections" in refused, refused
-        await asyncio.sleep(1.5)  # past the header timeout: the idle ones are dropped
-        for s in idle:
+        def dropped(s: socket.socket) -> bytes:
+            """Read until the daemon drops it (in a thread: the daemon's loop is this test's)."""
             s.setblocking(True)
-            s.settimeout(2)
+            s.settimeout(30)
             try:
-                assert s.recv(100) == b""
+                return s.recv(100)
             except ConnectionResetError:
-                pass
-            s.close()
+                return b""
+            finally:
+                s.close()
+
+        for s in idle:  # each is dropped at the header timeout: its read ends
+            assert await asyncio.to_thread(dropped, s) == b""
         answer = await asyncio.to_thread(one_request)
         assert answer.startswith(b"HTTP/1.1 200"), answer
-        await asyncio.sleep(0.2)
-        assert me.num_fds() <= fds0 + 2
+        await _until(lambda: me.num_fds() <= fds0 + 2, "the dropped connections' descriptors closed")
     from faultlib import figure
 
     figure("idle_connections_dropped", len(idle))

@@ -50,7 +50,7 @@ def test_install_llama_second_run_is_a_no_op(cache_dir: Path, llama_server_bin: 
     lines: list[str] = []
     started = time.monotonic()
     bin_dir = provision.install_llama(cache_dir, lines.append)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 60  # a build takes minutes; a no-op, seconds
     assert bin_dir == provision.llama_dir(cache_dir) / "bin"
     assert lines and "already installed" in lines[0]
     marker = json.loads((provision.llama_dir(cache_dir) / "installed.json").read_text())
@@ -66,7 +66,7 @@ def test_install_mlx_second_run_is_a_no_op(cache_dir: Path, mlx_argv: dict[str, 
     lines: list[str] = []
     started = time.monotonic()
     venv = provision.install_mlx(cache_dir, lines.append)
-    assert time.monotonic() - started < 5 and "already installed" in lines[0]
+    assert time.monotonic() - started < 60 and "already installed" in lines[0]  # an install takes minutes
     assert venv.name == "venv" and venv.parent == provision.mlx_dir(cache_dir)
     marker = json.loads((venv.parent / "installed.json").read_text())
     assert marker["requirements"] == provision.mlx_requirements()

