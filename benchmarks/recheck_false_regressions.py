@@ -9,7 +9,7 @@ fixed cooldown 0, 1 warm-up), `benchctl lock` locks it, then `POST /v1/recheck {
 regression the verdict calls is a false one. The daemon judges each at its default threshold (5 %), and
 a first-run regression makes it queue a confirmation recheck at once (`[recheck] confirm`, default on):
 only a regression found again would be notified. The script re-judges the same runbooks offline
-(`results.recheck.verdicts`) at 10, 20 and 50 % too, to show what threshold this machine's noise needs.
+(`lock.recheck.verdicts`) at 10, 20 and 50 % too, to show what threshold this machine's noise needs.
 Printed: per threshold, how many first runs were called a regression, how many of those the
 confirmation repeated (= false notifications), which metrics; per metric, how many first-run verdicts
 were `slower`/`larger` (significant and beyond the threshold), `faster`/`smaller`, `same`; the 1-min
@@ -38,7 +38,7 @@ THRESHOLDS = (5.0, 10.0, 20.0, 50.0)
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from benchd.config import Config
-    from benchd.results.recheck import verdicts
+    from benchd.lock.recheck import verdicts
     from benchd.results.runbook import load_runbook
 
     model = str(C.tiny(args.size).target)

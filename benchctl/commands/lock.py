@@ -31,7 +31,7 @@ def lock(candidate: str, runbook_ref: str | None, note: str, out: str | None, fo
     """Write your choice to a reviewable TOML file: exactly what was benchmarked, and the evidence."""
     import msgspec
 
-    from benchd.results.lock import lock_candidate
+    from benchd.lock.lockfile import lock_candidate
 
     config = _config(state_dir)
     path, doc = lock_candidate(config, candidate, runbook_ref, note=note, out=Path(out) if out else None,
@@ -88,7 +88,7 @@ def _show(doc: Any, path: Path) -> None:
 
 def _show_recheck(doc: Any) -> None:
     """The newest recheck of this lock: when, why, the verdict per context and metric."""
-    from benchd.results.recheck import last_recheck, summary
+    from benchd.lock.recheck import last_recheck, summary
 
     last = last_recheck(doc)
     if last is None:
@@ -113,7 +113,7 @@ def locked(file_: str | None, as_command: bool, port: int | None, as_json: bool,
     """Show the locked candidate, or (--command) the exact command that starts it as benchmarked."""
     import msgspec
 
-    from benchd.results.lock import read_lock, server_argv, server_command_line, server_env
+    from benchd.lock.lockfile import read_lock, server_argv, server_command_line, server_env
 
     config = _config(state_dir)
     path = Path(file_) if file_ else config.locked_path

@@ -33,7 +33,7 @@ def recheck_lines(st: dict[str, Any]) -> list[str]:
 
 
 def verdict_line(entry: dict[str, Any]) -> str:
-    """The daemon's `results.recheck.summary`, from the JSON (`status` stays free of the results stage)."""
+    """The daemon's `lock.recheck.summary`, from the JSON (`status` stays free of the results stage)."""
     if entry.get("outcome") != "succeeded" or entry.get("error"):
         return f"{entry.get('outcome')}" + (f": {entry['error']}" if entry.get("error") else "")
     regressions = "; ".join(entry.get("regressions") or [])

@@ -146,7 +146,7 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
 
 def _print_builds(builds: list[Any]) -> None:
     """Both fingerprints side by side per candidate, the changed fields marked, and what changed."""
-    from benchd.results.fingerprint import side_by_side
+    from benchd.servers.fingerprint import side_by_side
 
     for bc in builds:
         changed = ", ".join(bc.changed) or "nothing"

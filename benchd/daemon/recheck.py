@@ -2,13 +2,13 @@
 
 At daemon start and then every `recheck_hours` the `Rechecker` reads the lock's fingerprint baseline
 (the newest recheck's of this lock, else the lock's own) and the current one (from files: binary,
-version, packages, model; see `results.fingerprint`). A difference queues a recheck job (the locked
-candidate on the evidence's settings, `results.recheck.recheck_sweep`) with the `[recheck]` settings'
+version, packages, model; see `servers.fingerprint`). A difference queues a recheck job (the locked
+candidate on the evidence's settings, `lock.recheck.recheck_sweep`) with the `[recheck]` settings'
 conditions (`when`, next `at`). When that job ends, its verdict goes into the lock's `[[rechecks]]`
 history (appended: the `[locked]` block is never rewritten). A significant regression beyond the
 threshold is first confirmed by a second recheck queued at once (same `when`, no `at`: on a busy machine
 one run in five to ten called an unchanged build slower, benchmarks/RESULTS.md §6); when the second
-run finds it too, or a recheck failed, benchd posts a desktop notification (`daemon.notify`).
+run finds it too, or a recheck failed, benchd posts a desktop notification (`lock.notify`).
 `confirm = false` in the settings notifies on the first run.
 
 Why a state file (`<state>/recheck.json`) and not only the jobs table: the pending recheck's cause
@@ -29,12 +29,11 @@ import msgspec
 from aiohttp import web
 
 from benchd.config import Config
-from benchd.daemon.notify import notify
 from benchd.daemon.queue import JobQueue
 from benchd.errors import BenchdError, NotFound, from_validation
-from benchd.results.fingerprint import changes, take_fingerprint
-from benchd.results.lock import LockFile, append_recheck, locked_candidate, read_lock
-from benchd.results.recheck import baseline, finish_entry, last_recheck, recheck_sweep, summary
+from benchd.lock.lockfile import LockFile, append_recheck, locked_candidate, read_lock
+from benchd.lock.notify import notify
+from benchd.lock.recheck import baseline, finish_entry, last_recheck, recheck_sweep, summary
 from benchd.schemas import (
     TERMINAL_JOB_STATES,
     Fingerprint,
@@ -44,6 +43,7 @@ from benchd.schemas import (
     RecheckStatus,
     recheck_request_decoder,
 )
+from benchd.servers.fingerprint import changes, take_fingerprint
 from benchd.settings import load_settings, settings_path
 from benchd.store import Store, utcnow
 

@@ -28,8 +28,8 @@ from typing import Any
 from msgspec import Struct
 
 from benchd.engine.metrics import median_ci
-from benchd.results.fingerprint import changed_kinds, changes, runbook_fingerprint
 from benchd.schemas import Fingerprint, Runbook
+from benchd.servers.fingerprint import changed_kinds, changes, runbook_fingerprint
 
 ALPHA = 0.05
 TEST_NAME = "Mann–Whitney U (Wilcoxon rank-sum), exact, two-sided"

@@ -14,7 +14,6 @@ from typing import Any
 import msgspec
 
 from benchd.config import Config
-from benchd.results.fingerprint import executable_of, take_fingerprint
 from benchd.schemas import (
     CandidateProvenance,
     CpuAffinity,
@@ -27,6 +26,7 @@ from benchd.schemas import (
 from benchd.sensors.facts import (
     hash_model,
 )
+from benchd.servers.fingerprint import executable_of, take_fingerprint
 
 # ------------------------------------------------------------------------ per candidate and prompts
 

@@ -19,7 +19,8 @@ from runbook_factory import fill_job, setup_state
 from testlib import BENCHCTL, clean_env, wait_until
 
 from benchd.daemon.recheck import next_local_time
-from benchd.results import lock, runbook
+from benchd.lock import lockfile as lock
+from benchd.results import runbook
 from benchd.store import Store
 
 

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from runbook_factory import fill_job, setup_state
 
 from benchd.errors import BenchdError
-from benchd.results import lock, runbook
+from benchd.lock import lockfile as lock
+from benchd.results import runbook
 from benchd.schemas import Candidate, Spec
 
 BENCHCTL = [sys.executable, "-m", "benchctl"]

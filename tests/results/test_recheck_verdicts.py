@@ -21,12 +21,10 @@ import msgspec
 import pytest
 from runbook_factory import fill_job, setup_state
 
-from benchd.daemon.notify import notify, notify_argv
 from benchd.daemon.recheck import next_local_time
-from benchd.results import lock, runbook
-from benchd.results.compare import MetricComparison, compare_runbooks
-from benchd.results.fingerprint import changed_kinds, changes, executable_of, take_fingerprint
-from benchd.results.recheck import (
+from benchd.lock import lockfile as lock
+from benchd.lock.notify import notify, notify_argv
+from benchd.lock.recheck import (
     baseline,
     describe,
     finish_entry,
@@ -35,7 +33,10 @@ from benchd.results.recheck import (
     recheck_sweep,
     verdicts,
 )
+from benchd.results import runbook
+from benchd.results.compare import MetricComparison, compare_runbooks
 from benchd.sensors import facts
+from benchd.servers.fingerprint import changed_kinds, changes, executable_of, take_fingerprint
 from benchd.settings import load_settings
 
 
@@ -273,7 +274,7 @@ def test_mlx_fingerprint_names_the_venv_packages(mlx_argv, tiny_models, cache_di
 
 
 def test_summary_words_for_held_confirmed_and_not_confirmed() -> None:
-    from benchd.results.recheck import summary
+    from benchd.lock.recheck import summary
     from benchd.schemas import RecheckEntry
 
     base = RecheckEntry(at="t", job="j2", outcome="succeeded", candidate="c", locked_at="l", lock_runbook="r",

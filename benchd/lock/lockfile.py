@@ -240,7 +240,7 @@ def _fingerprint(prov: Any, cand: Candidate, config: Config | None) -> Fingerpri
         return prov.fingerprint  # type: ignore[no-any-return]
     if config is None:
         return None
-    from benchd.results.fingerprint import executable_of, take_fingerprint
+    from benchd.servers.fingerprint import executable_of, take_fingerprint
 
     binary = executable_of(prov.binary if prov else None) or cand.binary
     return take_fingerprint(msgspec.structs.replace(cand, binary=binary), config,
@@ -250,7 +250,7 @@ def _fingerprint(prov: Any, cand: Candidate, config: Config | None) -> Fingerpri
 _HEADER = (
     "# benchd lock: the candidate a person chose, exactly as benchmarked. Written by `benchctl lock`;\n"
     "# review changes in a diff ([previous] holds the lock this one replaced).\n"
-    f"# Lock schema_version {LOCK_SCHEMA_VERSION}: see benchd/results/lock.py for the change history."
+    f"# Lock schema_version {LOCK_SCHEMA_VERSION}: see benchd/lock/lockfile.py for the change history."
 )
 
 
@@ -334,7 +334,7 @@ def lock_candidate(config: Config, candidate_id: str, runbook_ref: str | None = 
 
 def locked_candidate(locked: Locked) -> Candidate:
     """The Candidate the lock describes (what the runtime adapter builds a command from)."""
-    from benchd.results.fingerprint import executable_of
+    from benchd.servers.fingerprint import executable_of
 
     return Candidate(id=locked.candidate, runtime=locked.runtime, model=locked.model_path,  # type: ignore[arg-type]
                      request_model=locked.request_model, args=list(locked.args), binary=executable_of(locked.binary),

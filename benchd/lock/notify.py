@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 
-log = logging.getLogger("benchd.daemon.notify")
+log = logging.getLogger("benchd.lock.notify")
 
 NOTIFY_TIMEOUT_S = 10.0
 
