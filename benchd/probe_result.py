@@ -23,7 +23,8 @@ class ProbeResult:
     is the first generated token of any kind. `chunk_times` has the arrival time of every content chunk
     (one entry per chunk; a chunk is one token for these servers except when a runtime batches several).
     `reasoning_chunks` counts the chunks that carried reasoning, `first_answer` is the first chunk that
-    carried answer text.
+    carried answer text. `answer_text` / `reasoning_text` hold the streamed text only when the client
+    was asked to collect it (session turns send the answer back; probes skip the decoding).
     """
 
     status: ProbeStatus
@@ -42,6 +43,8 @@ class ProbeResult:
     final: dict[str, Any] | None = None
     finish_reason: str | None = None
     done: bool = False
+    answer_text: list[str] = field(default_factory=list)
+    reasoning_text: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -101,10 +101,12 @@ def _worth_decoding(payload: bytes) -> bool:
 class _Stream:
     """Per-request parsing state (kept out of `run` so the hot loop stays readable)."""
 
-    def __init__(self, result: ProbeResult, marks: Callable[[str], None] | None = None) -> None:
+    def __init__(self, result: ProbeResult, marks: Callable[[str], None] | None = None,
+                 collect_text: bool = False) -> None:
         self.r = result
         self.buf = b""
         self.marks = marks
+        self.collect_text = collect_text
 
     def feed(self, data: bytes, now: float) -> str | None:
         """Consume bytes; returns an error message if the stream is garbage or carries an error."""
@@ -129,6 +131,18 @@ class _Stream:
                 return err
         return None
 
+    def _collect(self, doc: dict[str, object]) -> None:
+        """Append a chunk's delta text (mlx_vlm sends the reasoning under both keys: taken once)."""
+        for choice in doc.get("choices") or ():  # type: ignore[attr-defined]
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            if not isinstance(delta, dict):
+                continue
+            if isinstance(delta.get("content"), str):
+                self.r.answer_text.append(delta["content"])
+            thought = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(thought, str):
+                self.r.reasoning_text.append(thought)
+
     def _event(self, payload: bytes, now: float) -> str | None:
         r = self.r
         answer = has_answer(payload)
@@ -148,7 +162,7 @@ class _Stream:
             r.last_content = now
             r.content_chunks += 1
             r.chunk_times.append(now)
-            if not _worth_decoding(payload):
+            if not self.collect_text and not _worth_decoding(payload):
                 return None  # the hot path: nothing else to learn from this chunk
         try:
             doc = _decoder.decode(payload)
@@ -156,6 +170,8 @@ class _Stream:
             return f"malformed JSON chunk: {payload[:200]!r}"
         if not isinstance(doc, dict):
             return f"unexpected chunk: {payload[:200]!r}"
+        if self.collect_text and (answer or reasoning):
+            self._collect(doc)
         if doc.get("error"):
             return f"server error in stream: {str(doc['error'])[:500]}"
         for choice in doc.get("choices") or ():
@@ -175,13 +191,17 @@ async def run(
     *,
     timeout_s: float,
     marks: Callable[[str], None] | None = None,
+    collect_text: bool = False,
 ) -> ProbeResult:
-    """POST one streamed request to `url` and read it to the end (or error, or timeout)."""
+    """POST one streamed request to `url` and read it to the end (or error, or timeout).
+
+    `collect_text` decodes every token chunk and keeps the answer and reasoning text in the result
+    (a session sends the answer back); probes leave it off and stay on the byte-scan path."""
     if marks is not None:
         marks("start")
     started = time.perf_counter()
     result = ProbeResult(status="failed", error=None, http_status=None, started=started, ended=started)
-    stream = _Stream(result, marks)
+    stream = _Stream(result, marks, collect_text)
     connector = aiohttp.TCPConnector(force_close=True)
     try:
         async with (

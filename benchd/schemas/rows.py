@@ -11,7 +11,8 @@ from msgspec import Struct
 # --------------------------------------------------------------------------------------- facts: rows
 
 #: "sentinel": the drift sentinel's re-run of the sweep's first cell at the end (not in the cell's stats).
-RowKind = Literal["probe", "sustained", "sentinel"]
+#: "session": one turn of a multi-turn session on a warm prompt cache (`probe` = the turn, from 1).
+RowKind = Literal["probe", "sustained", "sentinel", "session"]
 #: Why a probe's numbers were thrown away and the probe run again (a failed row, never a slow number).
 Invalidated = Literal["machine-slept", "server-stopped"]
 RowStatus = Literal["ok", "failed", "timeout", "aborted"]
@@ -143,6 +144,15 @@ class Row(Struct, kw_only=True, frozen=True, omit_defaults=False):
     server_stopped_s: float | None = None
     #: Set when the probe was thrown away for a sleep or a stopped server (status failed; re-run).
     invalidated: Invalidated | None = None
+    #: Session turns (kind "session"): the turn (from 1), the prompt tokens the server processed anew
+    #: (prompt_tokens - cached_tokens), their rate, the reusable prefix benchd computed by tokenizing the
+    #: rendered prompts (common prefix with the previous prompt + answer), and whether the server's cached
+    #: tokens fell short of it beyond the tolerance (`sources` carries both numbers).
+    turn: int | None = None
+    new_prompt_tokens: int | None = None
+    new_prompt_tps: float | None = None
+    reusable_prefix_tokens: int | None = None
+    cache_miss: bool | None = None
 
 
 class EvalResult(Struct, kw_only=True, frozen=True):

@@ -76,6 +76,18 @@ class Sustained(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     window: Annotated[int, Meta(ge=1, le=100_000)] = 128
 
 
+class Session(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """Multi-turn session probes on a warm prompt cache; `turns` = 0 (the default) turns them off.
+
+    One session per context of the grid: turn 1 sends a prompt of that context, every later turn appends
+    the previous answer, a tool result of about `append_tokens` tokens (source text, like a coding agent's
+    tool output) and a short user message. `gen_tokens` per turn; None = the sweep's `gen_tokens`."""
+
+    turns: Annotated[int, Meta(ge=0, le=64)] = 0
+    append_tokens: Annotated[int, Meta(ge=1, le=131_072)] = 1024
+    gen_tokens: Annotated[int, Meta(ge=1, le=131_072)] | None = None
+
+
 CooldownPolicy = Literal["fixed", "thermal", "idle"]
 #: Conditions a queued job waits for (`--when`, and `[recheck] when` in the settings file).
 WhenCondition = Literal["idle", "ac-power"]

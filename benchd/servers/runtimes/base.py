@@ -30,8 +30,26 @@ from benchd.servers.runtimes import environment, tokens
 from benchd.servers.runtimes.environment import ServerEnv
 from benchd.servers.runtimes.http import Readiness, http_get, http_post_json, json_health
 
-__all__ = ["CTX_MARGIN_TOKENS", "Normalized", "Readiness", "RuntimeAdapter", "ServerEnv", "http_get",
-           "http_post_json", "json_health"]
+__all__ = ["CTX_MARGIN_TOKENS", "Normalized", "Readiness", "RenderItem", "RuntimeAdapter", "ServerEnv", "SessionStart",
+           "http_get", "http_post_json", "json_health"]
+
+#: One conversation to render with the chat template (generation prompt added) and a text appended after
+#: the rendering (the answer the server generated), tokenized as the server tokenizes a chat prompt.
+RenderItem = tuple[list[dict[str, str]], str]
+
+
+@dataclass(frozen=True)
+class SessionStart:
+    """How a runtime serves session turns with its prompt cache on.
+
+    `candidate`: the candidate to start for sessions (the cache switched on where it is a start flag or
+    a variable). `own_start`: True when the cold probes' server cannot serve them (its cache is off
+    for the whole process). `notes`: what benchd set or found for the cache, recorded in every turn's
+    `sources["prompt_cache"]`."""
+
+    candidate: Candidate
+    own_start: bool
+    notes: str
 
 #: Margin added to `context + gen_tokens` when an adapter sizes the server's context itself: the chat
 #: template wraps the prompt in a few tokens, and the prompt builder is allowed to be 1 % off.
@@ -263,6 +281,23 @@ class RuntimeAdapter:
     def length_fields(self, candidate: Candidate, run_to_length: bool) -> dict[str, Any]:
         """Request fields that make a probe generate exactly `max_tokens` (or, False, let it stop)."""
         return {}
+
+    # ------------------------------------------------------------------ sessions (warm prompt cache)
+
+    def session_start(self, candidate: Candidate) -> SessionStart:
+        """The server start that serves session turns with the prompt cache on (see `SessionStart`)."""
+        raise NotImplementedError
+
+    def session_fields(self) -> dict[str, Any]:
+        """Request fields a session turn sends on top of `request_body` (llama-server: `cache_prompt`)."""
+        return {}
+
+    async def rendered_tokens(self, base_url: str, candidate: Candidate, command: list[str],
+                              items: list[RenderItem], thinking: str) -> list[list[int]]:
+        """The token ids of each item as the server would see it: the conversation rendered by the
+        model's chat template with the generation prompt (`thinking` as requests send it), plus the
+        appended text. Raises `RuntimeError` naming why when this runtime cannot tell."""
+        raise RuntimeError(f"{self.name} cannot render and tokenize a conversation")
 
     def short_reason(self, candidate: Candidate, *, asked: int, got: int, finish_reason: str | None,
                      run_to_length: bool) -> str:

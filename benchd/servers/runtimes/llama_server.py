@@ -17,6 +17,12 @@ Facts used (pinned build b1-0c1e570, checked with `llama-server --help` on this 
   template analyser recognises the reasoning format, thinking streams as `delta.reasoning_content`
   (default `--reasoning-format deepseek`) and is on by default; `chat_template_kwargs.enable_thinking`
   turns it on/off per request. `ignore_eos: true` runs every probe to `max_tokens`.
+- Sessions: `cache_prompt: true` per request reuses the slot's common prefix (`server-context.cpp`:
+  `get_common_prefix`, at least one prompt token is evaluated again); `timings.cache_n` and
+  `usage.prompt_tokens_details.cached_tokens` both report it. `--cache-ram` (default 8192 MiB,
+  `common/common.h` `cache_ram_mib`) keeps idle slots' prompts in host memory. `POST /apply-template`
+  renders a chat as the completions endpoint does; chat prompts are tokenized with special tokens added
+  and parsed (`tokenize_input_prompts(..., true, true)`), which `/tokenize` does with `add_special`.
 - `--fit` is on by default (`common/common.h` `fit_params = true`): unless `-ngl` is given it lowers the
   GPU layers (or moves MoE experts to the CPU) to fit free device memory, differently per context. benchd
   passes `--fit off` unless the candidate asks for fit, so the split is what the args say and a model
@@ -49,7 +55,9 @@ from benchd.servers.runtimes.base import (
     CTX_MARGIN_TOKENS,
     Normalized,
     Readiness,
+    RenderItem,
     RuntimeAdapter,
+    SessionStart,
     http_get,
     http_post_json,
     json_health,
@@ -124,6 +132,16 @@ def _ask_binary(binary: str, *args: str, timeout_s: float = FACT_TIMEOUT_S, stde
         if out is None:
             proc.communicate()
     return out
+
+
+def _arg_value(args: list[str], flags: tuple[str, ...]) -> str | None:
+    """The value of the last of `flags` in `args` (`--flag V` or `--flag=V`), or None."""
+    found = None
+    for i, arg in enumerate(args):
+        key, eq, inline = arg.partition("=")
+        if key in flags:
+            found = inline if eq else (args[i + 1] if i + 1 < len(args) else None)
+    return found
 
 
 def _mtime(binary: str) -> int:
@@ -334,6 +352,44 @@ class LlamaServerAdapter(RuntimeAdapter):
 
     def eos_gap(self, candidate: Candidate) -> str:
         return "llama-server ended before max_tokens although ignore_eos was sent (context full?)"
+
+    def session_start(self, candidate: Candidate) -> SessionStart:
+        """The cold probes' server serves sessions: the cache is a per-request switch (`cache_prompt`)."""
+        ram = _arg_value(candidate.args, ("-cram", "--cache-ram"))
+        if ram is not None:
+            where = f"--cache-ram {ram} MiB (candidate args)"
+        elif "LLAMA_ARG_CACHE_RAM" in candidate.env:
+            where = f"--cache-ram {candidate.env['LLAMA_ARG_CACHE_RAM']} MiB (candidate env LLAMA_ARG_CACHE_RAM)"
+        else:
+            where = "--cache-ram 8192 MiB (the build's default, common/common.h cache_ram_mib)"
+        return SessionStart(candidate, False, f"llama-server cache_prompt: true per request; {where} keeps "
+                                              "idle slots' prompts")
+
+    def session_fields(self) -> dict[str, Any]:
+        return {"cache_prompt": True}
+
+    async def rendered_tokens(self, base_url: str, candidate: Candidate, command: list[str],
+                              items: list[RenderItem], thinking: str) -> list[list[int]]:
+        """`POST /apply-template` (the template as chat requests render it), then `POST /tokenize` of the
+        rendering plus the appended text with special tokens added and parsed, as chat prompts are."""
+        out: list[list[int]] = []
+        for msgs, suffix in items:
+            body: dict[str, Any] = {"messages": msgs}
+            if thinking != "default":
+                body["chat_template_kwargs"] = {"enable_thinking": thinking == "on"}
+            status, raw = await http_post_json(base_url, "/apply-template", body, timeout_s=60.0)
+            doc = msgspec.json.decode(raw) if status == 200 else None
+            prompt = doc.get("prompt") if isinstance(doc, dict) else None
+            if not isinstance(prompt, str):
+                raise RuntimeError(f"llama-server /apply-template answered HTTP {status}: {raw[:200]!r}")
+            status, raw = await http_post_json(base_url, "/tokenize", {
+                "content": prompt + suffix, "add_special": True, "parse_special": True}, timeout_s=60.0)
+            doc = msgspec.json.decode(raw) if status == 200 else None
+            tokens = doc.get("tokens") if isinstance(doc, dict) else None
+            if not isinstance(tokens, list):
+                raise RuntimeError(f"llama-server /tokenize answered HTTP {status}: {raw[:200]!r}")
+            out.append([int(t) for t in tokens])
+        return out
 
     def acceptance_check(self, before: Mapping[str, float], after: Mapping[str, float] | None) -> dict[str, str]:
         """Draft acceptance from the `/metrics` spec_decode counters diffed over the probe."""

@@ -23,7 +23,30 @@ from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.schemas import Candidate
 from benchd.servers import locate
-from benchd.servers.runtimes.base import RuntimeAdapter
+from benchd.servers.runtimes.base import RenderItem, RuntimeAdapter
+
+#: Renders conversations with the model dir's chat template and tokenizes them as the MLX servers do
+#: (`apply_chat_template(..., add_generation_prompt=True, tokenize=True)`, i.e. the rendering encoded
+#: without added special tokens), run by the server's own interpreter so its transformers renders.
+_RENDER_SCRIPT = """
+import json, sys
+from transformers import AutoTokenizer
+req = json.load(sys.stdin)
+tok = AutoTokenizer.from_pretrained(req["model"])
+out = []
+for msgs, suffix in req["items"]:
+    text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False, **req["kwargs"])
+    out.append(tok.encode(text + suffix, add_special_tokens=False))
+json.dump(out, sys.stdout)
+"""
+RENDER_TIMEOUT_S = 300.0
+
+
+def interpreter(command: list[str]) -> str:
+    """The Python that runs the server: `python -m module`'s interpreter, or the script's venv python."""
+    if "-m" in command:
+        return command[0]
+    return str(Path(command[0]).parent / "python")
 
 
 def venv_dist_versions(command: list[str], dists: tuple[str, ...]) -> dict[str, str]:
@@ -166,6 +189,31 @@ class MlxServerAdapter(RuntimeAdapter):
                     "tokenizer_config.json): nothing to suppress")
         return (f"EOS ids {list(ids)} ({where}) were biased by {EOS_BIAS:g}, yet {self.name} stopped early "
                 "(a stop token the model dir does not name?)")
+
+    async def rendered_tokens(self, base_url: str, candidate: Candidate, command: list[str],
+                              items: list[RenderItem], thinking: str) -> list[list[int]]:
+        """The server venv's transformers renders the model dir's chat template and tokenizes (one
+        subprocess for all items, offline)."""
+        import asyncio
+
+        kwargs = {"enable_thinking": thinking == "on"} if thinking != "default" else {}
+        request = json.dumps({"model": candidate.model, "items": items, "kwargs": kwargs}).encode()
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+        proc = await asyncio.create_subprocess_exec(
+            interpreter(command), "-c", _RENDER_SCRIPT, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+        try:
+            async with asyncio.timeout(RENDER_TIMEOUT_S):
+                out, err = await proc.communicate(request)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise RuntimeError(f"rendering the chat template took over {RENDER_TIMEOUT_S:g} s") from None
+        if proc.returncode != 0:
+            tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+            raise RuntimeError(f"rendering the chat template failed (exit {proc.returncode}): {tail[0][:300]}")
+        doc = json.loads(out)
+        return [[int(t) for t in ids] for ids in doc]
 
     def local_token_counter(self, candidate: Candidate) -> Any:
         """The model dir's `tokenizer.json`, counted here (the MLX servers have no /tokenize); None

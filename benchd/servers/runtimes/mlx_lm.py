@@ -10,6 +10,9 @@ Facts used (checked with `mlx_lm.server --help` and the package source on this m
   "chat.completion"`, `choices: []`) has `usage` (+ `prompt_tokens_details.cached_tokens`). So prompt
   throughput is not measurable from the client (null + reason) and generation throughput comes from the
   client's stream window. Draft acceptance is not exposed (null + reason).
+- Its prompt cache is an LRU of `--prompt-cache-size` KV caches (default 10) that serves the longest
+  cached prefix of a new prompt; `usage.prompt_tokens_details.cached_tokens` reports it. It is a start
+  flag, so sessions get a server start of their own with the default size (cold probes run with 0).
 - There is no `ignore_eos`: a real model may stop before `max_tokens`; `gen_tokens` records what ran.
 """
 
@@ -17,10 +20,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import msgspec
+
 from benchd.config import HOST
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate
-from benchd.servers.runtimes.base import Normalized, Readiness, json_health
+from benchd.servers.runtimes.base import Normalized, Readiness, SessionStart, json_health
 from benchd.servers.runtimes.mlx_common import MlxServerAdapter
 
 _RESERVED: dict[str, str] = {
@@ -31,6 +36,8 @@ _RESERVED: dict[str, str] = {
     "--num-draft-tokens": "use `spec.draft_max`",
 }
 
+#: `--prompt-cache-size` default in the pinned mlx_lm.server (`server.py` argparse).
+PROMPT_CACHE_DEFAULT = 10
 NO_PROMPT_TIMING = "mlx_lm.server reports no prompt timing"
 NO_DRAFT_COUNTS = "mlx_lm.server exposes no draft acceptance figures"
 
@@ -54,6 +61,15 @@ class MlxLmAdapter(MlxServerAdapter):
             if spec.draft_max is not None:
                 argv += ["--num-draft-tokens", str(spec.draft_max)]
         return [*argv, *candidate.args]
+
+    def session_start(self, candidate: Candidate) -> SessionStart:
+        """A start of its own with the LRU prompt cache at its default size, unless the candidate sets one."""
+        if any(a.split("=", 1)[0] == "--prompt-cache-size" for a in candidate.args):
+            return SessionStart(candidate, False, "mlx_lm.server --prompt-cache-size as the candidate's args set it")
+        started = msgspec.structs.replace(candidate, args=[*candidate.args, "--prompt-cache-size",
+                                                           str(PROMPT_CACHE_DEFAULT)])
+        return SessionStart(started, True, f"mlx_lm.server --prompt-cache-size {PROMPT_CACHE_DEFAULT} (its default LRU "
+                                           "of prompt caches), a server start of its own: cold probes run with 0")
 
     def request_model(self, candidate: Candidate) -> str:
         return candidate.request_model or "default_model"

@@ -24,10 +24,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
+import msgspec
+
 from benchd.config import HOST
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate
-from benchd.servers.runtimes.base import Normalized, Readiness, _num, json_health
+from benchd.servers.runtimes.base import Normalized, Readiness, SessionStart, _num, json_health
 from benchd.servers.runtimes.mlx_common import MLX_ENV_SCRUB, MlxServerAdapter
 
 _RESERVED: dict[str, str] = {
@@ -71,6 +73,15 @@ class MlxVlmAdapter(MlxServerAdapter):
             if spec.draft_max is not None:
                 argv += ["--draft-block-size", str(spec.draft_max)]
         return [*argv, *candidate.args]
+
+    def session_start(self, candidate: Candidate) -> SessionStart:
+        """A start of its own with `APC_ENABLED=1` (its prefix cache; the scrub removes inherited `APC_*`)."""
+        if "APC_ENABLED" in candidate.env:
+            return SessionStart(candidate, False,
+                                f"mlx_vlm.server APC_ENABLED={candidate.env['APC_ENABLED']} (candidate env)")
+        started = msgspec.structs.replace(candidate, env={**candidate.env, "APC_ENABLED": "1"})
+        return SessionStart(started, True, "mlx_vlm.server APC_ENABLED=1 (its prefix cache), a server start of "
+                                           "its own: cold probes run without it")
 
     async def check_ready(self, base_url: str) -> Readiness:
         return await json_health(base_url, self.health_path, ("healthy", "ok"))

@@ -1,0 +1,315 @@
+"""Session probes: a conversation that grows by a turn at a time on one server with its prompt cache on.
+
+What a coding agent waits for is the time to the first token of turn k, which depends on how much of the
+prefix the runtime's cache still holds. One session per cell: turn 1 sends the cell's prompt (unique at
+its start, like every probe), each later turn appends the previous answer (as the OpenAI API returns it:
+the answer text, no reasoning), then one user message holding a tool result of about `append_tokens`
+tokens of source text (a different slice of the corpus per turn) and a short instruction. Tool result
+and instruction share one message so templates that insist on alternating roles accept it.
+
+The turns run back to back (no other request in between: it would take the slot); the cooldown runs
+once, before turn 1. Per turn the row records what the server reports as cached (`cached_tokens`), the
+tokens it processed anew, TTFT, the rate over the new tokens and gen tok/s. After the last turn (outside
+every measured window) the adapter renders and tokenizes each turn's conversation the way the server
+does; the reusable prefix of turn k is the common token prefix of its prompt with turn k-1's prompt +
+answer. A turn whose cached tokens fall short of it by more than the template's own tokens (the
+rendering of one empty user turn) is a `cache_miss`, with both numbers in `sources`. A template that
+re-renders earlier turns differently (drops earlier reasoning, or the empty think block appended with
+thinking off) shows up as a short reusable prefix: a finding about runtime and template, not an error.
+
+Limitation, said in each row's sources: the answer is tokenized from its text, the reasoning tags the
+runtime's parser consumed are not in it, and a generated token sequence that is not how the tokenizer
+would split the text (random weights do that) makes the server's cache stop earlier than computed.
+
+A session is all or nothing: a failed turn fails every turn of the session (rows say at which turn and
+why), so a resumed or re-run session starts again at turn 1, never mid-way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import statistics
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchd.engine import probe
+from benchd.engine.corpus import Corpus, load_corpus
+from benchd.engine.prompts import Prompt
+from benchd.engine.rows import Cell, ServerFacts, build_row, model_files
+from benchd.probe_result import ProbeResult
+from benchd.schemas import Candidate, CooldownRecord, Row, Session, Sweep
+from benchd.sensors.memory.sampler import MemoryResult, MemorySampler
+from benchd.servers.runtimes.base import Normalized, RenderItem, RuntimeAdapter
+from benchd.servers.server import Server
+from benchd.store import utcnow
+
+#: The user's instruction after each tool result (short and fixed, so turns differ only by the tool text).
+INSTRUCTION = "The tool returned the output above. Continue with the next step."
+TOOL_HEADER = "Tool result ({name}):\n"
+#: The fewest tokens a cached prefix may fall short of the computed one before it is a miss (the server
+#: evaluates at least one prompt token again, and the last generated token is not in its cache).
+MIN_TOLERANCE_TOKENS = 2
+
+
+@dataclass
+class Turn:
+    """One request of a session: what was sent, what came back, and the server's figures."""
+
+    number: int
+    messages: list[dict[str, str]]
+    started_at: str
+    result: ProbeResult
+    norm: Normalized
+    memory: MemoryResult | None = None
+
+    @property
+    def answer(self) -> str:
+        return "".join(self.result.answer_text)
+
+    @property
+    def generated(self) -> str:
+        """The generated text as the cache holds it, as far as the stream shows (reasoning, then answer)."""
+        return "".join(self.result.reasoning_text) + self.answer
+
+
+@dataclass
+class Conversation:
+    """The messages of one session; `tool_text` gives each later turn its tool result."""
+
+    first: str
+    corpus: Corpus
+    chars_per_token: float
+    append_tokens: int
+    seed: str
+    messages: list[dict[str, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.messages = [{"role": "user", "content": self.first}]
+
+    def tool_text(self, turn: int) -> str:
+        """About `append_tokens` tokens of corpus text, a slice that differs per turn and session."""
+        chars = max(1, round(self.append_tokens * self.chars_per_token))
+        text = self.corpus.text
+        digest = hashlib.sha256(f"{self.seed}/{turn}".encode()).digest()
+        start = int.from_bytes(digest[:8], "big") % len(text)
+        piece = (text[start:] + text)[:chars] if chars < len(text) else self.corpus.take(chars)[0]
+        return TOOL_HEADER.format(name=f"read_file #{turn}") + piece
+
+    def next_turn(self, answer: str, turn: int) -> None:
+        self.messages.append({"role": "assistant", "content": answer})
+        self.messages.append({"role": "user", "content": f"{self.tool_text(turn)}\n\n{INSTRUCTION}"})
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens two sequences share."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+@dataclass(frozen=True)
+class Prefixes:
+    """Per turn (index 0 = turn 1) the computed reusable prefix, and the tolerance; or why none was computed."""
+
+    reusable: list[int | None]
+    tolerance: int
+    reason: str | None = None
+
+
+async def reusable_prefixes(adapter: RuntimeAdapter, server: Server, cand: Candidate, turns: Sequence[Turn],
+                            thinking: str) -> Prefixes:
+    """Tokenize every turn's rendered conversation, and each previous one plus its generated text."""
+    items: list[RenderItem] = [([{"role": "user", "content": ""}], "")]  # the template's own tokens
+    for i, t in enumerate(turns):
+        items.append((t.messages, ""))
+        if i + 1 < len(turns):
+            items.append((t.messages, t.generated))
+    try:
+        tokens = await adapter.rendered_tokens(server.base_url, cand, server.command, items, thinking)
+    except Exception as exc:
+        return Prefixes([None] * len(turns), MIN_TOLERANCE_TOKENS, f"{type(exc).__name__}: {exc}")
+    tolerance = max(MIN_TOLERANCE_TOKENS, len(tokens[0]))
+    prompts = tokens[1::2]
+    with_answers = tokens[2::2]
+    reusable: list[int | None] = [0]
+    for k in range(1, len(turns)):
+        reusable.append(common_prefix(prompts[k], with_answers[k - 1]))
+    return Prefixes(reusable, tolerance)
+
+
+@dataclass
+class SessionRun:
+    """What the engine passes in: where, what (`plan`: the session's shape; `sweep`: sampling, thinking,
+    ignore_eos as every request sends them), the first prompt and the cooldown hook."""
+
+    job: str
+    adapter: RuntimeAdapter
+    server: Server
+    candidate: Candidate
+    context: int
+    sweep: Sweep
+    plan: Session
+    timeout_s: float
+    first_prompt: Prompt
+    sizing: str
+    cache_notes: str
+    cool_down: Callable[[], Awaitable[CooldownRecord]] | None = None
+    memory_rate_hz: float = 10.0
+    corpus: Corpus | None = None
+    #: The requests as sent and answered, filled while the session runs.
+    turns: list[Turn] = field(default_factory=list)
+    #: Called after every answered turn (the engine emits an event; rows come at the session's end).
+    on_turn: Callable[[Turn], None] | None = None
+
+
+async def send_turn(run: SessionRun, messages: list[dict[str, str]], max_tokens: int) -> ProbeResult:
+    """One streamed chat request carrying the whole conversation, the cache switched on."""
+    adapter, cand, sweep = run.adapter, run.candidate, run.sweep
+    body = adapter.request_body(model=adapter.request_model(cand), prompt="", max_tokens=max_tokens,
+                                sampling=sweep.sampling, thinking=sweep.thinking)
+    body["messages"] = messages
+    body.update(adapter.length_fields(cand, sweep.ignore_eos))
+    body.update(adapter.session_fields())
+    return await probe.run(run.server.base_url + adapter.request_path(), adapter.encode_body(body),
+                           adapter.request_headers(), timeout_s=run.timeout_s, collect_text=True)
+
+
+async def run_session(run: SessionRun) -> list[Row]:
+    """Every turn of one session, as rows (kind "session", `probe` = `turn`); all failed if one failed."""
+    sweep, cand, plan = run.sweep, run.candidate, run.plan
+    turns_n = plan.turns
+    gen = plan.gen_tokens if plan.gen_tokens is not None else sweep.gen_tokens
+    prompt = run.first_prompt
+    cpt = len(prompt.text) / max(1, prompt.counted_tokens or prompt.estimated_tokens)
+    conv = Conversation(prompt.text, run.corpus or load_corpus(), cpt, plan.append_tokens,
+                        f"{run.job}/{cand.id}/{run.context}")
+    cooldown = await run.cool_down() if run.cool_down is not None else None
+    turns = run.turns
+    turns.clear()
+    for number in range(1, turns_n + 1):
+        if number > 1:
+            conv.next_turn(turns[-1].answer, number)
+        started_at = utcnow()
+        sampler = MemorySampler(run.server.pid, run.memory_rate_hz, model_paths=model_files(cand), series=False)
+        sampler.reset_peak()
+        await sampler.start()
+        try:
+            result = await send_turn(run, list(conv.messages), gen)
+        finally:
+            memory = await sampler.stop()
+        norm = run.adapter.normalize(result, spec_configured=cand.spec is not None)
+        turns.append(Turn(number, list(conv.messages), started_at, result, norm, memory))
+        if run.on_turn is not None:
+            run.on_turn(turns[-1])
+        if not result.ok or run.server.crashed:
+            why = result.error or "the server ended mid-session"
+            if run.server.crashed:
+                why = f"the server crashed ({run.server.crashed.status}): {why}"
+            return failed_session(run, turns, number, why, cooldown)
+    prefixes = await reusable_prefixes(run.adapter, run.server, cand, turns, sweep.thinking)
+    return [turn_row(run, t, prefixes, cooldown if t.number == 1 else None) for t in turns]
+
+
+def failed_session(run: SessionRun, turns: Sequence[Turn], at: int, why: str,
+                   cooldown: CooldownRecord | None) -> list[Row]:
+    """Every turn of the session as a failed row naming the turn that failed and why."""
+    facts = ServerFacts.of(run.server)
+    error = f"session failed at turn {at} of {run.plan.turns}: {why}"
+    rows = []
+    for number in range(1, run.plan.turns + 1):
+        ran = turns[number - 1] if number <= len(turns) else None
+        rows.append(build_row(Cell(run.job, run.candidate, run.context, "session", number), status="failed",
+                              started_at=ran.started_at if ran else utcnow(), server=facts,
+                              cooldown=cooldown if number == 1 else None, error=error,
+                              log_tail=run.server.log_tail() if number == at else None,
+                              extra={"turn": number}))
+    return rows
+
+
+def turn_row(run: SessionRun, t: Turn, prefixes: Prefixes, cooldown: CooldownRecord | None) -> Row:
+    """One turn's row: the probe figures plus the session fields, each with its source or null reason."""
+    extra: dict[str, Any] = {"turn": t.number}
+    sources: dict[str, str] = {}
+    reasons: dict[str, str] = {}
+    norm = t.norm
+    sources["turn"] = f"session of {run.plan.turns} turns, {run.plan.append_tokens} tokens appended per turn"
+    sources["prompt_cache"] = run.cache_notes
+    sources["prompt"] = (f"turn 1: {run.sizing}; target {run.context} tokens" if t.number == 1 else
+                         "turn 1's prompt, the answers and one tool result per later turn")
+    if norm.prompt_tokens is not None and norm.cached_tokens is not None:
+        extra["new_prompt_tokens"] = norm.prompt_tokens - norm.cached_tokens
+        sources["new_prompt_tokens"] = f"prompt_tokens - cached_tokens ({norm.sources.get('cached_tokens', '')})"
+    else:
+        reasons["new_prompt_tokens"] = "the server reported no prompt_tokens or no cached tokens"
+    new = extra.get("new_prompt_tokens")
+    if norm.prompt_tps is not None and norm.sources.get("prompt_tps") == "server:timings":
+        extra["new_prompt_tps"] = norm.prompt_tps  # llama.cpp-style timings count the processed tokens only
+        sources["new_prompt_tps"] = "server:timings prompt_per_second (over the tokens processed anew)"
+    elif isinstance(new, int) and new > 0 and t.result.ttft_ms:
+        extra["new_prompt_tps"] = new / (t.result.ttft_ms / 1000.0)
+        sources["new_prompt_tps"] = "client: new prompt tokens / TTFT (includes the first token's decode)"
+    else:
+        reasons["new_prompt_tps"] = "no prompt timing and no new prompt tokens to time"
+    reusable = prefixes.reusable[t.number - 1]
+    if prefixes.reason is not None:
+        reasons["reusable_prefix_tokens"] = reasons["cache_miss"] = f"not computed: {prefixes.reason}"
+    elif t.number == 1:
+        extra["reusable_prefix_tokens"] = 0
+        sources["reusable_prefix_tokens"] = "turn 1: no previous request"
+        reasons["cache_miss"] = "turn 1 has no previous request to reuse"
+    else:
+        extra["reusable_prefix_tokens"] = reusable
+        sources["reusable_prefix_tokens"] = (
+            "benchd: common token prefix of this turn's rendered prompt with the previous prompt + its "
+            f"generated text ({run.adapter.name} template and tokenizer; the answer is tokenized from its "
+            "text, without the reasoning tags its parser consumed)")
+        if norm.cached_tokens is None or reusable is None:
+            reasons["cache_miss"] = "the server reported no cached tokens"
+        else:
+            miss = norm.cached_tokens < reusable - prefixes.tolerance
+            extra["cache_miss"] = miss
+            sources["cache_miss"] = (f"cached {norm.cached_tokens} vs reusable {reusable} tokens, tolerance "
+                                     f"{prefixes.tolerance} (the template's own tokens)")
+    norm = dataclasses.replace(norm, null_reasons={**norm.null_reasons, **reasons})  # build_row keeps the null ones
+    return build_row(Cell(run.job, run.candidate, run.context, "session", t.number), status="ok",
+                     started_at=t.started_at, server=ServerFacts.of(run.server), metrics=norm, memory=t.memory,
+                     cooldown=cooldown, extra=extra, extra_sources=sources)
+
+
+# ------------------------------------------------------------------------------------------ summary
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """One cell's session figures: warm-turn TTFT (median over turns >= 2), reuse fraction (cached /
+    prompt tokens over turns >= 2), the turns' TTFTs in order, and how many turns were cache misses."""
+
+    warm_ttft_ms: float | None
+    reuse_fraction: float | None
+    ttft_ms: list[float | None]
+    misses: int
+    turns: int
+
+
+def session_summary(rows: Sequence[Row]) -> SessionSummary | None:
+    """The summary of one cell's session rows (None when no turn is ok)."""
+    ok = sorted((r for r in rows if r.kind == "session" and r.status == "ok"), key=lambda r: r.probe)
+    if not ok:
+        return None
+    warm = [r for r in ok if r.probe >= 2]
+    ttfts = [r.ttft_ms for r in warm if r.ttft_ms is not None]
+    prompt = sum(r.prompt_tokens or 0 for r in warm if r.cached_tokens is not None)
+    cached = sum(r.cached_tokens or 0 for r in warm if r.cached_tokens is not None)
+    return SessionSummary(
+        warm_ttft_ms=statistics.median(ttfts) if ttfts else None,
+        reuse_fraction=cached / prompt if prompt else None,
+        ttft_ms=[r.ttft_ms for r in ok],
+        misses=sum(1 for r in ok if r.cache_miss),
+        turns=len(ok),
+    )
+
+
