@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-1
 
-.PHONY: setup runtimes models browser test test-fast lint demo clean
+.PHONY: setup runtimes models browser test test-stress test-fast lint demo clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -40,6 +40,11 @@ lint: $(STAMP)
 # The test command (CI runs exactly this): lint, type-check, then every suite, slow ones included.
 test: setup lint
 	$(BIN)/python -m pytest tests -m "" -p no:cacheprovider
+
+# The real-server suites (marker `real`) with a busy process on every core for the whole run (tests/cpu_hog.py
+# starts them and kills them afterwards): the suite must hold on a loaded machine. Not run by CI.
+test-stress: setup
+	$(BIN)/python tests/cpu_hog.py -- $(BIN)/python -m pytest tests -m real -p no:cacheprovider
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not slow"
