@@ -12,7 +12,8 @@ from msgspec import Struct
 
 #: "sentinel": the drift sentinel's re-run of the sweep's first cell at the end (not in the cell's stats).
 #: "session": one turn of a multi-turn session on a warm prompt cache (`probe` = the turn, from 1).
-RowKind = Literal["probe", "sustained", "sentinel", "session"]
+#: "parallel": one request of a batch of simultaneous streams (`concurrency`, `batch` say which).
+RowKind = Literal["probe", "sustained", "sentinel", "session", "parallel"]
 #: Why a probe's numbers were thrown away and the probe run again (a failed row, never a slow number).
 Invalidated = Literal["machine-slept", "server-stopped"]
 RowStatus = Literal["ok", "failed", "timeout", "aborted"]
@@ -153,6 +154,11 @@ class Row(Struct, kw_only=True, frozen=True, omit_defaults=False):
     new_prompt_tps: float | None = None
     reusable_prefix_tokens: int | None = None
     cache_miss: bool | None = None
+    #: Parallel requests (kind "parallel"): the level (simultaneous streams), the batch the request ran
+    #: in, and the batch's aggregate gen tok/s over the window where all its streams ran (same per batch).
+    concurrency: int | None = None
+    batch: int | None = None
+    agg_gen_tps: float | None = None
 
 
 class EvalResult(Struct, kw_only=True, frozen=True):

@@ -30,8 +30,19 @@ from benchd.servers.runtimes import environment, tokens
 from benchd.servers.runtimes.environment import ServerEnv
 from benchd.servers.runtimes.http import Readiness, http_get, http_post_json, json_health
 
-__all__ = ["CTX_MARGIN_TOKENS", "Normalized", "Readiness", "RenderItem", "RuntimeAdapter", "ServerEnv", "SessionStart",
-           "http_get", "http_post_json", "json_health"]
+__all__ = [
+    "CTX_MARGIN_TOKENS",
+    "Normalized",
+    "ParallelStart",
+    "Readiness",
+    "RenderItem",
+    "RuntimeAdapter",
+    "ServerEnv",
+    "SessionStart",
+    "http_get",
+    "http_post_json",
+    "json_health",
+]
 
 #: One conversation to render with the chat template (generation prompt added) and a text appended after
 #: the rendering (the answer the server generated), tokenized as the server tokenizes a chat prompt.
@@ -50,6 +61,19 @@ class SessionStart:
     candidate: Candidate
     own_start: bool
     notes: str
+
+
+@dataclass(frozen=True)
+class ParallelStart:
+    """The server start of one concurrency level N: the candidate with the runtime's slot / batching flags
+    for N, the context size to start with (llama-server: N x the per-slot context), what was set
+    (`notes`, recorded in every request's `sources["concurrency"]`), and `serial`: None when the runtime
+    can batch N requests, else why it serves them one at a time (a draft model, a quantized KV cache)."""
+
+    candidate: Candidate
+    ctx_size: int | None
+    notes: str
+    serial: str | None = None
 
 #: Margin added to `context + gen_tokens` when an adapter sizes the server's context itself: the chat
 #: template wraps the prompt in a few tokens, and the prompt builder is allowed to be 1 % off.
@@ -290,6 +314,26 @@ class RuntimeAdapter:
 
     def session_fields(self) -> dict[str, Any]:
         """Request fields a session turn sends on top of `request_body` (llama-server: `cache_prompt`)."""
+        return {}
+
+    # ------------------------------------------------------------------ parallel requests
+
+    def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> ParallelStart:
+        """The start serving `level` simultaneous requests; `ctx_size` is one request's (the cold cell's)."""
+        raise NotImplementedError
+
+    def parallel_slots(self, candidate: Candidate) -> tuple[int | None, str]:
+        """(the most simultaneous requests the candidate's own args allow, the flag), or (None, "") when
+        its args set no limit (benchd then sets one per level)."""
+        return None, ""
+
+    def parallel_body(self, body: dict[str, Any]) -> str | None:
+        """Adjust a parallel request's body in place so the runtime can batch it; returns what changed
+        (recorded in the row's sources), or None."""
+        return None
+
+    async def slot_facts(self, base_url: str) -> dict[str, str]:
+        """What the running server says about its slots (llama-server `/props`), source -> fact."""
         return {}
 
     async def rendered_tokens(self, base_url: str, candidate: Candidate, command: list[str],

@@ -23,6 +23,9 @@ Facts used (pinned build b1-0c1e570, checked with `llama-server --help` on this 
   `common/common.h` `cache_ram_mib`) keeps idle slots' prompts in host memory. `POST /apply-template`
   renders a chat as the completions endpoint does; chat prompts are tokenized with special tokens added
   and parsed (`tokenize_input_prompts(..., true, true)`), which `/tokenize` does with `add_special`.
+- Parallel requests: `-np N` slots; without `--kv-unified` each slot gets `-c / N` (padded), so a level
+  starts with `-c` = N x one request's context; `/props` `default_generation_settings.n_ctx` is the
+  per-slot context and `total_slots` the slot count (`get_res_props`).
 - `--fit` is on by default (`common/common.h` `fit_params = true`): unless `-ngl` is given it lowers the
   GPU layers (or moves MoE experts to the CPU) to fit free device memory, differently per context. benchd
   passes `--fit off` unless the candidate asks for fit, so the split is what the args say and a model
@@ -54,6 +57,7 @@ from benchd.servers.runtimes import environment
 from benchd.servers.runtimes.base import (
     CTX_MARGIN_TOKENS,
     Normalized,
+    ParallelStart,
     Readiness,
     RenderItem,
     RuntimeAdapter,
@@ -367,6 +371,37 @@ class LlamaServerAdapter(RuntimeAdapter):
 
     def session_fields(self) -> dict[str, Any]:
         return {"cache_prompt": True}
+
+    def parallel_slots(self, candidate: Candidate) -> tuple[int | None, str]:
+        value = _arg_value(candidate.args, ("-np", "--parallel"))
+        return (int(value), f"-np {value} (candidate args)") if value and value.isdigit() else (None, "")
+
+    def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> ParallelStart:
+        """`-np N` (unless the candidate sets the slots) and `-c` = N x one request's context."""
+        slots, given = self.parallel_slots(candidate)
+        args = candidate.args if slots is not None else [*candidate.args, "-np", str(level)]
+        started = msgspec.structs.replace(candidate, args=args)
+        total = ctx_size * level if ctx_size is not None else None
+        how = given or f"-np {level}"
+        notes = f"llama-server {how}, -c {total} (= {level} x {ctx_size} per slot)" if total else f"llama-server {how}"
+        return ParallelStart(started, total, notes)
+
+    async def slot_facts(self, base_url: str) -> dict[str, str]:
+        """`/props`: the per-slot context and the slot count as the server runs them."""
+        try:
+            status, raw = await http_get(base_url, "/props", timeout_s=5.0)
+            doc = msgspec.json.decode(raw) if status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
+            return {}
+        if not isinstance(doc, dict):
+            return {}
+        out: dict[str, str] = {}
+        n_ctx = (doc.get("default_generation_settings") or {}).get("n_ctx")
+        if isinstance(n_ctx, int):
+            out["slot_n_ctx"] = f"{n_ctx} (server:/props default_generation_settings.n_ctx, per slot)"
+        if isinstance(doc.get("total_slots"), int):
+            out["slots"] = f"{doc['total_slots']} (server:/props total_slots)"
+        return out
 
     async def rendered_tokens(self, base_url: str, candidate: Candidate, command: list[str],
                               items: list[RenderItem], thinking: str) -> list[list[int]]:

@@ -13,19 +13,22 @@ Facts used (checked with `mlx_lm.server --help` and the package source on this m
 - Its prompt cache is an LRU of `--prompt-cache-size` KV caches (default 10) that serves the longest
   cached prefix of a new prompt; `usage.prompt_tokens_details.cached_tokens` reports it. It is a start
   flag, so sessions get a server start of their own with the default size (cold probes run with 0).
+- Batching (`_is_batchable`): only without a draft model, without `--kv-bits` and for requests without a
+  `seed`; `--decode-concurrency` / `--prompt-concurrency` (defaults 32 / 8) bound it. Parallel requests
+  leave the seed out; at temperature 0 sampling stays greedy without it.
 - There is no `ignore_eos`: a real model may stop before `max_tokens`; `gen_tokens` records what ran.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import msgspec
 
 from benchd.config import HOST
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate
-from benchd.servers.runtimes.base import Normalized, Readiness, SessionStart, json_health
+from benchd.servers.runtimes.base import Normalized, ParallelStart, Readiness, SessionStart, json_health
 from benchd.servers.runtimes.mlx_common import MlxServerAdapter
 
 _RESERVED: dict[str, str] = {
@@ -70,6 +73,37 @@ class MlxLmAdapter(MlxServerAdapter):
                                                            str(PROMPT_CACHE_DEFAULT)])
         return SessionStart(started, True, f"mlx_lm.server --prompt-cache-size {PROMPT_CACHE_DEFAULT} (its default LRU "
                                            "of prompt caches), a server start of its own: cold probes run with 0")
+
+    def parallel_slots(self, candidate: Candidate) -> tuple[int | None, str]:
+        for i, arg in enumerate(candidate.args):
+            key, eq, inline = arg.partition("=")
+            value = inline if eq else (candidate.args[i + 1] if i + 1 < len(candidate.args) else "")
+            if key == "--decode-concurrency" and value.isdigit():
+                return int(value), f"--decode-concurrency {value} (candidate args)"
+        return None, ""
+
+    def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> ParallelStart:
+        """`--decode-concurrency N --prompt-concurrency N` (unless set); a draft model or `--kv-bits` serialises."""
+        slots, given = self.parallel_slots(candidate)
+        args = list(candidate.args)
+        if slots is None:
+            args += ["--decode-concurrency", str(level)]
+        if not any(a.split("=", 1)[0] == "--prompt-concurrency" for a in args):
+            args += ["--prompt-concurrency", str(level)]
+        serial = None
+        if candidate.spec is not None:
+            serial = "mlx_lm.server serves one request at a time with a draft model (server.py is_batchable)"
+        elif any(a.split("=", 1)[0] == "--kv-bits" for a in args):
+            serial = "mlx_lm.server serves one request at a time with --kv-bits (server.py _is_batchable)"
+        notes = f"mlx_lm.server {given or f'--decode-concurrency {level}'} --prompt-concurrency {level}"
+        return ParallelStart(msgspec.structs.replace(candidate, args=args), None, notes, serial)
+
+    def parallel_body(self, body: dict[str, Any]) -> str | None:
+        """No `seed`: a request with one is never batched (server.py `_is_batchable`)."""
+        body.pop("seed", None)
+        temp = body.get("temperature")
+        kind = "greedy" if not temp else f"temperature {temp}, unseeded"
+        return f"no seed sent (mlx_lm.server batches only unseeded requests); sampling stays {kind}"
 
     def request_model(self, candidate: Candidate) -> str:
         return candidate.request_model or "default_model"

@@ -29,7 +29,7 @@ import msgspec
 from benchd.config import HOST
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate
-from benchd.servers.runtimes.base import Normalized, Readiness, SessionStart, _num, json_health
+from benchd.servers.runtimes.base import Normalized, ParallelStart, Readiness, SessionStart, _num, json_health
 from benchd.servers.runtimes.mlx_common import MLX_ENV_SCRUB, MlxServerAdapter
 
 _RESERVED: dict[str, str] = {
@@ -82,6 +82,21 @@ class MlxVlmAdapter(MlxServerAdapter):
         started = msgspec.structs.replace(candidate, env={**candidate.env, "APC_ENABLED": "1"})
         return SessionStart(started, True, "mlx_vlm.server APC_ENABLED=1 (its prefix cache), a server start of "
                                            "its own: cold probes run without it")
+
+    def parallel_slots(self, candidate: Candidate) -> tuple[int | None, str]:
+        for i, arg in enumerate(candidate.args):
+            key, eq, inline = arg.partition("=")
+            value = inline if eq else (candidate.args[i + 1] if i + 1 < len(candidate.args) else "")
+            if key == "--max-num-seqs" and value.isdigit():
+                return int(value), f"--max-num-seqs {value} (candidate args)"
+        return None, ""
+
+    def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> ParallelStart:
+        """Continuous batching capped by `--max-num-seqs N` (unless the candidate sets it)."""
+        slots, given = self.parallel_slots(candidate)
+        args = candidate.args if slots is not None else [*candidate.args, "--max-num-seqs", str(level)]
+        return ParallelStart(msgspec.structs.replace(candidate, args=args), None,
+                             f"mlx_vlm.server continuous batching, {given or f'--max-num-seqs {level}'}")
 
     async def check_ready(self, base_url: str) -> Readiness:
         return await json_health(base_url, self.health_path, ("healthy", "ok"))
