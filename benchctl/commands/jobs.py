@@ -92,6 +92,8 @@ def check_sweep(path: str) -> tuple[Any, list[str]]:
             problems.append(f"{where}.binary: {cand.binary} is not an executable file")
         adapter = get_adapter(cand.runtime)
         problems += [f"{where}: {e}" for e in adapter.validate(cand)]
+        if sweep is not None:
+            problems += [f"{where}: {e}" for e in adapter.validate_vision(cand, sweep.vision)]
         if cand.binary is None:
             try:
                 exe = _first_str(adapter.command(cand, cache_dir))
@@ -179,9 +181,13 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
 
 
 def _settings(sweep: Any) -> dict[str, Any]:
-    """What the sweep asks of every request beyond the grid (thinking, EOS, eval thinking)."""
+    """What the sweep asks of every request beyond the grid (thinking, EOS, eval thinking, image probes)."""
+    v = sweep.vision
     return {"thinking": sweep.thinking, "ignore_eos": sweep.ignore_eos, "eval_thinking": sweep.eval_thinking,
-            "eval_reasoning_budget": sweep.eval_reasoning_budget}
+            "eval_reasoning_budget": sweep.eval_reasoning_budget,
+            "vision": {"candidates": [c.id for c in sweep.candidates if c.vision], "images": v.images,
+                       "resolutions": [list(r) for r in v.resolutions],
+                       "context": v.context if v.context is not None else min(sweep.contexts)}}
 
 
 @click.command()
@@ -229,6 +235,14 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
         st = _settings(sweep)
         click.echo(f"thinking {st['thinking']}; ignore_eos {str(st['ignore_eos']).lower()}; evals: thinking "
                    f"{st['eval_thinking']}, +{st['eval_reasoning_budget']} tokens when cut off while reasoning")
+        vis = st["vision"]
+        if vis["candidates"]:
+            sizes = ", ".join(f"{w}x{h}" for w, h in vis["resolutions"])
+            click.echo(f"  + image probes for {', '.join(vis['candidates'])}: {vis['images']} image(s) of {sizes} "
+                       f"in a {vis['context']}-token prompt, each beside the same prompt without images")
+        for cand in sweep.candidates:
+            if cand.mmproj is not None:
+                click.echo(f"  {cand.id}: mmproj {cand.mmproj}")
         if p["sentinel"]:
             s = p["sentinel"]
             click.echo(f"  + drift sentinel: {s['candidate']} ctx {s['context']} run again at the end "

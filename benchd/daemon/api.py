@@ -172,7 +172,7 @@ def validate_candidates(sweep: Sweep) -> None:
     from benchd.servers.runtimes import get_adapter
 
     for i, cand in enumerate(sweep.candidates):
-        problems = _adapter_problems(get_adapter, cand)
+        problems = _adapter_problems(get_adapter, cand) + get_adapter(cand.runtime).validate_vision(cand, sweep.vision)
         if problems:
             first = problems[0]
             field = first.field or f"$.sweep.candidates[{i}]"

@@ -56,6 +56,11 @@ class Candidate(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     startup_timeout_s: Annotated[float, Meta(gt=0, le=24 * 3600)] = 300.0
     ctx_size: Annotated[int, Meta(ge=16, le=16_777_216)] | None = None
     spec: Spec | None = None
+    #: Image probes for this candidate (the sweep's `[vision]` table); needs a vision model: an mlx_vlm.server
+    #: model dir with an image processor, or llama-server with `mmproj`.
+    vision: bool = False
+    #: llama-server only: the multimodal projector GGUF, passed as `--mmproj`.
+    mmproj: PathStr | None = None
 
     def __post_init__(self) -> None:
         if ".." in self.id:
@@ -139,6 +144,27 @@ class ProbePlan(NamedTuple):
     throttle_pct: float
 
 
+#: Largest image side a sweep may ask for (transformers' idefics3 MAX_IMAGE_SIZE); a model's own limit
+#: (its processor's `size.longest_edge`, the projector's `clip.vision.preproc_image_size`) is checked too.
+MAX_IMAGE_SIDE = 4096
+ImageSide = Annotated[int, Meta(ge=1, le=MAX_IMAGE_SIDE)]
+
+
+class Vision(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """Image probes for the candidates that say `vision = true`: each probe sends `images` generated
+    images of each resolution (`[width, height]`, a grid like `contexts`) inside a text prompt of
+    `context` tokens (default: the sweep's smallest context), beside the same prompt without images."""
+
+    images: Annotated[int, Meta(ge=1, le=16)] = 1
+    resolutions: Annotated[list[tuple[ImageSide, ImageSide]], Meta(min_length=1, max_length=32)] = msgspec.field(
+        default_factory=lambda: [(512, 512)])
+    context: Annotated[int, Meta(ge=1, le=4_194_304)] | None = None
+
+    def __post_init__(self) -> None:
+        if len(set(self.resolutions)) != len(self.resolutions):
+            raise ValueError("vision.resolutions must not repeat")
+
+
 class Deferred(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     """An axis the sweep did not measure, and why. Nothing unmeasured disappears without a line."""
 
@@ -174,6 +200,7 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     sampling: Sampling = Sampling()
     sustained: Sustained = Sustained()
     cooldown: Cooldown = Cooldown()
+    vision: Vision = Vision()
     # Linux: a server whose thread count is known (llama-server -t N) and below the usable cores runs
     # on the first N cores and benchd's probe client on the others (recorded in the runbook either way).
     pin_client: bool = False

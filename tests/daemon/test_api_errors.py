@@ -57,6 +57,14 @@ BAD_SUBMITS: list[tuple[str, bytes, int, str | None, str | None]] = [
     ("garbage not_before", json.dumps({"sweep": good_sweep(), "not_before": "tomorrow"}).encode(), 400,
      "invalid", "$.not_before"),
     ("invalid utf8", b'{"sweep": "\xff\xfe"}', 400, None, None),
+    ("missing mmproj", json.dumps({"sweep": {**good_sweep(), "candidates": [
+        {"id": "a", "runtime": "llama-server", "model": "/m", "mmproj": "/nonexistent/mmproj.gguf"}]}}).encode(),
+     400, "missing_mmproj", "$.sweep.candidates[a].mmproj"),
+    ("vision without a vision model", json.dumps({"sweep": {**good_sweep(), "candidates": [
+        {"id": "a", "runtime": "llama-server", "model": "/m", "vision": True}]}}).encode(),
+     400, "no_vision_model", "$.sweep.candidates[a].vision"),
+    ("no images", json.dumps({"sweep": {**good_sweep(), "vision": {"images": 0}}}).encode(), 400, "invalid",
+     "$.sweep.vision.images"),
 ]
 
 

@@ -25,10 +25,11 @@ import msgspec
 from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.probe_result import ProbeResult
-from benchd.schemas import Candidate, Row, Sampling
+from benchd.schemas import Candidate, Row, Sampling, Vision
 from benchd.servers.runtimes import environment, tokens
 from benchd.servers.runtimes.environment import ServerEnv
 from benchd.servers.runtimes.http import Readiness, http_get, http_post_json, json_health
+from benchd.servers.runtimes.vision import VisionFacts
 
 __all__ = [
     "CTX_MARGIN_TOKENS",
@@ -184,7 +185,54 @@ class RuntimeAdapter:
                         f"$.candidates[{candidate.id}].spec.draft_model",
                     )
                 )
+        if candidate.mmproj is not None and not self.takes_mmproj:
+            errors.append(BenchdError(
+                "unsupported_mmproj", f"candidate {candidate.id!r}: `mmproj` is a llama-server projector; "
+                f"{self.name} reads its vision model from the model dir", f"$.candidates[{candidate.id}].mmproj"))
+        if candidate.vision:
+            facts = self.vision_facts(candidate)
+            if not facts.ok:
+                errors.append(BenchdError(
+                    "no_vision_model", f"candidate {candidate.id!r} says vision = true but has no vision model: "
+                    f"{facts.reason}", f"$.candidates[{candidate.id}].vision"))
         return errors
+
+    def validate_vision(self, candidate: Candidate, vision: Vision) -> list[BenchdError]:
+        """The sweep's image resolutions against the candidate's model (each side within its maximum)."""
+        if not candidate.vision:
+            return []
+        facts = self.vision_facts(candidate)
+        if not facts.ok:
+            return []  # `validate` names the missing model
+        return [
+            BenchdError("image_too_large", f"vision.resolutions[{i}] {w}x{h} is larger than candidate "
+                        f"{candidate.id!r} takes: at most {facts.max_side} px a side ({facts.max_source})",
+                        f"$.vision.resolutions[{i}]")
+            for i, (w, h) in enumerate(vision.resolutions) if max(w, h) > facts.max_side
+        ]
+
+    # ------------------------------------------------------------------ images
+
+    #: Whether the candidate's `mmproj` (a projector file) means anything to this runtime.
+    takes_mmproj: ClassVar[bool] = False
+    #: Where `count_request_tokens` counts (empty: this runtime cannot count a request without running it).
+    request_count_source: ClassVar[str] = ""
+
+    def vision_facts(self, candidate: Candidate) -> VisionFacts:
+        """Whether the candidate has a vision model, and the largest image side it takes."""
+        return VisionFacts(False, f"{self.name} takes no images")
+
+    def image_messages(self, prompt: str, data_urls: list[str]) -> list[dict[str, Any]]:
+        """One user message: the images as OpenAI `image_url` parts, then the prompt text (both servers
+        take this form; the images first, so the text that follows stays unique to the probe)."""
+        parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": u}} for u in data_urls]
+        parts.append({"type": "text", "text": prompt})
+        return [{"role": "user", "content": parts}]
+
+    async def count_request_tokens(self, base_url: str, body: Mapping[str, Any]) -> int | None:
+        """A chat request's prompt tokens (images included) without running it, or None where the
+        server has no such count (then the image tokens come from the two probes' usage)."""
+        return None
 
     def restarts_per_context(self, candidate: Candidate) -> bool:
         """Whether the server must restart for every context of the grid (its context size changes)."""

@@ -26,6 +26,11 @@ Facts used (pinned build b1-0c1e570, checked with `llama-server --help` on this 
 - Parallel requests: `-np N` slots; without `--kv-unified` each slot gets `-c / N` (padded), so a level
   starts with `-c` = N x one request's context; `/props` `default_generation_settings.n_ctx` is the
   per-slot context and `total_slots` the slot count (`get_res_props`).
+- Images (tools/mtmd, tools/server): `--mmproj FILE` loads a projector; `/props` `modalities.vision`
+  is then true; image parts arrive as OpenAI `image_url` data URLs; their tokens are inside `prompt_n`
+  and `usage.prompt_tokens`, and `POST /v1/chat/completions/input_tokens` counts a request's prompt
+  tokens with the images without running it; a broken image is answered 400 "Failed to load image".
+  No timing of the image encode apart from the prompt is reported.
 - `--fit` is on by default (`common/common.h` `fit_params = true`): unless `-ngl` is given it lowers the
   GPU layers (or moves MoE experts to the CPU) to fit free device memory, differently per context. benchd
   passes `--fit off` unless the candidate asks for fit, so the split is what the args say and a model
@@ -66,6 +71,7 @@ from benchd.servers.runtimes.base import (
     http_post_json,
     json_health,
 )
+from benchd.servers.runtimes.vision import VisionFacts, mmproj_facts
 
 #: benchd spec kind -> `--spec-type` value of the pinned build.
 SPEC_TYPES: dict[str, str] = {"draft": "draft-simple", "eagle3": "draft-eagle3", "mtp": "draft-mtp"}
@@ -91,6 +97,10 @@ _RESERVED: dict[str, str] = {
     "--api-key": "benchd talks to the server without a key",
     "--api-key-file": "benchd talks to the server without a key",
     "--api-prefix": "benchd needs the default endpoints",
+    "-mm": "use `mmproj`",
+    "--mmproj": "use `mmproj`",
+    "-mmu": "use `mmproj` with a local path (benchd never downloads)",
+    "--mmproj-url": "use `mmproj` with a local path (benchd never downloads)",
 }
 _RESERVED_ENV: dict[str, str] = {
     "LLAMA_ARG_HOST": "benchd always binds 127.0.0.1",
@@ -100,6 +110,7 @@ _RESERVED_ENV: dict[str, str] = {
     "LLAMA_ARG_SPEC_DRAFT_MODEL": "use `spec.draft_model`",
     "LLAMA_ARG_SPEC_TYPE": "use `spec.kind`",
     "LLAMA_ARG_SPEC_DRAFT_N_MAX": "use `spec.draft_max`",
+    "LLAMA_ARG_MMPROJ": "use `mmproj`",
 }
 
 
@@ -191,8 +202,14 @@ class LlamaServerAdapter(RuntimeAdapter):
     reads_counters: ClassVar[bool] = True  # started with --metrics
     env_scrub: ClassVar[tuple[str, ...]] = ENV_SCRUB
 
+    takes_mmproj: ClassVar[bool] = True
+    request_count_source: ClassVar[str] = "server:POST /v1/chat/completions/input_tokens"
+
     def validate(self, candidate: Candidate) -> list[BenchdError]:
         errors = super().validate(candidate)
+        if candidate.mmproj is not None and not os.path.isfile(candidate.mmproj):
+            errors.insert(0, BenchdError("missing_mmproj", f"candidate {candidate.id!r}: mmproj {candidate.mmproj} "
+                                         "does not exist", f"$.candidates[{candidate.id}].mmproj"))
         for key in candidate.env:
             if key in _RESERVED_ENV:
                 errors.append(
@@ -203,6 +220,24 @@ class LlamaServerAdapter(RuntimeAdapter):
                     )
                 )
         return errors
+
+    def vision_facts(self, candidate: Candidate) -> VisionFacts:
+        """Images need a projector: the candidate's `mmproj` GGUF, read for its vision encoder."""
+        if candidate.mmproj is None:
+            return VisionFacts(False, "llama-server needs `mmproj` (the model's projector GGUF) for images")
+        return mmproj_facts(candidate.mmproj)
+
+    async def count_request_tokens(self, base_url: str, body: Mapping[str, Any]) -> int | None:
+        """The prompt tokens of a chat request, images included, as the server would process it
+        (`POST /v1/chat/completions/input_tokens`, tools/server/server.cpp): no generation runs."""
+        try:
+            status, raw = await http_post_json(base_url, "/v1/chat/completions/input_tokens",
+                                               {"messages": body.get("messages")}, timeout_s=60.0)
+            doc = msgspec.json.decode(raw) if status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
+            return None
+        got = doc.get("input_tokens") if isinstance(doc, dict) else None
+        return got if isinstance(got, int) and not isinstance(got, bool) else None
 
     def restarts_per_context(self, candidate: Candidate) -> bool:
         """The server's `-c` follows the cell's context unless the candidate pins `ctx_size`."""
@@ -246,6 +281,8 @@ class LlamaServerAdapter(RuntimeAdapter):
 
     def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
         argv = [*command, "-m", candidate.model, "--host", HOST, "--port", str(port), "--metrics"]
+        if candidate.mmproj is not None:
+            argv += ["--mmproj", candidate.mmproj]
         if ctx_size is not None:
             argv += ["-c", str(ctx_size)]
         if not any(a.split("=", 1)[0] in ("-np", "--parallel") for a in candidate.args):

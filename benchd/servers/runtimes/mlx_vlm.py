@@ -14,6 +14,13 @@ Facts used (checked with `python -m mlx_vlm.server --help` and the package sourc
   deltas carry both `reasoning` and `reasoning_content`. It skips special tokens when detokenizing.
 - `logit_bias` works on the plain path, but the speculative path (dflash/eagle3/mtp) applies no logits
   processors: EOS cannot be suppressed there, and rows that end short say so.
+- Images: OpenAI `image_url` parts (data URLs); `usage.prompt_tokens` includes the image tokens, and no
+  encode time is reported apart. `--vision-cache-size N` (default 20, `server/cli.py`) keys an LRU of
+  image features on the processed pixels (`vision_cache.py`); only some models use it (gemma4), and 0
+  is not safe there (`put` pops from the empty cache: KeyError), so image-probing candidates start with
+  1: every probe's images are new (unique seed, hash recorded), so even that one entry never serves one.
+  A model dir has a vision model when `config.json` has `vision_config` and `preprocessor_config.json`
+  names its image processor (`vision.mlx_dir_facts`).
 - Knobs come from the environment (its CLI exports a variable only when the flag is given), so inherited
   `KV_*`, `MAX_KV_SIZE`, `QUANTIZED_KV_START`, `PREFILL_STEP_SIZE`, `EXPERT_CACHE_GB`, `TOP_LOGPROBS_K`,
   `MLX_VLM_*` and `APC_*` (`APC_ENABLED` = prefix cache) are removed before a start.
@@ -31,6 +38,7 @@ from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate
 from benchd.servers.runtimes.base import Normalized, ParallelStart, Readiness, SessionStart, _num, json_health
 from benchd.servers.runtimes.mlx_common import MLX_ENV_SCRUB, MlxServerAdapter
+from benchd.servers.runtimes.vision import VisionFacts, mlx_dir_facts
 
 _RESERVED: dict[str, str] = {
     "--model": "use `model`",
@@ -41,6 +49,7 @@ _RESERVED: dict[str, str] = {
     "--draft-block-size": "use `spec.draft_max`",
     "--api-key": "benchd talks to the server without a key",
     "--reload": "a reloader child process would escape supervision",
+    "--vision-cache-size": "benchd sets it to 1 for image probes (unique images per probe)",
 }
 
 PEAK_MEMORY_SOURCE = "server:peak_memory (mx.get_peak_memory, server lifetime)"
@@ -64,8 +73,13 @@ class MlxVlmAdapter(MlxServerAdapter):
                     "EOS cannot be suppressed there")
         return super().eos_gap(candidate)
 
+    def vision_facts(self, candidate: Candidate) -> VisionFacts:
+        return mlx_dir_facts(candidate.model)
+
     def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
         argv = [*command, "--model", candidate.model, "--host", HOST, "--port", str(port)]
+        if candidate.vision:
+            argv += ["--vision-cache-size", "1"]  # not 0: see the module docstring
         spec = candidate.spec
         if spec is not None:
             assert spec.kind is not None  # resolved when the sweep is decoded (Spec.__post_init__)

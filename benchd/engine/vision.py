@@ -1,0 +1,136 @@
+"""Image probes: what an image costs a vision candidate, measured as a pair of requests.
+
+One image probe is the same prompt twice, back to back on the same server: text only, then with
+`images` generated images of one resolution in front of it (OpenAI `image_url` data URLs, the form both
+mlx_vlm.server and llama-server take). From the pair:
+- `image_tokens` = the image request's prompt tokens minus the text-only request's. Neither server
+  reports image tokens apart (mlx_vlm's `prompt_tokens` and llama-server's `prompt_n` include them).
+  Where the adapter can count a request without running it (llama-server's
+  `POST /v1/chat/completions/input_tokens`) both bodies are counted that way; otherwise the two
+  probes' `usage.prompt_tokens` are subtracted. `sources` says which.
+- `image_ttft_ms` (with the images), `text_ttft_ms` (without), `image_extra_ttft_ms` (the difference:
+  encoding plus the image tokens' prefill). `image_encode_ms` is null: neither server times the encode.
+- The row's prompt_tps (image tokens included), gen_tps and memory are the image request's.
+
+Every probe's images are new (`images.probe_seed` over the sweep seed, candidate, resolution and probe
+key), and their sha256 go in the row, so neither a prompt cache nor an image-feature cache can serve a
+probe; a request whose usage reports cached tokens fails the row, as text probes do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from benchd.engine import images as images_mod
+from benchd.engine import probe
+from benchd.probe_result import ProbeResult
+
+if TYPE_CHECKING:
+    from benchd.schemas import Candidate, Sampling
+    from benchd.servers.runtimes.base import Normalized, RuntimeAdapter
+
+ENCODE_NULL_REASON = ("neither mlx_vlm.server nor llama-server reports the image encode apart from prompt "
+                      "processing; image_extra_ttft_ms holds encode + the image tokens' prefill")
+USAGE_COUNT_SOURCE = "server:usage.prompt_tokens (image request minus the same text-only request)"
+
+
+@dataclass
+class ImageProbe:
+    """One measured pair. `status`/`error`: the image request's outcome (a failed text-only request
+    fails the pair too, saying so); `fields`, `sources`, `null_reasons` go into the row."""
+
+    status: str
+    error: str | None
+    text: ProbeResult
+    image: ProbeResult | None
+    norm: Normalized | None
+    generated: list[images_mod.GeneratedImage]
+    fields: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    null_reasons: dict[str, str] = field(default_factory=dict)
+
+
+def make_images(seed: int, cand_id: str, resolution: tuple[int, int], count: int, key: str,
+                broken: bool = False) -> list[images_mod.GeneratedImage]:
+    """The probe's images: unique to (seed, candidate, resolution, key, index); `broken` truncates each."""
+    w, h = resolution
+    out = [images_mod.photo_like(w, h, images_mod.probe_seed(seed, cand_id, w, h, key, i)) for i in range(count)]
+    return [images_mod.truncated(im) for im in out] if broken else out
+
+
+def _body(adapter: RuntimeAdapter, cand: Candidate, prompt: str, max_tokens: int, sampling: Sampling,
+          thinking: str, run_to_length: bool) -> dict[str, Any]:
+    body = adapter.request_body(model=adapter.request_model(cand), prompt=prompt, max_tokens=max_tokens,
+                                sampling=sampling, thinking=thinking)
+    body.update(adapter.length_fields(cand, run_to_length))
+    return body
+
+
+async def measure(
+    adapter: RuntimeAdapter,
+    base_url: str,
+    cand: Candidate,
+    *,
+    prompt: str,
+    generated: list[images_mod.GeneratedImage],
+    max_tokens: int,
+    sampling: Sampling,
+    timeout_s: float,
+    thinking: str = "default",
+    run_to_length: bool = True,
+    marks: Callable[[str], None] | None = None,
+) -> ImageProbe:
+    """Run the text-only request, then the same prompt with `generated` images (the caller samples
+    memory and energy around this call; `marks` are the image request's)."""
+    text_body = _body(adapter, cand, prompt, max_tokens, sampling, thinking, run_to_length)
+    image_body = dict(text_body, messages=adapter.image_messages(prompt, [im.data_url() for im in generated]))
+    url, headers = base_url + adapter.request_path(), adapter.request_headers()
+    spec = cand.spec is not None
+    text = await probe.run(url, adapter.encode_body(text_body), headers, timeout_s=timeout_s)
+    w, h = generated[0].width, generated[0].height
+    base: dict[str, Any] = {"image_width": w, "image_height": h, "images": len(generated),
+                            "image_sha256": [im.sha256 for im in generated]}
+    sources = {"image_sha256": "benchd:sha256 of each generated PNG (unique per probe)",
+               "images": "benchd: photo-like PNGs (gradient, shapes, noise), seeded per probe"}
+    reasons = {"image_encode_ms": ENCODE_NULL_REASON}
+    if not text.ok:
+        reasons.update({k: f"the text-only request failed: {text.error}"[:300]
+                        for k in ("image_tokens", "image_ttft_ms", "text_ttft_ms", "image_extra_ttft_ms")})
+        return ImageProbe("failed", f"the text-only request failed: {text.error}", text, None, None, generated,
+                          base, sources, reasons)
+    text_norm = adapter.normalize(text, spec_configured=spec)
+    image = await probe.run(url, adapter.encode_body(image_body), headers, timeout_s=timeout_s, marks=marks)
+    norm = adapter.normalize(image, spec_configured=spec)
+    fields = dict(base, text_ttft_ms=text_norm.ttft_ms)
+    sources["text_ttft_ms"] = "client: first streamed token of the same prompt without images, just before"
+    if not image.ok:
+        why = f"the image request failed: {image.error}"[:300]
+        reasons.update({k: why for k in ("image_tokens", "image_ttft_ms", "image_extra_ttft_ms")})
+        return ImageProbe(image.status, image.error, text, image, norm, generated, fields, sources, reasons)
+    fields["image_ttft_ms"] = norm.ttft_ms
+    sources["image_ttft_ms"] = "client: first streamed token of the request with the images"
+    if norm.ttft_ms is not None and text_norm.ttft_ms is not None:
+        fields["image_extra_ttft_ms"] = round(norm.ttft_ms - text_norm.ttft_ms, 3)
+        sources["image_extra_ttft_ms"] = "image_ttft_ms minus text_ttft_ms"
+    else:
+        reasons["image_extra_ttft_ms"] = "a TTFT of the pair is missing"
+    counted = None
+    if adapter.request_count_source:
+        with_images = await adapter.count_request_tokens(base_url, image_body)
+        without = await adapter.count_request_tokens(base_url, text_body)
+        if with_images is not None and without is not None:
+            counted = with_images - without
+            sources["image_tokens"] = f"{adapter.request_count_source} (image request minus text-only request)"
+    if counted is None and norm.prompt_tokens is not None and text_norm.prompt_tokens is not None:
+        counted = norm.prompt_tokens - text_norm.prompt_tokens
+        sources["image_tokens"] = USAGE_COUNT_SOURCE
+    if counted is None:
+        reasons["image_tokens"] = "the server reported no prompt tokens for the pair"
+    fields["image_tokens"] = counted
+    status, error = "ok", None
+    for which, n in (("text-only", text_norm.cached_tokens), ("image", norm.cached_tokens)):
+        if n not in (None, 0):
+            status, error = "failed", f"the {which} request was served {n} cached tokens: the figures would be fake"
+    return ImageProbe(status, error, text, image, norm, generated, fields, sources, reasons)
