@@ -94,6 +94,7 @@ def check_sweep(path: str) -> tuple[Any, list[str]]:
         problems += [f"{where}: {e}" for e in adapter.validate(cand)]
         if sweep is not None:
             problems += [f"{where}: {e}" for e in adapter.validate_vision(cand, sweep.vision)]
+            problems += [f"{where}: {e}" for e in adapter.validate_levels(cand, sweep.concurrency)]
         if cand.binary is None:
             try:
                 exe = _first_str(adapter.command(cand, cache_dir))
@@ -187,7 +188,10 @@ def _settings(sweep: Any) -> dict[str, Any]:
             "eval_reasoning_budget": sweep.eval_reasoning_budget,
             "vision": {"candidates": [c.id for c in sweep.candidates if c.vision], "images": v.images,
                        "resolutions": [list(r) for r in v.resolutions],
-                       "context": v.context if v.context is not None else min(sweep.contexts)}}
+                       "context": v.context if v.context is not None else min(sweep.contexts)},
+            "session": {"turns": sweep.session.turns, "append_tokens": sweep.session.append_tokens,
+                        "gen_tokens": sweep.session_gen_tokens()},
+            "concurrency": list(sweep.concurrency)}
 
 
 @click.command()
@@ -230,6 +234,12 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
                            + (f", draft {cand.spec.draft_model}" if cand.spec.draft_model else ""))
         if sweep.sustained.tokens:
             click.echo(f"  + one sustained generation of {sweep.sustained.tokens} tokens per candidate")
+        if sweep.session.turns:
+            click.echo(f"  + one session per cell: {sweep.session.turns} turns, {sweep.session.append_tokens} tokens "
+                       f"appended per turn, {sweep.session_gen_tokens()} generated per turn (prompt cache on)")
+        for level in sweep.parallel_levels():
+            click.echo(f"  + concurrency {level}: a server start of its own per candidate and context, batches of "
+                       f"{level} simultaneous requests")
         for line in _pinning(sweep):
             click.echo(line)
         st = _settings(sweep)

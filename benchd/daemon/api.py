@@ -168,11 +168,13 @@ def check_paths(sweep: Sweep) -> None:
 
 
 def validate_candidates(sweep: Sweep) -> None:
-    """Each runtime adapter's own checks (reserved args, spec kinds)."""
+    """Each runtime adapter's own checks (reserved args, spec kinds, concurrency levels vs its slots)."""
     from benchd.servers.runtimes import get_adapter
 
     for i, cand in enumerate(sweep.candidates):
-        problems = _adapter_problems(get_adapter, cand) + get_adapter(cand.runtime).validate_vision(cand, sweep.vision)
+        adapter = get_adapter(cand.runtime)
+        problems = (_adapter_problems(get_adapter, cand) + adapter.validate_vision(cand, sweep.vision)
+                    + adapter.validate_levels(cand, sweep.concurrency))
         if problems:
             first = problems[0]
             field = first.field or f"$.sweep.candidates[{i}]"

@@ -27,7 +27,7 @@ import msgspec
 
 from benchd.config import Config
 from benchd.engine import cooldown as cooldown_mod
-from benchd.engine import evalrun, evals, probe, verdict
+from benchd.engine import evalrun, evals, probe, verdict, visits
 from benchd.engine import series as series_mod
 from benchd.engine.energy import Delta, EnergySession
 from benchd.engine.groups import Group, plan_groups
@@ -130,6 +130,9 @@ class Engine:
         for g in groups:
             if self.group_has_work(cand, g):
                 await self.run_group(adapter, cand, g)
+        host = visits.EngineHost(self)  # sessions and parallel levels: server starts of their own, nothing else resident
+        await visits.sessions(host, cand)
+        await visits.levels(host, cand)
 
     async def run_sentinel(self) -> None:
         """Re-run the sweep's first cell (same candidate, context, probe count) to measure the drift."""

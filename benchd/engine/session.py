@@ -217,17 +217,21 @@ async def run_session(run: SessionRun) -> list[Row]:
 def failed_session(run: SessionRun, turns: Sequence[Turn], at: int, why: str,
                    cooldown: CooldownRecord | None) -> list[Row]:
     """Every turn of the session as a failed row naming the turn that failed and why."""
-    facts = ServerFacts.of(run.server)
-    error = f"session failed at turn {at} of {run.plan.turns}: {why}"
-    rows = []
-    for number in range(1, run.plan.turns + 1):
-        ran = turns[number - 1] if number <= len(turns) else None
-        rows.append(build_row(Cell(run.job, run.candidate, run.context, "session", number), status="failed",
-                              started_at=ran.started_at if ran else utcnow(), server=facts,
-                              cooldown=cooldown if number == 1 else None, error=error,
-                              log_tail=run.server.log_tail() if number == at else None,
-                              extra={"turn": number}))
-    return rows
+    started = [t.started_at for t in turns]
+    return failed_rows(run.job, run.candidate, run.context, run.plan.turns, run.server, at, why, cooldown, started)
+
+
+def failed_rows(job: str, cand: Candidate, context: int, turns: int, server: Server, at: int, why: str,
+                cooldown: CooldownRecord | None = None, started: Sequence[str] = ()) -> list[Row]:
+    """A failed session's rows (`at` = the turn that failed; 0 = before turn 1)."""
+    facts = ServerFacts.of(server)
+    where = f"at turn {at} of {turns}" if at else "before turn 1"
+    error = f"session failed {where}: {why}"
+    return [build_row(Cell(job, cand, context, "session", n), status="failed",
+                      started_at=started[n - 1] if n <= len(started) else utcnow(), server=facts,
+                      cooldown=cooldown if n == 1 else None, error=error,
+                      log_tail=server.log_tail() if n == max(at, 1) else None, extra={"turn": n})
+            for n in range(1, turns + 1)]
 
 
 def turn_row(run: SessionRun, t: Turn, prefixes: Prefixes, cooldown: CooldownRecord | None) -> Row:

@@ -33,14 +33,16 @@ def fixed_deferred(sweep: Sweep) -> list[Deferred]:
     out = [
         Deferred(axis="vision", reason="no image probe in this tier: every probe is text-only, "
                  "mlx_vlm.server candidates included"),
-        Deferred(axis="concurrency", reason="probes run one request at a time; throughput and latency "
-                 "under parallel requests are not measured"),
-        Deferred(axis="prefix-cache", reason="every prompt is unique at its start, so speed with a warm "
-                 "prompt cache (multi-turn chat) is not measured"),
         Deferred(axis="contexts", reason=f"only the context grid {list(sweep.contexts)} was measured; other "
                  "context sizes are not"),
         Deferred(axis="quality", reason=f"quality beyond the eval tier ({sweep.eval_tier}) is not measured"),
     ]
+    if not sweep.parallel_levels():
+        out.append(Deferred(axis="concurrency", reason="probes run one request at a time (concurrency = [1]); "
+                            "throughput and latency under parallel requests are not measured"))
+    if sweep.session.turns == 0:
+        out.append(Deferred(axis="prefix-cache", reason="no session probes (session.turns = 0): every prompt is "
+                            "unique at its start, so speed with a warm prompt cache (multi-turn chat) is not measured"))
     if sweep.eval_tier == "none":
         out.append(Deferred(axis="eval", reason="eval_tier none: no quality check ran"))
     if sweep.sustained.tokens == 0:

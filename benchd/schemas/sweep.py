@@ -199,6 +199,10 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     deferred: Annotated[list[Deferred], Meta(max_length=256)] = []
     sampling: Sampling = Sampling()
     sustained: Sustained = Sustained()
+    session: Session = Session()
+    #: Parallel-request levels: per level N > 1, one server start serving N simultaneous streams per batch.
+    concurrency: Annotated[list[Annotated[int, Meta(ge=1, le=64)]], Meta(min_length=1, max_length=8)] = msgspec.field(
+        default_factory=lambda: [1])
     cooldown: Cooldown = Cooldown()
     vision: Vision = Vision()
     # Linux: a server whose thread count is known (llama-server -t N) and below the usable cores runs
@@ -216,6 +220,16 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
             raise ValueError(f"candidate ids must be unique; repeated: {', '.join(dup)}")
         if len(set(self.contexts)) != len(self.contexts):
             raise ValueError("contexts must not repeat")
+        if len(set(self.concurrency)) != len(self.concurrency):
+            raise ValueError("concurrency levels must not repeat")
+
+    def session_gen_tokens(self) -> int:
+        """Tokens generated per session turn: `[session] gen_tokens`, else the sweep's `gen_tokens`."""
+        return self.session.gen_tokens if self.session.gen_tokens is not None else self.gen_tokens
+
+    def parallel_levels(self) -> list[int]:
+        """The concurrency levels that get server starts of their own (level 1 is the cold probes)."""
+        return sorted(n for n in self.concurrency if n > 1)
 
     def probe_plan(self) -> ProbePlan:
         """The probes field resolved: a fixed count is min = max = count with the default CI target."""

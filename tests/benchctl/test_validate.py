@@ -96,3 +96,29 @@ def test_validate_shows_the_resolved_kind(tmp_path: Path) -> None:
     out = validate(f)
     assert out.returncode == 0, out.stderr
     assert f"c: spec kind draft, draft {draft}" in out.stdout
+
+
+def test_sessions_and_levels_are_shown_and_a_level_above_the_slots_is_refused(tmp_path: Path) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    exe = tmp_path / "llama-server"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    head = (f'name = "s"\ncontexts = [64]\ngen_tokens = 4\nconcurrency = [1, 2, 4]\n[session]\nturns = 3\n'
+            f'append_tokens = 32\n[[candidates]]\nid = "c"\nruntime = "llama-server"\nmodel = "{model}"\n'
+            f'binary = "{exe}"\n')
+    f = tmp_path / "s.toml"
+    f.write_text(head)
+    out = validate(f)
+    assert out.returncode == 0, out.stderr
+    assert "one session per cell: 3 turns, 32 tokens appended per turn, 4 generated" in out.stdout
+    assert "concurrency 2:" in out.stdout and "concurrency 4:" in out.stdout
+    settings = json.loads(validate(f, "--json").stdout)["settings"]
+    assert settings["session"] == {"turns": 3, "append_tokens": 32, "gen_tokens": 4}
+    assert settings["concurrency"] == [1, 2, 4]
+    f.write_text(head + 'args = ["-np", "2"]\n')
+    out = validate(f, "--json")
+    assert out.returncode == 2, out.stdout
+    problems = json.loads(out.stdout)["problems"]
+    assert any("concurrency level 4 is above the 2 simultaneous requests" in p and "-np 2" in p for p in problems)
+    assert not any("concurrency level 2 " in p for p in problems)

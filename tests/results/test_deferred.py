@@ -81,6 +81,15 @@ def assert_every_null_appears(sweep: Sweep, rows: list[Row]) -> list[Deferred]:
     return entries
 
 
+def test_sessions_and_levels_remove_their_deferred_entries():
+    """prefix-cache and concurrency are deferred only while the sweep does not measure them."""
+    sweep = make_sweep(session={"turns": 4}, concurrency=[1, 2])
+    axes = {e.axis for e in automatic_deferred(sweep, full_rows(sweep))}
+    assert "prefix-cache" not in axes and "concurrency" not in axes
+    only_one = make_sweep(concurrency=[1])
+    assert "concurrency" in {e.axis for e in automatic_deferred(only_one, full_rows(only_one))}
+
+
 def test_fixed_entries_and_scope():
     sweep = make_sweep(sustained={"tokens": 0, "window": 8})
     entries = automatic_deferred(sweep, full_rows(sweep))

@@ -375,6 +375,15 @@ class RuntimeAdapter:
         its args set no limit (benchd then sets one per level)."""
         return None, ""
 
+    def validate_levels(self, candidate: Candidate, levels: list[int]) -> list[BenchdError]:
+        """A concurrency level above the simultaneous requests the candidate's own args allow is refused."""
+        slots, flag = self.parallel_slots(candidate)
+        return [BenchdError("concurrency_above_slots",
+                            f"candidate {candidate.id!r}: concurrency level {n} is above the {slots} simultaneous "
+                            f"requests {self.name} serves with {flag}; remove the flag (benchd sets it per level) "
+                            "or the level", "$.concurrency")
+                for n in levels if slots is not None and n > slots]
+
     def parallel_body(self, body: dict[str, Any]) -> str | None:
         """Adjust a parallel request's body in place so the runtime can batch it; returns what changed
         (recorded in the row's sources), or None."""

@@ -1,0 +1,230 @@
+"""The session and parallel-request visits of one candidate: server starts of their own, cooldowns, rows.
+
+The scheduler calls `sessions(host, cand)` and `levels(host, cand)` where the plan puts them (after the
+candidate's cold probes, with nothing else resident, so memory at a level is that level's own). `Host`
+is what these visits need from the engine; the scheduler implements it over its own start, cooldown,
+prompt and commit steps.
+
+- Sessions: one per context of the grid, on the runtime's session start (`adapter.session_start`: the
+  cold probes' kind of start for llama-server, whose cache is a per-request switch; a start of its own
+  with the cache on for the MLX servers). The cooldown runs before each session. Rows are committed
+  when the session ends, so a killed daemon leaves none and resume starts it at turn 1; a session whose
+  server crashed mid-way is run once more on a fresh start, then its failed rows stand.
+- Levels: per concurrency level N > 1 and context, one start (`adapter.parallel_start`), then as many
+  batches as the sweep's probe count (the fixed count, or the adaptive minimum), each after a cooldown;
+  a batch's rows are committed together. Keys already stored are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from benchd.engine import cooldown as cooldown_mod
+from benchd.engine import parallel, session
+from benchd.engine.prompts import Prompt
+from benchd.engine.rows import Cell, ServerFacts, build_row
+from benchd.schemas import Candidate, CooldownRecord, Row, Sweep
+from benchd.servers.runtimes import get_adapter
+from benchd.servers.runtimes.base import RuntimeAdapter
+from benchd.servers.server import Server
+from benchd.store import utcnow
+
+
+class Host(Protocol):
+    """What the visits need from the engine."""
+
+    job: str
+    sweep: Sweep
+    timeout_s: float
+    memory_rate_hz: float
+
+    def rows(self, cand: str, context: int, kind: str) -> list[Row]:
+        """The rows stored for (candidate, context, kind)."""
+        ...
+
+    def commit(self, row: Row) -> None: ...
+
+    def emit(self, type_: str, **payload: Any) -> None: ...
+
+    async def start(self, cand: Candidate, ctx_size: int | None, context: int) -> Server | str:
+        """A ready, warmed server for `cand` (a variant of a sweep candidate, same id) with prompts sized
+        for `context`, or why it never got ready."""
+        ...
+
+    async def stop(self, server: Server) -> None: ...
+
+    async def cool_down(self, cand: Candidate, context: int, kind: str, probe: int) -> CooldownRecord: ...
+
+    async def prompt(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int,
+                     tag: str) -> tuple[Prompt, str]:
+        """A unique prompt of `context` tokens and how it was sized."""
+        ...
+
+
+def _failed(host: Host, cand: Candidate, context: int, kind: str, probes: list[int], error: str,
+            extra: dict[str, Any]) -> None:
+    for p in probes:
+        host.commit(build_row(Cell(host.job, cand, context, kind, p), status="failed",  # type: ignore[arg-type]
+                              started_at=utcnow(), server=ServerFacts(None, None, None), error=error,
+                              extra={**extra, **({"turn": p} if kind == "session" else {})}))
+
+
+# -------------------------------------------------------------------------------------------- sessions
+
+
+async def sessions(host: Host, cand: Candidate) -> None:
+    """One session per context of the grid (skipped when its rows are stored)."""
+    plan = host.sweep.session
+    if plan.turns == 0:
+        return
+    adapter = get_adapter(cand.runtime)
+    start = adapter.session_start(cand)
+    for context in host.sweep.contexts:
+        if len({r.probe for r in host.rows(cand.id, context, "session")}) >= plan.turns:
+            continue
+        rows = await _one_session(host, adapter, start, cand, context)
+        restarted = None
+        if rows and rows[0].status != "ok" and "crashed" in (rows[0].error or ""):
+            restarted = rows[0].error
+            rows = await _one_session(host, adapter, start, cand, context)  # once more, from turn 1
+        for row in rows:
+            host.commit(row)
+        summary = session.session_summary(rows)
+        host.emit("session_finished", candidate=cand.id, context=context,
+                  warm_ttft_ms=summary.warm_ttft_ms if summary else None,
+                  reuse_fraction=summary.reuse_fraction if summary else None,
+                  misses=summary.misses if summary else None, status=rows[0].status if rows else "failed",
+                  restarted_after=restarted)
+
+
+async def _one_session(host: Host, adapter: RuntimeAdapter, start: Any, cand: Candidate, context: int) -> list[Row]:
+    plan = host.sweep.session
+    turns = list(range(1, plan.turns + 1))
+    gen = host.sweep.session_gen_tokens()
+    ctx = adapter.server_ctx_size(cand, context + plan.turns * (plan.append_tokens + gen + 64), gen)
+    server = await host.start(start.candidate, ctx, context)
+    if isinstance(server, str):
+        return [build_row(Cell(host.job, cand, context, "session", p), status="failed", started_at=utcnow(),
+                          server=ServerFacts(ctx, None, None), error=f"session server never became ready: {server}",
+                          extra={"turn": p}) for p in turns]
+    try:
+        prompt, sizing = await host.prompt(adapter, server, cand, context, f"{host.job}/{cand.id}/{context}/session")
+        run = session.SessionRun(
+            job=host.job, adapter=adapter, server=server, candidate=cand, context=context, sweep=host.sweep,
+            plan=plan, timeout_s=host.timeout_s, first_prompt=prompt, sizing=sizing, cache_notes=start.notes,
+            cool_down=lambda: host.cool_down(cand, context, "session", 1), memory_rate_hz=host.memory_rate_hz,
+            on_turn=lambda t: host.emit("session_turn", candidate=cand.id, context=context, turn=t.number,
+                                        ttft_ms=t.result.ttft_ms, cached_tokens=t.norm.cached_tokens))
+        return await session.run_session(run)
+    except Exception as exc:  # the server went away while sizing: the session fails as a whole
+        return session.failed_rows(host.job, cand, context, plan.turns, server, 0, f"{type(exc).__name__}: {exc}")
+    finally:
+        await host.stop(server)
+
+
+# ------------------------------------------------------------------------------------------ levels
+
+
+def _cooldown(host: Host, cand: Candidate, context: int, probe: int) -> Callable[[], Awaitable[CooldownRecord]]:
+    return lambda: host.cool_down(cand, context, "parallel", probe)
+
+
+async def levels(host: Host, cand: Candidate) -> None:
+    """Per concurrency level N > 1 and context: one start, the sweep's count of batches of N requests."""
+    sweep = host.sweep
+    adapter = get_adapter(cand.runtime)
+    batches = sweep.probe_plan().min
+    for level in sweep.parallel_levels():
+        for context in sweep.contexts:
+            stored = {r.probe for r in host.rows(cand.id, context, "parallel")}
+            todo = [b for b in range(batches)
+                    if not all(parallel.probe_number(level, b, i) in stored for i in range(level))]
+            if not todo:
+                continue
+            start = adapter.parallel_start(cand, level, adapter.server_ctx_size(cand, context, sweep.gen_tokens))
+            server = await host.start(start.candidate, start.ctx_size, context)
+            if isinstance(server, str):
+                _failed(host, cand, context, "parallel",
+                        [parallel.probe_number(level, b, i) for b in todo for i in range(level)],
+                        f"concurrency-{level} server never became ready: {server}",
+                        {"concurrency": level})
+                continue
+            try:
+                run = parallel.ParallelRun(
+                    job=host.job, adapter=adapter, server=server, candidate=cand, context=context, sweep=sweep,
+                    level=level, timeout_s=host.timeout_s, notes=start.notes, serial=start.serial,
+                    slot_facts=await adapter.slot_facts(server.base_url), memory_rate_hz=host.memory_rate_hz)
+                for b in todo:
+                    if not server.running:
+                        break
+                    prompts = [(await host.prompt(adapter, server, cand, context,
+                                                  f"{host.job}/{cand.id}/{context}/parallel{level}-{b}-{i}"))[0]
+                               for i in range(level)]
+                    run.cool_down = _cooldown(host, cand, context, parallel.probe_number(level, b, 0))
+                    for row in await parallel.run_batch(run, b, prompts, sweep.gen_tokens):
+                        host.commit(row)
+                summary = parallel.parallel_summary(
+                    [r for r in host.rows(cand.id, context, "parallel") if r.concurrency == level])
+                host.emit("level_finished", candidate=cand.id, context=context, concurrency=level,
+                          agg_gen_tps=summary[level].agg_gen_tps if level in summary else None)
+            finally:
+                await host.stop(server)
+
+
+# ------------------------------------------------------------------------------------------ the host
+
+
+class EngineHost:
+    """`Host` over the sweep engine: its server starts (events, energy, pinning), the sweep's warm-up and
+    prompt sizing after each start, the cooldown policy with its events, and its commit."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.job: str = engine.job
+        self.sweep: Sweep = engine.sweep
+        self.timeout_s: float = engine.timeout_s
+        self.memory_rate_hz: float = engine.memory_rate_hz
+
+    def rows(self, cand: str, context: int, kind: str) -> list[Row]:
+        return list(self.engine.book.cells.get((cand, context, kind), []))
+
+    def commit(self, row: Row) -> None:
+        self.engine.commit(row)
+
+    def emit(self, type_: str, **payload: Any) -> None:
+        self.engine.emit(type_, **payload)
+
+    async def start(self, cand: Candidate, ctx_size: int | None, context: int) -> Server | str:
+        from benchd.engine.groups import Group
+
+        server = await self.engine.start_server(cand, Group(ctx_size, [], False, False))
+        if server is None:
+            return "see the server_crashed event for its exit status and log tail"
+        adapter = get_adapter(cand.runtime)
+        try:
+            async with asyncio.timeout(self.timeout_s * (self.sweep.warmup + 1)):
+                await self.engine.sizer.warm_up(adapter, server, cand, context)
+                await self.engine.sizer.size_prompts(adapter, server, cand, context)
+        except Exception as exc:
+            await self.stop(server)
+            return f"warm-up / prompt sizing failed: {type(exc).__name__}: {exc}"
+        return server
+
+    async def stop(self, server: Server) -> None:
+        await asyncio.shield(self.engine.stop_server(server))
+
+    async def cool_down(self, cand: Candidate, context: int, kind: str, probe: int) -> CooldownRecord:
+        policy = self.sweep.cooldown
+        self.emit("cooldown_started", candidate=cand.id, context=context, probe=probe, kind=kind, policy=policy.policy)
+        record = await cooldown_mod.wait(policy, self.engine.sensor)
+        self.emit("cooldown_finished", candidate=cand.id, context=context, probe=probe, kind=kind, record=record)
+        return record
+
+    async def prompt(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int,
+                     tag: str) -> tuple[Prompt, str]:
+        async with asyncio.timeout(self.timeout_s):
+            counter = await self.engine.sizer.counter(adapter, server)
+            prompt = await self.engine.prompts.build(context, tag, counter, key=cand.id)
+        return prompt, f"{self.engine.sizer.method(prompt.method, server)}"
