@@ -37,8 +37,8 @@ RunJob = Callable[..., Awaitable[Any]]
 #: Called with (job id, outcome, runbook id or None) once a job has ended and its runbook is written.
 JobEnded = Callable[[str, str, str | None], Awaitable[None]]
 
-#: How often jobs waiting on `when` conditions are re-checked (no event tells us the machine went idle).
-CONDITION_RECHECK_S = 30.0
+#: How often the `when` conditions of waiting jobs are polled (no event tells us the machine went idle).
+CONDITION_POLL_S = 30.0
 #: How long `cancel` waits for a running job to stop (the contract: within 2 s).
 CANCEL_WAIT_S = 2.0
 
@@ -241,7 +241,7 @@ class JobQueue:
             if reason is None and job.when:
                 reason = await unmet(list(job.when), self.store.get_sweep(job.id).cooldown)
                 if reason is not None:
-                    delay = CONDITION_RECHECK_S if delay is None else min(delay, CONDITION_RECHECK_S)
+                    delay = CONDITION_POLL_S if delay is None else min(delay, CONDITION_POLL_S)
             if reason is None:
                 return job, None
             if job.state != "waiting" or job.waiting_reason != reason:

@@ -1,19 +1,11 @@
-"""Keep the lock honest: notice when what the lock depends on changed, re-measure, tell the user.
+"""The lock's recheck timer and its queueing; what to check and what a verdict means is `benchd.lock`.
 
-At daemon start and then every `recheck_hours` the `Rechecker` reads the lock's fingerprint baseline
-(the newest recheck's of this lock, else the lock's own) and the current one (from files: binary,
-version, packages, model; see `servers.fingerprint`). A difference queues a recheck job (the locked
-candidate on the evidence's settings, `lock.recheck.recheck_sweep`) with the `[recheck]` settings'
-conditions (`when`, next `at`). When that job ends, its verdict goes into the lock's `[[rechecks]]`
-history (appended: the `[locked]` block is never rewritten). A significant regression beyond the
-threshold is first confirmed by a second recheck queued at once (same `when`, no `at`: on a busy machine
-one run in five to ten called an unchanged build slower, benchmarks/RESULTS.md §6); when the second
-run finds it too, or a recheck failed, benchd posts a desktop notification (`lock.notify`).
-`confirm = false` in the settings notifies on the first run.
-
-Why a state file (`<state>/recheck.json`) and not only the jobs table: the pending recheck's cause
-and fingerprint must survive a restart between queueing and the verdict, and a recheck is told apart
-from a user's sweep without a new column in the store.
+At daemon start and then every `recheck_hours` the `Rechecker` asks `lock.watch.inspect` whether the
+fingerprint changed; a change queues a recheck job (`lock.recheck.recheck_sweep`) with the `[recheck]`
+settings' conditions (`when`, next `at`). When that job ends, its verdict goes into the lock's
+`[[rechecks]]` history; a regression is confirmed by a second recheck queued at once (same `when`, no
+`at`: a short run can land in a busy minute), and a confirmed one, or a failed recheck, is notified
+(`lock.notify`). `GET /v1/recheck` and `POST /v1/recheck` are served from here.
 """
 
 from __future__ import annotations
@@ -21,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,25 +22,22 @@ from aiohttp import web
 from benchd.config import Config
 from benchd.daemon.queue import JobQueue
 from benchd.errors import BenchdError, NotFound, from_validation
-from benchd.lock.lockfile import LockFile, append_recheck, locked_candidate, read_lock
-from benchd.lock.notify import notify
-from benchd.lock.recheck import baseline, finish_entry, last_recheck, recheck_sweep, summary
+from benchd.lock import watch
+from benchd.lock.lockfile import LockFile, append_recheck, read_lock
+from benchd.lock.notify import message, notify
+from benchd.lock.recheck import finish_entry, recheck_sweep, summary
 from benchd.schemas import (
     TERMINAL_JOB_STATES,
     Fingerprint,
     PendingRecheck,
-    RecheckEntry,
-    RecheckState,
     RecheckStatus,
     recheck_request_decoder,
 )
-from benchd.servers.fingerprint import changes, take_fingerprint
 from benchd.settings import load_settings, settings_path
 from benchd.store import Store, utcnow
 
 log = logging.getLogger("benchd.daemon.recheck")
 
-STATE_FILE = "recheck.json"
 _enc = msgspec.json.Encoder()
 
 
@@ -73,31 +61,15 @@ class Rechecker:
         loaded, self.settings_error = load_settings(settings_path(config.state_dir))
         self.settings = loaded.recheck
         self.lock_error: str | None = None
-        self.state = self._load_state()
+        self.state_file = watch.StateFile(config.state_dir)
+        self.state = self.state_file.state
         self.next_check_at: str | None = None
         self._mutex = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         queue.job_ended.append(self.on_job_end)
 
-    # ------------------------------------------------------------------------------- state file
-
-    @property
-    def state_path(self) -> Any:
-        return self.config.state_dir / STATE_FILE
-
-    def _load_state(self) -> RecheckState:
-        try:
-            return msgspec.json.decode(self.state_path.read_bytes(), type=RecheckState)
-        except FileNotFoundError:
-            return RecheckState()
-        except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
-            log.error("%s unreadable (%s): starting with no pending recheck", self.state_path, exc)
-            return RecheckState()
-
     def _save_state(self) -> None:
-        tmp = self.state_path.with_name(f".{STATE_FILE}.tmp{os.getpid()}")
-        tmp.write_bytes(msgspec.json.format(_enc.encode(self.state)))
-        os.replace(tmp, self.state_path)
+        self.state_file.save()
 
     # ------------------------------------------------------------------------------- lifecycle
 
@@ -149,18 +121,8 @@ class Rechecker:
 
     def _inspect(self) -> tuple[LockFile | None, Fingerprint | None, list[str]]:
         """(lock, current fingerprint, what changed since the baseline); no lock: (None, None, [])."""
-        path = self.config.locked_path
-        if not path.exists():
-            self.lock_error = None
-            return None, None, []
-        try:
-            lf = read_lock(path)
-        except BenchdError as exc:
-            self.lock_error = exc.message
-            return None, None, []
-        self.lock_error = None
-        current = take_fingerprint(locked_candidate(lf.locked), self.config, "read by the recheck detector")
-        return lf, current, changes(baseline(lf), current)
+        lf, current, changed, self.lock_error = watch.inspect(self.config)
+        return lf, current, changed
 
     def _pending_active(self) -> PendingRecheck | None:
         """The pending recheck until its verdict is written (its job may have just ended), unless its
@@ -249,44 +211,27 @@ class Rechecker:
             lock_runbook=pending.lock_runbook, locked_at=pending.locked_at, cause=pending.cause,
             fingerprint=pending.fingerprint, threshold_pct=self.settings.threshold_pct, error=error)
         entry = msgspec.structs.replace(entry, confirms=pending.confirms)
-        if entry.regressed and self.settings.confirm and pending.confirms is None:
+        step = watch.after_verdict(entry, self.settings, pending.confirms)
+        if step == "confirm":
             again = await self._queue(lf, pending.fingerprint, [f"confirming the regression found by recheck job "
                                                                 f"{pending.job}", *pending.cause],
                                       now=pending.now, confirms=pending.job)
             entry = msgspec.structs.replace(entry, confirming=again.job,
                                             notified=f"held until recheck job {again.job} confirms it")
-        elif entry.regressed or entry.outcome == "failed":
-            entry = msgspec.structs.replace(entry, notified=await notify(*self._message(lf, entry),
+        elif step == "notify":
+            entry = msgspec.structs.replace(entry, notified=await notify(*message(lf, entry),
                                                                          self.settings.notify_command))
         await asyncio.to_thread(append_recheck, path, entry)
         log.warning("recheck job %s of %s: %s", pending.job, entry.candidate, summary(entry))
 
-    def _message(self, lf: LockFile, entry: RecheckEntry) -> tuple[str, str]:
-        old = lf.locked.binary_version or "?"
-        new = entry.fingerprint.version if entry.fingerprint and entry.fingerprint.version else "?"
-        title = (f"benchd: {entry.candidate} got slower" if entry.regressed
-                 else f"benchd: recheck of {entry.candidate} {entry.outcome}")
-        versions = f"{old} -> {new}" if old != new else f"version {new}"
-        return title, f"{versions}; {'; '.join(entry.cause)}. {summary(entry)}"
-
     # ------------------------------------------------------------------------------- status
 
     def status(self) -> RecheckStatus:
-        lf = None
-        path = self.config.locked_path
-        if path.exists():
-            try:
-                lf = read_lock(path)
-                self.lock_error = None
-            except BenchdError as exc:
-                self.lock_error = exc.message
         pending = self._pending_active()
         job = self.store.get_job(pending.job, with_sweep=False) if pending else None
-        last: RecheckEntry | None = last_recheck(lf) if lf else None
-        return RecheckStatus(settings=self.settings, settings_error=self.settings_error, lock_path=str(path),
-                             lock_candidate=lf.locked.candidate if lf else None, lock_error=self.lock_error,
-                             pending=pending, pending_job=job, last=last, last_check_at=self.state.last_check_at,
-                             last_check=self.state.last_check, next_check_at=self.next_check_at)
+        record, self.lock_error = watch.status(self.config, self.settings, self.settings_error, self.state,
+                                               pending, job, self.next_check_at)
+        return record
 
 
 def routes(rechecker: Rechecker) -> list[web.RouteDef]:

@@ -12,7 +12,7 @@
   `annotate` turns a probe row into what it must record: the throttle check against the cell's
   running median, and, when the machine slept or the server was seen stopped during the probe, a failed
   row with that reason (`invalidated`), never a slow number.
-- `recheck` extends a `thermal` cooldown after a throttle-suspect probe: short check probes until one
+- `throttle_checks` extends a `thermal` cooldown after a throttle-suspect probe: short check probes until one
   is back within the threshold, bounded by the policy's `max_seconds`; every check is in the record.
 
 Resume-safe: the series is rebuilt from the rows already stored, so it continues where it stopped.
@@ -181,10 +181,10 @@ def annotate(row: Row, *, earlier: Sequence[float], plan: ProbePlan, thermal: Th
     return msgspec.structs.replace(row, sources=sources, null_reasons=reasons, **changes)
 
 
-# ------------------------------------------------------------------------------ throttle recheck
+# ------------------------------------------------------------------------------ throttle checks
 
 
-def recheck_baseline(series: CellSeries | None, policy: Cooldown) -> float | None:
+def throttle_baseline(series: CellSeries | None, policy: Cooldown) -> float | None:
     """The running median to recover to when policy `thermal` follows a throttle-suspect probe, else None."""
     last = series.rows[-1] if series and series.rows else None
     if policy.policy != "thermal" or last is None or last.throttle is None or not last.throttle.suspect:
@@ -194,18 +194,18 @@ def recheck_baseline(series: CellSeries | None, policy: Cooldown) -> float | Non
 
 async def extend_cooldown(record: CooldownRecord, series: CellSeries | None, policy: Cooldown, plan: ProbePlan,
                           check: Callable[[], Awaitable[float | None]]) -> CooldownRecord:
-    """The cooldown record, extended by `recheck` when the cell's last probe was throttle-suspect."""
-    baseline = recheck_baseline(series, policy)
+    """The cooldown record, extended by `throttle_checks` when the cell's last probe was throttle-suspect."""
+    baseline = throttle_baseline(series, policy)
     if baseline is None:
         return record
-    return await recheck(record, baseline=baseline, threshold_pct=plan.throttle_pct, max_seconds=policy.max_seconds,
-                         check=check)
+    return await throttle_checks(record, baseline=baseline, threshold_pct=plan.throttle_pct,
+                                 max_seconds=policy.max_seconds, check=check)
 
 
-async def recheck(record: CooldownRecord, *, baseline: float, threshold_pct: float, max_seconds: float,
-                  check: Callable[[], Awaitable[float | None]], pause_s: float = 2.0,
-                  clock: Callable[[], float] = time.monotonic,
-                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> CooldownRecord:
+async def throttle_checks(record: CooldownRecord, *, baseline: float, threshold_pct: float, max_seconds: float,
+                          check: Callable[[], Awaitable[float | None]], pause_s: float = 2.0,
+                          clock: Callable[[], float] = time.monotonic,
+                          sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> CooldownRecord:
     """Extend a cooldown after a throttle-suspect probe until a check probe's rate is back within
     `threshold_pct` of `baseline` (the cell's running median), within `max_seconds` in all."""
     t0 = clock()

@@ -332,6 +332,20 @@ def lock_candidate(config: Config, candidate_id: str, runbook_ref: str | None = 
 # --------------------------------------------------------------------------------------- command
 
 
+def baseline_from_lock(locked: Locked) -> Fingerprint:
+    """A partial fingerprint from what a lock without one recorded (lock schema 1): binary path,
+    version string (from the server's `/props` or venv metadata) and model sha256."""
+    from benchd.servers.fingerprint import executable_of
+
+    nulls = {f: "the lock predates fingerprints (lock schema_version 1)" for f in
+             ("binary_realpath", "binary_sha256", "packages")}
+    return Fingerprint(taken_at=locked.locked_at, source="the lock's own fields (no [locked.fingerprint])",
+                       runtime=locked.runtime, binary=executable_of(locked.binary), version=locked.binary_version,
+                       model_path=locked.model_path, model_bytes=locked.model_bytes,
+                       model_sha256=locked.model_sha256, args=list(locked.args), env=dict(locked.env),
+                       null_reasons=nulls)
+
+
 def locked_candidate(locked: Locked) -> Candidate:
     """The Candidate the lock describes (what the runtime adapter builds a command from)."""
     from benchd.servers.fingerprint import executable_of

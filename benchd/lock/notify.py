@@ -1,4 +1,5 @@
-"""Desktop notifications for a recheck that found a regression (or could not run).
+"""Desktop notifications for a recheck that found a regression (or could not run): the message, and
+the notifier that posts it.
 
 Which command: the `[recheck] notify_command` of the settings file when set (it gets the title and the
 message as its two last arguments: a test, or a user with their own notifier, replaces the desktop
@@ -16,9 +17,23 @@ import shutil
 import subprocess
 import sys
 
+from benchd.lock.lockfile import LockFile
+from benchd.lock.recheck import summary
+from benchd.schemas import RecheckEntry
+
 log = logging.getLogger("benchd.lock.notify")
 
 NOTIFY_TIMEOUT_S = 10.0
+
+
+def message(lf: LockFile, entry: RecheckEntry) -> tuple[str, str]:
+    """(title, message): the candidate, the old and new versions, the cause and the verdict's summary."""
+    old = lf.locked.binary_version or "?"
+    new = entry.fingerprint.version if entry.fingerprint and entry.fingerprint.version else "?"
+    title = (f"benchd: {entry.candidate} got slower" if entry.regressed
+             else f"benchd: recheck of {entry.candidate} {entry.outcome}")
+    versions = f"{old} -> {new}" if old != new else f"version {new}"
+    return title, f"{versions}; {'; '.join(entry.cause)}. {summary(entry)}"
 
 
 def notify_argv(title: str, message: str, command: list[str]) -> tuple[list[str] | None, str]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from benchd.config import Config
 from benchd.errors import BenchdError
-from benchd.lock.lockfile import Locked, LockFile, locked_candidate
+from benchd.lock.lockfile import Locked, LockFile, baseline_from_lock, locked_candidate
 from benchd.results.compare import ALPHA, EXACT_LIMIT, MetricComparison, compare_runbooks, min_p_value
 from benchd.results.runbook import load_runbook
 from benchd.schemas import Deferred, Fingerprint, RecheckEntry, Runbook, Sustained, Sweep
@@ -144,8 +144,6 @@ def last_recheck(lf: LockFile) -> RecheckEntry | None:
 
 def baseline(lf: LockFile) -> Fingerprint:
     """What the current fingerprint is compared with: the newest recheck's of this lock, else the lock's."""
-    from benchd.servers.fingerprint import baseline_from_lock
-
     last = last_recheck(lf)
     if last is not None and last.fingerprint is not None:
         return last.fingerprint

@@ -107,18 +107,6 @@ def _binary_facts(path: Path, config: Config, nulls: dict[str, str]) -> dict[str
     return out
 
 
-def baseline_from_lock(locked: Any) -> Fingerprint:
-    """A partial fingerprint from what a lock without one recorded (lock schema 1): binary path,
-    version string (from the server's `/props` or venv metadata) and model sha256."""
-    nulls = {f: "the lock predates fingerprints (lock schema_version 1)" for f in
-             ("binary_realpath", "binary_sha256", "packages")}
-    return Fingerprint(taken_at=locked.locked_at, source="the lock's own fields (no [locked.fingerprint])",
-                       runtime=locked.runtime, binary=executable_of(locked.binary), version=locked.binary_version,
-                       model_path=locked.model_path, model_bytes=locked.model_bytes,
-                       model_sha256=locked.model_sha256, args=list(locked.args), env=dict(locked.env),
-                       null_reasons=nulls)
-
-
 def runbook_fingerprint(rb: Any, candidate: str) -> Fingerprint | None:
     """A candidate's fingerprint in a runbook; for a runbook older than fingerprints, the partial one
     its provenance allows (binary, server version, model sha256, args)."""

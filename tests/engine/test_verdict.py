@@ -140,7 +140,7 @@ async def test_recheck_extends_until_back_within_threshold() -> None:
         t[0] += s
 
     rec = CooldownRecord(policy="thermal", waited_s=5.0, reason="sensor-unavailable", note="no sensor")
-    got = await series.recheck(rec, baseline=100.0, threshold_pct=15.0, max_seconds=60.0, check=check,
+    got = await series.throttle_checks(rec, baseline=100.0, threshold_pct=15.0, max_seconds=60.0, check=check,
                                pause_s=2.0, clock=lambda: t[0], sleep=sleep)
     assert got.throttle_checks == [60.0, 70.0, 95.0] and got.extended_s == pytest.approx(4.0)
     assert "back within 15 %" in (got.note or "") and got.note.startswith("no sensor")
@@ -150,7 +150,7 @@ async def test_recheck_extends_until_back_within_threshold() -> None:
         return next(slow)
 
     t[0] = 0.0
-    got = await series.recheck(rec, baseline=100.0, threshold_pct=15.0, max_seconds=11.0, check=check_slow,
+    got = await series.throttle_checks(rec, baseline=100.0, threshold_pct=15.0, max_seconds=11.0, check=check_slow,
                                pause_s=2.0, clock=lambda: t[0], sleep=sleep)
     assert got.waited_s == pytest.approx(11.0) and "max_seconds" in (got.note or "")
 
