@@ -146,7 +146,7 @@ def check_power() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[
 
 def check_recheck(state_dir: Path, socket: Path, daemon_up: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """The `[recheck]` settings in force: the running daemon's (read at its start), else the file's."""
-    from benchd.settings import load_settings, settings_path
+    from benchd.config_toml import load_settings, settings_path
 
     path = settings_path(state_dir)
     loaded, error = load_settings(path)

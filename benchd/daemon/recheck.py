@@ -20,6 +20,7 @@ import msgspec
 from aiohttp import web
 
 from benchd.config import Config
+from benchd.config_toml import load_settings, settings_path
 from benchd.daemon.queue import JobQueue
 from benchd.errors import BenchdError, NotFound, from_validation
 from benchd.lock import watch
@@ -33,7 +34,6 @@ from benchd.schemas import (
     RecheckStatus,
     recheck_request_decoder,
 )
-from benchd.settings import load_settings, settings_path
 from benchd.store import Store, utcnow
 
 log = logging.getLogger("benchd.daemon.recheck")

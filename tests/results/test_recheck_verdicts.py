@@ -21,6 +21,7 @@ import msgspec
 import pytest
 from runbook_factory import fill_job, setup_state
 
+from benchd.config_toml import load_settings
 from benchd.daemon.recheck import next_local_time
 from benchd.lock import lockfile as lock
 from benchd.lock.notify import notify, notify_argv
@@ -37,7 +38,6 @@ from benchd.results import runbook
 from benchd.results.compare import MetricComparison, compare_runbooks
 from benchd.sensors import facts
 from benchd.servers.fingerprint import changed_kinds, changes, executable_of, take_fingerprint
-from benchd.settings import load_settings
 
 
 def _fake_llama(path: Path, build: int) -> Path:
