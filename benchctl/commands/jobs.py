@@ -10,7 +10,6 @@ unreachable (one line on how to start it), 4 job cancelled.
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -65,9 +64,9 @@ def check_sweep(path: str) -> tuple[Any, list[str]]:
 
     from benchctl.sweepfile import read_sweep_dict, schema_problems
     from benchd.config import Config
+    from benchd.engine.sweepcheck import local_problems
     from benchd.errors import BenchdError
     from benchd.schemas import Sweep
-    from benchd.servers.runtimes import get_adapter
 
     data = read_sweep_dict(path)
     problems: list[str] = []
@@ -81,27 +80,7 @@ def check_sweep(path: str) -> tuple[Any, list[str]]:
             problems += [f"{path}: {p}" for p in found]
     except RecursionError as exc:
         raise BenchdError("malformed", f"{path}: values nested too deeply", None) from exc
-    cache_dir = Config.resolve().cache_dir
-    for i, cand in candidates:
-        where = f"candidates[{i}] ({cand.id})"
-        if not os.path.exists(cand.model):
-            problems.append(f"{where}.model: {cand.model} does not exist")
-        if cand.spec is not None and cand.spec.draft_model and not os.path.exists(cand.spec.draft_model):
-            problems.append(f"{where}.spec.draft_model: {cand.spec.draft_model} does not exist")
-        if cand.binary is not None and not (os.path.isfile(cand.binary) and os.access(cand.binary, os.X_OK)):
-            problems.append(f"{where}.binary: {cand.binary} is not an executable file")
-        adapter = get_adapter(cand.runtime)
-        problems += [f"{where}: {e}" for e in adapter.validate(cand)]
-        if sweep is not None:
-            problems += [f"{where}: {e}" for e in adapter.validate_vision(cand, sweep.vision)]
-            problems += [f"{where}: {e}" for e in adapter.validate_levels(cand, sweep.concurrency)]
-        if cand.binary is None:
-            try:
-                exe = _first_str(adapter.command(cand, cache_dir))
-                if exe and os.sep in exe and not os.path.exists(exe):
-                    problems.append(f"{where}.binary: {exe} does not exist")
-            except BenchdError as exc:
-                problems.append(f"{where}.binary: {exc}")
+    problems += local_problems(candidates, Config.resolve().cache_dir, sweep)
     return sweep, problems
 
 
@@ -123,13 +102,6 @@ def _pinning(sweep: Any) -> list[str]:
         what = f"server cores {p.server_cpus}, client cores {p.client_cpus}" if p.applied else f"not pinned: {p.reason}"
         out.append(f"  {cand.id:<32} {what}")
     return out
-
-
-def _first_str(value: Any) -> str | None:
-    """The executable of an adapter's command (a list, or a (list, how) pair)."""
-    while isinstance(value, (list, tuple)) and value:
-        value = value[0]
-    return value if isinstance(value, str) else None
 
 
 def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dict[str, Any]:

@@ -31,13 +31,13 @@ import benchd
 from benchd.config import Config
 from benchd.daemon.hub import EventHub
 from benchd.daemon.queue import JobQueue, parse_time
+from benchd.engine import sweepcheck
 from benchd.errors import BenchdError, from_validation
 from benchd.schemas import (
     JOB_ID_PATTERN,
     JOB_STATES,
     RUNBOOK_ID_PATTERN,
     TERMINAL_EVENTS,
-    Candidate,
     Health,
     Job,
     Progress,
@@ -148,45 +148,15 @@ def _json(data: Any, status: int = 200) -> web.Response:
 # ------------------------------------------------------------------------------------------ checks
 
 
-def check_paths(sweep: Sweep) -> None:
-    """The daemon has no working directory worth trusting: model/draft_model/binary must be absolute."""
-    for i, cand in enumerate(sweep.candidates):
-        fields: list[tuple[str, str | None]] = [("model", cand.model), ("binary", cand.binary),
-                                                ("spec.draft_model", cand.spec.draft_model if cand.spec else None)]
-        for name, value in fields:
-            if value is None:
-                continue
-            if "\x00" in value:
-                raise BenchdError("invalid", f"{name} contains a NUL byte", f"$.sweep.candidates[{i}].{name}")
-            if not os.path.isabs(value):
-                raise BenchdError(
-                    "relative_path",
-                    f"candidate {cand.id!r}: {name} {value!r} is relative; the daemon needs absolute paths"
-                    " (benchctl resolves them against the sweep file's folder)",
-                    f"$.sweep.candidates[{i}].{name}",
-                )
-
-
-def validate_candidates(sweep: Sweep) -> None:
-    """Each runtime adapter's own checks (reserved args, spec kinds, concurrency levels vs its slots)."""
-    from benchd.servers.runtimes import get_adapter
-
-    for i, cand in enumerate(sweep.candidates):
-        adapter = get_adapter(cand.runtime)
-        problems = (_adapter_problems(get_adapter, cand) + adapter.validate_vision(cand, sweep.vision)
-                    + adapter.validate_levels(cand, sweep.concurrency))
-        if problems:
-            first = problems[0]
-            field = first.field or f"$.sweep.candidates[{i}]"
-            if field.startswith("$.") and not field.startswith("$.sweep"):
-                field = "$.sweep." + field[2:]
-            raise BenchdError(first.code, first.message, field, status=400)
-
-
-def _adapter_problems(get_adapter: Callable[[str], Any], cand: Candidate) -> list[BenchdError]:
-    adapter = get_adapter(cand.runtime)
-    result = adapter.validate(cand)
-    return list(result or [])
+def check_submit(sweep: Sweep) -> None:
+    """The sweep check's first problem as a 400 naming its `$.sweep...` field."""
+    problems = sweepcheck.submit_problems(sweep)
+    if problems:
+        first = problems[0]
+        field = first.field or "$.sweep"
+        if field.startswith("$.") and not field.startswith("$.sweep"):
+            field = "$.sweep." + field[2:]
+        raise BenchdError(first.code, first.message, field, status=400)
 
 
 # ------------------------------------------------------------------------------------------ routes
@@ -217,8 +187,7 @@ async def submit_job(request: web.Request) -> web.Response:
         except (ValueError, OverflowError) as exc:
             raise BenchdError("invalid", f"not_before must be an RFC 3339 time with an offset: {exc}",
                               "$.not_before") from exc
-    check_paths(body.sweep)
-    validate_candidates(body.sweep)
+    check_submit(body.sweep)
     job = ctx.queue.submit(body.sweep, not_before, list(dict.fromkeys(body.when)))
     return _json(job, status=201)
 

@@ -27,7 +27,7 @@ import msgspec
 
 from benchd.config import Config
 from benchd.engine import cooldown as cooldown_mod
-from benchd.engine import evalrun, evals, probe, verdict, visits
+from benchd.engine import evalrun, evals, probe, sweepcheck, verdict, visits
 from benchd.engine import series as series_mod
 from benchd.engine.energy import Delta, EnergySession
 from benchd.engine.groups import Group, plan_groups
@@ -121,7 +121,7 @@ class Engine:
 
     async def run_candidate(self, cand: Candidate) -> None:
         adapter = get_adapter(cand.runtime)
-        problems = adapter.validate(cand)
+        problems = sweepcheck.adapter_problems(cand, self.sweep)
         groups = plan_groups(adapter, cand, self.sweep)
         if problems:
             for g in groups:
