@@ -132,7 +132,8 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
     cd = sweep.cooldown
     cooldown_min = req_lo * (cd.seconds if cd.policy == "fixed" else 0.0)
     cooldown_max = req_hi * (cd.seconds if cd.policy == "fixed" else cd.max_seconds)
-    startups = len(sweep.candidates) * len(sweep.contexts) + (1 if sentinel else 0)
+    ready_starts = 2 * sweep.ready.starts * len(sweep.candidates)  # cold + warm, for the time-to-ready axis
+    startups = len(sweep.candidates) * len(sweep.contexts) + (1 if sentinel else 0) + ready_starts
     return {
         "cells": cells,
         "rows": planned_probes(sweep),
@@ -141,6 +142,7 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
         "requests_max": req_hi,
         "adaptive": pp.adaptive and {"min": pp.min, "max": pp.max, "target_ci_pct": pp.target_ci_pct,
                                      "metric": pp.metric, "throttle_pct": pp.throttle_pct},
+        "ready_starts": ready_starts and {"cold": ready_starts // 2, "warm": ready_starts // 2},
         "sentinel": sentinel and {"candidate": sweep.candidates[0].id, "context": min(sweep.contexts),
                                   "drift_pct": sweep.sentinel_drift_pct},
         "estimate_s": {"low": round(work_lo + startups * startup_s + cooldown_min),
@@ -212,6 +214,9 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
         for level in sweep.parallel_levels():
             click.echo(f"  + concurrency {level}: a server start of its own per candidate and context, batches of "
                        f"{level} simultaneous requests")
+        if sweep.ready.starts:
+            click.echo(f"  + time to ready: {sweep.ready.starts} cold and {sweep.ready.starts} warm server start(s) "
+                       "per candidate, after its probes")
         for line in _pinning(sweep):
             click.echo(line)
         st = _settings(sweep)

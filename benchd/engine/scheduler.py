@@ -133,6 +133,20 @@ class Engine:
         host = visits.EngineHost(self)  # sessions and parallel levels: server starts of their own, nothing else resident
         await visits.sessions(host, cand)
         await visits.levels(host, cand)
+        if groups and self.sweep.ready.starts:
+            await self.measure_ready(cand, groups[0])
+
+    async def measure_ready(self, cand: Candidate, g: Group) -> None:
+        """`ready.starts` cold and as many warm starts of the candidate's server, alternating, each
+        stopped once health answers: the time-to-ready axis's samples (no probe runs on them). A
+        resumed job makes only the starts its events do not already hold."""
+        made = sum(1 for e in self.store.events(self.job) if e.type == "server_ready"
+                   and e.payload.get("candidate") == cand.id and e.payload.get("purpose") == "ready")
+        for i in range(made, 2 * self.sweep.ready.starts):
+            server = await self.start_server(cand, g, cold=i % 2 == 0, purpose="ready")
+            if server is None:
+                return
+            await self.stop_server(server)
 
     async def run_sentinel(self) -> None:
         """Re-run the sweep's first cell (same candidate, context, probe count) to measure the drift."""
@@ -183,7 +197,8 @@ class Engine:
             else f"{what} {p} no longer exists (it existed at submit)" if p not in at_submit
             else f"{what} {p} does not exist (nor did it at submit)" for what, p in gone)
 
-    async def start_server(self, cand: Candidate, g: Group) -> Server | None:
+    async def start_server(self, cand: Candidate, g: Group, *, cold: bool = False,
+                           purpose: str = "sweep") -> Server | None:
         gone = self.missing_models(cand)
         if gone:
             self.fail_group(cand, g, gone, None)
@@ -195,7 +210,7 @@ class Engine:
         self.emit("server_starting", candidate=cand.id, runtime=cand.runtime, ctx_size=g.ctx_size, **extra)
         pin = affinity.plan(self.sweep.pin_client, *get_adapter(cand.runtime).server_threads(cand))
         try:
-            server = await self.supervisor.start(self.job, cand, g.ctx_size, cpus=pin.server_cpus or None)
+            server = await self.supervisor.start(self.job, cand, g.ctx_size, cpus=pin.server_cpus or None, cold=cold)
         except ServerStartError as exc:
             self.emit("server_crashed", candidate=cand.id, phase="startup", reason=exc.reason,
                       error=exc.message, exit_status=exc.exit_status, log_tail=exc.log_tail[-2000:])
@@ -206,7 +221,10 @@ class Engine:
             self.client_pin.hold(pin.client_cpus)
         self.emit("server_ready", candidate=cand.id, runtime=cand.runtime, pid=server.pid, port=server.port,
                   ctx_size=server.ctx_size, binary=server.binary, version=server.version,
-                  version_source=server.version_source, ready_s=round(server.ready_s, 3), argv=server.argv,
+                  version_source=server.version_source, ready_s=round(server.ready_s, 3), purpose=purpose,
+                  load_s=None if server.load_s is None else round(server.load_s, 3), load_note=server.load_note,
+                  cache=server.cache, cache_note=server.cache_note, cold=server.cold_requested,
+                  resident_before=server.resident_before, argv=server.argv,
                   affinity=msgspec.to_builtins(pin), env=server.env_passed, env_removed=server.env_removed,
                   fit=server.fit, layer_split=server.layer_split, split_note=server.split_note,
                   energy=self.energy.restart())

@@ -233,6 +233,33 @@ def _sustained(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
             + "</section>")
 
 
+def _ready(doc: Doc) -> str:
+    """Time to ready per candidate (the runbook's `ready_summary`), every start under it."""
+    summary = doc.get("ready_summary") or []
+    if not summary:
+        return "<section id='ready'><h2>Time to ready</h2><p>No server start recorded its time to ready.</p></section>"
+
+    def fig(s: Doc, kind: str) -> str:
+        med = s.get(f"{kind}_median_s")
+        if med is None:
+            return "null: " + str((s.get("null_reasons") or {}).get(kind, "not measured"))
+        return f"{med:.2f} s ({s.get(f'{kind}_min_s'):.2f}–{s.get(f'{kind}_max_s'):.2f}, n {s.get(f'{kind}_n')})"
+
+    top = table(["candidate", "warm", "cold", "cold / warm", "load"],
+                [[s.get("candidate"), fig(s, "warm"), fig(s, "cold"),
+                  f"{s['cold_median_s'] / s['warm_median_s']:.2f}" if s.get("cold_median_s") and s.get("warm_median_s") else "null",
+                  f"{s['load_median_s']:.2f} s" if s.get("load_median_s") is not None
+                  else "null: " + str((s.get("null_reasons") or {}).get("load", "not measured"))] for s in summary])
+    starts = table(["candidate", "time", "purpose", "ready_s", "load_s", "cache", "resident before", "how known"],
+                   [[r.get("candidate"), r.get("time"), r.get("purpose"), r.get("ready_s"), r.get("load_s"),
+                     r.get("cache"), r.get("resident_before"),
+                     "; ".join(f"{k}: {v}" for k, v in {**(r.get("sources") or {}), **(r.get("null_reasons") or {})}.items())]
+                    for r in doc.get("ready") or []])
+    return ("<section id='ready'><h2>Time to ready</h2><p>Spawn to health answering, over the starts with the model "
+            "files all in (warm) or none in (cold) the page cache, read with mincore just before the spawn.</p>"
+            f"{top}<details><summary>Every server start</summary>{starts}</details></section>")
+
+
 def _evals(doc: Doc) -> str:
     summary = doc.get("eval_summary") or []
     if not summary:
@@ -268,12 +295,13 @@ def render_page(rb: Runbook | Doc, runtime: Runtime) -> bytes:
     candidates = [str(c.get("id")) for c in (doc.get("sweep") or {}).get("candidates") or []]
     charts: list[Doc] = []
     nav = "".join(f"<a href='#{a}'>{t}</a>" for a, t in (("summary", "Summary"), ("pareto", "Pareto"),
-                  ("probes", "Probes"), ("sustained", "Sustained"), ("evals", "Evals"), ("lock", "Lock")))
+                  ("probes", "Probes"), ("sustained", "Sustained"), ("ready", "Ready"), ("evals", "Evals"),
+                  ("lock", "Lock")))
     body = (f"<header><h1>benchd runbook <span class='rid'>{esc(rid)}</span></h1>"
             f"<p class='outcome {esc(outcome)}'>sweep <b>{esc(name)}</b>: {esc(outcome)}</p>"
             f"<nav>{nav}</nav></header><main>"
             + _summary(doc) + _pareto(doc, candidates, charts) + _probes(doc, candidates, charts)
-            + _sustained(doc, candidates, charts) + _evals(doc) + _locks(doc) + "</main>")
+            + _sustained(doc, candidates, charts) + _ready(doc) + _evals(doc) + _locks(doc) + "</main>")
     labels = {a: axis_label(a) for a in pagedata.axes_present(doc)}
     return page(f"benchd runbook {rid}", body, charts, {"labels": labels}, runtime)
 

@@ -37,7 +37,7 @@ DERIVED_SOURCES = {"eval_pass_rate": "evals: passed / total over the sweep's eva
 #: Row fields other work adds (thinking, energy, throttling flags): shown beside a probe when present.
 ROW_EXTRAS = ("ttfat_ms", "reasoning_tokens", "thinking", "j_per_gen_token")
 KNOWN_KEYS = {"schema_version", "id", "generated_at", "outcome", "job", "sweep", "provenance", "cooldowns",
-              "deferred", "rows", "cells", "sustained", "evals", "eval_summary", "pareto"}
+              "deferred", "rows", "cells", "sustained", "evals", "eval_summary", "pareto", "ready", "ready_summary"}
 
 
 def to_doc(rb: Runbook) -> Doc:

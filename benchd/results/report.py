@@ -210,10 +210,40 @@ def header_lines(rb: Runbook) -> list[str]:
     ]
 
 
+READY_HEADER = ["candidate", "warm ready_s", "cold ready_s", "cold / warm", "load_s", "starts"]
+READY_NOTE = ("time to ready: spawn -> health answers, median (min–max, n) over the starts with the model files "
+              "all in (warm) / none in (cold) the page cache; load_s: spawn -> the model-loaded log line")
+
+
+def _ready_figure(median: float | None, lo: float | None, hi: float | None, n: int, why: str | None,
+                  notes: Notes) -> str:
+    if median is None:
+        return f"null {notes.ref(why or 'not measured')}"
+    return f"{median:.2f} ({lo:.2f}–{hi:.2f}, n {n})" if n > 1 else f"{median:.2f} (n 1)"
+
+
+def ready_table(rb: Runbook, notes: Notes) -> list[list[str]]:
+    """Per candidate: warm and cold time to ready, their ratio of medians, the load time, the starts."""
+    body = []
+    for s in rb.ready_summary:
+        ratio = (f"{s.cold_median_s / s.warm_median_s:.2f}" if s.cold_median_s and s.warm_median_s
+                 else f"null {notes.ref('needs a warm and a cold start')}")
+        load = (f"{s.load_median_s:.2f}" if s.load_median_s is not None
+                else f"null {notes.ref(s.null_reasons.get('load', 'not measured'))}")
+        starts = sum(1 for r in rb.ready if r.candidate == s.candidate)
+        body.append([s.candidate,
+                     _ready_figure(s.warm_median_s, s.warm_min_s, s.warm_max_s, s.warm_n, s.null_reasons.get("warm"), notes),
+                     _ready_figure(s.cold_median_s, s.cold_min_s, s.cold_max_s, s.cold_n, s.null_reasons.get("cold"), notes),
+                     ratio, load, str(starts)])
+    return body
+
+
 def render_text(rb: Runbook, pareto: bool = False) -> str:
     header, body, notes = cell_table(rb)
     parts = [*header_lines(rb), "", "medians (min–max, cv) of ok probes; ~noisy = CV > 5 %", VERDICT_NOTE,
              _plain_table(header, body)]
+    if rb.ready_summary:
+        parts += ["", READY_NOTE, _plain_table(READY_HEADER, ready_table(rb, notes))]
     if notes.items:
         parts += ["", *notes.lines()]
     if pareto:
@@ -235,6 +265,13 @@ def print_rich(rb: Runbook, pareto: bool = False) -> None:
     for row in body:
         table.add_row(*(f"[yellow]{c}[/yellow]" if NOISY_MARK in c else c for c in row))
     console.print(table)
+    if rb.ready_summary:
+        ready = Table(title=READY_NOTE)
+        for h in READY_HEADER:
+            ready.add_column(h)
+        for row in ready_table(rb, notes):
+            ready.add_row(*row)
+        console.print(ready)
     for line in notes.lines():
         console.print(line, highlight=False, soft_wrap=True)
     if pareto:
@@ -295,6 +332,8 @@ def render_markdown(rb: Runbook) -> str:
     lines += ["## Results", "", f"Medians (min–max, cv) over ok probes; `~noisy` = CV > 5 %; {VERDICT_NOTE}.", ""]
     header, rows, notes = cell_table(rb)
     lines += [_md_table(header, rows), ""]
+    if rb.ready_summary:
+        lines += ["## Time to ready", "", READY_NOTE, "", _md_table(READY_HEADER, ready_table(rb, notes)), ""]
     lines += [f"{n}  " for n in notes.lines()] + ([""] if notes.items else [])
     if rb.sustained:
         lines += ["## Sustained", ""]
@@ -370,7 +409,8 @@ def energy_lines(rb: Runbook) -> list[str]:
 def report_json(rb: Runbook, pareto: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"runbook": rb.id, "outcome": rb.outcome, "sweep": rb.sweep.name,
                            "cells": msgspec.to_builtins(rb.cells), "drift": msgspec.to_builtins(rb.drift),
-                           "drift_null_reason": rb.drift_null_reason}
+                           "drift_null_reason": rb.drift_null_reason,
+                           "ready": msgspec.to_builtins(rb.ready_summary)}
     if pareto:
         out["pareto"] = msgspec.to_builtins(rb.pareto)
     return out

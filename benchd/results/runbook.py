@@ -102,6 +102,7 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
     from benchd.results.deferred import automatic_deferred
     from benchd.results.drift import sweep_drift
     from benchd.results.pareto import pareto_from_rows
+    from benchd.results.ready import ready_starts, ready_summary
 
     job = store.get_job(job_id)
     sweep = job.sweep or store.get_sweep(job_id)
@@ -109,6 +110,7 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
     evals = store.evals(job_id)
     events = store.events(job_id)
     drift, no_drift = sweep_drift(sweep, rows)
+    starts = ready_starts(events)
     prov = Provenance(
         collected_at=utcnow(), machine=facts.collect_machine(), benchd=facts.collect_benchd(),
         candidates=provenance.collect_candidates(config, sweep, rows, events),
@@ -136,6 +138,8 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
         flags=runbook_flags(rows),
         drift=drift,
         drift_null_reason=no_drift,
+        ready=starts,
+        ready_summary=ready_summary(starts, [c.id for c in sweep.candidates]),
     )
 
 

@@ -337,6 +337,41 @@ class SweepDrift(Struct, kw_only=True):
     null_reasons: dict[str, str] = {}
 
 
+class ReadyStart(Struct, kw_only=True):
+    """One server start's time to ready (from its `server_ready` event). `purpose`: "sweep" (a start
+    the probes needed) or "ready" (a `[ready] starts` start, stopped once ready). `cache`: the model
+    files' page-cache state just before the spawn (cold / warm / partial); `cold_requested`: their pages
+    were asked to drop first. `sources` and `null_reasons` per figure."""
+
+    candidate: str
+    time: str
+    purpose: str
+    ready_s: float | None = None
+    load_s: float | None = None
+    cache: str | None = None
+    cold_requested: bool = False
+    resident_before: float | None = None
+    sources: dict[str, str] = {}
+    null_reasons: dict[str, str] = {}
+
+
+class ReadySummary(Struct, kw_only=True):
+    """A candidate's time to ready: median (min, max, n) of `ready_s` over its warm and its cold starts,
+    and the median `load_s`; null with the reason where no such start was made or measured."""
+
+    candidate: str
+    warm_n: int = 0
+    warm_median_s: float | None = None
+    warm_min_s: float | None = None
+    warm_max_s: float | None = None
+    cold_n: int = 0
+    cold_median_s: float | None = None
+    cold_min_s: float | None = None
+    cold_max_s: float | None = None
+    load_median_s: float | None = None
+    null_reasons: dict[str, str] = {}
+
+
 class Runbook(Struct, kw_only=True):
     """The runbook JSON (schema version 1). `outcome` is the job's state when the runbook was written."""
 
@@ -359,3 +394,6 @@ class Runbook(Struct, kw_only=True):
     #: The drift sentinel (null when `sentinel` is off, with the reason in `drift_null_reason`).
     drift: SweepDrift | None = None
     drift_null_reason: str | None = None
+    #: Time to ready: every server start, and per candidate its warm and cold medians.
+    ready: list[ReadyStart] = []
+    ready_summary: list[ReadySummary] = []

@@ -93,6 +93,13 @@ class Session(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     gen_tokens: Annotated[int, Meta(ge=1, le=131_072)] | None = None
 
 
+class Ready(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """Time to ready: every server start records it; `starts` > 0 adds that many cold starts (the model
+    files' pages dropped first) and as many warm ones per candidate, alternating, after its probes."""
+
+    starts: Annotated[int, Meta(ge=0, le=50)] = 0
+
+
 CooldownPolicy = Literal["fixed", "thermal", "idle"]
 #: Conditions a queued job waits for (`--when`, and `[recheck] when` in the settings file).
 WhenCondition = Literal["idle", "ac-power"]
@@ -205,6 +212,7 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
         default_factory=lambda: [1])
     cooldown: Cooldown = Cooldown()
     vision: Vision = Vision()
+    ready: Ready = Ready()
     # Linux: a server whose thread count is known (llama-server -t N) and below the usable cores runs
     # on the first N cores and benchd's probe client on the others (recorded in the runbook either way).
     pin_client: bool = False

@@ -67,7 +67,16 @@ class Server:
     log_path: Path
     record_path: Path
     started_at: float
+    #: Time to ready: spawn -> health answers; spawn -> the adapter's model-loaded log line (`load_s`,
+    #: None with `load_note` saying why); the model files' page-cache state just before the spawn.
     ready_s: float = 0.0
+    load_s: float | None = None
+    load_note: str = ""
+    #: "cold" (its pages dropped, none resident), "warm" (all resident), "partial"; None: unknown (`cache_note`).
+    cache: str | None = None
+    cache_note: str = ""
+    cold_requested: bool = False
+    resident_before: float | None = None
     version: str | None = None
     version_source: str = ""
     #: Environment passed on top of the scrubbed inheritance (secret-looking values redacted), and the

@@ -45,6 +45,7 @@ import psutil
 from benchd.config import HOST, LOG_CAP_BYTES, Config
 from benchd.errors import BenchdError
 from benchd.schemas import Candidate
+from benchd.sensors import pagecache
 from benchd.servers.affinity import spawning_on
 from benchd.servers.procgroup import (
     exit_status,
@@ -66,6 +67,41 @@ _ROTATE_CHECK_S = 0.2
 _ROTATE_AT = 0.5
 #: How much of a start's log is read for its load facts (the layer split is logged while loading).
 LOAD_LOG_BYTES = 1 << 20
+
+
+def _page_cache_before(candidate: Candidate, cold: bool) -> tuple[str | None, str, float | None]:
+    """(cache state, how it was known, resident fraction) of the model files just before a spawn; with
+    `cold` their pages are dropped first. "partial" after a drop: some pages stayed (tmpfs, or mapped by
+    another process)."""
+    spec = candidate.spec
+    files = pagecache.files_of([candidate.model, *([spec.draft_model] if spec and spec.draft_model else [])])
+    why = pagecache.drop(files) if cold else None
+    res = pagecache.resident(files)
+    if res.fraction is None:
+        return None, f"{res.source}: {res.reason}", None
+    state = "cold" if res.resident_pages == 0 else "warm" if res.resident_pages == res.pages else "partial"
+    how = f"{res.source}: {res.resident_pages} of {res.pages} pages of {res.files} file(s) resident before the spawn"
+    if cold:
+        how = f"{'pages not dropped: ' + why if why else 'posix_fadvise(POSIX_FADV_DONTNEED)'}; {how}"
+    return state, how, res.fraction
+
+
+class _LoadMarker:
+    """When the adapter's model-loaded line first shows in this start's log (polled with the health
+    checks, so within one poll interval of when it was written)."""
+
+    def __init__(self, marker: str | None, path: Path, offset: int, started: float) -> None:
+        self.marker, self.path, self.offset, self.started = marker, path, offset, started
+
+    def look(self, server: Server, *, final: bool = False) -> None:
+        if self.marker is None or server.load_s is not None:
+            return
+        text = _read_from(self.path, self.offset, LOAD_LOG_BYTES)
+        if self.marker in text:
+            server.load_s = time.monotonic() - self.started
+            server.load_note = f"log: first seen {self.marker!r} (polled every health check)"
+        elif final:
+            server.load_note = f"the log has no {self.marker!r} line before health answered"
 
 
 def _read_from(path: Path, offset: int, max_bytes: int) -> str:
@@ -99,24 +135,27 @@ class Supervisor:
         port: int | None = None,
         startup_timeout_s: float | None = None,
         cpus: Sequence[int] | None = None,
+        cold: bool = False,
     ) -> Server:
         """Spawn the candidate's server and return it once ready; raises `ServerStartError` otherwise.
 
         `ctx_size` comes from `adapter.server_ctx_size(candidate, context, gen_tokens)`. An explicit
         `port` is used as given (tests); otherwise a free one is allocated and retried once if taken.
         `cpus`: the cores the server (and every thread it starts) may run on (`benchd.servers.affinity`).
+        `cold`: drop the model files' clean pages from the page cache first (`sensors.pagecache`); every
+        start records how much of them was resident just before the spawn (`Server.cache`).
         """
         timeout = startup_timeout_s if startup_timeout_s is not None else candidate.startup_timeout_s
         try:
-            return await self._start_once(job, candidate, ctx_size, port or free_port(), timeout, cpus)
+            return await self._start_once(job, candidate, ctx_size, port or free_port(), timeout, cpus, cold)
         except ServerStartError as exc:
             if exc.reason != "port_taken" or port is not None:
                 raise
-        return await self._start_once(job, candidate, ctx_size, free_port(), timeout, cpus)
+        return await self._start_once(job, candidate, ctx_size, free_port(), timeout, cpus, cold)
 
     async def _start_once(
         self, job: str, candidate: Candidate, ctx_size: int | None, port: int, timeout_s: float,
-        cpus: Sequence[int] | None = None,
+        cpus: Sequence[int] | None = None, cold: bool = False,
     ) -> Server:
         adapter = get_adapter(candidate.runtime)
         log_path = self.config.server_log_path(job, candidate.id)
@@ -132,11 +171,13 @@ class Supervisor:
         env[SERVER_TOKEN_ENV] = token
         pending = write_pending(self.config.servers_dir, token, argv, job, candidate.id)
         self._pending.add(token)  # this daemon's own spawn: `reap_orphans` leaves it alone
+        cache, cache_note, resident = await asyncio.to_thread(_page_cache_before, candidate, cold)
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             header = f"\n=== benchd {time.strftime('%Y-%m-%dT%H:%M:%S%z')}: {shlex.join(argv)}\n"
             os.write(fd, header.encode())
             log_start = os.lseek(fd, 0, os.SEEK_END)  # where this start's own log begins (load log)
+            started = time.monotonic()  # time to ready counts from the spawn
             with spawning_on(cpus):  # the child inherits the spawning thread's mask
                 proc = await asyncio.create_subprocess_exec(
                     *argv,
@@ -155,7 +196,6 @@ class Supervisor:
             ) from exc
         finally:
             os.close(fd)
-        started = time.monotonic()
         try:
             create_time = psutil.Process(proc.pid).create_time()
         except psutil.Error:
@@ -180,6 +220,10 @@ class Supervisor:
             version_source=adapter.version_source,
             env_passed=server_env.recorded(),
             env_removed=server_env.removed,
+            cache=cache,
+            cache_note=cache_note,
+            cold_requested=cold,
+            resident_before=resident,
             _proc=proc,
         )
         server.fit, server.fit_note = adapter.fit_state(candidate)
@@ -188,7 +232,7 @@ class Supervisor:
         self.servers[server.pid] = server
         server._watcher = asyncio.create_task(self._watch(server), name=f"watch-{candidate.id}-{proc.pid}")
         try:
-            await self._wait_ready(server, timeout_s)
+            await self._wait_ready(server, timeout_s, started, log_start)
         except BaseException:
             await self.stop(server, grace_s=min(self.grace_s, 5.0))
             raise
@@ -198,13 +242,16 @@ class Supervisor:
         server.layer_split, server.split_note = await asyncio.to_thread(adapter.layer_split, candidate, command, load_log)
         return server
 
-    async def _wait_ready(self, server: Server, timeout_s: float) -> None:
+    async def _wait_ready(self, server: Server, timeout_s: float, started: float, log_start: int) -> None:
         adapter = get_adapter(server.runtime)
         deadline = time.monotonic() + timeout_s
         exited = asyncio.create_task(server._exited.wait())
         last = "no answer yet"
+        marker = _LoadMarker(adapter.load_marker, server.log_path, log_start, started)
+        server.load_note = adapter.load_marker_reason if adapter.load_marker is None else ""
         try:
             while True:
+                marker.look(server)
                 poll = asyncio.create_task(adapter.check_ready(server.base_url))
                 remaining = deadline - time.monotonic()
                 done, _ = await asyncio.wait(
@@ -218,6 +265,7 @@ class Supervisor:
                     last = answer.detail
                     if answer.ready:
                         if listens_on(server.pid, server.port):
+                            marker.look(server, final=True)
                             return
                         raise ServerStartError(
                             f"port {server.port} was taken by another process: something else answers "

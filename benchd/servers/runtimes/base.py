@@ -140,6 +140,10 @@ class RuntimeAdapter:
     version_source: ClassVar[str] = ""
     #: The readiness endpoint.
     health_path: ClassVar[str] = "/health"
+    #: A line the server logs once its model is loaded (the start's load time is when it first shows up
+    #: in the log), or None with `load_marker_reason` saying why there is no load time.
+    load_marker: ClassVar[str | None] = None
+    load_marker_reason: ClassVar[str] = "this runtime logs no model-loaded line: ready_s includes the load"
     #: Whether the server exposes Prometheus counters that cross-check draft acceptance (`/metrics`).
     reads_counters: ClassVar[bool] = False
     #: Inherited environment variables removed before a start (a trailing `_` = prefix): the runtime's

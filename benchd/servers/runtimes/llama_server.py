@@ -201,6 +201,9 @@ class LlamaServerAdapter(RuntimeAdapter):
     version_source: ClassVar[str] = "server:/props build_info"
     reads_counters: ClassVar[bool] = True  # started with --metrics
     env_scrub: ClassVar[tuple[str, ...]] = ENV_SCRUB
+    #: tools/server/server.cpp logs `srv load_model: model loaded` once the weights are in (before the
+    #: slots are set up and /health answers 200).
+    load_marker: ClassVar[str | None] = "model loaded"
 
     takes_mmproj: ClassVar[bool] = True
     request_count_source: ClassVar[str] = "server:POST /v1/chat/completions/input_tokens"
