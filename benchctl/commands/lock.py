@@ -50,7 +50,7 @@ def lock(candidate: str, runbook_ref: str | None, note: str, out: str | None, fo
 
 
 def _show(doc: Any, path: Path) -> None:
-    from benchd.results.report import fmt_value
+    from benchd.results.text import fmt_value
 
     lk = doc.locked
     click.echo(f"lock file: {path}")

@@ -46,15 +46,6 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * UNITS[match.group(2)]
 
 
-def human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
-
-
 def _age(seconds: float) -> str:
     days = seconds / 86400
     return f"{days:.0f} d" if days >= 1 else f"{seconds / 3600:.1f} h"
@@ -298,15 +289,17 @@ def prune(older_than: str, dry_run: bool, state_dir: str | None, as_json: bool) 
     else:
         for w in warnings:
             click.echo(click.style("warning: ", fg="yellow") + w, err=True)
+        from benchd.results.text import fmt_bytes
+
         verb = "would delete" if dry_run else "deleted"
         for item in delete:
-            click.echo(f"{verb} {item.kind:<13} {item.path}  ({human_bytes(item.bytes)}; {item.reason})")
+            click.echo(f"{verb} {item.kind:<13} {item.path}  ({fmt_bytes(item.bytes, 1)}; {item.reason})")
         for k in kept:
             click.echo(click.style(f"kept {k.path}: {k.why}", dim=True))
         if not delete:
             click.echo(f"nothing older than {older_than} to delete")
         else:
-            click.echo(f"{verb} {len(delete)} item{'s' if len(delete) != 1 else ''}, {human_bytes(freed)}")
+            click.echo(f"{verb} {len(delete)} item{'s' if len(delete) != 1 else ''}, {fmt_bytes(freed, 1)}")
     for e in errors:
         click.echo(click.style("error: ", fg="red") + e, err=True)
     sys.exit(exitcodes.FAILED if errors else exitcodes.OK)

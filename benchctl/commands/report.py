@@ -85,12 +85,6 @@ def _announce_page(path: Any, open_page: bool) -> None:
             click.echo("no browser could be started here: open the file above yourself", err=True)
 
 
-def _fmt(metric: str, v: float | None) -> str:
-    from benchd.results.report import fmt_value
-
-    return fmt_value(metric, v)
-
-
 @click.command()
 @click.argument("a_ref", metavar="RUNBOOK_A")
 @click.argument("b_ref", metavar="RUNBOOK_B")
@@ -110,6 +104,7 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
 
     from benchd.results.compare import compare_runbooks
     from benchd.results.runbook import load_runbook, resolve_runbook_path
+    from benchd.results.text import fmt_value
 
     config = _config(state_dir)
     cmp = compare_runbooks(load_runbook(a_ref, config), load_runbook(b_ref, config))
@@ -132,8 +127,8 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
     body = []
     for cell in cmp.cells:
         for m in cell.metrics:
-            body.append([cell.candidate, str(cell.context), m.metric, f"{_fmt(m.metric, m.median_a)} ({m.n_a})",
-                         f"{_fmt(m.metric, m.median_b)} ({m.n_b})",
+            body.append([cell.candidate, str(cell.context), m.metric, f"{fmt_value(m.metric, m.median_a)} ({m.n_a})",
+                         f"{fmt_value(m.metric, m.median_b)} ({m.n_b})",
                          f"{m.ratio_b_over_a:.3f}" if m.ratio_b_over_a is not None else "null",
                          f"{m.p_value:.3g}" if m.p_value is not None else "-",
                          m.verdict + (f" ({m.why})" if m.why and m.verdict == "tied" else "")])

@@ -172,17 +172,6 @@ def judge(values: Sequence[float], *, metric: str, target_ci_pct: float, probes_
                        reason=f"{width} wider than the ±{target_ci_pct:g} % target ({stop})", **common)  # type: ignore[arg-type]
 
 
-def verdict_text(v: CellVerdict | None) -> str:
-    """Short form for tables: `steady`, `unsteady ±3.1%`, `drifting -6.2%`, `too few`, or `null`."""
-    if v is None or v.verdict is None:
-        return "null"
-    if v.verdict == "unsteady" and v.ci_half_width_pct is not None:
-        return f"unsteady ±{v.ci_half_width_pct:.1f}%"
-    if v.verdict == "drifting" and v.trend is not None:
-        return f"drifting {v.trend.drift_pct:+.1f}%"
-    return v.verdict
-
-
 def cell_verdict(rows: Sequence[Row], plan: ProbePlan) -> CellVerdict:
     """The verdict on one cell from its probe rows (any order; aborted ones ignored)."""
     kept = sorted((r for r in rows if r.status != "aborted"), key=lambda r: r.probe)

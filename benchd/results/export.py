@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from benchd.results.text import machine_line
 from benchd.schemas import CandidateProvenance, Row, Runbook
 
 #: How a llama.cpp build is recorded (`llama.cpp b<number>-<commit>`, the `/props` build_info format).
@@ -33,15 +34,6 @@ def build_of(version: str | None) -> tuple[str | None, int | None]:
     """(build_commit, build_number) of a recorded llama.cpp version string, (None, None) otherwise."""
     m = _BUILD.search(version or "")
     return (m.group(2), int(m.group(1))) if m else (None, None)
-
-
-def machine_text(rb: Runbook) -> str:
-    """One line naming the machine the runbook was measured on (what is known of it)."""
-    m = rb.provenance.machine
-    parts = [m.hardware_model or m.chip or m.cpu_model, f"{m.cores_logical} logical cores" if m.cores_logical else None,
-             f"{m.memory_bytes / (1 << 30):.1f} GiB" if m.memory_bytes else None,
-             " ".join(x for x in (m.os, m.os_version or m.kernel, m.arch) if x) or None]
-    return ", ".join(p for p in parts if p) or "unknown machine"
 
 
 def _cand_prov(rb: Runbook) -> dict[str, CandidateProvenance]:
@@ -71,7 +63,7 @@ def _provenance_fields(rb: Runbook, cp: CandidateProvenance | None, row: Row) ->
         "build_commit": commit, "build_number": number, "cpu_info": m.cpu_model or m.chip,
         "backends": None, "model_filename": cp.model.path if cp else None,
         "model_size": cp.model.bytes if cp else None, "model_n_params": None, "n_threads": threads,
-        "machine": machine_text(rb), "benchd_version": rb.provenance.benchd.version, "server_version": version,
+        "machine": machine_line(rb.provenance.machine), "benchd_version": rb.provenance.benchd.version, "server_version": version,
         "runbook": rb.id,
     }
 
@@ -268,7 +260,7 @@ def render_llama_bench_md(rb: Runbook) -> str:
     builds = sorted({build_of(c.server_version) for c in rb.provenance.candidates if c.runtime == "llama-server"
                      and build_of(c.server_version)[0]}, key=str)
     out += [f"build: {commit} ({number})" for commit, number in builds] or ["build: null (no llama.cpp build recorded)"]
-    out += ["", f"benchd {rb.provenance.benchd.version}, runbook {rb.id} ({rb.outcome}), machine: {machine_text(rb)}"]
+    out += ["", f"benchd {rb.provenance.benchd.version}, runbook {rb.id} ({rb.outcome}), machine: {machine_line(rb.provenance.machine)}"]
     out += ["model: the model file's name (llama-bench prints the model's type), [the candidate] when "
             "several share it; t/s: mean ± sample stddev "
             "over the cell's ok probes, each a fresh prompt from an empty cache"]

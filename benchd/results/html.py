@@ -22,7 +22,8 @@ from typing import Any
 import msgspec
 
 from benchd.results import pagecharts, pagedata
-from benchd.results.pagedata import Doc, axis_label, fmt
+from benchd.results.pagedata import Doc, axis_label
+from benchd.results.text import fmt_value
 from benchd.schemas import Runbook
 
 MISSING = ("the interactive charts need the html extra (pip install 'benchd[html]': vl-convert-python, which "
@@ -175,7 +176,7 @@ def _pareto(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
         charts.append({"id": cid, "kind": "pareto", "spec": pagecharts.pareto_spec(points, context, axes, candidates,
                                                                                     x_axis, y_axis)})
         rows = [[p["candidate"], p["status"], p["relation"], *(Raw(f"<span title='{esc(p.get('tip_' + a))}'>"
-                                                                    f"{esc(fmt(a, ctx_value(ctx, p, a)))}</span>")
+                                                                    f"{esc(fmt_value(a, ctx_value(ctx, p, a)))}</span>")
                                                                 for a in axes)] for p in points]
         rows += [[c, "excluded", why, *["-"] * len(axes)] for c, why in (ctx.get("excluded") or {}).items()]
         skipped = "".join(f"<li>{esc(' vs '.join(sp['pair']))}: not compared on {esc(', '.join(sp['axes']))} "
@@ -206,7 +207,7 @@ def _probes(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
     if not series:
         return "<section id='probes'><h2>Probe series</h2><p>No probe rows.</p></section>"
     charts.append({"id": "chart-probes", "kind": "probes", "spec": pagecharts.probes_spec(series, candidates)})
-    rows = [[p["candidate"], p["context"], p["probe"], p["mark"], fmt("gen_tps", p["gen_tps"]), p["note"],
+    rows = [[p["candidate"], p["context"], p["probe"], p["mark"], fmt_value("gen_tps", p["gen_tps"]), p["note"],
              p["source"], p["verdict"]] for p in series]
     return ("<section id='probes'><h2>Probe series per cell</h2><p>Each probe's generation tok/s in the order it "
             "ran; the dashed line is the cell median. Failed probes (crosses) and null values (squares) sit at the "
@@ -223,8 +224,8 @@ def _sustained(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
         return "<section id='sustained'><h2>Sustained generation</h2><p>Not run in this sweep (sustained.tokens = 0).</p></section>"
     if windows:
         charts.append({"id": "chart-sustained", "kind": "sustained", "spec": pagecharts.sustained_spec(windows, candidates)})
-    rows = [[r.get("candidate"), r.get("status"), r.get("gen_tokens"), fmt("sustain_ratio", r.get("sustain_ratio")),
-             ", ".join(fmt("gen_tps", w) for w in r.get("window_tps") or []) or "null",
+    rows = [[r.get("candidate"), r.get("status"), r.get("gen_tokens"), fmt_value("sustain_ratio", r.get("sustain_ratio")),
+             ", ".join(fmt_value("gen_tps", w) for w in r.get("window_tps") or []) or "null",
              r.get("error") or "; ".join(f"{k}: {v}" for k, v in (r.get("null_reasons") or {}).items()
                                          if k in ("window_tps", "sustain_ratio")), r["window_source"]] for r in runs]
     return ("<section id='sustained'><h2>Sustained generation</h2>"
@@ -265,7 +266,7 @@ def _evals(doc: Doc) -> str:
     if not summary:
         return "<section id='evals'><h2>Evals</h2><p>No eval ran (eval_tier = none, or no candidate answered).</p></section>"
     top = table(["candidate", "tier", "passed", "total", "pass rate", "not sandboxed"],
-                [[e.get("candidate"), e.get("tier"), e.get("passed"), e.get("total"), fmt("eval_pass_rate", e.get("pass_rate")),
+                [[e.get("candidate"), e.get("tier"), e.get("passed"), e.get("total"), fmt_value("eval_pass_rate", e.get("pass_rate")),
                   e.get("unsandboxed")] for e in summary])
     tasks = table(["candidate", "task", "passed", "detail"],
                   [[e.get("candidate"), e.get("task"), "yes" if e.get("passed") else "no", e.get("detail") or ""]
@@ -331,12 +332,12 @@ def render_compare_page(cmp: Any, runtime: Runtime) -> bytes:
             name = f"{cell['candidate']} @ {cell['context']}"
             p = f"{m['p_value']:.3g}" if m["p_value"] is not None else "-"
             ratio = m["ratio_b_over_a"]
-            rows.append([cell["candidate"], cell["context"], m["metric"], f"{fmt(m['metric'], m['median_a'])} ({m['n_a']})",
-                         f"{fmt(m['metric'], m['median_b'])} ({m['n_b']})", f"{ratio:.3f}" if ratio is not None else "null",
+            rows.append([cell["candidate"], cell["context"], m["metric"], f"{fmt_value(m['metric'], m['median_a'])} ({m['n_a']})",
+                         f"{fmt_value(m['metric'], m['median_b'])} ({m['n_b']})", f"{ratio:.3f}" if ratio is not None else "null",
                          p, m["verdict"]])
             if ratio is not None:
                 records.append({"cell": name, "metric": m["metric"], "ratio": ratio, "verdict": m["verdict"], "p": p,
-                                "median_a": fmt(m["metric"], m["median_a"]), "median_b": fmt(m["metric"], m["median_b"])})
+                                "median_a": fmt_value(m["metric"], m["median_a"]), "median_b": fmt_value(m["metric"], m["median_b"])})
     charts = [{"id": "chart-compare", "kind": "compare", "spec": pagecharts.compare_spec(records)}] if records else []
     warnings = "".join(f"<li>{esc(w)}</li>" for w in doc["warnings"]) or "<li>none: the two runbooks are like for like</li>"
     only = (f"<p>Only in A: {esc(', '.join(doc['only_in_a']) or '-')}; only in B: "

@@ -17,7 +17,8 @@ from typing import Any
 import msgspec
 
 from benchd.results.pareto import AXES
-from benchd.schemas import Runbook
+from benchd.results.text import fmt_value, machine_line
+from benchd.schemas import MachineInfo, Runbook
 
 Doc = dict[str, Any]
 
@@ -64,33 +65,13 @@ def scaled(axis: str, v: Any) -> float | None:
     return float(v) * AXIS_LABELS.get(axis, ("", 1.0, ""))[1]
 
 
-def fmt(axis: str, v: Any) -> str:
-    """A figure for people: MiB for bytes, 3 significant digits for ratios, null stays `null`."""
-    s = scaled(axis, v)
-    if s is None:
-        return "null"
-    if axis.endswith("_bytes"):
-        return f"{s:,.1f} MiB"
-    if axis in ("eval_pass_rate", "sustain_ratio") or abs(s) < 10:
-        return f"{s:.3g}"
-    return f"{s:,.1f}"
-
-
 # ------------------------------------------------------------------------------------------ summary
 
 
 def summary(doc: Doc) -> Doc:
     """Sweep, machine, dates, outcome, sweep-level verdicts and facts, deferred axes (deduplicated)."""
     job, sweep, machine = doc.get("job") or {}, doc.get("sweep") or {}, (doc.get("provenance") or {}).get("machine") or {}
-    cpu = machine.get("chip") or machine.get("cpu_model") or "unknown CPU"
-    mem = machine.get("memory_bytes")
-    machine_text = ", ".join(x for x in (
-        machine.get("hardware_model"), cpu,
-        f"{machine.get('cores_logical')} logical cores" if machine.get("cores_logical") else None,
-        f"{mem / (1 << 30):.1f} GiB" if isinstance(mem, int | float) else None,
-        " ".join(str(x) for x in (machine.get("os"), machine.get("os_version")) if x) or None,
-        machine.get("arch"), f"power: {machine['power_source']}" if machine.get("power_source") else None,
-    ) if x)
+    machine_text = machine_line(msgspec.convert(machine, MachineInfo))
     deferred: list[Doc] = []
     seen: set[tuple[str, str]] = set()
     for origin in ("declared", "automatic"):
@@ -181,16 +162,16 @@ def _cell(doc: Doc, candidate: str, context: int) -> Doc:
 
 def _stats_text(axis: str, stats: Doc | None, value: Any) -> str:
     if not isinstance(stats, dict) or "median" not in stats:
-        return fmt(axis, value)
-    text = f"median {fmt(axis, stats.get('median'))}"
+        return fmt_value(axis, value)
+    text = f"median {fmt_value(axis, stats.get('median'))}"
     if stats.get("ci95_low") is not None and stats.get("ci95_high") is not None:
-        text += f", 95% CI {fmt(axis, stats['ci95_low'])}–{fmt(axis, stats['ci95_high'])}"
+        text += f", 95% CI {fmt_value(axis, stats['ci95_low'])}–{fmt_value(axis, stats['ci95_high'])}"
     else:
         why = (stats.get("null_reasons") or {}).get("ci95")
         text += f", CI null ({why})" if why else ""
     text += f", n={stats.get('n')}"
     if stats.get("min") is not None:
-        text += f", range {fmt(axis, stats.get('min'))}–{fmt(axis, stats.get('max'))}"
+        text += f", range {fmt_value(axis, stats.get('min'))}–{fmt_value(axis, stats.get('max'))}"
     return text + (", noisy" if stats.get("noisy") else "")
 
 
@@ -252,9 +233,9 @@ def pareto_points(doc: Doc, ctx: Doc) -> list[Doc]:
             rec[axis] = scaled(axis, value)
             if axis == "eval_pass_rate" and cand in evals:
                 e = evals[cand]
-                detail = f"{fmt(axis, value)} ({e.get('passed')}/{e.get('total')}, tier {e.get('tier')})"
+                detail = f"{fmt_value(axis, value)} ({e.get('passed')}/{e.get('total')}, tier {e.get('tier')})"
             elif axis == "sustain_ratio" and cand in sustained:
-                detail = f"{fmt(axis, value)} (one sustained run of {sustained[cand].get('gen_tokens')} tokens)"
+                detail = f"{fmt_value(axis, value)} (one sustained run of {sustained[cand].get('gen_tokens')} tokens)"
             else:
                 detail = _stats_text(axis, cell.get(axis), value)
             src = (metric_source(rows, axis) or DERIVED_SOURCES.get(axis)

@@ -25,8 +25,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal
 
 from benchd.engine.metrics import median_ci
-from benchd.engine.verdict import cell_verdict, verdict_text
+from benchd.engine.verdict import cell_verdict
 from benchd.results.compare import DEFAULT_MARGIN_PCT, beyond_noise
+from benchd.results.text import verdict_text
 from benchd.schemas import ContextPareto, Domination, EvalResult, Point, ProbePlan, Row, SkippedPair, Tie
 
 Direction = Literal["higher", "lower"]

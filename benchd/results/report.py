@@ -15,8 +15,8 @@ from typing import Any
 
 import msgspec
 
-from benchd.engine.verdict import verdict_text
 from benchd.results.pareto import AXES
+from benchd.results.text import fmt_value, machine_line, verdict_text
 from benchd.schemas import CellStats, ContextPareto, MetricStats, Runbook, Sweep
 
 #: Columns of the cell table: metric, header.
@@ -45,19 +45,6 @@ def drift_text(rb: Runbook) -> str:
     if rb.drift is not None:
         return ("DRIFT: " if rb.drift.drifted else "") + rb.drift.summary
     return f"drift sentinel: none ({rb.drift_null_reason or 'not recorded'})"
-
-
-def fmt_value(metric: str, v: float | None) -> str:
-    if v is None:
-        return "null"
-    if metric.endswith("_bytes"):
-        for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-            if abs(v) >= scale:
-                return f"{v / scale:.2f} {unit}"
-        return f"{v:.0f} B"
-    if metric in ("eval_pass_rate", "sustain_ratio"):
-        return f"{v:.3f}"
-    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
 
 
 class Notes:
@@ -200,8 +187,7 @@ def header_lines(rb: Runbook) -> list[str]:
     return [
         f"runbook {rb.id}  outcome: {rb.outcome}  sweep: {rb.sweep.name}",
         f"started {rb.job.started_at or 'never'}  finished {rb.job.finished_at or '-'}",
-        f"machine: {m.hardware_model or m.cpu_model or 'unknown'}, {m.cores_logical} cores, "
-        f"{fmt_value('mem_peak_bytes', m.memory_bytes)} RAM, {m.os} {m.os_version or ''}, power {m.power_source or 'unknown'}",
+        f"machine: {machine_line(m)}",
         f"grid: contexts {rb.sweep.contexts}, probes {probes_text(rb.sweep)} + {rb.sweep.warmup} warm-up, "
         f"gen_tokens {rb.sweep.gen_tokens}, eval tier {rb.sweep.eval_tier}, cooldown {rb.sweep.cooldown.policy}, "
         f"thinking {rb.sweep.thinking}, ignore_eos {str(rb.sweep.ignore_eos).lower()}",

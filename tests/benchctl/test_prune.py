@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from benchctl.commands.prune import human_bytes, parse_duration
+from benchctl.commands.prune import parse_duration
+from benchd.results.text import fmt_bytes
 from benchd.schemas import Candidate, Sweep
 from benchd.servers.provision import llama_dir
 from benchd.store import Store
@@ -169,5 +170,5 @@ def test_units() -> None:
     assert parse_duration("1.5h") == 5400
     with pytest.raises(ValueError):
         parse_duration("30")
-    assert human_bytes(512) == "512 B"
-    assert human_bytes(3 * 1024**3) == "3.0 GiB"
+    assert fmt_bytes(512, 1) == "512 B"
+    assert fmt_bytes(3 * 1024**3, 1) == "3.0 GiB"

@@ -10,6 +10,7 @@ import random
 import pytest
 
 from benchd.engine import series, verdict
+from benchd.results import text
 from benchd.schemas import ProbePlan, Row, ThermalReading
 from benchd.sensors.suspend.sensor import LinuxClock
 
@@ -61,7 +62,7 @@ def test_verdicts() -> None:
     wide = [100 + rng.gauss(0, 15) for _ in range(30)]
     v = verdict.judge(wide, metric="gen_tps", target_ci_pct=2.0, probes_used=30, adaptive=True)
     assert v.verdict == "unsteady" and v.ci_half_width_pct is not None and v.ci_half_width_pct > 2.0
-    assert verdict.verdict_text(v).startswith("unsteady ±")
+    assert text.verdict_text(v).startswith("unsteady ±")
     # A slow slide inside a narrow CI: the CI target is met, the trend still makes it drifting.
     slide = [100 - 0.4 * i + rng.gauss(0, 0.1) for i in range(20)]
     assert verdict.ci_target_met(slide, 2.0)

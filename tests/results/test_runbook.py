@@ -16,7 +16,8 @@ from runbook_factory import GEN, fill_job, setup_state
 
 from benchd.errors import BenchdError
 from benchd.results import provenance, runbook
-from benchd.results.report import fmt_value, render_markdown
+from benchd.results.report import render_markdown
+from benchd.results.text import fmt_value
 from benchd.sensors import facts
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,55 @@
+"""The words and figures every writer shares — terminal report and tail, Markdown, the page, JSON
+exports: one value formatter (one unit rule for bytes), one cell-verdict text, one machine line.
+
+A second formatter in a writer is how the report and the page came to disagree on units; a writer
+that needs a figure for people calls these.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchd.schemas import CellVerdict, MachineInfo
+
+#: Binary units, largest first: a byte count reads in the largest unit it reaches.
+BYTE_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
+def fmt_bytes(v: float, digits: int = 2) -> str:
+    """`1.50 GiB`, `12.00 MiB`, `512 B`: binary units, `digits` decimals."""
+    for unit, scale in BYTE_UNITS:
+        if abs(v) >= scale:
+            return f"{v / scale:.{digits}f} {unit}"
+    return f"{v:.0f} B"
+
+
+def fmt_value(metric: str, v: Any) -> str:
+    """A metric's value for people: bytes in binary units, ratios to three decimals, rates and times to
+    one decimal (three significant digits under 10); `null` (or anything not a number) reads `null`."""
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return "null"
+    if metric.endswith("_bytes"):
+        return fmt_bytes(v)
+    if metric in ("eval_pass_rate", "sustain_ratio"):
+        return f"{v:.3f}"
+    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
+
+
+def verdict_text(v: CellVerdict | None) -> str:
+    """A cell verdict, short: `steady`, `unsteady ±3.1%`, `drifting -6.2%`, `too few`, or `null`."""
+    if v is None or v.verdict is None:
+        return "null"
+    if v.verdict == "unsteady" and v.ci_half_width_pct is not None:
+        return f"unsteady ±{v.ci_half_width_pct:.1f}%"
+    if v.verdict == "drifting" and v.trend is not None:
+        return f"drifting {v.trend.drift_pct:+.1f}%"
+    return v.verdict
+
+
+def machine_line(m: MachineInfo) -> str:
+    """One line naming the machine a runbook was measured on (what is known of it)."""
+    parts = [m.hardware_model or m.chip or m.cpu_model, f"{m.cores_logical} logical cores" if m.cores_logical else None,
+             fmt_bytes(m.memory_bytes, 1) + " RAM" if m.memory_bytes else None,
+             " ".join(x for x in (m.os, m.os_version or m.kernel, m.arch) if x) or None,
+             f"power {m.power_source}" if m.power_source else None]
+    return ", ".join(p for p in parts if p) or "unknown machine"
