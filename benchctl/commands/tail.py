@@ -124,16 +124,11 @@ def _row_text(row: dict[str, Any]) -> str:
 
 
 def _verdict_text(p: dict[str, Any]) -> str:
-    """`cell a ctx 512: steady (CI ±1.2 % <= ±2 % target after 8 ok probes, no trend)`."""
-    v = p.get("verdict") or {}
-    word = v.get("verdict") or "null"
-    if word == "unsteady" and v.get("ci_half_width_pct") is not None:
-        word += f" ±{v['ci_half_width_pct']:.1f}%"
+    """`cell a ctx 512: steady after 8 probes (CI ±1.2 % <= ±2 % target after 8 ok probes, no trend)`."""
+    from benchd.results.text import verdict_text
+
     kind = "" if p.get("kind") == "probe" else f" {p.get('kind')}"
-    extra = f"; {v['throttle_suspects']} throttle-suspect" if v.get("throttle_suspects") else ""
-    extra += f"; {v['invalidated']} invalidated and re-run" if v.get("invalidated") else ""
-    return (f"cell {p.get('candidate')} ctx {p.get('context')}{kind}: {word} after {v.get('probes_used')} probes "
-            f"({v.get('reason')}{extra})")
+    return f"cell {p.get('candidate')} ctx {p.get('context')}{kind}: {verdict_text(p.get('verdict') or {}, detail=True)}"
 
 
 def _event_text(ev: dict[str, Any]) -> str:

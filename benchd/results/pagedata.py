@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from benchd.results.pareto import AXES
-from benchd.results.text import fmt_value, machine_line
+from benchd.results.text import fmt_value, machine_line, verdict_text
 from benchd.schemas import MachineInfo, Runbook
 
 Doc = dict[str, Any]
@@ -119,26 +119,6 @@ def sweep_verdicts(doc: Doc) -> list[Doc]:
     return out
 
 
-def verdict_text(v: Any) -> str:
-    """A cell verdict as words: the `CellVerdict` struct (verdict, CI width, trend) or a plain string."""
-    if not isinstance(v, dict):
-        return "" if v is None else str(v)
-    word = v.get("verdict")
-    if word is None:
-        return f"no verdict: {v.get('reason') or 'not measured'}"
-    extra = []
-    if v.get("ci_half_width_pct") is not None:
-        extra.append(f"CI ±{v['ci_half_width_pct']:.1f} % (target {v.get('target_ci_pct')} %)")
-    trend = v.get("trend")
-    if isinstance(trend, dict) and trend.get("drift_pct") is not None:
-        extra.append(f"trend {trend['drift_pct']:+.1f} % over the series (p {trend.get('p_value', float('nan')):.2g})")
-    if v.get("throttle_suspects"):
-        extra.append(f"{v['throttle_suspects']} throttle-suspect probe(s)")
-    if v.get("probes_used") is not None:
-        extra.append(f"{v['probes_used']} probes used")
-    return f"{word} ({'; '.join(extra)})" if extra else str(word)
-
-
 # ------------------------------------------------------------------------------------------- pareto
 
 
@@ -227,7 +207,7 @@ def pareto_points(doc: Doc, ctx: Doc) -> list[Doc]:
         if cand in caveats:
             relation += f" — caveat: {caveats[cand]}"
         rec: Doc = {"candidate": cand, "context": context, "status": status, "relation": relation,
-                    "label": cand, "verdict": verdict_text(cell.get("verdict") or p.get("verdict")), "probes": f"{cell.get('n_ok', len(rows))} ok, "
+                    "label": cand, "verdict": verdict_text(cell.get("verdict") or p.get("verdict"), detail=True) if (cell.get("verdict") or p.get("verdict")) else "", "probes": f"{cell.get('n_ok', len(rows))} ok, "
                     f"{cell.get('n_failed', 0)} failed"}
         for axis, value in (p.get("values") or {}).items():
             rec[axis] = scaled(axis, value)
@@ -295,7 +275,7 @@ def probe_series(doc: Doc) -> list[Doc]:
             "candidate": r["candidate"], "context": r["context"], "probe": order, "mark": mark,
             "gen_tps": r.get("gen_tps"), "note": note, "source": (r.get("sources") or {}).get("gen_tps") or "",
             "cell_median": ((cell.get("gen_tps") or {}).get("median")),
-            "verdict": verdict_text(cell.get("verdict")) or ("noisy (CV > 5 %)" if cell.get("noisy") else ""),
+            "verdict": (verdict_text(cell.get("verdict"), detail=True) if cell.get("verdict") else "") or ("noisy (CV > 5 %)" if cell.get("noisy") else ""),
             **{k: r[k] for k in ROW_EXTRAS if r.get(k) is not None},
         })
     # Failed and null probes sit at the bottom of their cell's panel, so the panel's scale stays the data's.

@@ -104,7 +104,7 @@ def test_fields_from_newer_runbooks_are_shown(tmp_path: Path) -> None:
     the shapes those issues give them, and an unknown top-level field as it is."""
     page = html.render_page(newer_doc(tmp_path), NO_RUNTIME).decode()
     for text in ("drift sentinel", "sentinel median 3.8 % below", "thinking-mixed", "something new", "42",
-                 "rapl:package-0", "drifting (CI ±1.2 % (target 2.0 %); trend -4.5 %", "thinking off",
+                 "rapl:package-0", "drifting -4.5% after 7 probes (trend beyond target)", "thinking off",
                  "energy per generated token (J), lower is better", "tied with gguf-spec on mem_peak_bytes",
                  "caveat: cell verdict unsteady", "EOS after 20 of 32 tokens", "thermal nominal",
                  "drift sentinel: this cell run again"):
