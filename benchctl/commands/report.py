@@ -137,6 +137,8 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     if cmp.only_in_a or cmp.only_in_b:
         click.echo(f"only in A: {', '.join(cmp.only_in_a) or '-'}; only in B: {', '.join(cmp.only_in_b) or '-'}")
+    for r in cmp.ready:
+        click.echo(f"time to ready, {r.candidate} ({r.cache} starts, {r.verdict.n_a} vs {r.verdict.n_b}): {r.verdict.text}")
 
 
 def _print_builds(builds: list[Any]) -> None:

@@ -42,6 +42,8 @@ register_axis("mem_peak_bytes", "lower", words=("larger", "smaller"))
 register_axis("eval_pass_rate", "higher", words=("higher", "lower"), compare=False, outcomes=True)
 register_axis("sustain_ratio", "higher", words=("higher", "lower"), compare=False)
 register_axis("j_per_gen_token", "lower", words=("more energy per token", "less energy per token"))
+#: Time to ready (spawn -> health answers) over a candidate's warm starts; its cold starts are compared apart.
+register_axis("ready_s", "lower", words=("slower to start", "faster to start"))
 
 
 def pareto_axes() -> list[Axis]:

@@ -28,6 +28,7 @@ from typing import Any
 from msgspec import Struct
 
 from benchd.engine.metrics import median_ci
+from benchd.results.comparison import AXES, AxisVerdict, compare_axis
 from benchd.schemas import Fingerprint, Runbook
 from benchd.servers.fingerprint import changed_kinds, changes, runbook_fingerprint
 
@@ -163,6 +164,14 @@ class BuildComparison(Struct, kw_only=True):
     changes: list[str]
 
 
+class ReadyComparison(Struct, kw_only=True):
+    """One candidate's time to ready in A and B over its warm or its cold starts (`results.comparison`)."""
+
+    candidate: str
+    cache: str  # "warm" | "cold"
+    verdict: AxisVerdict
+
+
 class Comparison(Struct, kw_only=True):
     a: str
     b: str
@@ -174,6 +183,7 @@ class Comparison(Struct, kw_only=True):
     only_in_a: list[str]
     only_in_b: list[str]
     builds: list[BuildComparison] = []
+    ready: list[ReadyComparison] = []
 
 
 def _samples(rb: Runbook) -> dict[tuple[str, int], list[Any]]:
@@ -279,6 +289,21 @@ def _thinking_seen(rb: Runbook, candidate: str) -> list[str]:
                    and r.status == "ok" and r.thinking})
 
 
+def compare_ready(a: Runbook, b: Runbook) -> list[ReadyComparison]:
+    """Per candidate in both runbooks with starts on both sides: ready_s of the warm starts, and of the
+    cold ones, B against A through the one comparison."""
+    out = []
+    ids_b = {s.candidate for s in b.ready}
+    for cand in sorted({s.candidate for s in a.ready} & ids_b):
+        for cache in ("warm", "cold"):
+            xa = [s.ready_s for s in a.ready if s.candidate == cand and s.cache == cache and s.ready_s]
+            xb = [s.ready_s for s in b.ready if s.candidate == cand and s.cache == cache and s.ready_s]
+            if xa or xb:
+                out.append(ReadyComparison(candidate=cand, cache=cache, verdict=compare_axis(
+                    xa, xb, axis="ready_s", better=AXES["ready_s"].better)))
+    return out
+
+
 def compare_runbooks(a: Runbook, b: Runbook) -> Comparison:
     sa, sb = _samples(a), _samples(b)
     margin = a.sweep.probe_plan().target_ci_pct
@@ -294,4 +319,5 @@ def compare_runbooks(a: Runbook, b: Runbook) -> Comparison:
         warnings=comparability_warnings(a, b), cells=cells,
         only_in_a=[f"{c}@{x}" for c, x in sorted(keys_a - keys_b)],
         only_in_b=[f"{c}@{x}" for c, x in sorted(keys_b - keys_a)], builds=compare_builds(a, b),
+        ready=compare_ready(a, b),
     )

@@ -1,0 +1,65 @@
+"""Time to ready in the runbook, the report and `compare`, from `server_ready` events as the engine
+writes them (the real starts are tests/servers/test_ready_time.py and tests/daemon/test_ready_real.py):
+warm and cold medians, nulls with their reasons, and B against A through the one comparison."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runbook_factory import fill_job, setup_state
+
+from benchd.results import report, runbook
+from benchd.results.compare import compare_runbooks
+
+WARM = [1.0, 1.1, 0.9, 1.05, 0.95, 1.0]
+
+
+def _starts(store, job: str, scale: float, cold: bool) -> None:  # type: ignore[no-untyped-def]
+    for s in WARM:
+        store.append_event(job, "server_ready", {
+            "candidate": "gguf-plain", "ready_s": s * scale, "purpose": "ready", "load_s": s * scale / 2,
+            "load_note": "log: first seen 'model loaded'", "cache": "warm", "cache_note": "mincore(2): 9 of 9 pages",
+            "cold": False, "resident_before": 1.0})
+        if cold:
+            store.append_event(job, "server_ready", {
+                "candidate": "gguf-plain", "ready_s": 3 * s * scale, "purpose": "ready", "load_s": None,
+                "load_note": "the log has no 'model loaded' line before health answered", "cache": "cold",
+                "cache_note": "posix_fadvise(POSIX_FADV_DONTNEED); mincore(2): 0 of 9 pages", "cold": True,
+                "resident_before": 0.0})
+
+
+def _runbook(tmp: Path, job: str, scale: float, cold: bool = True):  # type: ignore[no-untyped-def]
+    config, store, sweep, _ = setup_state(tmp)
+    fill_job(store, sweep, job_id=job)
+    _starts(store, job, scale, cold)
+    rb = runbook.build_runbook(config, store, job)
+    store.close()
+    return rb
+
+
+def test_summary_report_and_nulls(tmp_path: Path) -> None:
+    rb = _runbook(tmp_path, "20261130-020000-abcd", 1.0)
+    by = {s.candidate: s for s in rb.ready_summary}
+    plain = by["gguf-plain"]
+    assert plain.warm_n == len(WARM) and plain.cold_n == len(WARM)
+    assert plain.warm_median_s == sorted(WARM)[2] / 2 + sorted(WARM)[3] / 2
+    assert plain.cold_median_s is not None and plain.cold_median_s > plain.warm_median_s
+    # the factory's other starts carry no time-to-ready figures: their nulls say why
+    assert by["mlx-lm"].warm_median_s is None and by["mlx-lm"].null_reasons["warm"]
+    assert by["broken"].null_reasons["warm"] == "no server start"
+    text = report.render_text(rb)
+    line = next(x for x in text.splitlines() if x.startswith("gguf-plain") and "n 6" in x)
+    assert f"{plain.warm_median_s:.2f}" in line and f"{plain.cold_median_s / plain.warm_median_s:.2f}" in line
+    assert "## Time to ready" in report.render_markdown(rb)
+    assert report.report_json(rb)["ready"][0]["candidate"] == "gguf-spec"
+
+
+def test_compare_through_the_one_comparison(tmp_path: Path) -> None:
+    a = _runbook(tmp_path / "a", "20261130-020000-aaaa", 1.0)
+    b = _runbook(tmp_path / "b", "20261130-020000-bbbb", 2.0, cold=False)
+    got = {(r.candidate, r.cache): r.verdict for r in compare_runbooks(a, b).ready}
+    warm = got[("gguf-plain", "warm")]
+    assert warm.verdict == "different" and warm.b_better is False and warm.axis == "ready_s"
+    assert warm.ci_low is not None and warm.ci_low > 1.0
+    cold = got[("gguf-plain", "cold")]
+    assert cold.verdict == "unresolved" and cold.n_b == 0
