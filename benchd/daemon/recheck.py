@@ -68,9 +68,6 @@ class Rechecker:
         self._task: asyncio.Task[None] | None = None
         queue.job_ended.append(self.on_job_end)
 
-    def _save_state(self) -> None:
-        self.state_file.save()
-
     # ------------------------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
@@ -112,7 +109,7 @@ class Rechecker:
         except NotFound:
             log.warning("pending recheck job %s is gone (pruned?): forgetting it", pending.job)
             self.state.pending = None
-            self._save_state()
+            self.state_file.save()
             return
         if job.state in TERMINAL_JOB_STATES and (job.runbook_id or not (job.progress and job.progress.done)):
             await self._record(pending, job.state, job.runbook_id)
@@ -152,7 +149,7 @@ class Rechecker:
                     except BenchdError as exc:  # e.g. the evidence runbook was pruned: said in the status
                         log.error("lock changed (%s) but %s", "; ".join(changed), exc.message)
                         self.state.last_check = [*changed, exc.message]
-            self._save_state()
+            self.state_file.save()
             return changed
 
     async def request(self, now: bool) -> PendingRecheck:
@@ -177,7 +174,7 @@ class Rechecker:
         self.state.pending = PendingRecheck(job=job.id, queued_at=utcnow(), candidate=lf.locked.candidate,
                                             locked_at=lf.locked.locked_at, lock_runbook=lf.locked.runbook,
                                             cause=cause, fingerprint=current, confirms=confirms, now=now)
-        self._save_state()
+        self.state_file.save()
         log.warning("lock %s: %s; recheck job %s queued (not before %s, when %s)", lf.locked.candidate,
                     "; ".join(cause), job.id, not_before or "now", ", ".join(when) or "-")
         return self.state.pending
@@ -200,7 +197,7 @@ class Rechecker:
             log.exception("recheck job %s: could not record the verdict", pending.job)
         if self.state.pending is pending:  # not replaced by a confirmation recheck
             self.state.pending = None
-        self._save_state()
+        self.state_file.save()
 
     async def _finish(self, pending: PendingRecheck, outcome: str, runbook_id: str | None) -> None:
         path = self.config.locked_path
