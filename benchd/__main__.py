@@ -110,8 +110,10 @@ def _refuse(code: int, under_launchd: bool) -> None:
 def _free(path: object) -> str:
     import shutil
 
+    from benchd.results.text import fmt_bytes
+
     try:
-        return f"{shutil.disk_usage(str(path)).free / 2**20:.1f} MiB"
+        return fmt_bytes(shutil.disk_usage(str(path)).free, 1)
     except OSError:
         return "unknown space"
 

@@ -109,9 +109,10 @@ def _say_runbook(client: Any, job_id: str, wait_s: float = 60.0) -> None:
 
 
 def _row_text(row: dict[str, Any]) -> str:
-    def f(key: str, fmt: str) -> str:
-        v = row.get(key)
-        return "null" if v is None else format(v, fmt)
+    from benchd.results.text import fmt_value
+
+    def f(key: str) -> str:
+        return fmt_value(key, row.get(key))
 
     base = (f"{row.get('candidate')} ctx {row.get('context')} {row.get('kind')} #{row.get('probe')}: "
             f"{row.get('status')}")
@@ -119,8 +120,8 @@ def _row_text(row: dict[str, Any]) -> str:
         return f"{base} ({row.get('error') or 'no reason given'})"
     throttle = row.get("throttle") or {}
     flag = f"  THROTTLE-SUSPECT ({throttle.get('note')})" if throttle.get("suspect") else ""
-    return (f"{base}  gen {f('gen_tps', '.1f')} tok/s  prompt {f('prompt_tps', '.1f')} tok/s  "
-            f"ttft {f('ttft_ms', '.0f')} ms  mem {f('mem_peak_bytes', ',')} B{flag}")
+    return (f"{base}  gen {f('gen_tps')} tok/s  prompt {f('prompt_tps')} tok/s  "
+            f"ttft {f('ttft_ms')} ms  mem {f('mem_peak_bytes')}{flag}")
 
 
 def _verdict_text(p: dict[str, Any]) -> str:
