@@ -138,6 +138,15 @@ def _event_text(ev: dict[str, Any]) -> str:
         return _row_text(p["row"])
     if ev["type"] == "cell_finished":
         return _verdict_text(p)
+    if ev["type"] == "session_finished":
+        ttft, reuse = p.get("warm_ttft_ms"), p.get("reuse_fraction")
+        return (f"session {p.get('candidate')} ctx {p.get('context')}: {p.get('status')}, warm-turn TTFT "
+                f"{'null' if ttft is None else f'{ttft:.1f} ms'}, reuse {'null' if reuse is None else f'{reuse:.0%}'}, "
+                f"cache misses {p.get('misses')}")
+    if ev["type"] == "level_finished":
+        agg = p.get("agg_gen_tps")
+        return (f"concurrency {p.get('concurrency')} {p.get('candidate')} ctx {p.get('context')}: aggregate "
+                f"{'null' if agg is None else f'{agg:.1f} tok/s'}")
     detail = " ".join(f"{k}={v}" for k, v in p.items() if not isinstance(v, (dict, list)) and v is not None)
     return f"{ev['type']} {detail}".rstrip()
 
@@ -195,7 +204,7 @@ class _Rich:
                 self.progress.update(self.task, completed=len(self.done_keys))
             self.progress.console.print(_row_text(row), highlight=False, markup=False)
         elif ev["type"] in ("job_started", "job_resumed", "job_interrupted", *TERMINAL_EXIT, "server_crashed",
-                            "cell_finished"):
+                            "cell_finished", "session_finished", "level_finished"):
             self.progress.console.print(_event_text(ev), style="bold", highlight=False, markup=False)
         else:
             self.progress.update(self.task, description=_event_text(ev)[:60])

@@ -44,6 +44,16 @@ register_axis("sustain_ratio", "higher", words=("higher", "lower"), compare=Fals
 register_axis("j_per_gen_token", "lower", words=("more energy per token", "less energy per token"))
 #: Time to ready (spawn -> health answers) over a candidate's warm starts; its cold starts are compared apart.
 register_axis("ready_s", "lower", words=("slower to start", "faster to start"))
+#: Session probes: the median TTFT of turns >= 2 on a warm prompt cache.
+register_axis("session_ttft_ms", "lower", words=("slower", "faster"))
+#: Parallel requests: the aggregate gen tok/s of N simultaneous streams, one axis per level ("agg_gen_tps@N").
+LEVEL_AXIS_PREFIX = "agg_gen_tps@"
+
+
+def level_axis(n: int) -> Axis:
+    """The axis of concurrency level `n` (registered the first time a level is seen)."""
+    name = f"{LEVEL_AXIS_PREFIX}{n}"
+    return AXES.get(name) or register_axis(name, "higher", words=("faster", "slower"))
 
 
 def pareto_axes() -> list[Axis]:

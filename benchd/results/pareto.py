@@ -42,6 +42,9 @@ AXES: tuple[tuple[str, Direction], ...] = (
     ("j_per_gen_token", "lower"),
 )
 AXIS_NAMES: tuple[str, ...] = tuple(a for a, _ in AXES)
+#: Axes a sweep measures only when it asks for them (sessions, concurrency levels): they join a pair's
+#: comparison when either point has a value (directions from the axis table, `results.axes`).
+SESSION_AXIS = "session_ttft_ms"
 #: Per-candidate axes compared exactly (deterministic: greedy answers pass or fail the same way each time).
 EXACT_AXES = frozenset({"eval_pass_rate"})
 
@@ -53,8 +56,19 @@ def _val(p: Point, axis: str) -> float | None:
     return p.values.get(axis)
 
 
+def axes_of(points: Iterable[Point]) -> list[tuple[str, Direction]]:
+    """The fixed axes, then the session and level axes any of `points` has a value for."""
+    from benchd.results.axes import AXES as TABLE
+    from benchd.results.axes import LEVEL_AXIS_PREFIX
+
+    present = {k for p in points for k, v in p.values.items() if v is not None}
+    extra = [SESSION_AXIS] if SESSION_AXIS in present else []
+    extra += sorted((k for k in present if k.startswith(LEVEL_AXIS_PREFIX)), key=lambda k: int(k.split("@")[1]))
+    return [*AXES, *((k, TABLE[k].better if k in TABLE else "higher") for k in extra)]
+
+
 def skipped_axes(a: Point, b: Point) -> list[str]:
-    return [axis for axis in AXIS_NAMES if _val(a, axis) is None or _val(b, axis) is None]
+    return [axis for axis, _ in axes_of((a, b)) if _val(a, axis) is None or _val(b, axis) is None]
 
 
 def judge_pair(a: Point, b: Point, noise: Noise | None = None) -> tuple[list[str], list[str], dict[str, str], int]:
@@ -63,7 +77,7 @@ def judge_pair(a: Point, b: Point, noise: Noise | None = None) -> tuple[list[str
     b_better: list[str] = []
     tied: dict[str, str] = {}
     compared = 0
-    for axis, direction in AXES:
+    for axis, direction in axes_of((a, b)):
         va, vb = _val(a, axis), _val(b, axis)
         if va is None or vb is None:
             continue
@@ -148,14 +162,26 @@ def sustain_ratios(rows: Iterable[Row]) -> dict[str, float]:
 
 
 def cell_samples(rows: Sequence[Row]) -> dict[tuple[int, str], dict[str, list[float]]]:
-    """Per (context, candidate): each per-probe axis's values over the ok probe rows (the noise's input)."""
+    """Per (context, candidate): each per-probe axis's values over the ok probe rows (the noise's input);
+    the session axis over the warm turns' TTFTs, a level's axis over its batches' aggregate rates."""
+    from benchd.results.axes import level_axis
+
     out: dict[tuple[int, str], dict[str, list[float]]] = defaultdict(dict)
+    batches: dict[tuple[int, str, int, int], float] = {}
     for r in rows:
-        if r.kind == "probe" and r.status == "ok" and not r.short:
+        if r.status != "ok" or r.short:
+            continue
+        if r.kind == "probe":
             for axis in AXIS_NAMES:
                 v = getattr(r, axis, None) if axis in Row.__struct_fields__ else None
                 if v is not None:
                     out[(r.context, r.candidate)].setdefault(axis, []).append(float(v))
+        elif r.kind == "session" and r.probe >= 2 and r.ttft_ms is not None:
+            out[(r.context, r.candidate)].setdefault(SESSION_AXIS, []).append(r.ttft_ms)
+        elif r.kind == "parallel" and r.agg_gen_tps is not None and r.concurrency and r.batch is not None:
+            batches[(r.context, r.candidate, r.concurrency, r.batch)] = r.agg_gen_tps
+    for (ctx, cand, level, _), agg in sorted(batches.items()):
+        out[(ctx, cand)].setdefault(level_axis(level).name, []).append(agg)
     return out
 
 
@@ -208,6 +234,9 @@ def points_from_rows(
                 "sustain_ratio": sustain.get(cand),
                 "j_per_gen_token": _median(r.j_per_gen_token for r in ok),
             }
+            for axis, vals in samples.get((ctx, cand), {}).items():
+                if axis not in values:  # the session and level axes: their medians
+                    values[axis] = statistics.median(vals)
             ci = {axis: [lo, hi] for axis, vals in samples.get((ctx, cand), {}).items()
                   if (got := median_ci(vals)) is not None for lo, hi in [got[:2]]}
             verdict = verdict_text(cell_verdict(cells[ctx][cand], plan)) if plan is not None else None

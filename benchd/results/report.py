@@ -15,7 +15,8 @@ from typing import Any
 
 import msgspec
 
-from benchd.results.pareto import AXES
+from benchd.results import agentic
+from benchd.results.pareto import axes_of
 from benchd.results.text import fmt_value, machine_line, verdict_text
 from benchd.schemas import CellStats, ContextPareto, MetricStats, Runbook, Sweep
 
@@ -157,14 +158,15 @@ def pareto_lines(p: ContextPareto, rb: Runbook | None = None) -> list[str]:
 
 
 def pareto_points_table(p: ContextPareto) -> tuple[list[str], list[list[str]]]:
-    header = ["candidate", "status", "verdict", *(f"{a} ({d})" for a, d in AXES)]
+    axes = axes_of(p.points)
+    header = ["candidate", "status", "verdict", *(f"{a} ({d})" for a, d in axes)]
     body = []
     for pt in p.points:
         status = "frontier" if pt.candidate in p.frontier else "dominated by " + ", ".join(
             d.by for d in p.dominated.get(pt.candidate, []))
         if pt.candidate in p.caveats:
             status += " (caveat)"
-        body.append([pt.candidate, status, pt.verdict or "-", *(fmt_value(a, pt.values.get(a)) for a, _ in AXES)])
+        body.append([pt.candidate, status, pt.verdict or "-", *(fmt_value(a, pt.values.get(a)) for a, _ in axes)])
     return header, body
 
 
@@ -232,6 +234,9 @@ def render_text(rb: Runbook, pareto: bool = False) -> str:
         parts += ["", READY_NOTE, _plain_table(READY_HEADER, ready_table(rb, notes))]
     if notes.items:
         parts += ["", *notes.lines()]
+    for section in (agentic.session_lines(rb.rows), agentic.level_lines(rb.rows)):
+        if section:
+            parts += ["", *section]
     if pareto:
         parts += ["", render_pareto_text(rb)]
     return "\n".join(parts) + "\n"
@@ -259,6 +264,8 @@ def print_rich(rb: Runbook, pareto: bool = False) -> None:
             ready.add_row(*row)
         console.print(ready)
     for line in notes.lines():
+        console.print(line, highlight=False, soft_wrap=True)
+    for line in [*agentic.session_lines(rb.rows), *agentic.level_lines(rb.rows)]:
         console.print(line, highlight=False, soft_wrap=True)
     if pareto:
         console.print(render_pareto_text(rb), highlight=False, soft_wrap=True)
@@ -327,6 +334,9 @@ def render_markdown(rb: Runbook) -> str:
                   ", ".join(f"{w:.1f}" for w in (x.window_tps or [])) or "null"] for x in rb.sustained]
         lines += [_md_table(["candidate", "status", "sustain_ratio", "window tok/s"], sbody), ""]
     lines += energy_lines(rb)
+    for title, section in (("Sessions", agentic.session_lines(rb.rows)), ("Parallel requests", agentic.level_lines(rb.rows))):
+        if section:
+            lines += [f"## {title}", "", *(f"- {ln.strip()}" for ln in section[1:]), ""]
     if rb.eval_summary:
         lines += ["## Evals", ""]
         ebody = [[e.candidate, e.tier, f"{e.passed}/{e.total}", f"{e.pass_rate:.2f}", str(e.unsandboxed)]

@@ -70,3 +70,17 @@ def test_sessions_and_levels_in_a_sweep_and_resume(tiny_models: Any, cache_dir: 
     finished = [e for e in resumed if e.type == "session_finished"]
     assert finished and finished[0].payload["warm_ttft_ms"] is not None
     assert next(e for e in resumed if e.type == "level_finished").payload["concurrency"] == 2
+
+    # the report and the Pareto view show the session and level figures computed from these rows
+    from benchd.results import report
+    from benchd.results.runbook import build_runbook
+
+    rb = build_runbook(config, store, job.id)
+    text = report.render_text(rb, pareto=True)
+    assert "sessions (warm prompt cache):" in text and "llama ctx 256: warm-turn TTFT" in text
+    assert "parallel requests:" in text and "llama ctx 256 x2: aggregate" in text
+    assert "session_ttft_ms (lower)" in text and "agg_gen_tps@2 (higher)" in text
+    point = rb.pareto[0].points[0]
+    assert point.values["session_ttft_ms"] is not None and point.values["agg_gen_tps@2"] is not None
+    assert "## Sessions" in report.render_markdown(rb)
+    assert not {"prefix-cache", "concurrency"} & {d.axis for d in rb.deferred.automatic}

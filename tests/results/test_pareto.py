@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import msgspec
@@ -108,3 +109,36 @@ def test_unsteady_frontier_candidate_has_a_caveat() -> None:
     plan = ProbePlan(False, 6, 6, 2.0, "gen_tps", 15.0)
     res = pareto.pareto_from_rows(rows, [], plan)[0]
     assert res.frontier == ["wide"] and res.caveats["wide"].startswith("cell verdict unsteady")
+
+
+def _session_rows(cand: str, ttfts: list[float]) -> list[Row]:
+    return [Row(job="j", candidate=cand, runtime="llama-server", context=512, kind="session", probe=i + 1, turn=i + 1,
+                status="ok", ttft_ms=t) for i, t in enumerate(ttfts)]
+
+
+def _parallel_rows(cand: str, level: int, aggs: list[float]) -> list[Row]:
+    return [Row(job="j", candidate=cand, runtime="llama-server", context=512, kind="parallel", status="ok",
+                probe=level * 100_000 + b * level + s, concurrency=level, batch=b, agg_gen_tps=agg, gen_tps=agg / level)
+            for b, agg in enumerate(aggs) for s in range(level)]
+
+
+def test_session_and_level_axes_join_the_pareto_view() -> None:
+    """Equal cold probes; "warm" is faster on warm turns (session_ttft_ms), "wide" batches better at
+    level 2 (agg_gen_tps@2): a trade-off, both on the frontier. Without such rows the axes are absent."""
+    probes = _probe_rows("warm", [100.0, 100.0, 100.0]) + _probe_rows("wide", [100.0, 100.0, 100.0])
+    warm = _session_rows("warm", [500.0, 50.0, 51.0, 52.0, 50.5, 51.5, 50.2])
+    wide = _session_rows("wide", [500.0, 90.0, 91.0, 92.0, 90.5, 91.5, 90.2])
+    par = _parallel_rows("warm", 2, [150.0, 151.0, 149.0, 150.5, 150.2, 149.8]) + \
+        _parallel_rows("wide", 2, [190.0, 191.0, 189.0, 190.5, 190.2, 189.8])
+    res = pareto.pareto_from_rows(probes + warm + wide + par, [])[0]
+    assert sorted(res.frontier) == ["warm", "wide"] and not res.dominated
+    pts = {p.candidate: p for p in res.points}
+    assert pts["warm"].values["session_ttft_ms"] == statistics.median(r.ttft_ms for r in warm[1:])  # not turn 1
+    assert pts["wide"].values["agg_gen_tps@2"] == statistics.median({r.batch: r.agg_gen_tps for r in par
+                                                                     if r.candidate == "wide"}.values())
+    names = [a for a, _ in pareto.axes_of(res.points)]
+    assert names[-2:] == ["session_ttft_ms", "agg_gen_tps@2"]
+    alone = pareto.pareto_from_rows(probes + warm + wide, [])[0]
+    (d,) = alone.dominated["wide"]
+    assert d.by == "warm" and d.better_on == ["session_ttft_ms"]
+    assert "agg_gen_tps@2" not in [a for a, _ in pareto.axes_of(pareto.pareto_from_rows(probes, [])[0].points)]

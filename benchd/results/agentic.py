@@ -1,0 +1,56 @@
+"""The report's session and parallel-request sections: per cell, figures computed from the rows by the
+engine's summaries (`engine.session.session_summary`, `engine.parallel.parallel_summary`), so the report,
+`tail` and the page show the same numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from benchd.engine.parallel import parallel_summary
+from benchd.engine.session import session_summary
+from benchd.schemas import Row
+
+
+def _ms(v: float | None) -> str:
+    return "null" if v is None else f"{v:.1f} ms"
+
+
+def _rate(v: float | None) -> str:
+    return "null" if v is None else f"{v:.1f} tok/s"
+
+
+def _cells(rows: Sequence[Row], kind: str) -> dict[tuple[str, int], list[Row]]:
+    out: dict[tuple[str, int], list[Row]] = {}
+    for r in rows:
+        if r.kind == kind:
+            out.setdefault((r.candidate, r.context), []).append(r)
+    return out
+
+
+def session_lines(rows: Sequence[Row]) -> list[str]:
+    """One line per session cell: warm-turn TTFT, reuse fraction, misses, and TTFT per turn."""
+    out = []
+    for (cand, ctx), mine in sorted(_cells(rows, "session").items()):
+        s = session_summary(mine)
+        if s is None:
+            err = next((r.error for r in mine if r.error), "no ok turn")
+            out.append(f"  {cand} ctx {ctx}: session failed: {err}")
+            continue
+        reuse = "null" if s.reuse_fraction is None else f"{s.reuse_fraction:.0%}"
+        per_turn = ", ".join(_ms(t) for t in s.ttft_ms)
+        out.append(f"  {cand} ctx {ctx}: warm-turn TTFT {_ms(s.warm_ttft_ms)} (median of turns >= 2), reuse {reuse}, "
+                   f"cache misses {s.misses} of {s.turns - 1}; TTFT per turn: {per_turn}")
+    return (["sessions (warm prompt cache):", *out]) if out else []
+
+
+def level_lines(rows: Sequence[Row]) -> list[str]:
+    """One line per (cell, level): aggregate and per-request gen tok/s, TTFT p50/p95, peak memory."""
+    out = []
+    for (cand, ctx), mine in sorted(_cells(rows, "parallel").items()):
+        for level, s in parallel_summary(mine).items():
+            mem = "null" if s.mem_peak_bytes is None else f"{s.mem_peak_bytes / (1 << 20):.1f} MiB"
+            failed = f", {s.failed} failed" if s.failed else ""
+            out.append(f"  {cand} ctx {ctx} x{level}: aggregate {_rate(s.agg_gen_tps)} (median over {s.batches} "
+                       f"batches), per request {_rate(s.per_request_gen_tps)}, TTFT p50 {_ms(s.ttft_p50_ms)} / p95 "
+                       f"{_ms(s.ttft_p95_ms)}, peak memory {mem} ({s.requests} requests{failed})")
+    return (["parallel requests:", *out]) if out else []
