@@ -116,12 +116,14 @@ def _next_job_id(job_id: str) -> str:
 
 def planned_probes(sweep: Sweep, bound: Literal["min", "max"] = "min") -> int:
     """Recorded rows a sweep will write: probes per (candidate, context) plus one sustained each, plus
-    the drift sentinel's re-run of the first cell. With `probes = "auto"` a cell writes between `min`
+    the drift sentinel's re-run of the first cell, plus each vision candidate's image probes (the fixed
+or minimum count per resolution: image probes are not adaptive). With `probes = "auto"` a cell writes between `min`
     and `max` probe rows: `bound` picks which end (a fixed count gives the same number for both)."""
     plan = sweep.probe_plan()
     per_cell = plan.min if bound == "min" else plan.max
     per_candidate = len(sweep.contexts) * per_cell + (1 if sweep.sustained.tokens > 0 else 0)
-    return per_candidate * len(sweep.candidates) + (per_cell if sweep.sentinel_on() else 0)
+    images = sum(len(sweep.vision.resolutions) * plan.min for c in sweep.candidates if c.vision)
+    return per_candidate * len(sweep.candidates) + (per_cell if sweep.sentinel_on() else 0) + images
 
 
 class Store:

@@ -2,11 +2,14 @@
 
 llama-server restarts per context (its `-c` is sized to the context, so memory is measured there)
 unless `ctx_size` pins it; the MLX servers start once for every context. The last start also runs the
-sustained generation and the eval tier. Pure: the scheduler runs the groups, this only plans them.
+sustained generation and the eval tier. A vision candidate's image probes run on a start of their own
+on llama-server, whose `-c` leaves room for the images (`image_token_allowance`), and on the MLX
+servers' one start. Pure: the scheduler runs the groups, this only plans them.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from benchd.schemas import Candidate, Sweep
@@ -14,6 +17,16 @@ from benchd.servers.runtimes.base import RuntimeAdapter
 
 #: The sustained generation and evals need room beyond the smallest context.
 TAIL_MIN_TOKENS = 1024
+#: Room per image: one token per 14x14 pixels (ViT-14 patches, no merging: more than the merging
+#: processors of current VLMs give) plus separators, never under 1024.
+_PIXELS_PER_TOKEN, _SEPARATOR_TOKENS, _MIN_IMAGE_TOKENS = 14 * 14, 64, 1024
+
+
+def image_token_allowance(sweep: Sweep) -> int:
+    """Context room for the sweep's largest image request (an upper bound, not a measurement)."""
+    w, h = max(sweep.vision.resolutions, key=lambda r: r[0] * r[1])
+    per_image = max(_MIN_IMAGE_TOKENS, math.ceil(w * h / _PIXELS_PER_TOKEN) + _SEPARATOR_TOKENS)
+    return sweep.vision.images * per_image
 
 
 @dataclass(frozen=True)
@@ -24,6 +37,7 @@ class Group:
     contexts: list[int]
     sustained: bool
     evals: bool
+    vision: bool = False
 
 
 def plan_groups(adapter: RuntimeAdapter, cand: Candidate, sweep: Sweep) -> list[Group]:
@@ -33,8 +47,12 @@ def plan_groups(adapter: RuntimeAdapter, cand: Candidate, sweep: Sweep) -> list[
     tail_evals = sweep.eval_tier != "none"
     if not adapter.restarts_per_context(cand):
         ctx = adapter.server_ctx_size(cand, contexts[-1], sweep.gen_tokens)
-        return [Group(ctx, contexts, tail_sustained, tail_evals)]
+        return [Group(ctx, contexts, tail_sustained, tail_evals, cand.vision)]
     groups = [Group(adapter.server_ctx_size(cand, c, sweep.gen_tokens), [c], False, False) for c in contexts]
+    if cand.vision:
+        text = sweep.vision.context if sweep.vision.context is not None else contexts[0]
+        ctx = adapter.server_ctx_size(cand, text + image_token_allowance(sweep), sweep.gen_tokens)
+        groups.append(Group(ctx, [], False, False, True))
     if tail_sustained or tail_evals:
         tail_tokens = max(sweep.sustained.tokens, TAIL_MIN_TOKENS)
         groups.append(Group(adapter.server_ctx_size(cand, contexts[0], tail_tokens), [], tail_sustained, tail_evals))

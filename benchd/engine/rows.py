@@ -85,6 +85,7 @@ def build_row(
     extra: dict[str, Any] | None = None,
     extra_sources: dict[str, str] | None = None,
     energy: EnergyFigures | None = None,
+    extra_reasons: dict[str, str] | None = None,
 ) -> Row:
     """One row. `extra` sets sustained-only fields (window_tps, sustain_ratio, thermal_after)."""
     fields: dict[str, Any] = {}
@@ -121,6 +122,8 @@ def build_row(
         fields.update(extra)
     if extra_sources:
         sources.update(extra_sources)
+    if extra_reasons:
+        reasons.update(extra_reasons)
     if server is not None:
         server.record(sources, reasons)
     if energy is not None:

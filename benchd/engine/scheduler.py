@@ -2,7 +2,10 @@
 
 Order: for each candidate, one server start per context size (llama-server restarts per
 context unless `ctx_size` is pinned; the MLX servers start once), warm-up probes after every start,
-then the probe series of each context, each probe preceded by the cooldown policy. The sustained
+then the probe series of each context, each probe preceded by the cooldown policy. A vision
+candidate's image probes (`engine/vision.py`) run on the group planned for them (`groups`), after
+its contexts: per resolution one unrecorded warm-up pair, then the sweep's probe count (its minimum,
+when adaptive) of pairs, each after the cooldown, as rows of kind "vision". The sustained
 generation and the eval tier run on the candidate's last server. A crash restarts the server for the
 next cell; a server that never gets ready turns that group's cells into failed rows; the sweep goes on.
 
@@ -27,7 +30,7 @@ import msgspec
 
 from benchd.config import Config
 from benchd.engine import cooldown as cooldown_mod
-from benchd.engine import evalrun, evals, probe, sweepcheck, verdict, visits
+from benchd.engine import evalrun, evals, probe, sweepcheck, verdict, vision, visits
 from benchd.engine import series as series_mod
 from benchd.engine.energy import Delta, EnergySession
 from benchd.engine.groups import Group, plan_groups
@@ -162,6 +165,8 @@ class Engine:
             return True
         if g.sustained and self.pending(cand, self.sustained_context(), "sustained"):
             return True
+        if g.vision and self.vision_pending(cand):
+            return True
         return g.evals and any((cand.id, t.id) not in self.evals_done for t in evals.tasks(self.sweep.eval_tier))
 
     def sustained_context(self) -> int:
@@ -172,6 +177,8 @@ class Engine:
         cells = [(c, "probe", p) for c in g.contexts for p in self.pending(cand, c)]
         if g.sustained:
             cells += [(self.sustained_context(), "sustained", p) for p in self.pending(cand, self.sustained_context(), "sustained")]
+        if g.vision:
+            cells += [(vc.context, "vision", n) for vc, n in self.vision_pending(cand)]
         for context, kind, p in cells:
             self.commit(build_row(
                 Cell(self.job, cand, context, kind, p),  # type: ignore[arg-type]
@@ -259,6 +266,8 @@ class Engine:
                 if series.rows:  # the cell is done: its verdict (shown by `tail`)
                     self.emit("cell_finished", candidate=cand.id, context=context, kind=kind, verdict=verdict.cell_verdict(series.rows, series.plan))
                 warm = min(1, self.sweep.warmup)  # a server serving several contexts warms up at each new one
+            if g.vision and server.running:
+                await self.run_vision(adapter, server, cand)
             if g.sustained and server.running:
                 ctx = self.sustained_context()
                 for p in self.pending(cand, ctx, "sustained"):
@@ -415,6 +424,74 @@ class Engine:
         return build_row(cell, status="failed", started_at=started_at, server=facts, metrics=norm, memory=memory,
                          cooldown=cd, error=f"server crashed mid-probe ({info.status}): {error}",
                          exit_status=info.status, log_tail=info.log_tail)
+
+    # -- image probes ---------------------------------------------------------------------------
+
+    def vision_pending(self, cand: Candidate) -> list[tuple[vision.VisionCell, int]]:
+        """(cell, row probe number) of the candidate's image probes not stored yet."""
+        return [(vc, vc.probe_number(p)) for vc in vision.vision_cells(self.sweep, cand) for p in range(self.plan.min)
+                if (cand.id, vc.context, "vision", vc.probe_number(p)) not in self.done]
+
+    async def run_vision(self, adapter: RuntimeAdapter, server: Server, cand: Candidate) -> None:
+        warmed: set[int] = set()
+        for vc, number in self.vision_pending(cand):
+            if not server.running:
+                return  # the planned rows that did not run are named in the runbook's deferred lines
+            self.commit(await self.vision_probe(adapter, server, Cell(self.job, cand, vc.context, "vision", number), vc,
+                                                warm=vc.index not in warmed))
+            warmed.add(vc.index)
+
+    async def vision_probe(self, adapter: RuntimeAdapter, server: Server, cell: Cell, vc: vision.VisionCell,
+                           warm: bool) -> Row:
+        """One image pair as a row: prompt sized, an unrecorded warm pair at a new resolution, the
+        cooldown, then the pair with memory sampled and energy marked around the image request."""
+        cand, sweep = cell.candidate, self.sweep
+        facts = ServerFacts(server.ctx_size, server.binary, server.version)
+        prompt = await self.size_prompt(adapter, server, cell, facts)
+        if isinstance(prompt, Row):
+            return prompt
+        probe_no = cell.probe % vision.VISION_PROBE_STRIDE
+
+        async def pair(key: str, marks: Callable[[str], None] | None = None) -> vision.ImageProbe:
+            return await vision.measure(
+                adapter, server.base_url, cand, prompt=prompt.text, max_tokens=sweep.gen_tokens,
+                generated=vision.make_images(sweep.sampling.seed, cand.id, vc.resolution, sweep.vision.images, key),
+                sampling=sweep.sampling, timeout_s=self.timeout_s, thinking=sweep.thinking,
+                run_to_length=sweep.ignore_eos, marks=marks)
+
+        if warm:
+            await pair(vc.key(probe_no) + "/warm-up")
+        cd, idle = await self.energy.over(self.cool_down(adapter, server, cell, None))
+        started_at = utcnow()
+        self.emit("probe_started", candidate=cand.id, context=cell.context, probe=cell.probe, kind="vision")
+        facts = ServerFacts.of(server)
+        sampler = MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cand))
+        sampler.reset_peak()
+        await sampler.start()
+        try:
+            with self.energy.probe(idle, False) as recording:
+                got = await pair(vc.key(probe_no), recording.marks)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(sampler.stop())
+            self.commit(build_row(cell, status="aborted", started_at=started_at, server=facts, cooldown=cd,
+                                  error="cancelled while the image probe was in flight"))
+            raise
+        memory = await sampler.stop()
+        sources = {**got.sources, "prompt": f"{self.sizer.method(prompt.method, server)}; target {cell.context} "
+                   "tokens of text beside the images"}
+        status, error, tail = got.status, got.error, None
+        if status == "timeout":
+            await self.supervisor.stop(server, grace_s=0.5)
+            error, tail = f"{error}; the server was killed", server.log_tail()
+        elif server.crashed or (status != "ok" and await server.wait_exit(0.3) is not None):
+            return await self.failed_row(cell, server, facts, cd, started_at, error or "failed", got.norm, memory)
+        elif status != "ok":
+            tail = server.log_tail()
+        energy = recording.row(got.norm, got.image, sweep.sustained.window) if got.norm and got.image else None
+        return build_row(cell, status=status, started_at=started_at, server=facts, metrics=got.norm, memory=memory,
+                         cooldown=cd, error=error, log_tail=tail, extra=got.fields, extra_sources=sources,
+                         energy=energy, extra_reasons=got.null_reasons)
 
     # -- evals ----------------------------------------------------------------------------------
 

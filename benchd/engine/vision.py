@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 from benchd.engine import images as images_mod
 from benchd.engine import probe
 from benchd.probe_result import ProbeResult
+from benchd.schemas import VISION_PROBE_STRIDE, RowStatus
 
 if TYPE_CHECKING:
-    from benchd.schemas import Candidate, Sampling
+    from benchd.schemas import Candidate, Sampling, Sweep
     from benchd.servers.runtimes.base import Normalized, RuntimeAdapter
 
 ENCODE_NULL_REASON = ("neither mlx_vlm.server nor llama-server reports the image encode apart from prompt "
@@ -41,7 +42,7 @@ class ImageProbe:
     """One measured pair. `status`/`error`: the image request's outcome (a failed text-only request
     fails the pair too, saying so); `fields`, `sources`, `null_reasons` go into the row."""
 
-    status: str
+    status: RowStatus
     error: str | None
     text: ProbeResult
     image: ProbeResult | None
@@ -50,6 +51,39 @@ class ImageProbe:
     fields: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     null_reasons: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class VisionCell:
+    """One resolution of a vision candidate: the rows' context (the text prompt's tokens), the row
+    `probe` numbers (`VISION_PROBE_STRIDE` x the resolution's index + the probe), and the resolution."""
+
+    context: int
+    index: int
+    resolution: tuple[int, int]
+
+    def probe_number(self, probe_no: int) -> int:
+        return self.index * VISION_PROBE_STRIDE + probe_no
+
+    def key(self, probe_no: int) -> str:
+        """The probe's part of its images' seed (and of its prompt's tag)."""
+        w, h = self.resolution
+        return f"vision/{w}x{h}/{probe_no}"
+
+
+def vision_cells(sweep: Sweep, cand: Candidate) -> list[VisionCell]:
+    """The image-probe cells of a candidate (none unless it says `vision = true`)."""
+    if not cand.vision:
+        return []
+    context = sweep.vision.context if sweep.vision.context is not None else min(sweep.contexts)
+    return [VisionCell(context, i, tuple(r)) for i, r in enumerate(sweep.vision.resolutions)]  # type: ignore[arg-type]
+
+
+def resolution_of(probe: int, sweep: Sweep) -> tuple[int, int] | None:
+    """A vision row's resolution from its `probe` number (None when the sweep has no such index)."""
+    index = probe // VISION_PROBE_STRIDE
+    res = sweep.vision.resolutions
+    return tuple(res[index]) if index < len(res) else None  # type: ignore[return-value]
 
 
 def make_images(seed: int, cand_id: str, resolution: tuple[int, int], count: int, key: str,
@@ -108,7 +142,8 @@ async def measure(
     if not image.ok:
         why = f"the image request failed: {image.error}"[:300]
         reasons.update({k: why for k in ("image_tokens", "image_ttft_ms", "image_extra_ttft_ms")})
-        return ImageProbe(image.status, image.error, text, image, norm, generated, fields, sources, reasons)
+        outcome: RowStatus = "timeout" if image.status == "timeout" else "failed"
+        return ImageProbe(outcome, image.error, text, image, norm, generated, fields, sources, reasons)
     fields["image_ttft_ms"] = norm.ttft_ms
     sources["image_ttft_ms"] = "client: first streamed token of the request with the images"
     if norm.ttft_ms is not None and text_norm.ttft_ms is not None:
@@ -129,7 +164,8 @@ async def measure(
     if counted is None:
         reasons["image_tokens"] = "the server reported no prompt tokens for the pair"
     fields["image_tokens"] = counted
-    status, error = "ok", None
+    status: RowStatus = "ok"
+    error: str | None = None
     for which, n in (("text-only", text_norm.cached_tokens), ("image", norm.cached_tokens)):
         if n not in (None, 0):
             status, error = "failed", f"the {which} request was served {n} cached tokens: the figures would be fake"

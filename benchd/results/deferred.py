@@ -2,8 +2,10 @@
 
 Three sources, so nothing unmeasured disappears without a line:
 1. declared by the sweep file (`deferred = [...]`), kept verbatim;
-2. fixed: axes this version of benchd never measures (vision, concurrency, ...) and the
-   sweep's own choices (eval tier none, sustained off, the context grid);
+2. fixed: axes this version of benchd never measures (concurrency, ...) and the sweep's own
+   choices (eval tier none, sustained off, the context grid); images (`vision_deferred`): the
+   candidates without image probes (text candidates, `vision` off) and vision candidates whose image
+   probes all failed, each with why; a candidate with an ok image probe has no such line;
 3. found in the rows: every metric that is null in some row, grouped per candidate with the reasons
    the rows carry in `null_reasons` (a null without a reason is itself reported as an engine bug);
    failed/aborted probes; planned probes with no row; unavailable thermal readings; unsandboxed or
@@ -31,8 +33,6 @@ NO_REASON = "null without a recorded reason (engine bug: every null metric needs
 def fixed_deferred(sweep: Sweep) -> list[Deferred]:
     """Axes never measured by this version, and the sweep's own scope choices."""
     out = [
-        Deferred(axis="vision", reason="no image probe in this tier: every probe is text-only, "
-                 "mlx_vlm.server candidates included"),
         Deferred(axis="contexts", reason=f"only the context grid {list(sweep.contexts)} was measured; other "
                  "context sizes are not"),
         Deferred(axis="quality", reason=f"quality beyond the eval tier ({sweep.eval_tier}) is not measured"),
@@ -51,6 +51,26 @@ def fixed_deferred(sweep: Sweep) -> list[Deferred]:
     s = sweep.sampling
     out.append(Deferred(axis="sampling", reason=f"only temperature={s.temperature:g}, seed={s.seed} was "
                         "measured; speed and quality with other sampling settings are not"))
+    return out
+
+
+def vision_deferred(sweep: Sweep, rows: Sequence[Row]) -> list[Deferred]:
+    """What was not measured with images, per candidate (text candidates in one line)."""
+    text = [_cand_label(c.id, c.runtime) for c in sweep.candidates if not c.vision]
+    out = []
+    if text:
+        out.append(Deferred(axis="vision", reason=f"{', '.join(text)}: no image probe (vision = false: a text "
+                            "candidate, or its vision model was not asked for); their image figures are null"[:2000]))
+    for c in sweep.candidates:
+        if not c.vision:
+            continue
+        mine = [r for r in rows if r.candidate == c.id and r.kind == "vision"]
+        if any(r.status == "ok" for r in mine):
+            continue
+        errors = sorted({(r.error or r.status)[:200] for r in mine})
+        why = "; ".join(errors) if errors else "no image probe ran"
+        out.append(Deferred(axis="vision", reason=f"{_cand_label(c.id, c.runtime)}: no successful image probe: "
+                            f"{why}"[:2000]))
     return out
 
 
@@ -105,7 +125,7 @@ def row_deferred(sweep: Sweep, rows: Sequence[Row]) -> list[Deferred]:
         # 1. null metrics in ok rows, grouped by identical (kind, reasons) so a trio like draft_* is one line
         groups: dict[tuple[str, str], list[str]] = {}
         counts: dict[tuple[str, str], tuple[int, int]] = {}
-        for kind in ("probe", "sustained", "sentinel"):
+        for kind in ("probe", "sustained", "sentinel", "vision"):
             kind_rows = [r for r in ok if r.kind == kind]
             per_metric: dict[str, list[Row]] = {}
             for r in kind_rows:
@@ -177,7 +197,7 @@ def eval_deferred(sweep: Sweep, evals: Iterable[EvalResult]) -> list[Deferred]:
 
 def automatic_deferred(sweep: Sweep, rows: Sequence[Row], evals: Iterable[EvalResult] | None = None) -> list[Deferred]:
     """Fixed entries, then entries from the rows, then (when given) from the eval results."""
-    out = fixed_deferred(sweep) + energy_deferred(rows) + row_deferred(sweep, rows)
+    out = fixed_deferred(sweep) + vision_deferred(sweep, rows) + energy_deferred(rows) + row_deferred(sweep, rows)
     if evals is not None:
         out += eval_deferred(sweep, evals)
     return out
@@ -187,7 +207,7 @@ def all_deferred(sweep: Sweep, rows: Sequence[Row], evals: Iterable[EvalResult] 
     """The sweep's declared entries first; a fixed automatic entry on an axis the user declared is
     dropped (their reason stands), every row-derived entry is kept."""
     declared = {d.axis.strip().lower() for d in sweep.deferred}
-    fixed = [d for d in fixed_deferred(sweep) if d.axis.lower() not in declared]
+    fixed = [d for d in fixed_deferred(sweep) + vision_deferred(sweep, rows) if d.axis.lower() not in declared]
     out = list(sweep.deferred) + fixed + energy_deferred(rows) + row_deferred(sweep, rows)
     if evals is not None:
         out += eval_deferred(sweep, evals)

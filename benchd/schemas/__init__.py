@@ -43,6 +43,7 @@ from benchd.schemas.recheck import (
     SettingsFile,
 )
 from benchd.schemas.rows import (
+    VISION_PROBE_STRIDE,
     CooldownRecord,
     EvalResult,
     Invalidated,
@@ -143,6 +144,7 @@ __all__ = [
     "TERMINAL_EVENTS",
     "TERMINAL_JOB_STATES",
     "VERDICTS",
+    "VISION_PROBE_STRIDE",
     "BenchdInfo",
     "Candidate",
     "CandidateId",

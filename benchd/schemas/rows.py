@@ -13,7 +13,11 @@ from msgspec import Struct
 #: "sentinel": the drift sentinel's re-run of the sweep's first cell at the end (not in the cell's stats).
 #: "session": one turn of a multi-turn session on a warm prompt cache (`probe` = the turn, from 1).
 #: "parallel": one request of a batch of simultaneous streams (`concurrency`, `batch` say which).
-RowKind = Literal["probe", "sustained", "sentinel", "session", "parallel"]
+#: "vision": an image probe (`image_*` fields); its `probe` is the resolution's index in
+#: `vision.resolutions` x VISION_PROBE_STRIDE + the probe number, so each resolution is a cell of its
+#: own under the unchanged (job, candidate, context, kind, probe) key.
+RowKind = Literal["probe", "sustained", "sentinel", "session", "parallel", "vision"]
+VISION_PROBE_STRIDE = 1000
 #: Why a probe's numbers were thrown away and the probe run again (a failed row, never a slow number).
 Invalidated = Literal["machine-slept", "server-stopped"]
 RowStatus = Literal["ok", "failed", "timeout", "aborted"]
@@ -159,6 +163,20 @@ class Row(Struct, kw_only=True, frozen=True, omit_defaults=False):
     concurrency: int | None = None
     batch: int | None = None
     agg_gen_tps: float | None = None
+    #: Image probes (kind "vision"): the resolution and number of images sent, the image tokens (the
+    #: image request's prompt tokens minus the same text-only request's), the TTFT with the images, the
+    #: same prompt's TTFT without them (just before) and the difference, and each image's sha256 (new
+    #: every probe). prompt_tps (image tokens included), gen_tps and memory are the image request's.
+    #: `image_encode_ms` stays null: neither server reports the encode apart.
+    image_width: int | None = None
+    image_height: int | None = None
+    images: int | None = None
+    image_tokens: int | None = None
+    image_ttft_ms: float | None = None
+    text_ttft_ms: float | None = None
+    image_extra_ttft_ms: float | None = None
+    image_encode_ms: float | None = None
+    image_sha256: list[str] | None = None
 
 
 class EvalResult(Struct, kw_only=True, frozen=True):

@@ -99,7 +99,7 @@ def test_fixed_entries_and_scope():
     assert any(e.axis == "eval" and "eval_tier none" in e.reason for e in entries)
     assert any(e.axis == "sustained" and "sustained.tokens = 0" in e.reason for e in entries)
     vision = next(e for e in entries if e.axis == "vision")
-    assert "no image probe in this tier" in vision.reason
+    assert "no image probe (vision = false" in vision.reason
 
 
 def test_complete_rows_give_only_fixed_entries():
@@ -231,3 +231,21 @@ def test_energy_null_is_one_line_per_reason():
     part = next(e for e in energy if e.axis != "energy")
     assert part.axis == "energy: " + ", ".join(sorted(idle)) and "null in 10 of 15 ok rows" in part.reason
     assert not any("idle_watts" in e.axis for e in entries if not e.axis.startswith("energy"))  # not listed twice
+
+
+def test_vision_line_goes_away_for_measured_candidates():
+    """A vision candidate with an ok image probe has no "vision" line; text candidates share one line
+    saying their image figures are null and why; a vision candidate whose image probes all failed is
+    named with the server's error."""
+    cands = [{"id": "txt", "runtime": "llama-server", "model": "/m/a.gguf"},
+             {"id": "vl", "runtime": "mlx_vlm.server", "model": "/m/vl", "vision": True},
+             {"id": "lv", "runtime": "llama-server", "model": "/m/t.gguf", "mmproj": "/m/p.gguf", "vision": True}]
+    sweep = make_sweep(candidates=cands)
+    rows = [*full_rows(sweep), row("vl", "mlx_vlm.server", 512, 0, kind="vision", image_tokens=80, image_ttft_ms=9.0),
+            row("lv", "llama-server", 512, 0, kind="vision", status="failed",
+                error="HTTP 400: Failed to load image or audio file")]
+    lines = [e for e in automatic_deferred(sweep, rows) if e.axis == "vision"]
+    assert len(lines) == 2
+    assert lines[0].reason.startswith("txt (llama-server): no image probe (vision = false")
+    assert "lv (llama-server): no successful image probe: HTTP 400: Failed to load image" in lines[1].reason
+    assert not any("vl (" in e.reason for e in lines)
