@@ -33,6 +33,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+from benchd.atomic import atomic_write
 from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.results.runbook import load_runbook
@@ -292,18 +293,8 @@ def write_lock(path: Path, locked: Locked) -> LockFile:
     doc = LockFile(locked=locked, previous=previous, rechecks=rechecks)
     text = encode_lock(doc)
     msgspec.convert(tomllib.loads(text), LockFile)  # never write what we could not read back
-    _replace(path, text)
+    atomic_write(path, text)
     return doc
-
-
-def _replace(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with tmp.open("w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def append_recheck(path: Path, entry: RecheckEntry) -> LockFile:
@@ -317,7 +308,7 @@ def append_recheck(path: Path, entry: RecheckEntry) -> LockFile:
     after = msgspec.convert(tomllib.loads(new_text), LockFile)
     if after.locked != before.locked or after.previous != before.previous:
         raise BenchdError("invalid_lock", f"{path}: appending the recheck would change [locked]; not written")
-    _replace(path, new_text)
+    atomic_write(path, new_text)
     return after
 
 

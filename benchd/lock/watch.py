@@ -13,12 +13,12 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Literal
 
 import msgspec
 
+from benchd.atomic import atomic_write
 from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.lock.lockfile import LockFile, locked_candidate, read_lock
@@ -57,9 +57,7 @@ class StateFile:
             return RecheckState()
 
     def save(self) -> None:
-        tmp = self.path.with_name(f".{STATE_FILE}.tmp{os.getpid()}")
-        tmp.write_bytes(msgspec.json.format(_enc.encode(self.state)))
-        os.replace(tmp, self.path)
+        atomic_write(self.path, msgspec.json.format(_enc.encode(self.state)))
 
 
 def read_lock_or_error(path: Path) -> tuple[LockFile | None, str | None]:

@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+from benchd.atomic import atomic_write
 from benchd.config import Config
 from benchd.errors import BenchdError, NotFound
 from benchd.results import provenance
@@ -146,15 +147,6 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
 # ------------------------------------------------------------------------------------------- write
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with tmp.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def encode_runbook(rb: Runbook) -> bytes:
     return msgspec.json.format(_encoder.encode(rb), indent=2) + b"\n"
 
@@ -169,8 +161,8 @@ def save_runbook(config: Config, rb: Runbook, charts: bool = True) -> Path:
     out = config.runbooks_dir
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{rb.id}.json"
-    _atomic_write(path, encode_runbook(rb))
-    _atomic_write(out / f"{rb.id}.md", render_markdown(rb).encode())
+    atomic_write(path, encode_runbook(rb))
+    atomic_write(out / f"{rb.id}.md", render_markdown(rb).encode())
     if charts:
         from benchd.results.views import render_views
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from typing import Any
 import psutil
 
 import benchd
+from benchd.atomic import atomic_write
 from benchd.schemas import (
     BenchdInfo,
     MachineInfo,
@@ -206,10 +206,7 @@ def _cached_digest(key: str, compute: Any, cache_file: Path | None) -> str:
     if cache_file is not None:
         cache[key] = digest
         try:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(cache, indent=0, sort_keys=True))
-            os.replace(tmp, cache_file)
+            atomic_write(cache_file, json.dumps(cache, indent=0, sort_keys=True))
         except OSError:
             pass  # the cache is an optimisation; the digest itself is returned either way
     return digest

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from benchd.atomic import atomic_write
 from benchd.errors import BenchdError
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -89,9 +90,7 @@ def _read_marker(root: Path) -> dict[str, object] | None:
 
 
 def _write_marker(root: Path, data: dict[str, object]) -> None:
-    tmp = root / (MARKER + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, root / MARKER)
+    atomic_write(root / MARKER, json.dumps(data, indent=2) + "\n")
 
 
 def _ensure_writable(root: Path) -> None:

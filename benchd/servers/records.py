@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import psutil
 
+from benchd.atomic import atomic_write
 from benchd.servers.procgroup import alive, group_members, killpg, wait_gone
 
 if TYPE_CHECKING:
@@ -47,18 +48,14 @@ def write_record(servers_dir: Path, server: Server) -> None:
         "port": server.port,
         "log_path": str(server.log_path),
     }
-    tmp = server.record_path.with_suffix(".tmp")
-    tmp.write_bytes(msgspec.json.encode(record))
-    os.replace(tmp, server.record_path)
+    atomic_write(server.record_path, msgspec.json.encode(record))
 
 
 def write_pending(servers_dir: Path, token: str, argv: list[str], job: str, candidate: str) -> Path:
     """`pending-<token>.json`, written before the spawn of the server that carries `token`."""
     servers_dir.mkdir(parents=True, exist_ok=True)
     path = servers_dir / f"{PENDING_PREFIX}{token}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(msgspec.json.encode({"token": token, "argv": argv, "job": job, "candidate": candidate}))
-    os.replace(tmp, path)
+    atomic_write(path, msgspec.json.encode({"token": token, "argv": argv, "job": job, "candidate": candidate}))
     return path
 
 
