@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -30,6 +31,18 @@ def _plan(state_dir: str | None) -> ServicePlan:
 def _fail(message: str) -> NoReturn:
     click.echo(click.style("error: ", fg="red", bold=True) + message, err=True)
     sys.exit(exitcodes.FAILED)
+
+
+def _apply(action: Callable[[ServicePlan], list[str]], plan: ServicePlan) -> None:
+    """Run an install/uninstall step and print what it did; a service error exits 1 with its reason."""
+    from benchd.service import manager as svc
+
+    try:
+        done = action(plan)
+    except svc.ServiceError as exc:
+        _fail(str(exc))
+    for line in done:
+        click.echo(line)
 
 
 def _print_logs(logs: list[str]) -> None:
@@ -73,12 +86,7 @@ def install(state_dir: str | None, dry_run: bool) -> None:
         click.echo(f"# would write {plan.path} ({plan.manager})", err=True)
         click.echo(plan.text, nl=False)
         return
-    try:
-        done = svc.install(plan)
-    except svc.ServiceError as exc:
-        _fail(str(exc))
-    for line in done:
-        click.echo(line)
+    _apply(svc.install, plan)
     click.echo(click.style(f"benchd is installed as a {plan.manager} user service", fg="green"))
     click.echo(f"state dir: {plan.state_dir}")
     _print_logs(plan.logs)
@@ -96,12 +104,7 @@ def uninstall(state_dir: str | None) -> None:
     from benchd.service import manager as svc
 
     plan = _plan(state_dir)
-    try:
-        done = svc.uninstall(plan)
-    except svc.ServiceError as exc:
-        _fail(str(exc))
-    for line in done:
-        click.echo(line)
+    _apply(svc.uninstall, plan)
 
 
 @service.command("status")

@@ -112,5 +112,9 @@ class Server:
             return None
         return self.exit
 
+    def start_error(self, message: str, reason: StartFailure) -> ServerStartError:
+        """This server's failure to get ready, with its log tail and log path."""
+        return ServerStartError(message, reason=reason, log_tail=self.log_tail(), log_path=self.log_path)
+
     def log_tail(self, max_bytes: int = LOG_TAIL_BYTES) -> str:
         return read_log_tail(self.log_path, max_bytes)

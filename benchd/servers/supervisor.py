@@ -267,24 +267,18 @@ class Supervisor:
                         if listens_on(server.pid, server.port):
                             marker.look(server, final=True)
                             return
-                        raise ServerStartError(
+                        raise server.start_error(
                             f"port {server.port} was taken by another process: something else answers "
                             f"health there while {server.runtime} (pid {server.pid}) is not listening",
-                            reason="port_taken",
-                            log_tail=server.log_tail(),
-                            log_path=server.log_path,
-                        )
+                            "port_taken")
                 else:
                     poll.cancel()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise ServerStartError(
+                    raise server.start_error(
                         f"{server.runtime} for {server.candidate.id!r} not ready within {timeout_s:g} s "
                         f"(last health answer: {last})",
-                        reason="timeout",
-                        log_tail=server.log_tail(),
-                        log_path=server.log_path,
-                    )
+                        "timeout")
                 done, _ = await asyncio.wait({exited}, timeout=min(self.poll_interval_s, remaining))
                 if exited in done:
                     raise self._exited_error(server)
