@@ -108,3 +108,62 @@ def test_level_two_rows_per_request(runtime: str, tiny_models: Any, cache_dir: P
     assert summary.agg_gen_tps is not None and summary.per_request_gen_tps is not None
     assert summary.ttft_p50_ms is not None and summary.ttft_p95_ms is not None
     assert summary.ttft_p50_ms <= summary.ttft_p95_ms
+
+
+@contextlib.asynccontextmanager
+async def dropping_proxy(upstream: str) -> AsyncIterator[str]:
+    """A test double in front of the real server: forwards every request, but cuts the second stream
+    halfway through its first read (a real server cannot be made to drop one of two streams on demand)."""
+    from aiohttp import ClientSession, TCPConnector, web
+
+    seen = 0
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        nonlocal seen
+        seen += 1
+        mine = seen
+        body = await request.read()
+        async with ClientSession(connector=TCPConnector(force_close=True)) as s, \
+                s.post(upstream + request.path, data=body, headers={"Content-Type": "application/json"}) as up:
+            resp = web.StreamResponse(status=up.status, headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            async for data in up.content.iter_any():
+                if mine == 2:
+                    await resp.write(data[: len(data) // 2])
+                    assert request.transport is not None
+                    request.transport.close()  # the connection drops mid-stream
+                    return resp
+                await resp.write(data)
+            await resp.write_eof()
+            return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", forward)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+def test_a_dropped_stream_fails_its_row_and_the_other_stands(tiny_models: Any, cache_dir: Path, tmp_path: Path) -> None:
+    import dataclasses
+
+    cand = candidate("llama-server", tiny_models)
+
+    async def go() -> list[Row]:
+        async with level_server(cand, 2, tmp_path, cache_dir) as (server, start), \
+                dropping_proxy(server.base_url) as proxied:
+            return await batches(cand, dataclasses.replace(server, base_url=proxied), start, 2, 1)
+
+    rows = asyncio.run(go())
+    assert len(rows) == 2 and sorted(r.status for r in rows) == ["failed", "ok"], [r.error for r in rows]
+    failed = next(r for r in rows if r.status == "failed")
+    assert failed.error is not None and "stream closed early" in failed.error
+    ok = next(r for r in rows if r.status == "ok")
+    assert ok.gen_tps is not None and ok.batch == failed.batch == 0
+    assert ok.agg_gen_tps is None and "a stream of the batch failed" in ok.null_reasons["agg_gen_tps"]
