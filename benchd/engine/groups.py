@@ -17,6 +17,10 @@ from benchd.servers.runtimes.base import RuntimeAdapter
 
 #: The sustained generation and evals need room beyond the smallest context.
 TAIL_MIN_TOKENS = 1024
+#: Public eval suites ask with a task's tools in the prompt (BFCL's multi-function tasks run to a few
+#: thousand tokens): their server gets at least this much beyond the smallest context.
+SUITE_TAIL_TOKENS = 4096
+
 #: Room per image: one token per 14x14 pixels (ViT-14 patches, no merging: more than the merging
 #: processors of current VLMs give) plus separators, never under 1024.
 _PIXELS_PER_TOKEN, _SEPARATOR_TOKENS, _MIN_IMAGE_TOKENS = 14 * 14, 64, 1024
@@ -44,7 +48,7 @@ def plan_groups(adapter: RuntimeAdapter, cand: Candidate, sweep: Sweep) -> list[
     """Server starts for a candidate, in order. The last group also runs sustained + evals."""
     contexts = sorted(sweep.contexts)
     tail_sustained = sweep.sustained.tokens > 0
-    tail_evals = sweep.eval_tier != "none"
+    tail_evals = sweep.eval_tier != "none" or bool(sweep.evals)
     if not adapter.restarts_per_context(cand):
         ctx = adapter.server_ctx_size(cand, contexts[-1], sweep.gen_tokens)
         return [Group(ctx, contexts, tail_sustained, tail_evals, cand.vision)]
@@ -54,6 +58,6 @@ def plan_groups(adapter: RuntimeAdapter, cand: Candidate, sweep: Sweep) -> list[
         ctx = adapter.server_ctx_size(cand, text + image_token_allowance(sweep), sweep.gen_tokens)
         groups.append(Group(ctx, [], False, False, True))
     if tail_sustained or tail_evals:
-        tail_tokens = max(sweep.sustained.tokens, TAIL_MIN_TOKENS)
+        tail_tokens = max(sweep.sustained.tokens, TAIL_MIN_TOKENS, SUITE_TAIL_TOKENS if sweep.evals else 0)
         groups.append(Group(adapter.server_ctx_size(cand, contexts[0], tail_tokens), [], tail_sustained, tail_evals))
     return groups

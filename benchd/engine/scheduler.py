@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -30,7 +31,7 @@ import msgspec
 
 from benchd.config import Config
 from benchd.engine import cooldown as cooldown_mod
-from benchd.engine import evalrun, evals, probe, sweepcheck, verdict, vision, visits
+from benchd.engine import evalrun, evals, probe, suiterun, suites, sweepcheck, verdict, vision, visits
 from benchd.engine import series as series_mod
 from benchd.engine.energy import Delta, EnergySession
 from benchd.engine.groups import Group, plan_groups
@@ -167,7 +168,14 @@ class Engine:
             return True
         if g.vision and self.vision_pending(cand):
             return True
-        return g.evals and any((cand.id, t.id) not in self.evals_done for t in evals.tasks(self.sweep.eval_tier))
+        if g.evals and any((cand.id, t.id) not in self.evals_done for t in evals.tasks(self.sweep.eval_tier)):
+            return True
+        return g.evals and any((cand.id, t.id) not in self.evals_done
+                               for s in self.sweep.evals for t in self.suite_tasks(s))
+
+    def suite_tasks(self, suite: str) -> list[suites.Task]:
+        """The suite's fixed subset for this sweep (loaded from the cache; checked at submit)."""
+        return suites.subset(suites.load(suite, self.config.cache_dir), self.sweep.eval_limit.of(suite))
 
     def sustained_context(self) -> int:
         return min(self.sweep.contexts)
@@ -502,6 +510,44 @@ class Engine:
                 self.store.put_eval(await evalrun.run_task(self.job, adapter, server.base_url, cand, task,
                                                            self.sweep, self.timeout_s))
                 self.evals_done.add((cand.id, task.id))
+        for suite in self.sweep.evals:
+            await self.run_suite(adapter, server, cand, suite)
+
+    async def run_suite(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, suite: str) -> None:
+        """One public suite through the server, each result stored as it lands. `eval_budget_s` counts the
+        seconds of the results already stored (a resumed job keeps its spend) plus this run's; reaching
+        it stops the suite after the task in flight (the runbook marks it partial)."""
+        tasks = self.suite_tasks(suite)
+        if not any((cand.id, t.id) not in self.evals_done for t in tasks):
+            return
+        data = suites.load(suite, self.config.cache_dir)
+        self.emit("eval_suite", **data.provenance([t.id for t in tasks]))
+        spent = sum(e.latency_s or 0.0 for e in self.store.evals(self.job) if e.candidate == cand.id and e.tier == suite)
+        budget = self.sweep.eval_budget_s
+        parser: str | None = None
+        start = time.monotonic()
+        for task in tasks:
+            if (cand.id, task.id) in self.evals_done:
+                continue
+            if budget is not None and spent + time.monotonic() - start >= budget:
+                self.emit("eval_budget_reached", candidate=cand.id, suite=suite, budget_s=budget)
+                return
+            if not server.running:
+                return
+            if suite == "code":
+                result = await suiterun.run_code_task(self.job, adapter, server.base_url, cand, task, self.sweep,
+                                                      self.timeout_s)
+            else:
+                result = await suiterun.run_tool_task(self.job, adapter, server.base_url, cand, task, self.sweep,
+                                                      self.timeout_s, log_path=server.log_path, parser=parser)
+                if parser is None:
+                    parser = await adapter.tool_parser(server.base_url, cand)
+                    if parser is not None:
+                        result = msgspec.structs.replace(
+                            result, parser=parser, sources={**result.sources, "parser": "adapter.tool_parser"},
+                            null_reasons={k: v for k, v in result.null_reasons.items() if k != "parser"})
+            self.store.put_eval(result)
+            self.evals_done.add((cand.id, task.id))
 
 
 async def run_job(job_id: str, sweep: Sweep, store: Store, config: Config, notify: Callable[[Event], None],

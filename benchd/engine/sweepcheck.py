@@ -78,16 +78,34 @@ def local_problems(candidates: Iterable[tuple[int, Candidate]], cache_dir: Path,
                     out.append(f"{where}.binary: {exe} does not exist")
             except BenchdError as exc:
                 out.append(f"{where}.binary: {exc}")
+    out += [f"{e.field[2:] if e.field else 'evals'}: {e.message}" for e in eval_data_problems(sweep, cache_dir)]
     return out
 
 
-def submit_problems(sweep: Sweep) -> list[BenchdError]:
-    """What the daemon refuses at submit: every candidate's paths first, then the adapters' checks."""
+def submit_problems(sweep: Sweep, cache_dir: Path | None = None) -> list[BenchdError]:
+    """What the daemon refuses at submit: every candidate's paths first, then the adapters' checks,
+    then (given the cache dir) public eval suites whose data is not fetched."""
     out = [p for i, cand in enumerate(sweep.candidates) for p in path_problems(i, cand)]
     for i, cand in enumerate(sweep.candidates):
         out += [p if p.field else BenchdError(p.code, p.message, f"$.candidates[{i}]", p.status)
                 for p in adapter_problems(cand, sweep)]
+    if cache_dir is not None:
+        out += eval_data_problems(sweep, cache_dir)
     return out
+
+
+def eval_data_problems(sweep: Sweep | None, cache_dir: Path) -> list[BenchdError]:
+    """The sweep's public eval suites (`evals`) whose package is not in the cache: one problem (field
+    `$.evals`) naming the command that fetches them."""
+    from benchd.engine import suites
+
+    if sweep is None or not sweep.evals:
+        return []
+    try:
+        suites.require(list(sweep.evals), cache_dir)
+    except BenchdError as exc:
+        return [BenchdError(exc.code, exc.message, "$.evals", exc.status)]
+    return []
 
 
 def _first_str(value: Any) -> str | None:

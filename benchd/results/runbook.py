@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from benchd.config import Config
 from benchd.errors import BenchdError, NotFound
 from benchd.results import provenance
 from benchd.results.flags import runbook_flags
+from benchd.results.passrate import clopper_pearson
 from benchd.schemas import (
     JOB_ID_PATTERN,
     RUNBOOK_ID_PATTERN,
@@ -35,6 +37,7 @@ from benchd.schemas import (
     CooldownHappened,
     DeferredAxes,
     EvalResult,
+    EvalSuiteSource,
     EvalSummary,
     JobInfo,
     Provenance,
@@ -85,15 +88,49 @@ def _sustained(rows: list[Row]) -> list[SustainedResult]:
     ]
 
 
-def _eval_summary(evals: list[EvalResult]) -> list[EvalSummary]:
+def _eval_summary(evals: list[EvalResult], sources: list[EvalSuiteSource] | None = None) -> list[EvalSummary]:
+    """Per candidate and tier/suite: passes, the Clopper–Pearson 95 % interval, failure classes, and for
+    the public suites the planned task count (partial when fewer ran), medians per task and the parser."""
+    planned = {s.suite: len(s.task_ids) for s in sources or []}
     groups: dict[tuple[str, str], list[EvalResult]] = {}
     for e in evals:
         groups.setdefault((e.candidate, e.tier), []).append(e)
-    return [
-        EvalSummary(candidate=c, tier=t, passed=sum(e.passed for e in g), total=len(g),
-                    pass_rate=sum(e.passed for e in g) / len(g), unsandboxed=sum(e.sandboxed is False for e in g))
-        for (c, t), g in sorted(groups.items())
-    ]
+    out = []
+    for (c, t), g in sorted(groups.items()):
+        passed = sum(e.passed for e in g)
+        low, high = clopper_pearson(passed, len(g))
+        failures: dict[str, int] = {}
+        for e in g:
+            if e.failure:
+                failures[e.failure] = failures.get(e.failure, 0) + 1
+        lat = [e.latency_s for e in g if e.latency_s is not None]
+        toks = [float(e.completion_tokens) for e in g if e.completion_tokens is not None]
+        reasoning = [e.reasoning_tokens for e in g if e.reasoning_tokens is not None]
+        plan = planned.get(t)
+        partial = plan is not None and len(g) < plan
+        out.append(EvalSummary(
+            candidate=c, tier=t, passed=passed, total=len(g), pass_rate=passed / len(g),
+            unsandboxed=sum(e.sandboxed is False for e in g), ci_low=low, ci_high=high, failures=failures,
+            planned=plan, partial=partial,
+            partial_reason=(f"{len(g)} of {plan} tasks ran (eval_budget_s reached, or the server stopped)"
+                            if partial else None),
+            latency_s_median=statistics.median(lat) if lat else None,
+            completion_tokens_median=statistics.median(toks) if toks else None,
+            reasoning_tokens_total=sum(reasoning) if reasoning else None,
+            parser=next((e.parser for e in g if e.parser), None)))
+    return out
+
+
+def _eval_sources(events: list[Any]) -> list[EvalSuiteSource]:
+    """The public suites' provenance, from the job's `eval_suite` events (the last per suite)."""
+    found: dict[str, EvalSuiteSource] = {}
+    for ev in events:
+        if getattr(ev, "type", None) == "eval_suite":
+            try:
+                found[ev.payload["suite"]] = msgspec.convert(ev.payload, EvalSuiteSource)
+            except (msgspec.ValidationError, KeyError, TypeError):
+                continue
+    return [found[s] for s in sorted(found)]
 
 
 def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None = None) -> Runbook:
@@ -112,6 +149,7 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
     events = store.events(job_id)
     drift, no_drift = sweep_drift(sweep, rows)
     starts = ready_starts(events)
+    eval_sources = _eval_sources(events)
     prov = Provenance(
         collected_at=utcnow(), machine=facts.collect_machine(), benchd=facts.collect_benchd(),
         candidates=provenance.collect_candidates(config, sweep, rows, events),
@@ -134,13 +172,14 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
         cells=with_verdicts(cell_stats([r for r in rows if r.kind == "probe"]), rows, sweep.probe_plan()),
         sustained=_sustained(rows),
         evals=evals,
-        eval_summary=_eval_summary(evals),
+        eval_summary=_eval_summary(evals, eval_sources),
         pareto=pareto_from_rows(rows, evals, sweep.probe_plan()),
         flags=runbook_flags(rows),
         drift=drift,
         drift_null_reason=no_drift,
         ready=starts,
         ready_summary=ready_summary(starts, [c.id for c in sweep.candidates]),
+        eval_sources=eval_sources,
     )
 
 

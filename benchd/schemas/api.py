@@ -117,6 +117,8 @@ EventType = Literal[
     "session_turn",
     "session_finished",
     "level_finished",
+    "eval_suite",
+    "eval_budget_reached",
     "job_interrupted",
     "job_finished",
     "job_failed",

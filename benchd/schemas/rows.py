@@ -195,6 +195,22 @@ class EvalResult(Struct, kw_only=True, frozen=True):
     #: was graded (the task's own, or raised by the sweep's `eval_reasoning_budget` after a cut-off).
     thinking: str | None = None
     max_tokens: int | None = None
+    #: Public suites only (`tier` is then the suite, "code" or "tools"): the BFCL category ("humaneval"
+    #: for code), the failure class (None when passed; `no_call`, `wrong_function`, `bad_arguments_json`,
+    #: `argument_mismatch` with its `parameter`, `leaked_markup`, `dropped_call`, `extra_call`,
+    #: `server_error`, and for code `wrong_answer`, `timeout`, `no_code`), the request's wall-clock
+    #: seconds, the server's token usage, and the tool parser the server ran.
+    category: str | None = None
+    failure: str | None = None
+    parameter: str | None = None
+    latency_s: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    parser: str | None = None
+    #: Where each field above came from, and why one is null.
+    sources: dict[str, str] = {}
+    null_reasons: dict[str, str] = {}
 
 
 class CooldownRecord(Struct, kw_only=True, frozen=True):

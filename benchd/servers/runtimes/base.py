@@ -303,6 +303,11 @@ class RuntimeAdapter:
         """Package versions the server's speed depends on (MLX venvs); empty for a single binary."""
         return {}
 
+    async def tool_parser(self, base_url: str, candidate: Candidate) -> str | None:
+        """The tool-call parser the server ran for the last tool request (asked after one), or None when
+        this runtime cannot say."""
+        return None
+
     async def count_tokens(self, base_url: str, text: str) -> int | None:
         """Exact prompt tokens via the server's tokenizer, or None (calibrate from usage instead)."""
         return None

@@ -356,6 +356,20 @@ class LlamaServerAdapter(RuntimeAdapter):
         info = doc.get("build_info") if isinstance(doc, dict) else None
         return f"llama.cpp {info}" if isinstance(info, str) and info else None
 
+    async def tool_parser(self, base_url: str, candidate: Candidate) -> str | None:
+        """The chat format of the last request, from `GET /slots` `params.chat_format` (the format is
+        chosen per request from the template and the tools; `/props` does not show it). The slot that
+        served most recently (highest `id_task`) is read."""
+        try:
+            status, raw = await http_get(base_url, "/slots", timeout_s=5.0)
+            doc = msgspec.json.decode(raw) if status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
+            return None
+        slots = [s for s in doc if isinstance(s, dict) and isinstance(s.get("params"), dict)] if isinstance(doc, list) else []
+        slots.sort(key=lambda s: int(s["id_task"]) if isinstance(s.get("id_task"), int) else -1)
+        fmt = slots[-1]["params"].get("chat_format") if slots else None
+        return f"llama-server chat format {fmt}" if isinstance(fmt, str) and fmt else None
+
     def installed_version(self, command: list[str]) -> str | None:
         """`--version` (`version: 0.5.0-dev (build 1, commit 0c1e570)`) in `/props`' format: `llama.cpp b1-0c1e570`."""
         from benchd.servers.locate import parse_llama_version

@@ -1,0 +1,313 @@
+"""BFCL function-calling tasks: the OpenAI `tools` a task declares, and the AST grader for the calls a server
+parsed.
+
+Written in the project after the `bfcl-eval` wheel's `model_handler/utils.py` (`convert_to_tool`,
+`_cast_to_openai_type` with `constants/type_mappings.py` GORILLA_TO_OPENAPI) and
+`eval_checker/ast_eval/ast_checker.py` (Python rules), so a pass here means what it means on the BFCL
+leaderboard:
+- schema types: BFCL's names (`dict`, `float`, `tuple`, `any`) become OpenAPI ones; a float parameter
+  gets `format: float` and " This is a float type value." in its description, as BFCL sends it;
+- function names: OpenAI names cannot hold `.`, so `spotify.play` is sent as `spotify_play` and the
+  expected name is compared in that form (BFCL's `underscore_to_dot`); `original_name` maps back;
+- each call: the function name; every required parameter present; no parameter outside the schema or the
+  possible answer; each value of the expected type (an int accepted for a float; a value of the possible
+  answer's type accepted as a "variable") and among the allowed values (strings standardised: spaces and
+  `,./-_*^` removed, lower case, `'` as `"`; lists element-wise; dicts key by key; lists of dicts in
+  order); an optional parameter absent only where `""` is allowed;
+- the task: exactly the expected number of calls; parallel calls matched in any order; `irrelevance`:
+  no call at all.
+
+The grader returns a failure class (`wrong_function`, `argument_mismatch` with the parameter,
+`extra_call`, `no_call`) with BFCL's own error wording in `detail`.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from typing import Any
+
+GORILLA_TO_OPENAPI: dict[str, str] = {
+    "integer": "integer", "number": "number", "float": "number", "string": "string", "boolean": "boolean",
+    "bool": "boolean", "array": "array", "list": "array", "dict": "object", "object": "object",
+    "tuple": "array", "any": "string", "byte": "integer", "short": "integer", "long": "integer",
+    "double": "number", "char": "string", "ArrayList": "array", "Array": "array", "HashMap": "object",
+    "Hashtable": "object", "Queue": "array", "Stack": "array", "Any": "string", "String": "string",
+    "Bigint": "integer",
+}
+_PYTHON_TYPES: dict[str, type] = {"string": str, "integer": int, "float": float, "boolean": bool, "array": list,
+                                  "tuple": list, "dict": dict, "any": str}
+_NESTED = ("array", "tuple")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One parsed tool call: the name as the server returned it and its decoded arguments."""
+
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    failure: str | None = None
+    detail: str = ""
+    parameter: str | None = None
+
+
+PASS = Verdict(True, None, "matches a possible answer")
+
+
+def openai_name(name: str) -> str:
+    return name.replace(".", "_")
+
+
+def openai_tools(functions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The task's functions as OpenAI `tools` (BFCL's conversion for OpenAI-style models)."""
+    out = []
+    for fn in copy.deepcopy(functions):
+        fn["name"] = openai_name(fn["name"])
+        fn["parameters"]["type"] = "object"
+        fn["parameters"]["properties"] = _cast(fn["parameters"].get("properties", {}))
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def original_name(name: str, functions: list[dict[str, Any]]) -> str:
+    """The task's own (possibly dotted) name for a name the server returned."""
+    for fn in functions:
+        if openai_name(fn["name"]) == name or fn["name"] == name:
+            return str(fn["name"])
+    return name
+
+
+def _cast(properties: dict[str, Any]) -> dict[str, Any]:
+    for value in properties.values():
+        kind = value.get("type")
+        if kind is None:
+            value["type"] = "string"
+        else:
+            if kind == "float":
+                value["format"] = "float"
+                value["description"] = value.get("description", "") + " This is a float type value."
+            value["type"] = GORILLA_TO_OPENAPI.get(kind, "string")
+        if value["type"] in ("array", "object"):
+            if "properties" in value:
+                value["properties"] = _cast(value["properties"])
+            elif "items" in value:
+                items = value["items"]
+                items["type"] = GORILLA_TO_OPENAPI.get(items.get("type", "string"), "string")
+                if items["type"] == "array" and "items" in items:
+                    items["items"]["type"] = GORILLA_TO_OPENAPI.get(items["items"].get("type", "string"), "string")
+                elif items["type"] == "object" and "properties" in items:
+                    items["properties"] = _cast(items["properties"])
+    return properties
+
+
+# ---------------------------------------------------------------------------------------------- grader
+
+def grade(category: str, functions: list[dict[str, Any]], answer: list[dict[str, Any]] | None,
+          calls: list[Call]) -> Verdict:
+    """Grade the parsed calls of one task of `category` against BFCL's possible answer."""
+    if category == "irrelevance" or answer is None:
+        if calls:
+            return Verdict(False, "extra_call", f"no call was the right answer; got {[c.name for c in calls]}")
+        return Verdict(True, None, "no call, as expected")
+    if not calls:
+        return Verdict(False, "no_call", f"expected {len(answer)} call(s), got none")
+    if len(calls) != len(answer):
+        failure = "extra_call" if len(calls) > len(answer) else "no_call"
+        return Verdict(False, failure, f"Wrong number of functions: expected {len(answer)}, got {len(calls)}")
+    if "parallel" in category:
+        return _parallel(functions, answer, calls)
+    expected = next(iter(answer[0]))
+    return _check_call(_find(functions, expected), calls[0], answer[0])
+
+
+def _find(functions: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    for fn in functions:
+        if fn["name"] == name:
+            return fn
+    return functions[0]
+
+
+def _parallel(functions: list[dict[str, Any]], answer: list[dict[str, Any]], calls: list[Call]) -> Verdict:
+    matched: set[int] = set()
+    for possible in answer:
+        expected = next(iter(possible))
+        desc = _find(functions, expected)
+        failures: list[Verdict] = []
+        for i, call in enumerate(calls):
+            if i in matched:
+                continue
+            v = _check_call(desc, call, possible)
+            if v.passed:
+                matched.add(i)
+                break
+            failures.append(v)
+        else:
+            same_name = [f for f in failures if f.failure != "wrong_function"]
+            best = same_name[0] if same_name else failures[0] if failures else Verdict(False, "no_call")
+            return Verdict(False, best.failure, f"no call matches the expected {expected}: {best.detail}",
+                           best.parameter)
+    return PASS
+
+
+def _mismatch(param: str, detail: str) -> Verdict:
+    return Verdict(False, "argument_mismatch", detail, param)
+
+
+def _check_call(desc: dict[str, Any], call: Call, possible_answer: dict[str, Any]) -> Verdict:
+    allowed: dict[str, list[Any]] = next(iter(possible_answer.values()))
+    name = openai_name(desc["name"])
+    if openai_name(call.name) != name:
+        return Verdict(False, "wrong_function", f"Function name {name!r} not found in model output (got {call.name!r}).")
+    details = desc["parameters"]["properties"]
+    args = call.arguments
+    for param in desc["parameters"].get("required", []):
+        if param not in args:
+            return _mismatch(param, f"Missing required parameter: {param!r}.")
+    for param, value in args.items():
+        if param not in details or param not in allowed:
+            return _mismatch(param, f"Unexpected parameter: {param!r}.")
+        kind = details[param]["type"]
+        expected_type = _PYTHON_TYPES.get(kind, str)
+        nested = None
+        if kind in _NESTED:
+            nested = _PYTHON_TYPES.get(details[param].get("items", {}).get("type", "string"), str)
+        if kind == "float" and type(value) is int:
+            value = float(value)
+        ok, is_variable, why = _type_check(param, value, allowed[param], kind, expected_type, nested)
+        if not ok:
+            return _mismatch(param, why)
+        if not is_variable:
+            if expected_type is dict:
+                why = _dict_check(param, value, allowed[param])
+            elif expected_type is list and nested is dict:
+                why = _list_dict_check(param, value, allowed[param])
+            elif expected_type is str:
+                why = _string_check(param, value, allowed[param])
+            elif expected_type is list:
+                why = _list_check(param, value, allowed[param])
+            elif value not in allowed[param]:
+                why = f"Invalid value for parameter {param!r}: {value!r}. Expected one of {allowed[param]}."
+            if why:
+                return _mismatch(param, why)
+        elif value not in allowed[param]:
+            return _mismatch(param, f"Invalid value for parameter {param!r}: {value!r}. Expected one of {allowed[param]}.")
+    for param, values in allowed.items():
+        if param not in args and "" not in values:
+            return _mismatch(param, f"Optional parameter {param!r} not provided and not marked as optional.")
+    return PASS
+
+
+def _answer_type(values: list[Any]) -> type | None:
+    for v in values:
+        if v != "":
+            return type(v)
+    return None
+
+
+def _type_check(param: str, value: Any, allowed: list[Any], kind: str, expected: type,
+                nested: type | None) -> tuple[bool, bool, str]:
+    """(valid, is_variable, why): BFCL's one-level-deep type check."""
+    answer_type = _answer_type(allowed)
+    is_variable = answer_type is not None and answer_type is not expected
+    if type(value) is expected:
+        if nested is None:
+            return True, is_variable, ""
+        for item in allowed:
+            if type(item) is list and not all(_type_check(param, v, item, str(nested), nested, None)[0]
+                                              for v in (value if isinstance(value, list) else [])):
+                continue
+            return True, is_variable, ""
+    if answer_type is not None and type(value) is answer_type:
+        return True, True, ""
+    return False, False, (f"Incorrect type for parameter {param!r}. Expected type {kind}, got "
+                          f"{type(value).__name__}. Parameter value: {value!r}.")
+
+
+_STANDARDISE = re.compile(r"[ ,./\-_*^]")
+
+
+def standardize(text: str) -> str:
+    return _STANDARDISE.sub("", text).lower().replace("'", '"')
+
+
+def _string_check(param: str, value: str, allowed: list[Any]) -> str:
+    if standardize(value) in [standardize(a) for a in allowed if type(a) is str]:
+        return ""
+    return f"Invalid value for parameter {param!r}: {value!r}. Expected one of {allowed}. Case insensitive."
+
+
+def _std_list(items: list[Any]) -> list[Any]:
+    return [standardize(v) if type(v) is str else v for v in items]
+
+
+def _list_check(param: str, value: list[Any], allowed: list[Any]) -> str:
+    if _std_list(value) in [_std_list(a) for a in allowed if isinstance(a, list)]:
+        return ""
+    return f"Invalid value for parameter {param!r}: {value!r}. Expected one of {allowed}."
+
+
+def _dict_check(param: str, value: dict[str, Any], allowed: list[Any]) -> str:
+    why = f"Invalid value for parameter {param!r}: no possible answer given."
+    for possible in allowed:
+        if possible == "":
+            continue
+        why = ""
+        for key, v in value.items():
+            if key not in possible:
+                why = f"Unexpected dict key parameter: {key!r}."
+                break
+            sv = standardize(v) if type(v) is str else v
+            options = _std_list(possible[key])
+            if sv not in options:
+                why = f"Invalid value for parameter {key!r}: {v!r}. Expected one of {options}."
+                break
+        if not why:
+            for key, options in possible.items():
+                if key not in value and "" not in options:
+                    why = f"Missing dict key parameter: {key!r}."
+                    break
+        if not why:
+            return ""
+    return why
+
+
+def _list_dict_check(param: str, value: list[Any], allowed: list[Any]) -> str:
+    why = "Wrong number of dictionaries in the list."
+    for possible in allowed:
+        if not isinstance(possible, list) or len(value) != len(possible):
+            why = "Wrong number of dictionaries in the list."
+            continue
+        why = ""
+        for got, want in zip(value, possible, strict=True):
+            why = _dict_check(param, got, [want]) if isinstance(got, dict) else f"{param!r}: {got!r} is not a dict"
+            if why:
+                break
+        if not why:
+            return ""
+    return why
+
+
+def reference_calls(answer: list[dict[str, Any]]) -> list[Call]:
+    """The calls a possible answer describes: each parameter's first non-`""` value (recursing into dicts);
+    a parameter whose only value is `""` is left out."""
+    calls = []
+    for entry in answer:
+        name, params = next(iter(entry.items()))
+        calls.append(Call(openai_name(name), _first_values(params)))
+    return calls
+
+
+def _first_values(params: dict[str, list[Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, values in params.items():
+        for v in values:
+            if v != "":
+                out[key] = _first_values(v) if isinstance(v, dict) else v
+                break
+    return out

