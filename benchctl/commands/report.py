@@ -139,6 +139,9 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
         click.echo(f"only in A: {', '.join(cmp.only_in_a) or '-'}; only in B: {', '.join(cmp.only_in_b) or '-'}")
     for r in cmp.ready:
         click.echo(f"time to ready, {r.candidate} ({r.cache} starts, {r.verdict.n_a} vs {r.verdict.n_b}): {r.verdict.text}")
+    for ev in cmp.evals:
+        click.echo(f"{ev.candidate} {ev.axis} ({ev.suite}: {ev.n_a} tasks in A, {ev.n_b} in B, {ev.shared} shared): "
+                   f"{ev.verdict.text}")
 
 
 def _print_builds(builds: list[Any]) -> None:

@@ -515,8 +515,9 @@ class Engine:
 
     async def run_suite(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, suite: str) -> None:
         """One public suite through the server, each result stored as it lands. `eval_budget_s` counts the
-        seconds of the results already stored (a resumed job keeps its spend) plus this run's; reaching
-        it stops the suite after the task in flight (the runbook marks it partial)."""
+        wall-clock seconds of this run's tasks (asking and grading) plus the request seconds of results
+        stored before a resume; once reached, the suite stops after the task in flight (the runbook
+        marks it partial). The tool parser is asked once, after the first tool request."""
         tasks = self.suite_tasks(suite)
         if not any((cand.id, t.id) not in self.evals_done for t in tasks):
             return
@@ -525,29 +526,32 @@ class Engine:
         spent = sum(e.latency_s or 0.0 for e in self.store.evals(self.job) if e.candidate == cand.id and e.tier == suite)
         budget = self.sweep.eval_budget_s
         parser: str | None = None
-        start = time.monotonic()
+        asked = False
         for task in tasks:
             if (cand.id, task.id) in self.evals_done:
                 continue
-            if budget is not None and spent + time.monotonic() - start >= budget:
+            if budget is not None and spent >= budget:
                 self.emit("eval_budget_reached", candidate=cand.id, suite=suite, budget_s=budget)
                 return
             if not server.running:
                 return
+            t0 = time.monotonic()
             if suite == "code":
                 result = await suiterun.run_code_task(self.job, adapter, server.base_url, cand, task, self.sweep,
                                                       self.timeout_s)
             else:
                 result = await suiterun.run_tool_task(self.job, adapter, server.base_url, cand, task, self.sweep,
                                                       self.timeout_s, log_path=server.log_path, parser=parser)
-                if parser is None:
-                    parser = await adapter.tool_parser(server.base_url, cand)
+                if not asked:
+                    asked = True
+                    parser = await adapter.tool_parser(server.base_url, cand, server.command)
                     if parser is not None:
                         result = msgspec.structs.replace(
                             result, parser=parser, sources={**result.sources, "parser": "adapter.tool_parser"},
                             null_reasons={k: v for k, v in result.null_reasons.items() if k != "parser"})
             self.store.put_eval(result)
             self.evals_done.add((cand.id, task.id))
+            spent += time.monotonic() - t0
 
 
 async def run_job(job_id: str, sweep: Sweep, store: Store, config: Config, notify: Callable[[Event], None],

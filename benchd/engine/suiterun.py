@@ -268,6 +268,7 @@ async def run_code_task(job: str, adapter: RuntimeAdapter, base_url: str, cand: 
         except msgspec.DecodeError:
             usage = None
     vals, src, nulls = _usage(usage)
+    src["failure"] = "benchd: HumanEval program (prompt + completion + test + check) in the eval sandbox"
     common: dict[str, Any] = dict(job=job, candidate=cand.id, tier="code", task=task.id, thinking=thinking,
                                   max_tokens=humaneval.MAX_TOKENS, category="humaneval", latency_s=latency,
                                   sources=src, null_reasons=nulls, **vals)
@@ -277,6 +278,5 @@ async def run_code_task(job: str, adapter: RuntimeAdapter, base_url: str, cand: 
     graded = await asyncio.to_thread(humaneval.grade, task.data, text)
     cls = None if graded.passed else ("timeout" if graded.detail.startswith("timeout") else
                                       "no_code" if graded.sandboxed is None else "wrong_answer")
-    src["failure"] = "benchd: HumanEval program (prompt + completion + test + check) in the eval sandbox"
     return EvalResult(passed=graded.passed, detail=graded.detail, failure=cls, sandboxed=graded.sandboxed,
                       limits=graded.limits, **common)

@@ -40,6 +40,8 @@ register_axis("prompt_tps", "higher", words=("faster", "slower"))
 register_axis("ttft_ms", "lower", words=("slower", "faster"), pareto=False)
 register_axis("mem_peak_bytes", "lower", words=("larger", "smaller"))
 register_axis("eval_pass_rate", "higher", words=("higher", "lower"), compare=False, outcomes=True)
+register_axis("code_pass_rate", "higher", words=("higher", "lower"), compare=False, outcomes=True)
+register_axis("tool_pass_rate", "higher", words=("higher", "lower"), compare=False, outcomes=True)
 register_axis("sustain_ratio", "higher", words=("higher", "lower"), compare=False)
 register_axis("j_per_gen_token", "lower", words=("more energy per token", "less energy per token"))
 #: Time to ready (spawn -> health answers) over a candidate's warm starts; its cold starts are compared apart.

@@ -29,6 +29,7 @@ from msgspec import Struct
 
 from benchd.engine.metrics import median_ci
 from benchd.results.comparison import AXES, AxisVerdict, compare_axis
+from benchd.results.evalcompare import EvalComparison, compare_evals
 from benchd.schemas import Fingerprint, Runbook
 from benchd.servers.fingerprint import changed_kinds, changes, runbook_fingerprint
 
@@ -184,6 +185,8 @@ class Comparison(Struct, kw_only=True):
     only_in_b: list[str]
     builds: list[BuildComparison] = []
     ready: list[ReadyComparison] = []
+    #: Public eval suites per candidate, paired on shared task ids (`evalcompare`).
+    evals: list[EvalComparison] = []
 
 
 def _samples(rb: Runbook) -> dict[tuple[str, int], list[Any]]:
@@ -320,4 +323,5 @@ def compare_runbooks(a: Runbook, b: Runbook) -> Comparison:
         only_in_a=[f"{c}@{x}" for c, x in sorted(keys_a - keys_b)],
         only_in_b=[f"{c}@{x}" for c, x in sorted(keys_b - keys_a)], builds=compare_builds(a, b),
         ready=compare_ready(a, b),
+        evals=compare_evals(a, b),
     )

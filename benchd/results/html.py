@@ -265,13 +265,29 @@ def _evals(doc: Doc) -> str:
     summary = doc.get("eval_summary") or []
     if not summary:
         return "<section id='evals'><h2>Evals</h2><p>No eval ran (eval_tier = none, or no candidate answered).</p></section>"
-    top = table(["candidate", "tier", "passed", "total", "pass rate", "not sandboxed"],
+    def failures(e: Doc) -> str:
+        counts = e.get("failures") or {}
+        return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))) or "-"
+
+    def ci(e: Doc) -> str:
+        lo, hi = e.get("ci_low"), e.get("ci_high")
+        return f"{fmt_value('eval_pass_rate', lo)}–{fmt_value('eval_pass_rate', hi)}" if lo is not None and hi is not None else "null"
+
+    top = table(["candidate", "tier / suite", "passed", "total", "pass rate", "95 % CI", "failure classes", "tool parser",
+                 "median s / task", "partial", "not sandboxed"],
                 [[e.get("candidate"), e.get("tier"), e.get("passed"), e.get("total"), fmt_value("eval_pass_rate", e.get("pass_rate")),
-                  e.get("unsandboxed")] for e in summary])
-    tasks = table(["candidate", "task", "passed", "detail"],
-                  [[e.get("candidate"), e.get("task"), "yes" if e.get("passed") else "no", e.get("detail") or ""]
-                   for e in doc.get("evals") or []])
-    return f"<section id='evals'><h2>Evals</h2>{top}<details><summary>Every task</summary>{tasks}</details></section>"
+                  ci(e), failures(e), e.get("parser") or "-",
+                  f"{e['latency_s_median']:.3g}" if e.get("latency_s_median") is not None else "-",
+                  e.get("partial_reason") or "no", e.get("unsandboxed")] for e in summary])
+    sources = "".join(f"<li>{esc(s.get('suite'))}: {esc(s.get('package'))} {esc(s.get('version'))} "
+                      f"(sha256 {esc(str(s.get('sha256'))[:16])}…), license {esc(s.get('license'))}; "
+                      f"{len(s.get('task_ids') or [])} tasks</li>" for s in doc.get("eval_sources") or [])
+    tasks = table(["candidate", "suite", "category", "task", "passed", "failure", "parameter", "detail"],
+                  [[e.get("candidate"), e.get("tier"), e.get("category") or "-", e.get("task"),
+                    "yes" if e.get("passed") else "no", e.get("failure") or "-", e.get("parameter") or "-",
+                    e.get("detail") or ""] for e in doc.get("evals") or []])
+    return (f"<section id='evals'><h2>Evals</h2>{top}" + (f"<ul>{sources}</ul>" if sources else "")
+            + f"<details><summary>Every task</summary>{tasks}</details></section>")
 
 
 def _locks(doc: Doc) -> str:

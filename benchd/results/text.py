@@ -31,7 +31,7 @@ def fmt_value(metric: str, v: Any) -> str:
         return "null"
     if metric.endswith("_bytes"):
         return fmt_bytes(v)
-    if metric in ("eval_pass_rate", "sustain_ratio"):
+    if metric in ("eval_pass_rate", "code_pass_rate", "tool_pass_rate", "sustain_ratio"):
         return f"{v:.3f}"
     return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
 

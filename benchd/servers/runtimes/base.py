@@ -303,7 +303,7 @@ class RuntimeAdapter:
         """Package versions the server's speed depends on (MLX venvs); empty for a single binary."""
         return {}
 
-    async def tool_parser(self, base_url: str, candidate: Candidate) -> str | None:
+    async def tool_parser(self, base_url: str, candidate: Candidate, command: list[str]) -> str | None:
         """The tool-call parser the server ran for the last tool request (asked after one), or None when
         this runtime cannot say."""
         return None

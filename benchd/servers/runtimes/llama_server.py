@@ -356,7 +356,7 @@ class LlamaServerAdapter(RuntimeAdapter):
         info = doc.get("build_info") if isinstance(doc, dict) else None
         return f"llama.cpp {info}" if isinstance(info, str) and info else None
 
-    async def tool_parser(self, base_url: str, candidate: Candidate) -> str | None:
+    async def tool_parser(self, base_url: str, candidate: Candidate, command: list[str]) -> str | None:
         """The chat format of the last request, from `GET /slots` `params.chat_format` (the format is
         chosen per request from the template and the tools; `/props` does not show it). The slot that
         served most recently (highest `id_task`) is read."""

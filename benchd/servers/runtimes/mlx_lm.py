@@ -21,6 +21,8 @@ Facts used (checked with `mlx_lm.server --help` and the package source on this m
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
 from typing import Any, ClassVar
 
 import msgspec
@@ -43,6 +45,26 @@ _RESERVED: dict[str, str] = {
 PROMPT_CACHE_DEFAULT = 10
 NO_PROMPT_TIMING = "mlx_lm.server reports no prompt timing"
 NO_DRAFT_COUNTS = "mlx_lm.server exposes no draft acceptance figures"
+
+
+_MLX_LM_PARSER = """
+import sys
+from pathlib import Path
+from mlx_lm.utils import load_tokenizer
+parser = load_tokenizer(Path(sys.argv[1])).tool_parser
+print(parser.__module__ if parser is not None else "")
+"""
+
+
+def _ask_venv(python: str, code: str, arg: str) -> str | None:
+    """One line from a snippet run in the server's interpreter (offline hub), or None on any failure."""
+    try:
+        proc = subprocess.run([python, "-c", code, arg], capture_output=True, text=True, timeout=120, check=False,
+                              env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "TRANSFORMERS_VERBOSITY": "error"})
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    out = proc.stdout.strip().splitlines()
+    return out[-1] if proc.returncode == 0 and out and out[-1] else None
 
 
 class MlxLmAdapter(MlxServerAdapter):
@@ -110,6 +132,13 @@ class MlxLmAdapter(MlxServerAdapter):
 
     async def check_ready(self, base_url: str) -> Readiness:
         return await json_health(base_url, self.health_path, ("ok",))
+
+    async def tool_parser(self, base_url: str, candidate: Candidate, command: list[str]) -> str | None:
+        """The tool parser module mlx_lm.server loaded for this model: its own `load_tokenizer` run in the
+        server's interpreter (`tool_parser_type` from the tokenizer config, else inferred from the chat
+        template), named as `mlx_lm.tool_parsers.<module>`; None when it has none or the query fails."""
+        found = await asyncio.to_thread(_ask_venv, command[0], _MLX_LM_PARSER, candidate.model)
+        return f"mlx_lm {found}" if found else None
 
     def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
         """Usage from the server; generation rate from the client's stream window; no prompt rate."""

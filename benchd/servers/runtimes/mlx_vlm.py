@@ -31,12 +31,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
+import aiohttp
 import msgspec
 
 from benchd.config import HOST
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate
-from benchd.servers.runtimes.base import Normalized, ParallelStart, Readiness, SessionStart, _num, json_health
+from benchd.servers.runtimes.base import Normalized, ParallelStart, Readiness, SessionStart, _num, http_get, json_health
 from benchd.servers.runtimes.mlx_common import MLX_ENV_SCRUB, MlxServerAdapter
 from benchd.servers.runtimes.vision import VisionFacts, mlx_dir_facts
 
@@ -114,6 +115,17 @@ class MlxVlmAdapter(MlxServerAdapter):
 
     async def check_ready(self, base_url: str) -> Readiness:
         return await json_health(base_url, self.health_path, ("healthy", "ok"))
+
+    async def tool_parser(self, base_url: str, candidate: Candidate, command: list[str]) -> str | None:
+        """`loaded_tool_parser` from `GET /health` (mlx_vlm's `_infer_tool_parser_from_processor`, the
+        parser its `/chat/completions` uses unless a request overrides it), as `mlx_vlm.tools.parsers.<name>`."""
+        try:
+            status, raw = await http_get(base_url, self.health_path, timeout_s=5.0)
+            doc = msgspec.json.decode(raw) if status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
+            return None
+        name = doc.get("loaded_tool_parser") if isinstance(doc, dict) else None
+        return f"mlx_vlm mlx_vlm.tools.parsers.{name}" if isinstance(name, str) and name else None
 
     def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
         """Server timings for both rates (client window recorded beside), usage, and the MLX peak."""

@@ -1,0 +1,56 @@
+"""Public eval suites compared between two runbooks (or two candidates): per suite, the per-task outcomes
+paired on the task ids both ran, judged by the one comparison (`comparison.compare_outcomes`, exact
+McNemar on the shared tasks). Each suite is an axis (`code_pass_rate`, `tool_pass_rate`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from msgspec import Struct
+
+from benchd.results.comparison import AxisVerdict, compare_outcomes
+from benchd.schemas import EvalResult, Runbook
+
+#: Suite -> the axis it is compared on.
+SUITE_AXES: dict[str, str] = {"code": "code_pass_rate", "tools": "tool_pass_rate"}
+
+
+class EvalComparison(Struct, kw_only=True):
+    """One candidate's suite in A and B: tasks each ran, tasks both ran, and the verdict on those."""
+
+    candidate: str
+    suite: str
+    axis: str
+    n_a: int
+    n_b: int
+    shared: int
+    verdict: AxisVerdict
+
+
+def outcomes(evals: Iterable[EvalResult], candidate: str, suite: str) -> dict[str, bool]:
+    """Task id -> passed, for one candidate's suite."""
+    return {e.task: e.passed for e in evals if e.candidate == candidate and e.tier == suite}
+
+
+def suite_outcomes(evals: Iterable[EvalResult]) -> dict[str, dict[str, Mapping[str, bool]]]:
+    """Candidate -> axis -> per-task outcomes (the Pareto axes' samples)."""
+    out: dict[str, dict[str, dict[str, bool]]] = {}
+    for e in evals:
+        axis = SUITE_AXES.get(e.tier)
+        if axis is not None:
+            out.setdefault(e.candidate, {}).setdefault(axis, {})[e.task] = e.passed
+    return out  # type: ignore[return-value]
+
+
+def compare_evals(a: Runbook, b: Runbook) -> list[EvalComparison]:
+    """Every (candidate, suite) both runbooks ran, compared on their shared task ids."""
+    out = []
+    cands = sorted({e.candidate for e in a.evals} & {e.candidate for e in b.evals})
+    for cand in cands:
+        for suite, axis in SUITE_AXES.items():
+            oa, ob = outcomes(a.evals, cand, suite), outcomes(b.evals, cand, suite)
+            if not oa or not ob:
+                continue
+            out.append(EvalComparison(candidate=cand, suite=suite, axis=axis, n_a=len(oa), n_b=len(ob),
+                                      shared=len(set(oa) & set(ob)), verdict=compare_outcomes(oa, ob, axis=axis)))
+    return out
