@@ -31,7 +31,7 @@ from benchd.config import HOST
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate
 from benchd.servers.runtimes.base import Normalized, ParallelStart, Readiness, SessionStart, json_health
-from benchd.servers.runtimes.mlx_common import MlxServerAdapter
+from benchd.servers.runtimes.mlx_common import MlxServerAdapter, interpreter
 
 _RESERVED: dict[str, str] = {
     "--model": "use `model`",
@@ -137,7 +137,7 @@ class MlxLmAdapter(MlxServerAdapter):
         """The tool parser module mlx_lm.server loaded for this model: its own `load_tokenizer` run in the
         server's interpreter (`tool_parser_type` from the tokenizer config, else inferred from the chat
         template), named as `mlx_lm.tool_parsers.<module>`; None when it has none or the query fails."""
-        found = await asyncio.to_thread(_ask_venv, command[0], _MLX_LM_PARSER, candidate.model)
+        found = await asyncio.to_thread(_ask_venv, interpreter(command), _MLX_LM_PARSER, candidate.model)
         return f"mlx_lm {found}" if found else None
 
     def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:

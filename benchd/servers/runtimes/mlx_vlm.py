@@ -37,7 +37,15 @@ import msgspec
 from benchd.config import HOST
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate
-from benchd.servers.runtimes.base import Normalized, ParallelStart, Readiness, SessionStart, _num, http_get, json_health
+from benchd.servers.runtimes.base import (
+    Normalized,
+    ParallelStart,
+    Readiness,
+    SessionStart,
+    _num,
+    http_get,
+    json_health,
+)
 from benchd.servers.runtimes.mlx_common import MLX_ENV_SCRUB, MlxServerAdapter
 from benchd.servers.runtimes.vision import VisionFacts, mlx_dir_facts
 
