@@ -249,7 +249,6 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
             raise ValueError("contexts must not repeat")
         if len(set(self.concurrency)) != len(self.concurrency):
             raise ValueError("concurrency levels must not repeat")
-
         if len(set(self.evals)) != len(self.evals):
             raise ValueError("evals must not repeat a suite")
 
