@@ -27,9 +27,9 @@ from typing import Literal
 from benchd.engine.metrics import median_ci
 from benchd.engine.verdict import cell_verdict
 from benchd.results.compare import DEFAULT_MARGIN_PCT, beyond_noise
-from benchd.results.text import verdict_text
 from benchd.results.comparison import compare_outcomes
 from benchd.results.evalcompare import SUITE_AXES, suite_outcomes
+from benchd.results.text import verdict_text
 from benchd.schemas import ContextPareto, Domination, EvalResult, Point, ProbePlan, Row, SkippedPair, Tie
 
 Direction = Literal["higher", "lower"]
