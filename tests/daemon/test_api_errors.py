@@ -63,6 +63,10 @@ BAD_SUBMITS: list[tuple[str, bytes, int, str | None, str | None]] = [
     ("vision without a vision model", json.dumps({"sweep": {**good_sweep(), "candidates": [
         {"id": "a", "runtime": "llama-server", "model": "/m", "vision": True}]}}).encode(),
      400, "no_vision_model", "$.sweep.candidates[a].vision"),
+    ("unknown eval suite", json.dumps({"sweep": {**good_sweep(), "evals": ["maths"]}}).encode(), 400, "invalid",
+     "$.sweep.evals[0]"),
+    ("eval limit 0", json.dumps({"sweep": {**good_sweep(), "eval_limit": {"code": 0}}}).encode(), 400, "invalid",
+     "$.sweep.eval_limit.code"),
     ("no images", json.dumps({"sweep": {**good_sweep(), "vision": {"images": 0}}}).encode(), 400, "invalid",
      "$.sweep.vision.images"),
 ]

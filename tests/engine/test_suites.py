@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from benchd.engine import bfcl, humaneval, suites
+from benchd.engine import bfcl, humaneval, suites, sweepcheck
 from benchd.errors import BenchdError
+from benchd.schemas import Candidate, Sweep
 
 # BFCL's own checker rejects these possible answers fed back as calls in this version (an answer that is
 # not of its parameter's declared type, a required parameter the answer leaves out, a standardised string
@@ -63,6 +64,15 @@ def test_suites_load_from_the_cached_wheels_with_their_provenance(tools: suites.
         else:
             assert "License:" not in text and has_license_file
             assert prov["license"].startswith("MIT")
+
+
+def test_the_sweep_check_refuses_missing_data_at_submit(tmp_path: Path, eval_suites: Path) -> None:
+    sweep = Sweep(name="s", contexts=[256], gen_tokens=8, evals=["code", "tools"],
+                  candidates=[Candidate(id="a", runtime="llama-server", model="/m.gguf")])
+    [problem] = sweepcheck.eval_data_problems(sweep, tmp_path)
+    assert problem.field == "$.evals" and "benchctl evals fetch" in problem.message
+    assert any(p.field == "$.evals" for p in sweepcheck.submit_problems(sweep, tmp_path))
+    assert sweepcheck.eval_data_problems(sweep, eval_suites) == []
 
 
 def test_missing_data_names_the_fetch_command(tmp_path: Path) -> None:
