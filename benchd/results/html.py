@@ -234,6 +234,28 @@ def _sustained(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
             + "</section>")
 
 
+def _agentic(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
+    """Sessions (TTFT per turn) and parallel requests (aggregate vs per-request rate per level)."""
+    turns, rates = pagedata.session_turns(doc), pagedata.level_rates(doc)
+    if not turns and not rates:
+        return ("<section id='agentic'><h2>Sessions and parallel requests</h2><p>Not measured in this sweep "
+                "(session.turns = 0, concurrency = [1]).</p></section>")
+    out = "<section id='agentic'><h2>Sessions and parallel requests</h2>"
+    if turns:
+        charts.append({"id": "chart-sessions", "kind": "sessions", "spec": pagecharts.sessions_spec(turns, candidates)})
+        out += (chart_div("chart-sessions", "TTFT per session turn per candidate; the table below has the values")
+                + table(["candidate", "context", "turn", "TTFT", "cached", "prompt", "reusable prefix", "cache miss"],
+                        [[t["candidate"], t["context"], t["turn"], fmt_value("ttft_ms", t["ttft_ms"]), t["cached_tokens"],
+                          t["prompt_tokens"], t["reusable"], t["miss"]] for t in turns]))
+    if rates:
+        charts.append({"id": "chart-levels", "kind": "levels", "spec": pagecharts.levels_spec(rates, candidates)})
+        out += (chart_div("chart-levels", "Aggregate and per-request gen tok/s per level; the table below has the values")
+                + table(["candidate", "context", "level", "measure", "gen tok/s"],
+                        [[r["candidate"], r["context"], r["level"], r["measure"], fmt_value("gen_tps", r["tps"])]
+                         for r in rates]))
+    return out + "</section>"
+
+
 def _ready(doc: Doc) -> str:
     """Time to ready per candidate (the runbook's `ready_summary`), every start under it."""
     summary = doc.get("ready_summary") or []
@@ -312,13 +334,14 @@ def render_page(rb: Runbook | Doc, runtime: Runtime) -> bytes:
     candidates = [str(c.get("id")) for c in (doc.get("sweep") or {}).get("candidates") or []]
     charts: list[Doc] = []
     nav = "".join(f"<a href='#{a}'>{t}</a>" for a, t in (("summary", "Summary"), ("pareto", "Pareto"),
-                  ("probes", "Probes"), ("sustained", "Sustained"), ("ready", "Ready"), ("evals", "Evals"),
+                  ("probes", "Probes"), ("sustained", "Sustained"), ("agentic", "Sessions"), ("ready", "Ready"),
+                  ("evals", "Evals"),
                   ("lock", "Lock")))
     body = (f"<header><h1>benchd runbook <span class='rid'>{esc(rid)}</span></h1>"
             f"<p class='outcome {esc(outcome)}'>sweep <b>{esc(name)}</b>: {esc(outcome)}</p>"
             f"<nav>{nav}</nav></header><main>"
             + _summary(doc) + _pareto(doc, candidates, charts) + _probes(doc, candidates, charts)
-            + _sustained(doc, candidates, charts) + _ready(doc) + _evals(doc) + _locks(doc) + "</main>")
+            + _sustained(doc, candidates, charts) + _agentic(doc, candidates, charts) + _ready(doc) + _evals(doc) + _locks(doc) + "</main>")
     labels = {a: axis_label(a) for a in pagedata.axes_present(doc)}
     return page(f"benchd runbook {rid}", body, charts, {"labels": labels}, runtime)
 

@@ -134,6 +134,51 @@ def sustained_spec(windows: list[Spec], candidates: list[str]) -> Spec:
     }
 
 
+def sessions_spec(turns: list[Spec], candidates: list[str]) -> Spec:
+    """TTFT per session turn, a line per candidate, one panel per context (turn 1 is cold)."""
+    shape, colour = candidate_scales(candidates)
+    enc = {"x": {"field": "turn", "type": "ordinal", "title": "turn", "axis": {"labelAngle": 0}},
+           "y": {"field": "ttft_ms", "type": "quantitative", "title": "TTFT (ms, log scale)", "scale": {"type": "log"}},
+           "color": {"field": "candidate", "type": "nominal", "scale": colour},
+           "tooltip": [{"field": "candidate"}, {"field": "context"}, {"field": "turn"},
+                       {"field": "ttft_ms", "title": "TTFT ms", "format": ",.1f"}, {"field": "cached_tokens"},
+                       {"field": "prompt_tokens"}, {"field": "reusable", "title": "reusable prefix"},
+                       {"field": "miss", "title": "cache miss"}]}
+    return {
+        "description": "Session probes: the time to the first token of each turn on a warm prompt cache, a line "
+                       "per candidate; turn 1 is a cold prompt, later turns reuse what the cache still holds.",
+        "config": CONFIG, "data": {"values": turns}, "transform": [{"filter": "datum.ttft_ms > 0"}],
+        "facet": {"column": {"field": "context", "type": "ordinal", "title": "context (tokens)"}},
+        "spec": {"width": 260, "height": 180, "layer": [
+            {"mark": {"type": "line", "strokeWidth": 2}, "encoding": enc},
+            {"mark": {"type": "point", "filled": True, "size": 60},
+             "encoding": {**enc, "shape": {"field": "candidate", "type": "nominal", "scale": shape}}},
+        ]},
+    }
+
+
+def levels_spec(rates: list[Spec], candidates: list[str]) -> Spec:
+    """Aggregate vs per-request gen tok/s per concurrency level, a colour per candidate, a dash per measure."""
+    _, colour = candidate_scales(candidates)
+    enc = {"x": {"field": "level", "type": "ordinal", "title": "simultaneous requests", "axis": {"labelAngle": 0}},
+           "y": {"field": "tps", "type": "quantitative", "title": "gen tok/s"},
+           "color": {"field": "candidate", "type": "nominal", "scale": colour},
+           "strokeDash": {"field": "measure", "type": "nominal", "title": "measure",
+                          "scale": {"domain": ["aggregate", "per request"], "range": [[1, 0], [5, 3]]}},
+           "tooltip": [{"field": "candidate"}, {"field": "context"}, {"field": "level"}, {"field": "measure"},
+                       {"field": "tps", "title": "tok/s", "format": ",.1f"}]}
+    return {
+        "description": "Parallel requests: the aggregate generation rate of all simultaneous streams (solid) and "
+                       "each request's own rate (dashed) per level; level 1 is the cold probes.",
+        "config": CONFIG, "data": {"values": rates}, "transform": [{"filter": "datum.tps !== null"}],
+        "facet": {"column": {"field": "context", "type": "ordinal", "title": "context (tokens)"}},
+        "spec": {"width": 260, "height": 180, "layer": [
+            {"mark": {"type": "line", "strokeWidth": 2}, "encoding": enc},
+            {"mark": {"type": "point", "filled": True, "size": 50}, "encoding": enc},
+        ]},
+    }
+
+
 def compare_spec(records: list[Spec]) -> Spec:
     """Ratio B/A per cell, one panel per metric; the rule at 1 is 'no change'."""
     return {

@@ -11,6 +11,7 @@ recomputed differently, so the page and `benchctl report` cannot disagree.
 from __future__ import annotations
 
 import shlex
+import statistics
 from collections import Counter
 from typing import Any
 
@@ -18,7 +19,7 @@ import msgspec
 
 from benchd.results.pareto import AXES
 from benchd.results.text import fmt_value, machine_line, verdict_text
-from benchd.schemas import MachineInfo, Runbook
+from benchd.schemas import MachineInfo, Row, Runbook
 
 Doc = dict[str, Any]
 
@@ -335,4 +336,47 @@ def lock_commands(doc: Doc) -> list[Doc]:
             note = "dominated in at least one context: the lock needs --force"
         out.append({"candidate": cand, "command": " ".join(shlex.quote(x) for x in cmd) + " --note '…'",
                     "note": note, "lockable": ok})
+    return out
+
+
+def _typed_rows(doc: Doc, kind: str) -> list[Row]:
+    """The runbook's rows of `kind` as `Row`s (rows this version cannot read are left out)."""
+    out = []
+    for r in doc.get("rows") or []:
+        if r.get("kind") == kind:
+            try:
+                out.append(msgspec.convert(r, Row))
+            except msgspec.ValidationError:
+                continue
+    return out
+
+
+def session_turns(doc: Doc) -> list[Doc]:
+    """One point per session turn: candidate, context, turn, TTFT, cached / prompt tokens, cache miss."""
+    return [{"candidate": r.candidate, "context": r.context, "turn": r.probe, "ttft_ms": r.ttft_ms,
+             "cached_tokens": r.cached_tokens, "prompt_tokens": r.prompt_tokens,
+             "reusable": r.reusable_prefix_tokens, "miss": r.cache_miss}
+            for r in sorted(_typed_rows(doc, "session"), key=lambda r: (r.candidate, r.context, r.probe))
+            if r.status == "ok"]
+
+
+def level_rates(doc: Doc) -> list[Doc]:
+    """Per (candidate, context, level): the aggregate and the per-request gen tok/s (the level summary);
+    level 1 is the cold probes' median gen tok/s."""
+    from benchd.engine.parallel import parallel_summary
+
+    by_cell: dict[tuple[str, int], list[Row]] = {}
+    for r in _typed_rows(doc, "parallel"):
+        by_cell.setdefault((r.candidate, r.context), []).append(r)
+    out: list[Doc] = []
+    for (cand, ctx), rows in sorted(by_cell.items()):
+        single = [float(p["gen_tps"]) for p in _probe_rows(doc, cand, ctx) if p.get("gen_tps") is not None]
+        if single:
+            med = statistics.median(single)
+            out += [{"candidate": cand, "context": ctx, "level": 1, "measure": m, "tps": med}
+                    for m in ("aggregate", "per request")]
+        for level, s in parallel_summary(rows).items():
+            out += [{"candidate": cand, "context": ctx, "level": level, "measure": "aggregate", "tps": s.agg_gen_tps},
+                    {"candidate": cand, "context": ctx, "level": level, "measure": "per request",
+                     "tps": s.per_request_gen_tps}]
     return out

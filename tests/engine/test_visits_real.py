@@ -84,3 +84,9 @@ def test_sessions_and_levels_in_a_sweep_and_resume(tiny_models: Any, cache_dir: 
     assert point.values["session_ttft_ms"] is not None and point.values["agg_gen_tps@2"] is not None
     assert "## Sessions" in report.render_markdown(rb)
     assert not {"prefix-cache", "concurrency"} & {d.axis for d in rb.deferred.automatic}
+
+    # the page: TTFT per turn per candidate, aggregate vs per-request rate per level, with their tables
+    from benchd.results import html
+
+    page = html.render_page(rb, html.vega_runtime(cache_dir)).decode()
+    assert "<section id='agentic'>" in page and "chart-sessions" in page and "chart-levels" in page
