@@ -142,6 +142,11 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
     for ev in cmp.evals:
         click.echo(f"{ev.candidate} {ev.axis} ({ev.suite}: {ev.n_a} tasks in A, {ev.n_b} in B, {ev.shared} shared): "
                    f"{ev.verdict.text}")
+    for im in cmp.images:
+        tokens = (f"; image tokens A {im.image_tokens_a:g}, B {im.image_tokens_b:g}"
+                  if im.image_tokens_a is not None and im.image_tokens_b is not None else "")
+        click.echo(f"TTFT with {im.resolution} images, {im.candidate} ({im.verdict.n_a} vs {im.verdict.n_b} "
+                   f"probes): {im.verdict.text}{tokens}")
 
 
 def _print_builds(builds: list[Any]) -> None:

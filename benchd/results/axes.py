@@ -52,6 +52,17 @@ register_axis("session_ttft_ms", "lower", words=("slower", "faster"))
 LEVEL_AXIS_PREFIX = "agg_gen_tps@"
 
 
+#: Image probes: the median TTFT with the sweep's images of one resolution, one axis per resolution
+#: ("image_ttft_ms@512x512"), on the Pareto view of the context the images sit in.
+IMAGE_AXIS_PREFIX = "image_ttft_ms@"
+
+
+def image_axis(width: int, height: int) -> Axis:
+    """The axis of one image resolution (registered the first time it is seen)."""
+    name = f"{IMAGE_AXIS_PREFIX}{width}x{height}"
+    return AXES.get(name) or register_axis(name, "lower", words=("slower", "faster"))
+
+
 def level_axis(n: int) -> Axis:
     """The axis of concurrency level `n` (registered the first time a level is seen)."""
     name = f"{LEVEL_AXIS_PREFIX}{n}"

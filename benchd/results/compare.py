@@ -173,6 +173,17 @@ class ReadyComparison(Struct, kw_only=True):
     verdict: AxisVerdict
 
 
+class ImageComparison(Struct, kw_only=True):
+    """One vision candidate's TTFT with the images of one resolution in A and B (`results.comparison`,
+    axis image_ttft_ms@WxH), and the median image tokens of each side (a changed count explains a change)."""
+
+    candidate: str
+    resolution: str
+    verdict: AxisVerdict
+    image_tokens_a: float | None = None
+    image_tokens_b: float | None = None
+
+
 class Comparison(Struct, kw_only=True):
     a: str
     b: str
@@ -187,6 +198,7 @@ class Comparison(Struct, kw_only=True):
     ready: list[ReadyComparison] = []
     #: Public eval suites per candidate, paired on shared task ids (`evalcompare`).
     evals: list[EvalComparison] = []
+    images: list[ImageComparison] = []
 
 
 def _samples(rb: Runbook) -> dict[tuple[str, int], list[Any]]:
@@ -307,6 +319,35 @@ def compare_ready(a: Runbook, b: Runbook) -> list[ReadyComparison]:
     return out
 
 
+def _image_samples(rb: Runbook) -> dict[tuple[str, str], list[Any]]:
+    out: dict[tuple[str, str], list[Any]] = {}
+    for r in rb.rows:
+        if r.kind == "vision" and r.status == "ok" and r.image_ttft_ms is not None and r.image_width and r.image_height:
+            out.setdefault((r.candidate, f"{r.image_width}x{r.image_height}"), []).append(r)
+    return out
+
+
+def compare_images(a: Runbook, b: Runbook) -> list[ImageComparison]:
+    """Per (vision candidate, resolution) with ok image probes on both sides: image_ttft_ms, B against A."""
+    from benchd.results.axes import image_axis
+
+    sa, sb = _image_samples(a), _image_samples(b)
+    out = []
+    for cand, res in sorted(set(sa) & set(sb)):
+        ra, rb_ = sa[(cand, res)], sb[(cand, res)]
+        w, h = (int(x) for x in res.split("x"))
+        axis = image_axis(w, h)
+        toks_a = [r.image_tokens for r in ra if r.image_tokens is not None]
+        toks_b = [r.image_tokens for r in rb_ if r.image_tokens is not None]
+        out.append(ImageComparison(
+            candidate=cand, resolution=res,
+            verdict=compare_axis([r.image_ttft_ms for r in ra], [r.image_ttft_ms for r in rb_], axis=axis.name,
+                                 better=axis.better, margin_pct=a.sweep.probe_plan().target_ci_pct),
+            image_tokens_a=statistics.median(toks_a) if toks_a else None,
+            image_tokens_b=statistics.median(toks_b) if toks_b else None))
+    return out
+
+
 def compare_runbooks(a: Runbook, b: Runbook) -> Comparison:
     sa, sb = _samples(a), _samples(b)
     margin = a.sweep.probe_plan().target_ci_pct
@@ -323,5 +364,5 @@ def compare_runbooks(a: Runbook, b: Runbook) -> Comparison:
         only_in_a=[f"{c}@{x}" for c, x in sorted(keys_a - keys_b)],
         only_in_b=[f"{c}@{x}" for c, x in sorted(keys_b - keys_a)], builds=compare_builds(a, b),
         ready=compare_ready(a, b),
-        evals=compare_evals(a, b),
+        evals=compare_evals(a, b), images=compare_images(a, b),
     )

@@ -55,6 +55,7 @@ def direction(axis: str) -> str:
     known = dict(AXES)
     if axis in known:
         return known[axis]
+    axis = axis.split("@", 1)[0]  # a parametrised axis (agg_gen_tps@2, image_ttft_ms@512x512): its metric's unit
     return "lower" if axis.endswith(("_bytes", "_ms", "_token", "_j", "_w")) else "higher"
 
 

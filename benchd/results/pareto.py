@@ -44,7 +44,7 @@ AXES: tuple[tuple[str, Direction], ...] = (
     ("j_per_gen_token", "lower"),
 )
 AXIS_NAMES: tuple[str, ...] = tuple(a for a, _ in AXES)
-#: Axes a sweep measures only when it asks for them (sessions, concurrency levels): they join a pair's
+#: Axes a sweep measures only when it asks for them (sessions, concurrency levels, image resolutions): they join a pair's
 #: comparison when either point has a value (directions from the axis table, `results.axes`).
 SESSION_AXIS = "session_ttft_ms"
 #: Per-candidate axes compared exactly (deterministic: greedy answers pass or fail the same way each time).
@@ -61,13 +61,19 @@ def _val(p: Point, axis: str) -> float | None:
 def axes_of(points: Iterable[Point]) -> list[tuple[str, Direction]]:
     """The fixed axes, then the public eval suites', session and level axes any of `points` has a value for."""
     from benchd.results.axes import AXES as TABLE
-    from benchd.results.axes import LEVEL_AXIS_PREFIX
+    from benchd.results.axes import IMAGE_AXIS_PREFIX, LEVEL_AXIS_PREFIX
 
     present = {k for p in points for k, v in p.values.items() if v is not None}
     extra = [a for a in SUITE_AXES.values() if a in present]
     extra += [SESSION_AXIS] if SESSION_AXIS in present else []
     extra += sorted((k for k in present if k.startswith(LEVEL_AXIS_PREFIX)), key=lambda k: int(k.split("@")[1]))
+    extra += sorted((k for k in present if k.startswith(IMAGE_AXIS_PREFIX)), key=_pixels)
     return [*AXES, *((k, TABLE[k].better if k in TABLE else "higher") for k in extra)]
+
+
+def _pixels(axis: str) -> int:
+    w, _, h = axis.split("@", 1)[1].partition("x")
+    return int(w) * int(h)
 
 
 def skipped_axes(a: Point, b: Point) -> list[str]:
@@ -172,8 +178,9 @@ def sustain_ratios(rows: Iterable[Row]) -> dict[str, float]:
 
 def cell_samples(rows: Sequence[Row]) -> dict[tuple[int, str], dict[str, list[float]]]:
     """Per (context, candidate): each per-probe axis's values over the ok probe rows (the noise's input);
-    the session axis over the warm turns' TTFTs, a level's axis over its batches' aggregate rates."""
-    from benchd.results.axes import level_axis
+    the session axis over the warm turns' TTFTs, a level's axis over its batches' aggregate rates, an
+    image resolution's axis over its image probes' TTFTs."""
+    from benchd.results.axes import image_axis, level_axis
 
     out: dict[tuple[int, str], dict[str, list[float]]] = defaultdict(dict)
     batches: dict[tuple[int, str, int, int], float] = {}
@@ -189,6 +196,8 @@ def cell_samples(rows: Sequence[Row]) -> dict[tuple[int, str], dict[str, list[fl
             out[(r.context, r.candidate)].setdefault(SESSION_AXIS, []).append(r.ttft_ms)
         elif r.kind == "parallel" and r.agg_gen_tps is not None and r.concurrency and r.batch is not None:
             batches[(r.context, r.candidate, r.concurrency, r.batch)] = r.agg_gen_tps
+        elif r.kind == "vision" and r.image_ttft_ms is not None and r.image_width and r.image_height:
+            out[(r.context, r.candidate)].setdefault(image_axis(r.image_width, r.image_height).name, []).append(r.image_ttft_ms)
     for (ctx, cand, level, _), agg in sorted(batches.items()):
         out[(ctx, cand)].setdefault(level_axis(level).name, []).append(agg)
     return out

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from benchd.results import agentic
+from benchd.results import agentic, images
 from benchd.results.pareto import axes_of
 from benchd.results.text import fmt_value, machine_line, verdict_text
 from benchd.schemas import CellStats, ContextPareto, MetricStats, Runbook, Sweep
@@ -242,7 +242,7 @@ def render_text(rb: Runbook, pareto: bool = False) -> str:
         parts += ["", READY_NOTE, _plain_table(READY_HEADER, ready_table(rb, notes))]
     if notes.items:
         parts += ["", *notes.lines()]
-    for section in (agentic.session_lines(rb.rows), agentic.level_lines(rb.rows)):
+    for section in (agentic.session_lines(rb.rows), agentic.level_lines(rb.rows), images.image_lines(rb.sweep, rb.rows)):
         if section:
             parts += ["", *section]
     if pareto:
@@ -273,7 +273,7 @@ def print_rich(rb: Runbook, pareto: bool = False) -> None:
         console.print(ready)
     for line in notes.lines():
         console.print(line, highlight=False, soft_wrap=True)
-    for line in [*agentic.session_lines(rb.rows), *agentic.level_lines(rb.rows)]:
+    for line in [*agentic.session_lines(rb.rows), *agentic.level_lines(rb.rows), *images.image_lines(rb.sweep, rb.rows)]:
         console.print(line, highlight=False, soft_wrap=True)
     if pareto:
         console.print(render_pareto_text(rb), highlight=False, soft_wrap=True)
@@ -342,7 +342,8 @@ def render_markdown(rb: Runbook) -> str:
                   ", ".join(f"{w:.1f}" for w in (x.window_tps or [])) or "null"] for x in rb.sustained]
         lines += [_md_table(["candidate", "status", "sustain_ratio", "window tok/s"], sbody), ""]
     lines += energy_lines(rb)
-    for title, section in (("Sessions", agentic.session_lines(rb.rows)), ("Parallel requests", agentic.level_lines(rb.rows))):
+    for title, section in (("Sessions", agentic.session_lines(rb.rows)), ("Parallel requests", agentic.level_lines(rb.rows)),
+                           ("Image probes", images.image_lines(rb.sweep, rb.rows))):
         if section:
             lines += [f"## {title}", "", *(f"- {ln.strip()}" for ln in section[1:]), ""]
     if rb.eval_summary:

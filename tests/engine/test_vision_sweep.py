@@ -14,7 +14,11 @@ import pytest
 from benchctl.tinymodels import vision as tiny_vision
 from benchd.config import Config
 from benchd.engine.scheduler import run_job
+from benchd.results import pagedata
+from benchd.results.compare import compare_runbooks
 from benchd.results.deferred import automatic_deferred
+from benchd.results.report import render_markdown, render_text
+from benchd.results.runbook import build_runbook
 from benchd.schemas import VISION_PROBE_STRIDE, Candidate, Cooldown, Row, Sustained, Sweep, Vision
 from benchd.store import Store, planned_probes
 
@@ -40,7 +44,8 @@ def vision_run(vision_models: Any, tiny_models: Any, cache_dir: Path,
     store = Store(config.db_path)
     job, _ = store.create_job(sweep)
     outcome = asyncio.run(run_job(job.id, sweep, store, config, lambda _e: None))
-    return {"sweep": sweep, "outcome": outcome, "rows": store.rows(job.id)}
+    return {"sweep": sweep, "outcome": outcome, "rows": store.rows(job.id), "store": store, "job": job.id,
+            "config": config}
 
 
 def _vision_rows(run: dict[str, Any], cand: str) -> list[Row]:
@@ -104,3 +109,34 @@ def test_truncated_png_fails_its_row_with_the_servers_error_and_the_job_goes_on(
     assert [r.status for r in rows] == ["failed", "ok"]
     assert rows[0].error is not None and "HTTP 400" in rows[0].error and "image" in rows[0].error.lower()
     assert "image request failed" in rows[0].null_reasons["image_tokens"]
+
+
+def test_image_ttft_joins_pareto_and_the_report(vision_run: dict[str, Any]) -> None:
+    """Each resolution is a Pareto axis (image_ttft_ms@WxH) of the context the images sit in: the vision
+    candidates have values, the text candidate none (the pairs with it name the axis as skipped); the
+    report shows the image section with the text candidate's null figures and why."""
+    rb = build_runbook(vision_run["config"], vision_run["store"], vision_run["job"])
+    (ctx,) = rb.pareto
+    axes = [f"image_ttft_ms@{w}x{h}" for w, h in RESOLUTIONS]
+    points = {p.candidate: p for p in ctx.points}
+    for cand in ("vlm", "llv"):
+        assert all(points[cand].values.get(a) is not None for a in axes)
+    assert all(points["text"].values.get(a) is None for a in axes)
+    assert any("text" in sp.pair and set(axes) <= set(sp.axes) for sp in ctx.skipped_pairs)
+    assert not [d for d in rb.deferred.automatic if d.axis == "vision" and ("vlm (" in d.reason or "llv (" in d.reason)]
+    text = render_text(rb)
+    assert "image probes" in text and "text: no image figures (null): vision = false" in text
+    w, h = RESOLUTIONS[-1]
+    assert f"vlm {w}x{h} x1: image tokens" in text and f"llv {w}x{h} x1: image tokens" in text
+    assert "## Image probes" in render_markdown(rb)
+    # the page: the image axes are charted, lower is better, the text candidate's value null with why
+    doc = pagedata.to_doc(rb)
+    assert set(axes) <= set(pagedata.axes_present(doc))
+    assert all(pagedata.direction(a) == "lower" for a in axes)
+    recs = {r["candidate"]: r for r in pagedata.pareto_points(doc, doc["pareto"][0])}
+    assert recs["vlm"][axes[0]] is not None and recs["text"].get(axes[0]) is None
+    # compare: each (vision candidate, resolution) through the one comparison; a runbook against itself ties.
+    cmp = compare_runbooks(rb, rb)
+    assert {(c.candidate, c.resolution) for c in cmp.images} == {(c, f"{w}x{h}") for c in ("vlm", "llv")
+                                                                for w, h in RESOLUTIONS}
+    assert all(c.verdict.verdict != "different" and c.image_tokens_a == c.image_tokens_b for c in cmp.images)

@@ -142,3 +142,24 @@ def test_session_and_level_axes_join_the_pareto_view() -> None:
     (d,) = alone.dominated["wide"]
     assert d.by == "warm" and d.better_on == ["session_ttft_ms"]
     assert "agg_gen_tps@2" not in [a for a, _ in pareto.axes_of(pareto.pareto_from_rows(probes, [])[0].points)]
+
+
+def _vision_rows(cand: str, res: tuple[int, int], ttfts: list[float]) -> list[Row]:
+    return [Row(job="j", candidate=cand, runtime="mlx_vlm.server", context=512, kind="vision", status="ok",
+                probe=i, image_width=res[0], image_height=res[1], images=1, image_ttft_ms=t)
+            for i, t in enumerate(ttfts)]
+
+
+def test_image_axes_join_the_pareto_view_per_resolution() -> None:
+    """Equal text probes; "small-img" is faster with 512x512 images: it dominates on image_ttft_ms@512x512;
+    a candidate without image rows has no value there (the axis is skipped for its pairs)."""
+    probes = _probe_rows("small-img", [100.0] * 3) + _probe_rows("big-img", [100.0] * 3) + _probe_rows("text", [100.0] * 3)
+    vis = _vision_rows("small-img", (512, 512), [40.0, 41.0, 40.5, 40.2, 40.8, 40.1]) + \
+        _vision_rows("big-img", (512, 512), [90.0, 91.0, 90.5, 90.2, 90.8, 90.1])
+    res = pareto.pareto_from_rows(probes + vis, [])[0]
+    pts = {p.candidate: p for p in res.points}
+    assert pts["small-img"].values["image_ttft_ms@512x512"] == statistics.median(r.image_ttft_ms for r in vis[:6])
+    assert "image_ttft_ms@512x512" not in pts["text"].values
+    (d,) = res.dominated["big-img"]
+    assert d.by == "small-img" and d.better_on == ["image_ttft_ms@512x512"]
+    assert any("text" in sp.pair and "image_ttft_ms@512x512" in sp.axes for sp in res.skipped_pairs)
