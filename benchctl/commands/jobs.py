@@ -108,6 +108,7 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
     """Planned cells and a duration estimate from stated assumptions (the estimate is no measurement)."""
     import msgspec
 
+    from benchd.engine.plan import DEFAULT_ROUNDS, design_text, plan_problems, requested_order
     from benchd.store import planned_probes
 
     pp = sweep.probe_plan()
@@ -139,8 +140,12 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
     cooldown_min = req_lo * (cd.seconds if cd.policy == "fixed" else 0.0)
     cooldown_max = req_hi * (cd.seconds if cd.policy == "fixed" else cd.max_seconds)
     ready_starts = 2 * sweep.ready.starts * len(sweep.candidates)  # cold + warm, for the time-to-ready axis
-    startups = len(sweep.candidates) * len(sweep.contexts) + (1 if sentinel else 0) + ready_starts
+    order = requested_order(sweep)
+    per_context = min(sweep.rounds or DEFAULT_ROUNDS, pp.max) if order == "blocked" else 1  # a start per block
+    startups = len(sweep.candidates) * len(sweep.contexts) * per_context + (1 if sentinel else 0) + ready_starts
     return {
+        "design": {"order": order, "asked": sweep.order, "rounds": sweep.rounds, "text": design_text(sweep),
+                   "notes": plan_problems(sweep)},
         "cells": cells,
         "rows": planned_probes(sweep),
         "rows_max": planned_probes(sweep, "max"),
@@ -229,7 +234,10 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
         click.echo(f"{sweep_file}: sweep {sweep.name!r}: {len(sweep.candidates)} candidate(s) x "
                    f"{len(sweep.contexts)} context(s), {count} + {sweep.warmup} warmup each, "
                    f"gen_tokens {sweep.gen_tokens}")
-        if pp.adaptive:
+        click.echo(f"  {p['design']['text']}")
+        for note in p["design"]["notes"]:
+            click.echo(f"  note: {note}")
+        if pp.adaptive and (len(sweep.candidates) == 1 or p["design"]["order"] == "sequential"):
             click.echo(f"  probes: each cell stops once the 95 % CI of the median {pp.metric} is within "
                        f"±{pp.target_ci_pct:g} % (after {pp.min}, at most {pp.max}); throttle-suspect below "
                        f"{pp.throttle_pct:g} % of the running median")

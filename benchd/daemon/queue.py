@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import sqlite3
@@ -52,10 +53,12 @@ def parse_time(value: str) -> datetime:
 
 
 def _load_engine() -> RunJob:
-    # The sweep engine, imported when the first job starts: the daemon answers its socket sooner.
+    # The sweep engine, imported when the first job starts: the daemon answers its socket sooner. Its
+    # pair stop rule judges with the results stage's one comparison function.
     from benchd.engine.scheduler import run_job
+    from benchd.results.comparison import compare_axis
 
-    return run_job  # type: ignore[no-any-return]
+    return functools.partial(run_job, judge=compare_axis)
 
 
 @contextlib.asynccontextmanager
@@ -264,7 +267,7 @@ class JobQueue:
                 state="running", waiting_reason=None, started_at=job.started_at or utcnow(),
             ))
             self.store_error = None
-            task = asyncio.create_task(self._engine(job_id, sweep, resume), name=f"job-{job_id}")
+            task = asyncio.create_task(self._engine(job_id, sweep), name=f"job-{job_id}")
             running = self._running = _Running(job_id, task)
             try:
                 outcome, error = await self._await_engine(running)
@@ -277,9 +280,9 @@ class JobQueue:
         if outcome in ("succeeded", "failed", "cancelled"):
             await self._write_runbook(job_id, outcome)
 
-    async def _engine(self, job_id: str, sweep: Sweep, resume: bool) -> Any:
+    async def _engine(self, job_id: str, sweep: Sweep) -> Any:
         run_job = self._run_job or _load_engine()
-        return await run_job(job_id, sweep, self.store, self.config, self.hub.notify, resume)
+        return await run_job(job_id, sweep, self.store, self.config, self.hub.notify)
 
     async def _await_engine(self, running: _Running) -> tuple[str, str | None]:
         """Wait for the engine; map its result, cancellation or crash to (outcome, error)."""

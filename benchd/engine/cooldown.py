@@ -6,6 +6,8 @@
   "timeout". Without a usable sensor it waits the fixed minimum `seconds` and says so: reason
   "sensor-unavailable", with the sensor's reason in `note`.
 - `idle`: the same bounds, until system CPU load per core is under `max_load`.
+- After a throttle-suspect probe, policy `thermal` extends the wait with short check probes
+  (`before_probe`, `throttle_checks`): the throttle wait is part of the cooldown, recorded in the same record.
 
 Load per core, as used here: the fraction of all cores' time spent busy (everything but idle and iowait)
 over the last poll interval, from `psutil.cpu_times()` deltas; 1.0 = every core busy. Chosen over
@@ -25,7 +27,9 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 
-from benchd.schemas import Cooldown, CooldownRecord, ThermalReading
+import msgspec
+
+from benchd.schemas import Cooldown, CooldownRecord, Row, ThermalReading
 from benchd.sensors.cpu import FIRST_LOAD_WINDOW_S, CpuLoad
 from benchd.sensors.thermal.sensor import ThermalSensor
 
@@ -140,3 +144,50 @@ async def _fallback(
         policy="thermal", waited_s=clock() - t0, reason="sensor-unavailable", before=before, after=await read(),
         note=f"thermal sensor unavailable{when}: {why}; waited the fixed minimum of {policy.seconds:g} s instead",
     )
+
+
+# ------------------------------------------------------------------------------ throttle checks
+
+
+async def before_probe(policy: Cooldown, sensor: ThermalSensor, *, last: Row | None, threshold_pct: float,
+                       check: Callable[[], Awaitable[float | None]]) -> CooldownRecord:
+    """The wait before a probe: the policy's wait, then (policy `thermal`, when the cell's `last` probe
+    was throttle-suspect) short check probes until one is back within `threshold_pct` of that probe's
+    running median, bounded by `max_seconds` in all; every check is in the record."""
+    record = await wait(policy, sensor)
+    if policy.policy != "thermal" or last is None or last.throttle is None or not last.throttle.suspect:
+        return record
+    baseline = last.throttle.running_median
+    if baseline is None:
+        return record
+    return await throttle_checks(record, baseline=baseline, threshold_pct=threshold_pct, max_seconds=policy.max_seconds,
+                         check=check)
+
+
+async def throttle_checks(record: CooldownRecord, *, baseline: float, threshold_pct: float, max_seconds: float,
+                  check: Callable[[], Awaitable[float | None]], pause_s: float = 2.0,
+                  clock: Callable[[], float] = time.monotonic,
+                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> CooldownRecord:
+    """Extend a cooldown after a throttle-suspect probe until a check probe's rate is back within
+    `threshold_pct` of `baseline` (the cell's running median), within `max_seconds` in all."""
+    t0 = clock()
+    rates: list[float] = []
+    floor = baseline * (1 - threshold_pct / 100.0)
+    outcome = f"max_seconds {max_seconds:g} s reached before a check probe was back within {threshold_pct:g} %"
+    while record.waited_s + (clock() - t0) < max_seconds:
+        rate = await check()
+        if rate is not None:
+            rates.append(round(rate, 3))
+            if rate >= floor:
+                outcome = f"check probe {rate:.1f} back within {threshold_pct:g} % of {baseline:.1f}"
+                break
+        else:
+            outcome = "a check probe measured no rate"
+            break
+        await sleep(max(0.0, min(pause_s, max_seconds - record.waited_s - (clock() - t0))))
+    extended = clock() - t0
+    note = (f"throttle check after a throttle-suspect probe: extended {extended:.1f} s, {len(rates)} check "
+            f"probe(s) {rates}; {outcome}")
+    return msgspec.structs.replace(record, waited_s=record.waited_s + extended, extended_s=round(extended, 3),
+                                   throttle_checks=rates,
+                                   note=f"{record.note}; {note}" if record.note else note)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchd.engine.energy import ENERGY_FIELDS, EnergyFigures
-from benchd.schemas import Candidate, CooldownRecord, Row, RowKind, RowStatus
+from benchd.schemas import Candidate, CooldownRecord, Invalidated, Row, RowKind, RowStatus
 from benchd.sensors.memory.sampler import MemoryResult
 from benchd.servers.runtimes.base import Normalized, RuntimeAdapter
 from benchd.servers.server import Server
@@ -26,14 +26,69 @@ METRICS = (
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where a probe sits in the sweep's design: its round and its position in that round (None in the
+    sequential order, `why` then says so), and the words naming that source in the row."""
+
+    round: int | None
+    visit: int | None
+    why: str
+
+
+SEQUENTIAL = Placement(None, None, "order sequential: each candidate's probes run back to back, no rounds")
+#: Rows outside the rounds (sessions, parallel batches, failed rows of a server that never started).
+OUTSIDE = Placement(None, None, "not a probe of the rounds (only recorded probes are placed in rounds)")
+
+
+@dataclass(frozen=True)
 class Cell:
-    """Where a row belongs: the key (candidate, context, kind, probe) plus the job."""
+    """Where a row belongs: the key (candidate, context, kind, probe) plus the job and its place."""
 
     job: str
     candidate: Candidate
     context: int
     kind: RowKind
     probe: int
+    place: Placement = OUTSIDE
+
+
+@dataclass(frozen=True)
+class Invalidation:
+    """A probe thrown away: the machine slept or the server was stopped while it ran."""
+
+    kind: Invalidated
+    why: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A row's status and what it says about it (`decide`)."""
+
+    status: RowStatus
+    error: str | None
+    invalidated: Invalidated | None = None
+
+
+def decide(*, result_status: str, error: str | None, crash: str | None = None, cached_tokens: int | None = None,
+           invalidation: Invalidation | None = None, killed: bool = False) -> Decision:
+    """The one place a probe row's status is decided, from what happened to it.
+
+    `result_status`: "ok", "timeout" or "failed" as the step or the request ended (a guarded step that
+    timed out or raised, or the chat request); `crash`: the server's exit status when it died under the
+    probe; `killed`: the engine killed the server after a timeout. An ok request whose prompt the server
+    served from its cache measured fake prompt throughput (failed). A sleep or a stopped server during
+    the probe invalidates any finished probe (failed, `invalidated`, run again)."""
+    status: RowStatus = "ok" if result_status == "ok" else "timeout" if result_status == "timeout" else "failed"
+    if crash is not None:
+        status, error = "failed", f"server crashed mid-probe ({crash}): {error or 'failed'}"
+    elif status == "ok" and cached_tokens not in (None, 0):
+        status, error = "failed", f"prompt cache served {cached_tokens} tokens: prompt throughput would be fake"
+    if killed and error and "the server was killed" not in error:
+        error = f"{error}; the server was killed"
+    if invalidation is not None:
+        return Decision("failed", f"invalidated: {invalidation.why}; its numbers are not used and the probe is run again"
+                        + (f" (the probe itself: {error})" if error else ""), invalidation.kind)
+    return Decision(status, error)
 
 
 @dataclass(frozen=True)
@@ -138,6 +193,12 @@ def build_row(
     for name in METRICS:
         if fields.get(name) is None and name not in reasons:
             reasons[name] = "not reported for this probe"
+    place = cell.place
+    fields["round"], fields["visit"] = place.round, place.visit
+    if place.round is None:
+        reasons["round"] = reasons["visit"] = place.why
+    else:
+        sources["round"] = sources["visit"] = place.why
     fields = {k: v for k, v in fields.items() if k in Row.__struct_fields__}
     return Row(
         job=cell.job,

@@ -1,20 +1,38 @@
-"""The sweep engine: one job, run in-process — candidates → server starts → cells → cooldown → probes.
+"""The sweep engine: one job, run in-process, as the plan of visits `Engine.run` reads top to bottom.
 
-Order: for each candidate, one server start per context size (llama-server restarts per
-context unless `ctx_size` is pinned; the MLX servers start once), warm-up probes after every start,
-then the probe series of each context, each probe preceded by the cooldown policy. A vision
-candidate's image probes (`engine/vision.py`) run on the group planned for them (`groups`), after
-its contexts: per resolution one unrecorded warm-up pair, then the sweep's probe count (its minimum,
-when adaptive) of pairs, each after the cooldown, as rows of kind "vision". The sustained
-generation and the eval tier run on the candidate's last server. A crash restarts the server for the
-next cell; a server that never gets ready turns that group's cells into failed rows; the sweep goes on.
+1. The design (`design`): the order the sweep asks for (benchd.engine.plan); interleaved needs every
+   candidate's server resident at once, so it runs only when they fit the memory budget (model files
+   plus a KV estimate before starting, each warmed server's measured footprint after), else blocked;
+   the choice and its reason are recorded (`design_chosen`, `design_changed`).
+2. Per context, the visits of that order, each probe preceded by the cooldown:
+   - interleaved (`interleaved`): every candidate's server started and warmed, then rounds, each
+     visiting every candidate once in a fresh seeded random order;
+   - blocked (`blocked`): rounds of one server start per candidate, in a mirrored order, each a block
+     of probes;
+   - sequential (`sequential`, only when asked for): each candidate's server starts and all its
+     probes, one candidate after the other, its tail right after (not drift-protected).
+   Rounds go on until `stop_reason` says the context is answered (`context_finished` says why).
+3. The tail, per candidate at the end, nothing else resident (`tail`): its image probes (`vision`, on
+   the group planned for them: per resolution one unrecorded warm-up pair, then the sweep's probe count
+   of pairs, each after the cooldown, rows of kind "vision"), the sustained generation and the eval
+   tier and suites on its last server start, sessions and parallel levels (`visits`), time-to-ready.
+4. The drift sentinel: the first cell again (`sentinel`).
 
-Durability: every row is committed with its `probe_finished` event before the next probe starts, and
-`resume` skips the keys already stored (an `aborted` row is run again). Cancellation (the daemon
-cancels the task) stores the probe in flight as `aborted`, tears the servers down, and re-raises.
+Adding a kind of visit: write `async def visit_<kind>(...)` that gets its server from `self.ready`
+(which starts, restarts after a crash, warms, and fails the cells of a server that never starts),
+runs each unit of work under `self.guard` (a timeout or an error becomes a failed row), takes the
+row's status from `rows.decide`, and stores each row with `self.commit` (or its own store call, as
+evals do); then call it from the step of `run` (or from the order's context loop) where it belongs.
+Rows that pair across candidates carry a `Placement` (round, visit).
 
-The daemon writes the job lifecycle events (job_started … job_finished); this module writes
-server_*, cooldown_* and probe_* events, and passes each stored Event to `notify`.
+Durability: every row is committed with its `probe_finished` event before the next probe starts; the
+progress record (`SeriesBook`) is rebuilt from the stored rows on resume, so finished keys are skipped
+and an `aborted` row runs again; a round's order is drawn from the job's seed, so a resumed round
+visits the candidates it had not visited yet in the same order. Cancellation stores the probe in flight
+as `aborted`, tears the servers down, and re-raises.
+
+The daemon writes the job lifecycle events (job_started … job_finished); this module writes design_*,
+round_started, context_finished, server_*, cooldown_* and probe_* events, passing each to `notify`.
 """
 
 from __future__ import annotations
@@ -22,10 +40,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import statistics
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -36,11 +55,23 @@ from benchd.engine import series as series_mod
 from benchd.engine.energy import Delta, EnergySession
 from benchd.engine.groups import Group, plan_groups
 from benchd.engine.metrics import sustained_summary
+from benchd.engine.plan import block_order, job_seed, requested_order, round_order, round_plan
 from benchd.engine.prompts import Prompt
-from benchd.engine.rows import Cell, ServerFacts, build_row, model_files, shortfall
+from benchd.engine.rows import (
+    SEQUENTIAL,
+    Cell,
+    Decision,
+    Placement,
+    ServerFacts,
+    build_row,
+    decide,
+    model_files,
+    shortfall,
+)
 from benchd.engine.series import CellSeries
 from benchd.engine.sizing import PromptSizer
 from benchd.schemas import Candidate, CooldownRecord, Event, Row, Sweep
+from benchd.sensors.memory import budget as budget_mod
 from benchd.sensors.memory.sampler import MemorySampler
 from benchd.sensors.suspend.sensor import open_clock
 from benchd.sensors.thermal.sensor import ThermalSensor, open_sensor
@@ -52,12 +83,51 @@ from benchd.store import Store, utcnow
 
 #: Grace between SIGTERM and SIGKILL when the engine stops a server (cancel must finish within 2 s).
 STOP_GRACE_S = 1.5
+#: The KV estimate of the fit check before servers start side by side: an 8B-class GQA model's fp16
+#: KV cache (32 layers x 8 KV heads x 128 dims x K and V x 2 bytes) per token of the server's context.
+KV_BYTES_PER_TOKEN = 128 * 1024
+#: Metrics where lower is better (the pair rule's direction).
+LOWER_IS_BETTER = frozenset({"ttft_ms", "e2e_ms"})
+
+T = TypeVar("T")
+
+
+#: The results stage's comparison function (benchd.results.comparison.compare_axis: a, b, *, axis, better,
+#: paired -> a verdict with `.verdict`), injected by the daemon so the pair stop rule asks the question
+#: the report answers (the engine stage cannot import the results stage).
+PairJudge = Callable[..., Any]
 
 
 @dataclass(frozen=True)
 class JobOutcome:
     state: Literal["succeeded", "failed"]
     error: str | None = None
+
+
+@dataclass
+class Resident:
+    """A candidate's running server, the group it was started for and the contexts it warmed at."""
+
+    server: Server
+    group: Group
+    warmed: set[int] = field(default_factory=set)
+
+
+@dataclass
+class ProbeRun:
+    """One probe in flight: its cell, server and series, and what is learned on the way (the sized
+    prompt, the cooldown record and the idle power over it, the start time, the server's facts)."""
+
+    adapter: RuntimeAdapter
+    server: Server
+    cell: Cell
+    gen_tokens: int
+    series: CellSeries | None
+    facts: ServerFacts
+    started_at: str = field(default_factory=utcnow)
+    prompt: Prompt | None = None
+    cooldown: CooldownRecord | None = None
+    idle: Delta | None = None
 
 
 class Engine:
@@ -69,6 +139,7 @@ class Engine:
         config: Config,
         notify: Callable[[Event], None],
         *,
+        judge: PairJudge | None = None,
         sensor: ThermalSensor | None = None,
         memory_rate_hz: float = 10.0,
     ) -> None:
@@ -77,13 +148,17 @@ class Engine:
         self.store = store
         self.config = config
         self.notify = notify
+        self.judge = judge
         self.sensor = sensor or open_sensor()
         self.memory_rate_hz = memory_rate_hz
         self.energy = EnergySession()  # the counter ($BENCHD_POWERCAP_ROOT in tests), reopened per server start
         self.supervisor = Supervisor(config, grace_s=STOP_GRACE_S)
-        self.done = store.done_keys(job)
         self.plan = sweep.probe_plan()
-        self.book = series_mod.SeriesBook(self.plan, store.rows(job))  # every cell's rows so far (resume)
+        self.seed = job_seed(job)
+        self.order = requested_order(sweep)
+        self.pair_stop = self.plan.adaptive and len(sweep.candidates) > 1 and self.order != "sequential"
+        # the job's one progress record: every cell's rows so far (resume), as committed
+        self.book = series_mod.SeriesBook(self.plan, store.rows(job), ci_stop=not self.pair_stop)
         self.clock = open_clock()
         self.timeout_s = sweep.effective_probe_timeout_s()
         self.sizer = PromptSizer(job, sweep, self.timeout_s)
@@ -91,29 +166,27 @@ class Engine:
         self.evals_done = {(e.candidate, e.task) for e in store.evals(job)}
         self.prompts_recorded = False
         self.client_pin = affinity.ClientPin()  # the sweep's pin_client: this (event loop) thread
+        self.resident: dict[str, Resident] = {}
+        self.never_started: set[tuple[str, int | None]] = set()
+        self.budget = budget_mod.read_budget()
 
-    # -- events and rows ------------------------------------------------------------------------
-
-    def emit(self, type_: str, **payload: Any) -> None:
-        self.notify(self.store.append_event(self.job, type_, payload))
-
-    def commit(self, row: Row) -> None:
-        self.notify(self.store.commit_row(row))
-        self.done.add((row.candidate, row.context, row.kind, row.probe))
-        self.book.add(row)
-
-    def pending(self, cand: Candidate, context: int, kind: str = "probe") -> list[int]:
-        if kind == "sustained":
-            return [0] if (cand.id, context, kind, 0) not in self.done else []
-        return self.book.series(cand.id, context, kind).pending_floor()
-
-    # -- the job --------------------------------------------------------------------------------
+    # -- the plan -------------------------------------------------------------------------------
 
     async def run(self) -> JobOutcome:
         try:
-            for cand in self.sweep.candidates:
-                await self.run_candidate(cand)
-            await self.run_sentinel()
+            order = self.design()
+            for context in sorted(self.sweep.contexts) if order != "sequential" else []:
+                if order == "interleaved" and not await self.interleaved(context):
+                    order = "blocked"  # they did not fit side by side (recorded): this and every later context
+                if order == "blocked":
+                    await self.blocked(context)
+            if order == "sequential":
+                for cand in self.sweep.candidates:
+                    await self.sequential(cand)
+            else:
+                for cand in self.sweep.candidates:
+                    await self.tail(cand)
+            await self.sentinel()
         finally:
             await asyncio.shield(self.supervisor.stop_all())
             self.client_pin.release()
@@ -123,22 +196,123 @@ class Engine:
             return JobOutcome("succeeded")
         return JobOutcome("failed", "no probe succeeded; the rows say why")
 
-    async def run_candidate(self, cand: Candidate) -> None:
-        adapter = get_adapter(cand.runtime)
-        problems = sweepcheck.adapter_problems(cand, self.sweep)
-        groups = plan_groups(adapter, cand, self.sweep)
-        if problems:
-            for g in groups:
-                self.fail_group(cand, g, "; ".join(p.message for p in problems), None)
-            return
-        for g in groups:
-            if self.group_has_work(cand, g):
-                await self.run_group(adapter, cand, g)
-        host = visits.EngineHost(self)  # sessions and parallel levels: server starts of their own, nothing else resident
+    def design(self) -> str:
+        """The order that runs and why (recorded once; a resumed job keeps what it decided)."""
+        before = [e.payload for e in self.store.events(self.job) if e.type in ("design_chosen", "design_changed")]
+        if before:
+            return str(before[-1]["order"])
+        asked = self.sweep.order
+        order, why = self.order, f"order {self.order} asked for in the sweep" if asked else "the default order"
+        if len(self.sweep.candidates) == 1 and order != "sequential":
+            why += "; one candidate: nothing to interleave, its probes run back to back"
+        if order == "interleaved" and len(self.sweep.candidates) > 1:
+            over = self.over_budget_estimate()
+            if over:
+                order, why = "blocked", f"{why}, but the servers do not fit side by side: {over}"
+        plan = round_plan(self.sweep, order)
+        self.emit("design_chosen", order=order, asked=asked, why=why, seed=self.seed, plan=plan.text(),
+                  budget_bytes=self.budget.bytes, budget_source=self.budget.source,
+                  drift_protected=order != "sequential")
+        return order
+
+    async def interleaved(self, context: int) -> bool:
+        """Start and warm every candidate's server for `context`, then run its rounds. False (nothing
+        probed, servers stopped, `design_changed` recorded) when the warmed servers exceed the budget."""
+        cands = self.runnable(context)
+        first = self.current_round(context)
+        for cid, res in list(self.resident.items()):  # servers of the previous context that do not serve this one
+            if context not in res.group.contexts:
+                await self.release_id(cid)
+        order = round_order([c.id for c in cands], seed=self.seed, context=context, round_=first)
+        for cand in sorted(cands, key=lambda c: order.index(c.id)):
+            if self.active(cand, context):
+                await self.warm(cand, context, Placement(first, order.index(cand.id), self.place_why("interleaved")))
+            over = self.over_budget_measured()
+            if over:
+                await self.release_all()
+                self.emit("design_changed", order="blocked", context=context,
+                          why=f"interleaved fell back to blocked at context {context}: {over}")
+                return False
+        await self.rounds(context, cands, "interleaved", first)
+        return True
+
+    async def blocked(self, context: int) -> None:
+        """Rounds of one server start per candidate (a block of probes each), in the mirrored order."""
+        cands = self.runnable(context)
+        await self.release_all()
+        await self.rounds(context, cands, "blocked", self.current_round(context))
+
+    async def rounds(self, context: int, cands: list[Candidate], order: str, rnd: int) -> None:
+        """The rounds of one context until `stop_reason` ends them; the cells' verdicts after."""
+        rplan = round_plan(self.sweep, order)
+        while (stop := self.stop_reason(context, cands, rnd, order)) is None:
+            ids = [c.id for c in cands]
+            visits = (round_order(ids, seed=self.seed, context=context, round_=rnd) if order == "interleaved"
+                      else block_order(ids, rnd))
+            size = rplan.block_size(rnd) if order == "blocked" else 1
+            needed = [cid for cid in visits if self.needs(cid, context, rnd, size)]
+            if needed:  # (a resumed round visits only the candidates it had not visited yet)
+                self.emit("round_started", context=context, round=rnd, order=visits, seed=self.seed, design=order)
+            probed = 0
+            for pos, cid in enumerate(visits):
+                if cid not in needed:
+                    continue
+                cand = next(c for c in cands if c.id == cid)
+                place = Placement(rnd, pos, self.place_why(order))
+                if order == "blocked":
+                    probed += await self.visit_block(cand, context, place, size)
+                else:
+                    probed += await self.visit_probe(cand, context, "probe", place)
+            rnd += 1
+            if needed and not probed:
+                stop = "no candidate could be probed in the last round"
+                break
+        if order == "blocked":
+            await self.release_all()
+        self.emit("context_finished", context=context, rounds=rnd, design=order, why=stop)
+        for cand in cands:
+            self.cell_finished(cand, context, "probe")
+
+    async def sequential(self, cand: Candidate) -> None:
+        """One candidate after the other: each of its server starts, its cells' probes, then its tail."""
+        groups = self.groups(cand)
+        for i, g in enumerate(groups):
+            for context in g.contexts:
+                while await self.visit_probe(cand, context, "probe", SEQUENTIAL, group=g):
+                    pass
+                self.cell_finished(cand, context, "probe")
+            if i < len(groups) - 1:  # the last start also serves the tail
+                await self.release(cand)
+        await self.tail(cand)
+
+    async def tail(self, cand: Candidate) -> None:
+        """The candidate's work after its cold probes, nothing else resident: the sustained generation and
+        the eval tier on its last server start, then sessions and parallel levels (`visits`, on server
+        starts of their own), then the time-to-ready starts."""
+        groups = self.groups(cand)
+        for other in [c for c in self.resident if c != cand.id]:
+            await self.release_id(other)
+        for vg in [x for x in groups if x.vision]:
+            if self.vision_pending(cand) and (server := await self.ready(cand, vg)) is not None:
+                await self.run_vision(get_adapter(cand.runtime), server, cand)
+        g = groups[-1] if groups else None
+        if g is not None and self.tail_has_work(cand, g):
+            await self.tail_on(cand, g)
+        await self.release(cand)
+        host = visits.EngineHost(self)
         await visits.sessions(host, cand)
         await visits.levels(host, cand)
         if groups and self.sweep.ready.starts:
             await self.measure_ready(cand, groups[0])
+
+    async def tail_on(self, cand: Candidate, g: Group) -> None:
+        ctx = self.sustained_context()
+        sustained = Placement(None, None, "sustained generation: one per candidate, outside the rounds")
+        if g.sustained:
+            await self.visit_probe(cand, ctx, "sustained", sustained, group=g)
+        server = await self.ready(cand, g) if g.evals else None
+        if server is not None:
+            await self.run_evals(get_adapter(cand.runtime), server, cand)
 
     async def measure_ready(self, cand: Candidate, g: Group) -> None:
         """`ready.starts` cold and as many warm starts of the candidate's server, alternating, each
@@ -152,21 +326,177 @@ class Engine:
                 return
             await self.stop_server(server)
 
-    async def run_sentinel(self) -> None:
+    async def sentinel(self) -> None:
         """Re-run the sweep's first cell (same candidate, context, probe count) to measure the drift."""
         cand, ctx = self.sweep.candidates[0], min(self.sweep.contexts)
         first, again = self.book.series(cand.id, ctx), self.book.series(cand.id, ctx, "sentinel")
         if self.sweep.sentinel_on() and first.values() and not again.done():
-            adapter = get_adapter(cand.runtime)  # (no ok first run: nothing to compare, the runbook says so)
+            await self.release_all()  # (no ok first run: nothing to compare, the runbook says so)
+            adapter = get_adapter(cand.runtime)
             g = next(g for g in plan_groups(adapter, cand, self.sweep) if ctx in g.contexts)
-            await self.run_group(adapter, cand, Group(g.ctx_size, [ctx], False, False), kind="sentinel")
+            g = Group(g.ctx_size, [ctx], False, False)
+            again_place = Placement(None, None, "drift sentinel: the first cell again after the sweep, outside the rounds")
+            while await self.visit_probe(cand, ctx, "sentinel", again_place, group=g):
+                pass
+            self.cell_finished(cand, ctx, "sentinel")
+            await self.release(cand)
 
-    def group_has_work(self, cand: Candidate, g: Group) -> bool:
-        if any(self.book.series(cand.id, c).next_probe() is not None for c in g.contexts):
-            return True
-        if g.sustained and self.pending(cand, self.sustained_context(), "sustained"):
-            return True
-        if g.vision and self.vision_pending(cand):
+    # -- the stop rule --------------------------------------------------------------------------
+
+    def stop_reason(self, context: int, cands: list[Candidate], rnd: int, order: str) -> str | None:
+        """Why the rounds of a context end now, or None to go on.
+
+        A fixed count ends when every candidate's cell has its probes; `probes = "auto"` with more than
+        one candidate ends, after `min` rounds, once every pair's verdict on the plan's metric is
+        resolved (different or tied: the comparison of the rounds' paired values, or block medians),
+        or at `max`; a single candidate keeps the CI-width stop of its cell."""
+        active = [c for c in cands if self.active(c, context)]
+        rplan = round_plan(self.sweep, order)
+        if not active:
+            if not self.plan.adaptive:
+                return f"fixed count: every candidate has its {self.plan.min} probes"
+            if len(cands) == 1:
+                return self.cell_stop_text(cands[0], context)
+            return f"max {self.plan.max} probes reached or no ok value to compare"
+        if rnd >= rplan.max_rounds and order == "blocked":
+            return f"max {rplan.max_rounds} blocked rounds reached"
+        if not self.pair_stop or rnd < rplan.min_rounds:
+            return None
+        if self.judge is None:
+            return None  # no comparison function: rounds go on to max (the cells stop there)
+        verdicts = self.pair_verdicts(context, cands, order)
+        if verdicts and all(v.verdict in ("different", "tied") for _, _, v in verdicts):
+            words = "; ".join(f"{a} vs {b}: {v.verdict}" for a, b, v in verdicts)
+            return f"every pair's {self.plan.metric} verdict resolved after {rnd} rounds ({words})"
+        return None
+
+    def pair_verdicts(self, context: int, cands: list[Candidate], order: str) -> list[tuple[str, str, Any]]:
+        """Each pair's paired comparison on the plan's metric over the rounds both have a value in."""
+        assert self.judge is not None
+        per = {c.id: self.round_values(c.id, context, order) for c in cands}
+        out = []
+        for i, a in enumerate(cands):
+            for b in cands[i + 1:]:
+                both = sorted(set(per[a.id]) & set(per[b.id]))
+                if len(both) < 2:
+                    return []
+                try:
+                    v = self.judge([per[a.id][r] for r in both], [per[b.id][r] for r in both], axis=self.plan.metric,
+                                   better="lower" if self.plan.metric in LOWER_IS_BETTER else "higher",
+                                   margin_pct=self.plan.target_ci_pct, paired=True)
+                except ValueError:
+                    return []
+                out.append((a.id, b.id, v))
+        return out
+
+    def round_values(self, cand: str, context: int, order: str) -> dict[int, float]:
+        """round -> the candidate's value of the metric in that round (blocked: the block's median)."""
+        by_round: dict[int, list[float]] = {}
+        for r in self.book.rows(cand, context):
+            v = getattr(r, self.plan.metric, None)
+            if r.round is not None and r.status == "ok" and r.invalidated is None and not r.short and v:
+                by_round.setdefault(r.round, []).append(float(v))
+        return {k: statistics.median(vs) for k, vs in by_round.items()}
+
+    def cell_stop_text(self, cand: Candidate, context: int) -> str:
+        v = verdict.cell_verdict(self.book.rows(cand.id, context), self.plan)
+        return f"single candidate: {v.reason}"
+
+    def current_round(self, context: int) -> int:
+        """The round a (resumed) context continues with: the last one any row records, else 0."""
+        rounds = [r.round for c in self.sweep.candidates for r in self.book.rows(c.id, context) if r.round is not None]
+        return max(rounds, default=0)
+
+    def active(self, cand: Candidate, context: int) -> bool:
+        return self.book.series(cand.id, context).next_probe() is not None
+
+    def needs(self, cand: str, context: int, rnd: int, size: int) -> bool:
+        """Does round `rnd` still owe this candidate probes (`size` per round; a resumed round may hold some)?"""
+        have = sum(1 for r in self.book.rows(cand, context) if r.round == rnd)
+        return have < size and self.book.series(cand, context).next_probe() is not None
+
+    # -- visits ---------------------------------------------------------------------------------
+
+    async def visit_probe(self, cand: Candidate, context: int, kind: str, place: Placement,
+                          group: Group | None = None) -> int:
+        """One probe of a cell (1), or nothing (0): the cell is done, its round already visited it, or its
+        server could not be had (its cells then fail in `fail_group`)."""
+        series = self.book.series(cand.id, context, kind)
+        p = series.next_probe()
+        if p is None:
+            return 0
+        g = group or self.group_for(cand, context)
+        server = await self.ready(cand, g)
+        if server is None:
+            return 0
+        adapter = get_adapter(cand.runtime)
+        cell = Cell(self.job, cand, context, kind, p, place)  # type: ignore[arg-type]
+        gen = self.sweep.sustained.tokens if kind == "sustained" else self.sweep.gen_tokens
+        warm = 0 if kind == "sustained" else self.warm_count(cand.id, context)
+        row = (await self.prepare(adapter, server, cell, warm) if kind != "sustained" else None) \
+            or await self.run_probe(adapter, server, cell, gen, series if kind != "sustained" else None)
+        self.commit(row)  # a failed prepare: the server broke before the probe, the row says how
+        return 1
+
+    async def visit_block(self, cand: Candidate, context: int, place: Placement, size: int) -> int:
+        """One block: a fresh server start for the candidate, `size` probes (fewer when a resumed block
+        already holds some, or the cell is done), the server stopped."""
+        assert place.round is not None
+        await self.release_all()
+        have = sum(1 for r in self.book.rows(cand.id, context) if r.round == place.round)
+        probed = 0
+        for _ in range(size - have):
+            n = await self.visit_probe(cand, context, "probe", place)
+            if not n:
+                break
+            probed += n
+        await self.release(cand)
+        return probed
+
+    async def warm(self, cand: Candidate, context: int, place: Placement) -> None:
+        """Start the candidate's server for `context` and warm it before the rounds (a failure costs the
+        candidate's first probe of the round, as a row saying why)."""
+        server = await self.ready(cand, self.group_for(cand, context))
+        p = self.book.series(cand.id, context).next_probe()
+        if server is None or p is None:
+            return
+        failed = await self.prepare(get_adapter(cand.runtime), server, Cell(self.job, cand, context, "probe", p, place),
+                                    self.warm_count(cand.id, context))
+        if failed is not None:
+            self.commit(failed)
+
+    def place_why(self, order: str) -> str:
+        if order == "blocked":
+            return f"order blocked: round = the block (one server start per candidate), visit = its turn ({self.sweep.rounds or 3} rounds asked)"
+        return f"order interleaved: round and visit from the job's seeded round orders (seed {self.seed})"
+
+    def runnable(self, context: int) -> list[Candidate]:
+        """Candidates whose runtime accepts them; a refused one's cells fail here, once, with the reasons."""
+        out = []
+        for cand in self.sweep.candidates:
+            problems = sweepcheck.adapter_problems(cand, self.sweep)
+            if not problems:
+                out.append(cand)
+                continue
+            g = self.group_for(cand, context)
+            self.fail_group(cand, Group(g.ctx_size, [context], False, False), "; ".join(p.message for p in problems), None)
+        return out
+
+    def groups(self, cand: Candidate) -> list[Group]:
+        adapter = get_adapter(cand.runtime)
+        groups = plan_groups(adapter, cand, self.sweep)
+        problems = sweepcheck.adapter_problems(cand, self.sweep)
+        if problems:
+            for g in groups:
+                self.fail_group(cand, g, "; ".join(p.message for p in problems), None)
+            return []
+        return groups
+
+    def group_for(self, cand: Candidate, context: int) -> Group:
+        return next(g for g in plan_groups(get_adapter(cand.runtime), cand, self.sweep) if context in g.contexts)
+
+    def tail_has_work(self, cand: Candidate, g: Group) -> bool:
+        if g.sustained and self.book.series(cand.id, self.sustained_context(), "sustained").next_probe() is not None:
             return True
         if g.evals and any((cand.id, t.id) not in self.evals_done for t in evals.tasks(self.sweep.eval_tier)):
             return True
@@ -180,21 +510,114 @@ class Engine:
     def sustained_context(self) -> int:
         return min(self.sweep.contexts)
 
+    def cell_finished(self, cand: Candidate, context: int, kind: str) -> None:
+        rows = self.book.rows(cand.id, context, kind)
+        if rows:  # the cell's verdict (shown by `tail`)
+            self.emit("cell_finished", candidate=cand.id, context=context, kind=kind,
+                      verdict=verdict.cell_verdict(rows, self.book.series(cand.id, context, kind).plan))
+
+    # -- events and rows ------------------------------------------------------------------------
+
+    def emit(self, type_: str, **payload: Any) -> None:
+        self.notify(self.store.append_event(self.job, type_, payload))
+
+    def commit(self, row: Row) -> None:
+        self.notify(self.store.commit_row(row))
+        self.book.add(row)
+
     def fail_group(self, cand: Candidate, g: Group, error: str, exc: ServerStartError | None) -> None:
         """Every pending cell of a group becomes a failed row naming why the server is missing."""
-        cells = [(c, "probe", p) for c in g.contexts for p in self.pending(cand, c)]
+        cells = [(c, "probe", p) for c in g.contexts for p in self.book.series(cand.id, c).pending_floor()]
         if g.sustained:
-            cells += [(self.sustained_context(), "sustained", p) for p in self.pending(cand, self.sustained_context(), "sustained")]
+            ctx = self.sustained_context()
+            cells += [(ctx, "sustained", p) for p in self.book.series(cand.id, ctx, "sustained").pending_floor()]
         if g.vision:
             cells += [(vc.context, "vision", n) for vc, n in self.vision_pending(cand)]
+        d = decide(result_status="failed", error=error)
         for context, kind, p in cells:
             self.commit(build_row(
                 Cell(self.job, cand, context, kind, p),  # type: ignore[arg-type]
-                status="failed", started_at=utcnow(), server=ServerFacts(g.ctx_size, None, None), error=error,
+                status=d.status, started_at=utcnow(), server=ServerFacts(g.ctx_size, None, None), error=d.error,
                 exit_status=exc.exit_status if exc else None, log_tail=exc.log_tail if exc else None,
             ))
 
+    def row(self, run: ProbeRun, d: Decision, **kw: Any) -> Row:
+        """The probe's row with the status `decide` gave it."""
+        row = build_row(run.cell, status=d.status, started_at=run.started_at, server=run.facts,
+                        cooldown=run.cooldown, error=d.error, **kw)
+        return msgspec.structs.replace(row, invalidated=d.invalidated) if d.invalidated else row
+
     # -- servers --------------------------------------------------------------------------------
+
+    async def ready(self, cand: Candidate, g: Group) -> Server | None:
+        """The candidate's running server for group `g`: the resident one, else a (re)start (another
+        group's server of the candidate is stopped first). None when it never got ready (its cells are
+        failed rows then, and it is not tried again for this group)."""
+        res = self.resident.get(cand.id)
+        if res is not None and (res.group != g or not res.server.running):
+            await self.release(cand)  # crashed or killed after a timeout: restart for the next cell
+            res = None
+        if res is not None:
+            return res.server
+        if (cand.id, g.ctx_size) in self.never_started:
+            return None
+        server = await self.start_server(cand, g)
+        if server is None:
+            self.never_started.add((cand.id, g.ctx_size))
+            return None
+        self.resident[cand.id] = Resident(server, g)
+        return server
+
+    def warm_count(self, cand: str, context: int) -> int:
+        """Warm-up probes now: the sweep's count after a start, one at each new context of a server
+        that serves several, none after that."""
+        res = self.resident.get(cand)
+        if res is None or context in res.warmed:
+            return 0
+        n = self.sweep.warmup if not res.warmed else min(1, self.sweep.warmup)
+        res.warmed.add(context)
+        return n
+
+    async def release(self, cand: Candidate) -> None:
+        await self.release_id(cand.id)
+
+    async def release_id(self, cand: str) -> None:
+        res = self.resident.pop(cand, None)
+        if res is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.stop_server(res.server))
+
+    async def release_all(self) -> None:
+        for cid in list(self.resident):
+            await self.release_id(cid)
+
+    def over_budget_estimate(self) -> str | None:
+        """Before any start: the candidates' model files plus a KV estimate at their largest server
+        context, against the budget (None: they fit)."""
+        if self.budget.bytes is None:
+            return self.budget.source
+        total = 0
+        for cand in self.sweep.candidates:
+            files = sum(_size(p) for p in model_files(cand))
+            groups = plan_groups(get_adapter(cand.runtime), cand, self.sweep)
+            ctx = max((g.ctx_size or max(g.contexts or [0]) for g in groups), default=0)
+            total += files + ctx * KV_BYTES_PER_TOKEN
+        if total > self.budget.bytes:
+            return (f"model files + KV estimate ({KV_BYTES_PER_TOKEN // 1024} KiB per context token) {_mib(total)} "
+                    f"> budget {_mib(self.budget.bytes)} ({self.budget.source})")
+        return None
+
+    def over_budget_measured(self) -> str | None:
+        """After each warmed start: the resident servers' measured footprints against the budget."""
+        if self.budget.bytes is None:
+            return self.budget.source
+        sizes = {cid: budget_mod.footprint_bytes(r.server.pid) or 0 for cid, r in self.resident.items()}
+        total = sum(sizes.values())
+        if total > self.budget.bytes:
+            each = ", ".join(f"{c} {_mib(b)}" for c, b in sizes.items())
+            return (f"the warmed servers' measured resident sets {_mib(total)} ({each}) > budget "
+                    f"{_mib(self.budget.bytes)} ({self.budget.source})")
+        return None
 
     def missing_models(self, cand: Candidate) -> str | None:
         """Checked before every server start: a model deleted after submit is named here, not left to
@@ -246,154 +669,137 @@ class Engine:
         return server
 
     async def stop_server(self, server: Server) -> None:
-        self.client_pin.release()
+        if not self.resident:
+            self.client_pin.release()
         info = await self.supervisor.stop(server)
         crashed = server.crashed
         self.emit("server_stopped", candidate=server.candidate.id, pid=server.pid,
                   exit_status=info.status if info else None, crashed=crashed is not None)
 
-    async def run_group(self, adapter: RuntimeAdapter, cand: Candidate, g: Group, kind: str = "probe") -> None:
-        server: Server | None = await self.start_server(cand, g)
-        if server is None:
-            return
-        try:
-            warm = self.sweep.warmup
-            for context in g.contexts:
-                while (p := (series := self.book.series(cand.id, context, kind)).next_probe()) is not None:
-                    if not server.running:  # crashed or killed after a timeout: restart for the next cell
-                        await self.stop_server(server)
-                        server = await self.start_server(cand, g)
-                        if server is None:
-                            return
-                        warm = self.sweep.warmup
-                    cell = Cell(self.job, cand, context, kind, p)  # type: ignore[arg-type]
-                    failed = await self.prepare(adapter, server, cell, warm)
-                    warm = 0
-                    row = failed or await self.run_probe(adapter, server, cell, self.sweep.gen_tokens, series)
-                    self.commit(row)  # a failed prepare: the server broke before the probe, the row says how
-                if series.rows:  # the cell is done: its verdict (shown by `tail`)
-                    self.emit("cell_finished", candidate=cand.id, context=context, kind=kind, verdict=verdict.cell_verdict(series.rows, series.plan))
-                warm = min(1, self.sweep.warmup)  # a server serving several contexts warms up at each new one
-            if g.vision and server.running:
-                await self.run_vision(adapter, server, cand)
-            if g.sustained and server.running:
-                ctx = self.sustained_context()
-                for p in self.pending(cand, ctx, "sustained"):
-                    self.commit(await self.run_probe(adapter, server, Cell(self.job, cand, ctx, "sustained", p), self.sweep.sustained.tokens))
-            if g.evals and server.running:
-                await self.run_evals(adapter, server, cand)
-        finally:
-            if server is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self.stop_server(server))
+    # -- one probe ------------------------------------------------------------------------------
 
-    # -- probes ---------------------------------------------------------------------------------
-
-    async def prepare(self, adapter: RuntimeAdapter, server: Server, cell: Cell, warm: int) -> Row | None:
-        """Warm-up (`warm` probes: after a start; one at each new context of a multi-context server) and prompt sizing.
-
-        A server that crashes or hangs here costs this cell (a failed / timeout row naming the cause,
-        the server stopped so the next cell restarts it), never the job: found by the fault suite,
-        where a SIGKILL/SIGSTOP right after `server_ready` ended the whole sweep with an engine error.
-        """
-        started_at = utcnow()
-        facts = ServerFacts.of(server)
-        budget = self.timeout_s * (self.sweep.warmup + 1)
+    async def guard(self, run: ProbeRun, step: Callable[[], Awaitable[T]], *, budget: float, timeout_text: str,
+                    failure_text: str) -> T | Row:
+        """Run one step against the server within `budget` seconds: its result, or the row saying why
+        not (a timeout kills the server; an error is a failed row naming a crash when there was one;
+        either way the server is stopped so the next visit restarts it, never the job's end)."""
         try:
             async with asyncio.timeout(budget):
-                if warm:
-                    await self.sizer.warm_up(adapter, server, cell.candidate, cell.context, warm)
-                await self.sizer.size_prompts(adapter, server, cell.candidate, cell.context)
-            return None
+                return await step()
         except TimeoutError:
-            await self.supervisor.stop(server, grace_s=0.5)
-            return build_row(cell, status="timeout", started_at=started_at, server=facts, log_tail=server.log_tail(),
-                             error=f"warm-up / prompt sizing timed out after {budget:g} s; the server was killed")
+            await self.supervisor.stop(run.server, grace_s=0.5)
+            return self.row(run, decide(result_status="timeout", error=timeout_text, killed=True),
+                            log_tail=run.server.log_tail())
         except Exception as exc:
-            row = await self.failed_row(cell, server, facts, None, started_at,
-                                        f"warm-up / prompt sizing failed: {type(exc).__name__}: {exc}")
-            if server.running:
-                await self.supervisor.stop(server, grace_s=0.5)
+            row = await self.failed_row(run, f"{failure_text}: {type(exc).__name__}: {exc}")
+            if run.server.running:
+                await self.supervisor.stop(run.server, grace_s=0.5)
             return row
 
-    async def cool_down(self, adapter: RuntimeAdapter, server: Server, cell: Cell, series: CellSeries | None) -> CooldownRecord:
-        self.emit("cooldown_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe, policy=self.sweep.cooldown.policy)
-        record = await series_mod.extend_cooldown(  # after a throttle-suspect probe, with policy thermal
-            await cooldown_mod.wait(self.sweep.cooldown, self.sensor), series, self.sweep.cooldown, self.plan,
-            lambda: series_mod.check_rate(self.sizer, adapter, server, cell.candidate, cell.context, self.plan.metric))
-        self.emit("cooldown_finished", candidate=cell.candidate.id, context=cell.context, probe=cell.probe, record=record)
-        return record
+    async def prepare(self, adapter: RuntimeAdapter, server: Server, cell: Cell, warm: int) -> Row | None:
+        """Warm-up (`warm` probes: after a start; one at each new context of a multi-context server) and
+        prompt sizing; a server that crashes or hangs here costs this cell, never the job."""
+        run = ProbeRun(adapter, server, cell, self.sweep.gen_tokens, None, ServerFacts.of(server))
+        budget = self.timeout_s * (self.sweep.warmup + 1)
+
+        async def step() -> None:
+            if warm:
+                await self.sizer.warm_up(adapter, server, cell.candidate, cell.context, warm)
+            await self.sizer.size_prompts(adapter, server, cell.candidate, cell.context)
+
+        got = await self.guard(run, step, budget=budget, failure_text="warm-up / prompt sizing failed",
+                               timeout_text=f"warm-up / prompt sizing timed out after {budget:g} s; the server was killed")
+        return got if isinstance(got, Row) else None
 
     async def run_probe(self, adapter: RuntimeAdapter, server: Server, cell: Cell, gen_tokens: int,
                         series: CellSeries | None = None) -> Row:
-        facts = ServerFacts(server.ctx_size, server.binary, server.version)
-        prompt = await self.size_prompt(adapter, server, cell, facts)  # before the cooldown, not in the window
+        """One recorded probe: its prompt sized before the cooldown (the /tokenize round trips fall
+        outside the probe's window), the cooldown, the request watched, the row."""
+        run = ProbeRun(adapter, server, cell, gen_tokens, series, ServerFacts(server.ctx_size, server.binary, server.version))
+        cand = cell.candidate
+        prompt = await self.guard(
+            run, lambda: self.build_prompt(adapter, server, cell), budget=self.timeout_s,
+            failure_text="sizing the prompt failed",
+            timeout_text=f"probe timed out after {self.timeout_s:g} s while sizing the prompt (the server's "
+                         "tokenizer did not answer); the server was killed")
         if isinstance(prompt, Row):
             return prompt
-        # the idle baseline: the mean power while cooling down
-        cd, idle = await self.energy.over(self.cool_down(adapter, server, cell, series))
-        started_at = utcnow()
-        self.emit("probe_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe, kind=cell.kind)
-        facts = ServerFacts.of(server)
-        sampler = MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cell.candidate),
+        run.prompt = prompt
+        run.cooldown, run.idle = await self.energy.over(self.cool_down(run))  # the idle baseline: power while cooling
+        run.started_at = utcnow()
+        self.emit("probe_started", candidate=cand.id, context=cell.context, probe=cell.probe, kind=cell.kind,
+                  round=cell.place.round, visit=cell.place.visit)
+        run.facts = ServerFacts.of(server)
+        sampler = MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cand),
                                 series=cell.kind == "sustained")
         watch = series_mod.Watch(self.clock, server.pid)  # a sleep or a stopped server invalidates the probe
         try:
-            row = await self._probe(adapter, server, cell, gen_tokens, cd, started_at, facts, sampler, prompt, idle)
-            return await watch.judge(row, series=series, plan=self.plan, sensor=self.sensor,
-                                     target_celsius=self.sweep.cooldown.target_celsius)
+            row = await self.measure(run, sampler, watch)
+            return await watch.annotate(row, series=series, plan=self.plan, sensor=self.sensor,
+                                        target_celsius=self.sweep.cooldown.target_celsius)
         except asyncio.CancelledError:
             # A cancel or shutdown cut the probe short: store it as `aborted` (run again on resume).
             with contextlib.suppress(Exception):
                 await asyncio.shield(asyncio.gather(watch.cancel(), sampler.stop()))
-            self.commit(build_row(cell, status="aborted", started_at=started_at, server=facts, cooldown=cd,
-                                  error="cancelled while the probe was in flight"))
+            self.commit(self.row(run, Decision("aborted", "cancelled while the probe was in flight")))
             raise
 
-    async def size_prompt(self, adapter: RuntimeAdapter, server: Server, cell: Cell, facts: ServerFacts) -> Prompt | Row:
-        """The cell's prompt, sized before its cooldown (the /tokenize round trips and their CPU fall
-        before the wait, never inside the probe's window), or the row saying why it could not be."""
-        cand, started_at = cell.candidate, utcnow()
-        try:
-            async with asyncio.timeout(self.timeout_s):  # a hung server must not stall sizing (SIGSTOP test)
-                return await self.prompts.build(cell.context, f"{self.job}/{cand.id}/{cell.context}/{cell.kind}{cell.probe}",
-                                                await self.sizer.counter(adapter, server), key=cand.id)
-        except TimeoutError:
-            await self.supervisor.stop(server, grace_s=0.5)
-            return build_row(cell, status="timeout", started_at=started_at, server=facts,
-                             error=f"probe timed out after {self.timeout_s:g} s while sizing the prompt (the server's "
-                                   "tokenizer did not answer); the server was killed", log_tail=server.log_tail())
-        except Exception as exc:  # the server (or its tokenizer) went away before the request
-            return await self.failed_row(cell, server, facts, None, started_at, f"sizing the prompt failed: {type(exc).__name__}: {exc}")
-
-    async def _probe(self, adapter: RuntimeAdapter, server: Server, cell: Cell, gen_tokens: int, cd: CooldownRecord,
-                     started_at: str, facts: ServerFacts, sampler: MemorySampler, prompt: Prompt, idle: Delta) -> Row:
+    async def build_prompt(self, adapter: RuntimeAdapter, server: Server, cell: Cell) -> Prompt:
         cand = cell.candidate
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                counters = cand.spec is not None and adapter.reads_counters
-                before = await probe.read_metrics(server.base_url) if counters else None
-        except TimeoutError:
-            await self.supervisor.stop(server, grace_s=0.5)
-            return build_row(cell, status="timeout", started_at=started_at, server=facts, cooldown=cd,
-                             error=f"probe timed out after {self.timeout_s:g} s reading /metrics before the request; "
-                                   "the server was killed", log_tail=server.log_tail())
-        except Exception as exc:  # the server went away before the request
-            return await self.failed_row(cell, server, facts, cd, started_at, f"reading /metrics failed: {type(exc).__name__}: {exc}")
+        return await self.prompts.build(cell.context, f"{self.job}/{cand.id}/{cell.context}/{cell.kind}{cell.probe}",
+                                        await self.sizer.counter(adapter, server), key=cand.id)
+
+    async def cool_down(self, run: ProbeRun) -> CooldownRecord:
+        cell = run.cell
+        self.emit("cooldown_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe,
+                  policy=self.sweep.cooldown.policy)
+        last = run.series.rows[-1] if run.series and run.series.rows else None
+        record = await cooldown_mod.before_probe(
+            self.sweep.cooldown, self.sensor, last=last, threshold_pct=self.plan.throttle_pct,
+            check=lambda: self.check_rate(run.adapter, run.server, cell.candidate, cell.context))
+        self.emit("cooldown_finished", candidate=cell.candidate.id, context=cell.context, probe=cell.probe, record=record)
+        return record
+
+    async def check_rate(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int) -> float | None:
+        """A short unrecorded check probe at the cell's context (32 tokens at most): its rate of the metric."""
+        prompt = await self.prompts.build(context, f"{self.job}/{cand.id}/{context}/check",
+                                          await self.sizer.counter(adapter, server), key=cand.id)
+        result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text,
+                                      max_tokens=min(self.sweep.gen_tokens, 32), sampling=self.sweep.sampling,
+                                      timeout_s=self.timeout_s)
+        value = getattr(adapter.normalize(result, spec_configured=cand.spec is not None), self.plan.metric, None)
+        return float(value) if isinstance(value, (int, float)) else None
+
+    async def measure(self, run: ProbeRun, sampler: MemorySampler, watch: series_mod.Watch) -> Row:
+        """The request itself, with the memory sampler and the energy marks around it, and its row."""
+        adapter, server, cell, cand = run.adapter, run.server, run.cell, run.cell.candidate
+        assert run.prompt is not None
+        counters = cand.spec is not None and adapter.reads_counters
+        before = await self.guard(
+            run, lambda: probe.read_metrics(server.base_url) if counters else _none(), budget=self.timeout_s,
+            failure_text="reading /metrics failed",
+            timeout_text=f"probe timed out after {self.timeout_s:g} s reading /metrics before the request; "
+                         "the server was killed")
+        if isinstance(before, Row):
+            gone = await watch.finish()
+            if gone is None:
+                return before
+            d = decide(result_status=before.status, error=before.error, invalidation=gone)
+            return msgspec.structs.replace(before, status=d.status, error=d.error, invalidated=d.invalidated)
         sampler.reset_peak()
         await sampler.start()
-        with self.energy.probe(idle, cell.kind == "sustained") as recording:
-            result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text, max_tokens=gen_tokens,
+        with self.energy.probe(run.idle, cell.kind == "sustained") as recording:
+            result = await probe.run_chat(adapter, server.base_url, cand, prompt=run.prompt.text, max_tokens=run.gen_tokens,
                                           sampling=self.sweep.sampling, timeout_s=self.timeout_s,
                                           thinking=self.sweep.thinking, run_to_length=self.sweep.ignore_eos,
                                           marks=recording.marks)
         memory = await sampler.stop()
         norm = adapter.normalize(result, spec_configured=cand.spec is not None)
         if norm.prompt_tokens is not None:
-            self.prompts.observe(prompt, norm.prompt_tokens)
-        extra: dict[str, Any] = shortfall(adapter, cand, asked=gen_tokens, norm=norm, finish_reason=result.finish_reason,
+            self.prompts.observe(run.prompt, norm.prompt_tokens)
+        extra: dict[str, Any] = shortfall(adapter, cand, asked=run.gen_tokens, norm=norm, finish_reason=result.finish_reason,
                                           run_to_length=self.sweep.ignore_eos) if result.ok else {}
-        sources: dict[str, str] = {"prompt": f"{self.sizer.method(prompt.method, server)}; target {cell.context} tokens"}
+        sources: dict[str, str] = {"prompt": f"{self.sizer.method(run.prompt.method, server)}; target {cell.context} tokens"}
         if "thinking" in norm.sources:
             sources["thinking"] = f"{norm.sources['thinking']}; sweep asked: {self.sweep.thinking}"
         load_mode = adapter.memory_note(cand)
@@ -405,40 +811,39 @@ class Engine:
             extra_sustained, more = sustained_summary(result.chunk_times, self.sweep.sustained.window, norm.gen_tokens)
             extra.update(extra_sustained, thermal_after=self.sensor.read())
             sources.update(more)
-        status, error, tail = result.status, result.error, None
+        tail = None
         if result.status == "timeout":
             await self.supervisor.stop(server, grace_s=0.5)
-            error = f"{error}; the server was killed"
             tail = server.log_tail()
         elif server.crashed or (not result.ok and await server.wait_exit(0.3) is not None):
-            return await self.failed_row(cell, server, facts, cd, started_at, error or "failed", norm, memory)
-        elif result.ok and norm.cached_tokens not in (None, 0):
-            status, error = "failed", f"prompt cache served {norm.cached_tokens} tokens: prompt throughput would be fake"
+            gone = await watch.finish()
+            return await self.failed_row(run, result.error or "failed", norm, memory, gone)
         elif not result.ok:
             tail = server.log_tail()
-        return build_row(cell, status=status, started_at=started_at, server=facts, metrics=norm, memory=memory,
-                         cooldown=cd, error=error, log_tail=tail, extra=extra, extra_sources=sources,
-                         energy=recording.row(norm, result, self.sweep.sustained.window))
+        d = decide(result_status=result.status, error=result.error, cached_tokens=norm.cached_tokens if result.ok else None,
+                   killed=result.status == "timeout", invalidation=await watch.finish())
+        return self.row(run, d, metrics=norm, memory=memory, log_tail=tail, extra=extra, extra_sources=sources,
+                        energy=recording.row(norm, result, self.sweep.sustained.window))
 
-    async def failed_row(self, cell: Cell, server: Server, facts: ServerFacts, cd: CooldownRecord | None, started_at: str,
-                         error: str, norm: Any = None, memory: Any = None) -> Row:
+    async def failed_row(self, run: ProbeRun, error: str, norm: Any = None, memory: Any = None,
+                         gone: Any = None) -> Row:
         """A failed row naming the cause: a crash (exit status + log tail, `server_crashed`) or the error."""
+        server = run.server
         info = server.crashed or await server.wait_exit(0.5)
         if info is None:
-            return build_row(cell, status="failed", started_at=started_at, server=facts, metrics=norm, memory=memory,
-                             cooldown=cd, error=error, log_tail=server.log_tail())
-        self.emit("server_crashed", candidate=cell.candidate.id, phase="probe", exit_status=info.status,
+            return self.row(run, decide(result_status="failed", error=error, invalidation=gone), metrics=norm,
+                            memory=memory, log_tail=server.log_tail())
+        self.emit("server_crashed", candidate=run.cell.candidate.id, phase="probe", exit_status=info.status,
                   log_tail=info.log_tail[-2000:])
-        return build_row(cell, status="failed", started_at=started_at, server=facts, metrics=norm, memory=memory,
-                         cooldown=cd, error=f"server crashed mid-probe ({info.status}): {error}",
-                         exit_status=info.status, log_tail=info.log_tail)
+        return self.row(run, decide(result_status="failed", error=error, crash=info.status, invalidation=gone),
+                        metrics=norm, memory=memory, exit_status=info.status, log_tail=info.log_tail)
 
     # -- image probes ---------------------------------------------------------------------------
 
     def vision_pending(self, cand: Candidate) -> list[tuple[vision.VisionCell, int]]:
         """(cell, row probe number) of the candidate's image probes not stored yet."""
         return [(vc, vc.probe_number(p)) for vc in vision.vision_cells(self.sweep, cand) for p in range(self.plan.min)
-                if (cand.id, vc.context, "vision", vc.probe_number(p)) not in self.done]
+                if vc.probe_number(p) not in {r.probe for r in self.book.rows(cand.id, vc.context, "vision")}]
 
     async def run_vision(self, adapter: RuntimeAdapter, server: Server, cand: Candidate) -> None:
         warmed: set[int] = set()
@@ -454,8 +859,12 @@ class Engine:
         """One image pair as a row: prompt sized, an unrecorded warm pair at a new resolution, the
         cooldown, then the pair with memory sampled and energy marked around the image request."""
         cand, sweep = cell.candidate, self.sweep
-        facts = ServerFacts(server.ctx_size, server.binary, server.version)
-        prompt = await self.size_prompt(adapter, server, cell, facts)
+        run = ProbeRun(adapter, server, cell, sweep.gen_tokens, None, ServerFacts(server.ctx_size, server.binary, server.version))
+        prompt = await self.guard(
+            run, lambda: self.build_prompt(adapter, server, cell), budget=self.timeout_s,
+            failure_text="sizing the prompt failed",
+            timeout_text=f"probe timed out after {self.timeout_s:g} s while sizing the prompt (the server's "
+                         "tokenizer did not answer); the server was killed")
         if isinstance(prompt, Row):
             return prompt
         probe_no = cell.probe % vision.VISION_PROBE_STRIDE
@@ -469,10 +878,10 @@ class Engine:
 
         if warm:
             await pair(vc.key(probe_no) + "/warm-up")
-        cd, idle = await self.energy.over(self.cool_down(adapter, server, cell, None))
-        started_at = utcnow()
+        run.cooldown, idle = await self.energy.over(self.cool_down(run))
+        run.started_at = utcnow()
         self.emit("probe_started", candidate=cand.id, context=cell.context, probe=cell.probe, kind="vision")
-        facts = ServerFacts.of(server)
+        run.facts = ServerFacts.of(server)
         sampler = MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cand))
         sampler.reset_peak()
         await sampler.start()
@@ -482,24 +891,23 @@ class Engine:
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 await asyncio.shield(sampler.stop())
-            self.commit(build_row(cell, status="aborted", started_at=started_at, server=facts, cooldown=cd,
-                                  error="cancelled while the image probe was in flight"))
+            self.commit(self.row(run, Decision("aborted", "cancelled while the image probe was in flight")))
             raise
         memory = await sampler.stop()
         sources = {**got.sources, "prompt": f"{self.sizer.method(prompt.method, server)}; target {cell.context} "
                    "tokens of text beside the images"}
-        status, error, tail = got.status, got.error, None
-        if status == "timeout":
+        tail = None
+        if got.status == "timeout":
             await self.supervisor.stop(server, grace_s=0.5)
-            error, tail = f"{error}; the server was killed", server.log_tail()
-        elif server.crashed or (status != "ok" and await server.wait_exit(0.3) is not None):
-            return await self.failed_row(cell, server, facts, cd, started_at, error or "failed", got.norm, memory)
-        elif status != "ok":
+            tail = server.log_tail()
+        elif server.crashed or (got.status != "ok" and await server.wait_exit(0.3) is not None):
+            return await self.failed_row(run, got.error or "failed", got.norm, memory)
+        elif got.status != "ok":
             tail = server.log_tail()
         energy = recording.row(got.norm, got.image, sweep.sustained.window) if got.norm and got.image else None
-        return build_row(cell, status=status, started_at=started_at, server=facts, metrics=got.norm, memory=memory,
-                         cooldown=cd, error=error, log_tail=tail, extra=got.fields, extra_sources=sources,
-                         energy=energy, extra_reasons=got.null_reasons)
+        return self.row(run, decide(result_status=got.status, error=got.error, killed=got.status == "timeout"),
+                        metrics=got.norm, memory=memory, log_tail=tail, extra=got.fields, extra_sources=sources,
+                        energy=energy, extra_reasons=got.null_reasons)
 
     # -- evals ----------------------------------------------------------------------------------
 
@@ -554,7 +962,26 @@ class Engine:
             spent += time.monotonic() - t0
 
 
+async def _none() -> None:
+    return None
+
+
+def _size(path: str) -> int:
+    """A model file's size, or an MLX model dir's files summed (0 when unreadable)."""
+    try:
+        if os.path.isdir(path):
+            return sum(e.stat().st_size for e in os.scandir(path) if e.is_file())
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):.0f} MiB"
+
+
 async def run_job(job_id: str, sweep: Sweep, store: Store, config: Config, notify: Callable[[Event], None],
-                  resume: bool = False) -> JobOutcome:
-    """Run (or resume: rows already stored are skipped either way) one sweep to its end."""
-    return await Engine(job_id, sweep, store, config, notify).run()
+                  *, judge: PairJudge | None = None) -> JobOutcome:
+    """Run (or resume: rows already stored are skipped) one sweep to its end. `judge`: the comparison
+    function of the pair stop rule (the daemon passes benchd.results.comparison.compare_axis)."""
+    return await Engine(job_id, sweep, store, config, notify, judge=judge).run()

@@ -8,12 +8,10 @@
   with no ok value after `min` probes stops there: there is nothing to converge on. Short probes
   count as probes run but stay out of the values, like the medians. `SeriesBook` keeps every
   cell's rows (the drift sentinel's series repeats the first cell's count of valid probes).
-- `Watch` follows one probe from its start (the sleep clock's gap, the server's state polled) and
-  `annotate` turns a probe row into what it must record: the throttle check against the cell's
-  running median, and, when the machine slept or the server was seen stopped during the probe, a failed
-  row with that reason (`invalidated`), never a slow number.
-- `throttle_checks` extends a `thermal` cooldown after a throttle-suspect probe: short check probes until one
-  is back within the threshold, bounded by the policy's `max_seconds`; every check is in the record.
+- `Watch` follows one probe from its start (the sleep clock's gap, the server's state polled): when the
+  machine slept or the server was seen stopped during the probe, `finish` gives the `Invalidation`
+  that `rows.decide` turns into a failed row (never a slow number); `annotate` adds the suspension
+  figures and the throttle check against the cell's running median.
 
 Resume-safe: the series is rebuilt from the rows already stored, so it continues where it stopped.
 """
@@ -21,18 +19,15 @@ Resume-safe: the series is rebuilt from the rows already stored, so it continues
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 import msgspec
 
-from benchd.engine import probe, verdict
-from benchd.engine.sizing import PromptSizer
-from benchd.schemas import Candidate, Cooldown, CooldownRecord, ProbePlan, Row, ThermalReading
+from benchd.engine import verdict
+from benchd.engine.rows import Invalidation
+from benchd.schemas import ProbePlan, Row, ThermalReading
 from benchd.sensors.suspend.sensor import StopWatch, SuspendClock, slept_s
 from benchd.sensors.thermal.sensor import ThermalSensor
-from benchd.servers.runtimes.base import RuntimeAdapter
-from benchd.servers.supervisor import Server
 
 #: Re-runs of invalidated probes allowed per cell.
 MAX_RERUNS = 3
@@ -41,8 +36,9 @@ MAX_RERUNS = 3
 class CellSeries:
     """The rows of one (candidate, context, kind) so far, and the rule that says whether to go on."""
 
-    def __init__(self, plan: ProbePlan, rows: Sequence[Row] = ()) -> None:
+    def __init__(self, plan: ProbePlan, rows: Sequence[Row] = (), *, ci_stop: bool = True) -> None:
         self.plan = plan
+        self.ci_stop = ci_stop  # False: the context's pair rule (engine.rounds) stops an adaptive cell
         self.rows: list[Row] = sorted((r for r in rows if r.status != "aborted"), key=lambda r: r.probe)
 
     def add(self, row: Row) -> None:
@@ -70,7 +66,7 @@ class CellSeries:
         if len(valid) < self.plan.min:
             return False
         vals = self.values()
-        return not vals or verdict.ci_target_met(vals, self.plan.target_ci_pct)
+        return not vals or (self.ci_stop and verdict.ci_target_met(vals, self.plan.target_ci_pct))
 
     def next_probe(self) -> int | None:
         """The next probe index to run (the lowest unused: an aborted probe runs again), or None."""
@@ -93,11 +89,14 @@ class CellSeries:
 
 
 class SeriesBook:
-    """Every cell's rows so far (from the store on resume, then as committed), and each cell's series.
-    The sentinel's series repeats the first run's count of valid probes, fixed."""
+    """The job's one progress record: every cell's rows so far (from the store on resume, then as
+    committed), each cell's series, and which keys need not run again (an `aborted` row runs again).
+    The sentinel's series repeats the first run's count of valid probes, fixed; a sustained cell is one
+    row. `ci_stop` False: adaptive probe cells leave the stop to the pair rule of their context."""
 
-    def __init__(self, plan: ProbePlan, rows: Sequence[Row] = ()) -> None:
+    def __init__(self, plan: ProbePlan, rows: Sequence[Row] = (), *, ci_stop: bool = True) -> None:
         self.plan = plan
+        self.ci_stop = ci_stop
         self.cells: dict[tuple[str, int, str], list[Row]] = {}
         for r in rows:
             self.add(r)
@@ -106,12 +105,19 @@ class SeriesBook:
         key = (row.candidate, row.context, row.kind)
         self.cells[key] = [*(r for r in self.cells.get(key, []) if r.probe != row.probe), row]
 
+    def rows(self, candidate: str, context: int, kind: str = "probe") -> list[Row]:
+        """The cell's rows kept (not aborted), in probe order."""
+        return sorted((r for r in self.cells.get((candidate, context, kind), []) if r.status != "aborted"),
+                      key=lambda r: r.probe)
+
     def series(self, candidate: str, context: int, kind: str = "probe") -> CellSeries:
         plan = self.plan
         if kind == "sentinel":
             n = max(1, len(CellSeries(plan, self.cells.get((candidate, context, "probe"), [])).valid))
             plan = ProbePlan(False, n, n, plan.target_ci_pct, plan.metric, plan.throttle_pct)
-        return CellSeries(plan, self.cells.get((candidate, context, kind), []))
+        if kind == "sustained":
+            plan = ProbePlan(False, 1, 1, plan.target_ci_pct, plan.metric, plan.throttle_pct)
+        return CellSeries(plan, self.cells.get((candidate, context, kind), []), ci_stop=self.ci_stop or kind != "probe")
 
 
 # --------------------------------------------------------------------------------------- per row
@@ -125,18 +131,33 @@ class Watch:
         self.gap0 = clock.gap()
         self.stop_watch = StopWatch(pid)
         self.stop_watch.start()
+        self.slept_s: float | None = None
+        self.stopped_s: float | None = None
 
     async def cancel(self) -> None:
         await self.stop_watch.stop()
 
-    async def judge(self, row: Row, *, series: CellSeries | None, plan: ProbePlan, sensor: ThermalSensor,
-                    target_celsius: float) -> Row:
-        """The finished probe's row, annotated (`annotate`) with what the watch saw and the thermal reading."""
-        stopped = await self.stop_watch.stop()
+    async def finish(self) -> Invalidation | None:
+        """Stop watching; the reason to throw the probe away, if the machine slept or the server stopped."""
+        self.stopped_s = await self.stop_watch.stop()
+        self.slept_s = slept_s(self.gap0, self.clock.gap())
+        return invalidation(self.clock.source, self.slept_s, self.stopped_s)
+
+    async def annotate(self, row: Row, *, series: CellSeries | None, plan: ProbePlan, sensor: ThermalSensor,
+                       target_celsius: float) -> Row:
+        """The finished probe's row with what the watch saw and, when ok, its throttle check."""
         thermal = await asyncio.to_thread(sensor.read) if row.status == "ok" else None
         return annotate(row, earlier=series.values() if series else [], plan=plan, thermal=thermal,
-                        target_celsius=target_celsius, clock=self.clock, slept_s=slept_s(self.gap0, self.clock.gap()),
-                        stopped_s=stopped)
+                        target_celsius=target_celsius, clock=self.clock, slept_s=self.slept_s, stopped_s=self.stopped_s)
+
+
+def invalidation(clock_source: str, slept_s: float | None, stopped_s: float | None) -> Invalidation | None:
+    """Why a finished probe's numbers cannot be used: the machine slept, or the server was stopped."""
+    if slept_s:
+        return Invalidation("machine-slept", f"the machine slept {slept_s:.1f} s during the probe ({clock_source})")
+    if stopped_s:
+        return Invalidation("server-stopped", f"the server process was stopped for ~{stopped_s:.1f} s during the probe")
+    return None
 
 
 def thermal_state(reading: ThermalReading, target_celsius: float) -> tuple[bool | None, str]:
@@ -151,27 +172,18 @@ def thermal_state(reading: ThermalReading, target_celsius: float) -> tuple[bool 
 
 def annotate(row: Row, *, earlier: Sequence[float], plan: ProbePlan, thermal: ThermalReading | None,
              target_celsius: float, clock: SuspendClock, slept_s: float | None, stopped_s: float | None) -> Row:
-    """The probe row with its throttle check, suspension figures, and (if suspended) invalidated."""
-    clock_source, clock_reason = clock.source, getattr(clock, "reason", None)
+    """The probe row with its suspension figures and, when ok and not thrown away, its throttle check
+    (the status itself was decided by `rows.decide`)."""
     sources = dict(row.sources)
     reasons = dict(row.null_reasons)
-    sources["suspended_s"] = clock_source
+    sources["suspended_s"] = clock.source
     if slept_s is None:
-        reasons["suspended_s"] = clock_reason or "sleep clock unreadable"
+        reasons["suspended_s"] = getattr(clock, "reason", None) or "sleep clock unreadable"
     sources["server_stopped_s"] = "psutil:process-state polled every 0.1 s during the probe"
     if stopped_s is None:
         reasons["server_stopped_s"] = "server process state unreadable"
     changes: dict[str, object] = {"suspended_s": slept_s, "server_stopped_s": stopped_s}
-    why = None
-    if slept_s:
-        why, kind = f"the machine slept {slept_s:.1f} s during the probe ({clock_source})", "machine-slept"
-    elif stopped_s:
-        why, kind = f"the server process was stopped for ~{stopped_s:.1f} s during the probe", "server-stopped"
-    if why is not None and row.status in ("ok", "failed", "timeout"):
-        changes.update(status="failed", invalidated=kind,
-                       error=f"invalidated: {why}; its numbers are not used and the probe is run again"
-                             + (f" (the probe itself: {row.error})" if row.error else ""))
-    elif row.status == "ok" and row.kind != "sustained":
+    if row.invalidated is None and row.status == "ok" and row.kind != "sustained":
         nominal, words = thermal_state(thermal, target_celsius) if thermal else (None, "not read")
         value = getattr(row, plan.metric, None)
         check = verdict.throttle_check(earlier, value, metric=plan.metric, threshold_pct=plan.throttle_pct,
@@ -179,65 +191,3 @@ def annotate(row: Row, *, earlier: Sequence[float], plan: ProbePlan, thermal: Th
         changes["throttle"] = check
         sources["throttle"] = f"engine:{plan.metric} vs the median of the cell's earlier ok probes; thermal {words}"
     return msgspec.structs.replace(row, sources=sources, null_reasons=reasons, **changes)
-
-
-# ------------------------------------------------------------------------------ throttle checks
-
-
-def throttle_baseline(series: CellSeries | None, policy: Cooldown) -> float | None:
-    """The running median to recover to when policy `thermal` follows a throttle-suspect probe, else None."""
-    last = series.rows[-1] if series and series.rows else None
-    if policy.policy != "thermal" or last is None or last.throttle is None or not last.throttle.suspect:
-        return None
-    return last.throttle.running_median
-
-
-async def extend_cooldown(record: CooldownRecord, series: CellSeries | None, policy: Cooldown, plan: ProbePlan,
-                          check: Callable[[], Awaitable[float | None]]) -> CooldownRecord:
-    """The cooldown record, extended by `throttle_checks` when the cell's last probe was throttle-suspect."""
-    baseline = throttle_baseline(series, policy)
-    if baseline is None:
-        return record
-    return await throttle_checks(record, baseline=baseline, threshold_pct=plan.throttle_pct,
-                                 max_seconds=policy.max_seconds, check=check)
-
-
-async def throttle_checks(record: CooldownRecord, *, baseline: float, threshold_pct: float, max_seconds: float,
-                          check: Callable[[], Awaitable[float | None]], pause_s: float = 2.0,
-                          clock: Callable[[], float] = time.monotonic,
-                          sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> CooldownRecord:
-    """Extend a cooldown after a throttle-suspect probe until a check probe's rate is back within
-    `threshold_pct` of `baseline` (the cell's running median), within `max_seconds` in all."""
-    t0 = clock()
-    rates: list[float] = []
-    floor = baseline * (1 - threshold_pct / 100.0)
-    outcome = f"max_seconds {max_seconds:g} s reached before a check probe was back within {threshold_pct:g} %"
-    while record.waited_s + (clock() - t0) < max_seconds:
-        rate = await check()
-        if rate is not None:
-            rates.append(round(rate, 3))
-            if rate >= floor:
-                outcome = f"check probe {rate:.1f} back within {threshold_pct:g} % of {baseline:.1f}"
-                break
-        else:
-            outcome = "a check probe measured no rate"
-            break
-        await sleep(max(0.0, min(pause_s, max_seconds - record.waited_s - (clock() - t0))))
-    extended = clock() - t0
-    note = (f"throttle check after a throttle-suspect probe: extended {extended:.1f} s, {len(rates)} check "
-            f"probe(s) {rates}; {outcome}")
-    return msgspec.structs.replace(record, waited_s=record.waited_s + extended, extended_s=round(extended, 3),
-                                   throttle_checks=rates,
-                                   note=f"{record.note}; {note}" if record.note else note)
-
-
-async def check_rate(sizer: PromptSizer, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int,
-                     metric: str) -> float | None:
-    """A short unrecorded check probe at the cell's context (32 tokens at most): its rate of `metric`."""
-    prompt = await sizer.prompts.build(context, f"{sizer.job}/{cand.id}/{context}/check",
-                                       await sizer.counter(adapter, server), key=cand.id)
-    result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text,
-                                  max_tokens=min(sizer.sweep.gen_tokens, 32), sampling=sizer.sweep.sampling,
-                                  timeout_s=sizer.timeout_s)
-    value = getattr(adapter.normalize(result, spec_configured=cand.spec is not None), metric, None)
-    return float(value) if isinstance(value, (int, float)) else None

@@ -138,6 +138,7 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
     from benchd.engine.metrics import cell_stats
     from benchd.engine.verdict import with_verdicts
     from benchd.results.deferred import automatic_deferred
+    from benchd.results.design import sweep_design
     from benchd.results.drift import sweep_drift
     from benchd.results.pareto import pareto_from_rows
     from benchd.results.ready import ready_starts, ready_summary
@@ -180,6 +181,7 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
         ready=starts,
         ready_summary=ready_summary(starts, [c.id for c in sweep.candidates]),
         eval_sources=eval_sources,
+        design=sweep_design(sweep, events),
     )
 
 

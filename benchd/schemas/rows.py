@@ -177,6 +177,11 @@ class Row(Struct, kw_only=True, frozen=True, omit_defaults=False):
     image_extra_ttft_ms: float | None = None
     image_encode_ms: float | None = None
     image_sha256: list[str] | None = None
+    #: The probe's round in its context (interleaved: every candidate once per round; blocked: one server
+    #: start per candidate per round) and its position in that round's visiting order (0 = first); null in
+    #: the sequential order, with the reason. The comparison pairs the probes (or block medians) of a round.
+    round: int | None = None
+    visit: int | None = None
 
 
 class EvalResult(Struct, kw_only=True, frozen=True):

@@ -401,6 +401,32 @@ class ReadySummary(Struct, kw_only=True):
     null_reasons: dict[str, str] = {}
 
 
+class ContextStop(Struct, kw_only=True):
+    """Why one context's rounds ended (the engine's `context_finished`)."""
+
+    context: int
+    rounds: int
+    order: str
+    why: str
+
+
+class SweepDesign(Struct, kw_only=True):
+    """Which order ran and why (benchd.engine.plan): `order` is what the comparisons pair by;
+    `asked` the sweep's field (null: the default); `changed` a fallback to blocked during the sweep
+    (the warmed servers' measured footprints over the memory budget), with its reason."""
+
+    order: str
+    asked: str | None = None
+    why: str
+    seed: int | None = None
+    plan: str
+    drift_protected: bool
+    budget_bytes: int | None = None
+    budget_source: str | None = None
+    changed: list[str] = []
+    contexts: list[ContextStop] = []
+
+
 class Runbook(Struct, kw_only=True):
     """The runbook JSON (schema version 1). `outcome` is the job's state when the runbook was written."""
 
@@ -428,3 +454,5 @@ class Runbook(Struct, kw_only=True):
     ready_summary: list[ReadySummary] = []
     #: The public eval suites' provenance (one per suite in `sweep.evals`).
     eval_sources: list[EvalSuiteSource] = []
+    #: The measuring order and why it ran (null in runbooks written before rounds existed).
+    design: SweepDesign | None = None

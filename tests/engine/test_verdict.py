@@ -7,9 +7,10 @@ import itertools
 import math
 import random
 
+import msgspec
 import pytest
 
-from benchd.engine import series, verdict
+from benchd.engine import cooldown, rows, series, verdict
 from benchd.results import text
 from benchd.schemas import ProbePlan, Row, ThermalReading
 from benchd.sensors.suspend.sensor import LinuxClock
@@ -111,19 +112,33 @@ def test_series_adaptive_stop_rule() -> None:
     assert series.CellSeries(AUTO, [_row(0)]).pending_floor() == [1, 2, 3, 4, 5]
 
 
-def test_annotate_invalidates_a_suspended_probe_and_flags_throttle() -> None:
+def test_annotate_flags_throttle_and_a_suspended_probe_is_invalidated() -> None:
     clock = LinuxClock()
     row = _row(3, 50.0)
     cool = ThermalReading(source="test", celsius=40.0)
     got = series.annotate(row, earlier=[100, 100, 100], plan=AUTO, thermal=cool, target_celsius=65,
                           clock=clock, slept_s=0.0, stopped_s=0.0)
     assert got.status == "ok" and got.throttle is not None and got.throttle.suspect and "40.0 °C" in got.throttle.note
-    stopped = series.annotate(row, earlier=[100, 100, 100], plan=AUTO, thermal=cool, target_celsius=65,
-                              clock=clock, slept_s=0.0, stopped_s=3.1)
-    assert stopped.status == "failed" and stopped.invalidated == "server-stopped" and "3.1 s" in (stopped.error or "")
-    slept = series.annotate(row, earlier=[], plan=AUTO, thermal=None, target_celsius=65, clock=clock,
-                            slept_s=42.0, stopped_s=0.0)
-    assert slept.invalidated == "machine-slept" and slept.sources["suspended_s"] == clock.source
+    assert series.invalidation(clock.source, 0.0, 0.0) is None
+    stopped = series.invalidation(clock.source, 0.0, 3.1)
+    assert stopped is not None and stopped.kind == "server-stopped" and "3.1 s" in stopped.why
+    d = rows.decide(result_status="ok", error=None, invalidation=stopped)
+    assert d.status == "failed" and d.invalidated == "server-stopped" and "3.1 s" in (d.error or "")
+    slept = series.invalidation(clock.source, 42.0, 0.0)
+    assert slept is not None and slept.kind == "machine-slept" and clock.source in slept.why
+    marked = series.annotate(msgspec.structs.replace(row, status="failed", invalidated="machine-slept"), earlier=[],
+                             plan=AUTO, thermal=None, target_celsius=65, clock=clock, slept_s=42.0, stopped_s=0.0)
+    assert marked.throttle is None and marked.sources["suspended_s"] == clock.source
+
+
+def test_decide_is_the_one_status_rule() -> None:
+    """Every way a probe ends maps to one status: timeout, crash, a cached prompt, a plain failure."""
+    assert rows.decide(result_status="ok", error=None).status == "ok"
+    assert rows.decide(result_status="ok", error=None, cached_tokens=12).status == "failed"
+    t = rows.decide(result_status="timeout", error="probe timed out after 1 s", killed=True)
+    assert t.status == "timeout" and (t.error or "").endswith("the server was killed")
+    c = rows.decide(result_status="failed", error="read failed", crash="signal 9")
+    assert c.status == "failed" and "crashed mid-probe (signal 9)" in (c.error or "")
 
 
 async def test_recheck_extends_until_back_within_threshold() -> None:
@@ -141,7 +156,7 @@ async def test_recheck_extends_until_back_within_threshold() -> None:
         t[0] += s
 
     rec = CooldownRecord(policy="thermal", waited_s=5.0, reason="sensor-unavailable", note="no sensor")
-    got = await series.throttle_checks(rec, baseline=100.0, threshold_pct=15.0, max_seconds=60.0, check=check,
+    got = await cooldown.throttle_checks(rec, baseline=100.0, threshold_pct=15.0, max_seconds=60.0, check=check,
                                pause_s=2.0, clock=lambda: t[0], sleep=sleep)
     assert got.throttle_checks == [60.0, 70.0, 95.0] and got.extended_s == pytest.approx(4.0)
     assert "back within 15 %" in (got.note or "") and got.note.startswith("no sensor")
@@ -151,56 +166,6 @@ async def test_recheck_extends_until_back_within_threshold() -> None:
         return next(slow)
 
     t[0] = 0.0
-    got = await series.throttle_checks(rec, baseline=100.0, threshold_pct=15.0, max_seconds=11.0, check=check_slow,
+    got = await cooldown.throttle_checks(rec, baseline=100.0, threshold_pct=15.0, max_seconds=11.0, check=check_slow,
                                pause_s=2.0, clock=lambda: t[0], sleep=sleep)
     assert got.waited_s == pytest.approx(11.0) and "max_seconds" in (got.note or "")
-
-
-def _annotated(values: list[float], plan: ProbePlan = FIXED3) -> list[Row]:
-    """Rows as the engine records them: each ok probe annotated against the cell's earlier ok probes, with
-    no thermal sensor (this VM's case: a slowdown it cannot explain is suspect)."""
-    clock = LinuxClock()
-    rows: list[Row] = []
-    for i, v in enumerate(values):
-        rows.append(series.annotate(_row(i, v), earlier=series.CellSeries(plan, rows).values(), plan=plan,
-                                    thermal=None, target_celsius=65, clock=clock, slept_s=0.0, stopped_s=0.0))
-    return rows
-
-
-def test_a_step_down_halfway_is_drifting_and_every_slow_probe_is_throttle_suspect() -> None:
-    """What a CPU hog started halfway through a quiet cell gives: a level shift, not a slope."""
-    rng = random.Random(5)
-    values = [100 + rng.gauss(0, 1) for _ in range(8)] + [40 + rng.gauss(0, 1) for _ in range(8)]
-    rows = _annotated(values)
-    assert [r.probe for r in rows if r.throttle and r.throttle.suspect] == list(range(8, 16))
-    assert all("below the running median" in r.throttle.note for r in rows[8:] if r.throttle)
-    v = verdict.cell_verdict(rows, ProbePlan(False, 16, 16, 2.0, "gen_tps", 15.0))
-    assert v.verdict == "drifting" and v.trend is not None and v.trend.drift_pct < -2.0 and "moved" in v.reason
-    assert v.throttle_suspects == 8
-
-
-def test_a_noisy_step_is_unsteady_and_still_named_by_its_throttle_suspects() -> None:
-    """A slowed half so noisy the trend test cannot call it (the CI is then ±100 %): the verdict says
-    unsteady with its width, and the probes far below the running median are throttle-suspect."""
-    values = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8, 100.1, 5.0, 150.0, 3.0, 160.0, 4.0, 170.0, 6.0, 140.0]
-    rows = _annotated(values)
-    v = verdict.cell_verdict(rows, ProbePlan(False, 16, 16, 2.0, "gen_tps", 15.0))
-    assert v.verdict == "unsteady" and v.ci_half_width_pct is not None and v.ci_half_width_pct > 2.0
-    assert f"CI ±{v.ci_half_width_pct:.2f} %" in v.reason
-    assert v.throttle_suspects == sum(1 for x in values[8:] if x < 50) > 0
-
-
-def test_the_adaptive_rule_replayed_on_steady_sliding_and_wide_series() -> None:
-    """The stop decision replayed over a series, probe by probe, as the engine makes it."""
-    rng = random.Random(11)
-    flat = [_row(i, 100 + rng.gauss(0, 0.3)) for i in range(30)]
-    assert next(k for k in range(1, 31) if series.CellSeries(AUTO, flat[:k]).done()) == AUTO.min
-    assert verdict.cell_verdict(flat[:AUTO.min], AUTO).verdict == "steady"
-    # A slide inside a tight CI meets the CI rule: the series stops, and the verdict still names the trend.
-    slide = [_row(i, 100 - 0.6 * i + rng.gauss(0, 0.05)) for i in range(30)]
-    stop = next(k for k in range(1, 31) if series.CellSeries(AUTO, slide[:k]).done())
-    v = verdict.cell_verdict(slide[:stop], AUTO)
-    assert v.verdict == "drifting" and v.probes_used == stop, v
-    wide = [_row(i, 100.0 + (40 if i % 2 else 0)) for i in range(30)]
-    assert [k for k in range(1, 31) if series.CellSeries(AUTO, wide[:k]).done()] == [30]
-    assert verdict.cell_verdict(wide, AUTO).verdict == "unsteady"

@@ -1,0 +1,133 @@
+"""The measurement design of a sweep: in which order the probes visit the candidates (pure, no I/O).
+
+- `interleaved`: per context, every candidate's server is started and warmed, then the probes run in
+  rounds; each round visits every candidate once in a fresh random order drawn from the job's seed
+  (`round_order`), so a slow drift of the machine lands on every candidate alike and the comparison
+  pairs the probes of one round.
+- `blocked`: per context, the candidates take turns in blocks of probes, one server start per block,
+  in a mirrored order (`block_order`: A B | B A | A B … for two, ABC | CBA | ABC … for more, which
+  balances a linear drift over every two rounds); the comparison pairs the block medians of a round.
+- `sequential`: every probe of a candidate before the next candidate (the order before rounds
+  existed); its comparisons are not drift-protected.
+
+A round is the unit the stop rule counts (`RoundPlan`): one probe per candidate (interleaved) or one
+block per candidate (blocked). Everything here is a function of the sweep, the job id and the round
+number, so a resumed job draws the same orders again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from benchd.schemas import Sweep
+
+#: Rounds (server starts per candidate and context) a blocked sweep runs when `rounds` is not given.
+DEFAULT_ROUNDS = 3
+
+
+def job_seed(job: str) -> int:
+    """The seed of a job's round orders (recorded in the runbook): stable across resumes."""
+    return int(hashlib.sha256(job.encode()).hexdigest()[:8], 16)
+
+
+def round_order(candidates: Sequence[str], *, seed: int, context: int, round_: int) -> list[str]:
+    """The visiting order of one interleaved round: a fresh shuffle, the same on every resume."""
+    order = list(candidates)
+    random.Random(f"{seed}/{context}/{round_}").shuffle(order)
+    return order
+
+
+def block_order(candidates: Sequence[str], round_: int) -> list[str]:
+    """The order of one blocked round: the sweep's order on even rounds, reversed on odd ones."""
+    return list(candidates) if round_ % 2 == 0 else list(reversed(candidates))
+
+
+def requested_order(sweep: Sweep) -> str:
+    """The order the sweep asks for (interleaved when it does not say)."""
+    return sweep.order or "interleaved"
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """How many rounds a context runs: at least `min_rounds`, at most `max_rounds`; `per_round` probes
+    per candidate in each round; `stop` says what ends it between the bounds."""
+
+    order: str
+    min_rounds: int
+    max_rounds: int
+    per_round: int
+    stop: str
+    #: A fixed count spread over blocked rounds: this many probes in all per candidate and context.
+    total: int | None = None
+
+    def block_size(self, round_: int) -> int:
+        """Probes per candidate in round `round_` (blocked with a fixed count: `total` spread as evenly as
+        it goes, the earlier rounds taking the remainder, so the cell gets exactly its probes)."""
+        if self.total is None:
+            return self.per_round
+        return self.total // self.min_rounds + (1 if round_ < self.total % self.min_rounds else 0)
+
+    def text(self) -> str:
+        """The plan as a range, for `validate` and `tail`."""
+        span = f"{self.min_rounds}" if self.min_rounds == self.max_rounds else f"{self.min_rounds}-{self.max_rounds}"
+        unit = "probe" if self.per_round == 1 else f"block of {self.per_round} probes"
+        return f"{span} rounds (one {unit} per candidate each); {self.stop}"
+
+
+def round_plan(sweep: Sweep, order: str) -> RoundPlan:
+    """The rounds of one context under `order` (sequential: one "round" per probe of each candidate)."""
+    plan = sweep.probe_plan()
+    many = len(sweep.candidates) > 1
+    if order == "blocked":
+        rounds = sweep.rounds or DEFAULT_ROUNDS
+        per = max(1, math.ceil(plan.min / rounds))
+        if not plan.adaptive:
+            starts = min(rounds, plan.min)
+            return RoundPlan(order, rounds, rounds, per, f"fixed: {plan.min} probes over {starts} server starts "
+                             f"per candidate and context", total=plan.min)
+        top = max(rounds, math.ceil(plan.max / per))
+        stop = (f"after {rounds}, until every pair's {plan.metric} verdict is resolved (different or tied)"
+                if many else f"{rounds} blocks, then until the CI of the median is within ±{plan.target_ci_pct:g} %")
+        return RoundPlan(order, rounds, top, per, stop)
+    if not plan.adaptive:
+        return RoundPlan(order, plan.min, plan.max, 1, f"fixed: {plan.min} probes")
+    if many and order == "interleaved":
+        stop = f"after {plan.min}, until every pair's {plan.metric} verdict is resolved (different or tied)"
+    else:
+        stop = f"after {plan.min}, until the CI of the median is within ±{plan.target_ci_pct:g} %"
+    return RoundPlan(order, plan.min, plan.max, 1, stop)
+
+
+def design_text(sweep: Sweep) -> str:
+    """The design as `validate` shows it: the order (and its fallback) and the rounds as a range."""
+    order = requested_order(sweep)
+    how = "asked for" if sweep.order else "the default"
+    fallback = (", blocked instead if the servers do not fit in memory side by side"
+                if order == "interleaved" and len(sweep.candidates) > 1 else "")
+    shown = "sequential" if len(sweep.candidates) == 1 else order
+    if order == "sequential":
+        return "order sequential (asked for): one candidate after the other; comparisons not drift-protected"
+    return f"order {order} ({how}{fallback}): {round_plan(sweep, shown).text()}"
+
+
+def plan_problems(sweep: Sweep) -> list[str]:
+    """What `validate` says about the design that is not an error."""
+    notes = []
+    order = requested_order(sweep)
+    if len(sweep.candidates) == 1 and order != "sequential":
+        notes.append(f"order {order} with one candidate: nothing to interleave, the probes run as in sequential")
+    if order == "blocked" and (sweep.rounds or DEFAULT_ROUNDS) == 2:
+        notes.append("rounds = 2: two block medians per candidate can almost never be called different "
+                     "(the signed-rank guard needs more pairs); use 3 or more")
+    plan = sweep.probe_plan()
+    rounds = sweep.rounds or DEFAULT_ROUNDS
+    if order == "blocked" and not plan.adaptive and plan.min < rounds:
+        notes.append(f"probes = {plan.min} < rounds = {rounds}: only {plan.min} blocks (server starts) per "
+                     "candidate and context")
+    if sweep.rounds is not None and order != "blocked":
+        notes.append(f"rounds = {sweep.rounds} is used by order \"blocked\" only (this sweep runs {order})")
+    return notes

@@ -1,0 +1,106 @@
+"""How much memory servers resident side by side may take (the interleaved order's fit check).
+
+The budget is `BUDGET_FRACTION` of physical memory; on macOS also at most the GPU wired limit
+(`sysctl iogpu.wired_limit_mb`) when it is set (0 or absent: the OS default, no extra limit). The
+readers are injected beside each other (`linux_physical` reads /proc/meminfo's MemTotal,
+`darwin_limits` reads hw.memsize and iogpu.wired_limit_mb through a `sysctl` callable), so both are
+tested on sample outputs on any OS. The macOS reading is marked unverified until a report from a
+Mac confirms it (`DARWIN_VERIFIED`).
+
+`$BENCHD_MEMORY_BUDGET_BYTES` replaces the computed budget (a test knob: a tiny budget forces the
+fallback to the blocked order; the runbook then names this source).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+#: Share of physical memory the resident servers may take together.
+BUDGET_FRACTION = 0.60
+#: The test knob (bytes).
+ENV_BUDGET = "BENCHD_MEMORY_BUDGET_BYTES"
+#: No Mac report has confirmed the iogpu.wired_limit_mb reading yet.
+DARWIN_VERIFIED = False
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The byte budget and where it came from (`source` is what the runbook prints)."""
+
+    bytes: int | None
+    source: str
+
+
+def linux_physical(read: Callable[[], str] = lambda: Path("/proc/meminfo").read_text()) -> int | None:
+    """MemTotal from /proc/meminfo, in bytes (None when unreadable)."""
+    try:
+        text = read()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("MemTotal:"):
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                return int(parts[1]) * 1024
+    return None
+
+
+def _sysctl(name: str) -> str | None:
+    try:
+        out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def darwin_limits(sysctl: Callable[[str], str | None] = _sysctl) -> tuple[int | None, int | None]:
+    """(physical bytes from hw.memsize, GPU wired limit bytes from iogpu.wired_limit_mb or None when
+    unset/0/unreadable)."""
+    mem = sysctl("hw.memsize")
+    wired = sysctl("iogpu.wired_limit_mb")
+    physical = int(mem) if mem and mem.strip().isdigit() else None
+    limit = int(wired) * 1024 * 1024 if wired and wired.strip().isdigit() and int(wired) > 0 else None
+    return physical, limit
+
+
+def read_budget(*, platform: str = sys.platform, env: Mapping[str, str] = os.environ,
+                meminfo: Callable[[], int | None] = linux_physical,
+                darwin: Callable[[], tuple[int | None, int | None]] = darwin_limits) -> Budget:
+    """The budget on this machine (readers injected for tests)."""
+    knob = env.get(ENV_BUDGET)
+    if knob and knob.isdigit():
+        return Budget(int(knob), f"${ENV_BUDGET} = {int(knob)} bytes")
+    if platform == "darwin":
+        physical, wired = darwin()
+        if physical is None:
+            return Budget(None, "sysctl hw.memsize unreadable: no budget, servers are not started side by side")
+        share = int(physical * BUDGET_FRACTION)
+        note = "" if DARWIN_VERIFIED else " (macOS reading unverified)"
+        if wired is not None and wired < share:
+            return Budget(wired, f"iogpu.wired_limit_mb = {wired // (1024 * 1024)} MiB, under "
+                                 f"{BUDGET_FRACTION:.0%} of hw.memsize{note}")
+        extra = "iogpu.wired_limit_mb unset" if wired is None else "iogpu.wired_limit_mb above it"
+        return Budget(share, f"{BUDGET_FRACTION:.0%} of hw.memsize ({extra}){note}")
+    physical = meminfo() if platform.startswith("linux") else psutil.virtual_memory().total
+    if physical is None:
+        return Budget(None, "/proc/meminfo MemTotal unreadable: no budget, servers are not started side by side")
+    where = "/proc/meminfo MemTotal" if platform.startswith("linux") else "psutil virtual_memory total"
+    return Budget(int(physical * BUDGET_FRACTION), f"{BUDGET_FRACTION:.0%} of {where}")
+
+
+def footprint_bytes(pid: int) -> int | None:
+    """A resident server's measured footprint: the resident set of the process and its children
+    (mapped model pages included), None when it is gone."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+        return sum(p.memory_info().rss for p in procs)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
