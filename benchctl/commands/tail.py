@@ -138,6 +138,13 @@ def _event_text(ev: dict[str, Any]) -> str:
         return _row_text(p["row"])
     if ev["type"] == "cell_finished":
         return _verdict_text(p)
+    if ev["type"] in ("design_chosen", "design_changed"):
+        plan = f"; plan {p['plan']}" if p.get("plan") else ""
+        return f"order {p.get('order')}: {p.get('why')}{plan}"
+    if ev["type"] == "round_started":
+        return f"ctx {p.get('context')} round {p.get('round')}: {' → '.join(p.get('order') or [])}"
+    if ev["type"] == "context_finished":
+        return f"ctx {p.get('context')} stopped after {p.get('rounds')} rounds ({p.get('design')}): {p.get('why')}"
     if ev["type"] == "session_finished":
         ttft, reuse = p.get("warm_ttft_ms"), p.get("reuse_fraction")
         return (f"session {p.get('candidate')} ctx {p.get('context')}: {p.get('status')}, warm-turn TTFT "
@@ -157,7 +164,8 @@ class _Plain:
         prog = job.get("progress") or {}
         if not raw and prog.get("total_max") not in (None, prog.get("total")):
             sys.stdout.write(f"{job.get('name', job['id'])}: {prog.get('total')}-{prog['total_max']} rows planned "
-                             "(probes = auto: each cell stops when its CI target is met)\n")
+                             "(probes = auto: a context's rounds stop once every pair's verdict is resolved, a "
+                             "single candidate's cell when its CI target is met)\n")
 
     def __enter__(self) -> _Plain:
         return self
@@ -204,7 +212,8 @@ class _Rich:
                 self.progress.update(self.task, completed=len(self.done_keys))
             self.progress.console.print(_row_text(row), highlight=False, markup=False)
         elif ev["type"] in ("job_started", "job_resumed", "job_interrupted", *TERMINAL_EXIT, "server_crashed",
-                            "cell_finished", "session_finished", "level_finished"):
+                            "cell_finished", "session_finished", "level_finished", "design_chosen",
+                            "design_changed", "context_finished"):
             self.progress.console.print(_event_text(ev), style="bold", highlight=False, markup=False)
         else:
             self.progress.update(self.task, description=_event_text(ev)[:60])

@@ -27,3 +27,15 @@ def test_plan_and_eta_ranges() -> None:
     assert planned_text({"total": 12, "total_max": None}) == "12"
     assert eta_text({"eta_s": 60.0, "eta_max_s": 600.0}) == "1m00s-10m00s"
     assert "-" not in eta_text({"eta_s": 60.0})
+
+
+def test_design_round_and_context_lines() -> None:
+    """tail says which order runs and why, each round's visiting order, and why a context stopped."""
+    chosen = _event_text({"type": "design_chosen", "payload": {
+        "order": "blocked", "why": "the default order, but the servers do not fit side by side", "plan": "3 rounds"}})
+    assert chosen.startswith("order blocked: the default order") and "plan 3 rounds" in chosen
+    assert _event_text({"type": "round_started", "payload": {"context": 128, "round": 2, "order": ["b", "a"]}}) == \
+        "ctx 128 round 2: b → a"
+    stop = _event_text({"type": "context_finished", "payload": {
+        "context": 128, "rounds": 7, "design": "interleaved", "why": "every pair's gen_tps verdict resolved"}})
+    assert "stopped after 7 rounds (interleaved): every pair's gen_tps verdict resolved" in stop

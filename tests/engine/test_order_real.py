@@ -22,7 +22,7 @@ from benchd.store import Store
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 
-def _sweep(model: str, **kw: Any) -> Sweep:
+def _sweep(model: str, **kw: Any) -> Sweep:  # (candidates= replaces the two twins on `model`)
     base: dict[str, Any] = dict(
         name="order", contexts=[64], gen_tokens=16, warmup=1, eval_tier="none", sustained=Sustained(tokens=32, window=8),
         cooldown=Cooldown(policy="fixed", seconds=0, max_seconds=0), sentinel=False,
@@ -93,3 +93,36 @@ def test_sequential_rows_say_they_have_no_rounds(tiny_models: Any, cache_dir: Pa
     assert starts == ["a", "a", "b", "b"]
     assert all(r.round is None and "sequential" in r.null_reasons["round"] for r in rb.rows)
     assert rb.design is not None and not rb.design.drift_protected
+
+
+def test_auto_rounds_stop_where_the_rows_resolve_every_pair(tiny_models: Any, cache_dir: Path, tmp_path: Path) -> None:
+    """probes = "auto" with two candidates (a small and a larger tiny model): the context's rounds stop at
+    the first round after `min` where the paired comparison of the rows resolves the pair, or at `max`;
+    replayed over the stored rows, never asserted of the machine. The runbook says why it stopped."""
+    from benchctl.tinymodels import ensure
+    from benchd.schemas import Probes
+
+    large = ensure(cache_dir, "medium", 0, lambda _m: None)
+    cands = [Candidate(id="small", runtime="llama-server", model=str(tiny_models.target), args=["-t", "1"]),
+             Candidate(id="large", runtime="llama-server", model=str(large.target), args=["-t", "1"])]
+    plan = Probes(min=6, max=10)
+    rb, _ = _run(tmp_path, cache_dir, _sweep("", candidates=cands, probes=plan, sustained=Sustained(tokens=0)))
+    assert rb.design is not None
+    (stop,) = rb.design.contexts
+    ok = [r for r in rb.rows if r.kind == "probe" and r.status == "ok" and not r.short]
+
+    def verdict_after(k: int) -> str:
+        by = {c: {r.round: float(r.gen_tps) for r in ok if r.candidate == c and r.round is not None and r.round < k
+                  and r.gen_tps} for c in ("small", "large")}
+        both = sorted(set(by["small"]) & set(by["large"]))
+        return compare_axis([by["small"][x] for x in both], [by["large"][x] for x in both], axis="gen_tps",
+                            better="higher", margin_pct=plan.target_ci_pct, paired=True).verdict
+
+    print(f"\n[auto] {stop}")
+    assert plan.min <= stop.rounds <= plan.max
+    for k in range(plan.min, stop.rounds):
+        assert verdict_after(k) == "unresolved", k  # not stopped early
+    if "resolved" in stop.why:
+        assert verdict_after(stop.rounds) in ("different", "tied") and "small vs large" in stop.why
+    else:
+        assert stop.rounds == plan.max and f"max {plan.max}" in stop.why, stop
