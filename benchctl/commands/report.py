@@ -147,6 +147,8 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
                   if im.image_tokens_a is not None and im.image_tokens_b is not None else "")
         click.echo(f"TTFT with {im.resolution} images, {im.candidate} ({im.verdict.n_a} vs {im.verdict.n_b} "
                    f"probes): {im.verdict.text}{tokens}")
+    for ag in cmp.agentic:
+        click.echo(f"{ag.axis}, {ag.candidate} ctx {ag.context} ({ag.verdict.n_a} vs {ag.verdict.n_b}): {ag.verdict.text}")
 
 
 def _print_builds(builds: list[Any]) -> None:

@@ -10,6 +10,29 @@ from benchd.engine.parallel import parallel_summary
 from benchd.engine.session import session_summary
 from benchd.schemas import Row
 
+#: Axes a sweep measures only when it asks for them (sessions, concurrency levels): they join a pair's
+#: comparison when either side has a value (directions from the axis table, `results.axes`).
+SESSION_AXIS = "session_ttft_ms"
+
+
+def samples(rows: Sequence[Row]) -> dict[tuple[int, str], dict[str, list[float]]]:
+    """Per (context, candidate): the session axis over the warm turns' TTFTs (turns >= 2) and each level's
+    axis over its batches' aggregate rates (one value per batch); what Pareto and compare judge."""
+    from benchd.results.axes import level_axis
+
+    out: dict[tuple[int, str], dict[str, list[float]]] = {}
+    batches: dict[tuple[int, str, int, int], float] = {}
+    for r in rows:
+        if r.status != "ok" or r.short:
+            continue
+        if r.kind == "session" and r.probe >= 2 and r.ttft_ms is not None:
+            out.setdefault((r.context, r.candidate), {}).setdefault(SESSION_AXIS, []).append(r.ttft_ms)
+        elif r.kind == "parallel" and r.agg_gen_tps is not None and r.concurrency and r.batch is not None:
+            batches[(r.context, r.candidate, r.concurrency, r.batch)] = r.agg_gen_tps
+    for (ctx, cand, level, _), agg in sorted(batches.items()):
+        out.setdefault((ctx, cand), {}).setdefault(level_axis(level).name, []).append(agg)
+    return out
+
 
 def _ms(v: float | None) -> str:
     return "null" if v is None else f"{v:.1f} ms"

@@ -184,6 +184,16 @@ class ImageComparison(Struct, kw_only=True):
     image_tokens_b: float | None = None
 
 
+class AgenticComparison(Struct, kw_only=True):
+    """One cell's session or concurrency axis in A and B (`results.comparison`): session_ttft_ms over the
+    warm turns' TTFTs, agg_gen_tps@N over the level's batch aggregates."""
+
+    candidate: str
+    context: int
+    axis: str
+    verdict: AxisVerdict
+
+
 class Comparison(Struct, kw_only=True):
     a: str
     b: str
@@ -199,6 +209,7 @@ class Comparison(Struct, kw_only=True):
     #: Public eval suites per candidate, paired on shared task ids (`evalcompare`).
     evals: list[EvalComparison] = []
     images: list[ImageComparison] = []
+    agentic: list[AgenticComparison] = []
 
 
 def _samples(rb: Runbook) -> dict[tuple[str, int], list[Any]]:
@@ -348,6 +359,21 @@ def compare_images(a: Runbook, b: Runbook) -> list[ImageComparison]:
     return out
 
 
+def compare_agentic(a: Runbook, b: Runbook) -> list[AgenticComparison]:
+    """Per cell with session or parallel rows on both sides: the session and level axes, B against A
+    (the samples the Pareto view's noise rule uses, `pareto.cell_samples`)."""
+    from benchd.results.agentic import samples
+
+    sa, sb = samples(a.rows), samples(b.rows)
+    out = []
+    for ctx, cand in sorted(set(sa) & set(sb)):
+        for axis in sorted(set(sa[(ctx, cand)]) & set(sb[(ctx, cand)])):
+            out.append(AgenticComparison(candidate=cand, context=ctx, axis=axis, verdict=compare_axis(
+                    sa[(ctx, cand)][axis], sb[(ctx, cand)][axis], axis=axis, better=AXES[axis].better,
+                    margin_pct=a.sweep.probe_plan().target_ci_pct)))
+    return out
+
+
 def compare_runbooks(a: Runbook, b: Runbook) -> Comparison:
     sa, sb = _samples(a), _samples(b)
     margin = a.sweep.probe_plan().target_ci_pct
@@ -364,5 +390,5 @@ def compare_runbooks(a: Runbook, b: Runbook) -> Comparison:
         only_in_a=[f"{c}@{x}" for c, x in sorted(keys_a - keys_b)],
         only_in_b=[f"{c}@{x}" for c, x in sorted(keys_b - keys_a)], builds=compare_builds(a, b),
         ready=compare_ready(a, b),
-        evals=compare_evals(a, b), images=compare_images(a, b),
+        evals=compare_evals(a, b), images=compare_images(a, b), agentic=compare_agentic(a, b),
     )

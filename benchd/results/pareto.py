@@ -26,6 +26,8 @@ from typing import Literal
 
 from benchd.engine.metrics import median_ci
 from benchd.engine.verdict import cell_verdict
+from benchd.results.agentic import SESSION_AXIS
+from benchd.results.agentic import samples as agentic_samples
 from benchd.results.compare import DEFAULT_MARGIN_PCT, beyond_noise
 from benchd.results.comparison import compare_outcomes
 from benchd.results.evalcompare import SUITE_AXES, suite_outcomes
@@ -45,8 +47,8 @@ AXES: tuple[tuple[str, Direction], ...] = (
 )
 AXIS_NAMES: tuple[str, ...] = tuple(a for a, _ in AXES)
 #: Axes a sweep measures only when it asks for them (sessions, concurrency levels, image resolutions): they join a pair's
-#: comparison when either point has a value (directions from the axis table, `results.axes`).
-SESSION_AXIS = "session_ttft_ms"
+#: comparison when either point has a value (directions from the axis table, `results.axes`); the session
+#: axis is `agentic.SESSION_AXIS`.
 #: Per-candidate axes compared exactly (deterministic: greedy answers pass or fail the same way each time).
 EXACT_AXES = frozenset({"eval_pass_rate"})
 
@@ -178,12 +180,11 @@ def sustain_ratios(rows: Iterable[Row]) -> dict[str, float]:
 
 def cell_samples(rows: Sequence[Row]) -> dict[tuple[int, str], dict[str, list[float]]]:
     """Per (context, candidate): each per-probe axis's values over the ok probe rows (the noise's input);
-    the session axis over the warm turns' TTFTs, a level's axis over its batches' aggregate rates, an
-    image resolution's axis over its image probes' TTFTs."""
-    from benchd.results.axes import image_axis, level_axis
+    an image resolution's axis over its image probes' TTFTs; the session and level axes' samples from
+    `agentic.samples`."""
+    from benchd.results.axes import image_axis
 
     out: dict[tuple[int, str], dict[str, list[float]]] = defaultdict(dict)
-    batches: dict[tuple[int, str, int, int], float] = {}
     for r in rows:
         if r.status != "ok" or r.short:
             continue
@@ -192,14 +193,10 @@ def cell_samples(rows: Sequence[Row]) -> dict[tuple[int, str], dict[str, list[fl
                 v = getattr(r, axis, None) if axis in Row.__struct_fields__ else None
                 if v is not None:
                     out[(r.context, r.candidate)].setdefault(axis, []).append(float(v))
-        elif r.kind == "session" and r.probe >= 2 and r.ttft_ms is not None:
-            out[(r.context, r.candidate)].setdefault(SESSION_AXIS, []).append(r.ttft_ms)
-        elif r.kind == "parallel" and r.agg_gen_tps is not None and r.concurrency and r.batch is not None:
-            batches[(r.context, r.candidate, r.concurrency, r.batch)] = r.agg_gen_tps
         elif r.kind == "vision" and r.image_ttft_ms is not None and r.image_width and r.image_height:
             out[(r.context, r.candidate)].setdefault(image_axis(r.image_width, r.image_height).name, []).append(r.image_ttft_ms)
-    for (ctx, cand, level, _), agg in sorted(batches.items()):
-        out[(ctx, cand)].setdefault(level_axis(level).name, []).append(agg)
+    for key, axes in agentic_samples(rows).items():
+        out[key].update(axes)
     return out
 
 

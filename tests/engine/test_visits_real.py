@@ -94,3 +94,10 @@ def test_sessions_and_levels_in_a_sweep_and_resume(tiny_models: Any, cache_dir: 
 
     page = html.render_page(rb, html.vega_runtime(cache_dir)).decode()
     assert "<section id='agentic'>" in page and "chart-sessions" in page and "chart-levels" in page
+
+    # compare: the session axis of a runbook against itself, judged by the one comparison: never different
+    from benchd.results.compare import compare_runbooks
+
+    same = [c for c in compare_runbooks(rb, rb).agentic if c.axis == "session_ttft_ms"]
+    assert len(same) == 1 and same[0].verdict.n_a == same[0].verdict.n_b == 2  # the two warm turns
+    assert same[0].verdict.verdict != "different" and same[0].verdict.ratio == 1.0
