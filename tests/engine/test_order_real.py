@@ -126,3 +126,27 @@ def test_auto_rounds_stop_where_the_rows_resolve_every_pair(tiny_models: Any, ca
         assert verdict_after(stop.rounds) in ("different", "tied") and "small vs large" in stop.why
     else:
         assert stop.rounds == plan.max and f"max {plan.max}" in stop.why, stop
+
+
+@pytest.mark.parametrize("order", ["interleaved", "blocked", "sequential"])
+def test_draft_mlx_and_llama_candidates_run_in_every_order(tiny_models: Any, cache_dir: Path, tmp_path: Path,
+                                                           order: str) -> None:
+    from benchd.schemas import Spec
+
+    m = tiny_models
+    cands = [Candidate(id="llama", runtime="llama-server", model=str(m.target), args=["-t", "1"]),
+             Candidate(id="draft", runtime="llama-server", model=str(m.target), args=["-t", "1"],
+                       spec=Spec(draft_model=str(m.draft_identical), draft_max=4)),
+             Candidate(id="mlx", runtime="mlx_lm.server", model=str(m.mlx_dir))]
+    rb, _ = _run(tmp_path, cache_dir, _sweep("", candidates=cands, probes=2, rounds=2, order=order,
+                                         contexts=[64, 128]))
+    probes = [r for r in rb.rows if r.kind == "probe"]
+    assert sorted((r.candidate, r.context) for r in probes) == sorted(
+        (c, x) for c in ("llama", "draft", "mlx") for x in (64, 128) for _ in range(2))
+    assert all(r.status == "ok" for r in probes), [(r.candidate, r.error) for r in probes if r.status != "ok"]
+    assert {r.candidate for r in rb.rows if r.kind == "sustained"} == {"llama", "draft", "mlx"}
+    assert all(r.draft_acceptance is not None for r in probes if r.candidate == "draft")
+    assert rb.design is not None and rb.design.order == order
+    if order != "sequential":
+        assert all(r.round is not None for r in probes)
+        assert {c.context for c in rb.design.contexts} == {64, 128}
