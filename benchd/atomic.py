@@ -8,14 +8,17 @@ this process, flushed to disk, then renamed over the target (a rename within a d
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 
-def atomic_write(path: Path, data: bytes | str) -> None:
+def atomic_write(path: Path, data: bytes | str | Iterable[bytes]) -> None:
+    """`data` may come in pieces (an iterable of bytes): a large file is then never whole in memory."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     with tmp.open("wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
+        for chunk in (data,) if isinstance(data, (bytes, str)) else data:
+            f.write(chunk.encode() if isinstance(chunk, str) else chunk)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

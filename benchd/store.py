@@ -16,7 +16,7 @@ import os
 import secrets
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -273,6 +273,17 @@ class Store:
             for s, t, ty, p in cur.fetchall()
         ]
 
+    def iter_events(self, job: str, exclude_types: Iterable[str] = ()) -> Iterator[Event]:
+        """Every event of the job in order, one at a time (no page limit), without the types excluded."""
+        skip = sorted(set(exclude_types))
+        cur = self._db.cursor()
+        cur.arraysize = 256
+        cur.execute(f"SELECT seq, time, type, payload FROM events WHERE job = ? AND type NOT IN ({','.join('?' * len(skip))})"
+                    " ORDER BY seq", (job, *skip))
+        while batch := cur.fetchmany():
+            for seq, time_, type_, payload in batch:
+                yield Event(seq=seq, time=time_, type=type_, job=job, payload=_payload_dec.decode(payload))
+
     def last_seq(self, job: str) -> int:
         cur = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE job = ?", (job,))
         return int(cur.fetchone()[0])
@@ -291,10 +302,21 @@ class Store:
             return self._append_event(row.job, event_type, {"row": msgspec.to_builtins(row)})
 
     def rows(self, job: str) -> list[Row]:
-        cur = self._db.execute(
-            "SELECT row FROM rows WHERE job = ? ORDER BY candidate, context, kind, probe", (job,)
-        )
-        return [_row_dec.decode(r[0]) for (r) in cur.fetchall()]
+        return list(self.iter_rows(job))
+
+    def iter_rows(self, job: str) -> Iterator[Row]:
+        """The job's rows one at a time, grouped by cell (candidate, context, kind, probe order): a reader
+        that keeps only what it needs of each row holds one full record at a time, never all of them."""
+        cur = self._db.cursor()
+        cur.arraysize = 64
+        cur.execute("SELECT row FROM rows WHERE job = ? ORDER BY candidate, context, kind, probe", (job,))
+        while batch := cur.fetchmany():
+            for (raw,) in batch:
+                yield _row_dec.decode(raw)
+
+    def has_ok_row(self, job: str) -> bool:
+        cur = self._db.execute("SELECT 1 FROM rows WHERE job = ? AND status = 'ok' LIMIT 1", (job,))
+        return cur.fetchone() is not None
 
     def done_keys(self, job: str) -> set[RowKey]:
         """Keys of rows that need not run again on resume (everything but `aborted`)."""

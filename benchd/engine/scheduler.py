@@ -158,7 +158,7 @@ class Engine:
         self.order = requested_order(sweep)
         self.pair_stop = self.plan.adaptive and len(sweep.candidates) > 1 and self.order != "sequential"
         # the job's one progress record: every cell's rows so far (resume), as committed
-        self.book = series_mod.SeriesBook(self.plan, store.rows(job), ci_stop=not self.pair_stop)
+        self.book = series_mod.SeriesBook(self.plan, store.iter_rows(job), ci_stop=not self.pair_stop)
         self.clock = open_clock()
         self.timeout_s = sweep.effective_probe_timeout_s()
         self.sizer = PromptSizer(job, sweep, self.timeout_s)
@@ -191,8 +191,7 @@ class Engine:
             await asyncio.shield(self.supervisor.stop_all())
             self.client_pin.release()
             self.energy.close()
-        rows = self.store.rows(self.job)
-        if any(r.status == "ok" for r in rows):
+        if self.store.has_ok_row(self.job):
             return JobOutcome("succeeded")
         return JobOutcome("failed", "no probe succeeded; the rows say why")
 
@@ -628,7 +627,7 @@ class Engine:
         gone = [(what, p) for what, p in paths if not os.path.exists(p)]
         if not gone:
             return None
-        queued = next((e.payload for e in self.store.events(self.job) if e.type == "job_queued"), {})
+        queued = next((e.payload for e in self.store.events(self.job, limit=1) if e.type == "job_queued"), {})  # seq 1
         at_submit = queued.get("missing_paths")
         return "; ".join(
             f"{what} {p} does not exist" if at_submit is None  # a job queued before this was recorded

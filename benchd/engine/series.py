@@ -19,7 +19,7 @@ Resume-safe: the series is rebuilt from the rows already stored, so it continues
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import msgspec
 
@@ -88,13 +88,27 @@ class CellSeries:
         return out
 
 
+def series_row(row: Row, plan: ProbePlan) -> Row:
+    """What a probe cell's series, its verdict and the pair rule read of a row (identity, status, validity,
+    round and visit, the plan's metric with its null reason, the throttle check), without the rest of the
+    record: a long sweep's book then holds a few hundred bytes per probe, not every full row (the store has
+    them)."""
+    metric = plan.metric
+    reasons = {metric: row.null_reasons[metric]} if metric in row.null_reasons else {}
+    return Row(job=row.job, candidate=row.candidate, runtime=row.runtime, context=row.context, kind=row.kind,
+               probe=row.probe, status=row.status, short=row.short, invalidated=row.invalidated,
+               throttle=row.throttle, round=row.round, visit=row.visit, null_reasons=reasons,
+               **{metric: getattr(row, metric)})
+
+
 class SeriesBook:
     """The job's one progress record: every cell's rows so far (from the store on resume, then as
-    committed), each cell's series, and which keys need not run again (an `aborted` row runs again).
+    committed; of a probe or sentinel row what `series_row` keeps), each cell's series, and which keys
+    need not run again (an `aborted` row runs again).
     The sentinel's series repeats the first run's count of valid probes, fixed; a sustained cell is one
     row. `ci_stop` False: adaptive probe cells leave the stop to the pair rule of their context."""
 
-    def __init__(self, plan: ProbePlan, rows: Sequence[Row] = (), *, ci_stop: bool = True) -> None:
+    def __init__(self, plan: ProbePlan, rows: Iterable[Row] = (), *, ci_stop: bool = True) -> None:
         self.plan = plan
         self.ci_stop = ci_stop
         self.cells: dict[tuple[str, int, str], list[Row]] = {}
@@ -103,7 +117,8 @@ class SeriesBook:
 
     def add(self, row: Row) -> None:
         key = (row.candidate, row.context, row.kind)
-        self.cells[key] = [*(r for r in self.cells.get(key, []) if r.probe != row.probe), row]
+        kept = series_row(row, self.plan) if row.kind in ("probe", "sentinel") else row
+        self.cells[key] = [*(r for r in self.cells.get(key, []) if r.probe != row.probe), kept]
 
     def rows(self, candidate: str, context: int, kind: str = "probe") -> list[Row]:
         """The cell's rows kept (not aborted), in probe order."""

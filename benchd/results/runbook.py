@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import statistics
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from benchd.schemas import (
     EvalResult,
     EvalSuiteSource,
     EvalSummary,
+    Event,
     JobInfo,
     Provenance,
     Row,
@@ -70,6 +72,42 @@ def runbook_schema() -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------- build
+
+#: Events the runbook does not read: a probe's row is in the rows table (its `probe_finished` event
+#: repeats it), and the starts and cell verdicts are recomputed from the rows.
+_EVENTS_NOT_READ = ("probe_started", "probe_finished", "cooldown_started", "cell_finished")
+
+
+class _Shared:
+    """One object for every equal value the rows and events repeat (the same `sources` texts, readings,
+    null reasons on thousands of rows), so the runbook of a long sweep holds each distinct value once and
+    the daemon's memory grows with the cells' distinct figures, not with every row's full record. Equal
+    values only: what is built from the shared rows is what the full rows give."""
+
+    def __init__(self) -> None:
+        self._seen: dict[Any, Any] = {}
+
+    def value(self, v: Any) -> Any:
+        if isinstance(v, str):
+            return self._seen.setdefault(v, v)
+        if isinstance(v, dict):
+            d = {self.value(k): self.value(x) for k, x in v.items()}
+            try:
+                return self._seen.setdefault(("dict", tuple(d.items())), d)
+            except TypeError:  # an unhashable value (a list): shared inside, not as a whole
+                return d
+        if isinstance(v, list):
+            return [self.value(x) for x in v]
+        if isinstance(v, Struct):
+            return self._seen.setdefault((type(v), _encoder.encode(v)), v)
+        return v
+
+    def row(self, r: Row) -> Row:
+        return Row(**{f: self.value(getattr(r, f)) for f in r.__struct_fields__})
+
+    def event(self, e: Event) -> Event:
+        return msgspec.structs.replace(e, payload=self.value(e.payload))
+
 
 
 def runbook_id(job_id: str, started_at: str | None, created_at: str) -> str:
@@ -145,9 +183,10 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
 
     job = store.get_job(job_id)
     sweep = job.sweep or store.get_sweep(job_id)
-    rows = store.rows(job_id)
+    shared = _Shared()
+    rows = [shared.row(r) for r in store.iter_rows(job_id)]
     evals = store.evals(job_id)
-    events = store.events(job_id)
+    events = [shared.event(e) for e in store.iter_events(job_id, exclude_types=_EVENTS_NOT_READ)]
     drift, no_drift = sweep_drift(sweep, rows)
     starts = ready_starts(events)
     eval_sources = _eval_sources(events)
@@ -192,6 +231,28 @@ def encode_runbook(rb: Runbook) -> bytes:
     return msgspec.json.format(_encoder.encode(rb), indent=2) + b"\n"
 
 
+#: The runbook's lists that grow with the sweep: encoded item by item (`iter_runbook_json`).
+_LONG_LISTS = ("rows", "cooldowns")
+
+
+def iter_runbook_json(rb: Runbook) -> Iterator[bytes]:
+    """`encode_runbook(rb)` in pieces: the runbook without its long lists, then each row and cooldown
+    encoded on its own, so writing a 5,000-row runbook never holds its whole text (twice: compact and
+    indented) in memory. The bytes are the same (a test compares them)."""
+    head = msgspec.json.format(_encoder.encode(msgspec.structs.replace(rb, rows=[], cooldowns=[])), indent=2)
+    pos = 0
+    for at, name in sorted((head.index(f'\n  "{name}": ['.encode()) + len(name) + 8, name) for name in _LONG_LISTS):
+        yield head[pos:at]
+        items: list[Any] = getattr(rb, name)
+        for i, item in enumerate(items):
+            text = msgspec.json.format(_encoder.encode(item), indent=2)
+            yield (b",\n" if i else b"\n") + b"\n".join(b"    " + line for line in text.split(b"\n"))
+        if items:
+            yield b"\n  "
+        pos = at
+    yield head[pos:] + b"\n"
+
+
 def save_runbook(config: Config, rb: Runbook, charts: bool = True) -> Path:
     """Write `<id>.json` and `<id>.md` atomically, and with `charts` the runbook's views in this process
     (`benchd.results.views`: the charts when matplotlib is present, and the self-contained page
@@ -202,7 +263,7 @@ def save_runbook(config: Config, rb: Runbook, charts: bool = True) -> Path:
     out = config.runbooks_dir
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{rb.id}.json"
-    atomic_write(path, encode_runbook(rb))
+    atomic_write(path, iter_runbook_json(rb))
     atomic_write(out / f"{rb.id}.md", render_markdown(rb).encode())
     if charts:
         from benchd.results.views import render_views
@@ -221,8 +282,9 @@ def write_runbook(config: Config, store: Store, job_id: str, outcome: str | None
 # -------------------------------------------------------------------------------------------- load
 
 
-def decode_runbook(data: bytes, source: str = "runbook") -> Runbook:
-    """Dispatch on `schema_version`; an unknown version is a clear error, never a half-read."""
+def check_runbook_head(data: bytes, source: str = "runbook") -> _Head:
+    """The runbook's head (id, version, job) after checking the text is JSON of a version this benchd
+    reads; the rest is parsed, not built (no row object is made)."""
     try:
         head = _head_decoder.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -234,6 +296,12 @@ def decode_runbook(data: bytes, source: str = "runbook") -> Runbook:
             f"{facts.collect_benchd().version} (it reads {', '.join(map(str, SUPPORTED_VERSIONS))})",
             "schema_version",
         )
+    return head
+
+
+def decode_runbook(data: bytes, source: str = "runbook") -> Runbook:
+    """Dispatch on `schema_version`; an unknown version is a clear error, never a half-read."""
+    check_runbook_head(data, source)
     try:
         return _v1_decoder.decode(data)
     except msgspec.ValidationError as exc:
@@ -306,7 +374,8 @@ def list_runbooks(config: Config) -> list[dict[str, Any]]:
 
 
 def runbook_json(ref: str, config: Config) -> bytes:
-    """For `GET /v1/runbooks/{id}`: the file's bytes after checking it loads.
+    """For `GET /v1/runbooks/{id}`: the file's bytes after checking its head (a runbook of a version this
+    benchd reads; the daemon writes every runbook whole and atomically, and does not build its rows here).
 
     Only a runbook id or a job id is accepted here (never a path: the API must not read arbitrary files).
     """
@@ -314,7 +383,7 @@ def runbook_json(ref: str, config: Config) -> bytes:
         raise BenchdError("invalid", f"not a runbook id or job id: {ref!r}", "id")
     path = resolve_runbook_path(ref, config)
     data = path.read_bytes()
-    decode_runbook(data, str(path))
+    check_runbook_head(data, str(path))
     return data
 
 

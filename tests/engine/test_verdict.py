@@ -169,3 +169,68 @@ async def test_recheck_extends_until_back_within_threshold() -> None:
     got = await cooldown.throttle_checks(rec, baseline=100.0, threshold_pct=15.0, max_seconds=11.0, check=check_slow,
                                pause_s=2.0, clock=lambda: t[0], sleep=sleep)
     assert got.waited_s == pytest.approx(11.0) and "max_seconds" in (got.note or "")
+
+
+def _annotated(values: list[float], plan: ProbePlan = FIXED3) -> list[Row]:
+    """Rows as the engine records them: each ok probe annotated against the cell's earlier ok probes, with
+    no thermal sensor (this VM's case: a slowdown it cannot explain is suspect)."""
+    clock = LinuxClock()
+    rows: list[Row] = []
+    for i, v in enumerate(values):
+        rows.append(series.annotate(_row(i, v), earlier=series.CellSeries(plan, rows).values(), plan=plan,
+                                    thermal=None, target_celsius=65, clock=clock, slept_s=0.0, stopped_s=0.0))
+    return rows
+
+
+def test_a_step_down_halfway_is_drifting_and_every_slow_probe_is_throttle_suspect() -> None:
+    """What a CPU hog started halfway through a quiet cell gives: a level shift, not a slope."""
+    rng = random.Random(5)
+    values = [100 + rng.gauss(0, 1) for _ in range(8)] + [40 + rng.gauss(0, 1) for _ in range(8)]
+    rows = _annotated(values)
+    assert [r.probe for r in rows if r.throttle and r.throttle.suspect] == list(range(8, 16))
+    assert all("below the running median" in r.throttle.note for r in rows[8:] if r.throttle)
+    v = verdict.cell_verdict(rows, ProbePlan(False, 16, 16, 2.0, "gen_tps", 15.0))
+    assert v.verdict == "drifting" and v.trend is not None and v.trend.drift_pct < -2.0 and "moved" in v.reason
+    assert v.throttle_suspects == 8
+
+
+def test_a_noisy_step_is_unsteady_and_still_named_by_its_throttle_suspects() -> None:
+    """A slowed half so noisy the trend test cannot call it (the CI is then ±100 %): the verdict says
+    unsteady with its width, and the probes far below the running median are throttle-suspect."""
+    values = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8, 100.1, 5.0, 150.0, 3.0, 160.0, 4.0, 170.0, 6.0, 140.0]
+    rows = _annotated(values)
+    v = verdict.cell_verdict(rows, ProbePlan(False, 16, 16, 2.0, "gen_tps", 15.0))
+    assert v.verdict == "unsteady" and v.ci_half_width_pct is not None and v.ci_half_width_pct > 2.0
+    assert f"CI ±{v.ci_half_width_pct:.2f} %" in v.reason
+    assert v.throttle_suspects == sum(1 for x in values[8:] if x < 50) > 0
+
+
+def test_the_adaptive_rule_replayed_on_steady_sliding_and_wide_series() -> None:
+    """The stop decision replayed over a series, probe by probe, as the engine makes it."""
+    rng = random.Random(11)
+    flat = [_row(i, 100 + rng.gauss(0, 0.3)) for i in range(30)]
+    assert next(k for k in range(1, 31) if series.CellSeries(AUTO, flat[:k]).done()) == AUTO.min
+    assert verdict.cell_verdict(flat[:AUTO.min], AUTO).verdict == "steady"
+    # A slide inside a tight CI meets the CI rule: the series stops, and the verdict still names the trend.
+    slide = [_row(i, 100 - 0.6 * i + rng.gauss(0, 0.05)) for i in range(30)]
+    stop = next(k for k in range(1, 31) if series.CellSeries(AUTO, slide[:k]).done())
+    v = verdict.cell_verdict(slide[:stop], AUTO)
+    assert v.verdict == "drifting" and v.probes_used == stop, v
+    wide = [_row(i, 100.0 + (40 if i % 2 else 0)) for i in range(30)]
+    assert [k for k in range(1, 31) if series.CellSeries(AUTO, wide[:k]).done()] == [30]
+    assert verdict.cell_verdict(wide, AUTO).verdict == "unsteady"
+
+
+def test_the_series_book_keeps_what_the_verdict_reads_and_gives_the_same_verdict() -> None:
+    rng = random.Random(2)
+    rows = _annotated([100 + rng.gauss(0, 1) for _ in range(8)] + [60.0, None, 61.0])  # type: ignore[list-item]
+    rows[9] = msgspec.structs.replace(rows[9], null_reasons={"gen_tps": "no timings", "ttft_ms": "x"},
+                                      sources={"gen_tps": "server:timings"}, error="e")
+    book = series.SeriesBook(FIXED3, rows)
+    kept = book.series("c", 128).rows
+    assert [r.probe for r in kept] == [r.probe for r in rows]
+    assert kept[9].null_reasons == {"gen_tps": "no timings"} and kept[9].sources == {} and kept[9].error is None
+    plan = ProbePlan(False, 11, 11, 2.0, "gen_tps", 15.0)
+    assert verdict.cell_verdict(kept, plan) == verdict.cell_verdict(rows, plan)
+    assert series.CellSeries(AUTO, kept).values() == series.CellSeries(AUTO, rows).values()
+    assert [r.throttle for r in kept] == [r.throttle for r in rows]

@@ -271,3 +271,30 @@ def test_runbook_of_a_real_sweep(tmp_path: Path, tiny_models, llama_server_bin) 
     md = (config.runbooks_dir / f"{rid}.md").read_text()
     assert fmt_value("gen_tps", cell.gen_tps.median) in md
     store.close()
+
+
+def test_the_written_file_is_the_runbook_encoded_whole(written) -> None:
+    """The runbook is written a row and a cooldown at a time; the bytes are those of encoding it whole,
+    and what it holds is what the full rows and events give."""
+    config, store, rid, _ = written
+    job = "20261130-020000-abcd"
+    rb = runbook.build_runbook(config, store, job)
+    assert rb.rows == store.rows(job)
+    assert len(rb.cooldowns) == sum(e.type == "cooldown_finished" for e in store.events(job))
+    on_disk = runbook.decode_runbook((config.runbooks_dir / f"{rid}.json").read_bytes())
+    assert (on_disk.rows, on_disk.cooldowns, on_disk.cells, on_disk.pareto) == (rb.rows, rb.cooldowns, rb.cells, rb.pareto)
+    assert b"".join(runbook.iter_runbook_json(rb)) == runbook.encode_runbook(rb)
+    empty = msgspec.structs.replace(rb, rows=[], cooldowns=[])
+    assert b"".join(runbook.iter_runbook_json(empty)) == runbook.encode_runbook(empty)
+
+
+def test_every_event_is_read_past_one_page(tmp_path: Path) -> None:
+    """A long sweep has more events than one page of the store's event reads: every cooldown is kept."""
+    config, store, sweep, _ = setup_state(tmp_path)
+    job = fill_job(store, sweep)
+    extra = 10_001
+    for i in range(extra):
+        store.append_event(job, "cooldown_finished", {"candidate": "x", "context": 1, "probe": i,
+                                                      "record": {"policy": "fixed", "waited_s": 0.0, "reason": "fixed"}})
+    rb = runbook.build_runbook(config, store, job)
+    assert len(rb.cooldowns) == sum(1 for e in store.iter_events(job) if e.type == "cooldown_finished") > extra
