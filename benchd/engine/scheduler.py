@@ -96,6 +96,8 @@ T = TypeVar("T")
 #: paired -> a verdict with `.verdict`), injected by the daemon so the pair stop rule asks the question
 #: the report answers (the engine stage cannot import the results stage).
 PairJudge = Callable[..., Any]
+#: The events every probe writes (its row is in the rows table): a scan for server starts skips them.
+PROBE_EVENTS = ("probe_started", "probe_finished", "cooldown_started", "cooldown_finished", "cell_finished")
 
 
 @dataclass(frozen=True)
@@ -317,7 +319,7 @@ class Engine:
         """`ready.starts` cold and as many warm starts of the candidate's server, alternating, each
         stopped once health answers: the time-to-ready axis's samples (no probe runs on them). A
         resumed job makes only the starts its events do not already hold."""
-        made = sum(1 for e in self.store.events(self.job) if e.type == "server_ready"
+        made = sum(1 for e in self.store.iter_events(self.job, exclude_types=PROBE_EVENTS) if e.type == "server_ready"
                    and e.payload.get("candidate") == cand.id and e.payload.get("purpose") == "ready")
         for i in range(made, 2 * self.sweep.ready.starts):
             server = await self.start_server(cand, g, cold=i % 2 == 0, purpose="ready")
