@@ -199,7 +199,8 @@ class Engine:
 
     def design(self) -> str:
         """The order that runs and why (recorded once; a resumed job keeps what it decided)."""
-        before = [e.payload for e in self.store.events(self.job) if e.type in ("design_chosen", "design_changed")]
+        before = [e.payload for e in self.store.iter_events(self.job, exclude_types=PROBE_EVENTS)
+                  if e.type in ("design_chosen", "design_changed")]
         if before:
             return str(before[-1]["order"])
         asked = self.sweep.order
