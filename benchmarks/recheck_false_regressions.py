@@ -76,7 +76,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     evidence = load_runbook(firsts[0]["lock_runbook"], config)
 
     def judge(e: dict[str, Any], t: float) -> tuple[dict[str, dict[str, str]], list[str]]:
-        return verdicts(evidence, load_runbook(e["runbook"], config), "tiny", t)
+        got, regs, _ = verdicts(evidence, load_runbook(e["runbook"], config), "tiny", t)
+        return got, regs
 
     per_threshold: dict[str, Any] = {}
     for t in THRESHOLDS:

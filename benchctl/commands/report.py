@@ -94,11 +94,12 @@ def _announce_page(path: Any, open_page: bool) -> None:
 @click.option("--open", "open_page", is_flag=True, help="With --html: open the page in the default browser.")
 @state_dir_option
 def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: bool, state_dir: str | None) -> None:
-    """Same candidate/context cells of two runbooks side by side: ratio B/A and a significance call.
+    """Same candidate/context cells of two runbooks side by side: ratio B/A and the one comparison's verdict.
 
-    The test is the exact two-sided Mann–Whitney U at α = 0.05 on the probe values; below the probes
-    it needs (4 per side) the verdict is "too few probes to call a difference". Differences in
-    machine, grid, prompt hashes or cooldown policy are printed as warnings first.
+    Per metric: different (the 95 % CI of B/A lies outside ±the runbook's target_ci_pct and the exact
+    rank test agrees), tied (the CI lies inside it) or unresolved (with about how many more probes
+    would tell), at α = 0.05. Differences in machine, grid, prompt hashes or cooldown policy are
+    printed as warnings first.
     """
     import msgspec
 
@@ -120,18 +121,14 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
         click.echo(f"warning: {w}")
     click.echo(f"A = {cmp.a}\nB = {cmp.b}")
     _print_builds(cmp.builds)
-    click.echo(f"test: {cmp.test}, α = {cmp.alpha}; needs ≥ {cmp.min_probes_per_side} ok probes per side "
-               "(with fewer the smallest possible p-value is above α); better/worse only beyond the noise "
-               "(95 % CIs apart; below six probes p < α) and beyond the runbook's target_ci_pct, else tied")
-    header = ["candidate", "context", "metric", "A median (n)", "B median (n)", "B/A", "p", "verdict"]
+    click.echo(f"test: {cmp.test}; α = {cmp.alpha:g} per metric, margin ±{cmp.margin_pct:g} %")
+    header = ["candidate", "context", "metric", "A median (n)", "B median (n)", "B/A", "verdict"]
     body = []
     for cell in cmp.cells:
         for m in cell.metrics:
             body.append([cell.candidate, str(cell.context), m.metric, f"{fmt_value(m.metric, m.median_a)} ({m.n_a})",
                          f"{fmt_value(m.metric, m.median_b)} ({m.n_b})",
-                         f"{m.ratio_b_over_a:.3f}" if m.ratio_b_over_a is not None else "null",
-                         f"{m.p_value:.3g}" if m.p_value is not None else "-",
-                         m.verdict + (f" ({m.why})" if m.why and m.verdict == "tied" else "")])
+                         f"{m.ratio_b_over_a:.3f}" if m.ratio_b_over_a is not None else "null", m.text])
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     for row in [header, ["-" * w for w in widths], *body]:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())

@@ -3,46 +3,44 @@
 The sweep is the locked candidate exactly as the lock records it (binary path, model, args, env, spec,
 context size), on the lock's contexts (or the `recheck_contexts` a person named in the lock), with the
 evidence runbook's settings (gen tokens, warm-up, cooldown, probe timeout, sampling: the lock itself
-does not hold them). Speed only: no evals, no sustained run (said in the sweep's deferred axes).
-Probes: the evidence's count, raised to the fewest with which the exact test can reach α against the
-evidence's n (three evidence probes alone can never be called significantly different).
+does not hold them). Speed, memory and energy only: no evals, no sustained run (said in the sweep's
+deferred axes).
+Probes: the evidence's count, at least `MIN_RECHECK_PROBES`.
 
-The verdict per context and metric comes from `results.compare` (medians, exact Mann–Whitney U):
-`same` when the test finds no difference or the change is under the threshold (the figures follow in
-brackets), else `faster by X %` / `slower by X % (p = …)` (memory: `larger` / `smaller`). A regression
-is a significant change for the worse beyond the threshold (default 5 %).
+The verdict per context and metric is the one comparison (`results.compare`, margin ±threshold, α):
+`X % slower: different: …` (faster / larger / smaller / more or less energy per token), `same: tied
+within ±5 % […]`, or `unresolved: …`. Once the lock has three or more earlier rechecks, the recheck's
+median is also judged against their spread (between-session variance, `comparison.compare_to_history`),
+and a regression must be different-and-worse on both: within this session and against the earlier ones.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.lock.lockfile import Locked, LockFile, baseline_from_lock, locked_candidate
-from benchd.results.compare import ALPHA, EXACT_LIMIT, MetricComparison, compare_runbooks, min_p_value
+from benchd.results.compare import MetricComparison, compare_runbooks
+from benchd.results.comparison import ALPHA, AXES, AxisVerdict, compare_to_history
 from benchd.results.runbook import load_runbook
 from benchd.schemas import Deferred, Fingerprint, RecheckEntry, Runbook, Sustained, Sweep
 from benchd.store import utcnow
 
-#: Words for a metric that got higher / lower (time metrics read the other way round).
-WORDS = {"gen_tps": ("faster", "slower"), "prompt_tps": ("faster", "slower"),
-         "ttft_ms": ("slower", "faster"), "mem_peak_bytes": ("larger", "smaller")}
-#: Which word is the worse one.
-WORSE = {"slower", "larger"}
-MAX_RECHECK_PROBES = 30
+#: A recheck runs at least this many probes per cell (two give a spread; three give the rank guard its floor).
+MIN_RECHECK_PROBES = 3
+#: Earlier rechecks of the same lock needed before their spread is judged too.
+MIN_HISTORY = 3
 NOT_RECHECKED = (
-    Deferred(axis="evals", reason="a recheck of the lock measures speed and memory only"),
-    Deferred(axis="sustained generation", reason="a recheck of the lock measures speed and memory only"),
+    Deferred(axis="evals", reason="a recheck of the lock measures speed, memory and energy only"),
+    Deferred(axis="sustained generation", reason="a recheck of the lock measures speed, memory and energy only"),
 )
 
 
-def recheck_probes(evidence_probes: int, evidence_n: int) -> int:
-    """The evidence's probe count, raised until the exact test can reach α against `evidence_n`."""
-    n = max(1, evidence_probes)
-    while n < MAX_RECHECK_PROBES and (min_p_value(evidence_n, n) > ALPHA and evidence_n + n < EXACT_LIMIT):
-        n += 1
-    return n
+def recheck_probes(evidence_probes: int) -> int:
+    """The evidence's probe count, at least MIN_RECHECK_PROBES."""
+    return max(MIN_RECHECK_PROBES, evidence_probes)
 
 
 def recheck_contexts(locked: Locked) -> list[int]:
@@ -72,47 +70,60 @@ def recheck_sweep(locked: Locked, config: Config) -> Sweep:
     rb = evidence_runbook(locked, config)
     src = rb.sweep
     planned = src.probe_plan().min  # a fixed count, or the low end of `probes = "auto"`
-    evidence_n = min((ev.n_ok for ev in locked.evidence.values()), default=planned) or planned
     return Sweep(
         name=f"recheck-{locked.candidate}", contexts=recheck_contexts(locked), gen_tokens=src.gen_tokens,
-        candidates=[locked_candidate(locked)], probes=recheck_probes(planned, evidence_n), warmup=src.warmup,
+        candidates=[locked_candidate(locked)], probes=recheck_probes(planned), warmup=src.warmup,
         eval_tier="none", probe_timeout_s=src.probe_timeout_s, sampling=locked.sampling,
         sustained=Sustained(tokens=0, window=src.sustained.window), cooldown=src.cooldown,
         deferred=[*src.deferred, *NOT_RECHECKED],
     )
 
 
-def describe(m: MetricComparison, threshold_pct: float) -> tuple[str, bool]:
-    """(verdict text, is a regression) for one metric of one cell."""
-    if m.verdict.startswith("not measured") or m.ratio_b_over_a is None:
-        return (m.verdict if m.verdict.startswith("not measured") else "not measured"), False
-    change = (m.ratio_b_over_a - 1.0) * 100.0
-    up, down = WORDS.get(m.metric, ("higher", "lower"))
-    word = up if change > 0 else down
-    signed = f"{change:+.1f} %"
-    if m.p_value is None:
-        return f"no verdict: {m.verdict} ({signed} on medians)", False
-    if m.p_value >= ALPHA or abs(change) < threshold_pct:
-        why = "not significant" if m.p_value >= ALPHA else f"under the {threshold_pct:g} % threshold"
-        return f"same ({signed}, p = {m.p_value:.2g}: {why})", False
-    return f"{word} by {abs(change):.1f} % (p = {m.p_value:.2g})", word in WORSE
+def describe(m: MetricComparison, history: AxisVerdict | None = None) -> tuple[str, bool]:
+    """(verdict text, is a regression) for one metric of one cell; `history` the judgement against
+    earlier rechecks' spread, when there are enough of them."""
+    v = m.detail
+    if v is None:
+        return m.verdict, False
+    against = f"; against earlier rechecks: {history.text}" if history is not None else ""
+    if v.verdict == "different" and v.ratio is not None:
+        words = AXES[m.metric].words if m.metric in AXES else ("higher", "lower")
+        word = words[0] if v.ratio > 1 else words[1]
+        worse = v.b_better is False and (history is None or (history.verdict == "different"
+                                                             and history.b_better is False))
+        return f"{abs(v.ratio - 1) * 100:.1f} % {word}: {v.text}{against}", worse
+    if v.verdict == "tied":
+        return f"same: {v.text}{against}", False
+    return f"{v.text}{against}", False
 
 
-def verdicts(evidence: Runbook, recheck: Runbook, candidate: str,
-             threshold_pct: float) -> tuple[dict[str, dict[str, str]], list[str]]:
-    """Per context, per metric: the verdict text; and the regressions as one line each."""
-    cmp = compare_runbooks(evidence, recheck)
+def verdicts(evidence: Runbook, recheck: Runbook, candidate: str, threshold_pct: float,
+             history: Sequence[RecheckEntry] = ()) -> tuple[dict[str, dict[str, str]], list[str],
+                                                          dict[str, dict[str, float]]]:
+    """Per context, per metric: the verdict text; the regressions as one line each; and the recheck's
+    medians (kept in the entry, for later rechecks' between-session judgement). `history`: earlier
+    rechecks of the same lock, oldest first."""
+    cmp = compare_runbooks(evidence, recheck, margin_pct=threshold_pct)
     out: dict[str, dict[str, str]] = {}
+    medians: dict[str, dict[str, float]] = {}
     regressions = []
     for cell in cmp.cells:
         if cell.candidate != candidate:
             continue
+        ctx = str(cell.context)
         for m in cell.metrics:
-            text, worse = describe(m, threshold_pct)
-            out.setdefault(str(cell.context), {})[m.metric] = text
+            past = [e.medians[ctx][m.metric] for e in history if m.metric in e.medians.get(ctx, {})]
+            judged = None
+            if m.median_b is not None:
+                medians.setdefault(ctx, {})[m.metric] = m.median_b
+                if len(past) >= MIN_HISTORY:
+                    judged = compare_to_history(past, m.median_b, axis=m.metric, better=m.better,  # type: ignore[arg-type]
+                                                margin_pct=threshold_pct, alpha=ALPHA)
+            text, worse = describe(m, judged)
+            out.setdefault(ctx, {})[m.metric] = text
             if worse:
                 regressions.append(f"{m.metric} at context {cell.context}: {text}")
-    return out, regressions
+    return out, regressions, medians
 
 
 def finish_entry(config: Config, lf: LockFile, *, job: str, outcome: str, runbook_id: str | None,
@@ -123,8 +134,10 @@ def finish_entry(config: Config, lf: LockFile, *, job: str, outcome: str, runboo
     if runbook_id is not None:
         try:
             evidence = load_runbook(lock_runbook, config)
-            fields["verdicts"], fields["regressions"] = verdicts(evidence, load_runbook(runbook_id, config),
-                                                                  lf.locked.candidate, threshold_pct)
+            earlier = [e for e in lf.rechecks if e.locked_at == locked_at and e.candidate == lf.locked.candidate
+                       and e.outcome == "succeeded" and e.medians]
+            fields["verdicts"], fields["regressions"], fields["medians"] = verdicts(
+                evidence, load_runbook(runbook_id, config), lf.locked.candidate, threshold_pct, earlier)
         except BenchdError as exc:
             error = f"{error}; " if error else ""
             error += f"no verdict: {exc.message}"

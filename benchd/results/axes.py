@@ -45,7 +45,8 @@ register_axis("tool_pass_rate", "higher", words=("higher", "lower"), compare=Fal
 register_axis("sustain_ratio", "higher", words=("higher", "lower"), compare=False)
 register_axis("j_per_gen_token", "lower", words=("more energy per token", "less energy per token"))
 #: Time to ready (spawn -> health answers) over a candidate's warm starts; its cold starts are compared apart.
-register_axis("ready_s", "lower", words=("slower to start", "faster to start"))
+#: Per candidate, not per cell: `compare` judges it in `compare_ready`, Pareto from the runbook's warm starts.
+register_axis("ready_s", "lower", words=("slower to start", "faster to start"), compare=False)
 #: Session probes: the median TTFT of turns >= 2 on a warm prompt cache.
 register_axis("session_ttft_ms", "lower", words=("slower", "faster"))
 #: Parallel requests: the aggregate gen tok/s of N simultaneous streams, one axis per level ("agg_gen_tps@N").

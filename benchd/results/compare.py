@@ -1,142 +1,38 @@
-"""Compare two runbooks cell by cell: medians side by side, ratio B/A, and a significance call.
+"""Compare two runbooks cell by cell: medians side by side, ratio B/A, and the one comparison's verdict.
 
-The test is the exact two-sided Mann–Whitney U (Wilcoxon rank-sum) test at α = 0.05 on the probe
-values of a cell: distribution-free (probe timings are not normal, and a handful of probes cannot show
-that they are), exact (the permutation distribution of the rank sum is enumerated, ties included by
-mid-ranks, so no normal approximation is trusted at n = 3..10). With n probes per side the smallest
-two-sided p-value it can ever give is 2 / C(2n, n): 0.1 at n = 3, 0.029 at n = 4, so it needs at least
-`min_probes_per_side()` (= 4 at α = 0.05) per side; below that the verdict is "too few probes to call
-a difference", never a guess. No scipy: the distribution is counted by dynamic programming.
-
-Ties are ties: a difference counts only beyond the noise — the two cells' distribution-free
-95 % CIs of the median do not overlap (or, for cells too small for a CI, the exact test is
-significant) — and larger than the sweep's
-`target_ci_pct` (the precision the user asked for: a 0.8 % gap is not a finding when every cell was
-measured to ±2 %). Otherwise the verdict is `tied`, with why. `beyond_noise` is the one rule; the
-Pareto view uses it too.
+Each metric of each cell shared by the two runbooks is one question to `comparison.compare_axis` at
+α (different / tied / unresolved, with the ratio's CI; the runbook's `target_ci_pct` is the margin).
+Two runbooks are two sessions, so their probes are never paired. What makes the two not like for like
+(machine, grid, prompts, cooldown, models, servers, builds) is listed first.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
-from collections.abc import Sequence
-from fractions import Fraction
-from math import comb
 from typing import Any
 
 from msgspec import Struct
 
-from benchd.engine.metrics import median_ci
-from benchd.results.comparison import AXES, AxisVerdict, compare_axis
+from benchd.results.comparison import (
+    ALPHA,
+    AXES,
+    DEFAULT_MARGIN_PCT,
+    AxisVerdict,
+    compare_axis,
+    compare_metrics,
+)
 from benchd.results.evalcompare import EvalComparison, compare_evals
-from benchd.schemas import Fingerprint, Runbook
+from benchd.schemas import Fingerprint, Row, Runbook
 from benchd.servers.fingerprint import changed_kinds, changes, runbook_fingerprint
 
-ALPHA = 0.05
-TEST_NAME = "Mann–Whitney U (Wilcoxon rank-sum), exact, two-sided"
-TOO_FEW = "too few probes to call a difference"
-TIED = "tied"
-#: The practical margin when a runbook names none (the default `target_ci_pct`).
-DEFAULT_MARGIN_PCT = 2.0
-#: Metrics compared, with the direction that is better.
-METRICS: tuple[tuple[str, str], ...] = (
-    ("gen_tps", "higher"), ("prompt_tps", "higher"), ("ttft_ms", "lower"), ("mem_peak_bytes", "lower"),
-    ("j_per_gen_token", "lower"),
-)
-#: Exact enumeration up to this many pooled probes; beyond, the rank-sum DP would be slow in Python.
-EXACT_LIMIT = 80
-
-
-def min_p_value(n1: int, n2: int) -> float:
-    """The smallest two-sided exact p-value possible with these sample sizes (complete separation)."""
-    if n1 == 0 or n2 == 0:
-        return 1.0
-    return min(1.0, 2 / comb(n1 + n2, n1))
-
-
-def min_probes_per_side(alpha: float = ALPHA) -> int:
-    """The fewest probes per side (equal sizes) with which the exact test can ever reach `alpha`."""
-    n = 1
-    while min_p_value(n, n) > alpha:
-        n += 1
-    return n
-
-
-def _midranks2(values: Sequence[float]) -> list[int]:
-    """Twice the mid-ranks (1-based) of `values`: integers even with ties."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks2 = [0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        r2 = (i + 1) + (j + 1)  # 2 × mean of ranks i+1..j+1
-        for k in range(i, j + 1):
-            ranks2[order[k]] = r2
-        i = j + 1
-    return ranks2
-
-
-def mann_whitney_exact(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
-    """(U of `a`, exact two-sided p-value) under the permutation distribution of the rank sum.
-
-    Counts, over every way of choosing len(a) of the pooled mid-ranks, how often the rank sum is at
-    least as far from its mean as observed. Ties are handled exactly (conditional on the tie pattern).
-    """
-    n1, n2 = len(a), len(b)
-    if n1 == 0 or n2 == 0:
-        raise ValueError("both samples need at least one value")
-    if n1 + n2 > EXACT_LIMIT:
-        raise ValueError(f"exact test limited to {EXACT_LIMIT} pooled values")
-    ranks2 = _midranks2([*a, *b])
-    w2 = sum(ranks2[:n1])
-    u = w2 / 2 - n1 * (n1 + 1) / 2
-    # dp[k][s] = number of k-subsets of the ranks seen so far with doubled rank sum s
-    dp: list[dict[int, int]] = [{} for _ in range(n1 + 1)]
-    dp[0][0] = 1
-    for r in ranks2:
-        for k in range(min(n1, len(ranks2)) - 1, -1, -1):
-            for s, cnt in dp[k].items():
-                dp[k + 1][s + r] = dp[k + 1].get(s + r, 0) + cnt
-    total = comb(n1 + n2, n1)
-    mean2 = Fraction(n1 * sum(ranks2), n1 + n2)
-    dev = abs(w2 - mean2)
-    extreme = sum(cnt for s, cnt in dp[n1].items() if abs(s - mean2) >= dev)
-    return u, min(1.0, extreme / total)
-
-
-def beyond_noise(a: Sequence[float], b: Sequence[float], margin_pct: float = DEFAULT_MARGIN_PCT) -> tuple[bool, str]:
-    """Whether the medians of `a` and `b` differ by more than the noise, and why (or why not).
-
-    Beyond the noise = the two 95 % CIs of the median do not overlap (both cells have six values or
-    more), or — where a cell is too small for a CI but the exact test can reach α — a Mann–Whitney
-    p < α; and in either case the medians differ by more than `margin_pct` %. The CI comes first on
-    purpose: a wide (unsteady) cell must not win on a rank test its spread makes meaningless.
-    """
-    if not a or not b:
-        return False, "not measured on one side"
-    ma, mb = statistics.median(a), statistics.median(b)
-    rel = abs(mb - ma) / abs(ma) * 100 if ma else (0.0 if mb == ma else math.inf)
-    ca, cb = median_ci(a), median_ci(b)
-    if ca is not None and cb is not None:
-        if not (ca[1] < cb[0] or cb[1] < ca[0]):
-            return False, f"95 % CIs overlap; medians {rel:.1f} % apart"
-        how = "95 % CIs apart"
-    elif min_p_value(len(a), len(b)) <= ALPHA and len(a) + len(b) <= EXACT_LIMIT:
-        p = mann_whitney_exact(a, b)[1] if ma != mb else 1.0
-        if p >= ALPHA:
-            return False, f"Mann–Whitney p = {p:.3g}; medians {rel:.1f} % apart"
-        how = f"Mann–Whitney p = {p:.3g}"
-    else:
-        return False, f"too few probes to tell ({len(a)} vs {len(b)})"
-    if rel <= margin_pct:
-        return False, f"medians {rel:.1f} % apart ({how}), within the ±{margin_pct:g} % target"
-    return True, f"medians {rel:.1f} % apart ({how})"
+TEST_NAME = ("the one comparison: 95 % CI of the ratio B/A (Welch on log values) within / outside ±margin, "
+             "guarded by the exact Mann–Whitney test")
 
 
 class MetricComparison(Struct, kw_only=True):
+    """One metric of one cell: the medians, their ratio B/A, and the comparison's verdict (`different`,
+    `tied`, `unresolved`, or `not measured: why`) with its one-line text; `detail` the full verdict."""
+
     metric: str
     better: str
     n_a: int
@@ -144,9 +40,10 @@ class MetricComparison(Struct, kw_only=True):
     median_a: float | None
     median_b: float | None
     ratio_b_over_a: float | None
-    p_value: float | None
-    verdict: str  # "B better" | "B worse" | TIED | TOO_FEW | "not measured: ..."
-    why: str | None = None
+    verdict: str
+    text: str
+    b_better: bool | None = None
+    detail: AxisVerdict | None = None
 
 
 class CellComparison(Struct, kw_only=True):
@@ -199,7 +96,7 @@ class Comparison(Struct, kw_only=True):
     b: str
     test: str
     alpha: float
-    min_probes_per_side: int
+    margin_pct: float
     warnings: list[str]
     cells: list[CellComparison]
     only_in_a: list[str]
@@ -220,33 +117,23 @@ def _samples(rb: Runbook) -> dict[tuple[str, int], list[Any]]:
     return cells
 
 
-def _compare_metric(metric: str, better: str, ra: list[Any], rb_: list[Any],
-                    margin_pct: float = DEFAULT_MARGIN_PCT) -> MetricComparison:
-    a = [float(v) for r in ra if (v := getattr(r, metric)) is not None]
-    b = [float(v) for r in rb_ if (v := getattr(r, metric)) is not None]
+def compare_metric(metric: str, better: str, ra: list[Any], rb_: list[Any], *,
+                   margin_pct: float = DEFAULT_MARGIN_PCT, alpha: float = ALPHA) -> MetricComparison:
+    """One metric of one cell of A (`ra`) against B (`rb_`): ok probe rows of each side."""
+    a = [float(v) for r in ra if (v := getattr(r, metric, None)) is not None]
+    b = [float(v) for r in rb_ if (v := getattr(r, metric, None)) is not None]
     med_a = statistics.median(a) if a else None
     med_b = statistics.median(b) if b else None
     ratio = med_b / med_a if med_a not in (None, 0) and med_b is not None else None
-    p: float | None = None
-    why: str | None = None
+    base: dict[str, Any] = dict(metric=metric, better=better, n_a=len(a), n_b=len(b), median_a=med_a,
+                                median_b=med_b, ratio_b_over_a=ratio)
     if not a or not b:
         reasons = {getattr(r, "null_reasons", {}).get(metric) for r in [*ra, *rb_]} - {None}
         verdict = "not measured" + (f": {'; '.join(sorted(str(x) for x in reasons))}" if reasons else "")
-    elif len(a) + len(b) > EXACT_LIMIT:
-        verdict = "too many probes for the exact test"
-    elif min_p_value(len(a), len(b)) > ALPHA and (median_ci(a) is None or median_ci(b) is None):
-        verdict = TOO_FEW
-    else:
-        if min_p_value(len(a), len(b)) <= ALPHA:
-            _, p = mann_whitney_exact(a, b)
-        beyond, why = beyond_noise(a, b, margin_pct)
-        if not beyond:
-            verdict = TIED
-        else:
-            b_higher = (med_b or 0) > (med_a or 0)
-            verdict = "B better" if b_higher == (better == "higher") else "B worse"
-    return MetricComparison(metric=metric, better=better, n_a=len(a), n_b=len(b), median_a=med_a,
-                            median_b=med_b, ratio_b_over_a=ratio, p_value=p, verdict=verdict, why=why)
+        return MetricComparison(verdict=verdict, text=verdict, **base)
+    v = compare_axis(a, b, axis=metric, better="lower" if better == "lower" else "higher",
+                     margin_pct=margin_pct, alpha=alpha)
+    return MetricComparison(verdict=v.verdict, text=v.text, b_better=v.b_better, detail=v, **base)
 
 
 _MACHINE_FIELDS = ("hardware_model", "chip", "cpu_model", "cores_logical", "cores_physical", "memory_bytes",
@@ -374,18 +261,21 @@ def compare_agentic(a: Runbook, b: Runbook) -> list[AgenticComparison]:
     return out
 
 
-def compare_runbooks(a: Runbook, b: Runbook) -> Comparison:
+def compare_runbooks(a: Runbook, b: Runbook, alpha: float = ALPHA, margin_pct: float | None = None) -> Comparison:
+    """Every cell both runbooks have, every compared metric, one question each at `alpha`; the margin
+    is A's `target_ci_pct` unless given."""
     sa, sb = _samples(a), _samples(b)
-    margin = a.sweep.probe_plan().target_ci_pct
+    margin = a.sweep.probe_plan().target_ci_pct if margin_pct is None else margin_pct
     keys_a = {(r.candidate, r.context) for r in a.rows if r.kind == "probe"}
     keys_b = {(r.candidate, r.context) for r in b.rows if r.kind == "probe"}
     cells = [
         CellComparison(candidate=c, context=x, metrics=[
-            _compare_metric(m, d, sa.get((c, x), []), sb.get((c, x), []), margin) for m, d in METRICS])
+            compare_metric(m.name, m.better, sa.get((c, x), []), sb.get((c, x), []), margin_pct=margin, alpha=alpha)
+            for m in compare_metrics() if m.name in Row.__struct_fields__])
         for c, x in sorted(keys_a & keys_b)
     ]
     return Comparison(
-        a=a.id, b=b.id, test=TEST_NAME, alpha=ALPHA, min_probes_per_side=min_probes_per_side(ALPHA),
+        a=a.id, b=b.id, test=TEST_NAME, alpha=alpha, margin_pct=margin,
         warnings=comparability_warnings(a, b), cells=cells,
         only_in_a=[f"{c}@{x}" for c, x in sorted(keys_a - keys_b)],
         only_in_b=[f"{c}@{x}" for c, x in sorted(keys_b - keys_a)], builds=compare_builds(a, b),

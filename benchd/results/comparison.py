@@ -31,8 +31,8 @@ from msgspec import Struct
 from benchd.results import ranktests as rt
 from benchd.results.axes import AXES, Axis, Direction, compare_metrics, pareto_axes, register_axis
 
-__all__ = ["ALPHA", "AXES", "Axis", "AxisVerdict", "Direction", "PairDominance", "Samples", "compare_axis",
-           "compare_metrics", "compare_outcomes", "compare_rows", "dominance", "paired_samples", "pareto_axes",
+__all__ = ["ALPHA", "AXES", "DEFAULT_MARGIN_PCT", "Axis", "AxisVerdict", "Direction", "PairDominance", "Samples", "compare_axis",
+           "compare_metrics", "compare_outcomes", "compare_rows", "compare_to_history", "dominance", "paired_samples", "pareto_axes",
            "register_axis"]
 Verdict = Literal["different", "tied", "unresolved"]
 ALPHA = 0.05
@@ -261,6 +261,50 @@ def compare_outcomes(a: Mapping[str, bool], b: Mapping[str, bool], *, axis: str 
         return AxisVerdict(verdict="tied", text=f"tied within ±{margin_pct:g} pp: {what} ({at})", **common)
     return AxisVerdict(verdict="unresolved", text=f"unresolved: {what}; more shared tasks would resolve "
                        f"±{margin_pct:g} pp ({at})", **common)
+
+
+def compare_to_history(history: Sequence[float], value: float, *, axis: str, better: Direction,
+                       margin_pct: float = DEFAULT_MARGIN_PCT, alpha: float = ALPHA) -> AxisVerdict:
+    """One session's `value` (B) against earlier sessions' values `history` (A, three or more): the
+    between-session spread. The ratio's interval is the prediction interval of one more session,
+    exp(±t(k − 1) · s · √(1 + 1/k)) around value / the history's geometric mean; the guard is the exact
+    rank of `value` among the k + 1 sessions, p = 2 · (its tail count) / (k + 1) ≤ max(α, 2 / (k + 1))."""
+    k = len(history)
+    kw: dict[str, Any] = dict(alpha=alpha, margin_pct=margin_pct, n_a=k, n_b=1, paired=False)
+    method = "prediction interval of one more session on log values; guard exact rank among sessions"
+    if k < 3:
+        return _unresolved(axis, better, f"{k} earlier sessions: three are needed for their spread",
+                           method=method, **kw)
+    if value <= 0 or min(history) <= 0:
+        return _unresolved(axis, better, "a value ≤ 0 cannot be compared as a ratio", method=method, **kw)
+    lh = [math.log(x) for x in history]
+    est = math.log(value) - statistics.fmean(lh)
+    spread = statistics.stdev(lh)
+    lm = math.log1p(margin_pct / 100.0)
+    ratio = math.exp(est)
+    b_better = None if est == 0 else ((est > 0) == (better == "higher"))
+    word = AXES[axis].words[0 if est > 0 else 1] if axis in AXES else ("higher" if est > 0 else "lower")
+    tail_count = min(sum(h >= value for h in history), sum(h <= value for h in history)) + 1
+    guard_p = min(1.0, 2 * tail_count / (k + 1))
+    at = f"{_alpha_text(alpha)}, {k} earlier sessions"
+    if spread == 0:
+        v = "different" if abs(est) > lm else "tied"
+        text = (f"different: {_different_text(ratio, ratio, ratio, word)} (exact, no spread; {at})" if v == "different"
+                else f"tied within ±{margin_pct:g} % (exact: {_pct(ratio)}, no spread; {at})")
+        return AxisVerdict(axis=axis, better=better, verdict=v, ratio=ratio, ci_low=ratio, ci_high=ratio,  # type: ignore[arg-type]
+                           b_better=b_better, guard_p=guard_p, method=method, text=text, **kw)
+    h = rt.t_quantile(1.0 - alpha / 2.0, k - 1) * spread * math.sqrt(1 + 1 / k)
+    lo, hi = est - h, est + h
+    rlo, rhi = math.exp(lo), math.exp(hi)
+    common: dict[str, Any] = dict(axis=axis, better=better, ratio=ratio, ci_low=rlo, ci_high=rhi, b_better=b_better,
+                                  guard_p=guard_p, method=method, **kw)
+    if (lo > lm or hi < -lm) and guard_p <= max(alpha, 2 / (k + 1)) * (1 + 1e-9):
+        return AxisVerdict(verdict="different", text=f"different: {_different_text(ratio, rlo, rhi, word)} ({at})",
+                           **common)
+    if lo >= -lm and hi <= lm:
+        return AxisVerdict(verdict="tied", text=f"tied within ±{margin_pct:g} % {_ci_text(rlo, rhi)} ({at})", **common)
+    return AxisVerdict(verdict="unresolved", text=f"unresolved: {_ci_text(rlo, rhi)}, within the spread of earlier "
+                       f"sessions ({at})", **common)
 
 
 Sample = Sequence[float] | Mapping[str, bool]

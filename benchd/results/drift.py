@@ -2,9 +2,9 @@
 
 A whole sweep can drift (a laptop heating up over a night, a background job starting) while every
 cell looks steady on its own. The engine re-runs the sweep's first cell (same candidate, context and
-probe count) as `kind = "sentinel"` rows; here its median is divided by the first run's, and the two
-series are compared with the exact Mann–Whitney test `compare` uses. Beyond `sentinel_drift_pct` the
-runbook's summary says the whole sweep drifted and by how much.
+probe count) as `kind = "sentinel"` rows; here the sentinel is compared with the first run by the one
+comparison (`comparison.compare_axis`, margin ±`sentinel_drift_pct`, α = 0.05). The sweep drifted only
+when that comparison says different; tied says it did not; unresolved says the sentinel cannot tell.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from benchd.results.compare import ALPHA, EXACT_LIMIT, mann_whitney_exact, min_p_value
+from benchd.results.comparison import ALPHA, AXES, compare_axis
 from benchd.schemas import Row, Sweep, SweepDrift
 
 
@@ -22,7 +22,7 @@ def _series(rows: Sequence[Row], cand: str, ctx: int, kind: str, metric: str) ->
             and r.invalidated is None and (v := getattr(r, metric, None)) is not None]
 
 
-def sweep_drift(sweep: Sweep, rows: Sequence[Row]) -> tuple[SweepDrift | None, str | None]:
+def sweep_drift(sweep: Sweep, rows: Sequence[Row], alpha: float = ALPHA) -> tuple[SweepDrift | None, str | None]:
     """(drift, None), or (None, why there is none)."""
     if not sweep.sentinel_on():
         return None, "sentinel off (sentinel = false, or a fixed probe count without sentinel = true)"
@@ -40,26 +40,20 @@ def sweep_drift(sweep: Sweep, rows: Sequence[Row]) -> tuple[SweepDrift | None, s
         return SweepDrift(**base, summary=f"no drift figure: the {side} has no ok {metric} value",  # type: ignore[arg-type]
                           null_reasons={"ratio": f"the {side} has no ok {metric} value"}), None
     m1, m2 = statistics.median(first), statistics.median(again)
-    ratio = m2 / m1 if m1 else None
-    p: float | None = None
-    reasons: dict[str, str] = {}
-    if min_p_value(len(first), len(again)) > ALPHA:
-        reasons["p_value"] = f"too few probes for the exact test to reach p < {ALPHA} ({len(first)} vs {len(again)})"
-    elif len(first) + len(again) > EXACT_LIMIT:
-        reasons["p_value"] = f"more than {EXACT_LIMIT} pooled probes: the exact test is not run"
-    else:
-        p = mann_whitney_exact(first, again)[1]
-    if ratio is None:
-        reasons["ratio"] = "first run's median is 0"
-        return SweepDrift(**base, first_median=m1, sentinel_median=m2, p_value=p,  # type: ignore[arg-type]
-                          summary="no drift figure: the first run's median is 0", null_reasons=reasons), None
+    if m1 == 0:
+        return SweepDrift(**base, first_median=m1, sentinel_median=m2,  # type: ignore[arg-type]
+                          summary="no drift figure: the first run's median is 0",
+                          null_reasons={"ratio": "first run's median is 0"}), None
+    better = AXES[metric].better if metric in AXES else "higher"
+    v = compare_axis(first, again, axis=metric, better=better, margin_pct=sweep.sentinel_drift_pct, alpha=alpha)
+    ratio = m2 / m1
     pct = (ratio - 1) * 100
-    drifted = abs(pct) > sweep.sentinel_drift_pct
-    ptext = f"p = {p:.3g}" if p is not None else f"p null ({reasons['p_value']})"
-    summary = (f"the whole sweep drifted {pct:+.1f} % ({cand} @ {ctx}: {metric} median {m1:.4g} first, {m2:.4g} "
-               f"at the end; Mann–Whitney {ptext}), beyond the ±{sweep.sentinel_drift_pct:g} % target"
-               if drifted else
-               f"no sweep drift beyond ±{sweep.sentinel_drift_pct:g} %: the sentinel's {metric} median is "
-               f"{pct:+.1f} % of the first run's ({ptext})")
-    return SweepDrift(**base, first_median=m1, sentinel_median=m2, ratio=ratio, drift_pct=pct, p_value=p,  # type: ignore[arg-type]
-                      drifted=drifted, summary=summary, null_reasons=reasons), None
+    where = f"{cand} @ {ctx}: {metric} median {m1:.4g} first, {m2:.4g} at the end"
+    drifted = {"different": True, "tied": False}.get(v.verdict)
+    summary = (f"the whole sweep drifted {pct:+.1f} % ({where}; {v.text})" if drifted else
+               f"no sweep drift beyond ±{sweep.sentinel_drift_pct:g} % ({where}; {v.text})" if drifted is False else
+               f"sweep drift unresolved ({where}; {v.text})")
+    reasons = {} if v.guard_p is not None else {"p_value": v.text}
+    return SweepDrift(**base, first_median=m1, sentinel_median=m2, ratio=ratio, drift_pct=pct,  # type: ignore[arg-type]
+                      p_value=v.guard_p, drifted=drifted, verdict=v.verdict, text=v.text, alpha=alpha,
+                      summary=summary, null_reasons=reasons), None

@@ -369,26 +369,25 @@ def render_compare_page(cmp: Any, runtime: Runtime) -> bytes:
     for cell in doc["cells"]:
         for m in cell["metrics"]:
             name = f"{cell['candidate']} @ {cell['context']}"
-            p = f"{m['p_value']:.3g}" if m["p_value"] is not None else "-"
             ratio = m["ratio_b_over_a"]
             rows.append([cell["candidate"], cell["context"], m["metric"], f"{fmt_value(m['metric'], m['median_a'])} ({m['n_a']})",
                          f"{fmt_value(m['metric'], m['median_b'])} ({m['n_b']})", f"{ratio:.3f}" if ratio is not None else "null",
-                         p, m["verdict"]])
+                         m["text"]])
             if ratio is not None:
-                records.append({"cell": name, "metric": m["metric"], "ratio": ratio, "verdict": m["verdict"], "p": p,
-                                "median_a": fmt_value(m["metric"], m["median_a"]), "median_b": fmt_value(m["metric"], m["median_b"])})
+                records.append({"cell": name, "metric": m["metric"], "ratio": ratio, "verdict": m["verdict"],
+                                "text": m["text"], "median_a": fmt_value(m["metric"], m["median_a"]),
+                                "median_b": fmt_value(m["metric"], m["median_b"])})
     charts = [{"id": "chart-compare", "kind": "compare", "spec": pagecharts.compare_spec(records)}] if records else []
     warnings = "".join(f"<li>{esc(w)}</li>" for w in doc["warnings"]) or "<li>none: the two runbooks are like for like</li>"
     only = (f"<p>Only in A: {esc(', '.join(doc['only_in_a']) or '-')}; only in B: "
             f"{esc(', '.join(doc['only_in_b']) or '-')}</p>")
     body = (f"<header><h1>benchd comparison</h1><p>A = <span class='rid'>{esc(doc['a'])}</span>, "
             f"B = <span class='rid'>{esc(doc['b'])}</span></p></header><main><section id='summary'><h2>Summary</h2>"
-            f"<p>Test: {esc(doc['test'])}, α = {esc(doc['alpha'])}; it needs at least {esc(doc['min_probes_per_side'])} "
-            f"ok probes per side.</p><h3>What differs between the two runs</h3><ul>{warnings}</ul>{only}</section>"
+            f"<p>Test: {esc(doc['test'])}; α = {esc(doc['alpha'])} per metric, margin ±{esc(doc['margin_pct'])} %.</p><h3>What differs between the two runs</h3><ul>{warnings}</ul>{only}</section>"
             "<section id='cells'><h2>B / A per cell</h2>"
             + (chart_div("chart-compare", "Ratio B over A per cell and metric; the table below has the figures")
                if records else "<p>No cell has a ratio (no common cell measured on both sides).</p>")
-            + table(["candidate", "context", "metric", "A median (n)", "B median (n)", "B/A", "p", "verdict"], rows)
+            + table(["candidate", "context", "metric", "A median (n)", "B median (n)", "B/A", "verdict"], rows)
             + "</section></main>")
     return page(f"benchd comparison {doc['a']} vs {doc['b']}", body, charts, {"labels": {}}, runtime)
 

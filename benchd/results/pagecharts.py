@@ -196,6 +196,6 @@ def compare_spec(records: list[Spec]) -> Spec:
                  "color": {"field": "verdict", "type": "nominal", "scale": {"scheme": "darkmulti"}},
                  "tooltip": [{"field": "cell"}, {"field": "metric"}, {"field": "median_a", "title": "A median"},
                              {"field": "median_b", "title": "B median"}, {"field": "ratio", "format": ".3f"},
-                             {"field": "p", "title": "p-value"}, {"field": "verdict"}]}},
+                             {"field": "text", "title": "comparison"}, {"field": "verdict"}]}},
         ]},
     }

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from benchd.results.pareto import AXES
+from benchd.results.comparison import pareto_axes
 from benchd.results.text import fmt_value, machine_line, verdict_text
 from benchd.schemas import MachineInfo, Row, Runbook
 
@@ -52,7 +52,7 @@ def to_doc(rb: Runbook) -> Doc:
 
 def direction(axis: str) -> str:
     """'higher' or 'lower' is better: from the Pareto module's own table, else by the unit's meaning."""
-    known = dict(AXES)
+    known = {a.name: a.better for a in pareto_axes()}
     if axis in known:
         return known[axis]
     axis = axis.split("@", 1)[0]  # a parametrised axis (agg_gen_tps@2, image_ttft_ms@512x512): its metric's unit
@@ -185,7 +185,7 @@ def axes_present(doc: Doc) -> list[str]:
     for ctx in doc.get("pareto") or []:
         for p in ctx.get("points") or []:
             keys += [k for k in p.get("values") or {} if k not in keys]
-    order = [a for a, _ in AXES]
+    order = [a.name for a in pareto_axes()]
     return sorted(keys, key=lambda k: (order.index(k) if k in order else len(order), k))
 
 

@@ -1,20 +1,16 @@
-"""Pareto view over cell medians: which candidates no other candidate beats, per context.
+"""Pareto view per context: which candidates no other candidate dominates, by whom, and why not.
 
 Pure (no I/O). The tool never picks: it only says which candidates are dominated, by whom, and on
 which axes, so the human choosing in `benchctl lock` sees every tradeoff that is left.
 
-Rules: A dominates B when A is at least as good on every axis both have and strictly better
-on at least one. An axis that is null for either of the two is skipped for that pair and named in the
-output (never treated as 0). Equal on all compared axes, or no axis to compare, means neither
-dominates. Candidates with no successful probe row in a context are excluded from that context with
-a reason, never silently dropped.
-
-Ties are ties: over rows, "better" means better beyond the noise (`compare.beyond_noise`:
-the cells' 95 % CIs apart (below six probes: an exact Mann–Whitney p < 0.05), and more than the sweep's
-`target_ci_pct`); a smaller difference is a tie on that axis, named with why. Axes with one value per
-candidate: the eval pass rate (greedy, deterministic answers) compares exactly; the sustain ratio
-(one run each, noise unknown) is never beyond the noise. Frontier candidates whose cell is drifting or
-unsteady carry a caveat, so they are never silently on the frontier.
+Every pair is judged by the one comparison (`comparison.dominance`) on the cells' probe values (paired
+by round when the sweep's order allows), the eval pass rates on per-task outcomes (McNemar), with α
+split over the axes the pair is compared on: A dominates B when A is different-and-better on at least
+one axis, different-and-worse on none, and no axis is unresolved (an unresolved axis is named). An
+axis that is null, or has one value (the sustain ratio: one run each, noise unknown), on either side
+is skipped for that pair and named, never treated as 0. Candidates with no successful probe row in a
+context are excluded with a reason. The points show cell medians and their 95 % CI; frontier
+candidates whose cell is drifting or unsteady carry a caveat, so they are never silently on it.
 """
 
 from __future__ import annotations
@@ -22,55 +18,52 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Literal
+from typing import Any
 
 from benchd.engine.metrics import median_ci
 from benchd.engine.verdict import cell_verdict
 from benchd.results.agentic import SESSION_AXIS
 from benchd.results.agentic import samples as agentic_samples
-from benchd.results.compare import DEFAULT_MARGIN_PCT, beyond_noise
-from benchd.results.comparison import compare_outcomes
+from benchd.results.comparison import (
+    ALPHA,
+    AXES,
+    DEFAULT_MARGIN_PCT,
+    Direction,
+    PairDominance,
+    dominance,
+    paired_samples,
+)
 from benchd.results.evalcompare import SUITE_AXES, suite_outcomes
 from benchd.results.text import verdict_text
 from benchd.schemas import ContextPareto, Domination, EvalResult, Point, ProbePlan, Row, SkippedPair, Tie
 
-Direction = Literal["higher", "lower"]
-
-#: The axes, in display order, with the direction that is better.
-AXES: tuple[tuple[str, Direction], ...] = (
-    ("gen_tps", "higher"),
-    ("prompt_tps", "higher"),
-    ("mem_peak_bytes", "lower"),
-    ("eval_pass_rate", "higher"),
-    ("sustain_ratio", "higher"),
-    ("j_per_gen_token", "lower"),
-)
-AXIS_NAMES: tuple[str, ...] = tuple(a for a, _ in AXES)
-#: Axes a sweep measures only when it asks for them (sessions, concurrency levels, image resolutions): they join a pair's
-#: comparison when either point has a value (directions from the axis table, `results.axes`); the session
-#: axis is `agentic.SESSION_AXIS`.
-#: Per-candidate axes compared exactly (deterministic: greedy answers pass or fail the same way each time).
-EXACT_AXES = frozenset({"eval_pass_rate"})
-
-#: (axis, a, b) -> (differs beyond the noise?, why). None compares medians exactly (points without rows).
-Noise = Callable[[str, Point, Point], tuple[bool, str]]
+#: Per-candidate values of an axis that is not a probe row field: axis -> candidate -> values.
+PerCandidate = Mapping[str, Mapping[str, Sequence[float]]]
+#: (a, b) -> the dominance verdict of the pair.
+Judge = Callable[[Point, Point], PairDominance]
+#: The axes every Pareto view names (skipped with why where unmeasured), in display order.
+CORE_AXES: tuple[str, ...] = ("gen_tps", "prompt_tps", "mem_peak_bytes", "eval_pass_rate", "sustain_ratio",
+                              "j_per_gen_token")
+#: The warm-start time-to-ready axis (per candidate; joins a pair when measured).
+READY_AXIS = "ready_s"
 
 
-def _val(p: Point, axis: str) -> float | None:
-    return p.values.get(axis)
+def axis_names() -> list[str]:
+    """The core Pareto axes in display order."""
+    return list(CORE_AXES)
 
 
 def axes_of(points: Iterable[Point]) -> list[tuple[str, Direction]]:
-    """The fixed axes, then the public eval suites', session and level axes any of `points` has a value for."""
-    from benchd.results.axes import AXES as TABLE
+    """The core axes, then the axes a sweep measures only when it asks for them (the public eval suites,
+    sessions, time to ready, concurrency levels, image resolutions) that any of `points` has a value for."""
     from benchd.results.axes import IMAGE_AXIS_PREFIX, LEVEL_AXIS_PREFIX
 
     present = {k for p in points for k, v in p.values.items() if v is not None}
     extra = [a for a in SUITE_AXES.values() if a in present]
-    extra += [SESSION_AXIS] if SESSION_AXIS in present else []
+    extra += [x for x in (SESSION_AXIS, READY_AXIS) if x in present]
     extra += sorted((k for k in present if k.startswith(LEVEL_AXIS_PREFIX)), key=lambda k: int(k.split("@")[1]))
     extra += sorted((k for k in present if k.startswith(IMAGE_AXIS_PREFIX)), key=_pixels)
-    return [*AXES, *((k, TABLE[k].better if k in TABLE else "higher") for k in extra)]
+    return [(k, AXES[k].better if k in AXES else "higher") for k in (*CORE_AXES, *extra)]
 
 
 def _pixels(axis: str) -> int:
@@ -78,60 +71,31 @@ def _pixels(axis: str) -> int:
     return int(w) * int(h)
 
 
-def skipped_axes(a: Point, b: Point) -> list[str]:
-    return [axis for axis, _ in axes_of((a, b)) if _val(a, axis) is None or _val(b, axis) is None]
-
-
-def judge_pair(a: Point, b: Point, noise: Noise | None = None) -> tuple[list[str], list[str], dict[str, str], int]:
-    """(axes a is better on, axes b is better on — beyond the noise —, axes tied with why, axes compared)."""
-    a_better: list[str] = []
-    b_better: list[str] = []
-    tied: dict[str, str] = {}
-    compared = 0
-    for axis, direction in axes_of((a, b)):
-        va, vb = _val(a, axis), _val(b, axis)
-        if va is None or vb is None:
-            continue
-        compared += 1
-        if va == vb:
-            tied[axis] = "equal"
-            continue
-        beyond, why = noise(axis, a, b) if noise else (True, "")
-        if not beyond:
-            tied[axis] = why
-        elif (va > vb) == (direction == "higher"):
-            a_better.append(axis)
-        else:
-            b_better.append(axis)
-    return a_better, b_better, tied, compared
-
-
-def dominates(a: Point, b: Point, noise: Noise | None = None) -> Domination | None:
-    """Domination of `b` by `a`, or None. Skipped and tied axes are named in the result."""
-    better, worse, tied, compared = judge_pair(a, b, noise)
-    if compared == 0 or not better or worse:
-        return None
-    return Domination(by=a.candidate, better_on=better, skipped_axes=skipped_axes(a, b),
-                      tied_on=[x for x in tied if tied[x] != "equal"])
-
-
-def frontier(points: Sequence[Point], context: int, excluded: Mapping[str, str] | None = None,
-             noise: Noise | None = None) -> ContextPareto:
-    """The frontier of one context, every dominated candidate with all its dominators, and the ties."""
-    dominated: dict[str, list[Domination]] = {}
+def frontier(points: Sequence[Point], context: int, judge: Judge,
+             excluded: Mapping[str, str] | None = None, alpha: float = ALPHA) -> ContextPareto:
+    """The frontier of one context, every dominated candidate with all its dominators, and the pairs
+    neither of which dominates without a trade-off (tied or unresolved axes, with the verdicts)."""
+    dominated: dict[str, list[Domination]] = defaultdict(list)
     skipped: list[SkippedPair] = []
     ties: list[Tie] = []
-    for i, b in enumerate(points):
-        doms = [d for a in points if a is not b and (d := dominates(a, b, noise)) is not None]
-        if doms:
-            dominated[b.candidate] = sorted(doms, key=lambda d: d.by)
-        for a in points[i + 1 :]:
-            axes = skipped_axes(a, b)
-            if axes:
-                skipped.append(SkippedPair(pair=sorted([a.candidate, b.candidate]), axes=axes))
-            a_better, b_better, tied, _ = judge_pair(a, b, noise)
-            if not a_better and not b_better and tied:
-                ties.append(Tie(pair=sorted([a.candidate, b.candidate]), axes=tied))
+    order = [x for x, _ in axes_of(points)]
+    for i, a in enumerate(points):
+        for b in points[i + 1:]:
+            d = judge(a, b)
+            pair = sorted([a.candidate, b.candidate])
+            skip = [x for x in order if x in d.skipped]
+            if skip:
+                skipped.append(SkippedPair(pair=pair, axes=skip, why={x: d.skipped[x] for x in skip}))
+            if d.winner is not None:
+                win, lose = (a, b) if d.winner == "a" else (b, a)
+                if d.winner == "a":  # judged again as (loser, winner): each axis's text then reads as the winner's
+                    d = judge(lose, win)
+                dominated[lose.candidate].append(Domination(
+                    by=win.candidate, better_on=d.better_on, skipped_axes=skip, tied_on=d.tied_on, alpha=d.alpha,
+                    verdicts={x: v.text for x, v in d.verdicts.items()}, text=d.text))
+            elif not (d.better_on and d.worse_on):
+                ties.append(Tie(pair=pair, axes={x: v.text for x, v in d.verdicts.items() if v.verdict != "different"},
+                                text=d.text))
     front = sorted(p.candidate for p in points if p.candidate not in dominated)
     by_cand = {p.candidate: p for p in points}
     caveats = {c: f"cell verdict {by_cand[c].verdict}" for c in front
@@ -139,100 +103,112 @@ def frontier(points: Sequence[Point], context: int, excluded: Mapping[str, str] 
     return ContextPareto(
         context=context,
         frontier=front,
-        dominated=dict(sorted(dominated.items())),
+        dominated={c: sorted(ds, key=lambda d: d.by) for c, ds in sorted(dominated.items())},
         excluded=dict(sorted((excluded or {}).items())),
         skipped_pairs=skipped,
         points=sorted(points, key=lambda p: p.candidate),
         ties=ties,
         caveats=caveats,
+        alpha=alpha,
     )
 
 
-def _median(values: Iterable[float | int | None]) -> float | None:
-    got = [float(v) for v in values if v is not None]
-    return statistics.median(got) if got else None
+def eval_outcomes(evals: Iterable[EvalResult]) -> dict[str, dict[str, bool]]:
+    """Per candidate: `tier/task` -> passed (the per-task outcomes the pass rate is compared on)."""
+    out: dict[str, dict[str, bool]] = defaultdict(dict)
+    for e in evals:
+        if e.tier not in SUITE_AXES:  # the public suites are their own axes
+            out[e.candidate][f"{e.tier}/{e.task}"] = e.passed
+    return dict(out)
 
 
 def eval_pass_rates(evals: Iterable[EvalResult]) -> dict[str, float]:
     """Passed / total per candidate over the eval tier's tasks (the public suites are their own axes)."""
-    total: dict[str, int] = defaultdict(int)
-    passed: dict[str, int] = defaultdict(int)
-    for e in evals:
-        if e.tier in SUITE_AXES:
-            continue
-        total[e.candidate] += 1
-        passed[e.candidate] += int(e.passed)
-    return {c: passed[c] / total[c] for c in total}
+    return {c: sum(o.values()) / len(o) for c, o in eval_outcomes(evals).items()}
 
 
-def _rate(outcomes: Mapping[str, bool] | None) -> float | None:
-    return sum(outcomes.values()) / len(outcomes) if outcomes else None
-
-
-def sustain_ratios(rows: Iterable[Row]) -> dict[str, float]:
-    """Median sustain_ratio of a candidate's successful sustained rows (one per candidate, usually)."""
+def _sustained(rows: Iterable[Row]) -> dict[str, list[float]]:
     by_cand: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         if r.kind == "sustained" and r.status == "ok" and r.sustain_ratio is not None:
             by_cand[r.candidate].append(r.sustain_ratio)
-    return {c: statistics.median(v) for c, v in by_cand.items()}
+    return by_cand
 
 
-def cell_samples(rows: Sequence[Row]) -> dict[tuple[int, str], dict[str, list[float]]]:
-    """Per (context, candidate): each per-probe axis's values over the ok probe rows (the noise's input);
-    an image resolution's axis over its image probes' TTFTs; the session and level axes' samples from
-    `agentic.samples`."""
-    from benchd.results.axes import image_axis
+def sustain_ratios(rows: Iterable[Row]) -> dict[str, float]:
+    """Median sustain_ratio of a candidate's successful sustained rows (one per candidate, usually)."""
+    return {c: statistics.median(v) for c, v in _sustained(rows).items()}
 
-    out: dict[tuple[int, str], dict[str, list[float]]] = defaultdict(dict)
+
+def cell_rows(rows: Sequence[Row]) -> dict[tuple[int, str], list[Row]]:
+    """Per (context, candidate): the ok, full-length probe rows (the comparison's input)."""
+    out: dict[tuple[int, str], list[Row]] = defaultdict(list)
     for r in rows:
-        if r.status != "ok" or r.short:
-            continue
-        if r.kind == "probe":
-            for axis in AXIS_NAMES:
-                v = getattr(r, axis, None) if axis in Row.__struct_fields__ else None
-                if v is not None:
-                    out[(r.context, r.candidate)].setdefault(axis, []).append(float(v))
-        elif r.kind == "vision" and r.image_ttft_ms is not None and r.image_width and r.image_height:
-            out[(r.context, r.candidate)].setdefault(image_axis(r.image_width, r.image_height).name, []).append(r.image_ttft_ms)
-    for key, axes in agentic_samples(rows).items():
-        out[key].update(axes)
+        if r.kind == "probe" and r.status == "ok" and not r.short:
+            out[(r.context, r.candidate)].append(r)
     return out
 
 
-def noise_rule(samples: Mapping[tuple[int, str], Mapping[str, Sequence[float]]], context: int,
-               margin_pct: float = DEFAULT_MARGIN_PCT,
-               outcomes: Mapping[str, Mapping[str, Mapping[str, bool]]] | None = None) -> Noise:
-    """The tie rule over one context's probe values (see the module docstring). The public suites'
-    axes are judged by the one comparison on the per-task outcomes both candidates share
-    (`compare_outcomes`: exact McNemar); only "different" counts as better or worse."""
+def cell_samples(rows: Sequence[Row]) -> dict[tuple[int, str], dict[str, list[float]]]:
+    """Per (context, candidate), the axes measured beside the probes: an image resolution's axis over its
+    image probes' TTFTs; the session and level axes' samples from `agentic.samples`."""
+    from benchd.results.axes import image_axis
 
-    def noise(axis: str, a: Point, b: Point) -> tuple[bool, str]:
-        if outcomes is not None and axis in SUITE_AXES.values():
-            oa, ob = outcomes.get(a.candidate, {}).get(axis), outcomes.get(b.candidate, {}).get(axis)
-            if oa and ob:
-                v = compare_outcomes(oa, ob, axis=axis)
-                return v.verdict == "different", v.text
-            return False, "no per-task outcomes on one side"
-        sa = samples.get((context, a.candidate), {}).get(axis)
-        sb = samples.get((context, b.candidate), {}).get(axis)
-        if sa and sb:
-            return beyond_noise(sa, sb, margin_pct)
-        if axis in EXACT_AXES:
-            return True, "exact"
-        return False, "one value per candidate: noise unknown"
+    out: dict[tuple[int, str], dict[str, list[float]]] = defaultdict(dict)
+    for key, per_axis in agentic_samples(rows).items():
+        out[key].update(per_axis)
+    for r in rows:
+        if r.status == "ok" and not r.short and r.kind == "vision" and r.image_ttft_ms is not None \
+                and r.image_width and r.image_height:
+            out[(r.context, r.candidate)].setdefault(image_axis(r.image_width, r.image_height).name, []).append(r.image_ttft_ms)
+    return out
 
-    return noise
+
+def row_judge(rows: Sequence[Row], evals: Sequence[EvalResult], context: int, *, order: str | None = None,
+              margin_pct: float = DEFAULT_MARGIN_PCT, alpha: float = ALPHA, extra: PerCandidate | None = None) -> Judge:
+    """The pair judge over one context's rows: per-probe axes from the cells (paired by round when the
+    order allows), the pass rates from the per-task outcomes, the sustain ratio from the sustained rows,
+    the session, level and image axes from their rows, `extra` axes from their per-candidate values."""
+    cells = cell_rows(rows)
+    samples = cell_samples(rows)
+    outcomes = eval_outcomes(evals)
+    suites = suite_outcomes(evals)
+    per_cand: dict[str, Mapping[str, Any]] = {"sustain_ratio": _sustained(rows), **(extra or {})}
+
+    def judge(a: Point, b: Point) -> PairDominance:
+        ra, rb = cells.get((context, a.candidate), []), cells.get((context, b.candidate), [])
+        sa: dict[str, Any] = {}
+        sb: dict[str, Any] = {}
+        paired: dict[str, bool] = {}
+        names = [x for x, _ in axes_of((a, b))]
+        for axis in names:
+            if axis == "eval_pass_rate":
+                sa[axis], sb[axis] = outcomes.get(a.candidate), outcomes.get(b.candidate)
+            elif axis in SUITE_AXES.values():
+                sa[axis], sb[axis] = suites.get(a.candidate, {}).get(axis), suites.get(b.candidate, {}).get(axis)
+            elif axis in per_cand:
+                sa[axis], sb[axis] = per_cand[axis].get(a.candidate), per_cand[axis].get(b.candidate)
+            elif axis in Row.__struct_fields__:
+                s = paired_samples(ra, rb, axis, order=order)
+                sa[axis], sb[axis], paired[axis] = s.a, s.b, s.paired
+            else:
+                sa[axis] = samples.get((context, a.candidate), {}).get(axis)
+                sb[axis] = samples.get((context, b.candidate), {}).get(axis)
+        return dominance(sa, sb, axes=names, alpha=alpha, margin_pct=margin_pct, paired=paired,
+                         names=(a.candidate, b.candidate))
+
+    return judge
 
 
 def points_from_rows(
-    rows: Sequence[Row], evals: Sequence[EvalResult], plan: ProbePlan | None = None
+    rows: Sequence[Row], evals: Sequence[EvalResult], plan: ProbePlan | None = None, extra: PerCandidate | None = None
 ) -> tuple[dict[int, list[Point]], dict[int, dict[str, str]]]:
     """Cell medians of successful probe rows per context, plus the candidates excluded per context.
 
     Eval pass rate and sustain ratio are per candidate, so they apply to every context of it. Each
     point carries the 95 % CI of its per-probe axes and, given the sweep's plan, its cell verdict.
     """
+    ok_cells = cell_rows(rows)
     samples = cell_samples(rows)
     rates = eval_pass_rates(evals)
     per = suite_outcomes(evals)
@@ -248,37 +224,47 @@ def points_from_rows(
         points[ctx] = []
         excluded[ctx] = {}
         for cand in sorted(cells[ctx]):
-            ok = [r for r in cells[ctx][cand] if r.status == "ok" and not r.short]
+            ok = ok_cells.get((ctx, cand), [])
             if not ok:
                 excluded[ctx][cand] = "no successful probe rows in this context"
                 continue
-            values: dict[str, float | None] = {
-                "gen_tps": _median(r.gen_tps for r in ok),
-                "prompt_tps": _median(r.prompt_tps for r in ok),
-                "mem_peak_bytes": _median(r.mem_peak_bytes for r in ok),
-                "eval_pass_rate": rates.get(cand),
-            **{axis: _rate(per.get(cand, {}).get(axis)) for axis in SUITE_AXES.values() if suite_run[axis]},
-                "sustain_ratio": sustain.get(cand),
-                "j_per_gen_token": _median(r.j_per_gen_token for r in ok),
-            }
+            values: dict[str, float | None] = {}
+            ci: dict[str, list[float]] = {}
+            for axis in CORE_AXES:
+                if axis == "eval_pass_rate":
+                    values[axis] = rates.get(cand)
+                elif axis == "sustain_ratio":
+                    values[axis] = sustain.get(cand)
+                else:
+                    vals = [float(v) for r in ok if (v := getattr(r, axis, None)) is not None]
+                    values[axis] = statistics.median(vals) if vals else None
+                    if (got := median_ci(vals)) is not None:
+                        ci[axis] = [got[0], got[1]]
+            for axis in SUITE_AXES.values():
+                if suite_run[axis]:
+                    got_o = per.get(cand, {}).get(axis)
+                    values[axis] = sum(got_o.values()) / len(got_o) if got_o else None
             for axis, vals in samples.get((ctx, cand), {}).items():
-                if axis not in values:  # the session and level axes: their medians
-                    values[axis] = statistics.median(vals)
-            ci = {axis: [lo, hi] for axis, vals in samples.get((ctx, cand), {}).items()
-                  if (got := median_ci(vals)) is not None for lo, hi in [got[:2]]}
+                values[axis] = statistics.median(vals)
+                if (got := median_ci(vals)) is not None:
+                    ci[axis] = [got[0], got[1]]
+            for axis, by_cand in (extra or {}).items():
+                if (got_x := by_cand.get(cand)):
+                    values[axis] = statistics.median(got_x)
             verdict = verdict_text(cell_verdict(cells[ctx][cand], plan)) if plan is not None else None
             points[ctx].append(Point(candidate=cand, values=values, ci95=ci, verdict=verdict))
     return points, excluded
 
 
-def pareto_from_rows(rows: Sequence[Row], evals: Sequence[EvalResult],
-                     plan: ProbePlan | None = None) -> list[ContextPareto]:
-    """The Pareto view per context with the tie rule (`plan`'s `target_ci_pct` as margin, its verdicts)."""
-    points, excluded = points_from_rows(rows, evals, plan)
-    samples = cell_samples(rows)
+def pareto_from_rows(rows: Sequence[Row], evals: Sequence[EvalResult], plan: ProbePlan | None = None, *,
+                     order: str | None = None, alpha: float = ALPHA,
+                     extra: PerCandidate | None = None) -> list[ContextPareto]:
+    """The Pareto view per context (`plan`'s `target_ci_pct` as the margin, its cell verdicts; `order`
+    the sweep's measuring order, for pairing by round; `extra` per-candidate axes such as ready_s)."""
+    points, excluded = points_from_rows(rows, evals, plan, extra)
     margin = plan.target_ci_pct if plan is not None else DEFAULT_MARGIN_PCT
-    per = suite_outcomes(evals)
-    return [frontier(points[ctx], ctx, excluded[ctx], noise_rule(samples, ctx, margin, per)) for ctx in sorted(points)]
+    return [frontier(points[ctx], ctx, row_judge(rows, evals, ctx, order=order, margin_pct=margin, alpha=alpha,
+                                                 extra=extra), excluded[ctx], alpha) for ctx in sorted(points)]
 
 
 def dominators(results: Sequence[ContextPareto], candidate: str) -> dict[int, list[Domination]]:

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from benchd.results import agentic, images
+from benchd.results.comparison import AXES
 from benchd.results.pareto import axes_of
 from benchd.results.text import fmt_value, machine_line, verdict_text
 from benchd.schemas import CellStats, ContextPareto, MetricStats, Runbook, Sweep
@@ -144,6 +145,11 @@ def _md_table(header: list[str], body: list[list[str]]) -> str:
 # --------------------------------------------------------------------------------------- Pareto
 
 
+def _axis_order(per_axis: dict[str, str]) -> list[tuple[str, str]]:
+    order = list(AXES)
+    return sorted(per_axis.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
+
+
 def pareto_lines(p: ContextPareto, rb: Runbook | None = None) -> list[str]:
     out = [f"context {p.context}: frontier = {', '.join(p.frontier) or '(none)'}"]
     for f in rb.flags if rb is not None else ():
@@ -151,22 +157,30 @@ def pareto_lines(p: ContextPareto, rb: Runbook | None = None) -> list[str]:
             out.append(f"  unlike work: {f.detail}")
     for cand, caveat in p.caveats.items():
         out.append(f"  {cand} is on the frontier with a caveat: {caveat}")
+    skipped = {tuple(sp.pair): sp for sp in p.skipped_pairs}
+
+    def not_compared(pair: list[str]) -> list[str]:
+        sp = skipped.get(tuple(sorted(pair)))
+        if sp is None:
+            return []
+        return ["    not compared: " + "; ".join(f"{a} ({sp.why[a]})" if a in sp.why else a for a in sp.axes)]
+
     for cand, doms in p.dominated.items():
         for d in doms:
-            skipped = f" (skipped, null for one side: {', '.join(d.skipped_axes)})" if d.skipped_axes else ""
-            tied = f"; tied on {', '.join(d.tied_on)}" if d.tied_on else ""
-            out.append(f"  {cand} is dominated by {d.by} — better beyond noise on {', '.join(d.better_on)}{tied}{skipped}")
+            out.append(f"  {d.text}" if d.text else f"  {cand} is dominated by {d.by} on {', '.join(d.better_on)}")
+            out += [f"    {axis}: {text}" for axis, text in _axis_order(d.verdicts)]
+            out += not_compared([cand, d.by])
     for t in p.ties:
-        axes = "; ".join(f"{a} ({why})" for a, why in t.axes.items() if why != "equal")
-        if axes:
-            out.append(f"  {t.pair[0]} and {t.pair[1]}: tied on {axes}")
+        out.append(f"  {t.pair[0]} and {t.pair[1]}: {t.text or 'neither dominates'}")
+        out += [f"    {axis}: {text}" for axis, text in _axis_order(t.axes)]
+        out += not_compared(t.pair)
     for cand, reason in p.excluded.items():
         out.append(f"  {cand} excluded: {reason}")
     return out
 
 
 def pareto_points_table(p: ContextPareto) -> tuple[list[str], list[list[str]]]:
-    axes = axes_of(p.points)
+    axes = [(a, AXES[a].better if a in AXES else "higher") for a in axes_of(p.points)]
     header = ["candidate", "status", "verdict", *(f"{a} ({d})" for a, d in axes)]
     body = []
     for pt in p.points:
@@ -179,8 +193,9 @@ def pareto_points_table(p: ContextPareto) -> tuple[list[str], list[list[str]]]:
 
 
 def render_pareto_text(rb: Runbook) -> str:
-    parts = ["Pareto view (per context, over cell medians; better = beyond the noise, else tied; a null axis is "
-             "skipped for that pair and named)"]
+    parts = ["Pareto view (per context; each pair judged by the one comparison: different / tied / unresolved per "
+             "axis, α split over the axes compared; an unresolved axis blocks domination; a null or single-value "
+             "axis is skipped for that pair and named)"]
     for p in rb.pareto:
         parts.append("")
         parts.extend(pareto_lines(p, rb))

@@ -190,6 +190,10 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
     drift, no_drift = sweep_drift(sweep, rows)
     starts = ready_starts(events)
     eval_sources = _eval_sources(events)
+    warm_ready: dict[str, list[float]] = {}
+    for s in starts:
+        if s.cache == "warm" and s.ready_s:
+            warm_ready.setdefault(s.candidate, []).append(s.ready_s)
     prov = Provenance(
         collected_at=utcnow(), machine=facts.collect_machine(), benchd=facts.collect_benchd(),
         candidates=provenance.collect_candidates(config, sweep, rows, events),
@@ -213,7 +217,8 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
         sustained=_sustained(rows),
         evals=evals,
         eval_summary=_eval_summary(evals, eval_sources),
-        pareto=pareto_from_rows(rows, evals, sweep.probe_plan()),
+        pareto=pareto_from_rows(rows, evals, sweep.probe_plan(), order=getattr(sweep, "order", None),
+                                extra={"ready_s": warm_ready}),
         flags=runbook_flags(rows),
         drift=drift,
         drift_null_reason=no_drift,

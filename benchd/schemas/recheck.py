@@ -53,9 +53,10 @@ RecheckOutcome = Literal["succeeded", "failed", "cancelled"]
 class RecheckEntry(Struct, kw_only=True, omit_defaults=True):
     """One `[[rechecks]]` table: when, why, on what, and the verdict per context and metric.
 
-    `verdicts[context][metric]` is `same`, `faster by X %`, `slower by X % (p = …)` (memory: `larger`
-    / `smaller`), or why no verdict (too few probes, not measured). `regressions` lists the metrics that
-    got worse beyond the threshold with significance; `notified` says what the notifier did. A first
+    `verdicts[context][metric]` is the one comparison's verdict in words (`X % slower: different: …`,
+    `same: tied within …`, `unresolved: …`, or `not measured: why`); `medians[context][metric]` the
+    recheck's cell medians (later rechecks judge against their spread). `regressions` lists the metrics
+    different and worse beyond the threshold; `notified` says what the notifier did. A first
     regression is held until a second recheck confirms it (`confirming`: that job; `confirms`: on the
     second one, the job it confirms or not), unless the settings say `confirm = false`.
     """
@@ -71,6 +72,7 @@ class RecheckEntry(Struct, kw_only=True, omit_defaults=True):
     fingerprint: Fingerprint | None = None
     threshold_pct: float = 5.0
     verdicts: dict[str, dict[str, str]] = {}
+    medians: dict[str, dict[str, float]] = {}
     regressed: bool = False
     regressions: list[str] = []
     notified: str | None = None

@@ -108,27 +108,34 @@ class Point(Struct, kw_only=True, frozen=True):
 
 
 class Domination(Struct, kw_only=True, frozen=True):
-    """`by` dominates: better beyond noise on `better_on`, not worse beyond noise on any axis, and
-    `tied_on` the axes where the difference is within the noise."""
+    """`by` dominates: different and better on `better_on`, different and worse on none, no axis
+    unresolved, `tied_on` the axes tied within the margin; `verdicts` the one comparison's text per
+    axis compared, at `alpha` split over those axes (Bonferroni), `text` the pair's one line."""
 
     by: str
     better_on: list[str]
     skipped_axes: list[str]
     tied_on: list[str] = []
+    alpha: float | None = None
+    verdicts: dict[str, str] = {}
+    text: str | None = None
 
 
 class Tie(Struct, kw_only=True, frozen=True):
-    """Two candidates neither of which dominates the other for noise: the axes within the noise, and why."""
+    """Two candidates neither of which dominates the other and not a trade-off: the axes tied or
+    unresolved with their verdicts, and the pair's one line (`not dominated: unresolved on ...`)."""
 
     pair: list[str]
     axes: dict[str, str]
+    text: str | None = None
 
 
 class SkippedPair(Struct, kw_only=True, frozen=True):
-    """Axes that could not be compared between two candidates (null for one or both)."""
+    """Axes that could not be compared between two candidates (null, or one value, for one or both), why."""
 
     pair: list[str]
     axes: list[str]
+    why: dict[str, str] = {}
 
 
 class ContextPareto(Struct, kw_only=True, frozen=True):
@@ -141,6 +148,8 @@ class ContextPareto(Struct, kw_only=True, frozen=True):
     ties: list[Tie] = []
     #: Frontier candidates whose cell verdict is not `steady`: never silently on the frontier.
     caveats: dict[str, str] = {}
+    #: The family-wise α of the pair comparisons (each pair splits it over the axes it compares).
+    alpha: float | None = None
 
 
 class MachineInfo(Struct, kw_only=True):
@@ -348,7 +357,9 @@ class EvalSuiteSource(Struct, kw_only=True):
 
 class SweepDrift(Struct, kw_only=True):
     """The drift sentinel: the sweep's first cell run again at the end, its median over the first run's,
-    with the exact Mann–Whitney p-value `compare` uses. `drifted` when |ratio - 1| exceeds `target_pct`."""
+    judged by the one comparison (margin ±`target_pct`): `verdict` and its `text` at `alpha`, `p_value`
+    its rank guard's p. `drifted` is true when the comparison says different, false when tied, null
+    when unresolved."""
 
     candidate: str
     context: int
@@ -362,6 +373,9 @@ class SweepDrift(Struct, kw_only=True):
     p_value: float | None = None
     target_pct: float
     drifted: bool | None = None
+    verdict: str | None = None
+    text: str | None = None
+    alpha: float | None = None
     summary: str
     null_reasons: dict[str, str] = {}
 

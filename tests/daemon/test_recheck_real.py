@@ -12,10 +12,10 @@ serve as a dependable slowdown.
 Thresholds (the settings file's `threshold_pct`) are generous bounds, set for this shared machine:
 under the other engineers' load (load average 13-14 on 2 cores) the same server's generation median
 moved between ~200 and ~1,300 tok/s from one run to the next (scheduling latency per streamed token),
-prompt medians by up to ~55 %. So the unchanged build is judged with 95 % (a 6x slowdown from load is
-still `same`; a run that lands in a quieter moment may read `faster`, never `slower`), and the slow
-build with 50 %: a one-token micro-batch costs the prompt rate 85-97 % here, and its probes do not
-overlap the evidence's, so the exact test calls it at p = 0.0022. Even so a single run can land in a
+prompt medians by up to ~55 %. So the unchanged build is judged with a ±95 % margin (a run in a quieter
+moment may read `faster`; a noisy one reads `same` or `unresolved`), and the slow build with 50 %: a
+one-token micro-batch costs the prompt rate 85-97 % here, and its probes do not overlap the
+evidence's, so the one comparison calls it different (its CI below −50 %). Even so a single run can land in a
 busy minute (benchmarks/recheck_false_regressions.py: 1-2 first-run false regressions in 10 unchanged
 rechecks here; the daemon confirms a regression with a second run before it notifies), so each case
 may take up to `ATTEMPTS` rechecks, the later ones queued by hand (`benchctl recheck --now`): the
@@ -151,7 +151,8 @@ def test_lock_then_runtime_changes(run_daemon, short_base: Path, tiny_models, ll
     # no readable counter (this VM) and judged like the others where it has one.
     assert set(verdicts) - {"j_per_gen_token"} == {"gen_tps", "prompt_tps", "ttft_ms", "mem_peak_bytes"}, verdicts
     assert verdicts["mem_peak_bytes"].startswith("same"), verdicts
-    assert all(v.startswith(("same", "faster", "not measured")) for v in verdicts.values()), verdicts
+    assert all(v.startswith(("same", "unresolved", "not measured")) or v.split(":")[0].endswith(" faster")
+               for v in verdicts.values()), verdicts
     assert not same.get("regressed") and not same.get("regressions") and not same.get("notified")
     print(f"unchanged build, judged at 95 % (attempt {len(same_jobs)}): {verdicts}")
     _stop(d)
@@ -168,8 +169,8 @@ def test_lock_then_runtime_changes(run_daemon, short_base: Path, tiny_models, ll
     assert slow.get("confirms") and "confirming the regression found by recheck job" in slow["cause"][0], json.dumps(slow)
     print(f"slow build, judged at 50 % (attempt {len(slow_jobs)}): {slow['verdicts']}")
     prompt = slow["verdicts"]["512"]["prompt_tps"]
-    assert prompt.startswith("slower by ") and "(p = " in prompt, prompt
-    assert any(r.startswith("prompt_tps at context 512: slower by") for r in slow["regressions"])
+    assert " % slower: different: " in prompt and "(α = 0.05)" in prompt, prompt
+    assert any(r.startswith("prompt_tps at context 512: ") and " % slower: different" in r for r in slow["regressions"])
     assert slow["notified"] == "notify_command: posted"
     title, message = notified.read_text().splitlines()[:2]
     assert title == "benchd: tiny got slower"
@@ -177,10 +178,10 @@ def test_lock_then_runtime_changes(run_daemon, short_base: Path, tiny_models, ll
     # benchctl locked and status show it; the lock file has both entries and its [locked] block as written
     shown = d.benchctl("locked", "--state-dir", str(state))
     assert "verdict: REGRESSED (confirmed by a second run" in shown.stdout, shown.stdout
-    assert "prompt_tps at context 512: slower by" in shown.stdout
+    assert "prompt_tps at context 512: " in shown.stdout and " % slower: different" in shown.stdout
     status = d.benchctl("status")
     assert "recheck   last" in status.stdout and "REGRESSED (confirmed" in status.stdout, status.stdout
-    assert "prompt_tps at context 512: slower by" in status.stdout
+    assert "prompt_tps at context 512: " in status.stdout and " % slower: different" in status.stdout
     text = lock_path.read_text()
     assert text.startswith(locked_text)
     doc = tomllib.loads(text)

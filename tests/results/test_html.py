@@ -148,7 +148,7 @@ def test_save_runbook_writes_the_page_beside_the_json(tmp_path: Path) -> None:
 def test_compare_page(tmp_path: Path) -> None:
     rb = factory_runbook(tmp_path)
     page = html.render_compare_page(compare_runbooks(rb, rb), NO_RUNTIME).decode()
-    assert "B / A per cell" in page and "gguf-plain" in page and "too few probes" in page
+    assert "B / A per cell" in page and "gguf-plain" in page and "tied within ±2 %" in page and "α = 0.05" in page
     path = html.write_compare_page(compare_runbooks(rb, rb), tmp_path)
     assert path.name == f"compare-{rb.id}-vs-{rb.id}.html" and path.stat().st_size > 0
 

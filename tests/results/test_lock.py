@@ -25,6 +25,7 @@ from runbook_factory import fill_job, setup_state
 from benchd.errors import BenchdError
 from benchd.lock import lockfile as lock
 from benchd.results import runbook
+from benchd.results.pareto import pareto_from_rows
 from benchd.schemas import Candidate, Spec
 
 BENCHCTL = [sys.executable, "-m", "benchctl"]
@@ -77,13 +78,25 @@ def test_round_trip(state) -> None:
     assert [p.name for p in path.parent.iterdir() if ".tmp" in p.name] == []
 
 
+def _without_evals(config, rb: runbook.Runbook) -> runbook.Runbook:  # type: ignore[no-untyped-def]
+    """The factory runbook rewritten without its two eval tasks. Two tasks cannot tell pass rates apart
+    (unresolved), which blocks every domination; without them gguf-plain dominates mlx-lm at 1024
+    (faster and smaller, both different at three probes)."""
+    new = msgspec.structs.replace(rb, evals=[], eval_summary=[],
+                                  pareto=pareto_from_rows(rb.rows, [], rb.sweep.probe_plan()))
+    runbook.resolve_runbook_path(rb.id, config).write_bytes(runbook.encode_runbook(new))
+    return new
+
+
 def test_refusals(state) -> None:
     config, rb, _ = state
     with pytest.raises(BenchdError, match="no candidate 'nope'"):
         lock.build_lock(rb, "nope")
     with pytest.raises(BenchdError, match="no successful probe rows"):
         lock.build_lock(rb, "broken")
-    with pytest.raises(BenchdError, match=r"dominated \(at context 512: gguf-plain \(better on eval_pass_rate\)") as exc:
+    lock.build_lock(rb, "mlx-lm")  # with two eval tasks, not dominated: unresolved on eval_pass_rate
+    rb = _without_evals(config, rb)
+    with pytest.raises(BenchdError, match=r"dominated \(at context 1024: gguf-plain \(better on gen_tps, mem_peak_bytes\)") as exc:
         lock.build_lock(rb, "mlx-lm")
     assert "--force" in exc.value.message
     assert not config.locked_path.exists()
@@ -92,7 +105,8 @@ def test_refusals(state) -> None:
 
 
 def test_cli_refusals_exit_2(state) -> None:
-    config, _rb, _ = state
+    config, rb, _ = state
+    _without_evals(config, rb)
     for cand, needle in (("nope", "no candidate 'nope'"), ("broken", "no successful probe rows"),
                          ("mlx-lm", "is dominated")):
         res = _cli(config, "lock", "--candidate", cand)

@@ -50,57 +50,84 @@ def test_fixture(path: Path) -> None:
         assert not set(res.frontier) & set(res.dominated)
 
 
-def test_equal_points_neither_dominates() -> None:
-    a = pareto.Point(candidate="a", values={"gen_tps": 1.0, "prompt_tps": 2.0, "mem_peak_bytes": 3.0})
-    b = pareto.Point(candidate="b", values={"gen_tps": 1.0, "prompt_tps": 2.0, "mem_peak_bytes": 3.0})
-    assert pareto.dominates(a, b) is None
-    assert pareto.dominates(b, a) is None
-    res = pareto.frontier([a, b], context=1)
-    assert sorted(res.frontier) == ["a", "b"]
-
-
-def test_no_shared_axis_neither_dominates() -> None:
-    """All axes null for one side: nothing to compare, so no verdict (never a silent win)."""
-    a = pareto.Point(candidate="a", values={"gen_tps": 5.0})
-    b = pareto.Point(candidate="b", values={"gen_tps": None, "prompt_tps": 9.0})
-    assert pareto.dominates(a, b) is None
-    res = pareto.frontier([a, b], context=1)
-    assert sorted(res.frontier) == ["a", "b"]
-    assert any(set(p.pair) == {"a", "b"} and "gen_tps" in p.axes for p in res.skipped_pairs)
-
-
-def test_direction_of_memory_axis() -> None:
-    low = pareto.Point(candidate="low", values={"gen_tps": 10.0, "mem_peak_bytes": 100.0})
-    high = pareto.Point(candidate="high", values={"gen_tps": 10.0, "mem_peak_bytes": 200.0})
-    d = pareto.dominates(low, high)
-    assert d is not None and d.better_on == ["mem_peak_bytes"]
-    assert pareto.dominates(high, low) is None
-
-
-def _probe_rows(cand: str, gen: list[float], mem: int = 1000, prompt: float = 500.0) -> list[Row]:
-    return [Row(job="j", candidate=cand, runtime="llama-server", context=512, kind="probe", probe=i, status="ok",
+def _probe_rows(cand: str, gen: list[float], mem: int = 1000, prompt: float = 500.0, ctx: int = 512) -> list[Row]:
+    return [Row(job="j", candidate=cand, runtime="llama-server", context=ctx, kind="probe", probe=i, status="ok",
                 gen_tps=g, prompt_tps=prompt, mem_peak_bytes=mem) for i, g in enumerate(gen)]
 
 
-def test_a_difference_within_the_noise_is_a_tie() -> None:
-    """Issue 15: with 3 probes a 0.2 % faster candidate is not 'better' — both on the frontier, tied."""
+def test_equal_cells_neither_dominates() -> None:
+    """Identical deterministic cells: tied (exactly) on every axis, both on the frontier."""
+    rows = _probe_rows("a", [100.0] * 3) + _probe_rows("b", [100.0] * 3)
+    res = pareto.pareto_from_rows(rows, [])[0]
+    assert sorted(res.frontier) == ["a", "b"] and not res.dominated
+    (tie,) = res.ties
+    assert tie.text is not None and tie.text.startswith("neither dominates: tied on every axis compared")
+    assert all(v.startswith("tied within ±2 %") for v in tie.axes.values())
+
+
+def test_no_shared_axis_neither_dominates() -> None:
+    """An axis null on one side is skipped and named with why (never a silent win)."""
+    a = _probe_rows("a", [100.0, 101.0, 99.0])
+    b = [msgspec.structs.replace(r, gen_tps=None, prompt_tps=900.0) for r in _probe_rows("b", [1.0] * 3)]
+    res = pareto.pareto_from_rows(a + b, [])[0]
+    sp = next(p for p in res.skipped_pairs if p.pair == ["a", "b"])
+    assert "gen_tps" in sp.axes and sp.why["gen_tps"] == "not measured on one side"
+
+
+def test_direction_of_memory_axis() -> None:
+    low = _probe_rows("low", [10.0] * 3, mem=100)
+    high = _probe_rows("high", [10.0] * 3, mem=200)
+    res = pareto.pareto_from_rows(low + high, [])[0]
+    (d,) = res.dominated["high"]
+    assert d.by == "low" and d.better_on == ["mem_peak_bytes"] and d.tied_on == ["gen_tps", "prompt_tps"]
+
+
+def test_three_probes_apart_are_different() -> None:
+    """The demo's case: 3 vs 3, a 5x gap in speed and in memory, CV under 1 %: dominated on both."""
+    small = _probe_rows("small", [2390.0, 2600.0, 2926.0], mem=18_000_000)
+    large = [msgspec.structs.replace(r, mem_peak_bytes=89_000_000 + 50_000 * r.probe)
+             for r in _probe_rows("large", [512.0, 520.0, 535.0])]
+    res = pareto.pareto_from_rows(small + large, [])[0]
+    (d,) = res.dominated["large"]
+    assert d.by == "small" and d.better_on == ["gen_tps", "mem_peak_bytes"]
+    assert d.alpha == 0.05 and d.text is not None and "α = 0.05 over 3 axes" in d.text
+    assert d.verdicts["gen_tps"].startswith("different: ") and d.verdicts["gen_tps"].endswith("faster (α = 0.0167)")
+    assert d.text.startswith("small dominates large: different and better on gen_tps, mem_peak_bytes")
+
+
+def test_a_difference_within_the_noise_is_not_better() -> None:
+    """With 3 probes a 0.2 % faster candidate is not 'better': both on the frontier, and the pair says
+    whether it is tied or unresolved (never 'tied' for 'not known')."""
     rows = _probe_rows("a", [100.0, 101.0, 99.0]) + _probe_rows("b", [100.2, 101.2, 99.2])
     res = pareto.pareto_from_rows(rows, [])[0]
     assert sorted(res.frontier) == ["a", "b"] and not res.dominated
     tie = next(t for t in res.ties if t.pair == ["a", "b"])
-    assert "too few probes" in tie.axes["gen_tps"] and tie.axes["prompt_tps"] == "equal"
+    assert tie.axes["gen_tps"].startswith("unresolved: [") and "more rounds would resolve ±2 %" in tie.axes["gen_tps"]
+    assert tie.text is not None and tie.text.startswith("not dominated: unresolved on gen_tps")
 
 
-def test_dominated_only_beyond_the_noise_with_the_tied_axes_named() -> None:
-    """b is 20 % slower (CIs apart): dominated on gen_tps; its 0.5 % prompt edge is a tie, not a trade-off."""
+def test_dominated_only_when_different_with_the_tied_axes_named() -> None:
+    """slow is 20 % slower: dominated on gen_tps; its 0.5 % prompt edge at zero spread is tied, not a trade-off."""
     fast = _probe_rows("fast", [100.0, 100.3, 99.7, 100.1, 99.9, 100.2], prompt=500.0)
     slow = [msgspec.structs.replace(r, prompt_tps=502.5) for r in _probe_rows("slow", [80.0, 80.2, 79.8, 80.1, 79.9, 80.3])]
     res = pareto.pareto_from_rows(fast + slow, [])[0]
     assert res.frontier == ["fast"]
     (d,) = res.dominated["slow"]
-    assert d.by == "fast" and d.better_on == ["gen_tps"] and d.tied_on == ["prompt_tps"]
+    assert d.by == "fast" and d.better_on == ["gen_tps"] and d.tied_on == ["prompt_tps", "mem_peak_bytes"]
     pt = next(p for p in res.points if p.candidate == "fast")
     assert pt.ci95["gen_tps"] == [99.7, 100.3]
+
+
+def test_pass_rates_on_a_handful_of_tasks_block_domination() -> None:
+    """Two eval tasks cannot tell pass rates apart: the pair is not dominated, unresolved on eval_pass_rate."""
+    small = _probe_rows("small", [200.0, 201.0, 202.0])
+    large = _probe_rows("large", [100.0, 101.0, 102.0])
+    evals = [EvalResult(job="j", candidate=c, tier="smoke", task=t, passed=ok)
+             for c in ("small", "large") for t, ok in (("add", True), ("capital", c == "large"))]
+    res = pareto.pareto_from_rows(small + large, evals)[0]
+    assert not res.dominated
+    tie = next(t for t in res.ties if t.pair == ["large", "small"])
+    assert tie.text is not None and tie.text.startswith("not dominated: unresolved on eval_pass_rate")
 
 
 def test_unsteady_frontier_candidate_has_a_caveat() -> None:

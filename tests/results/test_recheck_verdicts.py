@@ -35,7 +35,8 @@ from benchd.lock.recheck import (
     verdicts,
 )
 from benchd.results import runbook
-from benchd.results.compare import MetricComparison, compare_runbooks
+from benchd.results.compare import MetricComparison, compare_metric, compare_runbooks
+from benchd.results.comparison import AXES, compare_to_history
 from benchd.sensors import facts
 from benchd.servers.fingerprint import changed_kinds, changes, executable_of, take_fingerprint
 
@@ -105,33 +106,61 @@ def test_mlx_dir_hash_is_cached_by_stat(tmp_path: Path) -> None:
     assert again.sha256 not in ("cached", first.sha256) and again.bytes == first.bytes == 1002
 
 
-def _m(metric: str, ratio: float | None, p: float | None, verdict: str = "") -> MetricComparison:
-    better = "lower" if metric in ("ttft_ms", "mem_peak_bytes") else "higher"
-    return MetricComparison(metric=metric, better=better, n_a=6, n_b=6, median_a=100.0,
-                            median_b=None if ratio is None else 100.0 * ratio, ratio_b_over_a=ratio,
-                            p_value=p, verdict=verdict or "x")
+def _m(metric: str, a: list[float], b: list[float], threshold: float = 5.0) -> MetricComparison:
+    rows_a = [_Probe(metric, v) for v in a]
+    rows_b = [_Probe(metric, v) for v in b]
+    return compare_metric(metric, AXES[metric].better, rows_a, rows_b, margin_pct=threshold)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("m", "text", "worse"), [
-    (_m("gen_tps", 0.70, 0.0022), "slower by 30.0 % (p = 0.0022)", True),
-    (_m("gen_tps", 1.30, 0.0022), "faster by 30.0 % (p = 0.0022)", False),
-    (_m("gen_tps", 0.97, 0.0022), "same (-3.0 %, p = 0.0022: under the 5 % threshold)", False),
-    (_m("gen_tps", 0.70, 0.3), "same (-30.0 %, p = 0.3: not significant)", False),
-    (_m("ttft_ms", 1.40, 0.0022), "slower by 40.0 % (p = 0.0022)", True),
-    (_m("mem_peak_bytes", 1.10, 0.0022), "larger by 10.0 % (p = 0.0022)", True),
-    (_m("mem_peak_bytes", 0.90, 0.0022), "smaller by 10.0 % (p = 0.0022)", False),
-    (_m("gen_tps", 0.5, None, "too few probes to call a difference"),
-     "no verdict: too few probes to call a difference (-50.0 % on medians)", False),
-    (_m("prompt_tps", None, None, "not measured: mlx_lm.server reports no prompt timing"),
-     "not measured: mlx_lm.server reports no prompt timing", False),
+class _Probe:
+    def __init__(self, metric: str, v: float | None) -> None:
+        setattr(self, metric, v)
+        self.null_reasons = {metric: "mlx_lm.server reports no prompt timing"} if v is None else {}
+
+
+BASE = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2]
+
+
+@pytest.mark.parametrize(("metric", "scale", "start", "worse"), [
+    ("gen_tps", 0.70, "30.0 % slower: different: ", True),
+    ("gen_tps", 1.30, "30.0 % faster: different: ", False),
+    ("gen_tps", 0.99, "same: tied within ±5 % [", False),
+    ("ttft_ms", 1.40, "40.0 % slower: different: ", True),
+    ("mem_peak_bytes", 1.10, "10.0 % larger: different: ", True),
+    ("mem_peak_bytes", 0.90, "10.0 % smaller: different: ", False),
+    ("j_per_gen_token", 1.25, "25.0 % more energy per token: different: ", True),
+    ("j_per_gen_token", 0.80, "20.0 % less energy per token: different: ", False),
 ])
-def test_verdict_words(m: MetricComparison, text: str, worse: bool) -> None:
-    assert describe(m, 5.0) == (text, worse)
+def test_verdict_words(metric: str, scale: float, start: str, worse: bool) -> None:
+    """The one comparison's verdict in words, energy per token included; a regression is different and worse."""
+    m = _m(metric, BASE, [v * scale for v in BASE])
+    text, regressed = describe(m)
+    assert text.startswith(start) and text.endswith("(α = 0.05)") and regressed is worse, text
+    assert m.text in text  # the same words `compare` prints
 
 
-def test_recheck_probes_reach_alpha() -> None:
-    assert recheck_probes(3, 3) == 5  # 2/C(8,3) = 0.036 < 0.05; with 4: 2/C(7,3) = 0.057
-    assert recheck_probes(6, 6) == 6 and recheck_probes(1, 1) == 30  # one evidence probe can never get there
+def test_unresolved_and_not_measured_are_never_regressions() -> None:
+    text, worse = describe(_m("gen_tps", [100.0, 130.0, 80.0], [90.0, 115.0, 70.0]))
+    assert text.startswith("unresolved: ") and not worse
+    text, worse = describe(_m("prompt_tps", [100.0], [None]))  # type: ignore[list-item]
+    assert text == "not measured: mlx_lm.server reports no prompt timing" and not worse
+
+
+def test_between_session_spread_once_there_are_three_earlier_rechecks() -> None:
+    """A within-session difference that lies inside the spread of earlier rechecks is not a regression."""
+    m = _m("gen_tps", BASE, [v * 0.90 for v in BASE])
+    wide = compare_to_history([100.0, 80.0, 95.0, 120.0], m.median_b or 0, axis="gen_tps", better="higher",
+                              margin_pct=5.0)
+    text, worse = describe(m, wide)
+    assert "10.0 % slower: different" in text and "against earlier rechecks: unresolved" in text and not worse
+    tight = compare_to_history([100.0, 100.5, 99.5, 100.2], m.median_b or 0, axis="gen_tps", better="higher",
+                               margin_pct=5.0)
+    assert tight.verdict == "different" and tight.guard_p == pytest.approx(2 / 5)
+    assert describe(m, tight)[1] is True
+
+
+def test_recheck_probes() -> None:
+    assert recheck_probes(1) == 3 and recheck_probes(6) == 6
 
 
 def test_history_appended_without_touching_locked_and_kept_on_relock(state) -> None:
@@ -139,7 +168,7 @@ def test_history_appended_without_touching_locked_and_kept_on_relock(state) -> N
     path, _ = lock.lock_candidate(config, "gguf-spec", note="daily")
     before = path.read_text()
     sweep = recheck_sweep(lock.read_lock(path).locked, config)
-    assert sweep.name == "recheck-gguf-spec" and sweep.contexts == [512, 1024] and sweep.probes == 5
+    assert sweep.name == "recheck-gguf-spec" and sweep.contexts == [512, 1024] and sweep.probes == 3
     assert sweep.candidates[0].binary == rb.sweep.candidates[0].binary and sweep.eval_tier == "none"
     assert sweep.sustained.tokens == 0 and {d.axis for d in sweep.deferred} >= {"evals", "sustained generation"}
     # a "recheck" job: the same candidate 30 % slower at generation, written as a runbook
@@ -150,8 +179,10 @@ def test_history_appended_without_touching_locked_and_kept_on_relock(state) -> N
     entry = finish_entry(config, lf, job="20261130-040000-beef", outcome="succeeded", runbook_id=rid,
                          lock_runbook=lf.locked.runbook, locked_at=lf.locked.locked_at, cause=["version: a -> b"],
                          fingerprint=lf.locked.fingerprint, threshold_pct=5.0)
-    # three evidence probes against three: too few for the exact test, said as such
-    assert entry.verdicts["512"]["gen_tps"].startswith("no verdict: too few probes") and not entry.regressed
+    # three evidence probes against five, 30 % slower at CV 1 %: different, a regression (the old rule
+    # had "no verdict: too few probes" here); the medians are kept for later rechecks
+    assert entry.verdicts["512"]["gen_tps"].startswith("30.0 % slower: different: ") and entry.regressed
+    assert entry.medians["512"]["gen_tps"] == pytest.approx(120.0 * 0.7)
     lock.append_recheck(path, entry)
     text = path.read_text()
     assert text.startswith(before.rstrip("\n")) and text.count("[[rechecks]]") == 1
@@ -181,11 +212,16 @@ def test_verdicts_with_enough_probes(state) -> None:
     finally:
         GEN.clear()
         GEN.update(saved)
-    got, regressions = verdicts(a, b, "gguf-plain", 5.0)
-    assert got["512"]["gen_tps"].startswith("slower by 30.0 % (p = ")
-    assert got["512"]["prompt_tps"].startswith("same (+0.0 %")
-    assert regressions[0].startswith("gen_tps at context 1024: slower by 30.0 %") or \
-        regressions[0].startswith("gen_tps at context 512: slower by 30.0 %")
+    got, regressions, medians = verdicts(a, b, "gguf-plain", 5.0)
+    assert got["512"]["gen_tps"].startswith("30.0 % slower: different: ")
+    assert got["512"]["prompt_tps"].startswith("same: tied within ±5 %")
+    assert regressions[0].startswith(("gen_tps at context 1024: 30.0 % slower", "gen_tps at context 512: 30.0 % slower"))
+    assert set(medians) == {"512", "1024"}
+    # the same rows through `compare` give the same verdict
+    cmp = compare_runbooks(a, b, margin_pct=5.0)
+    m = next(m for c in cmp.cells if c.candidate == "gguf-plain" and c.context == 512 for m in c.metrics
+             if m.metric == "gen_tps")
+    assert m.verdict == "different" and m.text in got["512"]["gen_tps"]
     assert compare_runbooks(a, b).builds[0].changed == []
 
 
@@ -278,14 +314,14 @@ def test_summary_words_for_held_confirmed_and_not_confirmed() -> None:
     from benchd.schemas import RecheckEntry
 
     base = RecheckEntry(at="t", job="j2", outcome="succeeded", candidate="c", locked_at="l", lock_runbook="r",
-                        verdicts={"512": {"gen_tps": "slower by 30.0 % (p = 0.0022)"}}, regressed=True,
-                        regressions=["gen_tps at context 512: slower by 30.0 % (p = 0.0022)"])
+                        verdicts={"512": {"gen_tps": "30.0 % slower: different: −30.0 % [−31 %, −29 %] slower"}},
+                        regressed=True, regressions=["gen_tps at context 512: 30.0 % slower: different"])
     held = msgspec.structs.replace(base, confirming="j3")
     assert summary(held).startswith("suspected regression, being confirmed by recheck job j3: gen_tps")
     confirmed = msgspec.structs.replace(base, confirms="j1")
     assert summary(confirmed).startswith("REGRESSED (confirmed by a second run; first: job j1): gen_tps")
     gone = msgspec.structs.replace(base, confirms="j1", regressed=False, regressions=[],
-                                   verdicts={"512": {"gen_tps": "same (-1.0 %, p = 0.5: not significant)"}})
+                                   verdicts={"512": {"gen_tps": "same: tied within ±5 % [−2.0 %, +0.1 %]"}})
     assert summary(gone) == "not confirmed (job j1's regression did not repeat): no regression: every metric the same"
     failed = msgspec.structs.replace(base, outcome="failed", error="server exited")
     assert summary(failed) == "recheck failed: server exited"

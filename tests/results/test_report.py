@@ -38,12 +38,12 @@ def test_text_table(state) -> None:
     ref = mlx.split("null ")[1].split()[0]  # e.g. "[7]"
     assert f"{ref} prompt_tps: mlx_lm.server reports no prompt timing" in text
     assert "broken excluded: no successful probe rows in this context" in text
-    # Three probes per cell: speed and memory cannot be told apart from noise (issue 15), the eval pass
-    # rate (exact) can.
-    assert ("mlx-lm is dominated by gguf-plain — better beyond noise on eval_pass_rate; tied on gen_tps, "
-            "mem_peak_bytes") in text
+    # The one comparison: two eval tasks cannot tell pass rates apart (McNemar), and an unresolved axis
+    # blocks domination, named with its verdict and the α it used.
+    assert "gguf-plain and mlx-lm: not dominated: unresolved on eval_pass_rate (α = 0.05 over 3 axes" in text
+    assert "eval_pass_rate: unresolved: pass rate 100 % → 50 %" in text and "over 2 shared tasks" in text
     assert "verdict" in text and "too few" in line
-    assert "(skipped, null for one side: prompt_tps, j_per_gen_token)" in text
+    assert "not compared: prompt_tps (not measured on one side); sustain_ratio (one value on a side" in text
 
 
 def test_csv_nulls_have_reasons(state) -> None:
