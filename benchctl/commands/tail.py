@@ -104,8 +104,28 @@ def _say_runbook(client: Any, job_id: str, wait_s: float = 60.0) -> None:
         time.sleep(0.25)
     if job.get("runbook_id"):
         click.echo(f"runbook: {job['runbook_id']} (benchctl report {job['runbook_id']})")
+        _say_pareto(client, job["runbook_id"])
     elif job.get("error"):
         click.echo(f"error: {job['error']}")
+
+
+def _say_pareto(client: Any, runbook_id: str) -> None:
+    """The runbook's Pareto view in the one comparison's words (who dominates whom, what is tied or
+    unresolved), when the sweep compared more than one candidate."""
+    from benchctl.client import ClientError
+    from benchd.errors import BenchdError
+    from benchd.results.report import pareto_lines
+    from benchd.results.runbook import decode_runbook
+
+    try:
+        rb = decode_runbook(json.dumps(client.request("GET", f"/v1/runbooks/{runbook_id}")).encode())
+    except (ClientError, BenchdError) as exc:
+        click.echo(f"pareto: not shown ({exc})")
+        return
+    for p in rb.pareto:
+        if len(p.points) > 1:
+            for line in pareto_lines(p, rb):
+                click.echo(f"pareto {line}" if not line.startswith(" ") else line)
 
 
 def _row_text(row: dict[str, Any]) -> str:

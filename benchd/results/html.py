@@ -191,7 +191,7 @@ def _pareto(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
     return ("<section id='pareto'><h2>Pareto view</h2><p>Per context, one point per candidate. A candidate is "
             "dominated when another is at least as good on every axis both have and better on one; the frontier is "
             "what is left. benchd does not choose among the frontier: the tradeoff is yours. Marker shape and colour "
-            "name the candidate (the same on every chart); filled = on the frontier, half-filled = tied, hollow = "
+            "name the candidate (the same on every chart); filled = on the frontier, half-filled = tied or unresolved, hollow = "
             "dominated. Hover a point for its cell's median, CI, probes and each figure's source.</p>"
             f"{controls}{''.join(parts)}</section>")
 

@@ -6,7 +6,7 @@ runtime that fits the size a page may weigh (Plotly's and BokehJS's inlined libr
 
 Every candidate keeps one shape and one colour on every chart, and the palette steps through lightness,
 so the charts read in grey scale: shape and label carry identity, fill carries frontier status
-(filled = frontier, half = tied, hollow = dominated), and every chart has a table beside it.
+(filled = frontier, half = tied or unresolved, hollow = dominated), and every chart has a table beside it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ MARKS = {"ok": ("circle", "#08306b"), "short": ("triangle-down", "#e08214"), "nu
          "failed": ("cross", "#b2182b"), "throttle-suspect": ("triangle-up", "#c51b7d"),
          "sentinel": ("diamond", "#7fbc41")}
 DASHES = ([1, 0], [6, 3], [2, 2], [8, 2, 2, 2], [4, 4])
-STATUS_FILL = {"frontier": 1.0, "tied": 0.4, "dominated": 0.0}
+STATUS_FILL = {"frontier": 1.0, "tied": 0.4, "unresolved": 0.4, "dominated": 0.0}
 CONFIG: Spec = {"font": "sans-serif", "axis": {"labelFontSize": 11, "titleFontSize": 11},
                 "legend": {"labelFontSize": 11, "titleFontSize": 11}, "view": {"stroke": "#ccc"}}
 
@@ -54,7 +54,7 @@ def pareto_spec(points: list[Spec], context: int, axes: list[str], candidates: l
     tooltip += [{"field": f"tip_{a}", "title": axis_label(a)} for a in axes]
     return {
         "description": f"Pareto view at context {context}: one point per candidate, the two chosen axes; "
-                       "filled = on the frontier, half-filled = tied, hollow = dominated.",
+                       "filled = on the frontier, half-filled = tied or unresolved, hollow = dominated.",
         "width": 400, "height": 260, "config": CONFIG,
         "params": [{"name": "xAxis", "value": x_axis}, {"name": "yAxis", "value": y_axis}],
         "data": {"values": points},

@@ -173,9 +173,11 @@ def _ties(ctx: Doc) -> dict[str, str]:
             members = (item.get("pair") or item.get("candidates")) if isinstance(item, dict) else item
             axes = item.get("axes") if isinstance(item, dict) else None
             on = f" on {', '.join(axes)}" if isinstance(axes, dict | list) and axes else ""
+            said = item.get("text") if isinstance(item, dict) else None  # the one comparison's line, when present
             if isinstance(members, list):
                 for m in members:
-                    out.setdefault(str(m), []).append(", ".join(str(x) for x in members if x != m) + on)
+                    others = ", ".join(str(x) for x in members if x != m)
+                    out.setdefault(str(m), []).append(f"{others}: {said}" if said else others + on)
     return {k: "; ".join(v) for k, v in out.items()}
 
 
@@ -202,12 +204,14 @@ def pareto_points(doc: Doc, ctx: Doc) -> list[Doc]:
         rows, cell = _probe_rows(doc, cand, context), _cell(doc, cand, context)
         if cand in dominated:
             status = "dominated"
-            relation = "; ".join(f"by {d.get('by')} on {', '.join(d.get('better_on') or [])}"
-                                 + (f" (tied on {', '.join(d['tied_on'])})" if d.get("tied_on") else "")
+            relation = "; ".join((d.get("text") or f"by {d.get('by')} on {', '.join(d.get('better_on') or [])}"
+                                  + (f" (tied on {', '.join(d['tied_on'])})" if d.get("tied_on") else ""))
                                  + (f" (not compared: {', '.join(d['skipped_axes'])})" if d.get("skipped_axes") else "")
                                  for d in dominated[cand])
         elif cand in ties:
-            status, relation = "tied", f"tied with {ties[cand]}"
+            unresolved = "unresolved on" in ties[cand]
+            status = "unresolved" if unresolved else "tied"
+            relation = f"{'not dominated, with' if unresolved else 'tied with'} {ties[cand]}"
         else:
             status, relation = "frontier", "on the frontier: no candidate beats it on every axis"
         if cand in caveats:

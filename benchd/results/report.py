@@ -379,9 +379,11 @@ def render_markdown(rb: Runbook) -> str:
         lines.append(f"- {d.axis} (automatic): {d.reason}")
     if not rb.deferred.declared and not rb.deferred.automatic:
         lines.append("- none")
-    lines += ["", "## Pareto view", "", "Per context over cell medians; better means better beyond the noise (95 % CIs "
-              "apart, or Mann–Whitney p < 0.05 below six probes, and more than the CI target), otherwise tied; an axis null for either "
-              "side is skipped for that pair and named. The tool never picks: `benchctl lock` is yours.", ""]
+    lines += ["", "## Pareto view", "", "Per context; each pair is judged by the one comparison: per axis different "
+              "(the CI of the ratio lies outside ±the CI target and the exact rank test agrees), tied (inside it) or "
+              "unresolved, with α split over the axes compared. A dominates B when different and better on one axis "
+              "and different and worse on none; an unresolved axis blocks domination; an axis null or with one value "
+              "on either side is skipped for that pair and named. The tool never picks: `benchctl lock` is yours.", ""]
     for p in rb.pareto:
         lines += [f"### Context {p.context}", ""]
         lines += [f"- {x.strip()}" for x in pareto_lines(p, rb)]
