@@ -180,7 +180,7 @@ def pareto_lines(p: ContextPareto, rb: Runbook | None = None) -> list[str]:
 
 
 def pareto_points_table(p: ContextPareto) -> tuple[list[str], list[list[str]]]:
-    axes = [(a, AXES[a].better if a in AXES else "higher") for a in axes_of(p.points)]
+    axes = axes_of(p.points)
     header = ["candidate", "status", "verdict", *(f"{a} ({d})" for a, d in axes)]
     body = []
     for pt in p.points:
