@@ -188,6 +188,7 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
     evals = store.evals(job_id)
     events = [shared.event(e) for e in store.iter_events(job_id, exclude_types=_EVENTS_NOT_READ)]
     drift, no_drift = sweep_drift(sweep, rows)
+    design = sweep_design(sweep, events)  # the order that ran: what the comparisons pair by
     starts = ready_starts(events)
     eval_sources = _eval_sources(events)
     warm_ready: dict[str, list[float]] = {}
@@ -217,7 +218,7 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
         sustained=_sustained(rows),
         evals=evals,
         eval_summary=_eval_summary(evals, eval_sources),
-        pareto=pareto_from_rows(rows, evals, sweep.probe_plan(), order=getattr(sweep, "order", None),
+        pareto=pareto_from_rows(rows, evals, sweep.probe_plan(), order=design.order,
                                 extra={"ready_s": warm_ready}),
         flags=runbook_flags(rows),
         drift=drift,
@@ -225,7 +226,7 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
         ready=starts,
         ready_summary=ready_summary(starts, [c.id for c in sweep.candidates]),
         eval_sources=eval_sources,
-        design=sweep_design(sweep, events),
+        design=design,
     )
 
 
