@@ -112,7 +112,8 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
     from benchd.store import planned_probes
 
     pp = sweep.probe_plan()
-    probes = sweep.probes if isinstance(sweep.probes, (int, str)) else msgspec.to_builtins(sweep.probes)
+    probes = ("default" if sweep.probes is None else
+              sweep.probes if isinstance(sweep.probes, (int, str)) else msgspec.to_builtins(sweep.probes))
     cells = [{"candidate": cand.id, "context": ctx, "warmup": sweep.warmup, "probes": probes,
               "probes_min": pp.min, "probes_max": pp.max} for cand in sweep.candidates for ctx in sweep.contexts]
     sentinel = sweep.sentinel_on()

@@ -140,6 +140,12 @@ class Probes(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
             raise ValueError(f"probes.min ({self.min}) must be <= probes.max ({self.max})")
 
 
+#: Fixed probes per cell when `probes` is omitted and one candidate runs; also the first rounds with several.
+DEFAULT_PROBES = 3
+#: With several candidates and `probes` omitted, rounds stop at this many when a pair is still unresolved.
+DEFAULT_PAIR_MAX = 12
+
+
 class ProbePlan(NamedTuple):
     """What a sweep's `probes` field means for one cell: fixed count or adaptive bounds + the rule."""
 
@@ -149,6 +155,16 @@ class ProbePlan(NamedTuple):
     target_ci_pct: float
     metric: str
     throttle_pct: float
+
+
+def default_probe_plan(n_candidates: int) -> ProbePlan:
+    """What an omitted `probes` means: a fixed 3 for one candidate; with several, adaptive rounds that stop
+    when every pair's gen_tps verdict is resolved (the pair stop rule), 3 to DEFAULT_PAIR_MAX rounds, so a
+    sweep at the defaults ends with differences it can name rather than 3 probes too few to tell."""
+    d = Probes()
+    if n_candidates <= 1:
+        return ProbePlan(False, DEFAULT_PROBES, DEFAULT_PROBES, d.target_ci_pct, d.metric, d.throttle_pct)
+    return ProbePlan(True, DEFAULT_PROBES, DEFAULT_PAIR_MAX, d.target_ci_pct, d.metric, d.throttle_pct)
 
 
 #: Largest image side a sweep may ask for (transformers' idefics3 MAX_IMAGE_SIZE); a model's own limit
@@ -213,7 +229,9 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     contexts: Annotated[list[Annotated[int, Meta(ge=1, le=4_194_304)]], Meta(min_length=1, max_length=64)]
     gen_tokens: Annotated[int, Meta(ge=1, le=131_072)]
     candidates: Annotated[list[Candidate], Meta(min_length=1, max_length=64)]
-    probes: Annotated[int, Meta(ge=1, le=1000)] | Literal["auto"] | Probes = 3
+    #: None (omitted): 3 probes for one candidate; with several, rounds from 3 until every pair is resolved
+    #: (different or tied on gen_tps), at most DEFAULT_PAIR_MAX rounds (`default_probe_plan`).
+    probes: Annotated[int, Meta(ge=1, le=1000)] | Literal["auto"] | Probes | None = None
     warmup: Annotated[int, Meta(ge=0, le=100)] = 1
     eval_tier: EvalTier = "none"
     thinking: Thinking = "default"
@@ -271,6 +289,8 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     def probe_plan(self) -> ProbePlan:
         """The probes field resolved: a fixed count is min = max = count with the default CI target."""
         p = self.probes
+        if p is None:
+            return default_probe_plan(len(self.candidates))
         if isinstance(p, int):
             d = Probes()
             return ProbePlan(False, p, p, d.target_ci_pct, d.metric, d.throttle_pct)
@@ -281,7 +301,7 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
 
     def sentinel_on(self) -> bool:
         """Whether the drift sentinel runs: explicit, else only with adaptive probes."""
-        return self.sentinel if self.sentinel is not None else not isinstance(self.probes, int)
+        return self.sentinel if self.sentinel is not None else isinstance(self.probes, (str, Probes))
 
     def effective_probe_timeout_s(self) -> float:
         """The probe's own timeout: configured, else derived from gen_tokens with a floor.
