@@ -168,6 +168,7 @@ class Engine:
         self.evals_done = {(e.candidate, e.task) for e in store.evals(job)}
         self.prompts_recorded = False
         self.client_pin = affinity.ClientPin()  # the sweep's pin_client: this (event loop) thread
+        self.client_cpus: dict[str, list[int] | None] = {}  # per candidate: its pinned server's client cores
         self.resident: dict[str, Resident] = {}
         self.never_started: set[tuple[str, int | None]] = set()
         self.budget = budget_mod.read_budget()
@@ -657,8 +658,8 @@ class Engine:
             self.fail_group(cand, g, f"server never became ready ({exc.reason}): {exc.message}", exc)
             return None
         pin = affinity.confirm(pin, server.pid)
-        if pin.applied:
-            self.client_pin.hold(pin.client_cpus)
+        self.client_cpus[cand.id] = list(pin.client_cpus) if pin.applied else None
+        self.hold_client_pin(cand.id)
         self.emit("server_ready", candidate=cand.id, runtime=cand.runtime, pid=server.pid, port=server.port,
                   ctx_size=server.ctx_size, binary=server.binary, version=server.version,
                   version_source=server.version_source, ready_s=round(server.ready_s, 3), purpose=purpose,
@@ -669,6 +670,15 @@ class Engine:
                   fit=server.fit, layer_split=server.layer_split, split_note=server.split_note,
                   energy=self.energy.restart())
         return server
+
+    def hold_client_pin(self, candidate: str) -> None:
+        """Put the probe client on the cores its candidate's pinned server leaves free, or back on all of
+        them for an unpinned one (interleaved rounds visit pinned and unpinned servers in turn)."""
+        cpus = self.client_cpus.get(candidate)
+        if cpus:
+            self.client_pin.hold(cpus)
+        else:
+            self.client_pin.release()
 
     async def stop_server(self, server: Server) -> None:
         if not self.resident:
@@ -713,17 +723,23 @@ class Engine:
                                timeout_text=f"warm-up / prompt sizing timed out after {budget:g} s; the server was killed")
         return got if isinstance(got, Row) else None
 
+    async def sized_prompt(self, run: ProbeRun) -> Prompt | Row:
+        """The probe's prompt sized through the server's tokenizer, or the failed row the guard made of a
+        sizing error or timeout."""
+        return await self.guard(
+            run, lambda: self.build_prompt(run.adapter, run.server, run.cell), budget=self.timeout_s,
+            failure_text="sizing the prompt failed",
+            timeout_text=f"probe timed out after {self.timeout_s:g} s while sizing the prompt (the server's "
+                         "tokenizer did not answer); the server was killed")
+
     async def run_probe(self, adapter: RuntimeAdapter, server: Server, cell: Cell, gen_tokens: int,
                         series: CellSeries | None = None) -> Row:
         """One recorded probe: its prompt sized before the cooldown (the /tokenize round trips fall
         outside the probe's window), the cooldown, the request watched, the row."""
         run = ProbeRun(adapter, server, cell, gen_tokens, series, ServerFacts(server.ctx_size, server.binary, server.version))
+        self.hold_client_pin(cell.candidate.id)
         cand = cell.candidate
-        prompt = await self.guard(
-            run, lambda: self.build_prompt(adapter, server, cell), budget=self.timeout_s,
-            failure_text="sizing the prompt failed",
-            timeout_text=f"probe timed out after {self.timeout_s:g} s while sizing the prompt (the server's "
-                         "tokenizer did not answer); the server was killed")
+        prompt = await self.sized_prompt(run)
         if isinstance(prompt, Row):
             return prompt
         run.prompt = prompt
@@ -862,11 +878,7 @@ class Engine:
         cooldown, then the pair with memory sampled and energy marked around the image request."""
         cand, sweep = cell.candidate, self.sweep
         run = ProbeRun(adapter, server, cell, sweep.gen_tokens, None, ServerFacts(server.ctx_size, server.binary, server.version))
-        prompt = await self.guard(
-            run, lambda: self.build_prompt(adapter, server, cell), budget=self.timeout_s,
-            failure_text="sizing the prompt failed",
-            timeout_text=f"probe timed out after {self.timeout_s:g} s while sizing the prompt (the server's "
-                         "tokenizer did not answer); the server was killed")
+        prompt = await self.sized_prompt(run)
         if isinstance(prompt, Row):
             return prompt
         probe_no = cell.probe % vision.VISION_PROBE_STRIDE
