@@ -68,8 +68,14 @@ def landed_phase(evs: list[dict[str, Any]], kill_wall: float) -> str:
         return "streaming"
     if kind == "probe_finished":
         return "row_commit"
-    if kind in ("cooldown_started", "server_stopped") and len(evs) >= 2 and evs[-2]["type"] == "probe_finished":
-        committed = datetime.fromisoformat(evs[-2]["time"]).timestamp()
+    # Bookkeeping events that follow a row's commit at once (the cell's end, the next round, the cooldown):
+    # a kill within the window after the commit still lands on the commit.
+    trailing = ("cooldown_started", "server_stopped", "cell_finished", "round_started", "context_finished")
+    i = len(evs) - 1
+    while i > 0 and evs[i]["type"] in trailing:
+        i -= 1
+    if i < len(evs) - 1 and evs[i]["type"] == "probe_finished":
+        committed = datetime.fromisoformat(evs[i]["time"]).timestamp()
         if kill_wall - committed <= ROW_COMMIT_WINDOW_S:
             return "row_commit"
     if kind == "cooldown_started":
