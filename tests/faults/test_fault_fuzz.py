@@ -126,8 +126,8 @@ def bad_submit(draw: st.DrawFn) -> tuple[str, bytes]:
     elif kind == "int_wrong_type":
         field = draw(st.sampled_from(["gen_tokens", "probes", "warmup", "contexts"]))
         value = draw(not_int.filter(lambda v: not isinstance(v, list)))
-        if field == "probes" and (isinstance(value, dict) or value == "auto"):
-            value = [value]  # `probes` also takes "auto" or a table (issue 15): a list is still the wrong type
+        if field == "probes" and (isinstance(value, dict) or value in ("auto", None)):
+            value = [value]  # `probes` also takes "auto", a table or null (the default): a list is still wrong
         sweep[field] = [value] if field == "contexts" and draw(st.booleans()) else value
     elif kind == "name_invalid":
         sweep["name"] = draw(st.one_of(not_str, st.text(max_size=120).filter(
