@@ -94,8 +94,9 @@ def frontier(points: Sequence[Point], context: int, judge: Judge,
                     by=win.candidate, better_on=d.better_on, skipped_axes=skip, tied_on=d.tied_on, alpha=d.alpha,
                     verdicts={x: v.text for x, v in d.verdicts.items()}, text=d.text))
             elif not (d.better_on and d.worse_on):
-                ties.append(Tie(pair=pair, axes={x: v.text for x, v in d.verdicts.items() if v.verdict != "different"},
-                                text=d.text))
+                if a.candidate != pair[0]:  # each axis's text reads as pair[0] against pair[1]
+                    d = judge(b, a)
+                ties.append(Tie(pair=pair, axes={x: v.text for x, v in d.verdicts.items()}, text=d.text))
     front = sorted(p.candidate for p in points if p.candidate not in dominated)
     by_cand = {p.candidate: p for p in points}
     caveats = {c: f"cell verdict {by_cand[c].verdict}" for c in front

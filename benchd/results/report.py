@@ -171,7 +171,7 @@ def pareto_lines(p: ContextPareto, rb: Runbook | None = None) -> list[str]:
             out += [f"    {axis}: {text}" for axis, text in _axis_order(d.verdicts)]
             out += not_compared([cand, d.by])
     for t in p.ties:
-        out.append(f"  {t.pair[0]} and {t.pair[1]}: {t.text or 'neither dominates'}")
+        out.append(f"  {t.pair[0]} against {t.pair[1]}: {t.text or 'neither dominates'}")
         out += [f"    {axis}: {text}" for axis, text in _axis_order(t.axes)]
         out += not_compared(t.pair)
     for cand, reason in p.excluded.items():

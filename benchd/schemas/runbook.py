@@ -122,8 +122,9 @@ class Domination(Struct, kw_only=True, frozen=True):
 
 
 class Tie(Struct, kw_only=True, frozen=True):
-    """Two candidates neither of which dominates the other and not a trade-off: the axes tied or
-    unresolved with their verdicts, and the pair's one line (`not dominated: unresolved on ...`)."""
+    """Two candidates neither of which dominates the other and not a trade-off: every compared axis's
+    verdict, read as `pair[0]` against `pair[1]` (a `different` axis beside an unresolved one is shown,
+    not hidden), and the pair's one line (`not dominated: unresolved on ...`)."""
 
     pair: list[str]
     axes: dict[str, str]

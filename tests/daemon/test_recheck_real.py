@@ -70,10 +70,13 @@ def _checked_since(d: Any, since: str) -> dict[str, Any]:
 
 
 def _wait_verdict(d: Any, job_before: str | None, timeout: float = 240) -> dict[str, Any]:
-    """The newest history entry once it is not the one seen before (the recheck job ran and was judged)."""
+    """The newest history entry once it is not the one seen before (the recheck job ran and was judged)
+    and nothing is pending, read from one status snapshot (two reads let a confirming job end between
+    them, returning the held entry with its confirmation already done)."""
     def done() -> dict[str, Any] | None:
-        last = _status(d)["last"]
-        return last if last and last["job"] != job_before and not _status(d)["pending"] else None
+        status = _status(d)
+        last = status["last"]
+        return last if last and last["job"] != job_before and not status["pending"] else None
     return wait_until(done, timeout=timeout, interval=0.5, what="the recheck's verdict")  # type: ignore[no-any-return]
 
 

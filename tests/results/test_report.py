@@ -40,7 +40,7 @@ def test_text_table(state) -> None:
     assert "broken excluded: no successful probe rows in this context" in text
     # The one comparison: two eval tasks cannot tell pass rates apart (McNemar), and an unresolved axis
     # blocks domination, named with its verdict and the α it used.
-    assert "gguf-plain and mlx-lm: not dominated: unresolved on eval_pass_rate (α = 0.05 over 3 axes" in text
+    assert "gguf-plain against mlx-lm: not dominated: unresolved on eval_pass_rate (α = 0.05 over 3 axes" in text
     assert "eval_pass_rate: unresolved: pass rate 100 % → 50 %" in text and "over 2 shared tasks" in text
     assert "verdict" in text and "too few" in line
     assert "not compared: prompt_tps (not measured on one side); sustain_ratio (one value on a side" in text
