@@ -7,13 +7,14 @@ a fresh machine provisions itself once; afterwards they cost milliseconds.
 Fixtures others use (keep the names):
 - `cache_dir`, `tiny_models` (small, seed 0; `.target` is the f16 GGUF), `scripted_models` (a thinking
   model that follows a fixed script, with drafts; see its docstring; `make_scripted_models(...)` for
-  other sizes), `llama_server_bin`,
+  other sizes), `tool_models(variant)` (a scripted tool-calling model: benchctl.tinymodels.toolscript),
+  `llama_server_bin`,
   `llama_bench_bin`, `mlx_argv` ({"mlx_lm.server": argv prefix, "mlx_vlm.server": argv prefix}),
   `mlx_env` (environment for the MLX servers: offline HF hub with an existing cache folder);
 - `free_port` -> a callable returning a free 127.0.0.1 port;
 - `start_llama_server(model, extra_args=(), ctx=4096)` and `start_mlx_server(runtime, model_dir,
   extra_args=())`: context managers yielding the base URL of a ready server, torn down TERM -> KILL
-  (whole process group); `astart_llama_server` / `astart_mlx_server`: the same as async context managers;
+  (whole process group); `server_factory.last_log` is the log file of the server started last; `astart_llama_server` / `astart_mlx_server`: the same as async context managers;
 - `llama_url`, `mlx_lm_url`, `mlx_vlm_url`: one shared server each for the whole session (tiny model).
 A server's log tail is printed to stderr when it fails to start or when the block it served raises.
 """
@@ -120,6 +121,14 @@ def vision_models(cache_dir: Path) -> Any:
     from benchctl.tinymodels.vision import ensure_vision
 
     return ensure_vision(cache_dir, log=_log)
+
+
+@pytest.fixture(scope="session")
+def tool_models(cache_dir: Path) -> Callable[[str], Any]:
+    """`tool_models(variant)`: the cached scripted tool-calling model of a `toolscript.VARIANTS` key."""
+    from benchctl.tinymodels.scripted import ensure_tool_scripted
+
+    return lambda variant: ensure_tool_scripted(cache_dir, variant, log=_log)
 
 
 @pytest.fixture(scope="session")
@@ -271,6 +280,8 @@ class ServerFactory:
         self._llama_bin, self._mlx_argv, self._mlx_env = llama_bin, mlx_argv, mlx_env
         self.logs = logs
         self._n = 0
+        #: The log file of the server spawned last (a test reads the log lines of its own server).
+        self.last_log: Path | None = None
 
     def llama_argv(self, model: Path | str, port: int, extra_args: Sequence[str] = (), ctx: int = 4096) -> list[str]:
         return [str(self._llama_bin()), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
@@ -282,7 +293,8 @@ class ServerFactory:
 
     def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> ServerProcess:
         self._n += 1
-        return ServerProcess(argv, self.logs / f"{self._n:03d}-{name}.log", env)
+        self.last_log = self.logs / f"{self._n:03d}-{name}.log"
+        return ServerProcess(argv, self.last_log, env)
 
     @contextlib.contextmanager
     def run(self, name: str, argv: list[str], base_url: str, env: dict[str, str] | None,

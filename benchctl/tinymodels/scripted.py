@@ -236,3 +236,106 @@ def ensure_scripted(cache_dir: Path, reasoning_tokens: int = DEFAULT_REASONING_T
     if (root / "manifest.json").is_file():
         return load_scripted(root)
     return generate_scripted(root, reasoning_tokens, answer_tokens, seed, n_ctx, log, size)
+
+
+# ------------------------------------------------------------------------------ tool-calling variants
+
+#: Bump when anything that changes the tool sets' bytes changes (toolscript.py's texts or pieces included).
+TOOL_SCRIPTED_VERSION = 1
+TOOL_REASONING_TOKENS = 4
+TOOL_N_CTX = 4096
+
+
+@dataclass(frozen=True)
+class ToolScriptedModels:
+    """One tool-calling variant (see toolscript.py): the GGUF, the MLX dir and the script's facts."""
+
+    root: Path
+    variant: str
+    seed: int
+    target: Path
+    mlx_dir: Path
+    script: Script
+    answer_text: str
+    n_vocab: int
+
+
+def tool_scripted_dir_name(variant: str, seed: int) -> str:
+    return f"scripted-tools-{variant}-small-k{TOOL_REASONING_TOKENS}-ctx{TOOL_N_CTX}-seed{seed}-v{TOOL_SCRIPTED_VERSION}"
+
+
+def tool_script(variant: str, seed: int) -> Script:
+    """The variant's answer ids after `TOOL_REASONING_TOKENS` seeded word pieces outside the answer."""
+    from benchctl.tinymodels import toolscript
+    from benchctl.tinymodels.script import PARAGRAPH, THINK_CLOSE, THINK_OPEN, word_piece_ids
+
+    voc = toolscript.tool_vocab()
+    answer = toolscript.answer_ids(variant)
+    pieces = np.array([i for i in word_piece_ids(voc) if i not in answer])
+    reasoning = [int(i) for i in np.random.default_rng(seed).permutation(pieces)[:TOOL_REASONING_TOKENS]]
+    index = {tok: i for i, tok in enumerate(voc.tokens)}
+    return Script(reasoning_ids=tuple(reasoning), answer_ids=answer, think_open_id=index[THINK_OPEN],
+                  think_close_id=index[THINK_CLOSE], paragraph_id=index[PARAGRAPH], eos_id=EOS_IDS[0])
+
+
+def _load_tool(root: Path) -> ToolScriptedModels:
+    m: dict[str, Any] = json.loads((root / "manifest.json").read_text())
+    s = m["script"]
+    script = Script(
+        reasoning_ids=tuple(s["reasoning_ids"]), answer_ids=tuple(s["answer_ids"]),
+        think_open_id=s["think_open_id"], think_close_id=s["think_close_id"], paragraph_id=s["paragraph_id"],
+        eos_id=s["eos_id"],
+    )
+    return ToolScriptedModels(root=root, variant=m["variant"], seed=m["seed"], target=root / m["target"],
+                              mlx_dir=root / "mlx", script=script, answer_text=s["answer_text"], n_vocab=m["n_vocab"])
+
+
+def _write_tool(tmp: Path, variant: str, seed: int, log: Callable[[str], None]) -> None:
+    from benchctl.tinymodels import gguf_model, mlx_model, toolscript
+
+    voc = toolscript.tool_vocab()
+    script = tool_script(variant, seed)
+    arch = _arch(script, "small", TOOL_N_CTX)
+    weights = bigram_weights(arch, voc.size, script, seed)
+    log(f"writing the {variant} tool-calling model")
+    gguf_model.write_gguf(tmp / "target.gguf", weights, arch, voc, "f16", f"benchd-scripted-tools-{variant}-seed{seed}",
+                          chat_template())
+    mlx_model.write_mlx_dir(tmp / "mlx", weights, arch, voc, chat_template(), EOS_IDS)
+    manifest = {
+        "format_version": TOOL_SCRIPTED_VERSION,
+        "kind": "scripted-tools",
+        "variant": variant,
+        "size": "small",
+        "seed": seed,
+        "n_ctx": TOOL_N_CTX,
+        "n_params": n_params(weights),
+        "n_vocab": voc.size,
+        "vocab_sha256": hashlib.sha256(json.dumps(voc.tokens).encode()).hexdigest(),
+        "target": "target.gguf",
+        "script": {
+            "think_open_id": script.think_open_id, "think_close_id": script.think_close_id,
+            "paragraph_id": script.paragraph_id, "eos_id": script.eos_id, "eos_ids": list(EOS_IDS),
+            "reasoning_ids": list(script.reasoning_ids), "answer_ids": list(script.answer_ids),
+            "answer_pieces": [voc.tokens[i] for i in script.answer_ids],
+            "answer_text": toolscript.VARIANTS[variant].text,
+        },
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def ensure_tool_scripted(cache_dir: Path, variant: str, seed: int = 0,
+                         log: Callable[[str], None] | None = None) -> ToolScriptedModels:
+    """The cached tool-calling model of `variant` (a key of `toolscript.VARIANTS`), generated on first use
+    under `<cache>/models/scripted-tools-<variant>-small-k<K>-ctx<N>-seed<S>-v<TOOL_SCRIPTED_VERSION>/`."""
+    from benchctl.tinymodels import check_args, publish, toolscript
+    from benchd.errors import BenchdError
+
+    if variant not in toolscript.VARIANTS:
+        raise BenchdError("bad_variant", f"unknown tool variant {variant!r}: use one of "
+                          f"{', '.join(toolscript.VARIANTS)}", "variant")
+    check_args("small", seed)
+    root = Path(cache_dir).expanduser().absolute() / "models" / tool_scripted_dir_name(variant, seed)
+    if not (root / "manifest.json").is_file():
+        publish(root, lambda tmp: _write_tool(tmp, variant, seed, log or (lambda _m: None)))
+    return _load_tool(root)
