@@ -12,8 +12,10 @@ once, before turn 1. Per turn the row records what the server reports as cached 
 tokens it processed anew, TTFT, the rate over the new tokens and gen tok/s. After the last turn (outside
 every measured window) the adapter renders and tokenizes each turn's conversation the way the server
 does; the reusable prefix of turn k is the common token prefix of its prompt with turn k-1's prompt +
-answer. A turn whose cached tokens fall short of it by more than the template's own tokens (the
-rendering of one empty user turn) is a `cache_miss`, with both numbers in `sources`. A template that
+answer. A turn whose cached tokens fall short of what the runtime's cache can hold of it (its
+`prefix_cache_rule`: mlx_vlm.server keeps the prompt only, in whole blocks) by more than the tolerance
+(the template's own tokens, the rendering of one empty user turn, plus a block less one token) is a
+`cache_miss`, with the numbers in `sources`. A template that
 re-renders earlier turns differently (drops earlier reasoning, or the empty think block appended with
 thinking off) shows up as a short reusable prefix: a finding about runtime and template, not an error.
 
@@ -41,7 +43,7 @@ from benchd.engine.rows import Cell, ServerFacts, build_row, model_files
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate, CooldownRecord, Row, Session, Sweep
 from benchd.sensors.memory.sampler import MemoryResult, MemorySampler
-from benchd.servers.runtimes.base import Normalized, RenderItem, RuntimeAdapter
+from benchd.servers.runtimes.base import Normalized, PrefixCacheRule, RenderItem, RuntimeAdapter
 from benchd.servers.server import Server
 from benchd.store import utcnow
 
@@ -113,16 +115,21 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 @dataclass(frozen=True)
 class Prefixes:
-    """Per turn (index 0 = turn 1) the computed reusable prefix, and the tolerance; or why none was computed."""
+    """Per turn (index 0 = turn 1) the computed reusable prefix, the part of it the runtime's cache rule
+    can hold (`reachable`: the same unless it keeps the prompt only), and the tolerance; or why none was
+    computed."""
 
     reusable: list[int | None]
     tolerance: int
     reason: str | None = None
+    reachable: list[int | None] = field(default_factory=list)
+    rule: PrefixCacheRule = field(default_factory=PrefixCacheRule)
 
 
 async def reusable_prefixes(adapter: RuntimeAdapter, server: Server, cand: Candidate, turns: Sequence[Turn],
                             thinking: str) -> Prefixes:
     """Tokenize every turn's rendered conversation, and each previous one plus its generated text."""
+    rule = adapter.prefix_cache_rule(cand)
     items: list[RenderItem] = [([{"role": "user", "content": ""}], "")]  # the template's own tokens
     for i, t in enumerate(turns):
         items.append((t.messages, ""))
@@ -131,14 +138,16 @@ async def reusable_prefixes(adapter: RuntimeAdapter, server: Server, cand: Candi
     try:
         tokens = await adapter.rendered_tokens(server.base_url, cand, server.command, items, thinking)
     except Exception as exc:
-        return Prefixes([None] * len(turns), MIN_TOLERANCE_TOKENS, f"{type(exc).__name__}: {exc}")
-    tolerance = max(MIN_TOLERANCE_TOKENS, len(tokens[0]))
+        return Prefixes([None] * len(turns), MIN_TOLERANCE_TOKENS, f"{type(exc).__name__}: {exc}", rule=rule)
+    tolerance = max(MIN_TOLERANCE_TOKENS, len(tokens[0])) + rule.block_tokens - 1
     prompts = tokens[1::2]
     with_answers = tokens[2::2]
     reusable: list[int | None] = [0]
+    reachable: list[int | None] = [0]
     for k in range(1, len(turns)):
         reusable.append(common_prefix(prompts[k], with_answers[k - 1]))
-    return Prefixes(reusable, tolerance)
+        reachable.append(reusable[-1] if rule.keeps_generated else common_prefix(prompts[k], prompts[k - 1]))
+    return Prefixes(reusable, tolerance, reachable=reachable, rule=rule)
 
 
 @dataclass
@@ -271,13 +280,17 @@ def turn_row(run: SessionRun, t: Turn, prefixes: Prefixes, cooldown: CooldownRec
             "benchd: common token prefix of this turn's rendered prompt with the previous prompt + its "
             f"generated text ({run.adapter.name} template and tokenizer; the answer is tokenized from its "
             "text, without the reasoning tags its parser consumed)")
-        if norm.cached_tokens is None or reusable is None:
+        reachable = prefixes.reachable[t.number - 1]
+        if norm.cached_tokens is None or reusable is None or reachable is None:
             reasons["cache_miss"] = "the server reported no cached tokens"
         else:
-            miss = norm.cached_tokens < reusable - prefixes.tolerance
-            extra["cache_miss"] = miss
-            sources["cache_miss"] = (f"cached {norm.cached_tokens} vs reusable {reusable} tokens, tolerance "
-                                     f"{prefixes.tolerance} (the template's own tokens)")
+            extra["cache_miss"] = norm.cached_tokens < reachable - prefixes.tolerance
+            rule = prefixes.rule
+            held = "" if rule.keeps_generated else f", reachable {reachable} (the previous prompt's prefix alone)"
+            blocks = f" and a {rule.block_tokens}-token block less one" if rule.block_tokens > 1 else ""
+            sources["cache_miss"] = (f"cached {norm.cached_tokens} vs reusable {reusable} tokens{held}, tolerance "
+                                     f"{prefixes.tolerance} (the template's own tokens{blocks})"
+                                     + (f"; {rule.source}" if rule.source else ""))
     norm = dataclasses.replace(norm, null_reasons={**norm.null_reasons, **reasons})  # build_row keeps the null ones
     return build_row(Cell(run.job, run.candidate, run.context, "session", t.number), status="ok",
                      started_at=t.started_at, server=ServerFacts.of(run.server), metrics=norm, memory=t.memory,

@@ -1,5 +1,6 @@
 """Parallel requests on the REAL servers: a level-2 start (llama-server `-np 2` with `-c` = 2 x one
-request's context; mlx_lm.server `--decode-concurrency 2`, no seed in the requests) and two batches of
+request's context; mlx_lm.server `--decode-concurrency 2`, no seed in the requests; mlx_vlm.server
+`--max-num-seqs 2` on its continuous batch, the seed kept: it seeds per row) and batches of
 two simultaneous streams through `parallel.run_batch`: two rows per batch with their batch ids,
 overlapping stream windows, the aggregate and per-request rates both present with their sources, and
 the level's summary computed from the rows."""
@@ -68,7 +69,7 @@ async def batches(cand: Candidate, server: Server, start: Any, level: int, n: in
     return rows
 
 
-@pytest.mark.parametrize("runtime", ["llama-server", "mlx_lm.server"])
+@pytest.mark.parametrize("runtime", ["llama-server", "mlx_lm.server", "mlx_vlm.server"])
 def test_level_two_rows_per_request(runtime: str, tiny_models: Any, cache_dir: Path, tmp_path: Path) -> None:
     cand = candidate(runtime, tiny_models)
 
@@ -101,8 +102,11 @@ def test_level_two_rows_per_request(runtime: str, tiny_models: Any, cache_dir: P
         slot = int(rows[0].sources["slot_n_ctx"].split()[0])
         assert slot >= CONTEXT + GEN  # each slot holds one request
         assert rows[0].sources["slots"].startswith("2 ")
-    else:
+    elif runtime == "mlx_lm.server":
         assert "no seed sent" in rows[0].sources["request"] and "greedy" in rows[0].sources["request"]
+    else:
+        assert "continuous batching, --max-num-seqs 2" in rows[0].sources["concurrency"]
+        assert "request" not in rows[0].sources and "batching" not in rows[0].sources
     summary = parallel.parallel_summary(rows)[2]
     assert summary.batches == 3 and summary.requests == 6 and summary.failed == 0
     assert summary.agg_gen_tps is not None and summary.per_request_gen_tps is not None

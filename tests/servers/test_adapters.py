@@ -274,3 +274,30 @@ def test_spec_struct_is_what_validate_reads() -> None:
     # guards the Spec fields this module relies on
     s = Spec(kind="draft", draft_model="/d", draft_max=2)
     assert (s.kind, s.draft_model, s.draft_max) == ("draft", "/d", 2)
+
+
+def test_mlx_vlm_session_start_and_its_cache_rule() -> None:
+    """Session starts turn its prefix cache on and its disk tier (kept across starts) off, unless the
+    candidate's env says otherwise; its cache keeps the prompt only, in blocks of `APC_BLOCK_SIZE`."""
+    vlm = get_adapter("mlx_vlm.server")
+    cand = Candidate(id="v", runtime="mlx_vlm.server", model="/m")
+    start = vlm.session_start(cand)
+    assert start.own_start and start.candidate.env == {"APC_ENABLED": "1", "APC_DISK_ENABLED": "0"}
+    assert "APC_ENABLED=1" in start.notes and "APC_DISK_ENABLED=0" in start.notes
+    own = vlm.session_start(msgspec.structs.replace(cand, env={"APC_DISK_ENABLED": "1", "APC_BLOCK_SIZE": "32"}))
+    assert own.candidate.env["APC_DISK_ENABLED"] == "1" and "APC_DISK_ENABLED=1 (candidate env)" in own.notes
+    rule = vlm.prefix_cache_rule(cand)
+    assert (rule.block_tokens, rule.keeps_generated) == (16, False) and "apc.py" in rule.source
+    assert vlm.prefix_cache_rule(own.candidate).block_tokens == 32
+    assert get_adapter("llama-server").prefix_cache_rule(cand).keeps_generated
+
+
+def test_mlx_vlm_levels_are_capped_by_its_own_max_num_seqs() -> None:
+    vlm = get_adapter("mlx_vlm.server")
+    cand = Candidate(id="v", runtime="mlx_vlm.server", model="/m")
+    start = vlm.parallel_start(cand, 2, None)
+    assert start.serial is None and start.candidate.args[-2:] == ["--max-num-seqs", "2"]
+    capped = msgspec.structs.replace(cand, args=["--max-num-seqs", "2"])
+    problems = vlm.validate_levels(capped, [1, 2, 4])
+    assert len(problems) == 1 and "level 4 is above the 2" in problems[0].message
+    assert "--max-num-seqs 2" in problems[0].message

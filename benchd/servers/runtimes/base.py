@@ -76,6 +76,21 @@ class ParallelStart:
     notes: str
     serial: str | None = None
 
+@dataclass(frozen=True)
+class PrefixCacheRule:
+    """What a runtime's prompt cache can hand the next session turn, by its own design.
+
+    `block_tokens`: the cached prefix is reused in whole blocks of this many tokens (1 = any length),
+    so the cached tokens may fall up to `block_tokens - 1` short of the common prefix without a miss.
+    `keeps_generated`: the generated tokens stay in the cache after a request (False: only the prompt's
+    K/V is kept, so a turn can reuse at most its common prefix with the previous *prompt*).
+    `source`: where that was read (recorded in the turn's `sources["cache_miss"]`)."""
+
+    block_tokens: int = 1
+    keeps_generated: bool = True
+    source: str = ""
+
+
 #: Margin added to `context + gen_tokens` when an adapter sizes the server's context itself: the chat
 #: template wraps the prompt in a few tokens, and the prompt builder is allowed to be 1 % off.
 CTX_MARGIN_TOKENS = 64
@@ -372,6 +387,11 @@ class RuntimeAdapter:
     def session_fields(self) -> dict[str, Any]:
         """Request fields a session turn sends on top of `request_body` (llama-server: `cache_prompt`)."""
         return {}
+
+    def prefix_cache_rule(self, candidate: Candidate) -> PrefixCacheRule:
+        """How the session start's cache reuses a prefix (see `PrefixCacheRule`); by default any length,
+        the generated tokens included (llama-server's slot, mlx_lm.server's LRU of prompt caches)."""
+        return PrefixCacheRule()
 
     # ------------------------------------------------------------------ parallel requests
 

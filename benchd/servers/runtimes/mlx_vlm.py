@@ -24,6 +24,20 @@ Facts used (checked with `python -m mlx_vlm.server --help` and the package sourc
 - Knobs come from the environment (its CLI exports a variable only when the flag is given), so inherited
   `KV_*`, `MAX_KV_SIZE`, `QUANTIZED_KV_START`, `PREFILL_STEP_SIZE`, `EXPERT_CACHE_GB`, `TOP_LOGPROBS_K`,
   `MLX_VLM_*` and `APC_*` (`APC_ENABLED` = prefix cache) are removed before a start.
+- Prefix cache (`APC_ENABLED=1`, `apc.py` / `server/runtime_config.py`): dense K/V is kept in blocks of
+  `APC_BLOCK_SIZE` tokens (default 16, `apc.DEFAULT_BLOCK_SIZE`), hashed as a chain, and a lookup walks
+  whole blocks of the prompt less its last token (`apc_lookup_plan`: `lookup_prefix(ids[:-1])`), so the
+  cached tokens it reports are a multiple of the block size. The blocks are harvested after prefill
+  from the prompt alone (`generate/ar.py`: `full_input_ids`), so the generated tokens are never cached:
+  a turn reuses at most its common prefix with the previous prompt. Windowed / recurrent caches use
+  checkpoints at the previous prompt's end instead (`apc_coordinator.py`), within the same bound. A
+  disk tier is on by default (`APC_DISK_ENABLED=1`, under `~/.cache/mlx-vlm/apc`, kept across starts,
+  up to 20 GB): session starts switch it off, so a re-run session's turn 1 finds nothing on disk and
+  nothing is left in the user's home.
+- Batching: one generation thread runs a continuous batch (`server/generation.py` `_run_impl`, one
+  `BatchGenerator` for every active request, a seed per row position, so a request's `seed` does not
+  serialise it); `--max-num-seqs N` (`MLX_VLM_MAX_NUM_SEQS`, default unbounded) caps the sequences
+  decoded at once, later requests wait in its queue.
 """
 
 from __future__ import annotations
@@ -40,6 +54,7 @@ from benchd.schemas import Candidate
 from benchd.servers.runtimes.base import (
     Normalized,
     ParallelStart,
+    PrefixCacheRule,
     Readiness,
     SessionStart,
     _num,
@@ -60,6 +75,9 @@ _RESERVED: dict[str, str] = {
     "--reload": "a reloader child process would escape supervision",
     "--vision-cache-size": "benchd sets it to 1 for image probes (unique images per probe)",
 }
+
+#: `mlx_vlm.apc.DEFAULT_BLOCK_SIZE` in the pinned 0.7.10 (`APC_BLOCK_SIZE` overrides it).
+APC_BLOCK_SIZE = 16
 
 PEAK_MEMORY_SOURCE = "server:peak_memory (mx.get_peak_memory, server lifetime)"
 
@@ -98,13 +116,24 @@ class MlxVlmAdapter(MlxServerAdapter):
         return [*argv, *candidate.args]
 
     def session_start(self, candidate: Candidate) -> SessionStart:
-        """A start of its own with `APC_ENABLED=1` (its prefix cache; the scrub removes inherited `APC_*`)."""
-        if "APC_ENABLED" in candidate.env:
-            return SessionStart(candidate, False,
-                                f"mlx_vlm.server APC_ENABLED={candidate.env['APC_ENABLED']} (candidate env)")
-        started = msgspec.structs.replace(candidate, env={**candidate.env, "APC_ENABLED": "1"})
-        return SessionStart(started, True, "mlx_vlm.server APC_ENABLED=1 (its prefix cache), a server start of "
-                                           "its own: cold probes run without it")
+        """A start of its own with `APC_ENABLED=1` (its prefix cache; the scrub removes inherited `APC_*`)
+        and `APC_DISK_ENABLED=0` (its disk tier outlives the start); a candidate's own values win."""
+        env = {"APC_ENABLED": "1", "APC_DISK_ENABLED": "0", **candidate.env}
+        given = [k for k in ("APC_ENABLED", "APC_DISK_ENABLED") if k in candidate.env]
+        set_here = ", ".join(f"{k}={env[k]}" + (" (candidate env)" if k in given else "")
+                             for k in ("APC_ENABLED", "APC_DISK_ENABLED"))
+        notes = (f"mlx_vlm.server {set_here}: its prefix cache in memory, the disk tier kept across starts off; "
+                 "a server start of its own: cold probes run without it")
+        return SessionStart(msgspec.structs.replace(candidate, env=env), True, notes)
+
+    def prefix_cache_rule(self, candidate: Candidate) -> PrefixCacheRule:
+        """Whole blocks of `APC_BLOCK_SIZE` tokens (16 unless the candidate's env sets it), prompt only."""
+        raw = candidate.env.get("APC_BLOCK_SIZE", "")
+        block = int(raw) if raw.isdigit() and int(raw) > 0 else APC_BLOCK_SIZE
+        given = "candidate env APC_BLOCK_SIZE" if raw.isdigit() and int(raw) > 0 else "apc.DEFAULT_BLOCK_SIZE"
+        return PrefixCacheRule(block, False,
+                               f"mlx_vlm apc.py: the prompt's K/V in blocks of {block} tokens ({given}), harvested "
+                               "after prefill, the generated tokens not cached")
 
     def parallel_slots(self, candidate: Candidate) -> tuple[int | None, str]:
         for i, arg in enumerate(candidate.args):
@@ -115,7 +144,9 @@ class MlxVlmAdapter(MlxServerAdapter):
         return None, ""
 
     def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> ParallelStart:
-        """Continuous batching capped by `--max-num-seqs N` (unless the candidate sets it)."""
+        """Continuous batching capped by `--max-num-seqs N` (unless the candidate sets it). Nothing makes it
+        serve one at a time: a row's seed is per position, and a draft model's rows batch too (the worker
+        coalesces speculative requests, `MLX_VLM_SPEC_BATCH_COALESCE_MS`)."""
         slots, given = self.parallel_slots(candidate)
         args = candidate.args if slots is not None else [*candidate.args, "--max-num-seqs", str(level)]
         return ParallelStart(msgspec.structs.replace(candidate, args=args), None,
