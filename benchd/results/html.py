@@ -17,14 +17,17 @@ import json
 import os
 from importlib import metadata, resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import msgspec
-
-from benchd.results import pagecharts, pagedata
-from benchd.results.pagedata import Doc, axis_label
+from benchd.results import pagecharts, records
+from benchd.results.records import axis_label
 from benchd.results.text import fmt_value
 from benchd.schemas import Runbook
+
+if TYPE_CHECKING:
+    from benchd.results.compare import Comparison
+
+Doc = dict[str, Any]
 
 MISSING = ("the interactive charts need the html extra (pip install 'benchd[html]': vl-convert-python, which "
            "carries the Vega runtime); every chart's table is on this page")
@@ -96,14 +99,11 @@ class Raw(str):
     """Already-escaped HTML for a table cell."""
 
 
-def value_html(v: Any, depth: int = 0) -> str:
-    """A sweep-level fact of any shape (the drift sentinel, verdicts): nested lists, never dropped."""
-    if isinstance(v, dict) and depth < 4:
-        items = "".join(f"<li><b>{esc(k)}</b>: {value_html(x, depth + 1)}</li>" for k, x in v.items())
-        return f"<ul class='facts'>{items}</ul>"
-    if isinstance(v, list) and depth < 4:
-        return "<ul class='facts'>" + "".join(f"<li>{value_html(x, depth + 1)}</li>" for x in v) + "</ul>"
-    return esc(v) if not isinstance(v, dict | list) else esc(json.dumps(v))
+def value_html(v: str | list[str]) -> str:
+    """A sweep-level fact: one line, or a list of them."""
+    if isinstance(v, list):
+        return "<ul class='facts'>" + "".join(f"<li>{esc(x)}</li>" for x in v) + "</ul>"
+    return esc(v)
 
 
 def chart_div(chart_id: str, label: str) -> str:
@@ -141,26 +141,26 @@ def page(title: str, body: str, charts: list[Doc], extra: Doc, runtime: Runtime)
 # ------------------------------------------------------------------------------------- the runbook
 
 
-def _summary(doc: Doc) -> str:
-    s = pagedata.summary(doc)
-    facts = [("sweep", s["name"]), ("outcome", s["outcome"]), ("machine", s["machine"]),
-             ("started", s["started_at"]), ("finished", s["finished_at"]), ("runbook written", s["generated_at"]),
-             ("grid", s["grid"]), ("candidates", ", ".join(map(str, s["candidates"])))]
-    if s["error"]:
-        facts.insert(2, ("error", s["error"]))
+def _summary(rb: Runbook) -> str:
+    s = records.summary(rb)
+    facts = [("sweep", s.name), ("outcome", s.outcome), ("machine", s.machine),
+             ("started", s.started_at), ("finished", s.finished_at), ("runbook written", s.generated_at),
+             ("grid", s.grid), ("candidates", ", ".join(s.candidates))]
+    if s.error:
+        facts.insert(2, ("error", s.error))
     dl = "".join(f"<dt>{esc(k)}</dt><dd class='{esc(k.replace(' ', '-'))}'>{esc(v)}</dd>" for k, v in facts)
-    verdicts = ("".join(f"<h4 class='{'alarm' if v['alarm'] else ''}'>{esc(v['key'].replace('_', ' '))}</h4>"
-                        f"{value_html(v['value'])}" for v in s["verdicts"])
+    verdicts = ("".join(f"<h4 class='{'alarm' if v.alarm else ''}'>{esc(v.key)}</h4>{value_html(v.value)}"
+                        for v in s.verdicts)
                 or "<p>No sweep-level verdict in this runbook (no drift sentinel ran).</p>")
     deferred = table(["axis", "why it was not measured", "declared by"],
-                     [[d["axis"], d["reason"], "the sweep file" if d["origin"] == "declared" else "benchd"]
-                      for d in s["deferred"]], "What this sweep did not measure, and why")
+                     [[d.axis, d.reason, "the sweep file" if d.origin == "declared" else "benchd"]
+                      for d in s.deferred], "What this sweep did not measure, and why")
     return (f"<section id='summary'><h2>Summary</h2><dl class='summary'>{dl}</dl>"
             f"<h3>Sweep-level verdicts and flags</h3>{verdicts}<h3>Deferred axes</h3>{deferred}</section>")
 
 
-def _pareto(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
-    axes = pagedata.axes_present(doc)
+def _pareto(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
+    axes = records.axes_present(rb)
     if not axes:
         return "<section id='pareto'><h2>Pareto view</h2><p>No context has a successful probe: nothing to compare.</p></section>"
     x_axis = "mem_peak_bytes" if "mem_peak_bytes" in axes else axes[-1]
@@ -169,18 +169,18 @@ def _pareto(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
     controls = (f"<div class='controls'><label>x axis <select id='x-axis'>{opts}</select></label> "
                 f"<label>y axis <select id='y-axis'>{opts}</select></label></div>")
     parts = []
-    for ctx in doc.get("pareto") or []:
-        context = int(ctx["context"])
-        points = pagedata.pareto_points(doc, ctx)
+    for ctx in rb.pareto:
+        context = ctx.context
+        points = records.pareto_points(rb, ctx)
         cid = f"chart-pareto-{context}"
-        charts.append({"id": cid, "kind": "pareto", "spec": pagecharts.pareto_spec(points, context, axes, candidates,
-                                                                                    x_axis, y_axis)})
-        rows = [[p["candidate"], p["status"], p["relation"], *(Raw(f"<span title='{esc(p.get('tip_' + a))}'>"
-                                                                    f"{esc(fmt_value(a, ctx_value(ctx, p, a)))}</span>")
-                                                                for a in axes)] for p in points]
-        rows += [[c, "excluded", why, *["-"] * len(axes)] for c, why in (ctx.get("excluded") or {}).items()]
-        skipped = "".join(f"<li>{esc(' vs '.join(sp['pair']))}: not compared on {esc(', '.join(sp['axes']))} "
-                          "(null for one of them)</li>" for sp in ctx.get("skipped_pairs") or [])
+        charts.append({"id": cid, "kind": "pareto", "spec": pagecharts.pareto_spec(
+            [p.chart_record() for p in points], context, axes, candidates, x_axis, y_axis)})
+        rows = [[p.candidate, p.status, p.relation, *(Raw(f"<span title='{esc(p.tips.get(a))}'>"
+                                                          f"{esc(fmt_value(a, p.values.get(a)))}</span>")
+                                                      for a in axes)] for p in points]
+        rows += [[c, "excluded", why, *["-"] * len(axes)] for c, why in ctx.excluded.items()]
+        skipped = "".join(f"<li>{esc(' vs '.join(sp.pair))}: not compared on {esc(', '.join(sp.axes))} "
+                          "(null for one of them)</li>" for sp in ctx.skipped_pairs)
         parts.append(
             f"<article class='context' data-context='{context}'><h3>Context {context} tokens</h3>"
             f"<figure>{chart_div(cid, f'Pareto scatter at context {context}; the table below has the same figures')}"
@@ -196,19 +196,14 @@ def _pareto(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
             f"{controls}{''.join(parts)}</section>")
 
 
-def ctx_value(ctx: Doc, point: Doc, axis: str) -> Any:
-    """The unscaled Pareto value of a point (the table formats it like the report does)."""
-    raw: Doc = next((p for p in ctx.get("points") or [] if p.get("candidate") == point["candidate"]), {})
-    return (raw.get("values") or {}).get(axis)
-
-
-def _probes(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
-    series = pagedata.probe_series(doc)
+def _probes(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
+    series = records.probe_series(rb)
     if not series:
         return "<section id='probes'><h2>Probe series</h2><p>No probe rows.</p></section>"
-    charts.append({"id": "chart-probes", "kind": "probes", "spec": pagecharts.probes_spec(series, candidates)})
-    rows = [[p["candidate"], p["context"], p["probe"], p["mark"], fmt_value("gen_tps", p["gen_tps"]), p["note"],
-             p["source"], p["verdict"]] for p in series]
+    charts.append({"id": "chart-probes", "kind": "probes",
+                   "spec": pagecharts.probes_spec([p.chart_record() for p in series], candidates)})
+    rows = [[p.candidate, p.context, p.probe, p.mark, fmt_value("gen_tps", p.gen_tps), p.note, p.source, p.verdict]
+            for p in series]
     return ("<section id='probes'><h2>Probe series per cell</h2><p>Each probe's generation tok/s in the order it "
             "ran; the dashed line is the cell median. Failed probes (crosses) and null values (squares) sit at the "
             "bottom of their panel with the reason in their tooltip and in the table.</p>"
@@ -218,25 +213,24 @@ def _probes(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
             "</details></section>")
 
 
-def _sustained(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
-    windows, runs = pagedata.sustained_windows(doc), pagedata.sustained_rows(doc)
+def _sustained(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
+    windows, runs = records.sustained_windows(rb), records.sustained_runs(rb)
     if not runs:
         return "<section id='sustained'><h2>Sustained generation</h2><p>Not run in this sweep (sustained.tokens = 0).</p></section>"
     if windows:
         charts.append({"id": "chart-sustained", "kind": "sustained", "spec": pagecharts.sustained_spec(windows, candidates)})
-    rows = [[r.get("candidate"), r.get("status"), r.get("gen_tokens"), fmt_value("sustain_ratio", r.get("sustain_ratio")),
-             ", ".join(fmt_value("gen_tps", w) for w in r.get("window_tps") or []) or "null",
-             r.get("error") or "; ".join(f"{k}: {v}" for k, v in (r.get("null_reasons") or {}).items()
-                                         if k in ("window_tps", "sustain_ratio")), r["window_source"]] for r in runs]
+    rows = [[r.candidate, r.status, r.gen_tokens, fmt_value("sustain_ratio", r.sustain_ratio),
+             ", ".join(fmt_value("gen_tps", w) for w in r.window_tps) or "null", r.why, r.window_source]
+            for r in runs]
     return ("<section id='sustained'><h2>Sustained generation</h2>"
             + (chart_div("chart-sustained", "Sustained windows per candidate; the table below has the values") if windows else "")
             + table(["candidate", "status", "tokens", "sustain ratio", "window tok/s", "error / nulls", "source"], rows)
             + "</section>")
 
 
-def _agentic(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
+def _agentic(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
     """Sessions (TTFT per turn) and parallel requests (aggregate vs per-request rate per level)."""
-    turns, rates = pagedata.session_turns(doc), pagedata.level_rates(doc)
+    turns, rates = records.session_turns(rb), records.level_rates(rb)
     if not turns and not rates:
         return ("<section id='agentic'><h2>Sessions and parallel requests</h2><p>Not measured in this sweep "
                 "(session.turns = 0, concurrency = [1]).</p></section>")
@@ -256,94 +250,83 @@ def _agentic(doc: Doc, candidates: list[str], charts: list[Doc]) -> str:
     return out + "</section>"
 
 
-def _ready(doc: Doc) -> str:
+def _ready(rb: Runbook) -> str:
     """Time to ready per candidate (the runbook's `ready_summary`), every start under it."""
-    summary = doc.get("ready_summary") or []
-    if not summary:
+    if not rb.ready_summary:
         return "<section id='ready'><h2>Time to ready</h2><p>No server start recorded its time to ready.</p></section>"
 
-    def fig(s: Doc, kind: str) -> str:
-        med = s.get(f"{kind}_median_s")
+    def fig(med: float | None, lo: float | None, hi: float | None, n: int, why: str | None) -> str:
         if med is None:
-            return "null: " + str((s.get("null_reasons") or {}).get(kind, "not measured"))
-        return f"{med:.2f} s ({s.get(f'{kind}_min_s'):.2f}–{s.get(f'{kind}_max_s'):.2f}, n {s.get(f'{kind}_n')})"
+            return f"null: {why or 'not measured'}"
+        return f"{med:.2f} s ({lo:.2f}–{hi:.2f}, n {n})"
 
     top = table(["candidate", "warm", "cold", "cold / warm", "load"],
-                [[s.get("candidate"), fig(s, "warm"), fig(s, "cold"),
-                  f"{s['cold_median_s'] / s['warm_median_s']:.2f}" if s.get("cold_median_s") and s.get("warm_median_s") else "null",
-                  f"{s['load_median_s']:.2f} s" if s.get("load_median_s") is not None
-                  else "null: " + str((s.get("null_reasons") or {}).get("load", "not measured"))] for s in summary])
+                [[s.candidate,
+                  fig(s.warm_median_s, s.warm_min_s, s.warm_max_s, s.warm_n, s.null_reasons.get("warm")),
+                  fig(s.cold_median_s, s.cold_min_s, s.cold_max_s, s.cold_n, s.null_reasons.get("cold")),
+                  f"{s.cold_median_s / s.warm_median_s:.2f}" if s.cold_median_s and s.warm_median_s else "null",
+                  f"{s.load_median_s:.2f} s" if s.load_median_s is not None
+                  else "null: " + s.null_reasons.get("load", "not measured")] for s in rb.ready_summary])
     starts = table(["candidate", "time", "purpose", "ready_s", "load_s", "cache", "resident before", "how known"],
-                   [[r.get("candidate"), r.get("time"), r.get("purpose"), r.get("ready_s"), r.get("load_s"),
-                     r.get("cache"), r.get("resident_before"),
-                     "; ".join(f"{k}: {v}" for k, v in {**(r.get("sources") or {}), **(r.get("null_reasons") or {})}.items())]
-                    for r in doc.get("ready") or []])
+                   [[r.candidate, r.time, r.purpose, r.ready_s, r.load_s, r.cache, r.resident_before,
+                     "; ".join(f"{k}: {v}" for k, v in {**r.sources, **r.null_reasons}.items())] for r in rb.ready])
     return ("<section id='ready'><h2>Time to ready</h2><p>Spawn to health answering, over the starts with the model "
             "files all in (warm) or none in (cold) the page cache, read with mincore just before the spawn.</p>"
             f"{top}<details><summary>Every server start</summary>{starts}</details></section>")
 
 
-def _evals(doc: Doc) -> str:
-    summary = doc.get("eval_summary") or []
-    if not summary:
+def _evals(rb: Runbook) -> str:
+    if not rb.eval_summary:
         return "<section id='evals'><h2>Evals</h2><p>No eval ran (eval_tier = none, or no candidate answered).</p></section>"
-    def failures(e: Doc) -> str:
-        counts = e.get("failures") or {}
+
+    def failures(counts: dict[str, int]) -> str:
         return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))) or "-"
 
-    def ci(e: Doc) -> str:
-        lo, hi = e.get("ci_low"), e.get("ci_high")
+    def ci(lo: float | None, hi: float | None) -> str:
         return f"{fmt_value('eval_pass_rate', lo)}–{fmt_value('eval_pass_rate', hi)}" if lo is not None and hi is not None else "null"
 
     top = table(["candidate", "tier / suite", "passed", "total", "pass rate", "95 % CI", "failure classes", "tool parser",
                  "median s / task", "partial", "not sandboxed"],
-                [[e.get("candidate"), e.get("tier"), e.get("passed"), e.get("total"), fmt_value("eval_pass_rate", e.get("pass_rate")),
-                  ci(e), failures(e), e.get("parser") or "-",
-                  f"{e['latency_s_median']:.3g}" if e.get("latency_s_median") is not None else "-",
-                  e.get("partial_reason") or "no", e.get("unsandboxed")] for e in summary])
-    sources = "".join(f"<li>{esc(s.get('suite'))}: {esc(s.get('package'))} {esc(s.get('version'))} "
-                      f"(sha256 {esc(str(s.get('sha256'))[:16])}…), license {esc(s.get('license'))}; "
-                      f"{len(s.get('task_ids') or [])} tasks</li>" for s in doc.get("eval_sources") or [])
+                [[e.candidate, e.tier, e.passed, e.total, fmt_value("eval_pass_rate", e.pass_rate), ci(e.ci_low, e.ci_high),
+                  failures(e.failures), e.parser or "-",
+                  f"{e.latency_s_median:.3g}" if e.latency_s_median is not None else "-",
+                  e.partial_reason or "no", e.unsandboxed] for e in rb.eval_summary])
+    sources = "".join(f"<li>{esc(s.suite)}: {esc(s.package)} {esc(s.version)} (sha256 {esc(s.sha256[:16])}…), "
+                      f"license {esc(s.license)}; {len(s.task_ids)} tasks</li>" for s in rb.eval_sources)
     tasks = table(["candidate", "suite", "category", "task", "passed", "failure", "parameter", "detail"],
-                  [[e.get("candidate"), e.get("tier"), e.get("category") or "-", e.get("task"),
-                    "yes" if e.get("passed") else "no", e.get("failure") or "-", e.get("parameter") or "-",
-                    e.get("detail") or ""] for e in doc.get("evals") or []])
+                  [[e.candidate, e.tier, e.category or "-", e.task, "yes" if e.passed else "no", e.failure or "-",
+                    e.parameter or "-", e.detail or ""] for e in rb.evals])
     return (f"<section id='evals'><h2>Evals</h2>{top}" + (f"<ul>{sources}</ul>" if sources else "")
             + f"<details><summary>Every task</summary>{tasks}</details></section>")
 
 
-def _locks(doc: Doc) -> str:
+def _locks(rb: Runbook) -> str:
     items = []
-    for i, c in enumerate(pagedata.lock_commands(doc)):
-        note = f"<br><small>{esc(c['note'])}</small>" if c["note"] else ""
-        items.append(f"<li class='lock'><code id='lock-{i}'>{esc(c['command'])}</code> <button type='button' "
-                     f"class='copy' data-target='lock-{i}' aria-label='copy the lock command of {esc(c['candidate'])}'>"
+    for i, c in enumerate(records.lock_commands(rb)):
+        note = f"<br><small>{esc(c.note)}</small>" if c.note else ""
+        items.append(f"<li class='lock'><code id='lock-{i}'>{esc(c.command)}</code> <button type='button' "
+                     f"class='copy' data-target='lock-{i}' aria-label='copy the lock command of {esc(c.candidate)}'>"
                      f"copy</button>{note}</li>")
     return ("<section id='lock'><h2>Lock a candidate</h2><p>benchd never picks one. When you have chosen, run the "
             "command of your choice (with your reason in --note): it writes a reviewable locked.toml with the "
             f"evidence. Candidates in alphabetical order.</p><ul class='locks'>{''.join(items)}</ul></section>")
 
 
-def render_page(rb: Runbook | Doc, runtime: Runtime) -> bytes:
-    """The runbook page (pure: the same runbook and runtime give the same bytes).
-
-    A plain dict is accepted too (a runbook decoded as data): fields this version does not know about
-    (a newer runbook's verdicts, energy) are shown, not refused."""
-    doc = rb if isinstance(rb, dict) else pagedata.to_doc(rb)
-    rid, name, outcome = doc.get("id"), (doc.get("sweep") or {}).get("name"), doc.get("outcome")
-    candidates = [str(c.get("id")) for c in (doc.get("sweep") or {}).get("candidates") or []]
+def render_page(rb: Runbook, runtime: Runtime) -> bytes:
+    """The runbook page (pure: the same runbook and runtime give the same bytes)."""
+    candidates = [c.id for c in rb.sweep.candidates]
     charts: list[Doc] = []
     nav = "".join(f"<a href='#{a}'>{t}</a>" for a, t in (("summary", "Summary"), ("pareto", "Pareto"),
                   ("probes", "Probes"), ("sustained", "Sustained"), ("agentic", "Sessions"), ("ready", "Ready"),
-                  ("evals", "Evals"),
-                  ("lock", "Lock")))
-    body = (f"<header><h1>benchd runbook <span class='rid'>{esc(rid)}</span></h1>"
-            f"<p class='outcome {esc(outcome)}'>sweep <b>{esc(name)}</b>: {esc(outcome)}</p>"
+                  ("evals", "Evals"), ("lock", "Lock")))
+    body = (f"<header><h1>benchd runbook <span class='rid'>{esc(rb.id)}</span></h1>"
+            f"<p class='outcome {esc(rb.outcome)}'>sweep <b>{esc(rb.sweep.name)}</b>: {esc(rb.outcome)}</p>"
             f"<nav>{nav}</nav></header><main>"
-            + _summary(doc) + _pareto(doc, candidates, charts) + _probes(doc, candidates, charts)
-            + _sustained(doc, candidates, charts) + _agentic(doc, candidates, charts) + _ready(doc) + _evals(doc) + _locks(doc) + "</main>")
-    labels = {a: axis_label(a) for a in pagedata.axes_present(doc)}
-    return page(f"benchd runbook {rid}", body, charts, {"labels": labels}, runtime)
+            + _summary(rb) + _pareto(rb, candidates, charts) + _probes(rb, candidates, charts)
+            + _sustained(rb, candidates, charts) + _agentic(rb, candidates, charts) + _ready(rb) + _evals(rb)
+            + _locks(rb) + "</main>")
+    labels = {a: axis_label(a) for a in records.axes_present(rb)}
+    return page(f"benchd runbook {rb.id}", body, charts, {"labels": labels}, runtime)
 
 
 def write_page(rb: Runbook, out_dir: Path, cache_dir: Path | None = None) -> Path:
@@ -362,36 +345,35 @@ def _write(path: Path, data: bytes) -> Path:
 # ----------------------------------------------------------------------------------- the comparison
 
 
-def render_compare_page(cmp: Any, runtime: Runtime) -> bytes:
+def render_compare_page(cmp: Comparison, runtime: Runtime) -> bytes:
     """`benchctl compare A B --html`: warnings first, then ratio B/A per cell and metric, chart and table."""
-    doc = msgspec.to_builtins(cmp)
-    records, rows = [], []
-    for cell in doc["cells"]:
-        for m in cell["metrics"]:
-            name = f"{cell['candidate']} @ {cell['context']}"
-            ratio = m["ratio_b_over_a"]
-            rows.append([cell["candidate"], cell["context"], m["metric"], f"{fmt_value(m['metric'], m['median_a'])} ({m['n_a']})",
-                         f"{fmt_value(m['metric'], m['median_b'])} ({m['n_b']})", f"{ratio:.3f}" if ratio is not None else "null",
-                         m["text"]])
+    records_, rows = [], []
+    for cell in cmp.cells:
+        for m in cell.metrics:
+            ratio = m.ratio_b_over_a
+            rows.append([cell.candidate, cell.context, m.metric, f"{fmt_value(m.metric, m.median_a)} ({m.n_a})",
+                         f"{fmt_value(m.metric, m.median_b)} ({m.n_b})", f"{ratio:.3f}" if ratio is not None else "null",
+                         m.text])
             if ratio is not None:
-                records.append({"cell": name, "metric": m["metric"], "ratio": ratio, "verdict": m["verdict"],
-                                "text": m["text"], "median_a": fmt_value(m["metric"], m["median_a"]),
-                                "median_b": fmt_value(m["metric"], m["median_b"])})
-    charts = [{"id": "chart-compare", "kind": "compare", "spec": pagecharts.compare_spec(records)}] if records else []
-    warnings = "".join(f"<li>{esc(w)}</li>" for w in doc["warnings"]) or "<li>none: the two runbooks are like for like</li>"
-    only = (f"<p>Only in A: {esc(', '.join(doc['only_in_a']) or '-')}; only in B: "
-            f"{esc(', '.join(doc['only_in_b']) or '-')}</p>")
-    body = (f"<header><h1>benchd comparison</h1><p>A = <span class='rid'>{esc(doc['a'])}</span>, "
-            f"B = <span class='rid'>{esc(doc['b'])}</span></p></header><main><section id='summary'><h2>Summary</h2>"
-            f"<p>Test: {esc(doc['test'])}; α = {esc(doc['alpha'])} per metric, margin ±{esc(doc['margin_pct'])} %.</p><h3>What differs between the two runs</h3><ul>{warnings}</ul>{only}</section>"
+                records_.append({"cell": f"{cell.candidate} @ {cell.context}", "metric": m.metric, "ratio": ratio,
+                                 "verdict": m.verdict, "text": m.text, "median_a": fmt_value(m.metric, m.median_a),
+                                 "median_b": fmt_value(m.metric, m.median_b)})
+    charts = [{"id": "chart-compare", "kind": "compare", "spec": pagecharts.compare_spec(records_)}] if records_ else []
+    warnings = "".join(f"<li>{esc(w)}</li>" for w in cmp.warnings) or "<li>none: the two runbooks are like for like</li>"
+    only = (f"<p>Only in A: {esc(', '.join(cmp.only_in_a) or '-')}; only in B: "
+            f"{esc(', '.join(cmp.only_in_b) or '-')}</p>")
+    body = (f"<header><h1>benchd comparison</h1><p>A = <span class='rid'>{esc(cmp.a)}</span>, "
+            f"B = <span class='rid'>{esc(cmp.b)}</span></p></header><main><section id='summary'><h2>Summary</h2>"
+            f"<p>Test: {esc(cmp.test)}; α = {esc(cmp.alpha)} per metric, margin ±{esc(cmp.margin_pct)} %.</p>"
+            f"<h3>What differs between the two runs</h3><ul>{warnings}</ul>{only}</section>"
             "<section id='cells'><h2>B / A per cell</h2>"
             + (chart_div("chart-compare", "Ratio B over A per cell and metric; the table below has the figures")
-               if records else "<p>No cell has a ratio (no common cell measured on both sides).</p>")
+               if records_ else "<p>No cell has a ratio (no common cell measured on both sides).</p>")
             + table(["candidate", "context", "metric", "A median (n)", "B median (n)", "B/A", "verdict"], rows)
             + "</section></main>")
-    return page(f"benchd comparison {doc['a']} vs {doc['b']}", body, charts, {"labels": {}}, runtime)
+    return page(f"benchd comparison {cmp.a} vs {cmp.b}", body, charts, {"labels": {}}, runtime)
 
 
-def write_compare_page(cmp: Any, out_dir: Path, cache_dir: Path | None = None) -> Path:
+def write_compare_page(cmp: Comparison, out_dir: Path, cache_dir: Path | None = None) -> Path:
     """`<out_dir>/compare-<A>-vs-<B>.html`, written atomically."""
     return _write(out_dir / f"compare-{cmp.a}-vs-{cmp.b}.html", render_compare_page(cmp, vega_runtime(cache_dir)))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchd.results.pagedata import axis_label
+from benchd.results.records import axis_label
 
 Spec = dict[str, Any]
 

@@ -18,6 +18,7 @@ import msgspec
 from benchd.results import agentic, images
 from benchd.results.comparison import AXES
 from benchd.results.pareto import axes_of
+from benchd.results.records import ENERGY_COLUMNS, energy_cells
 from benchd.results.text import fmt_value, machine_line, verdict_text
 from benchd.schemas import CellStats, ContextPareto, MetricStats, Runbook, Sweep
 
@@ -396,18 +397,9 @@ def render_markdown(rb: Runbook) -> str:
 
 # ---------------------------------------------------------------------------------------- energy
 
-#: Per-cell energy columns of the Markdown runbook: row field, header.
-ENERGY_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("j_per_prompt_token", "J/prompt tok"), ("j_per_gen_token", "J/gen tok"), ("prompt_watts", "prompt W"),
-    ("gen_watts", "gen W"), ("idle_watts", "idle W"), ("j_per_gen_token_above_idle", "J/gen tok above idle"),
-)
-
 
 def energy_lines(rb: Runbook) -> list[str]:
-    """The runbook's energy section: which counter, what it covers, and medians per cell (same statistics
-    as the results table, `benchd.engine.metrics.metric_stats`, over the ok probe rows)."""
-    from benchd.engine.metrics import metric_stats
-
+    """The runbook's energy section: which counter, what it covers, and per cell the energy records."""
     e = rb.provenance.energy
     lines = ["## Energy", ""]
     if not e.available:
@@ -415,15 +407,7 @@ def energy_lines(rb: Runbook) -> list[str]:
         return [*lines, f"- not measured: {e.reason or 'the job recorded no energy source'}{tried}", ""]
     lines += [f"- source: `{e.source}`", f"- granularity: {e.granularity}", f"- scope: {e.scope}", ""]
     notes = Notes()
-    cells: dict[tuple[str, int], list[Any]] = {}
-    for r in rb.rows:
-        if r.kind == "probe" and r.status == "ok":
-            cells.setdefault((r.candidate, r.context), []).append(r)
-    body = []
-    for (cand, ctx), rows in cells.items():
-        stats = [metric_stats(m, [getattr(r, m) for r in rows],
-                              [r.null_reasons.get(m) for r in rows if getattr(r, m) is None]) for m, _ in ENERGY_COLUMNS]
-        body.append([cand, str(ctx), *(metric_text(s, notes) for s in stats)])
+    body = [[c.candidate, str(c.context), *(metric_text(s, notes) for s in c.stats)] for c in energy_cells(rb)]
     lines += [_md_table(["candidate", "context", *(h for _, h in ENERGY_COLUMNS)], body), ""]
     lines += [f"{n}  " for n in notes.lines()] + ([""] if notes.items else [])
     windows = [(r.candidate, r.window_j) for r in rb.rows if r.kind == "sustained" and r.window_j]

@@ -14,7 +14,7 @@ import pytest
 from benchctl.tinymodels import vision as tiny_vision
 from benchd.config import Config
 from benchd.engine.scheduler import run_job
-from benchd.results import pagedata
+from benchd.results import records
 from benchd.results.compare import compare_runbooks
 from benchd.results.deferred import automatic_deferred
 from benchd.results.report import render_markdown, render_text
@@ -130,11 +130,11 @@ def test_image_ttft_joins_pareto_and_the_report(vision_run: dict[str, Any]) -> N
     assert f"vlm {w}x{h} x1: image tokens" in text and f"llv {w}x{h} x1: image tokens" in text
     assert "## Image probes" in render_markdown(rb)
     # the page: the image axes are charted, lower is better, the text candidate's value null with why
-    doc = pagedata.to_doc(rb)
-    assert set(axes) <= set(pagedata.axes_present(doc))
-    assert all(pagedata.direction(a) == "lower" for a in axes)
-    recs = {r["candidate"]: r for r in pagedata.pareto_points(doc, doc["pareto"][0])}
-    assert recs["vlm"][axes[0]] is not None and recs["text"].get(axes[0]) is None
+    assert set(axes) <= set(records.axes_present(rb))
+    assert all(records.direction(a) == "lower" for a in axes)
+    recs = {r.candidate: r for r in records.pareto_points(rb, rb.pareto[0])}
+    assert recs["vlm"].values[axes[0]] is not None and recs["text"].values.get(axes[0]) is None
+    assert recs["text"].tips.get(axes[0], "null").startswith("null")
     # compare: each (vision candidate, resolution) through the one comparison; a runbook against itself ties.
     cmp = compare_runbooks(rb, rb)
     assert {(c.candidate, c.resolution) for c in cmp.images} == {(c, f"{w}x{h}") for c in ("vlm", "llv")

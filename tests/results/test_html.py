@@ -74,18 +74,23 @@ def test_single_candidate_renders(tmp_path: Path) -> None:
     assert "mlx-lm" not in strip_scripts(page)
 
 
-def newer_doc(tmp_path: Path) -> dict[str, Any]:
-    """A factory runbook as data, with the fields issues 13, 15 and 16 add, in their shapes."""
+def newer_doc(tmp_path: Path) -> Runbook:
+    """A factory runbook with the fields that land beside the probes (cell verdicts, the drift sentinel,
+    flags, energy, thinking, ties, caveats, short and throttle-suspect probes, a sentinel row), decoded
+    from data into the typed runbook the way a runbook file is."""
     doc: dict[str, Any] = msgspec.to_builtins(factory_runbook(tmp_path))
     doc["drift"] = {"candidate": "gguf-plain", "context": 512, "metric": "gen_tps", "ratio": 0.962, "drifted": True,
+                    "n_first": 6, "n_sentinel": 3, "target_pct": 2.0,
                     "summary": "the sweep drifted: sentinel median 3.8 % below the first run (p = 0.03)"}
     doc["flags"] = [{"candidate": "mlx-lm", "flag": "thinking-mixed", "detail": "thinking on here, off elsewhere"}]
-    doc["something_new"] = {"answer": 42}
-    doc["provenance"]["energy"] = {"source": "rapl:package-0", "granularity": "per probe phase",
+    doc["design"] = {"order": "interleaved", "why": "the sweep's default", "plan": "rounds of every candidate",
+                     "drift_protected": True}
+    doc["provenance"]["energy"] = {"source": "rapl:package-0", "granularity": "per probe phase", "available": True,
                                    "scope": "whole package (system energy)"}
     doc["cells"][0]["verdict"] = {"verdict": "drifting", "metric": "gen_tps", "n": 7, "probes_used": 7,
                                   "adaptive": True, "target_ci_pct": 2.0, "ci_half_width_pct": 1.2,
-                                  "trend": {"drift_pct": -4.5, "p_value": 0.01}, "reason": "trend beyond target"}
+                                  "trend": {"n": 7, "s": 15, "method": "mann-kendall", "slope_per_probe": -0.1,
+                                            "drift_pct": -4.5, "p_value": 0.01}, "reason": "trend beyond target"}
     doc["sweep"]["thinking"] = "off"
     for ctx in doc["pareto"]:
         for p in ctx["points"]:
@@ -94,16 +99,17 @@ def newer_doc(tmp_path: Path) -> dict[str, Any]:
         ctx["caveats"] = {"mlx-lm": "cell verdict unsteady"}
     probe_rows = [r for r in doc["rows"] if r["kind"] == "probe" and r["status"] == "ok"]
     probe_rows[0].update(short=True, short_reason="EOS after 20 of 32 tokens")
-    probe_rows[1]["throttle"] = {"suspect": True, "note": "12 % below the running median, thermal nominal"}
+    probe_rows[1]["throttle"] = {"metric": "gen_tps", "value": 8.0, "running_median": 9.1, "drop_pct": 12.0,
+                                 "threshold_pct": 10.0, "thermal": "nominal", "suspect": True,
+                                 "note": "12 % below the running median, thermal nominal"}
     doc["rows"].append({**probe_rows[2], "kind": "sentinel", "probe": 0})
-    return doc
+    return msgspec.convert(doc, Runbook)
 
 
-def test_fields_from_newer_runbooks_are_shown(tmp_path: Path) -> None:
-    """Verdicts (issue 15), energy (16), thinking (13) land separately: the page shows what it finds, in
-    the shapes those issues give them, and an unknown top-level field as it is."""
+def test_fields_that_land_beside_the_probes_are_shown(tmp_path: Path) -> None:
     page = html.render_page(newer_doc(tmp_path), NO_RUNTIME).decode()
-    for text in ("drift sentinel", "sentinel median 3.8 % below", "thinking-mixed", "something new", "42",
+    for text in ("drift sentinel", "sentinel median 3.8 % below", "thinking-mixed", "measuring order",
+                 "interleaved: the sweep&#x27;s default",
                  "rapl:package-0", "drifting -4.5% after 7 probes (trend beyond target)", "thinking off",
                  "energy per generated token (J), lower is better", "tied with gguf-spec on mem_peak_bytes",
                  "caveat: cell verdict unsteady", "EOS after 20 of 32 tokens", "thermal nominal",
@@ -111,14 +117,6 @@ def test_fields_from_newer_runbooks_are_shown(tmp_path: Path) -> None:
         assert text in page, text
     charts = re.search(r"<script type='application/json' id='benchd-charts'>(.*?)</script>", page, re.S)
     assert charts and "j_per_gen_token" in charts.group(1)
-
-
-def test_plain_string_verdicts_and_tie_maps_are_read_too(tmp_path: Path) -> None:
-    doc: dict[str, Any] = msgspec.to_builtins(factory_runbook(tmp_path))
-    doc["cells"][0]["verdict"] = "steady"
-    doc["pareto"][0]["tied"] = {"gguf-plain": ["gguf-spec"]}
-    page = html.render_page(doc, NO_RUNTIME).decode()
-    assert "steady" in page and "tied with gguf-spec" in page
 
 
 def test_page_with_the_runtime_stays_under_the_size_budget(tmp_path: Path) -> None:

