@@ -29,9 +29,10 @@ from aiohttp import web
 
 import benchd
 from benchd.config import Config
+from benchd.daemon import eta
 from benchd.daemon.hub import EventHub
 from benchd.daemon.queue import JobQueue, parse_time
-from benchd.engine import sweepcheck
+from benchd.engine import suites, sweepcheck
 from benchd.errors import BenchdError, from_validation
 from benchd.schemas import (
     JOB_ID_PATTERN,
@@ -192,21 +193,31 @@ async def submit_job(request: web.Request) -> web.Response:
     return _json(job, status=201)
 
 
-def _with_eta(job: Job) -> Job:
-    """A rough ETA for a running job: time per stored row so far times the rows left."""
+def _with_eta(ctx: Ctx, job: Job) -> Job:
+    """A running job's ETA: its probe rows and eval tasks left, each at its measured time (benchd.daemon.eta)."""
     prog = job.progress
-    if job.state != "running" or prog is None or not job.started_at or prog.done <= 0 or prog.done >= (prog.total_max or prog.total):
+    if job.state != "running" or prog is None or not job.started_at:
         return job
     try:
         elapsed = (datetime.now(UTC) - parse_time(job.started_at)).total_seconds()
-    except ValueError:
+        sweep = job.sweep or ctx.store.get_sweep(job.id)
+        results = ctx.store.evals(job.id)
+    except (ValueError, BenchdError, sqlite3.Error):
         return job
-    per_row = elapsed / prog.done
-    eta = per_row * max(0, prog.total - prog.done)
-    eta_max = per_row * (prog.total_max - prog.done) if prog.total_max is not None else None
+    seconds: dict[str, list[float]] = {}
+    for r in results:
+        if r.latency_s is not None:
+            seconds.setdefault(r.tier, []).append(r.latency_s)
+    rows_left = prog.total - prog.done
+    rows_left_max = prog.total_max - prog.done if prog.total_max is not None else None
+    got = eta.estimate(elapsed, prog.done, rows_left, rows_left_max, seconds,
+                       suites.planned_tasks(sweep, ctx.config.cache_dir))
+    if got is None:
+        return job
+    eta_s, eta_max_s = got
     return msgspec.structs.replace(job, progress=Progress(
-        done=prog.done, total=prog.total, eta_s=round(eta, 1), total_max=prog.total_max,
-        eta_max_s=round(eta_max, 1) if eta_max is not None else None))
+        done=prog.done, total=prog.total, eta_s=round(eta_s, 1), total_max=prog.total_max,
+        eta_max_s=round(eta_max_s, 1) if eta_max_s is not None else None))
 
 
 async def list_jobs(request: web.Request) -> web.Response:
@@ -219,7 +230,7 @@ async def list_jobs(request: web.Request) -> web.Response:
     if cursor is not None and not _JOB_ID.fullmatch(cursor):
         raise BenchdError("invalid_cursor", "cursor must be a job id from a previous page's next_cursor", "cursor")
     page = ctx.store.list_jobs(state=state, limit=limit, before=cursor)
-    page.jobs = [_with_store_error(ctx, _with_eta(j)) for j in page.jobs]
+    page.jobs = [_with_store_error(ctx, _with_eta(ctx, j)) for j in page.jobs]
     return _json(page)
 
 
@@ -234,7 +245,7 @@ def _with_store_error(ctx: Ctx, job: Job) -> Job:
 
 async def get_job(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
-    return _json(_with_store_error(ctx, _with_eta(ctx.store.get_job(_job_id(request)))))
+    return _json(_with_store_error(ctx, _with_eta(ctx, ctx.store.get_job(_job_id(request)))))
 
 
 async def cancel_job(request: web.Request) -> web.Response:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from dataclasses import dataclass
 
 import msgspec
@@ -83,18 +84,22 @@ async def run_task(
 ) -> EvalResult:
     thinking = "off" if sweep.eval_thinking == "off" else sweep.thinking
     budget = task.max_tokens
+    t0 = time.monotonic()
     answer, failure = await ask(adapter, base_url, cand, task.prompt, budget, sweep, thinking, timeout_s)
     note = ""
     if failure is None and answer.cut_while_reasoning and sweep.eval_reasoning_budget > 0:
         budget += sweep.eval_reasoning_budget
         note = f"cut off while reasoning at {task.max_tokens} tokens; asked again with {budget}. "
         answer, failure = await ask(adapter, base_url, cand, task.prompt, budget, sweep, thinking, timeout_s)
+    latency = time.monotonic() - t0
+    timed = {"latency_s": "benchd: wall clock around the task's requests"}
     if answer.text is None:
         return EvalResult(job=job, candidate=cand.id, tier=task.tier, task=task.id, passed=False,
                           detail=note + (failure or "no answer text"), sandboxed=None, thinking=thinking,
-                          max_tokens=budget)
+                          max_tokens=budget, latency_s=latency, sources=timed)
     graded = await asyncio.to_thread(evals.grade, task, answer.text)
     if answer.cut_while_reasoning:
         note += "the answer was cut off while the model was still reasoning. "
     result = evals.to_result(job, cand.id, task, graded._replace(detail=note + graded.detail))
-    return msgspec.structs.replace(result, thinking=thinking, max_tokens=budget)
+    return msgspec.structs.replace(result, thinking=thinking, max_tokens=budget, latency_s=latency,
+                                   sources={**result.sources, **timed})

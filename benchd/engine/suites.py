@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchd.errors import BenchdError
+from benchd.schemas import Sweep
 
 #: The categories of the tools suite, in the order tasks are listed. `irrelevance` has no possible answer
 #: (no call is the right answer).
@@ -211,3 +212,22 @@ def _package(suite: str) -> Package:
     if suite not in PACKAGES:
         raise BenchdError("invalid", f"unknown eval suite {suite!r} ({' | '.join(SUITES)})", field="evals")
     return PACKAGES[suite]
+
+
+def planned_tasks(sweep: Sweep, cache_dir: Path) -> dict[str, int]:
+    """Eval tasks the sweep asks for, by tier or suite (an `EvalResult.tier`), summed over its candidates:
+    the eval tier's built-in tasks, and each suite's fixed subset (`min(limit, suite size)`, the count
+    `subset` returns; a suite whose data is not in the cache counts its limit, or nothing without one)."""
+    from benchd.engine import evals
+
+    per_candidate: dict[str, int] = {}
+    for task in evals.tasks(sweep.eval_tier):
+        per_candidate[task.tier] = per_candidate.get(task.tier, 0) + 1
+    for suite in sweep.evals:
+        limit = sweep.eval_limit.of(suite)
+        try:
+            size = len(load(suite, cache_dir).tasks)
+        except (BenchdError, OSError):
+            size = limit or 0
+        per_candidate[suite] = size if limit is None else min(limit, size)
+    return {tier: n * len(sweep.candidates) for tier, n in per_candidate.items() if n}

@@ -28,7 +28,7 @@ TERMINAL_JOB_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancell
 class Progress(Struct, kw_only=True):
     """Rows stored vs planned. With `probes = "auto"` the plan is a range: `total` is its low end
     (every cell stops at `min`) and `total_max` its high end (every cell runs to `max`); `eta_s` /
-    `eta_max_s` are the matching estimates."""
+    `eta_max_s` are the matching estimates, the eval tasks left included (benchd.daemon.eta)."""
 
     done: int
     total: int

@@ -1,0 +1,37 @@
+"""A running job's ETA: the probe rows and the eval tasks left, each at the time measured for its kind.
+
+Eval tasks (the eval tier's, HumanEval's, BFCL's) run in the same job as the probes and last from a
+second to minutes each, so they are planned (`suites.planned_tasks`) and timed apart from the rows:
+- an eval task's time is its stored result's `latency_s` (benchd's wall clock around the task's
+  requests, measured as it ran; sandbox grading is not in it); a tier's or suite's per-task time is the
+  mean over its finished tasks; before any of its tasks ran, the mean over every finished eval task;
+  before any eval task ran, one probe row's time (each is one request);
+- a probe row's time is the job's elapsed time less the eval seconds, over the rows stored.
+Nothing measured yet (no row, no task): no ETA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+
+def estimate(elapsed_s: float, rows_done: int, rows_left: int, rows_left_max: int | None,
+             eval_seconds: Mapping[str, Sequence[float]], eval_planned: Mapping[str, int]) -> tuple[float, float | None] | None:
+    """(eta_s, eta_max_s) from what ran so far; `eval_seconds` by tier/suite (one value per finished task),
+    `eval_planned` the tasks planned by tier/suite. None when nothing was measured."""
+    measured = [s for values in eval_seconds.values() for s in values]
+    if rows_done <= 0 and not measured:
+        return None
+    per_row = max(0.0, elapsed_s - sum(measured)) / rows_done if rows_done > 0 else None
+    overall = sum(measured) / len(measured) if measured else per_row
+    evals_left = 0.0
+    for tier, planned in eval_planned.items():
+        done = eval_seconds.get(tier, ())
+        per_task = sum(done) / len(done) if done else overall
+        left = max(0, planned - len(done))
+        if left:
+            evals_left += left * (per_task if per_task is not None else 0.0)
+    row_time = per_row if per_row is not None else (overall or 0.0)
+    eta = row_time * max(0, rows_left) + evals_left
+    eta_max = row_time * max(0, rows_left_max) + evals_left if rows_left_max is not None else None
+    return eta, eta_max
