@@ -106,3 +106,33 @@ def test_each_variant_gets_its_runtimes_class(runtime: str, variant: str, tool_m
     if (runtime, variant) == ("mlx_vlm.server", "bad_json"):
         assert "error event" in streamed.detail and "log:" in streamed.detail
         assert "<tool_call>" in plain.detail
+
+
+def test_a_sweep_records_each_runtimes_parser_per_candidate(tool_models: Any, eval_suites: Path, tmp_path: Path) -> None:
+    """A sweep on the `valid` variant asks BFCL tasks (the model answers every prompt with its call): every
+    tool result and each candidate's summary carry the parser that ran, exactly as the runtime names it."""
+    from benchd.config import Config
+    from benchd.engine.scheduler import run_job
+    from benchd.results.runbook import build_runbook
+    from benchd.schemas import Cooldown, EvalLimit, Sustained
+    from benchd.store import Store
+
+    m = tool_models("valid")
+    cands = [Candidate(id="llama", runtime="llama-server", model=str(m.target), args=["-t", "1"]),
+             Candidate(id="mlx-lm", runtime="mlx_lm.server", model=str(m.mlx_dir)),
+             Candidate(id="mlx-vlm", runtime="mlx_vlm.server", model=str(m.mlx_dir))]
+    sweep = Sweep(name="tool-parsers", contexts=[256], gen_tokens=8, probes=1, warmup=0, eval_tier="none",
+                  evals=["tools"], eval_limit=EvalLimit(tools=2), sustained=Sustained(tokens=0),
+                  cooldown=Cooldown(policy="fixed", seconds=0, max_seconds=0), candidates=cands)
+    config = Config.resolve(state_dir=tmp_path / "state", cache_dir=eval_suites)
+    config.state_dir.mkdir(parents=True)
+    store = Store(config.db_path)
+    job, _ = store.create_job(sweep)
+    asyncio.run(run_job(job.id, sweep, store, config, lambda e: None))
+    rb = build_runbook(config, store, job.id)
+    for cand in cands:
+        got = [e for e in rb.evals if e.candidate == cand.id and e.tier == "tools"]
+        assert len(got) == 2 and {e.parser for e in got} == {PARSER[cand.runtime]}, [(e.task, e.parser) for e in got]
+        assert all(e.sources.get("parser") == "adapter.tool_parser" and "parser" not in e.null_reasons for e in got)
+        summary = next(s for s in rb.eval_summary if s.candidate == cand.id and s.tier == "tools")
+        assert summary.parser == PARSER[cand.runtime]
