@@ -1,5 +1,6 @@
 """The docs stay true to the code: every sweep-file field in the committed JSON schema is documented in
-docs/sweep-file.md, and every relative link in README.md and docs/ resolves (file, and heading anchor)."""
+docs/sweep-file.md, every relative link in README.md and docs/ resolves (file, and heading anchor), and so does
+every `docs/<page>.md#<heading>` a docstring or comment in benchd/ and benchctl/ points to."""
 
 from __future__ import annotations
 
@@ -59,3 +60,14 @@ def test_docs_exist_and_are_linked_from_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     unlinked = [p.name for p in DOCS[1:] if f"docs/{p.name}" not in readme]
     assert not unlinked, f"README.md does not link to: {', '.join(unlinked)}"
+
+
+def test_code_pointers_into_the_docs_resolve() -> None:
+    """A docstring keeps its contract and points to the reasons: `docs/measuring.md#memory-sampler`."""
+    broken = []
+    for src in sorted([*(ROOT / "benchd").rglob("*.py"), *(ROOT / "benchctl").rglob("*.py")]):
+        for page, anchor in re.findall(r"docs/([\w-]+\.md)#([\w-]+)", src.read_text()):
+            dest = ROOT / "docs" / page
+            if not dest.is_file() or anchor not in anchors(dest):
+                broken.append(f"{src.relative_to(ROOT)}: docs/{page}#{anchor}")
+    assert not broken, "pointers to no such heading:\n" + "\n".join(broken)

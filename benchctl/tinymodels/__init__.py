@@ -5,18 +5,7 @@
 crash or a concurrent run never leaves half a model behind). `generate(out, size, seed)` writes a set to
 any directory (`benchctl models tiny --out DIR`).
 
-One set holds:
-- `target-{f32,f16,q8_0,q4_0}.gguf`: a llama-architecture GGUF; `target` (what tests use by default)
-  is the **f16** one;
-- three drafts for speculative decoding, all f16 with the same vocabulary: `draft-identical.gguf` (a
-  byte copy of the target: acceptance ~1), `draft-noisy.gguf` (target + noise: partial acceptance),
-  `draft-unrelated.gguf` (a different seed and 1 layer: acceptance ~0);
-- `mlx/`: the same target weights as an MLX/HF directory that both `mlx_lm.server` and
-  `mlx_vlm.server` load (`mlx_vlm_dir` is the same directory);
-- `manifest.json`: sizes, parameter counts, the vocabulary hash and the format version.
-
-The other kind, a scripted thinking model that follows a fixed script, lives in `scripted.py`
-(`ensure_scripted`, `<cache>/models/scripted-…/`); both write through `publish()`.
+Reasons and facts: docs/testing.md#tiny-models.
 """
 
 from __future__ import annotations

@@ -1,41 +1,6 @@
 """The script a scripted tiny model follows, its vocabulary and its chat template (no weights here).
 
-A scripted model answers every chat prompt with the same tokens, like a real thinking model would:
-
-    <think> r1 … rK </think> a1 … aA <|im_end|>          (thinking on: the template's default)
-                             a1 … aA <|im_end|>          (thinking off: the prompt already closed the block)
-
-`r1…rK` and `a1…aA` are distinct word pieces of the tiny vocabulary (each one token starting with `▁`, so
-every runtime's streaming detokenizer emits one piece per token), drawn from a seeded RNG. Each token of
-the script has exactly one successor; every other token leads into `<think>`, so whatever the prompt's
-text, its last token (the template's `assistant\\n`) starts the script. With thinking off, Qwen3's
-template ends the prompt with `<think>\\n\\n</think>\\n\\n`: the vocabulary has a `\\n\\n` piece, which (like
-`</think>`) leads straight to the answer, so the model skips the reasoning phase.
-
-After the answer, EOS is the best token and `a1` the second best: with EOS suppressed (llama-server's
-`ignore_eos`, an MLX `logit_bias`) the model repeats its answer, so a probe still runs to `max_tokens`.
-
-Facts this relies on, checked in the pinned sources (llama.cpp b1-0c1e570 in llama-cpp-python 0.3.36,
-mlx-lm 0.32.2, mlx-vlm 0.7.10):
-- llama-server parses thinking only when `common/chat-diff-analyzer.cpp` recognises the template: it
-  renders the template with and without `reasoning_content` / `enable_thinking` and diffs the outputs.
-  Qwen3's template (`models/templates/Qwen-Qwen3-0.6B.jinja`, shipped here verbatim as
-  `qwen3_chat_template.jinja`) renders `<think>\\n…\\n</think>\\n\\n` around `reasoning_content`, so
-  `<think>`/`</think>` become the reasoning markers; deltas then carry `reasoning_content`.
-- llama.cpp's SPM tokenizer (`src/llama-vocab.cpp`) splits USER_DEFINED tokens out of any text (no
-  `parse_special` needed) and `token_to_piece` always renders them, so the tags are GGUF USER_DEFINED (4),
-  as `convert_hf_to_gguf.py` writes Qwen3's non-special added tokens. It prefixes a space to the text
-  after every such token, so `</think>\\n\\n` ends in `▁`, `\\n\\n`; no learnt merge holds a newline, so
-  `assistant\\n` ends in the piece `\\n`. HF's tokenizer (its Prepend normalizer runs per segment) agrees.
-- EOS: GGUF `eos_token_id` = `eot_token_id` = `<|im_end|>`; llama.cpp also marks `</s>` end-of-generation
-  by its text (the EOG list in `llama-vocab.cpp`), matching `generation_config.json`'s `[4, 2]`.
-- mlx_lm (`tokenizer_utils.py::_infer_thinking`): thinking is on when `<think>` and `</think>` are in the
-  vocabulary; `server.py` then splits text into `reasoning` and `content` (`delta.reasoning`, ~line 1511).
-  Its EOS ids are the tokenizer's `eos_token` plus `generation_config.json`'s `eos_token_id` list
-  (`utils.py::load_config`). Its SPM streaming detokenizer flushes every token (one chunk per word
-  piece) but trims the leading space of a response's first text: thinking off, mlx content has no space.
-- mlx_vlm skips special tokens when detokenizing, so in `tokenizer.json` the tags are added tokens with
-  `special: false` (as in Qwen3's); its thinking parser works on the text `<think>`/`</think>`.
+Reasons and facts: docs/testing.md#the-thinking-script.
 """
 
 from __future__ import annotations

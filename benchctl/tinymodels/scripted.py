@@ -1,15 +1,5 @@
 """Scripted tiny models: greedy decoding follows a fixed thinking script (see `script.py`), GGUF and MLX.
 
-Why a bigram construction: with every block's output projections zeroed (attention `o_proj`, FFN
-`down_proj`), the residual stream reaching the final norm is the current token's embedding, so the logits
-depend only on the last token; the output matrix then maps each token of the script to the next one.
-Attention and FFN still run (their input projections are random), so the runtimes do the normal work.
-
-Embeddings: dimension 0 is 1 for every token; scripted token number j also has 1 on dimension j (one
-dimension each, so `n_embd` grows with the script). Output rows: `<think>` reads dimension 0 (every
-unscripted token leads into the script), a token's successor reads its dimension with a larger weight,
-and after the last answer token `a1` is the runner-up to EOS (see script.py). Margins are tens of logits.
-
 `ensure_scripted(cache_dir, reasoning_tokens, answer_tokens, seed)` returns a `ScriptedModels` set,
 generated on first use under `<cache>/models/scripted-<size>-k<K>-a<A>-ctx<N>-seed<S>-v<SCRIPTED_VERSION>/`:
 - `target.gguf` (f16) and `mlx/` (the same weights; loads in mlx_lm.server and mlx_vlm.server);
@@ -17,6 +7,8 @@ generated on first use under `<cache>/models/scripted-<size>-k<K>-a<A>-ctx<N>-se
   `draft-identical.gguf` (share 0; a byte copy of a small target), `draft-changed-25/50/75.gguf`, `draft-unrelated.gguf`
   (share 1: every transition wrong). A larger share changes a superset of the smaller one's transitions;
 - `manifest.json`: the script's facts (token ids, texts, EOS ids, changed transitions) and the usual keys.
+
+Reasons and facts: docs/testing.md#scripted-models.
 """
 
 from __future__ import annotations

@@ -1,23 +1,6 @@
 """Scripted tool-calling models: the answer of the thinking script (script.py) is a Qwen3 `<tool_call>` block.
 
-Each variant is one model whose greedy answer is a fixed text, in the format the project's Qwen3 template
-asks for (`<tool_call>\\n{"name": …, "arguments": …}\\n</tool_call>`), so a real server must parse it:
-- `valid`: one well-formed call of a declared function;
-- `bad_json`: the same call with the arguments object left unclosed (not JSON);
-- `unknown_function`: a well-formed call of a function the request does not declare;
-- `code_edit`: a call whose string argument is Python source full of quotes, backslashes and newlines;
-- `parallel`: two well-formed calls, one after the other.
-`VARIANTS[name]` also holds the BFCL-style function declarations a test sends and BFCL's possible answer
-(what benchd's grader expects), so a test asks the variant exactly as a BFCL task is asked.
-
-Why the pieces: a bigram model gives each token one successor, so a token id appears once per script.
-The answer text is cut into pieces of distinct strings (`segment`): repeated text (`"`, `": "`, the second
-`<tool_call>`) lands in longer pieces that spell the same characters. Every piece the base vocabulary
-lacks is added as a NORMAL token (`tool_vocab`, one vocabulary for every variant); spaces are `▁` as in
-every SPM piece. Both runtimes find tool markup in the decoded text (mlx_lm's `TextStateMachine`,
-mlx_vlm's `ToolCallStreamState`, llama.cpp's PEG parser), so `<tool_call>` needs no token of its own.
-Reserved: the pieces the prompt ends with (`\\n` after `assistant`, `\\n\\n` after an empty think block),
-the think tags and EOS, so whatever the prompt, its last token still starts the script.
+Reasons and facts: docs/testing.md#scripted-tool-calls.
 """
 
 from __future__ import annotations

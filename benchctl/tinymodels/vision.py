@@ -1,26 +1,6 @@
 """Tiny random-weight idefics3 vision-language models: an mlx_vlm dir and a llama.cpp text GGUF + projector.
 
-Why idefics3: its processor is the one that loads in the MLX venv without torch (qwen2_vl's and smolvlm's
-pull in a video processor that needs torchvision), and llama.cpp's mtmd has an idefics3 projector
-(`tools/mtmd/clip-impl.h` `PROJECTOR_TYPE_IDEFICS3`, graph in `models/siglip.cpp`).
-
-Image tokens follow the resolution on both runtimes, tile by tile (`TILE` px, `TOKENS_PER_TILE` tokens):
-- mlx_vlm runs transformers' `Idefics3ImageProcessor` from `preprocessor_config.json`: `do_resize` is off
-  (on, it would rescale every image to `size.longest_edge` and the count would depend on the aspect ratio
-  only), so `resize_for_vision_encoder` rounds each side up to a multiple of `TILE` and `split_images`
-  cuts it into tiles plus one global image; an image of one tile is not split (one image, no global).
-  `size.longest_edge` stays in the file as the model's largest resolution (`MAX_RESOLUTION`), which
-  benchd reads to refuse larger ones.
-- llama-server: the projector has no `clip.vision.preproc_image_size`, so mtmd's idefics3 preprocessor
-  rounds each side to the nearest multiple of `clip.vision.image_size` and always adds an overview.
-The two runtimes therefore give different counts for the same image; each is measured, not derived.
-
-One set (`<cache>/models/tiny-vision-seed<S>-v<VISION_VERSION>/`):
-- `mlx/`: `model_type: idefics3` (SigLIP-style vision tower, pixel-shuffle connector, llama text model),
-  tokenizer with the idefics3 special tokens, `preprocessor_config.json`, `processor_config.json`;
-- `text.gguf` (f16, llama architecture, the same text weights and vocabulary) and `mmproj.gguf`
-  (the same vision tower and connector for `llama-server --mmproj`), written with the `gguf` package;
-- `manifest.json` (written last).
+Reasons and facts: docs/testing.md#tiny-vision-models.
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
 """BFCL function-calling tasks: the OpenAI `tools` a task declares, and the AST grader for the calls a server
 parsed.
 
-Written in the project after the `bfcl-eval` wheel's `model_handler/utils.py` (`convert_to_tool`,
-`_cast_to_openai_type` with `constants/type_mappings.py` GORILLA_TO_OPENAPI) and
-`eval_checker/ast_eval/ast_checker.py` (Python rules), so a pass here means what it means on the BFCL
-leaderboard:
-- schema types: BFCL's names (`dict`, `float`, `tuple`, `any`) become OpenAPI ones; a float parameter
-  gets `format: float` and " This is a float type value." in its description, as BFCL sends it;
-- function names: OpenAI names cannot hold `.`, so `spotify.play` is sent as `spotify_play` and the
-  expected name is compared in that form (BFCL's `underscore_to_dot`); `original_name` maps back;
-- each call: the function name; every required parameter present; no parameter outside the schema or the
-  possible answer; each value of the expected type (an int accepted for a float; a value of the possible
-  answer's type accepted as a "variable") and among the allowed values (strings standardised: spaces and
-  `,./-_*^` removed, lower case, `'` as `"`; lists element-wise; dicts key by key; lists of dicts in
-  order); an optional parameter absent only where `""` is allowed;
-- the task: exactly the expected number of calls; parallel calls matched in any order; `irrelevance`:
-  no call at all.
-
-The grader returns a failure class (`wrong_function`, `argument_mismatch` with the parameter,
-`extra_call`, `no_call`) with BFCL's own error wording in `detail`.
+Reasons and facts: docs/evals.md#the-bfcl-grader.
 """
 
 from __future__ import annotations

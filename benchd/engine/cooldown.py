@@ -1,23 +1,6 @@
 """Cooldown between probes: explicit policies, each wait recorded (how long, why it stopped, readings).
 
-- `fixed`: wait `seconds`. Reason "fixed".
-- `thermal`: wait at least `seconds`, then until the sensor reads ≤ `target_celsius` (or, for a
-  pressure-only sensor such as macOS, pressure "nominal"), at most `max_seconds`. Reason "reached" or
-  "timeout". Without a usable sensor it waits the fixed minimum `seconds` and says so: reason
-  "sensor-unavailable", with the sensor's reason in `note`.
-- `idle`: the same bounds, until system CPU load per core is under `max_load`.
-- After a throttle-suspect probe, policy `thermal` extends the wait with short check probes
-  (`before_probe`, `throttle_checks`): the throttle wait is part of the cooldown, recorded in the same record.
-
-Load per core, as used here: the fraction of all cores' time spent busy (everything but idle and iowait)
-over the last poll interval, from `psutil.cpu_times()` deltas; 1.0 = every core busy. Chosen over
-`os.getloadavg()[0] / cores` because the 1-minute load average is an exponential average with a 60 s
-time constant: after a busy probe it would hold the cooldown a minute or two past the moment the CPU
-went quiet, and notice a new busy process just as slowly. The delta answers for exactly the last poll.
-
-Never busy-waits: polls every `poll_s` (1 s by default) with the injected `sleep` (asyncio.sleep), and
-reads the sensor in a worker thread (macOS reads spawn a short subprocess). Cancellation is prompt:
-CancelledError propagates from whichever await is pending.
+Reasons and facts: docs/measuring.md#cooldown.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """Per-probe energy figures from counter samples at the phase boundaries, and per-window energy of a sustained run.
 
-Phases (the same boundaries as the timing figures):
-- prompt: request start → first content token (prompt processing plus the first token);
-- generation: first token → end of stream (the last token, then the usage chunk and `[DONE]`, which
-  arrive in the same read or right after).
-The probe client calls `PhaseMarks` at those three points: one counter read each, never per chunk.
-
-Derived: mean watts per phase; J per prompt token = prompt J / prompt tokens; J per generated token =
-generation J / (completion tokens - 1), since the first token's time belongs to the prompt phase
-(as in the client's stream window). The idle baseline is the mean power over the cooldown before the
-probe (two samples, one at each end of the wait); the "above idle" figures subtract baseline watts ×
-phase seconds. They can come out slightly negative when the machine was busier while cooling than
-while probing: kept as measured, never clamped.
-
 Every figure names its source (the reader's `source`) and is null with the reason when it cannot be
 measured: no counter here, an unreadable zone, a cooldown too short for a baseline, no tokens.
+
+Reasons and facts: docs/measuring.md#energy-per-probe.
 """
 
 from __future__ import annotations

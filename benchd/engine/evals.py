@@ -1,20 +1,7 @@
 """Eval tiers: a quality check recorded beside the speed rows, so a fast candidate that answers
 nonsense is visible.
 
-- `none`: nothing runs (the deferred list says so).
-- `smoke`: a handful of fixed questions with one checkable answer each; deterministic checkers.
-- `standard`: small coding tasks. The model writes a Python function; the grader extracts the code
-  block and runs it with asserts in a subprocess with a timeout, resource limits and no network
-  (`unshare -n`, or `unshare -rn` in a user namespace, where the OS allows it: checked at runtime;
-  otherwise the result says `sandboxed=False`). The sandbox guards against accidents (endless loops,
-  memory blow-ups via RLIMIT_AS/CPU/FSIZE, a stray download), not against an adversarial answer: the filesystem stays visible.
-  Each result's `limits` says which limits applied: macOS gets no RLIMIT_AS (xnu refuses an address-space
-  limit below the process's current size, and every Python process there maps more than 1 GiB), and a
-  limit the kernel refuses anywhere is reported, never fatal.
-
-The engine asks the model (greedy sampling, `task.max_tokens`) with `task.messages()` and calls
-`grade()`, which blocks for at most the task's timeout: call it via `asyncio.to_thread` in the loop.
-Random-weight test models fail every task, so the tests exercise the grader on known answers.
+Reasons and facts: docs/evals.md#eval-tiers.
 """
 
 from __future__ import annotations

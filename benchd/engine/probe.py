@@ -1,29 +1,10 @@
 """The streaming client: one request, timestamps of every content chunk on arrival, the raw final chunk.
 
-Kept lean on purpose: on a small machine a heavy client slows the server it measures (a heavier
-client's CPU cuts the server's decode rate; benchmarks/RESULTS.md). So:
-- one fresh connection per probe (`TCPConnector(force_close=True)`): llama-server closes the connection
-  after each streamed response although it advertises keep-alive, and a pooled client then fails the
-  next request with "server disconnected";
-- reads whole socket chunks (`iter_any`) and splits lines itself; every SSE event in a read gets the
-  read's `perf_counter()` stamp (that is when it arrived);
-- token-bearing chunks are recognised by a byte scan, not decoded: answer text (`content`) and reasoning
-  (`reasoning_content`: llama-server; `reasoning`: mlx_lm.server; both: mlx_vlm.server), so TTFT is the
-  first generated token of any kind and the stream window spans the reasoning too; only chunks without
-  either (role, usage, timings, errors) are decoded with msgspec, and the last one carrying
-  `usage`/`timings` is kept raw;
-- SSE comment lines (`: keepalive 12/40`, mlx_lm during prompt processing) are skipped.
-
-Energy marks: an optional `marks(name)` callback is called once at "start" (just before the request
-clock starts), once at the first content chunk ("first") and once when the stream ends ("end"): one
-counter read each (benchd.engine.energy.PhaseMarks), never per chunk.
-
 Errors are values (`ProbeResult.status`/`error`), never exceptions, with one exception: cancellation
 (`asyncio.CancelledError`) propagates, so a cancelled sweep stops at once and the caller stores the
 probe as `aborted`. The probe's own timeout yields status "timeout".
 
-Also here: reading llama-server's Prometheus `/metrics` counters, to cross-check draft acceptance
-against the counters' difference around a probe.
+Reasons and facts: docs/measuring.md#the-probe-client.
 """
 
 from __future__ import annotations

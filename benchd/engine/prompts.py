@@ -1,29 +1,6 @@
 """Prompts that put a target number of tokens in front of generation, unique per probe.
 
-Why this shape:
-- Realistic text: the corpus is the Python standard library's own source (`benchd.engine.corpus`).
-- Unique at the START. A prefix cache (llama-server's `cache_prompt`, mlx_lm.server's prompt cache)
-  can only serve a shared prefix, so every prompt starts with a random nonce, then the probe's tag
-  (`<nonce> # probe <tag>`; the nonce comes first because tags share prefixes). There is no system
-  message, so the nonce comes right after the chat template's own header tokens — which stay shared
-  on mlx_lm.server unless it runs with `--prompt-cache-size 0`; llama-server reports `cache_n` 0 with
-  `cache_prompt` false.
-- The target is what the server reports as `usage.prompt_tokens`: the context present when generation
-  starts, chat template included. Two ways to hit it:
-  * with the server's tokenizer (an async `count_tokens(text) -> int`, e.g. llama-server `/tokenize`):
-    an interpolating binary search over the number of corpus characters (a handful of calls), minus
-    the template overhead, which `observe()` learns from the first reported `prompt_tokens`;
-  * without one (mlx servers): a `Calibrator` maps prompt characters to reported prompt tokens per
-    calibration key (the candidate) by interpolating between earlier observations. The first guess
-    assumes one character per token, which undershoots for every real tokenizer (a byte-level one
-    overshoots by the template overhead at most), so a first sizing request does not overflow a
-    context sized for target + gen_tokens. `needs_sizing()` tells the engine to send an
-    unrecorded sizing request (max_tokens 1) until an observation within 0.5 % of the target exists;
-    the corpus prefix is deterministic, so the next prompt of that size lands within the nonce's
-    noise. Warm-up probes feed the same observations.
-
-This module is unit-tested with a fake tokenizer function; accuracy against real servers is tested by
-the engine tests (prompt tokens within 1 % of every context).
+Reasons and facts: docs/measuring.md#prompt-sizing.
 """
 
 from __future__ import annotations

@@ -1,38 +1,12 @@
 """The sweep engine: one job, run in-process, as the plan of visits `Engine.run` reads top to bottom.
 
-1. The design (`design`): the order the sweep asks for (benchd.engine.plan); interleaved needs every
-   candidate's server resident at once, so it runs only when they fit the memory budget (model files
-   plus a KV estimate before starting, each warmed server's measured footprint after), else blocked;
-   the choice and its reason are recorded (`design_chosen`, `design_changed`).
-2. Per context, the visits of that order, each probe preceded by the cooldown:
-   - interleaved (`interleaved`): every candidate's server started and warmed, then rounds, each
-     visiting every candidate once in a fresh seeded random order;
-   - blocked (`blocked`): rounds of one server start per candidate, in a mirrored order, each a block
-     of probes;
-   - sequential (`sequential`, only when asked for): each candidate's server starts and all its
-     probes, one candidate after the other, its tail right after (not drift-protected).
-   Rounds go on until `stop_reason` says the context is answered (`context_finished` says why).
-3. The tail, per candidate at the end, nothing else resident (`tail`): its image probes (`vision`, on
-   the group planned for them: per resolution one unrecorded warm-up pair, then the sweep's probe count
-   of pairs, each after the cooldown, rows of kind "vision"), the sustained generation and the eval
-   tier and suites on its last server start, sessions and parallel levels (`visits`), time-to-ready.
-4. The drift sentinel: the first cell again (`sentinel`).
-
-Adding a kind of visit: write `async def visit_<kind>(...)` that gets its server from `self.ready`
-(which starts, restarts after a crash, warms, and fails the cells of a server that never starts),
-runs each unit of work under `self.guard` (a timeout or an error becomes a failed row), takes the
-row's status from `rows.decide`, and stores each row with `self.commit` (or its own store call, as
-evals do); then call it from the step of `run` (or from the order's context loop) where it belongs.
-Rows that pair across candidates carry a `Placement` (round, visit).
-
 Durability: every row is committed with its `probe_finished` event before the next probe starts; the
 progress record (`SeriesBook`) is rebuilt from the stored rows on resume, so finished keys are skipped
 and an `aborted` row runs again; a round's order is drawn from the job's seed, so a resumed round
 visits the candidates it had not visited yet in the same order. Cancellation stores the probe in flight
 as `aborted`, tears the servers down, and re-raises.
 
-The daemon writes the job lifecycle events (job_started … job_finished); this module writes design_*,
-round_started, context_finished, server_*, cooldown_* and probe_* events, passing each to `notify`.
+Reasons and facts: docs/architecture.md#the-sweep-engine.
 """
 
 from __future__ import annotations

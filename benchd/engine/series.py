@@ -1,19 +1,8 @@
 """One cell's series of probes: how many to run, and what each probe's row must say about it.
 
-- `CellSeries` decides the next probe index or that the cell is done. A fixed count runs that many
-  valid probes; `probes = "auto"` runs at least `min`, then stops as soon as the distribution-free 95 %
-  CI of the median of the plan's metric is within `target_ci_pct` of the median (`verdict.ci_target_met`),
-  or at `max`. A probe invalidated by a sleep or a stopped server does not count: it is re-run (at most
-  `MAX_RERUNS` times per cell, so a machine that keeps sleeping cannot stall the sweep). An adaptive cell
-  with no ok value after `min` probes stops there: there is nothing to converge on. Short probes
-  count as probes run but stay out of the values, like the medians. `SeriesBook` keeps every
-  cell's rows (the drift sentinel's series repeats the first cell's count of valid probes).
-- `Watch` follows one probe from its start (the sleep clock's gap, the server's state polled): when the
-  machine slept or the server was seen stopped during the probe, `finish` gives the `Invalidation`
-  that `rows.decide` turns into a failed row (never a slow number); `annotate` adds the suspension
-  figures and the throttle check against the cell's running median.
-
 Resume-safe: the series is rebuilt from the rows already stored, so it continues where it stopped.
+
+Reasons and facts: docs/measuring.md#a-cells-series.
 """
 
 from __future__ import annotations

@@ -1,30 +1,6 @@
 """Session probes: a conversation that grows by a turn at a time on one server with its prompt cache on.
 
-What a coding agent waits for is the time to the first token of turn k, which depends on how much of the
-prefix the runtime's cache still holds. One session per cell: turn 1 sends the cell's prompt (unique at
-its start, like every probe), each later turn appends the previous answer (as the OpenAI API returns it:
-the answer text, no reasoning), then one user message holding a tool result of about `append_tokens`
-tokens of source text (a different slice of the corpus per turn) and a short instruction. Tool result
-and instruction share one message so templates that insist on alternating roles accept it.
-
-The turns run back to back (no other request in between: it would take the slot); the cooldown runs
-once, before turn 1. Per turn the row records what the server reports as cached (`cached_tokens`), the
-tokens it processed anew, TTFT, the rate over the new tokens and gen tok/s. After the last turn (outside
-every measured window) the adapter renders and tokenizes each turn's conversation the way the server
-does; the reusable prefix of turn k is the common token prefix of its prompt with turn k-1's prompt +
-answer. A turn whose cached tokens fall short of what the runtime's cache can hold of it (its
-`prefix_cache_rule`: mlx_vlm.server keeps the prompt only, in whole blocks) by more than the tolerance
-(the template's own tokens, the rendering of one empty user turn, plus a block less one token) is a
-`cache_miss`, with the numbers in `sources`. A template that
-re-renders earlier turns differently (drops earlier reasoning, or the empty think block appended with
-thinking off) shows up as a short reusable prefix: a finding about runtime and template, not an error.
-
-Limitation, said in each row's sources: the answer is tokenized from its text, the reasoning tags the
-runtime's parser consumed are not in it, and a generated token sequence that is not how the tokenizer
-would split the text (random weights do that) makes the server's cache stop earlier than computed.
-
-A session is all or nothing: a failed turn fails every turn of the session (rows say at which turn and
-why), so a resumed or re-run session starts again at turn 1, never mid-way.
+Reasons and facts: docs/measuring.md#session-probes.
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """The public suites (`code`: HumanEval, `tools`: BFCL) run through a candidate's server.
 
-Code tasks are asked like the eval tier (non-streamed, greedy, thinking as `eval_thinking` says) and
-graded in the sandbox off the event loop. Tool tasks are asked as an agent asks: the task's functions as
-OpenAI `tools` (BFCL's conversion), `tool_choice: "auto"`, `parallel_tool_calls: true` for the parallel
-categories (llama-server's parser depends on it), streamed; the streamed `tool_calls` deltas are
-assembled by index and only what the server parsed is graded. Failure classes, first match wins:
-- `server_error`: an HTTP status other than 200, a broken stream or an error event (the log line where
-  the server wrote one);
-- `bad_arguments_json`: a parsed call whose `arguments` is not a JSON object;
-- `dropped_call`: `finish_reason` says `tool_calls` but no call arrived (mlx_lm.server drops a call it
-  cannot parse with only a log warning: the line is quoted);
-- `leaked_markup`: no call, and tool-call markup (`<tool_call>`, `<function=`, …) in `content`;
-- then BFCL's AST verdict (`no_call`, `wrong_function`, `argument_mismatch`, `extra_call`).
-Each result records latency, the server's token usage (reasoning tokens where it reports them) and the
-tool parser the server ran (the adapter's `tool_parser`).
+Reasons and facts: docs/evals.md#running-the-public-suites.
 """
 
 from __future__ import annotations

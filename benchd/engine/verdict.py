@@ -4,19 +4,7 @@ Pure arithmetic over one cell's series of probe values in probe order (no I/O, n
 adaptive probe loop (engine.series), the runbook's cell statistics (engine.metrics) and the results
 stage (Pareto, compare, report) all judge with the same code.
 
-- **CI width**: the distribution-free 95 % CI of the median (`metrics.median_ci`, order statistics),
-  as a half-width in % of the median. A cell meets its target when that is <= `target_ci_pct`.
-- **Trend**: a CI rule alone converges even on a slowly drifting series (MLCommons' argument), so the
-  series is also tested for a monotone trend: Mann–Kendall's S with its exact null distribution when
-  there are no ties (the count of permutations by inversions, Mahonian numbers, by dynamic programming,
-  up to `EXACT_MK_LIMIT` values), the tie-corrected normal approximation otherwise; the size of the
-  trend is the Theil–Sen slope (median of pairwise slopes) with Sen's 95 % interval. A cell drifts when
-  the test is significant at α = 0.05 and the change over the series, slope × (n − 1), exceeds the
-  target in % of the fitted line's first value (Theil–Sen intercept) — even when the CI target was met.
-- **Verdict**: `too few` (fewer ok values than the CI's six), else `drifting`, else `steady` (CI met)
-  or `unsteady` (CI wider than the target; the width is shown).
-- **Throttle check**: a probe more than `threshold_pct` below the median of its cell's earlier ok
-  probes (three at least) while the thermal reading is nominal or unavailable is throttle-suspect.
+Reasons and facts: docs/measuring.md#cell-verdicts.
 """
 
 from __future__ import annotations

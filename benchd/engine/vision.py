@@ -1,20 +1,6 @@
 """Image probes: what an image costs a vision candidate, measured as a pair of requests.
 
-One image probe is the same prompt twice, back to back on the same server: text only, then with
-`images` generated images of one resolution in front of it (OpenAI `image_url` data URLs, the form both
-mlx_vlm.server and llama-server take). From the pair:
-- `image_tokens` = the image request's prompt tokens minus the text-only request's. Neither server
-  reports image tokens apart (mlx_vlm's `prompt_tokens` and llama-server's `prompt_n` include them).
-  Where the adapter can count a request without running it (llama-server's
-  `POST /v1/chat/completions/input_tokens`) both bodies are counted that way; otherwise the two
-  probes' `usage.prompt_tokens` are subtracted. `sources` says which.
-- `image_ttft_ms` (with the images), `text_ttft_ms` (without), `image_extra_ttft_ms` (the difference:
-  encoding plus the image tokens' prefill). `image_encode_ms` is null: neither server times the encode.
-- The row's prompt_tps (image tokens included), gen_tps and memory are the image request's.
-
-Every probe's images are new (`images.probe_seed` over the sweep seed, candidate, resolution and probe
-key), and their sha256 go in the row, so neither a prompt cache nor an image-feature cache can serve a
-probe; a request whose usage reports cached tokens fails the row, as text probes do.
+Reasons and facts: docs/measuring.md#image-probes.
 """
 
 from __future__ import annotations

@@ -3,20 +3,7 @@
 Every place that compares candidates or runbooks (Pareto, compare, report, tail, the page, recheck,
 the drift sentinel, and each new axis) asks this module, so they all say the same thing.
 
-Per axis, on log values (so the answer is symmetric in A and B and the margin is a ratio):
-- the (1 − α) CI of the ratio B/A: from the paired log ratios (`paired=True`: a[i] and b[i] come from
-  the same round, so drift over the sweep cancels), else Welch's interval on the two samples;
-- a distribution-free guard: the exact Wilcoxon signed-rank (paired) or Mann–Whitney (unpaired) p
-  must be ≤ max(α, the smallest p the test can reach at these sizes), so no shape of noise can make
-  3 vs 3 "different" unless the samples do not overlap;
-- **different**: the CI lies outside ±margin and the guard passes; **tied**: the CI lies inside
-  ±margin (an equivalence statement); **unresolved**: anything else, with about how many more rounds
-  would resolve it at the observed spread. Zero spread on both sides (deterministic counters)
-  compares the exact ratio against the margin.
-
-`dominance` is the Pareto question over several axes, with α split over the k axes compared
-(Bonferroni). `compare_outcomes` compares per-task pass/fail (eval pass rates) with an exact McNemar
-test on the shared tasks. Every verdict's `text` names the α it used.
+Reasons and facts: docs/measuring.md#the-one-comparison.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Views of a written runbook (the Pareto charts, the self-contained HTML page), rendered in a worker
 process so the daemon's event loop never pays for them.
 
-Why a worker process: matplotlib's import and one chart render cost 0.5 + 0.4-0.55 CPU-s per job on
-the 2-core VM (benchmarks/RESULTS.md §1). In a thread of the daemon that CPU still runs in the daemon's
-process, holding the GIL against the event loop, and leaves matplotlib and numpy resident for the
-daemon's lifetime. `python -m benchd.results.render RUNBOOK.json` does the import and the drawing in
-its own short-lived process; the daemon awaits its exit without blocking its loop, and the queue
-starts the next job only after it exits, so a render never competes with a probe.
-
-Why not lazily on first read: the views are files next to the runbook that `benchctl report` (offline)
-and `make demo` open directly, so a lazy render would run in whichever reader came first — the daemon's
-API handler or the CLI — at a time nobody chose, possibly during the next job's probes.
-
 A view is a `Renderer` in `benchd.results.views.RENDERERS`: a name, what it needs installed (None
 when present, else why not), and a function writing its files beside the runbook. The daemon renders
 every available view of each runbook; `--only NAME` renders one (a view whose requirement is missing
 is skipped with its reason).
+
+Reasons and facts: docs/architecture.md#rendering-the-views.
 """
 
 from __future__ import annotations

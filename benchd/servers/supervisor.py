@@ -1,29 +1,6 @@
 """Server lifecycle: spawn in its own process group, wait for readiness, watch for crashes, tear down.
 
-- Each server runs in its own session/process group (`start_new_session=True`, so pgid == pid) with the
-  environment its adapter builds. Teardown signals the whole group: SIGTERM, then SIGKILL after a grace
-  period, then SIGKILL again for any group member still alive (a grandchild that ignored TERM), and
-  waits until none is left.
-- Readiness: the adapter's health check is polled every `poll_interval_s` and raced against the
-  process's exit, so a server that dies while loading is reported at once (exit status + log tail),
-  not after the startup timeout. A health answer alone is not trusted: the listening socket must belong
-  to our process tree, or another program on a just-taken port would pass for our server.
-- Ports: an auto-allocated port (`procgroup.free_port`) can be taken by another program before the
-  server binds it; the server then exits (or another process answers), which is reported as
-  `port_taken`, and an auto-allocated port is retried once with a fresh one.
-- Crash detection: a watcher task awaits the process; `server.crashed` is set when it exits without
-  `stop()` having been asked, and `await server.wait_exit()` lets a caller race a probe against it.
-- Orphans: every spawned server is recorded in `<state>/servers/` (a pending record before the spawn,
-  `<pid>.json` before readiness; `benchd.servers.records`); `stop()` removes the record and
-  `reap_orphans()` (a new daemon after a crash) kills what a dead daemon left.
-
-Logs: the child writes stdout+stderr straight to `<state>/logs/<job>/<candidate>.log` (opened O_APPEND),
-and the watcher checks the size every 0.2 s; over half of `LOG_CAP_BYTES` the file is copied to `.log.1`
-and truncated in place (copy-truncate: the child keeps its fd, and O_APPEND makes its next write land at the
-new end). Chosen over a pipe reader because it costs the event loop nothing during a probe (mlx_vlm logs
-every 10 decoded tokens) and a stalled loop can never block the server on a full pipe, which would
-distort the measurement. The price: a server writing over cap/2 per 0.2 s (20 MB/s) could still pass
-the cap, and lines written between the copy and the truncate are lost.
+Reasons and facts: docs/runtimes.md#server-lifecycle.
 """
 
 from __future__ import annotations

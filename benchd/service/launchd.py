@@ -1,21 +1,7 @@
 """macOS-only: the launchctl commands for the benchd LaunchAgent, the load sequence, and a parser for
 `launchctl print`.
 
-Isolated per the shared contract (launchctl cannot run on Linux): the commands are built here and run
-through the runner `manager.py` passes in; the parser is pure and tested on a committed sample
-(tests/data/darwin/launchctl_print_running.txt), the load sequence on a recording stand-in.
-
-Modern launchctl verbs: `bootstrap gui/UID PLIST` loads an agent into the user's GUI session (the one
-Metal needs), `bootout gui/UID/LABEL` unloads it, `print gui/UID/LABEL` describes it (and fails once the
-job is gone), `enable` clears a previous `disable` (which would otherwise make bootstrap fail with
-"service disabled"), `kickstart -k` restarts a loaded job in place.
-
-Why the load sequence waits: `bootout` returns while the job is still stopping
-(benchd takes up to its 10 s shutdown, launchd allows the plist's ExitTimeOut); a `bootstrap` issued
-meanwhile fails with "Bootstrap failed: 5: Input/output error" (reported by several projects, for about
-5 s), which left a reinstalled service down. So: when the plist did not change, `kickstart -k` (no
-unload at all); when it did, `bootout`, wait until `print` fails (bounded by ExitTimeOut plus a margin),
-then `bootstrap`, retrying error 5 briefly.
+Reasons and facts: docs/service.md#launchctl.
 """
 
 from __future__ import annotations

@@ -1,23 +1,6 @@
 """macOS energy: IOReport's "Energy Model" channel group (no sudo), `powermetrics` only when already root.
 
-IOReport is the private library behind `powermetrics`' power figures; asitop, macmon and
-zeus-apple-silicon read it without root through `libIOReport.dylib`. The channels this reader adds
-up are the SoC's components, kept separate:
-- `CPU Energy` (on multi-die chips `DIE_0_CPU Energy`, `DIE_1_...`: summed into CPU),
-- `GPU Energy` (not `GPU SRAM`, which is part of it),
-- `ANE...` (the Neural Engine), `DRAM...` (the memory);
-the per-core and per-cluster channels (`ECPU0`, `PCPU`, `PACC0_CPU`, ...) are parts of `CPU Energy`
-and are skipped, so nothing is counted twice. Each channel names its unit (`mJ`, `uJ`, `nJ`),
-converted per channel.
-
-Split on purpose: `parse_channels`/`component_joules` are pure (tested on committed samples of the
-channel names and units, tests/data/darwin/ioreport_*.json) and `_IOReport` is the ctypes loader
-(CoreFoundation + libIOReport; its live test is marked `darwin`). The subscription is created once
-per reader, and the engine opens a reader per server start; `sample()` is one `IOReportCreateSamples`
-call and the walk over channels happens in `delta()`, after the stream, via `IOReportCreateSamplesDelta`.
-
-Fallback: `powermetrics` (CPU/GPU/ANE power every 100 ms, integrated into joules) only when benchd
-already runs as root; it is never started with sudo.
+Reasons and facts: docs/measuring.md#energy-on-macos.
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
 """Linux energy: powercap RAPL zones (`/sys/class/powercap/intel-rapl:*`, also on AMD), read as deltas.
 
-Layout the kernel gives (flat symlinks under the powercap class): `intel-rapl:0` is a top-level zone
-(its `name` file says `package-0`), `intel-rapl:0:0` a sub-zone of it (`core`, `uncore`, `dram`), and
-`intel-rapl:1` a second socket or `psys` (the platform). Each zone has `energy_uj` (a counter in
-microjoules that wraps to 0 at `max_energy_range_uj`) and `name`.
-
-The total is every `package-*` zone plus every `dram` zone: DRAM energy is counted outside the package
-even where the kernel lists it as a sub-zone; `core`/`uncore` are parts of the package and `psys`
-covers more than both, so those three are kept as channels and never added to the total.
-
-Reading needs permission: since Linux 5.10 (the PLATYPUS side channel, CVE-2020-8694) `energy_uj` is
-mode 0400 root. An unreadable zone is null with "needs root or a udev rule: ..." and the commands that
-grant read access (`GRANT_HINT`); benchd itself never asks for root.
-
-`open_rapl(root)` takes the powercap root as a parameter (`$BENCHD_POWERCAP_ROOT` in
-`choose.open_reader`): tests build a fake tree of the same files with counters they advance and wrap,
-because this VM (and CI) has no powercap at all; it is a stand-in for the kernel's files only, the
-reading and arithmetic are the real ones.
+Reasons and facts: docs/measuring.md#energy-on-linux.
 """
 
 from __future__ import annotations

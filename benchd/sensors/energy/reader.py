@@ -1,19 +1,8 @@
 """One interface for energy counters: cheap cumulative samples now, joules per channel later.
 
-Why two steps: the engine samples inside the probe's hot loop (request start, first token, end of
-stream), so `sample()` only snapshots the counters (a few sysfs reads, or one IOReport sample) and
-`delta()` does the arithmetic afterwards (wrap-around, unit conversion, channel names).
-
-Every reader says what it measures and what it does not:
-- `source`: the channels summed into the total (`rapl:package-0 + rapl:package-0/dram`,
-  `ioreport:Energy Model (CPU Energy + GPU Energy + ANE + DRAM)`);
-- `granularity`: how often the counter moves and where it is read;
-- `scope`: the counter covers the whole package / SoC, shared with everything else running, so a
-  figure is system energy, never the server's alone.
-A reader that cannot measure is `available = False` with a `reason`, and every delta it gives is
-null with that reason: never a zero.
-
 `choose.open_reader()` picks the reader for this machine.
+
+Reasons and facts: docs/measuring.md#energy-counters.
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
 """macOS memory facts via libSystem (ctypes): isolated here, tested on layouts and captured bytes.
 
-- `proc_pid_rusage(pid, RUSAGE_INFO_V4)` → `ri_phys_footprint` (Activity Monitor's "Memory": internal +
-  compressed + IOKit/Metal + purgeable + page tables, xnu `task.c`), `ri_interval_max_phys_footprint`
-  (the peak since the last interval reset), `ri_lifetime_max_phys_footprint`, `ri_resident_size`.
-  Reading does not reset the interval max (xnu `gather_rusage_info` passes FALSE), so every tick may read.
-- `proc_reset_footprint_interval(pid)`: private libproc SPI (declared in `libproc_internal.h`, not the
-  public `libproc.h`), exported by libSystem since macOS 10.14; looked up at run time, its absence is a
-  reason, not a crash.
-- `proc_pidinfo(pid, PROC_PIDREGIONPATHINFO, addr)`: one VM region with its backing file; walked once per
-  probe to count the resident pages of the mapped model files, which the footprint leaves out (clean
-  file-backed pages: an mmap'd GGUF, even when Metal wraps it without a copy).
-- `host_statistics64(HOST_VM_INFO64)` → `vm_statistics64.swapins/swapouts`: real swap (compressor
-  segments to the swap file). psutil's `swap_memory().sin/sout` on macOS are `pageins/pageouts`, i.e.
-  pager traffic such as llama-server reading its GGUF: not swap.
-
-Corrections from the audit: up to xnu-8792 (macOS <= 13.0) an interval reset sets the interval
-max to 0 (later: to the current footprint), so every read takes max(interval max, footprint); a zombie
-still answers proc_pid_rusage with footprint 0, so `ri_proc_exit_abstime != 0` means gone.
-
-Nothing here can run on Linux: struct layouts are tested against the header declarations and the parsers
-on captured bytes (tests/sensors/test_memory_darwin.py); live tests are marked `darwin`.
+Reasons and facts: docs/measuring.md#memory-on-macos.
 """
 
 from __future__ import annotations

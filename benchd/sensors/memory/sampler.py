@@ -4,37 +4,7 @@ and the memory axis the Pareto view compares.
 Usage (the sweep engine): `s = MemorySampler(server_pid, model_paths=[model, draft])`, then per probe
 `s.reset_peak()`, `await s.start()`, run the probe, `result = await s.stop()`.
 
-Peak only (`series=False`, the engine's recorded probes): where the kernel peak is exact and its reset
-worked, nothing runs between `start` and `stop` — one read of the tree at each end, no timer, no
-wake-up during the probe. The 10 Hz series (`series=True`) is for the sustained run; a probe without
-a usable kernel peak falls back to it, since the sampled maximum is then the only peak there is.
-
-Sources, best first, each named in `MemoryResult.source` (the per-OS readers are `linux.py` and
-`darwin.py` beside this module, the interface and the psutil fallback `readers.py`):
-- Linux `kernel:VmHWM`: `/proc/PID/status` VmHWM is the kernel's peak RSS; writing "5" to
-  `/proc/PID/clear_refs` resets it to the current RSS, so each probe gets its own exact peak. The series
-  is VmRSS from the same file, with the RssAnon/RssFile split (heap vs mmap'd weights).
-- macOS `darwin:phys_footprint`: phys_footprint per tick, and the kernel's interval-max footprint since
-  `proc_reset_footprint_interval` as the peak (Metal memory shows there, not in RSS).
-- `psutil:rss`: max of the sampled RSS series. Used when the kernel peak cannot be reset or read; it
-  misses any spike shorter than a tick, so it is never `exact`.
-
-The memory axis (`peak_bytes`) is the memory the candidate occupies *including its
-weights*, on every OS, so a GGUF that llama-server mmaps is not made to look smaller than MLX weights in
-Metal buffers: Linux VmHWM already counts mapped model pages (RssFile) and copied ones (RssAnon) alike;
-on macOS the footprint leaves clean file-backed pages out, so the axis is the footprint peak plus the
-resident bytes of the mapped model files (region walk at the probe's end; weights do not change size).
-Both components stay in the result with their sources: `footprint_peak_bytes` (macOS kernel peak /
-Linux sampled RssAnon max) and `resident_peak_bytes` (Linux VmHWM / macOS sampled ri_resident_size max),
-plus `model_resident_bytes`.
-
-A tree's peak is the sum of each process's kernel peak: exact for one process, an upper bound for
-several (their peaks need not coincide); `source_note` says which.
-
-Why asyncio and not a thread: a tick is one short /proc read per process; a thread would add GIL
-hand-offs and the same 10 Hz wake-ups for nothing. The descendant list (psutil scans every
-/proc/*/stat) is refreshed once a second, not per tick. The overhead is measured by
-`benchmarks/sampler_overhead.py` (benchmarks/RESULTS.md).
+Reasons and facts: docs/measuring.md#memory-sampler.
 """
 
 from __future__ import annotations

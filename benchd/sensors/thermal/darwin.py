@@ -1,20 +1,6 @@
 """macOS thermal pressure: parsers for notifyutil / powermetrics / pmset output, and the sensor using them.
 
-macOS exposes no CPU temperature without private SMC access, so benchd reads the thermal *pressure*
-level thermald publishes (what throttling decisions follow):
-- `notifyutil -g com.apple.system.thermalpressurelevel` (no root, fast): prints the key and a level,
-  0 nominal, 1 moderate, 2 heavy, 3 trapping, 4 sleeping (OSThermalNotification.h's macOS values).
-- `powermetrics -s thermal -n 1 -i 100` (root only): "Current pressure level: Nominal".
-- `pmset -g therm` (PowerManagement's pmset.c): "Note: No thermal warning level has been recorded" or
-  "<date> Thermal Warning Level = N"; the same for the performance warning level; then either "Note: No
-  CPU power status has been recorded" (Apple silicon) or "<date> CPU Power notify" followed by
-  tab-indented `\tCPU_Speed_Limit \t= 100` lines (100 = unthrottled). pmset writes "CPU Power notify"
-  to stderr and the rest to stdout, so captured separately the first key sits on the date's line: the
-  parser reads keys anywhere and is fed stdout and stderr together. Reported by `describe()`; not a
-  pressure level, so not a reading.
-
-The parsers are pure and tested on the committed samples under tests/data/darwin/ (transcribed from
-published outputs; no Mac was available to capture them). Nothing here runs on Linux.
+Reasons and facts: docs/measuring.md#thermal-pressure-on-macos.
 """
 
 from __future__ import annotations

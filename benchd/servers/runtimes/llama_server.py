@@ -1,41 +1,6 @@
 """llama.cpp `llama-server`: the only module that knows its flags, endpoints and timings shape.
 
-Facts used (pinned build b1-0c1e570, checked with `llama-server --help` on this machine):
-- `-m MODEL --host 127.0.0.1 --port P -c CTX`; `--metrics` enables Prometheus `/metrics` so draft
-  acceptance can be cross-checked against counter differences.
-- `-np 1` unless the candidate sets the slot count: the default is "auto" = 4 slots sharing a unified
-  KV buffer, and a single-user benchmark wants memory measured for exactly one sequence.
-- Speculative decoding: `-md DRAFT` alone loads the draft but does not use it; `--spec-type
-  draft-simple` turns it on, `--spec-draft-n-max N` bounds the draft length. `draft-eagle3` and
-  `draft-mtp` exist too (mtp needs no separate draft model).
-- `GET /health`: 503 while loading, 200 `{"status":"ok"}` when ready. `GET /props` `build_info`.
-  `POST /tokenize` for exact prompt lengths.
-- The final stream chunk (with `stream_options.include_usage`) has `usage` and `timings` (`cache_n,
-  prompt_n, prompt_per_second, predicted_n, predicted_per_second`, and `draft_n, draft_n_accepted`
-  only when speculation ran). The prompt cache is on by default: requests send `cache_prompt: false`.
-- Thinking (llama.cpp `common/chat-diff-analyzer.cpp`, `tools/server/server-chat.cpp`): when the chat
-  template analyser recognises the reasoning format, thinking streams as `delta.reasoning_content`
-  (default `--reasoning-format deepseek`) and is on by default; `chat_template_kwargs.enable_thinking`
-  turns it on/off per request. `ignore_eos: true` runs every probe to `max_tokens`.
-- Sessions: `cache_prompt: true` per request reuses the slot's common prefix (`server-context.cpp`:
-  `get_common_prefix`, at least one prompt token is evaluated again); `timings.cache_n` and
-  `usage.prompt_tokens_details.cached_tokens` both report it. `--cache-ram` (default 8192 MiB,
-  `common/common.h` `cache_ram_mib`) keeps idle slots' prompts in host memory. `POST /apply-template`
-  renders a chat as the completions endpoint does; chat prompts are tokenized with special tokens added
-  and parsed (`tokenize_input_prompts(..., true, true)`), which `/tokenize` does with `add_special`.
-- Parallel requests: `-np N` slots; without `--kv-unified` each slot gets `-c / N` (padded), so a level
-  starts with `-c` = N x one request's context; `/props` `default_generation_settings.n_ctx` is the
-  per-slot context and `total_slots` the slot count (`get_res_props`).
-- Images (tools/mtmd, tools/server): `--mmproj FILE` loads a projector; `/props` `modalities.vision`
-  is then true; image parts arrive as OpenAI `image_url` data URLs; their tokens are inside `prompt_n`
-  and `usage.prompt_tokens`, and `POST /v1/chat/completions/input_tokens` counts a request's prompt
-  tokens with the images without running it; a broken image is answered 400 "Failed to load image".
-  No timing of the image encode apart from the prompt is reported.
-- `--fit` is on by default (`common/common.h` `fit_params = true`): unless `-ngl` is given it lowers the
-  GPU layers (or moves MoE experts to the CPU) to fit free device memory, differently per context. benchd
-  passes `--fit off` unless the candidate asks for fit, so the split is what the args say and a model
-  that does not fit fails loudly. The split is logged as "offloaded N/M layers to GPU" by builds with GPU
-  offload only, at log verbosity 4 (`-lv 4`, which also logs every request); `/props` has none.
+Reasons and facts: docs/runtimes.md#llama-server.
 """
 
 from __future__ import annotations

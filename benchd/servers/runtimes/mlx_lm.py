@@ -1,22 +1,6 @@
 """`mlx_lm.server`: the only module that knows its flags and answer shape (mlx-lm 0.32.2).
 
-Facts used (checked with `mlx_lm.server --help` and the package source on this machine):
-- `mlx_lm.server --model DIR --host 127.0.0.1 --port P`; spec: `--draft-model DIR
-  --num-draft-tokens N` (plain draft model only).
-- `GET /health` answers 503 `{"status":"unavailable"}` until the model is loaded, then 200 `{"status":"ok"}`.
-- Requests name `"model": "default_model"` to get the model given on the command line (another string
-  would make the server load that path as a second model).
-- Streamed chunks carry no timings at all; with `include_usage` a final chunk (`object:
-  "chat.completion"`, `choices: []`) has `usage` (+ `prompt_tokens_details.cached_tokens`). So prompt
-  throughput is not measurable from the client (null + reason) and generation throughput comes from the
-  client's stream window. Draft acceptance is not exposed (null + reason).
-- Its prompt cache is an LRU of `--prompt-cache-size` KV caches (default 10) that serves the longest
-  cached prefix of a new prompt; `usage.prompt_tokens_details.cached_tokens` reports it. It is a start
-  flag, so sessions get a server start of their own with the default size (cold probes run with 0).
-- Batching (`_is_batchable`): only without a draft model, without `--kv-bits` and for requests without a
-  `seed`; `--decode-concurrency` / `--prompt-concurrency` (defaults 32 / 8) bound it. Parallel requests
-  leave the seed out; at temperature 0 sampling stays greedy without it.
-- There is no `ignore_eos`: a real model may stop before `max_tokens`; `gen_tokens` records what ran.
+Reasons and facts: docs/runtimes.md#mlx_lmserver.
 """
 
 from __future__ import annotations

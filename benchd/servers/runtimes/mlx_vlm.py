@@ -1,43 +1,6 @@
 """`mlx_vlm.server`: the only module that knows its flags and answer shape (mlx-vlm 0.7.10).
 
-Facts used (checked with `python -m mlx_vlm.server --help` and the package source on this machine):
-- `python -m mlx_vlm.server --model DIR --host 127.0.0.1 --port P`; its default host is 0.0.0.0, so
-  `--host` is always passed. Requests need `Content-Type: application/json` (422 otherwise).
-- Spec: `--draft-model DIR --draft-kind {dflash,eagle3,mtp} [--draft-block-size N]`: dedicated drafter
-  families only (no plain small-LM draft); `mtp` checkpoints may use the model's own path as drafter.
-- `GET /health` answers 200 `{"status": "healthy", "loaded_model": ...}`.
-- Every streamed chunk has `timings.predicted_per_second`; the final usage chunk has llama.cpp-style
-  `timings` (`prompt_per_second, predicted_per_second, cache_n, ...`) plus `peak_memory` in GB (MLX's
-  `get_peak_memory()/1e9`, never reset by the server, so a lifetime peak of the server process) and
-  `draft_kind, draft_rounds, draft_n, draft_n_accepted` (null unless a drafter ran).
-- Thinking is off by default; it ignores `chat_template_kwargs` but honours a top-level `enable_thinking`;
-  deltas carry both `reasoning` and `reasoning_content`. It skips special tokens when detokenizing.
-- `logit_bias` works on the plain path, but the speculative path (dflash/eagle3/mtp) applies no logits
-  processors: EOS cannot be suppressed there, and rows that end short say so.
-- Images: OpenAI `image_url` parts (data URLs); `usage.prompt_tokens` includes the image tokens, and no
-  encode time is reported apart. `--vision-cache-size N` (default 20, `server/cli.py`) keys an LRU of
-  image features on the processed pixels (`vision_cache.py`); only some models use it (gemma4), and 0
-  is not safe there (`put` pops from the empty cache: KeyError), so image-probing candidates start with
-  1: every probe's images are new (unique seed, hash recorded), so even that one entry never serves one.
-  A model dir has a vision model when `config.json` has `vision_config` and `preprocessor_config.json`
-  names its image processor (`vision.mlx_dir_facts`).
-- Knobs come from the environment (its CLI exports a variable only when the flag is given), so inherited
-  `KV_*`, `MAX_KV_SIZE`, `QUANTIZED_KV_START`, `PREFILL_STEP_SIZE`, `EXPERT_CACHE_GB`, `TOP_LOGPROBS_K`,
-  `MLX_VLM_*` and `APC_*` (`APC_ENABLED` = prefix cache) are removed before a start.
-- Prefix cache (`APC_ENABLED=1`, `apc.py` / `server/runtime_config.py`): dense K/V is kept in blocks of
-  `APC_BLOCK_SIZE` tokens (default 16, `apc.DEFAULT_BLOCK_SIZE`), hashed as a chain, and a lookup walks
-  whole blocks of the prompt less its last token (`apc_lookup_plan`: `lookup_prefix(ids[:-1])`), so the
-  cached tokens it reports are a multiple of the block size. The blocks are harvested after prefill
-  from the prompt alone (`generate/ar.py`: `full_input_ids`), so the generated tokens are never cached:
-  a turn reuses at most its common prefix with the previous prompt. Windowed / recurrent caches use
-  checkpoints at the previous prompt's end instead (`apc_coordinator.py`), within the same bound. A
-  disk tier is on by default (`APC_DISK_ENABLED=1`, under `~/.cache/mlx-vlm/apc`, kept across starts,
-  up to 20 GB): session starts switch it off, so a re-run session's turn 1 finds nothing on disk and
-  nothing is left in the user's home.
-- Batching: one generation thread runs a continuous batch (`server/generation.py` `_run_impl`, one
-  `BatchGenerator` for every active request, a seed per row position, so a request's `seed` does not
-  serialise it); `--max-num-seqs N` (`MLX_VLM_MAX_NUM_SEQS`, default unbounded) caps the sequences
-  decoded at once, later requests wait in its queue.
+Reasons and facts: docs/runtimes.md#mlx_vlmserver.
 """
 
 from __future__ import annotations
