@@ -134,6 +134,19 @@ def sustained_spec(windows: list[Spec], candidates: list[str]) -> Spec:
     }
 
 
+def _lines_per_context(description: str, data: list[Spec], transform: Spec, enc: Spec, point_enc: Spec,
+                       point_size: int) -> Spec:
+    """A line and its points per candidate, one panel per context."""
+    return {
+        "description": description, "config": CONFIG, "data": {"values": data}, "transform": [transform],
+        "facet": {"column": {"field": "context", "type": "ordinal", "title": "context (tokens)"}},
+        "spec": {"width": 260, "height": 180, "layer": [
+            {"mark": {"type": "line", "strokeWidth": 2}, "encoding": enc},
+            {"mark": {"type": "point", "filled": True, "size": point_size}, "encoding": {**enc, **point_enc}},
+        ]},
+    }
+
+
 def sessions_spec(turns: list[Spec], candidates: list[str]) -> Spec:
     """TTFT per session turn, a line per candidate, one panel per context (turn 1 is cold)."""
     shape, colour = candidate_scales(candidates)
@@ -144,17 +157,10 @@ def sessions_spec(turns: list[Spec], candidates: list[str]) -> Spec:
                        {"field": "ttft_ms", "title": "TTFT ms", "format": ",.1f"}, {"field": "cached_tokens"},
                        {"field": "prompt_tokens"}, {"field": "reusable", "title": "reusable prefix"},
                        {"field": "miss", "title": "cache miss"}]}
-    return {
-        "description": "Session probes: the time to the first token of each turn on a warm prompt cache, a line "
-                       "per candidate; turn 1 is a cold prompt, later turns reuse what the cache still holds.",
-        "config": CONFIG, "data": {"values": turns}, "transform": [{"filter": "datum.ttft_ms > 0"}],
-        "facet": {"column": {"field": "context", "type": "ordinal", "title": "context (tokens)"}},
-        "spec": {"width": 260, "height": 180, "layer": [
-            {"mark": {"type": "line", "strokeWidth": 2}, "encoding": enc},
-            {"mark": {"type": "point", "filled": True, "size": 60},
-             "encoding": {**enc, "shape": {"field": "candidate", "type": "nominal", "scale": shape}}},
-        ]},
-    }
+    return _lines_per_context(
+        "Session probes: the time to the first token of each turn on a warm prompt cache, a line per candidate; "
+        "turn 1 is a cold prompt, later turns reuse what the cache still holds.", turns,
+        {"filter": "datum.ttft_ms > 0"}, enc, {"shape": {"field": "candidate", "type": "nominal", "scale": shape}}, 60)
 
 
 def levels_spec(rates: list[Spec], candidates: list[str]) -> Spec:
@@ -167,16 +173,10 @@ def levels_spec(rates: list[Spec], candidates: list[str]) -> Spec:
                           "scale": {"domain": ["aggregate", "per request"], "range": [[1, 0], [5, 3]]}},
            "tooltip": [{"field": "candidate"}, {"field": "context"}, {"field": "level"}, {"field": "measure"},
                        {"field": "tps", "title": "tok/s", "format": ",.1f"}]}
-    return {
-        "description": "Parallel requests: the aggregate generation rate of all simultaneous streams (solid) and "
-                       "each request's own rate (dashed) per level; level 1 is the cold probes.",
-        "config": CONFIG, "data": {"values": rates}, "transform": [{"filter": "datum.tps !== null"}],
-        "facet": {"column": {"field": "context", "type": "ordinal", "title": "context (tokens)"}},
-        "spec": {"width": 260, "height": 180, "layer": [
-            {"mark": {"type": "line", "strokeWidth": 2}, "encoding": enc},
-            {"mark": {"type": "point", "filled": True, "size": 50}, "encoding": enc},
-        ]},
-    }
+    return _lines_per_context(
+        "Parallel requests: the aggregate generation rate of all simultaneous streams (solid) and each request's "
+        "own rate (dashed) per level; level 1 is the cold probes.", rates, {"filter": "datum.tps !== null"}, enc,
+        {}, 50)
 
 
 def compare_spec(records: list[Spec]) -> Spec:

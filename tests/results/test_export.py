@@ -12,19 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from runbook_factory import GEN, fill_job, setup_state
+from runbook_factory import GEN
 
-from benchd.results import export, runbook
-
-
-@pytest.fixture()
-def state(tmp_path: Path):
-    config, store, sweep, _ = setup_state(tmp_path)
-    job = fill_job(store, sweep)
-    rid = runbook.write_runbook(config, store, job)
-    yield config, runbook.load_runbook(rid, config)
-    store.close()
+from benchd.results import export
 
 
 def _md_table(text: str) -> list[dict[str, str]]:

@@ -12,19 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from runbook_factory import fill_job, setup_state
 
 from benchd.errors import BenchdError
 from benchd.results import plot, report, runbook
-
-
-@pytest.fixture()
-def state(tmp_path: Path):
-    config, store, sweep, _ = setup_state(tmp_path)
-    job = fill_job(store, sweep)
-    rid = runbook.write_runbook(config, store, job)
-    yield config, runbook.load_runbook(rid, config)
-    store.close()
 
 
 def test_text_table(state) -> None:
