@@ -177,7 +177,7 @@ class Store:
             )
             # Which model paths were absent when the job was queued: a later "no longer exists" is then a fact.
             missing = sorted({p for c in sweep.candidates for p in (c.model, c.spec.draft_model if c.spec else None)
-                              if p is not None and not os.path.exists(p)})
+                              if p and not os.path.exists(p)})
             event = self._append_event(jid, "job_queued", {"name": sweep.name, "not_before": not_before,
                                                            "missing_paths": missing})
         return self.get_job(jid), event

@@ -160,6 +160,18 @@ def check_submit(sweep: Sweep, cache_dir: Path | None = None) -> None:
         raise BenchdError(first.code, first.message, field, status=400)
 
 
+async def resolve_external(sweep: Sweep) -> Sweep:
+    """External candidates checked against this machine (off the loop: HTTP and /proc), their `process`
+    resolved to a pid once; the first problem as a 400 naming its field."""
+    if not any(c.external for c in sweep.candidates):
+        return sweep
+    resolved, problems = await asyncio.to_thread(sweepcheck.resolve_external, sweep)
+    if problems:
+        first = problems[0]
+        raise BenchdError(first.code, first.message, "$.sweep." + (first.field or "$.candidates")[2:], status=400)
+    return resolved
+
+
 # ------------------------------------------------------------------------------------------ routes
 
 
@@ -189,7 +201,8 @@ async def submit_job(request: web.Request) -> web.Response:
             raise BenchdError("invalid", f"not_before must be an RFC 3339 time with an offset: {exc}",
                               "$.not_before") from exc
     check_submit(body.sweep, ctx.config.cache_dir)
-    job = ctx.queue.submit(body.sweep, not_before, list(dict.fromkeys(body.when)))
+    sweep = await resolve_external(body.sweep)
+    job = ctx.queue.submit(sweep, not_before, list(dict.fromkeys(body.when)))
     return _json(job, status=201)
 
 

@@ -70,7 +70,8 @@ async def ask(adapter: RuntimeAdapter, base_url: str, cand: Candidate, prompt: s
     body = adapter.answer_body(model=adapter.request_model(cand), prompt=prompt, max_tokens=max_tokens,
                                sampling=sweep.sampling, thinking=thinking)
     try:
-        status, raw = await http_post_json(base_url, adapter.request_path(), body, timeout_s=timeout_s)
+        status, raw = await http_post_json(base_url, adapter.request_path(), body, timeout_s=timeout_s,
+                                           headers=adapter.auth_headers(cand))
     except Exception as exc:  # recorded in the eval result, not swallowed
         return Answer(None), f"request failed: {type(exc).__name__}: {exc}"
     if status != 200:

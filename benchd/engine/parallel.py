@@ -97,7 +97,7 @@ async def run_batch(run: ParallelRun, batch: int, prompts: Sequence[Prompt], gen
     sampler.reset_peak()
     await sampler.start()
     try:
-        results = await asyncio.gather(*(probe.run(url, b, adapter.request_headers(), timeout_s=run.timeout_s)
+        results = await asyncio.gather(*(probe.run(url, b, adapter.request_headers(cand), timeout_s=run.timeout_s)
                                          for b in bodies))
     finally:
         memory = await sampler.stop()

@@ -257,7 +257,7 @@ async def run_chat(
     return await run(
         base_url + adapter.request_path(),
         adapter.encode_body(body),
-        adapter.request_headers(),
+        adapter.request_headers(candidate),
         timeout_s=timeout_s,
         marks=marks,
     )

@@ -69,19 +69,26 @@ class Decision:
     invalidated: Invalidated | None = None
 
 
+#: Cached prompt tokens an external server's probe may report and stay ok: the chat template's header before
+#: the prompt's nonce is the same in every request, and a server benchd does not start keeps its own prompt
+#: cache (mlx_lm.server's default `--prompt-cache-size 10` always serves those few tokens).
+EXTERNAL_CACHE_ALLOWANCE = 32
+
+
 def decide(*, result_status: str, error: str | None, crash: str | None = None, cached_tokens: int | None = None,
-           invalidation: Invalidation | None = None, killed: bool = False) -> Decision:
+           invalidation: Invalidation | None = None, killed: bool = False, cache_allowance: int = 0) -> Decision:
     """The one place a probe row's status is decided, from what happened to it.
 
     `result_status`: "ok", "timeout" or "failed" as the step or the request ended (a guarded step that
     timed out or raised, or the chat request); `crash`: the server's exit status when it died under the
     probe; `killed`: the engine killed the server after a timeout. An ok request whose prompt the server
-    served from its cache measured fake prompt throughput (failed). A sleep or a stopped server during
+    served from its cache measured fake prompt throughput (failed; up to `cache_allowance` tokens are the
+    template's shared header, allowed for external servers). A sleep or a stopped server during
     the probe invalidates any finished probe (failed, `invalidated`, run again)."""
     status: RowStatus = "ok" if result_status == "ok" else "timeout" if result_status == "timeout" else "failed"
     if crash is not None:
         status, error = "failed", f"server crashed mid-probe ({crash}): {error or 'failed'}"
-    elif status == "ok" and cached_tokens not in (None, 0):
+    elif status == "ok" and cached_tokens is not None and cached_tokens > cache_allowance:
         status, error = "failed", f"prompt cache served {cached_tokens} tokens: prompt throughput would be fake"
     if killed and error and "the server was killed" not in error:
         error = f"{error}; the server was killed"
@@ -122,6 +129,8 @@ def model_files(candidate: Candidate) -> list[str]:
     """The files (or MLX model dirs) a candidate's server maps or loads: the memory sampler counts their
     resident pages, which macOS's footprint leaves out when they are mmap'd."""
     spec = candidate.spec
+    if candidate.external:  # its files are the server's own business: none is known
+        return []
     return [candidate.model, *([spec.draft_model] if spec is not None and spec.draft_model else [])]
 
 

@@ -32,6 +32,7 @@ from benchd.engine.metrics import sustained_summary
 from benchd.engine.plan import block_order, job_seed, requested_order, round_order, round_plan
 from benchd.engine.prompts import Prompt
 from benchd.engine.rows import (
+    EXTERNAL_CACHE_ALLOWANCE,
     SEQUENTIAL,
     Cell,
     Decision,
@@ -51,7 +52,7 @@ from benchd.sensors.suspend.sensor import open_clock
 from benchd.sensors.thermal.sensor import ThermalSensor, open_sensor
 from benchd.servers import affinity
 from benchd.servers.runtimes import get_adapter
-from benchd.servers.runtimes.base import RuntimeAdapter
+from benchd.servers.runtimes.base import CTX_MARGIN_TOKENS, RuntimeAdapter
 from benchd.servers.supervisor import Server, ServerStartError, Supervisor
 from benchd.store import Store, utcnow
 
@@ -279,7 +280,7 @@ class Engine:
         host = visits.EngineHost(self)
         await visits.sessions(host, cand)
         await visits.levels(host, cand)
-        if groups and self.sweep.ready.starts:
+        if groups and self.sweep.ready.starts and not cand.external:  # benchd does not start an external server
             await self.measure_ready(cand, groups[0])
 
     async def tail_on(self, cand: Candidate, g: Group) -> None:
@@ -499,6 +500,9 @@ class Engine:
         self.notify(self.store.append_event(self.job, type_, payload))
 
     def commit(self, row: Row) -> None:
+        cand = next((c for c in self.sweep.candidates if c.id == row.candidate), None)
+        if cand is not None and cand.external:
+            row = external_row(row, cand)
         self.notify(self.store.commit_row(row))
         self.book.add(row)
 
@@ -614,7 +618,7 @@ class Engine:
 
     async def start_server(self, cand: Candidate, g: Group, *, cold: bool = False,
                            purpose: str = "sweep") -> Server | None:
-        gone = self.missing_models(cand)
+        gone = None if cand.external else self.missing_models(cand)
         if gone:
             self.fail_group(cand, g, gone, None)
             return None
@@ -631,6 +635,8 @@ class Engine:
                       error=exc.message, exit_status=exc.exit_status, log_tail=exc.log_tail[-2000:])
             self.fail_group(cand, g, f"server never became ready ({exc.reason}): {exc.message}", exc)
             return None
+        if server.external is not None:
+            return self.attached(cand, g, server, purpose)
         pin = affinity.confirm(pin, server.pid)
         self.client_cpus[cand.id] = list(pin.client_cpus) if pin.applied else None
         self.hold_client_pin(cand.id)
@@ -643,6 +649,29 @@ class Engine:
                   affinity=msgspec.to_builtins(pin), env=server.env_passed, env_removed=server.env_removed,
                   fit=server.fit, layer_split=server.layer_split, split_note=server.split_note,
                   energy=self.energy.restart())
+        return server
+
+    def attached(self, cand: Candidate, g: Group, server: Server, purpose: str) -> Server:
+        """An external server's handle: its detection recorded (a `server_ready` event without a time to
+        ready: benchd did not start it), and the group's contexts larger than one of its slots holds
+        failed with the reason (their rows are written, so no probe visits them)."""
+        found = server.external
+        assert found is not None
+        self.client_cpus[cand.id] = None
+        self.hold_client_pin(cand.id)
+        self.emit("server_ready", candidate=cand.id, runtime=cand.runtime, pid=cand.pid, port=server.port,
+                  ctx_size=server.ctx_size, binary=server.binary, version=server.version,
+                  version_source=server.version_source, purpose=purpose, external=msgspec.to_builtins(found))
+        if found.slot_ctx is None:
+            return server
+        need = self.sweep.gen_tokens + CTX_MARGIN_TOKENS
+        big = [c for c in g.contexts if c + need > found.slot_ctx]
+        if big:
+            slots = f" ({found.total_slots} slots share its context)" if found.total_slots and found.total_slots > 1 else ""
+            self.fail_group(cand, Group(g.ctx_size, big, False, False),
+                            f"context too large for the external server: {found.kind} at {found.url} holds "
+                            f"{found.slot_ctx} tokens per slot{slots} ({found.sources.get('slot_ctx', 'detected')}), "
+                            f"and this cell needs its context + gen_tokens + {CTX_MARGIN_TOKENS}", None)
         return server
 
     def hold_client_pin(self, candidate: str) -> None:
@@ -812,8 +841,12 @@ class Engine:
             return await self.failed_row(run, result.error or "failed", norm, memory, gone)
         elif not result.ok:
             tail = server.log_tail()
+        allowance = EXTERNAL_CACHE_ALLOWANCE if cell.candidate.external else 0
+        if allowance and norm.cached_tokens:
+            sources["cached_tokens_allowed"] = (f"up to {allowance} cached tokens allowed: the chat template's shared "
+                                                "header, served by the external server's own prompt cache")
         d = decide(result_status=result.status, error=result.error, cached_tokens=norm.cached_tokens if result.ok else None,
-                   killed=result.status == "timeout", invalidation=await watch.finish())
+                   killed=result.status == "timeout", invalidation=await watch.finish(), cache_allowance=allowance)
         return self.row(run, d, metrics=norm, memory=memory, log_tail=tail, extra=extra, extra_sources=sources,
                         energy=recording.row(norm, result, self.sweep.sustained.window))
 
@@ -966,6 +999,37 @@ def _size(path: str) -> int:
 
 def _mib(n: int) -> str:
     return f"{n / (1024 * 1024):.0f} MiB"
+
+
+#: What no row of an external candidate can know, and why (benchd did not start its server).
+EXTERNAL_UNKNOWN = {
+    "server_args": "an external server: benchd does not start it, so its arguments are unknown",
+    "server_env": "an external server: its environment is unknown",
+    "restart_memory": "an external server serves every context from one start: no memory figure per fresh start",
+    "fit": "an external server: its --fit (if any) is unknown",
+    "layer_split": "an external server: its layer split is unknown (it was not started by benchd)",
+}
+_MEMORY_FIELDS = ("mem_peak_bytes", "mem_rss_anon_bytes", "mem_rss_file_bytes", "swap_in_bytes", "swap_out_bytes",
+                  "mem_footprint_peak_bytes", "mem_resident_peak_bytes", "mem_model_resident_bytes")
+
+
+def external_row(row: Row, cand: Candidate) -> Row:
+    """An external candidate's row with what it cannot know null with the reason, and the server's
+    detection named as the source of its binary and version."""
+    nulls = {**row.null_reasons, **EXTERNAL_UNKNOWN}
+    sources = dict(row.sources)
+    if cand.pid is None:
+        for name in _MEMORY_FIELDS:
+            if getattr(row, name) is None:
+                nulls[name] = "an external server without `pid` / `process`: benchd cannot sample its memory"
+    else:
+        sources.setdefault("pid", f"the candidate's pid {cand.pid}" + (f" (process {cand.process!r}, resolved at "
+                                                                        "submit)" if cand.process else ""))
+    if row.binary is not None:
+        sources.setdefault("binary", "external: detected at the candidate's url")
+    if row.server_version is not None:
+        sources.setdefault("server_version", "external: detected at the candidate's url")
+    return msgspec.structs.replace(row, null_reasons=nulls, sources=sources)
 
 
 async def run_job(job_id: str, sweep: Sweep, store: Store, config: Config, notify: Callable[[Event], None],

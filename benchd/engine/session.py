@@ -160,7 +160,7 @@ async def send_turn(run: SessionRun, messages: list[dict[str, str]], max_tokens:
     body.update(adapter.length_fields(cand, sweep.ignore_eos))
     body.update(adapter.session_fields())
     return await probe.run(run.server.base_url + adapter.request_path(), adapter.encode_body(body),
-                           adapter.request_headers(), timeout_s=run.timeout_s, collect_text=True)
+                           adapter.request_headers(cand), timeout_s=run.timeout_s, collect_text=True)
 
 
 async def run_session(run: SessionRun) -> list[Row]:

@@ -178,9 +178,11 @@ def tool_body(adapter: RuntimeAdapter, cand: Candidate, task: suites.Task, sweep
     return body
 
 
-async def ask_tools(adapter: RuntimeAdapter, base_url: str, body: dict[str, Any], timeout_s: float) -> Reply:
+async def ask_tools(adapter: RuntimeAdapter, base_url: str, body: dict[str, Any], timeout_s: float,
+                    headers: dict[str, str] | None = None) -> Reply:
     try:
-        status, raw = await http_post_json(base_url, adapter.request_path(), body, timeout_s=timeout_s)
+        status, raw = await http_post_json(base_url, adapter.request_path(), body, timeout_s=timeout_s,
+                                           headers=headers)
     except Exception as exc:  # recorded as server_error, never swallowed
         return Reply(error=f"request failed: {type(exc).__name__}: {exc}")
     if status != 200:
@@ -216,7 +218,7 @@ async def run_tool_task(job: str, adapter: RuntimeAdapter, base_url: str, cand: 
     body = tool_body(adapter, cand, task, sweep, thinking, stream=stream)
     since = _log_size(log_path)
     t0 = time.monotonic()
-    reply = await ask_tools(adapter, base_url, body, timeout_s)
+    reply = await ask_tools(adapter, base_url, body, timeout_s, adapter.auth_headers(cand))
     latency = time.monotonic() - t0
     line = _log_line(log_path, since) if (reply.error or reply.status != 200
                                           or (not reply.calls and reply.finish_reason == "tool_calls")) else None
@@ -242,7 +244,8 @@ async def run_code_task(job: str, adapter: RuntimeAdapter, base_url: str, cand: 
     t0 = time.monotonic()
     usage: dict[str, Any] | None = None
     try:
-        status, raw = await http_post_json(base_url, adapter.request_path(), body, timeout_s=timeout_s)
+        status, raw = await http_post_json(base_url, adapter.request_path(), body, timeout_s=timeout_s,
+                                           headers=adapter.auth_headers(cand))
         failure: str | None = None if status == 200 else f"HTTP {status}"
     except Exception as exc:  # recorded as server_error, never swallowed
         status, raw, failure = 0, b"", f"request failed: {type(exc).__name__}: {exc}"

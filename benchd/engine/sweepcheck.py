@@ -5,6 +5,10 @@ candidates beyond its schema (msgspec decodes that).
   concurrency levels against its slots).
 - `path_problems`: the daemon's rule for paths — model, draft model and binary absolute, no NUL byte
   (the daemon has no working directory worth trusting; benchctl resolves paths against the sweep file).
+- `external_problems`: a server benchd does not start (`runtime = "openai"`): `url` http on a loopback
+  address, `request_model` given, none of the start fields; `live_problems` / `resolve_external` (submit
+  and `benchctl validate`): the URL answers, a `process` name resolves to one pid, a `pid` listens on the
+  URL's port, the `api_key_env` variable is set.
 - `local_problems`: what exists on this machine — model and draft model files, an executable binary,
   the executable the adapter would resolve. benchctl lists these as problems; the daemon records
   missing models at submit and fails the cells at server start, since a file can come and go.
@@ -14,22 +18,157 @@ Each problem is a `BenchdError` whose field is a `$.candidates[i]...` path.
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+import msgspec
 
 from benchd.errors import BenchdError
-from benchd.schemas import Candidate, Sweep
+from benchd.schemas import EXTERNAL_RUNTIME, Candidate, Sweep
+
+#: Fields only an external candidate has, and fields only a candidate benchd starts has (with why).
+_EXTERNAL_ONLY = ("url", "pid", "process", "api_key_env")
+_STARTED_ONLY = {
+    "model": "the server at `url` already loaded its model; name it in `request_model`",
+    "args": "benchd does not start the server, so it passes no arguments",
+    "binary": "benchd does not start the server",
+    "env": "benchd does not start the server, so it sets no environment",
+    "spec": "the server's speculative decoding is as it was started",
+    "ctx_size": "the server's context is as it was started (benchd reads it where the server reports it)",
+    "mmproj": "the server's projector is as it was started",
+    "vision": "image probes need the model's image limits, which benchd reads from files it does not have",
+}
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def external_problems(cand: Candidate) -> list[BenchdError]:
+    """The static checks of external candidates (and that the others set none of their fields)."""
+    where = f"$.candidates[{cand.id}]"
+    out: list[BenchdError] = []
+    if not cand.external:
+        out += [BenchdError("external_only", f"candidate {cand.id!r}: `{name}` is for runtime = \"{EXTERNAL_RUNTIME}\" "
+                            "(a server benchd does not start)", f"{where}.{name}")
+                for name in _EXTERNAL_ONLY if getattr(cand, name) is not None]
+        if not cand.model:
+            out.append(BenchdError("missing_model", f"candidate {cand.id!r}: `model` is required for {cand.runtime}",
+                                   f"{where}.model"))
+        return out
+    defaults = Candidate(id=cand.id, runtime=cand.runtime)
+    out += [BenchdError("not_for_external", f"candidate {cand.id!r}: `{name}` does not apply to runtime = "
+                        f"\"{EXTERNAL_RUNTIME}\": {why}", f"{where}.{name}")
+            for name, why in _STARTED_ONLY.items() if getattr(cand, name) != getattr(defaults, name)]
+    if cand.url is None:
+        out.append(BenchdError("missing_url", f"candidate {cand.id!r}: runtime = \"{EXTERNAL_RUNTIME}\" needs `url` "
+                               "(the server's base URL, e.g. http://127.0.0.1:8080)", f"{where}.url"))
+    else:
+        parts = urlsplit(cand.url)
+        try:
+            host = parts.hostname or ""
+            parts.port  # noqa: B018  (raises on a port that is not a number)
+        except ValueError as exc:
+            host = ""
+            out.append(BenchdError("bad_url", f"candidate {cand.id!r}: url {cand.url!r}: {exc}", f"{where}.url"))
+        if parts.scheme != "http":
+            out.append(BenchdError("bad_url", f"candidate {cand.id!r}: url {cand.url!r} must be http:// (a server on "
+                                   "this machine)", f"{where}.url"))
+        elif not _loopback(host):
+            out.append(BenchdError("not_loopback", f"candidate {cand.id!r}: url {cand.url!r} is not a loopback address "
+                                   "(127.0.0.0/8, ::1, localhost): benchd measures the machine it runs on",
+                                   f"{where}.url"))
+    if not cand.request_model:
+        out.append(BenchdError("missing_request_model", f"candidate {cand.id!r}: runtime = \"{EXTERNAL_RUNTIME}\" "
+                               "needs `request_model` (the model id its requests name)", f"{where}.request_model"))
+    if cand.pid is not None and cand.process is not None:
+        out.append(BenchdError("pid_and_process", f"candidate {cand.id!r}: give `pid` or `process`, not both",
+                               f"{where}.process"))
+    return out
+
+
+def _port(url: str) -> int:
+    parts = urlsplit(url)
+    return parts.port or 80
+
+
+def resolve_process(cand: Candidate) -> tuple[int | None, BenchdError | None]:
+    """The one pid whose process name (or executable's base name) is the candidate's `process`."""
+    import psutil
+
+    found = set()
+    for p in psutil.process_iter(["pid", "name", "exe"]):
+        exe = os.path.basename(p.info.get("exe") or "")
+        if cand.process in (p.info.get("name"), exe):
+            found.add(p.info["pid"])
+    where = f"$.candidates[{cand.id}].process"
+    if not found:
+        return None, BenchdError("no_process", f"candidate {cand.id!r}: no process is named {cand.process!r}", where)
+    if len(found) > 1:
+        return None, BenchdError("ambiguous_process", f"candidate {cand.id!r}: {len(found)} processes are named "
+                                 f"{cand.process!r} (pids {', '.join(map(str, sorted(found)))}); give `pid`", where)
+    return found.pop(), None
+
+
+def live_problems(i: int, cand: Candidate) -> list[BenchdError]:
+    """An external candidate against this machine now: the `api_key_env` variable set, the URL answering,
+    and the given `pid` listening on the URL's port."""
+    from benchd.servers.procgroup import listens_on
+    from benchd.servers.runtimes.openai import detect
+
+    if not cand.external or cand.url is None or external_problems(cand):
+        return []
+    where = f"$.candidates[{i}]"
+    out = []
+    if cand.api_key_env is not None and not os.environ.get(cand.api_key_env):
+        out.append(BenchdError("api_key_unset", f"candidate {cand.id!r}: api_key_env names {cand.api_key_env}, which "
+                               "is not set in benchd's environment", f"{where}.api_key_env"))
+    try:
+        asyncio.run(detect(cand))  # called off any event loop (benchctl; the daemon's worker thread)
+    except Exception as exc:
+        out.append(BenchdError("url_not_answering", f"candidate {cand.id!r}: nothing OpenAI-compatible answers at "
+                               f"{cand.url}: {type(exc).__name__}: {exc}", f"{where}.url"))
+        return out
+    if cand.pid is not None and not listens_on(cand.pid, _port(cand.url)):
+        out.append(BenchdError("pid_not_server", f"candidate {cand.id!r}: pid {cand.pid} does not listen on port "
+                               f"{_port(cand.url)} of {cand.url}: it is not the server", f"{where}.pid"))
+    return out
+
+
+def resolve_external(sweep: Sweep) -> tuple[Sweep, list[BenchdError]]:
+    """The sweep with every external candidate's `process` resolved to its `pid` (once, at submit), and
+    the problems `live_problems` finds. Blocking (HTTP and /proc): the daemon calls it off its loop."""
+    cands, problems = list(sweep.candidates), []
+    for i, cand in enumerate(cands):
+        if not cand.external:
+            continue
+        if cand.process is not None and cand.pid is None and not external_problems(cand):
+            pid, err = resolve_process(cand)
+            if err is not None:
+                problems.append(BenchdError(err.code, err.message, f"$.candidates[{i}].process"))
+                continue
+            cands[i] = cand = msgspec.structs.replace(cand, pid=pid)
+        problems += live_problems(i, cand)
+    return msgspec.structs.replace(sweep, candidates=cands), problems
 
 
 def adapter_problems(cand: Candidate, sweep: Sweep | None) -> list[BenchdError]:
     """The adapter's checks of the candidate, and of the sweep's settings it must serve (vision,
-    concurrency levels) when the sweep decoded."""
+    concurrency levels) when the sweep decoded; the external-candidate checks first."""
     from benchd.servers.runtimes import get_adapter
 
     adapter = get_adapter(cand.runtime)
-    problems = list(adapter.validate(cand) or [])
+    problems = external_problems(cand) + list(adapter.validate(cand) or [])
     if sweep is not None:
         problems += adapter.validate_vision(cand, sweep.vision) + adapter.validate_levels(cand, sweep.concurrency)
     return problems
@@ -43,7 +182,7 @@ def _paths(cand: Candidate) -> list[tuple[str, str | None]]:
 def path_problems(i: int, cand: Candidate) -> list[BenchdError]:
     out = []
     for name, value in _paths(cand):
-        if value is None:
+        if not value:
             continue
         if "\x00" in value:
             out.append(BenchdError("invalid", f"{name} contains a NUL byte", f"$.candidates[{i}].{name}"))
@@ -64,7 +203,12 @@ def local_problems(candidates: Iterable[tuple[int, Candidate]], cache_dir: Path,
     out: list[str] = []
     for i, cand in candidates:
         where = f"candidates[{i}] ({cand.id})"
-        if not os.path.exists(cand.model):
+        if cand.external:
+            out += [f"{where}: {e}" for e in adapter_problems(cand, sweep)]
+            _, live = resolve_external(Sweep(name="x", contexts=[1], gen_tokens=1, candidates=[cand]))
+            out += [f"{where}.{(e.field or '').rsplit('.', 1)[-1]}: {e.message}" for e in live]
+            continue
+        if cand.model and not os.path.exists(cand.model):
             out.append(f"{where}.model: {cand.model} does not exist")
         if cand.spec is not None and cand.spec.draft_model and not os.path.exists(cand.spec.draft_model):
             out.append(f"{where}.spec.draft_model: {cand.spec.draft_model} does not exist")

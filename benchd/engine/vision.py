@@ -106,7 +106,7 @@ async def measure(
     memory and energy around this call; `marks` are the image request's)."""
     text_body = _body(adapter, cand, prompt, max_tokens, sampling, thinking, run_to_length)
     image_body = dict(text_body, messages=adapter.image_messages(prompt, [im.data_url() for im in generated]))
-    url, headers = base_url + adapter.request_path(), adapter.request_headers()
+    url, headers = base_url + adapter.request_path(), adapter.request_headers(cand)
     spec = cand.spec is not None
     text = await probe.run(url, adapter.encode_body(text_body), headers, timeout_s=timeout_s)
     w, h = generated[0].width, generated[0].height

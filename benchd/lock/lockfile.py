@@ -37,7 +37,7 @@ from benchd.atomic import atomic_write
 from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.results.runbook import load_runbook
-from benchd.schemas import Candidate, Fingerprint, RecheckEntry, Runbook, Sampling, Spec
+from benchd.schemas import Candidate, ExternalServer, Fingerprint, RecheckEntry, Runbook, Sampling, Spec
 from benchd.store import utcnow
 
 LOCK_SCHEMA_VERSION = 2
@@ -88,6 +88,13 @@ class Locked(Struct, kw_only=True, omit_defaults=True):
     evidence: dict[str, LockEvidence] = {}
     recheck_contexts: list[int] = []
     fingerprint: Fingerprint | None = None
+    #: An external candidate (`runtime = "openai"`): the URL it was measured at, the NAME of its API-key
+    #: variable (never the key), and the server as detected then. benchd does not start it
+    #: (`started_by_benchd = false`); `model_path` is then the model id its requests name.
+    url: str | None = None
+    api_key_env: str | None = None
+    external: ExternalServer | None = None
+    started_by_benchd: bool = True
 
 
 class LockFile(Struct, kw_only=True, omit_defaults=True):
@@ -225,8 +232,15 @@ def build_lock(rb: Runbook, candidate_id: str, note: str = "", force: bool = Fal
         ctx_size = max(sizes) if sizes else None
         ctx_src = ("largest server context size of the benchmarked cells" if sizes
                    else "the server sized its own context (not recorded in the rows)")
+    if cand.external:
+        ctx_size = prov.external.slot_ctx if prov is not None and prov.external is not None else None
+        ctx_src = ("the external server's context per slot, as detected" if ctx_size is not None
+                   else "the external server reported no context size")
     return Locked(
-        schema_version=LOCK_SCHEMA_VERSION, candidate=cand.id, runtime=cand.runtime, model_path=cand.model,
+        url=cand.url, api_key_env=cand.api_key_env, external=prov.external if prov is not None else None,
+        started_by_benchd=not cand.external,
+        schema_version=LOCK_SCHEMA_VERSION, candidate=cand.id, runtime=cand.runtime,
+        model_path=cand.request_model or "" if cand.external else cand.model,
         model_bytes=prov.model.bytes if prov else None, model_sha256=prov.model.sha256 if prov else None,
         request_model=cand.request_model, binary=(prov.binary if prov else None) or cand.binary,
         binary_version=prov.server_version if prov else None, args=list(cand.args), env=dict(cand.env),
@@ -341,15 +355,36 @@ def locked_candidate(locked: Locked) -> Candidate:
     """The Candidate the lock describes (what the runtime adapter builds a command from)."""
     from benchd.servers.fingerprint import executable_of
 
+    if not locked.started_by_benchd:
+        return Candidate(id=locked.candidate, runtime=locked.runtime,  # type: ignore[arg-type]
+                         url=locked.url, request_model=locked.request_model, api_key_env=locked.api_key_env)
     return Candidate(id=locked.candidate, runtime=locked.runtime, model=locked.model_path,  # type: ignore[arg-type]
                      request_model=locked.request_model, args=list(locked.args), binary=executable_of(locked.binary),
                      env=dict(locked.env), ctx_size=locked.ctx_size, spec=locked.spec)
 
 
+def external_description(locked: Locked) -> str:
+    """What `locked --command` prints for an external server: benchd does not start it, and how it was
+    detected (kind, version, the requests that told)."""
+    found = locked.external
+    if found is None:
+        return (f"# benchd does not start this server: an external server at {locked.url}, requests name "
+                f"model {locked.request_model!r}; it was never detected (no server_ready event)")
+    lines = [f"# benchd does not start this server: {found.kind} at {found.url}, "
+             f"version {found.version or 'unknown (' + found.null_reasons.get('version', 'not reported') + ')'}",
+             f"# requests name model {locked.request_model!r}; detected by: {'; '.join(found.detected_by)}"]
+    if found.slot_ctx is not None:
+        lines.append(f"# context per slot {found.slot_ctx}" + (f", {found.total_slots} slot(s)" if found.total_slots else ""))
+    return "\n".join(lines)
+
+
 def server_argv(locked: Locked, config: Config, port: int | None = None) -> list[str]:
-    """The exact argv that starts the locked server as benchmarked, via the runtime adapter."""
+    """The exact argv that starts the locked server as benchmarked, via the runtime adapter (none for
+    an external server: benchd does not start it)."""
     from benchd.servers.runtimes import get_adapter
 
+    if not locked.started_by_benchd:
+        return []
     adapter = get_adapter(locked.runtime)
     cand = locked_candidate(locked)
     command, _found_via = adapter.command(cand, config.cache_dir)
@@ -362,15 +397,20 @@ def server_env(locked: Locked, config: Config) -> dict[str, str]:
     runtime adapter sets (e.g. the MLX servers' offline HF cache), exactly as the daemon starts it."""
     from benchd.servers.runtimes import get_adapter
 
+    if not locked.started_by_benchd:
+        return {}
     full = get_adapter(locked.runtime).env(locked_candidate(locked), config)
     return {k: v for k, v in sorted(full.items()) if os.environ.get(k) != v}
 
 
 def server_command_line(locked: Locked, config: Config, port: int | None = None) -> str:
     """`server_argv` as one shell line, with the extra environment (`server_env`) in front and the
-    runtime knobs this shell exports unset (`env -u`), as the daemon removes them before a start."""
+    runtime knobs this shell exports unset (`env -u`), as the daemon removes them before a start. For
+    an external server: how it was detected instead (benchd does not start it)."""
     from benchd.servers.runtimes import get_adapter
 
+    if not locked.started_by_benchd:
+        return external_description(locked)
     removed = get_adapter(locked.runtime).server_env(locked_candidate(locked), config).removed
     env = " ".join([*(f"-u {k}" for k in removed),
                     *(f"{k}={shlex.quote(v)}" for k, v in server_env(locked, config).items())])

@@ -18,6 +18,8 @@ from benchd.schemas import (
     CandidateProvenance,
     CpuAffinity,
     EnergyInfo,
+    ExternalServer,
+    ModelInfo,
     PromptsInfo,
     Row,
     SleepInfo,
@@ -136,14 +138,32 @@ def collect_candidates(config: Config, sweep: Sweep, rows: Sequence[Row], events
         except OSError as exc:  # an unreadable file must not cost the whole runbook
             fingerprint = None
             nulls["fingerprint"] = f"could not be read: {exc}"
+        external = external_server(c.id, events) if c.external else None
+        if c.external:
+            nulls.pop("server_env", None)
+            nulls["server_env"] = "an external server: benchd does not start it, so its environment is unknown"
+            if external is None:
+                nulls["external"] = "no server_ready event of this candidate: its server never answered"
+        model = (ModelInfo(path=c.request_model or "", kind="external",
+                           null_reasons={"bytes": "an external server: benchd reads none of its files",
+                                         "sha256": "an external server: benchd reads none of its files"})
+                 if c.external else hash_model(c.model, cache))
         out.append(CandidateProvenance(
-            candidate=c.id, runtime=c.runtime, model=hash_model(c.model, cache),
+            external=external,
+            candidate=c.id, runtime=c.runtime, model=model,
             draft_model=hash_model(draft, cache) if draft else None,
             binary=binary, server_version=version, server_version_source=source, affinity=pinned, null_reasons=nulls,
             server_env=env or {}, env_removed=removed,
             fingerprint=fingerprint,
         ))
     return out
+
+
+def external_server(cand: str, events: Sequence[Any]) -> ExternalServer | None:
+    """An external candidate's server as its last `server_ready` event recorded its detection."""
+    seen = [e.payload["external"] for e in events if e.type == "server_ready" and e.payload.get("candidate") == cand
+            and isinstance(e.payload.get("external"), dict)]
+    return msgspec.convert(seen[-1], ExternalServer) if seen else None
 
 
 def collect_affinity(cand: str, events: Sequence[Any]) -> CpuAffinity | None:

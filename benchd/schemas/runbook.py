@@ -180,7 +180,7 @@ class ModelInfo(Struct, kw_only=True):
     """A model file or an MLX model directory, identified by size and content hash."""
 
     path: str
-    kind: str  # "file" | "dir" | "missing"
+    kind: str  # "file" | "dir" | "missing" | "external" (`path` is then the model id requests name)
     bytes: int | None = None
     sha256: str | None = None
     sha256_method: str | None = None
@@ -201,6 +201,28 @@ class CpuAffinity(Struct, kw_only=True, frozen=True):
     reason: str | None = None
 
 
+class ExternalServer(Struct, kw_only=True):
+    """A server benchd does not start (`runtime = "openai"`), as it was detected: what answers at `url`
+    (`kind`: "llama-server", "mlx_lm.server", "mlx_vlm.server", "ollama", "lm-studio" or "OpenAI-compatible,
+    unknown"), its version, the models it lists and the context it says it serves (llama-server: `n_ctx`
+    per slot and `total_slots`). `detected_by` lists the requests that told; every fact names its source
+    and every null its reason. benchd never starts, restarts or stops it."""
+
+    url: str
+    kind: str
+    version: str | None = None
+    model_ids: list[str] = []
+    slot_ctx: int | None = None
+    total_slots: int | None = None
+    chat_format: str | None = None
+    pid: int | None = None
+    process: str | None = None
+    detected_by: list[str] = []
+    started_by_benchd: bool = False
+    sources: dict[str, str] = {}
+    null_reasons: dict[str, str] = {}
+
+
 class CandidateProvenance(Struct, kw_only=True):
     """One candidate's model (size + sha256), draft model, and the server that ran it."""
 
@@ -219,6 +241,9 @@ class CandidateProvenance(Struct, kw_only=True):
     null_reasons: dict[str, str] = {}
     #: What the speed depends on, read from files when the runbook was written (None before rechecks existed).
     fingerprint: Fingerprint | None = None
+    #: An external candidate's server as detected at its first attach (`server_ready` event); None for
+    #: the servers benchd starts.
+    external: ExternalServer | None = None
 
 
 class PromptsInfo(Struct, kw_only=True):

@@ -15,8 +15,11 @@ RUNBOOK_ID_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}-[a-z0-9-]{8,32}$"
 
 CandidateId = Annotated[str, Meta(pattern=CANDIDATE_ID_PATTERN)]
 JobId = Annotated[str, Meta(pattern=JOB_ID_PATTERN)]
-Runtime = Literal["llama-server", "mlx_lm.server", "mlx_vlm.server"]
-RUNTIMES: tuple[str, ...] = ("llama-server", "mlx_lm.server", "mlx_vlm.server")
+Runtime = Literal["llama-server", "mlx_lm.server", "mlx_vlm.server", "openai"]
+RUNTIMES: tuple[str, ...] = ("llama-server", "mlx_lm.server", "mlx_vlm.server", "openai")
+#: The runtime of a server benchd does not start (an external candidate: `url`, `request_model`).
+EXTERNAL_RUNTIME = "openai"
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 
 PathStr = Annotated[str, Meta(min_length=1, max_length=4096)]
 ShortStr = Annotated[str, Meta(max_length=1024)]
@@ -44,15 +47,28 @@ class Spec(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
 
 
 class Candidate(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
-    """One thing to measure: runtime + model + server args + optional spec."""
+    """One thing to measure: runtime + model + server args + optional spec, or (`runtime = "openai"`) a
+    server benchd does not start, reached at `url` and asked for `request_model`.
+
+    `model` is required for every runtime benchd starts (the sweep check says so); an external candidate
+    has none (its server already loaded one), nor `args` / `binary` / `env` / `spec` / `ctx_size`."""
 
     id: CandidateId
     runtime: Runtime
-    model: PathStr
+    model: Annotated[str, Meta(max_length=4096)] = ""
     request_model: ShortStr | None = None
+    #: External candidates: the server's base URL, http on a loopback address (127.0.0.0/8, ::1, localhost).
+    url: Annotated[str, Meta(min_length=1, max_length=2048)] | None = None
+    #: External candidates: the server's process id (memory is sampled like an owned server's), or its
+    #: process name, resolved once at submit to one pid (none or several: refused).
+    pid: Annotated[int, Meta(ge=1, le=2**31 - 1)] | None = None
+    process: Annotated[str, Meta(min_length=1, max_length=255)] | None = None
+    #: External candidates: the NAME of the variable holding an API key (sent as `Authorization: Bearer`);
+    #: the key itself is read from benchd's environment at each request and never recorded.
+    api_key_env: EnvName | None = None
     args: Annotated[list[Annotated[str, Meta(max_length=4096)]], Meta(max_length=256)] = []
     binary: PathStr | None = None
-    env: Annotated[dict[Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")], ShortStr], Meta(max_length=64)] = {}
+    env: Annotated[dict[EnvName, ShortStr], Meta(max_length=64)] = {}
     startup_timeout_s: Annotated[float, Meta(gt=0, le=24 * 3600)] = 300.0
     ctx_size: Annotated[int, Meta(ge=16, le=16_777_216)] | None = None
     spec: Spec | None = None
@@ -65,6 +81,11 @@ class Candidate(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     def __post_init__(self) -> None:
         if ".." in self.id:
             raise ValueError("candidate id must not contain '..'")
+
+    @property
+    def external(self) -> bool:
+        """A server benchd does not start (`runtime = "openai"`)."""
+        return self.runtime == EXTERNAL_RUNTIME
 
 
 class Sampling(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):

@@ -60,6 +60,8 @@ def take_fingerprint(cand: Candidate, config: Config, source: str) -> Fingerprin
     """Read the candidate's fingerprint now (may run `--version`: call off the event loop)."""
     from benchd.servers.runtimes import get_adapter
 
+    if cand.external:
+        return _external_fingerprint(cand, source)
     adapter = get_adapter(cand.runtime)
     nulls: dict[str, str] = {}
     fields: dict[str, Any] = {}
@@ -89,6 +91,31 @@ def take_fingerprint(cand: Candidate, config: Config, source: str) -> Fingerprin
             nulls["draft_model_sha256"] = draft.null_reasons.get("sha256", "not hashed")
     return Fingerprint(taken_at=utcnow(), source=source, runtime=cand.runtime, args=list(cand.args),
                        env=dict(cand.env), null_reasons=nulls, **fields)
+
+
+def _external_fingerprint(cand: Candidate, source: str) -> Fingerprint:
+    """A server benchd does not start has no files benchd can read: its fingerprint is what answers at
+    its URL (`binary` = the detected kind and URL), the version it reports and the model id requests
+    name (`model_path`). Asks the server once (one detection, no model load): call off the event loop.
+    A server not answering leaves them unread, which `changes` does not count as a change."""
+    import asyncio
+
+    from benchd.servers.runtimes.openai import base_url, detect
+
+    nulls: dict[str, str] = {}
+    binary = version = None
+    try:
+        found = asyncio.run(detect(cand))
+        binary, version = f"{found.kind} at {found.url}", found.version
+        if version is None:
+            nulls["version"] = found.null_reasons.get("version", "the server reports no version")
+    except Exception as exc:
+        nulls["binary"] = nulls["version"] = f"the external server at {cand.url} did not answer: {type(exc).__name__}"
+    for name in ("binary_sha256", "model_sha256"):
+        nulls[name] = "an external server: benchd reads none of its files"
+    return Fingerprint(taken_at=utcnow(), source=f"{source}; asked {base_url(cand.url or '')}", runtime=cand.runtime,
+                       binary=binary, version=version, version_source="detected at the candidate's url",
+                       model_path=cand.request_model, null_reasons=nulls)
 
 
 def _binary_facts(path: Path, config: Config, nulls: dict[str, str]) -> dict[str, Any]:
@@ -146,6 +173,8 @@ def _differences(old: Fingerprint, new: Fingerprint) -> list[tuple[str, str]]:
         if field not in ("args", "env") and a in (None, {}):
             continue  # the old side could not read it: no evidence of a change
         if field not in ("args", "env") and b in (None, {}):
+            if new.runtime == "openai":
+                continue  # an external server that does not answer now: no evidence either way
             out.append((field, f"{label}: {_show(field, a)} -> unreadable ({new.null_reasons.get(field, 'not read')})"))
             continue
         out.append((field, f"{label}: {_show(field, a)} -> {_show(field, b)}"))

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from benchd.schemas import Candidate
+from benchd.schemas import Candidate, ExternalServer
 from benchd.servers.procgroup import LOG_TAIL_BYTES, read_log_tail
 
-StartFailure = Literal["spawn_failed", "exited", "timeout", "port_taken"]
+StartFailure = Literal["spawn_failed", "exited", "timeout", "port_taken", "unreachable", "not_the_server"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,11 @@ class ServerStartError(Exception):
         self.exit_status = exit_status
         self.log_tail = log_tail
         self.log_path = log_path
+
+
+#: The pid of an external server whose candidate gives none: above Linux's PID_MAX_LIMIT (2^22) and
+#: macOS's, so no sensor ever finds a process there (its memory rows say why they are null).
+NO_PID = 2**31 - 1
 
 
 @dataclass(eq=False)
@@ -89,6 +94,9 @@ class Server:
     layer_split: str | None = None
     split_note: str = ""
     exit: ExitInfo | None = None
+    #: A server benchd does not start (`runtime = "openai"`): what was detected at its URL. `stop()` only
+    #: lets go of it; `pid` is its `pid` (or NO_PID: memory then unsampled), `argv` and `command` are empty.
+    external: ExternalServer | None = None
     _proc: asyncio.subprocess.Process | None = field(default=None, repr=False)
     _exited: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _watcher: asyncio.Task[None] | None = field(default=None, repr=False)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psutil
 
@@ -35,7 +36,7 @@ from benchd.servers.procgroup import (
 )
 from benchd.servers.records import SERVER_TOKEN_ENV, reap_orphans, write_pending, write_record
 from benchd.servers.runtimes import get_adapter
-from benchd.servers.server import ExitInfo, Server, ServerStartError
+from benchd.servers.server import NO_PID, ExitInfo, Server, ServerStartError
 
 #: How often the watcher checks the log size, and the share of the cap at which it rotates: a file is
 #: rotated at half the cap, so it stays under the cap while the server writes under cap/2 per check
@@ -123,6 +124,8 @@ class Supervisor:
         start records how much of them was resident just before the spawn (`Server.cache`).
         """
         timeout = startup_timeout_s if startup_timeout_s is not None else candidate.startup_timeout_s
+        if candidate.external:
+            return await self._attach(job, candidate)
         try:
             return await self._start_once(job, candidate, ctx_size, port or free_port(), timeout, cpus, cold)
         except ServerStartError as exc:
@@ -218,6 +221,68 @@ class Supervisor:
         load_log = await asyncio.to_thread(_read_from, log_path, log_start, LOAD_LOG_BYTES)
         server.layer_split, server.split_note = await asyncio.to_thread(adapter.layer_split, candidate, command, load_log)
         return server
+
+    async def _attach(self, job: str, candidate: Candidate) -> Server:
+        """A handle on a server benchd does not start: detected at its URL (`runtimes.openai.detect`), its
+        `pid` checked to listen on the URL's port, watched for its process ending when a pid is known."""
+        from benchd.servers.runtimes.openai import base_url, detect
+
+        assert candidate.url is not None
+        url = base_url(candidate.url)
+        port = urlsplit(url).port or 80
+        log_path = self.config.server_log_path(job, candidate.id)
+        try:
+            found = await detect(candidate)
+        except Exception as exc:  # nothing answers (or not like an OpenAI server): the cells fail with why
+            raise ServerStartError(f"the external server at {url} does not answer: {type(exc).__name__}: {exc}",
+                                   reason="unreachable", log_path=log_path) from exc
+        pid = candidate.pid or NO_PID
+        create_time = 0.0
+        if candidate.pid is not None:
+            if not await asyncio.to_thread(listens_on, candidate.pid, port):
+                raise ServerStartError(f"pid {candidate.pid} does not listen on port {port} of {url}: it is not "
+                                       "the server (or it ended)", reason="not_the_server", log_path=log_path)
+            with contextlib.suppress(psutil.Error):
+                create_time = psutil.Process(candidate.pid).create_time()
+        server = Server(
+            job=job, candidate=candidate, runtime=candidate.runtime, argv=[], command=[],
+            binary=f"{found.kind} at {url}", binary_source="external: benchd does not start it", port=port,
+            base_url=url, pid=pid, pgid=0, create_time=create_time, ctx_size=found.slot_ctx, log_path=log_path,
+            record_path=self.config.servers_dir / f"external-{candidate.id}.json", started_at=time.time(),
+            version=found.version, version_source=found.sources.get("version", found.null_reasons.get("version", "")),
+            load_note="an external server: benchd does not start it", external=found,
+            cache_note="an external server: benchd does not start it, so it has no page-cache state before a start",
+        )
+        if candidate.pid is not None:
+            server._watcher = asyncio.create_task(self._watch_pid(server), name=f"watch-{candidate.id}-{pid}")
+        return server
+
+    async def _watch_pid(self, server: Server) -> None:
+        """An external server's process, polled every `_ROTATE_CHECK_S`: its end is a crash (benchd never
+        stops it)."""
+        try:
+            proc = psutil.Process(server.pid)
+            while True:
+                if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+                    break
+                await asyncio.sleep(_ROTATE_CHECK_S)
+        except psutil.Error:
+            pass
+        if server.exit is None:
+            server.exit = ExitInfo(status="gone", returncode=-1, log_tail="", expected=False)
+        server._exited.set()
+
+    async def _detach(self, server: Server) -> ExitInfo | None:
+        """Let go of an external server: nothing is signalled (benchd did not start it)."""
+        server._stopping = True
+        if server._watcher is not None and not server._watcher.done():
+            server._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await server._watcher
+        if server.exit is None:
+            server.exit = ExitInfo(status="detached", returncode=0, log_tail="", expected=True)
+        server._exited.set()
+        return server.exit
 
     async def _wait_ready(self, server: Server, timeout_s: float, started: float, log_start: int) -> None:
         adapter = get_adapter(server.runtime)
@@ -333,6 +398,8 @@ class Supervisor:
         reparented to init but is still in the group. Only processes started after the server count,
         so a pid reused since then is never touched.
         """
+        if server.external is not None:
+            return await self._detach(server)
         grace = self.grace_s if grace_s is None else grace_s
         server._stopping = True
         if server.exit is None:

@@ -28,7 +28,7 @@ def cand(runtime: str = "llama-server", **kw: object) -> Candidate:
 
 
 def test_registry_and_unknown_runtime() -> None:
-    assert set(ADAPTERS) == {"llama-server", "mlx_lm.server", "mlx_vlm.server"}
+    assert set(ADAPTERS) == {"llama-server", "mlx_lm.server", "mlx_vlm.server", "openai"}
     for name, adapter in ADAPTERS.items():
         assert adapter.name == name
     with pytest.raises(BenchdError) as err:

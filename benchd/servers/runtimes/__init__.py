@@ -10,11 +10,13 @@ from benchd.servers.runtimes.base import Normalized, Readiness, RuntimeAdapter
 from benchd.servers.runtimes.llama_server import LlamaServerAdapter
 from benchd.servers.runtimes.mlx_lm import MlxLmAdapter
 from benchd.servers.runtimes.mlx_vlm import MlxVlmAdapter
+from benchd.servers.runtimes.openai import OpenAIAdapter
 
 ADAPTERS: dict[str, RuntimeAdapter] = {
     "llama-server": LlamaServerAdapter(),
     "mlx_lm.server": MlxLmAdapter(),
     "mlx_vlm.server": MlxVlmAdapter(),
+    "openai": OpenAIAdapter(),
 }
 
 

@@ -334,8 +334,14 @@ class RuntimeAdapter:
     def request_path(self) -> str:
         return "/v1/chat/completions"
 
-    def request_headers(self) -> dict[str, str]:
-        return {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    def request_headers(self, candidate: Candidate | None = None) -> dict[str, str]:
+        """The headers of a streamed request to the candidate's server (with `auth_headers`)."""
+        auth = self.auth_headers(candidate) if candidate is not None else {}
+        return {"Content-Type": "application/json", "Accept": "text/event-stream", **auth}
+
+    def auth_headers(self, candidate: Candidate) -> dict[str, str]:
+        """Headers that authorize a request (an external server's API key); none for a server benchd starts."""
+        return {}
 
     def request_body(
         self,

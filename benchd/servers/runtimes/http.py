@@ -35,12 +35,15 @@ async def http_get(base_url: str, path: str, *, timeout_s: float = 2.0) -> tuple
 
 
 async def http_post_json(
-    base_url: str, path: str, body: Mapping[str, Any], *, timeout_s: float = 30.0
+    base_url: str, path: str, body: Mapping[str, Any], *, timeout_s: float = 30.0,
+    headers: Mapping[str, str] | None = None,
 ) -> tuple[int, bytes]:
+    """POST a JSON body on a fresh connection (`headers` on top of the JSON content type); (status, body)."""
     async with (
         _session(timeout_s) as session,
         session.post(
-            base_url + path, data=msgspec.json.encode(body), headers={"Content-Type": "application/json"}
+            base_url + path, data=msgspec.json.encode(body),
+            headers={**(headers or {}), "Content-Type": "application/json"},
         ) as resp,
     ):
         return resp.status, await resp.read()

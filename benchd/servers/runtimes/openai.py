@@ -1,0 +1,336 @@
+"""`runtime = "openai"`: a server benchd does not start, reached at the candidate's `url`.
+
+benchd never spawns, restarts or stops it: one server serves every context, its args, environment and
+start-up are unknown (null with the reason in each row), and its memory is sampled only through the
+candidate's `pid`. What answers is detected from the endpoints each kind exposes (read from their
+sources on this machine):
+
+- llama-server: `GET /props` has `build_info`, `total_slots` and `default_generation_settings.n_ctx`
+  (the context of ONE slot: a hand-started server splits `--ctx-size` over 4 slots by default), and
+  `GET /slots` each slot's `params.chat_format`. Its stream's final chunk carries `timings`.
+- mlx_vlm.server: `GET /health` answers `{"status": "healthy", "loaded_model": ..., "loaded_context_size"}`.
+- mlx_lm.server: `GET /health` answers `{"status": "ok"}` from Python's `BaseHTTP` server; it has no
+  version endpoint, and its stream has no timings (generation rate from the client's stream window).
+- Ollama: `GET /api/version` answers `{"version": ...}`; `POST /api/show` lists `num_ctx` among the
+  model's `parameters` only when its Modelfile sets one.
+- LM Studio: `GET /api/v0/models` lists each model's `max_context_length` (and `loaded_context_length`
+  once loaded).
+- anything else that answers `GET /v1/models`: "OpenAI-compatible, unknown".
+
+Where the detected kind is one benchd also runs, the requests that depend on the kind (token counts,
+chat-template rendering, EOS suppression, the session cache switch) go through that runtime's adapter;
+the detection is kept per URL for that (`_DETECTED`, filled by `detect`, the one piece of state here).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import aiohttp
+import msgspec
+
+from benchd.errors import BenchdError
+from benchd.probe_result import ProbeResult
+from benchd.schemas import Candidate, ExternalServer
+from benchd.servers.runtimes.base import (
+    Normalized,
+    ParallelStart,
+    Readiness,
+    RenderItem,
+    RuntimeAdapter,
+    SessionStart,
+)
+from benchd.servers.runtimes.llama_server import LlamaServerAdapter
+from benchd.servers.runtimes.mlx_lm import MlxLmAdapter
+from benchd.servers.runtimes.mlx_vlm import MlxVlmAdapter
+
+UNKNOWN_KIND = "OpenAI-compatible, unknown"
+NOT_STARTED = "an external server: benchd does not start it"
+#: Kinds that are one of the runtimes benchd runs itself: their kind-specific requests go through it.
+_INNER: dict[str, RuntimeAdapter] = {
+    "llama-server": LlamaServerAdapter(),
+    "mlx_lm.server": MlxLmAdapter(),
+    "mlx_vlm.server": MlxVlmAdapter(),
+}
+_DETECTED: dict[str, ExternalServer] = {}
+
+
+def base_url(url: str) -> str:
+    """The URL requests are built on: no trailing slash, no `/v1` (benchd adds the paths it asks)."""
+    u = url.rstrip("/")
+    return u[:-3] if u.endswith("/v1") else u
+
+
+def api_key_headers(candidate: Candidate) -> dict[str, str]:
+    """`Authorization: Bearer <key>` from the variable `api_key_env` names in benchd's environment, read
+    at each request (never stored); empty without one."""
+    if candidate.api_key_env and os.environ.get(candidate.api_key_env):
+        return {"Authorization": f"Bearer {os.environ[candidate.api_key_env]}"}
+    return {}
+
+
+async def _get(url: str, path: str, headers: Mapping[str, str]) -> tuple[int, Any, str]:
+    """(status, decoded JSON or None, the Server header) of one GET on a fresh connection."""
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True),
+                              timeout=aiohttp.ClientTimeout(total=10.0)) as session,
+        session.get(url + path, headers=dict(headers)) as resp,
+    ):
+        raw = await resp.read()
+        try:
+            doc = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            doc = None
+        return resp.status, doc, resp.headers.get("Server", "")
+
+
+async def _post(url: str, path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[int, Any]:
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True),
+                              timeout=aiohttp.ClientTimeout(total=10.0)) as session,
+        session.post(url + path, json=dict(body), headers=dict(headers)) as resp,
+    ):
+        raw = await resp.read()
+        try:
+            return resp.status, msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            return resp.status, None
+
+
+def _model_ids(doc: Any) -> list[str]:
+    data = doc.get("data") if isinstance(doc, dict) else None
+    return [str(m["id"]) for m in data or [] if isinstance(m, dict) and m.get("id") is not None]
+
+
+async def detect(candidate: Candidate) -> ExternalServer:
+    """What answers at the candidate's `url` (see the module docstring for each kind's endpoints).
+    Raises `aiohttp.ClientError` / `TimeoutError` when nothing answers, `RuntimeError` when something
+    answers but not like an OpenAI-compatible server."""
+    assert candidate.url is not None
+    url, headers = base_url(candidate.url), api_key_headers(candidate)
+    asked: list[str] = []
+    sources: dict[str, str] = {}
+    nulls: dict[str, str] = {}
+
+    def done(kind: str, **facts: Any) -> ExternalServer:
+        for name in ("version", "slot_ctx", "total_slots", "chat_format"):
+            if facts.get(name) is None:
+                nulls.setdefault(name, f"{kind} does not report it" if kind != UNKNOWN_KIND
+                                 else "the server's kind is unknown")
+        if candidate.pid is None:
+            nulls["pid"] = "the candidate gives no `pid` or `process`: its memory is not sampled"
+        found = ExternalServer(url=url, kind=kind, pid=candidate.pid, process=candidate.process, detected_by=asked,
+                               sources=sources, null_reasons=nulls, **facts)
+        _DETECTED[url] = found
+        return found
+
+    status, props, _ = await _get(url, "/props", headers)
+    asked.append(f"GET /props: HTTP {status}")
+    if status == 200 and isinstance(props, dict) and "total_slots" in props:
+        gen = props.get("default_generation_settings")
+        n_ctx = gen.get("n_ctx") if isinstance(gen, dict) else None
+        build = props.get("build_info")
+        slots_status, slots, _ = await _get(url, "/slots", headers)
+        asked.append(f"GET /slots: HTTP {slots_status}")
+        fmts = sorted({s["params"]["chat_format"] for s in slots if isinstance(s, dict)
+                       and isinstance(s.get("params"), dict) and isinstance(s["params"].get("chat_format"), str)}
+                      ) if isinstance(slots, list) else []
+        if fmts:
+            sources["chat_format"] = "GET /slots params.chat_format"
+        else:
+            nulls["chat_format"] = f"GET /slots answered HTTP {slots_status} without params.chat_format (--no-slots?)"
+        sources.update({"kind": "GET /props has total_slots", "version": "GET /props build_info",
+                        "slot_ctx": "GET /props default_generation_settings.n_ctx",
+                        "total_slots": "GET /props total_slots"})
+        path = props.get("model_path")
+        return done("llama-server", version=f"llama.cpp {build}" if isinstance(build, str) and build else None,
+                    slot_ctx=n_ctx if isinstance(n_ctx, int) else None,
+                    total_slots=props["total_slots"] if isinstance(props["total_slots"], int) else None,
+                    chat_format=", ".join(fmts) or None, model_ids=[str(path)] if path else [])
+    status, ver, _ = await _get(url, "/api/version", headers)
+    asked.append(f"GET /api/version: HTTP {status}")
+    if status == 200 and isinstance(ver, dict) and isinstance(ver.get("version"), str):
+        sources.update({"kind": "GET /api/version answers {version} (Ollama)", "version": "GET /api/version"})
+        num_ctx = None
+        if candidate.request_model:
+            show_status, show = await _post(url, "/api/show", {"model": candidate.request_model}, headers)
+            asked.append(f"POST /api/show: HTTP {show_status}")
+            params = show.get("parameters") if isinstance(show, dict) else None
+            m = re.search(r"^num_ctx\s+(\d+)", params, re.M) if isinstance(params, str) else None
+            if m:
+                num_ctx = int(m.group(1))
+                sources["slot_ctx"] = "POST /api/show parameters num_ctx"
+            else:
+                nulls["slot_ctx"] = "Ollama's /api/show lists no num_ctx for the model (its default applies)"
+        _, tags, _ = await _get(url, "/api/tags", headers)
+        ids = [str(m.get("name")) for m in (tags or {}).get("models", []) if isinstance(m, dict)] \
+            if isinstance(tags, dict) else []
+        return done("ollama", version=f"ollama {ver['version']}", slot_ctx=num_ctx, model_ids=ids)
+    status, lms, _ = await _get(url, "/api/v0/models", headers)
+    asked.append(f"GET /api/v0/models: HTTP {status}")
+    if status == 200 and isinstance(lms, dict) and isinstance(lms.get("data"), list):
+        mine = next((m for m in lms["data"] if isinstance(m, dict) and m.get("id") == candidate.request_model), None)
+        ctx = None
+        if mine is not None:
+            ctx = mine.get("loaded_context_length") or mine.get("max_context_length")
+            sources["slot_ctx"] = ("GET /api/v0/models loaded_context_length" if mine.get("loaded_context_length")
+                                   else "GET /api/v0/models max_context_length")
+        sources["kind"] = "GET /api/v0/models answers a model list (LM Studio)"
+        nulls["version"] = "LM Studio's REST API reports no version"
+        return done("lm-studio", slot_ctx=ctx if isinstance(ctx, int) else None, model_ids=_model_ids(lms))
+    status, health, server_header = await _get(url, "/health", headers)
+    asked.append(f"GET /health: HTTP {status} (Server: {server_header or 'none'})")
+    models_status, models, _ = await _get(url, "/v1/models", headers)
+    asked.append(f"GET /v1/models: HTTP {models_status}")
+    ids = _model_ids(models)
+    if isinstance(health, dict) and health.get("status") == "healthy" and "loaded_model" in health:
+        ctx = health.get("loaded_context_size") or health.get("effective_context_limit")
+        sources["kind"] = "GET /health has loaded_model (mlx_vlm.server)"
+        if isinstance(ctx, int):
+            sources["slot_ctx"] = "GET /health loaded_context_size"
+        nulls["version"] = "mlx_vlm.server exposes no version endpoint"
+        loaded = health.get("loaded_model")
+        return done("mlx_vlm.server", slot_ctx=ctx if isinstance(ctx, int) else None,
+                    model_ids=[str(loaded)] if loaded else ids)
+    if isinstance(health, dict) and health.get("status") == "ok" and server_header.startswith("BaseHTTP"):
+        sources["kind"] = "GET /health {status: ok} from Python's BaseHTTP server (mlx_lm.server)"
+        nulls["version"] = "mlx_lm.server exposes no version endpoint"
+        nulls["slot_ctx"] = "mlx_lm.server sizes its cache as it goes; it reports no context limit"
+        return done("mlx_lm.server", model_ids=ids)
+    if models_status == 200 and isinstance(models, dict):
+        sources["kind"] = "GET /v1/models answers; no known server's own endpoint did"
+        return done(UNKNOWN_KIND, model_ids=ids)
+    raise RuntimeError(f"{url} answers but not like an OpenAI-compatible server ({'; '.join(asked)})")
+
+
+def detected(url: str | None) -> ExternalServer | None:
+    """The last detection of the server at `url` in this process (None before its first attach)."""
+    return _DETECTED.get(base_url(url)) if url else None
+
+
+class OpenAIAdapter(RuntimeAdapter):
+    """A server benchd does not start (see the module docstring)."""
+
+    name: ClassVar[str] = "openai"
+    version_source: ClassVar[str] = "detected at attach (GET /props build_info, GET /api/version)"
+    load_marker_reason: ClassVar[str] = NOT_STARTED
+
+    def _inner(self, url: str | None) -> RuntimeAdapter | None:
+        found = detected(url)
+        return _INNER.get(found.kind) if found is not None else None
+
+    def validate(self, candidate: Candidate) -> list[BenchdError]:
+        """The static checks live in the one sweep check (`benchd.engine.sweepcheck.external_problems`)."""
+        return []
+
+    def command(self, candidate: Candidate, cache_dir: Any) -> tuple[list[str], str]:
+        return [], NOT_STARTED
+
+    def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
+        return []
+
+    async def check_ready(self, base_url_: str) -> Readiness:
+        try:
+            status, _, _ = await _get(base_url_, "/v1/models", {})
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return Readiness(False, f"not answering: {type(exc).__name__}")
+        return Readiness(status < 500, f"GET /v1/models: HTTP {status}")
+
+    async def version(self, base_url_: str, command: list[str]) -> str | None:
+        found = _DETECTED.get(base_url(base_url_))
+        return found.version if found else None
+
+    def auth_headers(self, candidate: Candidate) -> dict[str, str]:
+        return api_key_headers(candidate)
+
+    def request_model(self, candidate: Candidate) -> str:
+        return candidate.request_model or ""
+
+    def length_fields(self, candidate: Candidate, run_to_length: bool) -> dict[str, Any]:
+        inner = self._inner(candidate.url)
+        return inner.length_fields(candidate, run_to_length) if inner is not None else {}
+
+    def eos_gap(self, candidate: Candidate) -> str:
+        inner = self._inner(candidate.url)
+        kind = (detected(candidate.url) or ExternalServer(url="", kind=UNKNOWN_KIND)).kind
+        return inner.eos_gap(candidate) if inner is not None else f"{kind} offers no way to suppress EOS"
+
+    async def count_tokens(self, base_url_: str, text: str) -> int | None:
+        inner = self._inner(base_url_)
+        return await inner.count_tokens(base_url_, text) if inner is not None else None
+
+    async def rendered_tokens(self, base_url_: str, candidate: Candidate, command: list[str],
+                              items: list[RenderItem], thinking: str) -> list[list[int]]:
+        inner = self._inner(base_url_)
+        if inner is None or inner.name != "llama-server":
+            kind = (detected(base_url_) or ExternalServer(url="", kind=UNKNOWN_KIND)).kind
+            raise RuntimeError(f"an external {kind} has no endpoint that renders and tokenizes a conversation")
+        return await inner.rendered_tokens(base_url_, candidate, command, items, thinking)
+
+    async def slot_facts(self, base_url_: str) -> dict[str, str]:
+        inner = self._inner(base_url_)
+        return await inner.slot_facts(base_url_) if inner is not None else {}
+
+    async def tool_parser(self, base_url_: str, candidate: Candidate, command: list[str]) -> str | None:
+        inner = self._inner(base_url_)
+        if inner is None or inner.name == "mlx_lm.server":  # mlx_lm's answer needs its interpreter and model dir
+            return None
+        return await inner.tool_parser(base_url_, candidate, command)
+
+    def session_start(self, candidate: Candidate) -> SessionStart:
+        inner = self._inner(candidate.url)
+        how = ("its prompt cache is as it was started (llama-server: on by default; the turns send cache_prompt)"
+               if inner is not None and inner.name == "llama-server" else "its prompt cache is as it was started")
+        return SessionStart(candidate, False, f"{NOT_STARTED}: {how}")
+
+    def session_fields(self) -> dict[str, Any]:
+        return {"cache_prompt": True} if any(f.kind == "llama-server" for f in _DETECTED.values()) else {}
+
+    def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> ParallelStart:
+        found = detected(candidate.url)
+        slots = found.total_slots if found else None
+        serial = (f"the server has {slots} slot(s), fewer than {level} requests" if slots is not None and slots < level
+                  else None)
+        return ParallelStart(candidate, None, f"{NOT_STARTED}: its slots / batching as it was started", serial)
+
+    def parallel_body(self, body: dict[str, Any]) -> str | None:
+        return None
+
+    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
+        """The server's own `timings` where it sends them (llama-server, mlx_vlm.server), else `usage`
+        and the client's stream window (the generic OpenAI stream)."""
+        if result.timings:
+            return self.normalize_timings(result, spec_configured=spec_configured)
+        prompt_tokens, completion_tokens, cached = self.usage_tokens(result)
+        sources: dict[str, str] = {}
+        reasons: dict[str, str] = {"prompt_tps": "the server's stream has no timings: the prompt rate is not measurable"}
+        if prompt_tokens is not None:
+            sources["prompt_tokens"] = "server:usage"
+        else:
+            reasons["prompt_tokens"] = "no usage in the final chunk"
+        gen_tokens = completion_tokens
+        if gen_tokens is not None:
+            sources["gen_tokens"] = "server:usage"
+        else:
+            gen_tokens = result.content_chunks
+            sources["gen_tokens"] = "client:content-chunks"
+        if cached is not None:
+            sources["cached_tokens"] = "server:usage prompt_tokens_details"
+        else:
+            reasons["cached_tokens"] = "the server sent no prompt_tokens_details"
+        client = self.client_timing(result, gen_tokens)
+        sources.update(client.pop("sources"))
+        reasons.update(client.pop("null_reasons"))
+        gen_tps = client["gen_tps_client"]
+        if gen_tps is not None:
+            sources["gen_tps"] = sources["gen_tps_client"]
+        else:
+            reasons["gen_tps"] = f"the server sent no timings, and {reasons['gen_tps_client']}"
+        for key in ("draft_n", "draft_accepted", "draft_acceptance"):
+            reasons[key] = "no spec configured" if not spec_configured else "the server reports no draft counts"
+        return Normalized(prompt_tokens=prompt_tokens, cached_tokens=cached, gen_tokens=gen_tokens, gen_tps=gen_tps,
+                          sources=sources, null_reasons=reasons, **client)
+

@@ -1,0 +1,118 @@
+"""Detection of external servers (`runtime = "openai"`), and the sweep check's refusals.
+
+Ollama and LM Studio cannot be installed here, so `_double` is a small aiohttp server on 127.0.0.1 that
+answers ONLY their detection endpoints (the shapes from their API docs: Ollama's `/api/version`,
+`/api/show`, `/api/tags`; LM Studio's `/api/v0/models`) plus `/v1/models`; it serves no completions.
+llama-server's detection runs against the real pinned server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import msgspec
+import pytest
+from aiohttp import web
+
+from benchd.engine.sweepcheck import external_problems
+from benchd.schemas import Candidate
+from benchd.servers.runtimes.openai import detect
+
+
+def cand(**kw: Any) -> Candidate:
+    return msgspec.convert({"id": "ext", "runtime": "openai", "request_model": "m", **kw}, Candidate)
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+async def _double(routes: dict[tuple[str, str], Any]) -> AsyncIterator[str]:
+    app = web.Application()
+    for (method, path), doc in routes.items():
+        async def handler(request: web.Request, doc: Any = doc) -> web.Response:
+            return web.json_response(doc)
+        app.router.add_route(method, path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def ollama() -> AsyncIterator[str]:
+    async for url in _double({("GET", "/api/version"): {"version": "0.12.3"},
+                              ("POST", "/api/show"): {"parameters": "num_ctx 8192\nstop \"<|im_end|>\""},
+                              ("GET", "/api/tags"): {"models": [{"name": "m"}]},
+                              ("GET", "/v1/models"): {"object": "list", "data": [{"id": "m"}]}}):
+        yield url
+
+
+@pytest.fixture
+async def lmstudio() -> AsyncIterator[str]:
+    async for url in _double({("GET", "/api/v0/models"): {"object": "list", "data": [
+                                  {"id": "other", "max_context_length": 4096},
+                                  {"id": "m", "max_context_length": 32768, "loaded_context_length": 4096}]},
+                              ("GET", "/v1/models"): {"object": "list", "data": [{"id": "m"}]}}):
+        yield url
+
+
+@pytest.fixture
+async def unknown() -> AsyncIterator[str]:
+    async for url in _double({("GET", "/v1/models"): {"object": "list", "data": [{"id": "m"}]}}):
+        yield url
+
+
+async def test_ollama(ollama: str) -> None:
+    found = await detect(cand(url=ollama))
+    assert found.kind == "ollama" and found.version == "ollama 0.12.3" and found.slot_ctx == 8192
+    assert found.sources["slot_ctx"].startswith("POST /api/show") and found.model_ids == ["m"]
+    assert "pid" in found.null_reasons
+
+
+async def test_lm_studio(lmstudio: str) -> None:
+    found = await detect(cand(url=lmstudio + "/v1/"))
+    assert found.kind == "lm-studio" and found.slot_ctx == 4096 and found.version is None
+    assert "loaded_context_length" in found.sources["slot_ctx"] and found.null_reasons["version"]
+
+
+async def test_unknown_openai_compatible(unknown: str) -> None:
+    found = await detect(cand(url=unknown))
+    assert found.kind == "OpenAI-compatible, unknown" and found.model_ids == ["m"]
+    assert found.slot_ctx is None and found.null_reasons["slot_ctx"]
+
+
+@pytest.mark.real
+async def test_llama_server(llama_url: str) -> None:
+    found = await detect(cand(url=llama_url))
+    assert found.kind == "llama-server" and (found.version or "").startswith("llama.cpp")
+    assert found.slot_ctx and found.total_slots and found.sources["total_slots"] == "GET /props total_slots"
+
+
+@pytest.mark.parametrize(("fields", "field", "words"), [
+    ({"url": "http://10.0.0.5:8080"}, "url", "not a loopback address"),
+    ({"url": "https://127.0.0.1:8080"}, "url", "must be http://"),
+    ({"url": "http://example.com"}, "url", "not a loopback address"),
+    ({"url": "http://127.0.0.1:8080", "args": ["-t", "2"]}, "args", "does not apply"),
+    ({"url": "http://127.0.0.1:8080", "model": "/m.gguf"}, "model", "does not apply"),
+    ({"url": "http://127.0.0.1:8080", "pid": 1, "process": "x"}, "process", "not both"),
+    ({}, "url", "needs `url`"),
+])
+def test_static_refusals(fields: dict[str, Any], field: str, words: str) -> None:
+    problems = external_problems(cand(**fields))
+    assert any(p.field and p.field.endswith("." + field) and words in p.message for p in problems), problems
+
+
+def test_loopback_forms_pass() -> None:
+    for url in ("http://127.0.0.1:8080", "http://127.3.4.5", "http://[::1]:8080/v1", "http://localhost:11434"):
+        assert external_problems(cand(url=url)) == [], url
+
+
+def test_owned_candidates_keep_their_rules() -> None:
+    owned = msgspec.convert({"id": "o", "runtime": "llama-server", "url": "http://127.0.0.1:1"}, Candidate)
+    fields = {p.field for p in external_problems(owned)}
+    assert fields == {"$.candidates[o].url", "$.candidates[o].model"}
