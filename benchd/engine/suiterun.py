@@ -6,6 +6,7 @@ Reasons and facts: docs/evals.md#running-the-public-suites.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 from dataclasses import dataclass, field
@@ -160,7 +161,10 @@ def classify(task: suites.Task, reply: Reply, log_line: str | None) -> bfcl.Verd
         assert m is not None
         return bfcl.Verdict(False, "leaked_markup", f"tool-call markup in content: "
                             f"{reply.content[max(0, m.start() - 20):m.start() + 120]!r}")
-    return bfcl.grade(task.category, task.data["function"], task.answer, calls)
+    v = bfcl.grade(task.category, task.data["function"], task.answer, calls)
+    if reply.finish_reason == "length":  # graded as parsed, but the call may not be what the model meant
+        v = dataclasses.replace(v, detail=v.detail + "; the reply ran to max_tokens (finish_reason length)")
+    return v
 
 
 def tool_body(adapter: RuntimeAdapter, cand: Candidate, task: suites.Task, sweep: Sweep, thinking: str,

@@ -91,6 +91,8 @@ def test_non_streamed_message_is_graded_the_same(tools: suites.SuiteData) -> Non
                           "name": "calculate_triangle_area", "arguments": json.dumps({"base": 10, "height": 5})}}]}}],
                       "usage": {"prompt_tokens": 5, "completion_tokens": 3}}).encode()
     assert suiterun.classify(t, suiterun.parse_message(raw), None).passed
+    cut = suiterun.classify(t, suiterun.parse_message(raw.replace(b'"tool_calls", "message"', b'"length", "message"')), None)
+    assert cut.passed and "finish_reason length" in cut.detail  # graded as parsed, the cut said
 
 
 @pytest.fixture

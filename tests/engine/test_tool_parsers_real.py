@@ -99,6 +99,7 @@ def test_each_variant_gets_its_runtimes_class(runtime: str, variant: str, tool_m
     assert streamed.sources["failure"].endswith("(streamed)") and "(streamed)" not in plain.sources["failure"]
     if (runtime, variant) == ("llama-server", "bad_json"):
         assert streamed.completion_tokens == plain.completion_tokens == suiterun.TOOL_MAX_TOKENS
+        assert "finish_reason length" in streamed.detail and "finish_reason length" in plain.detail
     if (runtime, variant) == ("llama-server", "unknown_function"):
         assert streamed.parameter == plain.parameter == "city"
     if (runtime, variant) == ("mlx_lm.server", "bad_json"):
