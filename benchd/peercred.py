@@ -1,17 +1,9 @@
 """Who is on the other end of a Unix socket connection: the peer's uid, from the kernel.
 
-Why: the socket file's 0600 mode is only the first fence (a loosened mode, a bind-mounted dir, a
-root-owned parent). The daemon asks the kernel for the connecting process's credentials on every
-connection and refuses any uid but its own, so the check holds even when the file modes do not.
-
-Linux: `SO_PEERCRED` → `struct ucred {pid_t pid; uid_t uid; gid_t gid;}` (three 32-bit ints).
-macOS: `getsockopt(SOL_LOCAL, LOCAL_PEERCRED)` → `struct xucred` (what libc's `getpeereid` reads):
-    u_int cr_version (0 = XUCRED_VERSION) | uid_t cr_uid | short cr_ngroups | (2 bytes pad) |
-    gid_t cr_groups[16]  → 76 bytes, uid at offset 4.
-The macOS path cannot run here; `parse_xucred` is tested against that documented layout only.
-
 On the floor (not in `daemon/`) because two stages use it: the daemon's peer gate, and `benchctl doctor
 --platform-report`, which checks it on a socket pair (benchctl never imports the daemon).
+
+Reasons and facts: docs/architecture.md#peer-credentials.
 """
 
 from __future__ import annotations

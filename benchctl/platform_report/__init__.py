@@ -1,15 +1,12 @@
 """`benchctl doctor --platform-report FILE`: exercise every platform path on this machine and write one
 JSON file of raw outputs and parsed values, to attach to a bug report.
 
-Why: benchd's users are on Macs and no Mac runs where benchd is built, so the darwin paths were written
-against Apple's sources and tested on samples. A report from a real Mac replaces the samples' guesses:
-committed under tests/data/darwin/, `replay()` re-parses its raw outputs with the current parsers and
-compares them with what was parsed on the Mac (tests/sensors/test_platform_replay.py).
-
 One area per function (`AREAS`: name -> collect(ctx) -> dict, and `REPLAYS`: name -> replay(area,
 platform) -> differences). A new area (energy) adds its own module and one entry in each. An area that
 fails is recorded with its error and the others still run. Nothing private leaves the machine: `scrub`
 turns the home directory into `~` and the user and host names into `<user>` / `<host>` everywhere.
+
+Reasons and facts: docs/macos.md#platform-report-internals.
 """
 
 from __future__ import annotations

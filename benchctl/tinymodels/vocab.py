@@ -1,16 +1,10 @@
 """The tiny models' vocabulary: a Llama-2-style SPM/BPE vocabulary with byte fallback and ChatML tokens.
 
-Why this shape: llama.cpp's SPM tokenizer (`tokenizer.ggml.model = "llama"`) and Hugging Face's BPE model
-with `byte_fallback` (what mlx-lm and mlx-vlm load through `transformers`) read the same vocabulary, so
-the GGUF and the MLX directory tokenize text (nearly) alike. The merges are learnt by `tokenizers`'
-BPE trainer from the fixed text in `corpus.py` (no download; the same vocabulary on every machine), the
-score of a merged piece is minus its merge rank (how the Llama-2 GGUF conversion maps BPE ranks onto SPM
-scores). Every byte has a `<0xNN>` token, so any text tokenizes; English and stdlib-style Python come out
-at roughly 2.5-3.5 characters per token (`tests/test_tinymodels.py` measures it on real stdlib source).
-
 Layout of the ids (fixed; the output-projection code in gguf_model.py relies on `suppressed_ids`):
 0 `<unk>`, 1 `<s>` (BOS), 2 `</s>`, 3 `<|im_start|>`, 4 `<|im_end|>` (EOS/EOT, ChatML), 5..260 the bytes,
 then the 94 printable ASCII characters and `▁`, then the merged pieces in merge order.
+
+Reasons and facts: docs/testing.md#the-tiny-vocabulary.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Random llama weights, in Hugging Face layout, shaped so a random model is usable in tests.
 
-Why not plain Gaussian noise: a random model emits EOS, control tokens and broken UTF-8, so requests end
-early or return garbage, and `max_tokens` figures become meaningless. The trick (from the reference):
-make hidden dimension 0 a constant. Every token embedding has `1.0` there, no layer reads it (column 0 of
-q/k/v/gate/up is zero) and no layer writes it (row 0 of o/down is zero), so after the final RMSNorm it is
-always clearly positive; the output projection then gives every suppressed token (see
-`Vocab.suppressed_ids`) a large negative weight on that dimension and every other token zero. Suppressed
-logits end hundreds of units below the others in every format, including q4_0 (the zeros quantize
-exactly). Generation therefore always runs to max_tokens with printable ASCII.
-
 Everything comes from `numpy.random.default_rng(seed)`: the same seed gives the same bytes.
+
+Reasons and facts: docs/testing.md#random-weights.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
 """The job queue: FIFO over the store, one job at a time, `not_before` / `when`, restart recovery.
 
-Why one at a time: two benchmarks running at once would spoil both measurements. Why the store is the
-queue: a kill -9 must lose nothing, so the only queue state is the jobs table; this class holds just
-the running job's task.
-
-Lifecycle events are written here (the engine writes server/cooldown/probe events itself), each with
-the job's new state in the same transaction (`Store.transition`):
-    queued/waiting --job_started--> running --job_finished/job_failed/job_cancelled--> terminal
-    running --job_interrupted--> interrupted --job_resumed--> running          (shutdown, crash)
-A job `running` at startup belonged to a daemon that died: it becomes `interrupted` and is resumed
-before anything else. Followers of the event stream are woken through `EventHub.notify` (daemon.hub).
+Reasons and facts: docs/architecture.md#the-job-queue.
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
 """The eval tier run through a candidate's server: ask each task, grade the answer off the event loop.
 
-Split from the scheduler because asking is I/O and grading may run code in a sandboxed subprocess
-(`evals.grade`, which blocks): neither belongs in the probe loop. A task whose request fails is a
-failed result naming why, never a silent gap.
-
-Thinking models: only the answer text is graded (`message.content`, with an unparsed `<think>…</think>`
-block cut off; the reasoning fields are never graded), and a thinking model must not fail by budget.
-The sweep's `eval_thinking` says whether tasks are asked with thinking off (the default) or as the
-sweep asks; a task whose answer was cut off (`finish_reason: length`) while the model was still
-reasoning — a template that cannot turn thinking off, or `eval_thinking = "sweep"` — is asked once more
-with its budget raised by `eval_reasoning_budget` tokens. Each result records the thinking it asked for
-and the budget of the answer graded.
+Reasons and facts: docs/evals.md#asking-and-grading.
 """
 
 from __future__ import annotations

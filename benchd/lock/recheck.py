@@ -1,17 +1,6 @@
 """A recheck of the lock: the sweep that re-measures the locked candidate, and its verdict.
 
-The sweep is the locked candidate exactly as the lock records it (binary path, model, args, env, spec,
-context size), on the lock's contexts (or the `recheck_contexts` a person named in the lock), with the
-evidence runbook's settings (gen tokens, warm-up, cooldown, probe timeout, sampling: the lock itself
-does not hold them). Speed, memory and energy only: no evals, no sustained run (said in the sweep's
-deferred axes).
-Probes: the evidence's count, at least `MIN_RECHECK_PROBES`.
-
-The verdict per context and metric is the one comparison (`results.compare`, margin ±threshold, α):
-`X % slower: different: …` (faster / larger / smaller / more or less energy per token), `same: tied
-within ±5 % […]`, or `unresolved: …`. Once the lock has three or more earlier rechecks, the recheck's
-median is also judged against their spread (between-session variance, `comparison.compare_to_history`),
-and a regression must be different-and-worse on both: within this session and against the earlier ones.
+Reasons and facts: docs/locking.md#the-recheck-sweep.
 """
 
 from __future__ import annotations

@@ -3,14 +3,7 @@
 Pure (no I/O). The tool never picks: it only says which candidates are dominated, by whom, and on
 which axes, so the human choosing in `benchctl lock` sees every tradeoff that is left.
 
-Every pair is judged by the one comparison (`comparison.dominance`) on the cells' probe values (paired
-by round when the sweep's order allows), the eval pass rates on per-task outcomes (McNemar), with α
-split over the axes the pair is compared on: A dominates B when A is different-and-better on at least
-one axis, different-and-worse on none, and no axis is unresolved (an unresolved axis is named). An
-axis that is null, or has one value (the sustain ratio: one run each, noise unknown), on either side
-is skipped for that pair and named, never treated as 0. Candidates with no successful probe row in a
-context are excluded with a reason. The points show cell medians and their 95 % CI; frontier
-candidates whose cell is drifting or unsteady carry a caveat, so they are never silently on it.
+Reasons and facts: docs/measuring.md#pareto-view.
 """
 
 from __future__ import annotations

@@ -2,14 +2,7 @@
 
 Only `comparison.py` uses this module; nothing else may compare two cells or runbooks with it.
 
-- Student's t quantile for any (fractional) degrees of freedom: the CDF from the regularized
-  incomplete beta function (continued fraction), inverted by safeguarded Newton steps.
-- Exact two-sided Mann–Whitney U (rank-sum) p: the permutation distribution of the doubled mid-rank
-  sum, counted by dynamic programming over tie groups (so heavy ties, as deterministic counters give,
-  stay cheap) and cached by tie pattern; beyond `EXACT_LIMIT` pooled values, the tie-corrected normal
-  approximation (said in the method).
-- Exact two-sided Wilcoxon signed-rank p on paired differences (zeros dropped), counted the same way.
-- Exact two-sided McNemar p (binomial on the discordant pairs) and Clopper–Pearson bounds.
+Reasons and facts: docs/measuring.md#rank-tests.
 """
 
 from __future__ import annotations

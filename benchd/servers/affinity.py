@@ -1,16 +1,6 @@
 """Keeping benchd's probe client off the server's cores (the sweep's `pin_client`, Linux only).
 
-Why: on a small machine the probe client (the daemon's event loop, woken once per streamed chunk) runs
-wherever the kernel puts it, often on the core the server decodes on; benchmarks/RESULTS.md §1 measures
-what that costs the server's decode rate. With `pin_client`, a server whose thread count T is known
-(`RuntimeAdapter.server_threads`) and smaller than the cores benchd may use gets the first T of them,
-and the event loop thread the rest, while that server runs. Off by default: pinning changes the
-conditions the server is measured under, so the runbook's provenance records it either way.
-
-How: CPU affinity is per thread on Linux and a child starts as a copy of the thread that spawned it,
-so the spawning (event loop) thread narrows its own mask to the server's cores around the spawn and
-restores it after; every thread the server creates inherits that mask. `sched_getaffinity` of the
-server's pid afterwards is the recorded fact, not the plan.
+Reasons and facts: docs/measuring.md#client-pinning.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """The fingerprint of what a benchmarked candidate's speed depends on, and what changed between two.
 
-Why read from files, not from a running server: the daemon checks the lock at start and every
-`recheck_hours`, and starting the locked server to ask it would cost a model load each time. So the
-fingerprint is what the filesystem and the runtime's own offline answer say: the executable the
-runtime adapter resolves (path and real path, size, mtime, sha256 of the real file; the sha256 is
-cached by path, size and mtime), its version string in the format benchd records (`llama-server
---version` says the same build as `/props`), the MLX venv's package versions, and the model's sha256
-(cached likewise, an MLX directory by every file's size and mtime).
-
 `changes(old, new)` names what differs in words a person reads in a notification or a compare header:
 binary, version, packages, model, draft model, args, env. An mtime alone is not a change (a copy with
 the same bytes runs the same code); a value one side could not read is a change only if the other
 side read one.
+
+Reasons and facts: docs/locking.md#the-fingerprint-read-from-files.
 """
 
 from __future__ import annotations

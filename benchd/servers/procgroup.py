@@ -1,15 +1,6 @@
 """Process groups, ports and log tails: the OS-level helpers the supervisor and the orphan reaper share.
 
-Why a module of its own: both `benchd.servers.supervisor` (teardown of a server it runs) and
-`benchd.servers.records` (reaping servers a dead daemon left) must find and kill a whole process group,
-and the probe tests need a free port; these are plain psutil/socket functions with no server state.
-
-- Group members are found by process group, not by parentage: a grandchild whose parent died was
-  reparented to init but is still in the group. Only processes created at or after the leader count,
-  so a pid reused since then is never touched.
-- Ports: a free 127.0.0.1 port is found by binding port 0. Between that check and the server's own bind
-  another program can take it, so a health answer is trusted only when the listening socket belongs to
-  our process tree (`listens_on`).
+Reasons and facts: docs/runtimes.md#process-groups.
 """
 
 from __future__ import annotations

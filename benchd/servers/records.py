@@ -1,16 +1,6 @@
 """Server records in `<state>/servers/` and the reaping of servers a dead daemon left running.
 
-Why: a daemon killed (kill -9, power loss) while it runs servers leaves them running for ever, holding
-memory and ports, and skewing the next job's measurements. Every server is therefore recorded on disk,
-and a new daemon kills what the old one left before it starts anything.
-
-- `<pid>.json` (pid, pgid, psutil create_time, argv, job, candidate) is written before readiness and
-  removed by `Supervisor.stop()`. `reap_orphans()` kills recorded groups whose leader still exists with
-  the same create_time, and only those: a reused pid has another create_time and is left alone.
-- `pending-<token>.json` is written BEFORE each spawn, and the token put in the server's environment
-  (`SERVER_TOKEN_ENV`): a daemon killed between the spawn and the pid record left an unrecorded server
-  running for ever (the fault suite's kill -9 at server start hit that window). The reaper finds such a
-  server by the token in its environment and kills its group.
+Reasons and facts: docs/runtimes.md#server-records.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """The benchd user service: render the LaunchAgent / systemd user unit for this install, load, unload, inspect.
 
-Rendering fills the templates in `launchd/dev.benchd.plist.in` and `systemd/benchd.service.in` (at the
-checkout's root, beside the `benchd` package) with absolute paths of *this* install: the `benchd`
-script next to `sys.executable` (the venv's), the resolved state dir, and the environment the daemon
-needs to find runtimes (PATH and the BENCHD_* variables, captured at install time because launchd and
-systemd start services with a bare environment).
-
-Both units restart benchd only when it fails, never in a tight loop (launchd: ThrottleInterval;
-systemd: RestartSec, a start limit and RestartPreventExitStatus for the exits retrying cannot fix).
-
 Linux commands run here; the macOS ones and their load sequence are in `launchd.py`. Failures raise `ServiceError`
 with a message that says what to do; nothing here exits the process.
+
+Reasons and facts: docs/service.md#the-service-manager.
 """
 
 from __future__ import annotations

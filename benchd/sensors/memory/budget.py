@@ -1,14 +1,9 @@
 """How much memory servers resident side by side may take (the interleaved order's fit check).
 
-The budget is `BUDGET_FRACTION` of physical memory; on macOS also at most the GPU wired limit
-(`sysctl iogpu.wired_limit_mb`) when it is set (0 or absent: the OS default, no extra limit). The
-readers are injected beside each other (`linux_physical` reads /proc/meminfo's MemTotal,
-`darwin_limits` reads hw.memsize and iogpu.wired_limit_mb through a `sysctl` callable), so both are
-tested on sample outputs on any OS. The macOS reading is marked unverified until a report from a
-Mac confirms it (`DARWIN_VERIFIED`).
-
 `$BENCHD_MEMORY_BUDGET_BYTES` replaces the computed budget (a test knob: a tiny budget forces the
 fallback to the blocked order; the runbook then names this source).
+
+Reasons and facts: docs/measuring.md#memory-budget.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
 """What one process's memory reader gives the sampler, and the portable fallback (psutil RSS).
 
-Why a module of its own: `benchd.sensors.memory.sampler` is about *sampling* (ticks, peaks across a
-tree, the probe's result); what one process's memory is, and how its kernel peak is reset, differs per
-OS and is the part a new platform adds to. The per-OS readers sit side by side: `linux.py` (/proc) and
-`darwin.py` (proc_pid_rusage, region walk, vm_statistics64); `sources.default_backend()` chooses.
-
-Two figures per process, because the OSes count differently:
-- `resident`: pages in RAM including file-backed ones (Linux VmRSS, macOS ri_resident_size, psutil rss):
-  an mmap'd model counts once its pages are touched.
-- `footprint`: memory the process owns that is not a clean file page (Linux RssAnon, macOS
-  phys_footprint = internal + compressed + IOKit/Metal + purgeable + page tables): an mmap'd GGUF is
-  NOT in it, Metal allocations (MLX weights, KV caches) are.
-The kernel peak (`peak`) is of one of them (`Backend.peak_of`): VmHWM is a resident peak, the
-interval-max footprint a footprint peak.
+Reasons and facts: docs/measuring.md#memory-readers.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
 """macOS-only power facts: `pmset -g batt` parsing and the `caffeinate` sleep assertion.
 
-Kept apart from `status.py` because none of it can run on Linux (the shared contract): the parser is
-pure and tested on committed sample outputs (tests/data/darwin/pmset_*.txt); the commands are only
-built here and run by `status.py` on a Mac.
-
-`pmset -g batt` prints which supply the machine draws from on its first line (`Now drawing from 'AC
-Power'`, `'Battery Power'`, `'UPS Power'`), then one line per battery: ` -NAME (id=N)\tPCT%; STATE`,
-then `; h:mm remaining` or `; (no estimate)` when pmset has a time estimate (never with `AC attached;
-not charging`, and not at all when the source reports no time), then ` present: true`. STATE is
-charging, discharging, charged, finishing charge, or `AC attached; not charging` (PowerManagement's
-pmset.c, `show_power_sources`). A desktop Mac prints the first line only.
+Reasons and facts: docs/measuring.md#power-on-macos.
 """
 
 from __future__ import annotations

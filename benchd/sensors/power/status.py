@@ -1,17 +1,6 @@
 """Power facts for overnight queues: where the machine draws power from, and keeping it awake.
 
-Two questions a laptop owner cares about:
-- `power_status()` / `power_source()`: is this machine on AC, on battery, or can the OS not tell
-  ("unknown": a VM, a desktop without a battery driver)? `--when ac-power` waits only on "battery";
-  "unknown" runs and is recorded as such, never guessed.
-- `keep_awake(pid)`: an **async** context manager that keeps the machine from sleeping while a job
-  runs and yields a `SleepGuard` saying whether it worked, how, or why not (the runbook's provenance
-  records it). macOS: `caffeinate -i -w PID`. Linux: `systemd-inhibit`, which needs logind over
-  D-Bus, so it is *tested* (the inhibitor counts as held only once systemd-inhibit has forked its
-  child, which it does after logind granted the lock), not assumed from the binary's presence.
-
-The inhibitor's child is `tail --pid=PID -f /dev/null`, not `sleep infinity`: if benchd is killed
-with SIGKILL the child exits within a second and the lock goes with it (what caffeinate's `-w` does).
+Reasons and facts: docs/measuring.md#power-source-and-sleep.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """A server's environment: the daemon's own, minus the runtime knobs it would leak, plus what benchd and
 the candidate set — and the record of it that the runbook keeps.
 
-Why: every runtime reads settings from the environment that change what is measured, and a daemon
-started from a shell inherits whatever that shell exported. Read in the pinned sources:
-- llama-server: every flag has an `LLAMA_ARG_*` twin (`common/arg.cpp` `set_env`, e.g. `LLAMA_ARG_FIT`,
-  `LLAMA_ARG_N_GPU_LAYERS`, `LLAMA_ARG_THREADS`); `LLAMA_*` debug/trace switches and `GGML_*` backend
-  switches (`GGML_CUDA_*`, `GGML_VK_*`, `GGML_OP_OFFLOAD_MIN_BATCH`, ...) are read with getenv, as are
-  `OMP_WAIT_POLICY` and `ONEAPI_DEVICE_SELECTOR`.
-- mlx_lm.server: `MLX_*` (core and model switches such as `MLX_GDN_PACKED`), `MLXLM_USE_MODELSCOPE`.
-- mlx_vlm.server: its CLI exports a flag only when it is given, and the server reads the variable
-  otherwise: `KV_BITS`, `KV_*` schemes, `MAX_KV_SIZE`, `QUANTIZED_KV_START`, `PREFILL_STEP_SIZE`,
-  `EXPERT_CACHE_GB`, `TOP_LOGPROBS_K`, `MLX_VLM_*`, and `APC_*` (`APC_ENABLED` turns its prefix cache on).
-A variable the candidate's `env` sets is passed as given: the scrub removes only inherited values.
+Reasons and facts: docs/runtimes.md#server-environment.
 """
 
 from __future__ import annotations

@@ -2,14 +2,7 @@
 stream window, and the thinking figures (time to the first answer token, reasoning tokens, thinking on
 or off). Shared by every adapter's `normalize`.
 
-Why the accounting: some generated tokens produce no chunk but count in `usage.completion_tokens`
-(checked in the runtimes' sources and on a scripted model: 33 tokens, 30 chunks). The think tags are
-consumed by the reasoning parsers (llama.cpp's chat parser, mlx_lm's TextStateMachine, mlx_vlm's thinking
-state), and the final stop token is discarded (mlx_lm `TextStateMachine.discard` on `finish_reason ==
-"stop"`; llama-server stops without sending it). The window runs from the first to the last
-token-bearing chunk, so its numerator must count exactly the tokens in between: the opening tag (before
-the first reasoning chunk) and the stop token (after the last chunk) are outside, the closing tag (between
-reasoning and answer) inside. Counting them all overstates the rate by 1/(N-2) per token (+2.6 % at 40).
+Reasons and facts: docs/runtimes.md#stream-token-accounting.
 """
 
 from __future__ import annotations
