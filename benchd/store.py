@@ -1,13 +1,8 @@
 """The only SQL in benchd: jobs, events, rows and eval results in one SQLite file (WAL).
 
-Why SQLite and these rules: a sweep runs unattended overnight and the daemon may be killed at any
-instant. Every row is committed together with its `probe_finished` event in one transaction, and every
-event's `seq` is assigned inside the transaction that stores it, so after a kill -9 the store holds
-each finished probe exactly once and the event sequence has no gaps. WAL with synchronous=NORMAL is
-durable against a process crash (not against power loss mid-commit, which loses at most the last
-transaction and never corrupts the file).
-
 All methods are synchronous and short; the daemon calls them from its event loop.
+
+Reasons and facts: docs/architecture.md#the-store.
 """
 
 from __future__ import annotations

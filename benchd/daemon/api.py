@@ -1,14 +1,6 @@
 """API v1 over the Unix socket: the app factory, the JSON error contract, the routes, the NDJSON event stream.
 
-Why these rules:
-- Every failure a client can cause is a 4xx `{"error": {"code", "message", "field"}}`; the error
-  middleware is the one place that turns exceptions into bodies, so no route can leak a traceback.
-- Bodies are capped (`MAX_BODY_BYTES`) and decoded with msgspec's typed decoder: unknown fields,
-  wrong types and out-of-range values fail at the boundary, naming the JSON path.
-- The event stream must not let a client that never reads block the daemon or grow its memory: events
-  are read from the store in bounded pages, every write waits at most `WRITE_TIMEOUT_S` for the
-  socket to drain (aiohttp buffers at most ~64 KiB before it drains), then the client is dropped.
-- Who may connect, and how many at once, is decided before aiohttp sees a byte: see `gate.py`.
+Reasons and facts: docs/api.md#why-the-apis-rules.
 """
 
 from __future__ import annotations

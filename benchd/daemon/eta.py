@@ -1,13 +1,6 @@
 """A running job's ETA: the probe rows and the eval tasks left, each at the time measured for its kind.
 
-Eval tasks (the eval tier's, HumanEval's, BFCL's) run in the same job as the probes and last from a
-second to minutes each, so they are planned (`suites.planned_tasks`) and timed apart from the rows:
-- an eval task's time is its stored result's `latency_s` (benchd's wall clock around the task's
-  requests, measured as it ran; sandbox grading is not in it); a tier's or suite's per-task time is the
-  mean over its finished tasks; before any of its tasks ran, the mean over every finished eval task;
-  before any eval task ran, one probe row's time (each is one request);
-- a probe row's time is the job's elapsed time less the eval seconds, over the rows stored.
-Nothing measured yet (no row, no task): no ETA.
+Reasons and facts: docs/architecture.md#the-eta.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """One benchd per state dir: the state dir's modes, the flock guard, the socket file.
 
-Why this order matters: asyncio's and uvloop's `create_unix_server` delete an existing socket file
-before binding, so a second daemon would silently steal the first one's socket. The flock on
-`<state>/benchd.pid.lock` is therefore taken BEFORE anything touches the socket path; only the lock
-holder may remove a stale socket and bind a new one. We bind the socket ourselves (`bind_socket`)
-and chmod it 0600 before `listen()`, so there is no moment when another user could connect; the
-peer-uid check (`benchd/peercred.py`) is the second fence.
-
 The lock is released by the kernel when the process dies (also on kill -9), so a dead daemon never
 blocks the next one; the lock file itself is never deleted (deleting it would race a starter).
+
+Reasons and facts: docs/architecture.md#one-daemon-per-state-dir.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """Wiring: state dir → instance lock → store → queue → API on the Unix socket; and the ordered shutdown.
 
-Why the order (as uvicorn's Server.shutdown): the flock comes before the socket (the event loop's
-unix-server helpers would delete a live daemon's socket); the socket is bound 0600 before listen; the
-lock's rechecker starts after the queue (its first check may queue a recheck job). On the way out, each
-resource is released in reverse, all within `SHUTDOWN_BUDGET_S`:
-    stop accepting → close follow streams (aiohttp on_shutdown) → stop the recheck timer → cancel the
-    running job's task (the engine aborts the probe and tears down its servers) → mark the job
-    interrupted → close the store → unlink the socket → release the flock.
-Signal handlers only set an Event; a second SIGINT forces the exit.
+Reasons and facts: docs/architecture.md#startup-and-shutdown-order.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """Deterministic photo-like PNG images for image probes, standard library only (benchd never imports numpy).
 
-An image is a smooth two-colour gradient, a few filled rectangles and discs, and per-pixel noise, so a
-model's image processor does its usual work (resampling, normalising, tiling) on content that neither
-compresses to nothing nor repeats. Everything comes from `random.Random(seed)`: the same seed gives the
-same bytes, a different seed a different image (each probe gets its own seed, so no image-feature or
-prompt cache can serve a probe; `sha256` is recorded per probe to show it).
-
-Speed without numpy: rows are built with `bytes.translate` (a per-row lookup table scales the gradient)
-and slice assignment (shapes), and the noise is added to the whole image at once as one big-integer
-addition; base values stay <= 191 and noise <= 63, so no byte lane carries into the next.
+Reasons and facts: docs/measuring.md#probe-images.
 """
 
 from __future__ import annotations

@@ -3,12 +3,7 @@
 Nothing here talks to a server or the clock; every function takes numbers the probe recorded and
 returns numbers (or null + a reason: a figure that cannot be computed honestly is not guessed).
 
-Statistics follow the issue: n, median, min, max, coefficient of variation and a distribution-free
-95 % confidence interval of the median from order statistics (the binomial(n, 1/2) argument: the
-interval [x_(j), x_(n+1-j)] covers the median with probability 1 - 2·P(B <= j-1)). Below six values no
-pair of order statistics reaches 95 % (n = 5 gives at most 93.75 %), so the interval is null with
-reason "n < 6" rather than a false one. A metric whose CV exceeds 5 % makes the cell `noisy`; noisy
-cells are flagged, never hidden.
+Reasons and facts: docs/measuring.md#cell-statistics.
 """
 
 from __future__ import annotations

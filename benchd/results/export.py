@@ -1,12 +1,7 @@
 """Exports of a runbook in the formats results are shared in: llama-bench's Markdown table, JSON lines
 with llama-bench's field names, and CSV for a spreadsheet (`benchctl export RUNBOOK --format ...`).
 
-Field names and the table layout follow llama-bench's own printers (tools/llama-bench/llama-bench.cpp:
-`test::get_fields`, `markdown_printer`, `jsonl_printer`). A benchd probe prefills a prompt of
-`prompt_tokens` from an empty cache, then generates `gen_tokens`: its prompt rate is llama-bench's
-`pp<n>` test and its decode rate is `tg<m> @ d<n>` (generation at that depth). Every export carries its
-provenance (machine, runtime build, benchd version); a value benchd did not measure is null (JSON),
-empty with its reason beside it (CSV) or said under the table (Markdown), never a made-up figure.
+Reasons and facts: docs/exports.md#following-llama-bench.
 """
 
 from __future__ import annotations

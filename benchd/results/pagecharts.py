@@ -1,12 +1,10 @@
 """Vega-Lite specs for the runbook and comparison pages (plain dicts; Vega-Lite draws them in the page).
 
-Why Vega-Lite: declarative specs are data, so this module only says what to draw; the page inlines the
-Vega runtime (the `html` extra, vl-convert-python's bundle) and needs no network; it is the smallest
-runtime that fits the size a page may weigh (Plotly's and BokehJS's inlined libraries do not).
-
 Every candidate keeps one shape and one colour on every chart, and the palette steps through lightness,
 so the charts read in grey scale: shape and label carry identity, fill carries frontier status
 (filled = frontier, half = tied or unresolved, hollow = dominated), and every chart has a table beside it.
+
+Reasons and facts: docs/architecture.md#the-pages-charts.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Runtime provisioning: build llama-server and make the MLX venv (finding them is `benchd.servers.locate`).
 
-Why build from the llama-cpp-python sdist: Debian has no llama.cpp package and the only prebuilt CPU wheel
-needs AVX512/AMX (SIGILL here), while the pinned sdist vendors a known llama.cpp tree (build b1-0c1e570).
-Everything lands in the cache dir keyed by version (`<cache>/runtimes/llama.cpp-0.3.36/`,
-`<cache>/runtimes/mlx-0.32.4_lm-0.32.2_vlm-0.7.10_py3.11/`), and a completion marker `installed.json`
-is written last, so an interrupted install is redone and a finished one is a no-op (seconds).
-Installs of one runtime are serialised with a file lock (two test sessions may start at once).
-
 Library code: errors are `BenchdError` with one line naming the problem and the fix; only benchctl exits.
+
+Reasons and facts: docs/runtimes.md#provisioning.
 """
 
 from __future__ import annotations

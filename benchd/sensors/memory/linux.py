@@ -1,12 +1,6 @@
 """Linux memory of one process from /proc, and the /proc walk that finds a server's process tree.
 
-- `/proc/PID/status`: VmRSS (resident, file-backed pages included), VmHWM (the kernel's peak of it),
-  RssAnon / RssFile / RssShmem (heap vs mapped files vs shared memory).
-- `/proc/PID/clear_refs`: writing "5" resets VmHWM to the current RSS, so each probe gets its own peak.
-- `/proc/PID/smaps`: Rss per mapping, which tells how much of a mapped model file is in RAM.
-
-On Linux the kernel peak is a resident peak: an mmap'd model is in it (RssFile) as much as a copied one
-(RssAnon), which is why VmHWM is the memory axis here as it is (see `sampler`).
+Reasons and facts: docs/measuring.md#memory-on-linux.
 """
 
 from __future__ import annotations

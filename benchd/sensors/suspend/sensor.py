@@ -1,13 +1,7 @@
 """Was a probe suspended? Two independent signs, each with its source, so a probe that straddled a
 sleep or a stopped server becomes a failed row (re-run), never a slow number.
 
-- **The machine slept**: a clock that counts sleep minus one that does not. Linux: CLOCK_BOOTTIME −
-  CLOCK_MONOTONIC; macOS: mach_continuous_time − mach_absolute_time (`darwin.py`). The gap grows by
-  the time slept; read before and after the probe, the difference is the sleep inside it. Elsewhere
-  the clock is unavailable and says why (the row's `suspended_s` is then null with that reason).
-- **The server was stopped** (SIGSTOP, a debugger, `kill -STOP` by a user): `StopWatch` polls the
-  server process's state while the probe runs (psutil: `stopped` / `tracing-stop`), and counts the
-  seconds it saw it stopped. Polling every 0.1 s misses only stops shorter than that.
+Reasons and facts: docs/measuring.md#suspended-probes.
 """
 
 from __future__ import annotations

@@ -3,11 +3,7 @@ the provisioned venv (or the candidate's), package versions read from that venv,
 `ctx_size` they would ignore, and EOS suppression. Split from `base.py`, which keeps what every runtime
 shares.
 
-EOS: neither server has `ignore_eos`, so a real model stops at its end-of-sequence token and cells would
-compare different amounts of work. Both apply an additive `logit_bias` (mlx_lm `LogitsProcessorArguments`,
-mlx_vlm `GenerationArguments.logit_bias`), so probes bias the model's EOS/EOT ids by -1000, read from the
-model dir the way mlx_lm builds its stop set (`utils.load`: `config.json` / `generation_config.json`
-`eos_token_id`, plus the tokenizer's `eos_token` from `tokenizer_config.json`, resolved in `tokenizer.json`).
+Reasons and facts: docs/runtimes.md#mlx-servers-and-end-of-sequence.
 """
 
 from __future__ import annotations

@@ -5,21 +5,11 @@ start-up are unknown (null with the reason in each row), and its memory is sampl
 candidate's `pid`. What answers is detected from the endpoints each kind exposes (read from their
 sources on this machine):
 
-- llama-server: `GET /props` has `build_info`, `total_slots` and `default_generation_settings.n_ctx`
-  (the context of ONE slot: a hand-started server splits `--ctx-size` over 4 slots by default), and
-  `GET /slots` each slot's `params.chat_format`. Its stream's final chunk carries `timings`.
-- mlx_vlm.server: `GET /health` answers `{"status": "healthy", "loaded_model": ..., "loaded_context_size"}`.
-- mlx_lm.server: `GET /health` answers `{"status": "ok"}` from Python's `BaseHTTP` server; it has no
-  version endpoint, and its stream has no timings (generation rate from the client's stream window).
-- Ollama: `GET /api/version` answers `{"version": ...}`; `POST /api/show` lists `num_ctx` among the
-  model's `parameters` only when its Modelfile sets one.
-- LM Studio: `GET /api/v0/models` lists each model's `max_context_length` (and `loaded_context_length`
-  once loaded).
-- anything else that answers `GET /v1/models`: "OpenAI-compatible, unknown".
-
 Where the detected kind is one benchd also runs, the requests that depend on the kind (token counts,
 chat-template rendering, EOS suppression, the session cache switch) go through that runtime's adapter;
 the detection is kept per URL for that (`_DETECTED`, filled by `detect`, the one piece of state here).
+
+Reasons and facts: docs/runtimes.md#external-servers.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """What a candidate's files say about its vision model: whether there is one, and the largest image side.
 
-Read from the files the runtimes load, never guessed:
-- mlx_vlm.server: the model dir's `config.json` has a `vision_config` and `preprocessor_config.json` names
-  the image processor; its `size.longest_edge` is the model's largest side (transformers' idefics3-style
-  processors rescale anything else to it).
-- llama-server: the `mmproj` GGUF (a projector, `general.architecture = clip`, `clip.has_vision_encoder`);
-  `clip.vision.preproc_image_size` is the longest edge mtmd resizes to, when the projector has one.
-The GGUF header is read here without the `gguf` package (benchd does not depend on it): magic, version,
-counts, then typed key/values (GGUF v2/v3, little-endian), stopping at the tensor infos.
+Reasons and facts: docs/runtimes.md#vision-model-files.
 """
 
 from __future__ import annotations
