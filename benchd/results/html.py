@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchd.results import pagecharts, records
 from benchd.results.records import axis_label
-from benchd.results.text import fmt_value
+from benchd.results.text import fmt_counts, fmt_median, fmt_range, fmt_value
 from benchd.schemas import Runbook
 
 if TYPE_CHECKING:
@@ -252,21 +252,17 @@ def _agentic(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
 
 def _ready(rb: Runbook) -> str:
     """Time to ready per candidate (the runbook's `ready_summary`), every start under it."""
-    if not rb.ready_summary:
+    rows = records.ready_rows(rb)
+    if not rows:
         return "<section id='ready'><h2>Time to ready</h2><p>No server start recorded its time to ready.</p></section>"
 
-    def fig(med: float | None, lo: float | None, hi: float | None, n: int, why: str | None) -> str:
-        if med is None:
-            return f"null: {why or 'not measured'}"
-        return f"{med:.2f} s ({lo:.2f}–{hi:.2f}, n {n})"
+    def fig(f: records.ReadyFigure) -> str:
+        return f"null: {f.why}" if f.median is None else fmt_median(f.median, f.low, f.high, f.n)
 
-    top = table(["candidate", "warm", "cold", "cold / warm", "load"],
-                [[s.candidate,
-                  fig(s.warm_median_s, s.warm_min_s, s.warm_max_s, s.warm_n, s.null_reasons.get("warm")),
-                  fig(s.cold_median_s, s.cold_min_s, s.cold_max_s, s.cold_n, s.null_reasons.get("cold")),
-                  f"{s.cold_median_s / s.warm_median_s:.2f}" if s.cold_median_s and s.warm_median_s else "null",
-                  f"{s.load_median_s:.2f} s" if s.load_median_s is not None
-                  else "null: " + s.null_reasons.get("load", "not measured")] for s in rb.ready_summary])
+    top = table(["candidate", "warm (s)", "cold (s)", "cold / warm", "load (s)"],
+                [[r.candidate, fig(r.warm), fig(r.cold),
+                  f"{r.cold_over_warm:.2f}" if r.cold_over_warm is not None else "null",
+                  f"{r.load_s:.2f}" if r.load_s is not None else f"null: {r.load_why}"] for r in rows])
     starts = table(["candidate", "time", "purpose", "ready_s", "load_s", "cache", "resident before", "how known"],
                    [[r.candidate, r.time, r.purpose, r.ready_s, r.load_s, r.cache, r.resident_before,
                      "; ".join(f"{k}: {v}" for k, v in {**r.sources, **r.null_reasons}.items())] for r in rb.ready])
@@ -279,16 +275,10 @@ def _evals(rb: Runbook) -> str:
     if not rb.eval_summary:
         return "<section id='evals'><h2>Evals</h2><p>No eval ran (eval_tier = none, or no candidate answered).</p></section>"
 
-    def failures(counts: dict[str, int]) -> str:
-        return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))) or "-"
-
-    def ci(lo: float | None, hi: float | None) -> str:
-        return f"{fmt_value('eval_pass_rate', lo)}–{fmt_value('eval_pass_rate', hi)}" if lo is not None and hi is not None else "null"
-
     top = table(["candidate", "tier / suite", "passed", "total", "pass rate", "95 % CI", "failure classes", "tool parser",
                  "median s / task", "partial", "not sandboxed"],
-                [[e.candidate, e.tier, e.passed, e.total, fmt_value("eval_pass_rate", e.pass_rate), ci(e.ci_low, e.ci_high),
-                  failures(e.failures), e.parser or "-",
+                [[e.candidate, e.tier, e.passed, e.total, fmt_value("eval_pass_rate", e.pass_rate),
+                  fmt_range("eval_pass_rate", e.ci_low, e.ci_high), fmt_counts(e.failures), e.parser or "-",
                   f"{e.latency_s_median:.3g}" if e.latency_s_median is not None else "-",
                   e.partial_reason or "no", e.unsandboxed] for e in rb.eval_summary])
     sources = "".join(f"<li>{esc(s.suite)}: {esc(s.package)} {esc(s.version)} (sha256 {esc(s.sha256[:16])}…), "

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from benchd.results.comparison import pareto_axes
-from benchd.results.text import fmt_value, machine_line, verdict_text
+from benchd.results.text import fmt_range, fmt_value, machine_line, verdict_text
 from benchd.schemas import CellStats, ContextPareto, MetricStats, Row, Runbook
 
 #: Axis -> (label, unit scale, unit). Axes this table lacks read as their own name.
@@ -197,12 +197,12 @@ def _ties(ctx: ContextPareto) -> dict[str, str]:
 def _stats_text(axis: str, stats: MetricStats) -> str:
     text = f"median {fmt_value(axis, stats.median)}"
     if stats.ci95_low is not None and stats.ci95_high is not None:
-        text += f", 95% CI {fmt_value(axis, stats.ci95_low)}–{fmt_value(axis, stats.ci95_high)}"
+        text += f", 95% CI {fmt_range(axis, stats.ci95_low, stats.ci95_high)}"
     elif stats.null_reasons.get("ci95"):
         text += f", CI null ({stats.null_reasons['ci95']})"
     text += f", n={stats.n}"
     if stats.min is not None:
-        text += f", range {fmt_value(axis, stats.min)}–{fmt_value(axis, stats.max)}"
+        text += f", range {fmt_range(axis, stats.min, stats.max)}"
     return text + (", noisy" if stats.noisy else "")
 
 
@@ -253,7 +253,7 @@ def _tip(rb: Runbook, cand: str, axis: str, value: float | None, rows: list[Row]
     run = next((s for s in reversed(rb.sustained) if s.candidate == cand), None)
     if summ is not None:
         detail = (f"{fmt_value(axis, value)} ({summ.passed}/{summ.total}, 95 % CI "
-                  f"{fmt_value(axis, summ.ci_low)}–{fmt_value(axis, summ.ci_high)})")
+                  f"{fmt_range(axis, summ.ci_low, summ.ci_high)})")
     elif axis == "eval_pass_rate" and tier is not None:
         detail = f"{fmt_value(axis, value)} ({tier.passed}/{tier.total}, tier {tier.tier})"
     elif axis == "sustain_ratio" and run is not None:
@@ -419,6 +419,42 @@ def level_rates(rb: Runbook) -> list[dict[str, Any]]:
                     {"candidate": cand, "context": ctx, "level": level, "measure": "per request",
                      "tps": s.per_request_gen_tps}]
     return out
+
+
+# ----------------------------------------------------------------------------------- time to ready
+
+
+@dataclass(frozen=True)
+class ReadyFigure:
+    """A median time to ready over some starts (null with `why` when none was made or measured)."""
+
+    median: float | None
+    low: float | None
+    high: float | None
+    n: int
+    why: str
+
+
+@dataclass(frozen=True)
+class ReadyRow:
+    candidate: str
+    warm: ReadyFigure
+    cold: ReadyFigure
+    cold_over_warm: float | None  # ratio of the medians; null without a warm and a cold start
+    load_s: float | None
+    load_why: str
+    starts: int
+
+
+def ready_rows(rb: Runbook) -> list[ReadyRow]:
+    """Per candidate of the runbook's `ready_summary`: warm and cold time to ready, their ratio, the load time."""
+    return [ReadyRow(
+        candidate=s.candidate,
+        warm=ReadyFigure(s.warm_median_s, s.warm_min_s, s.warm_max_s, s.warm_n, s.null_reasons.get("warm") or "not measured"),
+        cold=ReadyFigure(s.cold_median_s, s.cold_min_s, s.cold_max_s, s.cold_n, s.null_reasons.get("cold") or "not measured"),
+        cold_over_warm=s.cold_median_s / s.warm_median_s if s.cold_median_s and s.warm_median_s else None,
+        load_s=s.load_median_s, load_why=s.null_reasons.get("load", "not measured"),
+        starts=sum(1 for r in rb.ready if r.candidate == s.candidate)) for s in rb.ready_summary]
 
 
 # ------------------------------------------------------------------------------------------ energy

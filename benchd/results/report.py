@@ -18,8 +18,8 @@ import msgspec
 from benchd.results import agentic, images
 from benchd.results.comparison import AXES
 from benchd.results.pareto import axes_of
-from benchd.results.records import ENERGY_COLUMNS, energy_cells
-from benchd.results.text import fmt_value, machine_line, verdict_text
+from benchd.results.records import ENERGY_COLUMNS, ReadyFigure, energy_cells, ready_rows
+from benchd.results.text import fmt_counts, fmt_median, fmt_range, fmt_value, machine_line, verdict_text
 from benchd.schemas import CellStats, ContextPareto, MetricStats, Runbook, Sweep
 
 #: Columns of the cell table: metric, header.
@@ -50,14 +50,6 @@ def drift_text(rb: Runbook) -> str:
     return f"drift sentinel: none ({rb.drift_null_reason or 'not recorded'})"
 
 
-def _ci(low: float | None, high: float | None) -> str:
-    return f"{low:.2f}–{high:.2f}" if low is not None and high is not None else "null"
-
-
-def _failures(failures: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted(failures.items(), key=lambda kv: (-kv[1], kv[0]))) or "-"
-
-
 class Notes:
     """Numbered reasons for nulls, deduplicated, printed under a table."""
 
@@ -77,7 +69,7 @@ def metric_text(ms: MetricStats, notes: Notes) -> str:
     """`median (min–max, cv x%)` or `null [n]`; `~noisy` when the CV exceeds the threshold."""
     if ms.median is None:
         return f"null {notes.ref(f'{ms.metric}: ' + ms.null_reasons.get('value', 'no value'))}"
-    spread = f"{fmt_value(ms.metric, ms.min)}–{fmt_value(ms.metric, ms.max)}"
+    spread = fmt_range(ms.metric, ms.min, ms.max)
     cv = f", cv {ms.cv * 100:.1f}%" if ms.cv is not None else ""
     text = f"{fmt_value(ms.metric, ms.median)} ({spread}{cv})"
     if ms.n_null:
@@ -227,27 +219,16 @@ READY_NOTE = ("time to ready: spawn -> health answers, median (min–max, n) ove
               "all in (warm) / none in (cold) the page cache; load_s: spawn -> the model-loaded log line")
 
 
-def _ready_figure(median: float | None, lo: float | None, hi: float | None, n: int, why: str | None,
-                  notes: Notes) -> str:
-    if median is None:
-        return f"null {notes.ref(why or 'not measured')}"
-    return f"{median:.2f} ({lo:.2f}–{hi:.2f}, n {n})" if n > 1 else f"{median:.2f} (n 1)"
+def _ready_figure(f: ReadyFigure, notes: Notes) -> str:
+    return f"null {notes.ref(f.why)}" if f.median is None else fmt_median(f.median, f.low, f.high, f.n)
 
 
 def ready_table(rb: Runbook, notes: Notes) -> list[list[str]]:
     """Per candidate: warm and cold time to ready, their ratio of medians, the load time, the starts."""
-    body = []
-    for s in rb.ready_summary:
-        ratio = (f"{s.cold_median_s / s.warm_median_s:.2f}" if s.cold_median_s and s.warm_median_s
-                 else f"null {notes.ref('needs a warm and a cold start')}")
-        load = (f"{s.load_median_s:.2f}" if s.load_median_s is not None
-                else f"null {notes.ref(s.null_reasons.get('load', 'not measured'))}")
-        starts = sum(1 for r in rb.ready if r.candidate == s.candidate)
-        body.append([s.candidate,
-                     _ready_figure(s.warm_median_s, s.warm_min_s, s.warm_max_s, s.warm_n, s.null_reasons.get("warm"), notes),
-                     _ready_figure(s.cold_median_s, s.cold_min_s, s.cold_max_s, s.cold_n, s.null_reasons.get("cold"), notes),
-                     ratio, load, str(starts)])
-    return body
+    return [[r.candidate, _ready_figure(r.warm, notes), _ready_figure(r.cold, notes),
+             f"{r.cold_over_warm:.2f}" if r.cold_over_warm is not None else f"null {notes.ref('needs a warm and a cold start')}",
+             f"{r.load_s:.2f}" if r.load_s is not None else f"null {notes.ref(r.load_why)}", str(r.starts)]
+            for r in ready_rows(rb)]
 
 
 def render_text(rb: Runbook, pareto: bool = False) -> str:
@@ -355,7 +336,7 @@ def render_markdown(rb: Runbook) -> str:
     if rb.sustained:
         lines += ["## Sustained", ""]
         sbody = [[x.candidate, x.status, fmt_value("sustain_ratio", x.sustain_ratio),
-                  ", ".join(f"{w:.1f}" for w in (x.window_tps or [])) or "null"] for x in rb.sustained]
+                  ", ".join(fmt_value("gen_tps", w) for w in (x.window_tps or [])) or "null"] for x in rb.sustained]
         lines += [_md_table(["candidate", "status", "sustain_ratio", "window tok/s"], sbody), ""]
     lines += energy_lines(rb)
     for title, section in (("Sessions", agentic.session_lines(rb.rows)), ("Parallel requests", agentic.level_lines(rb.rows)),
@@ -365,7 +346,8 @@ def render_markdown(rb: Runbook) -> str:
     if rb.eval_summary:
         lines += ["## Evals", ""]
         ebody = [[e.candidate, e.tier, f"{e.passed}/{e.total}" + (f" of {e.planned} (partial)" if e.partial else ""),
-                  f"{e.pass_rate:.2f}", _ci(e.ci_low, e.ci_high), _failures(e.failures), e.parser or "-",
+                  fmt_value("eval_pass_rate", e.pass_rate), fmt_range("eval_pass_rate", e.ci_low, e.ci_high),
+                  fmt_counts(e.failures), e.parser or "-",
                   str(e.unsandboxed)] for e in rb.eval_summary]
         lines += [_md_table(["candidate", "tier / suite", "passed", "pass rate", "95 % CI (Clopper–Pearson)",
                              "failure classes", "tool parser", "unsandboxed"], ebody), ""]

@@ -36,6 +36,22 @@ def fmt_value(metric: str, v: Any) -> str:
     return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
 
 
+def fmt_range(metric: str, low: float | None, high: float | None) -> str:
+    """`low–high` (an interval or a spread) in the metric's format, or `null` when either end is missing."""
+    return f"{fmt_value(metric, low)}–{fmt_value(metric, high)}" if low is not None and high is not None else "null"
+
+
+def fmt_median(median: float, low: float | None, high: float | None, n: int) -> str:
+    """`1.23 (1.01–1.50, n 3)`, or `1.23 (n 1)`: a median of seconds with its spread and count."""
+    spread = f"{low:.2f}–{high:.2f}, " if n > 1 and low is not None and high is not None else ""
+    return f"{median:.2f} ({spread}n {n})"
+
+
+def fmt_counts(counts: Mapping[str, int]) -> str:
+    """`wrong_function 3, no_call 1`: commonest first, `-` when empty."""
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))) or "-"
+
+
 def _get(v: Any, key: str) -> Any:
     return v.get(key) if isinstance(v, Mapping) else getattr(v, key, None)
 
