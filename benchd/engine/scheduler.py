@@ -208,7 +208,7 @@ class Engine:
             over = self.over_budget_measured()
             if over:
                 await self.release_all()
-                self.emit("design_changed", order="blocked", context=context,
+                self.emit("design_changed", order="blocked", context=context, plan=round_plan(self.sweep, "blocked").text(),
                           why=f"interleaved fell back to blocked at context {context}: {over}")
                 return False
         await self.rounds(context, cands, "interleaved", first)
@@ -228,7 +228,7 @@ class Engine:
             visits = (round_order(ids, seed=self.seed, context=context, round_=rnd) if order == "interleaved"
                       else block_order(ids, rnd))
             size = rplan.block_size(rnd) if order == "blocked" else 1
-            needed = [cid for cid in visits if self.needs(cid, context, rnd, size)]
+            needed = [cid for cid in visits if self.needs(cid, context, rnd, size, order)]
             if needed:  # (a resumed round visits only the candidates it had not visited yet)
                 self.emit("round_started", context=context, round=rnd, order=visits, seed=self.seed, design=order)
             probed = 0
@@ -388,10 +388,17 @@ class Engine:
     def active(self, cand: Candidate, context: int) -> bool:
         return self.book.series(cand.id, context).next_probe() is not None
 
-    def needs(self, cand: str, context: int, rnd: int, size: int) -> bool:
+    def needs(self, cand: str, context: int, rnd: int, size: int, order: str) -> bool:
         """Does round `rnd` still owe this candidate probes (`size` per round; a resumed round may hold some)?"""
-        have = sum(1 for r in self.book.rows(cand, context) if r.round == rnd)
-        return have < size and self.book.series(cand, context).next_probe() is not None
+        return (self.in_round(cand, context, rnd, valid=order == "blocked") < size
+                and self.book.series(cand, context).next_probe() is not None)
+
+    def in_round(self, cand: str, context: int, rnd: int, *, valid: bool) -> int:
+        """The candidate's rows of round `rnd` (`valid`: only those not invalidated by a sleep or a stopped
+        server). A block owes `size` valid probes: an invalidated one is re-run in the same block, on the
+        same server start, so a fixed count spread over the blocks is met. An interleaved round visits
+        each candidate once; its invalidated probe is re-run in a later round (the cell is not done)."""
+        return sum(1 for r in self.book.rows(cand, context) if r.round == rnd and (not valid or r.invalidated is None))
 
     # -- visits ---------------------------------------------------------------------------------
 
@@ -417,13 +424,13 @@ class Engine:
         return 1
 
     async def visit_block(self, cand: Candidate, context: int, place: Placement, size: int) -> int:
-        """One block: a fresh server start for the candidate, `size` probes (fewer when a resumed block
-        already holds some, or the cell is done), the server stopped."""
+        """One block: a fresh server start for the candidate, probes until the block holds `size` valid ones
+        (an invalidated probe is re-run here, within the cell's re-run allowance; fewer when the cell is
+        done), the server stopped."""
         assert place.round is not None
         await self.release_all()
-        have = sum(1 for r in self.book.rows(cand.id, context) if r.round == place.round)
         probed = 0
-        for _ in range(size - have):
+        while self.in_round(cand.id, context, place.round, valid=True) < size:
             n = await self.visit_probe(cand, context, "probe", place)
             if not n:
                 break

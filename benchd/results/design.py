@@ -27,6 +27,6 @@ def sweep_design(sweep: Sweep, events: Sequence[Event]) -> SweepDesign:
     order = str(changed[-1]["order"]) if changed else str(chosen["order"])
     return SweepDesign(
         order=order, asked=chosen.get("asked"), why=str(chosen["why"]), seed=chosen.get("seed"),
-        plan=str(chosen["plan"]), drift_protected=order != "sequential",
+        plan=str(changed[-1].get("plan", chosen["plan"]) if changed else chosen["plan"]), drift_protected=order != "sequential",
         budget_bytes=chosen.get("budget_bytes"), budget_source=chosen.get("budget_source"),
         changed=[str(c["why"]) for c in changed], contexts=sorted(stops.values(), key=lambda s: s.context))

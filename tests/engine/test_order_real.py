@@ -1,10 +1,16 @@
 """The measuring orders on real llama-servers (two tiny-model candidates): interleaved rounds with every
-server resident, a tiny memory budget (the test knob) forcing blocked with its reason, blocked's balanced
-server starts, and the runbook's record of the design. Design only: nothing here asserts speed."""
+server resident, a tiny memory budget (the test knob) forcing blocked with its reason, a budget between
+one and two warmed servers' measured footprints (mlx_lm.server twins) making interleaved fall back to
+blocked once both are resident, blocked's balanced server starts, an invalidated probe re-run in its
+block, and the runbook's record of the design. Design only: nothing here asserts speed."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +37,21 @@ def _sweep(model: str, **kw: Any) -> Sweep:  # (candidates= replaces the two twi
     return Sweep(**base)
 
 
-def _run(tmp: Path, cache_dir: Path, sweep: Sweep) -> tuple[Runbook, list[Event]]:
+def _run(tmp: Path, cache_dir: Path, sweep: Sweep,
+         on_event: Callable[[Event], None] | None = None) -> tuple[Runbook, list[Event]]:
     config = Config.resolve(state_dir=tmp, cache_dir=cache_dir)
     config.state_dir.mkdir(parents=True, exist_ok=True)
     store = Store(config.db_path)
     job, _ = store.create_job(sweep)
     events: list[Event] = []
+
+    def notify(e: Event) -> None:
+        events.append(e)
+        if on_event is not None:
+            on_event(e)
+
     try:
-        asyncio.run(run_job(job.id, sweep, store, config, events.append, judge=compare_axis))
+        asyncio.run(run_job(job.id, sweep, store, config, notify, judge=compare_axis))
         return build_runbook(config, store, job.id), events
     finally:
         store.close()
@@ -150,3 +163,117 @@ def test_draft_mlx_and_llama_candidates_run_in_every_order(tiny_models: Any, cac
     if order != "sequential":
         assert all(r.round is not None for r in probes)
         assert {c.context for c in rb.design.contexts} == {64, 128}
+
+
+def _warmed_footprint(cand: Candidate, sweep: Sweep, tmp: Path, cache_dir: Path) -> int:
+    """One server of `cand` started as the sweep starts it, warmed by one request: its measured footprint."""
+    from benchd.engine import probe
+    from benchd.engine.groups import plan_groups
+    from benchd.sensors.memory.budget import footprint_bytes
+    from benchd.servers.runtimes import get_adapter
+    from benchd.servers.supervisor import Supervisor
+
+    async def go() -> int:
+        adapter = get_adapter(cand.runtime)
+        g = plan_groups(adapter, cand, sweep)[0]
+        sup = Supervisor(Config.resolve(state_dir=tmp, cache_dir=cache_dir), grace_s=1.5)
+        server = await sup.start("footprint", cand, g.ctx_size)
+        try:
+            r = await probe.run_chat(adapter, server.base_url, cand, prompt="hello " * 40, max_tokens=sweep.gen_tokens,
+                                     sampling=sweep.sampling, timeout_s=300.0)
+            assert r.ok, r.error
+            size = footprint_bytes(server.pid)
+            assert size is not None
+            return size
+        finally:
+            await sup.stop_all()
+
+    return asyncio.run(go())
+
+
+def test_measured_footprints_over_the_budget_fall_back_to_blocked(tiny_models: Any, cache_dir: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two mlx_lm.server twins: their model files plus the KV estimate fit a budget of 1.5 warmed
+    footprints, so interleaved is chosen; once both are warmed their measured footprints exceed it, so
+    the servers are stopped before any probe and the context runs blocked. The runbook records the
+    fallback with its reason and blocked's plan; the rows carry blocked's rounds and visits (ABBA...),
+    and the report's comparison is the one computed from the block medians paired by round."""
+    from benchd.engine.plan import block_order
+
+    cands = [Candidate(id=c, runtime="mlx_lm.server", model=str(tiny_models.mlx_dir)) for c in ("a", "b")]
+    sweep = _sweep("", candidates=cands, probes=3, rounds=3, sustained=Sustained(tokens=0))
+    one = _warmed_footprint(cands[0], sweep, tmp_path / "footprint", cache_dir)
+    budget = int(one * 1.5)
+    monkeypatch.setenv(ENV_BUDGET, str(budget))
+    rb, events = _run(tmp_path / "job", cache_dir, sweep)
+    (chosen,) = [e.payload for e in events if e.type == "design_chosen"]
+    assert chosen["order"] == "interleaved" and chosen["budget_bytes"] == budget, chosen  # the estimate fit
+    (changed,) = [e.payload for e in events if e.type == "design_changed"]
+    assert changed["order"] == "blocked" and changed["context"] == 64
+    assert "measured resident sets" in changed["why"] and ENV_BUDGET in changed["why"], changed["why"]
+    # both were started (and warmed) side by side, then stopped before any probe ran
+    first_probe = next(i for i, e in enumerate(events) if e.type == "probe_started")
+    before = [e for e in events[:first_probe] if e.type in ("server_starting", "server_stopped", "design_changed")]
+    assert [e.type for e in before][:5] == ["server_starting", "server_starting", "server_stopped", "server_stopped",
+                                            "design_changed"], [e.type for e in before]
+    assert rb.design is not None and rb.design.order == "blocked" and rb.design.changed == [changed["why"]]
+    assert rb.design.plan.startswith("3 rounds") and "server starts" in rb.design.plan, rb.design.plan
+    assert rb.design.contexts[0].order == "blocked"
+    probes = [r for r in rb.rows if r.kind == "probe"]
+    assert len(probes) == 6 and all(r.status == "ok" for r in probes), [r.error for r in probes]
+    for r in probes:
+        assert r.round is not None and r.visit is not None and "order blocked" in r.sources["round"]
+        assert block_order(["a", "b"], r.round)[r.visit] == r.candidate
+    starts = [e.payload["candidate"] for e in events if e.type == "server_starting"]
+    assert starts[2:8] == list("abbaab"), starts  # after the two resident ones: one start per block
+    # the comparison the report prints for the pair is the one on the block medians paired by round
+    # (memory: measured on every row; a rate can be null with its reason on a starved client)
+    from benchd.results.comparison import compare_axis as judge
+    from benchd.results.comparison import paired_samples
+    from benchd.results.report import render_pareto_text
+
+    ok = {c: [r for r in probes if r.candidate == c and not r.short] for c in ("a", "b")}
+    s = paired_samples(ok["a"], ok["b"], "mem_peak_bytes", order="blocked")
+    assert s.paired and s.design == "block medians paired by round" and len(s.a) == 3
+    text = render_pareto_text(rb)
+    line = next(x for x in text.splitlines() if x.strip().startswith("mem_peak_bytes:"))
+    alpha = float(line.rsplit("(α = ", 1)[1].rstrip(")"))
+    margin = sweep.probe_plan().target_ci_pct
+    printed = [judge(x, y, axis="mem_peak_bytes", better="lower", margin_pct=margin, alpha=alpha, paired=True).text
+               for x, y in ((s.a, s.b), (s.b, s.a))]
+    assert any(line.strip() == f"mem_peak_bytes: {p}" for p in printed), (line, printed)
+
+
+def test_an_invalidated_probe_of_a_block_is_re_run_in_its_block(tiny_models: Any, cache_dir: Path,
+                                                                tmp_path: Path) -> None:
+    """Blocked with a fixed count (2 probes over 2 blocks per candidate): b's first probe has its server
+    stopped (SIGSTOP, continued after 3 s), so it is invalidated; the block runs another probe on the same
+    server start, and every cell ends with its 2 valid probes, one per round."""
+    sweep = _sweep(str(tiny_models.target), probes=2, rounds=2, order="blocked", sustained=Sustained(tokens=0))
+    pids: dict[str, int] = {}
+    stopped: list[int] = []
+
+    def on_event(e: Event) -> None:
+        if e.type == "server_ready":
+            pids[str(e.payload["candidate"])] = int(e.payload["pid"])
+        if e.type == "probe_started" and e.payload.get("candidate") == "b" and e.payload.get("kind") == "probe" \
+                and not stopped:
+            stopped.append(pids["b"])
+            os.kill(pids["b"], signal.SIGSTOP)
+            threading.Timer(3.0, os.kill, (pids["b"], signal.SIGCONT)).start()
+
+    rb, events = _run(tmp_path, cache_dir, sweep, on_event)
+    assert stopped
+    probes = [r for r in rb.rows if r.kind == "probe"]
+    bad = [r for r in probes if r.invalidated is not None]
+    assert len(bad) == 1 and bad[0].candidate == "b" and bad[0].invalidated == "server-stopped", bad
+    assert bad[0].round == 0 and bad[0].status == "failed"
+    for c in ("a", "b"):
+        valid = [r for r in probes if r.candidate == c and r.invalidated is None]
+        assert sorted(r.round for r in valid) == [0, 1] and all(r.status == "ok" for r in valid), valid
+    again = [r for r in probes if r.candidate == "b" and r.round == 0 and r.invalidated is None]
+    assert len(again) == 1 and again[0].visit == bad[0].visit
+    starts = [e.payload["candidate"] for e in events if e.type == "server_starting"]
+    assert starts == list("abba"), starts  # the re-run took no server start of its own
+    cell = next(c for c in rb.cells if c.candidate == "b")
+    assert cell.n_ok == 2 and cell.verdict is not None and cell.verdict.invalidated == 1
