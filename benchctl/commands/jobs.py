@@ -84,6 +84,33 @@ def check_sweep(path: str) -> tuple[Any, list[str]]:
     return sweep, problems
 
 
+def _external_lines(cand: Any, sweep: Any) -> list[str]:
+    """What `validate` says of an external candidate: the server detected at its url now, its memory
+    source, its API-key variable, and the contexts one of its slots cannot hold."""
+    import asyncio
+
+    from benchd.servers.runtimes.base import CTX_MARGIN_TOKENS
+    from benchd.servers.runtimes.openai import detect
+
+    try:
+        found = asyncio.run(detect(cand))
+    except Exception as exc:  # validate's problems already name it
+        return [f"external server at {cand.url}: not detected ({type(exc).__name__})"]
+    slots = (f", {found.slot_ctx} tokens per slot" + (f" x {found.total_slots} slot(s)" if found.total_slots else "")
+             if found.slot_ctx else "")
+    out = [f"external {found.kind} {found.version or '(version not reported)'} at {found.url}{slots}; "
+           "benchd does not start it",
+           f"memory from pid {cand.pid}" if cand.pid else
+           f"memory from process {cand.process!r} (resolved at submit)" if cand.process else
+           "no pid / process: its memory is not sampled"]
+    if cand.api_key_env:
+        out.append(f"API key from ${cand.api_key_env} (never recorded)")
+    big = [c for c in sweep.contexts if found.slot_ctx and c + sweep.gen_tokens + CTX_MARGIN_TOKENS > found.slot_ctx]
+    if big:
+        out.append(f"contexts {', '.join(map(str, big))} will fail: over the {found.slot_ctx} tokens a slot holds")
+    return out
+
+
 def _print_problems(problems: list[str]) -> None:
     for prob in problems:
         click.echo(f"problem: {prob}", err=True)
@@ -249,6 +276,9 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
             if cand.spec is not None:
                 click.echo(f"  {cand.id}: spec kind {cand.spec.kind}"
                            + (f", draft {cand.spec.draft_model}" if cand.spec.draft_model else ""))
+            if cand.external:
+                for line in _external_lines(cand, sweep):
+                    click.echo(f"  {cand.id}: {line}")
         if sweep.sustained.tokens:
             click.echo(f"  + one sustained generation of {sweep.sustained.tokens} tokens per candidate")
         if sweep.session.turns:

@@ -63,6 +63,12 @@ def _show(doc: Any, path: Path) -> None:
         ("sampling", f"temperature {lk.sampling.temperature}, seed {lk.sampling.seed}"),
         ("runbook", lk.runbook), ("locked at", lk.locked_at), ("note", lk.note or "-"),
     ]
+    if not lk.started_by_benchd:
+        found = lk.external
+        rows.append(("external", f"{lk.url}: benchd does not start it; detected "
+                     + (f"{found.kind} {found.version or '(no version reported)'}" if found else "nothing")))
+        if lk.api_key_env:
+            rows.append(("api key", f"${lk.api_key_env} (the variable's name; the key is not recorded)"))
     if lk.forced:
         rows.append(("forced", "; ".join(f"ctx {c}: {', '.join(w)}" for c, w in lk.dominated_by.items())))
     for k, v in rows:

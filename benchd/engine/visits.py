@@ -20,7 +20,7 @@ from benchd.engine.prompts import Prompt
 from benchd.engine.rows import Cell, ServerFacts, build_row
 from benchd.schemas import Candidate, CooldownRecord, Row, Sweep
 from benchd.servers.runtimes import get_adapter
-from benchd.servers.runtimes.base import RuntimeAdapter
+from benchd.servers.runtimes.base import CTX_MARGIN_TOKENS, RuntimeAdapter
 from benchd.servers.server import Server
 from benchd.store import utcnow
 
@@ -98,10 +98,15 @@ async def _one_session(host: Host, adapter: RuntimeAdapter, start: Any, cand: Ca
     gen = host.sweep.session_gen_tokens()
     ctx = adapter.server_ctx_size(cand, context + plan.turns * (plan.append_tokens + gen + 64), gen)
     server = await host.start(start.candidate, ctx, context)
-    if isinstance(server, str):
+    why = f"session server never became ready: {server}" if isinstance(server, str) else None
+    need = context + plan.turns * (plan.append_tokens + gen + 64) + gen + CTX_MARGIN_TOKENS
+    slot = server.external.slot_ctx if not isinstance(server, str) and server.external is not None else None
+    if slot is not None and need > slot and not isinstance(server, str):
+        await host.stop(server)
+        why = f"context too large for the external server: the session needs about {need} tokens, one slot holds {slot}"
+    if why is not None or isinstance(server, str):
         return [build_row(Cell(host.job, cand, context, "session", p), status="failed", started_at=utcnow(),
-                          server=ServerFacts(ctx, None, None), error=f"session server never became ready: {server}",
-                          extra={"turn": p}) for p in turns]
+                          server=ServerFacts(ctx, None, None), error=why, extra={"turn": p}) for p in turns]
     try:
         prompt, sizing = await host.prompt(adapter, server, cand, context, f"{host.job}/{cand.id}/{context}/session")
         run = session.SessionRun(

@@ -48,6 +48,12 @@ def fixed_deferred(sweep: Sweep) -> list[Deferred]:
     if sweep.sustained.tokens == 0:
         out.append(Deferred(axis="sustained", reason="sustained generation off (sustained.tokens = 0): "
                             "no throttling/slow-down figure"))
+    for c in sweep.candidates:
+        if c.external:
+            out.append(Deferred(axis=f"external:{c.id}", reason=(
+                f"{c.id} is a server benchd does not start ({c.url}): its time to ready, its server args and "
+                "environment, and a memory figure per fresh start at each context are not measured"
+                + ("; without `pid` / `process` its memory is not sampled at all" if c.pid is None else ""))))
     s = sweep.sampling
     out.append(Deferred(axis="sampling", reason=f"only temperature={s.temperature:g}, seed={s.seed} was "
                         "measured; speed and quality with other sampling settings are not"))

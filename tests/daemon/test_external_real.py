@@ -74,11 +74,15 @@ def test_llama_server_external_beside_owned(run_daemon: Any, llama_external: str
     f = tmp_path / "sweep.toml"
     f.write_text(
         f'name = "ext"\ncontexts = [64, 1024]\ngen_tokens = 16\nprobes = 6\nwarmup = 1\n{COOL}'
+        '[session]\nturns = 2\nappend_tokens = 32\ngen_tokens = 8\n'
         f'[[candidates]]\nid = "own"\nruntime = "llama-server"\nmodel = "{tiny_models.target}"\nbinary = "{llama_server_bin}"\n'
         f'[[candidates]]\nid = "ext"\nruntime = "openai"\nurl = "{llama_external}"\nrequest_model = "tiny"\npid = {pid}\n'
         f'[[candidates]]\nid = "ext-nopid"\nruntime = "openai"\nurl = "{llama_external}/v1"\nrequest_model = "tiny"\n')
     shown = d.benchctl("validate", str(f))
     assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "ext: external llama-server llama.cpp" in shown.stdout and f"memory from pid {pid}" in shown.stdout
+    assert "ext-nopid: no pid / process: its memory is not sampled" in shown.stdout
+    assert "contexts 1024 will fail: over the 512 tokens a slot holds" in shown.stdout
     out = d.benchctl("submit", str(f), "--follow", "--json", timeout=900)
     assert out.returncode == 0, out.stderr
     job = out.stdout.splitlines()[0]
@@ -93,7 +97,7 @@ def test_llama_server_external_beside_owned(run_daemon: Any, llama_external: str
     nopid = [r for r in rows if r["candidate"] == "ext-nopid" and r["context"] == 64 and r["status"] == "ok"]
     assert nopid and all(r["mem_peak_bytes"] is None and "pid" in r["null_reasons"]["mem_peak_bytes"] for r in nopid)
     # 1024 + 16 + 64 tokens do not fit the external server's 512-token slot: refused with the reason.
-    big = [r for r in rows if r["candidate"].startswith("ext") and r["context"] == 1024]
+    big = [r for r in rows if r["candidate"].startswith("ext") and r["context"] == 1024 and r["kind"] == "probe"]
     assert big and all(r["status"] == "failed" and "512 tokens per slot" in r["error"] for r in big)
     assert _gen(rows, "own", 1024), "the owned candidate serves the larger context"
     prov = {p["candidate"]: p for p in rb["provenance"]["candidates"]}
@@ -101,8 +105,20 @@ def test_llama_server_external_beside_owned(run_daemon: Any, llama_external: str
     assert found["kind"] == "llama-server" and found["slot_ctx"] == 512 and found["total_slots"] == 1
     assert found["pid"] == pid and not found["started_by_benchd"] and found["sources"]["slot_ctx"]
     assert prov["ext-nopid"]["external"]["pid"] is None
+    deferred = {d["axis"]: d["reason"] for d in rb["deferred"]["automatic"]}
+    assert "time to ready" in deferred["external:ext"] and "not sampled" in deferred["external:ext-nopid"]
     v = compare_axis(_gen(rows, "own", 64), _gen(rows, "ext", 64), axis="gen_tps", better="higher")
     assert v.ci_low is not None and v.ci_high is not None and v.ci_low <= 2.0 and v.ci_high >= 0.5, v.text
+    turns = [r for r in rows if r["candidate"] == "ext" and r["kind"] == "session"]
+    assert [r["status"] for r in turns if r["context"] == 64] == ["ok", "ok"], [r["error"] for r in turns]
+    assert all("one slot holds 512" in r["error"] for r in turns if r["context"] == 1024)
+    sd = ("--state-dir", str(d.state_dir))
+    locked = d.benchctl("lock", "--candidate", "ext", "--runbook", rb["id"], "--force", *sd)
+    assert locked.returncode == 0, locked.stderr
+    shown = d.benchctl("locked", *sd).stdout
+    assert f"{llama_external}: benchd does not start it; detected llama-server llama.cpp" in shown
+    cmd = d.benchctl("locked", "--command", *sd).stdout
+    assert cmd.startswith("# benchd does not start this server: llama-server at") and "GET /props" in cmd
 
 
 @pytest.mark.slow

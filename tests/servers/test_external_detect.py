@@ -116,3 +116,34 @@ def test_owned_candidates_keep_their_rules() -> None:
     owned = msgspec.convert({"id": "o", "runtime": "llama-server", "url": "http://127.0.0.1:1"}, Candidate)
     fields = {p.field for p in external_problems(owned)}
     assert fields == {"$.candidates[o].url", "$.candidates[o].model"}
+
+
+async def test_api_key_is_sent_and_never_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A double that answers `/v1/models` only with the right bearer key (as a keyed server would)."""
+    monkeypatch.setenv("BENCHD_TEST_KEY", "sekrit-123")
+    seen: list[str] = []
+
+    async def models(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization", ""))
+        if request.headers.get("Authorization") != "Bearer sekrit-123":
+            return web.json_response({"error": "unauthorized"}, status=401)
+        return web.json_response({"object": "list", "data": [{"id": "m"}]})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        c = cand(url=f"http://127.0.0.1:{port}", api_key_env="BENCHD_TEST_KEY")
+        found = await detect(c)
+    finally:
+        await runner.cleanup()
+    assert found.kind == "OpenAI-compatible, unknown" and seen and set(seen) == {"Bearer sekrit-123"}
+    assert b"sekrit" not in msgspec.json.encode(found) + msgspec.json.encode(c)
+    from benchd.servers.runtimes import get_adapter
+
+    assert get_adapter("openai").request_headers(c)["Authorization"] == "Bearer sekrit-123"
+    assert "Authorization" not in get_adapter("llama-server").request_headers(c)
