@@ -53,7 +53,7 @@ def _runbook(d: Any, job: str) -> dict[str, Any]:
 
 def _gen(rows: list[dict[str, Any]], cand: str, ctx: int) -> list[float]:
     return [r["gen_tps"] for r in rows if r["candidate"] == cand and r["context"] == ctx and r["kind"] == "probe"
-            and r["status"] == "ok"]
+            and r["status"] == "ok" and r["gen_tps"] is not None]
 
 
 def _rows(d: Any, job: str) -> list[dict[str, Any]]:
@@ -141,7 +141,11 @@ def test_mlx_lm_server_external_beside_owned(run_daemon: Any, server_factory: An
     rows = _rows(d, job)
     ext = [r for r in rows if r["candidate"] == "ext" and r["status"] == "ok"]
     assert ext, [r["error"] for r in rows if r["candidate"] == "ext"]
-    assert all(r["sources"].get("gen_tps", "").startswith("client:") and r["mem_peak_bytes"] for r in ext), json.dumps(ext[0])
+    # mlx_lm.server sends no timings: the rate is the client's stream window, null with its reason when
+    # a starved client read the whole answer at once.
+    assert all(r["sources"]["gen_tps"].startswith("client:") if r["gen_tps"] is not None
+               else r["null_reasons"]["gen_tps"] for r in ext)
+    assert all(r["mem_peak_bytes"] for r in ext) and len(_gen(rows, "ext", 64)) >= 2, json.dumps(ext[0])
     found = next(p for p in rb["provenance"]["candidates"] if p["candidate"] == "ext")["external"]
     assert found["kind"] == "mlx_lm.server" and found["null_reasons"]["version"]
     v = compare_axis(_gen(rows, "own", 64), _gen(rows, "ext", 64), axis="gen_tps", better="higher")
