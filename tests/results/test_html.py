@@ -173,3 +173,34 @@ def test_benchctl_report_and_compare_write_pages(tmp_path: Path) -> None:
     missing = subprocess.run([*ctl, "report", "2026-01-01-nosuchjob1", "--html", "--state-dir", str(config.state_dir)],
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+def agentic_doc(tmp_path: Path) -> Runbook:
+    """A factory runbook with session turns (gguf-plain and mlx-lm, 3 turns at context 512, mlx-lm's turn 3
+    a cache miss) and parallel requests at level 2 (2 batches of 2 each; mlx-lm's streams did not overlap,
+    so its aggregate is null with the reason), decoded like a runbook file."""
+    from benchd.engine.parallel import probe_number
+
+    doc: dict[str, Any] = msgspec.to_builtins(factory_runbook(tmp_path))
+    base = {c: next(r for r in doc["rows"] if r["candidate"] == c and r["kind"] == "probe" and r["context"] == 512
+                    and r["status"] == "ok") for c in ("gguf-plain", "mlx-lm")}
+    for c, row in base.items():
+        for turn, (ttft, cached) in enumerate([(400.0, 0), (120.0, 500), (150.0, 1000)], start=1):
+            miss = None if turn == 1 else (c == "mlx-lm" and turn == 3)
+            doc["rows"].append({**row, "kind": "session", "probe": turn, "turn": turn, "ttft_ms": ttft * (1.5 if c == "mlx-lm" else 1),
+                                "cached_tokens": 200 if miss else cached, "prompt_tokens": 520 + 500 * (turn - 1),
+                                "reusable_prefix_tokens": None if turn == 1 else cached + 10, "cache_miss": miss})
+        for batch in (0, 1):
+            for stream in (0, 1):
+                agg = 150.0 if c == "gguf-plain" else None
+                doc["rows"].append({**row, "kind": "parallel", "probe": probe_number(2, batch, stream), "concurrency": 2,
+                                    "batch": batch, "gen_tps": 80.0 + stream, "agg_gen_tps": agg,
+                                    "null_reasons": {} if agg else {"agg_gen_tps": "the streams did not overlap"}})
+    return msgspec.convert(doc, Runbook)
+
+
+def test_sessions_and_levels_are_on_the_page(tmp_path: Path) -> None:
+    page = html.render_page(agentic_doc(tmp_path), NO_RUNTIME).decode()
+    assert "<section id='agentic'>" in page
+    for text in ("TTFT per session turn", "reusable prefix", "cache miss", "per request", "aggregate"):
+        assert text in page, text

@@ -5,7 +5,8 @@ contexts): no console error, no request other than the page's own file, every ca
 the DOM, hovering a point shows its tooltip (median, CI, probes, sources), choosing another axis redraws
 the charts, and a full-page screenshot is written under the test's tmp dir and is not blank. Then
 hand-built runbooks with nulls, failed rows and a single candidate, the page without the `html` extra
-and the comparison page load without errors too.
+and the comparison page load without errors too; and the session and level charts draw a line per
+candidate (and measure), their null points left out, with a tooltip on hover.
 
 Set BENCHD_SCREENSHOT=path to also write the README's screenshot (the Pareto section, hovered).
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 from cdp import Page, chromium, chromium_path
-from test_html import NO_RUNTIME, factory_runbook, newer_doc
+from test_html import NO_RUNTIME, agentic_doc, factory_runbook, newer_doc
 
 from benchd.results import html
 from benchd.results.compare import compare_runbooks
@@ -169,3 +170,34 @@ async def test_hand_built_runbooks_in_chromium(tmp_path: Path) -> None:
             if ready == "absent":
                 assert "No charts:" in await page.js("document.body.innerText")
         assert_not_blank(await page.screenshot(tmp_path / "last.png"))
+
+
+async def test_session_and_level_charts_in_chromium(tmp_path: Path) -> None:
+    """TTFT per turn: a line and three points per candidate with sessions; aggregate vs per-request rate
+    per level: a line per candidate and measure, the null aggregate of streams that did not overlap left
+    out (no point, no error). Hovering a point shows its turn / level figures."""
+    path = tmp_path / "agentic.html"
+    await asyncio.to_thread(path.write_bytes, html.render_page(agentic_doc(tmp_path / "rb"), html.vega_runtime(tmp_path / "cache")))
+    async with chromium(tmp_path / "profile") as page:
+        url = await load(page, path)
+        count = "(s => document.querySelectorAll(s).length)"
+        assert await page.js(f"{count}('#chart-sessions g.mark-line.role-mark path')") == 2
+        assert await page.js(f"{count}('#chart-sessions g.mark-symbol.role-mark path')") == 6
+        labels = await page.js("Array.from(document.querySelectorAll('#chart-sessions text')).map(t => t.textContent)")
+        assert {"gguf-plain", "mlx-lm", "turn"} <= set(labels), labels
+        # level 1 (the cold cell's median) and 2, aggregate and per request; mlx-lm's aggregate at 2 is null
+        assert await page.js(f"{count}('#chart-levels g.mark-line.role-mark path')") == 4
+        assert await page.js(f"{count}('#chart-levels g.mark-symbol.role-mark path')") == 7
+        x, y, label = await point_center(page, "#chart-sessions g.mark-symbol.role-mark path")
+        await page.hover(x, y)
+        tip = await page.wait_for("(() => { const t = document.querySelector('#vg-tooltip-element.visible');"
+                                  " return t && t.innerText; })()")
+        assert "turn" in tip and "TTFT ms" in tip and "cache miss" in tip, tip
+        assert next(c for c in ("gguf-plain", "mlx-lm") if c in label) in tip, (label, tip)
+        x, y, label = await point_center(page, "#chart-levels g.mark-symbol.role-mark path")
+        await page.hover(x, y)
+        tip = await page.wait_for("(() => { const t = document.querySelector('#vg-tooltip-element.visible');"
+                                  " return t && t.innerText.includes('measure') && t.innerText; })()")
+        assert "level" in tip and "tok/s" in tip, tip
+        assert next(c for c in ("gguf-plain", "mlx-lm") if c in label) in tip, (label, tip)
+        assert_offline_and_clean(page, url)
