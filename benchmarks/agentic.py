@@ -36,7 +36,7 @@ from benchd.servers.runtimes import get_adapter
 from benchd.servers.server import Server
 from benchd.servers.supervisor import Supervisor
 
-RUNTIMES = ("llama-server", "mlx_lm.server")
+RUNTIMES = ("llama-server", "mlx_lm.server", "mlx_vlm.server")
 
 
 def candidate(runtime: str, models: Any) -> Candidate:
