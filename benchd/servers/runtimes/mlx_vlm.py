@@ -113,7 +113,8 @@ class MlxVlmAdapter(MlxServerAdapter):
         slots, given = self.parallel_slots(candidate)
         args = candidate.args if slots is not None else [*candidate.args, "--max-num-seqs", str(level)]
         return ParallelStart(msgspec.structs.replace(candidate, args=args), None,
-                             f"mlx_vlm.server continuous batching, {given or f'--max-num-seqs {level}'}")
+                             f"mlx_vlm.server continuous batching, {given or f'--max-num-seqs {level}'} (server/"
+                             "generation.py: one batch for every active request, a seed per row position)")
 
     async def check_ready(self, base_url: str) -> Readiness:
         return await json_health(base_url, self.health_path, ("healthy", "ok"))
