@@ -128,36 +128,45 @@ def _say_pareto(client: Any, runbook_id: str) -> None:
                 click.echo(f"pareto {line}" if not line.startswith(" ") else line)
 
 
-def _row_text(row: dict[str, Any]) -> str:
+def _row_text(payload: dict[str, Any]) -> str:
+    """A probe row as the daemon sent it, decoded into the `Row` it was encoded from."""
+    import msgspec
+
     from benchd.results.text import fmt_value
+    from benchd.schemas import Row
 
-    def f(key: str) -> str:
-        return fmt_value(key, row.get(key))
-
-    base = (f"{row.get('candidate')} ctx {row.get('context')} {row.get('kind')} #{row.get('probe')}: "
-            f"{row.get('status')}")
-    if row.get("status") != "ok":
-        return f"{base} ({row.get('error') or 'no reason given'})"
-    throttle = row.get("throttle") or {}
-    flag = f"  THROTTLE-SUSPECT ({throttle.get('note')})" if throttle.get("suspect") else ""
-    return (f"{base}  gen {f('gen_tps')} tok/s  prompt {f('prompt_tps')} tok/s  "
-            f"ttft {f('ttft_ms')} ms  mem {f('mem_peak_bytes')}{flag}")
+    r = msgspec.convert(payload, Row)
+    base = f"{r.candidate} ctx {r.context} {r.kind} #{r.probe}: {r.status}"
+    if r.status != "ok":
+        return f"{base} ({r.error or 'no reason given'})"
+    flag = f"  THROTTLE-SUSPECT ({r.throttle.note})" if r.throttle is not None and r.throttle.suspect else ""
+    return (f"{base}  gen {fmt_value('gen_tps', r.gen_tps)} tok/s  prompt {fmt_value('prompt_tps', r.prompt_tps)} tok/s  "
+            f"ttft {fmt_value('ttft_ms', r.ttft_ms)} ms  mem {fmt_value('mem_peak_bytes', r.mem_peak_bytes)}{flag}")
 
 
 def _verdict_text(p: dict[str, Any]) -> str:
     """`cell a ctx 512: steady after 8 probes (CI ±1.2 % <= ±2 % target after 8 ok probes, no trend)`."""
-    from benchd.results.text import verdict_text
+    import msgspec
 
+    from benchd.results.text import verdict_text
+    from benchd.schemas import CellVerdict
+
+    v = msgspec.convert(p["verdict"], CellVerdict) if p.get("verdict") else None
     kind = "" if p.get("kind") == "probe" else f" {p.get('kind')}"
-    return f"cell {p.get('candidate')} ctx {p.get('context')}{kind}: {verdict_text(p.get('verdict') or {}, detail=True)}"
+    return f"cell {p.get('candidate')} ctx {p.get('context')}{kind}: {verdict_text(v, detail=True)}"
 
 
 def _event_text(ev: dict[str, Any]) -> str:
+    import msgspec
+
     p = ev.get("payload") or {}
-    if ev["type"] == "probe_finished" and isinstance(p.get("row"), dict):
-        return _row_text(p["row"])
-    if ev["type"] == "cell_finished":
-        return _verdict_text(p)
+    try:
+        if ev["type"] == "probe_finished" and isinstance(p.get("row"), dict):
+            return _row_text(p["row"])
+        if ev["type"] == "cell_finished":
+            return _verdict_text(p)
+    except msgspec.ValidationError as exc:
+        return f"{ev['type']}: a payload this benchctl cannot read ({exc}): {json.dumps(p)}"
     if ev["type"] in ("design_chosen", "design_changed"):
         plan = f"; plan {p['plan']}" if p.get("plan") else ""
         return f"order {p.get('order')}: {p.get('why')}{plan}"

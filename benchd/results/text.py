@@ -52,34 +52,28 @@ def fmt_counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))) or "-"
 
 
-def _get(v: Any, key: str) -> Any:
-    return v.get(key) if isinstance(v, Mapping) else getattr(v, key, None)
-
-
-def verdict_text(v: CellVerdict | Mapping[str, Any] | str | None, *, detail: bool = False) -> str:
+def verdict_text(v: CellVerdict | str | None, *, detail: bool = False) -> str:
     """A cell verdict. Short: `steady`, `unsteady ±3.1%`, `drifting -6.2%`, `too few`, or `null`.
     `detail`: then `after N probes (reason; k throttle-suspect; m invalidated and re-run)`, or
-    `no verdict: why`. Takes the struct, or the same fields as decoded JSON (an event's payload);
-    a string is a verdict already in words."""
+    `no verdict: why`. A string is a verdict already in words (a Pareto point's)."""
     if isinstance(v, str):
         return v
-    word = _get(v, "verdict") if v is not None else None
-    if word is None:
-        return f"no verdict: {_get(v, 'reason') or 'not measured'}" if detail else "null"
-    hw, trend = _get(v, "ci_half_width_pct"), _get(v, "trend")
-    drift = _get(trend, "drift_pct") if trend is not None else None
-    if word == "unsteady" and hw is not None:
-        word = f"unsteady ±{hw:.1f}%"
+    if v is None or v.verdict is None:
+        return f"no verdict: {(v.reason if v is not None else None) or 'not measured'}" if detail else "null"
+    word: str = v.verdict
+    drift = v.trend.drift_pct if v.trend is not None else None
+    if word == "unsteady" and v.ci_half_width_pct is not None:
+        word = f"unsteady ±{v.ci_half_width_pct:.1f}%"
     elif word == "drifting" and drift is not None:
         word = f"drifting {drift:+.1f}%"
     if not detail:
-        return str(word)
-    extra = [str(_get(v, "reason") or "")]
-    if _get(v, "throttle_suspects"):
-        extra.append(f"{_get(v, 'throttle_suspects')} throttle-suspect")
-    if _get(v, "invalidated"):
-        extra.append(f"{_get(v, 'invalidated')} invalidated and re-run")
-    return f"{word} after {_get(v, 'probes_used')} probes ({'; '.join(x for x in extra if x)})"
+        return word
+    extra = [v.reason]
+    if v.throttle_suspects:
+        extra.append(f"{v.throttle_suspects} throttle-suspect")
+    if v.invalidated:
+        extra.append(f"{v.invalidated} invalidated and re-run")
+    return f"{word} after {v.probes_used} probes ({'; '.join(x for x in extra if x)})"
 
 
 def machine_line(m: MachineInfo) -> str:

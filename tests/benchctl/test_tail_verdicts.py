@@ -1,5 +1,5 @@
-"""How `tail`, `jobs` and `status` show issue 15's facts: a cell's verdict, throttle-suspect rows, and the
-min-max plan of an adaptive sweep (pure formatting of the API's JSON)."""
+"""How `tail`, `jobs` and `status` show a cell's verdict, throttle-suspect rows, and the min-max plan of an
+adaptive sweep (pure formatting of the API's JSON, payloads in the shapes the daemon encodes)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from benchctl.commands.tail import _event_text
 
 def test_cell_finished_line() -> None:
     ev = {"type": "cell_finished", "payload": {"candidate": "a", "context": 512, "kind": "probe", "verdict": {
-        "verdict": "unsteady", "ci_half_width_pct": 3.14, "probes_used": 30, "throttle_suspects": 2,
+        "verdict": "unsteady", "metric": "gen_tps", "n": 29, "adaptive": True, "target_ci_pct": 2.0,
+        "ci_half_width_pct": 3.14, "probes_used": 30, "throttle_suspects": 2,
         "invalidated": 1, "reason": "CI ±3.14 % wider than the ±2 % target (max 30 probes reached)"}}}
     text = _event_text(ev)
     assert text.startswith("cell a ctx 512: unsteady ±3.1% after 30 probes")
@@ -17,9 +18,17 @@ def test_cell_finished_line() -> None:
 
 
 def test_throttle_suspect_row_is_flagged() -> None:
-    row = {"candidate": "a", "context": 512, "kind": "probe", "probe": 7, "status": "ok", "gen_tps": 50.0,
-           "throttle": {"suspect": True, "note": "throttle-suspect: gen_tps 50.0 is 50.0 % below 100.0"}}
+    row = {"job": "j", "candidate": "a", "runtime": "llama-server", "context": 512, "kind": "probe", "probe": 7,
+           "status": "ok", "gen_tps": 50.0,
+           "throttle": {"metric": "gen_tps", "value": 50.0, "running_median": 100.0, "drop_pct": 50.0,
+                        "threshold_pct": 10.0, "thermal": "nominal", "suspect": True,
+                        "note": "throttle-suspect: gen_tps 50.0 is 50.0 % below 100.0"}}
     assert "THROTTLE-SUSPECT (throttle-suspect: gen_tps 50.0" in _event_text({"type": "probe_finished", "payload": {"row": row}})
+
+
+def test_a_payload_benchctl_cannot_read_is_shown_not_dropped() -> None:
+    text = _event_text({"type": "cell_finished", "payload": {"candidate": "a", "verdict": {"verdict": "steady"}}})
+    assert text.startswith("cell_finished: a payload this benchctl cannot read") and '"steady"' in text
 
 
 def test_plan_and_eta_ranges() -> None:
