@@ -91,9 +91,6 @@ def external_problems(cand: Candidate) -> list[BenchdError]:
     if not cand.request_model:
         out.append(BenchdError("missing_request_model", f"candidate {cand.id!r}: runtime = \"{EXTERNAL_RUNTIME}\" "
                                "needs `request_model` (the model id its requests name)", f"{where}.request_model"))
-    if cand.pid is not None and cand.process is not None:
-        out.append(BenchdError("pid_and_process", f"candidate {cand.id!r}: give `pid` or `process`, not both",
-                               f"{where}.process"))
     return out
 
 
@@ -103,7 +100,8 @@ def _port(url: str) -> int:
 
 
 def resolve_process(cand: Candidate) -> tuple[int | None, BenchdError | None]:
-    """The one pid whose process name (or executable's base name) is the candidate's `process`."""
+    """The one pid whose process name (or executable's base name) is the candidate's `process`; with a
+    `pid` too (a resolved sweep keeps both), that pid must be one of them."""
     import psutil
 
     found = set()
@@ -112,6 +110,11 @@ def resolve_process(cand: Candidate) -> tuple[int | None, BenchdError | None]:
         if cand.process in (p.info.get("name"), exe):
             found.add(p.info["pid"])
     where = f"$.candidates[{cand.id}].process"
+    if cand.pid is not None:
+        if cand.pid in found:
+            return cand.pid, None
+        return None, BenchdError("pid_not_process", f"candidate {cand.id!r}: pid {cand.pid} is not a process named "
+                                 f"{cand.process!r}", where)
     if not found:
         return None, BenchdError("no_process", f"candidate {cand.id!r}: no process is named {cand.process!r}", where)
     if len(found) > 1:
@@ -152,7 +155,7 @@ def resolve_external(sweep: Sweep) -> tuple[Sweep, list[BenchdError]]:
     for i, cand in enumerate(cands):
         if not cand.external:
             continue
-        if cand.process is not None and cand.pid is None and not external_problems(cand):
+        if cand.process is not None and not external_problems(cand):
             pid, err = resolve_process(cand)
             if err is not None:
                 problems.append(BenchdError(err.code, err.message, f"$.candidates[{i}].process"))

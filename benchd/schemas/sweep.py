@@ -60,7 +60,8 @@ class Candidate(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     #: External candidates: the server's base URL, http on a loopback address (127.0.0.0/8, ::1, localhost).
     url: Annotated[str, Meta(min_length=1, max_length=2048)] | None = None
     #: External candidates: the server's process id (memory is sampled like an owned server's), or its
-    #: process name, resolved once at submit to one pid (none or several: refused).
+    #: process name, resolved once at submit to one pid (none or several: refused); the job's sweep then
+    #: keeps both (given both, the pid must be a process of that name).
     pid: Annotated[int, Meta(ge=1, le=2**31 - 1)] | None = None
     process: Annotated[str, Meta(min_length=1, max_length=255)] | None = None
     #: External candidates: the NAME of the variable holding an API key (sent as `Authorization: Bearer`);

@@ -213,3 +213,40 @@ def _sweep_json(d: Any, f: Path) -> dict[str, Any]:
     from benchctl.sweepfile import read_sweep_dict
 
     return read_sweep_dict(str(f))  # type: ignore[no-any-return]
+
+
+def test_process_name_resolves_once_at_submit(run_daemon: Any, server_factory: Any, tiny_models: Any,
+                                              llama_server_bin: Path, tmp_path: Path) -> None:
+    """`process` names a process (its comm: the name it was started under, here a symlink's); one match
+    becomes the job's `pid`, two are refused naming the field."""
+    d = run_daemon()
+    (tmp_path / "bdx-one").symlink_to(llama_server_bin)
+    port = _free_port()
+    argv = [str(tmp_path / "bdx-one"), "-m", str(tiny_models.target), "--host", "127.0.0.1", "--port", str(port),
+            "-c", "512", "-np", "1"]
+    with server_factory.run("bdx-one", argv, f"http://127.0.0.1:{port}", None, 60.0) as url:
+        f = tmp_path / "one.toml"
+        f.write_text(f'name = "proc"\ncontexts = [32]\ngen_tokens = 4\nprobes = 1\nwarmup = 0\n{COOL}'
+                     f'[[candidates]]\nid = "ext"\nruntime = "openai"\nurl = "{url}"\nrequest_model = "tiny"\n'
+                     'process = "bdx-one"\n')
+        out = d.benchctl("submit", str(f), "--follow", "--json", timeout=300)
+        assert out.returncode == 0, [r["error"] for r in _rows(d, out.stdout.splitlines()[0])]
+        job = d.client().job(out.stdout.splitlines()[0])
+        (cand,) = job["sweep"]["candidates"]
+        assert cand["process"] == "bdx-one" and cand["pid"] == _pid_on(port)
+    two = []
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "bdx-two").symlink_to(llama_server_bin)
+        p = _free_port()
+        argv = [str(tmp_path / sub / "bdx-two"), "-m", str(tiny_models.target), "--host", "127.0.0.1", "--port", str(p),
+                "-c", "256", "-np", "1"]
+        two.append(server_factory.run("bdx-two", argv, f"http://127.0.0.1:{p}", None, 60.0))
+    with two[0] as url, two[1]:
+        for name, words in (("bdx-two", "2 processes are named 'bdx-two'"), ("no-such-bdx", "no process is named")):
+            f = tmp_path / f"{name}.toml"
+            f.write_text(f'name = "proc"\ncontexts = [32]\ngen_tokens = 4\n[[candidates]]\nid = "ext"\n'
+                         f'runtime = "openai"\nurl = "{url}"\nrequest_model = "tiny"\nprocess = "{name}"\n')
+            for cmd in ("validate", "submit"):
+                out = d.benchctl(cmd, str(f))
+                assert out.returncode == 2 and "process" in out.stderr and words in out.stderr, (cmd, out.stderr)

@@ -99,7 +99,6 @@ async def test_llama_server(llama_url: str) -> None:
     ({"url": "http://example.com"}, "url", "not a loopback address"),
     ({"url": "http://127.0.0.1:8080", "args": ["-t", "2"]}, "args", "does not apply"),
     ({"url": "http://127.0.0.1:8080", "model": "/m.gguf"}, "model", "does not apply"),
-    ({"url": "http://127.0.0.1:8080", "pid": 1, "process": "x"}, "process", "not both"),
     ({}, "url", "needs `url`"),
 ])
 def test_static_refusals(fields: dict[str, Any], field: str, words: str) -> None:
