@@ -42,6 +42,11 @@ def _threads(cp: CandidateProvenance | None) -> tuple[int | None, str]:
     return None, (aff.reason if aff and aff.reason else "the server's thread count was not set by the candidate")
 
 
+def _llama(runtime: str, cp: CandidateProvenance | None) -> bool:
+    """A llama.cpp server: one benchd started, or an external one detected as llama-server."""
+    return runtime == "llama-server" or (cp is not None and cp.external is not None and cp.external.kind == "llama-server")
+
+
 def _probe_rows(rb: Runbook) -> list[Row]:
     return [r for r in rb.rows if r.kind == "probe"]
 
@@ -51,7 +56,7 @@ def _probe_rows(rb: Runbook) -> list[Row]:
 
 def _provenance_fields(rb: Runbook, cp: CandidateProvenance | None, row: Row) -> dict[str, Any]:
     version = row.server_version or (cp.server_version if cp else None)
-    commit, number = build_of(version) if row.runtime == "llama-server" else (None, None)
+    commit, number = build_of(version) if _llama(row.runtime, cp) else (None, None)
     threads, _ = _threads(cp)
     m = rb.provenance.machine
     return {
@@ -66,7 +71,7 @@ def _provenance_fields(rb: Runbook, cp: CandidateProvenance | None, row: Row) ->
 def _provenance_nulls(cp: CandidateProvenance | None, row: Row, fields: dict[str, Any]) -> dict[str, str]:
     why: dict[str, str] = {}
     if fields["build_commit"] is None:
-        why["build_commit"] = why["build_number"] = (_NOT_LLAMA if row.runtime != "llama-server"
+        why["build_commit"] = why["build_number"] = (_NOT_LLAMA if not _llama(row.runtime, cp)
                                                     else "no llama.cpp build recorded for this server")
     why["backends"] = "benchd does not record the ggml backends a server loaded"
     why["model_n_params"] = "benchd does not read the parameter count from the model"
@@ -189,11 +194,11 @@ def _md_cells(rb: Runbook) -> tuple[list[list[str]], list[str]]:
     groups: dict[tuple[str, int], list[Row]] = {}
     for r in _probe_rows(rb):
         groups.setdefault((r.candidate, r.context), []).append(r)
-    names = [Path(c.model.path).name for c in provs.values() if c.runtime == "llama-server"]
+    names = [Path(c.model.path).name for c in provs.values() if _llama(c.runtime, c)]
     for (cand, ctx), rows in groups.items():
         ok = [r for r in rows if r.status == "ok" and not r.short]
         runtime = rows[0].runtime
-        if runtime != "llama-server":
+        if not _llama(runtime, provs.get(cand)):
             notes.append(f"{cand} @ {ctx}: {runtime} rows are not in the table ({_NOT_LLAMA}); see the jsonl/csv exports")
             continue
         if not ok:
@@ -252,7 +257,7 @@ def render_llama_bench_md(rb: Runbook) -> str:
     sep = "| " + " | ".join(("-" * (w - 1) + ":") if MD_COLUMNS[i] in right else "-" * w
                             for i, w in enumerate(widths)) + " |"
     out = [line(MD_COLUMNS), sep, *(line(t) for t in table), ""]
-    builds = sorted({build_of(c.server_version) for c in rb.provenance.candidates if c.runtime == "llama-server"
+    builds = sorted({build_of(c.server_version) for c in rb.provenance.candidates if _llama(c.runtime, c)
                      and build_of(c.server_version)[0]}, key=str)
     out += [f"build: {commit} ({number})" for commit, number in builds] or ["build: null (no llama.cpp build recorded)"]
     out += ["", f"benchd {rb.provenance.benchd.version}, runbook {rb.id} ({rb.outcome}), machine: {machine_line(rb.provenance.machine)}"]

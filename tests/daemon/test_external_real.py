@@ -113,6 +113,8 @@ def test_llama_server_external_beside_owned(run_daemon: Any, llama_external: str
     assert [r["status"] for r in turns if r["context"] == 64] == ["ok", "ok"], [r["error"] for r in turns]
     assert all("one slot holds 512" in r["error"] for r in turns if r["context"] == 1024)
     sd = ("--state-dir", str(d.state_dir))
+    md = d.benchctl("export", rb["id"], "--format", "llama-bench-md", *sd).stdout
+    assert "| tiny [ext] " in md and "build: null" not in md, md  # an external llama-server is a llama.cpp build
     locked = d.benchctl("lock", "--candidate", "ext", "--runbook", rb["id"], "--force", *sd)
     assert locked.returncode == 0, locked.stderr
     shown = d.benchctl("locked", *sd).stdout
