@@ -18,7 +18,7 @@ import msgspec
 from benchd.results import agentic, images
 from benchd.results.comparison import AXES
 from benchd.results.pareto import axes_of
-from benchd.results.records import ENERGY_COLUMNS, ReadyFigure, energy_cells, ready_rows
+from benchd.results.records import ENERGY_COLUMNS, ReadyFigure, energy_cells, pareto_points, ready_rows
 from benchd.results.text import fmt_counts, fmt_median, fmt_range, fmt_value, machine_line, verdict_text
 from benchd.schemas import CellStats, ContextPareto, MetricStats, Runbook, Sweep
 
@@ -172,13 +172,17 @@ def pareto_lines(p: ContextPareto, rb: Runbook | None = None) -> list[str]:
     return out
 
 
-def pareto_points_table(p: ContextPareto) -> tuple[list[str], list[list[str]]]:
+def pareto_points_table(p: ContextPareto, rb: Runbook) -> tuple[list[str], list[list[str]]]:
+    """One line per candidate: its status as the page shows it (frontier, tied, unresolved, dominated by
+    whom), the cell verdict and every axis's value."""
     axes = axes_of(p.points)
     header = ["candidate", "status", "verdict", *(f"{a} ({d})" for a, d in axes)]
+    statuses = {r.candidate: r.status for r in pareto_points(rb, p)}
     body = []
     for pt in p.points:
-        status = "frontier" if pt.candidate in p.frontier else "dominated by " + ", ".join(
-            d.by for d in p.dominated.get(pt.candidate, []))
+        status = statuses[pt.candidate]
+        if status == "dominated":
+            status = "dominated by " + ", ".join(d.by for d in p.dominated.get(pt.candidate, []))
         if pt.candidate in p.caveats:
             status += " (caveat)"
         body.append([pt.candidate, status, pt.verdict or "-", *(fmt_value(a, pt.values.get(a)) for a, _ in axes)])
@@ -192,7 +196,7 @@ def render_pareto_text(rb: Runbook) -> str:
     for p in rb.pareto:
         parts.append("")
         parts.extend(pareto_lines(p, rb))
-        h, b = pareto_points_table(p)
+        h, b = pareto_points_table(p, rb)
         parts.append(_plain_table(h, b))
     return "\n".join(parts)
 
@@ -370,7 +374,7 @@ def render_markdown(rb: Runbook) -> str:
     for p in rb.pareto:
         lines += [f"### Context {p.context}", ""]
         lines += [f"- {x.strip()}" for x in pareto_lines(p, rb)]
-        ph, pb = pareto_points_table(p)
+        ph, pb = pareto_points_table(p, rb)
         lines += ["", _md_table(ph, pb), ""]
     charts = f"{rb.id}.pareto.png"
     lines += [f"Chart (when matplotlib is installed): `{charts}` / `{rb.id}.pareto.svg`", ""]
