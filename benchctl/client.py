@@ -1,12 +1,10 @@
 """The benchd API client over its Unix socket: a sync one for the CLI, an async one for tests and tools.
 
-Why two: `benchctl ping` must start fast, and importing aiohttp alone costs most of that budget, so
-the sync client speaks HTTP/1.1 with the stdlib's
-`http.client` over an AF_UNIX socket. The async client uses aiohttp's `UnixConnector`.
-
 Errors are typed so commands map them to exit codes without parsing text:
     Unreachable → 3 (with one line on how to start the daemon; SocketPathTooLong says the path is over
     the Unix-socket limit instead, checked only once connecting failed), ApiError(status 4xx) → 2, else 1.
+
+Reasons and facts: docs/architecture.md#the-socket-client.
 """
 
 from __future__ import annotations

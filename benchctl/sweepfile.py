@@ -1,10 +1,6 @@
 """Load a sweep file (TOML) into a `Sweep`, with its paths made absolute.
 
-Why here and not in the daemon: the daemon has no meaningful working directory and rejects relative
-paths; the file's own folder is what a relative `model = "models/x.gguf"` means to the person who
-wrote it. So `~` and relative paths in `model`, `binary` and `spec.draft_model` are resolved against
-the file's folder before the sweep leaves the machine's CLI. Every error names the file, the field
-and the reason (benchctl exits 2).
+Reasons and facts: docs/sweep-file.md#reading-a-sweep-file.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """The fixed training text of the tiny models' tokenizer.
 
-Why embedded and not read from disk (e.g. the Python stdlib): the vocabulary must be the same on every
-machine and every Python version, so that a seed names the same model everywhere. The text mixes plain
-English with Python code in the style of the standard library, because the tests size their prompts from
-stdlib source and the demo chats in English: both should tokenize at a few characters per token.
-Changing this text changes every tiny model: bump `FORMAT_VERSION` in `benchctl/tinymodels/__init__.py`.
+Reasons and facts: docs/testing.md#the-tiny-models-corpus.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """Write HF-layout weights as a llama-architecture GGUF (f32, f16, q8_0, q4_0) with the tiny vocabulary.
 
-Why by hand and not llama.cpp's convert script: the convert script needs torch and a HF model on disk; the
-`gguf` package alone (numpy) writes the same file. Two details copied from `convert_hf_to_gguf.py`:
-q/k projections are permuted from HF's rotate-half layout to GGML's interleaved RoPE layout, and 1-D
-tensors (norms) stay float32 in every file type.
+Reasons and facts: docs/testing.md#tiny-gguf-models.
 """
 
 from __future__ import annotations

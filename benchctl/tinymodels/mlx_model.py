@@ -1,9 +1,6 @@
 """Write the same weights as an MLX/Hugging Face llama model directory, without importing mlx.
 
-Why without mlx: the models are generated in the dev venv and on machines where the MLX runtime lives in
-its own venv (`benchctl runtimes install mlx`); numpy + safetensors write exactly what `mlx_lm` and
-`mlx_vlm` load (`model_type: llama`, HF tensor names, float16). The tokenizer files are the vocabulary of
-`vocab.py` in `tokenizers`' JSON format, loaded by `transformers.PreTrainedTokenizerFast`.
+Reasons and facts: docs/testing.md#tiny-mlx-models.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """The peer gate: who may connect to the API socket, and how many at once.
 
-Why a module of its own: it is a separate step that runs before aiohttp sees a byte — a raw
-`asyncio.Protocol` around aiohttp's, with no routes, no store and no app in it.
-- `PeerGate` asks the kernel who connected (`benchd/peercred.py`) and answers any other uid with a 403 and
-  a close: the socket's 0600 mode is not the only fence.
-- It caps the connections served at once (`MAX_CONNECTIONS`, 503 beyond) and drops a connection that
-  sends no complete request headers within `HEADER_TIMEOUT_S`: idle or trickling clients must not
-  hold a file descriptor each for ever.
+Reasons and facts: docs/architecture.md#the-api-gate.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """The text every prompt is cut from: a fixed list of the Python standard library's own source files.
 
-Why the stdlib: random tokens make speculative decoding look useless and are not what a coding model
-reads, while the stdlib is present on every machine and identical on machines with the same Python. A
-fixed, sorted list of files is read (missing ones are skipped and the list actually used is recorded);
-`Corpus.sha256` lets two runbooks show they used the same prompts. Why a module of its own: the corpus is
-also read outside prompt building (`benchmarks/harness_overhead.py` seeds other tools with it), and
-`benchd.engine.prompts` is about sizing prompts from it.
+Reasons and facts: docs/measuring.md#the-prompt-corpus.
 """
 
 from __future__ import annotations

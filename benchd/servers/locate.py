@@ -1,10 +1,6 @@
 """Which runtime binary a candidate runs, and what `benchctl runtimes list` / `benchctl doctor` show.
 
-Why apart from `benchd.servers.provision`: finding a runtime is asked on every server start and by doctor, and
-never builds anything; installing is a rare, slow step. Resolution reads provision's cache layout
-(`llama_dir`, `mlx_dir`, the `installed.json` marker) but prefers what the user points at first: the
-candidate's `binary`, then an environment variable, then PATH or this Python, then the cached build.
-Errors are `BenchdError` with one line naming the problem and the fix.
+Reasons and facts: docs/runtimes.md#finding-the-runtimes.
 """
 
 from __future__ import annotations
