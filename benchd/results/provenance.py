@@ -28,7 +28,7 @@ from benchd.schemas import (
 from benchd.sensors.facts import (
     hash_model,
 )
-from benchd.servers.fingerprint import executable_of, take_fingerprint
+from benchd.servers.fingerprint import executable_of, external_fingerprint, take_fingerprint
 
 # ------------------------------------------------------------------------ per candidate and prompts
 
@@ -133,12 +133,13 @@ def collect_candidates(config: Config, sweep: Sweep, rows: Sequence[Row], events
         if pinned is None:
             nulls["affinity"] = "no server_ready event of this candidate records its cores (never started, or older benchd)"
         ran = msgspec.structs.replace(c, binary=executable_of(binary)) if binary else c
+        external = external_server(c.id, events) if c.external else None
         try:
-            fingerprint = take_fingerprint(ran, config, "read from files when the runbook was written")
+            fingerprint = (external_fingerprint(c, external, "detected at the first attach (server_ready event)")
+                           if c.external else take_fingerprint(ran, config, "read from files when the runbook was written"))
         except OSError as exc:  # an unreadable file must not cost the whole runbook
             fingerprint = None
             nulls["fingerprint"] = f"could not be read: {exc}"
-        external = external_server(c.id, events) if c.external else None
         if c.external:
             nulls.pop("server_env", None)
             nulls["server_env"] = "an external server: benchd does not start it, so its environment is unknown"

@@ -17,7 +17,7 @@ from typing import Any
 
 from benchd.config import Config
 from benchd.errors import BenchdError
-from benchd.schemas import Candidate, Fingerprint
+from benchd.schemas import Candidate, ExternalServer, Fingerprint
 from benchd.sensors.facts import hash_file, hash_model
 from benchd.store import utcnow
 
@@ -96,20 +96,27 @@ def _external_fingerprint(cand: Candidate, source: str) -> Fingerprint:
 
     from benchd.servers.runtimes.openai import base_url, detect
 
-    nulls: dict[str, str] = {}
-    binary = version = None
     try:
         found = asyncio.run(detect(cand))
-        binary, version = f"{found.kind} at {found.url}", found.version
-        if version is None:
-            nulls["version"] = found.null_reasons.get("version", "the server reports no version")
     except Exception as exc:
-        nulls["binary"] = nulls["version"] = f"the external server at {cand.url} did not answer: {type(exc).__name__}"
-    for name in ("binary_sha256", "model_sha256"):
-        nulls[name] = "an external server: benchd reads none of its files"
-    return Fingerprint(taken_at=utcnow(), source=f"{source}; asked {base_url(cand.url or '')}", runtime=cand.runtime,
-                       binary=binary, version=version, version_source="detected at the candidate's url",
-                       model_path=cand.request_model, null_reasons=nulls)
+        why = f"the external server at {cand.url} did not answer: {type(exc).__name__}"
+        return external_fingerprint(cand, None, f"{source}; asked {base_url(cand.url or '')}", why)
+    return external_fingerprint(cand, found, f"{source}; asked {base_url(cand.url or '')}")
+
+
+def external_fingerprint(cand: Candidate, found: ExternalServer | None, source: str,
+                         why: str = "the server was never detected") -> Fingerprint:
+    """An external candidate's fingerprint from a detection (`why` says why there is none)."""
+    nulls: dict[str, str] = {name: "an external server: benchd reads none of its files"
+                             for name in ("binary_sha256", "model_sha256")}
+    if found is None:
+        nulls["binary"] = nulls["version"] = why
+    elif found.version is None:
+        nulls["version"] = found.null_reasons.get("version", "the server reports no version")
+    return Fingerprint(taken_at=utcnow(), source=source, runtime=cand.runtime,
+                       binary=f"{found.kind} at {found.url}" if found else None, version=found.version if found else None,
+                       version_source="detected at the candidate's url", model_path=cand.request_model,
+                       null_reasons=nulls)
 
 
 def _binary_facts(path: Path, config: Config, nulls: dict[str, str]) -> dict[str, Any]:

@@ -119,6 +119,9 @@ def test_llama_server_external_beside_owned(run_daemon: Any, llama_external: str
     assert locked.returncode == 0, locked.stderr
     shown = d.benchctl("locked", *sd).stdout
     assert f"{llama_external}: benchd does not start it; detected llama-server llama.cpp" in shown
+    fp = json.loads(d.benchctl("locked", "--json", *sd).stdout)["locked"]["fingerprint"]
+    assert fp["binary"].startswith("llama-server at") and fp["version"].startswith("llama.cpp"), fp
+    assert fp["model_path"] == "tiny" and fp["source"].startswith("detected at the first attach")
     cmd = d.benchctl("locked", "--command", *sd).stdout
     assert cmd.startswith("# benchd does not start this server: llama-server at") and "GET /props" in cmd
 
