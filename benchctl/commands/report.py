@@ -104,8 +104,8 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
     import msgspec
 
     from benchd.results.compare import compare_runbooks
+    from benchd.results.report import COMPARE_HEADER, compare_rows, plain_table
     from benchd.results.runbook import load_runbook, resolve_runbook_path
-    from benchd.results.text import fmt_value
 
     config = _config(state_dir)
     cmp = compare_runbooks(load_runbook(a_ref, config), load_runbook(b_ref, config))
@@ -122,16 +122,7 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
     click.echo(f"A = {cmp.a}\nB = {cmp.b}")
     _print_builds(cmp.builds)
     click.echo(f"test: {cmp.test}; α = {cmp.alpha:g} per metric, margin ±{cmp.margin_pct:g} %")
-    header = ["candidate", "context", "metric", "A median (n)", "B median (n)", "B/A", "verdict"]
-    body = []
-    for cell in cmp.cells:
-        for m in cell.metrics:
-            body.append([cell.candidate, str(cell.context), m.metric, f"{fmt_value(m.metric, m.median_a)} ({m.n_a})",
-                         f"{fmt_value(m.metric, m.median_b)} ({m.n_b})",
-                         f"{m.ratio_b_over_a:.3f}" if m.ratio_b_over_a is not None else "null", m.text])
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-    for row in [header, ["-" * w for w in widths], *body]:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    click.echo(plain_table(COMPARE_HEADER, compare_rows(cmp)))
     if cmp.only_in_a or cmp.only_in_b:
         click.echo(f"only in A: {', '.join(cmp.only_in_a) or '-'}; only in B: {', '.join(cmp.only_in_b) or '-'}")
     for r in cmp.ready:

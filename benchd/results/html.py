@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchd.results import pagecharts, records
 from benchd.results.records import axis_label
+from benchd.results.report import COMPARE_HEADER, compare_rows
 from benchd.results.text import fmt_counts, fmt_median, fmt_range, fmt_value
 from benchd.schemas import Runbook
 
@@ -337,17 +338,10 @@ def _write(path: Path, data: bytes) -> Path:
 
 def render_compare_page(cmp: Comparison, runtime: Runtime) -> bytes:
     """`benchctl compare A B --html`: warnings first, then ratio B/A per cell and metric, chart and table."""
-    records_, rows = [], []
-    for cell in cmp.cells:
-        for m in cell.metrics:
-            ratio = m.ratio_b_over_a
-            rows.append([cell.candidate, cell.context, m.metric, f"{fmt_value(m.metric, m.median_a)} ({m.n_a})",
-                         f"{fmt_value(m.metric, m.median_b)} ({m.n_b})", f"{ratio:.3f}" if ratio is not None else "null",
-                         m.text])
-            if ratio is not None:
-                records_.append({"cell": f"{cell.candidate} @ {cell.context}", "metric": m.metric, "ratio": ratio,
-                                 "verdict": m.verdict, "text": m.text, "median_a": fmt_value(m.metric, m.median_a),
-                                 "median_b": fmt_value(m.metric, m.median_b)})
+    records_ = [{"cell": f"{cell.candidate} @ {cell.context}", "metric": m.metric, "ratio": m.ratio_b_over_a,
+                 "verdict": m.verdict, "text": m.text, "median_a": fmt_value(m.metric, m.median_a),
+                 "median_b": fmt_value(m.metric, m.median_b)}
+                for cell in cmp.cells for m in cell.metrics if m.ratio_b_over_a is not None]
     charts = [{"id": "chart-compare", "kind": "compare", "spec": pagecharts.compare_spec(records_)}] if records_ else []
     warnings = "".join(f"<li>{esc(w)}</li>" for w in cmp.warnings) or "<li>none: the two runbooks are like for like</li>"
     only = (f"<p>Only in A: {esc(', '.join(cmp.only_in_a) or '-')}; only in B: "
@@ -359,7 +353,7 @@ def render_compare_page(cmp: Comparison, runtime: Runtime) -> bytes:
             "<section id='cells'><h2>B / A per cell</h2>"
             + (chart_div("chart-compare", "Ratio B over A per cell and metric; the table below has the figures")
                if records_ else "<p>No cell has a ratio (no common cell measured on both sides).</p>")
-            + table(["candidate", "context", "metric", "A median (n)", "B median (n)", "B/A", "verdict"], rows)
+            + table(COMPARE_HEADER, compare_rows(cmp))
             + "</section></main>")
     return page(f"benchd comparison {cmp.a} vs {cmp.b}", body, charts, {"labels": {}}, runtime)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -21,6 +21,9 @@ from benchd.results.pareto import axes_of
 from benchd.results.records import ENERGY_COLUMNS, ReadyFigure, energy_cells, pareto_points, ready_rows
 from benchd.results.text import fmt_counts, fmt_median, fmt_range, fmt_value, machine_line, verdict_text
 from benchd.schemas import CellStats, ContextPareto, MetricStats, Runbook, Sweep
+
+if TYPE_CHECKING:
+    from benchd.results.compare import Comparison
 
 #: Columns of the cell table: metric, header.
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -120,7 +123,8 @@ def cell_metric(c: CellStats, metric: str) -> MetricStats:
     return got if got is not None else MetricStats(metric=metric, n=0, null_reasons={"value": NOT_IN_RUNBOOK})
 
 
-def _plain_table(header: list[str], body: list[list[str]]) -> str:
+def plain_table(header: list[str], body: list[list[str]]) -> str:
+    """Columns padded to their widest cell, a dashed rule under the header."""
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
@@ -197,7 +201,7 @@ def render_pareto_text(rb: Runbook) -> str:
         parts.append("")
         parts.extend(pareto_lines(p, rb))
         h, b = pareto_points_table(p, rb)
-        parts.append(_plain_table(h, b))
+        parts.append(plain_table(h, b))
     return "\n".join(parts)
 
 
@@ -238,9 +242,9 @@ def ready_table(rb: Runbook, notes: Notes) -> list[list[str]]:
 def render_text(rb: Runbook, pareto: bool = False) -> str:
     header, body, notes = cell_table(rb)
     parts = [*header_lines(rb), "", "medians (min–max, cv) of ok probes; ~noisy = CV > 5 %", VERDICT_NOTE,
-             _plain_table(header, body)]
+             plain_table(header, body)]
     if rb.ready_summary:
-        parts += ["", READY_NOTE, _plain_table(READY_HEADER, ready_table(rb, notes))]
+        parts += ["", READY_NOTE, plain_table(READY_HEADER, ready_table(rb, notes))]
     if notes.items:
         parts += ["", *notes.lines()]
     for section in (agentic.session_lines(rb.rows), agentic.level_lines(rb.rows), images.image_lines(rb.sweep, rb.rows)):
@@ -399,6 +403,19 @@ def energy_lines(rb: Runbook) -> list[str]:
     windows = [(r.candidate, r.window_j) for r in rb.rows if r.kind == "sustained" and r.window_j]
     lines += [f"- sustained {c}: J per window {', '.join(f'{j:.3g}' for j in w)}" for c, w in windows]
     return lines + ([""] if windows else [])
+
+
+# ---------------------------------------------------------------------------------------- compare
+
+COMPARE_HEADER = ["candidate", "context", "metric", "A median (n)", "B median (n)", "B/A", "verdict"]
+
+
+def compare_rows(cmp: Comparison) -> list[list[str]]:
+    """Per common cell and metric: both medians with their counts, B/A, the one comparison's text."""
+    return [[cell.candidate, str(cell.context), m.metric, f"{fmt_value(m.metric, m.median_a)} ({m.n_a})",
+             f"{fmt_value(m.metric, m.median_b)} ({m.n_b})",
+             f"{m.ratio_b_over_a:.3f}" if m.ratio_b_over_a is not None else "null", m.text]
+            for cell in cmp.cells for m in cell.metrics]
 
 
 # -------------------------------------------------------------------------------------- JSON/CSV
