@@ -668,7 +668,8 @@ class Engine:
         self.hold_client_pin(cand.id)
         self.emit("server_ready", candidate=cand.id, runtime=cand.runtime, pid=cand.pid, port=server.port,
                   ctx_size=server.ctx_size, binary=server.binary, version=server.version,
-                  version_source=server.version_source, purpose=purpose, external=msgspec.to_builtins(found))
+                  version_source=server.version_source, purpose=purpose, external=msgspec.to_builtins(found),
+                  energy=self.energy.restart())
         if found.slot_ctx is None:
             return server
         need = self.sweep.gen_tokens + CTX_MARGIN_TOKENS
@@ -1032,6 +1033,10 @@ def external_row(row: Row, cand: Candidate) -> Row:
     else:
         sources.setdefault("pid", f"the candidate's pid {cand.pid}" + (f" (process {cand.process!r}, resolved at "
                                                                         "submit)" if cand.process else ""))
+    if row.ctx_size is not None:
+        sources.setdefault("ctx_size", "external: the server's context per slot, as detected at the candidate's url")
+    else:
+        nulls.setdefault("ctx_size", "the external server reports no context size")
     if row.binary is not None:
         sources.setdefault("binary", "external: detected at the candidate's url")
     if row.server_version is not None:

@@ -94,6 +94,7 @@ def test_llama_server_external_beside_owned(run_daemon: Any, llama_external: str
         assert r["sources"]["gen_tps"] == "server:timings" and r["sources"]["prompt_tps"] == "server:timings"
         assert r["mem_peak_bytes"] and r["mem_source"], r["null_reasons"]
         assert "server_args" in r["null_reasons"] and r["server_version"].startswith("llama.cpp")
+        assert r["ctx_size"] == 512 and r["sources"]["ctx_size"].startswith("external:")
     nopid = [r for r in rows if r["candidate"] == "ext-nopid" and r["context"] == 64 and r["status"] == "ok"]
     assert nopid and all(r["mem_peak_bytes"] is None and "pid" in r["null_reasons"]["mem_peak_bytes"] for r in nopid)
     # 1024 + 16 + 64 tokens do not fit the external server's 512-token slot: refused with the reason.
