@@ -93,6 +93,15 @@ async def test_llama_server(llama_url: str) -> None:
     assert found.slot_ctx and found.total_slots and found.sources["total_slots"] == "GET /props total_slots"
 
 
+@pytest.mark.real
+@pytest.mark.slow
+async def test_mlx_servers(mlx_lm_url: str, mlx_vlm_url: str) -> None:
+    lm = await detect(cand(url=mlx_lm_url))
+    assert lm.kind == "mlx_lm.server" and lm.version is None and lm.null_reasons["version"]
+    vlm = await detect(cand(url=mlx_vlm_url))
+    assert vlm.kind == "mlx_vlm.server" and vlm.model_ids and vlm.sources["kind"].startswith("GET /health")
+
+
 @pytest.mark.parametrize(("fields", "field", "words"), [
     ({"url": "http://10.0.0.5:8080"}, "url", "not a loopback address"),
     ({"url": "https://127.0.0.1:8080"}, "url", "must be http://"),
