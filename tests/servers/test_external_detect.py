@@ -91,6 +91,7 @@ async def test_llama_server(llama_url: str) -> None:
     found = await detect(cand(url=llama_url))
     assert found.kind == "llama-server" and (found.version or "").startswith("llama.cpp")
     assert found.slot_ctx and found.total_slots and found.sources["total_slots"] == "GET /props total_slots"
+    assert found.chat_format or "GET /slots" in found.null_reasons["chat_format"]
 
 
 @pytest.mark.real
