@@ -502,6 +502,40 @@ class RuntimeAdapter:
                           prompt_tps=rates["prompt_tps"], gen_tps=rates["gen_tps"], sources=sources,
                           null_reasons=reasons, **client, **draft)
 
+    def normalize_usage(self, result: ProbeResult, *, spec_configured: bool, no_timings: str,
+                        no_prompt_rate: str, no_cache_details: str, no_draft_counts: str) -> Normalized:
+        """The generic OpenAI stream (no `timings`): tokens from `usage`, the generation rate from the
+        client's stream window, no prompt rate; each `no_*` text is the reason its figure is null."""
+        prompt_tokens, completion_tokens, cached = self.usage_tokens(result)
+        sources: dict[str, str] = {}
+        reasons: dict[str, str] = {"prompt_tps": no_prompt_rate}
+        if prompt_tokens is not None:
+            sources["prompt_tokens"] = "server:usage"
+        else:
+            reasons["prompt_tokens"] = "no usage in the final chunk"
+        gen_tokens = completion_tokens
+        if gen_tokens is not None:
+            sources["gen_tokens"] = "server:usage"
+        else:
+            gen_tokens = result.content_chunks
+            sources["gen_tokens"] = "client:content-chunks"
+        if cached is not None:
+            sources["cached_tokens"] = "server:usage prompt_tokens_details"
+        else:
+            reasons["cached_tokens"] = no_cache_details
+        client = self.client_timing(result, gen_tokens)
+        sources.update(client.pop("sources"))
+        reasons.update(client.pop("null_reasons"))
+        gen_tps = client["gen_tps_client"]
+        if gen_tps is not None:
+            sources["gen_tps"] = sources["gen_tps_client"]
+        else:
+            reasons["gen_tps"] = f"{no_timings}, and {reasons['gen_tps_client']}"
+        for key in ("draft_n", "draft_accepted", "draft_acceptance"):
+            reasons[key] = no_draft_counts if spec_configured else "no spec configured"
+        return Normalized(prompt_tokens=prompt_tokens, cached_tokens=cached, gen_tokens=gen_tokens, gen_tps=gen_tps,
+                          sources=sources, null_reasons=reasons, **client)
+
     #: Window accounting and thinking figures live in `tokens` (shared by every adapter's normalize).
     client_timing = staticmethod(tokens.client_timing)
 

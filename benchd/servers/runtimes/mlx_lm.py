@@ -126,42 +126,7 @@ class MlxLmAdapter(MlxServerAdapter):
 
     def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
         """Usage from the server; generation rate from the client's stream window; no prompt rate."""
-        prompt_tokens, completion_tokens, cached = self.usage_tokens(result)
-        sources: dict[str, str] = {}
-        reasons: dict[str, str] = {"prompt_tps": NO_PROMPT_TIMING}
-        if prompt_tokens is not None:
-            sources["prompt_tokens"] = "server:usage"
-        else:
-            reasons["prompt_tokens"] = "no usage in the final chunk"
-        gen_tokens = completion_tokens
-        if gen_tokens is not None:
-            sources["gen_tokens"] = "server:usage"
-        else:
-            gen_tokens = result.content_chunks
-            sources["gen_tokens"] = "client:content-chunks"
-        if cached is not None:
-            sources["cached_tokens"] = "server:usage prompt_tokens_details"
-        else:
-            reasons["cached_tokens"] = "mlx_lm.server sent no prompt_tokens_details"
-        client = self.client_timing(result, gen_tokens)
-        sources.update(client.pop("sources"))
-        reasons.update(client.pop("null_reasons"))
-        gen_tps = client["gen_tps_client"]
-        if gen_tps is not None:
-            sources["gen_tps"] = sources["gen_tps_client"]
-        else:
-            reasons["gen_tps"] = f"mlx_lm.server reports no timings, and {reasons['gen_tps_client']}"
-        if spec_configured:
-            drafts = dict.fromkeys(("draft_n", "draft_accepted", "draft_acceptance"), NO_DRAFT_COUNTS)
-        else:
-            drafts = dict.fromkeys(("draft_n", "draft_accepted", "draft_acceptance"), "no spec configured")
-        reasons.update(drafts)
-        return Normalized(
-            prompt_tokens=prompt_tokens,
-            cached_tokens=cached,
-            gen_tokens=gen_tokens,
-            gen_tps=gen_tps,
-            sources=sources,
-            null_reasons=reasons,
-            **client,
-        )
+        return self.normalize_usage(result, spec_configured=spec_configured,
+                                    no_timings="mlx_lm.server reports no timings", no_prompt_rate=NO_PROMPT_TIMING,
+                                    no_cache_details="mlx_lm.server sent no prompt_tokens_details",
+                                    no_draft_counts=NO_DRAFT_COUNTS)

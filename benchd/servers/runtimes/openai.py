@@ -294,33 +294,8 @@ class OpenAIAdapter(RuntimeAdapter):
         and the client's stream window (the generic OpenAI stream)."""
         if result.timings:
             return self.normalize_timings(result, spec_configured=spec_configured)
-        prompt_tokens, completion_tokens, cached = self.usage_tokens(result)
-        sources: dict[str, str] = {}
-        reasons: dict[str, str] = {"prompt_tps": "the server's stream has no timings: the prompt rate is not measurable"}
-        if prompt_tokens is not None:
-            sources["prompt_tokens"] = "server:usage"
-        else:
-            reasons["prompt_tokens"] = "no usage in the final chunk"
-        gen_tokens = completion_tokens
-        if gen_tokens is not None:
-            sources["gen_tokens"] = "server:usage"
-        else:
-            gen_tokens = result.content_chunks
-            sources["gen_tokens"] = "client:content-chunks"
-        if cached is not None:
-            sources["cached_tokens"] = "server:usage prompt_tokens_details"
-        else:
-            reasons["cached_tokens"] = "the server sent no prompt_tokens_details"
-        client = self.client_timing(result, gen_tokens)
-        sources.update(client.pop("sources"))
-        reasons.update(client.pop("null_reasons"))
-        gen_tps = client["gen_tps_client"]
-        if gen_tps is not None:
-            sources["gen_tps"] = sources["gen_tps_client"]
-        else:
-            reasons["gen_tps"] = f"the server sent no timings, and {reasons['gen_tps_client']}"
-        for key in ("draft_n", "draft_accepted", "draft_acceptance"):
-            reasons[key] = "no spec configured" if not spec_configured else "the server reports no draft counts"
-        return Normalized(prompt_tokens=prompt_tokens, cached_tokens=cached, gen_tokens=gen_tokens, gen_tps=gen_tps,
-                          sources=sources, null_reasons=reasons, **client)
+        return self.normalize_usage(result, spec_configured=spec_configured, no_timings="the server sent no timings",
+                                    no_prompt_rate="the server's stream has no timings: the prompt rate is not measurable",
+                                    no_cache_details="the server sent no prompt_tokens_details",
+                                    no_draft_counts="the server reports no draft counts")
 
