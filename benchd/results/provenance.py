@@ -2,7 +2,7 @@
 
 Every value is a plain fact read from the OS or a file, never a guess: when a read fails or the OS
 does not tell, the value is None and `null_reasons[field]` says why. macOS-only readers (sysctl,
-pmset) are isolated: `_sysctl` here, and the power source comes from `benchd.sensors.power.status` (whose pmset parser
+pmset) are isolated: `benchd.sensors.facts.sysctl`, and the power source comes from `benchd.sensors.power.status` (whose pmset parser
 lives in the darwin-only `benchd.sensors.power.darwin` and is tested on committed sample outputs).
 """
 

@@ -2,7 +2,7 @@
 
 Every value is a plain fact read from the OS or a file, never a guess: when a read fails or the OS
 does not tell, the value is None and `null_reasons[field]` says why. macOS-only readers (sysctl,
-pmset) are isolated: `_sysctl` here, and the power source comes from `benchd.sensors.power` (whose pmset
+pmset) are isolated: `sysctl` here, and the power source comes from `benchd.sensors.power` (whose pmset
 parser lives in the darwin-only `benchd.sensors.power.darwin` and is tested on committed sample outputs).
 """
 
@@ -46,7 +46,7 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _sysctl(name: str) -> str | None:
+def sysctl(name: str) -> str | None:
     """macOS only: `sysctl -n name`, None if it fails."""
     try:
         out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5, check=False)
@@ -95,8 +95,8 @@ def collect_machine() -> MachineInfo:
     src.update(cores_logical="psutil.cpu_count", cores_physical="psutil.cpu_count", memory_bytes="psutil.virtual_memory")
     if sys.platform == "darwin":
         info.os, info.os_version = "macOS", platform.mac_ver()[0] or None
-        info.hardware_model = _sysctl("hw.model")
-        info.chip = info.cpu_model = _sysctl("machdep.cpu.brand_string")
+        info.hardware_model = sysctl("hw.model")
+        info.chip = info.cpu_model = sysctl("machdep.cpu.brand_string")
         src.update(hardware_model="sysctl hw.model", chip="sysctl machdep.cpu.brand_string",
                    cpu_model="sysctl machdep.cpu.brand_string", os_version="platform.mac_ver")
     elif sys.platform.startswith("linux"):

@@ -9,13 +9,14 @@ Reasons and facts: docs/measuring.md#memory-budget.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from benchd.sensors.facts import sysctl
 
 #: Share of physical memory the resident servers may take together.
 BUDGET_FRACTION = 0.60
@@ -47,15 +48,7 @@ def linux_physical(read: Callable[[], str] = lambda: Path("/proc/meminfo").read_
     return None
 
 
-def _sysctl(name: str) -> str | None:
-    try:
-        out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (out.stdout.strip() or None) if out.returncode == 0 else None
-
-
-def darwin_limits(sysctl: Callable[[str], str | None] = _sysctl) -> tuple[int | None, int | None]:
+def darwin_limits(sysctl: Callable[[str], str | None] = sysctl) -> tuple[int | None, int | None]:
     """(physical bytes from hw.memsize, GPU wired limit bytes from iogpu.wired_limit_mb or None when
     unset/0/unreadable)."""
     mem = sysctl("hw.memsize")
