@@ -120,15 +120,18 @@ def _share_name(share: float) -> str:
     return {0.0: "draft-identical", 1.0: "draft-unrelated"}.get(share, f"draft-changed-{round(share * 100)}")
 
 
+def _script_of(s: dict[str, Any]) -> Script:
+    """The manifest's `script` record as a `Script`."""
+    return Script(reasoning_ids=tuple(s["reasoning_ids"]), answer_ids=tuple(s["answer_ids"]),
+                  think_open_id=s["think_open_id"], think_close_id=s["think_close_id"],
+                  paragraph_id=s["paragraph_id"], eos_id=s["eos_id"])
+
+
 def load_scripted(root: Path) -> ScriptedModels:
     """The scripted set in `root` (must be complete: its manifest is written last)."""
     m: dict[str, Any] = json.loads((root / "manifest.json").read_text())
     s = m["script"]
-    script = Script(
-        reasoning_ids=tuple(s["reasoning_ids"]), answer_ids=tuple(s["answer_ids"]),
-        think_open_id=s["think_open_id"], think_close_id=s["think_close_id"], paragraph_id=s["paragraph_id"],
-        eos_id=s["eos_id"],
-    )
+    script = _script_of(s)
     return ScriptedModels(
         root=root, size=m["size"], seed=m["seed"], reasoning_tokens=m["reasoning_tokens"], answer_tokens=m["answer_tokens"],
         n_ctx=m["n_ctx"], target=root / m["target"], mlx_dir=root / "mlx",
@@ -273,11 +276,7 @@ def tool_script(variant: str, seed: int) -> Script:
 def _load_tool(root: Path) -> ToolScriptedModels:
     m: dict[str, Any] = json.loads((root / "manifest.json").read_text())
     s = m["script"]
-    script = Script(
-        reasoning_ids=tuple(s["reasoning_ids"]), answer_ids=tuple(s["answer_ids"]),
-        think_open_id=s["think_open_id"], think_close_id=s["think_close_id"], paragraph_id=s["paragraph_id"],
-        eos_id=s["eos_id"],
-    )
+    script = _script_of(s)
     return ToolScriptedModels(root=root, variant=m["variant"], seed=m["seed"], target=root / m["target"],
                               mlx_dir=root / "mlx", script=script, answer_text=s["answer_text"], n_vocab=m["n_vocab"])
 
