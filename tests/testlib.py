@@ -10,6 +10,7 @@ found through psutil before the kill, since servers live in their own sessions).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,6 +31,22 @@ from benchctl.client import Client, Unreachable
 
 BENCHD = [sys.executable, "-m", "benchd"]
 BENCHCTL = [sys.executable, "-m", "benchctl"]
+
+
+@contextlib.asynccontextmanager
+async def loopback_app(app: Any) -> AsyncIterator[str]:
+    """Serve an aiohttp `web.Application` (a test's double) on 127.0.0.1 at a free port; yields its base URL."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testlib import loopback_app
 
 from benchd.config import Config
 from benchd.engine import parallel
@@ -143,15 +144,8 @@ async def dropping_proxy(upstream: str) -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", forward)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with loopback_app(app) as url:
+        yield url
 
 
 def test_a_dropped_stream_fails_its_row_and_the_other_stands(tiny_models: Any, cache_dir: Path, tmp_path: Path) -> None:

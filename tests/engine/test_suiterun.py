@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from testlib import loopback_app
 
 from benchd.config import Config
 from benchd.engine import suiterun, suites
@@ -114,14 +115,9 @@ async def double() -> AsyncIterator[dict[str, Any]]:
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    state["url"] = f"http://127.0.0.1:{port}"
-    yield state
-    await runner.cleanup()
+    async with loopback_app(app) as url:
+        state["url"] = url
+        yield state
 
 
 async def test_server_errors_mid_suite_are_rows_and_the_suite_goes_on(double: dict[str, Any], eval_suites: Path,

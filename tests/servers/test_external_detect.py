@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 from aiohttp import web
+from testlib import loopback_app
 
 from benchd.engine.sweepcheck import external_problems
 from benchd.schemas import Candidate
@@ -32,15 +33,8 @@ async def _double(routes: dict[tuple[str, str], Any]) -> AsyncIterator[str]:
         async def handler(request: web.Request, doc: Any = doc) -> web.Response:
             return web.json_response(doc)
         app.router.add_route(method, path, handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with loopback_app(app) as url:
+        yield url
 
 
 @pytest.fixture
@@ -140,16 +134,9 @@ async def test_api_key_is_sent_and_never_recorded(monkeypatch: pytest.MonkeyPatc
 
     app = web.Application()
     app.router.add_get("/v1/models", models)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        c = cand(url=f"http://127.0.0.1:{port}", api_key_env="BENCHD_TEST_KEY")
+    async with loopback_app(app) as url:
+        c = cand(url=url, api_key_env="BENCHD_TEST_KEY")
         found = await detect(c)
-    finally:
-        await runner.cleanup()
     assert found.kind == "OpenAI-compatible, unknown" and seen and set(seen) == {"Bearer sekrit-123"}
     assert b"sekrit" not in msgspec.json.encode(found) + msgspec.json.encode(c)
     from benchd.servers.runtimes import get_adapter
