@@ -73,7 +73,7 @@ def test_llama_server_external_beside_owned(run_daemon: Any, llama_external: str
     pid = _pid_on(_port(llama_external))
     f = tmp_path / "sweep.toml"
     f.write_text(
-        f'name = "ext"\ncontexts = [64, 1024]\ngen_tokens = 16\nprobes = 6\nwarmup = 1\n{COOL}'
+        f'name = "ext"\ncontexts = [64, 1024]\ngen_tokens = 16\nprobes = 6\nwarmup = 1\neval_tier = "smoke"\n{COOL}'
         '[session]\nturns = 2\nappend_tokens = 32\ngen_tokens = 8\n'
         f'[[candidates]]\nid = "own"\nruntime = "llama-server"\nmodel = "{tiny_models.target}"\nbinary = "{llama_server_bin}"\n'
         f'[[candidates]]\nid = "ext"\nruntime = "openai"\nurl = "{llama_external}"\nrequest_model = "tiny"\npid = {pid}\n'
@@ -113,6 +113,13 @@ def test_llama_server_external_beside_owned(run_daemon: Any, llama_external: str
     turns = [r for r in rows if r["candidate"] == "ext" and r["kind"] == "session"]
     assert [r["status"] for r in turns if r["context"] == 64] == ["ok", "ok"], [r["error"] for r in turns]
     assert all("one slot holds 512" in r["error"] for r in turns if r["context"] == 1024)
+    # the eval tier ran on the external server like on the owned one: every task answered by the server
+    from benchd.engine.evals import SMOKE
+
+    for cid in ("own", "ext"):
+        done = [e for e in rb["evals"] if e["candidate"] == cid and e["tier"] == "smoke"]
+        assert sorted(e["task"] for e in done) == sorted(t.id for t in SMOKE), done
+        assert not [e for e in done if (e["detail"] or "").startswith(("HTTP", "request failed", "no answer"))], done
     sd = ("--state-dir", str(d.state_dir))
     md = d.benchctl("export", rb["id"], "--format", "llama-bench-md", *sd).stdout
     assert "| tiny [ext] " in md and "build: null" not in md, md  # an external llama-server is a llama.cpp build
