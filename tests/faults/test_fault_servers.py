@@ -35,7 +35,8 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 TERMINAL = ("job_finished", "job_failed", "job_cancelled")
 
 
-def wait_end(d: Any, job: str, timeout: float = 240) -> list[dict[str, Any]]:
+def wait_end(d: Any, job: str, timeout: float = 900) -> list[dict[str, Any]]:
+    """The job's events once it ended; `timeout` is a hang guard (3,000-token probes crawl under `make test-stress`)."""
     wait_until(lambda: read_events(d.state_dir, job)[-1]["type"] in TERMINAL, timeout=timeout, interval=0.2,
                what=f"job {job} to end")
     return read_events(d.state_dir, job)
