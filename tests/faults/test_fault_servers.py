@@ -76,8 +76,10 @@ def test_server_killed_mid_probe_gives_a_failed_row_and_the_sweep_goes_on(
         run_daemon, tiny_models, llama_server_bin) -> None:  # type: ignore[no-untyped-def]
     d = run_daemon()
     tag = f"srvkill-{os.getpid()}"
+    # 3,000 tokens so the kill 0.4 s in lands mid-stream on a quiet machine; the probe timeout is a hang
+    # guard (under `make test-stress` the two later probes stream ~25 tok/s and take ~2 min each)
     doc = sweep_doc(tiny_models.target, contexts=[64], gen_tokens=3000, probes=3, binary=llama_server_bin,
-                    tag=tag, probe_timeout_s=120)
+                    tag=tag, probe_timeout_s=600)
     job = d.client().submit(doc)["id"]
     pid = hit_server_on_probe(d, job, signal.SIGKILL, 0.4)
     evs = wait_end(d, job)
