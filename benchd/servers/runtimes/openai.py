@@ -2,8 +2,8 @@
 
 benchd never spawns, restarts or stops it: one server serves every context, its args, environment and
 start-up are unknown (null with the reason in each row), and its memory is sampled only through the
-candidate's `pid`. What answers is detected from the endpoints each kind exposes (read from their
-sources on this machine):
+candidate's `pid`. What answers is detected from the endpoints each kind exposes (`detect`; which
+endpoint tells which kind, read from their sources: docs/runtimes.md#external-servers).
 
 Where the detected kind is one benchd also runs, the requests that depend on the kind (token counts,
 chat-template rendering, EOS suppression, the session cache switch) go through that runtime's adapter;
@@ -96,7 +96,7 @@ def _model_ids(doc: Any) -> list[str]:
 
 
 async def detect(candidate: Candidate) -> ExternalServer:
-    """What answers at the candidate's `url` (see the module docstring for each kind's endpoints).
+    """What answers at the candidate's `url` (each kind's endpoints: docs/runtimes.md#external-servers).
     Raises `aiohttp.ClientError` / `TimeoutError` when nothing answers, `RuntimeError` when something
     answers but not like an OpenAI-compatible server."""
     assert candidate.url is not None
