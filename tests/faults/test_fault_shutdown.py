@@ -28,7 +28,7 @@ def test_sigterm_exits_fast_leaves_nothing_and_resumes(run_daemon, tiny_models, 
     tag = f"term-{phase}-{os.getpid()}"
     d = run_daemon()
     doc = sweep_doc(tiny_models.target, contexts=[64], probes=2, binary=llama_server_bin, tag=tag,
-                    probe_timeout_s=120, name=f"term-{phase}", **shape)
+                    probe_timeout_s=600, name=f"term-{phase}", **shape)  # a hang guard: see the resume below
     job = d.client().submit(doc)["id"]
     f = Follower(d.socket, job)
     try:
@@ -53,7 +53,8 @@ def test_sigterm_exits_fast_leaves_nothing_and_resumes(run_daemon, tiny_models, 
     # the next daemon resumes it first and runs it to the end
     d2 = run_daemon()
     wait_until(lambda: read_events(d2.state_dir, job)[-1]["type"] in ("job_finished", "job_failed", "job_cancelled"),
-               timeout=180, interval=0.2, what="the resumed job to end")
+               timeout=900, interval=0.2, what="the resumed job to end")  # a hang guard: 3,000-token probes
+    # stream ~25 tok/s under `make test-stress` (at 180 s / a 120 s probe timeout they ran out there)
     evs = read_events(d2.state_dir, job)
     types = [e["type"] for e in evs]
     assert types[-1] == "job_finished" and "job_resumed" in types[types.index("job_interrupted"):]
