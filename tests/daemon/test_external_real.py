@@ -8,12 +8,12 @@ import json
 import os
 import signal
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from testlib import wait_until
 
 from benchd.results.comparison import compare_axis
 
@@ -44,10 +44,7 @@ def llama_external(server_factory: Any, tiny_models: Any) -> Iterator[str]:
 
 
 def _runbook(d: Any, job: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 120
-    while not (rid := d.client().job(job)["runbook_id"]) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert rid, d.client().job(job)
+    rid = wait_until(lambda: d.client().job(job)["runbook_id"], timeout=120, interval=0.2, what="the runbook")
     return d.client().request("GET", f"/v1/runbooks/{rid}")  # type: ignore[no-any-return]
 
 
@@ -207,10 +204,8 @@ def test_server_killed_mid_sweep(run_daemon: Any, server_factory: Any, tiny_mode
             f'[[candidates]]\nid = "own"\nruntime = "llama-server"\nmodel = "{tiny_models.target}"\n'
             f'binary = "{llama_server_bin}"\n')
         job = d.client().submit(_sweep_json(d, f))["id"]
-        deadline = time.monotonic() + 300
-        while not any(r["candidate"] == "ext" for r in _rows(d, job)):
-            assert time.monotonic() < deadline, d.client().job(job)
-            time.sleep(0.1)
+        wait_until(lambda: any(r["candidate"] == "ext" for r in _rows(d, job)), timeout=300, interval=0.1,
+                   what="the external candidate's first row")
         os.killpg(pid, signal.SIGKILL)
         rb = _runbook(d, job)
     rows = _rows(d, job)
