@@ -94,7 +94,8 @@ def test_fake_rapl_sweep_carries_j_per_token_and_the_pareto_uses_it(
     assert rb.provenance.energy.available and rb.provenance.energy.source == src
     assert "not the server alone" in str(rb.provenance.energy.scope)
     probes = [r for r in rb.rows if r.kind == "probe"]
-    assert len(probes) == 4 and all(r.status == "ok" for r in probes)
+    assert len(probes) == 4 and all(r.status == "ok" for r in probes), [
+        (r.candidate, r.round, r.status, r.error, r.invalidated) for r in probes]
     measured = [r for r in probes if r.j_per_gen_token is not None]
     for r in probes:
         if r.j_per_gen_token is None:
