@@ -34,8 +34,8 @@ def _sweep(model: Path) -> Sweep:
         name="energy", contexts=[256], gen_tokens=GEN, probes=2, warmup=1, eval_tier="none",
         sustained=Sustained(tokens=256, window=64),
         cooldown=Cooldown(policy="fixed", seconds=1, max_seconds=1),  # 1 s: long enough for an idle baseline
-        # both servers single-threaded: on 2 cores beside `make test-stress`'s hogs, a 2-thread server waits
-        # at ggml's thread barriers on every graph node and the medium model streamed ~0.6 tok/s (timeouts)
+        # both servers single-threaded: on 2 cores beside `make test-stress`'s hogs a 2-thread server streamed
+        # the medium model at ~0.6 tok/s and timed out
         candidates=[Candidate(id="llama-t1", runtime="llama-server", model=str(model), args=["-t", "1"]),
                     Candidate(id="llama-ub128", runtime="llama-server", model=str(model),
                               args=["-t", "1", "-ub", "128"])],
