@@ -40,7 +40,8 @@ from benchd.config import Config
 from benchd.engine.metrics import median_ci
 from benchd.engine.scheduler import run_job
 from benchd.results.axes import AXES
-from benchd.results.comparison import compare_axis, compare_rows
+from benchd.results.comparison import compare_rows
+from benchd.results.pareto import stop_verdict
 from benchd.results.ranktests import mann_whitney_min_p, mann_whitney_p
 from benchd.schemas import Cooldown, Row, Sustained, Sweep
 from benchd.store import Store
@@ -70,7 +71,7 @@ def run(sweep: Sweep, state: Path) -> tuple[list[Row], float, str]:
     try:
         job, _ = store.create_job(sweep)
         t0 = time.monotonic()
-        asyncio.run(run_job(job.id, sweep, store, config, lambda e: None, judge=compare_axis))
+        asyncio.run(run_job(job.id, sweep, store, config, lambda e: None, judge=stop_verdict))
         wall = time.monotonic() - t0
         order = next((str(e.payload["order"]) for e in store.events(job.id) if e.type == "design_chosen"), "sequential")
         return store.rows(job.id), wall, order

@@ -45,11 +45,11 @@ def parse_time(value: str) -> datetime:
 
 def _load_engine() -> RunJob:
     # The sweep engine, imported when the first job starts: the daemon answers its socket sooner. Its
-    # pair stop rule judges with the results stage's one comparison function.
+    # pair stop rule judges as the results stage's Pareto view does (its one comparison, at its α).
     from benchd.engine.scheduler import run_job
-    from benchd.results.comparison import compare_axis
+    from benchd.results.pareto import stop_verdict
 
-    return functools.partial(run_job, judge=compare_axis)
+    return functools.partial(run_job, judge=stop_verdict)
 
 
 @contextlib.asynccontextmanager

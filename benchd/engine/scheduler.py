@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -61,15 +60,16 @@ STOP_GRACE_S = 1.5
 #: The KV estimate of the fit check before servers start side by side: an 8B-class GQA model's fp16
 #: KV cache (32 layers x 8 KV heads x 128 dims x K and V x 2 bytes) per token of the server's context.
 KV_BYTES_PER_TOKEN = 128 * 1024
+
 #: Metrics where lower is better (the pair rule's direction).
 LOWER_IS_BETTER = frozenset({"ttft_ms", "e2e_ms"})
 
 T = TypeVar("T")
 
 
-#: The results stage's comparison function (benchd.results.comparison.compare_axis: a, b, *, axis, better,
-#: paired -> a verdict with `.verdict`), injected by the daemon so the pair stop rule asks the question
-#: the report answers (the engine stage cannot import the results stage).
+#: The results stage's pair verdict for the stop rule (benchd.results.pareto.stop_verdict: rows_a, rows_b, *,
+#: metric, better, order, margin_pct -> a verdict with `.verdict`), injected by the daemon so the stop rule asks the
+#: question the Pareto view answers, at its α (the engine stage cannot import the results stage).
 PairJudge = Callable[..., Any]
 #: The events every probe writes (its row is in the rows table): a scan for server starts skips them.
 PROBE_EVENTS = ("probe_started", "probe_finished", "cooldown_started", "cooldown_finished", "cell_finished")
@@ -326,7 +326,8 @@ class Engine:
 
         A fixed count ends when every candidate's cell has its probes; `probes = "auto"` with more than
         one candidate ends, after `min` rounds, once every pair's verdict on the plan's metric is
-        resolved (different or tied: the comparison of the rounds' paired values, or block medians),
+        resolved (different or tied: the comparison of the rounds' paired values, or block medians, at
+        the α the Pareto view gives each axis),
         or at `max`; a single candidate keeps the CI-width stop of its cell."""
         active = [c for c in cands if self.active(c, context)]
         rplan = round_plan(self.sweep, order)
@@ -349,32 +350,29 @@ class Engine:
         return None
 
     def pair_verdicts(self, context: int, cands: list[Candidate], order: str) -> list[tuple[str, str, Any]]:
-        """Each pair's paired comparison on the plan's metric over the rounds both have a value in."""
+        """Each pair's verdict on the plan's metric from the judge, given the pair's valid probe rows of
+        the context (ok, full length, not invalidated, in a round); empty until every pair shares two rounds."""
         assert self.judge is not None
-        per = {c.id: self.round_values(c.id, context, order) for c in cands}
+        per = {c.id: self.round_rows(c.id, context) for c in cands}
         out = []
         for i, a in enumerate(cands):
             for b in cands[i + 1:]:
-                both = sorted(set(per[a.id]) & set(per[b.id]))
-                if len(both) < 2:
+                if len({r.round for r in per[a.id]} & {r.round for r in per[b.id]}) < 2:
                     return []
                 try:
-                    v = self.judge([per[a.id][r] for r in both], [per[b.id][r] for r in both], axis=self.plan.metric,
+                    v = self.judge(per[a.id], per[b.id], metric=self.plan.metric, order=order,
                                    better="lower" if self.plan.metric in LOWER_IS_BETTER else "higher",
-                                   margin_pct=self.plan.target_ci_pct, paired=True)
+                                   margin_pct=self.plan.target_ci_pct)
                 except ValueError:
                     return []
                 out.append((a.id, b.id, v))
         return out
 
-    def round_values(self, cand: str, context: int, order: str) -> dict[int, float]:
-        """round -> the candidate's value of the metric in that round (blocked: the block's median)."""
-        by_round: dict[int, list[float]] = {}
-        for r in self.book.rows(cand, context):
-            v = getattr(r, self.plan.metric, None)
-            if r.round is not None and r.status == "ok" and r.invalidated is None and not r.short and v:
-                by_round.setdefault(r.round, []).append(float(v))
-        return {k: statistics.median(vs) for k, vs in by_round.items()}
+    def round_rows(self, cand: str, context: int) -> list[Row]:
+        """The candidate's probe rows of the context that the stop rule compares."""
+        return [r for r in self.book.rows(cand, context)
+                if r.round is not None and r.status == "ok" and r.invalidated is None and not r.short
+                and getattr(r, self.plan.metric, None)]
 
     def cell_stop_text(self, cand: Candidate, context: int) -> str:
         v = verdict.cell_verdict(self.book.rows(cand.id, context), self.plan)
@@ -1047,5 +1045,5 @@ def external_row(row: Row, cand: Candidate) -> Row:
 async def run_job(job_id: str, sweep: Sweep, store: Store, config: Config, notify: Callable[[Event], None],
                   *, judge: PairJudge | None = None) -> JobOutcome:
     """Run (or resume: rows already stored are skipped) one sweep to its end. `judge`: the comparison
-    function of the pair stop rule (the daemon passes benchd.results.comparison.compare_axis)."""
+    function of the pair stop rule (the daemon passes benchd.results.pareto.stop_verdict)."""
     return await Engine(job_id, sweep, store, config, notify, judge=judge).run()

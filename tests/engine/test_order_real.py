@@ -19,7 +19,7 @@ import pytest
 from benchd.config import Config
 from benchd.engine.plan import job_seed, round_order
 from benchd.engine.scheduler import run_job
-from benchd.results.comparison import compare_axis
+from benchd.results.pareto import stop_verdict
 from benchd.results.runbook import build_runbook
 from benchd.schemas import Candidate, Cooldown, Event, Runbook, Sustained, Sweep
 from benchd.sensors.memory.budget import ENV_BUDGET
@@ -51,7 +51,7 @@ def _run(tmp: Path, cache_dir: Path, sweep: Sweep,
             on_event(e)
 
     try:
-        asyncio.run(run_job(job.id, sweep, store, config, notify, judge=compare_axis))
+        asyncio.run(run_job(job.id, sweep, store, config, notify, judge=stop_verdict))
         return build_runbook(config, store, job.id), events
     finally:
         store.close()
@@ -125,11 +125,10 @@ def test_auto_rounds_stop_where_the_rows_resolve_every_pair(tiny_models: Any, ca
     ok = [r for r in rb.rows if r.kind == "probe" and r.status == "ok" and not r.short]
 
     def verdict_after(k: int) -> str:
-        by = {c: {r.round: float(r.gen_tps) for r in ok if r.candidate == c and r.round is not None and r.round < k
-                  and r.gen_tps} for c in ("small", "large")}
-        both = sorted(set(by["small"]) & set(by["large"]))
-        return compare_axis([by["small"][x] for x in both], [by["large"][x] for x in both], axis="gen_tps",
-                            better="higher", margin_pct=plan.target_ci_pct, paired=True).verdict
+        by = {c: [r for r in ok if r.candidate == c and r.round is not None and r.round < k and r.gen_tps]
+              for c in ("small", "large")}
+        return stop_verdict(by["small"], by["large"], metric="gen_tps", better="higher", order="interleaved",
+                            margin_pct=plan.target_ci_pct).verdict
 
     print(f"\n[auto] {stop}")
     assert plan.min <= stop.rounds <= plan.max

@@ -53,7 +53,7 @@ def _sweep(cands: list[Candidate], **kw: Any) -> Sweep:
 
 
 def _run(tmp: Path, cache_dir: Path, sweep: Sweep, on_event: Any = None) -> tuple[Runbook, list[Event]]:
-    from benchd.results.comparison import compare_axis
+    from benchd.results.pareto import stop_verdict
 
     config = Config.resolve(state_dir=tmp, cache_dir=cache_dir)
     config.state_dir.mkdir(parents=True, exist_ok=True)
@@ -67,7 +67,7 @@ def _run(tmp: Path, cache_dir: Path, sweep: Sweep, on_event: Any = None) -> tupl
             on_event(e)
 
     try:
-        asyncio.run(run_job(job.id, sweep, store, config, notify, judge=compare_axis))
+        asyncio.run(run_job(job.id, sweep, store, config, notify, judge=stop_verdict))
         return build_runbook(config, store, job.id), events
     finally:
         store.close()
