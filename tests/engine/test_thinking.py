@@ -100,32 +100,50 @@ def test_reasoning_is_measured(thinking_runs: dict[str, Any], scripted_models: A
         assert n.thinking == "on"
         assert n.ttft_ms is not None and n.ttfat_ms is not None and n.ttft_ms <= n.ttfat_ms  # same read when bunched
         assert r.first_content == r.chunk_times[0] and r.first_answer == r.chunk_times[k]
-        assert "outside: the opening think tag" in n.sources["gen_tps_client"]
+        if n.gen_tps_client is None:  # a starved client read the stream at once: benchd names the reads
+            assert "socket read(s)" in n.null_reasons["gen_tps_client"], n.null_reasons
+        else:
+            assert "outside: the opening think tag" in n.sources["gen_tps_client"]
 
 
 def test_llama_ttft_follows_the_servers_prompt_timing(thinking_runs: dict[str, Any]) -> None:
     """The first token chunk (reasoning) arrives right after the server's prompt processing: TTFT minus
     the server's `prompt_ms` is two decode steps (`<think>`, the first reasoning token) plus HTTP, a
-    small share of the K + 2 steps to the first answer token (a ratio: absolute times vary with load)."""
+    small share of the K + 2 steps to the first answer token (a ratio: absolute times vary with load).
+    A run whose first reasoning and first answer tokens came in one socket read (a starved client) cannot
+    tell them apart and is left out; benchd's TTFT is then the read's time for both."""
     gaps, answer_gaps = [], []
     for r, n in thinking_runs["llama-server"]["on"]:
         prompt_ms = (r.timings or {})["prompt_ms"]
+        assert n.ttft_ms is not None and n.ttfat_ms is not None and n.ttft_ms - prompt_ms >= 0
+        if r.first_content == r.first_answer:
+            assert n.ttft_ms == n.ttfat_ms
+            continue
         gaps.append(n.ttft_ms - prompt_ms)
         answer_gaps.append(n.ttfat_ms - prompt_ms)
-    assert statistics.median(gaps) >= 0
-    assert statistics.median(gaps) < 0.5 * statistics.median(answer_gaps), (gaps, answer_gaps)
+    assert not gaps or statistics.median(gaps) < 0.5 * statistics.median(answer_gaps), (gaps, answer_gaps)
 
 
 @pytest.mark.parametrize("runtime", ["llama-server", "mlx_vlm.server"])
 def test_client_window_agrees_with_the_servers_rate(thinking_runs: dict[str, Any], runtime: str) -> None:
-    ratios = [n.gen_tps_client / n.gen_tps for _, n in thinking_runs[runtime]["on"]]
-    assert statistics.median(ratios) == pytest.approx(1.0, abs=0.02), ratios
+    """Where the client read the stream as it came (its window not flagged bunched, nor null with its
+    reads named), the client's window rate is the server's within 2 %."""
+    runs = [n for _, n in thinking_runs[runtime]["on"]]
+    ratios = [n.gen_tps_client / n.gen_tps for n in runs
+              if n.gen_tps_client is not None and "(bunched" not in n.sources["gen_tps_client"]]
+    for n in runs:
+        if n.gen_tps_client is None:
+            assert "socket read(s)" in n.null_reasons["gen_tps_client"], n.null_reasons
+    assert not ratios or statistics.median(ratios) == pytest.approx(1.0, abs=0.02), ratios
 
 
 def test_mlx_lm_rate_is_tokens_inside_the_window(thinking_runs: dict[str, Any]) -> None:
     """mlx_lm reports no timing: gen_tps is (N - 1) over the first-to-last chunk window, N counting the
     tokens inside it (256 minus the opening tag before the first chunk)."""
     for r, n in thinking_runs["mlx_lm.server"]["on"]:
+        if n.gen_tps is None:  # a starved client read the stream at once: benchd names the reads
+            assert "socket read(s)" in n.null_reasons["gen_tps"], n.null_reasons
+            continue
         assert n.sources["gen_tps"].startswith("client:stream-window (255 of 256 tokens inside")
         if r.arrivals == r.content_chunks:  # unbunched: the plain window applies exactly
             assert n.gen_tps == pytest.approx((255 - 1) / (r.chunk_times[-1] - r.chunk_times[0]), rel=1e-9)
