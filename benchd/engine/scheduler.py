@@ -60,7 +60,6 @@ STOP_GRACE_S = 1.5
 #: The KV estimate of the fit check before servers start side by side: an 8B-class GQA model's fp16
 #: KV cache (32 layers x 8 KV heads x 128 dims x K and V x 2 bytes) per token of the server's context.
 KV_BYTES_PER_TOKEN = 128 * 1024
-
 #: Metrics where lower is better (the pair rule's direction).
 LOWER_IS_BETTER = frozenset({"ttft_ms", "e2e_ms"})
 
