@@ -99,7 +99,8 @@ def test_llama_rates_come_from_server_timings(full_sweep: dict[str, Any]) -> Non
             "stream window" in r.null_reasons["gen_tps_client"]
         )
         assert r.mem_peak_bytes and r.mem_peak_bytes > 1_000_000 and r.mem_source == "kernel:VmHWM"
-        assert r.sources["mem_load_mode"] == "load mode auto (default: mmap unless a device cannot)"
+        assert r.sources["mem_load_mode"].startswith("load mode auto (default: mmap unless a device cannot); ")
+        assert "--cache-ram 0 MiB" in r.sources["mem_load_mode"]
         # The axis's components, each with its source (issue 14): anon peak, VmHWM, and the mapped GGUF.
         assert r.mem_resident_peak_bytes == r.mem_peak_bytes and r.sources["mem_resident_peak_bytes"] == "kernel:VmHWM"
         assert r.mem_footprint_peak_bytes and r.sources["mem_footprint_peak_bytes"].startswith("kernel:RssAnon (sampled max)")

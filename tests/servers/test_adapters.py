@@ -110,7 +110,28 @@ def test_reserved_args_are_rejected_naming_the_field(runtime: str, arg: str, hin
 def test_llama_load_mode_note(args: list[str], env: dict[str, str], note: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 14, finding 5: the default is `auto` (not "mmap (default)") and `-lm` is the same flag."""
     monkeypatch.delenv("LLAMA_ARG_LOAD_MODE", raising=False)
-    assert get_adapter("llama-server").memory_note(cand(args=args, env=env)) == note
+    got = get_adapter("llama-server").memory_note(cand(args=args, env=env))
+    assert got is not None and got.split("; ")[0] == note
+    assert "--cache-ram 0 MiB" in got  # the cold probes' host-RAM prompt cache, off (issue 40)
+
+
+def test_llama_cold_starts_have_no_host_ram_prompt_cache_and_sessions_do() -> None:
+    """Issue 40: cold probes run with `--cache-ram 0` (finished slots' states would grow the memory peak
+    probe after probe); a session gets a start of its own with the build's default; the flag is benchd's."""
+    a = get_adapter("llama-server")
+    c = cand()
+    argv = a.argv(c, command=["x"], port=1, ctx_size=512)
+    assert argv[argv.index("--cache-ram") + 1] == "0"
+    start = a.session_start(c)
+    assert start.own_start and start.candidate.args[-2:] == ["--cache-ram", "8192"]
+    session_argv = a.argv(start.candidate, command=["x"], port=1, ctx_size=512)
+    assert session_argv.count("--cache-ram") == 1 and session_argv[-2:] == ["--cache-ram", "8192"]
+    assert "--cache-ram 8192" in start.notes and "cold probes run with --cache-ram 0" in start.notes
+    for args, env, field in ((["--cache-ram", "64"], {}, "args[0]"), (["-cram=64"], {}, "args[0]"),
+                             ([], {"LLAMA_ARG_CACHE_RAM": "64"}, "env.LLAMA_ARG_CACHE_RAM")):
+        errors = a.validate(cand(args=args, env=env))
+        assert [e.code for e in errors] in (["reserved_arg"], ["reserved_env"]), errors
+        assert errors[0].field is not None and errors[0].field.endswith(field) and "sessions" in errors[0].message
 
 
 def test_llama_reserved_env() -> None:

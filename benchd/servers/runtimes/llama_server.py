@@ -42,6 +42,10 @@ from benchd.servers.runtimes.vision import VisionFacts, mmproj_facts
 SPEC_TYPES: dict[str, str] = {"draft": "draft-simple", "eagle3": "draft-eagle3", "mtp": "draft-mtp"}
 
 _MODEL = "benchd sets it from the candidate's `model`"
+#: `common/common.h` `cache_ram_mib` in the pinned build: the host-RAM prompt cache's size (MiB) by default.
+CACHE_RAM_DEFAULT_MIB = 8192
+_CACHE_RAM = (f"benchd sets it: cold probes run with 0 (no host-RAM prompt cache), sessions with the build's "
+              f"default {CACHE_RAM_DEFAULT_MIB} (docs/runtimes.md#llama-server)")
 _RESERVED: dict[str, str] = {
     "-m": f"use `model` ({_MODEL})",
     "--model": f"use `model` ({_MODEL})",
@@ -66,6 +70,8 @@ _RESERVED: dict[str, str] = {
     "--mmproj": "use `mmproj`",
     "-mmu": "use `mmproj` with a local path (benchd never downloads)",
     "--mmproj-url": "use `mmproj` with a local path (benchd never downloads)",
+    "-cram": _CACHE_RAM,
+    "--cache-ram": _CACHE_RAM,
 }
 _RESERVED_ENV: dict[str, str] = {
     "LLAMA_ARG_HOST": "benchd always binds 127.0.0.1",
@@ -76,12 +82,14 @@ _RESERVED_ENV: dict[str, str] = {
     "LLAMA_ARG_SPEC_TYPE": "use `spec.kind`",
     "LLAMA_ARG_SPEC_DRAFT_N_MAX": "use `spec.draft_max`",
     "LLAMA_ARG_MMPROJ": "use `mmproj`",
+    "LLAMA_ARG_CACHE_RAM": _CACHE_RAM,
 }
 
 
 #: Inherited variables removed before a start (found with getenv in the pinned sources; `environment`).
 ENV_SCRUB = ("LLAMA_", "GGML_", "SPACEMIT_", "OMP_WAIT_POLICY", "ONEAPI_DEVICE_SELECTOR")
 _FIT_FLAGS = ("-fit", "--fit")
+_CACHE_RAM_FLAGS = ("-cram", "--cache-ram")
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 
 
@@ -255,6 +263,8 @@ class LlamaServerAdapter(RuntimeAdapter):
             argv += ["-c", str(ctx_size)]
         if not any(a.split("=", 1)[0] in ("-np", "--parallel") for a in candidate.args):
             argv += ["-np", "1"]
+        if _arg_value(candidate.args, _CACHE_RAM_FLAGS) is None:
+            argv += ["--cache-ram", "0"]  # finished slots' states would pile up in RSS probe after probe
         asked = any(a.split("=", 1)[0] in _FIT_FLAGS for a in candidate.args) or "LLAMA_ARG_FIT" in candidate.env
         if not asked and supports_fit(command[0]):
             argv += ["--fit", "off"]  # builds without --fit do not fit either
@@ -296,7 +306,8 @@ class LlamaServerAdapter(RuntimeAdapter):
         """This build's load mode: `-lm` / `--load-mode` (none|mmap|mlock|mmap+mlock|dio), else the
         candidate's `LLAMA_ARG_LOAD_MODE`, else the default `auto` (mmap unless a device cannot). With mmap
         the weights are file-backed pages: Linux counts them in RSS (RssFile, inside VmHWM); macOS leaves
-        them out of phys_footprint, so the memory axis adds the mapped model files' resident bytes there."""
+        them out of phys_footprint, so the memory axis adds the mapped model files' resident bytes there.
+        Also the host-RAM prompt cache's size (`--cache-ram`, set by benchd), which would hold finished slots."""
         env = {**os.environ, **candidate.env}  # what the server's environment will carry (`environment`)
         mode, how = env.get("LLAMA_ARG_LOAD_MODE", "auto"), "env LLAMA_ARG_LOAD_MODE"
         if "LLAMA_ARG_LOAD_MODE" not in env:
@@ -307,7 +318,9 @@ class LlamaServerAdapter(RuntimeAdapter):
                     mode, how = arg.split("=", 1)[1], flag
                 elif arg == flag and i + 1 < len(candidate.args):
                     mode, how = candidate.args[i + 1], flag
-        return f"load mode {mode} ({how})"
+        ram = _arg_value(candidate.args, _CACHE_RAM_FLAGS) or "0"
+        return (f"load mode {mode} ({how}); host-RAM prompt cache --cache-ram {ram} MiB (benchd; 0 = off, so "
+                "finished probes' states are not kept)")
 
     async def check_ready(self, base_url: str) -> Readiness:
         return await json_health(base_url, self.health_path, ("ok",))
@@ -377,16 +390,13 @@ class LlamaServerAdapter(RuntimeAdapter):
         return "llama-server ended before max_tokens although ignore_eos was sent (context full?)"
 
     def session_start(self, candidate: Candidate) -> SessionStart:
-        """The cold probes' server serves sessions: the cache is a per-request switch (`cache_prompt`)."""
-        ram = _arg_value(candidate.args, ("-cram", "--cache-ram"))
-        if ram is not None:
-            where = f"--cache-ram {ram} MiB (candidate args)"
-        elif "LLAMA_ARG_CACHE_RAM" in candidate.env:
-            where = f"--cache-ram {candidate.env['LLAMA_ARG_CACHE_RAM']} MiB (candidate env LLAMA_ARG_CACHE_RAM)"
-        else:
-            where = "--cache-ram 8192 MiB (the build's default, common/common.h cache_ram_mib)"
-        return SessionStart(candidate, False, f"llama-server cache_prompt: true per request; {where} keeps "
-                                              "idle slots' prompts")
+        """A start of its own with the host-RAM prompt cache at the build's default (cold probes run with
+        `--cache-ram 0`); the cache itself is a per-request switch (`cache_prompt`)."""
+        started = msgspec.structs.replace(candidate, args=[*candidate.args, "--cache-ram", str(CACHE_RAM_DEFAULT_MIB)])
+        return SessionStart(started, True, f"llama-server cache_prompt: true per request; --cache-ram "
+                                           f"{CACHE_RAM_DEFAULT_MIB} MiB (the build's default, common/common.h "
+                                           "cache_ram_mib) keeps idle slots' prompts, a server start of its own: "
+                                           "cold probes run with --cache-ram 0")
 
     def session_fields(self) -> dict[str, Any]:
         return {"cache_prompt": True}
