@@ -15,38 +15,57 @@ import msgspec
 from benchd.errors import BenchdError, from_validation
 from benchd.schemas import Candidate, Sweep
 
-PATH_FIELDS = ("model", "binary")
+PATH_FIELDS = ("model", "binary", "mmproj")
 
 
-def _resolve(value: Any, base: Path) -> Any:
+def resolve_path(value: Any, base: Path, field: str, source: str = "") -> Any:
+    """One path field made absolute: `~` / `~user` expanded, a relative path joined to `base`.
+
+    A value that is not a non-empty string without NUL comes back as it is (the schema and the sweep
+    check report it with its field); an expansion or OS error (`~nobody`, no home directory) is a
+    BenchdError naming the field, never a traceback."""
     if not isinstance(value, str) or not value or "\x00" in value:
-        return value  # the decoder reports the wrong type / empty value with its field
-    p = Path(value).expanduser()
-    if not p.is_absolute():
-        p = base / p
-    return os.path.normpath(p)
+        return value
+    try:
+        p = Path(value).expanduser()
+        if not p.is_absolute():
+            p = base / p
+        return os.path.normpath(p)
+    except (RuntimeError, OSError, ValueError, KeyError) as exc:
+        head = value.split("/", 1)[0]
+        why = f"cannot expand {head!r} (no such user, or no home directory)" if head.startswith("~") else str(exc)
+        prefix = f"{source}: " if source else ""
+        raise BenchdError("bad_path", f"{prefix}{field.removeprefix('$.')} {value!r}: {why}", field) from exc
 
 
-def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Rewrite model/binary/spec.draft_model of every candidate in a raw sweep dict (in place)."""
+def resolve_paths(data: dict[str, Any], base: Path, source: str = "") -> dict[str, Any]:
+    """Rewrite model/binary/mmproj/spec.draft_model of every candidate in a raw sweep dict (in place)."""
     cands = data.get("candidates")
     if not isinstance(cands, list):
         return data
-    for cand in cands:
+    for i, cand in enumerate(cands):
         if not isinstance(cand, dict):
             continue
         for name in PATH_FIELDS:
             if name in cand:
-                cand[name] = _resolve(cand[name], base)
+                cand[name] = resolve_path(cand[name], base, f"$.candidates[{i}].{name}", source)
         spec = cand.get("spec")
         if isinstance(spec, dict) and "draft_model" in spec:
-            spec["draft_model"] = _resolve(spec["draft_model"], base)
+            spec["draft_model"] = resolve_path(spec["draft_model"], base, f"$.candidates[{i}].spec.draft_model",
+                                               source)
     return data
+
+
+def _sweep_path(path: Path | str) -> Path:
+    """The sweep file's own path, `~` expanded through the same resolver (field `sweep`); a relative
+    path stays relative (messages name the file as the user typed it)."""
+    text = str(path)
+    return Path(resolve_path(text, Path.cwd(), "sweep")) if text.startswith("~") else Path(text)
 
 
 def read_sweep_dict(path: Path | str) -> dict[str, Any]:
     """The sweep file as a plain dict, paths resolved (what `submit` sends as JSON)."""
-    p = Path(path).expanduser()
+    p = _sweep_path(path)
     try:
         raw = p.read_bytes()
     except FileNotFoundError as exc:
@@ -61,7 +80,7 @@ def read_sweep_dict(path: Path | str) -> dict[str, Any]:
         raise BenchdError("malformed", f"{p}: not valid TOML: {exc}", None) from exc
     except RecursionError as exc:  # tomllib recurses per nesting level (found by the fault suite's fuzzer)
         raise BenchdError("malformed", f"{p}: arrays or tables nested too deeply", None) from exc
-    return resolve_paths(data, p.absolute().parent)
+    return resolve_paths(data, p.absolute().parent, str(p))
 
 
 def load_sweep(path: Path | str) -> Sweep:
@@ -70,9 +89,9 @@ def load_sweep(path: Path | str) -> Sweep:
     try:
         return msgspec.convert(data, Sweep)
     except msgspec.ValidationError as exc:
-        raise from_validation(exc, str(Path(path).expanduser())) from exc
+        raise from_validation(exc, str(_sweep_path(path))) from exc
     except RecursionError as exc:
-        raise BenchdError("malformed", f"{Path(path).expanduser()}: values nested too deeply", None) from exc
+        raise BenchdError("malformed", f"{_sweep_path(path)}: values nested too deeply", None) from exc
 
 
 #: The smallest valid sweep: each top-level field is checked on its own by putting it into this.

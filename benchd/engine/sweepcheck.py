@@ -3,7 +3,7 @@ candidates beyond its schema (msgspec decodes that).
 
 - `adapter_problems`: the runtime adapter's own checks (reserved args, spec kinds, context size, vision,
   concurrency levels against its slots).
-- `path_problems`: the daemon's rule for paths — model, draft model and binary absolute, no NUL byte
+- `path_problems`: the daemon's rule for paths — model, draft model, binary and mmproj absolute, no NUL byte
   (the daemon has no working directory worth trusting; benchctl resolves paths against the sweep file).
 - `external_problems`: a server benchd does not start (`runtime = "openai"`): `url` http on a loopback
   address, `request_model` given, none of the start fields; `live_problems` / `resolve_external` (submit
@@ -178,7 +178,7 @@ def adapter_problems(cand: Candidate, sweep: Sweep | None) -> list[BenchdError]:
 
 
 def _paths(cand: Candidate) -> list[tuple[str, str | None]]:
-    return [("model", cand.model), ("binary", cand.binary),
+    return [("model", cand.model), ("binary", cand.binary), ("mmproj", cand.mmproj),
             ("spec.draft_model", cand.spec.draft_model if cand.spec else None)]
 
 

@@ -8,7 +8,10 @@ message; never a 5xx, never a 2xx. Afterwards: the daemon is the same process, t
 are the same (`Store.counts()`), no job exists, and no file appeared outside `logs/`.
 
 Volume: `$BENCHD_FUZZ_API` API requests and `$BENCHD_FUZZ_FILES` sweep files (defaults 6,000 each, so a
-CI run tries over 10,000); the seed is the suite's (`$BENCHD_FAULT_SEED`).
+CI run tries over 10,000); the seed is the suite's (`$BENCHD_FAULT_SEED`, printed at the start: set it
+to replay a failure). Every seed that ever failed one of these tests is kept in `FAILED_SEEDS` and run
+again beside the fresh one; a seed replays the same cases only while the strategies below are unchanged,
+so each failure's concrete input is also kept as an explicit case (tests/faults/test_hostile_paths.py).
 """
 
 from __future__ import annotations
@@ -41,6 +44,14 @@ pytestmark = [pytest.mark.slow]
 N_API = int(os.environ.get("BENCHD_FUZZ_API", "6000"))
 N_FILES = int(os.environ.get("BENCHD_FUZZ_FILES", "6000"))
 REPO = Path(__file__).resolve().parents[2]
+
+#: Seeds that failed a fuzz test here (the suite's seed, as printed), with what they found; each runs again.
+FAILED_SEEDS: dict[str, list[int]] = {
+    "api": [],
+    "sweep_file": [
+        1400860991,  # model = "~0": RuntimeError out of Path.expanduser (a `~user` for no such user)
+    ],
+}
 
 VALID_SWEEP: dict[str, Any] = {
     "name": "fuzz", "contexts": [128], "gen_tokens": 4, "probes": 1, "warmup": 0,
@@ -252,7 +263,9 @@ def files_outside_logs(state: Path) -> set[str]:
             if "logs" not in p.relative_to(state).parts and not p.name.startswith("benchd.sqlite3")}
 
 
-def test_api_fuzz_on_the_real_daemon(run_daemon, fault_seed: int) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("replay", [None, *FAILED_SEEDS["api"]], ids=lambda s: f"seed{s}" if s else "fresh")
+def test_api_fuzz_on_the_real_daemon(run_daemon, fault_seed: int, replay: int | None) -> None:  # type: ignore[no-untyped-def]
+    fault_seed = replay or fault_seed
     d = run_daemon()
     http = RawHttp(d.socket)
     # one real job (waiting for 2099) so event cursors and cancel hit an existing job too
@@ -342,10 +355,14 @@ def to_toml(doc: Any) -> str:
     return "".join(f"{json.dumps(str(k))} = {toml_value(v)}\n" for k, v in doc.items() if v is not None)
 
 
-def test_sweep_file_fuzz(tmp_path: Path, fault_seed: int) -> None:
+@pytest.mark.parametrize("replay", [None, *FAILED_SEEDS["sweep_file"]],
+                         ids=lambda s: f"seed{s}" if s else "fresh")
+def test_sweep_file_fuzz(tmp_path: Path, fault_seed: int, replay: int | None) -> None:
     """Generated sweep files (broken TOML, and valid TOML of every invalid mutation above): `load_sweep`
     raises BenchdError naming the file — never another exception — and a file it accepts survives the
-    msgspec round trip the daemon's decoder makes."""
+    msgspec round trip the daemon's decoder makes. `replay`: a seed that failed once (FAILED_SEEDS)."""
+    fault_seed = replay or fault_seed
+    print(f"\n[faults] sweep-file fuzz seed {fault_seed} (replay with BENCHD_FAULT_SEED={fault_seed})")
     path = tmp_path / "sweep.toml"
     counts = {"rejected": 0, "accepted": 0}
 
