@@ -27,6 +27,7 @@ from benchd.schemas import (
     Progress,
     Row,
     Sweep,
+    WhenCondition,
 )
 
 _SCHEMA = """
@@ -80,6 +81,24 @@ _eval_dec = msgspec.json.Decoder(EvalResult)
 _payload_dec = msgspec.json.Decoder(dict[str, Any])
 
 RowKey = tuple[str, int, str, int]  # (candidate, context, kind, probe)
+
+
+class UnreadableJob(BenchdError):
+    """A stored job whose sweep no longer decodes (a tighter schema after an upgrade, a hand-edited
+    store): the queue fails it with this reason and goes on; the stored text is never rewritten."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        super().__init__("unreadable_job", f"job {job_id}: its stored sweep no longer decodes: {reason}", "sweep",
+                         status=409)
+        self.reason = reason
+
+
+def _decode_sweep(raw: Any) -> tuple[Sweep | None, str | None]:
+    """(the sweep, None), or (None, why it does not decode): any stored text, never an exception."""
+    try:
+        return _sweep_dec.decode(raw), None
+    except (msgspec.MsgspecError, ValueError, TypeError, RecursionError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 def utcnow() -> str:
@@ -189,20 +208,46 @@ class Store:
         got = cur.fetchone()
         if got is None:
             raise NotFound("job", job_id)
-        return _sweep_dec.decode(got[0])
+        sweep, why = _decode_sweep(got[0])
+        if sweep is None:
+            raise UnreadableJob(job_id, why or "unknown")
+        return sweep
+
+    def unreadable(self, job_id: str) -> str | None:
+        """Why a stored job cannot run as it was stored (its sweep, `when` or `not_before` no longer
+        decode), or None. The queue asks before it acts on a job."""
+        cur = self._db.execute("SELECT sweep, when_, not_before FROM jobs WHERE id = ?", (job_id,))
+        got = cur.fetchone()
+        if got is None:
+            raise NotFound("job", job_id)
+        _, why = _decode_sweep(got[0])
+        if why is not None:
+            return f"its stored sweep no longer decodes: {why}"
+        try:
+            msgspec.json.decode(got[1], type=list[WhenCondition])
+            if got[2] is not None and datetime.fromisoformat(got[2]).tzinfo is None:
+                raise ValueError("time has no UTC offset")
+        except (msgspec.MsgspecError, ValueError, TypeError, RecursionError) as exc:
+            return f"its stored `when` / `not_before` no longer decode: {type(exc).__name__}: {exc}"
+        return None
 
     def _job_from(self, cur: sqlite3.Cursor, values: tuple[Any, ...], with_sweep: bool) -> Job:
         d = {desc[0]: v for desc, v in zip(cur.description, values, strict=True)}
         done = self.count_rows(d["id"])
-        sweep = _sweep_dec.decode(d["sweep"])
-        total_max = planned_probes(sweep, "max") if sweep.probe_plan().adaptive else None
+        sweep, _ = _decode_sweep(d["sweep"])
+        total_max = planned_probes(sweep, "max") if sweep is not None and sweep.probe_plan().adaptive else None
+        try:
+            when = msgspec.json.decode(d["when_"], type=list[str])
+        except (msgspec.MsgspecError, RecursionError):
+            when = []  # the queue fails the job (`unreadable_job`), whose sweep decodes or not
         return Job(
             id=d["id"], name=d["name"], state=d["state"], created_at=d["created_at"],
-            not_before=d["not_before"], when=msgspec.json.decode(d["when_"]),
+            not_before=d["not_before"], when=when,
             waiting_reason=d["waiting_reason"], started_at=d["started_at"], finished_at=d["finished_at"],
             error=d["error"], runbook_id=d["runbook_id"],
             progress=Progress(done=done, total=d["total"], total_max=total_max),
             sweep=sweep if with_sweep else None,
+            sweep_raw=d["sweep"] if with_sweep and sweep is None else None,
         )
 
     def list_jobs(self, state: str | None = None, limit: int = 50, before: str | None = None) -> JobList:

@@ -174,6 +174,9 @@ class JobQueue:
                 self.store_error = f"{type(exc).__name__}: {exc}"
                 log.error("store error while picking a job: %s", exc)
                 job, delay = None, 5.0
+            except Exception:  # a bug, not a job's fault (`_pick` fails unreadable jobs itself): retry later
+                log.exception("the queue could not pick a job")
+                job, delay = None, 5.0
             if self._stopping:
                 return
             if job is None:
@@ -187,6 +190,9 @@ class JobQueue:
                 self.store_error = f"{type(exc).__name__}: {exc}"
                 log.error("store error while running job %s: %s", job.id, exc)
                 await asyncio.sleep(5.0)
+            except Exception as exc:  # one job never stops the queue: it fails with the reason
+                log.exception("job %s: the queue could not run it", job.id)
+                await self._fail_unrunnable(job.id, f"benchd could not run this job: {type(exc).__name__}: {exc}")
 
     async def _catch_up_runbooks(self) -> None:
         """Write the runbooks a dead daemon owed: it was killed between a job's terminal event and its
@@ -219,12 +225,14 @@ class JobQueue:
 
     async def _pick(self) -> tuple[Job | None, float | None]:
         """The next job to run (interrupted first, then FIFO of the eligible), or how long to sleep."""
-        interrupted = self.store.jobs_in_states("interrupted")
-        if interrupted:
-            return interrupted[0], None
+        for job in self.store.jobs_in_states("interrupted"):
+            if not await self._failed_unreadable(job.id):
+                return job, None
         now = datetime.now(UTC)
         delay: float | None = None
         for job in self.store.jobs_in_states("queued", "waiting"):
+            if await self._failed_unreadable(job.id):
+                continue
             reason: str | None = None
             if job.not_before:
                 at = parse_time(job.not_before)
@@ -241,6 +249,30 @@ class JobQueue:
             if job.state != "waiting" or job.waiting_reason != reason:
                 self.store.update_job(job.id, state="waiting", waiting_reason=reason)
         return None, delay
+
+    async def _failed_unreadable(self, job_id: str) -> bool:
+        """A stored job that no longer decodes is failed with the reason (its text stays in the store,
+        shown as `sweep_raw`), so the queue goes on to the next; True when that happened."""
+        why = self.store.unreadable(job_id)
+        if why is None:
+            return False
+        log.error("job %s: %s; it fails, the queue goes on", job_id, why)
+        await self._fail_unrunnable(job_id, f"{why}; the job cannot run (its stored text is kept: `sweep_raw`)")
+        return True
+
+    async def _fail_unrunnable(self, job_id: str, error: str) -> None:
+        """Fail a job the queue cannot run (no runbook: there is no sweep to write one from)."""
+        try:
+            if self.store.get_job(job_id, with_sweep=False).state in TERMINAL_JOB_STATES:
+                return
+            self._emit(self.store.transition(
+                job_id, "job_failed", {"done": self.store.count_rows(job_id), "error": error},
+                state="failed", finished_at=utcnow(), waiting_reason=None, error=error))
+        except sqlite3.Error as exc:
+            self.store_error = f"{type(exc).__name__}: {exc}"
+            log.error("could not record the failure of job %s: %s", job_id, exc)
+            return
+        await self._ended(job_id, "failed", None)
 
     async def _run_one(self, picked: Job) -> None:
         job_id = picked.id

@@ -53,6 +53,8 @@ class Job(Struct, kw_only=True):
     progress: Progress | None = None
     runbook_id: str | None = None
     sweep: Sweep | None = None
+    #: The stored sweep's text when it no longer decodes (the job then fails with the reason in `error`).
+    sweep_raw: str | None = None
 
 
 class JobList(Struct, kw_only=True):
