@@ -39,7 +39,8 @@ def resolve_path(value: Any, base: Path, field: str, source: str = "") -> Any:
 
 
 def resolve_paths(data: dict[str, Any], base: Path, source: str = "") -> dict[str, Any]:
-    """Rewrite model/binary/mmproj/spec.draft_model of every candidate in a raw sweep dict (in place)."""
+    """Rewrite model/binary/mmproj/spec.draft_model of every candidate in a raw sweep dict (in place), and
+    the draft_model of each `spec` table of its matrix."""
     cands = data.get("candidates")
     if not isinstance(cands, list):
         return data
@@ -49,10 +50,14 @@ def resolve_paths(data: dict[str, Any], base: Path, source: str = "") -> dict[st
         for name in PATH_FIELDS:
             if name in cand:
                 cand[name] = resolve_path(cand[name], base, f"$.candidates[{i}].{name}", source)
-        spec = cand.get("spec")
-        if isinstance(spec, dict) and "draft_model" in spec:
-            spec["draft_model"] = resolve_path(spec["draft_model"], base, f"$.candidates[{i}].spec.draft_model",
-                                               source)
+        matrix = cand.get("matrix")
+        specs = [("spec", cand.get("spec"))]
+        if isinstance(matrix, dict) and isinstance(matrix.get("spec"), list):
+            specs += [(f"matrix.spec[{j}]", x) for j, x in enumerate(matrix["spec"])]
+        for where, spec in specs:
+            if isinstance(spec, dict) and "draft_model" in spec:
+                spec["draft_model"] = resolve_path(spec["draft_model"], base, f"$.candidates[{i}].{where}.draft_model",
+                                                   source)
     return data
 
 

@@ -55,16 +55,24 @@ ASSUMED_STARTUP_S = 10.0
 
 
 def check_sweep(path: str) -> tuple[Any, list[str]]:
-    """Load the file and check each binary and model exists; returns (sweep or None, problems).
+    """Load the file, expand its candidate matrices and check each binary and model exists; returns
+    (the expanded sweep or None, problems). See `check_sweep_matrices`."""
+    sweep, problems, _ = check_sweep_matrices(path)
+    return sweep, problems
+
+
+def check_sweep_matrices(path: str) -> tuple[Any, list[str], list[Any]]:
+    """(the expanded sweep or None, problems, one `matrix.Expansion` per candidate with a matrix).
 
     Every problem found is listed, not the first only: when the file does not decode, each field and
     each candidate is checked on its own, and the candidates that decode still get their path, binary
-    and adapter checks. The sweep is None then (nothing to plan or submit)."""
+    and adapter checks. The sweep is None then (nothing to plan or submit), as it is when a matrix is
+    refused. A matrix's candidates are checked under their base's index in the file."""
     import msgspec
 
     from benchctl.sweepfile import read_sweep_dict, schema_problems
     from benchd.config import Config
-    from benchd.engine.sweepcheck import local_problems
+    from benchd.engine.sweepcheck import expand, local_problems
     from benchd.errors import BenchdError
     from benchd.schemas import Sweep
 
@@ -80,8 +88,44 @@ def check_sweep(path: str) -> tuple[Any, list[str]]:
             problems += [f"{path}: {p}" for p in found]
     except RecursionError as exc:
         raise BenchdError("malformed", f"{path}: values nested too deeply", None) from exc
+    base = Sweep(name="x", contexts=[1], gen_tokens=1, candidates=[c for _, c in candidates] or [])  \
+        if sweep is None and candidates and len({c.id for _, c in candidates}) == len(candidates) else sweep
+    got = expand(base) if base is not None else None
+    matrices = got.matrices if got is not None else []
+    if got is not None and got.problems:
+        problems += [f"{path}: {p.message} (at `{p.field}`)" for p in got.problems]
+        sweep = None
+    elif got is not None:
+        index = {c.id: i for i, c in candidates}
+        candidates = [(index[c.from_matrix.base if c.from_matrix else c.id], c) for c in got.sweep.candidates]
+        sweep = got.sweep if sweep is not None else None
     problems += local_problems(candidates, Config.resolve().cache_dir, sweep)
-    return sweep, problems
+    return sweep, problems, matrices
+
+
+def _matrix_json(matrices: list[Any], sweep: Any = None) -> list[dict[str, Any]]:
+    by_id = {c.id: c for c in sweep.candidates} if sweep is not None else {}
+    return [{"base": m.base, "keys": m.keys, "combinations": m.combinations,
+             "candidates": [{"id": i, "values": by_id[i].from_matrix.values, "args": by_id[i].from_matrix.args}
+                            if i in by_id else {"id": i} for i in m.ids],
+             "left_out": [{"id": i, "why": why} for i, why in m.left_out]} for m in matrices]
+
+
+def _matrix_lines(matrices: list[Any], sweep: Any) -> list[str]:
+    """`validate`'s account of each matrix: the candidates it expanded into (with what each adds) and
+    the combinations left out, with why."""
+    by_id = {c.id: c for c in sweep.candidates}
+    out = []
+    for m in matrices:
+        out.append(f"  matrix {m.base}: {' x '.join(m.keys)} = {m.combinations} combination(s), {len(m.ids)} "
+                   "candidate(s)" + (f", {len(m.left_out)} left out" if m.left_out else ""))
+        for ident in m.ids:
+            point = by_id[ident].from_matrix
+            adds = " ".join(point.args)
+            fields = ", ".join(f"{k} {v}" for k, v in point.values.items() if k in ("spec", "ctx_size"))
+            out.append(f"    {ident:<40} + {'; '.join(x for x in (adds, fields) if x) or '(nothing: every switch off)'}")
+        out += [f"    left out: {ident}: {why}" for ident, why in m.left_out]
+    return out
 
 
 def _external_lines(cand: Any, sweep: Any) -> list[str]:
@@ -244,10 +288,10 @@ def _settings(sweep: Any) -> dict[str, Any]:
 @json_option
 def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) -> None:
     """Check a sweep file (offline) and show its planned cells and an estimated duration."""
-    sweep, problems = check_sweep(sweep_file)
+    sweep, problems, matrices = check_sweep_matrices(sweep_file)
     if sweep is None:
         if as_json:
-            _print_json({"file": sweep_file, "ok": False, "problems": problems})
+            _print_json({"file": sweep_file, "ok": False, "problems": problems, "matrices": _matrix_json(matrices)})
         else:
             click.echo(f"{sweep_file}: {len(problems)} problem(s); nothing planned until they are fixed")
             _print_problems(problems)
@@ -255,7 +299,7 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
     p = plan(sweep, gen_tps, prompt_tps, ASSUMED_STARTUP_S)
     if as_json:
         _print_json({"file": sweep_file, "ok": not problems, "problems": problems, "pin_client": sweep.pin_client,
-                     "settings": _settings(sweep), **p})
+                     "settings": _settings(sweep), "matrices": _matrix_json(matrices, sweep), **p})
     else:
         pp = sweep.probe_plan()
         count = f"{pp.min}-{pp.max} probes (auto)" if pp.adaptive else f"{pp.min} probe(s)"
@@ -263,6 +307,8 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
                    f"{len(sweep.contexts)} context(s), {count} + {sweep.warmup} warmup each, "
                    f"gen_tokens {sweep.gen_tokens}")
         click.echo(f"  {p['design']['text']}")
+        for line in _matrix_lines(matrices, sweep):
+            click.echo(line)
         for note in p["design"]["notes"]:
             click.echo(f"  note: {note}")
         if pp.adaptive and (len(sweep.candidates) == 1 or p["design"]["order"] == "sequential"):

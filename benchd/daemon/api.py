@@ -141,15 +141,18 @@ def _json(data: Any, status: int = 200) -> web.Response:
 # ------------------------------------------------------------------------------------------ checks
 
 
-def check_submit(sweep: Sweep, cache_dir: Path | None = None) -> None:
-    """The sweep check's first problem as a 400 naming its `$.sweep...` field."""
-    problems = sweepcheck.submit_problems(sweep, cache_dir)
+def check_submit(sweep: Sweep, cache_dir: Path | None = None) -> Sweep:
+    """The sweep with its candidate matrices expanded (what the job stores), after the sweep check; its
+    first problem as a 400 naming its `$.sweep...` field."""
+    expanded = sweepcheck.expand(sweep)
+    problems = expanded.problems or sweepcheck.submit_problems(expanded.sweep, cache_dir)
     if problems:
         first = problems[0]
         field = first.field or "$.sweep"
         if field.startswith("$.") and not field.startswith("$.sweep"):
             field = "$.sweep." + field[2:]
         raise BenchdError(first.code, first.message, field, status=400)
+    return expanded.sweep
 
 
 async def resolve_external(sweep: Sweep) -> Sweep:
@@ -192,8 +195,7 @@ async def submit_job(request: web.Request) -> web.Response:
         except (ValueError, OverflowError) as exc:
             raise BenchdError("invalid", f"not_before must be an RFC 3339 time with an offset: {exc}",
                               "$.not_before") from exc
-    check_submit(body.sweep, ctx.config.cache_dir)
-    sweep = await resolve_external(body.sweep)
+    sweep = await resolve_external(check_submit(body.sweep, ctx.config.cache_dir))
     job = ctx.queue.submit(sweep, not_before, list(dict.fromkeys(body.when)))
     return _json(job, status=201)
 

@@ -1044,5 +1044,9 @@ def external_row(row: Row, cand: Candidate) -> Row:
 async def run_job(job_id: str, sweep: Sweep, store: Store, config: Config, notify: Callable[[Event], None],
                   *, judge: PairJudge | None = None) -> JobOutcome:
     """Run (or resume: rows already stored are skipped) one sweep to its end. `judge`: the comparison
-    function of the pair stop rule (the daemon passes benchd.results.pareto.stop_verdict)."""
-    return await Engine(job_id, sweep, store, config, notify, judge=judge).run()
+    function of the pair stop rule (the daemon passes benchd.results.pareto.stop_verdict). A sweep's
+    candidate matrices are expanded first (a submitted sweep is stored expanded: nothing is left)."""
+    expanded = sweepcheck.expand(sweep)
+    if expanded.problems:
+        return JobOutcome("failed", "; ".join(p.message for p in expanded.problems))
+    return await Engine(job_id, expanded.sweep, store, config, notify, judge=judge).run()

@@ -13,6 +13,9 @@ candidates beyond its schema (msgspec decodes that).
   the executable the adapter would resolve. benchctl lists these as problems; the daemon records
   missing models at submit and fails the cells at server start, since a file can come and go.
 
+- `expand`: every candidate matrix expanded into its candidates (`benchd.engine.matrix`), before the
+  checks above see them.
+
 Each problem is a `BenchdError` whose field is a `$.candidates[i]...` path.
 """
 
@@ -28,6 +31,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from benchd.engine.matrix import Expanded as Expanded  # re-exported: the one expansion, with the checks
+from benchd.engine.matrix import expand as expand
 from benchd.errors import BenchdError
 from benchd.schemas import EXTERNAL_RUNTIME, Candidate, Sweep
 

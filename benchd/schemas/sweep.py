@@ -46,6 +46,25 @@ class Spec(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
             msgspec.structs.force_setattr(self, "kind", "draft")
 
 
+#: A matrix key: a runtime flag (`-ub`, `--n-cpu-moe`), or the candidate's own `spec` / `ctx_size`.
+MatrixKey = Annotated[str, Meta(pattern=r"^(-{1,2}[A-Za-z0-9][A-Za-z0-9_-]{0,62}|spec|ctx_size)$")]
+#: A matrix value: a flag's value (an integer stands for its digits), true / false for a switch (given /
+#: left out), a `spec` table or false (no speculation), a `ctx_size` (an integer).
+MatrixValue = Annotated[str, Meta(min_length=1, max_length=1024)] | int | bool | Spec
+#: The matrix (`[candidates.matrix]`): key -> the values to try; expanded by `benchd.engine.matrix`.
+Matrix = Annotated[dict[MatrixKey, Annotated[list[MatrixValue], Meta(min_length=1, max_length=64)]],
+                   Meta(max_length=16)]
+
+
+class MatrixPoint(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """Where a candidate expanded from a matrix came from: its base candidate's id, each matrix key's
+    value (as text: `"-ub": "256"`, `"spec": "off"`), and the args it adds to the base's `args`."""
+
+    base: CandidateId
+    values: dict[str, Annotated[str, Meta(max_length=4096)]]
+    args: list[Annotated[str, Meta(max_length=4096)]] = []
+
+
 class Candidate(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     """One thing to measure: runtime + model + server args + optional spec, or (`runtime = "openai"`) a
     server benchd does not start, reached at `url` and asked for `request_model`.
@@ -78,6 +97,10 @@ class Candidate(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     vision: bool = False
     #: llama-server only: the multimodal projector GGUF, passed as `--mmproj`.
     mmproj: PathStr | None = None
+    #: One candidate per combination of these values (docs/sweep-file.md#candidate-matrix).
+    matrix: Matrix = {}
+    #: Set by the expansion: the base candidate and the values this candidate adds.
+    from_matrix: MatrixPoint | None = None
 
     def __post_init__(self) -> None:
         if ".." in self.id:

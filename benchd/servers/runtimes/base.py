@@ -26,7 +26,7 @@ from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate, Row, Sampling, Vision
-from benchd.servers.runtimes import environment, tokens
+from benchd.servers.runtimes import environment, flags, tokens
 from benchd.servers.runtimes.environment import ServerEnv
 from benchd.servers.runtimes.http import Readiness, http_get, http_post_json, json_health
 from benchd.servers.runtimes.vision import VisionFacts
@@ -168,11 +168,30 @@ class RuntimeAdapter:
     #: mlx_lm.server) or as a top-level field (mlx_vlm.server ignores `chat_template_kwargs`).
     thinking_top_level: ClassVar[bool] = False
 
+    #: Flags whose values the pinned build restricts (every spelling), checked in `validate` and in a matrix.
+    flag_values: ClassVar[Mapping[str, flags.FlagValues]] = {}
+
     # ------------------------------------------------------------------ validation and planning
+
+    def pinned_build(self, candidate: Candidate) -> bool:
+        """Whether the candidate runs the build `flag_values` describes (not a `binary` of its own)."""
+        return candidate.binary is None
+
+    def value_problem(self, candidate: Candidate, flag: str, value: str | int | bool) -> str | None:
+        """Why the pinned build refuses `flag value` (a matrix value), or None."""
+        return flags.value_problem(self.flag_values, flag, value) if self.pinned_build(candidate) else None
+
+    def combination_problems(self, candidate: Candidate) -> list[BenchdError]:
+        """Flags the pinned build refuses together (each alone is fine); a matrix leaves such a
+        combination out. None by default."""
+        return []
 
     def validate(self, candidate: Candidate) -> list[BenchdError]:
         """Everything wrong with a candidate for this runtime, each naming the field (empty: fine)."""
         errors: list[BenchdError] = []
+        if self.pinned_build(candidate):
+            errors += flags.args_problems(self.flag_values, candidate)
+        errors += self.combination_problems(candidate)
         for i, arg in enumerate(candidate.args):
             flag = arg.split("=", 1)[0]
             if flag in self.reserved_args:

@@ -23,7 +23,7 @@ from benchd.errors import BenchdError
 from benchd.probe_result import ProbeResult, counter_diff
 from benchd.schemas import Candidate, Sampling
 from benchd.servers import locate
-from benchd.servers.runtimes import environment
+from benchd.servers.runtimes import environment, flags
 from benchd.servers.runtimes.base import (
     CTX_MARGIN_TOKENS,
     Normalized,
@@ -83,6 +83,26 @@ _RESERVED_ENV: dict[str, str] = {
     "LLAMA_ARG_SPEC_DRAFT_N_MAX": "use `spec.draft_max`",
     "LLAMA_ARG_MMPROJ": "use `mmproj`",
     "LLAMA_ARG_CACHE_RAM": _CACHE_RAM,
+}
+
+
+#: KV cache types of the pinned build (common/arg.cpp `kv_cache_types`, what -ctk/-ctv accept).
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+#: The unquantized ones (src/llama-context.cpp: every other V cache type needs flash attention).
+KV_FLOAT_TYPES = ("f32", "f16", "bf16")
+#: -fa's values (common/arg.cpp: is_truthy / is_falsey / is_autoy); the default is auto.
+FLASH_ATTN_OFF = ("off", "disabled", "false", "0")
+_ARG_CPP = "the pinned llama.cpp common/arg.cpp"
+FLAG_VALUES: dict[str, flags.FlagValues] = {
+    **flags.aliases(("-fa", "--flash-attn"), flags.FlagValues(
+        ("on", "off", "auto", "enabled", "disabled", "true", "false", "1", "0", "-1"), f"{_ARG_CPP} --flash-attn")),
+    **flags.aliases(("-ctk", "--cache-type-k", "-ctv", "--cache-type-v", "-ctkd", "--cache-type-k-draft",
+                     "--spec-draft-type-k", "-ctvd", "--cache-type-v-draft", "--spec-draft-type-v"),
+                    flags.FlagValues(KV_CACHE_TYPES, f"{_ARG_CPP} kv_cache_types")),
+    **flags.aliases(("-t", "--threads", "-tb", "--threads-batch"), flags.FlagValues(None, f"{_ARG_CPP} --threads")),
+    **flags.aliases(("-b", "--batch-size", "-ub", "--ubatch-size"), flags.FlagValues(None, f"{_ARG_CPP}", 1)),
+    **flags.aliases(("-np", "--parallel"), flags.FlagValues(None, f"{_ARG_CPP} --parallel", 1)),
+    **flags.aliases(("-ncmoe", "--n-cpu-moe"), flags.FlagValues(None, f"{_ARG_CPP} --n-cpu-moe", 0)),
 }
 
 
@@ -180,6 +200,21 @@ class LlamaServerAdapter(RuntimeAdapter):
 
     takes_mmproj: ClassVar[bool] = True
     request_count_source: ClassVar[str] = "server:POST /v1/chat/completions/input_tokens"
+    flag_values: ClassVar[dict[str, flags.FlagValues]] = FLAG_VALUES
+
+    def combination_problems(self, candidate: Candidate) -> list[BenchdError]:
+        """A quantized V cache with flash attention off: the pinned build refuses to create the context
+        (src/llama-context.cpp: "quantized V cache requires flash_attn to be enabled"; -fa auto turns it
+        on). A quantized K cache alone runs without flash attention in this build."""
+        if not self.pinned_build(candidate):
+            return []
+        v_type = _arg_value(candidate.args, ("-ctv", "--cache-type-v")) or candidate.env.get("LLAMA_ARG_CACHE_TYPE_V")
+        fa = _arg_value(candidate.args, ("-fa", "--flash-attn")) or candidate.env.get("LLAMA_ARG_FLASH_ATTN", "auto")
+        if v_type is None or v_type in KV_FLOAT_TYPES or v_type not in KV_CACHE_TYPES or fa not in FLASH_ATTN_OFF:
+            return []
+        return [BenchdError("refused_combination", f"candidate {candidate.id!r}: a quantized V cache (-ctv {v_type}) "
+                            f"needs flash attention, which -fa {fa} turns off (the pinned llama.cpp "
+                            "src/llama-context.cpp refuses to start)", f"$.candidates[{candidate.id}].args")]
 
     def validate(self, candidate: Candidate) -> list[BenchdError]:
         errors = super().validate(candidate)
