@@ -29,7 +29,7 @@ from benchd.results.comparison import (
     paired_samples,
 )
 from benchd.results.evalcompare import SUITE_AXES, suite_outcomes
-from benchd.results.text import verdict_text
+from benchd.results.text import comparison_sentence, dominance_sentence, verdict_text
 from benchd.schemas import ContextPareto, Domination, EvalResult, Point, ProbePlan, Row, SkippedPair, Tie
 
 #: Per-candidate values of an axis that is not a probe row field: axis -> candidate -> values.
@@ -83,15 +83,16 @@ def frontier(points: Sequence[Point], context: int, judge: Judge,
                 skipped.append(SkippedPair(pair=pair, axes=skip, why={x: d.skipped[x] for x in skip}))
             if d.winner is not None:
                 win, lose = (a, b) if d.winner == "a" else (b, a)
-                if d.winner == "a":  # judged again as (loser, winner): each axis's text then reads as the winner's
+                if d.winner == "a":  # judged again as (loser, winner): each axis's sentence has the loser as subject
                     d = judge(lose, win)
                 dominated[lose.candidate].append(Domination(
                     by=win.candidate, better_on=d.better_on, skipped_axes=skip, tied_on=d.tied_on, alpha=d.alpha,
-                    verdicts={x: v.text for x, v in d.verdicts.items()}, text=d.text))
+                    verdicts=_sentences(d, lose, win), text=dominance_sentence(d, lose.candidate, win.candidate)))
             elif not (d.better_on and d.worse_on):
-                if a.candidate != pair[0]:  # each axis's text reads as pair[0] against pair[1]
-                    d = judge(b, a)
-                ties.append(Tie(pair=pair, axes={x: v.text for x, v in d.verdicts.items()}, text=d.text))
+                if a.candidate != pair[0]:  # each axis's sentence has pair[0] as subject
+                    a, b = b, a
+                    d = judge(a, b)
+                ties.append(Tie(pair=pair, axes=_sentences(d, a, b), text=dominance_sentence(d, a.candidate, b.candidate)))
     front = sorted(p.candidate for p in points if p.candidate not in dominated)
     by_cand = {p.candidate: p for p in points}
     caveats = {c: f"cell verdict {by_cand[c].verdict}" for c in front
@@ -107,6 +108,13 @@ def frontier(points: Sequence[Point], context: int, judge: Judge,
         caveats=caveats,
         alpha=alpha,
     )
+
+
+def _sentences(d: PairDominance, a: Point, b: Point) -> dict[str, str]:
+    """Axis -> the comparison's sentence with `a` as its subject (B = `b` was judged against A = `a`),
+    the medians' ratio beside the geometric mean's."""
+    return {x: comparison_sentence(v, a.candidate, b.candidate, subject="a",
+                                   medians=(a.values.get(x), b.values.get(x))) for x, v in d.verdicts.items()}
 
 
 def eval_outcomes(evals: Iterable[EvalResult]) -> dict[str, dict[str, bool]]:

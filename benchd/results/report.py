@@ -19,7 +19,15 @@ from benchd.results import agentic, images
 from benchd.results.comparison import AXES
 from benchd.results.pareto import axes_of
 from benchd.results.records import ENERGY_COLUMNS, ReadyFigure, energy_cells, pareto_points, ready_rows
-from benchd.results.text import fmt_counts, fmt_median, fmt_range, fmt_value, machine_line, verdict_text
+from benchd.results.text import (
+    axis_word,
+    fmt_counts,
+    fmt_median,
+    fmt_range,
+    fmt_value,
+    machine_line,
+    verdict_text,
+)
 from benchd.schemas import CellStats, ContextPareto, MetricStats, Runbook, Sweep
 
 if TYPE_CHECKING:
@@ -147,6 +155,15 @@ def _axis_order(per_axis: dict[str, str]) -> list[tuple[str, str]]:
     return sorted(per_axis.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
 
 
+#: How a runbook written before the comparison sentences begins its per-axis texts.
+_VERDICT_WORDS = ("different", "tied", "unresolved", "not dominated", "neither dominates")
+
+
+def _axis_line(axis: str, text: str) -> str:
+    """One axis of a pair: its sentence (which names the axis), or an older runbook's `axis: verdict`."""
+    return f"    {axis}: {text}" if text.startswith(_VERDICT_WORDS) else f"    {text}"
+
+
 def pareto_lines(p: ContextPareto, rb: Runbook | None = None) -> list[str]:
     out = [f"context {p.context}: frontier = {', '.join(p.frontier) or '(none)'}"]
     for f in rb.flags if rb is not None else ():
@@ -160,16 +177,18 @@ def pareto_lines(p: ContextPareto, rb: Runbook | None = None) -> list[str]:
         sp = skipped.get(tuple(sorted(pair)))
         if sp is None:
             return []
-        return ["    not compared: " + "; ".join(f"{a} ({sp.why[a]})" if a in sp.why else a for a in sp.axes)]
+        return ["    not compared: " + "; ".join(f"{axis_word(a)} ({sp.why[a]})" if a in sp.why else axis_word(a)
+                                            for a in sp.axes)]
 
     for cand, doms in p.dominated.items():
         for d in doms:
             out.append(f"  {d.text}" if d.text else f"  {cand} is dominated by {d.by} on {', '.join(d.better_on)}")
-            out += [f"    {axis}: {text}" for axis, text in _axis_order(d.verdicts)]
+            out += [_axis_line(axis, text) for axis, text in _axis_order(d.verdicts)]
             out += not_compared([cand, d.by])
     for t in p.ties:
-        out.append(f"  {t.pair[0]} against {t.pair[1]}: {t.text or 'neither dominates'}")
-        out += [f"    {axis}: {text}" for axis, text in _axis_order(t.axes)]
+        out.append(f"  {t.text}" if t.text and not t.text.startswith(_VERDICT_WORDS)
+                   else f"  {t.pair[0]} against {t.pair[1]}: {t.text or 'neither dominates'}")
+        out += [_axis_line(axis, text) for axis, text in _axis_order(t.axes)]
         out += not_compared(t.pair)
     for cand, reason in p.excluded.items():
         out.append(f"  {cand} excluded: {reason}")
@@ -180,7 +199,7 @@ def pareto_points_table(p: ContextPareto, rb: Runbook) -> tuple[list[str], list[
     """One line per candidate: its status as the page shows it (frontier, tied, unresolved, dominated by
     whom), the cell verdict and every axis's value."""
     axes = axes_of(p.points)
-    header = ["candidate", "status", "verdict", *(f"{a} ({d})" for a, d in axes)]
+    header = ["candidate", "status", "verdict", *(f"{axis_word(a)} ({d})" for a, d in axes)]
     statuses = {r.candidate: r.status for r in pareto_points(rb, p)}
     body = []
     for pt in p.points:

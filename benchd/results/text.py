@@ -1,5 +1,7 @@
 """The words and figures every writer shares — terminal report and tail, Markdown, the page, JSON
-exports: one value formatter (one unit rule for bytes), one cell-verdict text, one machine line.
+exports: one value formatter (one unit rule for bytes), one interval notation (`low–high unit`), the
+axes' labels, one cell-verdict text, the comparison sentences (`comparison_sentence`,
+`dominance_sentence`: a subject, a verb, the other candidate), one machine line.
 
 A second formatter in a writer is how the report and the page came to disagree on units; a writer
 that needs a figure for people calls these.
@@ -7,10 +9,47 @@ that needs a figure for people calls these.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from benchd.schemas import CellVerdict, MachineInfo
+
+#: Axis -> (label, unit scale, unit) for people; an axis this table lacks reads as its own name.
+AXIS_LABELS: dict[str, tuple[str, float, str]] = {
+    "gen_tps": ("generation speed", 1.0, "tok/s"),
+    "prompt_tps": ("prompt processing", 1.0, "tok/s"),
+    "ttft_ms": ("time to first token", 1.0, "ms"),
+    "mem_peak_bytes": ("peak memory", 1 / (1 << 20), "MiB"),
+    "eval_pass_rate": ("eval pass rate", 1.0, ""),
+    "code_pass_rate": ("HumanEval pass rate", 1.0, ""),
+    "tool_pass_rate": ("BFCL tool-call pass rate", 1.0, ""),
+    "sustain_ratio": ("sustain ratio", 1.0, ""),
+    "j_per_gen_token": ("energy per generated token", 1.0, "J"),
+    "ready_s": ("time to ready", 1.0, "s"),
+    "session_ttft_ms": ("warm-turn time to first token", 1.0, "ms"),
+}
+#: Speed axes: where the candidate is faster or slower (`B is 3.7× slower than A at generation`).
+SPEED_WHERE = {"gen_tps": "at generation", "prompt_tps": "at prompt processing", "ttft_ms": "to the first token",
+               "session_ttft_ms": "to the first token of a warm turn", "ready_s": "to start"}
+#: Amount axes: what the candidate uses more or less of (`B uses 2.0× more peak memory than A`).
+AMOUNT_WHAT = {"mem_peak_bytes": "peak memory", "j_per_gen_token": "energy per generated token"}
+
+
+def axis_word(axis: str) -> str:
+    """An axis's label without its unit: `generation speed`, `peak memory`, `512x512-image time to first
+    token`, `generation speed at 4 parallel streams`; an unknown axis reads as its name with spaces."""
+    metric, _, param = axis.partition("@")
+    if param and metric == "image_ttft_ms":
+        return f"time to first token with {param} images"
+    if param and metric == "agg_gen_tps":
+        return f"generation speed at {plural(int(param), 'parallel stream')}" if param.isdigit() else axis
+    return AXIS_LABELS.get(axis, (axis.replace("_", " "), 1.0, ""))[0]
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """`1 more round`, `2 more rounds`: the count and the word in its number (`words` when not word + s)."""
+    return f"{n:,} {word if n == 1 else (words or word + 's')}"
+
 
 #: Binary units, largest first: a byte count reads in the largest unit it reaches.
 BYTE_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
@@ -39,6 +78,14 @@ def fmt_value(metric: str, v: Any) -> str:
 def fmt_range(metric: str, low: float | None, high: float | None) -> str:
     """`low–high` (an interval or a spread) in the metric's format, or `null` when either end is missing."""
     return f"{fmt_value(metric, low)}–{fmt_value(metric, high)}" if low is not None and high is not None else "null"
+
+
+def fmt_interval(low: float, high: float, unit: str, *, signed: bool = False) -> str:
+    """The one interval notation: `1.1–13×`, `1.0–7.5 %`, signed `−1.0–+1.3 %` (an interval across 0)."""
+    def one(v: float) -> str:
+        txt = (f"{v:+.1f}" if signed else f"{v:.1f}") if abs(v) < 10 else (f"{v:+.0f}" if signed else f"{v:.0f}")
+        return txt.replace("-", _MINUS)
+    return f"{one(low)}–{one(high)}{' ' if unit == '%' else ''}{unit}"
 
 
 def fmt_median(median: float, low: float | None, high: float | None, n: int) -> str:
@@ -83,3 +130,212 @@ def machine_line(m: MachineInfo) -> str:
              " ".join(x for x in (m.os, m.os_version or m.kernel, m.arch) if x) or None,
              f"power {m.power_source}" if m.power_source else None]
     return ", ".join(p for p in parts if p) or "unknown machine"
+
+
+_MINUS = "\N{MINUS SIGN}"
+#: A ratio at or beyond this reads as a multiple (`3.7×`), inside it as a percentage (`4.2 %`).
+MULTIPLE_AT = 1.5
+
+
+class VerdictFields(Protocol):
+    """What a sentence reads of one comparison (the one comparison's verdict): B against A on `axis`,
+    `ratio` B/A with its interval `ci_low`–`ci_high`, `better` the axis's direction."""
+
+    @property
+    def axis(self) -> str: ...
+    @property
+    def better(self) -> str: ...
+    @property
+    def verdict(self) -> str: ...
+    @property
+    def ratio(self) -> float | None: ...
+    @property
+    def ci_low(self) -> float | None: ...
+    @property
+    def ci_high(self) -> float | None: ...
+    @property
+    def alpha(self) -> float: ...
+    @property
+    def margin_pct(self) -> float: ...
+    @property
+    def n_a(self) -> int: ...
+    @property
+    def n_b(self) -> int: ...
+    @property
+    def paired(self) -> bool: ...
+    @property
+    def guard_p(self) -> float | None: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def rounds_to_resolve(self) -> int | None: ...
+
+
+def _amount(r: float) -> tuple[str, bool]:
+    """(`3.7×` or `4.2 %`, B's value is the higher) for a ratio B/A."""
+    up = r >= 1
+    f = r if up else 1 / r
+    return (f"{f:.1f}×" if f < 10 else f"{f:.0f}×") if f >= MULTIPLE_AT else f"{abs(r - 1) * 100:.1f} %", up
+
+
+def _interval(r: float, lo: float, hi: float, *, signed: bool) -> str:
+    """The ratio's interval in the frame its estimate reads in: a multiple (`1.1–13×`), a percentage of
+    the other's value in the estimate's direction (`1.0–7.5 %`), or `signed` (`−1.0–+1.3 %`)."""
+    if signed or lo < 1 <= hi:
+        return fmt_interval((lo - 1) * 100, (hi - 1) * 100, "%", signed=True)
+    up = r >= 1
+    if (r if up else 1 / r) >= MULTIPLE_AT:
+        return fmt_interval(lo, hi, "×") if up else fmt_interval(1 / hi, 1 / lo, "×")
+    return fmt_interval((lo - 1) * 100, (hi - 1) * 100, "%") if up else fmt_interval((1 - hi) * 100, (1 - lo) * 100, "%")
+
+
+def _predicate(axis: str, better: str, amount: str, up: bool, other: str) -> str:
+    """`is 3.7× slower than A at generation`, `uses 12 % less peak memory than A`, `'s … is … higher than A's`."""
+    metric = axis.partition("@")[0]
+    where = SPEED_WHERE.get(axis) or {"image_ttft_ms": f"to the first token with {axis.partition('@')[2]} images",
+                                      "agg_gen_tps": f"at {axis.partition('@')[2]} parallel streams"}.get(metric)
+    if where is not None:
+        fast = up == (better == "higher")
+        return f"is {amount} {'faster' if fast else 'slower'} than {other} {where}"
+    if axis in AMOUNT_WHAT:
+        return f"uses {amount} {'more' if up else 'less'} {AMOUNT_WHAT[axis]} than {other}"
+    return f"has a {amount} {'higher' if up else 'lower'} {axis_word(axis)} than {other}"
+
+
+def _topic(axis: str) -> str:
+    """`at generation`, `on peak memory`: what a tie or an open question is about."""
+    metric, _, param = axis.partition("@")
+    if axis in SPEED_WHERE:
+        return SPEED_WHERE[axis]
+    if metric == "agg_gen_tps":
+        return f"at {param} parallel streams"
+    return f"on {axis_word(axis)}"
+
+
+def _design(v: VerdictFields, r: float, medians: Sequence[float | None] | None) -> list[str]:
+    """How the ratio was formed and what the medians say (the table beside it shows medians)."""
+    if v.method.startswith("exact McNemar"):
+        parts = [f"over {plural(v.n_a, 'shared task')}"]
+    elif v.paired:
+        parts = [f"geometric mean over {plural(v.n_a, 'paired round')}"]
+    else:
+        parts = [f"geometric means of {v.n_a:,} and {plural(v.n_b, 'value')}"]
+    if medians is not None and len(medians) == 2 and medians[0] and medians[1]:
+        m = medians[1] / medians[0]
+        said = "medians equal" if m == 1 else f"medians {_amount(m)[0]}" + ("" if (m >= 1) == (r >= 1) else " the other way")
+        if said != f"medians {_amount(r)[0]}":  # said only where the medians tell another story than the mean
+            parts.append(said)
+    return parts
+
+
+def comparison_sentence(v: VerdictFields, a: str, b: str, *, medians: Sequence[float | None] | None = None,
+                        subject: str = "b") -> str:
+    """One comparison in a sentence whose subject is a candidate: `tiny-mlx is 3.7× slower than tiny-gguf
+    at generation (geometric mean over 3 paired rounds, 95 % CI 1.1–13×; medians 3.1×; α = 0.0167)`.
+
+    `v` is B (`b`) against A (`a`); `subject` "a" turns the sentence around (the ratio inverted);
+    `medians` (A's, B's) adds the ratio of the medians where the geometric mean differs from it."""
+    if subject == "a":
+        a, b = b, a
+        medians = None if medians is None else list(reversed(medians))
+    at = f"α = {v.alpha:.3g}"
+    if v.method.startswith("exact McNemar"):
+        return _outcome_sentence(v, a, b, medians, at)
+    level = f"{(1 - v.alpha) * 100:.4g} % CI"
+    if v.ratio is None:
+        return f"{b} against {a} {_topic(v.axis)}: {v.verdict} ({at})"
+    r = v.ratio if subject == "b" else 1 / v.ratio
+    lo, hi = v.ci_low, v.ci_high
+    if lo is not None and hi is not None and subject == "a":
+        lo, hi = 1 / hi, 1 / lo
+    design = _design(v, r, medians)
+    exact = v.method.startswith("exact ratio")
+    if exact:
+        design = ["exact, no spread", *design[1:]]
+    elif lo is not None and hi is not None:
+        design[0] += f", {level} {_interval(r, lo, hi, signed=v.verdict != 'different')}"
+    detail = "; ".join([*design, at])
+    if v.verdict == "different":
+        amount, up = _amount(r)
+        return f"{b} {_predicate(v.axis, v.better, amount, up, a)} ({detail})"
+    if v.verdict == "tied":
+        return f"{b} and {a} are tied {_topic(v.axis)}: within ±{v.margin_pct:g} % ({detail})"
+    return f"{b} against {a} {_topic(v.axis)} is unresolved: {_open_question(v, lo, hi)} ({detail})"
+
+
+def _open_question(v: VerdictFields, lo: float | None, hi: float | None) -> str:
+    """Why an unresolved comparison is open and what would decide it."""
+    if lo is None or hi is None:
+        return "its noise is unknown (one value on a side)"
+    m = 1 + v.margin_pct / 100
+    n = v.rounds_to_resolve
+    if lo > m or hi < 1 / m:
+        why = f"the interval clears ±{v.margin_pct:g} % but the rank test does not (p = {v.guard_p:.2g}: the values overlap)"
+    else:
+        why = f"the interval overlaps ±{v.margin_pct:g} %"
+    unit = "shared task" if v.method.startswith("exact McNemar") else "round"
+    then = (f"; about {plural(n, 'more ' + unit)} would decide it" if n is not None else
+            "; no count up to 10,000 more would decide it" if v.method.startswith(("paired", "Welch")) else "")
+    return why + then
+
+
+def _outcome_sentence(v: VerdictFields, a: str, b: str, rates: Sequence[float | None] | None, at: str) -> str:
+    """A pass-rate comparison (per-task outcomes): in percentage points, with both rates when known."""
+    pa, pb = (rates[0], rates[1]) if rates is not None and len(rates) == 2 else (None, None)
+    tasks = plural(v.n_a, "shared task")
+    known = pa is not None and pb is not None
+    detail = f"{pb * 100:.0f} % vs {pa * 100:.0f} % over {tasks}" if known else f"over {tasks}"  # type: ignore[operator]
+    label = axis_word(v.axis)
+    if v.verdict == "different" and known:
+        pp = (pb - pa) * 100  # type: ignore[operator]
+        return f"{b}'s {label} is {abs(pp):.0f} pp {'higher' if pp > 0 else 'lower'} than {a}'s ({detail}; {at})"
+    if v.verdict == "tied":
+        return f"{b} and {a} are tied on {label}: within ±{v.margin_pct:g} pp ({detail}; {at})"
+    return f"{b} against {a} on {label} is {v.verdict}: more shared tasks would decide it ({detail}; {at})"
+
+
+class DominanceFields(Protocol):
+    """What a sentence reads of one pair's dominance verdict (A = `names[0]`, B = `names[1]`)."""
+
+    @property
+    def winner(self) -> str | None: ...
+    @property
+    def better_on(self) -> list[str]: ...
+    @property
+    def worse_on(self) -> list[str]: ...
+    @property
+    def tied_on(self) -> list[str]: ...
+    @property
+    def unresolved_on(self) -> list[str]: ...
+    @property
+    def k(self) -> int: ...
+    @property
+    def alpha(self) -> float: ...
+    @property
+    def alpha_axis(self) -> float: ...
+
+
+def _axes_words(axes: Sequence[str]) -> str:
+    words = [axis_word(x) for x in axes]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def dominance_sentence(d: DominanceFields, a: str, b: str) -> str:
+    """One pair's Pareto relation with candidates as subjects: `tiny-gguf dominates tiny-mlx: better on
+    generation speed and peak memory; tied on prompt processing (α = 0.05 over 3 axes, 0.0167 each)`."""
+    at = (f"α = {d.alpha:.3g} over {plural(d.k, 'axis', 'axes')}, {d.alpha_axis:.3g} each" if d.k else
+          f"α = {d.alpha:.3g}, no axis to compare")
+    if d.winner is not None:
+        w, l_ = (a, b) if d.winner == "a" else (b, a)
+        text = f"{w} dominates {l_}: better on {_axes_words(d.better_on)}"
+        text += f"; tied on {_axes_words(d.tied_on)}" if d.tied_on else ""
+    elif d.unresolved_on and not (d.better_on and d.worse_on):
+        text = f"neither {a} nor {b} is dominated yet: unresolved on {_axes_words(d.unresolved_on)}"
+    elif d.better_on and d.worse_on:
+        # better_on / worse_on are A's wins and B's wins when there is no winner
+        text = f"{a} is better on {_axes_words(d.better_on)}, {b} on {_axes_words(d.worse_on)}: a trade-off"
+    elif d.k:
+        text = f"{a} and {b} are tied on every axis compared: neither dominates"
+    else:
+        text = f"{a} and {b} share no axis to compare"
+    return f"{text} ({at})"

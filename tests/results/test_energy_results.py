@@ -37,7 +37,7 @@ def _with_energy(j_plain: list[float]) -> Runbook:
 def test_report_shows_j_per_gen_token_and_the_energy_section() -> None:
     rb = _with_energy([0.1])
     text = report.render_text(rb, pareto=True)
-    assert "J/gen tok" in text and "j_per_gen_token (lower)" in text
+    assert "J/gen tok" in text and "energy per generated token (lower)" in text
     plain = next(x for x in text.splitlines() if x.startswith("gguf-plain") and " 512 " in x)
     assert "0.1 (0.1–0.1, cv 0.0%)" in plain
     md = report.render_markdown(rb)

@@ -61,8 +61,9 @@ def test_equal_cells_neither_dominates() -> None:
     res = pareto.pareto_from_rows(rows, [])[0]
     assert sorted(res.frontier) == ["a", "b"] and not res.dominated
     (tie,) = res.ties
-    assert tie.text is not None and tie.text.startswith("neither dominates: tied on every axis compared")
-    assert all(v.startswith("tied within ±2 %") for v in tie.axes.values())
+    assert tie.text is not None and tie.text.startswith("a and b are tied on every axis compared: neither dominates")
+    assert tie.axes["gen_tps"].startswith("a and b are tied at generation: within ±2 % (exact, no spread")
+    assert tie.axes["mem_peak_bytes"].startswith("a and b are tied on peak memory: within ±2 %")
 
 
 def test_no_shared_axis_neither_dominates() -> None:
@@ -91,8 +92,11 @@ def test_three_probes_apart_are_different() -> None:
     (d,) = res.dominated["large"]
     assert d.by == "small" and d.better_on == ["gen_tps", "mem_peak_bytes"]
     assert d.alpha == 0.05 and d.text is not None and "α = 0.05 over 3 axes" in d.text
-    assert d.verdicts["gen_tps"].startswith("different: ") and d.verdicts["gen_tps"].endswith("faster (α = 0.0167)")
-    assert d.text.startswith("small dominates large: different and better on gen_tps, mem_peak_bytes")
+    # the sentences have a subject (the dominated candidate) and name the axis in words
+    assert d.verdicts["gen_tps"].startswith("large is 5.0× slower than small at generation (geometric means of 3 and 3 values, ")
+    assert d.verdicts["gen_tps"].endswith("98.33 % CI 3.4–7.6×; α = 0.0167)"), d.verdicts["gen_tps"]
+    assert d.verdicts["mem_peak_bytes"].startswith("large uses 4.9× more peak memory than small")
+    assert d.text.startswith("small dominates large: better on generation speed and peak memory")
 
 
 def test_a_difference_within_the_noise_is_not_better() -> None:
@@ -102,8 +106,9 @@ def test_a_difference_within_the_noise_is_not_better() -> None:
     res = pareto.pareto_from_rows(rows, [])[0]
     assert sorted(res.frontier) == ["a", "b"] and not res.dominated
     tie = next(t for t in res.ties if t.pair == ["a", "b"])
-    assert tie.axes["gen_tps"].startswith("unresolved: [") and "more rounds would resolve ±2 %" in tie.axes["gen_tps"]
-    assert tie.text is not None and tie.text.startswith("not dominated: unresolved on gen_tps")
+    assert tie.axes["gen_tps"].startswith("a against b at generation is unresolved: the interval overlaps ±2 %; about ")
+    assert "more rounds would decide it" in tie.axes["gen_tps"], tie.axes["gen_tps"]
+    assert tie.text is not None and tie.text.startswith("neither a nor b is dominated yet: unresolved on generation speed")
 
 
 def test_dominated_only_when_different_with_the_tied_axes_named() -> None:
@@ -127,7 +132,7 @@ def test_pass_rates_on_a_handful_of_tasks_block_domination() -> None:
     res = pareto.pareto_from_rows(small + large, evals)[0]
     assert not res.dominated
     tie = next(t for t in res.ties if t.pair == ["large", "small"])
-    assert tie.text is not None and tie.text.startswith("not dominated: unresolved on eval_pass_rate")
+    assert tie.text is not None and tie.text.startswith("neither large nor small is dominated yet: unresolved on eval pass rate")
 
 
 def test_unsteady_frontier_candidate_has_a_caveat() -> None:
@@ -220,5 +225,6 @@ def test_the_stop_rule_asks_at_the_alpha_the_pareto_view_uses() -> None:
     assert got2.verdict == "different" and got2.alpha == pytest.approx(0.05 / 3), got2
     (view2,) = pareto.pareto_from_rows(small2 + large2, [], order="interleaved")
     seen = view2.dominated["large"][0].verdicts["gen_tps"]  # (the view reads it from the dominated side)
-    assert view2.frontier == ["small"] and seen.startswith("different: 30× [23–40]") and seen.endswith("(α = 0.0167)")
+    assert view2.frontier == ["small"] and seen.startswith("large is 30× slower than small at generation")
+    assert "98.33 % CI 23–40×" in seen and seen.endswith("α = 0.0167)"), seen
     assert got2.text == "different: 30× [23–40] slower (α = 0.0167)", got2.text

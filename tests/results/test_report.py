@@ -30,10 +30,12 @@ def test_text_table(state) -> None:
     assert "broken excluded: no successful probe rows in this context" in text
     # The one comparison: two eval tasks cannot tell pass rates apart (McNemar), and an unresolved axis
     # blocks domination, named with its verdict and the α it used.
-    assert "gguf-plain against mlx-lm: not dominated: unresolved on eval_pass_rate (α = 0.05 over 3 axes" in text
-    assert "eval_pass_rate: unresolved: pass rate 100 % → 50 %" in text and "over 2 shared tasks" in text
+    assert "neither gguf-plain nor mlx-lm is dominated yet: unresolved on eval pass rate (α = 0.05 over 3 axes" in text
+    assert ("gguf-plain against mlx-lm on eval pass rate is unresolved: more shared tasks would decide it "
+            "(100 % vs 50 % over 2 shared tasks; α = 0.0167)") in text
+    assert "gguf-plain is 28.6 % faster than mlx-lm at generation (geometric means of 3 and 3 values" in text
     assert "verdict" in text and "too few" in line
-    assert "not compared: prompt_tps (not measured on one side); sustain_ratio (one value on a side" in text
+    assert "not compared: prompt processing (not measured on one side); sustain ratio (one value on a side" in text
 
 
 def test_csv_nulls_have_reasons(state) -> None:

@@ -1,0 +1,48 @@
+"""The comparison sentences (`results.text`): a candidate as subject, the axis in words, one interval
+notation, counts in their number, the medians' ratio where it tells another story than the mean."""
+
+from __future__ import annotations
+
+import re
+
+from benchd.results.comparison import compare_axis, compare_outcomes, dominance
+from benchd.results.text import comparison_sentence, dominance_sentence, plural
+
+
+def test_the_slower_candidate_is_the_subject_and_the_medians_are_named() -> None:
+    """The issue's case: tiny-mlx runs about a third of tiny-gguf's speed; the mean of the paired
+    rounds' ratios and the medians' ratio differ, and the sentence says both."""
+    gguf, mlx = [2248.0, 2100.0, 2300.0], [721.0, 600.0, 800.0]
+    v = compare_axis(gguf, mlx, axis="gen_tps", better="higher", paired=True)
+    text = comparison_sentence(v, "tiny-gguf", "tiny-mlx", medians=(2248.0, 721.0))
+    assert text.startswith("tiny-mlx is 3.2× slower than tiny-gguf at generation (geometric mean over 3 paired rounds, "
+                           "95 % CI "), text
+    assert "; medians 3.1×; α = 0.05)" in text
+    turned = comparison_sentence(v, "tiny-gguf", "tiny-mlx", medians=(2248.0, 721.0), subject="a")
+    assert turned.startswith("tiny-gguf is 3.2× faster than tiny-mlx at generation"), turned
+
+
+def test_one_interval_notation_and_plurals() -> None:
+    """Every interval reads `low–high unit`; one more round is singular."""
+    v = compare_axis([100.0, 101.0, 102.0], [97.7, 97.9, 98.5], axis="gen_tps", better="higher", paired=True)
+    assert v.verdict == "unresolved" and v.rounds_to_resolve == 1, v
+    text = comparison_sentence(v, "a", "b")
+    assert "about 1 more round would decide it" in text, text
+    assert re.search(r"95 % CI −\d+\.\d–[−+]\d+\.\d %", text), text
+    assert "[" not in text and plural(2, "round") == "2 rounds" and plural(1, "axis", "axes") == "1 axis"
+    mem = compare_axis([1e9, 1.1e9, 1.05e9], [5e8, 5.1e8, 5.2e8], axis="mem_peak_bytes", better="lower")
+    assert comparison_sentence(mem, "x", "y").startswith("y uses 2.1× less peak memory than x (geometric means of 3 and "
+                                                         "3 values, 95 % CI 1.9–2.3×; α = 0.05)")
+
+
+def test_tied_and_pass_rates_and_dominance_read_as_sentences() -> None:
+    tied = compare_axis([100.0, 100.0], [100.0, 100.0], axis="ttft_ms", better="lower")
+    assert comparison_sentence(tied, "a", "b").startswith("b and a are tied to the first token: within ±2 % (exact")
+    rates = compare_outcomes({"t1": True, "t2": True}, {"t1": True, "t2": False})
+    assert comparison_sentence(rates, "a", "b", medians=(1.0, 0.5)) == (
+        "b against a on eval pass rate is unresolved: more shared tasks would decide it (50 % vs 100 % over 2 shared "
+        "tasks; α = 0.05)")
+    d = dominance({"gen_tps": [200.0, 201.0, 202.0], "mem_peak_bytes": [1.0, 1.0, 1.0]},
+                  {"gen_tps": [100.0, 101.0, 102.0], "mem_peak_bytes": [2.0, 2.0, 2.0]}, axes=["gen_tps", "mem_peak_bytes"])
+    assert dominance_sentence(d, "small", "large") == (
+        "small dominates large: better on generation speed and peak memory (α = 0.05 over 2 axes, 0.025 each)")
