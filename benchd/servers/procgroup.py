@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import os
 import socket
 import time
@@ -75,6 +76,39 @@ def listens_on(pid: int, port: int) -> bool:
         if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns):
             return True
     return False
+
+
+def listening_addresses(pid: int) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket `pid` or one of its descendants listens on (IPv4 and IPv6)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+    found: list[tuple[str, int]] = []
+    for p in procs:
+        try:
+            conns = p.net_connections(kind="tcp")
+        except psutil.Error:
+            continue
+        found += [(c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN and c.laddr]
+    return found
+
+
+def non_loopback(addresses: list[tuple[str, int]]) -> list[str]:
+    """The listening addresses that are not loopback (`0.0.0.0`, `::`, a LAN address), as `ip:port`;
+    an IPv4-mapped `::ffff:127.x` is loopback."""
+    out = []
+    for ip, port in addresses:
+        try:
+            addr = ipaddress.ip_address(ip.split("%", 1)[0])
+        except ValueError:
+            out.append(f"{ip}:{port}")
+            continue
+        mapped = getattr(addr, "ipv4_mapped", None)
+        if not (mapped or addr).is_loopback:
+            out.append(f"[{ip}]:{port}" if addr.version == 6 else f"{ip}:{port}")
+    return sorted(set(out))
 
 
 def alive(proc: psutil.Process) -> bool:

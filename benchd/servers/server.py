@@ -14,7 +14,8 @@ from typing import Literal
 from benchd.schemas import Candidate, ExternalServer
 from benchd.servers.procgroup import LOG_TAIL_BYTES, read_log_tail
 
-StartFailure = Literal["spawn_failed", "exited", "timeout", "port_taken", "unreachable", "not_the_server"]
+StartFailure = Literal["spawn_failed", "exited", "timeout", "port_taken", "unreachable", "not_the_server",
+                       "not_loopback"]
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,9 @@ from benchd.servers.procgroup import (
     free_port,
     group_members,
     killpg,
+    listening_addresses,
     listens_on,
+    non_loopback,
     port_is_free,
     wait_gone,
 )
@@ -90,6 +92,17 @@ def _read_from(path: Path, offset: int, max_bytes: int) -> str:
             return f.read(max_bytes).decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def _check_loopback_only(server: Server) -> None:
+    """Every TCP socket the ready server (and its children) listens on is loopback; else a start error
+    (`not_loopback`: the caller stops it and its cells fail with the reason). Candidate args cannot
+    set the host (reserved in every spelling), but a runtime may open another listener of its own."""
+    wide = non_loopback(listening_addresses(server.pid))
+    if wide:
+        raise server.start_error(
+            f"{server.runtime} (pid {server.pid}) listens on {', '.join(wide)}, not on loopback only: benchd's "
+            "servers bind 127.0.0.1 only, so it was stopped", "not_loopback")
 
 
 class Supervisor:
@@ -308,6 +321,7 @@ class Supervisor:
                     if answer.ready:
                         if listens_on(server.pid, server.port):
                             marker.look(server, final=True)
+                            _check_loopback_only(server)
                             return
                         raise server.start_error(
                             f"port {server.port} was taken by another process: something else answers "

@@ -52,7 +52,7 @@ def test_llama_argv_ctx_spec_and_metrics() -> None:
     assert argv[argv.index("-md") + 1] == "/models/d.gguf"
     assert argv[argv.index("--spec-type") + 1] == "draft-simple"
     assert argv[argv.index("--spec-draft-n-max") + 1] == "8"
-    assert argv[-2:] == ["-fa", "on"]
+    assert argv[1:3] == ["-fa", "on"]  # the candidate's args first, benchd's own flags after them
     assert a.restarts_per_context(c)
 
 
@@ -62,7 +62,7 @@ def test_llama_pinned_ctx_and_own_slot_count() -> None:
     assert not a.restarts_per_context(c)
     assert a.server_ctx_size(c, 2048, 128) == 65536
     argv = a.argv(c, command=["x"], port=1, ctx_size=65536)
-    assert "-np" not in argv and argv[-2:] == ["--parallel", "2"]
+    assert "-np" not in argv and argv[1:3] == ["--parallel", "2"]
 
 
 def test_mtp_needs_no_draft_model() -> None:
@@ -125,7 +125,7 @@ def test_llama_cold_starts_have_no_host_ram_prompt_cache_and_sessions_do() -> No
     start = a.session_start(c)
     assert start.own_start and start.candidate.args[-2:] == ["--cache-ram", "8192"]
     session_argv = a.argv(start.candidate, command=["x"], port=1, ctx_size=512)
-    assert session_argv.count("--cache-ram") == 1 and session_argv[-2:] == ["--cache-ram", "8192"]
+    assert session_argv.count("--cache-ram") == 1 and session_argv[1:3] == ["--cache-ram", "8192"]
     assert "--cache-ram 8192" in start.notes and "cold probes run with --cache-ram 0" in start.notes
     for args, env, field in ((["--cache-ram", "64"], {}, "args[0]"), (["-cram=64"], {}, "args[0]"),
                              ([], {"LLAMA_ARG_CACHE_RAM": "64"}, "env.LLAMA_ARG_CACHE_RAM")):

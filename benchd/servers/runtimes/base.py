@@ -186,6 +186,22 @@ class RuntimeAdapter:
         combination out. None by default."""
         return []
 
+    #: Whether the runtime's parser takes a unique prefix of a long option for the option (Python's
+    #: argparse, `allow_abbrev`): `--hos` is `--host` there, so reserved flags are refused by prefix too.
+    abbreviates: ClassVar[bool] = False
+
+    def reserved_flag(self, arg: str) -> str | None:
+        """The reserved flag `arg` spells (`--flag`, `--flag=value`, and with `abbreviates` any prefix of
+        `--flag` and a bare `--`, after which benchd's own flags would be positionals), or None."""
+        key = arg.split("=", 1)[0]
+        if key in self.reserved_args:
+            return key
+        if self.abbreviates and key.startswith("--"):
+            if key == "--":
+                return "--"
+            return next((f for f in self.reserved_args if f.startswith("--") and f.startswith(key)), None)
+        return None
+
     def validate(self, candidate: Candidate) -> list[BenchdError]:
         """Everything wrong with a candidate for this runtime, each naming the field (empty: fine)."""
         errors: list[BenchdError] = []
@@ -193,12 +209,19 @@ class RuntimeAdapter:
             errors += flags.args_problems(self.flag_values, candidate)
         errors += self.combination_problems(candidate)
         for i, arg in enumerate(candidate.args):
-            flag = arg.split("=", 1)[0]
-            if flag in self.reserved_args:
+            flag = self.reserved_flag(arg)
+            if flag == "--":
+                errors.append(BenchdError(
+                    "reserved_arg", f"candidate {candidate.id!r}: {self.name} argument '--' would turn benchd's "
+                    "own flags (which follow the candidate's args) into positional arguments",
+                    f"$.candidates[{candidate.id}].args[{i}]"))
+            elif flag is not None:
+                spelt = arg.split("=", 1)[0]
+                how = "" if spelt == flag else f" ({spelt!r} is how {self.name}'s parser abbreviates {flag!r})"
                 errors.append(
                     BenchdError(
                         "reserved_arg",
-                        f"candidate {candidate.id!r}: {self.name} argument {flag!r} is set by benchd; "
+                        f"candidate {candidate.id!r}: {self.name} argument {flag!r} is set by benchd{how}; "
                         f"{self.reserved_args[flag]}",
                         f"$.candidates[{candidate.id}].args[{i}]",
                     )

@@ -291,7 +291,7 @@ class LlamaServerAdapter(RuntimeAdapter):
                       "also logs every request; benchd keeps the default (add `-lv 4` to the args to record it)")
 
     def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
-        argv = [*command, "-m", candidate.model, "--host", HOST, "--port", str(port), "--metrics"]
+        argv = ["-m", candidate.model, "--host", HOST, "--port", str(port), "--metrics"]
         if candidate.mmproj is not None:
             argv += ["--mmproj", candidate.mmproj]
         if ctx_size is not None:
@@ -311,7 +311,7 @@ class LlamaServerAdapter(RuntimeAdapter):
             argv += ["--spec-type", SPEC_TYPES[spec.kind]]
             if spec.draft_max is not None:
                 argv += ["--spec-draft-n-max", str(spec.draft_max)]
-        return [*argv, *candidate.args]
+        return [*command, *candidate.args, *argv]  # benchd's own flags last: the parser's last one wins
 
     def server_threads(self, candidate: Candidate) -> tuple[int | None, str]:
         """The largest of `-t`, `-tb`, `-td`, `-tbd` (or `LLAMA_ARG_THREADS`) the candidate sets; unknown

@@ -143,6 +143,7 @@ class MlxServerAdapter(RuntimeAdapter):
     #: Distributions whose versions make up `version()` (first = the server package).
     version_dists: ClassVar[tuple[str, ...]] = ()
     version_source: ClassVar[str] = "venv:importlib.metadata"
+    abbreviates: ClassVar[bool] = True  # both servers parse their flags with argparse (allow_abbrev)
 
     def validate(self, candidate: Candidate) -> list[BenchdError]:
         errors = super().validate(candidate)

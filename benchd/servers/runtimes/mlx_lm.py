@@ -58,7 +58,7 @@ class MlxLmAdapter(MlxServerAdapter):
     version_dists: ClassVar[tuple[str, ...]] = ("mlx-lm", "mlx")
 
     def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
-        argv = [*command, "--model", candidate.model, "--host", HOST, "--port", str(port)]
+        argv = ["--model", candidate.model, "--host", HOST, "--port", str(port)]
         # The LRU prompt cache reuses the chat template's prefix across requests (even with a unique
         # first line): size 0 turns it off so
         # `cached_tokens` is 0 and every probe processes its whole prompt.
@@ -69,7 +69,7 @@ class MlxLmAdapter(MlxServerAdapter):
             argv += ["--draft-model", spec.draft_model]
             if spec.draft_max is not None:
                 argv += ["--num-draft-tokens", str(spec.draft_max)]
-        return [*argv, *candidate.args]
+        return [*command, *candidate.args, *argv]  # benchd's own flags last: the parser's last one wins
 
     def session_start(self, candidate: Candidate) -> SessionStart:
         """A start of its own with the LRU prompt cache at its default size, unless the candidate sets one."""

@@ -67,7 +67,7 @@ class MlxVlmAdapter(MlxServerAdapter):
         return mlx_dir_facts(candidate.model)
 
     def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
-        argv = [*command, "--model", candidate.model, "--host", HOST, "--port", str(port)]
+        argv = ["--model", candidate.model, "--host", HOST, "--port", str(port)]
         if candidate.vision:
             argv += ["--vision-cache-size", "1"]  # not 0: see the module docstring
         spec = candidate.spec
@@ -76,7 +76,7 @@ class MlxVlmAdapter(MlxServerAdapter):
             argv += ["--draft-model", spec.draft_model or candidate.model, "--draft-kind", spec.kind]
             if spec.draft_max is not None:
                 argv += ["--draft-block-size", str(spec.draft_max)]
-        return [*argv, *candidate.args]
+        return [*command, *candidate.args, *argv]  # benchd's own flags last: the parser's last one wins
 
     def session_start(self, candidate: Candidate) -> SessionStart:
         """A start of its own with `APC_ENABLED=1` (its prefix cache; the scrub removes inherited `APC_*`)
