@@ -103,6 +103,18 @@ def check_sweep_matrices(path: str) -> tuple[Any, list[str], list[Any]]:
     return sweep, problems, matrices
 
 
+def plan_warnings(sweep: Any) -> list[str]:
+    """What the probe plan guarantees cannot be answered: a fixed probe count below the cell verdict's
+    minimum leaves every cell 'too few' (and every comparison short of its noise)."""
+    from benchd.engine.metrics import CI_MIN_N
+
+    pp = sweep.probe_plan()
+    if pp.max >= CI_MIN_N:
+        return []
+    return [f"probes = {pp.max}: every cell's verdict will be 'too few' (the 95 % CI of a cell's median needs "
+            f"{CI_MIN_N} ok probes); set probes = \"auto\" or at least {CI_MIN_N}"]
+
+
 def _matrix_json(matrices: list[Any], sweep: Any = None) -> list[dict[str, Any]]:
     by_id = {c.id: c for c in sweep.candidates} if sweep is not None else {}
     return [{"base": m.base, "keys": m.keys, "combinations": m.combinations,
@@ -297,8 +309,10 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
             _print_problems(problems)
         raise SystemExit(exitcodes.BAD_INPUT)
     p = plan(sweep, gen_tps, prompt_tps, ASSUMED_STARTUP_S)
+    warnings = plan_warnings(sweep)
     if as_json:
-        _print_json({"file": sweep_file, "ok": not problems, "problems": problems, "pin_client": sweep.pin_client,
+        _print_json({"file": sweep_file, "ok": not problems, "problems": problems, "warnings": warnings,
+                     "pin_client": sweep.pin_client,
                      "settings": _settings(sweep), "matrices": _matrix_json(matrices, sweep), **p})
     else:
         pp = sweep.probe_plan()
@@ -311,6 +325,8 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
             click.echo(line)
         for note in p["design"]["notes"]:
             click.echo(f"  note: {note}")
+        for warning in warnings:
+            click.echo(f"  warning: {warning}")
         if pp.adaptive and (len(sweep.candidates) == 1 or p["design"]["order"] == "sequential"):
             click.echo(f"  probes: each cell stops once the 95 % CI of the median {pp.metric} is within "
                        f"±{pp.target_ci_pct:g} % (after {pp.min}, at most {pp.max}); throttle-suspect below "

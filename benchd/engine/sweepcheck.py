@@ -11,7 +11,8 @@ candidates beyond its schema (msgspec decodes that).
   URL's port, the `api_key_env` variable is set.
 - `local_problems`: what exists on this machine — model and draft model files, an executable binary,
   the executable the adapter would resolve. benchctl lists these as problems; the daemon records
-  missing models at submit and fails the cells at server start, since a file can come and go.
+  missing models at submit and fails the cells at server start, since a file can come and go; and
+  what the model files say (`benchd.engine.modelcheck`: the kind its runtime loads, its trained context).
 
 - `expand`: every candidate matrix expanded into its candidates (`benchd.engine.matrix`), before the
   checks above see them.
@@ -33,6 +34,7 @@ import msgspec
 
 from benchd.engine.matrix import Expanded as Expanded  # re-exported: the one expansion, with the checks
 from benchd.engine.matrix import expand as expand
+from benchd.engine.modelcheck import model_problems
 from benchd.errors import BenchdError
 from benchd.schemas import EXTERNAL_RUNTIME, Candidate, Sweep
 
@@ -223,6 +225,7 @@ def local_problems(candidates: Iterable[tuple[int, Candidate]], cache_dir: Path,
         if cand.binary is not None and not (os.path.isfile(cand.binary) and os.access(cand.binary, os.X_OK)):
             out.append(f"{where}.binary: {cand.binary} is not an executable file")
         out += [f"{where}: {e}" for e in adapter_problems(cand, sweep)]
+        out += [f"{where}.{name}: {why}" for name, why in model_problems(cand, sweep)]
         if cand.binary is None:
             try:
                 exe = _first_str(get_adapter(cand.runtime).command(cand, cache_dir))

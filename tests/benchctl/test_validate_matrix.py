@@ -32,8 +32,8 @@ def validate(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_validate_prints_the_expansion_and_what_is_left_out(tmp_path: Path) -> None:
-    (tmp_path / "model.gguf").write_bytes(b"")
-    (tmp_path / "draft.gguf").write_bytes(b"")
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")  # the magic: validate checks the kind of file
+    (tmp_path / "draft.gguf").write_bytes(b"GGUF")
     f = tmp_path / "m.toml"
     f.write_text(SWEEP.format(extra=""))
     out = validate(f, "--json")

@@ -1,0 +1,94 @@
+"""What a candidate's model files say before a night is spent on them (`benchctl validate`): a model of
+the kind its runtime loads, and the model's trained context against the sweep's contexts.
+
+- llama-server loads one GGUF file (magic `GGUF`); the MLX runtimes load a folder with `config.json`.
+- The trained context: GGUF `<general.architecture>.context_length`; MLX `config.json`
+  `max_position_embeddings` (or `text_config.max_position_embeddings`, as vision models nest it). A
+  context plus the sweep's `gen_tokens` beyond it is a problem: past its trained context a model's
+  output (and so its speed on a real prompt) is not what the grid means to measure.
+
+Each problem is a `(field, message)` pair; the caller words the field in its own style.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from benchd.schemas import Candidate, Sweep
+
+#: Runtimes that load a GGUF file, and those that load an MLX folder.
+GGUF_RUNTIMES = ("llama-server",)
+MLX_RUNTIMES = ("mlx_lm.server", "mlx_vlm.server")
+
+
+def _is_gguf(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
+def trained_context(path: str) -> tuple[int | None, str]:
+    """(the model's trained context, where it was read) — None with why when the files do not say."""
+    from benchd.servers.runtimes.vision import gguf_metadata
+
+    if os.path.isdir(path):
+        try:
+            with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+                config: Any = json.load(f)
+        except (OSError, ValueError) as exc:
+            return None, f"config.json unreadable: {exc}"
+        for where, section in (("max_position_embeddings", config),
+                               ("text_config.max_position_embeddings", (config or {}).get("text_config"))):
+            value = section.get("max_position_embeddings") if isinstance(section, dict) else None
+            if isinstance(value, int) and value > 0:
+                return value, f"config.json {where}"
+        return None, "config.json has no max_position_embeddings"
+    try:
+        meta = gguf_metadata(path)
+    except (OSError, ValueError) as exc:
+        return None, f"GGUF header unreadable: {exc}"
+    arch = meta.get("general.architecture")
+    key = f"{arch}.context_length"
+    value = meta.get(key)
+    if isinstance(value, int) and value > 0:
+        return value, f"GGUF {key}"
+    return None, f"GGUF header has no {key}"
+
+
+def kind_problem(cand: Candidate) -> tuple[str, str] | None:
+    """The model is not of the kind the candidate's runtime loads: (field, why), or None."""
+    model = cand.model
+    if not model or not os.path.exists(model):
+        return None
+    if cand.runtime in GGUF_RUNTIMES and (os.path.isdir(model) or not _is_gguf(model)):
+        what = "a folder" if os.path.isdir(model) else "not a GGUF file (no GGUF magic)"
+        return "model", (f"{model} is {what}; llama-server loads one .gguf file (an MLX folder goes with "
+                         "runtime = \"mlx_lm.server\" or \"mlx_vlm.server\")")
+    if cand.runtime in MLX_RUNTIMES and not os.path.isdir(model):
+        what = "a GGUF file" if _is_gguf(model) else "a file"
+        return "model", (f"{model} is {what}; {cand.runtime} loads a folder with config.json and safetensors "
+                         "(a .gguf goes with runtime = \"llama-server\")")
+    return None
+
+
+def model_problems(cand: Candidate, sweep: Sweep | None) -> list[tuple[str, str]]:
+    """The kind check, then every context (plus gen_tokens) the model was not trained for."""
+    kind = kind_problem(cand)
+    if kind is not None:
+        return [kind]
+    if sweep is None or not cand.model or not os.path.exists(cand.model) or cand.external:
+        return []
+    trained, source = trained_context(cand.model)
+    if trained is None:
+        return []
+    over = [c for c in sweep.contexts if c + sweep.gen_tokens > trained]
+    if not over:
+        return []
+    return [("model", f"the model was trained for a context of {trained:,} tokens ({source}); context"
+             f"{'s' if len(over) > 1 else ''} {', '.join(f'{c:,}' for c in over)} plus gen_tokens "
+             f"{sweep.gen_tokens:,} exceed{'' if len(over) > 1 else 's'} it (contexts allowed: up to "
+             f"{max(trained - sweep.gen_tokens, 0):,})")]
