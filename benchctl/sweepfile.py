@@ -104,13 +104,15 @@ _STUB: dict[str, Any] = {"name": "stub", "contexts": [1], "gen_tokens": 1,
                          "candidates": [{"id": "stub", "runtime": "llama-server", "model": "/stub"}]}
 
 
-def _problem(exc: msgspec.ValidationError, prefix: str = "$") -> str:
-    """msgspec's message with its `$.path` rebased under `prefix` (a candidate checked on its own)."""
+def _problem(exc: msgspec.ValidationError, prefix: str = "$", data: Any = None) -> str:
+    """msgspec's message with its `$.path` rebased under `prefix` (a candidate checked on its own), in
+    words a person can act on (`benchctl.problemtext.explain`: the bad value, allowed values, did you mean)."""
+    from benchctl.problemtext import explain
+
     text = str(exc)
     msg, _, path = text.rpartition(" - at `")
-    if not msg:
-        return f"{text} (at `{prefix}`)"
-    return f"{msg} (at `{prefix}{path.rstrip('`')[1:]}`)"
+    where = prefix if not msg else f"{prefix}{path.rstrip('`')[1:]}"
+    return f"{explain(msg or text, where, Sweep, data)} (at `{where}`)"
 
 
 def schema_problems(data: dict[str, Any]) -> tuple[list[str], list[tuple[int, Candidate]]]:
@@ -131,14 +133,14 @@ def schema_problems(data: dict[str, Any]) -> tuple[list[str], list[tuple[int, Ca
         try:
             msgspec.convert({**_STUB, key: value}, Sweep)
         except msgspec.ValidationError as exc:
-            problems.append(_problem(exc))
+            problems.append(_problem(exc, data=data))
     valid: list[tuple[int, Candidate]] = []
     raw_candidates = data.get("candidates")
     for i, raw in enumerate(raw_candidates if isinstance(raw_candidates, list) else []):
         try:
             valid.append((i, msgspec.convert(raw, Candidate)))
         except msgspec.ValidationError as exc:
-            problems.append(_problem(exc, f"$.candidates[{i}]"))
+            problems.append(_problem(exc, f"$.candidates[{i}]", data))
     ids = [c.id for _, c in valid]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:

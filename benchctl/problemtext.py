@@ -1,0 +1,107 @@
+"""A schema problem in words a person can act on: msgspec's message at a `$.path`, with the bad value
+(not only the rule it broke), the allowed values of an enum, and "did you mean" for an unknown field.
+
+The schema is read from the msgspec types themselves (`msgspec.inspect`), so a new field or enum
+value needs nothing here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+import msgspec.inspect as mi
+
+_SEGMENT = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\[['\"]?([^\]'\"]*)['\"]?\]")
+
+
+def _segments(path: str) -> list[str | int]:
+    """`$.candidates[0].spec` -> ["candidates", 0, "spec"]."""
+    out: list[str | int] = []
+    for name, index, key in _SEGMENT.findall(path[1:] if path.startswith("$") else path):
+        out.append(name or (int(index) if index else key))
+    return out
+
+
+def _structs(t: Any) -> list[mi.StructType]:
+    """The struct types a type can be (through unions and Optional)."""
+    if isinstance(t, mi.StructType):
+        return [t]
+    if isinstance(t, mi.UnionType):
+        return [s for x in t.types for s in _structs(x)]
+    return []
+
+
+def _step(t: Any, seg: str | int) -> Any:
+    """The type one path segment below `t` (None when the schema does not say)."""
+    if isinstance(t, mi.UnionType):
+        for x in t.types:
+            got = _step(x, seg)
+            if got is not None:
+                return got
+        return None
+    if isinstance(seg, int) and isinstance(t, mi.ListType | mi.SetType | mi.FrozenSetType | mi.VarTupleType):
+        return t.item_type
+    if isinstance(t, mi.DictType):
+        return t.value_type
+    for s in _structs(t):
+        for f in s.fields:
+            if f.encode_name == seg:
+                return f.type
+    return None
+
+
+def type_at(root: type, path: str) -> Any:
+    """The msgspec type info at `path` under `root` (None when the path leaves the schema)."""
+    t: Any = mi.type_info(root)
+    for seg in _segments(path):
+        t = _step(t, seg)
+        if t is None:
+            return None
+    return t
+
+
+def value_at(data: Any, path: str) -> tuple[bool, Any]:
+    """(found, the value at `path` in the decoded document)."""
+    for seg in _segments(path):
+        if isinstance(seg, int) and isinstance(data, list) and 0 <= seg < len(data):
+            data = data[seg]
+        elif isinstance(seg, str) and isinstance(data, dict) and seg in data:
+            data = data[seg]
+        else:
+            return False, None
+    return True, data
+
+
+def _literals(t: Any) -> list[Any]:
+    if isinstance(t, mi.LiteralType):
+        return list(t.values)
+    if isinstance(t, mi.UnionType):
+        return [v for x in t.types for v in _literals(x)]
+    return []
+
+
+def explain(message: str, path: str, root: type, data: Any) -> str:
+    """msgspec's `message` about `path` (under `root`, in the document `data`) with what a person needs:
+    the allowed values of an enum, "did you mean" and the fields allowed for an unknown field, the bad
+    value beside a rule it broke."""
+    t = type_at(root, path)
+    unknown = re.match(r"Object contains unknown field `([^`]*)`", message)
+    if unknown:
+        name = unknown.group(1)
+        fields = sorted(f.encode_name for s in _structs(t) for f in s.fields)
+        close = difflib.get_close_matches(name, fields, n=1, cutoff=0.6)
+        hint = f"; did you mean `{close[0]}`?" if close else ""
+        return f"unknown field `{name}`{hint} (allowed: {', '.join(fields)})" if fields else message
+    found, value = value_at(data, path)
+    if message.startswith("Invalid enum value"):
+        allowed = _literals(t)
+        if allowed:
+            close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            return f"{value!r} is not allowed{hint} (allowed: {', '.join(repr(a) for a in allowed)})"
+        return message
+    if found and not isinstance(value, dict | list):
+        return f"{message.split(', got `')[0]}, got {value!r}"
+    return message
