@@ -38,6 +38,22 @@ def resolve_path(value: Any, base: Path, field: str, source: str = "") -> Any:
         raise BenchdError("bad_path", f"{prefix}{field.removeprefix('$.')} {value!r}: {why}", field) from exc
 
 
+#: Runtimes whose model may be a Hugging Face id, resolved in the local cache (`benchctl.hfcache`).
+HF_RUNTIMES = ("mlx_lm.server", "mlx_vlm.server")
+
+
+def _model_or_path(cand: dict[str, Any], name: str, base: Path, field: str, source: str) -> Any:
+    """An MLX candidate's model that reads as a Hugging Face id and is no file beside the sweep: its
+    cached snapshot folder; anything else through `resolve_path`."""
+    from benchctl import hfcache
+
+    value = cand[name]
+    if (name == "model" and cand.get("runtime") in HF_RUNTIMES and isinstance(value, str)
+            and hfcache.looks_like_id(value) and not (base / value).exists()):
+        return hfcache.resolve_id(value, field, source)
+    return resolve_path(value, base, field, source)
+
+
 def resolve_paths(data: dict[str, Any], base: Path, source: str = "") -> dict[str, Any]:
     """Rewrite model/binary/mmproj/spec.draft_model of every candidate in a raw sweep dict (in place), and
     the draft_model of each `spec` table of its matrix."""
@@ -49,7 +65,7 @@ def resolve_paths(data: dict[str, Any], base: Path, source: str = "") -> dict[st
             continue
         for name in PATH_FIELDS:
             if name in cand:
-                cand[name] = resolve_path(cand[name], base, f"$.candidates[{i}].{name}", source)
+                cand[name] = _model_or_path(cand, name, base, f"$.candidates[{i}].{name}", source)
         matrix = cand.get("matrix")
         specs = [("spec", cand.get("spec"))]
         if isinstance(matrix, dict) and isinstance(matrix.get("spec"), list):
