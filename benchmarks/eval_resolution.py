@@ -1,5 +1,5 @@
 """How many eval tasks a suite needs to tell a 10-point pass-rate gap (no timing: pure arithmetic on the
-project's own statistics, `results.ranktests.clopper_pearson` and `results.comparison.compare_outcomes`).
+project's own statistics, `stats.ranktests.clopper_pearson` and `results.comparison.compare_outcomes`).
 
     .venv/bin/python benchmarks/eval_resolution.py [--gap 10] [--json]
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from benchd.results.comparison import compare_outcomes
-from benchd.results.ranktests import clopper_pearson
+from benchd.stats.comparison import compare_outcomes
+from benchd.stats.ranktests import clopper_pearson
 
 BASES = (0.5, 0.7, 0.85)
 DISCORDANT = (1.0, 2.0, 3.0)  # discordant share as multiples of the gap

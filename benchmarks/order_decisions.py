@@ -9,8 +9,8 @@ per-probe axis of the Pareto table twice:
 - before: medians more than the margin apart and, with six probes or more per side, the two
   distribution-free 95 % CIs of the median apart, else an exact Mann–Whitney p < 0.05 (which 3 vs 3
   can never reach) — the rule the Pareto view, `compare` and the report used before, written out
-  here (ranks from benchd.results.ranktests) so the script keeps measuring it after it was replaced;
-- now: `benchd.results.comparison.compare_rows` (paired by round in interleaved / blocked rows).
+  here (ranks from benchd.stats.ranktests) so the script keeps measuring it after it was replaced;
+- now: `benchd.stats.comparison.compare_rows` (paired by round in interleaved / blocked rows).
 Printed: resolved pairs x axes under each rule, the ratio now / before, and the load average before
 and after. Run it on a quiet machine (no other suite or benchmark).
 """
@@ -39,11 +39,10 @@ from benchctl.demo import _sweep_toml
 from benchd.config import Config
 from benchd.engine.metrics import median_ci
 from benchd.engine.scheduler import run_job
-from benchd.results.axes import AXES
-from benchd.results.comparison import compare_rows
-from benchd.results.pareto import stop_verdict
-from benchd.results.ranktests import mann_whitney_min_p, mann_whitney_p
 from benchd.schemas import Cooldown, Row, Sustained, Sweep
+from benchd.stats.axes import AXES
+from benchd.stats.comparison import compare_rows
+from benchd.stats.ranktests import mann_whitney_min_p, mann_whitney_p
 from benchd.store import Store
 
 ALPHA = 0.05
@@ -71,7 +70,7 @@ def run(sweep: Sweep, state: Path) -> tuple[list[Row], float, str]:
     try:
         job, _ = store.create_job(sweep)
         t0 = time.monotonic()
-        asyncio.run(run_job(job.id, sweep, store, config, lambda e: None, judge=stop_verdict))
+        asyncio.run(run_job(job.id, sweep, store, config, lambda e: None))
         wall = time.monotonic() - t0
         order = next((str(e.payload["order"]) for e in store.events(job.id) if e.type == "design_chosen"), "sequential")
         return store.rows(job.id), wall, order

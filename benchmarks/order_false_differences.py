@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchd.results.comparison import compare_axis
+from benchd.stats.comparison import compare_axis
 
 
 def machine(slot: int, slots: int, drift_pct: float, step_pct: float) -> float:

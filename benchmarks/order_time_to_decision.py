@@ -36,10 +36,9 @@ import msgspec
 from benchctl.demo import _sweep_toml
 from benchd.config import Config
 from benchd.engine.scheduler import run_job
-from benchd.results.comparison import compare_rows
-from benchd.results.pareto import stop_verdict
 from benchd.results.runbook import build_runbook
 from benchd.schemas import Cooldown, Probes, Runbook, Sustained, Sweep
+from benchd.stats.comparison import compare_rows
 from benchd.store import Store
 
 
@@ -50,7 +49,7 @@ def run(sweep: Sweep, state: Path) -> tuple[Runbook, float, tuple[float, float]]
     try:
         job, _ = store.create_job(sweep)
         t0 = time.monotonic()
-        asyncio.run(run_job(job.id, sweep, store, config, lambda e: None, judge=stop_verdict))
+        asyncio.run(run_job(job.id, sweep, store, config, lambda e: None))
         wall = time.monotonic() - t0
         return build_runbook(config, store, job.id), wall, os.getloadavg()[:2]
     finally:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import sqlite3
@@ -44,12 +43,10 @@ def parse_time(value: str) -> datetime:
 
 
 def _load_engine() -> RunJob:
-    # The sweep engine, imported when the first job starts: the daemon answers its socket sooner. Its
-    # pair stop rule judges as the results stage's Pareto view does (its one comparison, at its α).
+    # The sweep engine, imported when the first job starts: the daemon answers its socket sooner.
     from benchd.engine.scheduler import run_job
-    from benchd.results.pareto import stop_verdict
 
-    return functools.partial(run_job, judge=stop_verdict)
+    return run_job
 
 
 @contextlib.asynccontextmanager

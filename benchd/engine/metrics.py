@@ -8,17 +8,16 @@ Reasons and facts: docs/measuring.md#cell-statistics.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from benchd.schemas import CellStats, MetricStats, Row
+from benchd.stats.cells import CI_MIN_N, median_ci
+from benchd.stats.rows import row_metrics
 
 NOISY_CV = 0.05
-CI_LEVEL = 0.95
-CI_MIN_N = 6
-STAT_METRICS: tuple[str, ...] = ("prompt_tps", "gen_tps", "ttft_ms", "mem_peak_bytes", "j_per_gen_token")
+STAT_METRICS: tuple[str, ...] = row_metrics()
 
 
 class Measured(NamedTuple):
@@ -137,27 +136,6 @@ def sustained_summary(
 
 
 # ------------------------------------------------------------------------------------ statistics
-
-
-def median_ci(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float, float, float] | None:
-    """Distribution-free CI of the median: (low, high, coverage), or None when n < 6.
-
-    Chooses the largest j such that [x_(j), x_(n+1-j)] has coverage 1 - 2·P(Binomial(n, ½) <= j-1)
-    >= level: the narrowest symmetric order-statistic interval that holds.
-    """
-    xs = sorted(values)
-    n = len(xs)
-    if n < CI_MIN_N:
-        return None
-    best: tuple[float, float, float] | None = None
-    tail = 0.0
-    for j in range(1, n // 2 + 1):
-        tail += math.comb(n, j - 1) / 2.0**n  # now P(B <= j-1)
-        coverage = 1.0 - 2.0 * tail
-        if coverage < level:
-            break
-        best = (xs[j - 1], xs[n - j], coverage)
-    return best
 
 
 def metric_stats(metric: str, values: Sequence[float | None], null_reasons: Sequence[str | None] = ()) -> MetricStats:

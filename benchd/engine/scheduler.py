@@ -53,6 +53,8 @@ from benchd.servers import affinity
 from benchd.servers.runtimes import get_adapter
 from benchd.servers.runtimes.base import CTX_MARGIN_TOKENS, RuntimeAdapter
 from benchd.servers.supervisor import Server, ServerStartError, Supervisor
+from benchd.stats.axes import direction
+from benchd.stats.stop import stop_verdict
 from benchd.store import Store, utcnow
 
 #: Grace between SIGTERM and SIGKILL when the engine stops a server (cancel must finish within 2 s).
@@ -60,16 +62,10 @@ STOP_GRACE_S = 1.5
 #: The KV estimate of the fit check before servers start side by side: an 8B-class GQA model's fp16
 #: KV cache (32 layers x 8 KV heads x 128 dims x K and V x 2 bytes) per token of the server's context.
 KV_BYTES_PER_TOKEN = 128 * 1024
-#: Metrics where lower is better (the pair rule's direction).
-LOWER_IS_BETTER = frozenset({"ttft_ms", "e2e_ms"})
 
 T = TypeVar("T")
 
 
-#: The results stage's pair verdict for the stop rule (benchd.results.pareto.stop_verdict: rows_a, rows_b, *,
-#: metric, better, order, margin_pct -> a verdict with `.verdict`), injected by the daemon so the stop rule asks the
-#: question the Pareto view answers, at its α (the engine stage cannot import the results stage).
-PairJudge = Callable[..., Any]
 #: The events every probe writes (its row is in the rows table): a scan for server starts skips them.
 PROBE_EVENTS = ("probe_started", "probe_finished", "cooldown_started", "cooldown_finished", "cell_finished")
 
@@ -115,7 +111,6 @@ class Engine:
         config: Config,
         notify: Callable[[Event], None],
         *,
-        judge: PairJudge | None = None,
         sensor: ThermalSensor | None = None,
         memory_rate_hz: float = 10.0,
     ) -> None:
@@ -124,7 +119,6 @@ class Engine:
         self.store = store
         self.config = config
         self.notify = notify
-        self.judge = judge
         self.sensor = sensor or open_sensor()
         self.memory_rate_hz = memory_rate_hz
         self.energy = EnergySession()  # the counter ($BENCHD_POWERCAP_ROOT in tests), reopened per server start
@@ -340,8 +334,6 @@ class Engine:
             return f"max {rplan.max_rounds} blocked rounds reached"
         if not self.pair_stop or rnd < rplan.min_rounds:
             return None
-        if self.judge is None:
-            return None  # no comparison function: rounds go on to max (the cells stop there)
         verdicts = self.pair_verdicts(context, cands, order)
         if verdicts and all(v.verdict in ("different", "tied") for _, _, v in verdicts):
             words = "; ".join(f"{a} vs {b}: {v.verdict}" for a, b, v in verdicts)
@@ -349,9 +341,8 @@ class Engine:
         return None
 
     def pair_verdicts(self, context: int, cands: list[Candidate], order: str) -> list[tuple[str, str, Any]]:
-        """Each pair's verdict on the plan's metric from the judge, given the pair's valid probe rows of
+        """Each pair's verdict on the plan's metric (`stats.stop.stop_verdict`), given the pair's valid probe rows of
         the context (ok, full length, not invalidated, in a round); empty until every pair shares two rounds."""
-        assert self.judge is not None
         per = {c.id: self.round_rows(c.id, context) for c in cands}
         out = []
         for i, a in enumerate(cands):
@@ -359,9 +350,8 @@ class Engine:
                 if len({r.round for r in per[a.id]} & {r.round for r in per[b.id]}) < 2:
                     return []
                 try:
-                    v = self.judge(per[a.id], per[b.id], metric=self.plan.metric, order=order,
-                                   better="lower" if self.plan.metric in LOWER_IS_BETTER else "higher",
-                                   margin_pct=self.plan.target_ci_pct)
+                    v = stop_verdict(per[a.id], per[b.id], metric=self.plan.metric, order=order,
+                                     better=direction(self.plan.metric), margin_pct=self.plan.target_ci_pct)
                 except ValueError:
                     return []
                 out.append((a.id, b.id, v))
@@ -1042,11 +1032,10 @@ def external_row(row: Row, cand: Candidate) -> Row:
 
 
 async def run_job(job_id: str, sweep: Sweep, store: Store, config: Config, notify: Callable[[Event], None],
-                  *, judge: PairJudge | None = None) -> JobOutcome:
-    """Run (or resume: rows already stored are skipped) one sweep to its end. `judge`: the comparison
-    function of the pair stop rule (the daemon passes benchd.results.pareto.stop_verdict). A sweep's
+                  ) -> JobOutcome:
+    """Run (or resume: rows already stored are skipped) one sweep to its end. A sweep's
     candidate matrices are expanded first (a submitted sweep is stored expanded: nothing is left)."""
     expanded = sweepcheck.expand(sweep)
     if expanded.problems:
         return JobOutcome("failed", "; ".join(p.message for p in expanded.problems))
-    return await Engine(job_id, expanded.sweep, store, config, notify, judge=judge).run()
+    return await Engine(job_id, expanded.sweep, store, config, notify).run()

@@ -12,9 +12,9 @@ from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.lock.lockfile import Locked, LockFile, baseline_from_lock, locked_candidate
 from benchd.results.compare import MetricComparison, compare_runbooks
-from benchd.results.comparison import ALPHA, AXES, AxisVerdict, compare_to_history
 from benchd.results.runbook import load_runbook
 from benchd.schemas import Deferred, Fingerprint, RecheckEntry, Runbook, Sustained, Sweep
+from benchd.stats.comparison import ALPHA, AXES, AxisVerdict, compare_to_history
 from benchd.store import utcnow
 
 #: A recheck runs at least this many probes per cell (two give a spread; three give the rank guard its floor).

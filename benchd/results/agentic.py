@@ -11,14 +11,14 @@ from benchd.engine.session import session_summary
 from benchd.schemas import Row
 
 #: Axes a sweep measures only when it asks for them (sessions, concurrency levels): they join a pair's
-#: comparison when either side has a value (directions from the axis table, `results.axes`).
+#: comparison when either side has a value (directions from the axis table, `stats.axes`).
 SESSION_AXIS = "session_ttft_ms"
 
 
 def samples(rows: Sequence[Row]) -> dict[tuple[int, str], dict[str, list[float]]]:
     """Per (context, candidate): the session axis over the warm turns' TTFTs (turns >= 2) and each level's
     axis over its batches' aggregate rates (one value per batch); what Pareto and compare judge."""
-    from benchd.results.axes import level_axis
+    from benchd.stats.axes import level_axis
 
     out: dict[tuple[int, str], dict[str, list[float]]] = {}
     batches: dict[tuple[int, str, int, int], float] = {}

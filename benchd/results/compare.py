@@ -13,7 +13,10 @@ from typing import Any
 
 from msgspec import Struct
 
-from benchd.results.comparison import (
+from benchd.results.evalcompare import EvalComparison, compare_evals
+from benchd.schemas import Fingerprint, Row, Runbook
+from benchd.servers.fingerprint import changed_kinds, changes, runbook_fingerprint
+from benchd.stats.comparison import (
     ALPHA,
     AXES,
     DEFAULT_MARGIN_PCT,
@@ -21,9 +24,6 @@ from benchd.results.comparison import (
     compare_axis,
     compare_metrics,
 )
-from benchd.results.evalcompare import EvalComparison, compare_evals
-from benchd.schemas import Fingerprint, Row, Runbook
-from benchd.servers.fingerprint import changed_kinds, changes, runbook_fingerprint
 
 TEST_NAME = ("the one comparison: 95 % CI of the ratio B/A (Welch on log values) within / outside ±margin, "
              "guarded by the exact Mann–Whitney test")
@@ -63,7 +63,7 @@ class BuildComparison(Struct, kw_only=True):
 
 
 class ReadyComparison(Struct, kw_only=True):
-    """One candidate's time to ready in A and B over its warm or its cold starts (`results.comparison`)."""
+    """One candidate's time to ready in A and B over its warm or its cold starts (`stats.comparison`)."""
 
     candidate: str
     cache: str  # "warm" | "cold"
@@ -71,7 +71,7 @@ class ReadyComparison(Struct, kw_only=True):
 
 
 class ImageComparison(Struct, kw_only=True):
-    """One vision candidate's TTFT with the images of one resolution in A and B (`results.comparison`,
+    """One vision candidate's TTFT with the images of one resolution in A and B (`stats.comparison`,
     axis image_ttft_ms@WxH), and the median image tokens of each side (a changed count explains a change)."""
 
     candidate: str
@@ -82,7 +82,7 @@ class ImageComparison(Struct, kw_only=True):
 
 
 class AgenticComparison(Struct, kw_only=True):
-    """One cell's session or concurrency axis in A and B (`results.comparison`): session_ttft_ms over the
+    """One cell's session or concurrency axis in A and B (`stats.comparison`): session_ttft_ms over the
     warm turns' TTFTs, agg_gen_tps@N over the level's batch aggregates."""
 
     candidate: str
@@ -227,7 +227,7 @@ def _image_samples(rb: Runbook) -> dict[tuple[str, str], list[Any]]:
 
 def compare_images(a: Runbook, b: Runbook) -> list[ImageComparison]:
     """Per (vision candidate, resolution) with ok image probes on both sides: image_ttft_ms, B against A."""
-    from benchd.results.axes import image_axis
+    from benchd.stats.axes import image_axis
 
     sa, sb = _image_samples(a), _image_samples(b)
     out = []

@@ -12,8 +12,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from benchd.results.comparison import ALPHA, AXES, compare_axis
 from benchd.schemas import Row, Sweep, SweepDrift
+from benchd.stats.comparison import ALPHA, AXES, compare_axis
 
 
 def _series(rows: Sequence[Row], cand: str, ctx: int, kind: str, metric: str) -> list[float]:

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Mapping
 
 from msgspec import Struct
 
-from benchd.results.comparison import AxisVerdict, compare_outcomes
 from benchd.schemas import EvalResult, Runbook
+from benchd.stats.comparison import AxisVerdict, compare_outcomes
 
 #: Suite -> the axis it is compared on.
 SUITE_AXES: dict[str, str] = {"code": "code_pass_rate", "tools": "tool_pass_rate"}

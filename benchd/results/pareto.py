@@ -13,32 +13,31 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from benchd.engine.metrics import median_ci
 from benchd.engine.verdict import cell_verdict
 from benchd.results.agentic import SESSION_AXIS
 from benchd.results.agentic import samples as agentic_samples
-from benchd.results.comparison import (
-    ALPHA,
-    AXES,
-    DEFAULT_MARGIN_PCT,
-    AxisVerdict,
-    Direction,
-    PairDominance,
-    compare_axis,
-    dominance,
-    paired_samples,
-)
 from benchd.results.evalcompare import SUITE_AXES, suite_outcomes
 from benchd.results.text import comparison_sentence, dominance_sentence, verdict_text
 from benchd.schemas import ContextPareto, Domination, EvalResult, Point, ProbePlan, Row, SkippedPair, Tie
+from benchd.stats.axes import core_axes
+from benchd.stats.cells import median_ci
+from benchd.stats.comparison import (
+    ALPHA,
+    AXES,
+    DEFAULT_MARGIN_PCT,
+    Direction,
+    PairDominance,
+    dominance,
+    paired_samples,
+)
+from benchd.stats.rows import usable
 
 #: Per-candidate values of an axis that is not a probe row field: axis -> candidate -> values.
 PerCandidate = Mapping[str, Mapping[str, Sequence[float]]]
 #: (a, b) -> the dominance verdict of the pair.
 Judge = Callable[[Point, Point], PairDominance]
 #: The axes every Pareto view names (skipped with why where unmeasured), in display order.
-CORE_AXES: tuple[str, ...] = ("gen_tps", "prompt_tps", "mem_peak_bytes", "eval_pass_rate", "sustain_ratio",
-                              "j_per_gen_token")
+CORE_AXES: tuple[str, ...] = tuple(a.name for a in core_axes())
 #: The warm-start time-to-ready axis (per candidate; joins a pair when measured).
 READY_AXIS = "ready_s"
 
@@ -51,7 +50,7 @@ def axis_names() -> list[str]:
 def axes_of(points: Iterable[Point]) -> list[tuple[str, Direction]]:
     """The core axes, then the axes a sweep measures only when it asks for them (the public eval suites,
     sessions, time to ready, concurrency levels, image resolutions) that any of `points` has a value for."""
-    from benchd.results.axes import IMAGE_AXIS_PREFIX, LEVEL_AXIS_PREFIX
+    from benchd.stats.axes import IMAGE_AXIS_PREFIX, LEVEL_AXIS_PREFIX
 
     present = {k for p in points for k, v in p.values.items() if v is not None}
     extra = [a for a in SUITE_AXES.values() if a in present]
@@ -148,7 +147,7 @@ def cell_rows(rows: Sequence[Row]) -> dict[tuple[int, str], list[Row]]:
     """Per (context, candidate): the ok, full-length probe rows (the comparison's input)."""
     out: dict[tuple[int, str], list[Row]] = defaultdict(list)
     for r in rows:
-        if r.kind == "probe" and r.status == "ok" and not r.short:
+        if usable(r):
             out[(r.context, r.candidate)].append(r)
     return out
 
@@ -156,7 +155,7 @@ def cell_rows(rows: Sequence[Row]) -> dict[tuple[int, str], list[Row]]:
 def cell_samples(rows: Sequence[Row]) -> dict[tuple[int, str], dict[str, list[float]]]:
     """Per (context, candidate), the axes measured beside the probes: an image resolution's axis over its
     image probes' TTFTs; the session and level axes' samples from `agentic.samples`."""
-    from benchd.results.axes import image_axis
+    from benchd.stats.axes import image_axis
 
     out: dict[tuple[int, str], dict[str, list[float]]] = defaultdict(dict)
     for key, per_axis in agentic_samples(rows).items():
@@ -202,29 +201,6 @@ def row_judge(rows: Sequence[Row], evals: Sequence[EvalResult], context: int, *,
                          names=(a.candidate, b.candidate))
 
     return judge
-
-
-def stop_verdict(rows_a: Sequence[Row], rows_b: Sequence[Row], *, metric: str, better: Direction, order: str,
-                 margin_pct: float, alpha: float = ALPHA) -> AxisVerdict:
-    """The pair stop rule's question, asked as the context's Pareto view asks it: B against A on `metric`
-    at the α each axis gets there (α / k over the per-probe core axes both sides' rows measure; the
-    `dominance` verdict itself when `metric` is one of them), paired by round as `order` allows.
-    `rows_a`, `rows_b`: the pair's valid probe rows of one context so far. Axes measured outside the
-    probe rounds (pass rates, sustained runs, sessions, levels, images, time to ready) are not counted;
-    where they join the view, its k is larger."""
-    names = [a for a in CORE_AXES if a in Row.__struct_fields__]
-    sa: dict[str, Any] = {}
-    sb: dict[str, Any] = {}
-    paired: dict[str, bool] = {}
-    for axis in names:
-        s = paired_samples(rows_a, rows_b, axis, order=order)
-        sa[axis], sb[axis], paired[axis] = s.a, s.b, s.paired
-    d = dominance(sa, sb, axes=names, alpha=alpha, margin_pct=margin_pct, paired=paired)
-    if metric in d.verdicts:
-        return d.verdicts[metric]
-    s = paired_samples(rows_a, rows_b, metric, order=order)  # not a core axis, or skipped there
-    return compare_axis(s.a, s.b, axis=metric, better=better, margin_pct=margin_pct, alpha=d.alpha_axis,
-                        paired=s.paired)
 
 
 def points_from_rows(

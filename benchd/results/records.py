@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from benchd.results.comparison import pareto_axes
 from benchd.results.text import AXIS_LABELS, fmt_range, fmt_value, machine_line, verdict_text
 from benchd.schemas import CellStats, ContextPareto, MetricStats, Row, Runbook
+from benchd.stats.comparison import pareto_axes
 
 #: Where the per-candidate axes come from when a row carries no source for them.
 DERIVED_SOURCES = {"eval_pass_rate": "evals: passed / total over the sweep's eval tier",

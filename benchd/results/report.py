@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from benchd.results import agentic, images
-from benchd.results.comparison import AXES
 from benchd.results.pareto import axes_of
 from benchd.results.records import ENERGY_COLUMNS, ReadyFigure, energy_cells, pareto_points, ready_rows
 from benchd.results.text import (
@@ -29,6 +28,7 @@ from benchd.results.text import (
     verdict_text,
 )
 from benchd.schemas import CellStats, ContextPareto, MetricStats, Runbook, Sweep
+from benchd.stats.comparison import AXES
 
 if TYPE_CHECKING:
     from benchd.results.compare import Comparison

@@ -29,7 +29,6 @@ from benchd.config import Config
 from benchd.errors import BenchdError, NotFound
 from benchd.results import provenance
 from benchd.results.flags import runbook_flags
-from benchd.results.ranktests import clopper_pearson
 from benchd.schemas import (
     JOB_ID_PATTERN,
     RUNBOOK_ID_PATTERN,
@@ -48,6 +47,7 @@ from benchd.schemas import (
     SustainedResult,
 )
 from benchd.sensors import facts
+from benchd.stats.ranktests import clopper_pearson
 from benchd.store import Store, utcnow
 
 

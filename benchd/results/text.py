@@ -13,21 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from benchd.schemas import CellVerdict, MachineInfo
+from benchd.stats.axes import AXES
 
 #: Axis -> (label, unit scale, unit) for people; an axis this table lacks reads as its own name.
-AXIS_LABELS: dict[str, tuple[str, float, str]] = {
-    "gen_tps": ("generation speed", 1.0, "tok/s"),
-    "prompt_tps": ("prompt processing", 1.0, "tok/s"),
-    "ttft_ms": ("time to first token", 1.0, "ms"),
-    "mem_peak_bytes": ("peak memory", 1 / (1 << 20), "MiB"),
-    "eval_pass_rate": ("eval pass rate", 1.0, ""),
-    "code_pass_rate": ("HumanEval pass rate", 1.0, ""),
-    "tool_pass_rate": ("BFCL tool-call pass rate", 1.0, ""),
-    "sustain_ratio": ("sustain ratio", 1.0, ""),
-    "j_per_gen_token": ("energy per generated token", 1.0, "J"),
-    "ready_s": ("time to ready", 1.0, "s"),
-    "session_ttft_ms": ("warm-turn time to first token", 1.0, "ms"),
-}
+AXIS_LABELS: dict[str, tuple[str, float, str]] = {a.name: (a.label, a.scale, a.unit) for a in AXES.values()}
 #: Speed axes: where the candidate is faster or slower (`B is 3.7× slower than A at generation`).
 SPEED_WHERE = {"gen_tps": "at generation", "prompt_tps": "at prompt processing", "ttft_ms": "to the first token",
                "session_ttft_ms": "to the first token of a warm turn", "ready_s": "to start"}

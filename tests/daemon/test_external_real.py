@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from testlib import wait_until
 
-from benchd.results.comparison import compare_axis
+from benchd.stats.comparison import compare_axis
 
 pytestmark = [pytest.mark.real]
 

@@ -19,10 +19,10 @@ import pytest
 from benchd.config import Config
 from benchd.engine.plan import job_seed, round_order
 from benchd.engine.scheduler import run_job
-from benchd.results.pareto import stop_verdict
 from benchd.results.runbook import build_runbook
 from benchd.schemas import Candidate, Cooldown, Event, Runbook, Sustained, Sweep
 from benchd.sensors.memory.budget import ENV_BUDGET
+from benchd.stats.stop import stop_verdict
 from benchd.store import Store
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -51,7 +51,7 @@ def _run(tmp: Path, cache_dir: Path, sweep: Sweep,
             on_event(e)
 
     try:
-        asyncio.run(run_job(job.id, sweep, store, config, notify, judge=stop_verdict))
+        asyncio.run(run_job(job.id, sweep, store, config, notify))
         return build_runbook(config, store, job.id), events
     finally:
         store.close()
@@ -227,9 +227,9 @@ def test_measured_footprints_over_the_budget_fall_back_to_blocked(tiny_models: A
     assert starts[2:8] == list("abbaab"), starts  # after the two resident ones: one start per block
     # the comparison the report prints for the pair is the one on the block medians paired by round
     # (memory: measured on every row; a rate can be null with its reason on a starved client)
-    from benchd.results.comparison import compare_axis as judge
-    from benchd.results.comparison import paired_samples
     from benchd.results.report import render_pareto_text
+    from benchd.stats.comparison import compare_axis as judge
+    from benchd.stats.comparison import paired_samples
 
     ok = {c: [r for r in probes if r.candidate == c and not r.short] for c in ("a", "b")}
     s = paired_samples(ok["a"], ok["b"], "mem_peak_bytes", order="blocked")

@@ -14,6 +14,7 @@ from benchd.engine import cooldown, rows, series, verdict
 from benchd.results import text
 from benchd.schemas import ProbePlan, Row, ThermalReading
 from benchd.sensors.suspend.sensor import LinuxClock
+from benchd.stats import cells
 
 AUTO = ProbePlan(True, 6, 30, 2.0, "gen_tps", 15.0)
 FIXED3 = ProbePlan(False, 3, 3, 2.0, "gen_tps", 15.0)
@@ -27,7 +28,7 @@ def _row(i: int, gen: float | None = 100.0, status: str = "ok", invalidated: str
 def test_mann_kendall_exact_matches_enumeration() -> None:
     """The Mahonian DP gives the same p-value as counting every permutation of 6 values."""
     xs = [3.0, 1.0, 4.0, 1.5, 5.0, 9.0]
-    s, p, method = verdict.mann_kendall(xs)
+    s, p, method = cells.mann_kendall(xs)
     assert method == "exact"
 
     def stat(v: tuple[float, ...]) -> int:
@@ -36,22 +37,22 @@ def test_mann_kendall_exact_matches_enumeration() -> None:
     perms = list(itertools.permutations(xs))
     extreme = sum(1 for q in perms if abs(stat(q)) >= abs(s))
     assert p == pytest.approx(extreme / len(perms))
-    assert verdict.mann_kendall([1, 2, 3, 4, 5, 6])[1] == pytest.approx(2 / math.factorial(6))
+    assert cells.mann_kendall([1, 2, 3, 4, 5, 6])[1] == pytest.approx(2 / math.factorial(6))
 
 
 def test_mann_kendall_false_positive_rate_is_alpha() -> None:
     rng = random.Random(7)
-    hits = sum(verdict.mann_kendall([rng.random() for _ in range(10)])[1] < 0.05 for _ in range(1000))
+    hits = sum(cells.mann_kendall([rng.random() for _ in range(10)])[1] < 0.05 for _ in range(1000))
     assert 20 <= hits <= 80  # 5 % of 1000, generous binomial bounds
 
 
 def test_theil_sen_slope_and_interval() -> None:
     xs = [10.0 + 0.5 * i for i in range(12)]
-    slope, lo, hi = verdict.theil_sen(xs)
+    slope, lo, hi = cells.theil_sen(xs)
     assert slope == pytest.approx(0.5) and lo == pytest.approx(0.5) and hi == pytest.approx(0.5)
     rng = random.Random(3)
     noisy = [100 - 1.0 * i + rng.gauss(0, 0.5) for i in range(20)]
-    slope, lo, hi = verdict.theil_sen(noisy)
+    slope, lo, hi = cells.theil_sen(noisy)
     assert lo is not None and hi is not None and lo <= slope <= hi and hi < 0
 
 

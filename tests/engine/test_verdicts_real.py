@@ -53,7 +53,6 @@ def _sweep(cands: list[Candidate], **kw: Any) -> Sweep:
 
 
 def _run(tmp: Path, cache_dir: Path, sweep: Sweep, on_event: Any = None) -> tuple[Runbook, list[Event]]:
-    from benchd.results.pareto import stop_verdict
 
     config = Config.resolve(state_dir=tmp, cache_dir=cache_dir)
     config.state_dir.mkdir(parents=True, exist_ok=True)
@@ -67,7 +66,7 @@ def _run(tmp: Path, cache_dir: Path, sweep: Sweep, on_event: Any = None) -> tupl
             on_event(e)
 
     try:
-        asyncio.run(run_job(job.id, sweep, store, config, notify, judge=stop_verdict))
+        asyncio.run(run_job(job.id, sweep, store, config, notify))
         return build_runbook(config, store, job.id), events
     finally:
         store.close()
@@ -274,8 +273,8 @@ def test_twins_under_a_cpu_hog_are_measured_in_rounds_and_judged_on_their_pairs(
     one computed from those rows paired by round. Whether the machine let the twins tie is not asserted
     (that claim is the synthetic test's, tests/results/test_comparison.py); the slowdown is printed."""
     from benchd.engine.plan import job_seed, round_order
-    from benchd.results.comparison import dominance, paired_samples, pareto_axes
     from benchd.results.report import render_pareto_text
+    from benchd.stats.comparison import dominance, paired_samples, pareto_axes
 
     cands = [Candidate(id=f"twin-{x}", runtime="llama-server", model=str(tiny_models.target), args=["-t", "1"])
              for x in "ab"]

@@ -11,8 +11,8 @@ import random
 
 import pytest
 
-from benchd.results import ranktests
-from benchd.results.comparison import (
+from benchd.stats import ranktests
+from benchd.stats.comparison import (
     AXES,
     compare_axis,
     compare_outcomes,

@@ -15,7 +15,6 @@ from benchd.config import Config
 from benchd.engine.scheduler import run_job
 from benchd.results.compare import compare_runbooks
 from benchd.results.html import render_compare_page, render_page, vega_runtime
-from benchd.results.pareto import stop_verdict
 from benchd.results.report import render_pareto_text
 from benchd.results.runbook import build_runbook
 from benchd.schemas import Candidate, Runbook, Sustained, Sweep
@@ -31,7 +30,7 @@ def _run(tmp: Path, cache_dir: Path, cands: list[Candidate]) -> Runbook:
     store = Store(config.db_path)
     try:
         job, _ = store.create_job(sweep)
-        asyncio.run(run_job(job.id, sweep, store, config, lambda e: None, judge=stop_verdict))
+        asyncio.run(run_job(job.id, sweep, store, config, lambda e: None))
         return build_runbook(config, store, job.id)
     finally:
         store.close()

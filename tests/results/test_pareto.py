@@ -12,6 +12,7 @@ import pytest
 
 from benchd.results import pareto
 from benchd.schemas import EvalResult, ProbePlan, Row
+from benchd.stats.stop import stop_verdict
 
 FIXTURES = sorted((Path(__file__).parents[1] / "data" / "pareto").glob("*.json"))
 
@@ -202,7 +203,7 @@ def test_the_stop_rule_asks_at_the_alpha_the_pareto_view_uses() -> None:
     1787, 5051, 5066 beside large's 187, 171, 128. One axis alone at α = 0.05 calls it different; the
     Pareto view compares three per-probe axes at α/3 each and calls gen_tps unresolved. The stop rule's
     verdict (`stop_verdict`) is the view's, so rounds go on where the view could not decide."""
-    from benchd.results.comparison import compare_axis
+    from benchd.stats.comparison import compare_axis
 
     def rows(cand: str, gen: list[float], prompt: list[float], mem: list[int]) -> list[Row]:
         return [Row(job="j", candidate=cand, runtime="llama-server", context=128, kind="probe", probe=i, status="ok",
@@ -214,14 +215,14 @@ def test_the_stop_rule_asks_at_the_alpha_the_pareto_view_uses() -> None:
     lone = compare_axis([r.gen_tps or 0 for r in small], [r.gen_tps or 0 for r in large], axis="gen_tps",
                         better="higher", paired=True)
     assert lone.verdict == "different"  # what the stop rule asked before: it stopped after 3 rounds
-    got = pareto.stop_verdict(small, large, metric="gen_tps", better="higher", order="interleaved", margin_pct=2.0)
+    got = stop_verdict(small, large, metric="gen_tps", better="higher", order="interleaved", margin_pct=2.0)
     assert got.verdict == "unresolved" and got.alpha == pytest.approx(0.05 / 3), got
     (view,) = pareto.pareto_from_rows(small + large, [], order="interleaved")
     assert sorted(view.frontier) == ["large", "small"] and not view.dominated, view  # the view's answer too
     # once the rounds show the gap steadily, both say different, at the same α
     small2 = rows("small", [5000.0, 5051.0, 5066.0, 4990.0, 5020.0], [8e4] * 5, [17_400_000] * 5)
     large2 = rows("large", [187.0, 171.0, 128.0, 180.0, 175.0], [800.0] * 5, [73_000_000] * 5)
-    got2 = pareto.stop_verdict(small2, large2, metric="gen_tps", better="higher", order="interleaved", margin_pct=2.0)
+    got2 = stop_verdict(small2, large2, metric="gen_tps", better="higher", order="interleaved", margin_pct=2.0)
     assert got2.verdict == "different" and got2.alpha == pytest.approx(0.05 / 3), got2
     (view2,) = pareto.pareto_from_rows(small2 + large2, [], order="interleaved")
     seen = view2.dominated["large"][0].verdicts["gen_tps"]  # (the view reads it from the dominated side)

@@ -36,9 +36,9 @@ from benchd.lock.recheck import (
 )
 from benchd.results import runbook
 from benchd.results.compare import MetricComparison, compare_metric, compare_runbooks
-from benchd.results.comparison import AXES, compare_to_history
 from benchd.sensors import facts
 from benchd.servers.fingerprint import changed_kinds, changes, executable_of, take_fingerprint
+from benchd.stats.comparison import AXES, compare_to_history
 
 
 def _fake_llama(path: Path, build: int) -> Path:

@@ -1,0 +1,125 @@
+"""The axis table: every axis a user can choose on, one entry each (direction, words, label, unit, margin, Pareto).
+
+A new axis is one `register_axis` call here; it then joins Pareto, `compare`, the report and the page.
+Reasons and facts: docs/measuring.md#the-axis-table.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+Direction = Literal["higher", "lower"]
+#: Where an axis's samples come from: one value per probe row (`probe`), per-task pass/fail (`outcomes`),
+#: per candidate (`candidate`: warm starts, sustained runs), or rows measured beside the probes (`cell`).
+Source = Literal["probe", "outcomes", "candidate", "cell"]
+
+
+class Axis(NamedTuple):
+    """An axis: its better direction, the words for B's value being higher / lower, whether Pareto and
+    `compare` use it, whether its values are per-task outcomes, its label and unit (values × `scale`
+    in `unit`), the practical margin (% of the ratio; pass rates: percentage points), whether every
+    Pareto view names it (`core`), and where its samples come from."""
+
+    name: str
+    better: Direction
+    words: tuple[str, str]
+    pareto: bool
+    compare: bool
+    outcomes: bool
+    label: str = ""
+    unit: str = ""
+    scale: float = 1.0
+    margin_pct: float = 2.0
+    core: bool = False
+    source: Source = "probe"
+    #: A counter (bytes): zero spread on both sides is an exact value, not rounding.
+    counter: bool = False
+
+
+#: The axis table, in display order.
+AXES: dict[str, Axis] = {}
+
+
+def register_axis(name: str, better: Direction, *, words: tuple[str, str] = ("higher", "lower"),
+                  pareto: bool = True, compare: bool = True, outcomes: bool = False, label: str = "",
+                  unit: str = "", scale: float = 1.0, margin_pct: float | None = None, core: bool = False,
+                  source: Source | None = None, counter: bool = False) -> Axis:
+    """Add (or replace) an axis in the table; returns it. The margin defaults to 2 % (5 pp for outcomes)."""
+    if better not in ("higher", "lower"):
+        raise ValueError(f"axis {name}: better must be 'higher' or 'lower', not {better!r}")
+    margin = margin_pct if margin_pct is not None else (5.0 if outcomes else 2.0)
+    src: Source = source or ("outcomes" if outcomes else "probe")
+    AXES[name] = axis = Axis(name, better, words, pareto, compare, outcomes, label or name.replace("_", " "),
+                             unit, scale, margin, core, src, counter)
+    return axis
+
+
+_SPEED = ("faster", "slower")
+register_axis("gen_tps", "higher", words=_SPEED, label="generation speed", unit="tok/s", core=True)
+register_axis("prompt_tps", "higher", words=_SPEED, label="prompt processing", unit="tok/s", core=True)
+register_axis("ttft_ms", "lower", words=("slower", "faster"), label="time to first token", unit="ms")
+register_axis("mem_peak_bytes", "lower", words=("larger", "smaller"), label="peak memory", unit="MiB",
+              scale=1 / (1 << 20), core=True, counter=True)
+register_axis("eval_pass_rate", "higher", compare=False, outcomes=True, label="eval pass rate", core=True)
+register_axis("code_pass_rate", "higher", compare=False, outcomes=True, label="HumanEval pass rate")
+register_axis("tool_pass_rate", "higher", compare=False, outcomes=True, label="BFCL tool-call pass rate")
+register_axis("sustain_ratio", "higher", compare=False, label="sustain ratio", core=True,
+              source="candidate")
+register_axis("j_per_gen_token", "lower", words=("more energy per token", "less energy per token"),
+              label="energy per generated token", unit="J", core=True)
+#: Time to ready (spawn -> health answers) over a candidate's warm starts; its cold starts are compared apart.
+#: Per candidate, not per cell: `compare` judges it in `compare_ready`, Pareto from the runbook's warm starts.
+register_axis("ready_s", "lower", words=("slower to start", "faster to start"), compare=False,
+              label="time to ready", unit="s", margin_pct=10.0, source="candidate")
+#: Session probes: the median TTFT of turns >= 2 on a warm prompt cache.
+register_axis("session_ttft_ms", "lower", words=("slower", "faster"), label="warm-turn time to first token", unit="ms",
+              source="cell")
+#: Parallel requests: the aggregate gen tok/s of N simultaneous streams, one axis per level ("agg_gen_tps@N").
+LEVEL_AXIS_PREFIX = "agg_gen_tps@"
+
+
+#: Image probes: the median TTFT with the sweep's images of one resolution, one axis per resolution
+#: ("image_ttft_ms@512x512"), on the Pareto view of the context the images sit in.
+IMAGE_AXIS_PREFIX = "image_ttft_ms@"
+
+
+def image_axis(width: int, height: int) -> Axis:
+    """The axis of one image resolution (registered the first time it is seen)."""
+    name = f"{IMAGE_AXIS_PREFIX}{width}x{height}"
+    return AXES.get(name) or register_axis(name, "lower", words=("slower", "faster"), unit="ms", source="cell")
+
+
+def level_axis(n: int) -> Axis:
+    """The axis of concurrency level `n` (registered the first time a level is seen)."""
+    name = f"{LEVEL_AXIS_PREFIX}{n}"
+    return AXES.get(name) or register_axis(name, "higher", words=_SPEED, unit="tok/s", source="cell")
+
+
+def pareto_axes() -> list[Axis]:
+    return [a for a in AXES.values() if a.pareto]
+
+
+def core_axes() -> list[Axis]:
+    """The axes every Pareto view names (skipped with why where unmeasured), in display order."""
+    return [a for a in AXES.values() if a.pareto and a.core]
+
+
+def probe_axes() -> list[Axis]:
+    """The core axes a probe row carries (what the stop rule and the view compare per round)."""
+    return [a for a in core_axes() if a.source == "probe"]
+
+
+def compare_metrics() -> list[Axis]:
+    return [a for a in AXES.values() if a.compare]
+
+
+def direction(axis: str) -> Direction:
+    """The axis's better direction ('higher' for an axis the table lacks)."""
+    return AXES[axis].better if axis in AXES else "higher"
+
+
+def margin(axis: str, overrides: dict[str, float] | None = None) -> float:
+    """The axis's margin: the sweep's override, else the table's (2 % for an axis the table lacks)."""
+    if overrides and axis in overrides:
+        return overrides[axis]
+    return AXES[axis].margin_pct if axis in AXES else 2.0
