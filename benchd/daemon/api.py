@@ -195,7 +195,8 @@ async def submit_job(request: web.Request) -> web.Response:
         except (ValueError, OverflowError) as exc:
             raise BenchdError("invalid", f"not_before must be an RFC 3339 time with an offset: {exc}",
                               "$.not_before") from exc
-    sweep = await resolve_external(check_submit(body.sweep, ctx.config.cache_dir))
+    # Off the loop: the check stats and reads the candidates' files (a slow disk must not stall the API).
+    sweep = await resolve_external(await asyncio.to_thread(check_submit, body.sweep, ctx.config.cache_dir))
     job = ctx.queue.submit(sweep, not_before, list(dict.fromkeys(body.when)))
     return _json(job, status=201)
 

@@ -16,6 +16,7 @@ import json
 import os
 from typing import Any
 
+from benchd.files import open_regular, read_regular
 from benchd.schemas import Candidate, Sweep
 
 #: Runtimes that load a GGUF file, and those that load an MLX folder.
@@ -25,8 +26,8 @@ MLX_RUNTIMES = ("mlx_lm.server", "mlx_vlm.server")
 
 def _is_gguf(path: str) -> bool:
     try:
-        with open(path, "rb") as f:
-            return f.read(4) == b"GGUF"
+        with open_regular(path) as f:  # a FIFO or a device is refused, never waited on
+            return bool(f.read(4) == b"GGUF")
     except OSError:
         return False
 
@@ -37,9 +38,8 @@ def trained_context(path: str) -> tuple[int | None, str]:
 
     if os.path.isdir(path):
         try:
-            with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
-                config: Any = json.load(f)
-        except (OSError, ValueError) as exc:
+            config: Any = json.loads(read_regular(os.path.join(path, "config.json")))
+        except (OSError, ValueError, RecursionError) as exc:
             return None, f"config.json unreadable: {exc}"
         for where, section in (("max_position_embeddings", config),
                                ("text_config.max_position_embeddings", (config or {}).get("text_config"))):

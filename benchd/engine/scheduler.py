@@ -886,9 +886,11 @@ class Engine:
         probe_no = cell.probe % vision.VISION_PROBE_STRIDE
 
         async def pair(key: str, marks: Callable[[str], None] | None = None) -> vision.ImageProbe:
+            images = await asyncio.to_thread(  # CPU-heavy PNG encoding, kept off the event loop
+                vision.make_images, sweep.sampling.seed, cand.id, vc.resolution, sweep.vision.images, key)
             return await vision.measure(
                 adapter, server.base_url, cand, prompt=prompt.text, max_tokens=sweep.gen_tokens,
-                generated=vision.make_images(sweep.sampling.seed, cand.id, vc.resolution, sweep.vision.images, key),
+                generated=images,
                 sampling=sweep.sampling, timeout_s=self.timeout_s, thinking=sweep.thinking,
                 run_to_length=sweep.ignore_eos, marks=marks)
 

@@ -3,6 +3,8 @@ candidates beyond its schema (msgspec decodes that).
 
 - `adapter_problems`: the runtime adapter's own checks (reserved args, spec kinds, context size, vision,
   concurrency levels against its slots).
+- `input_problems`: NUL bytes in args / env values, and path fields naming a FIFO, device, socket or a
+  directory where a file is expected (a stat; the checks that read files skip such a candidate).
 - `path_problems`: the daemon's rule for paths — model, draft model, binary and mmproj absolute, no NUL byte
   (the daemon has no working directory worth trusting; benchctl resolves paths against the sweep file).
 - `external_problems`: a server benchd does not start (`runtime = "openai"`): `url` http on a loopback
@@ -36,6 +38,7 @@ from benchd.engine.matrix import Expanded as Expanded  # re-exported: the one ex
 from benchd.engine.matrix import expand as expand
 from benchd.engine.modelcheck import model_problems
 from benchd.errors import BenchdError
+from benchd.files import kind_of
 from benchd.schemas import EXTERNAL_RUNTIME, Candidate, Sweep
 
 #: Fields only an external candidate has, and fields only a candidate benchd starts has (with why).
@@ -205,6 +208,34 @@ def path_problems(i: int, cand: Candidate) -> list[BenchdError]:
     return out
 
 
+def input_problems(i: int, cand: Candidate) -> list[BenchdError]:
+    """What no process can be given, and files that must never be read: a NUL byte in `args` or an
+    `env` value (an exec refuses it, failing the whole job at spawn), and a path field naming a FIFO, a
+    device or a socket, or a directory where a file is expected. A `stat`, never an open: the checks
+    that read a model's files run only for a candidate without these problems."""
+    from benchd.engine.modelcheck import GGUF_RUNTIMES, kind_problem
+
+    where = f"$.candidates[{i}]"
+    out = [BenchdError("invalid", f"candidate {cand.id!r}: args[{j}] contains a NUL byte (no process argument "
+                       "can hold one)", f"{where}.args[{j}]") for j, a in enumerate(cand.args) if "\x00" in a]
+    out += [BenchdError("invalid", f"candidate {cand.id!r}: env {k} contains a NUL byte (no environment "
+                        "variable can hold one)", f"{where}.env.{k}") for k, v in cand.env.items() if "\x00" in v]
+    file_model = cand.runtime in GGUF_RUNTIMES
+    for name, value in _paths(cand):
+        if not value or "\x00" in value:
+            continue  # path_problems names it
+        kind = kind_of(value)
+        wants_file = name in ("binary", "mmproj") or file_model
+        if kind in ("file", None) or (kind == "directory" and not wants_file):
+            continue
+        want = "a regular file" if wants_file else "a model directory or file"
+        why = f"{value} is a {kind}; benchd needs {want} there (it never reads a FIFO, device or socket)"
+        if name == "model" and kind == "directory":
+            why = (kind_problem(cand) or (name, why))[1]  # the model check's words: which runtime loads a folder
+        out.append(BenchdError("special_file", f"candidate {cand.id!r}: {name} {why}", f"{where}.{name}"))
+    return out
+
+
 def local_problems(candidates: Iterable[tuple[int, Candidate]], cache_dir: Path, sweep: Sweep | None) -> list[str]:
     """`benchctl validate`'s check of each candidate that decoded, on this machine: one line a
     problem, `candidates[i] (id).field: why`, in the order a reader fixes them."""
@@ -213,6 +244,10 @@ def local_problems(candidates: Iterable[tuple[int, Candidate]], cache_dir: Path,
     out: list[str] = []
     for i, cand in candidates:
         where = f"candidates[{i}] ({cand.id})"
+        unsafe = input_problems(i, cand)
+        if unsafe:  # nothing of this candidate is read until these are fixed
+            out += [f"{where}.{(e.field or '').split('].', 1)[-1]}: {e.message}" for e in unsafe]
+            continue
         if cand.external:
             out += [f"{where}: {e}" for e in adapter_problems(cand, sweep)]
             _, live = resolve_external(Sweep(name="x", contexts=[1], gen_tokens=1, candidates=[cand]))
@@ -240,8 +275,11 @@ def local_problems(candidates: Iterable[tuple[int, Candidate]], cache_dir: Path,
 def submit_problems(sweep: Sweep, cache_dir: Path | None = None) -> list[BenchdError]:
     """What the daemon refuses at submit: every candidate's paths first, then the adapters' checks,
     then (given the cache dir) public eval suites whose data is not fetched."""
-    out = [p for i, cand in enumerate(sweep.candidates) for p in path_problems(i, cand)]
+    out = [p for i, cand in enumerate(sweep.candidates) for p in path_problems(i, cand) + input_problems(i, cand)]
+    unsafe = {i for i, cand in enumerate(sweep.candidates) if input_problems(i, cand)}
     for i, cand in enumerate(sweep.candidates):
+        if i in unsafe:
+            continue  # its files are never read (a FIFO would block the read)
         out += [p if p.field else BenchdError(p.code, p.message, f"$.candidates[{i}]", p.status)
                 for p in adapter_problems(cand, sweep)]
     if cache_dir is not None:

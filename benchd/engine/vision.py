@@ -5,6 +5,7 @@ Reasons and facts: docs/measuring.md#image-probes.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -105,7 +106,12 @@ async def measure(
     """Run the text-only request, then the same prompt with `generated` images (the caller samples
     memory and energy around this call; `marks` are the image request's)."""
     text_body = _body(adapter, cand, prompt, max_tokens, sampling, thinking, run_to_length)
-    image_body = dict(text_body, messages=adapter.image_messages(prompt, [im.data_url() for im in generated]))
+
+    def image_request() -> tuple[dict[str, Any], bytes]:  # base64 + JSON of megabytes of PNG: off the loop
+        body = dict(text_body, messages=adapter.image_messages(prompt, [im.data_url() for im in generated]))
+        return body, adapter.encode_body(body)
+
+    image_body, image_bytes = await asyncio.to_thread(image_request)
     url, headers = base_url + adapter.request_path(), adapter.request_headers(cand)
     spec = cand.spec is not None
     text = await probe.run(url, adapter.encode_body(text_body), headers, timeout_s=timeout_s)
@@ -121,7 +127,7 @@ async def measure(
         return ImageProbe("failed", f"the text-only request failed: {text.error}", text, None, None, generated,
                           base, sources, reasons)
     text_norm = adapter.normalize(text, spec_configured=spec)
-    image = await probe.run(url, adapter.encode_body(image_body), headers, timeout_s=timeout_s, marks=marks)
+    image = await probe.run(url, image_bytes, headers, timeout_s=timeout_s, marks=marks)
     norm = adapter.normalize(image, spec_configured=spec)
     fields = dict(base, text_ttft_ms=text_norm.ttft_ms)
     sources["text_ttft_ms"] = "client: first streamed token of the same prompt without images, just before"

@@ -20,6 +20,7 @@ import psutil
 
 import benchd
 from benchd.atomic import atomic_write
+from benchd.files import kind_of, open_regular
 from benchd.schemas import (
     BenchdInfo,
     MachineInfo,
@@ -165,7 +166,7 @@ def collect_benchd() -> BenchdInfo:
 
 def _file_sha256(path: Path, h: Any | None = None) -> Any:
     h = h or hashlib.sha256()
-    with path.open("rb") as f:
+    with open_regular(str(path)) as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h
@@ -241,5 +242,9 @@ def hash_model(path: str | Path, cache_file: Path | None = None) -> ModelInfo:
         return ModelInfo(path=str(path), kind="dir", bytes=sum(x[2] for x in listing),
                          sha256=_cached_digest(key, digest_dir, cache_file), sha256_method=SHA256_DIR_METHOD,
                          files=len(listing))
+    kind = kind_of(str(p))
+    if kind != "file":  # a FIFO or a device is never read (it would block, or never end)
+        why = f"model path is a {kind or 'path that cannot be read'}, not a regular file or directory"
+        return ModelInfo(path=str(path), kind="missing", null_reasons={"bytes": why, "sha256": why})
     return ModelInfo(path=str(path), kind="file", bytes=p.stat().st_size, sha256=hash_file(p, cache_file),
                      sha256_method=SHA256_FILE_METHOD, files=1)

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from benchd.config import Config
 from benchd.errors import BenchdError
+from benchd.files import read_regular
 from benchd.schemas import Candidate
 from benchd.servers import locate
 from benchd.servers.runtimes.base import RenderItem, RuntimeAdapter
@@ -76,9 +77,8 @@ EOS_BIAS = -1000.0
 
 def _read_json(path: str) -> dict[str, Any]:
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
+        doc = json.loads(read_regular(path))
+    except (OSError, ValueError, RecursionError):
         return {}
     return doc if isinstance(doc, dict) else {}
 

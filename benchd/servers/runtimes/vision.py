@@ -9,8 +9,9 @@ import json
 import os
 import struct
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import IO, Any
 
+from benchd.files import open_regular, read_regular
 from benchd.schemas import MAX_IMAGE_SIDE
 
 
@@ -32,21 +33,21 @@ _STRING, _ARRAY = 8, 9
 _MAX_KV = 100_000
 
 
-def _read(f: BinaryIO, n: int) -> bytes:
+def _read(f: IO[bytes], n: int) -> bytes:
     data = f.read(n)
     if len(data) != n:
         raise ValueError("truncated GGUF header")
     return data
 
 
-def _string(f: BinaryIO) -> str:
+def _string(f: IO[bytes]) -> str:
     (n,) = struct.unpack("<Q", _read(f, 8))
     if n > 1 << 24:
         raise ValueError("GGUF string too long")
     return _read(f, n).decode("utf-8", "replace")
 
 
-def _value(f: BinaryIO, kind: int) -> Any:
+def _value(f: IO[bytes], kind: int) -> Any:
     if kind in _SCALARS:
         fmt = _SCALARS[kind]
         return struct.unpack(fmt, _read(f, struct.calcsize(fmt)))[0]
@@ -63,7 +64,7 @@ def _value(f: BinaryIO, kind: int) -> Any:
 
 def gguf_metadata(path: str) -> dict[str, Any]:
     """The key/values of a GGUF file's header (raises OSError or ValueError on a file that is not one)."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:  # a FIFO or a device is refused, never waited on
         if _read(f, 4) != b"GGUF":
             raise ValueError("not a GGUF file (bad magic)")
         (version,) = struct.unpack("<I", _read(f, 4))
@@ -101,9 +102,8 @@ def mmproj_facts(path: str) -> VisionFacts:
 
 def _json(path: str) -> dict[str, Any] | None:
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
+        doc = json.loads(read_regular(path))
+    except (OSError, ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
 
