@@ -132,45 +132,54 @@ async def _fallback(
 # ------------------------------------------------------------------------------ throttle checks
 
 
-async def before_probe(policy: Cooldown, sensor: ThermalSensor, *, last: Row | None, threshold_pct: float,
-                       check: Callable[[], Awaitable[float | None]]) -> CooldownRecord:
-    """The wait before a probe: the policy's wait, then (policy `thermal`, when the cell's `last` probe
-    was throttle-suspect) short check probes until one is back within `threshold_pct` of that probe's
-    running median, bounded by `max_seconds` in all; every check is in the record."""
-    record = await wait(policy, sensor)
+def throttle_checks(policy: Cooldown, record: CooldownRecord, *, last: Row | None,
+                    threshold_pct: float) -> ThrottleChecks | None:
+    """After the policy's wait (`record`): the check probes the caller runs before the next probe, or None
+    when none are due (policy `thermal` only, after a throttle-suspect `last` probe of the cell)."""
     if policy.policy != "thermal" or last is None or last.throttle is None or not last.throttle.suspect:
-        return record
+        return None
     baseline = last.throttle.running_median
     if baseline is None:
-        return record
-    return await throttle_checks(record, baseline=baseline, threshold_pct=threshold_pct, max_seconds=policy.max_seconds,
-                         check=check)
+        return None
+    return ThrottleChecks(record, baseline=baseline, threshold_pct=threshold_pct, max_seconds=policy.max_seconds)
 
 
-async def throttle_checks(record: CooldownRecord, *, baseline: float, threshold_pct: float, max_seconds: float,
-                  check: Callable[[], Awaitable[float | None]], pause_s: float = 2.0,
-                  clock: Callable[[], float] = time.monotonic,
-                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> CooldownRecord:
-    """Extend a cooldown after a throttle-suspect probe until a check probe's rate is back within
-    `threshold_pct` of `baseline` (the cell's running median), within `max_seconds` in all."""
-    t0 = clock()
-    rates: list[float] = []
-    floor = baseline * (1 - threshold_pct / 100.0)
-    outcome = f"max_seconds {max_seconds:g} s reached before a check probe was back within {threshold_pct:g} %"
-    while record.waited_s + (clock() - t0) < max_seconds:
-        rate = await check()
-        if rate is not None:
-            rates.append(round(rate, 3))
-            if rate >= floor:
-                outcome = f"check probe {rate:.1f} back within {threshold_pct:g} % of {baseline:.1f}"
-                break
-        else:
-            outcome = "a check probe measured no rate"
-            break
-        await sleep(max(0.0, min(pause_s, max_seconds - record.waited_s - (clock() - t0))))
-    extended = clock() - t0
-    note = (f"throttle check after a throttle-suspect probe: extended {extended:.1f} s, {len(rates)} check "
-            f"probe(s) {rates}; {outcome}")
-    return msgspec.structs.replace(record, waited_s=record.waited_s + extended, extended_s=round(extended, 3),
-                                   throttle_checks=rates,
-                                   note=f"{record.note}; {note}" if record.note else note)
+class ThrottleChecks:
+    """Extends a cooldown after a throttle-suspect probe until a check probe's rate is back within
+    `threshold_pct` of `baseline` (the cell's running median), within `max_seconds` in all. The caller
+    runs each check probe: `while c.due(): c.add(rate); if c.due(): await sleep(c.pause())`, then `c.record()`."""
+
+    def __init__(self, record: CooldownRecord, *, baseline: float, threshold_pct: float, max_seconds: float,
+                 pause_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.base, self.baseline, self.threshold_pct, self.max_seconds = record, baseline, threshold_pct, max_seconds
+        self.pause_s, self.clock, self.t0 = pause_s, clock, clock()
+        self.rates: list[float] = []
+        self.floor = baseline * (1 - threshold_pct / 100.0)
+        self.outcome: str | None = None
+
+    def _left(self) -> float:
+        return self.max_seconds - self.base.waited_s - (self.clock() - self.t0)
+
+    def due(self) -> bool:
+        return self.outcome is None and self._left() > 0
+
+    def pause(self) -> float:
+        return max(0.0, min(self.pause_s, self._left()))
+
+    def add(self, rate: float | None) -> None:
+        if rate is None:
+            self.outcome = "a check probe measured no rate"
+            return
+        self.rates.append(round(rate, 3))
+        if rate >= self.floor:
+            self.outcome = f"check probe {rate:.1f} back within {self.threshold_pct:g} % of {self.baseline:.1f}"
+
+    def record(self) -> CooldownRecord:
+        extended = self.clock() - self.t0
+        outcome = self.outcome or (f"max_seconds {self.max_seconds:g} s reached before a check probe was back "
+                                   f"within {self.threshold_pct:g} %")
+        note = (f"throttle check after a throttle-suspect probe: extended {extended:.1f} s, {len(self.rates)} check "
+                f"probe(s) {self.rates}; {outcome}")
+        rec = self.base
+        return msgspec.structs.replace(rec, waited_s=rec.waited_s + extended, extended_s=round(extended, 3),
+                                       throttle_checks=self.rates, note=f"{rec.note}; {note}" if rec.note else note)

@@ -9,16 +9,14 @@ Reasons and facts: docs/measuring.md#energy-per-probe.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any, TypeVar
+from typing import Any
 
 from benchd.probe_result import ProbeResult
 from benchd.sensors.energy.reader import Delta, EnergyReader, NullReader, Sample, describe
 from benchd.servers.runtimes.base import Normalized
-
-T = TypeVar("T")
 
 #: Row fields this module fills (each null one gets a reason).
 ENERGY_FIELDS: tuple[str, ...] = (
@@ -285,11 +283,13 @@ class EnergySession:
     def close(self) -> None:
         self.reader.close()
 
-    async def over(self, wait: Awaitable[T]) -> tuple[T, Delta]:
-        """Await `wait` (the cooldown) between two counter samples: its result and the energy it spanned."""
-        a = self.reader.sample()
-        got = await wait
-        return got, self.reader.delta(a, self.reader.sample())
+    def sample(self) -> Sample:
+        """A counter sample: the start of the idle baseline (the cooldown), closed by `since`."""
+        return self.reader.sample()
+
+    def since(self, start: Sample) -> Delta:
+        """The energy from `start` to now (the cooldown's idle baseline)."""
+        return self.reader.delta(start, self.reader.sample())
 
     def probe(self, idle: Delta | None, sustained: bool) -> ProbeEnergy:
         return ProbeEnergy(self.reader, idle, sustained)

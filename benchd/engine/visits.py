@@ -2,19 +2,17 @@
 
 The scheduler calls `sessions(host, cand)` and `levels(host, cand)` where the plan puts them (after the
 candidate's cold probes, with nothing else resident, so memory at a level is that level's own). `Host`
-is what these visits need from the engine; the scheduler implements it over its own start, cooldown,
-prompt and commit steps.
+is what these visits need from the engine (`benchd.engine.tail.VisitHost` implements it over the server
+pool, the prompt sizer, the cooldown policy and the recorder).
 
 Reasons and facts: docs/measuring.md#session-and-parallel-visits.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from benchd.engine import cooldown as cooldown_mod
 from benchd.engine import parallel, session
 from benchd.engine.prompts import Prompt
 from benchd.engine.rows import Cell, ServerFacts, build_row
@@ -169,60 +167,3 @@ async def levels(host: Host, cand: Candidate) -> None:
                           agg_gen_tps=summary[level].agg_gen_tps if level in summary else None)
             finally:
                 await host.stop(server)
-
-
-# ------------------------------------------------------------------------------------------ the host
-
-
-class EngineHost:
-    """`Host` over the sweep engine: its server starts (events, energy, pinning), the sweep's warm-up and
-    prompt sizing after each start, the cooldown policy with its events, and its commit."""
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-        self.job: str = engine.job
-        self.sweep: Sweep = engine.sweep
-        self.timeout_s: float = engine.timeout_s
-        self.memory_rate_hz: float = engine.memory_rate_hz
-
-    def rows(self, cand: str, context: int, kind: str) -> list[Row]:
-        return list(self.engine.book.cells.get((cand, context, kind), []))
-
-    def commit(self, row: Row) -> None:
-        self.engine.commit(row)
-
-    def emit(self, type_: str, **payload: Any) -> None:
-        self.engine.emit(type_, **payload)
-
-    async def start(self, cand: Candidate, ctx_size: int | None, context: int) -> Server | str:
-        from benchd.engine.groups import Group
-
-        server = await self.engine.start_server(cand, Group(ctx_size, [], False, False))
-        if server is None:
-            return "see the server_crashed event for its exit status and log tail"
-        adapter = get_adapter(cand.runtime)
-        try:
-            async with asyncio.timeout(self.timeout_s * (self.sweep.warmup + 1)):
-                await self.engine.sizer.warm_up(adapter, server, cand, context)
-                await self.engine.sizer.size_prompts(adapter, server, cand, context)
-        except Exception as exc:
-            await self.stop(server)
-            return f"warm-up / prompt sizing failed: {type(exc).__name__}: {exc}"
-        return server
-
-    async def stop(self, server: Server) -> None:
-        await asyncio.shield(self.engine.stop_server(server))
-
-    async def cool_down(self, cand: Candidate, context: int, kind: str, probe: int) -> CooldownRecord:
-        policy = self.sweep.cooldown
-        self.emit("cooldown_started", candidate=cand.id, context=context, probe=probe, kind=kind, policy=policy.policy)
-        record = await cooldown_mod.wait(policy, self.engine.sensor)
-        self.emit("cooldown_finished", candidate=cand.id, context=context, probe=probe, kind=kind, record=record)
-        return record
-
-    async def prompt(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int,
-                     tag: str) -> tuple[Prompt, str]:
-        async with asyncio.timeout(self.timeout_s):
-            counter = await self.engine.sizer.counter(adapter, server)
-            prompt = await self.engine.prompts.build(context, tag, counter, key=cand.id)
-        return prompt, f"{self.engine.sizer.method(prompt.method, server)}"

@@ -135,8 +135,8 @@ async def test_server_errors_mid_suite_are_rows_and_the_suite_goes_on(double: di
     server = Server(job=job.id, candidate=cand, runtime="llama-server", argv=[], command=["/bin/false"], binary="",
                     binary_source="test", port=0, base_url=double["url"], pid=0, pgid=0, create_time=0.0, ctx_size=None,
                     log_path=log, record_path=tmp_path / "rec", started_at=0.0)
-    await engine.run_suite(get_adapter("llama-server"), server, cand, "tools")
-    order = [t.id for t in engine.suite_tasks("tools")]
+    await engine.evals.run_suite(get_adapter("llama-server"), server, cand, "tools")
+    order = [t.id for t in engine.evals.suite_tasks("tools")]
     by_id = {r.task: r for r in store.evals(job.id)}
     assert sorted(by_id) == sorted(order)
     results = [by_id[i] for i in order]  # in the order asked

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from typing import Any
 
 import msgspec
 import pytest
@@ -156,9 +157,17 @@ async def test_recheck_extends_until_back_within_threshold() -> None:
     async def sleep(s: float) -> None:
         t[0] += s
 
+    async def drive(rec: CooldownRecord, max_seconds: float, check: Any) -> CooldownRecord:
+        c = cooldown.ThrottleChecks(rec, baseline=100.0, threshold_pct=15.0, max_seconds=max_seconds, pause_s=2.0,
+                                    clock=lambda: t[0])
+        while c.due():
+            c.add(await check())
+            if c.due():
+                await sleep(c.pause())
+        return c.record()
+
     rec = CooldownRecord(policy="thermal", waited_s=5.0, reason="sensor-unavailable", note="no sensor")
-    got = await cooldown.throttle_checks(rec, baseline=100.0, threshold_pct=15.0, max_seconds=60.0, check=check,
-                               pause_s=2.0, clock=lambda: t[0], sleep=sleep)
+    got = await drive(rec, 60.0, check)
     assert got.throttle_checks == [60.0, 70.0, 95.0] and got.extended_s == pytest.approx(4.0)
     assert "back within 15 %" in (got.note or "") and got.note.startswith("no sensor")
     slow = iter([10.0] * 100)
@@ -167,8 +176,7 @@ async def test_recheck_extends_until_back_within_threshold() -> None:
         return next(slow)
 
     t[0] = 0.0
-    got = await cooldown.throttle_checks(rec, baseline=100.0, threshold_pct=15.0, max_seconds=11.0, check=check_slow,
-                               pause_s=2.0, clock=lambda: t[0], sleep=sleep)
+    got = await drive(rec, 11.0, check_slow)
     assert got.waited_s == pytest.approx(11.0) and "max_seconds" in (got.note or "")
 
 

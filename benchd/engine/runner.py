@@ -1,0 +1,333 @@
+"""One probe against a running server, as a row: warm-up and prompt sizing, the cooldown (and its throttle
+check probes), the request with the memory sampler, the energy marks and the suspend watch around it,
+and the row's status from `rows.decide`. A timeout or an error in any step is a row saying why (the server
+is stopped so the next visit restarts it), never the job's end; a cancel stores the probe in flight as
+`aborted` and re-raises.
+
+Reasons and facts: docs/architecture.md#the-sweep-engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+import msgspec
+
+from benchd.engine import cooldown as cooldown_mod
+from benchd.engine import probe, vision
+from benchd.engine import series as series_mod
+from benchd.engine.energy import Delta, EnergySession
+from benchd.engine.metrics import sustained_summary
+from benchd.engine.pool import ServerPool
+from benchd.engine.prompts import Prompt
+from benchd.engine.recorder import Recorder
+from benchd.engine.rows import (
+    EXTERNAL_CACHE_ALLOWANCE,
+    Cell,
+    Decision,
+    ServerFacts,
+    build_row,
+    decide,
+    model_files,
+    shortfall,
+)
+from benchd.engine.series import CellSeries
+from benchd.engine.sizing import PromptSizer
+from benchd.schemas import Candidate, CooldownRecord, Row, Sweep
+from benchd.sensors.memory.sampler import MemorySampler
+from benchd.sensors.suspend.sensor import SuspendClock
+from benchd.sensors.thermal.sensor import ThermalSensor
+from benchd.servers.runtimes import get_adapter
+from benchd.servers.runtimes.base import RuntimeAdapter
+from benchd.servers.supervisor import Server
+from benchd.store import utcnow
+
+T = TypeVar("T")
+
+
+class ProbeRunner(Protocol):
+    """What the designs and the tail ask of a probe: each answers a row (`prepare`: None when it went well)."""
+
+    async def prepare(self, server: Server, cell: Cell, warm: int) -> Row | None: ...
+
+    async def probe(self, server: Server, cell: Cell, gen_tokens: int, series: CellSeries | None = None) -> Row: ...
+
+    async def vision(self, server: Server, cell: Cell, vc: vision.VisionCell, warm: bool) -> Row: ...
+
+
+@dataclass
+class ProbeRun:
+    """One probe in flight: its cell, server and series, and what is learned on the way (the sized
+    prompt, the cooldown record and the idle power over it, the start time, the server's facts)."""
+
+    adapter: RuntimeAdapter
+    server: Server
+    cell: Cell
+    gen_tokens: int
+    series: CellSeries | None
+    facts: ServerFacts
+    started_at: str = field(default_factory=utcnow)
+    prompt: Prompt | None = None
+    cooldown: CooldownRecord | None = None
+    idle: Delta | None = None
+
+
+class Runner:
+    """`ProbeRunner` over real servers."""
+
+    def __init__(self, job: str, sweep: Sweep, recorder: Recorder, pool: ServerPool, sizer: PromptSizer,
+                 energy: EnergySession, sensor: ThermalSensor, clock: SuspendClock, memory_rate_hz: float) -> None:
+        self.job, self.sweep, self.recorder, self.pool, self.sizer = job, sweep, recorder, pool, sizer
+        self.energy, self.sensor, self.clock, self.memory_rate_hz = energy, sensor, clock, memory_rate_hz
+        self.plan = sweep.probe_plan()
+        self.prompts = sizer.prompts
+        self.timeout_s = sweep.effective_probe_timeout_s()
+
+    async def guard(self, run: ProbeRun, step: Callable[[], Awaitable[T]], *, budget: float, timeout_text: str,
+                    failure_text: str) -> T | Row:
+        """Run one step against the server within `budget` seconds: its result, or the row saying why
+        not (a timeout kills the server; an error is a failed row naming a crash when there was one;
+        either way the server is stopped so the next visit restarts it, never the job's end)."""
+        try:
+            async with asyncio.timeout(budget):
+                return await step()
+        except TimeoutError:
+            await self.pool.kill(run.server)
+            return self.row(run, decide(result_status="timeout", error=timeout_text, killed=True),
+                            log_tail=run.server.log_tail())
+        except Exception as exc:
+            row = await self.failed_row(run, f"{failure_text}: {type(exc).__name__}: {exc}")
+            if run.server.running:
+                await self.pool.kill(run.server)
+            return row
+
+    async def prepare(self, server: Server, cell: Cell, warm: int) -> Row | None:
+        """Warm-up (`warm` probes: after a start; one at each new context of a multi-context server) and
+        prompt sizing; a server that crashes or hangs here costs this cell, never the job."""
+        adapter = get_adapter(cell.candidate.runtime)
+        run = ProbeRun(adapter, server, cell, self.sweep.gen_tokens, None, ServerFacts.of(server))
+        budget = self.timeout_s * (self.sweep.warmup + 1)
+
+        async def step() -> None:
+            if warm:
+                await self.sizer.warm_up(adapter, server, cell.candidate, cell.context, warm)
+            await self.sizer.size_prompts(adapter, server, cell.candidate, cell.context)
+
+        got = await self.guard(run, step, budget=budget, failure_text="warm-up / prompt sizing failed",
+                               timeout_text=f"warm-up / prompt sizing timed out after {budget:g} s; the server was killed")
+        return got if isinstance(got, Row) else None
+
+    async def sized_prompt(self, run: ProbeRun) -> Prompt | Row:
+        """The probe's prompt sized through the server's tokenizer, or the failed row the guard made of a
+        sizing error or timeout."""
+        return await self.guard(
+            run, lambda: self.build_prompt(run.adapter, run.server, run.cell), budget=self.timeout_s,
+            failure_text="sizing the prompt failed",
+            timeout_text=f"probe timed out after {self.timeout_s:g} s while sizing the prompt (the server's "
+                         "tokenizer did not answer); the server was killed")
+
+    async def probe(self, server: Server, cell: Cell, gen_tokens: int, series: CellSeries | None = None) -> Row:
+        """One recorded probe: its prompt sized before the cooldown (the /tokenize round trips fall
+        outside the probe's window), the cooldown, the request watched, the row."""
+        adapter = get_adapter(cell.candidate.runtime)
+        run = ProbeRun(adapter, server, cell, gen_tokens, series, ServerFacts(server.ctx_size, server.binary, server.version))
+        self.pool.hold_client_pin(cell.candidate.id)
+        cand = cell.candidate
+        prompt = await self.sized_prompt(run)
+        if isinstance(prompt, Row):
+            return prompt
+        run.prompt = prompt
+        start = self.energy.sample()  # the idle baseline: power while cooling
+        run.cooldown = await self.cool_down(run)
+        run.idle = self.energy.since(start)
+        run.started_at = utcnow()
+        self.recorder.emit("probe_started", candidate=cand.id, context=cell.context, probe=cell.probe, kind=cell.kind,
+                  round=cell.place.round, visit=cell.place.visit)
+        run.facts = ServerFacts.of(server)
+        sampler = MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cand),
+                                series=cell.kind == "sustained")
+        watch = series_mod.Watch(self.clock, server.pid)  # a sleep or a stopped server invalidates the probe
+        try:
+            row = await self.measure(run, sampler, watch)
+            return await watch.annotate(row, series=series, plan=self.plan, sensor=self.sensor,
+                                        target_celsius=self.sweep.cooldown.target_celsius)
+        except asyncio.CancelledError:
+            # A cancel or shutdown cut the probe short: store it as `aborted` (run again on resume).
+            with contextlib.suppress(Exception):
+                await asyncio.shield(asyncio.gather(watch.cancel(), sampler.stop()))
+            self.recorder.commit(self.row(run, Decision("aborted", "cancelled while the probe was in flight")))
+            raise
+
+    async def build_prompt(self, adapter: RuntimeAdapter, server: Server, cell: Cell) -> Prompt:
+        cand = cell.candidate
+        return await self.prompts.build(cell.context, f"{self.job}/{cand.id}/{cell.context}/{cell.kind}{cell.probe}",
+                                        await self.sizer.counter(adapter, server), key=cand.id)
+
+    async def cool_down(self, run: ProbeRun) -> CooldownRecord:
+        """The policy's wait, then (after a throttle-suspect probe) the check probes it asks for."""
+        cell = run.cell
+        self.recorder.emit("cooldown_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe,
+                           policy=self.sweep.cooldown.policy)
+        record = await cooldown_mod.wait(self.sweep.cooldown, self.sensor)
+        last = run.series.rows[-1] if run.series and run.series.rows else None
+        checks = cooldown_mod.throttle_checks(self.sweep.cooldown, record, last=last, threshold_pct=self.plan.throttle_pct)
+        if checks is not None:
+            while checks.due():
+                checks.add(await self.check_rate(run.adapter, run.server, cell.candidate, cell.context))
+                if checks.due():
+                    await asyncio.sleep(checks.pause())
+            record = checks.record()
+        self.recorder.emit("cooldown_finished", candidate=cell.candidate.id, context=cell.context, probe=cell.probe,
+                           record=record)
+        return record
+
+    async def check_rate(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int) -> float | None:
+        """A short unrecorded check probe at the cell's context (32 tokens at most): its rate of the metric."""
+        prompt = await self.prompts.build(context, f"{self.job}/{cand.id}/{context}/check",
+                                          await self.sizer.counter(adapter, server), key=cand.id)
+        result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text,
+                                      max_tokens=min(self.sweep.gen_tokens, 32), sampling=self.sweep.sampling,
+                                      timeout_s=self.timeout_s)
+        value = getattr(adapter.normalize(result, spec_configured=cand.spec is not None), self.plan.metric, None)
+        return float(value) if isinstance(value, (int, float)) else None
+
+    async def measure(self, run: ProbeRun, sampler: MemorySampler, watch: series_mod.Watch) -> Row:
+        """The request itself, with the memory sampler and the energy marks around it, and its row."""
+        adapter, server, cell, cand = run.adapter, run.server, run.cell, run.cell.candidate
+        assert run.prompt is not None
+        counters = cand.spec is not None and adapter.reads_counters
+        before = await self.guard(
+            run, lambda: probe.read_metrics(server.base_url) if counters else _none(), budget=self.timeout_s,
+            failure_text="reading /metrics failed",
+            timeout_text=f"probe timed out after {self.timeout_s:g} s reading /metrics before the request; "
+                         "the server was killed")
+        if isinstance(before, Row):
+            gone = await watch.finish()
+            if gone is None:
+                return before
+            d = decide(result_status=before.status, error=before.error, invalidation=gone)
+            return msgspec.structs.replace(before, status=d.status, error=d.error, invalidated=d.invalidated)
+        sampler.reset_peak()
+        await sampler.start()
+        with self.energy.probe(run.idle, cell.kind == "sustained") as recording:
+            result = await probe.run_chat(adapter, server.base_url, cand, prompt=run.prompt.text, max_tokens=run.gen_tokens,
+                                          sampling=self.sweep.sampling, timeout_s=self.timeout_s,
+                                          thinking=self.sweep.thinking, run_to_length=self.sweep.ignore_eos,
+                                          marks=recording.marks)
+        memory = await sampler.stop()
+        norm = adapter.normalize(result, spec_configured=cand.spec is not None)
+        if norm.prompt_tokens is not None:
+            self.prompts.observe(run.prompt, norm.prompt_tokens)
+        extra: dict[str, Any] = shortfall(adapter, cand, asked=run.gen_tokens, norm=norm, finish_reason=result.finish_reason,
+                                          run_to_length=self.sweep.ignore_eos) if result.ok else {}
+        sources: dict[str, str] = {"prompt": f"{self.sizer.method(run.prompt.method, server)}; target {cell.context} tokens"}
+        if "thinking" in norm.sources:
+            sources["thinking"] = f"{norm.sources['thinking']}; sweep asked: {self.sweep.thinking}"
+        load_mode = adapter.memory_note(cand)
+        if load_mode:
+            sources["mem_load_mode"] = load_mode
+        if before is not None and result.ok:
+            sources.update(adapter.acceptance_check(before, await probe.read_metrics(server.base_url)))
+        if cell.kind == "sustained":
+            extra_sustained, more = sustained_summary(result.chunk_times, self.sweep.sustained.window, norm.gen_tokens)
+            extra.update(extra_sustained, thermal_after=self.sensor.read())
+            sources.update(more)
+        tail = None
+        if result.status == "timeout":
+            await self.pool.kill(server)
+            tail = server.log_tail()
+        elif server.crashed or (not result.ok and await server.wait_exit(0.3) is not None):
+            gone = await watch.finish()
+            return await self.failed_row(run, result.error or "failed", norm, memory, gone)
+        elif not result.ok:
+            tail = server.log_tail()
+        allowance = EXTERNAL_CACHE_ALLOWANCE if cell.candidate.external else 0
+        if allowance and norm.cached_tokens:
+            sources["cached_tokens_allowed"] = (f"up to {allowance} cached tokens allowed: the chat template's shared "
+                                                "header, served by the external server's own prompt cache")
+        d = decide(result_status=result.status, error=result.error, cached_tokens=norm.cached_tokens if result.ok else None,
+                   killed=result.status == "timeout", invalidation=await watch.finish(), cache_allowance=allowance)
+        return self.row(run, d, metrics=norm, memory=memory, log_tail=tail, extra=extra, extra_sources=sources,
+                        energy=recording.row(norm, result, self.sweep.sustained.window))
+
+    async def failed_row(self, run: ProbeRun, error: str, norm: Any = None, memory: Any = None,
+                         gone: Any = None) -> Row:
+        """A failed row naming the cause: a crash (exit status + log tail, `server_crashed`) or the error."""
+        server = run.server
+        info = server.crashed or await server.wait_exit(0.5)
+        if info is None:
+            return self.row(run, decide(result_status="failed", error=error, invalidation=gone), metrics=norm,
+                            memory=memory, log_tail=server.log_tail())
+        self.recorder.emit("server_crashed", candidate=run.cell.candidate.id, phase="probe", exit_status=info.status,
+                  log_tail=info.log_tail[-2000:])
+        return self.row(run, decide(result_status="failed", error=error, crash=info.status, invalidation=gone),
+                        metrics=norm, memory=memory, exit_status=info.status, log_tail=info.log_tail)
+
+    def row(self, run: ProbeRun, d: Decision, **kw: Any) -> Row:
+        """The probe's row with the status `decide` gave it."""
+        row = build_row(run.cell, status=d.status, started_at=run.started_at, server=run.facts,
+                        cooldown=run.cooldown, error=d.error, **kw)
+        return msgspec.structs.replace(row, invalidated=d.invalidated) if d.invalidated else row
+
+    async def vision(self, server: Server, cell: Cell, vc: vision.VisionCell, warm: bool) -> Row:
+        """One image pair as a row: prompt sized, an unrecorded warm pair at a new resolution, the
+        cooldown, then the pair with memory sampled and energy marked around the image request."""
+        cand, sweep = cell.candidate, self.sweep
+        adapter = get_adapter(cand.runtime)
+        run = ProbeRun(adapter, server, cell, sweep.gen_tokens, None, ServerFacts(server.ctx_size, server.binary, server.version))
+        prompt = await self.sized_prompt(run)
+        if isinstance(prompt, Row):
+            return prompt
+        probe_no = cell.probe % vision.VISION_PROBE_STRIDE
+
+        async def pair(key: str, marks: Callable[[str], None] | None = None) -> vision.ImageProbe:
+            images = await asyncio.to_thread(  # CPU-heavy PNG encoding, kept off the event loop
+                vision.make_images, sweep.sampling.seed, cand.id, vc.resolution, sweep.vision.images, key)
+            return await vision.measure(
+                adapter, server.base_url, cand, prompt=prompt.text, max_tokens=sweep.gen_tokens,
+                generated=images,
+                sampling=sweep.sampling, timeout_s=self.timeout_s, thinking=sweep.thinking,
+                run_to_length=sweep.ignore_eos, marks=marks)
+
+        if warm:
+            await pair(vc.key(probe_no) + "/warm-up")
+        start = self.energy.sample()
+        run.cooldown = await self.cool_down(run)
+        idle = self.energy.since(start)
+        run.started_at = utcnow()
+        self.recorder.emit("probe_started", candidate=cand.id, context=cell.context, probe=cell.probe, kind="vision")
+        run.facts = ServerFacts.of(server)
+        sampler = MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cand))
+        sampler.reset_peak()
+        await sampler.start()
+        try:
+            with self.energy.probe(idle, False) as recording:
+                got = await pair(vc.key(probe_no), recording.marks)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(sampler.stop())
+            self.recorder.commit(self.row(run, Decision("aborted", "cancelled while the image probe was in flight")))
+            raise
+        memory = await sampler.stop()
+        sources = {**got.sources, "prompt": f"{self.sizer.method(prompt.method, server)}; target {cell.context} "
+                   "tokens of text beside the images"}
+        tail = None
+        if got.status == "timeout":
+            await self.pool.kill(server)
+            tail = server.log_tail()
+        elif server.crashed or (got.status != "ok" and await server.wait_exit(0.3) is not None):
+            return await self.failed_row(run, got.error or "failed", got.norm, memory)
+        elif got.status != "ok":
+            tail = server.log_tail()
+        energy = recording.row(got.norm, got.image, sweep.sustained.window) if got.norm and got.image else None
+        return self.row(run, decide(result_status=got.status, error=got.error, killed=got.status == "timeout"),
+                        metrics=got.norm, memory=memory, log_tail=tail, extra=got.fields, extra_sources=sources,
+                        energy=energy, extra_reasons=got.null_reasons)
+
+
+async def _none() -> None:
+    return None

@@ -1,0 +1,75 @@
+"""When the rounds of a context end: a fixed count's last probe, a single candidate's CI-width stop, or
+(`probes = "auto"` with more than one candidate) every pair's verdict on the plan's metric resolved.
+
+Reasons and facts: docs/measuring.md#measurement-design.
+"""
+
+from __future__ import annotations
+
+from benchd.engine import verdict
+from benchd.engine.plan import RoundPlan
+from benchd.engine.series import SeriesBook
+from benchd.schemas import Candidate, Row, Sweep
+from benchd.stats.axes import direction
+from benchd.stats.comparison import AxisVerdict
+from benchd.stats.stop import stop_verdict
+
+
+class StopRule:
+    """The stop rule over the job's progress record; `pairs` is False for one candidate or `sequential`."""
+
+    def __init__(self, sweep: Sweep, book: SeriesBook, *, pairs: bool) -> None:
+        self.sweep, self.book, self.pairs = sweep, book, pairs
+        self.plan = sweep.probe_plan()
+
+    def active(self, cand: Candidate, context: int) -> bool:
+        return self.book.series(cand.id, context).next_probe() is not None
+
+    def reason(self, context: int, cands: list[Candidate], rnd: int, rplan: RoundPlan, *, bounded: bool,
+               design: str) -> str | None:
+        """Why the rounds of a context end now, or None to go on. `bounded`: the design ends at
+        `rplan.max_rounds` (blocked); `design` names the order the pairs are compared under.
+
+        A fixed count ends when every candidate's cell has its probes; `probes = "auto"` with more than
+        one candidate ends, after `min` rounds, once every pair's verdict on the plan's metric is
+        resolved (different or tied, at the α the Pareto view gives each axis), or at `max`; a single
+        candidate keeps the CI-width stop of its cell."""
+        if not any(self.active(c, context) for c in cands):
+            if not self.plan.adaptive:
+                return f"fixed count: every candidate has its {self.plan.min} probes"
+            if len(cands) == 1:
+                v = verdict.cell_verdict(self.book.rows(cands[0].id, context), self.plan)
+                return f"single candidate: {v.reason}"
+            return f"max {self.plan.max} probes reached or no ok value to compare"
+        if bounded and rnd >= rplan.max_rounds:
+            return f"max {rplan.max_rounds} blocked rounds reached"
+        if not self.pairs or rnd < rplan.min_rounds:
+            return None
+        verdicts = self.pair_verdicts(context, cands, design)
+        if verdicts and all(v.verdict in ("different", "tied") for _, _, v in verdicts):
+            words = "; ".join(f"{a} vs {b}: {v.verdict}" for a, b, v in verdicts)
+            return f"every pair's {self.plan.metric} verdict resolved after {rnd} rounds ({words})"
+        return None
+
+    def pair_verdicts(self, context: int, cands: list[Candidate], design: str) -> list[tuple[str, str, AxisVerdict]]:
+        """Each pair's verdict on the plan's metric (`stats.stop.stop_verdict`), given the pair's valid probe rows
+        of the context (ok, full length, not invalidated, in a round); empty until every pair shares two rounds."""
+        per = {c.id: self.round_rows(c.id, context) for c in cands}
+        out = []
+        for i, a in enumerate(cands):
+            for b in cands[i + 1:]:
+                if len({r.round for r in per[a.id]} & {r.round for r in per[b.id]}) < 2:
+                    return []
+                try:
+                    v = stop_verdict(per[a.id], per[b.id], metric=self.plan.metric, order=design,
+                                     better=direction(self.plan.metric), margin_pct=self.plan.target_ci_pct)
+                except ValueError:
+                    return []
+                out.append((a.id, b.id, v))
+        return out
+
+    def round_rows(self, cand: str, context: int) -> list[Row]:
+        """The candidate's probe rows of the context that the stop rule compares."""
+        return [r for r in self.book.rows(cand, context)
+                if r.round is not None and r.status == "ok" and r.invalidated is None and not r.short
+                and getattr(r, self.plan.metric, None)]

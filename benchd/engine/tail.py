@@ -1,0 +1,150 @@
+"""A candidate's work after its cold probes, nothing else resident: its image probes, the sustained
+generation and the evals on its last server start, sessions and parallel levels (`visits`, on server
+starts of their own), the time-to-ready starts; and the drift sentinel after the sweep.
+
+Reasons and facts: docs/architecture.md#the-sweep-engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from benchd.engine import cooldown as cooldown_mod
+from benchd.engine import visits
+from benchd.engine.cells import Cells
+from benchd.engine.evalvisit import EvalVisits
+from benchd.engine.groups import Group, plan_groups
+from benchd.engine.pool import ServerPool
+from benchd.engine.prompts import Prompt
+from benchd.engine.recorder import Recorder
+from benchd.engine.rows import Cell, Placement
+from benchd.engine.runner import ProbeRunner
+from benchd.engine.sizing import PromptSizer
+from benchd.schemas import Candidate, CooldownRecord, Row, Sweep
+from benchd.sensors.thermal.sensor import ThermalSensor
+from benchd.servers.runtimes import get_adapter
+from benchd.servers.runtimes.base import RuntimeAdapter
+from benchd.servers.supervisor import Server
+
+SUSTAINED = Placement(None, None, "sustained generation: one per candidate, outside the rounds")
+SENTINEL = Placement(None, None, "drift sentinel: the first cell again after the sweep, outside the rounds")
+
+
+class Tail:
+    """Per candidate, `run` after its cells' rounds; `sentinel` once, after every candidate's tail."""
+
+    def __init__(self, job: str, sweep: Sweep, cells: Cells, pool: ServerPool, runner: ProbeRunner,
+                 recorder: Recorder, evals: EvalVisits, host: visits.Host) -> None:
+        self.job, self.sweep, self.cells, self.pool, self.runner = job, sweep, cells, pool, runner
+        self.recorder, self.evals, self.host = recorder, evals, host
+        self.book = cells.book
+
+    async def run(self, cand: Candidate) -> None:
+        groups = self.cells.groups(cand)
+        await self.pool.release_others(cand.id)
+        for vg in [x for x in groups if x.vision]:
+            if self.recorder.vision_pending(cand) and (server := await self.pool.ready(cand, vg)) is not None:
+                await self.vision(server, cand)
+        g = groups[-1] if groups else None
+        if g is not None and self.has_work(cand, g):
+            if g.sustained:
+                await self.cells.visit(cand, min(self.sweep.contexts), "sustained", SUSTAINED, group=g)
+            server = await self.pool.ready(cand, g) if g.evals else None
+            if server is not None:
+                await self.evals.run_evals(get_adapter(cand.runtime), server, cand)
+        await self.pool.release(cand.id)
+        await visits.sessions(self.host, cand)
+        await visits.levels(self.host, cand)
+        if groups and self.sweep.ready.starts and not cand.external:  # benchd does not start an external server
+            await self.ready_starts(cand, groups[0])
+
+    def has_work(self, cand: Candidate, g: Group) -> bool:
+        if g.sustained and self.book.series(cand.id, min(self.sweep.contexts), "sustained").next_probe() is not None:
+            return True
+        return g.evals and self.evals.pending(cand)
+
+    async def vision(self, server: Server, cand: Candidate) -> None:
+        """The candidate's image probes not stored yet (an unrecorded warm pair at each new resolution)."""
+        warmed: set[int] = set()
+        for vc, number in self.recorder.vision_pending(cand):
+            if not server.running:
+                return  # the planned rows that did not run are named in the runbook's deferred lines
+            cell = Cell(self.job, cand, vc.context, "vision", number)
+            self.recorder.commit(await self.runner.vision(server, cell, vc, warm=vc.index not in warmed))
+            warmed.add(vc.index)
+
+    async def ready_starts(self, cand: Candidate, g: Group) -> None:
+        """`ready.starts` cold and as many warm starts of the candidate's server, alternating, each
+        stopped once health answers: the time-to-ready axis's samples (no probe runs on them). A
+        resumed job makes only the starts its events do not already hold."""
+        made = sum(1 for e in self.recorder.past_events(("server_ready",))
+                   if e.payload.get("candidate") == cand.id and e.payload.get("purpose") == "ready")
+        for i in range(made, 2 * self.sweep.ready.starts):
+            server = await self.pool.start(cand, g, cold=i % 2 == 0, purpose="ready")
+            if server is None:
+                return
+            await self.pool.stop(server)
+
+    async def sentinel(self) -> None:
+        """Re-run the sweep's first cell (same candidate, context, probe count) to measure the drift."""
+        cand, ctx = self.sweep.candidates[0], min(self.sweep.contexts)
+        first, again = self.book.series(cand.id, ctx), self.book.series(cand.id, ctx, "sentinel")
+        if self.sweep.sentinel_on() and first.values() and not again.done():
+            await self.pool.release_all()  # (no ok first run: nothing to compare, the runbook says so)
+            g = next(g for g in plan_groups(get_adapter(cand.runtime), cand, self.sweep) if ctx in g.contexts)
+            g = Group(g.ctx_size, [ctx], False, False)
+            while await self.cells.visit(cand, ctx, "sentinel", SENTINEL, group=g):
+                pass
+            self.cells.finished(cand, ctx, "sentinel")
+            await self.pool.release(cand.id)
+
+
+class VisitHost:
+    """`visits.Host` over the pool (starts, events, energy, pinning), the sweep's warm-up and prompt sizing
+    after each start, the cooldown policy with its events, and the recorder."""
+
+    def __init__(self, job: str, sweep: Sweep, recorder: Recorder, pool: ServerPool, sizer: PromptSizer,
+                 sensor: ThermalSensor, memory_rate_hz: float) -> None:
+        self.job, self.sweep, self.recorder, self.pool, self.sizer, self.sensor = job, sweep, recorder, pool, sizer, sensor
+        self.timeout_s = sweep.effective_probe_timeout_s()
+        self.memory_rate_hz = memory_rate_hz
+
+    def rows(self, cand: str, context: int, kind: str) -> list[Row]:
+        return list(self.recorder.book.cells.get((cand, context, kind), []))
+
+    def commit(self, row: Row) -> None:
+        self.recorder.commit(row)
+
+    def emit(self, type_: str, **payload: object) -> None:
+        self.recorder.emit(type_, **payload)
+
+    async def start(self, cand: Candidate, ctx_size: int | None, context: int) -> Server | str:
+        server = await self.pool.start(cand, Group(ctx_size, [], False, False))
+        if server is None:
+            return "see the server_crashed event for its exit status and log tail"
+        adapter = get_adapter(cand.runtime)
+        try:
+            async with asyncio.timeout(self.timeout_s * (self.sweep.warmup + 1)):
+                await self.sizer.warm_up(adapter, server, cand, context)
+                await self.sizer.size_prompts(adapter, server, cand, context)
+        except Exception as exc:
+            await self.stop(server)
+            return f"warm-up / prompt sizing failed: {type(exc).__name__}: {exc}"
+        return server
+
+    async def stop(self, server: Server) -> None:
+        await asyncio.shield(self.pool.stop(server))
+
+    async def cool_down(self, cand: Candidate, context: int, kind: str, probe: int) -> CooldownRecord:
+        policy = self.sweep.cooldown
+        self.emit("cooldown_started", candidate=cand.id, context=context, probe=probe, kind=kind, policy=policy.policy)
+        record = await cooldown_mod.wait(policy, self.sensor)
+        self.emit("cooldown_finished", candidate=cand.id, context=context, probe=probe, kind=kind, record=record)
+        return record
+
+    async def prompt(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int,
+                     tag: str) -> tuple[Prompt, str]:
+        async with asyncio.timeout(self.timeout_s):
+            counter = await self.sizer.counter(adapter, server)
+            prompt = await self.sizer.prompts.build(context, tag, counter, key=cand.id)
+        return prompt, f"{self.sizer.method(prompt.method, server)}"

@@ -1,0 +1,231 @@
+"""The engine's decisions through the fast seam (tests/fakeengine.py: a fake pool and runner, rows from a
+table): the designs, the stop rule, fallback to blocked, a server that never starts, resume mid-round and
+cancellation, each in milliseconds; and the golden runbooks (tests/data/golden/fake_runbooks.json,
+recorded through the same fakes on the engine before its split; BENCHD_GOLDEN_RECORD=1 rewrites them)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchd.config import Config
+from benchd.results import runbook
+from benchd.schemas import Candidate, Cooldown, Probes, Sustained, Sweep
+from benchd.store import Store
+from tests.fakeengine import Script, seam
+
+GOLDEN = Path(__file__).parent.parent / "data" / "golden" / "fake_runbooks.json"
+#: Wall-clock fields (and what the machine it ran on says about itself): not the engine's decisions.
+VARYING = {"time", "generated_at", "started_at", "finished_at", "created_at", "elapsed_s", "id", "host", "machine",
+           "platform", "conditions", "facts", "sensors", "load", "duration_s", "eta_s"}
+_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z?")
+
+
+def _cands(tmp: Path, ids: list[str]) -> list[Candidate]:
+    out = []
+    for cid in ids:
+        model = tmp / f"{cid}.gguf"
+        model.write_bytes(b"GGUF fake " + cid.encode())
+        out.append(Candidate(id=cid, runtime="llama-server", model=str(model), binary="/fake/llama-server"))
+    return out
+
+
+def _sweep(tmp: Path, ids: list[str], **kw: Any) -> Sweep:
+    base: dict[str, Any] = dict(name="fast", contexts=[128, 256], gen_tokens=8, probes=3, warmup=1, eval_tier="none",
+                                sustained=Sustained(tokens=16, window=8),
+                                cooldown=Cooldown(policy="fixed", seconds=0.0, max_seconds=0.0),
+                                candidates=_cands(tmp, ids))
+    base.update(kw)
+    return Sweep(**base)
+
+
+def _store(tmp: Path) -> tuple[Config, Store]:
+    config = Config.resolve(state_dir=tmp / "state", cache_dir=tmp / "cache")
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    return config, Store(config.db_path)
+
+
+async def _run(store: Store, job: str, sweep: Sweep, script: Script, config: Config) -> Any:
+    from benchd.engine.scheduler import run_job
+
+    return await run_job(job, sweep, store, config, lambda _e: None, seam=seam(script, sweep))
+
+
+def _job(store: Store, sweep: Sweep, name: str = "fast-0001") -> str:
+    job, _ = store.create_job(sweep, job_id=name)
+    return job.id
+
+
+def _masked(doc: Any, tmp: str) -> Any:
+    if isinstance(doc, dict):
+        return {k: ("<varies>" if k in VARYING else _masked(v, tmp)) for k, v in doc.items()
+                if v not in (None, [], {})}  # (every field is in the JSON: a null one says nothing more)
+    if isinstance(doc, list):
+        return [_masked(v, tmp) for v in doc]
+    if isinstance(doc, str):
+        return _STAMP.sub("<time>", doc.replace(tmp, "<tmp>"))
+    return doc
+
+
+def _events(store: Store, job: str, *types: str) -> list[Any]:
+    return [e for e in store.iter_events(job) if not types or e.type in types]
+
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "interleaved": dict(ids=["a", "b", "gone"], script=dict(rate={"a": 100.0, "b": 50.0}, never={"gone"})),
+    "blocked": dict(ids=["a", "b"], sweep=dict(order="blocked", rounds=3), script=dict(rate={"a": 100.0, "b": 50.0})),
+    "sequential": dict(ids=["a", "b"], sweep=dict(order="sequential"), script=dict(rate={"a": 100.0})),
+    "fallback": dict(ids=["a", "b"], script=dict(fit=1)),
+    "auto": dict(ids=["a", "b"], sweep=dict(probes=Probes(min=6, max=12)),
+                 script=dict(rate={"a": lambda p: 100.0 + p % 3, "b": lambda p: 50.0 + p % 2})),
+    "failing": dict(ids=["a", "b"], script=dict(failing={"b"})),
+}
+
+
+def _scenario(tmp: Path, name: str) -> tuple[Config, Store, str, Sweep, Script]:
+    sc = SCENARIOS[name]
+    config, store = _store(tmp)
+    sweep = _sweep(tmp, sc["ids"], **sc.get("sweep", {}))
+    return config, store, _job(store, sweep, f"fast-{name}-0001"), sweep, Script(**sc.get("script", {}))
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+async def test_the_runbook_is_the_one_recorded_before_the_split(name: str, tmp_path: Path) -> None:
+    config, store, job, sweep, script = _scenario(tmp_path, name)
+    await _run(store, job, sweep, script, config)
+    doc = json.loads(runbook.encode_runbook(runbook.build_runbook(config, store, job)))
+    for row in doc["rows"]:  # the fake runner's (what the real one writes there is tested against real servers)
+        del row["sources"], row["null_reasons"]
+    doc = _masked(doc, str(tmp_path))
+    recorded = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+    if os.environ.get("BENCHD_GOLDEN_RECORD"):
+        recorded[name] = doc
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        GOLDEN.write_text(json.dumps(recorded, indent=0, sort_keys=True) + "\n")
+    assert name in recorded, f"no golden runbook for {name}: run with BENCHD_GOLDEN_RECORD=1"
+    assert doc == recorded[name]
+
+
+async def test_interleaved_visits_every_candidate_once_per_round_in_a_seeded_order(tmp_path: Path) -> None:
+    config, store, job, sweep, script = _scenario(tmp_path, "interleaved")
+    await _run(store, job, sweep, script, config)
+    rounds = _events(store, job, "round_started")
+    assert [(e.payload["context"], e.payload["round"]) for e in rounds] == [(c, r) for c in (128, 256) for r in range(3)]
+    for e in rounds:
+        rows = [r for r in store.rows(job) if r.kind == "probe" and r.context == e.payload["context"]
+                and r.round == e.payload["round"]]
+        assert [r.candidate for r in sorted(rows, key=lambda r: r.visit or 0)] == [c for c in e.payload["order"]
+                                                                                  if c != "gone"]
+    assert len({tuple(e.payload["order"]) for e in rounds}) > 1  # a fresh shuffle per round
+
+
+async def test_a_server_that_never_starts_fails_its_cells_once_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    config, store, job, sweep, script = _scenario(tmp_path, "interleaved")
+    outcome = await _run(store, job, sweep, script, config)
+    assert outcome.state == "succeeded"
+    gone = [r for r in store.rows(job) if r.candidate == "gone"]
+    assert {(r.context, r.kind, r.probe) for r in gone} == {(c, "probe", p) for c in (128, 256) for p in range(3)} | {
+        (128, "sustained", 0)}
+    assert all(r.status == "failed" and "never became ready" in (r.error or "") for r in gone)
+    assert script.starts.count("gone") == 3  # once per planned start (128, 256, the sustained one), never retried
+    assert len([r for r in store.rows(job) if r.candidate == "a" and r.kind == "probe"]) == 6
+
+
+async def test_blocked_runs_one_server_start_per_block_in_mirrored_order(tmp_path: Path) -> None:
+    config, store, job, sweep, script = _scenario(tmp_path, "blocked")
+    await _run(store, job, sweep, script, config)
+    rounds = _events(store, job, "round_started")
+    assert [e.payload["order"] for e in rounds[:3]] == [["a", "b"], ["b", "a"], ["a", "b"]]
+    probes = [r for r in store.rows(job) if r.kind == "probe"]
+    assert len(probes) == 12 and {r.round for r in probes} == {0, 1, 2}
+    ready = [e.payload["candidate"] for e in _events(store, job, "server_ready")]
+    assert ready[:6] == ["a", "b", "b", "a", "a", "b"]  # a fresh start per block
+
+
+async def test_sequential_runs_each_candidate_then_its_tail(tmp_path: Path) -> None:
+    config, store, job, sweep, script = _scenario(tmp_path, "sequential")
+    await _run(store, job, sweep, script, config)
+    assert not _events(store, job, "round_started")
+    kinds = [(c, k) for c, _, k, _ in script.probes]
+    first_b = kinds.index(("b", "probe"))
+    assert ("a", "sustained") in kinds[:first_b]  # a's tail before b's probes
+    assert all(r.round is None for r in store.rows(job))
+
+
+async def test_interleaved_falls_back_to_blocked_when_the_warmed_servers_do_not_fit(tmp_path: Path) -> None:
+    config, store, job, sweep, script = _scenario(tmp_path, "fallback")
+    await _run(store, job, sweep, script, config)
+    changed = _events(store, job, "design_changed")
+    assert len(changed) == 1 and changed[0].payload["context"] == 128
+    assert {e.payload["design"] for e in _events(store, job, "context_finished")} == {"blocked"}
+    assert len([r for r in store.rows(job) if r.kind == "probe" and r.status == "ok"]) == 12
+
+
+async def test_the_estimate_chooses_blocked_before_any_start(tmp_path: Path) -> None:
+    config, store = _store(tmp_path)
+    sweep = _sweep(tmp_path, ["a", "b"])
+    job = _job(store, sweep)
+    await _run(store, job, sweep, Script(fit_estimate=False), config)
+    chosen = _events(store, job, "design_chosen")[0].payload
+    assert chosen["order"] == "blocked" and "do not fit side by side" in chosen["why"]
+
+
+async def test_the_pair_stop_rule_ends_a_clear_gap_after_min_rounds(tmp_path: Path) -> None:
+    config, store, job, sweep, script = _scenario(tmp_path, "auto")
+    await _run(store, job, sweep, script, config)
+    finished = _events(store, job, "context_finished")
+    assert all("verdict resolved after 6 rounds" in e.payload["why"] for e in finished), finished
+    assert all(e.payload["rounds"] == 6 for e in finished)
+
+
+async def test_the_pair_stop_rule_goes_to_max_when_the_pair_stays_unresolved(tmp_path: Path) -> None:
+    config, store = _store(tmp_path)
+    sweep = _sweep(tmp_path, ["a", "b"], probes=Probes(min=6, max=8), contexts=[128])
+    job = _job(store, sweep)
+    noisy = {"a": lambda p: [100.0, 60.0, 140.0, 80.0, 120.0][p % 5], "b": lambda p: [90.0, 130.0, 70.0, 110.0, 95.0][p % 5]}
+    await _run(store, job, sweep, Script(rate=noisy), config)
+    why = _events(store, job, "context_finished")[0].payload["why"]
+    assert why.startswith("max 8 probes reached")
+    assert len([r for r in store.rows(job) if r.kind == "probe" and r.candidate == "a"]) == 8
+
+
+async def test_every_probe_failing_ends_the_rounds_and_fails_the_job(tmp_path: Path) -> None:
+    config, store = _store(tmp_path)
+    sweep = _sweep(tmp_path, ["a"], contexts=[128])
+    job = _job(store, sweep)
+    outcome = await _run(store, job, sweep, Script(failing={"a"}), config)
+    assert outcome.state == "failed" and "no probe succeeded" in (outcome.error or "")
+
+
+async def test_cancel_mid_round_stores_the_probe_aborted_and_resume_completes_exactly_once(tmp_path: Path) -> None:
+    config, store, job, sweep, script = _scenario(tmp_path, "interleaved")
+    script.hang_at = 3  # round 1 of context 128, its second visit
+    task = asyncio.create_task(_run(store, job, sweep, script, config))
+    await asyncio.wait_for(script.hanging.wait(), 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert script.closed == 1  # the servers were torn down
+    aborted = [r for r in store.rows(job) if r.status == "aborted"]
+    assert len(aborted) == 1 and aborted[0].round == 1
+    again = Script(rate=script.rate, never=script.never)
+    await _run(store, job, sweep, again, config)
+    assert again.probes[0][:2] == (aborted[0].candidate, 128)  # the aborted probe runs first
+    rows = [r for r in store.rows(job) if r.status != "aborted" and r.kind == "probe" and r.candidate != "gone"]
+    keys = [(r.candidate, r.context, r.probe) for r in rows]
+    assert sorted(keys) == sorted({(c, x, p) for c in "ab" for x in (128, 256) for p in range(3)})
+    # the resumed round visits only the candidates it had not visited yet, in the same order
+    resumed = [e for e in _events(store, job, "round_started") if e.payload["round"] == 1 and e.payload["context"] == 128]
+    assert len(resumed) == 2 and resumed[0].payload["order"] == resumed[1].payload["order"]
+    fresh_config, fresh = _store(tmp_path / "fresh")
+    fresh_job = _job(fresh, sweep, job)
+    await _run(fresh, fresh_job, sweep, Script(rate=script.rate, never=script.never), fresh_config)
+    placed = sorted((r.candidate, r.context, r.probe, r.round, r.visit) for r in rows)
+    assert placed == sorted((r.candidate, r.context, r.probe, r.round, r.visit) for r in fresh.rows(fresh_job)
+                            if r.kind == "probe" and r.candidate != "gone")
