@@ -1,7 +1,10 @@
 """The engine's decisions through the fast seam (tests/fakeengine.py: a fake pool and runner, rows from a
 table): the designs, the stop rule, fallback to blocked, a server that never starts, resume mid-round and
-cancellation, each in milliseconds; and the golden runbooks (tests/data/golden/fake_runbooks.json,
-recorded through the same fakes on the engine before its split; BENCHD_GOLDEN_RECORD=1 rewrites them)."""
+cancellation, each in milliseconds; and the golden sweeps (tests/data/golden/fake_sweeps.json: every row
+and event, timestamps aside, recorded through the same fakes on the engine before its split;
+BENCHD_GOLDEN_RECORD=1 rewrites them). A runbook is a function of its job's rows and events
+(`results.runbook.build_runbook`), so the same rows and events give the same runbook whatever the results
+stage does with them."""
 
 from __future__ import annotations
 
@@ -12,15 +15,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from benchd.config import Config
-from benchd.results import runbook
 from benchd.schemas import Candidate, Cooldown, Probes, Sustained, Sweep
 from benchd.store import Store
 from tests.fakeengine import Script, seam
 
-GOLDEN = Path(__file__).parent.parent / "data" / "golden" / "fake_runbooks.json"
+GOLDEN = Path(__file__).parent.parent / "data" / "golden" / "fake_sweeps.json"
 #: Wall-clock fields (and what the machine it ran on says about itself): not the engine's decisions.
 VARYING = {"time", "generated_at", "started_at", "finished_at", "created_at", "elapsed_s", "id", "host", "machine",
            "platform", "conditions", "facts", "sensors", "load", "duration_s", "eta_s"}
@@ -96,19 +99,20 @@ def _scenario(tmp: Path, name: str) -> tuple[Config, Store, str, Sweep, Script]:
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-async def test_the_runbook_is_the_one_recorded_before_the_split(name: str, tmp_path: Path) -> None:
+async def test_the_rows_and_events_are_the_ones_recorded_before_the_split(name: str, tmp_path: Path) -> None:
     config, store, job, sweep, script = _scenario(tmp_path, name)
     await _run(store, job, sweep, script, config)
-    doc = json.loads(runbook.encode_runbook(runbook.build_runbook(config, store, job)))
-    for row in doc["rows"]:  # the fake runner's (what the real one writes there is tested against real servers)
+    rows = [msgspec.to_builtins(r) for r in store.rows(job)]
+    for row in rows:  # the fake runner's (what the real one writes there is tested against real servers)
         del row["sources"], row["null_reasons"]
-    doc = _masked(doc, str(tmp_path))
+    events = [[e.seq, e.type, msgspec.to_builtins(e.payload)] for e in store.iter_events(job)]
+    doc = _masked({"rows": rows, "events": events}, str(tmp_path))
     recorded = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
     if os.environ.get("BENCHD_GOLDEN_RECORD"):
         recorded[name] = doc
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)
         GOLDEN.write_text(json.dumps(recorded, indent=0, sort_keys=True) + "\n")
-    assert name in recorded, f"no golden runbook for {name}: run with BENCHD_GOLDEN_RECORD=1"
+    assert name in recorded, f"no golden sweep for {name}: run with BENCHD_GOLDEN_RECORD=1"
     assert doc == recorded[name]
 
 

@@ -1,10 +1,10 @@
 """The engine's behaviour kept across its split (issue 33): real tiny llama-server sweeps (interleaved with a
 candidate that never starts, blocked, sequential), reduced to what the engine decides — which events, in
-which order, which rows with which placement and status, and the runbook's cells — and compared with the
+which order, which rows with which placement and status, and the runbook's design — and compared with the
 skeleton recorded before the split (tests/data/golden/real_skeleton.json; BENCHD_GOLDEN_RECORD=1 rewrites it).
 
 Measured figures (rates, memory, times) differ between runs of a real server and are left out; the fake
-seam's golden (tests/engine/test_engine_fast.py) compares whole runbooks."""
+seam's golden (tests/engine/test_engine_fast.py) compares every row and event."""
 
 from __future__ import annotations
 
@@ -63,10 +63,7 @@ def _skeleton(tmp: Path, sweep: Sweep, job_id: str) -> dict[str, Any]:
         "events": [_event(e) for e in store.iter_events(job.id)],
         "rows": [[r.candidate, r.context, r.kind, r.probe, r.round, r.visit, r.status, (r.error or "")[:40]]
                  for r in store.rows(job.id)],
-        "cells": [[c.candidate, c.context, c.n_ok, c.n_failed, c.n_aborted] for c in rb.cells],
         "design": None if rb.design is None else [rb.design.order, rb.design.drift_protected],
-        "runbook_fields": sorted(k for k, v in json.loads(runbook.encode_runbook(rb)).items()
-                                 if v not in (None, [], {})),
     }
 
 
