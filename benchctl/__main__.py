@@ -80,6 +80,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    if _no_color():  # https://no-color.org: every click.echo of every command drops its styles
+        ctx.color = False
 
 
 def main() -> None:
@@ -91,8 +93,12 @@ def main() -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exitcodes.BAD_INPUT if exc.exit_code == 2 else exc.exit_code)
+        rc = exitcodes.BAD_INPUT if exc.exit_code == 2 else exc.exit_code
+        if _json_requested():
+            _echo_json_error(exc.format_message(), rc, "usage")
+        else:
+            exc.show()
+        sys.exit(rc)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
@@ -104,10 +110,32 @@ def main() -> None:
         if "--debug" in sys.argv or _env_debug():
             raise
         if isinstance(exc, BenchdError):
-            click.echo(f"error: {exc}", err=True)
+            if _json_requested():
+                _echo_json_error(exc.message, exitcodes.BAD_INPUT, exc.code, exc.field)
+            else:
+                click.echo(f"error: {exc}", err=True)
             sys.exit(exitcodes.BAD_INPUT)
-        click.echo(f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
+        if _json_requested():
+            _echo_json_error(f"{type(exc).__name__}: {exc}", exitcodes.FAILED, "internal")
+        else:
+            click.echo(f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
         sys.exit(exitcodes.FAILED)
+
+
+def _json_requested() -> bool:
+    return "--json" in sys.argv[1:]
+
+
+def _echo_json_error(message: str, rc: int, code: str | None, field: str | None = None) -> None:
+    from benchctl.commands.common import error_json
+
+    click.echo(error_json(message, rc, code, field))
+
+
+def _no_color() -> bool:
+    import os
+
+    return os.environ.get("NO_COLOR", "") != ""
 
 
 def _env_debug() -> bool:

@@ -43,10 +43,27 @@ def _client(socket_path: str | None) -> Any:
     return Client(socket_path or _default_socket())
 
 
-def _fail(message: str, code: int) -> SystemExit:
+def json_requested() -> bool:
+    """The command line asks for JSON (`--json`): its errors are then a JSON object too."""
+    import sys
+
+    return "--json" in sys.argv[1:]
+
+
+def error_json(message: str, exit_code: int, code: str | None = None, field: str | None = None) -> str:
+    """`{"error": {"code", "message", "field", "exit_code"}}`: an error where the caller asked for JSON
+    (the daemon's error body, plus the exit code benchctl returns)."""
+    return json.dumps({"error": {"code": code, "message": message, "field": field, "exit_code": exit_code}})
+
+
+def _fail(message: str, code: int, *, slug: str | None = None, field: str | None = None) -> SystemExit:
     """SystemExit, not click's Exit: benchctl's main() runs click with standalone_mode=False, which
-    turns an Exit into a return value that main() drops (the exit code would be lost)."""
-    click.echo(message, err=True)
+    turns an Exit into a return value that main() drops (the exit code would be lost). With `--json`
+    the message is a JSON object on stdout (`error_json`)."""
+    if json_requested():
+        click.echo(error_json(message.removeprefix("error: "), code, slug, field))
+    else:
+        click.echo(message, err=True)
     return SystemExit(code)
 
 
@@ -57,10 +74,10 @@ def _call(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
     except Unreachable as exc:
-        raise _fail(str(exc), exitcodes.UNREACHABLE) from exc
+        raise _fail(str(exc), exitcodes.UNREACHABLE, slug="unreachable") from exc
     except ApiError as exc:
         code = exitcodes.BAD_INPUT if 400 <= exc.status < 500 else exitcodes.FAILED
-        raise _fail(f"error: {exc}", code) from exc
+        raise _fail(f"error: {exc}", code, slug=exc.code, field=exc.field) from exc
 
 
 def _print_json(data: Any) -> None:

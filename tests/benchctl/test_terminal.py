@@ -1,0 +1,61 @@
+"""The terminal contract: NO_COLOR (https://no-color.org) drops every style of every command on a TTY
+too (doctor, service, prune print click styles), and with `--json` an error is a JSON object on stdout
+with the exit code, whatever raised it (the daemon unreachable, a bad id, a usage error)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHCTL = [sys.executable, "-m", "benchctl"]
+
+
+def _on_a_tty(args: list[str], env: dict[str, str]) -> bytes:
+    """The command's stdout and stderr as a terminal shows them (a pseudo-terminal: click keeps styles)."""
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([*BENCHCTL, *args], stdout=slave, stderr=slave, stdin=subprocess.DEVNULL, env=env)
+        os.close(slave)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child closed its end
+                break
+            if not chunk:
+                break
+            out += chunk
+        proc.wait(timeout=120)
+        return out
+    finally:
+        os.close(master)
+
+
+@pytest.mark.parametrize("args", [["doctor"], ["prune", "--older-than", "1d", "--dry-run"]])
+def test_no_color_on_a_tty(args: list[str], tmp_path: Path) -> None:
+    env = {**os.environ, "BENCHD_STATE_DIR": str(tmp_path / "state"), "BENCHD_SOCKET": str(tmp_path / "none.sock")}
+    env.pop("NO_COLOR", None)
+    coloured = _on_a_tty(args, env)
+    plain = _on_a_tty(args, {**env, "NO_COLOR": "1"})
+    assert plain.strip(), plain
+    assert b"\x1b[" not in plain, plain
+    if args == ["doctor"]:
+        assert b"\x1b[" in coloured, coloured  # the check itself sees colour where NO_COLOR is unset
+
+
+def test_json_errors_are_json(tmp_path: Path) -> None:
+    env = {**os.environ, "BENCHD_STATE_DIR": str(tmp_path / "state")}
+    cases = [(["jobs", "--json", "--socket", str(tmp_path / "none.sock")], 3, "unreachable"),
+             (["report", "no-such-runbook", "--json"], 2, "not_found"),
+             (["report", "--json", "--no-such-option"], 2, "usage")]
+    for args, rc, code in cases:
+        out = subprocess.run([*BENCHCTL, *args], capture_output=True, text=True, timeout=120, env=env)
+        assert out.returncode == rc, (args, out.stdout, out.stderr)
+        err = json.loads(out.stdout)["error"]
+        assert err["code"] == code and err["exit_code"] == rc and err["message"], (args, err)
