@@ -123,11 +123,13 @@ def main() -> None:
 
 
 def _json_requested() -> bool:
-    return "--json" in sys.argv[1:]
+    from benchctl.jsonerror import json_requested
+
+    return json_requested()
 
 
 def _echo_json_error(message: str, rc: int, code: str | None, field: str | None = None) -> None:
-    from benchctl.commands.common import error_json
+    from benchctl.jsonerror import error_json
 
     click.echo(error_json(message, rc, code, field))
 

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from benchctl import exitcodes
+from benchctl.jsonerror import error_json, json_requested
 
 TERMINAL_EXIT = {"job_finished": exitcodes.OK, "job_failed": exitcodes.FAILED, "job_cancelled": exitcodes.CANCELLED}
 RECONNECT_FOR_S = 60.0
@@ -41,19 +42,6 @@ def _client(socket_path: str | None) -> Any:
     from benchctl.client import Client
 
     return Client(socket_path or _default_socket())
-
-
-def json_requested() -> bool:
-    """The command line asks for JSON (`--json`): its errors are then a JSON object too."""
-    import sys
-
-    return "--json" in sys.argv[1:]
-
-
-def error_json(message: str, exit_code: int, code: str | None = None, field: str | None = None) -> str:
-    """`{"error": {"code", "message", "field", "exit_code"}}`: an error where the caller asked for JSON
-    (the daemon's error body, plus the exit code benchctl returns)."""
-    return json.dumps({"error": {"code": code, "message": message, "field": field, "exit_code": exit_code}})
 
 
 def _fail(message: str, code: int, *, slug: str | None = None, field: str | None = None) -> SystemExit:
