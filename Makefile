@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-1
 
-.PHONY: setup runtimes models evals browser test test-stress test-fast lint demo clean
+.PHONY: setup runtimes models evals browser sandbox test test-stress test-fast lint demo clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev,plot,html]'
 	touch $(STAMP)
 
-setup: $(STAMP) runtimes models evals browser
+setup: $(STAMP) runtimes models evals browser sandbox
 
 # The browser tests drive headless Chromium from the OS packages: installed quietly, only when absent
 # (Debian/Ubuntu as root: apt-get). Elsewhere, say what is missing; the browser tests then skip, or fail in CI.
@@ -22,6 +22,15 @@ browser:
 	    echo "installing chromium (Debian package) for the browser tests"; \
 	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium is not installed: the browser tests need it (Debian: apt-get install chromium)"; fi
+
+# The eval sandbox on Linux: bubblewrap from the OS packages (Debian/Ubuntu as root: apt-get), only when
+# absent; without it benchd falls back to util-linux `unshare` (benchctl doctor says which is in force).
+sandbox:
+	@[ "$$(uname)" != Linux ] || command -v bwrap >/dev/null 2>&1 || \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    echo "installing bubblewrap (Debian package) for the eval sandbox"; \
+	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	  else echo "bubblewrap is not installed: the eval sandbox uses unshare (Debian: apt-get install bubblewrap)"; fi
 
 # Idempotent: builds llama-server once per machine (cache keyed by version), then takes seconds.
 runtimes: $(STAMP)

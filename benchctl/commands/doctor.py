@@ -205,6 +205,19 @@ def check_energy(seconds: float = 0.25) -> tuple[dict[str, Any], dict[str, Any]]
                         "system energy, not the server alone")
 
 
+def check_sandbox() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The eval sandbox in force (benchd.servers.sandbox.detect: it runs a program in each backend). None
+    is a warning: benchd runs, but code evals are refused unless a sweep says eval_sandbox = "none"."""
+    from benchd.servers import sandbox
+
+    box = sandbox.detect()
+    info: dict[str, Any] = {"kind": box.kind, "binary": box.binary, "detail": box.detail}
+    if not box.isolated:
+        return info, _check("eval sandbox", "warn", f"{box.detail}; code evals are refused unless a sweep says "
+                            "eval_sandbox = \"none\"", "Linux: apt-get install bubblewrap (or allow user namespaces)")
+    return info, _check("eval sandbox", "ok", f"{box.kind} ({box.binary}): {box.detail}")
+
+
 def run_checks(state_dir: Path, socket: Path, cache_dir: Path) -> dict[str, Any]:
     state_info, state_check = check_state_dir(state_dir)
     runtimes, runtime_checks = check_runtimes(cache_dir)
@@ -214,8 +227,9 @@ def run_checks(state_dir: Path, socket: Path, cache_dir: Path) -> dict[str, Any]
     power, power_check, sleep, sleep_check = check_power()
     recheck, recheck_check = check_recheck(state_dir, socket, bool(daemon["reachable"]))
     energy, energy_check = check_energy()
+    eval_sandbox, sandbox_check = check_sandbox()
     checks = [state_check, *runtime_checks, daemon_check, thermal_check, memory_check, energy_check, power_check,
-              sleep_check, recheck_check]
+              sleep_check, recheck_check, sandbox_check]
     problems = [c for c in checks if c["status"] == "problem"]
     return {
         "ok": not problems,
@@ -231,6 +245,7 @@ def run_checks(state_dir: Path, socket: Path, cache_dir: Path) -> dict[str, Any]
         "power": power,
         "sleep_prevention": sleep,
         "recheck": recheck,
+        "eval_sandbox": eval_sandbox,
     }
 
 

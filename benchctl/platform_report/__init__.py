@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchctl.platform_report import energy, memory, system
+from benchctl.platform_report import energy, memory, sandbox, system
 from benchctl.platform_report.context import Context
 
 #: 1: first version.
@@ -44,6 +44,7 @@ AREAS: dict[str, Collect] = {
     "service": system.collect_service,
     "runtimes": system.collect_runtimes,
     "energy": energy.collect_energy,
+    "eval_sandbox": sandbox.collect_sandbox,
 }
 REPLAYS: dict[str, Replay] = {
     "memory": memory.replay_memory,

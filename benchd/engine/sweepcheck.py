@@ -289,16 +289,35 @@ def submit_problems(sweep: Sweep, cache_dir: Path | None = None) -> list[BenchdE
 
 def eval_data_problems(sweep: Sweep | None, cache_dir: Path) -> list[BenchdError]:
     """The sweep's public eval suites (`evals`) whose package is not in the cache: one problem (field
-    `$.evals`) naming the command that fetches them."""
+    `$.evals`) naming the command that fetches them; code evals with no eval sandbox here (field
+    `$.eval_sandbox`) unless the sweep says `eval_sandbox = "none"`."""
     from benchd.engine import suites
 
-    if sweep is None or not sweep.evals:
+    if sweep is None:
         return []
+    out = sandbox_problems(sweep)
+    if not sweep.evals:
+        return out
     try:
         suites.require(list(sweep.evals), cache_dir)
     except BenchdError as exc:
-        return [BenchdError(exc.code, exc.message, "$.evals", exc.status)]
-    return []
+        return [*out, BenchdError(exc.code, exc.message, "$.evals", exc.status)]
+    return out
+
+
+def sandbox_problems(sweep: Sweep) -> list[BenchdError]:
+    """`sandbox_unavailable` when the sweep runs model-written code and no eval sandbox works here."""
+    from benchd.servers import sandbox
+
+    runs_code = sweep.eval_tier == "standard" or "code" in sweep.evals
+    if not runs_code or sweep.eval_sandbox == "none":
+        return []
+    box = sandbox.detect()
+    if box.isolated:
+        return []
+    return [BenchdError("sandbox_unavailable", f"code evals run model-written code and {box.detail}: install "
+                        "bubblewrap (Debian: apt-get install bubblewrap), or set eval_sandbox = \"none\" to run "
+                        "them with rlimits only", "$.eval_sandbox")]
 
 
 def _first_str(value: Any) -> str | None:

@@ -196,8 +196,8 @@ def eval_deferred(sweep: Sweep, evals: Iterable[EvalResult]) -> list[Deferred]:
         unsandboxed = [e.task for e in mine if e.sandboxed is False]
         if unsandboxed:
             out.append(Deferred(axis="eval-sandbox", reason=f"{_cand_label(c.id, c.runtime)}: "
-                                f"{len(unsandboxed)} answers ran without network isolation (unshare "
-                                f"unavailable): {', '.join(unsandboxed)}"))
+                                f"{len(unsandboxed)} answers ran outside the eval sandbox "
+                                f"(eval_sandbox = \"none\"): {', '.join(unsandboxed)}"))
     return out
 
 

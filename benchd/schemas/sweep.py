@@ -254,6 +254,10 @@ Thinking = Literal["default", "on", "off"]
 #: Thinking during evals: "off" asks every eval task with thinking turned off; "sweep" uses the sweep's
 #: `thinking`. Either way a task cut off while still reasoning is asked again with a larger budget.
 EvalThinking = Literal["off", "sweep"]
+#: Code evals (eval_tier "standard", the "code" suite) run model-written code: "required" refuses them
+#: without a working eval sandbox (benchd.servers.sandbox); "none" runs them with rlimits only, never in
+#: a sandbox (each result says sandboxed = false, the runbook warns).
+EvalSandbox = Literal["required", "none"]
 
 
 class EvalLimit(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
@@ -283,6 +287,7 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     ignore_eos: bool = True
     eval_thinking: EvalThinking = "off"
     eval_reasoning_budget: Annotated[int, Meta(ge=0, le=131_072)] = 4096
+    eval_sandbox: EvalSandbox = "required"
     evals: Annotated[list[EvalSuite], Meta(max_length=2)] = []
     eval_limit: EvalLimit = EvalLimit()
     #: Wall-clock seconds each candidate may spend on each suite; a suite that reaches it stops after the

@@ -6,14 +6,13 @@ engine tests drive real servers through the tiers.
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 
 import pytest
 
-from benchd.engine import evals
 from benchd.engine.evals import EvalTask, extract_code, grade, pass_rate, tasks, to_result
+from benchd.servers import sandbox
 
 RIGHT = {
     "is-palindrome": """Here you go:
@@ -107,8 +106,7 @@ def test_standard_right_answers_pass_sandboxed(task_id):
     ok, detail, sandboxed, limits = grade(by_id("standard", task_id), RIGHT[task_id])
     assert ok, detail
     assert limits is not None and "RLIMIT_CPU" in limits and "RLIMIT_FSIZE=16 MiB" in limits
-    if sys.platform.startswith("linux") and evals.sandbox_prefix() is not None:
-        assert sandboxed is True
+    assert sandboxed is sandbox.detect().isolated is True
 
 
 @pytest.mark.parametrize(
@@ -146,12 +144,12 @@ def test_memory_blowup_is_limited():
 def test_darwin_gets_no_address_space_limit():
     """Issue 14, finding 1: xnu refuses RLIMIT_AS below the process's size, so on macOS it is left out
     and the record says so (the other limits still apply)."""
-    limits, skipped = evals.planned_limits(11, platform="darwin")
+    limits, skipped = sandbox.planned_limits(11, platform="darwin")
     assert "RLIMIT_AS" not in limits and "RLIMIT_AS" in skipped and "macOS" in skipped["RLIMIT_AS"]
     assert limits["RLIMIT_CPU"] == (11, 12) and limits["RLIMIT_CORE"] == (0, 0)
-    linux, none = evals.planned_limits(11, platform="linux")
-    assert linux["RLIMIT_AS"] == (evals.MEMORY_LIMIT_BYTES,) * 2 and none == {}
-    line = evals.describe_limits(limits, skipped, {})
+    linux, none = sandbox.planned_limits(11, platform="linux")
+    assert linux["RLIMIT_AS"] == (sandbox.MEMORY_LIMIT_BYTES,) * 2 and none == {}
+    line = sandbox.describe_limits(limits, skipped, {})
     assert line.startswith("applied: RLIMIT_CPU=11 s") and "not applied: RLIMIT_AS not set on macOS" in line
 
 
@@ -159,13 +157,13 @@ def test_a_refused_limit_is_reported_and_the_answer_still_runs(monkeypatch):
     """The macOS failure reproduced here: soft above hard makes setrlimit raise the very error xnu gives
     for an address-space limit below the current size (`ValueError: current limit exceeds maximum
     limit`). Before the fix the bootstrap died with it and every answer failed."""
-    real = evals.planned_limits
+    real = sandbox.planned_limits
 
     def refused_as(cpu_s, platform=None):
         limits, skipped = real(cpu_s, platform)
         return {**limits, "RLIMIT_AS": (2 << 30, 1 << 30)}, skipped
 
-    monkeypatch.setattr(evals, "planned_limits", refused_as)
+    monkeypatch.setattr(sandbox, "planned_limits", refused_as)
     ok, detail, _, limits = grade(by_id("standard", "fibonacci"), RIGHT["fibonacci"])
     assert ok, detail
     assert limits is not None and "RLIMIT_AS refused by the kernel (ValueError: current limit exceeds maximum limit)" in limits
@@ -175,41 +173,14 @@ def test_a_refused_limit_is_reported_and_the_answer_still_runs(monkeypatch):
     assert not ok and "boom" in detail  # the refusal line never hides the answer's own error
 
 
-@pytest.mark.root
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="unshare is Linux-only")
-def test_network_is_unreachable_when_sandboxed():
-    """A listener on loopback in THIS namespace; the answer connects to it at import. Sandboxed, the
-    connect fails (the answer's netns has no usable interface), so the task fails and no connection
-    arrives. CI runs as root, where `unshare -n` works; elsewhere the grader says sandboxed=False."""
-    if evals.sandbox_prefix() is None:
-        pytest.skip("neither `unshare -n` nor `unshare -rn` works here (not root, no user namespaces)")
-    srv = socket.create_server(("127.0.0.1", 0))
-    srv.settimeout(0.2)
-    port = srv.getsockname()[1]
-    answer = f"""```python
-import socket
-socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
-def fib(n):
-    a, b = 0, 1
-    for _ in range(n):
-        a, b = b, a + b
-    return a
-```"""
-    try:
-        ok, detail, sandboxed, _ = grade(by_id("standard", "fibonacci"), answer)
-        assert sandboxed is True
-        assert not ok
-        assert "OSError" in detail or "unreachable" in detail.lower() or "refused" in detail.lower(), detail
-        with pytest.raises(TimeoutError):
-            srv.accept()
-    finally:
-        srv.close()
-
-
-def test_unsandboxed_is_marked(monkeypatch):
-    monkeypatch.setattr(evals, "sandbox_prefix", lambda: None)
-    ok, _, sandboxed, _ = grade(by_id("standard", "fibonacci"), RIGHT["fibonacci"])
-    assert ok and sandboxed is False
+def test_no_sandbox_refuses_to_run_code(monkeypatch):
+    """Without a working sandbox the answer's code does not run at all, unless the sweep says
+    eval_sandbox = "none": then it runs with rlimits only and says sandboxed=False."""
+    monkeypatch.setattr(sandbox, "detect", lambda: sandbox.Sandbox("none", None, "no sandbox works here: test"))
+    ok, detail, sandboxed, limits = grade(by_id("standard", "fibonacci"), RIGHT["fibonacci"])
+    assert not ok and detail.startswith("not run: no sandbox works here") and sandboxed is None and limits is None
+    ok, _, sandboxed, limits = grade(by_id("standard", "fibonacci"), RIGHT["fibonacci"], unsandboxed=True)
+    assert ok and sandboxed is False and limits is not None
 
 
 def test_extract_code_prefers_the_block_defining_entry():
