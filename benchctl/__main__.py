@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "logs": ("logs", "logs", "Read the daemon's log or a server's log."),
     "report": ("report", "report", "Report a runbook: medians, spread, nulls with reasons, Pareto."),
     "compare": ("report", "compare", "Compare two runbooks cell by cell."),
+    "runbooks": ("report", "runbooks", "List the runbooks of the state dir (offline)."),
     "export": ("export", "export", "Export a runbook: llama-bench's Markdown table, JSON lines or CSV."),
     "lock": ("lock", "lock", "Lock the candidate you chose (writes locked.toml)."),
     "locked": ("lock", "locked", "Show the locked candidate, or the command that starts it."),

@@ -71,6 +71,41 @@ def report(runbook_ref: str | None, fmt: str, pareto: bool, as_json: bool, as_ht
         click.echo(rep.render_text(rb, pareto=pareto), nl=False)
 
 
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@state_dir_option
+def runbooks(as_json: bool, state_dir: str | None) -> None:
+    """List the runbooks of the state dir, newest first (offline: no daemon needed).
+
+    Any unique start of an id (or of its job id) names a runbook in `report`, `compare` and `lock`.
+
+    \b
+    Examples:
+      benchctl runbooks
+      benchctl report 2026-11-30-2026   # the one runbook whose id starts so
+    """
+    from benchd.results.runbook import list_runbooks
+
+    config = _config(state_dir)
+    found = list_runbooks(config)
+    if as_json:
+        click.echo(json.dumps({"runbooks_dir": str(config.runbooks_dir), "runbooks": found}, indent=2))
+        return
+    if not found:
+        click.echo(f"no runbooks in {config.runbooks_dir} (a runbook is written when a job ends)")
+        return
+    # ids and paths are never cut: the id is what the next command takes; the other columns follow it
+    width = max(len(e["id"]) for e in found)
+    click.echo(f"{'id':<{width}}  outcome    finished              sweep")
+    for e in found:
+        if "error" in e:
+            click.echo(f"{e['id']:<{width}}  {e['error']}")
+            continue
+        click.echo(f"{e['id']:<{width}}  {e.get('outcome') or '-':<9}  {e.get('finished_at') or '-':<20}  "
+                   f"{e.get('name') or '-'}")
+    click.echo(f"\n{len(found)} runbook{'s' if len(found) != 1 else ''} in {config.runbooks_dir}")
+
+
 def _announce_page(path: Any, open_page: bool) -> None:
     """Print the page's path (the thing to open); say plainly when it has tables only."""
     from benchd.results.html import MISSING, available

@@ -317,7 +317,8 @@ def decode_runbook(data: bytes, source: str = "runbook") -> Runbook:
 
 
 def resolve_runbook_path(ref: str | Path | None, config: Config) -> Path:
-    """A path, a runbook id, a job id, or None (the newest runbook) → the runbook's JSON path."""
+    """A path, a runbook id, a job id, the start of one (unique), or None (the newest runbook) → the
+    runbook's JSON path."""
     rdir = config.runbooks_dir
     if ref is None:
         found = _runbook_files(rdir)
@@ -338,6 +339,17 @@ def resolve_runbook_path(ref: str | Path | None, config: Config) -> Path:
             return hits[-1]
     if p.is_file():
         return p
+    return _by_prefix(text, rdir)
+
+
+def _by_prefix(text: str, rdir: Path) -> Path:
+    """The one runbook whose id, or whose job id, starts with `text`; several is an error naming them."""
+    hits = [f for f in _runbook_files(rdir) if f.stem.startswith(text) or f.stem[11:].startswith(text)] if text else []
+    if len(hits) == 1:
+        return hits[0]
+    if len(hits) > 1:
+        names = ", ".join(f.stem for f in hits[:5]) + (f" and {len(hits) - 5} more" if len(hits) > 5 else "")
+        raise BenchdError("ambiguous", f"{text!r} is the start of {len(hits)} runbook ids: {names}; give more of it", "id")
     raise NotFound("runbook (id, job id or path)", text)
 
 
