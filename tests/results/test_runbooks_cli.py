@@ -11,10 +11,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from runbook_factory import fill_job, setup_state
 
 from benchd.errors import BenchdError
 from benchd.results import runbook
-from runbook_factory import fill_job, setup_state
 
 
 def test_runbooks_lists_and_prefixes_resolve(tmp_path: Path) -> None:
