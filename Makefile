@@ -60,8 +60,10 @@ test: setup lint
 test-stress: setup
 	$(BIN)/python tests/cpu_hog.py -- $(BIN)/python -m pytest tests -m real -p no:cacheprovider
 
+# No real server (`*_real.py` files are the `real` marker) and nothing slow: the engine's decisions through
+# the fake seam (tests/fakeengine.py), the units, the docs checks.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest tests -m "not slow"
+	$(BIN)/python -m pytest tests -m "not real and not slow" -p no:cacheprovider
 
 demo: setup
 	$(BIN)/python -m benchctl.demo

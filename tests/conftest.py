@@ -49,10 +49,13 @@ MLX_RUNTIMES = ("mlx_lm.server", "mlx_vlm.server")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`darwin` tests skip off macOS; `root` tests skip when not root (CI runs as root)."""
+    """Every test in a `*_real.py` file is `real` (talks to a real server: `make test-fast` leaves it out);
+    `darwin` tests skip off macOS; `root` tests skip when not root (CI runs as root)."""
     not_mac = pytest.mark.skip(reason="needs macOS (darwin marker)")
     not_root = pytest.mark.skip(reason="needs root (root marker)")
     for item in items:
+        if item.path.name.endswith("_real.py"):
+            item.add_marker(pytest.mark.real)
         if "darwin" in item.keywords and sys.platform != "darwin":
             item.add_marker(not_mac)
         if "root" in item.keywords and os.geteuid() != 0:

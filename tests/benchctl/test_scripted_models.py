@@ -2,7 +2,7 @@
 
 No server here: the greedy step is recomputed from the written MLX weights with numpy (embedding ->
 RMSNorm -> output matrix, which is all a bigram model's logits depend on; the blocks' output projections
-are checked to be zero). tests/contract/test_contract_scripted.py runs the models on the real servers.
+are checked to be zero). tests/contract/test_contract_scripted_real.py runs the models on the real servers.
 """
 
 from __future__ import annotations

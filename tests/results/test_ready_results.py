@@ -1,5 +1,5 @@
 """Time to ready in the runbook, the report and `compare`, from `server_ready` events as the engine
-writes them (the real starts are tests/servers/test_ready_time.py and tests/daemon/test_ready_real.py):
+writes them (the real starts are tests/servers/test_ready_time_real.py and tests/daemon/test_ready_real.py):
 warm and cold medians, nulls with their reasons, and B against A through the one comparison."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Adapters without a server: argv, validation, environment, request bodies, and the raw->normalized map.
 
 The `normalize` tests feed final chunks copied verbatim from the real servers on this machine (llama.cpp
-b1-0c1e570, mlx-lm 0.32.2, mlx-vlm 0.7.10; see tests/runtimes/test_real_servers.py for the live runs):
+b1-0c1e570, mlx-lm 0.32.2, mlx-vlm 0.7.10; see tests/runtimes/test_servers_real.py for the live runs):
 they pin the mapping; the live tests prove the shapes.
 """
 

@@ -1,6 +1,6 @@
 """Pure pieces of issue 13 (no server): the window accounting of tokens without a chunk, the scrubbed and
 recorded environment, `--fit` as the candidate asks, why a probe ended short per runtime, and the runbook
-flags. The real-server behaviour is in tests/engine/test_thinking.py and test_real_models.py."""
+flags. The real-server behaviour is in tests/engine/test_thinking_real.py and test_models_real.py."""
 
 from __future__ import annotations
 

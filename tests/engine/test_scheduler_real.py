@@ -136,7 +136,7 @@ def test_draft_acceptance(full_sweep: dict[str, Any]) -> None:
     # The median, not every probe: a random-weight model has near-tied top logits, and the target's batched
     # verification can round differently from the draft's one-token steps, so a single probe of an
     # identical draft has been seen at 0.79 (1 of 4 probes, under load average 12). The scripted models
-    # (tests/contract/test_contract_scripted.py) have no near ties and check acceptance per run.
+    # (tests/contract/test_contract_scripted_real.py) have no near ties and check acceptance per run.
     assert all(a is not None for a in same) and statistics.median(same) >= 0.9, same
     assert all(a is not None and a <= 0.1 for a in unrelated), unrelated
     for cand in ("llama", "mlx-lm"):
