@@ -18,6 +18,7 @@ import aiohttp
 import msgspec
 
 from benchd.probe_result import ProbeResult
+from benchd.servers.runtimes.http import read_capped
 
 if TYPE_CHECKING:
     from benchd.schemas import Candidate, Sampling
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 
 _decoder = msgspec.json.Decoder()
 _CONTENT_KEY = b'"content"'
+#: The longest SSE line a stream may send (one event's JSON; the largest, the final chunk, is a few KB).
+MAX_LINE_BYTES = 4 << 20
 #: Reasoning delta keys of the three runtimes (read in their sources: llama.cpp server-chat.cpp
 #: `reasoning_content`, mlx_lm server.py `reasoning`, mlx_vlm ChatMessage both).
 _REASONING_KEYS = (b'"reasoning_content"', b'"reasoning"')
@@ -93,6 +96,8 @@ class _Stream:
         """Consume bytes; returns an error message if the stream is garbage or carries an error."""
         self.buf += data
         if b"\n" not in self.buf:
+            if len(self.buf) > MAX_LINE_BYTES:
+                return f"a stream line is over {MAX_LINE_BYTES} bytes without a newline (not an SSE stream)"
             return None
         *lines, self.buf = self.buf.split(b"\n")
         for raw in lines:
@@ -188,7 +193,7 @@ async def run(
         async with (
             asyncio.timeout(timeout_s),
             aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session,
-            session.post(url, data=body, headers=dict(headers)) as resp,
+            session.post(url, data=body, headers=dict(headers), allow_redirects=False) as resp,
         ):
             result.http_status = resp.status
             if resp.status != 200:
@@ -292,10 +297,10 @@ async def read_metrics(base_url: str, *, timeout_s: float = 5.0) -> dict[str, fl
                 connector=aiohttp.TCPConnector(force_close=True),
                 timeout=aiohttp.ClientTimeout(total=timeout_s),
             ) as session,
-            session.get(base_url + "/metrics") as resp,
+            session.get(base_url + "/metrics", allow_redirects=False) as resp,
         ):
             if resp.status != 200:
                 return None
-            return parse_prometheus(await resp.text())
+            return parse_prometheus((await read_capped(resp)).decode("utf-8", "replace"))
     except (aiohttp.ClientError, TimeoutError, OSError):
         return None

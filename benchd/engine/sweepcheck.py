@@ -85,6 +85,15 @@ def external_problems(cand: Candidate) -> list[BenchdError]:
                                "(the server's base URL, e.g. http://127.0.0.1:8080)", f"{where}.url"))
     else:
         parts = urlsplit(cand.url)
+        if "@" in parts.netloc:  # user:password@host: never stored, never echoed
+            out.append(BenchdError("credentials_in_url", f"candidate {cand.id!r}: url has credentials in it "
+                                   "(user:password@): benchd records the url in every runbook; give the key's "
+                                   "variable name in `api_key_env` instead", f"{where}.url"))
+            return out
+        if parts.query or parts.fragment or "\x00" in cand.url:
+            out.append(BenchdError("bad_url", f"candidate {cand.id!r}: url {cand.url!r} must be the server's base "
+                                   "URL: no query, fragment or NUL byte (benchd appends the endpoints' paths)",
+                                   f"{where}.url"))
         try:
             host = parts.hostname or ""
             parts.port  # noqa: B018  (raises on a port that is not a number)
@@ -148,6 +157,9 @@ def live_problems(i: int, cand: Candidate) -> list[BenchdError]:
                                "is not set in benchd's environment", f"{where}.api_key_env"))
     try:
         asyncio.run(detect(cand))  # called off any event loop (benchctl; the daemon's worker thread)
+    except BenchdError as exc:  # the API key withheld: the listener is not the server's owner
+        out.append(BenchdError(exc.code, exc.message, f"{where}.api_key_env"))
+        return out
     except Exception as exc:
         out.append(BenchdError("url_not_answering", f"candidate {cand.id!r}: nothing OpenAI-compatible answers at "
                                f"{cand.url}: {type(exc).__name__}: {exc}", f"{where}.url"))

@@ -78,6 +78,27 @@ def listens_on(pid: int, port: int) -> bool:
     return False
 
 
+def port_listeners(port: int) -> tuple[set[int], bool]:
+    """(pids listening on TCP `port`, whether a listener's process could not be seen): psutil's
+    system-wide table where this user may read it (Linux; another user's socket has no pid there),
+    else the sockets of each process this user may inspect (macOS needs root for the table)."""
+    try:
+        conns = [c for c in psutil.net_connections(kind="tcp")
+                 if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+        return {c.pid for c in conns if c.pid}, any(not c.pid for c in conns)
+    except psutil.AccessDenied:
+        pass
+    found: set[int] = set()
+    for p in psutil.process_iter():
+        try:
+            if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                   for c in p.net_connections(kind="tcp")):
+                found.add(p.pid)
+        except psutil.Error:
+            continue
+    return found, False
+
+
 def listening_addresses(pid: int) -> list[tuple[str, int]]:
     """(address, port) of every TCP socket `pid` or one of its descendants listens on (IPv4 and IPv6)."""
     try:

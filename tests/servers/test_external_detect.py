@@ -134,12 +134,13 @@ async def test_api_key_is_sent_and_never_recorded(monkeypatch: pytest.MonkeyPatc
 
     app = web.Application()
     app.router.add_get("/v1/models", models)
+    from benchd.servers.runtimes import get_adapter
+
     async with loopback_app(app) as url:
         c = cand(url=url, api_key_env="BENCHD_TEST_KEY")
         found = await detect(c)
+        # while the server it was cleared for listens (the key goes to no other listener: test_hostile_external)
+        assert get_adapter("openai").request_headers(c)["Authorization"] == "Bearer sekrit-123"
     assert found.kind == "OpenAI-compatible, unknown" and seen and set(seen) == {"Bearer sekrit-123"}
     assert b"sekrit" not in msgspec.json.encode(found) + msgspec.json.encode(c)
-    from benchd.servers.runtimes import get_adapter
-
-    assert get_adapter("openai").request_headers(c)["Authorization"] == "Bearer sekrit-123"
     assert "Authorization" not in get_adapter("llama-server").request_headers(c)

@@ -11,8 +11,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-#: Names that look like they hold a secret: their values are never recorded.
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
+#: Names that look like they hold a secret: their values are never recorded, and never inherited by a
+#: server (a candidate's own `env` may still pass one). `TOKENIZERS_*` are tokenizer knobs, not tokens.
+SECRET_NAME = re.compile(r"TOKEN(?!IZER)|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 REDACTED = "<redacted>"
 
 
@@ -41,11 +42,12 @@ def build(
     candidate_env: Mapping[str, str],
     inherited: Mapping[str, str] | None = None,
 ) -> ServerEnv:
-    """Inherited environment without the scrubbed names, then benchd's settings, then the candidate's
-    `env` (wins). `passed` is benchd's settings plus the candidate's `env`."""
+    """Inherited environment without the scrubbed names and without every secret-looking one
+    (`SECRET_NAME`: an API key in benchd's environment reaches no server), then benchd's settings, then
+    the candidate's `env` (wins). `passed` is benchd's settings plus the candidate's `env`."""
     base = dict(os.environ if inherited is None else inherited)
     scrub = tuple(scrub)
-    removed = sorted(k for k in base if matches(k, scrub) and k not in candidate_env)
+    removed = sorted(k for k in base if (matches(k, scrub) or SECRET_NAME.search(k)) and k not in candidate_env)
     for k in removed:
         del base[k]
     passed = {**ours, **candidate_env}

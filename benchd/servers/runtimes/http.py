@@ -1,6 +1,9 @@
 """HTTP helpers the adapters share: GET/POST on a fresh connection per request (llama-server closes the
 connection after each streamed answer even though it advertises keep-alive, and a pooled client then
 loses the next request), and the `/health` shape two runtimes share.
+
+Every request here follows no redirect (a 3xx is the answer: a server on loopback must not send benchd,
+or an API key, to another host) and reads at most `MAX_BODY_BYTES` of a body (`read_capped`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,26 @@ class Readiness:
     detail: str
 
 
+#: The most a non-streamed answer (health, /props, /slots, /v1/models, token counts) may hold.
+MAX_BODY_BYTES = 16 << 20
+
+
+class ResponseTooLarge(aiohttp.ClientPayloadError):
+    """A body over its cap (an aiohttp.ClientError, so every caller's handling of a failed request holds)."""
+
+
+async def read_capped(resp: aiohttp.ClientResponse, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The response body, refused with `ResponseTooLarge` once it passes `limit` bytes."""
+    if resp.content_length is not None and resp.content_length > limit:
+        raise ResponseTooLarge(f"the answer declares {resp.content_length} bytes, over the {limit}-byte cap")
+    buf = bytearray()
+    async for chunk in resp.content.iter_any():
+        buf += chunk
+        if len(buf) > limit:
+            raise ResponseTooLarge(f"the answer is over the {limit}-byte cap")
+    return bytes(buf)
+
+
 def _session(timeout_s: float) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(force_close=True),
@@ -30,8 +53,8 @@ def _session(timeout_s: float) -> aiohttp.ClientSession:
 
 async def http_get(base_url: str, path: str, *, timeout_s: float = 2.0) -> tuple[int, bytes]:
     """GET on a fresh connection; returns (status, body). Connection errors raise aiohttp errors."""
-    async with _session(timeout_s) as session, session.get(base_url + path) as resp:
-        return resp.status, await resp.read()
+    async with _session(timeout_s) as session, session.get(base_url + path, allow_redirects=False) as resp:
+        return resp.status, await read_capped(resp)
 
 
 async def http_post_json(
@@ -43,10 +66,10 @@ async def http_post_json(
         _session(timeout_s) as session,
         session.post(
             base_url + path, data=msgspec.json.encode(body),
-            headers={**(headers or {}), "Content-Type": "application/json"},
+            headers={**(headers or {}), "Content-Type": "application/json"}, allow_redirects=False,
         ) as resp,
     ):
-        return resp.status, await resp.read()
+        return resp.status, await read_capped(resp)
 
 
 async def json_health(base_url: str, path: str, ok_values: tuple[str, ...]) -> Readiness:

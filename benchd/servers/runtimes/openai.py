@@ -14,17 +14,21 @@ Reasons and facts: docs/runtimes.md#external-servers.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import aiohttp
 import msgspec
+import psutil
 
 from benchd.errors import BenchdError
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate, ExternalServer
+from benchd.servers.procgroup import listens_on, port_listeners
 from benchd.servers.runtimes.base import (
     Normalized,
     ParallelStart,
@@ -33,6 +37,7 @@ from benchd.servers.runtimes.base import (
     RuntimeAdapter,
     SessionStart,
 )
+from benchd.servers.runtimes.http import read_capped
 from benchd.servers.runtimes.llama_server import LlamaServerAdapter
 from benchd.servers.runtimes.mlx_lm import MlxLmAdapter
 from benchd.servers.runtimes.mlx_vlm import MlxVlmAdapter
@@ -54,12 +59,55 @@ def base_url(url: str) -> str:
     return u[:-3] if u.endswith("/v1") else u
 
 
+def key_recipient(candidate: Candidate) -> tuple[int | None, str]:
+    """(the pid the API key may be sent to, "") or (None, why not): the candidate's `pid` when it listens
+    on the URL's port, else the one process listening there when it runs as benchd's user. A blocking
+    scan (psutil): call it off the event loop."""
+    assert candidate.url is not None
+    port = urlsplit(base_url(candidate.url)).port or 80
+    if candidate.pid is not None:
+        if listens_on(candidate.pid, port):
+            return candidate.pid, ""
+        return None, f"pid {candidate.pid} does not listen on port {port}"
+    pids, unseen = port_listeners(port)
+    me = os.getuid()
+    owners: dict[int, int | None] = {}
+    for pid in pids:
+        try:
+            owners[pid] = psutil.Process(pid).uids().real
+        except psutil.Error:
+            owners[pid] = None
+    if unseen or any(uid != me for uid in owners.values()):
+        return None, (f"port {port} is held by a process of another user (or one benchd may not inspect); "
+                      "the key goes only to a server of benchd's own user, or to the candidate's `pid`")
+    if not owners:
+        return None, f"nothing listens on port {port}"
+    return min(owners), ""
+
+
+#: The process each external URL's API key was cleared for (`key_recipient`, checked when detected).
+_KEY_RECIPIENT: dict[str, int] = {}
+
+
 def api_key_headers(candidate: Candidate) -> dict[str, str]:
     """`Authorization: Bearer <key>` from the variable `api_key_env` names in benchd's environment, read
-    at each request (never stored); empty without one."""
-    if candidate.api_key_env and os.environ.get(candidate.api_key_env):
-        return {"Authorization": f"Bearer {os.environ[candidate.api_key_env]}"}
-    return {}
+    at each request (never stored); empty without one. Sent only while the process it was cleared for
+    (`key_recipient`, at detection) still listens on the URL's port, else a BenchdError
+    (`api_key_withheld`: the request is not made)."""
+    if not (candidate.api_key_env and os.environ.get(candidate.api_key_env)):
+        return {}
+    assert candidate.url is not None
+    url = base_url(candidate.url)
+    port = urlsplit(url).port or 80
+    pid = _KEY_RECIPIENT.get(url)
+    if pid is None or not listens_on(pid, port):
+        pid, why = key_recipient(candidate)
+        if pid is None:
+            _KEY_RECIPIENT.pop(url, None)
+            raise BenchdError("api_key_withheld", f"candidate {candidate.id!r}: the API key from ${candidate.api_key_env} "
+                              f"is not sent to {url}: {why}", f"$.candidates[{candidate.id}].api_key_env")
+        _KEY_RECIPIENT[url] = pid
+    return {"Authorization": f"Bearer {os.environ[candidate.api_key_env]}"}
 
 
 async def _get(url: str, path: str, headers: Mapping[str, str]) -> tuple[int, Any, str]:
@@ -67,9 +115,9 @@ async def _get(url: str, path: str, headers: Mapping[str, str]) -> tuple[int, An
     async with (
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True),
                               timeout=aiohttp.ClientTimeout(total=10.0)) as session,
-        session.get(url + path, headers=dict(headers)) as resp,
+        session.get(url + path, headers=dict(headers), allow_redirects=False) as resp,
     ):
-        raw = await resp.read()
+        raw = await read_capped(resp)
         try:
             doc = msgspec.json.decode(raw)
         except msgspec.DecodeError:
@@ -81,9 +129,9 @@ async def _post(url: str, path: str, body: Mapping[str, Any], headers: Mapping[s
     async with (
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True),
                               timeout=aiohttp.ClientTimeout(total=10.0)) as session,
-        session.post(url + path, json=dict(body), headers=dict(headers)) as resp,
+        session.post(url + path, json=dict(body), headers=dict(headers), allow_redirects=False) as resp,
     ):
-        raw = await resp.read()
+        raw = await read_capped(resp)
         try:
             return resp.status, msgspec.json.decode(raw)
         except msgspec.DecodeError:
@@ -100,7 +148,15 @@ async def detect(candidate: Candidate) -> ExternalServer:
     Raises `aiohttp.ClientError` / `TimeoutError` when nothing answers, `RuntimeError` when something
     answers but not like an OpenAI-compatible server."""
     assert candidate.url is not None
-    url, headers = base_url(candidate.url), api_key_headers(candidate)
+    url = base_url(candidate.url)
+    if candidate.api_key_env and os.environ.get(candidate.api_key_env):
+        pid, why = await asyncio.to_thread(key_recipient, candidate)  # a psutil scan: off the loop
+        if pid is None:
+            raise BenchdError("api_key_withheld", f"candidate {candidate.id!r}: the API key from "
+                              f"${candidate.api_key_env} is not sent to {url}: {why}",
+                              f"$.candidates[{candidate.id}].api_key_env")
+        _KEY_RECIPIENT[url] = pid
+    headers = api_key_headers(candidate)
     asked: list[str] = []
     sources: dict[str, str] = {}
     nulls: dict[str, str] = {}
