@@ -56,7 +56,10 @@ def _model_or_path(cand: dict[str, Any], name: str, base: Path, field: str, sour
 
 def resolve_paths(data: dict[str, Any], base: Path, source: str = "") -> dict[str, Any]:
     """Rewrite model/binary/mmproj/spec.draft_model of every candidate in a raw sweep dict (in place), and
-    the draft_model of each `spec` table of its matrix."""
+    the draft_model of each `spec` table of its matrix, and `[kld] corpus`."""
+    kld = data.get("kld")
+    if isinstance(kld, dict) and "corpus" in kld:
+        kld["corpus"] = resolve_path(kld["corpus"], base, "$.kld.corpus", source)
     cands = data.get("candidates")
     if not isinstance(cands, list):
         return data

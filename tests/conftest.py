@@ -176,6 +176,11 @@ def llama_bench_bin(cache_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def llama_perplexity_bin(cache_dir: Path) -> Path:
+    return _llama_binary(cache_dir, "llama-perplexity")
+
+
+@pytest.fixture(scope="session")
 def mlx_argv(cache_dir: Path) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for runtime in MLX_RUNTIMES:

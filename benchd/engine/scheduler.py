@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from benchd.config import Config
-from benchd.engine import designs, sweepcheck
+from benchd.engine import designs, kld, sweepcheck
 from benchd.engine.cells import Cells
 from benchd.engine.energy import EnergySession
 from benchd.engine.evalvisit import EvalVisits
@@ -54,7 +54,7 @@ class Engine:
     def __init__(self, job: str, sweep: Sweep, store: Store, config: Config, notify: Callable[[Event], None], *,
                  sensor: ThermalSensor | None = None, memory_rate_hz: float = 10.0,
                  seam: Seam | None = None) -> None:
-        self.job, self.sweep, self.store = job, sweep, store
+        self.job, self.sweep, self.store, self.config, self.memory_rate_hz = job, sweep, store, config, memory_rate_hz
         sensor = sensor or open_sensor()
         self.energy = EnergySession()  # the counter ($BENCHD_POWERCAP_ROOT in tests), reopened per server start
         self.book = SeriesBook(sweep.probe_plan(), store.iter_rows(job), ci_stop=not designs.pair_stop(sweep))
@@ -73,13 +73,14 @@ class Engine:
         self.parts = designs.Parts(sweep, job_seed(job), self.cells, self.pool, self.recorder, stop, self.tail)
 
     async def run(self) -> JobOutcome:
-        """The design's contexts (its rounds), every candidate's tail, then the drift sentinel."""
+        """The design's contexts (its rounds), every candidate's tail, the drift sentinel, then `[kld]`."""
         try:
             design = designs.choose(self.parts)
             for context in design.contexts():
                 design = await design.run(context)
             await design.finish()
             await self.tail.sentinel()
+            await kld.tail_step(self.job, self.sweep, self.config, self.recorder, self.pool, self.memory_rate_hz)
         finally:
             await self.pool.close()
             self.energy.close()

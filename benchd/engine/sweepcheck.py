@@ -11,6 +11,8 @@ candidates beyond its schema (msgspec decodes that).
   address, `request_model` given, none of the start fields; `live_problems` / `resolve_external` (submit
   and `benchctl validate`): the URL answers, a `process` name resolves to one pid, a `pid` listens on the
   URL's port, the `api_key_env` variable is set.
+- `kld.static_problems` / `kld.local_problems` (benchd.engine.kld): the `[kld]` table's corpus, cache types,
+  reference and (on this machine) the corpus's token count and each candidate's tokenizer.
 - `local_problems`: what exists on this machine — model and draft model files, an executable binary,
   the executable the adapter would resolve. benchctl lists these as problems; the daemon records
   missing models at submit and fails the cells at server start, since a file can come and go; and
@@ -281,6 +283,10 @@ def local_problems(candidates: Iterable[tuple[int, Candidate]], cache_dir: Path,
             except BenchdError as exc:
                 out.append(f"{where}.binary: {exc}")
     out += [f"{e.field[2:] if e.field else 'evals'}: {e.message}" for e in eval_data_problems(sweep, cache_dir)]
+    if sweep is not None:
+        from benchd.engine import kld
+
+        out += [f"{(e.field or '$.kld')[2:]}: {e.message}" for e in kld.local_problems(sweep, cache_dir)]
     return out
 
 
@@ -296,7 +302,9 @@ def submit_problems(sweep: Sweep, cache_dir: Path | None = None) -> list[BenchdE
                 for p in adapter_problems(cand, sweep)]
     if cache_dir is not None:
         out += eval_data_problems(sweep, cache_dir)
-    return out
+    from benchd.engine import kld
+
+    return out + kld.static_problems(sweep)
 
 
 def eval_data_problems(sweep: Sweep | None, cache_dir: Path) -> list[BenchdError]:

@@ -40,6 +40,8 @@ Judge = Callable[[Point, Point], PairDominance]
 CORE_AXES: tuple[str, ...] = tuple(a.name for a in core_axes())
 #: The warm-start time-to-ready axis (per candidate; joins a pair when measured).
 READY_AXIS = "ready_s"
+#: KL divergence against the `[kld]` reference (per candidate; joins a pair when both were scored).
+KLD_AXIS = "kld"
 
 
 def axis_names() -> list[str]:
@@ -54,7 +56,7 @@ def axes_of(points: Iterable[Point]) -> list[tuple[str, Direction]]:
 
     present = {k for p in points for k, v in p.values.items() if v is not None}
     extra = [a for a in SUITE_AXES.values() if a in present]
-    extra += [x for x in (SESSION_AXIS, READY_AXIS) if x in present]
+    extra += [x for x in (SESSION_AXIS, READY_AXIS, KLD_AXIS) if x in present]
     extra += sorted((k for k in present if k.startswith(LEVEL_AXIS_PREFIX)), key=lambda k: int(k.split("@")[1]))
     extra += sorted((k for k in present if k.startswith(IMAGE_AXIS_PREFIX)), key=_pixels)
     return [(k, AXES[k].better if k in AXES else "higher") for k in (*CORE_AXES, *extra)]

@@ -173,6 +173,9 @@ def _eval_sources(events: list[Any]) -> list[EvalSuiteSource]:
 
 def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None = None) -> Runbook:
     """Assemble the runbook of a job from the store (no file is written)."""
+    from benchd.engine.kld import corpus_from_events as kld_corpus
+    from benchd.engine.kld import pareto_samples as kld_samples
+    from benchd.engine.kld import results_from_events as kld_results
     from benchd.engine.metrics import cell_stats
     from benchd.engine.verdict import with_verdicts
     from benchd.results.deferred import automatic_deferred
@@ -219,7 +222,7 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
         evals=evals,
         eval_summary=_eval_summary(evals, eval_sources),
         pareto=pareto_from_rows(rows, evals, sweep.probe_plan(), order=design.order,
-                                extra={"ready_s": warm_ready}),
+                                extra={"ready_s": warm_ready, "kld": kld_samples(kld_results(events))}),
         flags=runbook_flags(rows),
         drift=drift,
         drift_null_reason=no_drift,
@@ -227,6 +230,8 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
         ready_summary=ready_summary(starts, [c.id for c in sweep.candidates]),
         eval_sources=eval_sources,
         design=design,
+        kld=kld_results(events),
+        kld_corpus=kld_corpus(events),
     )
 
 

@@ -32,6 +32,7 @@ from benchd.schemas.api import (
     RecheckStatus,
     SubmitJob,
 )
+from benchd.schemas.kld import KldCorpus, KldResult
 from benchd.schemas.recheck import (
     CLOCK_TIME_PATTERN,
     Fingerprint,
@@ -108,6 +109,7 @@ from benchd.schemas.sweep import (
     EvalThinking,
     EvalTier,
     JobId,
+    Kld,
     Matrix,
     MatrixPoint,
     Order,
@@ -192,6 +194,9 @@ __all__ = [
     "JobInfo",
     "JobList",
     "JobState",
+    "Kld",
+    "KldCorpus",
+    "KldResult",
     "MachineInfo",
     "Matrix",
     "MatrixPoint",

@@ -125,6 +125,8 @@ EventType = Literal[
     "design_changed",
     "round_started",
     "context_finished",
+    "kld_started",
+    "kld_finished",
     "job_interrupted",
     "job_finished",
     "job_failed",

@@ -10,6 +10,7 @@ from typing import Any, Literal
 import msgspec
 from msgspec import Struct
 
+from benchd.schemas.kld import KldCorpus, KldResult
 from benchd.schemas.recheck import Fingerprint
 from benchd.schemas.rows import EvalResult, Row, ThermalReading
 from benchd.schemas.sweep import Deferred, Sweep
@@ -496,3 +497,6 @@ class Runbook(Struct, kw_only=True):
     eval_sources: list[EvalSuiteSource] = []
     #: The measuring order and why it ran (null in runbooks written before rounds existed).
     design: SweepDesign | None = None
+    #: KL divergence against `sweep.kld.reference`: per candidate and `[kld]` context, and the text scored.
+    kld: list[KldResult] = []
+    kld_corpus: KldCorpus | None = None

@@ -271,6 +271,27 @@ class EvalLimit(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
         return self.code if suite == "code" else self.tools
 
 
+class Kld(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """KL divergence of every candidate's next-token distribution against the `reference` candidate's, on
+    one text (benchd.engine.kld): off while `reference` is None. `corpus`: a UTF-8 text file (None: the text
+    benchd ships, `benchd/data/kld-corpus.txt`); per context of `contexts`, the text is cut into chunks of
+    that many tokens (each scored on its second half, as llama-perplexity does), at most `tokens` tokens of
+    it (None: as many whole chunks as the text holds)."""
+
+    reference: CandidateId | None = None
+    corpus: PathStr | None = None
+    contexts: Annotated[list[Annotated[int, Meta(ge=64, le=1_048_576)]], Meta(min_length=1, max_length=8)] = (
+        msgspec.field(default_factory=lambda: [512]))
+    tokens: Annotated[int, Meta(ge=64, le=100_000_000)] | None = None
+
+    def __post_init__(self) -> None:
+        if len(set(self.contexts)) != len(self.contexts):
+            raise ValueError("kld.contexts must not repeat")
+        if self.tokens is not None and self.tokens < max(self.contexts):
+            raise ValueError(f"kld.tokens ({self.tokens}) is shorter than one chunk of the largest of "
+                             f"kld.contexts ({max(self.contexts)})")
+
+
 class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     """The sweep file (TOML on disk, JSON in `POST /v1/jobs`). These are all the fields."""
 
@@ -315,12 +336,17 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     order: Order | None = None
     #: Order blocked: server starts (blocks) per candidate and context; None = 3.
     rounds: Annotated[int, Meta(ge=1, le=100)] | None = None
+    #: KL divergence against a reference candidate, a tail step after the probes (off unless `reference`).
+    kld: Kld = Kld()
 
     def __post_init__(self) -> None:
         ids = [c.id for c in self.candidates]
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
             raise ValueError(f"candidate ids must be unique; repeated: {', '.join(dup)}")
+        if self.kld.reference is not None and self.kld.reference not in ids:
+            raise ValueError(f"kld.reference {self.kld.reference!r} is not a candidate id (candidates: "
+                             f"{', '.join(ids)})")
         if len(set(self.contexts)) != len(self.contexts):
             raise ValueError("contexts must not repeat")
         if len(set(self.concurrency)) != len(self.concurrency):

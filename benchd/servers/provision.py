@@ -27,7 +27,10 @@ LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 MLX_VERSION = "0.32.4"
 MLX_LM_VERSION = "0.32.2"
 MLX_VLM_VERSION = "0.7.10"
-LLAMA_TARGETS = ("llama-server", "llama-bench")
+#: Built from one source tree; `llama-perplexity` scores KL divergence and `llama-tokenize` counts its corpus
+#: (benchd.engine.kld). A target added to an installed build re-runs the build in its existing tree: only the
+#: new target compiles.
+LLAMA_TARGETS = ("llama-server", "llama-bench", "llama-perplexity", "llama-tokenize")
 RUNTIMES = ("llama-server", "mlx")
 MARKER = "installed.json"
 
@@ -178,10 +181,11 @@ def _llama_source(root: Path, log: Log) -> Path:
 
 
 def install_llama(cache_dir: Path, log: Log) -> Path:
-    """Build llama-server and llama-bench into `<cache>/runtimes/llama.cpp-<v>/bin`; returns that dir.
+    """Build every `LLAMA_TARGETS` binary into `<cache>/runtimes/llama.cpp-<v>/bin`; returns that dir.
 
-    Idempotent: with a valid marker and both binaries present it returns at once. An existing `build/`
-    tree is reused (CMake/Ninja only rebuild what changed), so a half-finished build resumes.
+    Idempotent: with a valid marker and every binary present it returns at once. An existing `build/`
+    tree is reused (CMake/Ninja only rebuild what changed), so a half-finished build resumes and a target
+    added to an installed version compiles alone.
     """
     root = llama_dir(Path(cache_dir))
     bin_dir = root / "bin"
@@ -206,7 +210,10 @@ def install_llama(cache_dir: Path, log: Log) -> Path:
         _run(["cmake", "-S", str(src), "-B", str(build), *generator, *options],
              root / "cmake.log", "configuring llama.cpp with cmake")
         jobs = str(os.cpu_count() or 2)
-        log(f"building {', '.join(LLAMA_TARGETS)} with {jobs} jobs (~6 min on 2 cores); log: {root / 'build.log'}")
+        missing = [t for t in LLAMA_TARGETS if not _executable(bin_dir / t)]
+        what = ("~6 min on 2 cores" if len(missing) == len(LLAMA_TARGETS) or not (build / "CMakeCache.txt").is_file()
+                else f"only {', '.join(missing)} compiles: the rest of the tree is built")
+        log(f"building {', '.join(LLAMA_TARGETS)} with {jobs} jobs ({what}); log: {root / 'build.log'}")
         _run(["cmake", "--build", str(build), "--config", "Release", "-j", jobs,
               "--target", *LLAMA_TARGETS], root / "build.log", "building llama-server")
         bin_dir.mkdir(exist_ok=True)

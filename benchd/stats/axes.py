@@ -71,6 +71,10 @@ register_axis("j_per_gen_token", "lower", words=("more energy per token", "less 
 #: Per candidate, not per cell: `compare` judges it in `compare_ready`, Pareto from the runbook's warm starts.
 register_axis("ready_s", "lower", words=("slower to start", "faster to start"), compare=False,
               label="time to ready", unit="s", margin_pct=10.0, source="candidate")
+#: KL divergence against `[kld] reference` (benchd.engine.kld): per candidate, the per-chunk mean KLDs at the
+#: largest `[kld]` context it was scored at; the margin is 10 % of the ratio (docs/kld.md#the-kld-axis).
+register_axis("kld", "lower", words=("more quality lost", "less quality lost"), compare=False,
+              label="KL divergence vs the reference", unit="nats", margin_pct=10.0, source="candidate")
 #: Session probes: the median TTFT of turns >= 2 on a warm prompt cache.
 register_axis("session_ttft_ms", "lower", words=("slower", "faster"), label="warm-turn time to first token", unit="ms",
               source="cell")

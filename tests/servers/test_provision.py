@@ -34,7 +34,7 @@ def _exe(path: Path, body: str = "#!/bin/sh\nexit 0\n") -> Path:
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """No overrides, and a PATH with nothing but an empty dir (and the interpreter's own dir removed)."""
-    for var in ("BENCHD_LLAMA_SERVER", "BENCHD_LLAMA_BENCH", NO_MLX_PYTHON, "BENCHD_LLAMA_SDIST"):
+    for var in ("BENCHD_LLAMA_SERVER", "BENCHD_LLAMA_BENCH", "BENCHD_LLAMA_PERPLEXITY", NO_MLX_PYTHON, "BENCHD_LLAMA_SDIST"):
         monkeypatch.delenv(var, raising=False)
     empty = tmp_path / "emptybin"
     empty.mkdir()
@@ -55,9 +55,9 @@ def test_install_llama_second_run_is_a_no_op(cache_dir: Path, llama_server_bin: 
     assert lines and "already installed" in lines[0]
     marker = json.loads((provision.llama_dir(cache_dir) / "installed.json").read_text())
     assert marker["version"] == provision.LLAMA_CPP_PYTHON_VERSION
-    assert set(marker["binaries"]) == {"llama-server", "llama-bench"}
+    assert set(marker["binaries"]) == {"llama-server", "llama-bench", "llama-perplexity", "llama-tokenize"}
     assert "-DLLAMA_BUILD_UI=OFF" in marker["cmake_options"]
-    for name in ("llama-server", "llama-bench"):
+    for name in ("llama-server", "llama-bench", "llama-perplexity", "llama-tokenize"):
         assert os.access(bin_dir / name, os.X_OK)
 
 
@@ -77,7 +77,7 @@ def test_install_mlx_second_run_is_a_no_op(cache_dir: Path, mlx_argv: dict[str, 
 def test_list_runtimes_on_the_real_cache(cache_dir: Path, llama_server_bin: Path,
                                          mlx_argv: dict[str, list[str]]) -> None:
     entries = {e["name"]: e for e in locate.list_runtimes(cache_dir)}
-    assert set(entries) == {"llama-server", "llama-bench", "mlx_lm.server", "mlx_vlm.server"}
+    assert set(entries) == {*provision.LLAMA_TARGETS, "mlx_lm.server", "mlx_vlm.server"}
     assert all(e["installed"] for e in entries.values())
     assert re.fullmatch(r"b\d+-[0-9a-f]+", str(entries["llama-server"]["version"]))
     assert entries["llama-server"]["path"] == str(llama_server_bin)
