@@ -344,9 +344,6 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
             raise ValueError(f"candidate ids must be unique; repeated: {', '.join(dup)}")
-        if self.kld.reference is not None and self.kld.reference not in ids:
-            raise ValueError(f"kld.reference {self.kld.reference!r} is not a candidate id (candidates: "
-                             f"{', '.join(ids)})")
         if len(set(self.contexts)) != len(self.contexts):
             raise ValueError("contexts must not repeat")
         if len(set(self.concurrency)) != len(self.concurrency):

@@ -50,8 +50,12 @@ def gguf_run(tiny_models: Any, llama_perplexity_bin: Path, cache_dir: Path,
 
 
 def _fresh_cache(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Path:
-    cache = tmp_path_factory.mktemp("kld-cache")
-    (cache / "runtimes").symlink_to(cache_dir / "runtimes")  # the pinned build; the logits cache is fresh
+    return _fresh_cache_at(tmp_path_factory.mktemp("kld-cache"), cache_dir)
+
+
+def _fresh_cache_at(cache: Path, cache_dir: Path) -> Path:
+    """A cache dir with the real one's runtimes (the pinned build) and an empty logits cache."""
+    (cache / "runtimes").symlink_to(cache_dir / "runtimes")
     return cache
 
 
@@ -128,3 +132,39 @@ def test_the_reference_logits_are_cached_by_model_hash(gguf_run: Any, tiny_model
     assert results["f32"].reference_seconds is None  # read from the cache, not made again
     assert not [p for t, p in events if t == "kld_started" and p.get("purpose") == "reference logits"]
     assert list((cache / "kld").glob("*.bin")) == files
+
+
+def test_a_sweep_scores_after_its_probes_and_the_runbook_shows_it(tiny_models: Any, cache_dir: Path,
+                                                                   tmp_path: Path) -> None:
+    """The engine's tail step: one probe per cell, then `[kld]`; the runbook's kld list, corpus and the
+    Pareto view's kld axis come from the job's events."""
+    from benchd.config import Config
+    from benchd.engine.scheduler import run_job
+    from benchd.results.runbook import build_runbook
+    from benchd.schemas import Cooldown, Sustained
+    from benchd.store import Store
+
+    g = tiny_models.gguf
+    cands = [Candidate(id="f32", runtime="llama-server", model=str(g["f32"]), args=["-t", "2"]),
+             Candidate(id="q4", runtime="llama-server", model=str(g["q4_0"]), args=["-t", "2"])]
+    sweep = Sweep(name="kld-sweep", contexts=[64], gen_tokens=8, probes=1, warmup=0, candidates=cands,
+                  sustained=Sustained(tokens=0), sentinel=False, order="sequential",
+                  cooldown=Cooldown(policy="fixed", seconds=0, max_seconds=0),
+                  kld=Kld(reference="f32", contexts=[CTX], tokens=TOKENS))
+    config = Config.resolve(state_dir=tmp_path / "state", cache_dir=_fresh_cache_at(tmp_path, cache_dir))
+    config.state_dir.mkdir(parents=True)
+    store = Store(config.db_path)
+    job, _ = store.create_job(sweep)
+    types: list[str] = []
+    outcome = asyncio.run(run_job(job.id, sweep, store, config, lambda e: types.append(e.type)))
+    assert outcome.state == "succeeded", outcome
+    last_probe = max(i for i, t in enumerate(types) if t == "probe_finished")
+    assert min(i for i, t in enumerate(types) if t.startswith("kld_")) > last_probe  # after every probe
+    rb = build_runbook(config, store, job.id)
+    by = {r.candidate: r for r in rb.kld}
+    assert set(by) == {"f32", "q4"} and all(r.status == "ok" for r in rb.kld)
+    assert by["q4"].kld_mean is not None and by["f32"].kld_mean is not None
+    assert by["q4"].kld_mean > by["f32"].kld_mean
+    assert rb.kld_corpus is not None and rb.kld_corpus.sha256 and rb.kld_corpus.tokens
+    points = {p.candidate: p for p in rb.pareto[0].points}
+    assert points["q4"].values["kld"] is not None and points["f32"].values["kld"] is not None
