@@ -113,10 +113,22 @@ def _show_recheck(doc: Any) -> None:
 @click.option("--command", "as_command", is_flag=True, help="Print the command that starts the locked server.")
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
               help="Port for --command (default: the runtime's usual one, 8080).")
+@click.option("--format", "fmt", type=click.Choice(["shell", "llama-swap", "llama-server-preset", "mlx-command"]),
+              default=None, help="Print the lock as a shell script, a llama-swap models: entry, llama-server's "
+              "router-mode preset (INI) or the MLX server's command.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @state_dir_option
-def locked(file_: str | None, as_command: bool, port: int | None, as_json: bool, state_dir: str | None) -> None:
-    """Show the locked candidate, or (--command) the exact command that starts it as benchmarked."""
+def locked(file_: str | None, as_command: bool, port: int | None, fmt: str | None, as_json: bool,
+           state_dir: str | None) -> None:
+    """Show the locked candidate, or (--command) the exact command that starts it as benchmarked.
+
+    \b
+    Examples:
+      benchctl locked --command
+      benchctl locked --format llama-swap >> ~/llama-swap.yaml
+      benchctl locked --format llama-server-preset > presets.ini
+      benchctl locked --format shell > start-server.sh
+    """
     import msgspec
 
     from benchd.lock.lockfile import read_lock, server_argv, server_command_line, server_env
@@ -124,6 +136,12 @@ def locked(file_: str | None, as_command: bool, port: int | None, as_json: bool,
     config = _config(state_dir)
     path = Path(file_) if file_ else config.locked_path
     doc = read_lock(path)
+    if fmt is not None:
+        from benchd.lock.formats import render
+
+        text = render(fmt, doc.locked, config, port)
+        click.echo(json.dumps({"format": fmt, "text": text}, indent=2) if as_json else text, nl=as_json)
+        return
     if as_command:
         if as_json:
             click.echo(json.dumps({"argv": server_argv(doc.locked, config, port), "env": server_env(doc.locked, config),

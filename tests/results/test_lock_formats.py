@@ -1,0 +1,130 @@
+"""`benchctl locked --format`: the lock as a shell script, a llama-swap entry, llama-server's router-mode
+preset and the MLX command, each from the one argv the daemon ran (`lockfile.server_argv`), refused
+with the reason where the form does not fit the locked runtime (exit 2)."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+from runbook_factory import fill_job, setup_state
+
+from benchd.errors import BenchdError
+from benchd.lock import formats
+from benchd.lock import lockfile as lock
+from benchd.results import runbook
+
+BENCHCTL = [sys.executable, "-m", "benchctl"]
+
+
+@pytest.fixture()
+def state(tmp_path: Path):
+    config, store, sweep, models = setup_state(tmp_path)
+    rid = runbook.write_runbook(config, store, fill_job(store, sweep))
+    fake_bin = config.state_dir / "llama-server"
+    fake_bin.write_text("#!/bin/sh\n")
+    fake_bin.chmod(0o755)
+    yield config, runbook.load_runbook(rid, config), models, str(fake_bin)
+    store.close()
+
+
+def test_llama_swap_and_shell_start_what_was_measured(state) -> None:
+    config, rb, models, fake_bin = state
+    locked = msgspec.structs.replace(lock.build_lock(rb, "gguf-spec"), binary=fake_bin)
+    swap = formats.llama_swap(locked, config)
+    lines = swap.splitlines()
+    assert lines[0] == "models:" and lines[1] == '  "gguf-spec":'
+    cmd = json.loads(next(x for x in lines if x.startswith("    cmd: ")).removeprefix("    cmd: "))
+    argv = shlex.split(cmd)
+    assert argv[argv.index("--port") + 1] == "${PORT}" and "'${PORT}'" not in cmd  # llama-swap's macro, unquoted
+    want = lock.server_argv(locked, config, 8080)
+    assert [a if a != "${PORT}" else "8080" for a in argv] == want
+    assert '    proxy: "http://127.0.0.1:${PORT}"' in lines
+    script = formats.shell(locked, config, 18080)
+    assert script.startswith("#!/bin/sh\n") and f"exec {lock.server_command_line(locked, config, 18080)}\n" in script
+    with pytest.raises(BenchdError, match="not an MLX server"):
+        formats.mlx_command(locked, config)
+
+
+def test_the_preset_is_the_routers_ini(state) -> None:
+    config, rb, models, fake_bin = state
+    locked = msgspec.structs.replace(lock.build_lock(rb, "gguf-spec"), binary=fake_bin)
+    text = formats.llama_server_preset(locked, config)
+    ini = configparser.ConfigParser(comment_prefixes=(";",), interpolation=None)
+    ini.read_string("[top]\n" + text)  # keys before the first section belong to the file (version = 1)
+    assert ini["top"]["version"] == "1"
+    sec = ini["gguf-spec"]
+    assert sec["m"] == str(models["gguf"]) and sec["md"] == str(models["draft"]) and sec["c"] == "4096"
+    assert sec["t"] == "1" and sec["metrics"] == "true"
+    assert "host" not in sec and "port" not in sec  # the router owns them
+    fake_mlx = config.state_dir / "mlx_lm.server"
+    fake_mlx.write_text("#!/bin/sh\n")
+    fake_mlx.chmod(0o755)
+    mlx = msgspec.structs.replace(lock.build_lock(rb, "mlx-lm", force=True), binary=str(fake_mlx))
+    with pytest.raises(BenchdError, match="the preset is llama-server's"):
+        formats.llama_server_preset(mlx, config)
+    assert "mlx_lm" in formats.mlx_command(mlx, config)
+
+
+def test_cli_format(state) -> None:
+    config, rb, _models, fake_bin = state
+    path, _ = lock.lock_candidate(config, "gguf-spec")
+    doc = lock.read_lock(path)
+    lock.write_lock(path, msgspec.structs.replace(doc.locked, binary=fake_bin))
+    env = {**os.environ, "BENCHD_CACHE_DIR": str(config.cache_dir)}
+    out = subprocess.run([*BENCHCTL, "locked", "--format", "llama-swap", "--state-dir", str(config.state_dir)],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0 and out.stdout.startswith('models:\n  "gguf-spec":\n'), out.stderr
+    bad = subprocess.run([*BENCHCTL, "locked", "--format", "mlx-command", "--state-dir", str(config.state_dir)],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert bad.returncode == 2 and "not an MLX server" in bad.stderr
+
+
+@pytest.mark.real
+def test_the_pinned_router_reads_the_preset(tmp_path: Path, llama_server_bin: Path, tiny_models, free_port) -> None:
+    """The pinned llama-server in router mode (`--models-preset`) lists the locked candidate with the
+    flags the lock gives (its GET /models shows the argv it would start the model with); no model loads."""
+    import time
+    import urllib.request
+
+    from benchd.schemas import Candidate, Spec
+
+    config, store, sweep, _ = setup_state(tmp_path)
+    real = Candidate(id="gguf-spec", runtime="llama-server", model=str(tiny_models.target), args=["-t", "1"],
+                     ctx_size=512, binary=str(llama_server_bin),
+                     spec=Spec(kind="draft", draft_model=str(tiny_models.draft_identical), draft_max=4))
+    rid = runbook.write_runbook(config, store, fill_job(store, msgspec.structs.replace(
+        sweep, candidates=[real, *sweep.candidates[1:]])))
+    store.close()
+    locked = lock.build_lock(runbook.load_runbook(rid, config), "gguf-spec")
+    preset = tmp_path / "presets.ini"
+    preset.write_text(formats.llama_server_preset(locked, config))
+    port = free_port()
+    log = tmp_path / "router.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([str(llama_server_bin), "--models-preset", str(preset), "--host", "127.0.0.1",
+                                 "--port", str(port), "--no-models-autoload"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline, body = time.monotonic() + 60, None  # a hang guard, not a timing
+        while body is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/models", timeout=5) as resp:
+                    body = json.loads(resp.read())
+            except OSError:
+                time.sleep(0.2)
+        assert body is not None, log.read_text()[-2000:]
+        (entry,) = [m for m in body["data"] if m["id"] == "gguf-spec"]
+        args = entry["status"]["args"]
+        assert args[args.index("--model") + 1] == str(tiny_models.target)
+        assert args[args.index("--ctx-size") + 1] == "512" and args[args.index("--threads") + 1] == "1"
+        assert str(tiny_models.draft_identical) in args
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
