@@ -78,7 +78,7 @@ def llama_server_preset(locked: Locked, config: Config) -> str:
                           "format")
     argv = server_argv(locked, config, 8080)[1:]  # the binary is the router's own
     lines = ["version = 1", "", f"; benchd lock: {locked.candidate}, measured in runbook {locked.runbook}",
-             f"; as the router starts it: llama-server --models-preset THIS_FILE", f"[{locked.candidate}]"]
+             "; as the router starts it: llama-server --models-preset THIS_FILE", f"[{locked.candidate}]"]
     i = 0
     while i < len(argv):
         flag, value = argv[i], None

@@ -36,7 +36,7 @@ def state(tmp_path: Path):
 
 
 def test_llama_swap_and_shell_start_what_was_measured(state) -> None:
-    config, rb, models, fake_bin = state
+    config, rb, _models, fake_bin = state
     locked = msgspec.structs.replace(lock.build_lock(rb, "gguf-spec"), binary=fake_bin)
     swap = formats.llama_swap(locked, config)
     lines = swap.splitlines()
@@ -74,7 +74,7 @@ def test_the_preset_is_the_routers_ini(state) -> None:
 
 
 def test_cli_format(state) -> None:
-    config, rb, _models, fake_bin = state
+    config, _rb, _models, fake_bin = state
     path, _ = lock.lock_candidate(config, "gguf-spec")
     doc = lock.read_lock(path)
     lock.write_lock(path, msgspec.structs.replace(doc.locked, binary=fake_bin))
