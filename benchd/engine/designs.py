@@ -18,6 +18,7 @@ from typing import Protocol
 from benchd.engine.cells import Cells
 from benchd.engine.plan import block_order, requested_order, round_order, round_plan
 from benchd.engine.pool import ServerPool
+from benchd.engine.racing import Race, after_round
 from benchd.engine.recorder import Recorder
 from benchd.engine.rows import SEQUENTIAL, Placement
 from benchd.engine.stoprule import StopRule
@@ -45,9 +46,14 @@ class Parts:
     """What every design works with (each constructed once per job)."""
 
     def __init__(self, sweep: Sweep, seed: int, cells: Cells, pool: ServerPool, recorder: Recorder, stop: StopRule,
-                 tail: Tail) -> None:
+                 tail: Tail, race: Race | None = None) -> None:
         self.sweep, self.seed, self.cells, self.pool, self.recorder, self.stop, self.tail = (
             sweep, seed, cells, pool, recorder, stop, tail)
+        self.race = race or Race(on=False, alpha=0.0, margin_pct=0.0, order="")  # racing.py: who is still in
+
+    def runnable(self, context: int) -> list[Candidate]:
+        """The candidates the cells can run at `context` that are still in the race."""
+        return [c for c in self.cells.runnable(context) if c.id not in self.race.dropped]
 
 
 class _Rounds:
@@ -65,7 +71,8 @@ class _Rounds:
 
     async def finish(self) -> None:
         for cand in self.p.sweep.candidates:
-            await self.p.tail.run(cand)
+            if cand.id not in self.p.race.dropped:  # the tail is for the race's survivors
+                await self.p.tail.run(cand)
 
     def why(self) -> str:
         raise NotImplementedError
@@ -101,6 +108,9 @@ class _Rounds:
             if needed and not probed:
                 stop = "no candidate could be probed in the last round"
                 break
+            cands = await after_round(p.race, context, cands, rnd, self.rplan,
+                                      [c.id for c in cands if not p.stop.active(c, context)],
+                                      p.recorder.emit, p.pool.release)
         await self.after()
         p.recorder.emit("context_finished", context=context, rounds=rnd, design=self.name, why=stop)
         for cand in cands:
@@ -130,7 +140,7 @@ class Blocked(_Rounds):
         return self.p.cells.in_round(cand, context, rnd, valid=True) < size
 
     async def run(self, context: int) -> Design:
-        cands = self.p.cells.runnable(context)
+        cands = self.p.runnable(context)
         await self.p.pool.release_all()
         await self.rounds(context, cands, self.p.cells.current_round(context))
         return self
@@ -168,7 +178,7 @@ class Interleaved(_Rounds):
         """Start and warm every candidate's server for `context`, then run its rounds; blocked instead (nothing
         probed, servers stopped, `design_changed` recorded) when the warmed servers exceed the budget."""
         p = self.p
-        cands = p.cells.runnable(context)
+        cands = p.runnable(context)
         first = p.cells.current_round(context)
         await p.pool.release_all(keep=context)  # servers of the previous context that do not serve this one
         order = self.visits([c.id for c in cands], context, first)

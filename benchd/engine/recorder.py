@@ -14,6 +14,7 @@ import msgspec
 
 from benchd.engine import vision
 from benchd.engine.groups import Group
+from benchd.engine.racing import Race
 from benchd.engine.rows import Cell, ServerFacts, build_row, decide
 from benchd.engine.series import SeriesBook
 from benchd.schemas import Candidate, Event, Row, Sweep
@@ -31,6 +32,7 @@ class Recorder:
     def __init__(self, job: str, sweep: Sweep, store: Store, notify: Callable[[Event], None], book: SeriesBook) -> None:
         self.job, self.sweep, self.store, self.notify, self.book = job, sweep, store, notify, book
         self.plan = sweep.probe_plan()
+        self.race: Race | None = None  # racing (the engine sets it): it keeps what its looks read of each row
 
     def emit(self, type_: str, **payload: Any) -> None:
         self.notify(self.store.append_event(self.job, type_, payload))
@@ -41,6 +43,8 @@ class Recorder:
             row = external_row(row, cand)
         self.notify(self.store.commit_row(row))
         self.book.add(row)
+        if self.race is not None:
+            self.race.add(row)
 
     def rows(self, cand: str, context: int, kind: str = "probe") -> list[Row]:
         return self.book.rows(cand, context, kind)

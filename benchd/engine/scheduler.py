@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from benchd.config import Config
-from benchd.engine import designs, kld, sweepcheck
+from benchd.engine import designs, kld, racing, sweepcheck
 from benchd.engine.cells import Cells
 from benchd.engine.energy import EnergySession
 from benchd.engine.evalvisit import EvalVisits
@@ -59,6 +59,8 @@ class Engine:
         self.energy = EnergySession()  # the counter ($BENCHD_POWERCAP_ROOT in tests), reopened per server start
         self.book = SeriesBook(sweep.probe_plan(), store.iter_rows(job), ci_stop=not designs.pair_stop(sweep))
         self.recorder = Recorder(job, sweep, store, notify, self.book)
+        self.race = racing.open_race(sweep, designs.pair_stop(sweep), store.iter_events(job), store.iter_rows(job))
+        self.recorder.race = self.race
         sizer = PromptSizer(job, sweep, sweep.effective_probe_timeout_s())
         self.pool: ServerPool = (seam.pool(self.recorder) if seam else
                                  Pool(job, sweep, config, self.recorder, self.energy, sizer.prompts))
@@ -70,7 +72,9 @@ class Engine:
         host = VisitHost(job, sweep, self.recorder, self.pool, sizer, sensor, memory_rate_hz)
         self.tail = Tail(job, sweep, self.cells, self.pool, self.runner, self.recorder, self.evals, host)
         stop = StopRule(sweep, self.book, pairs=designs.pair_stop(sweep))
-        self.parts = designs.Parts(sweep, job_seed(job), self.cells, self.pool, self.recorder, stop, self.tail)
+        stop.race = self.race
+        self.parts = designs.Parts(sweep, job_seed(job), self.cells, self.pool, self.recorder, stop, self.tail,
+                                   self.race)
 
     async def run(self) -> JobOutcome:
         """The design's contexts (its rounds), every candidate's tail, the drift sentinel, then `[kld]`."""

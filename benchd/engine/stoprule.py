@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from benchd.engine import verdict
 from benchd.engine.plan import RoundPlan
+from benchd.engine.racing import Race
 from benchd.engine.series import SeriesBook
 from benchd.schemas import Candidate, Row, Sweep
 from benchd.stats.axes import direction
@@ -21,6 +22,7 @@ class StopRule:
     def __init__(self, sweep: Sweep, book: SeriesBook, *, pairs: bool) -> None:
         self.sweep, self.book, self.pairs = sweep, book, pairs
         self.plan = sweep.probe_plan()
+        self.race: Race | None = None  # racing (the engine sets it): one candidate left ends the rounds
 
     def active(self, cand: Candidate, context: int) -> bool:
         return self.book.series(cand.id, context).next_probe() is not None
@@ -45,6 +47,8 @@ class StopRule:
             return f"max {rplan.max_rounds} blocked rounds reached"
         if not self.pairs or rnd < rplan.min_rounds:
             return None
+        if len(cands) == 1 and self.race is not None and self.race.dropped:  # the others left the race
+            return f"one candidate left in the race ({cands[0].id}) after {rnd} rounds"
         verdicts = self.pair_verdicts(context, cands, design)
         if verdicts and all(v.verdict in ("different", "tied") for _, _, v in verdicts):
             words = "; ".join(f"{a} vs {b}: {v.verdict}" for a, b, v in verdicts)

@@ -303,6 +303,16 @@ def _locks(rb: Runbook) -> str:
             f"evidence. Candidates in alphabetical order.</p><ul class='locks'>{''.join(items)}</ul></section>")
 
 
+def _race(rb: Runbook) -> str:
+    """Who left the race, when, by whom and on which axes (nothing when the sweep did not race)."""
+    if not rb.race and not rb.sweep.racing_on():
+        return ""
+    from benchd.results.race import HEADER, race_rows, race_text
+
+    rows = table(HEADER, [list(r) for r in race_rows(rb)], cls="race") if rb.race else ""
+    return f"<section id='race'><h2>Race</h2><p>{esc(race_text(rb))}</p>{rows}</section>"
+
+
 def render_page(rb: Runbook, runtime: Runtime) -> bytes:
     """The runbook page (pure: the same runbook and runtime give the same bytes)."""
     candidates = [c.id for c in rb.sweep.candidates]
@@ -313,7 +323,7 @@ def render_page(rb: Runbook, runtime: Runtime) -> bytes:
     body = (f"<header><h1>benchd runbook <span class='rid'>{esc(rb.id)}</span></h1>"
             f"<p class='outcome {esc(rb.outcome)}'>sweep <b>{esc(rb.sweep.name)}</b>: {esc(rb.outcome)}</p>"
             f"<nav>{nav}</nav></header><main>"
-            + _summary(rb) + _pareto(rb, candidates, charts) + _probes(rb, candidates, charts)
+            + _summary(rb) + _race(rb) + _pareto(rb, candidates, charts) + _probes(rb, candidates, charts)
             + _sustained(rb, candidates, charts) + _agentic(rb, candidates, charts) + _ready(rb) + _evals(rb)
             + _locks(rb) + "</main>")
     labels = {a: axis_label(a) for a in records.axes_present(rb)}

@@ -382,6 +382,10 @@ def render_markdown(rb: Runbook) -> str:
             lines.append(f"- {src.suite}: {src.package} {src.version} ({src.file}, sha256 {src.sha256[:16]}…), "
                          f"license {src.license}; {len(src.task_ids)} tasks")
         lines += [""] if rb.eval_sources else []
+    if rb.race or rb.sweep.racing_on():
+        from benchd.results.race import HEADER, race_rows, race_text
+
+        lines += ["## Race", "", race_text(rb), ""] + ([_md_table(HEADER, race_rows(rb)), ""] if rb.race else [])
     lines += ["## Deferred axes", ""]
     for d in rb.deferred.declared:
         lines.append(f"- {d.axis} (declared): {d.reason}")

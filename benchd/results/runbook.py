@@ -182,6 +182,7 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
     from benchd.results.design import sweep_design
     from benchd.results.drift import sweep_drift
     from benchd.results.pareto import pareto_from_rows
+    from benchd.results.race import race_drops
     from benchd.results.ready import ready_starts, ready_summary
 
     job = store.get_job(job_id)
@@ -232,6 +233,7 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
         design=design,
         kld=kld_results(events),
         kld_corpus=kld_corpus(events),
+        race=race_drops(events),
     )
 
 

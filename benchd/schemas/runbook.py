@@ -468,6 +468,21 @@ class SweepDesign(Struct, kw_only=True):
     contexts: list[ContextStop] = []
 
 
+class RaceDrop(Struct, kw_only=True):
+    """A candidate that left the race (the job's `candidate_dropped` event): at `context` after `round`
+    rounds, `by` the candidates that dominate it (`["benchd"]` when it left without one, `why` says so),
+    `better_on` each dominator's axes, `texts` the dominance verdicts, `alpha` the look's α."""
+
+    candidate: str
+    context: int
+    round: int
+    by: list[str]
+    better_on: dict[str, list[str]] = {}
+    texts: dict[str, str] = {}
+    alpha: float | None = None
+    why: str = ""
+
+
 class Runbook(Struct, kw_only=True):
     """The runbook JSON (schema version 1). `outcome` is the job's state when the runbook was written."""
 
@@ -500,3 +515,5 @@ class Runbook(Struct, kw_only=True):
     #: KL divergence against `sweep.kld.reference`: per candidate and `[kld]` context, and the text scored.
     kld: list[KldResult] = []
     kld_corpus: KldCorpus | None = None
+    #: Racing: the candidates that left the race, when, by whom and on which axes (empty: nobody left).
+    race: list[RaceDrop] = []

@@ -58,7 +58,7 @@ Matrix = Annotated[dict[MatrixKey, Annotated[list[MatrixValue], Meta(min_length=
 
 class MatrixPoint(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     """Where a candidate expanded from a matrix came from: its base candidate's id, each matrix key's
-    value (as text: `"-ub": "256"`, `"spec": "off"`), and the args it adds to the base's `args`."""
+    value (as text: `"-ub": "256"`, `"spec": "false"`), and the args it adds to the base's `args`."""
 
     base: CandidateId
     values: dict[str, Annotated[str, Meta(max_length=4096)]]
@@ -212,6 +212,10 @@ def default_probe_plan(n_candidates: int) -> ProbePlan:
     return ProbePlan(True, DEFAULT_PROBES, DEFAULT_PAIR_MAX, d.target_ci_pct, d.metric, d.throttle_pct)
 
 
+#: `racing` defaults to on above this many candidates.
+RACING_DEFAULT_ABOVE = 4
+
+
 #: Largest image side a sweep may ask for (transformers' idefics3 MAX_IMAGE_SIZE); a model's own limit
 #: (its processor's `size.longest_edge`, the projector's `clip.vision.preproc_image_size`) is checked too.
 MAX_IMAGE_SIDE = 4096
@@ -338,6 +342,9 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     rounds: Annotated[int, Meta(ge=1, le=100)] | None = None
     #: KL divergence against a reference candidate, a tail step after the probes (off unless `reference`).
     kld: Kld = Kld()
+    #: Drop a dominated candidate at each look of the stop rule (docs/measuring.md#racing). None = on
+    #: when the sweep has more than RACING_DEFAULT_ABOVE candidates (after the matrix expands).
+    racing: bool | None = None
 
     def __post_init__(self) -> None:
         ids = [c.id for c in self.candidates]
@@ -371,6 +378,11 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
             p = Probes()
         assert isinstance(p, Probes)
         return ProbePlan(True, p.min, p.max, p.target_ci_pct, p.metric, p.throttle_pct)
+
+    def racing_on(self) -> bool:
+        """Whether dominated candidates leave the race: explicit, else with more than
+        RACING_DEFAULT_ABOVE candidates."""
+        return self.racing if self.racing is not None else len(self.candidates) > RACING_DEFAULT_ABOVE
 
     def sentinel_on(self) -> bool:
         """Whether the drift sentinel runs: explicit, else only with adaptive probes."""

@@ -1,0 +1,175 @@
+"""Racing: at each look of the stop rule, a candidate another one dominates leaves the race.
+
+`Race` holds who left, when, by whom and on which axes. The engine asks it at each look (after each round
+from the plan's `min` on, interleaved or blocked) with every candidate's valid probe rows of the context so
+far; it asks the one dominance function (`benchd.stats.comparison.dominance`, the Pareto view's question) of every pair of the
+candidates still in the race, over the per-probe axes both sides measured, paired by round as the order
+allows, at α / L (L = the looks a context may have: the α of the whole race is spent over its looks). A
+candidate is dropped only when a pair's answer names a winner (every axis compared resolved: different or
+tied, none unresolved), never on an undecided look; one that no longer has a cell to run and no ok value
+(its server did not start) leaves too, by benchd, with the reason. A dropped candidate gets no more rounds,
+no larger context and no tail (sessions, evals, levels, sustained run, time to ready).
+
+Hooks: `open_race` (the engine, once per job), `Race.add` (the recorder, every committed row), `after_round`
+(the designs' rounds, at each look), `Race.alive` (the designs: who runs the next context and the tail).
+Resume: the drops and the rows a look reads are rebuilt from the job's events and rows.
+Reasons and facts: docs/measuring.md#racing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchd.engine.plan import RoundPlan, requested_order, round_plan
+from benchd.schemas import Candidate, Row, Sweep
+from benchd.stats.axes import probe_axes
+from benchd.stats.comparison import ALPHA, PairDominance, dominance, paired_samples
+
+#: The per-probe axes a look compares (the Pareto view's core axes a probe row carries).
+PROBE_AXES = tuple(a.name for a in probe_axes() if a.name in Row.__struct_fields__)
+#: The race's α: the Pareto view's, spent over a context's looks (`look_alpha`).
+RACE_ALPHA = ALPHA
+#: What leaving without a dominator says in `by`.
+BY_BENCHD = "benchd"
+
+
+@dataclass(frozen=True)
+class Drop:
+    """One candidate leaving the race: at `context` after `round` rounds (the look), `by` the candidates that
+    dominate it (each with the axes it is better on), the dominance texts, the α of the look; `why` when
+    benchd took it out (no dominator)."""
+
+    candidate: str
+    context: int
+    round: int
+    by: dict[str, list[str]] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+    alpha: float | None = None
+    why: str | None = None
+
+    def payload(self) -> dict[str, Any]:
+        return {"candidate": self.candidate, "context": self.context, "round": self.round,
+                "by": sorted(self.by) or [BY_BENCHD], "better_on": self.by, "texts": self.texts,
+                "alpha": self.alpha, "why": self.why or self.summary()}
+
+    def summary(self) -> str:
+        if self.why:
+            return self.why
+        return "; ".join(f"dominated by {b} (better on {', '.join(axes)})" for b, axes in sorted(self.by.items()))
+
+    @classmethod
+    def from_payload(cls, p: Mapping[str, Any]) -> Drop:
+        return cls(candidate=p["candidate"], context=p["context"], round=p["round"], by=dict(p.get("better_on") or {}),
+                   texts=dict(p.get("texts") or {}), alpha=p.get("alpha"),
+                   why=p.get("why") if not p.get("better_on") else None)
+
+
+def look_alpha(alpha: float, min_rounds: int, max_rounds: int) -> float:
+    """The α of one look: the race's α over the looks a context may have (rounds min..max)."""
+    return alpha / max(1, max_rounds - min_rounds + 1)
+
+
+@dataclass
+class Race:
+    """The race of one job (`on` False: `look` never drops anyone)."""
+
+    on: bool
+    alpha: float
+    margin_pct: float
+    order: str
+    dropped: dict[str, Drop] = field(default_factory=dict)
+    #: (candidate, context) -> the valid probe rows so far, of the axes a look compares (`add`).
+    rows: dict[tuple[str, int], dict[int, Row]] = field(default_factory=dict)
+
+    def add(self, row: Row) -> None:
+        """Keep what a look reads of a committed probe row (identity, round and the compared axes);
+        a row that does not count (failed, short, invalidated, outside the rounds) is forgotten."""
+        if not self.on or row.kind != "probe":
+            return
+        cell = self.rows.setdefault((row.candidate, row.context), {})
+        if row.round is None or row.status != "ok" or row.invalidated is not None or row.short:
+            cell.pop(row.probe, None)
+            return
+        cell[row.probe] = Row(job=row.job, candidate=row.candidate, runtime=row.runtime, context=row.context,
+                              kind=row.kind, probe=row.probe, status=row.status, round=row.round,
+                              **{a: getattr(row, a) for a in PROBE_AXES})
+
+    def cell_rows(self, candidate: str, context: int) -> list[Row]:
+        return [r for _, r in sorted(self.rows.get((candidate, context), {}).items())]
+
+    def resume(self, payloads: Iterable[Mapping[str, Any]]) -> None:
+        for p in payloads:
+            drop = Drop.from_payload(p)
+            self.dropped.setdefault(drop.candidate, drop)
+
+    def alive(self, ids: Iterable[str]) -> list[str]:
+        return [c for c in ids if c not in self.dropped]
+
+    def look(self, context: int, rnd: int, rows: Mapping[str, Sequence[Row]], done: Iterable[str] = ()) -> list[Drop]:
+        """The drops of this look. `rows`: each racing candidate's valid probe rows of the context; `done`:
+        the candidates with no cell left to run in it (a failed start, or every probe spent)."""
+        if not self.on:
+            return []
+        alive = self.alive(rows)
+        finished = set(done)
+        out = [Drop(candidate=c, context=context, round=rnd, why="no ok probe at this context (its server did "
+                    "not start or every probe failed: the rows say why); it leaves the race")
+               for c in alive if c in finished and not rows[c]]
+        racing = [c for c in alive if rows[c]]
+        if len(racing) > 1:
+            beaten: dict[str, Drop] = {}
+            for i, a in enumerate(racing):
+                for b in racing[i + 1:]:
+                    d = self.pair(rows[a], rows[b], a, b)
+                    if d.winner is None:
+                        continue
+                    win, lose = (a, b) if d.winner == "a" else (b, a)
+                    prev = beaten.get(lose) or Drop(candidate=lose, context=context, round=rnd, alpha=self.alpha)
+                    prev.by[win] = list(d.better_on)
+                    prev.texts[win] = d.text
+                    beaten[lose] = prev
+            if len(beaten) < len(racing):  # someone stays (a cycle of verdicts drops nobody)
+                out += [beaten[c] for c in racing if c in beaten]
+        for drop in out:
+            self.dropped[drop.candidate] = drop
+        return out
+
+    def pair(self, rows_a: Sequence[Row], rows_b: Sequence[Row], a: str, b: str) -> PairDominance:
+        """The dominance verdict of one pair over the per-probe axes, paired by round as the order allows."""
+        sa: dict[str, list[float]] = {}
+        sb: dict[str, list[float]] = {}
+        paired: dict[str, bool] = {}
+        for axis in PROBE_AXES:
+            s = paired_samples(rows_a, rows_b, axis, order=self.order)
+            sa[axis], sb[axis], paired[axis] = s.a, s.b, s.paired
+        return dominance(sa, sb, axes=list(PROBE_AXES), alpha=self.alpha, margin_pct=self.margin_pct,
+                              paired=paired, names=(a, b))
+
+
+def open_race(sweep: Sweep, pairs: bool, events: Iterable[Any] = (), rows: Iterable[Row] = ()) -> Race:
+    """The job's race: on when the sweep races (`Sweep.racing_on`) and its rounds stop by the pair rule
+    (`pairs`); a resumed job's drops from its `candidate_dropped` events, the rows a look reads from its rows."""
+    order = requested_order(sweep)
+    rplan = round_plan(sweep, order)
+    race = Race(on=sweep.racing_on() and pairs, alpha=look_alpha(RACE_ALPHA, rplan.min_rounds, rplan.max_rounds),
+                margin_pct=sweep.probe_plan().target_ci_pct, order=order)
+    if race.on:
+        race.resume(e.payload for e in events if e.type == "candidate_dropped")
+        for r in rows:
+            race.add(r)
+    return race
+
+
+async def after_round(race: Race, context: int, cands: list[Candidate], rnd: int, rplan: RoundPlan,
+                      done: Iterable[str], emit: Any, release: Any) -> list[Candidate]:
+    """The race's look after round `rnd` (where the stop rule looks: from `rplan.min_rounds` on): each drop
+    recorded (`emit("candidate_dropped", ...)`) and its server stopped (`await release(id)`); the
+    candidates still racing. `done`: the candidates with no cell left to run at this context."""
+    if not race.on or rnd < rplan.min_rounds:
+        return cands
+    for drop in race.look(context, rnd, {c.id: race.cell_rows(c.id, context) for c in cands}, done):
+        emit("candidate_dropped", **drop.payload())
+        await release(drop.candidate)
+    return [c for c in cands if c.id not in race.dropped]

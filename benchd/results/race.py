@@ -1,0 +1,45 @@
+"""The race as the runbook, the report and the page show it: who left, at which context and round, by whom
+and on which axes, and the survivors (the frontier of each context is the Pareto view's, over them).
+
+Reasons and facts: docs/measuring.md#racing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from benchd.schemas import RaceDrop, Runbook
+
+#: The race table's columns (report and page).
+HEADER = ["candidate", "context", "after round", "by", "on axes", "why"]
+
+
+def race_drops(events: Iterable[Any]) -> list[RaceDrop]:
+    """The job's `candidate_dropped` events as the runbook's race table (in the order they happened)."""
+    return [msgspec.convert(e.payload, RaceDrop) for e in events if e.type == "candidate_dropped"]
+
+
+def race_rows(rb: Runbook) -> list[list[str]]:
+    return [[d.candidate, str(d.context), str(d.round), ", ".join(d.by),
+             "; ".join(f"{b}: {', '.join(axes)}" for b, axes in sorted(d.better_on.items())) or "—", d.why]
+            for d in rb.race]
+
+
+def survivors(rb: Runbook) -> list[str]:
+    gone = {d.candidate for d in rb.race}
+    return [c.id for c in rb.sweep.candidates if c.id not in gone]
+
+
+def race_text(rb: Runbook) -> str:
+    """One paragraph: whether the sweep raced, and who is still in."""
+    if not rb.race:
+        on = rb.sweep.racing_on()
+        return ("Racing on: no candidate was dominated at a look, every one ran to the end." if on else
+                "Racing off: every candidate ran every round of every context.")
+    alpha = next((d.alpha for d in rb.race if d.alpha is not None), None)
+    at = f" (each look at α = {alpha:.3g}: the race's α over a context's looks)" if alpha is not None else ""
+    return (f"{len(rb.race)} candidate(s) left the race{at}; still in at the end: {', '.join(survivors(rb))}. "
+            "A dropped candidate ran no later round, no larger context and no tail.")

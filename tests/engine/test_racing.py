@@ -1,0 +1,65 @@
+"""Racing's look (issue 38), with the one dominance function (benchd.stats): a dominated candidate is
+dropped with who dominates it and on which axes; tied candidates and an undecided pair are never dropped;
+a candidate with no ok probe and no cell left leaves, by benchd; the drops come back from their events."""
+
+from __future__ import annotations
+
+import random
+
+from benchd.engine import racing
+from benchd.schemas import Row
+
+
+def rows(cand: str, gen: list[float], mem: float = 1e8, prompt: float = 1000.0) -> list[Row]:
+    return [Row(job="j", candidate=cand, runtime="llama-server", context=64, kind="probe", probe=i, round=i,
+                status="ok", gen_tps=g, prompt_tps=prompt * (1 + 0.001 * (i % 3)), mem_peak_bytes=int(mem))
+            for i, g in enumerate(gen)]
+
+
+def race(on: bool = True) -> racing.Race:
+    return racing.Race(on=on, alpha=racing.look_alpha(racing.RACE_ALPHA, 3, 12), margin_pct=2.0,
+                       order="interleaved")
+
+
+def noisy(mean: float, n: int, cv: float, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [mean * (1 + rng.gauss(0, cv)) for _ in range(n)]
+
+
+def test_a_slower_and_larger_candidate_is_dropped_with_its_record() -> None:
+    r = race()
+    got = r.look(64, 4, {"fast": rows("fast", noisy(200, 4, 0.005, 1)),
+                         "slow": rows("slow", noisy(20, 4, 0.005, 2), mem=3e8)})
+    (drop,) = got
+    assert drop.candidate == "slow" and drop.context == 64 and drop.round == 4
+    assert list(drop.by) == ["fast"] and "gen_tps" in drop.by["fast"] and "mem_peak_bytes" in drop.by["fast"]
+    assert "fast dominates slow" in drop.texts["fast"]
+    assert drop.alpha == 0.05 / 10
+    assert r.alive(["fast", "slow"]) == ["fast"]
+    p = drop.payload()
+    assert p["by"] == ["fast"] and p["why"].startswith("dominated by fast (better on gen_tps")
+    again = race()
+    again.resume([p])
+    assert again.dropped["slow"] == drop
+    assert again.look(64, 5, {"fast": rows("fast", noisy(200, 5, 0.005, 3))}) == []  # a lone survivor stays
+
+
+def test_tied_and_undecided_candidates_stay() -> None:
+    r = race()
+    tied = r.look(64, 6, {"a": rows("a", noisy(100, 6, 0.002, 4)), "b": rows("b", noisy(100, 6, 0.002, 5))})
+    assert tied == []
+    # a trade-off: b faster, a smaller; neither dominates
+    assert r.look(64, 6, {"a": rows("a", noisy(100, 6, 0.002, 6), mem=1e8),
+                          "b": rows("b", noisy(150, 6, 0.002, 7), mem=2e8)}) == []
+    # 20 % apart but too noisy to say at three rounds: undecided, never a drop
+    assert r.look(64, 3, {"a": rows("a", noisy(100, 3, 0.3, 8)), "b": rows("b", noisy(80, 3, 0.3, 9))}) == []
+    assert not r.dropped
+
+
+def test_no_ok_probe_leaves_the_race_by_benchd_and_racing_off_drops_nobody() -> None:
+    r = race()
+    (drop,) = r.look(64, 3, {"ok": rows("ok", noisy(100, 3, 0.01, 10)), "broken": []}, done=["broken"])
+    assert drop.candidate == "broken" and drop.payload()["by"] == ["benchd"] and "no ok probe" in (drop.why or "")
+    off = race(on=False)
+    assert off.look(64, 4, {"fast": rows("fast", noisy(200, 4, 0.005, 1)),
+                            "slow": rows("slow", noisy(20, 4, 0.005, 2), mem=3e8)}, done=["slow"]) == []
