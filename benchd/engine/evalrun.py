@@ -9,6 +9,7 @@ import asyncio
 import re
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -21,10 +22,21 @@ _THINK_BLOCK = re.compile(r"^\s*<think>.*?(</think>|$)", re.DOTALL)
 
 @dataclass(frozen=True)
 class Answer:
-    """The graded text, and whether the reply was cut off while still reasoning."""
+    """The graded text, whether the reply was cut off while still reasoning, and the server's usage."""
 
     text: str | None
     cut_while_reasoning: bool = False
+    usage: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Asked:
+    """An answer after the reasoning-budget retry: the budget of the answer kept and what happened."""
+
+    answer: Answer
+    failure: str | None
+    max_tokens: int
+    note: str
 
 
 def answer_text(raw: bytes) -> str | None:
@@ -51,7 +63,9 @@ def parse_answer(raw: bytes) -> Answer:
     if unparsed is not None:
         text = text[unparsed.end():]
     cut = isinstance(choice, dict) and choice.get("finish_reason") == "length" and (still_thinking or reasoning)
-    return Answer(text.strip(), bool(cut))
+    cut = cut and not text.strip() if unparsed is None else cut
+    usage = doc.get("usage") if isinstance(doc, dict) and isinstance(doc.get("usage"), dict) else None
+    return Answer(text.strip(), bool(cut), usage)
 
 
 async def ask(adapter: RuntimeAdapter, base_url: str, cand: Candidate, prompt: str, max_tokens: int,
@@ -69,28 +83,41 @@ async def ask(adapter: RuntimeAdapter, base_url: str, cand: Candidate, prompt: s
     return parse_answer(raw), None
 
 
+async def ask_with_budget(adapter: RuntimeAdapter, base_url: str, cand: Candidate, prompt: str, max_tokens: int,
+                          sweep: Sweep, thinking: str, timeout_s: float) -> Asked:
+    """One answer; a reply cut off while still reasoning is asked once more with the budget raised by the
+    sweep's `eval_reasoning_budget` (the built-in tier and the public suites alike)."""
+    answer, failure = await ask(adapter, base_url, cand, prompt, max_tokens, sweep, thinking, timeout_s)
+    if failure is None and answer.cut_while_reasoning and sweep.eval_reasoning_budget > 0:
+        budget = max_tokens + sweep.eval_reasoning_budget
+        again, failure = await ask(adapter, base_url, cand, prompt, budget, sweep, thinking, timeout_s)
+        return Asked(again, failure, budget, f"cut off while reasoning at {max_tokens} tokens; asked again "
+                     f"with {budget}. ")
+    return Asked(answer, failure, max_tokens, "")
+
+
+TRUNCATED = "the answer was cut off while the model was still reasoning"
+
+
 async def run_task(
     job: str, adapter: RuntimeAdapter, base_url: str, cand: Candidate, task: evals.EvalTask,
     sweep: Sweep, timeout_s: float,
 ) -> EvalResult:
     thinking = "off" if sweep.eval_thinking == "off" else sweep.thinking
-    budget = task.max_tokens
     t0 = time.monotonic()
-    answer, failure = await ask(adapter, base_url, cand, task.prompt, budget, sweep, thinking, timeout_s)
-    note = ""
-    if failure is None and answer.cut_while_reasoning and sweep.eval_reasoning_budget > 0:
-        budget += sweep.eval_reasoning_budget
-        note = f"cut off while reasoning at {task.max_tokens} tokens; asked again with {budget}. "
-        answer, failure = await ask(adapter, base_url, cand, task.prompt, budget, sweep, thinking, timeout_s)
+    asked = await ask_with_budget(adapter, base_url, cand, task.prompt, task.max_tokens, sweep, thinking, timeout_s)
+    answer, failure, budget, note = asked.answer, asked.failure, asked.max_tokens, asked.note
     latency = time.monotonic() - t0
     timed = {"latency_s": "benchd: wall clock around the task's requests"}
+    common: dict[str, Any] = dict(job=job, candidate=cand.id, tier=task.tier, task=task.id, thinking=thinking,
+                                  max_tokens=budget, latency_s=latency, sources=timed)
     if answer.text is None:
-        return EvalResult(job=job, candidate=cand.id, tier=task.tier, task=task.id, passed=False,
-                          detail=note + (failure or "no answer text"), sandboxed=None, thinking=thinking,
-                          max_tokens=budget, latency_s=latency, sources=timed)
-    graded = await asyncio.to_thread(evals.grade, task, answer.text, unsandboxed=sweep.eval_sandbox == "none")
+        return EvalResult(passed=False, detail=note + (failure or "no answer text"), sandboxed=None,
+                          failure="server_error", **common)
     if answer.cut_while_reasoning:
-        note += "the answer was cut off while the model was still reasoning. "
+        return EvalResult(passed=False, detail=note + TRUNCATED + " (not graded)", sandboxed=None,
+                          failure="reasoning_truncated", **common)
+    graded = await asyncio.to_thread(evals.grade, task, answer.text, unsandboxed=sweep.eval_sandbox == "none")
     result = evals.to_result(job, cand.id, task, graded._replace(detail=note + graded.detail))
     return msgspec.structs.replace(result, thinking=thinking, max_tokens=budget, latency_s=latency,
                                    sources={**result.sources, **timed})

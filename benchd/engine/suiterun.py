@@ -19,7 +19,19 @@ from benchd.engine import bfcl, evalrun, humaneval, suites
 from benchd.schemas import Candidate, EvalResult, Sweep
 from benchd.servers.runtimes.base import RuntimeAdapter, http_post_json
 
-MARKUP = re.compile(r"<tool_call>|</tool_call>|<\|tool_call|<function=|<tool_calls>|\[TOOL_CALLS\]")
+#: Tool-call markup a parser should have turned into a call, by format: left in `content` with no call,
+#: it is the parser's failure (`leaked_markup`, the format named), not the model's.
+MARKUP: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("hermes/qwen <tool_call>", re.compile(r"</?tool_call>")),
+    ("<|tool_call|>", re.compile(r"<\|tool_calls?(?:_begin)?\|>|<\|tool_call")),
+    ("deepseek", re.compile(r"<｜tool▁(?:calls|call)▁begin｜>|<｜tool▁sep｜>")),
+    ("llama-3 <|python_tag|>", re.compile(r"<\|python_tag\|>")),
+    ("gpt-oss harmony", re.compile(r"<\|channel\|>|<\|call\|>|\bto=functions\.")),
+    ("gemma tool_code", re.compile(r"```tool_code\b")),
+    ("<function=", re.compile(r"<function=|<tool_calls>")),
+    ("mistral [TOOL_CALLS]", re.compile(r"\[TOOL_CALLS\]")),
+)
+_BARE_JSON = re.compile(r'^\s*(?:```(?:json)?\s*)?[\[{]\s*\{?\s*"(?:name|function)"\s*:', re.DOTALL)
 TOOL_MAX_TOKENS = 512
 _LOG_HINT = re.compile(r"tool|pars|json|error|exception|traceback", re.IGNORECASE)
 
@@ -37,27 +49,53 @@ class Reply:
     usage: dict[str, Any] | None = None
 
 
-def _merge_calls(acc: dict[int, dict[str, str]], deltas: Any) -> None:
-    for pos, d in enumerate(deltas if isinstance(deltas, list) else []):
-        if not isinstance(d, dict):
-            continue
-        idx = d.get("index", pos)
-        idx = idx if isinstance(idx, int) else pos
-        slot = acc.setdefault(idx, {"name": "", "arguments": ""})
-        fn: dict[str, Any] = d["function"] if isinstance(d.get("function"), dict) else {}
-        if isinstance(fn.get("name"), str):
-            slot["name"] += fn["name"]
-        args = fn.get("arguments")
-        if isinstance(args, str):
-            slot["arguments"] += args
-        elif args is not None:  # an object instead of a string: kept as JSON text to grade
-            slot["arguments"] += msgspec.json.encode(args).decode()
+class _Calls:
+    """Tool-call deltas assembled: by call `id` where the server gives one (Ollama-style parallel calls may
+    all carry index 0), by `index` only when no id came; in order of first appearance."""
+
+    def __init__(self) -> None:
+        self.slots: list[dict[str, str]] = []
+        self.by_id: dict[str, dict[str, str]] = {}
+        self.by_index: dict[int, dict[str, str]] = {}
+
+    def slot(self, d: dict[str, Any], pos: int, whole: bool) -> dict[str, str]:
+        cid = d.get("id") if isinstance(d.get("id"), str) and d.get("id") else None
+        raw_index = d.get("index")
+        idx: int = raw_index if isinstance(raw_index, int) else pos
+        if whole:  # a non-streamed message: each entry is one complete call
+            found = None
+        elif cid is not None:
+            found = self.by_id.get(cid)
+        else:
+            found = self.by_index.get(idx)
+        if found is None:
+            found = {"name": "", "arguments": ""}
+            self.slots.append(found)
+            if cid is not None:
+                self.by_id[cid] = found
+        self.by_index[idx] = found
+        return found
+
+    def merge(self, deltas: Any, *, whole: bool = False) -> None:
+        for pos, d in enumerate(deltas if isinstance(deltas, list) else []):
+            if not isinstance(d, dict):
+                continue
+            slot = self.slot(d, pos, whole)
+            fn: dict[str, Any] = d["function"] if isinstance(d.get("function"), dict) else {}
+            if isinstance(fn.get("name"), str):
+                slot["name"] += fn["name"]
+            args = fn.get("arguments")
+            if isinstance(args, str):
+                slot["arguments"] += args
+            elif args is not None:  # an object instead of a string: kept as JSON text to grade
+                slot["arguments"] += msgspec.json.encode(args).decode()
 
 
 def parse_stream(raw: bytes) -> Reply:
-    """An SSE chat completion assembled: content, reasoning, tool calls by index, finish reason, usage."""
+    """An SSE chat completion assembled: content, reasoning, tool calls (by id, else index), finish reason,
+    usage."""
     r = Reply(status=200)
-    calls: dict[int, dict[str, str]] = {}
+    calls = _Calls()
     for line in raw.split(b"\n"):
         line = line.strip()
         if not line or line.startswith(b":") or line.startswith((b"event:", b"id:", b"retry:")):
@@ -89,10 +127,10 @@ def parse_stream(raw: bytes) -> Reply:
             for key in ("reasoning_content", "reasoning"):
                 if isinstance(delta.get(key), str):
                     r.reasoning += delta[key]
-            _merge_calls(calls, delta.get("tool_calls"))
+            calls.merge(delta.get("tool_calls"))
             if ch.get("finish_reason"):
                 r.finish_reason = str(ch["finish_reason"])
-    r.calls = [calls[i] for i in sorted(calls)]
+    r.calls = calls.slots
     return r
 
 
@@ -109,9 +147,9 @@ def parse_message(raw: bytes) -> Reply:
     r.content = msg.get("content") if isinstance(msg.get("content"), str) else ""
     r.reasoning = next((msg[k] for k in ("reasoning_content", "reasoning") if isinstance(msg.get(k), str)), "")
     r.finish_reason = choice.get("finish_reason")
-    acc: dict[int, dict[str, str]] = {}
-    _merge_calls(acc, msg.get("tool_calls"))
-    r.calls = [acc[i] for i in sorted(acc)]
+    acc = _Calls()
+    acc.merge(msg.get("tool_calls"), whole=True)
+    r.calls = acc.slots
     r.usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else None
     return r
 
@@ -137,6 +175,29 @@ def _log_line(path: Path | None, since: int) -> str | None:
     return hits[-1][:500] if hits else None
 
 
+def cut_while_reasoning(reply: Reply) -> bool:
+    """The reply ran to max_tokens before any call or answer text: all reasoning (a reasoning field, or a
+    `<think>` block the runtime left unparsed and unclosed)."""
+    if reply.error is not None or reply.finish_reason != "length" or reply.calls:
+        return False
+    text = reply.content.strip()
+    if text.lower().startswith("<think>"):
+        return "</think>" not in text.lower()
+    return not text and bool(reply.reasoning)
+
+
+def leaked_markup(content: str) -> tuple[str, int] | None:
+    """(format, offset) of the first tool-call markup in `content`, else None; a reply that is only a JSON
+    call object (`{"name": …, "arguments"/"parameters": …}`) is the `bare JSON` format."""
+    found = [(m.start(), name) for name, pat in MARKUP if (m := pat.search(content)) is not None]
+    if found:
+        at, name = min(found)
+        return name, at
+    if _BARE_JSON.match(content) and re.search(r'"(?:arguments|parameters)"\s*:', content):
+        return "bare JSON", len(content) - len(content.lstrip())
+    return None
+
+
 def classify(task: suites.Task, reply: Reply, log_line: str | None) -> bfcl.Verdict:
     """The failure class of one tool task (the module docstring's order), else BFCL's AST verdict."""
     if reply.error is not None or reply.status != 200:
@@ -156,11 +217,11 @@ def classify(task: suites.Task, reply: Reply, log_line: str | None) -> bfcl.Verd
     if not calls and reply.finish_reason == "tool_calls":
         return bfcl.Verdict(False, "dropped_call", "finish_reason tool_calls but no call arrived"
                             + (f"; log: {log_line}" if log_line else "; nothing in the server log"))
-    if not calls and MARKUP.search(reply.content):
-        m = MARKUP.search(reply.content)
-        assert m is not None
-        return bfcl.Verdict(False, "leaked_markup", f"tool-call markup in content: "
-                            f"{reply.content[max(0, m.start() - 20):m.start() + 120]!r}")
+    leaked = None if calls else leaked_markup(reply.content)
+    if leaked is not None:
+        fmt, at = leaked
+        return bfcl.Verdict(False, "leaked_markup", f"{fmt} tool-call markup in content, no call parsed: "
+                            f"{reply.content[max(0, at - 20):at + 120]!r}")
     v = bfcl.grade(task.category, task.data["function"], task.answer, calls)
     if reply.finish_reason == "length":  # graded as parsed, but the call may not be what the model meant
         v = dataclasses.replace(v, detail=v.detail + "; the reply ran to max_tokens (finish_reason length)")
@@ -174,8 +235,7 @@ def tool_body(adapter: RuntimeAdapter, cand: Candidate, task: suites.Task, sweep
     body["messages"] = [dict(m) for m in task.data["question"][0]]
     body["tools"] = bfcl.openai_tools(task.data["function"])
     body["tool_choice"] = "auto"
-    if "parallel" in task.category:
-        body["parallel_tool_calls"] = True
+    body["parallel_tool_calls"] = True  # every category alike: the request must not give the category away
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -223,10 +283,21 @@ async def run_tool_task(job: str, adapter: RuntimeAdapter, base_url: str, cand: 
     since = _log_size(log_path)
     t0 = time.monotonic()
     reply = await ask_tools(adapter, base_url, body, timeout_s, adapter.auth_headers(cand))
+    note = ""
+    if cut_while_reasoning(reply) and sweep.eval_reasoning_budget > 0:
+        budget = TOOL_MAX_TOKENS + sweep.eval_reasoning_budget
+        note = f"cut off while reasoning at {TOOL_MAX_TOKENS} tokens; asked again with {budget}. "
+        body = tool_body(adapter, cand, task, sweep, thinking, stream=stream, max_tokens=budget)
+        since = _log_size(log_path)
+        reply = await ask_tools(adapter, base_url, body, timeout_s, adapter.auth_headers(cand))
     latency = time.monotonic() - t0
     line = _log_line(log_path, since) if (reply.error or reply.status != 200
                                           or (not reply.calls and reply.finish_reason == "tool_calls")) else None
-    v = classify(task, reply, line)
+    if cut_while_reasoning(reply):
+        v = bfcl.Verdict(False, "reasoning_truncated", evalrun.TRUNCATED + " (not graded)")
+    else:
+        v = classify(task, reply, line)
+    v = dataclasses.replace(v, detail=note + v.detail)
     vals, src, nulls = _usage(reply.usage)
     src["failure"] = "benchd: BFCL AST grader on the calls the server parsed" + (" (streamed)" if stream else "")
     if parser is not None:
@@ -239,38 +310,37 @@ async def run_tool_task(job: str, adapter: RuntimeAdapter, base_url: str, cand: 
                       sources=src, null_reasons=nulls, **vals)
 
 
+def _code_failure(detail: str) -> str:
+    if detail.startswith("timeout"):
+        return "timeout"
+    if detail == "empty answer":
+        return "no_code"
+    if detail.startswith("not run:"):
+        return "sandbox_unavailable"
+    return "wrong_answer"
+
+
 async def run_code_task(job: str, adapter: RuntimeAdapter, base_url: str, cand: Candidate, task: suites.Task,
                         sweep: Sweep, timeout_s: float) -> EvalResult:
     thinking = "off" if sweep.eval_thinking == "off" else sweep.thinking
     prompt = humaneval.messages(task.data)[0]["content"]
-    body = adapter.answer_body(model=adapter.request_model(cand), prompt=prompt, max_tokens=humaneval.MAX_TOKENS,
-                               sampling=sweep.sampling, thinking=thinking)
     t0 = time.monotonic()
-    usage: dict[str, Any] | None = None
-    try:
-        status, raw = await http_post_json(base_url, adapter.request_path(), body, timeout_s=timeout_s,
-                                           headers=adapter.auth_headers(cand))
-        failure: str | None = None if status == 200 else f"HTTP {status}"
-    except Exception as exc:  # recorded as server_error, never swallowed
-        status, raw, failure = 0, b"", f"request failed: {type(exc).__name__}: {exc}"
+    asked = await evalrun.ask_with_budget(adapter, base_url, cand, prompt, humaneval.MAX_TOKENS, sweep, thinking,
+                                          timeout_s)
     latency = time.monotonic() - t0
-    text = evalrun.answer_text(raw) if failure is None else None
-    if failure is None:
-        try:
-            doc = msgspec.json.decode(raw)
-            usage = doc.get("usage") if isinstance(doc, dict) and isinstance(doc.get("usage"), dict) else None
-        except msgspec.DecodeError:
-            usage = None
-    vals, src, nulls = _usage(usage)
+    vals, src, nulls = _usage(asked.answer.usage)
     src["failure"] = "benchd: HumanEval program (prompt + completion + test + check) in the eval sandbox"
     common: dict[str, Any] = dict(job=job, candidate=cand.id, tier="code", task=task.id, thinking=thinking,
-                                  max_tokens=humaneval.MAX_TOKENS, category="humaneval", latency_s=latency,
+                                  max_tokens=asked.max_tokens, category="humaneval", latency_s=latency,
                                   sources=src, null_reasons=nulls, **vals)
+    text = asked.answer.text
     if text is None:
-        return EvalResult(passed=False, detail=failure or "not a chat completion", failure="server_error",
-                          sandboxed=None, **common)
+        return EvalResult(passed=False, detail=asked.note + (asked.failure or "not a chat completion"),
+                          failure="server_error", sandboxed=None, **common)
+    if asked.answer.cut_while_reasoning:
+        return EvalResult(passed=False, detail=asked.note + evalrun.TRUNCATED + " (not graded)",
+                          failure="reasoning_truncated", sandboxed=None, **common)
     graded = await asyncio.to_thread(humaneval.grade, task.data, text, unsandboxed=sweep.eval_sandbox == "none")
-    cls = None if graded.passed else ("timeout" if graded.detail.startswith("timeout") else
-                                      "no_code" if graded.sandboxed is None else "wrong_answer")
-    return EvalResult(passed=graded.passed, detail=graded.detail, failure=cls, sandboxed=graded.sandboxed,
-                      limits=graded.limits, **common)
+    cls = None if graded.passed else _code_failure(graded.detail)
+    return EvalResult(passed=graded.passed, detail=asked.note + graded.detail, failure=cls,
+                      sandboxed=graded.sandboxed, limits=graded.limits, **common)

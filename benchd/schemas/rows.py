@@ -203,7 +203,8 @@ class EvalResult(Struct, kw_only=True, frozen=True):
     #: Public suites only (`tier` is then the suite, "code" or "tools"): the BFCL category ("humaneval"
     #: for code), the failure class (None when passed; `no_call`, `wrong_function`, `bad_arguments_json`,
     #: `argument_mismatch` with its `parameter`, `leaked_markup`, `dropped_call`, `extra_call`,
-    #: `server_error`, and for code `wrong_answer`, `timeout`, `no_code`), the server's token usage, and
+    #: `server_error`, `reasoning_truncated` (every tier: cut while reasoning after the retry), and for code
+    #: `wrong_answer`, `timeout`, `no_code`, `sandbox_unavailable`), the server's token usage, and
     #: the tool parser the server ran. Every task: `latency_s`, the wall-clock seconds of its requests.
     category: str | None = None
     failure: str | None = None
