@@ -31,16 +31,21 @@ def lock(candidate: str, runbook_ref: str | None, note: str, out: str | None, fo
     """Write your choice to a reviewable TOML file: exactly what was benchmarked, and the evidence."""
     import msgspec
 
+    from benchd.lock.evidence import thin_evidence
     from benchd.lock.lockfile import lock_candidate
+    from benchd.results.runbook import load_runbook
 
     config = _config(state_dir)
     path, doc = lock_candidate(config, candidate, runbook_ref, note=note, out=Path(out) if out else None,
                                force=force)
+    warnings = thin_evidence(load_runbook(runbook_ref, config), candidate)
     if as_json:
-        click.echo(json.dumps({"path": str(path), **msgspec.to_builtins(doc)}, indent=2))
+        click.echo(json.dumps({"path": str(path), "warnings": warnings, **msgspec.to_builtins(doc)}, indent=2))
         return
     lk = doc.locked
     click.echo(f"locked {lk.candidate} ({lk.runtime}) from runbook {lk.runbook} -> {path}")
+    for w in warnings:
+        click.echo(f"warning: thin evidence: {w}", err=True)
     if lk.forced:
         for ctx, who in lk.dominated_by.items():
             click.echo(f"note: forced; at context {ctx} it is dominated by {', '.join(who)}")

@@ -128,3 +128,19 @@ def test_the_pinned_router_reads_the_preset(tmp_path: Path, llama_server_bin: Pa
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_lock_warns_when_the_evidence_is_thin(state) -> None:
+    """The factory's cells have three probes ("too few"), and gguf-plain is undecided against frontier
+    members at 1024: `lock` locks it and says both (stderr, and `warnings` in --json)."""
+    config, _rb, _models, _fake_bin = state
+    env = {**os.environ, "BENCHD_CACHE_DIR": str(config.cache_dir)}
+    out = subprocess.run([*BENCHCTL, "lock", "--candidate", "gguf-plain", "--state-dir", str(config.state_dir)],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "warning: thin evidence: gguf-plain's cells at contexts 512, 1024 have too few probes" in out.stderr
+    line = next(x for x in out.stderr.splitlines() if "undecided against gguf-spec (on the frontier)" in x)
+    assert line.startswith("warning: thin evidence: at context 1024 gguf-plain") and "generation speed" in line
+    doc = json.loads(subprocess.run([*BENCHCTL, "lock", "--candidate", "gguf-plain", "--json", "--state-dir",
+                                     str(config.state_dir)], capture_output=True, text=True, timeout=60, env=env).stdout)
+    assert len(doc["warnings"]) >= 2
