@@ -24,6 +24,7 @@ from benchd.engine.rows import SEQUENTIAL, Placement
 from benchd.engine.stoprule import StopRule
 from benchd.engine.tail import Tail
 from benchd.schemas import Candidate, Sweep
+from benchd.schemas.events import DesignChanged, DesignChosen
 
 
 class Design(Protocol):
@@ -235,9 +236,9 @@ def pair_stop(sweep: Sweep) -> bool:
 def choose(parts: Parts) -> Design:
     """The order that runs and why (recorded once; a resumed job keeps what it decided)."""
     sweep, rec = parts.sweep, parts.recorder
-    before = rec.past_events(("design_chosen", "design_changed"))
-    if before:
-        return DESIGNS[str(before[-1].payload["order"])](parts)
+    changed, chosen = rec.past(DesignChanged), rec.past(DesignChosen)
+    if changed or chosen:  # (a change always follows the choice)
+        return DESIGNS[changed[-1].order if changed else chosen[-1].order](parts)
     asked = sweep.order
     order = requested_order(sweep)
     why = f"order {order} asked for in the sweep" if asked else "the default order"

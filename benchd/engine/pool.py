@@ -24,7 +24,7 @@ from benchd.engine.groups import Group, plan_groups
 from benchd.engine.prompts import PromptBuilder
 from benchd.engine.recorder import Recorder
 from benchd.engine.rows import model_files
-from benchd.schemas import Candidate, Sweep
+from benchd.schemas import Candidate, Sweep, events
 from benchd.sensors.memory import budget as budget_mod
 from benchd.servers import affinity
 from benchd.servers.runtimes import get_adapter
@@ -184,8 +184,9 @@ class Pool:
         gone = [(what, p) for what, p in paths if not os.path.exists(p)]
         if not gone:
             return None
-        queued = next((e.payload for e in self.recorder.store.events(self.job, limit=1) if e.type == "job_queued"), {})
-        at_submit = queued.get("missing_paths")
+        queued = next((events.payload(e) for e in self.recorder.store.events(self.job, limit=1)
+                       if e.type == "job_queued"), None)  # seq 1
+        at_submit = queued.missing_paths if isinstance(queued, events.JobQueued) and queued.missing_paths else None
         return "; ".join(
             f"{what} {p} does not exist" if at_submit is None  # a job queued before this was recorded
             else f"{what} {p} no longer exists (it existed at submit)" if p not in at_submit

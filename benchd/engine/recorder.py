@@ -7,8 +7,9 @@ Reasons and facts: docs/architecture.md#the-sweep-engine.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -17,11 +18,12 @@ from benchd.engine.groups import Group
 from benchd.engine.racing import Race
 from benchd.engine.rows import Cell, ServerFacts, build_row, decide
 from benchd.engine.series import SeriesBook
-from benchd.schemas import Candidate, Event, Row, Sweep
+from benchd.schemas import Candidate, Event, Row, Sweep, events
 from benchd.servers.supervisor import ServerStartError
 from benchd.store import Store, utcnow
 
 #: The events every probe writes (its row is in the rows table): a scan for server starts skips them.
+P = TypeVar("P", bound=msgspec.Struct)
 PROBE_EVENTS = ("probe_started", "probe_finished", "cooldown_started", "cooldown_finished", "cell_finished")
 
 
@@ -53,6 +55,12 @@ class Recorder:
         """The job's stored events of `types` (probe events skipped by the scan), in order."""
         want = set(types)
         return [e for e in self.store.iter_events(self.job, exclude_types=PROBE_EVENTS) if e.type in want]
+
+    def past(self, kind: type[P]) -> list[P]:
+        """The payloads of the job's stored events of that struct's type (probe events skipped by the scan)."""
+        want = {t for t, c in events.PAYLOADS.items() if c is kind}
+        return [typing.cast(P, events.payload(e)) for e in self.store.iter_events(self.job, exclude_types=PROBE_EVENTS)
+                if e.type in want]
 
     def vision_pending(self, cand: Candidate) -> list[tuple[vision.VisionCell, int]]:
         """(cell, row probe number) of the candidate's image probes not stored yet."""

@@ -21,6 +21,7 @@ from benchd.engine.rows import Cell, Placement
 from benchd.engine.runner import ProbeRunner
 from benchd.engine.sizing import PromptSizer
 from benchd.schemas import Candidate, CooldownRecord, Row, Sweep
+from benchd.schemas.events import ServerReady
 from benchd.sensors.thermal.sensor import ThermalSensor
 from benchd.servers.runtimes import get_adapter
 from benchd.servers.runtimes.base import RuntimeAdapter
@@ -77,8 +78,7 @@ class Tail:
         """`ready.starts` cold and as many warm starts of the candidate's server, alternating, each
         stopped once health answers: the time-to-ready axis's samples (no probe runs on them). A
         resumed job makes only the starts its events do not already hold."""
-        made = sum(1 for e in self.recorder.past_events(("server_ready",))
-                   if e.payload.get("candidate") == cand.id and e.payload.get("purpose") == "ready")
+        made = sum(1 for e in self.recorder.past(ServerReady) if e.candidate == cand.id and e.purpose == "ready")
         for i in range(made, 2 * self.sweep.ready.starts):
             server = await self.pool.start(cand, g, cold=i % 2 == 0, purpose="ready")
             if server is None:

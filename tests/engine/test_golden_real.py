@@ -19,7 +19,7 @@ import pytest
 from benchd.config import Config
 from benchd.engine.scheduler import run_job
 from benchd.results import runbook
-from benchd.schemas import Candidate, Cooldown, Sustained, Sweep
+from benchd.schemas import Candidate, Cooldown, Sustained, Sweep, events
 from benchd.store import Store, utcnow
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -57,6 +57,8 @@ def _skeleton(tmp: Path, sweep: Sweep, job_id: str) -> dict[str, Any]:
     store.transition(job.id, "job_started", {}, state="running", started_at=utcnow())
     outcome = asyncio.run(run_job(job.id, sweep, store, config, lambda _e: None))
     store.transition(job.id, "job_finished", {}, state=outcome.state, finished_at=utcnow())
+    for e in store.iter_events(job.id):  # every event a real sweep writes decodes into its struct
+        assert set(e.payload) <= set(type(events.payload(e)).__struct_fields__), (e.type, sorted(e.payload))
     rb = runbook.build_runbook(config, store, job.id)
     return {
         "outcome": outcome.state,
