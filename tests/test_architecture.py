@@ -74,6 +74,7 @@ MIXED_REAL = {
     "tests/engine/test_probe.py", "tests/sensors/test_memory.py", "tests/results/test_runbook.py",
     "tests/results/test_recheck_verdicts.py", "tests/results/test_lock.py", "tests/results/test_html_browser.py",
     "tests/servers/test_affinity.py", "tests/servers/test_external_detect.py", "tests/servers/test_provision.py",
+    "tests/engine/test_kld.py", "tests/faults/test_hostile_external.py",
 }
 
 
