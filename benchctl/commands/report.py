@@ -34,9 +34,13 @@ def _config(state_dir: str | None) -> Any:
 @click.option("--html", "as_html", is_flag=True,
               help="(Re)write the self-contained page <runbook-id>.html beside the JSON and print its path.")
 @click.option("--open", "open_page", is_flag=True, help="With --html: open the page in the default browser.")
+@click.option("--priority", type=click.Choice(["first-token", "generation", "memory", "context", "tools", "code",
+                                               "vision", "energy", "kld"]), default=None,
+              help="Answer one priority: the axis that answers it and why, the candidates in order with their "
+              "verdicts, what the leader costs elsewhere (no pick).")
 @state_dir_option
 def report(runbook_ref: str | None, fmt: str, pareto: bool, as_json: bool, as_html: bool, open_page: bool,
-           state_dir: str | None) -> None:
+           priority: str | None, state_dir: str | None) -> None:
     """Per candidate × context: medians with spread, noisy cells marked, nulls with their reason.
 
     \b
@@ -45,12 +49,20 @@ def report(runbook_ref: str | None, fmt: str, pareto: bool, as_json: bool, as_ht
       benchctl report 20261130-021500-ab12 --pareto
       benchctl report run.json --format csv > cells.csv
       benchctl report --html --open         # the page: Pareto per context, probe series, lock commands
+      benchctl report --priority generation # which candidate leads on it, at what cost elsewhere
     """
     from benchd.results import report as rep
     from benchd.results.runbook import load_runbook, resolve_runbook_path
 
     config = _config(state_dir)
     rb = load_runbook(runbook_ref, config)
+    if priority is not None:
+        from benchd.results.priority import priority_lines
+
+        lines = priority_lines(rb, priority)
+        click.echo(json.dumps({"runbook": rb.id, "priority": priority, "lines": lines}, indent=2) if as_json
+                   else "\n".join(lines))
+        return
     if as_html or open_page:
         from benchd.results.html import write_page
 

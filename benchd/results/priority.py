@@ -1,0 +1,178 @@
+"""Choose a priority (`benchctl report --priority NAME`): which measured axis answers it and why, the
+candidates in order on it per context, each with its verdict against the leader, and what the leader
+costs on every other axis. The view never picks: a leader on one axis is a question, not an answer.
+
+Values are the runbook's own (cell medians, the Pareto view's points); verdicts come from the one
+comparison (`benchd.stats`) at α = 0.05 for this one question, each candidate against the leader.
+Reasons and facts: docs/metrics.md#choosing-a-priority.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from benchd.results.text import axis_word, comparison_sentence, fmt_value
+from benchd.schemas import ContextPareto, Runbook
+from benchd.stats.axes import AXES, IMAGE_AXIS_PREFIX
+from benchd.stats.comparison import compare_outcomes, compare_rows
+
+
+class Priority(NamedTuple):
+    """A question a person asks, the axis that answers it (`context`: the largest context served) and why."""
+
+    name: str
+    question: str
+    axis: str
+    why: str
+
+
+PRIORITIES: dict[str, Priority] = {p.name: p for p in (
+    Priority("first-token", "fastest first token at my context", "ttft_ms",
+             "time to first token is what you wait before the first word; at a long prompt it is mostly prompt "
+             "processing (prefill), which decides a coding agent fed a repository"),
+    Priority("generation", "fastest generation", "gen_tps",
+             "tokens per second while decoding, timed by the server: how fast a long answer streams"),
+    Priority("memory", "least memory", "mem_peak_bytes",
+             "the server's peak resident memory over the probes: what else still fits beside it"),
+    Priority("context", "largest context that fits", "context",
+             "the largest context of the grid at which the candidate's probes succeeded; beyond it the server "
+             "failed, or it was not measured"),
+    Priority("tools", "best tool calls", "tool_pass_rate",
+             "BFCL tasks passed, graded on the tool calls the server parsed"),
+    Priority("code", "best code", "code_pass_rate",
+             "HumanEval tasks passed, the model's code run in the eval sandbox"),
+    Priority("vision", "vision", IMAGE_AXIS_PREFIX,
+             "time to first token with the sweep's images, per resolution (vision candidates only)"),
+    Priority("energy", "energy", "j_per_gen_token",
+             "joules per generated token from the machine's energy counter"),
+    Priority("kld", "least quality lost", "kld",
+             "the KL divergence of the candidate's token distributions from the reference model's: how much "
+             "quantization (or a draft) changed what the model would say"),
+)}
+ALPHA = 0.05
+
+
+def _rows(rb: Runbook, cand: str, ctx: int) -> list[Any]:
+    return [r for r in rb.rows if r.kind == "probe" and r.status == "ok" and not r.short and r.candidate == cand
+            and r.context == ctx]
+
+
+def _value(rb: Runbook, view: ContextPareto, cand: str, axis: str) -> float | None:
+    """The candidate's median on `axis` at the view's context: the Pareto point's, else the cell's."""
+    pt = next((p for p in view.points if p.candidate == cand), None)
+    if pt is not None and pt.values.get(axis) is not None:
+        return pt.values[axis]
+    cell = next((c for c in rb.cells if c.candidate == cand and c.context == view.context), None)
+    stats = getattr(cell, axis, None) if cell is not None else None
+    return getattr(stats, "median", None)
+
+
+def _verdict(rb: Runbook, ctx: int, axis: str, leader: str, cand: str, medians: tuple[float, float]) -> str:
+    """`cand` against the leader on `axis`, in the one comparison's sentence (cand the subject)."""
+    spec = AXES.get(axis)
+    if spec is not None and spec.outcomes:
+        from benchd.results.evalcompare import suite_outcomes
+
+        out = suite_outcomes(rb.evals)
+        a, b = out.get(leader, {}).get(axis), out.get(cand, {}).get(axis)
+        if not a or not b:
+            return "not compared: per-task outcomes missing on a side"
+        v = compare_outcomes(a, b, axis=axis, alpha=ALPHA)
+    elif axis in ("gen_tps", "prompt_tps", "ttft_ms", "mem_peak_bytes", "j_per_gen_token"):
+        order = rb.design.order if rb.design is not None else None
+        v = compare_rows(_rows(rb, leader, ctx), _rows(rb, cand, ctx), axis, order=order, alpha=ALPHA)
+    else:
+        return "compared in the Pareto view (per-candidate samples)"
+    return comparison_sentence(v, leader, cand, medians=medians)
+
+
+def _with_unit(axis: str, v: float | None) -> str:
+    spec = AXES.get(axis)
+    text = fmt_value(axis, v)
+    return text if axis.endswith("_bytes") or spec is None or not spec.unit or v is None else f"{text} {spec.unit}"
+
+
+def _axes_for(p: Priority, rb: Runbook) -> list[str]:
+    if p.axis != IMAGE_AXIS_PREFIX:
+        return [p.axis]
+    return sorted({k for v in rb.pareto for pt in v.points for k in pt.values if k.startswith(IMAGE_AXIS_PREFIX)})
+
+
+def _costs(rb: Runbook, view: ContextPareto, leader: str, axis: str, others: Sequence[str]) -> list[str]:
+    """What the leader gives up on each other axis of the view: its median beside the best one."""
+    out = []
+    names = [a for a in (view.points[0].values if view.points else {}) if a != axis]
+    for other in names:
+        spec = AXES.get(other)
+        vals = {c: v for c in others if (v := _value(rb, view, c, other)) is not None}
+        mine = vals.get(leader)
+        if spec is None or mine is None or not vals:
+            out.append(f"{axis_word(other)}: not measured for {leader}" if mine is None else
+                       f"{axis_word(other)}: {_with_unit(other, mine)}")
+            continue
+        best = (max if spec.better == "higher" else min)(vals.values())
+        who = ", ".join(c for c, v in vals.items() if v == best)
+        if mine == best:
+            out.append(f"{axis_word(other)}: {_with_unit(other, mine)}, the best measured")
+        else:
+            out.append(f"{axis_word(other)}: {_with_unit(other, mine)} against the best {_with_unit(other, best)} ({who})")
+    return out
+
+
+def priority_lines(rb: Runbook, name: str) -> list[str]:
+    """The priority's answer in lines: the axis and why, then per context the order with verdicts and
+    the leader's costs; `no pick` said once."""
+    p = PRIORITIES[name]
+    what = {"context": "the largest context served", IMAGE_AXIS_PREFIX: "time to first token with images"}
+    head = [f"priority: {p.question} ({p.name})",
+            f"  answered by {what.get(p.axis) or axis_word(p.axis)}: {p.why}",
+            "  the tool does not pick: the leader on this axis may cost on the others (listed), and only you "
+            "know what they are worth"]
+    if p.axis == "context":
+        return head + _context_lines(rb)
+    out = list(head)
+    axes = _axes_for(p, rb)
+    if not axes:
+        out.append("  not measured: no candidate ran image probes (a candidate's vision = true, the [vision] table)")
+    for axis in axes:
+        spec = AXES.get(axis)
+        if spec is None:
+            out.append(f"  {axis_word(axis)}: not an axis of this benchd")
+            continue
+        for view in rb.pareto:
+            cands = [pt.candidate for pt in view.points]
+            vals = {c: v for c in cands if (v := _value(rb, view, c, axis)) is not None}
+            out.append(f"context {view.context}:")
+            if not vals:
+                out.append(f"  {axis_word(axis)} was not measured at this context for any candidate")
+                continue
+            ranked = sorted(vals, key=lambda c: vals[c], reverse=spec.better == "higher")
+            leader = ranked[0]
+            for i, c in enumerate(ranked, 1):
+                said = ("first by median" if c == leader else
+                        _verdict(rb, view.context, axis, leader, c, (vals[leader], vals[c])))
+                out.append(f"  {i}. {c}: {_with_unit(axis, vals[c])} — {said}")
+            out += [f"  not measured: {c}" for c in cands if c not in vals]
+            out += [f"  {c}: excluded ({why})" for c, why in view.excluded.items()]
+            out.append(f"  what {leader} costs on the other axes (medians):")
+            out += [f"    {x}" for x in _costs(rb, view, leader, axis, cands)]
+    return out
+
+
+def _context_lines(rb: Runbook) -> list[str]:
+    served: dict[str, int] = {}
+    failed: dict[str, list[int]] = {}
+    for c in rb.cells:
+        if c.n_ok > 0:
+            served[c.candidate] = max(served.get(c.candidate, 0), c.context)
+        else:
+            failed.setdefault(c.candidate, []).append(c.context)
+    ranked = sorted(served, key=lambda c: -served[c])
+    out = [f"  {i}. {c}: {served[c]:,} tokens" + (f" (failed at {', '.join(map(str, failed[c]))})" if c in failed else "")
+           for i, c in enumerate(ranked, 1)]
+    out += [f"  {c}: no context served (failed at {', '.join(map(str, ctxs))})" for c, ctxs in failed.items()
+            if c not in served]
+    if rb.sweep.contexts:
+        out.append(f"  the grid stopped at {max(rb.sweep.contexts):,}: a larger context was not measured")
+    return out

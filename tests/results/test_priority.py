@@ -1,0 +1,42 @@
+"""`report --priority`: the axis that answers the question and why, candidates in order with the one
+comparison's sentence against the first, what the first costs on the other axes, and no pick."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from runbook_factory import fill_job, setup_state
+
+from benchd.results import runbook
+from benchd.results.priority import PRIORITIES, priority_lines
+
+
+def test_priorities_answer_in_order_with_costs(tmp_path: Path) -> None:
+    config, store, sweep, _ = setup_state(tmp_path)
+    rb = runbook.load_runbook(runbook.write_runbook(config, store, fill_job(store, sweep)), config)
+    store.close()
+    gen = priority_lines(rb, "generation")
+    assert gen[0] == "priority: fastest generation (generation)" and "answered by generation speed" in gen[1]
+    assert "does not pick" in gen[2]
+    i = gen.index("context 512:")
+    assert gen[i + 1] == "  1. mlx-lm: 130.0 tok/s — first by median"
+    assert gen[i + 2].startswith("  2. gguf-spec: 120.0 tok/s — gguf-spec is 7.7 % slower than mlx-lm at generation")
+    assert "  what mlx-lm costs on the other axes (medians):" in gen
+    assert "    peak memory: 2.38 MiB against the best 1.91 MiB (gguf-plain)" in gen
+    assert "    prompt processing: not measured for mlx-lm" in gen
+    mem = priority_lines(rb, "memory")
+    assert "  2. mlx-lm: 2.38 MiB — mlx-lm uses 25.0 % more peak memory than gguf-plain (exact, no spread; α = 0.05)" in mem
+    assert priority_lines(rb, "vision")[3].startswith("  not measured: no candidate ran image probes")
+    ctx = priority_lines(rb, "context")
+    assert "  broken: no context served (failed at 512, 1024)" in ctx
+    for name in PRIORITIES:  # every priority answers, measured or not (a sweep without evals says so)
+        assert priority_lines(rb, name)[0].startswith("priority: ")
+    env = {**os.environ, "BENCHD_CACHE_DIR": str(config.cache_dir)}
+    out = subprocess.run([sys.executable, "-m", "benchctl", "report", "--priority", "code", "--json", "--state-dir",
+                          str(config.state_dir)], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["lines"][0] == "priority: best code (code)"
