@@ -7,7 +7,9 @@ llama.cpp's reference file (`llama-perplexity --kl-divergence-base`, tools/perpl
     uint16 q[n_vocab] (padded to an even count); log p = scale * q + min_log_prob, floored at max - 16.
 So an MLX candidate is scored on exactly the token ids a GGUF reference was (or an MLX reference writes
 the same file). Each chunk is one fresh cache (mlx_lm's own `make_prompt_cache`, or `QuantizedKVCache`
-with the candidate's `--kv-bits` / `--kv-group-size` from `--quantized-kv-start`), its first token set to
+with the candidate's `--kv-bits` / `--kv-group-size` from `--quantized-kv-start`, mlx_lm.server's defaults
+64 and 5000 when not given: a chunk shorter than that start never reads a quantized cache, as on the
+server), its first token set to
 BOS when the tokenizer adds one, and the second half of the chunk scored, as llama-perplexity does.
 
     count --model DIR --corpus FILE                                  -> {"tokens": N} on stdout
@@ -26,6 +28,8 @@ from typing import Any
 import numpy as np
 
 STEP = 2048  # tokens per forward pass (mlx_lm's default prefill step)
+#: mlx_lm.server's `--quantized-kv-start` default (mlx_lm/generate.py DEFAULT_QUANTIZED_KV_START, 0.32.2).
+QUANTIZED_KV_START = 5000
 
 
 def _load(model_dir: str) -> tuple[Any, Any]:
@@ -214,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--chunks", type=int)
     p.add_argument("--kv-bits", type=int)
     p.add_argument("--kv-group-size", type=int, default=64)
-    p.add_argument("--quantized-kv-start", type=int, default=0)
+    p.add_argument("--quantized-kv-start", type=int, default=QUANTIZED_KV_START)
     args = p.parse_args(argv)
     {"count": cmd_count, "base": cmd_base, "score": cmd_score}[args.command](args)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -272,6 +273,23 @@ def split_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
             keep.append(a)
         i += 1
     return keep, drop
+
+
+#: mlx_lm.server's `--quantized-kv-start` default (mlx_lm/generate.py, 0.32.2; kldmlx.py uses the same).
+MLX_QUANTIZED_KV_START = 5000
+
+
+def mlx_kv_notes(args: Sequence[str], ctx: int) -> list[str]:
+    """What an MLX candidate's KV flags did at `ctx`: with `--kv-bits` and a start at or past the chunk, the
+    cache stayed full precision (as mlx_lm.server's would at that depth)."""
+    got = dict(_flag_values(args, MLX_KV_FLAGS))
+    if "--kv-bits" not in got:
+        return []
+    start = int(got.get("--quantized-kv-start", MLX_QUANTIZED_KV_START))
+    if start >= ctx - 1:
+        return [f"--kv-bits {got['--kv-bits']}: mlx_lm quantizes the cache from token {start} "
+                f"(--quantized-kv-start), so at context {ctx} it stayed full precision, as on the server"]
+    return [f"--kv-bits {got['--kv-bits']} from token {start} (--quantized-kv-start)"]
 
 
 def _mlx_kv_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -613,6 +631,7 @@ class KldRunner:
             figures["summary"] = "computed in-process"
             if self.ref.runtime == GGUF_RUNTIME:
                 facts["comparability"] = CROSS_RUNTIME
+            facts["notes"] = mlx_kv_notes(cand.args, ctx)
         if "kld_mean" not in figures:
             return self.result(cand, ctx, status="failed", reason=f"{plan.tool}'s output stopped before its last "
                                f"chunk in {attempts} run(s) (the pinned build's unflushed log at exit): "
@@ -629,6 +648,7 @@ class KldRunner:
         return self.result(cand, ctx, status="ok", null_reasons=nulls, **facts, **figures)
 
 
+@functools.lru_cache(maxsize=8)
 def _mlx_version(python: str) -> str | None:
     code = "import importlib.metadata as m; print('mlx-lm', m.version('mlx-lm'), 'mlx', m.version('mlx'))"
     try:

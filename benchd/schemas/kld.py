@@ -58,4 +58,5 @@ class KldResult(Struct, kw_only=True, frozen=True):
     mem_source: str | None = None
     #: How comparable the figure is to a same-runtime one (an MLX candidate scored against a GGUF reference).
     comparability: str | None = None
+    notes: list[str] = []
     null_reasons: dict[str, str] = {}

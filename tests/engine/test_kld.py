@@ -143,3 +143,12 @@ model = "{real}"
     text = out.stdout + out.stderr
     assert out.returncode == 2, text
     assert "candidates[1].model" in text and "tokenizer" in text and "'b'" in text
+
+
+def test_mlx_kv_bits_below_the_servers_start_are_named() -> None:
+    """mlx_lm.server quantizes its cache from token 5000 by default: a shorter chunk never reads it quantized."""
+    late = kld.mlx_kv_notes(["--kv-bits", "4"], 512)
+    assert late and "stayed full precision" in late[0] and "5000" in late[0]
+    assert kld.mlx_kv_notes(["--kv-bits", "4", "--quantized-kv-start", "0"], 512) == [
+        "--kv-bits 4 from token 0 (--quantized-kv-start)"]
+    assert kld.mlx_kv_notes(["--max-tokens", "9"], 512) == []

@@ -36,13 +36,14 @@ def _run(sweep: Sweep, cache: Path, state: Path) -> tuple[dict[str, KldResult], 
 
 
 @pytest.fixture(scope="module")
-def gguf_run(tiny_models: Any, llama_perplexity_bin: Path, cache_dir: Path,
+def gguf_run(tiny_models: Any, llama_perplexity_bin: Path, mlx_argv: dict[str, list[str]], cache_dir: Path,
              tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, KldResult], list[Any], Path]:
-    """The small model (64-dim): f32 reference; f32 itself and the q8_0 weights."""
+    """The small model (64-dim): f32 reference; f32 itself, the q8_0 weights and the MLX dir (f16)."""
     g = tiny_models.gguf
     cands = [
         Candidate(id="f32", runtime="llama-server", model=str(g["f32"]), args=["-t", "2", "--port", "1"]),
         Candidate(id="w-q8", runtime="llama-server", model=str(g["q8_0"]), args=["-t", "2"]),
+        Candidate(id="mlx", runtime="mlx_lm.server", model=str(tiny_models.mlx_dir)),
     ]
     cache = _fresh_cache(tmp_path_factory, cache_dir)
     results, events = _run(_sweep(cands, "f32"), cache, tmp_path_factory.mktemp("kld-state"))
@@ -73,19 +74,23 @@ def kv_run(llama_perplexity_bin: Path, cache_dir: Path,
     return results
 
 
-def _heads32(root: Path) -> Path:
-    from benchctl.tinymodels import gguf_model, vocab, weights
+def _heads32(root: Path, mlx: bool = False) -> Path:
+    """A 64-dim tiny model with two 32-dim heads: `heads32-f16.gguf` and (`mlx`) the same weights as `mlx/`."""
+    from benchctl.tinymodels import gguf_model, mlx_model, vocab, weights
 
     voc = vocab.build_vocab()
     arch = weights.Arch(n_embd=64, n_layer=2, n_head=2, n_head_kv=1, n_ff=128)
     w = weights.impose_structure(weights.random_weights(arch, voc.size, 7), voc.suppressed_ids())
     gguf_model.write_gguf(root / "heads32-f16.gguf", w, arch, voc, "f16", "benchd-tiny-heads32")
+    if mlx:
+        mlx_model.write_mlx_dir(root / "mlx", w, arch, voc)
     return root / "heads32-f16.gguf"
 
 
 def _ok(r: KldResult, tokens: int = TOKENS) -> KldResult:
     assert r.status == "ok", r.reason
     assert r.tool == "llama-perplexity" and r.tool_version and r.binary_sha256
+    assert r.attempts >= 1 and r.summary in ("summary block", "last chunk line")
     assert r.tokens_scored == (tokens // CTX) * (CTX - 1 - CTX // 2) and r.chunks == tokens // CTX
     assert r.seconds is not None and r.seconds > 0 and r.mem_peak_bytes, r  # time and memory per candidate
     return r
@@ -168,3 +173,62 @@ def test_a_sweep_scores_after_its_probes_and_the_runbook_shows_it(tiny_models: A
     assert rb.kld_corpus is not None and rb.kld_corpus.sha256 and rb.kld_corpus.tokens
     points = {p.candidate: p for p in rb.pareto[0].points}
     assert points["q4"].values["kld"] is not None and points["f32"].values["kld"] is not None
+
+
+# ------------------------------------------------------------------------------------------------ MLX
+
+
+@pytest.fixture(scope="module")
+def mlx_run(mlx_argv: dict[str, list[str]], llama_perplexity_bin: Path, cache_dir: Path, mlx_env: dict[str, str],
+            tmp_path_factory: pytest.TempPathFactory) -> dict[str, KldResult]:
+    """The 32-dim-head model as an MLX dir (the reference), its 4-bit weights (mlx_lm.convert), its KV cache at
+    4 bits from token 0, and the same weights as a GGUF (not scored: llama-perplexity needs a GGUF reference)."""
+    import subprocess
+
+    root = tmp_path_factory.mktemp("heads32-mlx")
+    gguf = _heads32(root, mlx=True)
+    python = kld._mlx_python(cache_dir)
+    subprocess.run([python, "-m", "mlx_lm", "convert", "--hf-path", str(root / "mlx"), "--mlx-path",
+                    str(root / "mlx-q4"), "-q", "--q-bits", "4", "--q-group-size", "32"], env=mlx_env, check=True,
+                   capture_output=True, timeout=300)
+    kv = ["--kv-group-size", "32", "--quantized-kv-start", "0"]
+    m = str(root / "mlx")
+    cands = [Candidate(id="bf", runtime="mlx_lm.server", model=m),
+             Candidate(id="w4", runtime="mlx_lm.server", model=str(root / "mlx-q4")),
+             Candidate(id="kv4", runtime="mlx_lm.server", model=m, args=["--kv-bits", "4", *kv]),
+             Candidate(id="gguf", runtime="llama-server", model=str(gguf))]
+    results, _ = _run(_sweep(cands, "bf"), _fresh_cache(tmp_path_factory, cache_dir),
+                      tmp_path_factory.mktemp("kld-state"))
+    return results
+
+
+def _mlx_ok(r: KldResult) -> KldResult:
+    assert r.status == "ok", r.reason
+    assert r.tool and r.tool.startswith("mlx_lm") and r.tool_version and "mlx-lm 0.32.2" in r.tool_version
+    assert r.tokens_scored == (TOKENS // CTX) * (CTX - 1 - CTX // 2) and r.seconds and r.mem_peak_bytes
+    return r
+
+
+def test_mlx_scores_weights_and_kv_bits_against_an_mlx_reference(mlx_run: dict[str, KldResult]) -> None:
+    ref, w4, kv4 = (_mlx_ok(mlx_run[k]) for k in ("bf", "w4", "kv4"))
+    assert ref.kld_mean is not None and abs(ref.kld_mean) <= 1e-4 and ref.top1_agree == 1.0
+    for r in (w4, kv4):
+        assert r.kld_mean is not None and r.kld_mean_se is not None
+        assert r.kld_mean - 3 * r.kld_mean_se > abs(ref.kld_mean), r.candidate
+        assert r.comparability is None  # the same runtime on both sides
+    assert kv4.kld_p99 is not None and kv4.kld_median is not None and kv4.kld_p99 >= kv4.kld_median
+    assert "--kv-bits" in kv4.argv and kv4.notes == ["--kv-bits 4 from token 0 (--quantized-kv-start)"]
+
+
+def test_a_gguf_candidate_needs_a_gguf_reference(mlx_run: dict[str, KldResult]) -> None:
+    r = mlx_run["gguf"]
+    assert r.status == "null" and r.reason and "needs a GGUF reference" in r.reason
+    assert r.kld_mean is None and "kld_mean" in r.null_reasons
+
+
+def test_an_mlx_candidate_against_a_gguf_reference_says_how_comparable(gguf_run: Any) -> None:
+    results, _, _ = gguf_run
+    r = _mlx_ok(results["mlx"])
+    assert r.comparability == kld.CROSS_RUNTIME
+    assert r.kld_mean is not None and r.kld_mean >= 0 and r.kld_p99 is not None
+    assert r.top1_agree is not None and r.top1_agree > 0.9  # the same weights (f16 here), two runtimes
