@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "compare": ("report", "compare", "Compare two runbooks cell by cell."),
     "runbooks": ("report", "runbooks", "List the runbooks of the state dir (offline)."),
     "export": ("export", "export", "Export a runbook: llama-bench's Markdown table, JSON lines or CSV."),
+    "tune": ("tune", "tune", "Write a sweep file that races a model's server flags (never submits)."),
     "lock": ("lock", "lock", "Lock the candidate you chose (writes locked.toml)."),
     "locked": ("lock", "locked", "Show the locked candidate, or the command that starts it."),
     "recheck": ("recheck", "recheck", "Queue a recheck of the locked candidate (--now: at once)."),

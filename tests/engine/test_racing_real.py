@@ -84,3 +84,13 @@ def test_a_raced_matrix_drops_the_slow_model_and_the_broken_start(tiny_models: A
 
     text = render_markdown(rb)
     assert "## Race" in text and "slow" in text.split("## Race", 1)[1]
+    # the lock keeps the flags: a matrix candidate locks with its full args, and `locked --command` has them
+    from benchd.lock import lockfile
+
+    chosen = sorted(survivors)[0]
+    locked = lockfile.build_lock(rb, chosen, force=True)
+    point = next(c for c in rb.sweep.candidates if c.id == chosen).from_matrix
+    assert point is not None and locked.args == ["-t", "1", *point.args]
+    argv = lockfile.server_argv(locked, config, port=18080)
+    ub = argv.index("-ub")
+    assert argv[ub: ub + 2] == ["-ub", point.values["-ub"]] and argv[argv.index("-ctk") + 1] == "f16"

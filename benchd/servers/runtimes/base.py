@@ -181,6 +181,11 @@ class RuntimeAdapter:
         """Why the pinned build refuses `flag value` (a matrix value), or None."""
         return flags.value_problem(self.flag_values, flag, value) if self.pinned_build(candidate) else None
 
+    def tune_matrix(self, model: str, binary: str | None, cores: int) -> tuple[dict[str, list[Any]], list[str]]:
+        """The flags worth racing for this model on this machine (`benchctl tune`): a candidate matrix and
+        one line per key saying why it is there (none by default)."""
+        return {}, [f"{self.name}: no flags to tune known to benchd"]
+
     def combination_problems(self, candidate: Candidate) -> list[BenchdError]:
         """Flags the pinned build refuses together (each alone is fine); a matrix leaves such a
         combination out. None by default."""

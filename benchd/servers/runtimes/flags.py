@@ -35,8 +35,10 @@ def value_problem(table: Mapping[str, FlagValues], flag: str, value: str | int |
     known = table.get(flag)
     if known is None:
         return None
+    if value is False:
+        return None  # (a matrix's false: the flag left out)
     if isinstance(value, bool):
-        return f"{flag} takes a value; true / false are for a switch (a flag without a value)"
+        return f"{flag} takes a value; true is for a switch (a flag without a value), false leaves it out"
     text = str(value)
     if known.choices is not None:
         if text in known.choices:

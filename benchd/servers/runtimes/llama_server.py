@@ -202,6 +202,38 @@ class LlamaServerAdapter(RuntimeAdapter):
     request_count_source: ClassVar[str] = "server:POST /v1/chat/completions/input_tokens"
     flag_values: ClassVar[dict[str, flags.FlagValues]] = FLAG_VALUES
 
+    def tune_matrix(self, model: str, binary: str | None, cores: int) -> tuple[dict[str, list[Any]], list[str]]:
+        """Threads (half the cores and all of them), flash attention on / off, the K/V cache types f16 and
+        q8_0 when this build's `--help` lists them, `-ub` 256 / 512, and `--n-cpu-moe` only for a MoE model
+        (its GGUF `<arch>.expert_count`): none, and half of its blocks."""
+        from benchd.servers.runtimes.vision import gguf_metadata
+
+        threads = sorted({max(1, cores // 2), max(1, cores)})
+        types = [t for t in ("f16", "q8_0") if t in self.build_kv_types(binary)]
+        why = [f"-t {' / '.join(map(str, threads))}: half and all of the {cores} usable cores",
+               "-fa on / off: flash attention (a quantized V cache needs it: those combinations are left out)",
+               f"-ctk, -ctv {' / '.join(types)}: the KV cache types of this build that matter most",
+               "-ub 256 / 512: the physical batch (prompt processing speed against its compute buffer)"]
+        matrix: dict[str, list[Any]] = {"-t": [str(t) for t in threads], "-fa": ["on", "off"], "-ctk": types,
+                                        "-ctv": types, "-ub": ["256", "512"]}
+        try:
+            meta = gguf_metadata(model)
+        except (OSError, ValueError):
+            meta = {}
+        arch = meta.get("general.architecture")
+        experts, blocks = meta.get(f"{arch}.expert_count"), meta.get(f"{arch}.block_count")
+        if isinstance(experts, int) and experts > 0 and isinstance(blocks, int) and blocks > 1:
+            matrix["--n-cpu-moe"] = [False, str(blocks // 2)]
+            why.append(f"--n-cpu-moe none / {blocks // 2}: a MoE model ({experts} experts, {blocks} blocks; GGUF "
+                       f"{arch}.expert_count): the first N blocks' experts kept on the CPU")
+        return matrix, why
+
+    def build_kv_types(self, binary: str | None) -> tuple[str, ...]:
+        """The KV cache types the build's `--help` lists (`allowed values:` of -ctk), else the pinned ones."""
+        text = _ask_binary(binary, "--help") if binary else None
+        found = re.search(r"-ctk,.*?allowed values: ([^\n]+)", text or "", re.S)
+        return tuple(t.strip() for t in found.group(1).split(",")) if found else KV_CACHE_TYPES
+
     def combination_problems(self, candidate: Candidate) -> list[BenchdError]:
         """A quantized V cache with flash attention off: the pinned build refuses to create the context
         (src/llama-context.cpp: "quantized V cache requires flash_attn to be enabled"; -fa auto turns it

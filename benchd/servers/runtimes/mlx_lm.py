@@ -14,6 +14,7 @@ import msgspec
 from benchd.config import HOST
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate
+from benchd.servers.runtimes import flags
 from benchd.servers.runtimes.base import Normalized, ParallelStart, Readiness, SessionStart, json_health
 from benchd.servers.runtimes.mlx_common import MlxServerAdapter, interpreter
 
@@ -56,6 +57,18 @@ class MlxLmAdapter(MlxServerAdapter):
     spec_kinds: ClassVar[tuple[str, ...]] = ("draft",)
     reserved_args: ClassVar[dict[str, str]] = _RESERVED
     version_dists: ClassVar[tuple[str, ...]] = ("mlx-lm", "mlx")
+
+    flag_values: ClassVar[dict[str, flags.FlagValues]] = {
+        "--kv-bits": flags.FlagValues(None, "mlx_lm/server.py argparse (type=int)", 1),
+        "--prefill-step-size": flags.FlagValues(None, "mlx_lm/server.py argparse (type=int)", 1),
+    }
+
+    def tune_matrix(self, model: str, binary: str | None, cores: int) -> tuple[dict[str, list[Any]], list[str]]:
+        """`--kv-bits` none / 8 / 4 (a quantized KV cache; it serves requests one at a time) and
+        `--prefill-step-size` 512 / 2048 (the default)."""
+        return ({"--kv-bits": [False, "8", "4"], "--prefill-step-size": ["512", "2048"]},
+                ["--kv-bits none / 8 / 4: KV cache quantization (mlx_lm.server then serves one request at a time)",
+                 "--prefill-step-size 512 / 2048: prompt processing step (2048 is the default)"])
 
     def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
         argv = ["--model", candidate.model, "--host", HOST, "--port", str(port)]
