@@ -11,6 +11,7 @@ first greedy tokens. Threads: `-t 1` (a second thread only waits on a busy 2-cor
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import urllib.request
 from collections.abc import Iterator
@@ -104,7 +105,7 @@ def test_a_session_reuses_the_warm_cache(job: list[Row]) -> None:
     # Turn 1 may reuse the template's default system prompt (~24 tokens) from the server's warm-up request.
     assert turns[0].cached_tokens is not None and turns[0].cached_tokens < 32, turns[0].cached_tokens
     assert "--cache-ram 8192" in turns[0].sources["prompt_cache"]
-    for prev, r in zip(turns, turns[1:], strict=False):
+    for prev, r in itertools.pairwise(turns):
         assert r.cached_tokens is not None and r.cached_tokens >= (prev.prompt_tokens or 0) - 8, r.sources
         assert r.cache_miss is False, r.sources.get("cache_miss")
 
