@@ -30,6 +30,20 @@ ENERGY_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: How a prompt rate derived from TTFT is labelled wherever it is shown (it is not the server's figure).
+DERIVED_PROMPT_NOTE = ("prompt_tps ≈ derived, not the server's: prompt tokens ÷ TTFT, median over {n} probes; TTFT "
+                       "includes the first decode step (and the request's overhead), so it reads low")
+
+
+def derived_prompt_tps(rows: Sequence[Row]) -> tuple[float, int] | None:
+    """(median of prompt tokens ÷ TTFT in tok/s, probes used) over the rows that have both, or None: the
+    prefill rate of a server that reports no prompt timing (mlx_lm.server)."""
+    import statistics
+
+    rates = [r.prompt_tokens / (r.ttft_ms / 1000.0) for r in rows if r.prompt_tokens and r.ttft_ms and r.ttft_ms > 0]
+    return (statistics.median(rates), len(rates)) if rates else None
+
+
 def direction(axis: str) -> str:
     """'higher' or 'lower' is better: the Pareto module's table, else the unit's meaning."""
     known = {a.name: a.better for a in pareto_axes()}

@@ -17,7 +17,15 @@ import msgspec
 
 from benchd.results import agentic, images
 from benchd.results.pareto import axes_of
-from benchd.results.records import ENERGY_COLUMNS, ReadyFigure, energy_cells, pareto_points, ready_rows
+from benchd.results.records import (
+    DERIVED_PROMPT_NOTE,
+    ENERGY_COLUMNS,
+    ReadyFigure,
+    derived_prompt_tps,
+    energy_cells,
+    pareto_points,
+    ready_rows,
+)
 from benchd.results.text import (
     axis_word,
     fmt_counts,
@@ -121,8 +129,21 @@ def cell_table(rb: Runbook) -> tuple[list[str], list[list[str]], Notes]:
             failed += f" {notes.ref(f'{c.candidate}@{c.context}: ' + '; '.join(c.errors))}"
         draft = [] if not drafts else ["-" if c.draft_acceptance is None else metric_text(c.draft_acceptance, notes)]
         body.append([c.candidate, str(c.context), failed, _verdict_cell(c, notes), _probes_used(c),
-                     *(metric_text(cell_metric(c, m), notes) for m, _ in COLUMNS), *draft])
+                     *(_metric_cell(rb, c, m, notes) for m, _ in COLUMNS), *draft])
     return header, body, notes
+
+
+def _metric_cell(rb: Runbook, c: CellStats, metric: str, notes: Notes) -> str:
+    """A cell's figure; a null prompt rate gets the rate derived from TTFT beside it, its source named."""
+    text = metric_text(cell_metric(c, metric), notes)
+    if metric != "prompt_tps" or cell_metric(c, metric).median is not None:
+        return text
+    derived = derived_prompt_tps([r for r in rb.rows if r.kind == "probe" and r.status == "ok" and not r.short
+                                  and r.candidate == c.candidate and r.context == c.context])
+    if derived is None:
+        return text
+    median, n = derived
+    return f"{text} ≈{fmt_value(metric, median)} {notes.ref(DERIVED_PROMPT_NOTE.format(n=n))}"
 
 
 def cell_metric(c: CellStats, metric: str) -> MetricStats:

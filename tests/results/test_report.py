@@ -27,6 +27,9 @@ def test_text_table(state) -> None:
     mlx = next(x for x in text.splitlines() if x.startswith("mlx-lm") and " 512 " in x)
     ref = mlx.split("null ")[1].split()[0]  # e.g. "[7]"
     assert f"{ref} prompt_tps: mlx_lm.server reports no prompt timing" in text
+    # beside the null, the prefill rate derived from TTFT, its source named (it is not the server's figure)
+    derived = mlx.split(f"null {ref} ≈")[1].split()
+    assert float(derived[0]) > 0 and f"{derived[1]} prompt_tps ≈ derived, not the server's: prompt tokens ÷ TTFT" in text
     assert "broken excluded: no successful probe rows in this context" in text
     # The one comparison: two eval tasks cannot tell pass rates apart (McNemar), and an unresolved axis
     # blocks domination, named with its verdict and the α it used.
