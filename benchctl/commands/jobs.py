@@ -123,6 +123,20 @@ def _matrix_json(matrices: list[Any], sweep: Any = None) -> list[dict[str, Any]]
              "left_out": [{"id": i, "why": why} for i, why in m.left_out]} for m in matrices]
 
 
+def _racing_text(sweep: Any) -> str:
+    """Whether the sweep races (docs/measuring.md#racing) and why."""
+    from benchd.engine.designs import pair_stop
+    from benchd.schemas.sweep import RACING_DEFAULT_ABOVE
+
+    asked = "asked for" if sweep.racing is not None else f"the default with {len(sweep.candidates)} candidates"
+    if not sweep.racing_on():
+        return f"racing off ({asked}, on above {RACING_DEFAULT_ABOVE}): every candidate runs every round"
+    if not pair_stop(sweep):
+        return f"racing on ({asked}) but without looks: it needs adaptive rounds (probes omitted or auto), not sequential"
+    return (f"racing on ({asked}): at each look of the stop rule a dominated candidate leaves (no later round, no "
+            "larger context, no tail)")
+
+
 def _matrix_lines(matrices: list[Any], sweep: Any) -> list[str]:
     """`validate`'s account of each matrix: the candidates it expanded into (with what each adds) and
     the combinations left out, with why."""
@@ -313,7 +327,8 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
     if as_json:
         _print_json({"file": sweep_file, "ok": not problems, "problems": problems, "warnings": warnings,
                      "pin_client": sweep.pin_client,
-                     "settings": _settings(sweep), "matrices": _matrix_json(matrices, sweep), **p})
+                     "settings": _settings(sweep), "matrices": _matrix_json(matrices, sweep),
+                     "racing": _racing_text(sweep), **p})
     else:
         pp = sweep.probe_plan()
         count = f"{pp.min}-{pp.max} probes (auto)" if pp.adaptive else f"{pp.min} probe(s)"
@@ -323,6 +338,7 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
         click.echo(f"  {p['design']['text']}")
         for line in _matrix_lines(matrices, sweep):
             click.echo(line)
+        click.echo(f"  {_racing_text(sweep)}")
         for note in p["design"]["notes"]:
             click.echo(f"  note: {note}")
         for warning in warnings:

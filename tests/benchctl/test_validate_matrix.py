@@ -55,6 +55,7 @@ def test_validate_prints_the_expansion_and_what_is_left_out(tmp_path: Path) -> N
     assert "tiny.ub128.fa-on.ctv-q8_0.spec-draft-draft-n4" in text.stdout
     assert "+ -ub 128 -fa on -ctv q8_0; spec kind draft, draft_model " + str(tmp_path / "draft.gguf") in text.stdout
     assert "left out: tiny.ub64.fa-off.ctv-q8_0.nospec: a quantized V cache" in text.stdout
+    assert "racing on (the default with 12 candidates)" in text.stdout and doc["racing"].startswith("racing on")
 
 
 def test_validate_refuses_a_reserved_key_and_a_bad_value_naming_the_field(tmp_path: Path) -> None:
