@@ -20,27 +20,22 @@ Load average printed beside every figure.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import os
 import random
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C
+from order_time_to_decision import run  # one engine run, timed: (runbook, wall s, load average after)
 
-from benchd.config import Config
 from benchd.engine import racing, sweepcheck
-from benchd.engine.scheduler import run_job
-from benchd.results.runbook import build_runbook
 from benchd.schemas import Candidate, Cooldown, Row, Runbook, Sustained, Sweep
-from benchd.store import Store
 
 
 def grid_sweep(raced: bool) -> Sweep:
@@ -52,20 +47,6 @@ def grid_sweep(raced: bool) -> Sweep:
                   probes=None if raced else 12, racing=raced, sustained=Sustained(tokens=0),
                   cooldown=Cooldown(policy="fixed", seconds=0, max_seconds=0), candidates=cands)
     return sweepcheck.expand(sweep).sweep
-
-
-def run(sweep: Sweep, state: Path) -> tuple[Runbook, float, tuple[float, float]]:
-    config = Config.resolve(state_dir=state, cache_dir=C.cache_dir())
-    state.mkdir(parents=True, exist_ok=True)
-    store = Store(config.db_path)
-    try:
-        job, _ = store.create_job(sweep)
-        t0 = time.monotonic()
-        asyncio.run(run_job(job.id, sweep, store, config, lambda e: None))
-        wall = time.monotonic() - t0
-        return build_runbook(config, store, job.id), wall, os.getloadavg()[:2]
-    finally:
-        store.close()
 
 
 def frontier(rb: Runbook) -> dict[int, list[str]]:
