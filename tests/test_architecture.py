@@ -70,7 +70,7 @@ def test_the_daemon_never_imports_numpy() -> None:
 
 #: Files that still mix real-server tests with unit tests (each to be split into `<name>_real.py`).
 MIXED_REAL = {
-    "tests/faults/test_fault_fuzz.py", "tests/faults/test_hostile_flags.py", "tests/faults/test_fault_resources.py",
+    "tests/faults/test_fault_fuzz.py", "tests/faults/test_fault_resources.py",
     "tests/engine/test_probe.py", "tests/sensors/test_memory.py", "tests/results/test_runbook.py",
     "tests/results/test_recheck_verdicts.py", "tests/results/test_lock.py", "tests/results/test_html_browser.py",
     "tests/servers/test_affinity.py", "tests/servers/test_external_detect.py", "tests/servers/test_provision.py",

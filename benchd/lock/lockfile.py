@@ -351,16 +351,20 @@ def baseline_from_lock(locked: Locked) -> Fingerprint:
                        null_reasons=nulls)
 
 
-def locked_candidate(locked: Locked) -> Candidate:
-    """The Candidate the lock describes (what the runtime adapter builds a command from)."""
+def locked_candidate(locked: Locked, *, supply: bool = False) -> Candidate:
+    """The Candidate the lock describes (what the runtime adapter builds a command from). Its secret
+    env values are recorded `<redacted>`; `supply` takes each from benchd's environment (a start that
+    runs: the recheck), else they stay `<redacted>` (a fingerprint, a printed command)."""
     from benchd.servers.fingerprint import executable_of
+    from benchd.servers.runtimes.environment import supplied
 
     if not locked.started_by_benchd:
         return Candidate(id=locked.candidate, runtime=locked.runtime,  # type: ignore[arg-type]
                          url=locked.url, request_model=locked.request_model, api_key_env=locked.api_key_env)
     return Candidate(id=locked.candidate, runtime=locked.runtime, model=locked.model_path,  # type: ignore[arg-type]
                      request_model=locked.request_model, args=list(locked.args), binary=executable_of(locked.binary),
-                     env=dict(locked.env), ctx_size=locked.ctx_size, spec=locked.spec)
+                     env=supplied(locked.env, where="locked.env") if supply else dict(locked.env),
+                     ctx_size=locked.ctx_size, spec=locked.spec)
 
 
 def external_description(locked: Locked) -> str:
@@ -411,8 +415,11 @@ def server_command_line(locked: Locked, config: Config, port: int | None = None)
 
     if not locked.started_by_benchd:
         return external_description(locked)
+    from benchd.servers.runtimes.environment import REDACTED
+
     removed = get_adapter(locked.runtime).server_env(locked_candidate(locked), config).removed
-    env = " ".join([*(f"-u {k}" for k in removed),
-                    *(f"{k}={shlex.quote(v)}" for k, v in server_env(locked, config).items())])
+    env = " ".join([*(f"-u {k}" for k in removed),  # a secret's value comes from this shell: NAME="$NAME"
+                    *(f'{k}="${k}"' if v == REDACTED else f"{k}={shlex.quote(v)}"
+                      for k, v in server_env(locked, config).items())])
     line = shlex.join(server_argv(locked, config, port))
     return f"env {env} {line}" if env else line

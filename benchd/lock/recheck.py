@@ -61,7 +61,7 @@ def recheck_sweep(locked: Locked, config: Config) -> Sweep:
     planned = src.probe_plan().min  # a fixed count, or the low end of `probes = "auto"`
     return Sweep(
         name=f"recheck-{locked.candidate}", contexts=recheck_contexts(locked), gen_tokens=src.gen_tokens,
-        candidates=[locked_candidate(locked)], probes=recheck_probes(planned), warmup=src.warmup,
+        candidates=[locked_candidate(locked, supply=True)], probes=recheck_probes(planned), warmup=src.warmup,
         eval_tier="none", probe_timeout_s=src.probe_timeout_s, sampling=locked.sampling,
         sustained=Sustained(tokens=0, window=src.sustained.window), cooldown=src.cooldown,
         deferred=[*src.deferred, *NOT_RECHECKED],

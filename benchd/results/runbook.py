@@ -47,6 +47,7 @@ from benchd.schemas import (
     SustainedResult,
 )
 from benchd.sensors import facts
+from benchd.servers.runtimes.environment import redact_sweep
 from benchd.stats.ranktests import clopper_pearson
 from benchd.store import Store, utcnow
 
@@ -212,7 +213,7 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
         outcome=outcome or job.state,
         job=JobInfo(id=job.id, name=job.name, state=job.state, created_at=job.created_at,
                     started_at=job.started_at, finished_at=job.finished_at, error=job.error),
-        sweep=sweep,
+        sweep=redact_sweep(sweep),  # secret-looking env values never reach a runbook (nor pages, exports, locks)
         provenance=prov,
         cooldowns=[CooldownHappened(seq=e.seq, time=e.time, payload=e.payload)
                    for e in events if e.type == "cooldown_finished"],

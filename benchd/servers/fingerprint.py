@@ -19,6 +19,7 @@ from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.schemas import Candidate, ExternalServer, Fingerprint
 from benchd.sensors.facts import hash_file, hash_model
+from benchd.servers.runtimes.environment import redact
 from benchd.store import utcnow
 
 #: Fingerprint fields compared by `changes`, in the order a reader wants them, with their labels.
@@ -84,7 +85,7 @@ def take_fingerprint(cand: Candidate, config: Config, source: str) -> Fingerprin
         if draft.sha256 is None:
             nulls["draft_model_sha256"] = draft.null_reasons.get("sha256", "not hashed")
     return Fingerprint(taken_at=utcnow(), source=source, runtime=cand.runtime, args=list(cand.args),
-                       env=dict(cand.env), null_reasons=nulls, **fields)
+                       env=redact(cand.env), null_reasons=nulls, **fields)
 
 
 def _external_fingerprint(cand: Candidate, source: str) -> Fingerprint:
@@ -148,7 +149,7 @@ def runbook_fingerprint(rb: Any, candidate: str) -> Fingerprint | None:
                        runtime=prov.runtime, binary=executable_of(prov.binary), version=prov.server_version,
                        model_path=prov.model.path, model_bytes=prov.model.bytes, model_sha256=prov.model.sha256,
                        draft_model_sha256=prov.draft_model.sha256 if prov.draft_model else None,
-                       args=list(cand.args) if cand else [], env=dict(cand.env) if cand else {},
+                       args=list(cand.args) if cand else [], env=redact(cand.env) if cand else {},
                        null_reasons={f: "the runbook predates fingerprints" for f in
                                      ("binary_realpath", "binary_sha256", "packages")})
 
@@ -169,6 +170,8 @@ def _differences(old: Fingerprint, new: Fingerprint) -> list[tuple[str, str]]:
     out = []
     for field, label in COMPARED:
         a, b = getattr(old, field), getattr(new, field)
+        if field == "env":  # a lock written before secrets were redacted holds the value: compare redacted
+            a, b = redact(a), redact(b)
         if a == b:
             continue
         if field not in ("args", "env") and a in (None, {}):

@@ -11,6 +11,11 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import msgspec
+
+from benchd.errors import BenchdError
+from benchd.schemas import Sweep
+
 #: Names that look like they hold a secret: their values are never recorded, and never inherited by a
 #: server (a candidate's own `env` may still pass one). `TOKENIZERS_*` are tokenizer knobs, not tokens.
 SECRET_NAME = re.compile(r"TOKEN(?!IZER)|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
@@ -56,3 +61,25 @@ def build(
 
 def redact(env: Mapping[str, str]) -> dict[str, str]:
     return {k: (REDACTED if SECRET_NAME.search(k) else v) for k, v in sorted(env.items())}
+
+
+def redact_sweep(sweep: Sweep) -> Sweep:
+    """The sweep as results record it: each candidate's secret-looking `env` values `<redacted>` (the
+    runbook, and so its pages, exports and the lock built from it, never carry them)."""
+    cands = [msgspec.structs.replace(c, env=redact(c.env)) if any(SECRET_NAME.search(k) for k in c.env) else c
+             for c in sweep.candidates]
+    return msgspec.structs.replace(sweep, candidates=cands)
+
+
+def supplied(env: Mapping[str, str], source: Mapping[str, str] | None = None, where: str = "env") -> dict[str, str]:
+    """A recorded env with each `<redacted>` value supplied from `source` (benchd's environment): the
+    name recorded is the variable to set at start; unset, a BenchdError naming it."""
+    source = os.environ if source is None else source
+    out = dict(env)
+    for k, v in env.items():
+        if v == REDACTED:
+            if k not in source:
+                raise BenchdError("secret_not_set", f"{where}.{k} is recorded as {REDACTED} (a secret is never "
+                                  f"written down): set {k} in benchd's environment to start the server", f"{where}.{k}")
+            out[k] = source[k]
+    return out
