@@ -145,7 +145,7 @@ def _mismatch(param: str, detail: str) -> Verdict:
 def _check_call(desc: dict[str, Any], call: Call, possible_answer: dict[str, Any]) -> Verdict:
     allowed: dict[str, list[Any]] = next(iter(possible_answer.values()))
     name = openai_name(desc["name"])
-    if openai_name(call.name) != name:
+    if call.name != name:  # exactly the name sent: an undeclared dotted spelling (`math.factorial`) fails
         return Verdict(False, "wrong_function", f"Function name {name!r} not found in model output (got {call.name!r}).")
     details = desc["parameters"]["properties"]
     args = call.arguments
@@ -206,6 +206,8 @@ def _type_check(param: str, value: Any, allowed: list[Any], kind: str, expected:
                                               for v in (value if isinstance(value, list) else [])):
                 continue
             return True, is_variable, ""
+        return False, False, (f"Nested type checking failed for parameter {param!r}. Expected outer type {kind} "
+                              f"with inner type {nested}. Parameter value: {value!r}.")
     if answer_type is not None and type(value) is answer_type:
         return True, True, ""
     return False, False, (f"Incorrect type for parameter {param!r}. Expected type {kind}, got "
@@ -230,7 +232,8 @@ def _std_list(items: list[Any]) -> list[Any]:
 
 
 def _list_check(param: str, value: list[Any], allowed: list[Any]) -> str:
-    if _std_list(value) in [_std_list(a) for a in allowed if isinstance(a, list)]:
+    # BFCL standardises each possible answer element-wise, so the optional marker "" stands for [].
+    if _std_list(value) in [_std_list(list(a)) for a in allowed if isinstance(a, list | str)]:
         return ""
     return f"Invalid value for parameter {param!r}: {value!r}. Expected one of {allowed}."
 
@@ -263,7 +266,7 @@ def _dict_check(param: str, value: dict[str, Any], allowed: list[Any]) -> str:
 def _list_dict_check(param: str, value: list[Any], allowed: list[Any]) -> str:
     why = "Wrong number of dictionaries in the list."
     for possible in allowed:
-        if not isinstance(possible, list) or len(value) != len(possible):
+        if not isinstance(possible, list | str) or len(value) != len(possible):  # "" (optional) is []
             why = "Wrong number of dictionaries in the list."
             continue
         why = ""

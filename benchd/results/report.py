@@ -393,12 +393,24 @@ def render_markdown(rb: Runbook) -> str:
             lines += [f"## {title}", "", *(f"- {ln.strip()}" for ln in section[1:]), ""]
     if rb.eval_summary:
         lines += ["## Evals", ""]
-        ebody = [[e.candidate, e.tier, f"{e.passed}/{e.total}" + (f" of {e.planned} (partial)" if e.partial else ""),
+        ebody = [[e.candidate, e.tier, f"{e.passed}/{e.completed if e.completed is not None else e.total}"
+                  + (f" of {e.planned} (partial)" if e.partial else ""),
                   fmt_value("eval_pass_rate", e.pass_rate), fmt_range("eval_pass_rate", e.ci_low, e.ci_high),
+                  f"{e.completed}/{e.total} ({e.errors} server errors)" if e.completed is not None else "-",
                   fmt_counts(e.failures), e.parser or "-",
                   str(e.unsandboxed)] for e in rb.eval_summary]
-        lines += [_md_table(["candidate", "tier / suite", "passed", "pass rate", "95 % CI (Clopper–Pearson)",
-                             "failure classes", "tool parser", "unsandboxed"], ebody), ""]
+        lines += [_md_table(["candidate", "tier / suite", "passed / completed", "pass rate",
+                             "95 % CI (Clopper–Pearson)", "completed", "failure classes", "tool parser",
+                             "unsandboxed"], ebody), ""]
+        for e in rb.eval_summary:
+            if e.aggregate_label:
+                cats = "; ".join(f"{k} {fmt_value('tool_pass_rate', v.pass_rate)} ({v.passed}/{v.completed})"
+                                 for k, v in e.categories.items() if k != "irrelevance")
+                irr = e.categories.get("irrelevance")
+                lines.append(f"- {e.candidate}: {e.aggregate_label}: {fmt_value('tool_pass_rate', e.aggregate)} "
+                             f"({cats})" + (f"; irrelevance apart: {fmt_value('tool_pass_rate', irr.pass_rate)} "
+                                            f"({irr.passed}/{irr.completed})" if irr is not None else ""))
+        lines += [""] if any(e.aggregate_label for e in rb.eval_summary) else []
         for src in rb.eval_sources:
             lines.append(f"- {src.suite}: {src.package} {src.version} ({src.file}, sha256 {src.sha256[:16]}…), "
                          f"license {src.license}; {len(src.task_ids)} tasks")

@@ -36,6 +36,7 @@ from benchd.schemas import (
     SUPPORTED_VERSIONS,
     CooldownHappened,
     DeferredAxes,
+    EvalCategory,
     EvalResult,
     EvalSuiteSource,
     EvalSummary,
@@ -137,7 +138,9 @@ def _eval_summary(evals: list[EvalResult], sources: list[EvalSuiteSource] | None
     out = []
     for (c, t), g in sorted(groups.items()):
         passed = sum(e.passed for e in g)
-        low, high = clopper_pearson(passed, len(g), 0.95)
+        errors = sum(e.failure == "server_error" for e in g)
+        completed = len(g) - errors
+        low, high = clopper_pearson(passed, completed, 0.95) if completed else (None, None)
         failures: dict[str, int] = {}
         for e in g:
             if e.failure:
@@ -148,7 +151,9 @@ def _eval_summary(evals: list[EvalResult], sources: list[EvalSuiteSource] | None
         plan = planned.get(t)
         partial = plan is not None and len(g) < plan
         out.append(EvalSummary(
-            candidate=c, tier=t, passed=passed, total=len(g), pass_rate=passed / len(g),
+            candidate=c, tier=t, passed=passed, total=len(g), pass_rate=passed / completed if completed else None,
+            completed=completed, failed=completed - passed, errors=errors, completion_rate=completed / len(g),
+            **(_bfcl_view(g) if t == "tools" else {}),
             unsandboxed=sum(e.sandboxed is False for e in g), ci_low=low, ci_high=high, failures=failures,
             planned=plan, partial=partial,
             partial_reason=(f"{len(g)} of {plan} tasks ran (eval_budget_s reached, or the server stopped)"
@@ -158,6 +163,26 @@ def _eval_summary(evals: list[EvalResult], sources: list[EvalSuiteSource] | None
             reasoning_tokens_total=sum(reasoning) if reasoning else None,
             parser=next((e.parser for e in g if e.parser), None)))
     return out
+
+
+def _bfcl_view(g: list[EvalResult]) -> dict[str, Any]:
+    """Per BFCL category counts and BFCL's unweighted aggregate over the categories but irrelevance."""
+    cats: dict[str, EvalCategory] = {}
+    for cat in sorted({e.category or "?" for e in g}):
+        mine = [e for e in g if (e.category or "?") == cat]
+        err = sum(e.failure == "server_error" for e in mine)
+        ok = sum(e.passed for e in mine)
+        done = len(mine) - err
+        cats[cat] = EvalCategory(passed=ok, completed=done, errors=err, total=len(mine),
+                                 pass_rate=ok / done if done else None)
+    scored = {k: v for k, v in cats.items() if k != "irrelevance" and v.pass_rate is not None}
+    n = sum(v.completed for v in scored.values())
+    irr = cats.get("irrelevance")
+    return {"categories": cats,
+            "aggregate": sum(v.pass_rate or 0.0 for v in scored.values()) / len(scored) if scored else None,
+            "aggregate_label": (f"BFCL v4 subset, function-calling mode, {n} tasks (unweighted mean of "
+                                f"{len(scored)} categories, irrelevance apart)") if scored else None,
+            "irrelevance_rate": irr.pass_rate if irr is not None else None}
 
 
 def _eval_sources(events: list[Any]) -> list[EvalSuiteSource]:

@@ -344,12 +344,35 @@ class RunbookFlag(Struct, kw_only=True):
     detail: str
 
 
+class EvalCategory(Struct, kw_only=True):
+    """One BFCL category of a candidate's tools run: counts, and the pass rate over completed tasks."""
+
+    passed: int
+    completed: int
+    errors: int
+    total: int
+    pass_rate: float | None = None
+
+
 class EvalSummary(Struct, kw_only=True):
     candidate: str
     tier: str
     passed: int
     total: int
-    pass_rate: float
+    #: passed / completed: tasks with no answer to grade (server errors) are out of it, counted in `errors`
+    #: (None when no task completed).
+    pass_rate: float | None
+    #: Tasks graded (total − errors) and completed / total; `failed` = completed − passed.
+    completed: int | None = None
+    failed: int | None = None
+    errors: int = 0
+    completion_rate: float | None = None
+    #: Tools suite: per BFCL category, and BFCL's aggregate as BFCL computes it (the unweighted mean of the
+    #: category pass rates, irrelevance apart) with its label; `irrelevance_rate` the irrelevance category's.
+    categories: dict[str, EvalCategory] = {}
+    aggregate: float | None = None
+    aggregate_label: str | None = None
+    irrelevance_rate: float | None = None
     unsandboxed: int = 0
     #: Clopper–Pearson exact 95 % interval of the pass rate.
     ci_low: float | None = None

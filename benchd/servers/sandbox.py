@@ -446,8 +446,14 @@ def _end_namespace(init: psutil.Process) -> None:
 
     with contextlib.suppress(psutil.Error):
         init.kill()
-    with contextlib.suppress(psutil.Error):
-        init.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # a zombie pid 1 has already outlived the rest of its namespace
+        try:
+            if init.status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.Error:
+            return
+        time.sleep(0.005)
 
 
 def _kill_marked(run_id: str) -> None:
