@@ -93,7 +93,8 @@ def frontier(points: Sequence[Point], context: int, judge: Judge,
                 if a.candidate != pair[0]:  # each axis's sentence has pair[0] as subject
                     a, b = b, a
                     d = judge(a, b)
-                ties.append(Tie(pair=pair, axes=_sentences(d, a, b), text=dominance_sentence(d, a.candidate, b.candidate)))
+                ties.append(Tie(pair=pair, axes=_sentences(d, a, b), text=dominance_sentence(d, a.candidate, b.candidate),
+                                status="unresolved" if d.unresolved_on else "tied"))
     front = sorted(p.candidate for p in points if p.candidate not in dominated)
     by_cand = {p.candidate: p for p in points}
     caveats = {c: f"cell verdict {by_cand[c].verdict}" for c in front

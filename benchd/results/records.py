@@ -186,15 +186,20 @@ def axes_present(rb: Runbook) -> list[str]:
     return sorted(keys, key=lambda k: (order.index(k) if k in order else len(order), k))
 
 
-def _ties(ctx: ContextPareto) -> dict[str, str]:
-    """Candidate -> with whom it is tied or unresolved, in the one comparison's words."""
+def _ties(ctx: ContextPareto) -> dict[str, tuple[str, str]]:
+    """Candidate -> (with whom it is tied or unresolved, in the one comparison's words; its status:
+    "unresolved" when any of its pairs is)."""
     out: dict[str, list[str]] = {}
+    status: dict[str, str] = {}
     for t in ctx.ties:
+        # (a runbook written before `status` existed: its sentence said it)
+        st = t.status or ("unresolved" if t.text and "unresolved on" in t.text else "tied")
         for m in t.pair:
             others = ", ".join(x for x in t.pair if x != m)
             on = f" on {', '.join(t.axes)}" if t.axes else ""
             out.setdefault(m, []).append(f"{others}: {t.text}" if t.text else others + on)
-    return {k: "; ".join(v) for k, v in out.items()}
+            status[m] = "unresolved" if st == "unresolved" or status.get(m) == "unresolved" else "tied"
+    return {k: ("; ".join(v), status[k]) for k, v in out.items()}
 
 
 def _stats_text(axis: str, stats: MetricStats) -> str:
@@ -230,8 +235,8 @@ def pareto_points(rb: Runbook, ctx: ContextPareto) -> list[ParetoPoint]:
                                  + (f" (not compared: {', '.join(d.skipped_axes)})" if d.skipped_axes else "")
                                  for d in ctx.dominated[cand])
         elif cand in ties:
-            status = "unresolved" if "unresolved on" in ties[cand] else "tied"
-            relation = f"{'not dominated, with' if status == 'unresolved' else 'tied with'} {ties[cand]}"
+            words, status = ties[cand]
+            relation = f"{'not dominated, with' if status == 'unresolved' else 'tied with'} {words}"
         else:
             status, relation = "frontier", "on the frontier: no candidate beats it on every axis"
         if cand in ctx.caveats:

@@ -130,6 +130,8 @@ class Tie(Struct, kw_only=True, frozen=True):
     pair: list[str]
     axes: dict[str, str]
     text: str | None = None
+    #: "unresolved" (an axis could not be called yet) or "tied"; null in runbooks written before the field.
+    status: Literal["tied", "unresolved"] | None = None
 
 
 class SkippedPair(Struct, kw_only=True, frozen=True):

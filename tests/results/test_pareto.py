@@ -110,6 +110,7 @@ def test_a_difference_within_the_noise_is_not_better() -> None:
     assert tie.axes["gen_tps"].startswith("a against b at generation is unresolved: the interval overlaps ±2 %; about ")
     assert "more rounds would decide it" in tie.axes["gen_tps"], tie.axes["gen_tps"]
     assert tie.text is not None and tie.text.startswith("neither a nor b is dominated yet: unresolved on generation speed")
+    assert tie.status == "unresolved"  # a field, not read back from the sentence
 
 
 def test_dominated_only_when_different_with_the_tied_axes_named() -> None:
@@ -134,6 +135,7 @@ def test_pass_rates_on_a_handful_of_tasks_block_domination() -> None:
     assert not res.dominated
     tie = next(t for t in res.ties if t.pair == ["large", "small"])
     assert tie.text is not None and tie.text.startswith("neither large nor small is dominated yet: unresolved on eval pass rate")
+    assert tie.status == "unresolved"
 
 
 def test_unsteady_frontier_candidate_has_a_caveat() -> None:
