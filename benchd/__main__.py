@@ -1,8 +1,9 @@
 """`benchd`: click flags → Config → run_daemon() on uvloop. The only place in benchd that exits.
 
 Exit codes (the shared contract): 0 clean shutdown, 2 bad configuration, 3 another benchd holds the
-state dir; 130 when a second SIGINT forced the exit; 1 for anything else (logged with its traceback).
-Under `--launchd` (the LaunchAgent passes it) 2 and 3 become 0 after logging the reason: launchd's
+state dir, 4 the state database is corrupt; 130 when a second SIGINT forced the exit; 1 for anything
+else (logged with its traceback).
+Under `--launchd` (the LaunchAgent passes it) 2, 3 and 4 become 0 after logging the reason: launchd's
 KeepAlive{SuccessfulExit=false} would otherwise restart a benchd that cannot start every 30 s, for ever.
 Logs go to stderr (the supervisor's journal) and to `<state>/logs/benchd.log` (size-capped, rotated).
 """
@@ -21,6 +22,7 @@ from benchd.config import Config
 
 EXIT_BAD_CONFIG = 2
 EXIT_ALREADY_RUNNING = 3
+EXIT_CORRUPT_STORE = 4
 LOG_BYTES = 5 * 1024 * 1024
 LEVELS = ("debug", "info", "warning", "error")
 
@@ -51,7 +53,7 @@ def setup_logging(config: Config) -> None:
               help="Unix socket (default: <state>/benchd.sock or $BENCHD_SOCKET).")
 @click.option("--log-level", type=click.Choice(LEVELS, case_sensitive=False), default="info", show_default=True)
 @click.option("--launchd", "under_launchd", is_flag=True,
-              help="Started by launchd: exits 2 and 3 (retrying cannot fix them) log why and exit 0 instead.")
+              help="Started by launchd: exits 2, 3 and 4 (retrying cannot fix them) log why and exit 0 instead.")
 @click.version_option(package_name="benchd")
 def cli(state_dir: str | None, socket_path: str | None, log_level: str, under_launchd: bool) -> None:
     """benchd: the benchmark daemon. Runs in the foreground; launchd/systemd supervise it."""
@@ -60,6 +62,7 @@ def cli(state_dir: str | None, socket_path: str | None, log_level: str, under_la
     from benchd.daemon.instance import AlreadyRunning, check_socket_path, ensure_private_dir
     from benchd.daemon.lifecycle import run_daemon
     from benchd.errors import BenchdError
+    from benchd.store import CorruptStore
 
     config = Config.resolve(state_dir=state_dir, socket=socket_path, log_level=log_level.lower())
     try:
@@ -77,6 +80,9 @@ def cli(state_dir: str | None, socket_path: str | None, log_level: str, under_la
     except AlreadyRunning as exc:
         log.error("%s; refusing to start", exc)
         _refuse(EXIT_ALREADY_RUNNING, under_launchd)
+    except CorruptStore as exc:
+        log.error("%s", exc.message)
+        _refuse(EXIT_CORRUPT_STORE, under_launchd)
     except BenchdError as exc:
         log.error("bad configuration: %s", exc)
         _refuse(EXIT_BAD_CONFIG, under_launchd)
@@ -95,7 +101,8 @@ def cli(state_dir: str | None, socket_path: str | None, log_level: str, under_la
 def _refuse(code: int, under_launchd: bool) -> None:
     """Exit with a refusal code; under launchd exit 0 instead (the reason is already logged)."""
     if under_launchd:
-        what = "bad configuration" if code == EXIT_BAD_CONFIG else "another benchd owns the state dir"
+        what = {EXIT_BAD_CONFIG: "bad configuration", EXIT_CORRUPT_STORE: "the state database is corrupt"}.get(
+            code, "another benchd owns the state dir")
         msg = (f"benchd: exiting 0 instead of {code} ({what}) because launchd would restart it every 30 s "
                "for ever; fix the cause, then `benchctl service install`")
         if logging.getLogger().handlers:

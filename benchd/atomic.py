@@ -2,23 +2,63 @@
 
 Every file benchd rewrites in place (runbooks, the lock, `recheck.json`, server records, the hash
 cache, the runtime marker) goes through it: written beside the target under a hidden name unique to
-this process, flushed to disk, then renamed over the target (a rename within a directory is atomic).
+this process and thread, flushed to disk (`F_FULLFSYNC` on macOS, where `fsync` only reaches the
+drive's cache), renamed over the target (a rename within a directory is atomic), then the directory
+itself is synced so the rename survives a power loss. On any error the temporary file is removed (a
+full disk leaves no `.tmp` behind) and the error is raised.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+import threading
 from collections.abc import Iterable
 from pathlib import Path
+
+
+def _sync(fd: int) -> None:
+    """Data and metadata to stable storage: F_FULLFSYNC where the platform has it (macOS), else fsync."""
+    if sys.platform == "darwin":
+        import fcntl
+
+        full = getattr(fcntl, "F_FULLFSYNC", None)
+        if full is not None:
+            try:
+                fcntl.fcntl(fd, full)
+                return
+            except OSError:
+                pass  # a file system without it (some network mounts): fsync is the best there is
+    os.fsync(fd)
+
+
+def _sync_dir(path: Path) -> None:
+    """The directory entry of a rename, synced (where a directory can be opened: not on Windows)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):  # some file systems refuse fsync on a directory
+            _sync(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_write(path: Path, data: bytes | str | Iterable[bytes]) -> None:
     """`data` may come in pieces (an iterable of bytes): a large file is then never whole in memory."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with tmp.open("wb") as f:
-        for chunk in (data,) if isinstance(data, (bytes, str)) else data:
-            f.write(chunk.encode() if isinstance(chunk, str) else chunk)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}-{threading.get_ident()}")
+    try:
+        with tmp.open("wb") as f:
+            for chunk in (data,) if isinstance(data, (bytes, str)) else data:
+                f.write(chunk.encode() if isinstance(chunk, str) else chunk)
+            f.flush()
+            _sync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    _sync_dir(path.parent)

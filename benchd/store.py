@@ -83,6 +83,16 @@ _payload_dec = msgspec.json.Decoder(dict[str, Any])
 RowKey = tuple[str, int, str, int]  # (candidate, context, kind, probe)
 
 
+class CorruptStore(BenchdError):
+    """The state database is not a database (or its image is malformed): benchd refuses to start rather
+    than touch it, with one message saying what to do (`__main__` exits with its own code)."""
+
+    def __init__(self, path: Path, exc: sqlite3.DatabaseError) -> None:
+        super().__init__("corrupt_store", f"the state database {path} is corrupt (sqlite: {exc}); benchd will not "
+                         "start on it or overwrite it: move it aside (it holds the jobs, events and rows; "
+                         "`sqlite3 FILE .recover` may save them) and start benchd again for a new one", "state_dir")
+
+
 class UnreadableJob(BenchdError):
     """A stored job whose sweep no longer decodes (a tighter schema after an upgrade, a hand-edited
     store): the queue fails it with this reason and goes on; the stored text is never rewritten."""
@@ -145,10 +155,16 @@ class Store:
         self.path = Path(path)
         self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
         self._lock = threading.Lock()
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        self._db.executescript(_SCHEMA)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError):
+                raise  # disk full, locked, I/O: a retry may succeed
+            self._db.close()
+            raise CorruptStore(self.path, exc) from exc
 
     def close(self) -> None:
         self._db.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import secrets
 import shlex
@@ -39,6 +40,8 @@ from benchd.servers.procgroup import (
 from benchd.servers.records import SERVER_TOKEN_ENV, reap_orphans, write_pending, write_record
 from benchd.servers.runtimes import get_adapter
 from benchd.servers.server import NO_PID, ExitInfo, Server, ServerStartError
+
+log = logging.getLogger("benchd.servers.supervisor")
 
 #: How often the watcher checks the log size, and the share of the cap at which it rotates: a file is
 #: rotated at half the cap, so it stays under the cap while the server writes under cap/2 per check
@@ -377,7 +380,10 @@ class Supervisor:
                 done, _ = await asyncio.wait({waiter}, timeout=_ROTATE_CHECK_S)
                 if done:
                     break
-                await self._rotate_if_needed(server.log_path)
+                try:
+                    await self._rotate_if_needed(server.log_path)
+                except OSError:  # never the end of the watch: crash detection outlives any log trouble
+                    log.exception("rotating %s failed", server.log_path)
         finally:
             if not waiter.done():
                 waiter.cancel()
@@ -397,7 +403,13 @@ class Supervisor:
         rotated = path.with_name(path.name + ".1")
 
         def copy_truncate() -> None:
-            shutil.copyfile(path, rotated)
+            try:
+                shutil.copyfile(path, rotated)
+            except OSError:  # a full disk: drop the partial copy, keep the cap (the older half is lost)
+                with contextlib.suppress(OSError):
+                    rotated.unlink()
+                os.truncate(path, 0)
+                raise
             os.truncate(path, 0)
 
         await asyncio.to_thread(copy_truncate)  # an 8 MB copy must not stall the loop

@@ -57,7 +57,7 @@ def test_systemd_unit_has_restart_policy_and_quoted_paths(tmp_path: Path) -> Non
     plan = service.plan(state, manager="systemd", environ={"PATH": "/usr/bin:/bin", "XDG_CONFIG_HOME": str(tmp_path / "cfg")})
     lines = _unit_lines(plan.text)
     for needed in ("Restart=on-failure", "RestartSec=10", "StartLimitIntervalSec=600", "StartLimitBurst=5",
-                   "RestartPreventExitStatus=2 3", "WantedBy=default.target", 'Environment="PATH=/usr/bin:/bin"'):
+                   "RestartPreventExitStatus=2 3 4", "WantedBy=default.target", 'Environment="PATH=/usr/bin:/bin"'):
         assert needed in lines
     exec_start = next(ln for ln in lines if ln.startswith("ExecStart="))
     escaped_state = str(state).replace("%", "%%").replace("$", "$$")
