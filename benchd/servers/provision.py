@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import platform
@@ -24,6 +25,9 @@ from benchd.atomic import atomic_write
 from benchd.errors import BenchdError
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+#: sha256 of `llama_cpp_python-0.3.36.tar.gz`, the sdist pip downloads from PyPI (the file the build
+#: of this machine came from): checked after every download, and for a `BENCHD_LLAMA_SDIST` given.
+LLAMA_SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 MLX_VERSION = "0.32.4"
 MLX_LM_VERSION = "0.32.2"
 MLX_VLM_VERSION = "0.7.10"
@@ -151,6 +155,18 @@ def _executable(path: Path) -> bool:
 # ---------------------------------------------------------------------------------------- llama.cpp
 
 
+def check_sdist(sdist: Path, expected: str = LLAMA_SDIST_SHA256) -> None:
+    """The sdist is the pinned one (sha256), else a BenchdError saying so: never a build from it."""
+    h = hashlib.sha256()
+    with sdist.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    if h.hexdigest() != expected:
+        raise BenchdError("hash_mismatch", f"{sdist} has sha256 {h.hexdigest()}, not the pinned {expected} of "
+                          f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}: nothing was built from it; delete it "
+                          "(or fix BENCHD_LLAMA_SDIST) and run `make setup` again")
+
+
 def _llama_source(root: Path, log: Log) -> Path:
     """The vendored llama.cpp tree of the pinned sdist, downloading and extracting it if needed."""
     stem = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}"
@@ -167,6 +183,7 @@ def _llama_source(root: Path, log: Log) -> Path:
             _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
                   "-d", str(dl), f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}"],
                  root / "download.log", "downloading the llama-cpp-python sdist")
+    check_sdist(sdist)
     log(f"extracting {sdist.name}")
     tmp = root / "src.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
