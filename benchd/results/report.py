@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from benchd.results import agentic, images
+from benchd.results.kldview import kld_lines
 from benchd.results.pareto import axes_of
 from benchd.results.records import (
     DERIVED_PROMPT_NOTE,
@@ -287,7 +288,8 @@ def render_text(rb: Runbook, pareto: bool = False) -> str:
         parts += ["", READY_NOTE, plain_table(READY_HEADER, ready_table(rb, notes))]
     if notes.items:
         parts += ["", *notes.lines()]
-    for section in (agentic.session_lines(rb.rows), agentic.level_lines(rb.rows), images.image_lines(rb.sweep, rb.rows)):
+    for section in (agentic.session_lines(rb.rows), agentic.level_lines(rb.rows), images.image_lines(rb.sweep, rb.rows),
+                    kld_lines(rb)):
         if section:
             parts += ["", *section]
     if pareto:
@@ -318,7 +320,8 @@ def print_rich(rb: Runbook, pareto: bool = False) -> None:
         console.print(ready)
     for line in notes.lines():
         console.print(line, highlight=False, soft_wrap=True)
-    for line in [*agentic.session_lines(rb.rows), *agentic.level_lines(rb.rows), *images.image_lines(rb.sweep, rb.rows)]:
+    for line in [*agentic.session_lines(rb.rows), *agentic.level_lines(rb.rows), *images.image_lines(rb.sweep, rb.rows),
+                 *kld_lines(rb)]:
         console.print(line, highlight=False, soft_wrap=True)
     if pareto:
         console.print(render_pareto_text(rb), highlight=False, soft_wrap=True)
@@ -388,7 +391,8 @@ def render_markdown(rb: Runbook) -> str:
         lines += [_md_table(["candidate", "status", "sustain_ratio", "window tok/s"], sbody), ""]
     lines += energy_lines(rb)
     for title, section in (("Sessions", agentic.session_lines(rb.rows)), ("Parallel requests", agentic.level_lines(rb.rows)),
-                           ("Image probes", images.image_lines(rb.sweep, rb.rows))):
+                           ("Image probes", images.image_lines(rb.sweep, rb.rows)),
+                           ("KL divergence", kld_lines(rb))):
         if section:
             lines += [f"## {title}", "", *(f"- {ln.strip()}" for ln in section[1:]), ""]
     if rb.eval_summary:

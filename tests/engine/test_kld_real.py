@@ -173,6 +173,11 @@ def test_a_sweep_scores_after_its_probes_and_the_runbook_shows_it(tiny_models: A
     assert rb.kld_corpus is not None and rb.kld_corpus.sha256 and rb.kld_corpus.tokens
     points = {p.candidate: p for p in rb.pareto[0].points}
     assert points["q4"].values["kld"] is not None and points["f32"].values["kld"] is not None
+    from benchd.results.report import render_markdown, render_text
+
+    md, text = render_markdown(rb), render_text(rb)
+    assert "## KL divergence" in md and rb.kld_corpus.sha256 in md and f"{rb.kld_corpus.tokens} tokens" in md
+    assert "q4 @ 256: KLD" in text and "KL divergence against f32" in text
 
 
 # ------------------------------------------------------------------------------------------------ MLX
