@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchd.config import default_cache_dir  # noqa: E402
-from benchd.engine import kld  # noqa: E402
-from benchd.schemas import Candidate, Kld, Sweep  # noqa: E402
-from benchd.servers.locate import resolve_llama_binary  # noqa: E402
-from benchctl.tinymodels import ensure  # noqa: E402
+from benchctl.tinymodels import ensure
+from benchd.config import default_cache_dir
+from benchd.engine import kld
+from benchd.schemas import Candidate, Kld, Sweep
+from benchd.servers.locate import resolve_llama_binary
 
 
 def main() -> None:
