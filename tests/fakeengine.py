@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from benchd.engine.groups import Group
+from benchd.engine.pool import Pool, Resident
 from benchd.engine.rows import Cell, ServerFacts, build_row
 from benchd.engine.series import CellSeries
 from benchd.schemas import Candidate, Row, Sweep
@@ -62,38 +63,16 @@ class Script:
     hanging: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-class FakePool:
-    """`ServerPool` with no processes: servers are records; their events are the real ones' minimum."""
+class FakePool(Pool):
+    """`ServerPool` with no processes: the real pool's residency (ready, warm counts, releases) over servers
+    that are records; their events are the real ones' minimum."""
 
     def __init__(self, recorder: Recorder, script: Script) -> None:
-        self.recorder, self.script = recorder, script
-        self.resident: dict[str, tuple[FakeServer, Group, set[int]]] = {}
+        self.recorder, self.script, self.sweep = recorder, script, recorder.sweep
+        self.resident: dict[str, Resident] = {}
         self.never_started: set[tuple[str, int | None]] = set()
         self.budget = Budget(bytes=1 << 40, source="fake budget")
         self.pids = 1000
-
-    async def ready(self, cand: Candidate, g: Group) -> Any:
-        res = self.resident.get(cand.id)
-        if res is not None and (res[1] != g or not res[0].running):
-            await self.release(cand.id)
-            res = None
-        if res is not None:
-            return res[0]
-        if (cand.id, g.ctx_size) in self.never_started:
-            return None
-        server = await self.start(cand, g)
-        if server is None:
-            self.never_started.add((cand.id, g.ctx_size))
-            return None
-        self.resident[cand.id] = (server, g, set())
-        return server
-
-    def warm_count(self, cand: str, context: int) -> int:
-        res = self.resident.get(cand)
-        if res is None or context in res[2]:
-            return 0
-        res[2].add(context)
-        return 1
 
     async def start(self, cand: Candidate, g: Group, *, cold: bool = False, purpose: str = "sweep") -> Any:
         self.recorder.emit("server_starting", candidate=cand.id, runtime=cand.runtime, ctx_size=g.ctx_size)
@@ -117,20 +96,6 @@ class FakePool:
     async def kill(self, server: Any) -> None:
         server.running = False
 
-    async def release(self, cand: str) -> None:
-        res = self.resident.pop(cand, None)
-        if res is not None:
-            await self.stop(res[0])
-
-    async def release_all(self, keep: int | None = None) -> None:
-        for cid, res in list(self.resident.items()):
-            if keep is None or keep not in res[1].contexts:
-                await self.release(cid)
-
-    async def release_others(self, cand: str) -> None:
-        for cid in [c for c in self.resident if c != cand]:
-            await self.release(cid)
-
     def hold_client_pin(self, cand: str) -> None:
         pass
 
@@ -144,8 +109,8 @@ class FakePool:
     async def close(self) -> None:
         """As the supervisor's stop_all: every server gone, no event."""
         self.script.closed += 1
-        for server, _, _ in self.resident.values():
-            server.running = False
+        for res in self.resident.values():
+            res.server.running = False
 
 
 class FakeRunner:

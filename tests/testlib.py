@@ -319,3 +319,17 @@ while True:
             f.write(str((start[names[zone]] + round(w * dt * 1e6)) % max_uj) + chr(10))
         os.replace(tmp, path)
 """
+
+
+def assert_golden(path: Path, name: str, got: Any, indent: int = 0) -> None:
+    """`got` (JSON data) equals the entry `name` recorded in `path`; BENCHD_GOLDEN_RECORD=1 records it instead."""
+    import json
+
+    got = json.loads(json.dumps(got))  # tuples → lists, as the file holds them
+    recorded = json.loads(path.read_text()) if path.exists() else {}
+    if os.environ.get("BENCHD_GOLDEN_RECORD"):
+        recorded[name] = got
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(recorded, indent=indent, sort_keys=True) + "\n")
+    assert name in recorded, f"nothing recorded for {name} in {path.name}: run with BENCHD_GOLDEN_RECORD=1"
+    assert got == recorded[name]

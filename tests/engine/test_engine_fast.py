@@ -9,8 +9,6 @@ stage does with them."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from benchd.config import Config
 from benchd.schemas import Candidate, Cooldown, Probes, Sustained, Sweep
 from benchd.store import Store
 from tests.fakeengine import Script, seam
+from tests.testlib import assert_golden
 
 GOLDEN = Path(__file__).parent.parent / "data" / "golden" / "fake_sweeps.json"
 #: Wall-clock fields (and what the machine it ran on says about itself): not the engine's decisions.
@@ -107,13 +106,7 @@ async def test_the_rows_and_events_are_the_ones_recorded_before_the_split(name: 
         del row["sources"], row["null_reasons"]
     events = [[e.seq, e.type, msgspec.to_builtins(e.payload)] for e in store.iter_events(job)]
     doc = _masked({"rows": rows, "events": events}, str(tmp_path))
-    recorded = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
-    if os.environ.get("BENCHD_GOLDEN_RECORD"):
-        recorded[name] = doc
-        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
-        GOLDEN.write_text(json.dumps(recorded, indent=0, sort_keys=True) + "\n")
-    assert name in recorded, f"no golden sweep for {name}: run with BENCHD_GOLDEN_RECORD=1"
-    assert doc == recorded[name]
+    assert_golden(GOLDEN, name, doc)
 
 
 async def test_interleaved_visits_every_candidate_once_per_round_in_a_seeded_order(tmp_path: Path) -> None:

@@ -9,8 +9,6 @@ seam's golden (tests/engine/test_engine_fast.py) compares every row and event.""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from benchd.engine.scheduler import run_job
 from benchd.results import runbook
 from benchd.schemas import Candidate, Cooldown, Sustained, Sweep, events
 from benchd.store import Store, utcnow
+from tests.testlib import assert_golden
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -74,11 +73,4 @@ def test_the_engine_decides_what_it_decided_before_the_split(order: str | None, 
                                                               tiny_models: Any, llama_server_bin: Path) -> None:
     name = f"{order or 'interleaved'}"
     got = _skeleton(tmp_path, _sweep(tiny_models, llama_server_bin, order, missing), f"golden-{name}-0001")
-    recorded = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
-    if os.environ.get("BENCHD_GOLDEN_RECORD"):
-        recorded[name] = got
-        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
-        GOLDEN.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
-    assert name in recorded, f"no skeleton recorded for {name}: run with BENCHD_GOLDEN_RECORD=1"
-    want = json.loads(json.dumps(got))  # tuples → lists, as the file holds them
-    assert want == recorded[name]
+    assert_golden(GOLDEN, name, got, indent=1)
