@@ -7,7 +7,6 @@ Reasons and facts: docs/architecture.md#the-sweep-engine.
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -59,7 +58,7 @@ class Recorder:
     def past(self, kind: type[P]) -> list[P]:
         """The payloads of the job's stored events of that struct's type (probe events skipped by the scan)."""
         want = {t for t, c in events.PAYLOADS.items() if c is kind}
-        return [typing.cast(P, events.payload(e)) for e in self.store.iter_events(self.job, exclude_types=PROBE_EVENTS)
+        return [events.decode(e, kind) for e in self.store.iter_events(self.job, exclude_types=PROBE_EVENTS)
                 if e.type in want]
 
     def vision_pending(self, cand: Candidate) -> list[tuple[vision.VisionCell, int]]:

@@ -7,7 +7,7 @@ docs/api.md#events lists them from these structs (tests/test_docs.py keeps it in
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
@@ -16,6 +16,8 @@ from benchd.schemas.api import Event
 from benchd.schemas.kld import KldResult
 from benchd.schemas.rows import CooldownRecord, Row
 from benchd.schemas.runbook import CellVerdict
+
+S = TypeVar("S", bound=Struct)
 
 
 class Payload(Struct, kw_only=True):
@@ -72,22 +74,22 @@ class DesignChosen(Payload):
     """The measuring order that runs, what was asked, why, the seed of its round orders and its plan."""
 
     order: str
-    asked: str | None
     why: str
-    seed: int
     plan: str
-    budget_bytes: int | None
-    budget_source: str
-    drift_protected: bool
+    asked: str | None = None
+    seed: int | None = None  # (null in stores written before these fields)
+    budget_bytes: int | None = None
+    budget_source: str | None = None
+    drift_protected: bool | UnsetType = UNSET
 
 
 class DesignChanged(Payload):
     """Interleaved fell back to blocked at `context` (the warmed servers did not fit)."""
 
     order: str
-    context: int
-    plan: str
     why: str
+    context: int | None = None
+    plan: str | None = None
 
 
 class RoundStarted(Payload):
@@ -122,14 +124,14 @@ class ServerReady(Payload):
     """A server answered health (`external`: benchd attached to a server it did not start, no time to ready)."""
 
     candidate: str
-    runtime: str
-    pid: int | None
-    port: int
-    ctx_size: int | None
-    binary: str | None
-    version: str | None
-    version_source: str
-    purpose: str
+    purpose: str = "sweep"
+    runtime: str | None = None  # (null in stores written before these fields)
+    pid: int | None = None
+    port: int | None = None
+    ctx_size: int | None = None
+    binary: str | None = None
+    version: str | None = None
+    version_source: str | None = None
     energy: dict[str, Any] | UnsetType = UNSET
     external: dict[str, Any] | UnsetType = UNSET
     ready_s: float | UnsetType = UNSET
@@ -287,6 +289,11 @@ PAYLOADS: dict[str, type[Struct]] = {
 def payload(event: Event) -> Struct:
     """The event's payload as its type's struct (msgspec.ValidationError names the bad field)."""
     return msgspec.convert(event.payload, PAYLOADS[event.type])
+
+
+def decode(event: Event, kind: type[S]) -> S:
+    """The event's payload as `kind` (its type's struct, known to the caller)."""
+    return msgspec.convert(event.payload, kind)
 
 
 def to_wire(p: Struct) -> dict[str, Any]:
