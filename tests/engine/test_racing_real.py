@@ -84,6 +84,10 @@ def test_a_raced_matrix_drops_the_slow_model_and_the_broken_start(tiny_models: A
 
     text = render_markdown(rb)
     assert "## Race" in text and "slow" in text.split("## Race", 1)[1]
+    from benchd.results import html
+
+    page = html._race(rb)
+    assert "<section id='race'>" in page and "<td>slow</td>" in page and "tiny-q8k" in page
     # the lock keeps the flags: a matrix candidate locks with its full args, and `locked --command` has them
     from benchd.lock import lockfile
 
