@@ -174,6 +174,8 @@ def _event_text(ev: dict[str, Any]) -> str:
         return f"ctx {p.get('context')} round {p.get('round')}: {' → '.join(p.get('order') or [])}"
     if ev["type"] == "context_finished":
         return f"ctx {p.get('context')} stopped after {p.get('rounds')} rounds ({p.get('design')}): {p.get('why')}"
+    if ev["type"] == "candidate_dropped":
+        return f"{p.get('candidate')} left the race at ctx {p.get('context')} after round {p.get('round')}: {p.get('why')}"
     if ev["type"] == "session_finished":
         ttft, reuse = p.get("warm_ttft_ms"), p.get("reuse_fraction")
         return (f"session {p.get('candidate')} ctx {p.get('context')}: {p.get('status')}, warm-turn TTFT "
@@ -242,7 +244,7 @@ class _Rich:
             self.progress.console.print(_row_text(row), highlight=False, markup=False)
         elif ev["type"] in ("job_started", "job_resumed", "job_interrupted", *TERMINAL_EXIT, "server_crashed",
                             "cell_finished", "session_finished", "level_finished", "design_chosen",
-                            "design_changed", "context_finished"):
+                            "design_changed", "context_finished", "candidate_dropped"):
             self.progress.console.print(_event_text(ev), style="bold", highlight=False, markup=False)
         else:
             self.progress.update(self.task, description=_event_text(ev)[:60])
