@@ -35,7 +35,13 @@ from benchd.errors import BenchdError
 from benchd.schemas import Candidate, KldCorpus, KldResult, Sweep
 from benchd.sensors.facts import hash_file, hash_model
 from benchd.sensors.memory.sampler import MemorySampler
-from benchd.servers.locate import llama_version, resolve_llama_binary, resolve_mlx_command
+from benchd.servers.locate import (
+    _argv_python,
+    _dist_version,
+    llama_version,
+    resolve_llama_binary,
+    resolve_mlx_command,
+)
 from benchd.servers.runtimes.vision import gguf_metadata
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "data" / "kld-corpus.txt"
@@ -142,8 +148,8 @@ def count_tokens(cand: Candidate, text_path: Path, cache_dir: Path, timeout: flo
 
 
 def _mlx_python(cache_dir: Path) -> str:
-    argv, _ = resolve_mlx_command("mlx_lm.server", None, cache_dir)
-    return argv[0] if "-m" in argv else str(Path(argv[0]).parent / "python")
+    """The interpreter of the MLX runtime benchd would start (its venv's python)."""
+    return _argv_python(resolve_mlx_command("mlx_lm.server", None, cache_dir)[0])
 
 
 # ------------------------------------------------------------------------------------------- checks
@@ -650,12 +656,9 @@ class KldRunner:
 
 @functools.lru_cache(maxsize=8)
 def _mlx_version(python: str) -> str | None:
-    code = "import importlib.metadata as m; print('mlx-lm', m.version('mlx-lm'), 'mlx', m.version('mlx'))"
-    try:
-        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout.strip() or None
+    """`mlx-lm X mlx Y` as the venv's package metadata says (benchd.servers.locate's reader)."""
+    lm, core = _dist_version(python, "mlx-lm"), _dist_version(python, "mlx")
+    return f"mlx-lm {lm} mlx {core}" if lm and core else None
 
 
 def done_from_events(events: Sequence[Any]) -> set[tuple[str, int]]:

@@ -122,8 +122,17 @@ def _test_name(n_prompt: int | None, n_gen: int | None) -> str | None:
     return f"tg{n_gen}" + (f" @ d{n_prompt}" if n_prompt else "")
 
 
+def kld_objects(rb: Runbook) -> list[dict[str, Any]]:
+    """One object per `[kld]` result (`kind: "kld"`, every field of the result, the corpus's sha256 and tokens)."""
+    c = rb.kld_corpus
+    corpus = {"corpus": c.path, "corpus_sha256": c.sha256, "corpus_tokens": c.tokens} if c else {}
+    return [{"kind": "kld", **msgspec.to_builtins(r), **corpus} for r in rb.kld]
+
+
 def render_jsonl(rb: Runbook) -> str:
-    return "".join(json.dumps(o, ensure_ascii=False, sort_keys=False) + "\n" for o in jsonl_objects(rb))
+    """The probe rows' objects, then the KL divergence results' (docs/exports.md#jsonl)."""
+    return "".join(json.dumps(o, ensure_ascii=False, sort_keys=False) + "\n"
+                   for o in [*jsonl_objects(rb), *kld_objects(rb)])
 
 
 # ------------------------------------------------------------------------------------------------ csv

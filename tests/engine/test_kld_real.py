@@ -178,6 +178,12 @@ def test_a_sweep_scores_after_its_probes_and_the_runbook_shows_it(tiny_models: A
     md, text = render_markdown(rb), render_text(rb)
     assert "## KL divergence" in md and rb.kld_corpus.sha256 in md and f"{rb.kld_corpus.tokens} tokens" in md
     assert "q4 @ 256: KLD" in text and "KL divergence against f32" in text
+    import json
+
+    from benchd.results.export import render_jsonl
+
+    klds = [o for o in map(json.loads, render_jsonl(rb).splitlines()) if o["kind"] == "kld"]
+    assert {o["candidate"] for o in klds} == {"f32", "q4"} and all(o["corpus_sha256"] for o in klds)
 
 
 # ------------------------------------------------------------------------------------------------ MLX
