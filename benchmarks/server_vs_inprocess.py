@@ -2,7 +2,9 @@
 ÷ `llama-bench`'s pp / tg at the same depth, same binary build, same threads. Alternated probe by probe.
 
     .venv/bin/python benchmarks/server_vs_inprocess.py [--probes 10] [--contexts 512,2048] [--gen 128]
-        [--threads 1] [--json]
+        [--threads 1] [--model medium|real] [--json]
+
+`--model real`: SmolLM2-135M-Instruct's Q4_1 GGUF (`benchctl models real`) instead of the tiny medium one.
 
 A = benchd's per-probe path on a server started by benchd's Supervisor with the engine's argv (the tiny
 "medium" GGUF, `-t N`, `-c d+gen+64`, `-np 1`, `--metrics`): PromptBuilder sized with /tokenize,
@@ -100,10 +102,17 @@ def main() -> int:
     p.add_argument("--contexts", default="512,2048")
     p.add_argument("--gen", type=int, default=128)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--model", choices=("medium", "real"), default="medium",
+                   help="medium: the tiny medium GGUF; real: SmolLM2-135M-Instruct Q4_1 (benchctl models real)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     a.contexts = [int(x) for x in a.contexts.split(",")]
-    model = str(C.tiny("medium").target)
+    if a.model == "real":
+        from benchctl.realmodel import ensure
+
+        model = str(ensure(C.cache_dir()).gguf)
+    else:
+        model = str(C.tiny("medium").target)
     per: dict[int, dict[str, list[float]]] = {c: {"pp": [], "tg": []} for c in a.contexts}
     raw: list[dict[str, Any]] = []
     build = None
@@ -137,7 +146,7 @@ def main() -> int:
         return 0 if met else 1
     m = doc["machine"]
     print(f"server_vs_inprocess  {m['date_utc']} UTC  {m['cores_logical']} cores  load {m['loadavg_1m']:.2f}  "
-          f"tiny medium GGUF, -t {a.threads}, gen {a.gen}, {a.probes} probe/llama-bench pairs per depth")
+          f"{'SmolLM2-135M Q4_1' if a.model == 'real' else 'tiny medium'} GGUF, -t {a.threads}, gen {a.gen}, {a.probes} probe/llama-bench pairs per depth")
     print(f"server: {version}  llama-bench build_commit: {build}")
     print(f"{'depth':>6s} {'prompt: server/bench':>21s} {'(min..max)':>14s} {'gen: server/bench':>18s} {'(min..max)':>14s}")
     for c in a.contexts:

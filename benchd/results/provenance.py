@@ -8,7 +8,9 @@ lives in the darwin-only `benchd.sensors.power.darwin` and is tested on committe
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -29,6 +31,7 @@ from benchd.sensors.facts import (
     hash_model,
 )
 from benchd.servers.fingerprint import executable_of, external_fingerprint, take_fingerprint
+from benchd.servers.runtimes.vision import gguf_metadata
 
 # ------------------------------------------------------------------------ per candidate and prompts
 
@@ -148,7 +151,7 @@ def collect_candidates(config: Config, sweep: Sweep, rows: Sequence[Row], events
         model = (ModelInfo(path=c.request_model or "", kind="external",
                            null_reasons={"bytes": "an external server: benchd reads none of its files",
                                          "sha256": "an external server: benchd reads none of its files"})
-                 if c.external else hash_model(c.model, cache))
+                 if c.external else with_license(hash_model(c.model, cache)))
         out.append(CandidateProvenance(
             external=external,
             candidate=c.id, runtime=c.runtime, model=model,
@@ -158,6 +161,39 @@ def collect_candidates(config: Config, sweep: Sweep, rows: Sequence[Row], events
             fingerprint=fingerprint,
         ))
     return out
+
+
+def model_license(path: str) -> tuple[str | None, str]:
+    """The licence a model's files declare and where it was read, else None and why."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        readme = p / "README.md"
+        try:
+            text = readme.read_text(encoding="utf-8", errors="replace") if readme.is_file() else ""
+        except OSError as exc:
+            return None, f"README.md could not be read: {exc.strerror}"
+        head = text.split("\n---", 1)[0] if text.startswith("---") else ""
+        found = re.search(r"^license:\s*(\S.*?)\s*$", head, re.MULTILINE)
+        if found:
+            return found.group(1).strip("'\""), "model dir README.md front matter `license:`"
+        return None, "the model dir's README.md declares no `license:` in its front matter (or there is none)"
+    try:
+        value = gguf_metadata(str(p)).get("general.license")
+    except (OSError, ValueError) as exc:
+        return None, f"not a readable GGUF header: {exc}"
+    if isinstance(value, str) and value:
+        return value, "GGUF general.license"
+    return None, "the GGUF declares no general.license"
+
+
+def with_license(model: ModelInfo) -> ModelInfo:
+    """`model` with the licence its files declare (or the reason there is none) filled in."""
+    if model.kind not in ("file", "dir"):
+        return model
+    value, source = model_license(model.path)
+    if value is None:
+        return msgspec.structs.replace(model, null_reasons={**model.null_reasons, "license": source})
+    return msgspec.structs.replace(model, license=value, license_source=source)
 
 
 def external_server(cand: str, events: Sequence[Any]) -> ExternalServer | None:

@@ -372,6 +372,9 @@ def render_markdown(rb: Runbook) -> str:
     lines += [_md_table(h, body), ""]
     methods = sorted({c.model.sha256_method for c in rb.provenance.candidates if c.model.sha256_method})
     lines += [f"sha256 method: {mm}" for mm in methods] + [""]
+    lines += [f"- {c.candidate} model licence: " + (f"{c.model.license} ({c.model.license_source})" if c.model.license
+                                                     else f"null ({c.model.null_reasons.get('license', 'not read')})")
+              for c in rb.provenance.candidates] + [""]
     for c in rb.provenance.candidates:
         env = ", ".join(f"{k}={v}" for k, v in c.server_env.items()) or "none"
         removed = ", ".join(c.env_removed) or "none"

@@ -189,6 +189,10 @@ class ModelInfo(Struct, kw_only=True):
     sha256_method: str | None = None
     files: int | None = None
     null_reasons: dict[str, str] = {}
+    #: The licence the model's own files declare (a GGUF's `general.license`, an MLX dir's README.md
+    #: front matter `license:`), and where it was read; null with a reason when they declare none.
+    license: str | None = None
+    license_source: str | None = None
 
 
 class CpuAffinity(Struct, kw_only=True, frozen=True):

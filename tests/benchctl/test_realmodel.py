@@ -125,3 +125,18 @@ def test_the_tokenizer_is_the_gguf_vocabulary(model: Any) -> None:
     assert enc.ids[0] == 1 and enc.ids[-1] == 2  # the control tokens, split out as specials
     assert [t for t in enc.tokens if t.isdigit()] == ["1", "2", "3", "4", "5", "7"]  # smollm: digits one by one
     assert tok.decode(enc.ids, skip_special_tokens=False) == text
+
+
+def test_the_runbook_reads_the_licence_the_model_files_declare(model: Any, tmp_path: Path) -> None:
+    """Runbook provenance (`benchd.results.provenance.model_license`): the GGUF's `general.license`, the
+    MLX copy's README front matter; a model that declares none gets null and the reason."""
+    from benchd.results.provenance import model_license
+
+    assert model_license(str(model.gguf)) == ("apache-2.0", "GGUF general.license")
+    assert model_license(str(model.mlx_dir)) == ("apache-2.0", "model dir README.md front matter `license:`")
+    (tmp_path / "bare").mkdir()
+    value, why = model_license(str(tmp_path / "bare"))
+    assert value is None and "README.md" in why
+    (tmp_path / "x.gguf").write_bytes(b"not a gguf")
+    value, why = model_license(str(tmp_path / "x.gguf"))
+    assert value is None and "not a readable GGUF header" in why
