@@ -7,32 +7,43 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import Any
+from typing import TypeVar
 
-from benchd.schemas import ReadyStart, ReadySummary
+from msgspec import UnsetType
+
+from benchd.schemas import Event, ReadyStart, ReadySummary
+from benchd.schemas import events as ev
+
+T = TypeVar("T")
 
 
-def ready_starts(events: Sequence[Any]) -> list[ReadyStart]:
+def ready_starts(events: Sequence[Event]) -> list[ReadyStart]:
     out = []
     for e in events:
-        p = e.payload
-        if e.type != "server_ready" or "ready_s" not in p:
+        if e.type != "server_ready":
             continue
+        p = ev.decode(e, ev.ServerReady)
+        if isinstance(p.ready_s, UnsetType):  # an external server's attach: no time to ready
+            continue
+        load_s, load_note, cache, cache_note = (_set(p.load_s), _set(p.load_note), _set(p.cache), _set(p.cache_note))
         sources = {"ready_s": "benchd: spawn -> health answered (monotonic clock)"}
         nulls: dict[str, str] = {}
-        if p.get("load_s") is not None:
-            sources["load_s"] = p.get("load_note") or "log"
+        if load_s is not None:
+            sources["load_s"] = load_note or "log"
         else:
-            nulls["load_s"] = p.get("load_note") or "this benchd did not record the model's load time"
-        if p.get("cache") is not None:
-            sources["cache"] = p.get("cache_note") or "mincore(2)"
+            nulls["load_s"] = load_note or "this benchd did not record the model's load time"
+        if cache is not None:
+            sources["cache"] = cache_note or "mincore(2)"
         else:
-            nulls["cache"] = p.get("cache_note") or "this benchd did not record the page-cache state"
-        out.append(ReadyStart(candidate=p["candidate"], time=e.time, purpose=p.get("purpose", "sweep"),
-                              ready_s=p.get("ready_s"), load_s=p.get("load_s"), cache=p.get("cache"),
-                              cold_requested=bool(p.get("cold")), resident_before=p.get("resident_before"),
-                              sources=sources, null_reasons=nulls))
+            nulls["cache"] = cache_note or "this benchd did not record the page-cache state"
+        out.append(ReadyStart(candidate=p.candidate, time=e.time, purpose=p.purpose, ready_s=p.ready_s, load_s=load_s,
+                              cache=cache, cold_requested=bool(_set(p.cold)),
+                              resident_before=_set(p.resident_before), sources=sources, null_reasons=nulls))
     return out
+
+
+def _set(x: T | UnsetType) -> T | None:
+    return None if isinstance(x, UnsetType) else x
 
 
 def ready_summary(starts: Sequence[ReadyStart], candidates: Sequence[str]) -> list[ReadySummary]:
