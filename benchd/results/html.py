@@ -276,9 +276,11 @@ def _evals(rb: Runbook) -> str:
     if not rb.eval_summary:
         return "<section id='evals'><h2>Evals</h2><p>No eval ran (eval_tier = none, or no candidate answered).</p></section>"
 
-    top = table(["candidate", "tier / suite", "passed", "total", "pass rate", "95 % CI", "failure classes", "tool parser",
-                 "median s / task", "partial", "not sandboxed"],
-                [[e.candidate, e.tier, e.passed, e.total, fmt_value("eval_pass_rate", e.pass_rate),
+    top = table(["candidate", "tier / suite", "passed", "total", "completed (server errors)", "pass rate (of completed)",
+                 "95 % CI", "failure classes", "tool parser", "median s / task", "partial", "not sandboxed"],
+                [[e.candidate, e.tier, e.passed, e.total,
+                  f"{e.completed} ({e.errors})" if e.completed is not None else "-",
+                  fmt_value("eval_pass_rate", e.pass_rate),
                   fmt_range("eval_pass_rate", e.ci_low, e.ci_high), fmt_counts(e.failures), e.parser or "-",
                   f"{e.latency_s_median:.3g}" if e.latency_s_median is not None else "-",
                   e.partial_reason or "no", e.unsandboxed] for e in rb.eval_summary])
