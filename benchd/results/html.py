@@ -272,6 +272,36 @@ def _ready(rb: Runbook) -> str:
             f"{top}<details><summary>Every server start</summary>{starts}</details></section>")
 
 
+def _kld(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
+    """KL divergence against `[kld] reference`: the corpus, a chart of KLD by memory per context, the table."""
+    if rb.sweep.kld.reference is None:
+        return ""
+    head = "<section id='kld'><h2>KL divergence</h2>"
+    c = rb.kld_corpus
+    corpus = (f"<p>Against <b>{esc(rb.sweep.kld.reference)}</b> on {esc(c.path)} ({esc(c.source)}; sha256 "
+              f"<code>{esc(c.sha256)}</code>, {c.tokens if c.tokens is not None else 'null'} tokens). Mean ± standard "
+              "error over the scored tokens; lower is less quality lost (docs/kld.md).</p>") if c else ""
+    if not rb.kld:
+        return head + corpus + "<p>No result: the step did not run.</p></section>"
+    pts = [{"candidate": r.candidate, "context": r.context, "kld": r.kld_mean, "mem_mib": r.mem_peak_bytes / (1 << 20)}
+           for r in rb.kld if r.status == "ok" and r.kld_mean is not None and r.mem_peak_bytes]
+    if pts:
+        charts.append({"id": "chart-kld", "kind": "kld", "spec": pagecharts.kld_spec(pts, candidates)})
+
+    def pm(v: float | None, se: float | None, scale: float = 1.0) -> str:
+        return "null" if v is None else f"{v * scale:.4g}" + (f" ± {se * scale:.2g}" if se else "")
+
+    rows = [[r.context, r.candidate, r.status, pm(r.kld_mean, r.kld_mean_se), fmt_value("kld", r.kld_median),
+             fmt_value("kld", r.kld_p99), pm(r.top1_agree, r.top1_agree_se, 100), pm(r.ppl_ratio, r.ppl_ratio_se),
+             r.tokens_scored, r.seconds, fmt_value("mem_peak_bytes", r.mem_peak_bytes),
+             "; ".join([*(x for x in (r.reason, r.comparability) if x), *r.notes,
+                        *(f"{k}: {v}" for k, v in r.null_reasons.items())])] for r in rb.kld]
+    return (head + corpus + (chart_div("chart-kld", "KL divergence by peak memory per context; the table below has "
+                                       "the values") if pts else "")
+            + table(["context", "candidate", "status", "mean KLD", "median", "p99", "top-1 %", "PPL ratio", "tokens",
+                     "seconds", "peak memory", "reasons and notes"], rows) + "</section>")
+
+
 def _evals(rb: Runbook) -> str:
     if not rb.eval_summary:
         return "<section id='evals'><h2>Evals</h2><p>No eval ran (eval_tier = none, or no candidate answered).</p></section>"
@@ -321,12 +351,13 @@ def render_page(rb: Runbook, runtime: Runtime) -> bytes:
     charts: list[Doc] = []
     nav = "".join(f"<a href='#{a}'>{t}</a>" for a, t in (("summary", "Summary"), ("pareto", "Pareto"),
                   ("probes", "Probes"), ("sustained", "Sustained"), ("agentic", "Sessions"), ("ready", "Ready"),
-                  ("evals", "Evals"), ("lock", "Lock")))
+                  ("evals", "Evals"), ("lock", "Lock"))
+                  + ((("kld", "KLD"),) if rb.sweep.kld.reference else ()))
     body = (f"<header><h1>benchd runbook <span class='rid'>{esc(rb.id)}</span></h1>"
             f"<p class='outcome {esc(rb.outcome)}'>sweep <b>{esc(rb.sweep.name)}</b>: {esc(rb.outcome)}</p>"
             f"<nav>{nav}</nav></header><main>"
             + _summary(rb) + _race(rb) + _pareto(rb, candidates, charts) + _probes(rb, candidates, charts)
-            + _sustained(rb, candidates, charts) + _agentic(rb, candidates, charts) + _ready(rb) + _evals(rb)
+            + _sustained(rb, candidates, charts) + _agentic(rb, candidates, charts) + _ready(rb) + _kld(rb, candidates, charts) + _evals(rb)
             + _locks(rb) + "</main>")
     labels = {a: axis_label(a) for a in records.axes_present(rb)}
     return page(f"benchd runbook {rb.id}", body, charts, {"labels": labels}, runtime)

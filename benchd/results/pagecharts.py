@@ -132,6 +132,29 @@ def sustained_spec(windows: list[Spec], candidates: list[str]) -> Spec:
     }
 
 
+def kld_spec(points: list[Spec], candidates: list[str]) -> Spec:
+    """KL divergence against the reference (y, log) by the scoring run's peak memory (x), a panel per `[kld]`
+    context; each point is one candidate (`points`: candidate, context, kld, mem_mib)."""
+    shape, colour = candidate_scales(candidates)
+    return {
+        "description": "KL divergence from the reference against peak memory of the scoring run, one panel per "
+                       "context, one point per candidate (marker shape and colour differ per candidate).",
+        "config": CONFIG, "data": {"values": points},
+        "transform": [{"filter": "datum.kld > 0"}],  # a log scale has no place for 0 (the reference itself)
+        "facet": {"field": "context", "type": "ordinal", "title": "context (tokens per chunk)"},
+        "spec": {"width": 260, "height": 200, "mark": {"type": "point", "filled": True, "size": 90},
+                 "encoding": {
+                     "x": {"field": "mem_mib", "type": "quantitative", "title": "peak memory (MiB)"},
+                     "y": {"field": "kld", "type": "quantitative", "title": "mean KLD (log scale)",
+                           "scale": {"type": "log"}},
+                     "color": {"field": "candidate", "type": "nominal", "scale": colour},
+                     "shape": {"field": "candidate", "type": "nominal", "scale": shape},
+                     "tooltip": [{"field": "candidate"}, {"field": "context"},
+                                 {"field": "kld", "title": "mean KLD", "format": ".3g"},
+                                 {"field": "mem_mib", "title": "MiB", "format": ",.0f"}]}},
+    }
+
+
 def _lines_per_context(description: str, data: list[Spec], transform: Spec, enc: Spec, point_enc: Spec,
                        point_size: int) -> Spec:
     """A line and its points per candidate, one panel per context."""

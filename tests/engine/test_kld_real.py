@@ -184,6 +184,11 @@ def test_a_sweep_scores_after_its_probes_and_the_runbook_shows_it(tiny_models: A
 
     klds = [o for o in map(json.loads, render_jsonl(rb).splitlines()) if o["kind"] == "kld"]
     assert {o["candidate"] for o in klds} == {"f32", "q4"} and all(o["corpus_sha256"] for o in klds)
+    from benchd.results import html
+
+    if html.available():  # the page: the section, its chart of KLD by memory, the corpus's sha256
+        page = html.render_page(rb, html.vega_runtime(cache_dir)).decode()
+        assert "<section id='kld'>" in page and "chart-kld" in page and rb.kld_corpus.sha256 in page
 
 
 # ------------------------------------------------------------------------------------------------ MLX
