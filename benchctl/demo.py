@@ -2,8 +2,9 @@
 
 Steps, each a real command a user could type: provision runtimes (cached), generate the tiny models
 (cached), write `state/demo-sweep.toml`, start `benchd` on the checkout's `state/`, `benchctl submit
---follow`, `benchctl report --pareto`, stop the daemon, and print the page to open (`<runbook>.html`)
-and the next step (`benchctl lock`).
+--follow` (which ends with the Pareto view), `benchctl report`, stop the daemon, and print the page to
+open (`<runbook>.html`), one line saying what the sweep found, and the next step (`benchctl lock`, naming
+no candidate: the tool does not pick).
 
 Why subprocesses and not library calls: the demo doubles as the proof that the installed entry points
 work together (the daemon, the socket, the client), which is what a newcomer needs to see.
@@ -109,10 +110,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"benchd did not start; see {config.daemon_log_path}", file=sys.stderr)
                 return 1
             time.sleep(0.2)
-        submitted = _run([benchctl, "submit", str(sweep_path), "--follow"], env=env)
-        rc = _run([benchctl, "report", "--pareto"], env=env).returncode
+        submitted = _run([benchctl, "submit", str(sweep_path), "--follow"], env=env)  # ends with the Pareto view
+        rc = _run([benchctl, "report"], env=env).returncode  # the cells; the Pareto view is printed once, above
         if submitted.returncode != 0 or rc != 0:
-            print("the demo sweep did not succeed; `benchctl logs` and the runbook say why", file=sys.stderr)
+            # the daemon is stopped below: advice that works without it (files, offline commands)
+            print(f"the demo sweep did not succeed. Why, without the daemon: {benchctl} report (the runbook, offline); "
+                  f"the daemon's log {config.daemon_log_path}; the servers' logs under {state / 'logs'}",
+                  file=sys.stderr)
             return submitted.returncode or rc
     finally:
         daemon.send_signal(signal.SIGTERM)
@@ -125,9 +129,30 @@ def main(argv: list[str] | None = None) -> int:
     if runbooks:
         print("\nOpen the runbook page (one self-contained file, works offline):")
         print("  ", runbooks[-1].with_suffix(".html"))
-    print("\nNext step: read the tradeoffs, then lock the candidate YOU choose, e.g.")
-    print(f"  BENCHD_STATE_DIR={state} {benchctl} lock --candidate tiny-gguf-draft --note 'why I chose it'")
+        print("\n" + conclusion(runbooks[-1]))
+    print("\nNext step: read the tradeoffs (one priority at a time: "
+          f"{benchctl} report --priority generation, or memory, first-token, ...), then lock the candidate YOU "
+          "choose; the tool does not pick one:")
+    print(f"  BENCHD_STATE_DIR={state} {benchctl} lock --candidate ID --note 'why I chose it'")
     return 0
+
+
+def conclusion(runbook_path: Path) -> str:
+    """One line saying what the demo found, from the runbook's Pareto view: per context who is
+    dominated (by whom) and who stays on the frontier; the sentences are the report's."""
+    from benchd.results.runbook import decode_runbook
+
+    try:
+        rb = decode_runbook(runbook_path.read_bytes(), str(runbook_path))
+    except Exception as exc:  # the line is a summary: the runbook's own error is the report's to show
+        return f"What it found: the runbook could not be read ({exc})"
+    parts = []
+    for view in rb.pareto:
+        out = [f"{d.by} dominates {c}" for c, ds in view.dominated.items() for d in ds]
+        stay = ", ".join(view.frontier) or "none"
+        parts.append(f"at context {view.context}, " + ("; ".join(out) + f"; on the frontier: {stay}" if out else
+                                                       f"no candidate is ruled out (frontier: {stay})"))
+    return "What it found: " + (". ".join(parts) if parts else "no Pareto view (no successful probes)") + "."
 
 
 if __name__ == "__main__":
