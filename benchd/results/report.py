@@ -305,9 +305,12 @@ def print_rich(rb: Runbook, pareto: bool = False) -> None:
     for line in header_lines(rb):
         console.print(line, highlight=False, soft_wrap=True)
     header, body, notes = cell_table(rb)
+    console.print(VERDICT_NOTE, highlight=False, soft_wrap=True)  # the legend, on a terminal too
     table = Table(title="medians (min–max, cv) of ok probes; ~noisy = CV > 5 %")
-    for h in header:
-        table.add_column(h)
+    widest = max((len(r[0]) for r in body), default=len(header[0]))
+    for i, h in enumerate(header):
+        # the id is what the next command takes: never cut; the other columns wrap to make room
+        table.add_column(h, no_wrap=True, min_width=max(widest, len(h))) if i == 0 else table.add_column(h)
     for row in body:
         table.add_row(*(f"[yellow]{c}[/yellow]" if NOISY_MARK in c else c for c in row))
     console.print(table)

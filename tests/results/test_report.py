@@ -100,3 +100,15 @@ def test_rich_table(state, capsys: pytest.CaptureFixture[str], monkeypatch: pyte
     assert "gguf-plain" in out and "100.0 (99.0–101.0" in out
     assert "mlx_lm.server reports no prompt timing" in out and "~noisy" in out
     assert "frontier" in out
+
+
+def test_rich_table_keeps_ids_whole_at_100_columns(state, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 100 columns the candidate ids are printed whole (the other columns wrap), with the legend."""
+    monkeypatch.setenv("COLUMNS", "100")
+    _config, rb = state
+    report.print_rich(rb)
+    out = capsys.readouterr().out
+    assert report.VERDICT_NOTE.split()[0] in out
+    for cand in ("gguf-plain", "gguf-spec", "mlx-lm"):
+        assert any(line.lstrip("│┃ ").startswith(cand) for line in out.splitlines()), (cand, out[:3000])
