@@ -191,6 +191,17 @@ def _predicate(axis: str, better: str, amount: str, up: bool, other: str) -> str
     return f"has a {amount} {'higher' if up else 'lower'} {axis_word(axis)} than {other}"
 
 
+def _word(axis: str, better: str, up: bool) -> str:
+    """The direction in words: `faster`/`slower` on a speed axis, `more`/`less` on an amount, else
+    `higher`/`lower` (`up`: the subject's value is the higher)."""
+    metric = axis.partition("@")[0]
+    if axis in SPEED_WHERE or metric in ("image_ttft_ms", "agg_gen_tps"):
+        return "faster" if up == (better == "higher") else "slower"
+    if axis in AMOUNT_WHAT:
+        return "more" if up else "less"
+    return "higher" if up else "lower"
+
+
 def _topic(axis: str) -> str:
     """`at generation`, `on peak memory`: what a tie or an open question is about."""
     metric, _, param = axis.partition("@")
@@ -211,8 +222,8 @@ def _design(v: VerdictFields, r: float, medians: Sequence[float | None] | None) 
         parts = [f"geometric means of {v.n_a:,} and {plural(v.n_b, 'value')}"]
     if medians is not None and len(medians) == 2 and medians[0] and medians[1]:
         m = medians[1] / medians[0]
-        said = "medians equal" if m == 1 else f"medians {_amount(m)[0]}" + ("" if (m >= 1) == (r >= 1) else " the other way")
-        if said != f"medians {_amount(r)[0]}":  # said only where the medians tell another story than the mean
+        said = "medians equal" if m == 1 else f"medians {_amount(m)[0]} {_word(v.axis, v.better, m >= 1)}"
+        if said != f"medians {_amount(r)[0]} {_word(v.axis, v.better, r >= 1)}":  # only where they tell another story
             parts.append(said)
     return parts
 
@@ -249,7 +260,9 @@ def comparison_sentence(v: VerdictFields, a: str, b: str, *, medians: Sequence[f
         return f"{b} {_predicate(v.axis, v.better, amount, up, a)} ({detail})"
     if v.verdict == "tied":
         return f"{b} and {a} are tied {_topic(v.axis)}: within ±{v.margin_pct:g} % ({detail})"
-    return f"{b} against {a} {_topic(v.axis)} is unresolved: {_open_question(v, lo, hi)} ({detail})"
+    amount, up = _amount(r)
+    estimate = "" if r == 1 else f"{b} is {amount} {_word(v.axis, v.better, up)} by the estimate, but "
+    return f"{b} against {a} {_topic(v.axis)} is unresolved: {estimate}{_open_question(v, lo, hi)} ({detail})"
 
 
 def _open_question(v: VerdictFields, lo: float | None, hi: float | None) -> str:

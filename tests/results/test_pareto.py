@@ -107,7 +107,8 @@ def test_a_difference_within_the_noise_is_not_better() -> None:
     res = pareto.pareto_from_rows(rows, [])[0]
     assert sorted(res.frontier) == ["a", "b"] and not res.dominated
     tie = next(t for t in res.ties if t.pair == ["a", "b"])
-    assert tie.axes["gen_tps"].startswith("a against b at generation is unresolved: the interval overlaps ±2 %; about ")
+    assert tie.axes["gen_tps"].startswith("a against b at generation is unresolved: a is 0.2 % slower by the estimate, "
+                                          "but the interval overlaps ±2 %; about ")
     assert "more rounds would decide it" in tie.axes["gen_tps"], tie.axes["gen_tps"]
     assert tie.text is not None and tie.text.startswith("neither a nor b is dominated yet: unresolved on generation speed")
     assert tie.status == "unresolved"  # a field, not read back from the sentence

@@ -17,7 +17,7 @@ def test_the_slower_candidate_is_the_subject_and_the_medians_are_named() -> None
     text = comparison_sentence(v, "tiny-gguf", "tiny-mlx", medians=(2248.0, 721.0))
     assert text.startswith("tiny-mlx is 3.2× slower than tiny-gguf at generation (geometric mean over 3 paired rounds, "
                            "95 % CI "), text
-    assert "; medians 3.1×; α = 0.05)" in text
+    assert "; medians 3.1× slower; α = 0.05)" in text
     turned = comparison_sentence(v, "tiny-gguf", "tiny-mlx", medians=(2248.0, 721.0), subject="a")
     assert turned.startswith("tiny-gguf is 3.2× faster than tiny-mlx at generation"), turned
 
