@@ -287,9 +287,7 @@ def _kld(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
            for r in rb.kld if r.status == "ok" and r.kld_mean is not None and r.mem_peak_bytes]
     if pts:
         charts.append({"id": "chart-kld", "kind": "kld", "spec": pagecharts.kld_spec(pts, candidates)})
-
-    def pm(v: float | None, se: float | None, scale: float = 1.0) -> str:
-        return "null" if v is None else f"{v * scale:.4g}" + (f" ± {se * scale:.2g}" if se else "")
+    from benchd.results.kldview import plus_minus as pm
 
     rows = [[r.context, r.candidate, r.status, pm(r.kld_mean, r.kld_mean_se), fmt_value("kld", r.kld_median),
              fmt_value("kld", r.kld_p99), pm(r.top1_agree, r.top1_agree_se, 100), pm(r.ppl_ratio, r.ppl_ratio_se),

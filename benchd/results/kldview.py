@@ -7,7 +7,8 @@ from benchd.results.text import fmt_bytes, fmt_value
 from benchd.schemas import KldResult, Runbook
 
 
-def _pm(v: float | None, se: float | None, scale: float = 1.0, unit: str = "") -> str:
+def plus_minus(v: float | None, se: float | None, scale: float = 1.0, unit: str = "") -> str:
+    """`v ± se` (each times `scale`, in `unit`) as every KLD view writes it; `null` without a value."""
     if v is None:
         return "null"
     return f"{fmt_value('kld', v * scale)}{unit}" + (f" ± {fmt_value('kld', se * scale)}{unit}" if se else "")
@@ -17,9 +18,9 @@ def _row(r: KldResult) -> str:
     if r.status != "ok":
         return f"  {r.candidate} @ {r.context}: {r.status}: {r.reason}"
     mem = fmt_bytes(r.mem_peak_bytes) if r.mem_peak_bytes else f"null ({r.null_reasons.get('mem_peak_bytes', '')})"
-    parts = [f"KLD {_pm(r.kld_mean, r.kld_mean_se)}", f"median {fmt_value('kld', r.kld_median)}",
-             f"p99 {fmt_value('kld', r.kld_p99)}", f"top-1 {_pm(r.top1_agree, r.top1_agree_se, 100, ' %')}",
-             f"PPL ratio {_pm(r.ppl_ratio, r.ppl_ratio_se)}", f"{r.tokens_scored} tokens",
+    parts = [f"KLD {plus_minus(r.kld_mean, r.kld_mean_se)}", f"median {fmt_value('kld', r.kld_median)}",
+             f"p99 {fmt_value('kld', r.kld_p99)}", f"top-1 {plus_minus(r.top1_agree, r.top1_agree_se, 100, ' %')}",
+             f"PPL ratio {plus_minus(r.ppl_ratio, r.ppl_ratio_se)}", f"{r.tokens_scored} tokens",
              f"{fmt_value('seconds', r.seconds)} s", f"peak {mem}"]
     extra = [f"{k}: {v}" for k, v in sorted(r.null_reasons.items()) if k != "mem_peak_bytes"]
     extra += list(r.notes) + ([r.comparability] if r.comparability else [])
