@@ -199,7 +199,7 @@ def test_ping_jobs_status_against_a_daemon(run_daemon) -> None:  # type: ignore[
     assert out.returncode == 2 and "no job" in out.stderr
 
 
-def test_ping_starts_fast(run_daemon) -> None:  # type: ignore[no-untyped-def]
+def test_ping_answers_and_imports_nothing_heavy(run_daemon) -> None:  # type: ignore[no-untyped-def]
     """`benchctl ping` via the installed entry point answers and imports nothing heavy.
 
     The wall time (median of 5) is printed, not asserted: a test's verdict must not depend on how busy
