@@ -1,5 +1,5 @@
 """When the rounds of a context end: a fixed count's last probe, a single candidate's CI-width stop, or
-(`probes = "auto"` with more than one candidate) every pair's verdict on the plan's metric resolved.
+(`probes = "auto"` with more than one candidate) every pair's Pareto question resolved at a planned look.
 
 Reasons and facts: docs/measuring.md#measurement-design.
 """
@@ -11,9 +11,7 @@ from benchd.engine.plan import RoundPlan
 from benchd.engine.racing import Race
 from benchd.engine.series import SeriesBook
 from benchd.schemas import Candidate, Row, Sweep
-from benchd.stats.axes import direction
-from benchd.stats.comparison import AxisVerdict
-from benchd.stats.stop import stop_verdict
+from benchd.stats import stop
 
 
 class StopRule:
@@ -33,9 +31,8 @@ class StopRule:
         `rplan.max_rounds` (blocked); `design` names the order the pairs are compared under.
 
         A fixed count ends when every candidate's cell has its probes; `probes = "auto"` with more than
-        one candidate ends, after `min` rounds, once every pair's verdict on the plan's metric is
-        resolved (different or tied, at the α the Pareto view gives each axis), or at `max`; a single
-        candidate keeps the CI-width stop of its cell."""
+        one candidate ends at a planned look once every pair's Pareto question over the per-probe axes is
+        resolved (`stats.stop.stop_reason`), or at `max`; a single candidate keeps the CI-width stop of its cell."""
         if not any(self.active(c, context) for c in cands):
             if not self.plan.adaptive:
                 return f"fixed count: every candidate has its {self.plan.min} probes"
@@ -49,28 +46,9 @@ class StopRule:
             return None
         if len(cands) == 1 and self.race is not None and self.race.dropped:  # the others left the race
             return f"one candidate left in the race ({cands[0].id}) after {rnd} rounds"
-        verdicts = self.pair_verdicts(context, cands, design)
-        if verdicts and all(v.verdict in ("different", "tied") for _, _, v in verdicts):
-            words = "; ".join(f"{a} vs {b}: {v.verdict}" for a, b, v in verdicts)
-            return f"every pair's {self.plan.metric} verdict resolved after {rnd} rounds ({words})"
-        return None
-
-    def pair_verdicts(self, context: int, cands: list[Candidate], design: str) -> list[tuple[str, str, AxisVerdict]]:
-        """Each pair's verdict on the plan's metric (`stats.stop.stop_verdict`), given the pair's valid probe rows
-        of the context (ok, full length, not invalidated, in a round); empty until every pair shares two rounds."""
         per = {c.id: self.round_rows(c.id, context) for c in cands}
-        out = []
-        for i, a in enumerate(cands):
-            for b in cands[i + 1:]:
-                if len({r.round for r in per[a.id]} & {r.round for r in per[b.id]}) < 2:
-                    return []
-                try:
-                    v = stop_verdict(per[a.id], per[b.id], metric=self.plan.metric, order=design,
-                                     better=direction(self.plan.metric), margin_pct=self.plan.target_ci_pct)
-                except ValueError:
-                    return []
-                out.append((a.id, b.id, v))
-        return out
+        return stop.stop_reason(per, rnd, min_rounds=rplan.min_rounds, max_rounds=rplan.max_rounds, order=design,
+                                sweep=self.sweep)
 
     def round_rows(self, cand: str, context: int) -> list[Row]:
         """The candidate's probe rows of the context that the stop rule compares."""

@@ -300,11 +300,21 @@ def submit_problems(sweep: Sweep, cache_dir: Path | None = None) -> list[BenchdE
             continue  # its files are never read (a FIFO would block the read)
         out += [p if p.field else BenchdError(p.code, p.message, f"$.candidates[{i}]", p.status)
                 for p in adapter_problems(cand, sweep)]
+    out += margin_problems(sweep)
     if cache_dir is not None:
         out += eval_data_problems(sweep, cache_dir)
     from benchd.engine import kld
 
     return out + kld.static_problems(sweep)
+
+
+def margin_problems(sweep: Sweep) -> list[BenchdError]:
+    """`margins` names only axes of the axis table (a parallel level or image axis by its full name)."""
+    from benchd.stats.axes import AXES, IMAGE_AXIS_PREFIX, LEVEL_AXIS_PREFIX
+
+    return [BenchdError("unknown_axis", f"margins: no axis {name!r} (axes: {', '.join(AXES)})", f"$.margins.{name}")
+            for name in sweep.margins
+            if name not in AXES and not name.startswith((LEVEL_AXIS_PREFIX, IMAGE_AXIS_PREFIX))]
 
 
 def eval_data_problems(sweep: Sweep | None, cache_dir: Path) -> list[BenchdError]:

@@ -107,6 +107,8 @@ class Comparison(Struct, kw_only=True):
     evals: list[EvalComparison] = []
     images: list[ImageComparison] = []
     agentic: list[AgenticComparison] = []
+    #: Where `alpha` comes from ("fixed", "the stop rule's: ...", "given").
+    alpha_source: str | None = None
 
 
 def _samples(rb: Runbook) -> dict[tuple[str, int], list[Any]]:
@@ -261,21 +263,34 @@ def compare_agentic(a: Runbook, b: Runbook) -> list[AgenticComparison]:
     return out
 
 
-def compare_runbooks(a: Runbook, b: Runbook, alpha: float = ALPHA, margin_pct: float | None = None) -> Comparison:
-    """Every cell both runbooks have, every compared metric, one question each at `alpha`; the margin
-    is A's `target_ci_pct` unless given."""
+def compare_runbooks(a: Runbook, b: Runbook, alpha: float | None = None, margin_pct: float | None = None) -> Comparison:
+    """Every cell both runbooks have, every compared metric, one question each at `alpha` (default: the
+    stop rule's α when either sweep stopped at planned looks, else 0.05); each metric's margin is the
+    axis table's (A's sweep `margins` override it) unless `margin_pct` is given."""
+    from benchd.results.pareto import view_alpha
+    from benchd.stats.axes import margin as axis_margin
+
     sa, sb = _samples(a), _samples(b)
-    margin = a.sweep.probe_plan().target_ci_pct if margin_pct is None else margin_pct
+    source = "given"
+    if alpha is None:
+        (alpha_a, src_a), (alpha_b, src_b) = (view_alpha(rb.sweep, rb.design.order if rb.design else None)
+                                              for rb in (a, b))
+        alpha, source = min((alpha_a, src_a), (alpha_b, src_b))
+    margin = DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct
+
+    def m_of(name: str) -> float:
+        return axis_margin(name, dict(a.sweep.margins)) if margin_pct is None else margin_pct
     keys_a = {(r.candidate, r.context) for r in a.rows if r.kind == "probe"}
     keys_b = {(r.candidate, r.context) for r in b.rows if r.kind == "probe"}
     cells = [
         CellComparison(candidate=c, context=x, metrics=[
-            compare_metric(m.name, m.better, sa.get((c, x), []), sb.get((c, x), []), margin_pct=margin, alpha=alpha)
+            compare_metric(m.name, m.better, sa.get((c, x), []), sb.get((c, x), []), margin_pct=m_of(m.name),
+                           alpha=alpha)
             for m in compare_metrics() if m.name in Row.__struct_fields__])
         for c, x in sorted(keys_a & keys_b)
     ]
     return Comparison(
-        a=a.id, b=b.id, test=TEST_NAME, alpha=alpha, margin_pct=margin,
+        a=a.id, b=b.id, test=TEST_NAME, alpha=alpha, margin_pct=margin, alpha_source=source,
         warnings=comparability_warnings(a, b), cells=cells,
         only_in_a=[f"{c}@{x}" for c, x in sorted(keys_a - keys_b)],
         only_in_b=[f"{c}@{x}" for c, x in sorted(keys_b - keys_a)], builds=compare_builds(a, b),

@@ -13,18 +13,29 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from benchd.engine.verdict import cell_verdict
 from benchd.results.agentic import SESSION_AXIS
 from benchd.results.agentic import samples as agentic_samples
 from benchd.results.evalcompare import SUITE_AXES, suite_outcomes
 from benchd.results.text import comparison_sentence, dominance_sentence, verdict_text
-from benchd.schemas import ContextPareto, Domination, EvalResult, Point, ProbePlan, Row, SkippedPair, Tie
+from benchd.schemas import (
+    ContextPareto,
+    Domination,
+    EvalResult,
+    Point,
+    ProbePlan,
+    Row,
+    SkippedPair,
+    Sweep,
+    Tie,
+)
 from benchd.stats.axes import core_axes
 from benchd.stats.cells import median_ci
 from benchd.stats.comparison import (
     ALPHA,
     AXES,
-    DEFAULT_MARGIN_PCT,
     Direction,
     PairDominance,
     dominance,
@@ -88,13 +99,16 @@ def frontier(points: Sequence[Point], context: int, judge: Judge,
                     d = judge(lose, win)
                 dominated[lose.candidate].append(Domination(
                     by=win.candidate, better_on=d.better_on, skipped_axes=skip, tied_on=d.tied_on, alpha=d.alpha,
-                    verdicts=_sentences(d, lose, win), text=dominance_sentence(d, lose.candidate, win.candidate)))
+                    verdicts=_sentences(d, lose, win), text=dominance_sentence(d, lose.candidate, win.candidate),
+                    not_compared=d.not_compared))
             elif not (d.better_on and d.worse_on):
                 if a.candidate != pair[0]:  # each axis's sentence has pair[0] as subject
                     a, b = b, a
                     d = judge(a, b)
                 ties.append(Tie(pair=pair, axes=_sentences(d, a, b), text=dominance_sentence(d, a.candidate, b.candidate),
-                                status="unresolved" if d.unresolved_on else "tied"))
+                                status="unresolved" if d.status == "undecided" else "tied",
+                                unresolved_on=d.unresolved_on, blocked_on=d.blocked_on, not_compared=d.not_compared))
+    pairs = len(points) * (len(points) - 1) // 2
     front = sorted(p.candidate for p in points if p.candidate not in dominated)
     by_cand = {p.candidate: p for p in points}
     caveats = {c: f"cell verdict {by_cand[c].verdict}" for c in front
@@ -109,6 +123,7 @@ def frontier(points: Sequence[Point], context: int, judge: Judge,
         ties=ties,
         caveats=caveats,
         alpha=alpha,
+        pairs_compared=pairs,
     )
 
 
@@ -171,7 +186,8 @@ def cell_samples(rows: Sequence[Row]) -> dict[tuple[int, str], dict[str, list[fl
 
 
 def row_judge(rows: Sequence[Row], evals: Sequence[EvalResult], context: int, *, order: str | None = None,
-              margin_pct: float = DEFAULT_MARGIN_PCT, alpha: float = ALPHA, extra: PerCandidate | None = None) -> Judge:
+              margin_pct: float | Mapping[str, float] | None = None, alpha: float = ALPHA,
+              extra: PerCandidate | None = None, k: int | None = None) -> Judge:
     """The pair judge over one context's rows: per-probe axes from the cells (paired by round when the
     order allows), the pass rates from the per-task outcomes, the sustain ratio from the sustained rows,
     the session, level and image axes from their rows, `extra` axes from their per-candidate values."""
@@ -200,7 +216,7 @@ def row_judge(rows: Sequence[Row], evals: Sequence[EvalResult], context: int, *,
             else:
                 sa[axis] = samples.get((context, a.candidate), {}).get(axis)
                 sb[axis] = samples.get((context, b.candidate), {}).get(axis)
-        return dominance(sa, sb, axes=names, alpha=alpha, margin_pct=margin_pct, paired=paired,
+        return dominance(sa, sb, axes=names, alpha=alpha, margin_pct=margin_pct, paired=paired, k=k,
                          names=(a.candidate, b.candidate))
 
     return judge
@@ -263,14 +279,34 @@ def points_from_rows(
 
 
 def pareto_from_rows(rows: Sequence[Row], evals: Sequence[EvalResult], plan: ProbePlan | None = None, *,
-                     order: str | None = None, alpha: float = ALPHA,
-                     extra: PerCandidate | None = None) -> list[ContextPareto]:
-    """The Pareto view per context (`plan`'s `target_ci_pct` as the margin, its cell verdicts; `order`
-    the sweep's measuring order, for pairing by round; `extra` per-candidate axes such as ready_s)."""
+                     order: str | None = None, alpha: float = ALPHA, extra: PerCandidate | None = None,
+                     margins: Mapping[str, float] | None = None, k: int | None = None,
+                     alpha_source: str | None = None) -> list[ContextPareto]:
+    """The Pareto view per context (the axis table's margins unless `margins` overrides one; `plan`'s cell
+    verdicts; `order` the sweep's measuring order, for pairing by round; `extra` per-candidate axes such
+    as ready_s; `k` the axes α is split over at least, `alpha_source` where `alpha` comes from)."""
     points, excluded = points_from_rows(rows, evals, plan, extra)
-    margin = plan.target_ci_pct if plan is not None else DEFAULT_MARGIN_PCT
-    return [frontier(points[ctx], ctx, row_judge(rows, evals, ctx, order=order, margin_pct=margin, alpha=alpha,
-                                                 extra=extra), excluded[ctx], alpha) for ctx in sorted(points)]
+    out = []
+    for ctx in sorted(points):
+        judge = row_judge(rows, evals, ctx, order=order, margin_pct=dict(margins or {}), alpha=alpha, extra=extra,
+                          k=k)
+        view = frontier(points[ctx], ctx, judge, excluded[ctx], alpha)
+        out.append(msgspec.structs.replace(view, alpha_source=alpha_source, planned_axes=k))
+    return out
+
+
+def view_alpha(sweep: Sweep, order: str | None) -> tuple[float, str]:
+    """The view's α and where it comes from: a sweep whose rounds stopped at planned looks is judged at
+    the stop rule's α (α split over the looks, `stats.stop`), so the view asks the stop's question."""
+    from benchd.engine.plan import round_plan
+    from benchd.stats.stop import look_alpha, looks
+
+    plan = sweep.probe_plan()
+    if not plan.adaptive or len(sweep.candidates) < 2 or order in (None, "sequential"):
+        return ALPHA, "fixed"
+    rp = round_plan(sweep, order)
+    n = len(looks(rp.min_rounds, rp.max_rounds))
+    return look_alpha(rp.min_rounds, rp.max_rounds), f"the stop rule's: α = {ALPHA:g} over {n} planned looks"
 
 
 def dominators(results: Sequence[ContextPareto], candidate: str) -> dict[int, list[Domination]]:

@@ -207,9 +207,10 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
     from benchd.results.deferred import automatic_deferred
     from benchd.results.design import sweep_design
     from benchd.results.drift import sweep_drift
-    from benchd.results.pareto import pareto_from_rows
+    from benchd.results.pareto import pareto_from_rows, view_alpha
     from benchd.results.race import race_drops
     from benchd.results.ready import ready_starts, ready_summary
+    from benchd.stats.stop import planned_axes
 
     job = store.get_job(job_id)
     sweep = job.sweep or store.get_sweep(job_id)
@@ -249,7 +250,9 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
         evals=evals,
         eval_summary=_eval_summary(evals, eval_sources),
         pareto=pareto_from_rows(rows, evals, sweep.probe_plan(), order=design.order,
-                                extra={"ready_s": warm_ready, "kld": kld_samples(kld_results(events))}),
+                                extra={"ready_s": warm_ready, "kld": kld_samples(kld_results(events))},
+                                margins=sweep.margins, k=len(planned_axes(sweep)),
+                                alpha=view_alpha(sweep, design.order)[0], alpha_source=view_alpha(sweep, design.order)[1]),
         flags=runbook_flags(rows),
         drift=drift,
         drift_null_reason=no_drift,

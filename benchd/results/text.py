@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from benchd.schemas import CellVerdict, MachineInfo
 from benchd.stats.axes import AXES
+from benchd.stats.comparison import ADVICE_MIN_N
 
 #: Axis -> (label, unit scale, unit) for people; an axis this table lacks reads as its own name.
 AXIS_LABELS: dict[str, tuple[str, float, str]] = {a.name: (a.label, a.scale, a.unit) for a in AXES.values()}
@@ -214,7 +215,7 @@ def _topic(axis: str) -> str:
 
 def _design(v: VerdictFields, r: float, medians: Sequence[float | None] | None) -> list[str]:
     """How the ratio was formed and what the medians say (the table beside it shows medians)."""
-    if v.method.startswith("exact McNemar"):
+    if v.method.startswith(("exact McNemar", "Newcombe")):
         parts = [f"over {plural(v.n_a, 'shared task')}"]
     elif v.paired:
         parts = [f"geometric mean over {plural(v.n_a, 'paired round')}"]
@@ -239,7 +240,7 @@ def comparison_sentence(v: VerdictFields, a: str, b: str, *, medians: Sequence[f
         a, b = b, a
         medians = None if medians is None else list(reversed(medians))
     at = f"α = {v.alpha:.3g}"
-    if v.method.startswith("exact McNemar"):
+    if v.method.startswith(("exact McNemar", "Newcombe")):
         return _outcome_sentence(v, a, b, medians, at)
     level = f"{(1 - v.alpha) * 100:.4g} % CI"
     if v.ratio is None:
@@ -275,8 +276,11 @@ def _open_question(v: VerdictFields, lo: float | None, hi: float | None) -> str:
         why = f"the interval clears ±{v.margin_pct:g} % but the rank test does not (p = {v.guard_p:.2g}: the values overlap)"
     else:
         why = f"the interval overlaps ±{v.margin_pct:g} %"
-    unit = "shared task" if v.method.startswith("exact McNemar") else "round"
-    then = (f"; about {plural(n, 'more ' + unit)} would decide it" if n is not None else
+    unit = "shared task" if v.method.startswith(("exact McNemar", "Newcombe")) else "round"
+    few = min(v.n_a, v.n_b) < ADVICE_MIN_N  # no advice before the spread is known
+    then = ("" if few and n is None else
+            f"; at the spread so far about {plural(n, 'more ' + unit)} give an even chance of deciding it"
+            if n is not None else
             "; no count up to 10,000 more would decide it" if v.method.startswith(("paired", "Welch")) else "")
     return why + then
 
@@ -310,6 +314,10 @@ class DominanceFields(Protocol):
     @property
     def unresolved_on(self) -> list[str]: ...
     @property
+    def blocked_on(self) -> list[str]: ...
+    @property
+    def status(self) -> str: ...
+    @property
     def k(self) -> int: ...
     @property
     def alpha(self) -> float: ...
@@ -331,11 +339,16 @@ def dominance_sentence(d: DominanceFields, a: str, b: str) -> str:
         w, l_ = (a, b) if d.winner == "a" else (b, a)
         text = f"{w} dominates {l_}: better on {_axes_words(d.better_on)}"
         text += f"; tied on {_axes_words(d.tied_on)}" if d.tied_on else ""
-    elif d.unresolved_on and not (d.better_on and d.worse_on):
-        text = f"neither {a} nor {b} is dominated yet: unresolved on {_axes_words(d.unresolved_on)}"
+    elif d.status == "undecided":
+        held = [axis_word(x) for x in d.unresolved_on] + [f"{axis_word(x)} (not compared at this size)"
+                                                          for x in d.blocked_on]
+        text = f"neither {a} nor {b} is dominated yet: unresolved on " + (
+            held[0] if len(held) == 1 else ", ".join(held[:-1]) + " and " + held[-1])
     elif d.better_on and d.worse_on:
         # better_on / worse_on are A's wins and B's wins when there is no winner
         text = f"{a} is better on {_axes_words(d.better_on)}, {b} on {_axes_words(d.worse_on)}: a trade-off"
+    elif d.k and d.status == "equivalent" and len(d.tied_on) < d.k:
+        text = f"{a} and {b} are not worse than each other on any axis compared: neither dominates"
     elif d.k:
         text = f"{a} and {b} are tied on every axis compared: neither dominates"
     else:

@@ -108,6 +108,17 @@ class Point(Struct, kw_only=True, frozen=True):
     verdict: str | None = None
 
 
+class NotCompared(Struct, kw_only=True, frozen=True):
+    """An axis both sides measured that cannot reach a verdict at its size: it counts when different
+    either way and blocks when its estimate favours the loser by more than its margin, else it is left
+    out. `have` / `needed`: values a side (shared tasks for pass rates); `lever` what adds them."""
+
+    reason: str
+    have: int
+    needed: int
+    lever: str | None
+
+
 class Domination(Struct, kw_only=True, frozen=True):
     """`by` dominates: different and better on `better_on`, different and worse on none, no axis
     unresolved, `tied_on` the axes tied within the margin; `verdicts` the one comparison's text per
@@ -120,6 +131,8 @@ class Domination(Struct, kw_only=True, frozen=True):
     alpha: float | None = None
     verdicts: dict[str, str] = {}
     text: str | None = None
+    #: Axes both measured that could not reach a verdict at their size (not counted against `by`).
+    not_compared: dict[str, NotCompared] = {}
 
 
 class Tie(Struct, kw_only=True, frozen=True):
@@ -132,6 +145,11 @@ class Tie(Struct, kw_only=True, frozen=True):
     text: str | None = None
     #: "unresolved" (an axis could not be called yet) or "tied"; null in runbooks written before the field.
     status: Literal["tied", "unresolved"] | None = None
+    #: The compared axes that keep the pair undecided, the axes not compared that do (their estimate
+    #: favours one side beyond the margin), and the axes not compared at their size.
+    unresolved_on: list[str] = []
+    blocked_on: list[str] = []
+    not_compared: dict[str, NotCompared] = {}
 
 
 class SkippedPair(Struct, kw_only=True, frozen=True):
@@ -154,6 +172,12 @@ class ContextPareto(Struct, kw_only=True, frozen=True):
     caveats: dict[str, str] = {}
     #: The family-wise α of the pair comparisons (each pair splits it over the axes it compares).
     alpha: float | None = None
+    #: Pairs judged in this context (each at `alpha`: no correction across pairs).
+    pairs_compared: int | None = None
+    #: Where `alpha` comes from: "the stop rule's" (a sweep that stopped at planned looks) or "fixed".
+    alpha_source: str | None = None
+    #: The axes α was split over at least (the sweep's planned count).
+    planned_axes: int | None = None
 
 
 class MachineInfo(Struct, kw_only=True):

@@ -345,6 +345,9 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     #: Drop a dominated candidate at each look of the stop rule (docs/measuring.md#racing). None = on
     #: when the sweep has more than RACING_DEFAULT_ABOVE candidates (after the matrix expands).
     racing: bool | None = None
+    #: Practical margins per axis (% of the ratio; pass rates: percentage points) overriding the axis
+    #: table's (benchd.stats.axes): within it two candidates are not worse than each other.
+    margins: dict[str, Annotated[float, Meta(gt=0, le=100)]] = {}
 
     def __post_init__(self) -> None:
         ids = [c.id for c in self.candidates]

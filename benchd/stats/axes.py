@@ -34,6 +34,8 @@ class Axis(NamedTuple):
     source: Source = "probe"
     #: A counter (bytes): zero spread on both sides is an exact value, not rounding.
     counter: bool = False
+    #: What adds samples to this axis (None: nothing in the sweep does).
+    lever: str | None = "rounds"
 
 
 #: The axis table, in display order.
@@ -43,38 +45,41 @@ AXES: dict[str, Axis] = {}
 def register_axis(name: str, better: Direction, *, words: tuple[str, str] = ("higher", "lower"),
                   pareto: bool = True, compare: bool = True, outcomes: bool = False, label: str = "",
                   unit: str = "", scale: float = 1.0, margin_pct: float | None = None, core: bool = False,
-                  source: Source | None = None, counter: bool = False) -> Axis:
+                  source: Source | None = None, counter: bool = False, lever: str | None = "") -> Axis:
     """Add (or replace) an axis in the table; returns it. The margin defaults to 2 % (5 pp for outcomes)."""
     if better not in ("higher", "lower"):
         raise ValueError(f"axis {name}: better must be 'higher' or 'lower', not {better!r}")
     margin = margin_pct if margin_pct is not None else (5.0 if outcomes else 2.0)
     src: Source = source or ("outcomes" if outcomes else "probe")
+    lev = lever if lever != "" else ("tasks" if outcomes else "rounds")
     AXES[name] = axis = Axis(name, better, words, pareto, compare, outcomes, label or name.replace("_", " "),
-                             unit, scale, margin, core, src, counter)
+                             unit, scale, margin, core, src, counter, lev)
     return axis
 
 
 _SPEED = ("faster", "slower")
 register_axis("gen_tps", "higher", words=_SPEED, label="generation speed", unit="tok/s", core=True)
 register_axis("prompt_tps", "higher", words=_SPEED, label="prompt processing", unit="tok/s", core=True)
-register_axis("ttft_ms", "lower", words=("slower", "faster"), label="time to first token", unit="ms")
+register_axis("ttft_ms", "lower", words=("slower", "faster"), label="time to first token", unit="ms", core=True)
 register_axis("mem_peak_bytes", "lower", words=("larger", "smaller"), label="peak memory", unit="MiB",
               scale=1 / (1 << 20), core=True, counter=True)
 register_axis("eval_pass_rate", "higher", compare=False, outcomes=True, label="eval pass rate", core=True)
 register_axis("code_pass_rate", "higher", compare=False, outcomes=True, label="HumanEval pass rate")
 register_axis("tool_pass_rate", "higher", compare=False, outcomes=True, label="BFCL tool-call pass rate")
 register_axis("sustain_ratio", "higher", compare=False, label="sustain ratio", core=True,
-              source="candidate")
+              source="candidate", lever=None)
 register_axis("j_per_gen_token", "lower", words=("more energy per token", "less energy per token"),
               label="energy per generated token", unit="J", core=True)
 #: Time to ready (spawn -> health answers) over a candidate's warm starts; its cold starts are compared apart.
 #: Per candidate, not per cell: `compare` judges it in `compare_ready`, Pareto from the runbook's warm starts.
 register_axis("ready_s", "lower", words=("slower to start", "faster to start"), compare=False,
-              label="time to ready", unit="s", margin_pct=10.0, source="candidate")
+              label="time to ready", unit="s", margin_pct=10.0, source="candidate",
+              lever="[ready] starts")
 #: KL divergence against `[kld] reference` (benchd.engine.kld): per candidate, the per-chunk mean KLDs at the
 #: largest `[kld]` context it was scored at; the margin is 10 % of the ratio (docs/kld.md#the-kld-axis).
 register_axis("kld", "lower", words=("more quality lost", "less quality lost"), compare=False,
-              label="KL divergence vs the reference", unit="nats", margin_pct=10.0, source="candidate")
+              label="KL divergence vs the reference", unit="nats", margin_pct=10.0, source="candidate",
+              lever=None)
 #: Session probes: the median TTFT of turns >= 2 on a warm prompt cache.
 register_axis("session_ttft_ms", "lower", words=("slower", "faster"), label="warm-turn time to first token", unit="ms",
               source="cell")

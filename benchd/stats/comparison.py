@@ -15,12 +15,32 @@ from typing import Any, Literal, NamedTuple
 
 from msgspec import Struct
 
+from benchd.schemas import NotCompared
 from benchd.stats import ranktests as rt
 from benchd.stats.axes import AXES, Axis, Direction, compare_metrics, pareto_axes, register_axis
+from benchd.stats.axes import margin as axis_margin
 
-__all__ = ["ALPHA", "AXES", "DEFAULT_MARGIN_PCT", "Axis", "AxisVerdict", "Direction", "PairDominance", "Samples", "compare_axis",
-           "compare_metrics", "compare_outcomes", "compare_rows", "compare_to_history", "dominance", "paired_samples", "pareto_axes",
-           "register_axis"]
+__all__ = [
+    "ALPHA",
+    "AXES",
+    "DEFAULT_MARGIN_PCT",
+    "Axis",
+    "AxisStanding",
+    "AxisVerdict",
+    "Direction",
+    "NotCompared",
+    "PairDominance",
+    "Samples",
+    "compare_axis",
+    "compare_metrics",
+    "compare_outcomes",
+    "compare_rows",
+    "compare_to_history",
+    "dominance",
+    "paired_samples",
+    "pareto_axes",
+    "register_axis",
+]
 Verdict = Literal["different", "tied", "unresolved"]
 ALPHA = 0.05
 DEFAULT_MARGIN_PCT = 2.0
@@ -28,6 +48,8 @@ DEFAULT_MARGIN_PCT = 2.0
 DEFAULT_OUTCOME_MARGIN_PCT = 5.0
 #: rounds_to_resolve is not estimated beyond this many more rounds.
 MAX_ROUNDS_ESTIMATE = 10_000
+#: No advice on more rounds before this many values (pairs) a side: the spread is not known well enough.
+ADVICE_MIN_N = 5
 _MINUS = "\N{MINUS SIGN}"
 
 
@@ -52,6 +74,15 @@ class AxisVerdict(Struct, kw_only=True, frozen=True):
     method: str
     text: str
     rounds_to_resolve: int | None = None
+    #: Values left out as nulls (≤ 0: no ratio), and why.
+    dropped: int = 0
+    dropped_reason: str | None = None
+    #: What adds this axis's samples: "rounds", "[ready] starts", "tasks" (None: nothing in the sweep does).
+    lever: str | None = None
+    #: Pass rates: B's rate − A's (a fraction) and its (1 − alpha) Newcombe interval.
+    diff: float | None = None
+    diff_low: float | None = None
+    diff_high: float | None = None
 
 
 def _pct(r: float) -> str:
@@ -81,10 +112,48 @@ def _alpha_text(alpha: float) -> str:
 
 
 def _unresolved(axis: str, better: Direction, why: str, *, alpha: float, margin_pct: float, n_a: int,
-                n_b: int, paired: bool, method: str, ratio: float | None = None) -> AxisVerdict:
+                n_b: int, paired: bool, method: str, ratio: float | None = None, **extra: Any) -> AxisVerdict:
     return AxisVerdict(axis=axis, better=better, verdict="unresolved", ratio=ratio, ci_low=None, ci_high=None,
                        b_better=None, alpha=alpha, margin_pct=margin_pct, n_a=n_a, n_b=n_b, paired=paired,
-                       guard_p=None, method=method, text=f"unresolved: {why} ({_alpha_text(alpha)})")
+                       guard_p=None, method=method, text=f"unresolved: {why} ({_alpha_text(alpha)})", **extra)
+
+
+def lever(axis: str) -> str | None:
+    """What adds samples to `axis` (the table's lever; "rounds" for an axis it lacks)."""
+    return AXES[axis].lever if axis in AXES else "rounds"
+
+
+def positive(a: Sequence[float], b: Sequence[float], paired: bool) -> tuple[list[float], list[float], int]:
+    """The values that can enter a ratio (> 0); paired: the pairs with both > 0. Returns (a, b, dropped)."""
+    if paired:
+        kept = [(x, y) for x, y in zip(a, b, strict=True) if x > 0 and y > 0]
+        return [x for x, _ in kept], [y for _, y in kept], len(a) - len(kept)
+    ka, kb = [x for x in a if x > 0], [y for y in b if y > 0]
+    return ka, kb, len(a) - len(ka) + len(b) - len(kb)
+
+
+class LogStats(NamedTuple):
+    """log(B/A): the estimate, its standard error and degrees of freedom (se 0: no spread)."""
+
+    est: float
+    se: float
+    df: float
+
+
+def log_stats(a: Sequence[float], b: Sequence[float], paired: bool) -> LogStats | None:
+    """The estimate of log(B/A) from positive values (paired: mean log ratio; else Welch); None when the
+    noise is unknown (one pair, or one value on a side)."""
+    la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
+    if paired:
+        if len(la) < 2:
+            return None
+        d = [y - x for x, y in zip(la, lb, strict=True)]
+        return LogStats(statistics.fmean(d), statistics.stdev(d) / math.sqrt(len(d)), len(d) - 1)
+    if len(la) < 2 or len(lb) < 2:
+        return None
+    va, vb = _var(la), _var(lb)
+    return LogStats(statistics.fmean(lb) - statistics.fmean(la), math.sqrt(va / len(la) + vb / len(lb)),
+                    _welch_df(va, len(la), vb, len(lb)))
 
 
 def _var(xs: Sequence[float]) -> float:
@@ -124,13 +193,14 @@ def compare_axis(a: Sequence[float], b: Sequence[float], *, axis: str, better: D
         raise ValueError(f"better must be 'higher' or 'lower', not {better!r}")
     if paired and len(a) != len(b):
         raise ValueError(f"paired comparison needs equal lengths (got {len(a)} and {len(b)})")
+    a, b, dropped = positive(a, b, paired)
     n_a, n_b = len(a), len(b)
-    kw: dict[str, Any] = dict(alpha=alpha, margin_pct=margin_pct, n_a=n_a, n_b=n_b, paired=paired)
+    kw: dict[str, Any] = dict(alpha=alpha, margin_pct=margin_pct, n_a=n_a, n_b=n_b, paired=paired,
+                              dropped=dropped, lever=lever(axis),
+                              dropped_reason="a value ≤ 0 has no ratio: left out as a null" if dropped else None)
     design = "paired log ratios" if paired else "Welch on log values"
     if not a or not b:
         return _unresolved(axis, better, "not measured on one side", method=design, **kw)
-    if min(min(a), min(b)) <= 0:
-        return _unresolved(axis, better, "a value ≤ 0 cannot be compared as a ratio", method=design, **kw)
     la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
     lm = math.log1p(margin_pct / 100.0)
     q = 1.0 - alpha / 2.0
@@ -167,7 +237,11 @@ def compare_axis(a: Sequence[float], b: Sequence[float], *, axis: str, better: D
     b_better = None if est == 0 else ((est > 0) == (better == "higher"))
     word = AXES[axis].words[0 if est > 0 else 1] if axis in AXES else ("higher" if est > 0 else "lower")
     at = _alpha_text(alpha)
-    if spread == 0:  # deterministic on both sides: the exact ratio against the margin
+    counter = axis in AXES and AXES[axis].counter
+    if spread == 0 and not counter:  # a rounded rate repeating itself: its noise is not zero, only unseen
+        return _unresolved(axis, better, "no spread in these values (a rounded rate?): the noise is unknown",
+                           method=design, ratio=ratio, **kw)
+    if spread == 0:  # a counter, deterministic on both sides: the exact ratio against the margin
         method = "exact ratio (no spread)"
         if abs(est) > lm:
             return AxisVerdict(axis=axis, better=better, verdict="different", ratio=ratio, ci_low=ratio, ci_high=ratio,
@@ -191,47 +265,58 @@ def compare_axis(a: Sequence[float], b: Sequence[float], *, axis: str, better: D
     if lo >= -lm and hi <= lm:
         return AxisVerdict(verdict="tied", text=f"tied within ±{margin_pct:g} % {_ci_text(rlo, rhi)} ({at})", **common)
     target = abs(abs(est) - lm)
-    more = _rounds_needed(half_width, target) if target > 0 else None
+    few = (n_a if paired else min(n_a, n_b)) < ADVICE_MIN_N
+    more = _rounds_needed(half_width, target) if target > 0 and not few else None
     if outside:
         why = (f"{_ci_text(rlo, rhi)} but the rank test's p = {guard_p:.2g} > {max(alpha, min_p):.2g} "
                "(the samples overlap)")
-        more = max(more or 1, 1)
+        more = None if few else max(more or 1, 1)
     else:
         why = _ci_text(rlo, rhi)
-    tail = (f", about {more} more rounds would resolve ±{margin_pct:g} %" if more is not None else
+    tail = ("" if few else
+            f", at the spread seen so far about {more} more rounds give an even chance of resolving ±{margin_pct:g} %"
+            if more is not None else
             f", the estimate sits at the ±{margin_pct:g} % margin" if target == 0 else
             f", more than {MAX_ROUNDS_ESTIMATE} more rounds would be needed to resolve ±{margin_pct:g} %")
     return AxisVerdict(verdict="unresolved", text=f"unresolved: {why}{tail} ({at})", rounds_to_resolve=more, **common)
+
+
+def outcome_table(a: Mapping[str, bool], b: Mapping[str, bool]) -> tuple[int, int, int, int]:
+    """(both passed, A only, B only, neither) over the tasks both sides ran."""
+    shared = set(a) & set(b)
+    both = sum(1 for t in shared if a[t] and b[t])
+    only_a = sum(1 for t in shared if a[t] and not b[t])
+    only_b = sum(1 for t in shared if b[t] and not a[t])
+    return both, only_a, only_b, len(shared) - both - only_a - only_b
+
+
+def tasks_needed(margin_pct: float, alpha: float) -> int:
+    """The fewest shared tasks at which a pass-rate difference can be bounded within ±margin (one-sided
+    1 − alpha) at all: with no discordant task, the score bound of the discordant share is z² / (n + z²)."""
+    m = margin_pct / 100.0
+    z = rt.normal_quantile(1.0 - alpha)
+    return max(1, math.ceil(z * z * (1 - m) / m))
 
 
 def compare_outcomes(a: Mapping[str, bool], b: Mapping[str, bool], *, axis: str = "eval_pass_rate",
                      margin_pct: float = DEFAULT_OUTCOME_MARGIN_PCT, alpha: float = ALPHA) -> AxisVerdict:
     """B's pass rate against A's over the tasks both ran (per-task pass/fail, paired by task id).
 
-    The CI of the pass-rate difference (in percentage points, within ±`margin_pct` for tied) bounds
-    the discordant share (Clopper–Pearson at 1 − α/2) and the share of those B won (likewise); the
-    guard is the exact McNemar p ≤ max(α, its minimum at this many discordant tasks). `ci_low` /
-    `ci_high` are that interval as a ratio of B's pass rate over A's (null when A passed none).
+    The (1 − α) interval of the difference B − A is Newcombe's score interval for paired data (method 10);
+    different: outside ±`margin_pct` pp and the exact McNemar p ≤ α; tied: inside ±margin. `diff*` carry the difference and its interval (fractions),
+    `ci_low`/`ci_high` the interval as a ratio of B's pass rate over A's (null when A passed none).
     """
-    shared = sorted(set(a) & set(b))
-    n = len(shared)
+    both, only_a, only_b, neither = outcome_table(a, b)
+    n = both + only_a + only_b + neither
     better: Direction = AXES[axis].better if axis in AXES else "higher"
-    kw: dict[str, Any] = dict(alpha=alpha, margin_pct=margin_pct, n_a=n, n_b=n, paired=True)
-    method = "exact McNemar on shared tasks; Clopper–Pearson bounds"
+    kw: dict[str, Any] = dict(alpha=alpha, margin_pct=margin_pct, n_a=n, n_b=n, paired=True, lever=lever(axis))
+    method = "Newcombe score interval (paired, method 10); guard exact McNemar on shared tasks"
     if n == 0:
         return _unresolved(axis, better, "no task ran on both sides", method=method, **kw)
-    only_a = sum(1 for t in shared if a[t] and not b[t])
-    only_b = sum(1 for t in shared if b[t] and not a[t])
-    pa = sum(1 for t in shared if a[t]) / n
-    pb = sum(1 for t in shared if b[t]) / n
-    disc = only_a + only_b
-    level = 1.0 - alpha / 2.0
-    dlo, dhi = rt.clopper_pearson(disc, n, level)
-    plo, phi = rt.clopper_pearson(only_b, disc, level) if disc else (0.0, 1.0)
-    lo = min(dlo * (2 * plo - 1), dhi * (2 * plo - 1))
-    hi = max(dlo * (2 * phi - 1), dhi * (2 * phi - 1))
+    pa, pb = (both + only_a) / n, (both + only_b) / n
+    lo, hi = rt.newcombe_paired(both, only_a, only_b, neither, 1.0 - alpha)
     guard_p = rt.mcnemar_p(only_a, only_b)
-    guard_ok = guard_p <= max(alpha, rt.signed_rank_min_p(disc)) * (1 + 1e-9)
+    guard_ok = guard_p <= alpha * (1 + 1e-9)  # no floor: a handful of tasks cannot be different at α
     m = margin_pct / 100.0
     est = pb - pa
     ratio = pb / pa if pa > 0 else None
@@ -241,13 +326,15 @@ def compare_outcomes(a: Mapping[str, bool], b: Mapping[str, bool], *, axis: str 
     what = f"pass rate {pa * 100:.0f} % → {pb * 100:.0f} % ({pp}) over {n} shared tasks"
     at = f"McNemar p = {guard_p:.2g}; {_alpha_text(alpha)}"
     common: dict[str, Any] = dict(axis=axis, better=better, ratio=ratio, ci_low=rlo, ci_high=rhi, b_better=b_better,
-                                  guard_p=guard_p, method=method, **kw)
+                                  guard_p=guard_p, method=method, diff=est, diff_low=lo, diff_high=hi, **kw)
     if (lo > m or hi < -m) and guard_ok:
         return AxisVerdict(verdict="different", text=f"different: {what} ({at})", **common)
     if lo >= -m and hi <= m:
         return AxisVerdict(verdict="tied", text=f"tied within ±{margin_pct:g} pp: {what} ({at})", **common)
-    return AxisVerdict(verdict="unresolved", text=f"unresolved: {what}; more shared tasks would resolve "
-                       f"±{margin_pct:g} pp ({at})", **common)
+    need = tasks_needed(margin_pct, alpha)
+    more = f"at least {need} shared tasks can resolve ±{margin_pct:g} pp" if n < need else \
+        f"more shared tasks would resolve ±{margin_pct:g} pp"
+    return AxisVerdict(verdict="unresolved", text=f"unresolved: {what}; {more} ({at})", **common)
 
 
 def compare_to_history(history: Sequence[float], value: float, *, axis: str, better: Direction,
@@ -297,91 +384,223 @@ def compare_to_history(history: Sequence[float], value: float, *, axis: str, bet
 Sample = Sequence[float] | Mapping[str, bool]
 
 
+#: Values a side a per-candidate axis (time to ready, the sustain ratio) needs before it is compared.
+TAIL_MIN_N = 6
+#: A pair's outcome: one dominates; each is better somewhere (a trade-off); undecided (an axis left
+#: unresolved or blocked, named); equivalent (not worse either way on every axis compared); nothing to compare.
+PairStatus = Literal["dominates", "trade-off", "undecided", "equivalent", "nothing to compare"]
+
+
+class AxisStanding(Struct, kw_only=True, frozen=True):
+    """One axis in the pair's Pareto question. `a_not_worse`: the one-sided (1 − α) bound of B's advantage
+    lies within the margin (non-inferiority of A, α unsplit); `b_not_worse` the same for B (None: not
+    compared). `favours`: the side the estimate favours by more than the margin (None: within it)."""
+
+    axis: str
+    compared: bool
+    margin: float
+    a_not_worse: bool | None
+    b_not_worse: bool | None
+    favours: Literal["a", "b"] | None
+    b_advantage: float | None
+    b_advantage_high: float | None
+    a_advantage_high: float | None
+
+
 class PairDominance(Struct, kw_only=True, frozen=True):
-    """Whether A dominates B or B dominates A over the axes both have, with α split over the k axes
-    compared (Bonferroni: each axis at `alpha_axis` = alpha / k). `winner` dominates when it is
-    different-and-better on `better_on` and different-and-worse on none, with no axis unresolved."""
+    """Whether A dominates B or B dominates A. `winner` is different-and-better on `better_on` (each at
+    `alpha_axis` = alpha / k, k the axes taking part), not worse on every other compared axis (one-sided
+    at alpha, Berger's intersection–union test), with no axis unresolved and no axis not compared whose
+    estimate favours the loser beyond its margin. Without a winner, `better_on` / `worse_on` are A's and
+    B's wins, `unresolved_on` the compared axes that keep the pair undecided, `blocked_on` the axes not
+    compared that do."""
 
     winner: Literal["a", "b"] | None
+    status: PairStatus
     better_on: list[str]
     worse_on: list[str]
     tied_on: list[str]
     unresolved_on: list[str]
+    blocked_on: list[str]
+    not_compared: dict[str, NotCompared]
     skipped: dict[str, str]
     verdicts: dict[str, AxisVerdict]
+    standings: dict[str, AxisStanding]
     k: int
     alpha: float
     alpha_axis: float
     text: str
 
 
-def _skip_reason(sa: Sample | None, sb: Sample | None) -> str | None:
+def _skip_reason(name: str, sa: Sample | None, sb: Sample | None) -> str | None:
     if not sa or not sb:
         return "not measured on " + ("either side" if not sa and not sb else "one side")
     if isinstance(sa, Mapping) or isinstance(sb, Mapping):
-        return None
-    if len(sa) < 2 or len(sb) < 2:
+        return None if set(sa) & set(sb) else "no task ran on both sides"
+    tail = name in AXES and AXES[name].source == "candidate"
+    if (len(sa) < 2 or len(sb) < 2) and not tail:
         return "one value on a side: its noise is unknown"
     return None
 
 
+def _margin(name: str, margin_pct: float | Mapping[str, float] | None) -> float:
+    outcomes = name in AXES and AXES[name].outcomes
+    if isinstance(margin_pct, Mapping):
+        return margin_pct.get(name, axis_margin(name))
+    if margin_pct is None or outcomes:
+        return axis_margin(name)
+    return margin_pct
+
+
+def _not_compared(name: str, sa: Sample, sb: Sample, margin: float, alpha: float) -> NotCompared | None:
+    if isinstance(sa, Mapping) and isinstance(sb, Mapping):
+        n, need = len(set(sa) & set(sb)), tasks_needed(margin, alpha)
+        if n < need:
+            return NotCompared(reason=f"{n} shared tasks: bounding ±{margin:g} pp needs {need}", have=n,
+                               needed=need, lever=lever(name))
+        return None
+    if name in AXES and AXES[name].source == "candidate":
+        n = min(len(sa), len(sb))  # type: ignore[arg-type]
+        if n < TAIL_MIN_N:
+            return NotCompared(reason=f"{n} value(s) on a side: comparing needs {TAIL_MIN_N}", have=n,
+                               needed=TAIL_MIN_N, lever=lever(name))
+    return None
+
+
+def _standing(name: str, sa: Sample, sb: Sample, *, margin: float, alpha: float, paired: bool,
+              nc: NotCompared | None) -> AxisStanding:
+    """B's advantage on `name` (log ratio oriented so that > 0 is better for B; pass rates: pp as a
+    fraction) with its one-sided (1 − alpha) upper bounds for each side, against the margin."""
+    higher = (AXES[name].better if name in AXES else "higher") == "higher"
+    sign = 1.0 if higher else -1.0
+    adv: float | None = None
+    b_hi: float | None = None
+    a_hi: float | None = None
+    if isinstance(sa, Mapping) and isinstance(sb, Mapping):
+        both, only_a, only_b, neither = outcome_table(sa, sb)
+        n = both + only_a + only_b + neither
+        lim = margin / 100.0
+        if n:
+            adv = sign * (only_b - only_a) / n
+            lo, hi = rt.newcombe_paired(both, only_a, only_b, neither, 1.0 - 2 * alpha)
+            b_hi, a_hi = (hi, -lo) if higher else (-lo, hi)
+    else:
+        xa, xb, _ = positive(list(sa), list(sb), paired and len(sa) == len(sb))  # type: ignore[arg-type]
+        lim = math.log1p(margin / 100.0)
+        if xa and xb:
+            adv = sign * (statistics.fmean(map(math.log, xb)) - statistics.fmean(map(math.log, xa)))
+        ls = log_stats(xa, xb, paired and len(xa) == len(xb)) if xa and xb else None
+        counter = name in AXES and AXES[name].counter
+        if ls is not None and (ls.se > 0 or counter):
+            h = rt.t_quantile(1.0 - alpha, ls.df) * ls.se if ls.se > 0 else 0.0
+            b_hi, a_hi = sign * ls.est + h, -sign * ls.est + h
+    favours: Literal["a", "b"] | None = None
+    if adv is not None and abs(adv) > lim:
+        favours = "b" if adv > 0 else "a"
+    compared = nc is None
+    return AxisStanding(axis=name, compared=compared, margin=margin, favours=favours, b_advantage=adv,
+                        b_advantage_high=b_hi, a_advantage_high=a_hi,
+                        a_not_worse=(b_hi is not None and b_hi <= lim) if compared else None,
+                        b_not_worse=(a_hi is not None and a_hi <= lim) if compared else None)
+
+
 def dominance(a: Mapping[str, Sample], b: Mapping[str, Sample], *, axes: Iterable[str] | None = None,
-              alpha: float = ALPHA, margin_pct: float | Mapping[str, float] = DEFAULT_MARGIN_PCT,
-              paired: bool | Mapping[str, bool] = False, names: tuple[str, str] = ("A", "B")) -> PairDominance:
-    """The Pareto question for one pair. `a`, `b`: axis -> values (per-task outcomes for outcome axes);
-    `axes` defaults to the table's Pareto axes. An axis missing or with one value on a side is
-    skipped (named, not counted in k); an unresolved axis blocks domination and is named."""
+              alpha: float = ALPHA, margin_pct: float | Mapping[str, float] | None = None,
+              paired: bool | Mapping[str, bool] = False, names: tuple[str, str] = ("A", "B"),
+              k: int | None = None) -> PairDominance:
+    """The Pareto question for one pair (see `PairDominance`). `a`, `b`: axis -> values (per-task outcomes
+    for outcome axes); `axes` defaults to the table's Pareto axes; margins from the axis table unless
+    given (a number applies to the per-value axes; a mapping overrides per axis); `k`: the axes α is split
+    over when more will take part than are given here (the stop rule knows the view's count). An axis
+    missing on a side, or with one value on a side of a per-value axis, is skipped (named, not in k)."""
     names_ = list(axes) if axes is not None else [x.name for x in pareto_axes()]
     skipped: dict[str, str] = {}
     todo: list[str] = []
     for name in names_:
-        why = _skip_reason(a.get(name), b.get(name))
+        why = _skip_reason(name, a.get(name), b.get(name))
         if why is None:
             todo.append(name)
         else:
             skipped[name] = why
-    k = len(todo)
-    alpha_axis = alpha / k if k else alpha
+    k_ = max(k or 0, len(todo))
+    alpha_axis = alpha / k_ if k_ else alpha
     verdicts: dict[str, AxisVerdict] = {}
+    standings: dict[str, AxisStanding] = {}
+    not_compared: dict[str, NotCompared] = {}
     for name in todo:
         spec = AXES.get(name)
-        margin = margin_pct.get(name, DEFAULT_MARGIN_PCT) if isinstance(margin_pct, Mapping) else margin_pct
+        margin = _margin(name, margin_pct)
         sa, sb = a[name], b[name]
+        pair = paired.get(name, False) if isinstance(paired, Mapping) else paired
         if isinstance(sa, Mapping) and isinstance(sb, Mapping):
-            verdicts[name] = compare_outcomes(sa, sb, axis=name, alpha=alpha_axis,
-                                              margin_pct=max(margin, DEFAULT_OUTCOME_MARGIN_PCT))
+            verdicts[name] = compare_outcomes(sa, sb, axis=name, alpha=alpha_axis, margin_pct=margin)
         else:
-            pair = paired.get(name, False) if isinstance(paired, Mapping) else paired
+            pair = pair and len(sa) == len(sb)
             verdicts[name] = compare_axis(list(sa), list(sb), axis=name,  # type: ignore[arg-type]
                                           better=spec.better if spec else "higher", margin_pct=margin,
-                                          alpha=alpha_axis, paired=pair and len(sa) == len(sb))
+                                          alpha=alpha_axis, paired=pair)
+        nc = _not_compared(name, sa, sb, margin, alpha)
+        if nc is not None:
+            not_compared[name] = nc
+        standings[name] = _standing(name, sa, sb, margin=margin, alpha=alpha, paired=pair, nc=nc)
     diff = {n: v for n, v in verdicts.items() if v.verdict == "different"}
-    b_wins = [n for n, v in diff.items() if v.b_better]
-    a_wins = [n for n, v in diff.items() if not v.b_better]
-    tied = [n for n, v in verdicts.items() if v.verdict == "tied"]
-    unresolved = [n for n, v in verdicts.items() if v.verdict == "unresolved"]
+    wins = {"a": [n for n, v in diff.items() if not v.b_better], "b": [n for n, v in diff.items() if v.b_better]}
+
+    def held_back(x: Literal["a", "b"]) -> tuple[list[str], list[str]]:
+        """The axes that stop `x` dominating: compared and not shown not worse; not compared and favouring the other."""
+        other = "b" if x == "a" else "a"
+        unres = [n for n, st in standings.items() if st.compared and n not in diff
+                 and not (st.a_not_worse if x == "a" else st.b_not_worse)]
+        blocked = [n for n, st in standings.items() if not st.compared and n not in diff and st.favours == other]
+        return unres, blocked
+
     winner: Literal["a", "b"] | None = None
-    if not unresolved and a_wins and not b_wins:
-        winner = "a"
-    elif not unresolved and b_wins and not a_wins:
-        winner = "b"
-    at = f"α = {alpha:.3g} over {k} axes, {alpha_axis:.3g} each" if k else f"α = {alpha:.3g}, no axis to compare"
-    better_on, worse_on = (a_wins, b_wins) if winner != "b" else (b_wins, a_wins)
+    unresolved: list[str] = []
+    blocked: list[str] = []
+    for x in ("a", "b"):
+        other = "b" if x == "a" else "a"
+        if wins[x] and not wins[other]:
+            unresolved, blocked = held_back(x)  # type: ignore[arg-type]
+            if not unresolved and not blocked:
+                winner = x  # type: ignore[assignment]
+    if not wins["a"] and not wins["b"]:
+        unresolved = [n for n, v in verdicts.items() if v.verdict == "unresolved" and n not in not_compared]
+        ua, ba = held_back("a")
+        ub, bb = held_back("b")
+        if not unresolved and (ua or ub or ba or bb):
+            unresolved = sorted(set(ua) | set(ub), key=todo.index)
+            blocked = sorted(set(ba) | set(bb), key=todo.index)
+    tied = [n for n, v in verdicts.items() if v.verdict == "tied"]
+    status: PairStatus
+    if winner is not None:
+        status = "dominates"
+    elif wins["a"] and wins["b"]:
+        status = "trade-off"
+    elif unresolved or blocked:
+        status = "undecided"
+    elif todo:
+        status = "equivalent"
+    else:
+        status = "nothing to compare"
+    better_on, worse_on = (wins["b"], wins["a"]) if winner == "b" else (wins["a"], wins["b"])
+    at = f"α = {alpha:.3g} over {k_} axes, {alpha_axis:.3g} each" if k_ else f"α = {alpha:.3g}, no axis to compare"
     if winner is not None:
         w, l_ = names if winner == "a" else names[::-1]
         text = f"{w} dominates {l_}: different and better on {', '.join(better_on)}"
         text += f"; tied on {', '.join(tied)}" if tied else ""
-    elif unresolved and not (a_wins and b_wins):
-        text = f"not dominated: unresolved on {', '.join(unresolved)}"
-    elif a_wins and b_wins:
-        text = f"neither dominates: {names[0]} better on {', '.join(a_wins)}, {names[1]} better on {', '.join(b_wins)}"
-    elif k:
-        text = "neither dominates: tied on every axis compared"
+    elif status == "trade-off":
+        text = f"neither dominates: {names[0]} better on {', '.join(wins['a'])}, {names[1]} better on {', '.join(wins['b'])}"
+    elif status == "undecided":
+        held = [*unresolved, *(f"{n} (not compared: {not_compared[n].reason})" for n in blocked)]
+        text = f"not dominated: unresolved on {', '.join(held)}"
+    elif status == "equivalent":
+        text = "neither dominates: not worse either way on every axis compared"
     else:
         text = "neither dominates: no axis to compare"
-    return PairDominance(winner=winner, better_on=better_on, worse_on=worse_on, tied_on=tied,
-                         unresolved_on=unresolved, skipped=skipped, verdicts=verdicts, k=k, alpha=alpha,
-                         alpha_axis=alpha_axis, text=f"{text} ({at})")
+    return PairDominance(winner=winner, status=status, better_on=better_on, worse_on=worse_on, tied_on=tied,
+                         unresolved_on=unresolved, blocked_on=blocked, not_compared=not_compared, skipped=skipped,
+                         verdicts=verdicts, standings=standings, k=k_, alpha=alpha, alpha_axis=alpha_axis,
+                         text=f"{text} ({at})")
 
 
 class Samples(NamedTuple):

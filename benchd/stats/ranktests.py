@@ -237,3 +237,38 @@ def clopper_pearson(k: int, n: int, level: float) -> tuple[float, float]:
     low = 0.0 if k == 0 else solve(1.0 - tail, k - 1)
     high = 1.0 if k == n else solve(tail, k)
     return low, high
+
+
+def wilson(k: int, n: int, z: float) -> tuple[float, float]:
+    """The Wilson score interval for a proportion k of n at normal quantile `z`."""
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    den = 1.0 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z / den * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
+def newcombe_paired(both: int, only_a: int, only_b: int, neither: int, level: float) -> tuple[float, float]:
+    """Newcombe's method 10 (1998): the score interval at `level` for the paired difference of pass rates
+    B − A, from the 2×2 table (both passed, A only, B only, neither): Wilson intervals of each rate
+    combined with the table's correlation φ (0 when a margin is empty)."""
+    n = both + only_a + only_b + neither
+    if n == 0:
+        return -1.0, 1.0
+    z = _normal_quantile(1.0 - (1.0 - level) / 2.0)
+    p1, p2 = (both + only_a) / n, (both + only_b) / n  # A's and B's pass rates
+    l1, u1 = wilson(both + only_a, n, z)
+    l2, u2 = wilson(both + only_b, n, z)
+    den = (both + only_a) * (only_b + neither) * (both + only_b) * (only_a + neither)
+    phi = (both * neither - only_a * only_b) / math.sqrt(den) if den > 0 else 0.0
+    d = p2 - p1
+    lo = d - math.sqrt(max(0.0, (p2 - l2) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1) + (u1 - p1) ** 2))
+    hi = d + math.sqrt(max(0.0, (u2 - p2) ** 2 - 2 * phi * (u2 - p2) * (p1 - l1) + (p1 - l1) ** 2))
+    return max(-1.0, lo), min(1.0, hi)
+
+
+def normal_quantile(p: float) -> float:
+    """The p-quantile of the standard normal."""
+    return _normal_quantile(p)

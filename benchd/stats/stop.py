@@ -1,27 +1,63 @@
-"""The pair stop rule's verdict: the question the Pareto view asks, asked of one pair's rows so far.
+"""The pair stop rule: planned looks with α split over them, asking the Pareto view's question of one pair.
 
-The engine's stop rule imports it directly, so a context stops on the answer the view will give.
+The engine's stop rule imports it directly; the view of a stopped sweep uses the same α (`view_alpha`)
+and the same number of axes (`planned_axes`), so a context stops on the answer the view will give.
 Reasons and facts: docs/measuring.md#when-a-context-stops.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from benchd.schemas import Row
-from benchd.stats.axes import Direction, probe_axes
-from benchd.stats.comparison import ALPHA, AxisVerdict, compare_axis, dominance, paired_samples
+from benchd.schemas import Row, Sweep
+from benchd.stats.axes import IMAGE_AXIS_PREFIX, LEVEL_AXIS_PREFIX, Direction, probe_axes
+from benchd.stats.comparison import ALPHA, AxisVerdict, PairDominance, compare_axis, dominance, paired_samples
+
+#: The pair statuses that end a pair's rounds: more rounds cannot change them into another answer.
+RESOLVED = ("dominates", "trade-off", "equivalent")
 
 
-def stop_verdict(rows_a: Sequence[Row], rows_b: Sequence[Row], *, metric: str, better: Direction, order: str,
-                 margin_pct: float, alpha: float = ALPHA) -> AxisVerdict:
-    """The pair stop rule's question, asked as the context's Pareto view asks it: B against A on `metric`
-    at the α each axis gets there (α / k over the per-probe core axes both sides' rows measure; the
-    `dominance` verdict itself when `metric` is one of them), paired by round as `order` allows.
-    `rows_a`, `rows_b`: the pair's valid probe rows of one context so far. Axes measured outside the
-    probe rounds (pass rates, sustained runs, sessions, levels, images, time to ready) are not counted;
-    where they join the view, its k is larger."""
+def looks(min_rounds: int, max_rounds: int) -> list[int]:
+    """The rounds at which the stop rule asks: `min_rounds`, doubling, and `max_rounds` (3, 6, 12)."""
+    out = [max(1, min_rounds)]
+    while out[-1] * 2 < max_rounds:
+        out.append(out[-1] * 2)
+    if max_rounds > out[-1]:
+        out.append(max_rounds)
+    return out
+
+
+def look_alpha(min_rounds: int, max_rounds: int, alpha: float = ALPHA) -> float:
+    """The α of each look: `alpha` split over the planned looks (Bonferroni)."""
+    return alpha / len(looks(min_rounds, max_rounds))
+
+
+def planned_axes(sweep: Sweep) -> list[str]:
+    """The Pareto axes the sweep's view can compare, known before it runs (α is split over them): the
+    per-probe axes, time to ready, and the axes the sweep turns on (eval tier, suites, sustained runs,
+    sessions, KL divergence, concurrency levels, image resolutions)."""
+    out = [a.name for a in probe_axes()]
+    out.append("ready_s")
+    if sweep.eval_tier != "none":
+        out.append("eval_pass_rate")
+    out += [{"code": "code_pass_rate", "tools": "tool_pass_rate"}[s] for s in sweep.evals]
+    if sweep.sustained.tokens > 0:
+        out.append("sustain_ratio")
+    if sweep.kld.reference is not None:
+        out.append("kld")
+    if sweep.session.turns > 1:
+        out.append("session_ttft_ms")
+    out += [f"{LEVEL_AXIS_PREFIX}{n}" for n in sweep.parallel_levels()]
+    if any(c.vision for c in sweep.candidates):
+        out += [f"{IMAGE_AXIS_PREFIX}{w}x{h}" for w, h in sweep.vision.resolutions]
+    return out
+
+
+def pair_dominance(rows_a: Sequence[Row], rows_b: Sequence[Row], *, order: str, alpha: float, k: int,
+                   margins: Mapping[str, float] | None = None) -> PairDominance:
+    """The view's question over the per-probe axes of one pair's rows so far (paired by round as `order`
+    allows), with α split over `k` axes (the view's planned count)."""
     names = [a.name for a in probe_axes() if a.name in Row.__struct_fields__]
     sa: dict[str, Any] = {}
     sb: dict[str, Any] = {}
@@ -29,9 +65,45 @@ def stop_verdict(rows_a: Sequence[Row], rows_b: Sequence[Row], *, metric: str, b
     for axis in names:
         s = paired_samples(rows_a, rows_b, axis, order=order)
         sa[axis], sb[axis], paired[axis] = s.a, s.b, s.paired
-    d = dominance(sa, sb, axes=names, alpha=alpha, margin_pct=margin_pct, paired=paired)
+    return dominance(sa, sb, axes=names, alpha=alpha, margin_pct=dict(margins or {}), paired=paired, k=k)
+
+
+def stop_verdict(rows_a: Sequence[Row], rows_b: Sequence[Row], *, metric: str, better: Direction, order: str,
+                 margin_pct: float | None = None, alpha: float = ALPHA, k: int | None = None,
+                 margins: Mapping[str, float] | None = None) -> AxisVerdict:
+    """B against A on `metric` as the view asks it: the `pair_dominance` verdict on that axis (α / k each),
+    or `compare_axis` at that α when `metric` is not a per-probe Pareto axis."""
+    m = dict(margins or {})
+    if margin_pct is not None:
+        m.setdefault(metric, margin_pct)
+    names = [a.name for a in probe_axes() if a.name in Row.__struct_fields__]
+    d = pair_dominance(rows_a, rows_b, order=order, alpha=alpha, k=k or len(names), margins=m)
     if metric in d.verdicts:
         return d.verdicts[metric]
-    s = paired_samples(rows_a, rows_b, metric, order=order)  # not a core axis, or skipped there
-    return compare_axis(s.a, s.b, axis=metric, better=better, margin_pct=margin_pct, alpha=d.alpha_axis,
+    s = paired_samples(rows_a, rows_b, metric, order=order)
+    return compare_axis(s.a, s.b, axis=metric, better=better, margin_pct=m.get(metric, 2.0), alpha=d.alpha_axis,
                         paired=s.paired)
+
+
+def stop_reason(per_candidate: Mapping[str, Sequence[Row]], rnd: int, *, min_rounds: int, max_rounds: int,
+                order: str, sweep: Sweep, alpha: float = ALPHA) -> str | None:
+    """Why a context's rounds end after round `rnd`, or None to go on: at a planned look, every pair's
+    per-probe Pareto question is resolved (one dominates, a trade-off, or equivalent) at the look's α.
+    `per_candidate`: each candidate's valid probe rows of the context so far."""
+    if rnd not in looks(min_rounds, max_rounds) or rnd >= max_rounds:
+        return None
+    a_look = look_alpha(min_rounds, max_rounds, alpha)
+    k = len(planned_axes(sweep))
+    ids = list(per_candidate)
+    words = []
+    for i, x in enumerate(ids):
+        for y in ids[i + 1:]:
+            if len({r.round for r in per_candidate[x]} & {r.round for r in per_candidate[y]}) < 2:
+                return None
+            d = pair_dominance(per_candidate[x], per_candidate[y], order=order, alpha=a_look, k=k,
+                               margins=sweep.margins)
+            if d.status not in RESOLVED:
+                return None
+            words.append(f"{x} vs {y}: {d.status}")
+    return (f"every pair resolved at the planned look after {rnd} rounds ({'; '.join(words)}; "
+            f"α = {alpha:g} over {len(looks(min_rounds, max_rounds))} looks, {a_look:.3g} each)")

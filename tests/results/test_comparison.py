@@ -137,9 +137,13 @@ def test_twins_at_n20_cv1_are_tied() -> None:
 
 
 def test_unresolved_names_the_rounds_that_would_resolve_it() -> None:
-    v = compare_axis([100.0, 104.0, 97.0], [103.0, 108.0, 99.0], axis="gen_tps", better="higher")
+    v = compare_axis([100.0, 104.0, 97.0, 101.0, 99.0], [103.0, 108.0, 99.0, 105.0, 102.0], axis="gen_tps",
+                     better="higher")
     assert v.verdict == "unresolved" and v.rounds_to_resolve is not None and v.rounds_to_resolve > 0
-    assert f"about {v.rounds_to_resolve} more rounds would resolve ±2 %" in v.text
+    assert v.lever == "rounds"
+    assert f"about {v.rounds_to_resolve} more rounds give an even chance of resolving ±2 %" in v.text
+    few = compare_axis([100.0, 104.0, 97.0], [103.0, 108.0, 99.0], axis="gen_tps", better="higher")
+    assert few.verdict == "unresolved" and few.rounds_to_resolve is None  # no advice before 5 values
     # that many more rounds at the same spread and estimate would resolve it
     assert v.ci_low is not None and v.ci_low < 1.02
 
@@ -165,9 +169,13 @@ def test_dominance_bonferroni_and_unresolved_axes() -> None:
     assert d.winner == "a" and d.better_on == ["gen_tps", "mem_peak_bytes"] and d.k == 2
     assert d.alpha_axis == pytest.approx(0.025) and all(v.alpha == 0.025 for v in d.verdicts.values())
     assert "α = 0.05 over 2 axes" in d.text
-    fuzzy = {**large, "mem_peak_bytes": [18.5, 18.0, 19.0]}
+    # B's memory as small as A's within a wide noise: A is not shown not worse there (one-sided bound past 2 %)
+    fuzzy = {**large, "mem_peak_bytes": [17.0, 18.0, 19.0]}
     d2 = dominance(small, fuzzy, axes=["gen_tps", "mem_peak_bytes"])
-    assert d2.winner is None and d2.text.startswith("not dominated: unresolved on mem_peak_bytes")
+    assert d2.winner is None and d2.status == "undecided" and d2.unresolved_on == ["mem_peak_bytes"]
+    assert d2.text.startswith("not dominated: unresolved on mem_peak_bytes")
+    # B larger within that noise: A is not worse (non-inferiority, α unsplit), so A dominates on gen_tps
+    assert dominance(small, {**large, "mem_peak_bytes": [18.5, 18.0, 19.0]}, axes=["gen_tps", "mem_peak_bytes"]).winner == "a"
     d3 = dominance(small, {**large, "sustain_ratio": [0.9]}, axes=["gen_tps", "mem_peak_bytes", "sustain_ratio"])
     assert d3.winner == "a" and "sustain_ratio" in d3.skipped and d3.k == 2
     # B better on one, worse on another: neither
@@ -218,8 +226,11 @@ def test_pairing_by_round_and_block_medians() -> None:
 def test_axis_table_is_extensible() -> None:
     try:
         register_axis("test_axis_ms", "lower", words=("slower", "faster"), pareto=False)
-        v = compare_axis([10.0] * 3, [20.0] * 3, axis="test_axis_ms", better="lower")
+        v = compare_axis([10.0, 10.2, 9.9], [20.0, 20.3, 19.8], axis="test_axis_ms", better="lower")
         assert v.verdict == "different" and "slower" in v.text
+        # zero spread of a rate that is not a counter: its noise is unknown, never "exact"
+        flat = compare_axis([10.0] * 3, [20.0] * 3, axis="test_axis_ms", better="lower")
+        assert flat.verdict == "unresolved" and "no spread" in flat.text
     finally:
         AXES.pop("test_axis_ms", None)
 

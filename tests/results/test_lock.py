@@ -94,7 +94,9 @@ def test_refusals(state) -> None:
         lock.build_lock(rb, "nope")
     with pytest.raises(BenchdError, match="no successful probe rows"):
         lock.build_lock(rb, "broken")
-    lock.build_lock(rb, "mlx-lm")  # with two eval tasks, not dominated: unresolved on eval_pass_rate
+    # two eval tasks cannot compare pass rates (not compared), and their estimate favours gguf-plain: dominated
+    with pytest.raises(BenchdError, match=r"dominated \(at context 1024: gguf-plain"):
+        lock.build_lock(rb, "mlx-lm")
     rb = _without_evals(config, rb)
     with pytest.raises(BenchdError, match=r"dominated \(at context 1024: gguf-plain \(better on gen_tps, mem_peak_bytes\)") as exc:
         lock.build_lock(rb, "mlx-lm")
