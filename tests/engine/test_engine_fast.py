@@ -177,7 +177,7 @@ async def test_the_pair_stop_rule_ends_a_clear_gap_after_min_rounds(tmp_path: Pa
     config, store, job, sweep, script = _scenario(tmp_path, "auto")
     await _run(store, job, sweep, script, config)
     finished = _events(store, job, "context_finished")
-    assert all("verdict resolved after 6 rounds" in e.payload["why"] for e in finished), finished
+    assert all("every pair resolved at the planned look after 6 rounds" in e.payload["why"] for e in finished), finished
     assert all(e.payload["rounds"] == 6 for e in finished)
 
 

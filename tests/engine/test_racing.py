@@ -12,7 +12,8 @@ from benchd.schemas import Row
 
 def rows(cand: str, gen: list[float], mem: float = 1e8, prompt: float = 1000.0) -> list[Row]:
     return [Row(job="j", candidate=cand, runtime="llama-server", context=64, kind="probe", probe=i, round=i,
-                status="ok", gen_tps=g, prompt_tps=prompt * (1 + 0.001 * (i % 3)), mem_peak_bytes=int(mem))
+                status="ok", gen_tps=g, prompt_tps=prompt * (1 + 0.001 * ((i + ord(cand[0])) % 3)),
+                mem_peak_bytes=int(mem))
             for i, g in enumerate(gen)]
 
 

@@ -22,7 +22,7 @@ def test_the_simulation_meets_its_goals_at_a_small_size() -> None:
     for name, r in got.items():
         if name.startswith("trap"):
             assert r["dominates_a"] <= 0.05, (name, r)
-        if name.startswith("true"):
+        if name.startswith("true:"):
             assert r["dominates_a"] >= 0.75, (name, r)
         if name.startswith(("identical", "true ratio")):
             assert r["dominates_any"] <= 0.05 and r["different_b_any_look"] <= 0.05, (name, r)
