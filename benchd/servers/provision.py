@@ -62,6 +62,26 @@ def llama_dir(cache_dir: Path) -> Path:
     return Path(cache_dir) / "runtimes" / f"llama.cpp-{LLAMA_CPP_PYTHON_VERSION}"
 
 
+def mlx_lock() -> Path | None:
+    """The hash lock of the MLX venv for this platform and Python (`benchd/data/mlx-lock-<os>-<arch>-py<X.Y>.txt`:
+    every package pinned with its sha256), or None where none is shipped (then the three pins alone, unchecked)."""
+    py = f"py{sys.version_info.major}.{sys.version_info.minor}"
+    path = Path(__file__).resolve().parents[1] / "data" / f"mlx-lock-{sys.platform}-{platform.machine()}-{py}.txt"
+    return path if path.is_file() else None
+
+
+def _mlx_lock_sha256() -> str | None:
+    lock = mlx_lock()
+    return hashlib.sha256(lock.read_bytes()).hexdigest() if lock else None
+
+
+def _mlx_installed(marker: dict[str, object] | None, venv: Path) -> bool:
+    """The venv counts as installed when its marker names the same pins and the same lock (a changed lock
+    reinstalls) and its interpreter runs."""
+    return bool(marker and marker.get("requirements") == mlx_requirements()
+                and marker.get("lock_sha256") == _mlx_lock_sha256() and _executable(_venv_python(venv)))
+
+
 def mlx_dir(cache_dir: Path) -> Path:
     py = f"py{sys.version_info.major}.{sys.version_info.minor}"
     return Path(cache_dir) / "runtimes" / f"mlx-{MLX_VERSION}_lm-{MLX_LM_VERSION}_vlm-{MLX_VLM_VERSION}_{py}"
@@ -130,6 +150,22 @@ def _run(argv: list[str], log_path: Path, what: str, cwd: Path | None = None) ->
         fh.write(f"rc={proc.returncode}\n")
     if proc.returncode != 0:
         raise BenchdError("install_failed", f"{what} failed (exit {proc.returncode}): see {log_path}")
+
+
+def _run_pip_locked(argv: list[str], log_path: Path) -> None:
+    """`pip install --require-hashes`: a file whose sha256 is not the lock's is `hash_mismatch` (nothing is
+    retried, nothing installed unchecked); any other failure is `install_failed`, as for `_run`."""
+    start = log_path.stat().st_size if log_path.exists() else 0
+    try:
+        _run(argv, log_path, "installing the MLX packages from the hash lock")
+    except BenchdError:
+        with open(log_path, "rb") as fh:
+            fh.seek(start)
+            tail = fh.read().decode(errors="replace")
+        if "DO NOT MATCH THE HASHES" in tail:
+            raise BenchdError("hash_mismatch", f"a downloaded MLX package does not match the sha256 in {argv[-1]}: "
+                                               f"nothing was installed unchecked; see {log_path}") from None
+        raise
 
 
 def _which_compiler() -> str | None:
@@ -271,28 +307,37 @@ def install_mlx(cache_dir: Path, log: Log) -> Path:
     root = mlx_dir(Path(cache_dir))
     venv = root / "venv"
     marker = _read_marker(root)
-    if marker and marker.get("requirements") == mlx_requirements() and _executable(_venv_python(venv)):
+    if _mlx_installed(marker, venv):
         log(f"MLX runtimes already installed in {venv}")
         return venv
     _ensure_writable(root)
     with _install_lock(root, log):
         marker = _read_marker(root)
-        if marker and marker.get("requirements") == mlx_requirements() and _executable(_venv_python(venv)):
+        if _mlx_installed(marker, venv):
             return venv
         started = time.monotonic()
         log_path = root / "install.log"
         shutil.rmtree(venv, ignore_errors=True)
         log(f"creating {venv}")
         _run([sys.executable, "-m", "venv", str(venv)], log_path, "creating the MLX venv")
-        log(f"installing {' '.join(mlx_requirements())} (~1-2 min, ~1 GB); log: {log_path}")
-        _run([str(_venv_python(venv)), "-m", "pip", "install", "--disable-pip-version-check",
-              *mlx_requirements()], log_path, "installing the MLX packages")
+        lock = mlx_lock()
+        pip = [str(_venv_python(venv)), "-m", "pip", "install", "--disable-pip-version-check"]
+        if lock is not None:
+            log(f"installing the MLX venv from {lock.name}, every package checked against its sha256 "
+                f"(~1-2 min, ~1 GB); log: {log_path}")
+            _run_pip_locked([*pip, "--require-hashes", "--no-deps", "--only-binary", ":all:", "-r", str(lock)],
+                            log_path)
+        else:
+            log(f"no hash lock for {sys.platform}-{platform.machine()}: installing {' '.join(mlx_requirements())} "
+                f"by version alone, their dependencies unpinned and unchecked (~1-2 min, ~1 GB); log: {log_path}")
+            _run([*pip, *mlx_requirements()], log_path, "installing the MLX packages")
         _run([str(_venv_python(venv)), "-c", "import mlx.core, mlx_lm, mlx_vlm"], log_path,
              "importing mlx, mlx_lm and mlx_vlm in the new venv")
         _write_marker(root, {
             "runtime": "mlx",
             "version": MLX_VERSION,
             "requirements": mlx_requirements(),
+            "lock_sha256": _mlx_lock_sha256(),
             "python": sys.version.split()[0],
             "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "seconds": round(time.monotonic() - started, 1),

@@ -71,6 +71,7 @@ def test_install_mlx_second_run_is_a_no_op(cache_dir: Path, mlx_argv: dict[str, 
     marker = json.loads((venv.parent / "installed.json").read_text())
     assert marker["requirements"] == provision.mlx_requirements()
     assert marker["requirements"][1:] == ["mlx-lm==0.32.2", "mlx-vlm==0.7.10"]
+    assert marker["lock_sha256"] == provision._mlx_lock_sha256()  # installed from the lock shipped, if any
 
 
 @pytest.mark.real
@@ -212,3 +213,55 @@ def test_cmake_options_match_the_reference() -> None:
     if cpuinfo.exists() and " avx2" in cpuinfo.read_text():
         assert provision.LLAMA_CMAKE_X86_AVX2[0] == "-DGGML_NATIVE=OFF"
         assert set(provision.LLAMA_CMAKE_X86_AVX2) <= set(opts)
+
+
+def _lock_entries(lock: Path) -> dict[str, list[str]]:
+    """`name==version` -> its sha256 hashes, read from a pip hash lock."""
+    entries: dict[str, list[str]] = {}
+    current = ""
+    for line in lock.read_text().splitlines():
+        line = line.strip().rstrip("\\").strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("--hash=sha256:"):
+            entries[current].append(line.removeprefix("--hash=sha256:"))
+        else:
+            current = line
+            entries[current] = []
+    return entries
+
+
+def test_the_mlx_lock_pins_every_package_with_its_hash() -> None:
+    """The shipped lock holds benchd's three pins at their versions and a sha256 for every package; on this
+    platform the installed venv's marker names the lock it was installed from."""
+    lock = provision.mlx_lock()
+    if lock is None:
+        pytest.skip(f"no MLX hash lock is shipped for {sys.platform}-{os.uname().machine}")
+    entries = _lock_entries(lock)
+    names = {e.split("==")[0].lower().replace("_", "-"): e.split("==")[1] for e in entries}
+    assert names["mlx"] == names["mlx-cpu"] == provision.MLX_VERSION
+    assert names["mlx-lm"] == provision.MLX_LM_VERSION and names["mlx-vlm"] == provision.MLX_VLM_VERSION
+    assert all(hashes and all(re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes) for hashes in entries.values()), entries
+    assert len(entries) > 50  # the dependencies are pinned too, not only the three
+
+
+def test_a_package_whose_hash_differs_from_the_lock_is_a_clear_error(tmp_path: Path) -> None:
+    """pip's own --require-hashes check on a local wheel whose sha256 is not the lock's: `hash_mismatch`,
+    nothing installed (no network: the wheel is written here)."""
+    import zipfile
+
+    wheel = tmp_path / "demo_pkg-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("demo_pkg/__init__.py", "")
+        z.writestr("demo_pkg-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo-pkg\nVersion: 0.1\n")
+        z.writestr("demo_pkg-0.1.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr("demo_pkg-0.1.dist-info/RECORD", "")
+    lock = tmp_path / "lock.txt"
+    lock.write_text(f"{wheel} --hash=sha256:{'0' * 64}\n")
+    target = tmp_path / "site"
+    argv = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-index", "--require-hashes",
+            "--no-deps", "--target", str(target), "-r", str(lock)]
+    with pytest.raises(BenchdError) as err:
+        provision._run_pip_locked(argv, tmp_path / "install.log")
+    assert err.value.code == "hash_mismatch" and str(lock) in str(err.value), err.value
+    assert not (target / "demo_pkg").exists()
