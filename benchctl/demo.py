@@ -152,7 +152,9 @@ def conclusion(runbook_path: Path) -> str:
         stay = ", ".join(view.frontier) or "none"
         parts.append(f"at context {view.context}, " + ("; ".join(out) + f"; on the frontier: {stay}" if out else
                                                        f"no candidate is ruled out (frontier: {stay})"))
-    return "What it found: " + (". ".join(parts) if parts else "no Pareto view (no successful probes)") + "."
+    if not parts:
+        return "What it found: no Pareto view (no successful probes)."
+    return "What it found: " + ". ".join([parts[0], *(p[0].upper() + p[1:] for p in parts[1:])]) + "."
 
 
 if __name__ == "__main__":

@@ -18,9 +18,10 @@ def test_the_closing_line_says_what_was_found(tmp_path: Path) -> None:
     rid = runbook.write_runbook(config, store, fill_job(store, sweep))
     store.close()
     path = config.runbooks_dir / f"{rid}.json"
+    # the factory's rows: at 1024 gguf-plain is different-and-better on generation and memory, not worse elsewhere
     assert conclusion(path) == ("What it found: at context 512, no candidate is ruled out (frontier: gguf-plain, "
-                                "gguf-spec, mlx-lm). at context 1024, no candidate is ruled out (frontier: "
-                                "gguf-plain, gguf-spec, mlx-lm).")
+                                "gguf-spec, mlx-lm). At context 1024, gguf-plain dominates mlx-lm; on the "
+                                "frontier: gguf-plain, gguf-spec.")
     rb = runbook.load_runbook(rid, config)
     first = rb.pareto[0]
     ruled = msgspec.structs.replace(first, frontier=["gguf-plain", "mlx-lm"], dominated={"gguf-spec": [
