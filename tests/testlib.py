@@ -333,3 +333,30 @@ def assert_golden(path: Path, name: str, got: Any, indent: int = 0) -> None:
         path.write_text(json.dumps(recorded, indent=indent, sort_keys=True) + "\n")
     assert name in recorded, f"nothing recorded for {name} in {path.name}: run with BENCHD_GOLDEN_RECORD=1"
     assert got == recorded[name]
+
+
+def printed_comparison(text: str, label: str, a: list[float], b: list[float], axis: str, names: tuple[str, str],
+                       *, paired: bool = True) -> tuple[str, list[str]]:
+    """The line of a Pareto text that compares `names` on `axis` (found by the axis's `label`, e.g. "peak
+    memory"), and the sentences the one formatter writes for the comparison recomputed from the samples
+    `a`, `b` at the α printed on that line (either orientation, either subject), each without its medians'
+    clause (that comes from the cell points, not the paired samples): the line matches one of them when the
+    report printed the comparison of these samples."""
+    import re
+
+    from benchd.results.text import comparison_sentence
+    from benchd.stats.axes import AXES
+    from benchd.stats.comparison import compare_axis
+
+    line = next(x.strip() for x in text.splitlines() if label in x and "α = " in x and "CI" in x
+                and all(n in x for n in names))
+    alpha = float(line.rsplit("α = ", 1)[1].rstrip(")"))
+    spec = AXES[axis]
+
+    def bare(t: str) -> str:
+        return re.sub(r"; medians [^;)]*", "", t)
+
+    sentences = [bare(comparison_sentence(compare_axis(x, y, axis=axis, better=spec.better, margin_pct=spec.margin_pct,
+                                                       alpha=alpha, paired=paired), *names, subject=subject))
+                 for x, y in ((a, b), (b, a)) for subject in ("a", "b")]
+    return bare(line), sentences

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 import threading
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testlib import printed_comparison
 
 from benchd.config import Config
 from benchd.engine.plan import job_seed, round_order
@@ -229,27 +229,13 @@ def test_measured_footprints_over_the_budget_fall_back_to_blocked(tiny_models: A
     # the comparison the report prints for the pair is the one on the block medians paired by round
     # (memory: measured on every row; a rate can be null with its reason on a starved client)
     from benchd.results.report import render_pareto_text
-    from benchd.stats.comparison import compare_axis as judge
     from benchd.stats.comparison import paired_samples
 
     ok = {c: [r for r in probes if r.candidate == c and not r.short] for c in ("a", "b")}
     s = paired_samples(ok["a"], ok["b"], "mem_peak_bytes", order="blocked")
     assert s.paired and s.design == "block medians paired by round" and len(s.a) == 3
-    from benchd.results.text import comparison_sentence
-    from benchd.stats.axes import AXES
-
-    text = render_pareto_text(rb)
-    line = next(x.strip() for x in text.splitlines() if "peak memory" in x and "α = " in x and "CI" in x)
-    alpha = float(line.rsplit("α = ", 1)[1].rstrip(")"))
-    margin = AXES["mem_peak_bytes"].margin_pct
-
-    def without_medians(t: str) -> str:  # the medians' clause comes from the points, not the paired samples
-        return re.sub(r"; medians [^;)]*", "", t)
-
-    printed = [comparison_sentence(judge(x, y, axis="mem_peak_bytes", better="lower", margin_pct=margin,
-                                         alpha=alpha, paired=True), "a", "b", subject=subject)
-               for x, y in ((s.a, s.b), (s.b, s.a)) for subject in ("a", "b")]
-    assert any(without_medians(line) == without_medians(p) for p in printed), (line, printed)
+    line, printed = printed_comparison(render_pareto_text(rb), "peak memory", s.a, s.b, "mem_peak_bytes", ("a", "b"))
+    assert line in printed, (line, printed)
 
 
 def test_an_invalidated_probe_of_a_block_is_re_run_in_its_block(tiny_models: Any, cache_dir: Path,

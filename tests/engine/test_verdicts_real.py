@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from testlib import printed_comparison
 
 from benchd.config import Config
 from benchd.engine import series
@@ -274,7 +275,7 @@ def test_twins_under_a_cpu_hog_are_measured_in_rounds_and_judged_on_their_pairs(
     (that claim is the synthetic test's, tests/results/test_comparison.py); the slowdown is printed."""
     from benchd.engine.plan import job_seed, round_order
     from benchd.results.report import render_pareto_text
-    from benchd.stats.comparison import dominance, paired_samples, pareto_axes
+    from benchd.stats.comparison import paired_samples, pareto_axes
 
     cands = [Candidate(id=f"twin-{x}", runtime="llama-server", model=str(tiny_models.target), args=["-t", "1"])
              for x in "ab"]
@@ -322,18 +323,12 @@ def test_twins_under_a_cpu_hog_are_measured_in_rounds_and_judged_on_their_pairs(
             s = paired_samples(ok["twin-a"], ok["twin-b"], axis, order="interleaved")
             sa[axis], sb[axis], paired[axis] = s.a, s.b, s.paired
     assert paired["gen_tps"] and len(sa["gen_tps"]) == 8
-    margin = sweep.probe_plan().target_ci_pct
-    text = render_pareto_text(rb)
-    # The report states a dominated pair from the dominated side (B/A with A the dominator), a tie as
-    # listed: one of the two orientations of the same paired rows is the one printed, pair line and axis.
-    both = [dominance(sa, sb, axes=axes, margin_pct=margin, paired=paired, names=("twin-a", "twin-b")),
-            dominance(sb, sa, axes=axes, margin_pct=margin, paired=paired, names=("twin-b", "twin-a"))]
-    printed = [d for d in both if d.text in text and d.verdicts["gen_tps"].text in text]
-    assert printed, ([(d.text, d.verdicts["gen_tps"].text) for d in both], text)
-    d = printed[0]
+    line, printed = printed_comparison(render_pareto_text(rb), "generation", sa["gen_tps"], sb["gen_tps"], "gen_tps",
+                                       ("twin-a", "twin-b"))
+    assert line in printed, (line, printed)
     before = [r.gen_tps or 0 for r in probes if r.round == 0 and r.visit == 0]
     after = {c: statistics.median(r.gen_tps or 0 for r in ok[c] if (r.round or 0) >= 1) for c in ok}
-    print(f"\n[twins] first probe before the hog {before}; medians under it {after}; {d.text}")
+    print(f"\n[twins] first probe before the hog {before}; medians under it {after}; {line}")
 
 
 @pytest.mark.real

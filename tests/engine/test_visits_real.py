@@ -79,12 +79,14 @@ def test_sessions_and_levels_in_a_sweep_and_resume(tiny_models: Any, cache_dir: 
     text = report.render_text(rb, pareto=True)
     assert "sessions (warm prompt cache):" in text and "llama ctx 256: warm-turn TTFT" in text
     assert "parallel requests:" in text and "llama ctx 256 x2: aggregate" in text
-    assert "session_ttft_ms (lower)" in text
+    from benchd.results.text import axis_word
+
+    assert f"{axis_word('session_ttft_ms')} (lower)" in text  # the Pareto table's column, by its label
     point = rb.pareto[0].points[0]
     assert point.values["session_ttft_ms"] is not None
     # a loaded client can let one stream of a batch finish before the other starts: no aggregate then
     overlapped = any(r.agg_gen_tps is not None for r in par)
-    assert ("agg_gen_tps@2 (higher)" in text) == overlapped
+    assert (f"{axis_word('agg_gen_tps@2')} (higher)" in text) == overlapped
     assert (point.values.get("agg_gen_tps@2") is not None) == overlapped
     assert "## Sessions" in report.render_markdown(rb)
     assert not {"prefix-cache", "concurrency"} & {d.axis for d in rb.deferred.automatic}
