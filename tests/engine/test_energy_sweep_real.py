@@ -108,16 +108,23 @@ def test_fake_rapl_sweep_carries_j_per_token_and_the_pareto_uses_it(
             assert "arrived in one read" in why or "did not move" in why, why
     assert {r.candidate for r in measured} == {"llama-t1", "llama-ub128"}, [r.null_reasons for r in probes]
     for r in measured:
-        assert r.energy_gen_j is not None and r.energy_prompt_j is not None and r.gen_tokens == GEN
+        assert r.energy_gen_j is not None and r.gen_tokens == GEN
+        if r.energy_prompt_j is None:
+            # the prompt phase is a few ms: a writer starved over all of it leaves the counter still, and
+            # benchd says so (the double's limit, as above); everything else of the row is still checked
+            why = r.null_reasons["energy_prompt_j"]
+            assert "did not move" in why and r.null_reasons["j_per_prompt_token"] == why, why
         k = int(m.group(1)) if (m := re.search(r"first read carried (\d+) tokens", r.sources["j_per_gen_token"])) else 1
         assert r.j_per_gen_token == pytest.approx(r.energy_gen_j / (GEN - k), rel=1e-4)
-        assert r.prompt_tokens and r.j_per_prompt_token == pytest.approx(r.energy_prompt_j / r.prompt_tokens, rel=1e-4)
+        if r.energy_prompt_j is not None:
+            assert r.prompt_tokens and r.j_per_prompt_token == pytest.approx(r.energy_prompt_j / r.prompt_tokens,
+                                                                             rel=1e-4)
         assert r.sources["j_per_gen_token"].startswith(src)
         # the counters advance at a constant 12 W from a separate process: the 1 s cooldown baseline sees
         # it closely; the short phases only within the writer's scheduling on a loaded machine
         assert r.idle_watts == pytest.approx(TOTAL_W, rel=0.5), r.idle_watts
         assert r.gen_watts is not None and 0 < r.gen_watts < 5 * TOTAL_W
-        assert set(r.energy_channels or {}) == {"prompt", "gen", "idle_watts"}
+        assert set(r.energy_channels or {}) == {"gen", "idle_watts"} | ({"prompt"} if r.energy_prompt_j else set())
         assert set((r.energy_channels or {})["gen"]) == {"package-0", "package-0/core", "package-0/dram"}
         assert r.j_per_gen_token_above_idle is not None and r.gen_watts_above_idle is not None
     for cell in rb.cells:
