@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tarfile
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -28,6 +30,8 @@ LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 #: sha256 of `llama_cpp_python-0.3.36.tar.gz`, the sdist pip downloads from PyPI (the file the build
 #: of this machine came from): checked after every download, and for a `BENCHD_LLAMA_SDIST` given.
 LLAMA_SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+#: The index the sdist is fetched from (PEP 691 JSON); `BENCHD_PYPI_SIMPLE` names another.
+PYPI_SIMPLE = "https://pypi.org/simple"
 MLX_VERSION = "0.32.4"
 MLX_LM_VERSION = "0.32.2"
 MLX_VLM_VERSION = "0.7.10"
@@ -191,8 +195,9 @@ def _executable(path: Path) -> bool:
 # ---------------------------------------------------------------------------------------- llama.cpp
 
 
-def check_sdist(sdist: Path, expected: str = LLAMA_SDIST_SHA256) -> None:
+def check_sdist(sdist: Path, expected: str | None = None) -> None:
     """The sdist is the pinned one (sha256), else a BenchdError saying so: never a build from it."""
+    expected = expected or LLAMA_SDIST_SHA256
     h = hashlib.sha256()
     with sdist.open("rb") as f:
         while chunk := f.read(1 << 20):
@@ -201,6 +206,47 @@ def check_sdist(sdist: Path, expected: str = LLAMA_SDIST_SHA256) -> None:
         raise BenchdError("hash_mismatch", f"{sdist} has sha256 {h.hexdigest()}, not the pinned {expected} of "
                           f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}: nothing was built from it; delete it "
                           "(or fix BENCHD_LLAMA_SDIST) and run `make setup` again")
+
+
+def download_sdist(dest: Path, index: str | None = None) -> None:
+    """Fetch the pinned sdist file by name from the index's PEP 691 JSON page into `dest`; no build backend runs.
+
+    The index is `BENCHD_PYPI_SIMPLE` (default PyPI's). The index's sha256 for the file and the bytes received
+    must both be `LLAMA_SDIST_SHA256`, else `hash_mismatch` and nothing is left at `dest`.
+    """
+    index = (index or os.environ.get("BENCHD_PYPI_SIMPLE") or PYPI_SIMPLE).rstrip("/")
+    name = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"
+    page = f"{index}/llama-cpp-python/"
+    try:
+        req = urllib.request.Request(page, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            files = json.loads(resp.read())["files"]
+        entry = next((f for f in files if f.get("filename") == name), None)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise BenchdError("install_failed", f"reading {page} failed ({e}): check the network "
+                          "(or set BENCHD_PYPI_SIMPLE, or BENCHD_LLAMA_SDIST to a downloaded sdist)") from None
+    if entry is None:
+        raise BenchdError("install_failed", f"{page} lists no {name}")
+    listed = (entry.get("hashes") or {}).get("sha256")
+    if listed != LLAMA_SDIST_SHA256:
+        raise BenchdError("hash_mismatch", f"{page} lists {name} with sha256 {listed}, not the pinned "
+                          f"{LLAMA_SDIST_SHA256}: nothing was downloaded")
+    url = urllib.parse.urljoin(page, entry["url"])
+    part = dest.with_name(dest.name + ".part")
+    h = hashlib.sha256()
+    try:
+        with urllib.request.urlopen(url, timeout=60) as resp, part.open("wb") as out:
+            while chunk := resp.read(1 << 20):
+                h.update(chunk)
+                out.write(chunk)
+    except OSError as e:
+        part.unlink(missing_ok=True)
+        raise BenchdError("install_failed", f"downloading {url} failed ({e}): run `make setup` again") from None
+    if h.hexdigest() != LLAMA_SDIST_SHA256:
+        part.unlink(missing_ok=True)
+        raise BenchdError("hash_mismatch", f"{url} served sha256 {h.hexdigest()}, not the pinned "
+                          f"{LLAMA_SDIST_SHA256} of {name}: nothing was kept or built")
+    os.replace(part, dest)
 
 
 def _llama_source(root: Path, log: Log) -> Path:
@@ -216,9 +262,7 @@ def _llama_source(root: Path, log: Log) -> Path:
         sdist = dl / f"{stem}.tar.gz"
         if not sdist.is_file():
             log(f"downloading llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} sdist (~77 MB)")
-            _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                  "-d", str(dl), f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}"],
-                 root / "download.log", "downloading the llama-cpp-python sdist")
+            download_sdist(sdist)
     check_sdist(sdist)
     log(f"extracting {sdist.name}")
     tmp = root / "src.tmp"
