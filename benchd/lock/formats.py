@@ -14,6 +14,7 @@ import shlex
 from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.lock.lockfile import Locked, server_argv, server_command_line, server_env
+from benchd.servers.runtimes.environment import REDACTED
 
 FORMATS = ("shell", "llama-swap", "llama-server-preset", "mlx-command")
 MLX_RUNTIMES = ("mlx_lm.server", "mlx_vlm.server")
@@ -22,6 +23,8 @@ MLX_RUNTIMES = ("mlx_lm.server", "mlx_vlm.server")
 _ROUTER_FLAGS = ("--host", "--port", "--api-key", "-a", "--alias", "-hf", "--hf-repo")
 #: The placeholder llama-swap fills with the port it gives the model.
 SWAP_PORT = "${PORT}"
+#: llama-swap's macro for a variable of its own environment: a secret the lock records by name only.
+SWAP_ENV = "${{env.{}}}"
 
 
 def _started(locked: Locked, fmt: str) -> None:
@@ -59,7 +62,8 @@ def llama_swap(locked: Locked, config: Config) -> str:
     env = server_env(locked, config)
     if env:
         lines.append("    env:")
-        lines += [f"      - {json.dumps(f'{k}={v}')}" for k, v in env.items()]
+        # a secret's value is llama-swap's env macro (its loading fails while NAME is unset), never `<redacted>`
+        lines += [f"      - {json.dumps(f'{k}=' + (SWAP_ENV.format(k) if v == REDACTED else v))}" for k, v in env.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -92,8 +96,11 @@ def llama_server_preset(locked: Locked, config: Config) -> str:
             continue
         lines.append(f"{flag.lstrip('-')} = {_ini_value(value) if value is not None else 'true'}")
     for k, v in server_env(locked, config).items():
-        lines.append(f"{k} = {_ini_value(v)}" if k.startswith("LLAMA_ARG_") else
-                     f"; the router's environment needs {k}={v} (a preset cannot set it)")
+        if v == REDACTED:  # a preset has no variable reference: the router's environment supplies a secret
+            lines.append(f"; the router's environment needs {k} set (a secret: export {k} before starting it)")
+        else:
+            lines.append(f"{k} = {_ini_value(v)}" if k.startswith("LLAMA_ARG_") else
+                         f"; the router's environment needs {k}={v} (a preset cannot set it)")
     return "\n".join(lines) + "\n"
 
 

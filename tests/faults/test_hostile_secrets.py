@@ -76,3 +76,35 @@ def test_the_lock_names_the_secret_to_supply_at_start(secret_runbook, tmp_path: 
     fake_bin.chmod(0o755)
     line = lock.server_command_line(msgspec.structs.replace(locked, binary=str(fake_bin)), config)
     assert 'HF_TOKEN="$HF_TOKEN"' in line and "from-benchds-env" not in line and REDACTED not in line
+
+
+def test_the_lock_forms_reference_the_secret_by_name(secret_runbook, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every form of the lock names the variable the user supplies at start instead of `<redacted>`:
+    llama-swap's `${env.NAME}` macro, the shell's `NAME="$NAME"`, the preset a comment naming it; the
+    value benchd's environment holds is in none of them."""
+    import configparser
+    import json
+
+    from benchd.lock import formats
+
+    config, rb, _ = secret_runbook
+    path = tmp_path / "locked.toml"
+    lock.write_lock(path, lock.build_lock(rb, "gguf-plain", force=True))
+    fake_bin = tmp_path / "llama-server"
+    fake_bin.write_text("#!/bin/sh\n")
+    fake_bin.chmod(0o755)
+    locked = msgspec.structs.replace(lock.read_lock(path).locked, binary=str(fake_bin))
+    monkeypatch.setenv("HF_TOKEN", "from-benchds-env")
+    out = {fmt: formats.render(fmt, locked, config) for fmt in ("shell", "llama-swap", "llama-server-preset")}
+    for fmt, text in out.items():
+        assert REDACTED not in text and "from-benchds-env" not in text and SECRET not in text, (fmt, text)
+    swap_env = [json.loads(x.strip().removeprefix("- ")) for x in out["llama-swap"].splitlines()
+                if x.startswith("      - ")]
+    assert "HF_TOKEN=${env.HF_TOKEN}" in swap_env and "OMP_NUM_THREADS=2" in swap_env, swap_env
+    assert 'HF_TOKEN="$HF_TOKEN"' in out["shell"]
+    preset = out["llama-server-preset"]
+    assert "; the router's environment needs HF_TOKEN set" in preset
+    ini = configparser.ConfigParser(comment_prefixes=(";",), interpolation=None)
+    ini.read_string("[top]\n" + preset)  # keys before the first section belong to the file
+    assert all("HF_TOKEN" not in k.upper() for k in ini["gguf-plain"]), dict(ini["gguf-plain"])
