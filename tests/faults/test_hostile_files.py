@@ -119,3 +119,50 @@ def test_the_daemon_refuses_them_at_submit_and_stays_up(run_daemon, fifo: Path, 
             c.submit(body)
         assert (info.value.status, info.value.code, info.value.field) == (400, code, field), info.value
     assert c.health()["pid"] == d.pid and c.jobs()["jobs"] == []
+
+
+def test_the_image_token_count_encodes_its_body_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama-server's token count of an image request (megabytes of base64) is encoded in a worker thread,
+    never on the loop's; the count is read from the answer. A loopback aiohttp app stands in for
+    `/v1/chat/completions/input_tokens` (the encoding thread is what is checked, not the server)."""
+    import asyncio
+    import threading
+
+    from aiohttp import web
+
+    from benchd.servers.runtimes import llama_server
+
+    threads: list[threading.Thread] = []
+    real = llama_server._encode_messages
+
+    def spy(body: Any) -> bytes:
+        threads.append(threading.current_thread())
+        return real(body)
+
+    monkeypatch.setattr(llama_server, "_encode_messages", spy)
+    image = "data:image/png;base64," + "A" * (4 << 20)
+    body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}}]}]}
+
+    async def main() -> tuple[int | None, threading.Thread, int]:
+        got: list[int] = []
+
+        async def count(request: web.Request) -> web.Response:
+            got.append(len(json.loads(await request.read())["messages"][0]["content"][0]["image_url"]["url"]))
+            return web.json_response({"input_tokens": 321})
+
+        app = web.Application(client_max_size=64 << 20)
+        app.router.add_post("/v1/chat/completions/input_tokens", count)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        try:
+            n = await llama_server.LlamaServerAdapter().count_request_tokens(f"http://127.0.0.1:{port}", body)
+        finally:
+            await runner.cleanup()
+        return n, threading.current_thread(), got[0]
+
+    n, loop_thread, received = asyncio.run(main())
+    assert n == 321 and received == len(image)
+    assert threads and all(t is not loop_thread for t in threads), threads

@@ -58,14 +58,15 @@ async def http_get(base_url: str, path: str, *, timeout_s: float = 2.0) -> tuple
 
 
 async def http_post_json(
-    base_url: str, path: str, body: Mapping[str, Any], *, timeout_s: float = 30.0,
+    base_url: str, path: str, body: Mapping[str, Any] | bytes, *, timeout_s: float = 30.0,
     headers: Mapping[str, str] | None = None,
 ) -> tuple[int, bytes]:
-    """POST a JSON body on a fresh connection (`headers` on top of the JSON content type); (status, body)."""
+    """POST a JSON body on a fresh connection (`headers` on top of the JSON content type); (status, body).
+    `body` as bytes is sent as it is (JSON the caller encoded, e.g. off the event loop)."""
     async with (
         _session(timeout_s) as session,
         session.post(
-            base_url + path, data=msgspec.json.encode(body),
+            base_url + path, data=body if isinstance(body, bytes) else msgspec.json.encode(body),
             headers={**(headers or {}), "Content-Type": "application/json"}, allow_redirects=False,
         ) as resp,
     ):

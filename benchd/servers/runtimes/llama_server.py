@@ -5,6 +5,7 @@ Reasons and facts: docs/runtimes.md#llama-server.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import os
@@ -186,6 +187,11 @@ def gpu_devices(binary: str) -> tuple[str, ...] | None:
     return _gpu_devices(binary, _mtime(binary))
 
 
+def _encode_messages(body: Mapping[str, Any]) -> bytes:
+    """The token-count request's JSON: the chat request's messages alone."""
+    return msgspec.json.encode({"messages": body.get("messages")})
+
+
 class LlamaServerAdapter(RuntimeAdapter):
     name: ClassVar[str] = "llama-server"
     spec_kinds: ClassVar[tuple[str, ...]] = tuple(SPEC_TYPES)
@@ -272,10 +278,11 @@ class LlamaServerAdapter(RuntimeAdapter):
 
     async def count_request_tokens(self, base_url: str, body: Mapping[str, Any]) -> int | None:
         """The prompt tokens of a chat request, images included, as the server would process it
-        (`POST /v1/chat/completions/input_tokens`, tools/server/server.cpp): no generation runs."""
+        (`POST /v1/chat/completions/input_tokens`, tools/server/server.cpp): no generation runs. The body
+        (megabytes of base64 images) is encoded off the event loop."""
+        data = await asyncio.to_thread(_encode_messages, body)
         try:
-            status, raw = await http_post_json(base_url, "/v1/chat/completions/input_tokens",
-                                               {"messages": body.get("messages")}, timeout_s=60.0)
+            status, raw = await http_post_json(base_url, "/v1/chat/completions/input_tokens", data, timeout_s=60.0)
             doc = msgspec.json.decode(raw) if status == 200 else None
         except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
             return None
