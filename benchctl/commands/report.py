@@ -184,6 +184,9 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
                    f"probes): {im.verdict.text}{tokens}")
     for ag in cmp.agentic:
         click.echo(f"{ag.axis}, {ag.candidate} ctx {ag.context} ({ag.verdict.n_a} vs {ag.verdict.n_b}): {ag.verdict.text}")
+    for kc in cmp.kld:
+        click.echo(f"KL divergence, {kc.candidate} ctx {kc.context} " + (
+            f"({kc.verdict.n_a} vs {kc.verdict.n_b} chunks): {kc.verdict.text}" if kc.verdict else f"not compared: {kc.reason}"))
 
 
 def _print_builds(builds: list[Any]) -> None:

@@ -91,6 +91,17 @@ class AgenticComparison(Struct, kw_only=True):
     verdict: AxisVerdict
 
 
+class KldComparison(Struct, kw_only=True):
+    """One candidate's KL divergence at one `[kld]` context in A and B (`stats.comparison`, axis kld, over the
+    per-chunk mean KLDs); no verdict, with `reason`, when the corpus or the reference's model differ (the
+    figures then measure different things)."""
+
+    candidate: str
+    context: int
+    verdict: AxisVerdict | None = None
+    reason: str | None = None
+
+
 class Comparison(Struct, kw_only=True):
     a: str
     b: str
@@ -107,6 +118,7 @@ class Comparison(Struct, kw_only=True):
     evals: list[EvalComparison] = []
     images: list[ImageComparison] = []
     agentic: list[AgenticComparison] = []
+    kld: list[KldComparison] = []
     #: Where `alpha` comes from ("fixed", "the stop rule's: ...", "given").
     alpha_source: str | None = None
 
@@ -263,6 +275,38 @@ def compare_agentic(a: Runbook, b: Runbook) -> list[AgenticComparison]:
     return out
 
 
+def _kld_mismatch(a: Runbook, b: Runbook) -> str | None:
+    """Why A's and B's KLDs are not against the same thing (corpus text, reference model), or None."""
+    ca, cb = a.kld_corpus, b.kld_corpus
+    if ca is None or cb is None or ca.sha256 != cb.sha256:
+        return "the corpora differ (sha256 " + " vs ".join(c.sha256[:12] if c else "unknown" for c in (ca, cb)) + ")"
+    refs = []
+    for rb in (a, b):
+        ref = rb.sweep.kld.reference
+        refs.append(next((c.model.sha256 for c in rb.provenance.candidates if c.candidate == ref), None))
+    if refs[0] is None or refs[0] != refs[1]:
+        return ("the references' models differ (sha256 " + " vs ".join(str(r)[:12] for r in refs) + ")")
+    return None
+
+
+def compare_kld(a: Runbook, b: Runbook, alpha: float = ALPHA) -> list[KldComparison]:
+    """Per (candidate, `[kld]` context) scored ok on both sides: its per-chunk mean KLDs, B against A
+    through the one comparison at the axis's margin (A's sweep `margins` override it); none when the
+    corpus or the reference's model differ (`reason`)."""
+    from benchd.stats.axes import margin as axis_margin
+
+    def ok(rb: Runbook) -> dict[tuple[str, int], list[float]]:
+        return {(r.candidate, r.context): list(r.chunk_kld) for r in rb.kld if r.status == "ok" and r.chunk_kld}
+
+    ka, kb = ok(a), ok(b)
+    shared = sorted(set(ka) & set(kb))
+    why = _kld_mismatch(a, b) if shared else None
+    return [KldComparison(candidate=c, context=x, reason=why, verdict=None if why else compare_axis(
+                ka[(c, x)], kb[(c, x)], axis="kld", better=AXES["kld"].better, alpha=alpha,
+                margin_pct=axis_margin("kld", dict(a.sweep.margins))))
+            for c, x in shared]
+
+
 def compare_runbooks(a: Runbook, b: Runbook, alpha: float | None = None, margin_pct: float | None = None) -> Comparison:
     """Every cell both runbooks have, every compared metric, one question each at `alpha` (default: the
     stop rule's α when either sweep stopped at planned looks, else 0.05); each metric's margin is the
@@ -296,4 +340,5 @@ def compare_runbooks(a: Runbook, b: Runbook, alpha: float | None = None, margin_
         only_in_b=[f"{c}@{x}" for c, x in sorted(keys_b - keys_a)], builds=compare_builds(a, b),
         ready=compare_ready(a, b),
         evals=compare_evals(a, b), images=compare_images(a, b), agentic=compare_agentic(a, b),
+        kld=compare_kld(a, b, alpha),
     )

@@ -127,3 +127,32 @@ def test_cli_json(pair) -> None:
     text = subprocess.run([sys.executable, "-m", "benchctl", "compare", a.id, b.id, "--state-dir",
                            str(config.state_dir)], capture_output=True, text=True, timeout=60, check=False)
     assert "α = 0.05 per metric" in text.stdout and "different: +25.0 %" in text.stdout
+
+
+def _with_kld(rb: runbook.Runbook, chunks: list[float], corpus_sha: str = "c" * 64) -> runbook.Runbook:
+    """The runbook with a `[kld]` table (reference gguf-plain) and mlx-lm scored at 512 on these chunk KLDs."""
+    from benchd.schemas import Kld, KldCorpus, KldResult
+
+    sweep = msgspec.structs.replace(rb.sweep, kld=Kld(reference="gguf-plain", contexts=[512]))
+    res = KldResult(candidate="mlx-lm", reference="gguf-plain", context=512, status="ok", chunk_kld=chunks)
+    corpus = KldCorpus(path="/c.txt", source="the sweep's kld.corpus", sha256=corpus_sha, bytes=1, words=1)
+    return msgspec.structs.replace(rb, sweep=sweep, kld=[res], kld_corpus=corpus)
+
+
+def test_kld_between_runbooks(pair) -> None:
+    """`compare` judges the kld axis per candidate and context through the one comparison (per-chunk KLDs,
+    the axis's 10 % margin, lower is better); not when the corpora differ, saying why."""
+    _config, _store, a, b = pair
+    assert compare.compare_runbooks(a, b).kld == []  # no [kld] on either side: nothing to say
+    base = [0.020, 0.022, 0.019, 0.021, 0.020, 0.023, 0.018, 0.021]
+    ka = _with_kld(a, base)
+    kb = _with_kld(b, [2 * x for x in base])
+    (got,) = compare.compare_runbooks(ka, kb).kld
+    assert (got.candidate, got.context, got.reason) == ("mlx-lm", 512, None) and got.verdict is not None
+    v = got.verdict
+    assert v.verdict == "different" and v.b_better is False and v.ratio == pytest.approx(2.0)
+    assert v.margin_pct == 10.0 and "more quality lost" in v.text and v.n_a == v.n_b == 8
+    same = compare.compare_runbooks(ka, _with_kld(b, [x * 1.01 for x in base])).kld[0].verdict
+    assert same is not None and same.verdict == "tied"
+    (other,) = compare.compare_runbooks(ka, _with_kld(b, base, corpus_sha="d" * 64)).kld
+    assert other.verdict is None and other.reason is not None and "corpora differ" in other.reason
