@@ -25,12 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stats_sim import mc  # noqa: E402
+from stats_sim import mc
 
-from benchd.engine.kld import pareto_samples  # noqa: E402
-from benchd.results.pareto import row_judge, view_alpha  # noqa: E402
-from benchd.schemas import Candidate, Kld, KldResult, Point, Sweep  # noqa: E402
-from benchd.stats import stop  # noqa: E402
+from benchd.engine.kld import pareto_samples
+from benchd.results.pareto import row_judge, view_alpha
+from benchd.schemas import Candidate, Kld, KldResult, Point, Sweep
+from benchd.stats import stop
 
 
 @dataclass
