@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchd.results import pagecharts, records
+from benchd.results.decision import CANDIDATE_HEADER, candidate_rows, decisions, deferred_rows
 from benchd.results.records import axis_label
 from benchd.results.report import COMPARE_HEADER, compare_rows
-from benchd.results.text import fmt_counts, fmt_median, fmt_range, fmt_value
+from benchd.results.text import STATE_WORDS, fmt_counts, fmt_median, fmt_range, fmt_value
 from benchd.schemas import Runbook
 
 if TYPE_CHECKING:
@@ -154,10 +155,40 @@ def _summary(rb: Runbook) -> str:
                         for v in s.verdicts)
                 or "<p>No sweep-level verdict in this runbook (no drift sentinel ran).</p>")
     deferred = table(["axis", "why it was not measured", "declared by"],
-                     [[d.axis, d.reason, "the sweep file" if d.origin == "declared" else "benchd"]
-                      for d in s.deferred], "What this sweep did not measure, and why")
+                     [[d.axis, Raw("<br>".join(esc(r) for r in d.reasons)), d.origin] for d in deferred_rows(rb)],
+                     "What this sweep did not measure, and why (one row per axis)", "deferred")
     return (f"<section id='summary'><h2>Summary</h2><dl class='summary'>{dl}</dl>"
             f"<h3>Sweep-level verdicts and flags</h3>{verdicts}<h3>Deferred axes</h3>{deferred}</section>")
+
+
+def _decision(rb: Runbook) -> str:
+    """Per context: the frontier, who is dominated (by whom, on which axes), what stays undecided and what
+    would decide it; no pick."""
+    words = STATE_WORDS
+    parts = []
+    for d in decisions(rb):
+        items = [f"<li class='state-frontier'><b>{esc(words['frontier'])}</b>: {esc(', '.join(d.frontier) or '(none)')}</li>"]
+        items += [f"<li class='state-frontier'>{esc(c)}: {esc(words['frontier'])} with a caveat: {esc(why)}</li>"
+                  for c, why in d.caveats.items()]
+        items += [f"<li class='state-dominated'><b>{esc(words['dominated'])}</b>: {esc(r.candidate)} by {esc(r.by)} on "
+                  f"{esc(', '.join(r.axes) or 'the compared axes')}<br><small>{esc(r.text)}</small></li>" for r in d.ruled_out]
+        items += [f"<li class='state-{esc(u.status)}'><b>{esc(words[u.status])}</b>: {esc(u.pair[0])} against "
+                  f"{esc(u.pair[1])}<br><small>{esc(u.text)}</small><ul>"
+                  + "".join(f"<li>would decide it: {esc(x)}</li>" for x in u.decide) + "</ul></li>" for u in d.undecided]
+        items += [f"<li class='state-excluded'><b>{esc(words['excluded'])}</b>: {esc(c)} ({esc(why)})</li>"
+                  for c, why in d.excluded.items()]
+        parts.append(f"<article class='decision-context' data-context='{d.context}'><h3>Context {d.context} tokens"
+                     f"</h3><ul class='decision'>{''.join(items)}</ul></article>")
+    body = "".join(parts) or "<p>No context has a successful probe: nothing to decide.</p>"
+    return ("<section id='decision'><h2>Decision</h2><p>Per context: the frontier (no candidate beats these on every "
+            "axis), who is dominated and by whom, which pairs stay undecided and what would decide them. benchd "
+            f"does not pick among the frontier: the trade-off is yours.</p>{body}</section>")
+
+
+def _candidates(rb: Runbook) -> str:
+    return ("<section id='candidates'><h2>Candidates</h2>"
+            + table(CANDIDATE_HEADER, candidate_rows(rb), "What each candidate is, as benchd ran it", "candidates")
+            + "</section>")
 
 
 def _pareto(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
@@ -347,14 +378,15 @@ def render_page(rb: Runbook, runtime: Runtime) -> bytes:
     """The runbook page (pure: the same runbook and runtime give the same bytes)."""
     candidates = [c.id for c in rb.sweep.candidates]
     charts: list[Doc] = []
-    nav = "".join(f"<a href='#{a}'>{t}</a>" for a, t in (("summary", "Summary"), ("pareto", "Pareto"),
+    nav = "".join(f"<a href='#{a}'>{t}</a>" for a, t in (("decision", "Decision"), ("candidates", "Candidates"),
+                  ("summary", "Summary"), ("pareto", "Pareto"),
                   ("probes", "Probes"), ("sustained", "Sustained"), ("agentic", "Sessions"), ("ready", "Ready"),
                   ("evals", "Evals"), ("lock", "Lock"))
                   + ((("kld", "KLD"),) if rb.sweep.kld.reference else ()))
     body = (f"<header><h1>benchd runbook <span class='rid'>{esc(rb.id)}</span></h1>"
             f"<p class='outcome {esc(rb.outcome)}'>sweep <b>{esc(rb.sweep.name)}</b>: {esc(rb.outcome)}</p>"
             f"<nav>{nav}</nav></header><main>"
-            + _summary(rb) + _race(rb) + _pareto(rb, candidates, charts) + _probes(rb, candidates, charts)
+            + _decision(rb) + _candidates(rb) + _summary(rb) + _race(rb) + _pareto(rb, candidates, charts) + _probes(rb, candidates, charts)
             + _sustained(rb, candidates, charts) + _agentic(rb, candidates, charts) + _ready(rb) + _kld(rb, candidates, charts) + _evals(rb)
             + _locks(rb) + "</main>")
     labels = {a: axis_label(a) for a in records.axes_present(rb)}

@@ -93,13 +93,6 @@ class Fact:
 
 
 @dataclass(frozen=True)
-class DeferredAxis:
-    axis: str
-    reason: str
-    origin: str  # "declared" (the sweep file) or "automatic" (benchd)
-
-
-@dataclass(frozen=True)
 class Summary:
     id: str
     name: str
@@ -113,19 +106,14 @@ class Summary:
     candidates: list[str]
     contexts: list[int]
     verdicts: list[Fact]
-    deferred: list[DeferredAxis]
 
 
 def summary(rb: Runbook) -> Summary:
-    """Sweep, machine (with the energy counter), dates, outcome, sweep-level facts, deferred axes (deduplicated)."""
+    """Sweep, machine (with the energy counter), dates, outcome, sweep-level facts (the deferred axes:
+    `decision.deferred_rows`)."""
     s, e = rb.sweep, rb.provenance.energy
     energy = ", ".join(f"{k} {v}" for k, v in (("source", e.source), ("granularity", e.granularity),
                                                 ("scope", e.scope)) if v) or (e.reason or "not measured")
-    deferred: list[DeferredAxis] = []
-    for origin, items in (("declared", rb.deferred.declared), ("automatic", rb.deferred.automatic)):
-        for d in items:
-            if all((x.axis, x.reason) != (d.axis, d.reason) for x in deferred):
-                deferred.append(DeferredAxis(d.axis, d.reason, origin))
     grid = (f"contexts {s.contexts}, {s.gen_tokens} generated tokens, {s.probes} probes + {s.warmup} warm-up per "
             f"cell, eval tier {s.eval_tier}, cooldown {s.cooldown.policy}"
             + (f", thinking {s.thinking}" if s.thinking is not None else ""))
@@ -134,7 +122,7 @@ def summary(rb: Runbook) -> Summary:
         finished_at=rb.job.finished_at, generated_at=rb.generated_at,
         machine=f"{machine_line(rb.provenance.machine)}; energy: {energy}", grid=grid,
         candidates=[c.id for c in s.candidates],
-        contexts=sorted({p.context for p in rb.pareto} | set(s.contexts)), verdicts=sweep_facts(rb), deferred=deferred)
+        contexts=sorted({p.context for p in rb.pareto} | set(s.contexts)), verdicts=sweep_facts(rb))
 
 
 def sweep_facts(rb: Runbook) -> list[Fact]:

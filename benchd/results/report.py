@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from benchd.results import agentic, images
+from benchd.results.decision import CANDIDATE_HEADER, candidate_rows, decision_lines, deferred_rows
 from benchd.results.kldview import kld_lines
 from benchd.results.pareto import axes_of
 from benchd.results.records import (
@@ -280,9 +281,22 @@ def ready_table(rb: Runbook, notes: Notes) -> list[list[str]]:
             for r in ready_rows(rb)]
 
 
+def answer_lines(rb: Runbook) -> list[str]:
+    """The decision, then what each candidate is: what a terminal report opens with."""
+    return [f"runbook {rb.id}  outcome: {rb.outcome}  sweep: {rb.sweep.name}", "", *decision_lines(rb), "",
+            "Candidates", plain_table(CANDIDATE_HEADER, candidate_rows(rb))]
+
+
+def deferred_lines(rb: Runbook) -> list[str]:
+    """One line per deferred axis."""
+    rows = deferred_rows(rb)
+    return ["Deferred axes (not measured, one line per axis)",
+            *(f"  {d.axis} ({d.origin}): {'; '.join(d.reasons)}" for d in rows)] if rows else []
+
+
 def render_text(rb: Runbook, pareto: bool = False) -> str:
     header, body, notes = cell_table(rb)
-    parts = [*header_lines(rb), "", "medians (min–max, cv) of ok probes; ~noisy = CV > 5 %", VERDICT_NOTE,
+    parts = [*answer_lines(rb), "", *header_lines(rb)[1:], *deferred_lines(rb), "", "medians (min–max, cv) of ok probes; ~noisy = CV > 5 %", VERDICT_NOTE,
              plain_table(header, body)]
     if rb.ready_summary:
         parts += ["", READY_NOTE, plain_table(READY_HEADER, ready_table(rb, notes))]
@@ -302,7 +316,15 @@ def print_rich(rb: Runbook, pareto: bool = False) -> None:
     from rich.table import Table
 
     console = Console()
-    for line in header_lines(rb):
+    for line in [*decision_lines(rb), ""]:
+        console.print(line, highlight=False, soft_wrap=True)
+    cands = Table(title="Candidates")
+    for i, h in enumerate(CANDIDATE_HEADER):
+        cands.add_column(h, no_wrap=i == 0, overflow="fold")
+    for row in candidate_rows(rb):
+        cands.add_row(*row)
+    console.print(cands)
+    for line in [*header_lines(rb), *deferred_lines(rb)]:
         console.print(line, highlight=False, soft_wrap=True)
     header, body, notes = cell_table(rb)
     console.print(VERDICT_NOTE, highlight=False, soft_wrap=True)  # the legend, on a terminal too
@@ -340,6 +362,18 @@ def cooldown_waited_s(payload: dict[str, Any]) -> float:
     return float(waited) if isinstance(waited, (int, float)) else 0.0
 
 
+def _md_outline(lines: list[str]) -> list[str]:
+    """Indented lines as Markdown: unindented ones as headings, the others as (nested) list items."""
+    out: list[str] = []
+    for x in lines:
+        depth = (len(x) - len(x.lstrip(" "))) // 2
+        if depth == 0:
+            out += ["", f"### {x.strip().rstrip(':').capitalize()}", ""]
+        else:
+            out.append("  " * (depth - 1) + f"- {x.strip()}")
+    return out
+
+
 def render_markdown(rb: Runbook) -> str:
     """The runbook for a person: the same figures as the JSON, with provenance and the Pareto view."""
     m = rb.provenance.machine
@@ -348,8 +382,13 @@ def render_markdown(rb: Runbook) -> str:
              f"- Job `{rb.job.id}`: created {rb.job.created_at}, started {rb.job.started_at or 'never'}, "
              f"finished {rb.job.finished_at or '-'}",
              f"- benchd {rb.provenance.benchd.version} (Python {rb.provenance.benchd.python}); written {rb.generated_at}",
-             f"- {'**' + drift_text(rb) + '**' if rb.drift and rb.drift.drifted else drift_text(rb)}",
-             "", "## Machine", ""]
+             f"- {'**' + drift_text(rb) + '**' if rb.drift and rb.drift.drifted else drift_text(rb)}", ""]
+    decision = decision_lines(rb)
+    lines += ["## Decision", "", decision[0] + "."]
+    lines += [*_md_outline(decision[1:]), ""]
+    cands = [[f"`{c}`" if i == 3 and not c.startswith("null") else c for i, c in enumerate(r)] for r in candidate_rows(rb)]
+    lines += ["## Candidates", "", _md_table(CANDIDATE_HEADER, cands), ""]
+    lines += ["## Machine", ""]
     for field in ("hardware_model", "chip", "cpu_model", "cores_logical", "cores_physical", "memory_bytes",
                   "os", "os_version", "kernel", "arch", "power_source", "battery_percent"):
         v = getattr(m, field)
@@ -366,13 +405,10 @@ def render_markdown(rb: Runbook) -> str:
               f"{sum(cooldown_waited_s(c.payload) for c in rb.cooldowns):.1f} s waited",
               f"- prompts: corpus sha256 {rb.provenance.prompts.corpus_sha256 or 'null'}, template sha256 "
               f"{rb.provenance.prompts.template_sha256 or 'null'}",
-              f"- sleep prevented while running: {_sleep_text(rb.provenance.sleep)}", "", "## Candidates", ""]
-    h = ["candidate", "runtime", "model", "bytes", "sha256", "server version", "binary"]
-    body = []
-    for c in rb.provenance.candidates:
-        body.append([c.candidate, c.runtime, c.model.path, str(c.model.bytes) if c.model.bytes is not None else "null",
-                     f"`{c.model.sha256}`" if c.model.sha256 else "null", c.server_version or "null", c.binary or "null"])
-    lines += [_md_table(h, body), ""]
+              f"- sleep prevented while running: {_sleep_text(rb.provenance.sleep)}", "",
+              "## Candidates' files, licences and environment", ""]
+    lines += [f"- {c.candidate} model: {c.model.bytes if c.model.bytes is not None else 'null'} bytes"
+              for c in rb.provenance.candidates] + [""]
     methods = sorted({c.model.sha256_method for c in rb.provenance.candidates if c.model.sha256_method})
     lines += [f"sha256 method: {mm}" for mm in methods] + [""]
     lines += [f"- {c.candidate} model licence: " + (f"{c.model.license} ({c.model.license_source})" if c.model.license
@@ -384,6 +420,11 @@ def render_markdown(rb: Runbook) -> str:
         lines.append(f"- {c.candidate} server environment: passed {env}; inherited knobs removed: {removed}")
     lines += ["", "## Flags", ""] + ([f"- **{f.flag}**{' (' + f.candidate + ')' if f.candidate else ''}: {f.detail}"
                                      for f in rb.flags] or ["- none"]) + [""]
+    deferred = deferred_rows(rb)
+    lines += ["## Deferred axes", "", "One row per axis: what this sweep did not measure, and why.", ""]
+    lines += [_md_table(["axis", "why it was not measured", "declared by"],
+                        [[d.axis, "; ".join(d.reasons), d.origin] for d in deferred])] if deferred else ["- none"]
+    lines += [""]
     lines += ["## Results", "", f"Medians (min–max, cv) over ok probes; `~noisy` = CV > 5 %; {VERDICT_NOTE}.", ""]
     header, rows, notes = cell_table(rb)
     lines += [_md_table(header, rows), ""]
@@ -429,13 +470,6 @@ def render_markdown(rb: Runbook) -> str:
         from benchd.results.race import HEADER, race_rows, race_text
 
         lines += ["## Race", "", race_text(rb), ""] + ([_md_table(HEADER, race_rows(rb)), ""] if rb.race else [])
-    lines += ["## Deferred axes", ""]
-    for d in rb.deferred.declared:
-        lines.append(f"- {d.axis} (declared): {d.reason}")
-    for d in rb.deferred.automatic:
-        lines.append(f"- {d.axis} (automatic): {d.reason}")
-    if not rb.deferred.declared and not rb.deferred.automatic:
-        lines.append("- none")
     lines += ["", "## Pareto view", "", "Per context; each pair is judged by the one comparison: per axis different "
               "(the CI of the ratio lies outside ±the CI target and the exact rank test agrees), tied (inside it) or "
               "unresolved, with α split over the axes compared. A dominates B when different and better on one axis "

@@ -23,6 +23,9 @@ SPEED_WHERE = {"gen_tps": "at generation", "prompt_tps": "at prompt processing",
                "session_ttft_ms": "to the first token of a warm turn", "ready_s": "to start"}
 #: Amount axes: what the candidate uses more or less of (`B uses 2.0× more peak memory than A`).
 AMOUNT_WHAT = {"mem_peak_bytes": "peak memory", "j_per_gen_token": "energy per generated token"}
+#: A candidate's state in a context, one word each, for every writer (text, Markdown, the page, its legend).
+STATE_WORDS = {"frontier": "frontier", "dominated": "dominated", "tied": "tied", "unresolved": "undecided",
+               "excluded": "excluded"}
 
 
 def axis_word(axis: str) -> str:

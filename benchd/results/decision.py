@@ -1,0 +1,141 @@
+"""The decision first: per context the frontier, who is dominated (by whom, on which axes), which pairs
+stay undecided and what would decide them; then what each candidate is (its provenance); then the
+deferred axes, one row per axis. Every writer (terminal, Markdown, the page) shows these records in
+this order, read from the runbook's Pareto view and provenance: nothing is judged again here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from benchd.results.text import STATE_WORDS, axis_word, plural
+from benchd.schemas import ContextPareto, NotCompared, Runbook
+
+
+@dataclass(frozen=True)
+class RuledOut:
+    candidate: str
+    by: str
+    axes: list[str]  # labels of the axes `by` is better on
+    text: str  # the one comparison's sentence (or the axes, for a runbook without one)
+
+
+@dataclass(frozen=True)
+class Undecided:
+    pair: tuple[str, str]
+    status: str  # tied | unresolved
+    text: str
+    decide: list[str]  # what would decide it, one line per axis that keeps it open
+
+
+@dataclass(frozen=True)
+class ContextDecision:
+    context: int
+    frontier: list[str]
+    ruled_out: list[RuledOut]
+    undecided: list[Undecided]
+    excluded: dict[str, str]
+    caveats: dict[str, str] = field(default_factory=dict)
+
+
+def _lever(axis: str, nc: NotCompared | None) -> str:
+    if nc is None:
+        return f"{axis_word(axis)}: its interval still overlaps the margin; more rounds narrow it"
+    more = f"{nc.needed - nc.have} more {nc.lever or 'values'}" if nc.needed > nc.have else "more values"
+    return f"{axis_word(axis)}: {nc.reason} (have {nc.have}, needs {nc.needed} a side: {more})"
+
+
+def context_decision(p: ContextPareto) -> ContextDecision:
+    """One context's decision from its Pareto view."""
+    ruled = [RuledOut(cand, d.by, [axis_word(a) for a in d.better_on],
+                      d.text or f"{cand} is dominated by {d.by} on {', '.join(axis_word(a) for a in d.better_on)}")
+             for cand, doms in p.dominated.items() for d in doms]
+    undecided = []
+    for t in p.ties:
+        status = t.status or ("unresolved" if t.text and "unresolved on" in t.text else "tied")
+        keys = list(dict.fromkeys([*t.unresolved_on, *t.blocked_on]))
+        decide = [_lever(a, t.not_compared.get(a)) for a in keys]
+        if status == "unresolved" and not decide:
+            decide = [_lever(a, nc) for a, nc in t.not_compared.items()] or ["more rounds"]
+        if status == "tied":
+            decide = ["no more of the same: equal within the margins on every axis compared; only an axis not "
+                      "measured here could"]
+        undecided.append(Undecided((t.pair[0], t.pair[1]), status, t.text or f"{t.pair[0]} against {t.pair[1]}: "
+                                   f"neither dominates", decide))
+    caveats = {c: why for c, why in p.caveats.items() if c in p.frontier}
+    return ContextDecision(p.context, list(p.frontier), ruled, undecided, dict(p.excluded), caveats)
+
+
+def decisions(rb: Runbook) -> list[ContextDecision]:
+    return [context_decision(p) for p in rb.pareto]
+
+
+def decision_lines(rb: Runbook) -> list[str]:
+    """The decision as lines (the terminal and Markdown share them); `no pick` said once."""
+    out = ["Decision per context (benchd does not pick among the frontier: the trade-off is yours)"]
+    if not rb.pareto:
+        return [*out, "  no context has a successful probe: nothing to decide"]
+    for d in decisions(rb):
+        out.append(f"context {d.context}:")
+        out.append(f"  {STATE_WORDS['frontier']}: {', '.join(d.frontier) or '(none)'}")
+        out += [f"  {c}: {STATE_WORDS['frontier']} with a caveat: {why}" for c, why in d.caveats.items()]
+        out += [f"  {STATE_WORDS['dominated']}: {r.candidate} by {r.by} on {', '.join(r.axes) or 'the compared axes'}"
+                f" ({r.text})" for r in d.ruled_out]
+        for u in d.undecided:
+            out.append(f"  {STATE_WORDS[u.status]}: {u.pair[0]} against {u.pair[1]}"
+                       + ("" if u.text.startswith(f"{u.pair[0]} against {u.pair[1]}") else f" ({u.text})"))
+            out += [f"    would decide it: {x}" for x in u.decide]
+        out += [f"  {STATE_WORDS['excluded']}: {c} ({why})" for c, why in d.excluded.items()]
+        if not d.ruled_out and not d.undecided and len(d.frontier) > 1:
+            out.append(f"  {plural(len(d.frontier), 'candidate')} on the frontier, each better on some axis")
+    return out
+
+
+# ------------------------------------------------------------------------------------- candidates
+
+CANDIDATE_HEADER = ["candidate", "runtime", "model", "model sha256", "args", "spec / draft model", "binary",
+                    "server version"]
+
+
+def candidate_rows(rb: Runbook) -> list[list[str]]:
+    """What each candidate is: runtime, model path and sha256, args, spec and draft model, binary and the
+    server's version, from the sweep and the runbook's provenance (null with its reason when not read)."""
+    prov = {c.candidate: c for c in rb.provenance.candidates}
+    rows = []
+    for c in rb.sweep.candidates:
+        p = prov.get(c.id)
+        model = p.model.path if p is not None and p.model.path else (c.model or "-")
+        sha = (p.model.sha256 if p is not None and p.model.sha256
+               else f"null ({p.model.null_reasons.get('sha256', 'not read')})" if p is not None else "null")
+        spec = "-"
+        if c.spec is not None:
+            draft = (p.draft_model.path if p is not None and p.draft_model is not None else c.spec.draft_model)
+            spec = f"{c.spec.kind}" + (f", draft {draft}" if draft else "") + (
+                f", draft_max {c.spec.draft_max}" if c.spec.draft_max else "")
+        version = (p.server_version or f"null ({p.null_reasons.get('server_version', 'not read')})") if p else "null"
+        binary = (p.binary or f"null ({p.null_reasons.get('binary', 'not read')})") if p else "null"
+        rows.append([c.id, c.runtime, model, sha, " ".join(c.args) or "-", spec, binary, version])
+    return rows
+
+
+# ---------------------------------------------------------------------------------------- deferred
+
+
+@dataclass(frozen=True)
+class DeferredRow:
+    axis: str
+    reasons: list[str]
+    origin: str  # "the sweep file", "benchd" or both
+
+
+def deferred_rows(rb: Runbook) -> list[DeferredRow]:
+    """One row per deferred axis: its distinct reasons together, who declared it."""
+    by_axis: dict[str, tuple[list[str], list[str]]] = {}
+    for origin, items in (("the sweep file", rb.deferred.declared), ("benchd", rb.deferred.automatic)):
+        for x in items:
+            reasons, origins = by_axis.setdefault(x.axis, ([], []))
+            if x.reason not in reasons:
+                reasons.append(x.reason)
+            if origin not in origins:
+                origins.append(origin)
+    return [DeferredRow(a, r, " and ".join(o)) for a, (r, o) in by_axis.items()]

@@ -1,0 +1,87 @@
+"""The decision first (issue 35): per context the frontier, who is dominated (by whom, on which axes),
+what stays undecided and what would decide it; then the candidates (runtime, model and sha256, args,
+spec and draft, binary, server version); then metadata and the deferred axes, one row per axis. The
+terminal report, the Markdown and the page keep that order; the words of a state come from one table."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from test_html import NO_RUNTIME, newer_doc
+
+from benchd.results import html
+from benchd.results.decision import context_decision, decision_lines, deferred_rows
+from benchd.results.report import render_markdown, render_text
+from benchd.results.text import STATE_WORDS, axis_word
+from benchd.schemas import ContextPareto, NotCompared, Tie
+
+
+def _in_order(text: str, marks: list[str]) -> None:
+    at = [text.index(m) for m in marks]
+    assert at == sorted(at), list(zip(marks, at, strict=True))
+
+
+def test_the_decision_names_who_is_dominated_by_whom_on_which_axes(tmp_path: Path) -> None:
+    lines = decision_lines(newer_doc(tmp_path))
+    text = "\n".join(lines)
+    ctx1024 = text[text.index("context 1024:"):]
+    frontier = next(x for x in ctx1024.splitlines() if x.strip().startswith(f"{STATE_WORDS['frontier']}:"))
+    assert "gguf-plain" in frontier and "gguf-spec" in frontier and "mlx-lm" not in frontier
+    (ruled,) = [x for x in ctx1024.splitlines() if x.strip().startswith(f"{STATE_WORDS['dominated']}:")]
+    assert "mlx-lm by gguf-plain" in ruled
+    assert axis_word("gen_tps") in ruled and axis_word("mem_peak_bytes") in ruled
+    assert "gen_tps" not in ruled and "mem_peak_bytes" not in ruled  # labels, not field names
+    # a caveat is said of a frontier member only (mlx-lm is dominated at 1024)
+    assert "mlx-lm: frontier with a caveat" not in ctx1024
+    assert f"{STATE_WORDS['excluded']}: broken" in ctx1024
+
+
+def test_an_undecided_pair_says_what_would_decide_it() -> None:
+    nc = NotCompared(reason="too few values to reach a verdict", have=3, needed=6, lever="rounds")
+    p = ContextPareto(context=512, frontier=["a", "b"], dominated={}, excluded={}, skipped_pairs=[], points=[],
+                      ties=[Tie(pair=["a", "b"], axes={}, status="unresolved", unresolved_on=["gen_tps"],
+                                blocked_on=["ttft_ms"], not_compared={"ttft_ms": nc})])
+    (u,) = context_decision(p).undecided
+    assert u.status == "unresolved" and STATE_WORDS[u.status] == "undecided"
+    gen, ttft = u.decide
+    assert gen.startswith(axis_word("gen_tps")) and "more rounds" in gen
+    assert ttft.startswith(axis_word("ttft_ms")) and "have 3, needs 6" in ttft and "3 more rounds" in ttft
+
+
+def test_deferred_axes_one_row_per_axis(tmp_path: Path) -> None:
+    rb = newer_doc(tmp_path)
+    raw = [d.axis for d in (*rb.deferred.declared, *rb.deferred.automatic)]
+    rows = deferred_rows(rb)
+    assert sorted(d.axis for d in rows) == sorted(set(raw))
+    assert len(raw) > len(rows), "the fixture declares an axis benchd also defers"
+    both = next(d for d in rows if d.axis == "concurrency")
+    assert both.origin == "the sweep file and benchd" and len(both.reasons) == 2
+    md = render_markdown(rb)
+    section = md[md.index("## Deferred axes"):]
+    section = section[:section.index("\n## ", 4)]
+    assert len(re.findall(r"^\| concurrency \|", section, re.M)) == 1
+
+
+def test_text_and_markdown_open_on_the_decision_then_candidates_then_metadata(tmp_path: Path) -> None:
+    rb = newer_doc(tmp_path)
+    text = render_text(rb)
+    _in_order(text, ["Decision per context", "\nCandidates\n", "machine:", "Deferred axes", "medians (min–max"])
+    spec_row = next(x for x in text.splitlines() if x.startswith("gguf-spec "))
+    prov = next(c for c in rb.provenance.candidates if c.candidate == "gguf-spec")
+    assert prov.model.sha256 and prov.model.sha256 in spec_row and "tiny-draft.gguf" in spec_row and "-t 1" in spec_row
+    assert prov.server_version and prov.server_version in spec_row
+    md = render_markdown(rb)
+    _in_order(md, ["## Decision", "## Candidates", "## Machine", "## Sweep", "## Deferred axes", "## Results",
+                   "## Pareto view"])
+    assert "### Context 512" in md[:md.index("## Candidates")]
+
+
+def test_the_page_opens_on_the_decision(tmp_path: Path) -> None:
+    page = html.render_page(newer_doc(tmp_path), NO_RUNTIME).decode()
+    _in_order(page, ["<section id='decision'>", "<section id='candidates'>", "<section id='summary'>",
+                     "<section id='pareto'>"])
+    decision = page[page.index("<section id='decision'>"):page.index("<section id='candidates'>")]
+    assert "mlx-lm by gguf-plain" in decision and "the trade-off is yours" in decision
+    summary = page[page.index("<section id='summary'>"):page.index("<section id='pareto'>")]
+    assert summary.count("<td>concurrency</td>") == 1
