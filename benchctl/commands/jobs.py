@@ -234,6 +234,10 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
         req_hi += e["tasks"]
         work_lo += e["estimate_s"]["low"]
         work_hi += e["estimate_s"]["high"]
+    kld = kld_plan(sweep, prompt_tps, startup_s)
+    if kld:
+        work_lo += kld["estimate_s"]["low"]
+        work_hi += kld["estimate_s"]["high"]
     cd = sweep.cooldown
     cooldown_min = req_lo * (cd.seconds if cd.policy == "fixed" else 0.0)
     cooldown_max = req_hi * (cd.seconds if cd.policy == "fixed" else cd.max_seconds)
@@ -255,6 +259,7 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
         "sentinel": sentinel and {"candidate": sweep.candidates[0].id, "context": min(sweep.contexts),
                                   "drift_pct": sweep.sentinel_drift_pct},
         "evals": evals,
+        "kld": kld,
         "estimate_s": {"low": round(work_lo + startups * startup_s + cooldown_min),
                        "high": round(work_hi + startups * startup_s + cooldown_max)},
         "assumptions": {
@@ -289,6 +294,48 @@ def eval_plan(sweep: Any, gen_tps: float, prompt_tps: float) -> list[dict[str, A
         out.append({"suite": suite, "tasks": tasks * n, "tasks_per_candidate": tasks,
                     "estimate_s": {"low": round(secs[0] * n), "high": round(secs[1] * n)}})
     return out
+
+
+#: Bytes per token assumed for a `[kld]` corpus whose tokens cannot be counted here (an assumption).
+ASSUMED_BYTES_PER_TOKEN = 4
+
+
+def kld_plan(sweep: Any, prompt_tps: float, startup_s: float) -> dict[str, Any] | None:
+    """The `[kld]` step's runs and their seconds: each run evaluates its chunks at the assumed prompt rate
+    after a model load (`startup_s`); low: one run each, the reference's included; high: every candidate's
+    run repeated KLD_ATTEMPTS times. The corpus's tokens are counted with the reference's tokenizer (else
+    bytes / ASSUMED_BYTES_PER_TOKEN, said so). None without `[kld]`."""
+    import subprocess
+
+    from benchd.config import Config
+    from benchd.engine import kld
+    from benchd.errors import BenchdError
+
+    if sweep.kld.reference is None:
+        return None
+    path, _ = kld.corpus_path(sweep)
+    ref = next(c for c in sweep.candidates if c.id == sweep.kld.reference)
+    try:
+        if sweep.kld.tokens is not None:
+            tokens, source = sweep.kld.tokens, "kld.tokens"
+        else:
+            tokens = kld.count_tokens(ref, path, Config.resolve().cache_dir)
+            source = "counted with the reference's tokenizer"
+    except (ValueError, BenchdError, OSError, subprocess.TimeoutExpired):  # validate says why, apart
+        try:
+            tokens = path.stat().st_size // ASSUMED_BYTES_PER_TOKEN
+        except OSError:
+            return None
+        source = f"assumed {ASSUMED_BYTES_PER_TOKEN} bytes a token (not counted here)"
+    runs = kld.planned_runs(sweep, tokens)
+    secs = {purpose: sum(n / prompt_tps + startup_s for _c, _x, n, p in runs if p == purpose)
+            for purpose in ("reference logits", "scoring")}
+    low = secs["reference logits"] + secs["scoring"]
+    high = secs["reference logits"] + kld.KLD_ATTEMPTS * secs["scoring"]
+    return {"runs": len(runs), "tokens_evaluated": sum(r[2] for r in runs), "corpus_tokens": tokens,
+            "corpus_tokens_source": source, "estimate_s": {"low": round(low), "high": round(high)},
+            "assumption": f"{prompt_tps:g} tok/s prompt processing per run plus {startup_s:g} s to load the model; "
+                          f"up to {kld.KLD_ATTEMPTS} runs a candidate (docs/kld.md#why-a-run-may-be-repeated)"}
 
 
 def _settings(sweep: Any) -> dict[str, Any]:
@@ -385,6 +432,12 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
             limits = ", ".join(f"{s} {n if n is not None else 'all'} tasks" for s, n in st["eval_limit"].items())
             budget = f"; at most {st['eval_budget_s']:g} s per candidate per suite" if st["eval_budget_s"] else ""
             click.echo(f"  + eval suites per candidate: {limits}{budget}")
+        if p["kld"]:
+            kp = p["kld"]
+            click.echo(f"  + KL divergence against {sweep.kld.reference}: {kp['runs']} scoring runs, "
+                       f"{kp['tokens_evaluated']} tokens evaluated (corpus {kp['corpus_tokens']} tokens, "
+                       f"{kp['corpus_tokens_source']}), {_fmt_s(kp['estimate_s']['low'])}-"
+                       f"{_fmt_s(kp['estimate_s']['high'])} in the estimate")
         if p["sentinel"]:
             s = p["sentinel"]
             click.echo(f"  + drift sentinel: {s['candidate']} ctx {s['context']} run again at the end "

@@ -172,6 +172,22 @@ def scored(sweep: Sweep) -> list[Candidate]:
     return [c for c in sweep.candidates if not c.external] if sweep.kld.reference else []
 
 
+def planned_runs(sweep: Sweep, corpus_tokens: int) -> list[tuple[str, int, int, str]]:
+    """The runs `[kld]` makes, as (candidate id, context, tokens the run evaluates: its whole chunks, the
+    second half of each scored; purpose): per context the reference's logits run ("reference logits", none
+    when its file is cached), then one per scored candidate ("scoring"; more when the pinned build loses its
+    summary: KLD_ATTEMPTS)."""
+    k = sweep.kld
+    if k.reference is None:
+        return []
+    out = []
+    for ctx in k.contexts:
+        chunks = max(1, k.tokens // ctx) if k.tokens is not None else corpus_tokens // ctx
+        out.append((k.reference, ctx, chunks * ctx, "reference logits"))
+        out += [(c.id, ctx, chunks * ctx, "scoring") for c in scored(sweep)]
+    return out
+
+
 def static_problems(sweep: Sweep) -> list[BenchdError]:
     """What the daemon refuses at submit (no file is tokenized): the corpus readable and at least two chunks
     of the largest context long by its bytes (a token is at least one byte), a reference benchd starts with

@@ -124,6 +124,29 @@ def test_plan_counts_cells_and_states_its_assumptions(tmp_path: Path) -> None:
     assert p["estimate_s"]["low"] <= p["estimate_s"]["high"]
 
 
+def test_plan_counts_the_kld_step(tmp_path: Path) -> None:
+    """The [kld] step joins the estimate: per context the reference's logits run and one run per candidate
+    (the reference scored against itself too), each its whole chunks at the assumed prompt rate plus a
+    model load; the high end repeats each candidate's run KLD_ATTEMPTS times (the reference's once)."""
+    from benchd.engine.kld import KLD_ATTEMPTS
+
+    f = tmp_path / "s.toml"
+    f.write_text(SWEEP)
+    base = plan(load_sweep(f), gen_tps=10.0, prompt_tps=100.0, startup_s=5.0)
+    assert base["kld"] is None
+    f.write_text(SWEEP.replace("[candidates.spec]", '[kld]\nreference = "a"\ncontexts = [512, 1024]\n'
+                               'tokens = 4096\n[[candidates]]\nid = "b"\nruntime = "llama-server"\n'
+                               'model = "models/m.gguf"\n[candidates.spec]'))
+    p = plan(load_sweep(f), gen_tps=10.0, prompt_tps=100.0, startup_s=5.0)
+    k = p["kld"]
+    assert k["runs"] == 2 * (1 + 2) and k["corpus_tokens_source"] == "kld.tokens"
+    assert k["tokens_evaluated"] == 6 * 4096  # 8 chunks of 512, 4 of 1024: 4096 tokens a run
+    per_run = 4096 / 100.0 + 5.0
+    assert k["estimate_s"] == {"low": round(6 * per_run), "high": round(2 * per_run + KLD_ATTEMPTS * 4 * per_run)}
+    assert "100 tok/s prompt" in k["assumption"]
+    assert p["estimate_s"]["low"] >= base["estimate_s"]["low"] + k["estimate_s"]["low"]  # b's probes on top
+
+
 # ------------------------------------------------------------------------------------------- the CLI
 
 
