@@ -79,6 +79,17 @@
     document.body.dataset.chartsReady = "absent";
   }
 
+  // The priority selector: every answer is in the page; choosing one shows it and hides the others.
+  const priority = document.getElementById("priority-choice");
+  function showPriority(name) {
+    document.querySelectorAll("article.priority").forEach(function (a) { a.hidden = a.dataset.priority !== name; });
+    document.body.dataset.priority = name;
+  }
+  if (priority) {
+    priority.addEventListener("change", function () { showPriority(priority.value); });
+    showPriority(priority.value);
+  }
+
   document.querySelectorAll("button.copy").forEach(function (button) {
     button.addEventListener("click", function () {
       const code = document.getElementById(button.dataset.target);
@@ -96,5 +107,5 @@
       else fallback();
     });
   });
-  window.benchdPage = { setAxes: setAxes, views: views };
+  window.benchdPage = { setAxes: setAxes, showPriority: showPriority, views: views };
 })();

@@ -3,8 +3,8 @@
 `render_page(runbook, runtime)` is a pure function (runbook in, bytes out): the daemon, `benchctl report
 --html` and whatever worker renders charts off the daemon's loop call the same thing. The page carries
 everything it shows: the Vega runtime inlined (`vega_runtime`, from the optional `html` extra), the chart
-specs and their data as JSON, a small script (`benchd/data/page.js`) for the axis choice and the copy
-buttons, and a Content-Security-Policy that forbids every network request, so it reads offline and can
+specs and their data as JSON, a small script (`benchd/data/page.js`) for the priority selector, the axis choice and
+the copy buttons, and a Content-Security-Policy that forbids every network request, so it reads offline and can
 be attached to an issue. Without the extra the page is still written: the tables (every chart has one)
 and a note saying how to get the charts.
 """
@@ -159,6 +159,22 @@ def _summary(rb: Runbook) -> str:
                      "What this sweep did not measure, and why (one row per axis)", "deferred")
     return (f"<section id='summary'><h2>Summary</h2><dl class='summary'>{dl}</dl>"
             f"<h3>Sweep-level verdicts and flags</h3>{verdicts}<h3>Deferred axes</h3>{deferred}</section>")
+
+
+def _priorities(rb: Runbook) -> str:
+    """The selector of `benchctl report --priority` (the same priorities, the same lines from
+    `results.priority`), every answer in the page and shown client-side: no request, no pick."""
+    from benchd.results.priority import PRIORITIES, priority_lines
+
+    opts = "".join(f"<option value='{esc(p.name)}'>{esc(p.question)}</option>" for p in PRIORITIES.values())
+    answers = "".join(f"<article class='priority' data-priority='{esc(name)}' hidden>"
+                      f"<pre class='priority-lines'>{esc(chr(10).join(priority_lines(rb, name)))}</pre></article>"
+                      for name in PRIORITIES)
+    return ("<section id='priority'><h2>Choose a priority</h2><div class='controls'><label>priority "
+            f"<select id='priority-choice'><option value=''>none: the decision per context below</option>{opts}"
+            "</select></label></div><p>Which axis answers the question and why, the candidates in order on it with "
+            "their verdicts against the first, and what the first costs on every other axis (the same as "
+            f"<code>benchctl report --priority NAME</code>). benchd does not pick.</p>{answers}</section>")
 
 
 def _decision(rb: Runbook) -> str:
@@ -378,7 +394,7 @@ def render_page(rb: Runbook, runtime: Runtime) -> bytes:
     """The runbook page (pure: the same runbook and runtime give the same bytes)."""
     candidates = [c.id for c in rb.sweep.candidates]
     charts: list[Doc] = []
-    nav = "".join(f"<a href='#{a}'>{t}</a>" for a, t in (("decision", "Decision"), ("candidates", "Candidates"),
+    nav = "".join(f"<a href='#{a}'>{t}</a>" for a, t in (("priority", "Priority"), ("decision", "Decision"), ("candidates", "Candidates"),
                   ("summary", "Summary"), ("pareto", "Pareto"),
                   ("probes", "Probes"), ("sustained", "Sustained"), ("agentic", "Sessions"), ("ready", "Ready"),
                   ("evals", "Evals"), ("lock", "Lock"))
@@ -386,7 +402,7 @@ def render_page(rb: Runbook, runtime: Runtime) -> bytes:
     body = (f"<header><h1>benchd runbook <span class='rid'>{esc(rb.id)}</span></h1>"
             f"<p class='outcome {esc(rb.outcome)}'>sweep <b>{esc(rb.sweep.name)}</b>: {esc(rb.outcome)}</p>"
             f"<nav>{nav}</nav></header><main>"
-            + _decision(rb) + _candidates(rb) + _summary(rb) + _race(rb) + _pareto(rb, candidates, charts) + _probes(rb, candidates, charts)
+            + _priorities(rb) + _decision(rb) + _candidates(rb) + _summary(rb) + _race(rb) + _pareto(rb, candidates, charts) + _probes(rb, candidates, charts)
             + _sustained(rb, candidates, charts) + _agentic(rb, candidates, charts) + _ready(rb) + _kld(rb, candidates, charts) + _evals(rb)
             + _locks(rb) + "</main>")
     labels = {a: axis_label(a) for a in records.axes_present(rb)}

@@ -201,3 +201,37 @@ async def test_session_and_level_charts_in_chromium(tmp_path: Path) -> None:
         assert "level" in tip and "tok/s" in tip, tip
         assert next(c for c in ("gguf-plain", "mlx-lm") if c in label) in tip, (label, tip)
         assert_offline_and_clean(page, url)
+
+
+async def test_priority_selector_and_the_decision_first_in_chromium(tmp_path: Path) -> None:
+    """The page opens on the priority selector, then the decision, the candidates and the summary; the
+    selector offers `report --priority`'s priorities and shows each one's answer (the same lines) and
+    only it, client-side: no request leaves the page."""
+    from benchd.results.priority import PRIORITIES, priority_lines
+
+    rb = newer_doc(tmp_path / "rb")
+    path = tmp_path / "priority.html"
+    await asyncio.to_thread(path.write_bytes, html.render_page(rb, html.vega_runtime(tmp_path / "cache")))
+    async with chromium(tmp_path / "profile") as page:
+        url = await load(page, path)
+        order = await page.js("Array.from(document.querySelectorAll('main > section')).map(s => s.id)")
+        assert order[:4] == ["priority", "decision", "candidates", "summary"], order
+        top = await page.js("(() => { const r = document.getElementById('priority-choice').getBoundingClientRect();"
+                            " return r.top; })()")
+        assert 0 <= top < 900, "the selector is on the first screen"
+        options = await page.js("Array.from(document.querySelectorAll('#priority-choice option')).map(o => o.value)")
+        assert options == ["", *PRIORITIES]
+        visible = "Array.from(document.querySelectorAll('article.priority')).filter(a => !a.hidden).map(a => a.dataset.priority)"
+        assert await page.js(visible) == []
+        for name in ("memory", "generation", ""):
+            await page.js(f"(() => {{ const s = document.getElementById('priority-choice'); s.value = {json.dumps(name)};"
+                          " s.dispatchEvent(new Event('change')); })()")
+            await page.wait_for(f"document.body.dataset.priority === {json.dumps(name)}")
+            assert await page.js(visible) == ([name] if name else [])
+            if name:
+                shown = await page.js(f"document.querySelector('article.priority[data-priority={name}]').innerText")
+                assert shown.strip() == "\n".join(priority_lines(rb, name)).strip()
+                assert shown.startswith(f"priority: {PRIORITIES[name].question}")
+        decision = await page.js("document.getElementById('decision').innerText")
+        assert "mlx-lm by gguf-plain" in decision
+        assert_offline_and_clean(page, url)
