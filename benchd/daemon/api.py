@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import sqlite3
+import statistics
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -201,6 +202,19 @@ async def submit_job(request: web.Request) -> web.Response:
     return _json(job, status=201)
 
 
+def _kld_left(ctx: Ctx, job: str, sweep: Any) -> float:
+    """The `[kld]` step's seconds left (benchd.engine.kld.seconds_left; 0 without `[kld]` or a rate)."""
+    if sweep.kld.reference is None:
+        return 0.0
+    from benchd.engine import kld
+
+    events = [e for e in ctx.store.iter_events(job, exclude_types=("probe_finished", "probe_started"))
+              if e.type in ("kld_started", "kld_finished")]
+    rates = [r.prompt_tps for r in ctx.store.iter_rows(job) if r.kind == "probe" and r.status == "ok" and r.prompt_tps]
+    got = kld.seconds_left(sweep, events, statistics.median(rates) if rates else None)
+    return got[0] if got else 0.0
+
+
 def _with_eta(ctx: Ctx, job: Job) -> Job:
     """A running job's ETA: its probe rows and eval tasks left, each at its measured time (benchd.daemon.eta)."""
     prog = job.progress
@@ -219,7 +233,7 @@ def _with_eta(ctx: Ctx, job: Job) -> Job:
     rows_left = prog.total - prog.done
     rows_left_max = prog.total_max - prog.done if prog.total_max is not None else None
     got = eta.estimate(elapsed, prog.done, rows_left, rows_left_max, seconds,
-                       suites.planned_tasks(sweep, ctx.config.cache_dir))
+                       suites.planned_tasks(sweep, ctx.config.cache_dir), _kld_left(ctx, job.id, sweep))
     if got is None:
         return job
     eta_s, eta_max_s = got

@@ -9,9 +9,11 @@ from collections.abc import Mapping, Sequence
 
 
 def estimate(elapsed_s: float, rows_done: int, rows_left: int, rows_left_max: int | None,
-             eval_seconds: Mapping[str, Sequence[float]], eval_planned: Mapping[str, int]) -> tuple[float, float | None] | None:
+             eval_seconds: Mapping[str, Sequence[float]], eval_planned: Mapping[str, int],
+             kld_left_s: float = 0.0) -> tuple[float, float | None] | None:
     """(eta_s, eta_max_s) from what ran so far; `eval_seconds` by tier/suite (one value per finished task),
-    `eval_planned` the tasks planned by tier/suite. None when nothing was measured."""
+    `eval_planned` the tasks planned by tier/suite, `kld_left_s` the `[kld]` step's seconds left
+    (`engine.kld.seconds_left`). None when nothing was measured."""
     measured = [s for values in eval_seconds.values() for s in values]
     if rows_done <= 0 and not measured:
         return None
@@ -25,6 +27,6 @@ def estimate(elapsed_s: float, rows_done: int, rows_left: int, rows_left_max: in
         if left:
             evals_left += left * (per_task if per_task is not None else 0.0)
     row_time = per_row if per_row is not None else (overall or 0.0)
-    eta = row_time * max(0, rows_left) + evals_left
-    eta_max = row_time * max(0, rows_left_max) + evals_left if rows_left_max is not None else None
+    eta = row_time * max(0, rows_left) + evals_left + kld_left_s
+    eta_max = row_time * max(0, rows_left_max) + evals_left + kld_left_s if rows_left_max is not None else None
     return eta, eta_max

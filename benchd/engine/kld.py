@@ -703,6 +703,36 @@ def pareto_samples(results: Sequence[KldResult]) -> dict[str, list[float]]:
     return {c: v for c, (_, v) in out.items()}
 
 
+def seconds_left(sweep: Sweep, events: Sequence[Any], prompt_tps: float | None) -> tuple[float, str] | None:
+    """The `[kld]` step's seconds left in a running job and where the rate comes from: the runs not done
+    (`planned_runs`; a context's reference run until one of its candidates finished), each its tokens at
+    the seconds per evaluated token of this job's finished scoring runs, else at `prompt_tps` (the job's
+    measured probe prompt rate). None without `[kld]` or any rate."""
+    k = sweep.kld
+    if k.reference is None:
+        return None
+    done = done_from_events(events)
+    corpus = corpus_from_events(events)
+    tokens = k.tokens or (corpus.tokens if corpus is not None else None)
+    if tokens is None:  # before the step counted them: bytes / 4 (benchctl validate's stated assumption)
+        try:
+            tokens = corpus_path(sweep)[0].stat().st_size // 4
+        except OSError:
+            return None
+    ran = [r for r in results_from_events(events) if r.status == "ok" and r.seconds and r.chunks]
+    if ran:
+        rate = sum(r.seconds or 0.0 for r in ran) / sum((r.chunks or 0) * r.context for r in ran)
+        source = f"this job's {len(ran)} finished scoring run(s)"
+    elif prompt_tps:
+        rate, source = 1.0 / prompt_tps, f"this job's probe prompt rate ({prompt_tps:.4g} tok/s)"
+    else:
+        return None
+    started = {x for _c, x in done}
+    left = sum(n for c, x, n, purpose in planned_runs(sweep, tokens)
+               if (c, x) not in done and (purpose == "scoring" or x not in started))
+    return left * rate, source
+
+
 def corpus_from_events(events: Sequence[Any]) -> KldCorpus | None:
     """The runbook's `kld_corpus`: the last corpus record a `kld_started` event carried."""
     got = [e.payload["corpus"] for e in events if e.type == "kld_started" and "corpus" in e.payload]

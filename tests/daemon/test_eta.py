@@ -80,3 +80,32 @@ def test_running_job_eta_includes_eval_tasks(eval_suites: Path, tmp_path: Path) 
     later = api._with_eta(ctx, store.get_job(job.id)).progress
     assert later is not None and later.done == later.total
     assert later.eta_s == pytest.approx((4 - 2) * 8.0 + 6 * 8.0)
+
+
+def test_running_job_eta_includes_the_kld_step(tmp_path: Path) -> None:
+    """With `[kld]` the ETA adds the scoring runs left: each its whole chunks (kld.tokens // context x
+    context tokens) at the job's measured probe prompt rate, then, once a scoring run finished, at that
+    run's seconds per evaluated token; a context's reference run counts until a candidate there finished."""
+    from benchd.schemas import Kld, KldResult
+
+    store = Store(tmp_path / "state.db")
+    cands = [Candidate(id=x, runtime="llama-server", model="/m.gguf") for x in ("ref", "q8")]
+    sweep = Sweep(name="eta", contexts=[256], gen_tokens=8, probes=2, warmup=0, candidates=cands,
+                  kld=Kld(reference="ref", contexts=[512], tokens=2048))
+    job, _ = store.create_job(sweep)
+    started = datetime.now(UTC) - timedelta(seconds=60)
+    store.update_job(job.id, state="running", started_at=started.isoformat(timespec="seconds").replace("+00:00", "Z"))
+    total = cast(Any, store.get_job(job.id).progress).total
+    for i in range(total):  # every row done, half of them each candidate's: the median prompt rate is 200
+        store.commit_row(Row(job=job.id, candidate=("ref", "q8")[i % 2], runtime="llama-server", context=256,
+                             kind="probe", probe=i // 2, status="ok", prompt_tps=(100.0, 300.0)[i % 2]))
+    ctx = cast(Any, SimpleNamespace(store=store, config=SimpleNamespace(cache_dir=tmp_path)))
+    prog = api._with_eta(ctx, store.get_job(job.id)).progress
+    assert prog is not None and prog.done == prog.total
+    # the probes are done: 3 runs (reference logits, ref and q8 scored) of 4 chunks x 512 at 200 tok/s
+    assert prog.eta_s == pytest.approx(3 * 2048 / 200.0, abs=0.2)
+    done = KldResult(candidate="ref", reference="ref", context=512, status="ok", chunks=4, seconds=4.096)
+    store.append_event(job.id, "kld_finished", msgspec.to_builtins(done))
+    later = api._with_eta(ctx, store.get_job(job.id)).progress
+    assert later is not None and later.eta_s == pytest.approx(2048 * 4.096 / 2048, abs=0.2)  # q8 left, measured
+    assert eta.estimate(10.0, 1, 0, None, {}, {}, kld_left_s=7.0) == (pytest.approx(7.0), None)
