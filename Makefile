@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-1
 
-.PHONY: setup runtimes models evals browser sandbox test test-stress test-fast lint demo clean
+.PHONY: setup runtimes models evals browser sandbox test test-stress test-fast lint demo demo-real clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -67,6 +67,9 @@ test-fast: $(STAMP)
 
 demo: setup
 	$(BIN)/python -m benchctl.demo
+
+demo-real: setup
+	$(BIN)/python -m benchctl.demo --real
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
