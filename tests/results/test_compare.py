@@ -156,3 +156,18 @@ def test_kld_between_runbooks(pair) -> None:
     assert same is not None and same.verdict == "tied"
     (other,) = compare.compare_runbooks(ka, _with_kld(b, base, corpus_sha="d" * 64)).kld
     assert other.verdict is None and other.reason is not None and "corpora differ" in other.reason
+
+
+def test_cli_prints_the_kld_verdict(pair) -> None:
+    """`benchctl compare` prints one line per candidate and `[kld]` context scored in both runbooks."""
+    config, _store, a, b = pair
+    base = [0.020, 0.022, 0.019, 0.021, 0.020, 0.023, 0.018, 0.021]
+    for rb, scale in ((a, 1.0), (b, 2.0)):
+        path = runbook.resolve_runbook_path(rb.id, config)
+        path.write_bytes(msgspec.json.encode(_with_kld(rb, [scale * x for x in base])))
+    text = subprocess.run([sys.executable, "-m", "benchctl", "compare", a.id, b.id, "--state-dir",
+                           str(config.state_dir)], capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, "BENCHD_CACHE_DIR": str(config.cache_dir)})
+    assert text.returncode == 0, text.stderr
+    line = next(x for x in text.stdout.splitlines() if x.startswith("KL divergence, mlx-lm ctx 512"))
+    assert "(8 vs 8 chunks): different: " in line and "more quality lost" in line
