@@ -13,9 +13,7 @@ over the sweep's `stats.stop.planned_axes`, the axis table's 10 % margin). Count
 
 from __future__ import annotations
 
-import argparse
 import math
-import os
 import random
 import sys
 import time
@@ -25,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stats_sim import mc
+from stats_sim import mc, start
 
 from benchd.engine.kld import pareto_samples
 from benchd.results.pareto import row_judge, view_alpha
@@ -131,14 +129,8 @@ def cases() -> list[Case]:
 
 
 def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> list[tuple[Case, dict[str, float]]]:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--reps", type=int, default=2000)
-    ap.add_argument("--seed", type=int, default=1)
-    args = ap.parse_args(argv)
-    rng = random.Random(args.seed)
     t0 = time.monotonic()
-    out(f"# kld_sim: {args.reps} replicates a case, seed {args.seed}; load average "
-        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} (counts do not depend on load)")
+    args, rng = start("kld_sim", __doc__, argv, out)
     got = []
     for case in cases():
         r = run_case(case, args.reps, rng)

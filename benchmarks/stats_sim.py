@@ -157,15 +157,21 @@ def cases() -> list[Case]:
     ]
 
 
-def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> list[tuple[Case, dict[str, float]]]:
-    ap = argparse.ArgumentParser(description=__doc__)
+def start(name: str, doc: str | None, argv: list[str] | None,
+          out: Callable[[str], None]) -> tuple[argparse.Namespace, random.Random]:
+    """A simulation's command line (--reps, --seed) and seeded generator; prints its header line."""
+    ap = argparse.ArgumentParser(description=doc)
     ap.add_argument("--reps", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
-    rng = random.Random(args.seed)
-    t0 = time.monotonic()
-    out(f"# stats_sim: {args.reps} replicates a case, seed {args.seed}; load average "
+    out(f"# {name}: {args.reps} replicates a case, seed {args.seed}; load average "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} (counts do not depend on load)")
+    return args, random.Random(args.seed)
+
+
+def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> list[tuple[Case, dict[str, float]]]:
+    t0 = time.monotonic()
+    args, rng = start("stats_sim", __doc__, argv, out)
     got = []
     for case in cases():
         r = run_case(case, args.reps, rng)
