@@ -223,24 +223,23 @@ def _pareto(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
         cid = f"chart-pareto-{context}"
         charts.append({"id": cid, "kind": "pareto", "spec": pagecharts.pareto_spec(
             [p.chart_record() for p in points], context, axes, candidates, x_axis, y_axis)})
-        rows = [[p.candidate, p.status, p.relation, *(Raw(f"<span title='{esc(p.tips.get(a))}'>"
+        rows = [[p.candidate, STATE_WORDS[p.status], p.relation, *(Raw(f"<span title='{esc(p.tips.get(a))}'>"
                                                           f"{esc(fmt_value(a, p.values.get(a)))}</span>")
                                                       for a in axes)] for p in points]
-        rows += [[c, "excluded", why, *["-"] * len(axes)] for c, why in ctx.excluded.items()]
+        rows += [[c, STATE_WORDS["excluded"], why, *["-"] * len(axes)] for c, why in ctx.excluded.items()]
         skipped = "".join(f"<li>{esc(' vs '.join(sp.pair))}: not compared on {esc(', '.join(sp.axes))} "
                           "(null for one of them)</li>" for sp in ctx.skipped_pairs)
         parts.append(
             f"<article class='context' data-context='{context}'><h3>Context {context} tokens</h3>"
             f"<figure>{chart_div(cid, f'Pareto scatter at context {context}; the table below has the same figures')}"
             f"<figcaption class='undrawn' id='{cid}-undrawn'></figcaption></figure>"
-            + table(["candidate", "status", "Pareto", *(axis_label(a) for a in axes)], rows,
+            + table(["candidate", "state", "Pareto", *(axis_label(a) for a in axes)], rows,
                     f"Context {context}: cell medians (hover a value for its CI, probes and source)", "pareto")
             + (f"<ul class='skipped'>{skipped}</ul>" if skipped else "") + "</article>")
     return ("<section id='pareto'><h2>Pareto view</h2><p>Per context, one point per candidate. A candidate is "
             "dominated when another is at least as good on every axis both have and better on one; the frontier is "
             "what is left. benchd does not choose among the frontier: the tradeoff is yours. Marker shape and colour "
-            "name the candidate (the same on every chart); filled = on the frontier, half-filled = tied or unresolved, hollow = "
-            "dominated. Hover a point for its cell's median, CI, probes and each figure's source.</p>"
+            f"name the candidate (the same on every chart); {esc(pagecharts.state_legend())}. Hover a point for its cell's median, CI, probes and each figure's source.</p>"
             f"{controls}{''.join(parts)}</section>")
 
 

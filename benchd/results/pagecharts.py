@@ -2,7 +2,8 @@
 
 Every candidate keeps one shape and one colour on every chart, and the palette steps through lightness,
 so the charts read in grey scale: shape and label carry identity, fill carries frontier status
-(filled = frontier, half = tied or unresolved, hollow = dominated), and every chart has a table beside it.
+(filled = frontier, half = tied or undecided, hollow = dominated: `state_legend`, in the words of
+`text.STATE_WORDS`), every chart has a legend, and a table beside it.
 
 Reasons and facts: docs/architecture.md#the-pages-charts.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchd.results.records import axis_label
+from benchd.results.text import STATE_WORDS
 
 Spec = dict[str, Any]
 
@@ -25,8 +27,23 @@ MARKS = {"ok": ("circle", "#08306b"), "short": ("triangle-down", "#e08214"), "nu
          "sentinel": ("diamond", "#7fbc41")}
 DASHES = ([1, 0], [6, 3], [2, 2], [8, 2, 2, 2], [4, 4])
 STATUS_FILL = {"frontier": 1.0, "tied": 0.4, "unresolved": 0.4, "dominated": 0.0}
+#: The state legend's scale: each state's word (`text.STATE_WORDS`, as the report says it) and its fill.
+STATE_SCALE: Spec = {"domain": [STATE_WORDS[k] for k in STATUS_FILL], "range": list(STATUS_FILL.values())}
 CONFIG: Spec = {"font": "sans-serif", "axis": {"labelFontSize": 11, "titleFontSize": 11},
                 "legend": {"labelFontSize": 11, "titleFontSize": 11}, "view": {"stroke": "#ccc"}}
+
+
+def _grey(fill: float) -> str:
+    """The state legend's symbol fill: `fill` of the way from white to the ink grey."""
+    level = round(255 - fill * (255 - 0x4d))
+    return f"#{level:02x}{level:02x}{level:02x}"
+
+
+def state_legend() -> str:
+    """The fill legend in words: `filled = frontier, half-filled = tied or undecided, hollow = dominated`."""
+    w = STATE_WORDS
+    return (f"filled = {w['frontier']}, half-filled = {w['tied']} or {w['unresolved']} (on the frontier, not told "
+            f"apart from another), hollow = {w['dominated']}")
 
 
 def candidate_scales(candidates: list[str]) -> tuple[Spec, Spec]:
@@ -45,33 +62,39 @@ def pareto_spec(points: list[Spec], context: int, axes: list[str], candidates: l
         "x": {"field": "x", "type": "quantitative", "title": axis_label(x_axis), "scale": {"zero": False, "nice": True}},
         "y": {"field": "y", "type": "quantitative", "title": axis_label(y_axis), "scale": {"zero": False, "nice": True}},
     }
-    tooltip = [{"field": "candidate"}, {"field": "status"}, {"field": "relation", "title": "Pareto"},
+    tooltip = [{"field": "candidate"}, {"field": "state"}, {"field": "relation", "title": "Pareto"},
                {"field": "probes"}]
     if any(p.get("verdict") for p in points):
         tooltip.append({"field": "verdict"})
     tooltip += [{"field": f"tip_{a}", "title": axis_label(a)} for a in axes]
     return {
         "description": f"Pareto view at context {context}: one point per candidate, the two chosen axes; "
-                       "filled = on the frontier, half-filled = tied or unresolved, hollow = dominated.",
+                       f"{state_legend()}.",
         "width": 400, "height": 260, "config": CONFIG,
+        "resolve": {"scale": {"fill": "independent"}, "legend": {"fill": "independent"}},
         "params": [{"name": "xAxis", "value": x_axis}, {"name": "yAxis", "value": y_axis}],
         "data": {"values": points},
         "transform": [{"calculate": "datum[xAxis]", "as": "x"}, {"calculate": "datum[yAxis]", "as": "y"},
                       {"filter": "isValid(datum.x) && isValid(datum.y)"},
-                      {"calculate": "datum.candidate + (datum.status === 'frontier' ? '' : ' (' + datum.status + ')')",
+                      {"calculate": "datum.candidate + (datum.status === 'frontier' ? '' : ' (' + datum.state + ')')",
                        "as": "label"}],
         "layer": [
             {"mark": {"type": "point", "size": 160, "strokeWidth": 2, "filled": False, "cursor": "pointer"},
              "encoding": {**pos,
                           "shape": {"field": "candidate", "type": "nominal", "scale": shape, "title": "candidate"},
-                          "stroke": {"field": "candidate", "type": "nominal", "scale": colour, "legend": None},
+                          "stroke": {"field": "candidate", "type": "nominal", "scale": colour},
                           "fill": {"field": "candidate", "type": "nominal", "scale": colour, "legend": None},
-                          "fillOpacity": {"condition": [
-                              {"test": f"datum.status === '{k}'", "value": v} for k, v in STATUS_FILL.items()],
-                              "value": 0},
+                          "fillOpacity": {"field": "state", "type": "nominal", "scale": STATE_SCALE, "legend": None},
                           "tooltip": tooltip}},
             {"mark": {"type": "text", "align": "left", "dx": 10, "dy": -8, "fontSize": 11},
              "encoding": {**pos, "text": {"field": "label"}}},
+            # The state legend (Vega-Lite draws none for fillOpacity): a layer that draws no point carries
+            # it as a fill of its own scale (fixed domain), grey as full, half and no fill.
+            {"transform": [{"filter": "false"}], "mark": {"type": "point", "filled": True, "size": 0},
+             "encoding": {**pos, "fill": {"field": "state", "type": "nominal", "title": "state", "scale": {
+                 "domain": STATE_SCALE["domain"], "range": [_grey(v) for v in STATE_SCALE["range"]]},
+                 "legend": {"symbolType": "circle", "symbolStrokeColor": "#4d4d4d", "symbolStrokeWidth": 1.5,
+                            "symbolOpacity": 1}}}},
         ],
     }
 
@@ -125,7 +148,7 @@ def sustained_spec(windows: list[Spec], candidates: list[str]) -> Spec:
         "transform": [{"filter": "datum.tps > 0"}],  # a log scale has no place for 0
         "layer": [
             {"mark": {"type": "line", "strokeWidth": 2},
-             "encoding": {**enc, "strokeDash": {"field": "candidate", "type": "nominal", "scale": dashes, "legend": None}}},
+             "encoding": {**enc, "strokeDash": {"field": "candidate", "type": "nominal", "scale": dashes}}},
             {"mark": {"type": "point", "filled": True, "size": 70},
              "encoding": {**enc, "shape": {"field": "candidate", "type": "nominal", "scale": shape}}},
         ],

@@ -38,13 +38,13 @@ def write_charts(rb: Runbook, out_dir: Path) -> list[Path]:
     fig = Figure(figsize=(5.5 * n, 4.5 * (2 if energy else 1)))
     axes = fig.subplots(2 if energy else 1, n, squeeze=False)
     for ax, p in zip(axes[0], panels, strict=False):
-        _panel(ax, p, "mem_peak_bytes", 1 << 20, "peak memory (MiB, median) — lower is better", "memory")
+        _panel(ax, p, _states(rb, p), "mem_peak_bytes", 1 << 20, "peak memory (MiB, median) — lower is better", "memory")
         if not energy:
             ax.text(0.01, 0.06, f"J/gen token not measured: {rb.provenance.energy.reason or 'no energy counter'}"[:110],
                     transform=ax.transAxes, fontsize=6, color="tab:gray")
     if energy:
         for ax, p in zip(axes[1], panels, strict=False):
-            _panel(ax, p, "j_per_gen_token", 1, "joules per generated token (median) — lower is better, "
+            _panel(ax, p, _states(rb, p), "j_per_gen_token", 1, "joules per generated token (median) — lower is better, "
                    "system energy", "J/token")
     if not panels:
         axes[0][0].text(0.5, 0.5, "no successful probes to plot", ha="center", va="center")
@@ -61,15 +61,31 @@ def write_charts(rb: Runbook, out_dir: Path) -> list[Path]:
     return paths
 
 
-def _panel(ax: Any, p: ContextPareto, x_axis: str, scale: float, x_label: str, short: str) -> None:
-    """One context: gen tok/s against `x_axis` (lower is better), with the 2-D frontier of the two."""
+#: Marker and colour per state (the page's fill: full, half, none); the legend says the state's word.
+STATE_MARKS = {"frontier": ("o", "tab:blue"), "tied": ("D", "tab:cyan"), "unresolved": ("s", "tab:orange"),
+               "dominated": ("x", "tab:gray")}
+
+
+def _states(rb: Runbook, p: ContextPareto) -> dict[str, str]:
+    """Candidate -> its state in the context, as the page and the report say it (`records.pareto_points`)."""
+    from benchd.results.records import pareto_points
+
+    return {pt.candidate: pt.status for pt in pareto_points(rb, p)}
+
+
+def _panel(ax: Any, p: ContextPareto, states: dict[str, str], x_axis: str, scale: float, x_label: str,
+           short: str) -> None:
+    """One context: gen tok/s against `x_axis` (lower is better), with the 2-D frontier of the two; each
+    point's marker says its state, in `text.STATE_WORDS`' words."""
+    from benchd.results.text import STATE_WORDS
+
     pts = [(pt.candidate, pt.values.get(x_axis), pt.values.get("gen_tps")) for pt in p.points]
     drawn = [(c, m / scale, g) for c, m, g in pts if m is not None and g is not None]
     missing = [c for c, m, g in pts if m is None or g is None]
     for c, x, y in drawn:
-        front = c in p.frontier
-        ax.scatter([x], [y], marker="o" if front else "x", color="tab:blue" if front else "tab:gray", zorder=3,
-                   label="on the frontier (all axes)" if front else "dominated")
+        state = states.get(c, "frontier" if c in p.frontier else "dominated")
+        marker, colour = STATE_MARKS[state]
+        ax.scatter([x], [y], marker=marker, color=colour, zorder=3, label=STATE_WORDS[state])
         ax.annotate(c, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
     # The 2-D frontier of this chart's own two axes: each point faster than every lighter one.
     stair: list[tuple[float, float]] = []

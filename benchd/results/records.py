@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from benchd.results.text import AXIS_LABELS, fmt_range, fmt_value, machine_line, verdict_text
+from benchd.results.text import AXIS_LABELS, STATE_WORDS, fmt_range, fmt_value, machine_line, verdict_text
 from benchd.schemas import CellStats, ContextPareto, MetricStats, Row, Runbook
 from benchd.stats.comparison import pareto_axes
 
@@ -160,6 +160,7 @@ class ParetoPoint:
     def chart_record(self) -> dict[str, Any]:
         """The chart's datum: flat, one key per axis (scaled) and `tip_<axis>`."""
         return {"candidate": self.candidate, "context": self.context, "status": self.status,
+                "state": STATE_WORDS[self.status],
                 "relation": self.relation, "label": self.candidate, "verdict": self.verdict, "probes": self.probes,
                 **{a: scaled(a, v) for a, v in self.values.items()}, **{f"tip_{a}": t for a, t in self.tips.items()}}
 

@@ -29,6 +29,7 @@ from benchd.results.records import (
     ready_rows,
 )
 from benchd.results.text import (
+    STATE_WORDS,
     axis_word,
     fmt_counts,
     fmt_median,
@@ -222,13 +223,13 @@ def pareto_points_table(p: ContextPareto, rb: Runbook) -> tuple[list[str], list[
     """One line per candidate: its status as the page shows it (frontier, tied, unresolved, dominated by
     whom), the cell verdict and every axis's value."""
     axes = axes_of(p.points)
-    header = ["candidate", "status", "verdict", *(f"{axis_word(a)} ({d})" for a, d in axes)]
+    header = ["candidate", "state", "verdict", *(f"{axis_word(a)} ({d})" for a, d in axes)]
     statuses = {r.candidate: r.status for r in pareto_points(rb, p)}
     body = []
     for pt in p.points:
-        status = statuses[pt.candidate]
-        if status == "dominated":
-            status = "dominated by " + ", ".join(d.by for d in p.dominated.get(pt.candidate, []))
+        status = STATE_WORDS[statuses[pt.candidate]]
+        if statuses[pt.candidate] == "dominated":
+            status += " by " + ", ".join(d.by for d in p.dominated.get(pt.candidate, []))
         if pt.candidate in p.caveats:
             status += " (caveat)"
         body.append([pt.candidate, status, pt.verdict or "-", *(fmt_value(a, pt.values.get(a)) for a, _ in axes)])

@@ -85,3 +85,22 @@ def test_the_page_opens_on_the_decision(tmp_path: Path) -> None:
     assert "mlx-lm by gguf-plain" in decision and "the trade-off is yours" in decision
     summary = page[page.index("<section id='summary'>"):page.index("<section id='pareto'>")]
     assert summary.count("<td>concurrency</td>") == 1
+
+
+def test_the_png_legend_says_each_state_in_the_pages_word(tmp_path: Path) -> None:
+    """The PNG's points are marked by the state the page shows (`records.pareto_points`), the legend
+    saying it in `STATE_WORDS`' word: a tied pair is not drawn as 'frontier' while the page says tied."""
+    from matplotlib.figure import Figure
+
+    from benchd.results import plot
+    from benchd.results.records import pareto_points
+
+    rb = newer_doc(tmp_path)
+    for p in rb.pareto:
+        ax = Figure().subplots()
+        plot._panel(ax, p, plot._states(rb, p), "mem_peak_bytes", 1 << 20, "peak memory", "memory")
+        _, labels = ax.get_legend_handles_labels()
+        drawn = [pt for pt in pareto_points(rb, p) if pt.values.get("mem_peak_bytes") is not None
+                 and pt.values.get("gen_tps") is not None]
+        assert {STATE_WORDS[pt.status] for pt in drawn} == {x for x in labels if not x.startswith("frontier of")}
+        assert "on the frontier (all axes)" not in labels

@@ -100,7 +100,7 @@ async def test_demo_page_in_chromium(demo_run: Any, tmp_path: Path) -> None:
             assert cand in text
         for ctx in contexts:
             assert f"Context {ctx} tokens" in text
-            drawn = await page.js(f"document.querySelectorAll('#chart-pareto-{ctx} g.mark-symbol path').length")
+            drawn = await page.js(f"document.querySelectorAll('#chart-pareto-{ctx} g.mark-symbol.role-mark path').length")
             assert drawn == len(candidates), f"context {ctx}: {drawn} points drawn"
         labels = await page.js("Array.from(document.querySelectorAll('#chart-probes text')).map(t => t.textContent)")
         assert set(candidates) <= set(labels) and {str(c) for c in contexts} <= set(labels)
@@ -108,7 +108,7 @@ async def test_demo_page_in_chromium(demo_run: Any, tmp_path: Path) -> None:
         # Hover: the tooltip appears with the cell's median, CI, probes and sources.
         ctx0 = contexts[0]
         assert not await page.js("!!document.querySelector('#vg-tooltip-element.visible')")
-        x, y, label = await point_center(page, f"#chart-pareto-{ctx0} g.mark-symbol path")
+        x, y, label = await point_center(page, f"#chart-pareto-{ctx0} g.mark-symbol.role-mark path")
         await page.hover(x, y)
         tip = await page.wait_for("(() => { const t = document.querySelector('#vg-tooltip-element.visible');"
                                   " return t && t.innerText; })()")
@@ -116,7 +116,7 @@ async def test_demo_page_in_chromium(demo_run: Any, tmp_path: Path) -> None:
         assert hovered in tip and "median" in tip and "source: " in tip and "ok," in tip
         if os.environ.get("BENCHD_SCREENSHOT"):  # the README's picture: the Pareto section, a point hovered
             await page.js("window.scrollTo(0, document.getElementById('pareto').offsetTop - 8)")
-            x, y, _ = await point_center(page, f"#chart-pareto-{ctx0} g.mark-symbol path", scroll=False)
+            x, y, _ = await point_center(page, f"#chart-pareto-{ctx0} g.mark-symbol.role-mark path", scroll=False)
             await page.hover(x, y)
             await page.wait_for("!!document.querySelector('#vg-tooltip-element.visible')")
             shot = await page.screenshot(tmp_path / "readme.png", full_page=False)
@@ -234,4 +234,32 @@ async def test_priority_selector_and_the_decision_first_in_chromium(tmp_path: Pa
                 assert shown.startswith(f"priority: {PRIORITIES[name].question}")
         decision = await page.js("document.getElementById('decision').innerText")
         assert "mlx-lm by gguf-plain" in decision
+        assert_offline_and_clean(page, url)
+
+
+async def test_every_chart_has_a_legend_in_the_state_words(tmp_path: Path) -> None:
+    """Every chart the page draws has a legend; the Pareto charts' state legend and point labels use
+    the words of `text.STATE_WORDS`, as the decision and the Pareto table do."""
+    from benchd.results.text import STATE_WORDS
+
+    path = tmp_path / "legends.html"
+    rb = agentic_doc(tmp_path / "rb")  # sustained, sessions and levels beside the Pareto and probe charts
+    await asyncio.to_thread(path.write_bytes, html.render_page(rb, html.vega_runtime(tmp_path / "cache")))
+    async with chromium(tmp_path / "profile") as page:
+        url = await load(page, path)
+        legends = await page.js("Object.fromEntries(Array.from(document.querySelectorAll('div.chart')).map(c =>"
+                                " [c.id, Array.from(c.querySelectorAll('.role-legend-title text')).map(t => t.textContent)]))")
+        assert {"chart-probes", "chart-sustained", "chart-sessions", "chart-levels"} <= set(legends), legends
+        assert all(titles for titles in legends.values()), legends
+        assert legends["chart-sustained"] == ["candidate"]
+        for ctx in (p.context for p in rb.pareto):
+            assert legends[f"chart-pareto-{ctx}"] == ["candidate", "state"]
+            labels = await page.js(f"Array.from(document.querySelectorAll('#chart-pareto-{ctx} "
+                                   ".role-legend-label text')).map(t => t.textContent)")
+            assert [w for w in labels if w in STATE_WORDS.values()] == [
+                STATE_WORDS[k] for k in ("frontier", "tied", "unresolved", "dominated")]
+        pareto = await page.js("document.getElementById('pareto').innerText")
+        intro = pareto.split("Context")[0]  # the section's words for the fills: the same state words
+        assert all(STATE_WORDS[k] in intro for k in ("frontier", "tied", "unresolved", "dominated")), intro
+        assert f"({STATE_WORDS['dominated']})" in pareto
         assert_offline_and_clean(page, url)
