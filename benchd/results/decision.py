@@ -118,6 +118,16 @@ def candidate_rows(rb: Runbook) -> list[list[str]]:
     return rows
 
 
+def candidate_lines(rb: Runbook) -> list[str]:
+    """`candidate_rows` for a terminal: a block per candidate, every path and hash whole (a table of
+    eight columns cuts them at any width a terminal has)."""
+    out = ["Candidates"]
+    for cand, runtime, model, sha, args, spec, binary, version in candidate_rows(rb):
+        out += [f"  {cand}: {runtime}", f"    model {model}", f"    sha256 {sha}", f"    args {args}; spec {spec}",
+                f"    binary {binary}; server version {version}"]
+    return out
+
+
 # ---------------------------------------------------------------------------------------- deferred
 
 

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from benchd.results import agentic, images
-from benchd.results.decision import CANDIDATE_HEADER, candidate_rows, decision_lines, deferred_rows
+from benchd.results.decision import (
+    CANDIDATE_HEADER,
+    candidate_lines,
+    candidate_rows,
+    decision_lines,
+    deferred_rows,
+)
 from benchd.results.kldview import kld_lines
 from benchd.results.pareto import axes_of
 from benchd.results.records import (
@@ -285,7 +291,7 @@ def ready_table(rb: Runbook, notes: Notes) -> list[list[str]]:
 def answer_lines(rb: Runbook) -> list[str]:
     """The decision, then what each candidate is: what a terminal report opens with."""
     return [f"runbook {rb.id}  outcome: {rb.outcome}  sweep: {rb.sweep.name}", "", *decision_lines(rb), "",
-            "Candidates", plain_table(CANDIDATE_HEADER, candidate_rows(rb))]
+            *candidate_lines(rb)]
 
 
 def deferred_lines(rb: Runbook) -> list[str]:
@@ -317,14 +323,8 @@ def print_rich(rb: Runbook, pareto: bool = False) -> None:
     from rich.table import Table
 
     console = Console()
-    for line in [*decision_lines(rb), ""]:
+    for line in [*decision_lines(rb), "", *candidate_lines(rb), ""]:
         console.print(line, highlight=False, soft_wrap=True)
-    cands = Table(title="Candidates")
-    for i, h in enumerate(CANDIDATE_HEADER):
-        cands.add_column(h, no_wrap=i == 0, overflow="fold")
-    for row in candidate_rows(rb):
-        cands.add_row(*row)
-    console.print(cands)
     for line in [*header_lines(rb), *deferred_lines(rb)]:
         console.print(line, highlight=False, soft_wrap=True)
     header, body, notes = cell_table(rb)

@@ -66,11 +66,12 @@ def test_deferred_axes_one_row_per_axis(tmp_path: Path) -> None:
 def test_text_and_markdown_open_on_the_decision_then_candidates_then_metadata(tmp_path: Path) -> None:
     rb = newer_doc(tmp_path)
     text = render_text(rb)
-    _in_order(text, ["Decision per context", "\nCandidates\n", "machine:", "Deferred axes", "medians (min–max"])
-    spec_row = next(x for x in text.splitlines() if x.startswith("gguf-spec "))
+    _in_order(text, ["Decision per context", "\nCandidates\n  ", "machine:", "Deferred axes", "medians (min–max"])
+    block = text[text.index("  gguf-spec: llama-server"):]
+    block = block[:block.index("\n  gguf-plain:")]
     prov = next(c for c in rb.provenance.candidates if c.candidate == "gguf-spec")
-    assert prov.model.sha256 and prov.model.sha256 in spec_row and "tiny-draft.gguf" in spec_row and "-t 1" in spec_row
-    assert prov.server_version and prov.server_version in spec_row
+    assert prov.model.sha256 and prov.model.sha256 in block and "tiny-draft.gguf" in block and "-t 1" in block
+    assert prov.server_version and prov.server_version in block
     md = render_markdown(rb)
     _in_order(md, ["## Decision", "## Candidates", "## Machine", "## Sweep", "## Deferred axes", "## Results",
                    "## Pareto view"])
