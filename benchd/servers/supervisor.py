@@ -26,6 +26,7 @@ from benchd.errors import BenchdError
 from benchd.schemas import Candidate
 from benchd.sensors import pagecache
 from benchd.servers.affinity import spawning_on
+from benchd.servers.lifeline import die_with_daemon
 from benchd.servers.procgroup import (
     exit_status,
     free_port,
@@ -182,6 +183,7 @@ class Supervisor:
                     stderr=asyncio.subprocess.STDOUT,
                     env=env,
                     start_new_session=True,
+                    preexec_fn=die_with_daemon(),  # Linux: PR_SET_PDEATHSIG (benchd.servers.lifeline)
                 )
         except OSError as exc:
             self._drop_pending(pending, token)
