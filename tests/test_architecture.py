@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import benchctl
 import benchd
 
@@ -36,6 +38,7 @@ def test_import_contracts_hold() -> None:
     assert "BROKEN" not in done.stdout and "KEPT" in done.stdout
 
 
+@pytest.mark.slow
 def test_every_module_imports_alone() -> None:
     mods = _modules()
     assert "benchd.daemon.queue" in mods and "benchd.sensors.memory.darwin" in mods

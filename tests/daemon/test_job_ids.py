@@ -32,6 +32,7 @@ SWEEP: dict[str, Any] = {"name": "ids", "contexts": [64], "gen_tokens": 1,
                          "candidates": [{"id": "a", "runtime": "llama-server", "model": "/m"}]}
 
 
+@pytest.mark.slow
 def test_a_thousand_submits_from_fifty_concurrent_clients_get_a_thousand_ids(run_daemon) -> None:  # type: ignore[no-untyped-def]
     d = run_daemon()
     clients, per_client = 50, 20

@@ -238,6 +238,7 @@ def test_completion_rule_on_both_answer_shapes() -> None:
     assert humaneval.grade(helper, "```python\nimport math\ndef area(r):\n    return math.pi * _sq(r)\n```").passed
 
 
+@pytest.mark.slow
 def test_canonical_solutions_pass_in_both_shapes(code: suites.SuiteData) -> None:
     for t in code.tasks:
         d = t.data
