@@ -36,6 +36,7 @@ from order_time_to_decision import run  # one engine run, timed: (runbook, wall 
 
 from benchd.engine import racing, sweepcheck
 from benchd.schemas import Candidate, Cooldown, Row, Runbook, Sustained, Sweep
+from benchd.stats import stop
 
 
 def grid_sweep(raced: bool) -> Sweep:
@@ -97,12 +98,12 @@ def simulate(sims: int, cv: float, seed: int) -> dict[str, Any]:
     worse = {"w10": 0.9, "w20": 0.8, "w30": 0.7, "w40": 0.6}
     false_cands = sweeps_with_false = dropped_worse = 0
     for _ in range(sims):
-        race = racing.Race(on=True, alpha=racing.look_alpha(racing.RACE_ALPHA, 3, 12), margin_pct=2.0,
+        race = racing.Race(on=True, alpha=stop.look_alpha(3, 12, racing.RACE_ALPHA), margin_pct=2.0,
                            order="interleaved")
         shared = [math.exp(rng.gauss(0, cv)) for _ in range(12)]  # the machine's state per round
         rows = {c: sim_rows(c, 100.0, 1e8, 12, cv, shared, rng) for c in front}
         rows |= {c: sim_rows(c, 100.0 * f, 1e8 * (2 - f), 12, cv, shared, rng) for c, f in worse.items()}
-        for rnd in range(3, 13):
+        for rnd in stop.looks(3, 12):  # the stop rule's planned looks, as the engine's race
             alive = race.alive(rows)
             race.look(64, rnd, {c: [r for r in rows[c] if r.round is not None and r.round < rnd] for c in alive})
         lost = [c for c in front if c in race.dropped]

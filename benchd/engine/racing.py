@@ -26,10 +26,11 @@ from benchd.engine.plan import RoundPlan, requested_order, round_plan
 from benchd.schemas import Candidate, Row, Sweep
 from benchd.stats.axes import probe_axes
 from benchd.stats.comparison import ALPHA, PairDominance, dominance, paired_samples
+from benchd.stats.stop import look_alpha, looks
 
 #: The per-probe axes a look compares (the Pareto view's core axes a probe row carries).
 PROBE_AXES = tuple(a.name for a in probe_axes() if a.name in Row.__struct_fields__)
-#: The race's α: the Pareto view's, spent over a context's looks (`look_alpha`).
+#: The race's α: the Pareto view's, split over the stop rule's planned looks (`benchd.stats.stop.look_alpha`).
 RACE_ALPHA = ALPHA
 #: What leaving without a dominator says in `by`.
 BY_BENCHD = "benchd"
@@ -64,11 +65,6 @@ class Drop:
         return cls(candidate=p["candidate"], context=p["context"], round=p["round"], by=dict(p.get("better_on") or {}),
                    texts=dict(p.get("texts") or {}), alpha=p.get("alpha"),
                    why=p.get("why") if not p.get("better_on") else None)
-
-
-def look_alpha(alpha: float, min_rounds: int, max_rounds: int) -> float:
-    """The α of one look: the race's α over the looks a context may have (rounds min..max)."""
-    return alpha / max(1, max_rounds - min_rounds + 1)
 
 
 @dataclass
@@ -107,9 +103,11 @@ class Race:
     def alive(self, ids: Iterable[str]) -> list[str]:
         return [c for c in ids if c not in self.dropped]
 
-    def look(self, context: int, rnd: int, rows: Mapping[str, Sequence[Row]], done: Iterable[str] = ()) -> list[Drop]:
+    def look(self, context: int, rnd: int, rows: Mapping[str, Sequence[Row]], done: Iterable[str] = (),
+             compare: bool = True) -> list[Drop]:
         """The drops of this look. `rows`: each racing candidate's valid probe rows of the context; `done`:
-        the candidates with no cell left to run in it (a failed start, or every probe spent)."""
+        the candidates with no cell left to run in it (a failed start, or every probe spent); `compare`
+        False (a round that is not a planned look): only those with no ok probe leave, no pair is compared."""
         if not self.on:
             return []
         alive = self.alive(rows)
@@ -118,7 +116,7 @@ class Race:
                     "not start or every probe failed: the rows say why); it leaves the race")
                for c in alive if c in finished and not rows[c]]
         racing = [c for c in alive if rows[c]]
-        if len(racing) > 1:
+        if compare and len(racing) > 1:
             beaten: dict[str, Drop] = {}
             for i, a in enumerate(racing):
                 for b in racing[i + 1:]:
@@ -153,7 +151,7 @@ def open_race(sweep: Sweep, pairs: bool, events: Iterable[Any] = (), rows: Itera
     (`pairs`); a resumed job's drops from its `candidate_dropped` events, the rows a look reads from its rows."""
     order = requested_order(sweep)
     rplan = round_plan(sweep, order)
-    race = Race(on=sweep.racing_on() and pairs, alpha=look_alpha(RACE_ALPHA, rplan.min_rounds, rplan.max_rounds),
+    race = Race(on=sweep.racing_on() and pairs, alpha=look_alpha(rplan.min_rounds, rplan.max_rounds, RACE_ALPHA),
                 margin_pct=sweep.probe_plan().target_ci_pct, order=order)
     if race.on:
         race.resume(e.payload for e in events if e.type == "candidate_dropped")
@@ -164,12 +162,14 @@ def open_race(sweep: Sweep, pairs: bool, events: Iterable[Any] = (), rows: Itera
 
 async def after_round(race: Race, context: int, cands: list[Candidate], rnd: int, rplan: RoundPlan,
                       done: Iterable[str], emit: Any, release: Any) -> list[Candidate]:
-    """The race's look after round `rnd` (where the stop rule looks: from `rplan.min_rounds` on): each drop
+    """The race's look after round `rnd` (pairs compared only at the stop rule's planned looks, `looks`, with
+    α split over them as the stop rule does; a candidate with no ok probe leaves at any round): each drop
     recorded (`emit("candidate_dropped", ...)`) and its server stopped (`await release(id)`); the
     candidates still racing. `done`: the candidates with no cell left to run at this context."""
     if not race.on or rnd < rplan.min_rounds:
         return cands
-    for drop in race.look(context, rnd, {c.id: race.cell_rows(c.id, context) for c in cands}, done):
+    planned = rnd in looks(rplan.min_rounds, rplan.max_rounds)
+    for drop in race.look(context, rnd, {c.id: race.cell_rows(c.id, context) for c in cands}, done, compare=planned):
         emit("candidate_dropped", **drop.payload())
         await release(drop.candidate)
     return [c for c in cands if c.id not in race.dropped]

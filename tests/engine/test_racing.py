@@ -8,6 +8,7 @@ import random
 
 from benchd.engine import racing
 from benchd.schemas import Row
+from benchd.stats import stop
 
 
 def rows(cand: str, gen: list[float], mem: float = 1e8, prompt: float = 1000.0) -> list[Row]:
@@ -18,7 +19,7 @@ def rows(cand: str, gen: list[float], mem: float = 1e8, prompt: float = 1000.0) 
 
 
 def race(on: bool = True) -> racing.Race:
-    return racing.Race(on=on, alpha=racing.look_alpha(racing.RACE_ALPHA, 3, 12), margin_pct=2.0,
+    return racing.Race(on=on, alpha=stop.look_alpha(3, 12, racing.RACE_ALPHA), margin_pct=2.0,
                        order="interleaved")
 
 
@@ -35,7 +36,7 @@ def test_a_slower_and_larger_candidate_is_dropped_with_its_record() -> None:
     assert drop.candidate == "slow" and drop.context == 64 and drop.round == 4
     assert list(drop.by) == ["fast"] and "gen_tps" in drop.by["fast"] and "mem_peak_bytes" in drop.by["fast"]
     assert "fast dominates slow" in drop.texts["fast"]
-    assert drop.alpha == 0.05 / 10
+    assert drop.alpha == 0.05 / 3  # the stop rule's split: 3 planned looks (3, 6, 12)
     assert r.alive(["fast", "slow"]) == ["fast"]
     p = drop.payload()
     assert p["by"] == ["fast"] and p["why"].startswith("dominated by fast (better on gen_tps")
@@ -64,3 +65,14 @@ def test_no_ok_probe_leaves_the_race_by_benchd_and_racing_off_drops_nobody() -> 
     off = race(on=False)
     assert off.look(64, 4, {"fast": rows("fast", noisy(200, 4, 0.005, 1)),
                             "slow": rows("slow", noisy(20, 4, 0.005, 2), mem=3e8)}, done=["slow"]) == []
+
+
+def test_the_race_compares_pairs_only_at_the_stop_rules_planned_looks() -> None:
+    """Round 4 is not a planned look (3, 6, 12): a dominated candidate stays until one; a broken one leaves."""
+    r = race()
+    cells = {"fast": rows("fast", noisy(200, 4, 0.005, 1)), "slow": rows("slow", noisy(20, 4, 0.005, 2), mem=3e8),
+             "broken": []}
+    (drop,) = r.look(64, 4, cells, done=["broken"], compare=False)
+    assert drop.candidate == "broken" and r.alive(["fast", "slow"]) == ["fast", "slow"]
+    (drop,) = r.look(64, 6, {k: v for k, v in cells.items() if k != "broken"})
+    assert drop.candidate == "slow" and drop.alpha == stop.look_alpha(3, 12)
