@@ -221,8 +221,10 @@ def test_kill9_then_restart_resumes_without_loss(run_daemon, tiny_models, llama_
     d.proc.wait(timeout=10)
     before = read_rows(d.state_dir, job)
     assert len(before) >= 2
+    assert pids, "expected the job to have started a server"
+    # On Linux the lifeline kills them with the daemon (test_hostile_lifeline_real); where there is none (macOS)
+    # they outlive it and the next start reaps them. Either way none may survive the new daemon's start.
     orphans = [p for p in pids if alive(p)]
-    assert orphans, "expected the dead daemon's server to be left running"
     d2 = run_daemon()  # same state dir
     c2 = d2.client()
     deadline = time.monotonic() + 30  # a hang guard: the new daemon reaps the orphans at its start
