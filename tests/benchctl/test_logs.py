@@ -117,6 +117,9 @@ def test_follow_prints_appended_lines(daemon: Path) -> None:
     proc = subprocess.Popen(
         [str(BIN / "benchctl"), "logs", "--socket", str(daemon / "benchd.sock"), JOB, "--server", "cand-b", "-n", "0", "-f"],
         stdout=subprocess.PIPE, text=True, env=env,
+        # a shell without job control starts background commands with SIGINT ignored, and Python keeps an
+        # ignored SIGINT: give the child the default, as a terminal's Ctrl-C would find it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         log = str(job_dir / "cand-b.log")
