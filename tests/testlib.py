@@ -336,12 +336,17 @@ def assert_golden(path: Path, name: str, got: Any, indent: int = 0) -> None:
 
 
 def printed_comparison(text: str, label: str, a: list[float], b: list[float], axis: str, names: tuple[str, str],
-                       *, paired: bool = True) -> tuple[str, list[str]]:
+                       *, paired: bool = True, family_alpha: float | None = None) -> tuple[str, list[str]]:
     """The line of a Pareto text that compares `names` on `axis` (found by the axis's `label`, e.g. "peak
     memory"), and the sentences the one formatter writes for the comparison recomputed from the samples
     `a`, `b` at the α printed on that line (either orientation, either subject), each without its medians'
     clause (that comes from the cell points, not the paired samples): the line matches one of them when the
-    report printed the comparison of these samples."""
+    report printed the comparison of these samples.
+
+    The line prints α to 3 significant digits; recomputing at that rounded value can move a bound or the
+    rounds-to-resolve advice across a rounding edge. With `family_alpha` (the view's `ContextPareto.alpha`)
+    the exact α is recovered as the family α split over the pair's axes (the divisor whose 3-digit print
+    is the printed one)."""
     import re
 
     from benchd.results.text import comparison_sentence
@@ -350,7 +355,10 @@ def printed_comparison(text: str, label: str, a: list[float], b: list[float], ax
 
     line = next(x.strip() for x in text.splitlines() if label in x and "α = " in x and "CI" in x
                 and all(n in x for n in names))
-    alpha = float(line.rsplit("α = ", 1)[1].rstrip(")"))
+    shown = line.rsplit("α = ", 1)[1].rstrip(")")
+    alpha = float(shown)
+    if family_alpha is not None:
+        alpha = next(family_alpha / k for k in range(1, 64) if f"{family_alpha / k:.3g}" == shown)
     spec = AXES[axis]
 
     def bare(t: str) -> str:

@@ -389,12 +389,41 @@ def _wait(proc: subprocess.Popen[bytes], timeout_s: float, *, watch_memory: bool
     finally:
         stop.set()
     if reason:
+        inside = _descendants(proc.pid)
         _kill_group(proc.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             proc.kill()
         proc.wait()
+        _await_gone(inside)
         return reason[0]
     return None
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    """Every process below `pid` now (a namespace's pid 1 and what it runs, a setsid'd child included)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _await_gone(procs: list[psutil.Process], timeout_s: float = 30) -> None:
+    """Wait until each of `procs` has exited (a zombie counts: it runs nothing). Killing the sandbox's top
+    process returns before the kernel has torn its pid namespace down; the namespace's other processes die
+    when its pid 1 does, which is asynchronous to the top process's exit."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        while time.monotonic() < deadline:
+            try:
+                if p.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.Error:
+                break
+            time.sleep(0.005)
 
 
 def _watch_memory(pid: int, stop: threading.Event, reason: list[str]) -> None:
@@ -446,14 +475,7 @@ def _end_namespace(init: psutil.Process) -> None:
 
     with contextlib.suppress(psutil.Error):
         init.kill()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # a zombie pid 1 has already outlived the rest of its namespace
-        try:
-            if init.status() == psutil.STATUS_ZOMBIE:
-                return
-        except psutil.Error:
-            return
-        time.sleep(0.005)
+    _await_gone([init])  # a zombie pid 1 has already outlived the rest of its namespace
 
 
 def _kill_marked(run_id: str) -> None:
