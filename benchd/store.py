@@ -145,9 +145,28 @@ or minimum count per resolution: image probes are not adaptive). With `probes = 
     and `max` probe rows: `bound` picks which end (a fixed count gives the same number for both)."""
     plan = sweep.probe_plan()
     per_cell = plan.min if bound == "min" else plan.max
-    per_candidate = len(sweep.contexts) * per_cell + (1 if sweep.sustained.tokens > 0 else 0)
-    images = sum(len(sweep.vision.resolutions) * plan.min for c in sweep.candidates if c.vision)
-    return per_candidate * len(sweep.candidates) + (per_cell if sweep.sentinel_on() else 0) + images
+    return (sum(sum(candidate_planned(sweep, c.vision, bound).values()) for c in sweep.candidates)
+            + (per_cell if sweep.sentinel_on() else 0))
+
+
+def candidate_planned(sweep: Sweep, vision: bool, bound: Literal["min", "max"] = "min") -> dict[str, int]:
+    """One candidate's part of `planned_probes` by row kind (the sentinel aside): its probes over the
+    contexts, its sustained row, its image probes (a vision candidate)."""
+    plan = sweep.probe_plan()
+    return {"probe": len(sweep.contexts) * (plan.min if bound == "min" else plan.max),
+            "sustained": 1 if sweep.sustained.tokens > 0 else 0,
+            "vision": len(sweep.vision.resolutions) * plan.min if vision else 0}
+
+
+def dropped_rows(events: Iterable[Event]) -> tuple[int, int]:
+    """The planned rows (low and high end) the job's dropped candidates will not run: the sums of their
+    `candidate_dropped` events' `unrun_rows` / `unrun_rows_max` (benchd.engine.racing)."""
+    lo = hi = 0
+    for e in events:
+        if e.type == "candidate_dropped":
+            lo += int(e.payload.get("unrun_rows") or 0)
+            hi += int(e.payload.get("unrun_rows_max") or 0)
+    return lo, hi
 
 
 class Store:
@@ -252,6 +271,10 @@ class Store:
         done = self.count_rows(d["id"])
         sweep, _ = _decode_sweep(d["sweep"])
         total_max = planned_probes(sweep, "max") if sweep is not None and sweep.probe_plan().adaptive else None
+        # A raced job's dropped candidates run no more rows: the plan loses them from the moment they leave.
+        gone, gone_max = dropped_rows(self.events_of_type(d["id"], "candidate_dropped"))
+        total = max(0, d["total"] - gone)
+        total_max = max(0, total_max - gone_max) if total_max is not None else None
         try:
             when = msgspec.json.decode(d["when_"], type=list[str])
         except (msgspec.MsgspecError, RecursionError):
@@ -261,7 +284,7 @@ class Store:
             not_before=d["not_before"], when=when,
             waiting_reason=d["waiting_reason"], started_at=d["started_at"], finished_at=d["finished_at"],
             error=d["error"], runbook_id=d["runbook_id"],
-            progress=Progress(done=done, total=d["total"], total_max=total_max),
+            progress=Progress(done=done, total=total, total_max=total_max),
             sweep=sweep if with_sweep else None,
             sweep_raw=d["sweep"] if with_sweep and sweep is None else None,
         )
@@ -318,6 +341,12 @@ class Store:
     def append_event(self, job: str, type_: str, payload: dict[str, Any] | None = None) -> Event:
         with self._tx():
             return self._append_event(job, type_, payload or {})
+
+    def events_of_type(self, job: str, type_: str) -> list[Event]:
+        cur = self._db.execute("SELECT seq, time, type, payload FROM events WHERE job = ? AND type = ? ORDER BY seq",
+                               (job, type_))
+        return [Event(seq=s, time=t, type=ty, job=job, payload=_payload_dec.decode(p))
+                for s, t, ty, p in cur.fetchall()]
 
     def events(self, job: str, since: int = 0, limit: int = 10_000) -> list[Event]:
         cur = self._db.execute(

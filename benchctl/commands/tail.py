@@ -175,7 +175,10 @@ def _event_text(ev: dict[str, Any]) -> str:
     if ev["type"] == "context_finished":
         return f"ctx {p.get('context')} stopped after {p.get('rounds')} rounds ({p.get('design')}): {p.get('why')}"
     if ev["type"] == "candidate_dropped":
-        return f"{p.get('candidate')} left the race at ctx {p.get('context')} after round {p.get('round')}: {p.get('why')}"
+        lo, hi = p.get("planned_rows"), p.get("planned_rows_max")
+        plan = "" if lo is None else f" ({lo if hi in (None, lo) else f'{lo}-{hi}'} rows planned from now on)"
+        return (f"{p.get('candidate')} left the race at ctx {p.get('context')} after round {p.get('round')}: "
+                f"{p.get('why')}{plan}")
     if ev["type"] == "session_finished":
         ttft, reuse = p.get("warm_ttft_ms"), p.get("reuse_fraction")
         return (f"session {p.get('candidate')} ctx {p.get('context')}: {p.get('status')}, warm-turn TTFT "
@@ -220,6 +223,7 @@ class _Rich:
 
         prog = job.get("progress") or {}
         self.total = int(prog.get("total") or 0)
+        self.high = prog.get("total_max") is not None  # the bar follows the plan's high end (adaptive probes)
         if prog.get("total_max") not in (None, self.total):  # adaptive probes: the plan is a range, the bar
             job = {**job, "name": f"{job.get('name', job['id'])} ({self.total}-{prog['total_max']} rows)"}
             self.total = int(prog["total_max"])  # runs to its high end (the ETA is the longest)
@@ -242,7 +246,14 @@ class _Rich:
                 self.done_keys.add((row.get("candidate"), row.get("context"), row.get("kind"), row.get("probe")))
                 self.progress.update(self.task, completed=len(self.done_keys))
             self.progress.console.print(_row_text(row), highlight=False, markup=False)
-        elif ev["type"] in ("job_started", "job_resumed", "job_interrupted", *TERMINAL_EXIT, "server_crashed",
+            return
+        if ev["type"] == "candidate_dropped":  # the plan loses the dropped candidate's unrun rows
+            p = ev.get("payload") or {}
+            planned = p.get("planned_rows_max") if self.high else p.get("planned_rows")
+            if planned is not None:
+                self.total = int(planned)
+                self.progress.update(self.task, total=self.total or None)
+        if ev["type"] in ("job_started", "job_resumed", "job_interrupted", *TERMINAL_EXIT, "server_crashed",
                             "cell_finished", "session_finished", "level_finished", "design_chosen",
                             "design_changed", "context_finished", "candidate_dropped"):
             self.progress.console.print(_event_text(ev), style="bold", highlight=False, markup=False)

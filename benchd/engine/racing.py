@@ -19,7 +19,7 @@ Reasons and facts: docs/measuring.md#racing.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from benchd.engine.plan import RoundPlan, requested_order, round_plan
@@ -27,6 +27,7 @@ from benchd.schemas import Candidate, Row, Sweep
 from benchd.stats.axes import probe_axes
 from benchd.stats.comparison import ALPHA, PairDominance, dominance, paired_samples
 from benchd.stats.stop import look_alpha, looks
+from benchd.store import candidate_planned, planned_probes
 
 #: The per-probe axes a look compares (the Pareto view's core axes a probe row carries).
 PROBE_AXES = tuple(a.name for a in probe_axes() if a.name in Row.__struct_fields__)
@@ -49,11 +50,19 @@ class Drop:
     texts: dict[str, str] = field(default_factory=dict)
     alpha: float | None = None
     why: str | None = None
+    #: The candidate's planned rows (low and high end of the plan) it will not run now; the job's planned
+    #: rows from this drop on (`benchd.store.planned_probes` less every drop's unrun rows so far).
+    unrun_rows: int = 0
+    unrun_rows_max: int = 0
+    planned_rows: int | None = None
+    planned_rows_max: int | None = None
 
     def payload(self) -> dict[str, Any]:
         return {"candidate": self.candidate, "context": self.context, "round": self.round,
                 "by": sorted(self.by) or [BY_BENCHD], "better_on": self.by, "texts": self.texts,
-                "alpha": self.alpha, "why": self.why or self.summary()}
+                "alpha": self.alpha, "why": self.why or self.summary(), "unrun_rows": self.unrun_rows,
+                "unrun_rows_max": self.unrun_rows_max, "planned_rows": self.planned_rows,
+                "planned_rows_max": self.planned_rows_max}
 
     def summary(self) -> str:
         if self.why:
@@ -64,7 +73,9 @@ class Drop:
     def from_payload(cls, p: Mapping[str, Any]) -> Drop:
         return cls(candidate=p["candidate"], context=p["context"], round=p["round"], by=dict(p.get("better_on") or {}),
                    texts=dict(p.get("texts") or {}), alpha=p.get("alpha"),
-                   why=p.get("why") if not p.get("better_on") else None)
+                   why=p.get("why") if not p.get("better_on") else None, unrun_rows=int(p.get("unrun_rows") or 0),
+                   unrun_rows_max=int(p.get("unrun_rows_max") or 0), planned_rows=p.get("planned_rows"),
+                   planned_rows_max=p.get("planned_rows_max"))
 
 
 @dataclass
@@ -78,11 +89,23 @@ class Race:
     dropped: dict[str, Drop] = field(default_factory=dict)
     #: (candidate, context) -> the valid probe rows so far, of the axes a look compares (`add`).
     rows: dict[tuple[str, int], dict[int, Row]] = field(default_factory=dict)
+    #: The sweep whose planned rows a drop subtracts from (None: no planned rows in the drops).
+    sweep: Sweep | None = None
+    #: (candidate, context, kind) -> the probe numbers of its stored rows that count as done (not aborted).
+    stored: dict[tuple[str, int, str], set[int]] = field(default_factory=dict)
 
     def add(self, row: Row) -> None:
         """Keep what a look reads of a committed probe row (identity, round and the compared axes);
-        a row that does not count (failed, short, invalidated, outside the rounds) is forgotten."""
-        if not self.on or row.kind != "probe":
+        a row that does not count (failed, short, invalidated, outside the rounds) is forgotten. Every
+        stored row that counts as done (not aborted) is counted, for the rows a dropped candidate leaves unrun."""
+        if not self.on:
+            return
+        done = self.stored.setdefault((row.candidate, row.context, row.kind), set())
+        if row.status == "aborted":
+            done.discard(row.probe)
+        else:
+            done.add(row.probe)
+        if row.kind != "probe":
             return
         cell = self.rows.setdefault((row.candidate, row.context), {})
         if row.round is None or row.status != "ok" or row.invalidated is not None or row.short:
@@ -130,9 +153,37 @@ class Race:
                     beaten[lose] = prev
             if len(beaten) < len(racing):  # someone stays (a cycle of verdicts drops nobody)
                 out += [beaten[c] for c in racing if c in beaten]
-        for drop in out:
-            self.dropped[drop.candidate] = drop
+        out = [self.with_plan(drop) for drop in out]
         return out
+
+    def unrun(self, candidate: str, bound: str) -> int:
+        """The candidate's planned rows (`benchd.store.candidate_planned`) not stored yet: per context its
+        probe count less its probe rows there, its sustained row and image probes less those stored."""
+        if self.sweep is None:
+            return 0
+        cand = next((c for c in self.sweep.candidates if c.id == candidate), None)
+        if cand is None:
+            return 0
+        plan = candidate_planned(self.sweep, cand.vision, "max" if bound == "max" else "min")
+        per_cell = plan["probe"] // max(1, len(self.sweep.contexts))
+        left = sum(max(0, per_cell - len(self.stored.get((candidate, ctx, "probe"), ()))) for ctx in self.sweep.contexts)
+        for kind in ("sustained", "vision"):
+            have = sum(len(v) for (c, _, k), v in self.stored.items() if c == candidate and k == kind)
+            left += max(0, plan[kind] - have)
+        return left
+
+    def with_plan(self, drop: Drop) -> Drop:
+        """The drop with its unrun rows and the job's planned rows after it, recorded as dropped."""
+        if self.sweep is not None:
+            lo, hi = self.unrun(drop.candidate, "min"), self.unrun(drop.candidate, "max")
+            gone_lo = sum(d.unrun_rows for d in self.dropped.values()) + lo
+            gone_hi = sum(d.unrun_rows_max for d in self.dropped.values()) + hi
+            adaptive = self.sweep.probe_plan().adaptive
+            drop = replace(drop, unrun_rows=lo, unrun_rows_max=hi,
+                           planned_rows=max(0, planned_probes(self.sweep) - gone_lo),
+                           planned_rows_max=max(0, planned_probes(self.sweep, "max") - gone_hi) if adaptive else None)
+        self.dropped[drop.candidate] = drop
+        return drop
 
     def pair(self, rows_a: Sequence[Row], rows_b: Sequence[Row], a: str, b: str) -> PairDominance:
         """The dominance verdict of one pair over the per-probe axes, paired by round as the order allows."""
@@ -152,7 +203,7 @@ def open_race(sweep: Sweep, pairs: bool, events: Iterable[Any] = (), rows: Itera
     order = requested_order(sweep)
     rplan = round_plan(sweep, order)
     race = Race(on=sweep.racing_on() and pairs, alpha=look_alpha(rplan.min_rounds, rplan.max_rounds, RACE_ALPHA),
-                margin_pct=sweep.probe_plan().target_ci_pct, order=order)
+                margin_pct=sweep.probe_plan().target_ci_pct, order=order, sweep=sweep)
     if race.on:
         race.resume(e.payload for e in events if e.type == "candidate_dropped")
         for r in rows:

@@ -48,3 +48,22 @@ def test_design_round_and_context_lines() -> None:
     stop = _event_text({"type": "context_finished", "payload": {
         "context": 128, "rounds": 7, "design": "interleaved", "why": "every pair's gen_tps verdict resolved"}})
     assert "stopped after 7 rounds (interleaved): every pair's gen_tps verdict resolved" in stop
+
+
+def test_a_dropped_candidate_shrinks_the_plan_tail_follows() -> None:
+    """The `candidate_dropped` event carries the job's planned rows from then on: the line says them and
+    the progress bar's total becomes them (absolute, so replaying the events from the start is idempotent)."""
+    from benchctl.commands.tail import _Rich
+
+    p = {"candidate": "slow", "context": 128, "round": 3, "why": "dominated by a (better on gen_tps)",
+         "unrun_rows": 4, "unrun_rows_max": 22, "planned_rows": 17, "planned_rows_max": 53}
+    ev = {"seq": 9, "time": "2026-01-01T00:00:00.000Z", "type": "candidate_dropped", "payload": p}
+    assert _event_text(ev).endswith("dominated by a (better on gen_tps) (17-53 rows planned from now on)")
+    rich = _Rich({"id": "j", "name": "j", "progress": {"done": 0, "total": 21, "total_max": 75}})
+    assert rich.total == 75
+    for _ in range(2):
+        rich.event(b"", ev)
+        assert rich.total == 53 and rich.progress.tasks[0].total == 53
+    fixed = _Rich({"id": "j", "name": "j", "progress": {"done": 0, "total": 21}})
+    fixed.event(b"", {**ev, "payload": {**p, "planned_rows_max": None}})
+    assert fixed.total == 17

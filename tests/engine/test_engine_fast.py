@@ -226,3 +226,26 @@ async def test_cancel_mid_round_stores_the_probe_aborted_and_resume_completes_ex
     placed = sorted((r.candidate, r.context, r.probe, r.round, r.visit) for r in rows)
     assert placed == sorted((r.candidate, r.context, r.probe, r.round, r.visit) for r in fresh.rows(fresh_job)
                             if r.kind == "probe" and r.candidate != "gone")
+
+
+async def test_a_raced_sweep_whose_candidate_is_dropped_ends_with_done_equal_to_total(tmp_path: Path) -> None:
+    """A dropped candidate's unrun planned rows (its larger context, its sustained row) leave the job's plan
+    from its `candidate_dropped` event on (store progress and the event's planned rows agree), so a raced
+    sweep whose survivors stop at the first look ends with done == total."""
+    config, store = _store(tmp_path)
+    sweep = _sweep(tmp_path, ["a", "b", "slow"], probes=None, racing=True)  # rounds 3-12 by the pair rule
+    job = _job(store, sweep, "fast-race-0001")
+    planned = store.get_job(job).progress
+    script = Script(rate={"a": lambda p: 100.0 + 0.01 * (p % 3), "b": lambda p: 100.0 + 0.01 * ((p + 1) % 3),
+                          "slow": lambda p: 20.0 + 0.5 * (p % 2)})
+    outcome = await _run(store, job, sweep, script, config)
+    assert outcome.state == "succeeded"
+    (drop,) = _events(store, job, "candidate_dropped")
+    assert drop.payload["candidate"] == "slow" and drop.payload["context"] == 128 and drop.payload["round"] == 3
+    assert drop.payload["unrun_rows"] == 3 + 1  # its 3 probes at 256 and its sustained row
+    assert drop.payload["unrun_rows_max"] == 9 + 12 + 1
+    prog = store.get_job(job).progress
+    assert (prog.total, prog.total_max) == (drop.payload["planned_rows"], drop.payload["planned_rows_max"])
+    assert (prog.total, prog.total_max) == (planned.total - 4, (planned.total_max or 0) - 22)
+    assert not [r for r in store.rows(job) if r.candidate == "slow" and r.context == 256]
+    assert prog.done == prog.total == len(store.rows(job))
