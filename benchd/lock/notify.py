@@ -20,6 +20,7 @@ import sys
 from benchd.lock.lockfile import LockFile
 from benchd.lock.recheck import summary
 from benchd.schemas import RecheckEntry
+from benchd.servers.lifeline import die_with_daemon
 
 log = logging.getLogger("benchd.lock.notify")
 
@@ -52,7 +53,7 @@ def notify_argv(title: str, message: str, command: list[str]) -> tuple[list[str]
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=NOTIFY_TIMEOUT_S, check=False,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, preexec_fn=die_with_daemon())
 
 
 async def notify(title: str, message: str, command: list[str]) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchd.results.views import RENDERERS, available, render_views
+from benchd.servers.lifeline import die_with_daemon
 
 #: A render that takes longer is killed: the runbook itself is already written, only its views are lost.
 RENDER_TIMEOUT_S = 120.0
@@ -53,6 +54,7 @@ async def render_off_loop(path: Path, names: list[str] | None = None, *, cache_d
     proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                                                 env={**os.environ, "MPLBACKEND": "Agg"},
+                                                preexec_fn=die_with_daemon(),
                                                 cwd=path.parent)  # `-m` puts the cwd first on sys.path
     try:
         async with asyncio.timeout(timeout_s):

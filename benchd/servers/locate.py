@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from benchd.errors import BenchdError
+from benchd.servers.lifeline import die_with_daemon
 from benchd.servers.provision import (
     LLAMA_TARGETS,
     MLX_LM_VERSION,
@@ -76,7 +77,8 @@ def _mlx_argv(python: Path, module: str) -> list[str]:
 
 def _can_import(python: str, module: str) -> bool:
     try:
-        proc = subprocess.run([python, "-c", f"import {module}"], capture_output=True, timeout=60, check=False)
+        proc = subprocess.run([python, "-c", f"import {module}"], capture_output=True, timeout=60, check=False,
+                              preexec_fn=die_with_daemon())
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0
@@ -124,7 +126,8 @@ def resolve_mlx_command(runtime: str, binary: str | None, cache_dir: Path) -> tu
 def llama_version(path: Path) -> str | None:
     """`llama-server --version` says e.g. `version: 0.5.0-dev (build 1, commit 0c1e570)` -> `b1-0c1e570`."""
     try:
-        proc = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=20, check=False)
+        proc = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=20, check=False,
+                              preexec_fn=die_with_daemon())
     except (OSError, subprocess.TimeoutExpired):
         return None
     return parse_llama_version(proc.stdout + proc.stderr)
@@ -149,7 +152,8 @@ def _argv_python(argv: list[str]) -> str:
 def _dist_version(python: str, dist: str) -> str | None:
     code = f"import importlib.metadata as m; print(m.version({dist!r}))"
     try:
-        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, check=False,
+                              preexec_fn=die_with_daemon())
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout.strip() or None if proc.returncode == 0 else None

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from benchd.atomic import atomic_write
 from benchd.errors import BenchdError
+from benchd.servers.lifeline import die_with_daemon
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 #: sha256 of `llama_cpp_python-0.3.36.tar.gz`, the sdist pip downloads from PyPI (the file the build
@@ -150,7 +151,8 @@ def _run(argv: list[str], log_path: Path, what: str, cwd: Path | None = None) ->
     with open(log_path, "a") as fh:
         fh.write(f"$ {' '.join(argv)}\n")
         fh.flush()
-        proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=cwd, check=False)
+        proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=cwd, check=False,
+                              preexec_fn=die_with_daemon())
         fh.write(f"rc={proc.returncode}\n")
     if proc.returncode != 0:
         raise BenchdError("install_failed", f"{what} failed (exit {proc.returncode}): see {log_path}")

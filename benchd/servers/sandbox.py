@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from benchd.servers.lifeline import die_with_daemon
+
 if TYPE_CHECKING:
     import psutil
 
@@ -345,7 +347,7 @@ def run(program: str, timeout_s: float, *, sandbox: Sandbox, guard: bool = False
         try:
             with open(out_path, "wb") as out, open(err_path, "wb") as err:
                 proc = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                        start_new_session=True, close_fds=True,
+                                        start_new_session=True, close_fds=True, preexec_fn=die_with_daemon(),
                                         pass_fds=(info_w,) if info_w >= 0 else ())
         finally:
             if info_w >= 0:

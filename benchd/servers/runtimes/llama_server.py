@@ -24,6 +24,7 @@ from benchd.errors import BenchdError
 from benchd.probe_result import ProbeResult, counter_diff
 from benchd.schemas import Candidate, Sampling
 from benchd.servers import locate
+from benchd.servers.lifeline import die_with_daemon
 from benchd.servers.runtimes import environment, flags
 from benchd.servers.runtimes.base import (
     CTX_MARGIN_TOKENS,
@@ -127,7 +128,7 @@ def _ask_binary(binary: str, *args: str, timeout_s: float = FACT_TIMEOUT_S, stde
     try:
         proc = subprocess.Popen([binary, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT if stderr else subprocess.DEVNULL, text=True, env=env,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=die_with_daemon())
     except OSError:
         return None
     out: str | None = None

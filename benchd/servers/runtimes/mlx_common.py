@@ -20,6 +20,7 @@ from benchd.errors import BenchdError
 from benchd.files import read_regular
 from benchd.schemas import Candidate
 from benchd.servers import locate
+from benchd.servers.lifeline import die_with_daemon
 from benchd.servers.runtimes.base import RenderItem, RuntimeAdapter
 
 #: Renders conversations with the model dir's chat template and tokenizes them as the MLX servers do
@@ -198,7 +199,8 @@ class MlxServerAdapter(RuntimeAdapter):
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
         proc = await asyncio.create_subprocess_exec(
             interpreter(command), "-c", _RENDER_SCRIPT, stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+            preexec_fn=die_with_daemon())
         try:
             async with asyncio.timeout(RENDER_TIMEOUT_S):
                 out, err = await proc.communicate(request)

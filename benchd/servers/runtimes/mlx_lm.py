@@ -14,6 +14,7 @@ import msgspec
 from benchd.config import HOST
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate
+from benchd.servers.lifeline import die_with_daemon
 from benchd.servers.runtimes import flags
 from benchd.servers.runtimes.base import Normalized, ParallelStart, Readiness, SessionStart, json_health
 from benchd.servers.runtimes.mlx_common import MlxServerAdapter, interpreter
@@ -45,7 +46,8 @@ def _ask_venv(python: str, code: str, arg: str) -> str | None:
     """One line from a snippet run in the server's interpreter (offline hub), or None on any failure."""
     try:
         proc = subprocess.run([python, "-c", code, arg], capture_output=True, text=True, timeout=120, check=False,
-                              env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "TRANSFORMERS_VERBOSITY": "error"})
+                              env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "TRANSFORMERS_VERBOSITY": "error"},
+                              preexec_fn=die_with_daemon())
     except (OSError, subprocess.TimeoutExpired):
         return None
     out = proc.stdout.strip().splitlines()

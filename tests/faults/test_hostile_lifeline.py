@@ -1,0 +1,71 @@
+"""Every process the daemon spawns dies with it (issue 36), not only its servers: a process that runs
+`kld.run_tool` (how llama-perplexity runs) or an eval in the sandbox is SIGKILLed, and on Linux its child
+(PR_SET_PDEATHSIG, benchd.servers.lifeline) must die at once. Real processes, no server or cache needed;
+each wait is bounded (the hang guard), and whatever is left is killed at the end."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = [pytest.mark.timeout(90),
+              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")]
+
+# Each spawner starts one long child through the daemon's own code path; the child writes its pid to PIDFILE.
+_RUN_TOOL = """
+import asyncio, sys
+from pathlib import Path
+from benchd.engine.kld import run_tool
+child = [sys.executable, "-c", "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)",
+         sys.argv[1]]
+asyncio.run(run_tool(child, Path(sys.argv[1] + ".log"), deadline_s=120))
+"""
+_SANDBOX = """
+import sys
+from benchd.servers import sandbox
+program = f"import os, time\\nopen({sys.argv[1]!r}, 'w').write(str(os.getpid()))\\ntime.sleep(120)\\n"
+sandbox.run(program, 120, sandbox=sandbox.Sandbox("none", None, "test"))
+"""
+
+
+def _wait(what: str, until, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not until():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def _gone(p: psutil.Process) -> bool:
+    try:
+        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.parametrize("code", [_RUN_TOOL, _SANDBOX], ids=["kld.run_tool", "sandbox.run"])
+def test_a_spawned_child_dies_with_its_sigkilled_spawner(code: str, tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    spawner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), str(pidfile)],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child: psutil.Process | None = None
+    try:
+        _wait("the child's pid file", lambda: pidfile.is_file() and pidfile.read_text().strip().isdigit())
+        child = psutil.Process(int(pidfile.read_text()))
+        assert child.ppid() == spawner.pid  # the spawner's own child, the one PR_SET_PDEATHSIG is set on
+        spawner.send_signal(signal.SIGKILL)
+        spawner.wait(timeout=10)
+        _wait("the child's death after its spawner's", lambda: _gone(child))  # type: ignore[arg-type]
+    finally:
+        if spawner.poll() is None:
+            spawner.kill()
+            spawner.wait(timeout=10)
+        if child is not None and not _gone(child):
+            child.kill()
