@@ -26,7 +26,7 @@ from benchd.engine.plan import RoundPlan, requested_order, round_plan
 from benchd.schemas import Candidate, Row, Sweep
 from benchd.stats.axes import probe_axes
 from benchd.stats.comparison import ALPHA, PairDominance, dominance, paired_samples
-from benchd.stats.stop import look_alpha, looks
+from benchd.stats.stop import RESOLVED, look_alpha, looks, stuck_axes
 from benchd.store import candidate_planned, planned_probes
 
 #: The per-probe axes a look compares (the Pareto view's core axes a probe row carries).
@@ -184,6 +184,33 @@ class Race:
                            planned_rows_max=max(0, planned_probes(self.sweep, "max") - gone_hi) if adaptive else None)
         self.dropped[drop.candidate] = drop
         return drop
+
+    def settled(self, rnd: int, rows: Mapping[str, Sequence[Row]], min_rounds: int, max_rounds: int) -> str | None:
+        """Why the race's rounds of a context end at this planned look, or None: every pair of the candidates
+        still racing is resolved at the look's α (`stats.stop.RESOLVED`) or undecided with no even chance of
+        resolving in the rounds left (`stats.stop.stuck_axes`), one pair so at least (all resolved: the stop
+        rule's own answer). `rows`: each racing candidate's valid probe rows of the context."""
+        if not self.on or rnd not in looks(min_rounds, max_rounds) or rnd >= max_rounds:
+            return None
+        ids = [c for c in self.alive(rows) if rows[c]]
+        words: list[str] = []
+        futile_pairs = 0
+        for i, a in enumerate(ids):
+            for b in ids[i + 1:]:
+                d = self.pair(rows[a], rows[b], a, b)
+                if d.status in RESOLVED:
+                    words.append(f"{a} vs {b}: {d.status}")
+                elif stuck := stuck_axes(d, max_rounds - rnd):
+                    futile_pairs += 1
+                    need = ", ".join(f"{x} ~{d.verdicts[x].rounds_to_resolve or 'too many'}" for x in stuck)
+                    words.append(f"{a} vs {b}: undecided, more rounds than the {max_rounds - rnd} left for an even "
+                                 f"chance on {need}")
+                else:
+                    return None
+        if not futile_pairs:
+            return None
+        return (f"race settled at the planned look after {rnd} rounds: every pair resolved or not resolvable in the "
+                f"rounds left ({'; '.join(words)}; α = {self.alpha:.3g} a look)")
 
     def pair(self, rows_a: Sequence[Row], rows_b: Sequence[Row], a: str, b: str) -> PairDominance:
         """The dominance verdict of one pair over the per-probe axes, paired by round as the order allows."""

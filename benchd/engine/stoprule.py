@@ -47,8 +47,12 @@ class StopRule:
         if len(cands) == 1 and self.race is not None and self.race.dropped:  # the others left the race
             return f"one candidate left in the race ({cands[0].id}) after {rnd} rounds"
         per = {c.id: self.round_rows(c.id, context) for c in cands}
-        return stop.stop_reason(per, rnd, min_rounds=rplan.min_rounds, max_rounds=rplan.max_rounds, order=design,
-                                sweep=self.sweep)
+        why = stop.stop_reason(per, rnd, min_rounds=rplan.min_rounds, max_rounds=rplan.max_rounds, order=design,
+                               sweep=self.sweep)
+        if why is None and self.race is not None:  # racing: undecided pairs the rounds left cannot resolve
+            why = self.race.settled(rnd, {c.id: self.race.cell_rows(c.id, context) for c in cands},
+                                    rplan.min_rounds, rplan.max_rounds)
+        return why
 
     def round_rows(self, cand: str, context: int) -> list[Row]:
         """The candidate's probe rows of the context that the stop rule compares."""

@@ -12,7 +12,15 @@ from typing import Any
 
 from benchd.schemas import Row, Sweep
 from benchd.stats.axes import IMAGE_AXIS_PREFIX, LEVEL_AXIS_PREFIX, Direction, probe_axes
-from benchd.stats.comparison import ALPHA, AxisVerdict, PairDominance, compare_axis, dominance, paired_samples
+from benchd.stats.comparison import (
+    ADVICE_MIN_N,
+    ALPHA,
+    AxisVerdict,
+    PairDominance,
+    compare_axis,
+    dominance,
+    paired_samples,
+)
 
 #: The pair statuses that end a pair's rounds: more rounds cannot change them into another answer.
 RESOLVED = ("dominates", "trade-off", "equivalent")
@@ -31,6 +39,40 @@ def looks(min_rounds: int, max_rounds: int) -> list[int]:
 def look_alpha(min_rounds: int, max_rounds: int, alpha: float = ALPHA) -> float:
     """The α of each look: `alpha` split over the planned looks (Bonferroni)."""
     return alpha / len(looks(min_rounds, max_rounds))
+
+
+def stuck_axes(d: PairDominance, rounds_left: int) -> list[str]:
+    """The axes that keep an undecided pair undecided past the rounds left, or [] when the rounds left may
+    still resolve it (the pair is then not futile). Each unresolved axis, its spread known
+    (`ADVICE_MIN_N` values a side), either resolves in the rounds left (`AxisVerdict.rounds_to_resolve`, the
+    rounds that give an even chance at the spread and estimate seen so far, ≤ `rounds_left`), the way its
+    estimate points (a win for the side it favours beyond the margin, else tied), or stays stuck (more
+    rounds than are left; None there: beyond any count, or the estimate on the margin). Futile: some axis
+    is stuck and, with the others resolved so, the pair is still undecided (no trade-off: wins on one side
+    at most; no dominance: a stuck axis not shown not worse for the side with the wins; no equivalence: a
+    stuck axis is not tied). Nothing is decided by it: the pair stays undecided, its rounds only end."""
+    if d.status != "undecided" or d.blocked_on:
+        return []
+    sides = {"a"} if d.better_on else set()
+    sides |= {"b"} if d.worse_on else set()
+    stuck: list[str] = []
+    for axis, v in d.verdicts.items():
+        if v.verdict != "unresolved" or axis in d.not_compared:
+            continue
+        if (v.n_a if v.paired else min(v.n_a, v.n_b)) < ADVICE_MIN_N:
+            return []  # too few values to say what more rounds would do
+        if v.rounds_to_resolve is not None and v.rounds_to_resolve <= rounds_left:
+            favours = d.standings[axis].favours
+            sides |= {favours} if favours else set()
+            continue
+        stuck.append(axis)
+    if not stuck or len(sides) == 2:
+        return []
+    if sides:
+        x = next(iter(sides))
+        if all(d.standings[a].a_not_worse if x == "a" else d.standings[a].b_not_worse for a in stuck):
+            return []
+    return stuck
 
 
 def planned_axes(sweep: Sweep) -> list[str]:

@@ -76,3 +76,23 @@ def test_the_race_compares_pairs_only_at_the_stop_rules_planned_looks() -> None:
     assert drop.candidate == "broken" and r.alive(["fast", "slow"]) == ["fast", "slow"]
     (drop,) = r.look(64, 6, {k: v for k, v in cells.items() if k != "broken"})
     assert drop.candidate == "slow" and drop.alpha == stop.look_alpha(3, 12)
+
+
+def test_the_race_settles_when_no_undecided_pair_can_resolve_in_the_rounds_left() -> None:
+    """Near-identical survivors at 5 % noise: at the look after 6 rounds each pair needs far more than the 6
+    rounds left for an even chance (stats.stop.stuck_axes), so the race's rounds end, nobody is dropped;
+    at round 3 (too few values to say) and at a non-planned round it goes on; a pair 15 % apart that the
+    rounds left can resolve keeps it going."""
+    r = race()
+    near = {c: rows(c, noisy(100, 6, 0.05, 20 + i)) for i, c in enumerate(["a", "b", "c"])}
+    why = r.settled(6, near, 3, 12)
+    assert why is not None and why.startswith("race settled at the planned look after 6 rounds")
+    assert "a vs b: undecided, more rounds than the 6 left" in why and not r.dropped
+    assert r.settled(3, {c: v[:3] for c, v in near.items()}, 3, 12) is None
+    assert r.settled(5, {c: v[:5] for c, v in near.items()}, 3, 12) is None
+    assert r.settled(12, near, 3, 12) is None  # the maximum ends the rounds anyway
+    apart = {"a": near["a"], "b": rows("b", noisy(115, 6, 0.05, 30))}
+    d = r.pair(apart["a"], apart["b"], "a", "b")
+    assert d.status == "undecided" and not stop.stuck_axes(d, 6)
+    assert r.settled(6, apart, 3, 12) is None
+    assert race(on=False).settled(6, near, 3, 12) is None
