@@ -377,7 +377,15 @@ def _md_outline(lines: list[str]) -> list[str]:
 
 def render_markdown(rb: Runbook) -> str:
     """The runbook for a person: the same figures as the JSON, with provenance and the Pareto view."""
-    m = rb.provenance.machine
+    lines: list[str] = []
+    for section in (_md_head, _md_machine, _md_sweep, _md_files, _md_flags, _md_results, _md_sustained,
+                    energy_lines, _md_kinds, _md_evals, _md_race, _md_pareto):
+        lines += section(rb)
+    return "\n".join(lines)
+
+
+def _md_head(rb: Runbook) -> list[str]:
+    """Title, job, benchd, drift; the decision; the candidates."""
     lines = [f"# Runbook {rb.id}", "", f"- Sweep: **{rb.sweep.name}** — outcome: **{rb.outcome}**"
              + (f" ({rb.job.error})" if rb.job.error else ""),
              f"- Job `{rb.job.id}`: created {rb.job.created_at}, started {rb.job.started_at or 'never'}, "
@@ -388,26 +396,38 @@ def render_markdown(rb: Runbook) -> str:
     lines += ["## Decision", "", decision[0] + "."]
     lines += [*_md_outline(decision[1:]), ""]
     cands = [[f"`{c}`" if i == 3 and not c.startswith("null") else c for i, c in enumerate(r)] for r in candidate_rows(rb)]
-    lines += ["## Candidates", "", _md_table(CANDIDATE_HEADER, cands), ""]
-    lines += ["## Machine", ""]
+    return [*lines, "## Candidates", "", _md_table(CANDIDATE_HEADER, cands), ""]
+
+
+def _md_machine(rb: Runbook) -> list[str]:
+    m = rb.provenance.machine
+    lines = ["## Machine", ""]
     for field in ("hardware_model", "chip", "cpu_model", "cores_logical", "cores_physical", "memory_bytes",
                   "os", "os_version", "kernel", "arch", "power_source", "battery_percent"):
         v = getattr(m, field)
         lines.append(f"- {field}: {v if v is not None else 'null — ' + m.null_reasons.get(field, 'not reported')}")
+    return lines
+
+
+def _md_sweep(rb: Runbook) -> list[str]:
     s = rb.sweep
-    lines += ["", "## Sweep", "", f"- contexts: {s.contexts}", f"- probes: {probes_text(s)}, warm-up: {s.warmup}, "
-              f"gen_tokens: {s.gen_tokens}, eval tier: {s.eval_tier}",
-              f"- sampling: temperature {s.sampling.temperature}, seed {s.sampling.seed}",
-              f"- thinking: {s.thinking}; ignore_eos: {str(s.ignore_eos).lower()}; evals: thinking "
-              f"{s.eval_thinking}, +{s.eval_reasoning_budget} tokens when cut off while reasoning",
-              f"- sustained: {s.sustained.tokens} tokens, window {s.sustained.window}",
-              f"- cooldown (configured): {msgspec.json.encode(s.cooldown).decode()}",
-              f"- cooldowns as they happened: {len(rb.cooldowns)}, total "
-              f"{sum(cooldown_waited_s(c.payload) for c in rb.cooldowns):.1f} s waited",
-              f"- prompts: corpus sha256 {rb.provenance.prompts.corpus_sha256 or 'null'}, template sha256 "
-              f"{rb.provenance.prompts.template_sha256 or 'null'}",
-              f"- sleep prevented while running: {_sleep_text(rb.provenance.sleep)}", "",
-              "## Candidates' files, licences and environment", ""]
+    return ["", "## Sweep", "", f"- contexts: {s.contexts}", f"- probes: {probes_text(s)}, warm-up: {s.warmup}, "
+            f"gen_tokens: {s.gen_tokens}, eval tier: {s.eval_tier}",
+            f"- sampling: temperature {s.sampling.temperature}, seed {s.sampling.seed}",
+            f"- thinking: {s.thinking}; ignore_eos: {str(s.ignore_eos).lower()}; evals: thinking "
+            f"{s.eval_thinking}, +{s.eval_reasoning_budget} tokens when cut off while reasoning",
+            f"- sustained: {s.sustained.tokens} tokens, window {s.sustained.window}",
+            f"- cooldown (configured): {msgspec.json.encode(s.cooldown).decode()}",
+            f"- cooldowns as they happened: {len(rb.cooldowns)}, total "
+            f"{sum(cooldown_waited_s(c.payload) for c in rb.cooldowns):.1f} s waited",
+            f"- prompts: corpus sha256 {rb.provenance.prompts.corpus_sha256 or 'null'}, template sha256 "
+            f"{rb.provenance.prompts.template_sha256 or 'null'}",
+            f"- sleep prevented while running: {_sleep_text(rb.provenance.sleep)}", ""]
+
+
+def _md_files(rb: Runbook) -> list[str]:
+    """The candidates' model files, licences and server environment."""
+    lines = ["## Candidates' files, licences and environment", ""]
     lines += [f"- {c.candidate} model: {c.model.bytes if c.model.bytes is not None else 'null'} bytes"
               for c in rb.provenance.candidates] + [""]
     methods = sorted({c.model.sha256_method for c in rb.provenance.candidates if c.model.sha256_method})
@@ -419,71 +439,97 @@ def render_markdown(rb: Runbook) -> str:
         env = ", ".join(f"{k}={v}" for k, v in c.server_env.items()) or "none"
         removed = ", ".join(c.env_removed) or "none"
         lines.append(f"- {c.candidate} server environment: passed {env}; inherited knobs removed: {removed}")
-    lines += ["", "## Flags", ""] + ([f"- **{f.flag}**{' (' + f.candidate + ')' if f.candidate else ''}: {f.detail}"
-                                     for f in rb.flags] or ["- none"]) + [""]
+    return lines
+
+
+def _md_flags(rb: Runbook) -> list[str]:
+    """The flags and the deferred axes."""
+    lines = ["", "## Flags", ""] + ([f"- **{f.flag}**{' (' + f.candidate + ')' if f.candidate else ''}: {f.detail}"
+                                    for f in rb.flags] or ["- none"]) + [""]
     deferred = deferred_rows(rb)
     lines += ["## Deferred axes", "", "One row per axis: what this sweep did not measure, and why.", ""]
     lines += [_md_table(["axis", "why it was not measured", "declared by"],
                         [[d.axis, "; ".join(d.reasons), d.origin] for d in deferred])] if deferred else ["- none"]
-    lines += [""]
-    lines += ["## Results", "", f"Medians (min–max, cv) over ok probes; `~noisy` = CV > 5 %; {VERDICT_NOTE}.", ""]
+    return [*lines, ""]
+
+
+def _md_results(rb: Runbook) -> list[str]:
+    """The cell table, time to ready, and the notes both share."""
+    lines = ["## Results", "", f"Medians (min–max, cv) over ok probes; `~noisy` = CV > 5 %; {VERDICT_NOTE}.", ""]
     header, rows, notes = cell_table(rb)
     lines += [_md_table(header, rows), ""]
     if rb.ready_summary:
         lines += ["## Time to ready", "", READY_NOTE, "", _md_table(READY_HEADER, ready_table(rb, notes)), ""]
-    lines += [f"{n}  " for n in notes.lines()] + ([""] if notes.items else [])
-    if rb.sustained:
-        lines += ["## Sustained", ""]
-        sbody = [[x.candidate, x.status, fmt_value("sustain_ratio", x.sustain_ratio),
-                  ", ".join(fmt_value("gen_tps", w) for w in (x.window_tps or [])) or "null"] for x in rb.sustained]
-        lines += [_md_table(["candidate", "status", "sustain_ratio", "window tok/s"], sbody), ""]
-    lines += energy_lines(rb)
+    return lines + [f"{n}  " for n in notes.lines()] + ([""] if notes.items else [])
+
+
+def _md_sustained(rb: Runbook) -> list[str]:
+    if not rb.sustained:
+        return []
+    sbody = [[x.candidate, x.status, fmt_value("sustain_ratio", x.sustain_ratio),
+              ", ".join(fmt_value("gen_tps", w) for w in (x.window_tps or [])) or "null"] for x in rb.sustained]
+    return ["## Sustained", "", _md_table(["candidate", "status", "sustain_ratio", "window tok/s"], sbody), ""]
+
+
+def _md_kinds(rb: Runbook) -> list[str]:
+    """Sessions, parallel requests, image probes, KL divergence: each a section when it has lines."""
+    lines: list[str] = []
     for title, section in (("Sessions", agentic.session_lines(rb.rows)), ("Parallel requests", agentic.level_lines(rb.rows)),
                            ("Image probes", images.image_lines(rb.sweep, rb.rows)),
                            ("KL divergence", kld_lines(rb))):
         if section:
             lines += [f"## {title}", "", *(f"- {ln.strip()}" for ln in section[1:]), ""]
-    if rb.eval_summary:
-        lines += ["## Evals", ""]
-        ebody = [[e.candidate, e.tier, f"{e.passed}/{e.completed if e.completed is not None else e.total}"
-                  + (f" of {e.planned} (partial)" if e.partial else ""),
-                  fmt_value("eval_pass_rate", e.pass_rate), fmt_range("eval_pass_rate", e.ci_low, e.ci_high),
-                  f"{e.completed}/{e.total} ({e.errors} server errors)" if e.completed is not None else "-",
-                  fmt_counts(e.failures), e.parser or "-",
-                  str(e.unsandboxed)] for e in rb.eval_summary]
-        lines += [_md_table(["candidate", "tier / suite", "passed / completed", "pass rate",
-                             "95 % CI (Clopper–Pearson)", "completed", "failure classes", "tool parser",
-                             "unsandboxed"], ebody), ""]
-        for e in rb.eval_summary:
-            if e.aggregate_label:
-                cats = "; ".join(f"{k} {fmt_value('tool_pass_rate', v.pass_rate)} ({v.passed}/{v.completed})"
-                                 for k, v in e.categories.items() if k != "irrelevance")
-                irr = e.categories.get("irrelevance")
-                lines.append(f"- {e.candidate}: {e.aggregate_label}: {fmt_value('tool_pass_rate', e.aggregate)} "
-                             f"({cats})" + (f"; irrelevance apart: {fmt_value('tool_pass_rate', irr.pass_rate)} "
-                                            f"({irr.passed}/{irr.completed})" if irr is not None else ""))
-        lines += [""] if any(e.aggregate_label for e in rb.eval_summary) else []
-        for src in rb.eval_sources:
-            lines.append(f"- {src.suite}: {src.package} {src.version} ({src.file}, sha256 {src.sha256[:16]}…), "
-                         f"license {src.license}; {len(src.task_ids)} tasks")
-        lines += [""] if rb.eval_sources else []
-    if rb.race or rb.sweep.racing_on():
-        from benchd.results.race import HEADER, race_rows, race_text
+    return lines
 
-        lines += ["## Race", "", race_text(rb), ""] + ([_md_table(HEADER, race_rows(rb)), ""] if rb.race else [])
-    lines += ["", "## Pareto view", "", "Per context; each pair is judged by the one comparison: per axis different "
-              "(the CI of the ratio lies outside ±the CI target and the exact rank test agrees), tied (inside it) or "
-              "unresolved, with α split over the axes compared. A dominates B when different and better on one axis "
-              "and different and worse on none; an unresolved axis blocks domination; an axis null or with one value "
-              "on either side is skipped for that pair and named. The tool never picks: `benchctl lock` is yours.", ""]
+
+def _md_evals(rb: Runbook) -> list[str]:
+    if not rb.eval_summary:
+        return []
+    ebody = [[e.candidate, e.tier, f"{e.passed}/{e.completed if e.completed is not None else e.total}"
+              + (f" of {e.planned} (partial)" if e.partial else ""),
+              fmt_value("eval_pass_rate", e.pass_rate), fmt_range("eval_pass_rate", e.ci_low, e.ci_high),
+              f"{e.completed}/{e.total} ({e.errors} server errors)" if e.completed is not None else "-",
+              fmt_counts(e.failures), e.parser or "-",
+              str(e.unsandboxed)] for e in rb.eval_summary]
+    lines = ["## Evals", "", _md_table(["candidate", "tier / suite", "passed / completed", "pass rate",
+                                        "95 % CI (Clopper–Pearson)", "completed", "failure classes", "tool parser",
+                                        "unsandboxed"], ebody), ""]
+    for e in rb.eval_summary:
+        if e.aggregate_label:
+            cats = "; ".join(f"{k} {fmt_value('tool_pass_rate', v.pass_rate)} ({v.passed}/{v.completed})"
+                             for k, v in e.categories.items() if k != "irrelevance")
+            irr = e.categories.get("irrelevance")
+            lines.append(f"- {e.candidate}: {e.aggregate_label}: {fmt_value('tool_pass_rate', e.aggregate)} "
+                         f"({cats})" + (f"; irrelevance apart: {fmt_value('tool_pass_rate', irr.pass_rate)} "
+                                        f"({irr.passed}/{irr.completed})" if irr is not None else ""))
+    lines += [""] if any(e.aggregate_label for e in rb.eval_summary) else []
+    for src in rb.eval_sources:
+        lines.append(f"- {src.suite}: {src.package} {src.version} ({src.file}, sha256 {src.sha256[:16]}…), "
+                     f"license {src.license}; {len(src.task_ids)} tasks")
+    return lines + ([""] if rb.eval_sources else [])
+
+
+def _md_race(rb: Runbook) -> list[str]:
+    if not (rb.race or rb.sweep.racing_on()):
+        return []
+    from benchd.results.race import HEADER, race_rows, race_text
+
+    return ["## Race", "", race_text(rb), ""] + ([_md_table(HEADER, race_rows(rb)), ""] if rb.race else [])
+
+
+def _md_pareto(rb: Runbook) -> list[str]:
+    lines = ["", "## Pareto view", "", "Per context; each pair is judged by the one comparison: per axis different "
+             "(the CI of the ratio lies outside ±the CI target and the exact rank test agrees), tied (inside it) or "
+             "unresolved, with α split over the axes compared. A dominates B when different and better on one axis "
+             "and different and worse on none; an unresolved axis blocks domination; an axis null or with one value "
+             "on either side is skipped for that pair and named. The tool never picks: `benchctl lock` is yours.", ""]
     for p in rb.pareto:
         lines += [f"### Context {p.context}", ""]
         lines += [f"- {x.strip()}" for x in pareto_lines(p, rb)]
         ph, pb = pareto_points_table(p, rb)
         lines += ["", _md_table(ph, pb), ""]
     charts = f"{rb.id}.pareto.png"
-    lines += [f"Chart (when matplotlib is installed): `{charts}` / `{rb.id}.pareto.svg`", ""]
-    return "\n".join(lines)
+    return [*lines, f"Chart (when matplotlib is installed): `{charts}` / `{rb.id}.pareto.svg`", ""]
 
 
 # ---------------------------------------------------------------------------------------- energy
