@@ -235,83 +235,20 @@ class MemorySampler:
 
     def _result(self, swap1: tuple[int, int, str] | tuple[None, None, str]) -> MemoryResult:
         reasons: dict[str, str] = {}
+        sources: dict[str, str] = {}
         b = self.backend
-        gone = self._vanished & self._seen
         seen = self._seen
-        sampled = self._best[0] if self._best else None
-
-        kernel_ok = bool(seen) and all(p in self._peaks for p in seen)
-        reset_failed = {p: e for p, e in self._reset_errors.items() if p in seen}
-        unreset = {p for p in seen if p not in self._reset_pids and p in self._peaks}
-        if kernel_ok and not reset_failed:
-            peak: int | None = sum(self._peaks[p] for p in seen)
-            source = b.source
-            exact = len(seen) == 1 and not gone
-            if len(seen) == 1:
-                note = f"kernel peak of the single process since reset ({b.source}): exact"
-            else:
-                note = (
-                    f"sum of {len(seen)} processes' kernel peaks since reset ({b.source}): an upper bound "
-                    "on the tree's simultaneous peak"
-                )
-            if unreset:
-                note += f"; {len(unreset)} process(es) joined the tree after the reset (peak since their start)"
-            if gone:
-                when = f"up to 1/{self.rate_hz:g} s before exit" if self._ticking else "at the probe's start: no series"
-                note += f"; {len(gone)} process(es) exited mid-probe, their peak is the last one read ({when})"
-        else:
-            peak = sampled
-            source = "psutil:rss" if b.current_source.startswith("kernel:") else b.current_source
-            exact = False
-            why = (
-                "; ".join(sorted(set(reset_failed.values())))
-                if reset_failed
-                else ("no process sampled" if not seen else f"{b.source} has no per-process kernel peak")
-            )
-            note = f"max of the sampled series at {self.rate_hz:g} Hz (misses spikes between ticks); kernel peak unusable: {why}"
-            if peak is None:
-                reasons["peak_bytes"] = why
+        kernel_ok, peak, source, exact, note = self._peak(reasons)
         if self._error:
             reasons["series"] = self._error
         if self._read_errors:
             reasons["read_errors"] = "; ".join(f"pid {p}: {e}" for p, e in sorted(self._read_errors.items()))
-
-        if self._periodic >= 2 and self._first_t is not None and self._last_t is not None and self._last_t > self._first_t:
-            rate: float | None = (self._periodic - 1) / (self._last_t - self._first_t)
-        else:
-            rate = None
-            reasons["rate_hz_achieved"] = (f"fewer than two periodic samples ({self._periodic})" if self._ticking else
-                                           "no series: peak only (the kernel peak is exact; the series runs for sustained runs)")
-
-        anon = self._best[1] if self._best else None
-        file_ = self._best[2] if self._best else None
-        if anon is None:
-            reasons["rss_anon_bytes"] = f"{b.current_source} has no RssAnon/RssFile split" if seen else "no process sampled"
-        if file_ is None:
-            reasons["rss_file_bytes"] = reasons.get("rss_anon_bytes", f"{b.current_source} has no RssFile")
-
-        sources: dict[str, str] = {}
-        (in0, out0, _), (in1, out1, swap_src) = self._swap0, swap1
-        if in0 is not None and out0 is not None and in1 is not None and out1 is not None:
-            sin: int | None = max(0, in1 - in0)
-            sout: int | None = max(0, out1 - out0)
-            sources["swap_in_bytes"] = sources["swap_out_bytes"] = swap_src
-        else:
-            sin = sout = None
-            reasons["swap_in_bytes"] = reasons["swap_out_bytes"] = swap_src
-
-        fp, res, model = self._components(kernel_ok and not reset_failed, seen, sources, reasons)
+        rate = self._rate_achieved(reasons)
+        anon, file_ = self._split(reasons)
+        sin, sout = self._swap(swap1, sources, reasons)
+        fp, res, model = self._components(kernel_ok, seen, sources, reasons)
         if b.peak_of == "footprint" and peak is not None:  # macOS: add the weights the footprint leaves out
-            if model is not None:
-                peak += model
-                source = f"{source}+mapped-model-files"
-                note += (f"; plus {model} B of mapped model files resident at the probe's end (clean file-backed "
-                         "pages, which the footprint leaves out)")
-            else:
-                peak = max(peak, res or 0)
-                exact = False
-                note += (f"; lower bound: max(footprint peak, resident peak), the mapped model files could not be "
-                         f"read ({reasons.get('model_resident_bytes')})")
+            peak, source, exact, note = self._with_model_files(peak, source, exact, note, res, model, reasons)
 
         return MemoryResult(
             peak_bytes=peak,
@@ -321,7 +258,7 @@ class MemorySampler:
             series=list(self._series),
             rate_hz_requested=self.rate_hz,
             rate_hz_achieved=rate,
-            sampled_peak_bytes=sampled,
+            sampled_peak_bytes=self._best[0] if self._best else None,
             rss_anon_bytes=anon,
             rss_file_bytes=file_,
             swap_in_bytes=sin,
@@ -335,6 +272,80 @@ class MemorySampler:
             model_resident_bytes=model,
             sources=sources,
         )
+
+    def _peak(self, reasons: dict[str, str]) -> tuple[bool, int | None, str, bool, str]:
+        """(kernel peak usable, peak, source, exact, note): the kernel's peak when every process has one since
+        its reset, else the sampled series' max."""
+        b = self.backend
+        gone = self._vanished & self._seen
+        seen = self._seen
+        kernel_ok = bool(seen) and all(p in self._peaks for p in seen)
+        reset_failed = {p: e for p, e in self._reset_errors.items() if p in seen}
+        if not kernel_ok or reset_failed:
+            why = (
+                "; ".join(sorted(set(reset_failed.values())))
+                if reset_failed
+                else ("no process sampled" if not seen else f"{b.source} has no per-process kernel peak")
+            )
+            sampled = self._best[0] if self._best else None
+            if sampled is None:
+                reasons["peak_bytes"] = why
+            source = "psutil:rss" if b.current_source.startswith("kernel:") else b.current_source
+            return False, sampled, source, False, (f"max of the sampled series at {self.rate_hz:g} Hz (misses spikes "
+                                                   f"between ticks); kernel peak unusable: {why}")
+        unreset = {p for p in seen if p not in self._reset_pids and p in self._peaks}
+        if len(seen) == 1:
+            note = f"kernel peak of the single process since reset ({b.source}): exact"
+        else:
+            note = (
+                f"sum of {len(seen)} processes' kernel peaks since reset ({b.source}): an upper bound "
+                "on the tree's simultaneous peak"
+            )
+        if unreset:
+            note += f"; {len(unreset)} process(es) joined the tree after the reset (peak since their start)"
+        if gone:
+            when = f"up to 1/{self.rate_hz:g} s before exit" if self._ticking else "at the probe's start: no series"
+            note += f"; {len(gone)} process(es) exited mid-probe, their peak is the last one read ({when})"
+        return True, sum(self._peaks[p] for p in seen), b.source, len(seen) == 1 and not gone, note
+
+    def _rate_achieved(self, reasons: dict[str, str]) -> float | None:
+        if self._periodic >= 2 and self._first_t is not None and self._last_t is not None and self._last_t > self._first_t:
+            return (self._periodic - 1) / (self._last_t - self._first_t)
+        reasons["rate_hz_achieved"] = (f"fewer than two periodic samples ({self._periodic})" if self._ticking else
+                                       "no series: peak only (the kernel peak is exact; the series runs for sustained runs)")
+        return None
+
+    def _split(self, reasons: dict[str, str]) -> tuple[int | None, int | None]:
+        """(RssAnon, RssFile) at the sampled peak, each null with a reason where the backend has none."""
+        b = self.backend
+        anon = self._best[1] if self._best else None
+        file_ = self._best[2] if self._best else None
+        if anon is None:
+            reasons["rss_anon_bytes"] = f"{b.current_source} has no RssAnon/RssFile split" if self._seen else "no process sampled"
+        if file_ is None:
+            reasons["rss_file_bytes"] = reasons.get("rss_anon_bytes", f"{b.current_source} has no RssFile")
+        return anon, file_
+
+    def _swap(self, swap1: tuple[int, int, str] | tuple[None, None, str], sources: dict[str, str],
+              reasons: dict[str, str]) -> tuple[int | None, int | None]:
+        """(swapped in, swapped out) over the probe, from the counters at its start and end."""
+        (in0, out0, _), (in1, out1, swap_src) = self._swap0, swap1
+        if in0 is not None and out0 is not None and in1 is not None and out1 is not None:
+            sources["swap_in_bytes"] = sources["swap_out_bytes"] = swap_src
+            return max(0, in1 - in0), max(0, out1 - out0)
+        reasons["swap_in_bytes"] = reasons["swap_out_bytes"] = swap_src
+        return None, None
+
+    def _with_model_files(self, peak: int, source: str, exact: bool, note: str, res: int | None, model: int | None,
+                          reasons: dict[str, str]) -> tuple[int, str, bool, str]:
+        """macOS: the footprint peak plus the mapped model files (or, unread, a lower bound)."""
+        if model is not None:
+            return (peak + model, f"{source}+mapped-model-files", exact,
+                    note + (f"; plus {model} B of mapped model files resident at the probe's end (clean file-backed "
+                            "pages, which the footprint leaves out)"))
+        return (max(peak, res or 0), source, False,
+                note + (f"; lower bound: max(footprint peak, resident peak), the mapped model files could not be "
+                        f"read ({reasons.get('model_resident_bytes')})"))
 
     def _components(self, kernel_ok: bool, seen: set[int], sources: dict[str, str], reasons: dict[str, str]
                     ) -> tuple[int | None, int | None, int | None]:
