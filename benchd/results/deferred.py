@@ -122,64 +122,84 @@ def row_deferred(sweep: Sweep, rows: Sequence[Row]) -> list[Deferred]:
     order = [c.id for c in sweep.candidates] + sorted({r.candidate for r in rows} - set(runtime))
     merged: dict[tuple[str, str], list[str]] = {}  # (axis, reason) -> "who" parts, in first-seen order
     singles: list[Deferred] = []
-    per_cell = sweep.probe_plan().min
     for cand in order:
         rt = runtime.get(cand) or next((r.runtime for r in rows if r.candidate == cand), "?")
         label = _cand_label(cand, rt)
         mine = [r for r in rows if r.candidate == cand]
         ok = [r for r in mine if r.status == "ok"]
-        # 1. null metrics in ok rows, grouped by identical (kind, reasons) so a trio like draft_* is one line
-        groups: dict[tuple[str, str], list[str]] = {}
-        counts: dict[tuple[str, str], tuple[int, int]] = {}
-        for kind in ("probe", "sustained", "sentinel", "vision"):
-            kind_rows = [r for r in ok if r.kind == kind]
-            per_metric: dict[str, list[Row]] = {}
-            for r in kind_rows:
-                for m in _null_metrics(r):
-                    per_metric.setdefault(m, []).append(r)
-            for m, rs in per_metric.items():
-                reasons = sorted({r.null_reasons.get(m) or NO_REASON for r in rs})
-                key = (kind, "; ".join(reasons))
-                groups.setdefault(key, []).append(m)
-                n, total = counts.get(key, (0, len(kind_rows)))
-                counts[key] = (max(n, len(rs)), total)
-        for (kind, reason), metrics in groups.items():
-            n, total = counts[(kind, reason)]
-            who = merged.setdefault((", ".join(metrics)[:200], reason), [])
-            count = f"{n} of {total} ok {kind} rows"
-            if who and who[-1].startswith(f"{label}: null in "):
-                who[-1] += f" and {count}"  # the same candidate's other row kind: one phrase
-            else:
-                who.append(f"{label}: null in {count}")
-        # 2. thermal readings that exist but say the sensor was unavailable
-        unavailable = sorted({
-            t.reason or t.source for r in ok for t in (r.thermal_before, r.thermal_after)
-            if t is not None and not t.available
-        })
-        if unavailable:
-            merged.setdefault(("thermal", f"sensor unavailable: {'; '.join(unavailable)}"), []).append(label)
-        # 3. failed / aborted probes: their metrics are missing as a whole
-        bad = [r for r in mine if r.status != "ok"]
-        if bad:
-            by_status: dict[str, int] = {}
-            for r in bad:
-                by_status[r.status] = by_status.get(r.status, 0) + 1
-            errors = sorted({(r.error or "no error recorded").splitlines()[0][:200] for r in bad})
-            summary = ", ".join(f"{n} {s}" for s, n in sorted(by_status.items()))
-            singles.append(Deferred(axis="probes", reason=f"{label}: {summary} of {len(mine)} rows; no metrics "
-                                    f"from those probes; errors: {' | '.join(errors)}"[:2000]))
-        # 4. planned probes without any row (job cancelled or failed before reaching them)
+        _null_metric_entries(label, ok, merged)
+        _thermal_entries(label, ok, merged)
+        singles += _failed_entries(label, mine)
         if cand in runtime:
-            have = {(r.context, r.probe) for r in mine if r.kind == "probe"}
-            for ctx in sweep.contexts:
-                missing = [p for p in range(per_cell) if (ctx, p) not in have]
-                if missing:
-                    singles.append(Deferred(axis="probes", reason=f"{label}: context {ctx}: {len(missing)} of "
-                                            f"{per_cell} planned probes have no row (never ran)"))
-            if sweep.sustained.tokens > 0 and not any(r.kind == "sustained" for r in mine):
-                merged.setdefault(("sustained", "no sustained row (never ran)"), []).append(label)
+            singles += _missing_entries(sweep, label, mine, merged)
     out = [Deferred(axis=axis, reason=f"{reason} — {'; '.join(who)}"[:2000]) for (axis, reason), who in merged.items()]
     return out + singles
+
+
+def _null_metric_entries(label: str, ok: list[Row], merged: dict[tuple[str, str], list[str]]) -> None:
+    """Null metrics in ok rows, grouped by identical (kind, reasons) so a trio like draft_* is one line."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    counts: dict[tuple[str, str], tuple[int, int]] = {}
+    for kind in ("probe", "sustained", "sentinel", "vision"):
+        kind_rows = [r for r in ok if r.kind == kind]
+        per_metric: dict[str, list[Row]] = {}
+        for r in kind_rows:
+            for m in _null_metrics(r):
+                per_metric.setdefault(m, []).append(r)
+        for m, rs in per_metric.items():
+            reasons = sorted({r.null_reasons.get(m) or NO_REASON for r in rs})
+            key = (kind, "; ".join(reasons))
+            groups.setdefault(key, []).append(m)
+            n, total = counts.get(key, (0, len(kind_rows)))
+            counts[key] = (max(n, len(rs)), total)
+    for (kind, reason), metrics in groups.items():
+        n, total = counts[(kind, reason)]
+        who = merged.setdefault((", ".join(metrics)[:200], reason), [])
+        count = f"{n} of {total} ok {kind} rows"
+        if who and who[-1].startswith(f"{label}: null in "):
+            who[-1] += f" and {count}"  # the same candidate's other row kind: one phrase
+        else:
+            who.append(f"{label}: null in {count}")
+
+
+def _thermal_entries(label: str, ok: list[Row], merged: dict[tuple[str, str], list[str]]) -> None:
+    """Thermal readings that exist but say the sensor was unavailable."""
+    unavailable = sorted({
+        t.reason or t.source for r in ok for t in (r.thermal_before, r.thermal_after)
+        if t is not None and not t.available
+    })
+    if unavailable:
+        merged.setdefault(("thermal", f"sensor unavailable: {'; '.join(unavailable)}"), []).append(label)
+
+
+def _failed_entries(label: str, mine: list[Row]) -> list[Deferred]:
+    """Failed / aborted probes: their metrics are missing as a whole."""
+    bad = [r for r in mine if r.status != "ok"]
+    if not bad:
+        return []
+    by_status: dict[str, int] = {}
+    for r in bad:
+        by_status[r.status] = by_status.get(r.status, 0) + 1
+    errors = sorted({(r.error or "no error recorded").splitlines()[0][:200] for r in bad})
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(by_status.items()))
+    return [Deferred(axis="probes", reason=f"{label}: {summary} of {len(mine)} rows; no metrics "
+                     f"from those probes; errors: {' | '.join(errors)}"[:2000])]
+
+
+def _missing_entries(sweep: Sweep, label: str, mine: list[Row],
+                     merged: dict[tuple[str, str], list[str]]) -> list[Deferred]:
+    """Planned probes without any row (job cancelled or failed before reaching them), a missing sustained row."""
+    per_cell = sweep.probe_plan().min
+    out: list[Deferred] = []
+    have = {(r.context, r.probe) for r in mine if r.kind == "probe"}
+    for ctx in sweep.contexts:
+        missing = [p for p in range(per_cell) if (ctx, p) not in have]
+        if missing:
+            out.append(Deferred(axis="probes", reason=f"{label}: context {ctx}: {len(missing)} of "
+                                f"{per_cell} planned probes have no row (never ran)"))
+    if sweep.sustained.tokens > 0 and not any(r.kind == "sustained" for r in mine):
+        merged.setdefault(("sustained", "no sustained row (never ran)"), []).append(label)
+    return out
 
 
 def eval_deferred(sweep: Sweep, evals: Iterable[EvalResult]) -> list[Deferred]:
