@@ -149,6 +149,17 @@ async def detect(candidate: Candidate) -> ExternalServer:
     answers but not like an OpenAI-compatible server."""
     assert candidate.url is not None
     url = base_url(candidate.url)
+    await _check_key_recipient(candidate, url)
+    d = _Detection(candidate, url, api_key_headers(candidate))
+    for step in (_as_llama_server, _as_ollama, _as_lm_studio, _as_other):
+        found = await step(d)
+        if found is not None:
+            return found
+    raise RuntimeError(f"{url} answers but not like an OpenAI-compatible server ({'; '.join(d.asked)})")
+
+
+async def _check_key_recipient(candidate: Candidate, url: str) -> None:
+    """An API key goes only to a process that listens on the url (recorded); else `api_key_withheld`."""
     if candidate.api_key_env and os.environ.get(candidate.api_key_env):
         pid, why = await asyncio.to_thread(key_recipient, candidate)  # a psutil scan: off the loop
         if pid is None:
@@ -156,100 +167,126 @@ async def detect(candidate: Candidate) -> ExternalServer:
                               f"${candidate.api_key_env} is not sent to {url}: {why}",
                               f"$.candidates[{candidate.id}].api_key_env")
         _KEY_RECIPIENT[url] = pid
-    headers = api_key_headers(candidate)
-    asked: list[str] = []
-    sources: dict[str, str] = {}
-    nulls: dict[str, str] = {}
 
-    def done(kind: str, **facts: Any) -> ExternalServer:
+
+class _Detection:
+    """One detection's state: what was asked, each fact's source or null reason."""
+
+    def __init__(self, candidate: Candidate, url: str, headers: dict[str, str]) -> None:
+        self.candidate = candidate
+        self.url = url
+        self.headers = headers
+        self.asked: list[str] = []
+        self.sources: dict[str, str] = {}
+        self.nulls: dict[str, str] = {}
+
+    async def get(self, path: str) -> tuple[int, Any, str]:
+        return await _get(self.url, path, self.headers)
+
+    def done(self, kind: str, **facts: Any) -> ExternalServer:
         for name in ("version", "slot_ctx", "total_slots", "chat_format"):
             if facts.get(name) is None:
-                nulls.setdefault(name, f"{kind} does not report it" if kind != UNKNOWN_KIND
-                                 else "the server's kind is unknown")
-        if candidate.pid is None:
-            nulls["pid"] = "the candidate gives no `pid` or `process`: its memory is not sampled"
-        found = ExternalServer(url=url, kind=kind, pid=candidate.pid, process=candidate.process, detected_by=asked,
-                               sources=sources, null_reasons=nulls, **facts)
-        _DETECTED[url] = found
+                self.nulls.setdefault(name, f"{kind} does not report it" if kind != UNKNOWN_KIND
+                                      else "the server's kind is unknown")
+        if self.candidate.pid is None:
+            self.nulls["pid"] = "the candidate gives no `pid` or `process`: its memory is not sampled"
+        found = ExternalServer(url=self.url, kind=kind, pid=self.candidate.pid, process=self.candidate.process,
+                               detected_by=self.asked, sources=self.sources, null_reasons=self.nulls, **facts)
+        _DETECTED[self.url] = found
         return found
 
-    status, props, _ = await _get(url, "/props", headers)
-    asked.append(f"GET /props: HTTP {status}")
-    if status == 200 and isinstance(props, dict) and "total_slots" in props:
-        gen = props.get("default_generation_settings")
-        n_ctx = gen.get("n_ctx") if isinstance(gen, dict) else None
-        build = props.get("build_info")
-        slots_status, slots, _ = await _get(url, "/slots", headers)
-        asked.append(f"GET /slots: HTTP {slots_status}")
-        fmts = sorted({s["params"]["chat_format"] for s in slots if isinstance(s, dict)
-                       and isinstance(s.get("params"), dict) and isinstance(s["params"].get("chat_format"), str)}
-                      ) if isinstance(slots, list) else []
-        if fmts:
-            sources["chat_format"] = "GET /slots params.chat_format"
+
+async def _as_llama_server(d: _Detection) -> ExternalServer | None:
+    status, props, _ = await d.get("/props")
+    d.asked.append(f"GET /props: HTTP {status}")
+    if not (status == 200 and isinstance(props, dict) and "total_slots" in props):
+        return None
+    gen = props.get("default_generation_settings")
+    n_ctx = gen.get("n_ctx") if isinstance(gen, dict) else None
+    build = props.get("build_info")
+    slots_status, slots, _ = await d.get("/slots")
+    d.asked.append(f"GET /slots: HTTP {slots_status}")
+    fmts = sorted({s["params"]["chat_format"] for s in slots if isinstance(s, dict)
+                   and isinstance(s.get("params"), dict) and isinstance(s["params"].get("chat_format"), str)}
+                  ) if isinstance(slots, list) else []
+    if fmts:
+        d.sources["chat_format"] = "GET /slots params.chat_format"
+    else:
+        d.nulls["chat_format"] = f"GET /slots answered HTTP {slots_status} without params.chat_format (--no-slots?)"
+    d.sources.update({"kind": "GET /props has total_slots", "version": "GET /props build_info",
+                      "slot_ctx": "GET /props default_generation_settings.n_ctx",
+                      "total_slots": "GET /props total_slots"})
+    path = props.get("model_path")
+    return d.done("llama-server", version=f"llama.cpp {build}" if isinstance(build, str) and build else None,
+                  slot_ctx=n_ctx if isinstance(n_ctx, int) else None,
+                  total_slots=props["total_slots"] if isinstance(props["total_slots"], int) else None,
+                  chat_format=", ".join(fmts) or None, model_ids=[str(path)] if path else [])
+
+
+async def _as_ollama(d: _Detection) -> ExternalServer | None:
+    status, ver, _ = await d.get("/api/version")
+    d.asked.append(f"GET /api/version: HTTP {status}")
+    if not (status == 200 and isinstance(ver, dict) and isinstance(ver.get("version"), str)):
+        return None
+    d.sources.update({"kind": "GET /api/version answers {version} (Ollama)", "version": "GET /api/version"})
+    num_ctx = None
+    if d.candidate.request_model:
+        show_status, show = await _post(d.url, "/api/show", {"model": d.candidate.request_model}, d.headers)
+        d.asked.append(f"POST /api/show: HTTP {show_status}")
+        params = show.get("parameters") if isinstance(show, dict) else None
+        m = re.search(r"^num_ctx\s+(\d+)", params, re.M) if isinstance(params, str) else None
+        if m:
+            num_ctx = int(m.group(1))
+            d.sources["slot_ctx"] = "POST /api/show parameters num_ctx"
         else:
-            nulls["chat_format"] = f"GET /slots answered HTTP {slots_status} without params.chat_format (--no-slots?)"
-        sources.update({"kind": "GET /props has total_slots", "version": "GET /props build_info",
-                        "slot_ctx": "GET /props default_generation_settings.n_ctx",
-                        "total_slots": "GET /props total_slots"})
-        path = props.get("model_path")
-        return done("llama-server", version=f"llama.cpp {build}" if isinstance(build, str) and build else None,
-                    slot_ctx=n_ctx if isinstance(n_ctx, int) else None,
-                    total_slots=props["total_slots"] if isinstance(props["total_slots"], int) else None,
-                    chat_format=", ".join(fmts) or None, model_ids=[str(path)] if path else [])
-    status, ver, _ = await _get(url, "/api/version", headers)
-    asked.append(f"GET /api/version: HTTP {status}")
-    if status == 200 and isinstance(ver, dict) and isinstance(ver.get("version"), str):
-        sources.update({"kind": "GET /api/version answers {version} (Ollama)", "version": "GET /api/version"})
-        num_ctx = None
-        if candidate.request_model:
-            show_status, show = await _post(url, "/api/show", {"model": candidate.request_model}, headers)
-            asked.append(f"POST /api/show: HTTP {show_status}")
-            params = show.get("parameters") if isinstance(show, dict) else None
-            m = re.search(r"^num_ctx\s+(\d+)", params, re.M) if isinstance(params, str) else None
-            if m:
-                num_ctx = int(m.group(1))
-                sources["slot_ctx"] = "POST /api/show parameters num_ctx"
-            else:
-                nulls["slot_ctx"] = "Ollama's /api/show lists no num_ctx for the model (its default applies)"
-        _, tags, _ = await _get(url, "/api/tags", headers)
-        ids = [str(m.get("name")) for m in (tags or {}).get("models", []) if isinstance(m, dict)] \
-            if isinstance(tags, dict) else []
-        return done("ollama", version=f"ollama {ver['version']}", slot_ctx=num_ctx, model_ids=ids)
-    status, lms, _ = await _get(url, "/api/v0/models", headers)
-    asked.append(f"GET /api/v0/models: HTTP {status}")
-    if status == 200 and isinstance(lms, dict) and isinstance(lms.get("data"), list):
-        mine = next((m for m in lms["data"] if isinstance(m, dict) and m.get("id") == candidate.request_model), None)
-        ctx = None
-        if mine is not None:
-            ctx = mine.get("loaded_context_length") or mine.get("max_context_length")
-            sources["slot_ctx"] = ("GET /api/v0/models loaded_context_length" if mine.get("loaded_context_length")
-                                   else "GET /api/v0/models max_context_length")
-        sources["kind"] = "GET /api/v0/models answers a model list (LM Studio)"
-        nulls["version"] = "LM Studio's REST API reports no version"
-        return done("lm-studio", slot_ctx=ctx if isinstance(ctx, int) else None, model_ids=_model_ids(lms))
-    status, health, server_header = await _get(url, "/health", headers)
-    asked.append(f"GET /health: HTTP {status} (Server: {server_header or 'none'})")
-    models_status, models, _ = await _get(url, "/v1/models", headers)
-    asked.append(f"GET /v1/models: HTTP {models_status}")
+            d.nulls["slot_ctx"] = "Ollama's /api/show lists no num_ctx for the model (its default applies)"
+    _, tags, _ = await d.get("/api/tags")
+    ids = [str(m.get("name")) for m in (tags or {}).get("models", []) if isinstance(m, dict)] \
+        if isinstance(tags, dict) else []
+    return d.done("ollama", version=f"ollama {ver['version']}", slot_ctx=num_ctx, model_ids=ids)
+
+
+async def _as_lm_studio(d: _Detection) -> ExternalServer | None:
+    status, lms, _ = await d.get("/api/v0/models")
+    d.asked.append(f"GET /api/v0/models: HTTP {status}")
+    if not (status == 200 and isinstance(lms, dict) and isinstance(lms.get("data"), list)):
+        return None
+    mine = next((m for m in lms["data"] if isinstance(m, dict) and m.get("id") == d.candidate.request_model), None)
+    ctx = None
+    if mine is not None:
+        ctx = mine.get("loaded_context_length") or mine.get("max_context_length")
+        d.sources["slot_ctx"] = ("GET /api/v0/models loaded_context_length" if mine.get("loaded_context_length")
+                                 else "GET /api/v0/models max_context_length")
+    d.sources["kind"] = "GET /api/v0/models answers a model list (LM Studio)"
+    d.nulls["version"] = "LM Studio's REST API reports no version"
+    return d.done("lm-studio", slot_ctx=ctx if isinstance(ctx, int) else None, model_ids=_model_ids(lms))
+
+
+async def _as_other(d: _Detection) -> ExternalServer | None:
+    """mlx_vlm.server, mlx_lm.server (by their /health), else any server whose /v1/models answers."""
+    status, health, server_header = await d.get("/health")
+    d.asked.append(f"GET /health: HTTP {status} (Server: {server_header or 'none'})")
+    models_status, models, _ = await d.get("/v1/models")
+    d.asked.append(f"GET /v1/models: HTTP {models_status}")
     ids = _model_ids(models)
     if isinstance(health, dict) and health.get("status") == "healthy" and "loaded_model" in health:
         ctx = health.get("loaded_context_size") or health.get("effective_context_limit")
-        sources["kind"] = "GET /health has loaded_model (mlx_vlm.server)"
+        d.sources["kind"] = "GET /health has loaded_model (mlx_vlm.server)"
         if isinstance(ctx, int):
-            sources["slot_ctx"] = "GET /health loaded_context_size"
-        nulls["version"] = "mlx_vlm.server exposes no version endpoint"
+            d.sources["slot_ctx"] = "GET /health loaded_context_size"
+        d.nulls["version"] = "mlx_vlm.server exposes no version endpoint"
         loaded = health.get("loaded_model")
-        return done("mlx_vlm.server", slot_ctx=ctx if isinstance(ctx, int) else None,
-                    model_ids=[str(loaded)] if loaded else ids)
+        return d.done("mlx_vlm.server", slot_ctx=ctx if isinstance(ctx, int) else None,
+                      model_ids=[str(loaded)] if loaded else ids)
     if isinstance(health, dict) and health.get("status") == "ok" and server_header.startswith("BaseHTTP"):
-        sources["kind"] = "GET /health {status: ok} from Python's BaseHTTP server (mlx_lm.server)"
-        nulls["version"] = "mlx_lm.server exposes no version endpoint"
-        nulls["slot_ctx"] = "mlx_lm.server sizes its cache as it goes; it reports no context limit"
-        return done("mlx_lm.server", model_ids=ids)
+        d.sources["kind"] = "GET /health {status: ok} from Python's BaseHTTP server (mlx_lm.server)"
+        d.nulls["version"] = "mlx_lm.server exposes no version endpoint"
+        d.nulls["slot_ctx"] = "mlx_lm.server sizes its cache as it goes; it reports no context limit"
+        return d.done("mlx_lm.server", model_ids=ids)
     if models_status == 200 and isinstance(models, dict):
-        sources["kind"] = "GET /v1/models answers; no known server's own endpoint did"
-        return done(UNKNOWN_KIND, model_ids=ids)
-    raise RuntimeError(f"{url} answers but not like an OpenAI-compatible server ({'; '.join(asked)})")
+        d.sources["kind"] = "GET /v1/models answers; no known server's own endpoint did"
+        return d.done(UNKNOWN_KIND, model_ids=ids)
+    return None
 
 
 def detected(url: str | None) -> ExternalServer | None:
