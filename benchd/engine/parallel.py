@@ -16,12 +16,11 @@ from typing import Any
 
 from benchd.engine import probe
 from benchd.engine.prompts import Prompt
-from benchd.engine.rows import Cell, ServerFacts, build_row, model_files, shortfall
+from benchd.engine.rows import Cell, ServerFacts, ServerRun, build_row, model_files, shortfall
 from benchd.probe_result import ProbeResult
-from benchd.schemas import Candidate, CooldownRecord, Row, Sweep
+from benchd.schemas import CooldownRecord, Row
 from benchd.sensors.memory.sampler import MemorySampler
-from benchd.servers.runtimes.base import Normalized, RuntimeAdapter
-from benchd.servers.server import Server
+from benchd.servers.runtimes.base import Normalized
 from benchd.store import utcnow
 
 PROBE_BASE = 100_000
@@ -33,15 +32,9 @@ def probe_number(level: int, batch: int, stream: int) -> int:
 
 
 @dataclass
-class ParallelRun:
+class ParallelRun(ServerRun):
     """One level on its server: what every batch needs."""
 
-    job: str
-    adapter: RuntimeAdapter
-    server: Server
-    candidate: Candidate
-    context: int
-    sweep: Sweep
     level: int
     timeout_s: float
     notes: str

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchd.engine.energy import ENERGY_FIELDS, EnergyFigures
-from benchd.schemas import Candidate, CooldownRecord, Invalidated, Row, RowKind, RowStatus
+from benchd.schemas import Candidate, CooldownRecord, Invalidated, Row, RowKind, RowStatus, Sweep
 from benchd.sensors.memory.sampler import MemoryResult
 from benchd.servers.runtimes.base import Normalized, RuntimeAdapter
 from benchd.servers.server import Server
@@ -50,6 +50,19 @@ class Cell:
     kind: RowKind
     probe: int
     place: Placement = OUTSIDE
+
+
+@dataclass
+class ServerRun:
+    """Where a session or a parallel level runs: the job, the server and its adapter, the cell's candidate and
+    context, under the sweep's settings (each request kind's run adds its own fields)."""
+
+    job: str
+    adapter: RuntimeAdapter
+    server: Server
+    candidate: Candidate
+    context: int
+    sweep: Sweep
 
 
 @dataclass(frozen=True)

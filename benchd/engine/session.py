@@ -15,9 +15,9 @@ from typing import Any
 from benchd.engine import probe
 from benchd.engine.corpus import Corpus, load_corpus
 from benchd.engine.prompts import Prompt
-from benchd.engine.rows import Cell, ServerFacts, build_row, model_files
+from benchd.engine.rows import Cell, ServerFacts, ServerRun, build_row, model_files
 from benchd.probe_result import ProbeResult
-from benchd.schemas import Candidate, CooldownRecord, Row, Session, Sweep
+from benchd.schemas import Candidate, CooldownRecord, Row, Session
 from benchd.sensors.memory.sampler import MemoryResult, MemorySampler
 from benchd.servers.runtimes.base import Normalized, PrefixCacheRule, RenderItem, RuntimeAdapter
 from benchd.servers.server import Server
@@ -127,16 +127,10 @@ async def reusable_prefixes(adapter: RuntimeAdapter, server: Server, cand: Candi
 
 
 @dataclass
-class SessionRun:
+class SessionRun(ServerRun):
     """What the engine passes in: where, what (`plan`: the session's shape; `sweep`: sampling, thinking,
     ignore_eos as every request sends them), the first prompt and the cooldown hook."""
 
-    job: str
-    adapter: RuntimeAdapter
-    server: Server
-    candidate: Candidate
-    context: int
-    sweep: Sweep
     plan: Session
     timeout_s: float
     first_prompt: Prompt
