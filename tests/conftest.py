@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -43,6 +44,24 @@ from benchd.errors import BenchdError
 from benchd.servers import locate, provision
 
 MLX_RUNTIMES = ("mlx_lm.server", "mlx_vlm.server")
+
+
+# ------------------------------------------------------------------------------------- vega bundle
+
+
+def _bundle_vega_once() -> None:
+    """vl-convert's Vega bundler takes seconds of CPU per call and returns the same text for the same
+    arguments; benchd keeps it in `<cache>/html/` but every test has its own cache dir, so each runbook a
+    test writes re-bundled it. Memoized per test process: benchd's caching code still runs unchanged."""
+    try:
+        import vl_convert
+    except ImportError:
+        return
+    if not hasattr(vl_convert.javascript_bundle, "cache_info"):
+        vl_convert.javascript_bundle = functools.cache(vl_convert.javascript_bundle)
+
+
+_bundle_vega_once()
 
 
 # ------------------------------------------------------------------------------------------ markers

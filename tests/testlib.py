@@ -55,6 +55,30 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def benchctl_inproc(*args: str, env: dict[str, str] | None = None,
+                    input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`benchctl ARGS` through its real entry point (`benchctl.__main__.main`: exit codes, --json errors) in
+    this process, with click's stream capture: a subprocess's Python start-up and imports (~0.5-1 s a call)
+    buy nothing where the test checks only the output and the exit code. `env` is added to os.environ for
+    the call (keep a subprocess where the test needs a fresh interpreter or a replaced environment)."""
+    from click.testing import CliRunner
+
+    from benchctl.__main__ import main
+
+    saved = sys.argv
+    with CliRunner().isolation(input=input, env=env) as (out, err, _):
+        sys.argv = ["benchctl", *args]
+        try:
+            main()
+            rc = 0
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            sys.argv = saved
+        stdout, stderr = out.getvalue().decode(errors="replace"), err.getvalue().decode(errors="replace")
+    return subprocess.CompletedProcess(["benchctl", *args], rc, stdout, stderr)
+
+
 @dataclass
 class DaemonProc:
     base: Path

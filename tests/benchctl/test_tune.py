@@ -11,13 +11,14 @@ import tomllib
 from pathlib import Path
 
 import gguf
+from testlib import benchctl_inproc
 
 BENCHCTL = [sys.executable, "-m", "benchctl"]
 
 
 def tune(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "BENCHD_SOCKET": "/nonexistent/benchd.sock"}  # it must not need (or reach) a daemon
-    return subprocess.run([*BENCHCTL, "tune", *args], capture_output=True, text=True, timeout=120, env=env)
+    # it must not need (or reach) a daemon
+    return benchctl_inproc("tune", *args, env={"BENCHD_SOCKET": "/nonexistent/benchd.sock"})
 
 
 def header_gguf(path: Path, arch: str, **meta: int) -> Path:
@@ -46,7 +47,7 @@ def test_a_dense_gguf_gets_the_llama_matrix_and_validates(tmp_path: Path) -> Non
     assert "--n-cpu-moe" not in cand["matrix"]  # a dense model
     assert doc["contexts"] == [4096, 16384] and doc["racing"] is True  # under its 32768 trained tokens
     assert "Not submitted" in out.read_text()
-    check = subprocess.run([*BENCHCTL, "validate", str(out), "--json"], capture_output=True, text=True, timeout=120)
+    check = benchctl_inproc("validate", str(out), "--json")
     assert '"matrices"' in check.stdout and "left out" not in check.stderr
     assert tune(str(model), "-o", str(out)).returncode == 2  # never overwrites
 

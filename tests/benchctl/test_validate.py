@@ -10,6 +10,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from testlib import benchctl_inproc
 
 from benchd.schemas import Candidate, Spec, Sweep
 
@@ -42,7 +43,7 @@ draft_max = 4
 
 
 def validate(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*BENCHCTL, "validate", str(path), *args], capture_output=True, text=True, timeout=60)
+    return benchctl_inproc("validate", str(path), *args)
 
 
 def test_validate_lists_every_problem(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from testlib import benchctl_inproc
+
 BENCHCTL = [sys.executable, "-m", "benchctl"]
 
 SWEEP = """name = "m"
@@ -28,7 +30,7 @@ spec = [false, {{ draft_model = "draft.gguf", draft_max = 4 }}]
 
 
 def validate(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*BENCHCTL, "validate", str(path), *args], capture_output=True, text=True, timeout=60)
+    return benchctl_inproc("validate", str(path), *args)
 
 
 def test_validate_prints_the_expansion_and_what_is_left_out(tmp_path: Path) -> None:

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import random
-import subprocess
-import sys
 from math import comb
 from pathlib import Path
 
 import msgspec
 import pytest
 from runbook_factory import fill_job, setup_state
+from testlib import benchctl_inproc
 
 from benchd.results import compare, ranktests, runbook
 from benchd.schemas import Cooldown
@@ -115,17 +113,15 @@ def test_warnings(pair) -> None:
 
 def test_cli_json(pair) -> None:
     config, _store, a, b = pair
-    res = subprocess.run([sys.executable, "-m", "benchctl", "compare", a.id, b.job.id, "--json", "--state-dir",
-                          str(config.state_dir)], capture_output=True, text=True, timeout=60, check=False,
-                         env={**os.environ, "BENCHD_CACHE_DIR": str(config.cache_dir)})
+    res = benchctl_inproc("compare", a.id, b.job.id, "--json", "--state-dir", str(config.state_dir),
+                          env={"BENCHD_CACHE_DIR": str(config.cache_dir)})
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["a"] == a.id and doc["b"] == b.id and doc["alpha"] == 0.05
     cell = next(c for c in doc["cells"] if c["candidate"] == "gguf-plain" and c["context"] == 512)
     gen = next(m for m in cell["metrics"] if m["metric"] == "gen_tps")
     assert gen["verdict"] == "different" and gen["detail"]["alpha"] == 0.05
-    text = subprocess.run([sys.executable, "-m", "benchctl", "compare", a.id, b.id, "--state-dir",
-                           str(config.state_dir)], capture_output=True, text=True, timeout=60, check=False)
+    text = benchctl_inproc("compare", a.id, b.id, "--state-dir", str(config.state_dir))
     assert "α = 0.05 per metric" in text.stdout and "different: +25.0 %" in text.stdout
 
 
@@ -165,9 +161,8 @@ def test_cli_prints_the_kld_verdict(pair) -> None:
     for rb, scale in ((a, 1.0), (b, 2.0)):
         path = runbook.resolve_runbook_path(rb.id, config)
         path.write_bytes(msgspec.json.encode(_with_kld(rb, [scale * x for x in base])))
-    text = subprocess.run([sys.executable, "-m", "benchctl", "compare", a.id, b.id, "--state-dir",
-                           str(config.state_dir)], capture_output=True, text=True, timeout=60, check=False,
-                          env={**os.environ, "BENCHD_CACHE_DIR": str(config.cache_dir)})
+    text = benchctl_inproc("compare", a.id, b.id, "--state-dir", str(config.state_dir),
+                           env={"BENCHD_CACHE_DIR": str(config.cache_dir)})
     assert text.returncode == 0, text.stderr
     line = next(x for x in text.stdout.splitlines() if x.startswith("KL divergence, mlx-lm ctx 512"))
     assert "(8 vs 8 chunks): different: " in line and "more quality lost" in line

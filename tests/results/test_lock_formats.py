@@ -15,6 +15,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from runbook_factory import fill_job, setup_state
+from testlib import benchctl_inproc
 
 from benchd.errors import BenchdError
 from benchd.lock import formats
@@ -78,12 +79,10 @@ def test_cli_format(state) -> None:
     path, _ = lock.lock_candidate(config, "gguf-spec")
     doc = lock.read_lock(path)
     lock.write_lock(path, msgspec.structs.replace(doc.locked, binary=fake_bin))
-    env = {**os.environ, "BENCHD_CACHE_DIR": str(config.cache_dir)}
-    out = subprocess.run([*BENCHCTL, "locked", "--format", "llama-swap", "--state-dir", str(config.state_dir)],
-                         capture_output=True, text=True, timeout=60, env=env)
+    env = {"BENCHD_CACHE_DIR": str(config.cache_dir)}
+    out = benchctl_inproc("locked", "--format", "llama-swap", "--state-dir", str(config.state_dir), env=env)
     assert out.returncode == 0 and out.stdout.startswith('models:\n  "gguf-spec":\n'), out.stderr
-    bad = subprocess.run([*BENCHCTL, "locked", "--format", "mlx-command", "--state-dir", str(config.state_dir)],
-                         capture_output=True, text=True, timeout=60, env=env)
+    bad = benchctl_inproc("locked", "--format", "mlx-command", "--state-dir", str(config.state_dir), env=env)
     assert bad.returncode == 2 and "not an MLX server" in bad.stderr
 
 
