@@ -170,10 +170,26 @@ def dropped_rows(events: Iterable[Event]) -> tuple[int, int]:
 
 
 class Store:
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, read_only: bool = False) -> None:
+        """`read_only`: for readers beside (or without) the daemon, `benchctl jobs` offline: the file is
+        opened `mode=ro` (no schema, no journal-mode change, never created); a missing file is an error."""
         self.path = Path(path)
-        self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
         self._lock = threading.Lock()
+        if read_only:
+            if not self.path.is_file():
+                raise BenchdError("not_found", f"no job store at {self.path}", "state_dir", status=404)
+            self._db = sqlite3.connect(self.path.absolute().as_uri() + "?mode=ro", uri=True, isolation_level=None,
+                                       check_same_thread=False)
+            try:
+                self._db.execute("PRAGMA busy_timeout=5000")
+                self._db.execute("SELECT 1 FROM jobs LIMIT 1")
+            except sqlite3.DatabaseError as exc:
+                self._db.close()
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise
+                raise CorruptStore(self.path, exc) from exc
+            return
+        self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")

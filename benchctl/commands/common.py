@@ -21,17 +21,53 @@ RECONNECT_FOR_S = 60.0
 # ----------------------------------------------------------------------------------------- helpers
 
 
-def _default_socket() -> str:
+STATE_DIR_HELP = "State dir (default: $BENCHD_STATE_DIR or the platform default)."
+#: Where `--state-dir` leaves its value for the commands that do not take it as a parameter (the socket ones).
+_META_KEY = "benchctl.state_dir"
+
+
+def _remember_state_dir(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        ctx.meta[_META_KEY] = value
+    return value
+
+
+def state_dir_option(f: Callable[..., Any] | None = None, *, expose: bool = True,
+                     help: str = STATE_DIR_HELP) -> Any:
+    """The one `--state-dir` of every command that reads or writes the state dir. `expose=False` (the
+    daemon commands, through `socket_option`): the value is not a parameter of the command but is read by
+    `state_dir()` / `_client()`, where it sets the default socket (<state dir>/benchd.sock)."""
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return click.option("--state-dir", "state_dir", type=click.Path(file_okay=False), default=None,
+                            help=help, callback=_remember_state_dir, expose_value=expose)(fn)
+
+    return deco(f) if f is not None else deco
+
+
+def state_dir() -> str | None:
+    """The `--state-dir` given to the running command, or None (then $BENCHD_STATE_DIR or the default)."""
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get(_META_KEY) if ctx is not None else None
+
+
+def config(socket_path: str | None = None, state: str | None = None) -> Any:
+    """benchd's Config as this command sees it: --state-dir (else $BENCHD_STATE_DIR, the default), and the
+    socket from --socket / $BENCHD_SOCKET, else <state dir>/benchd.sock."""
     from benchd.config import Config
 
-    return str(Config.resolve().socket)
+    return Config.resolve(state_dir=state if state is not None else state_dir(), socket=socket_path)
+
+
+def _default_socket() -> str:
+    return str(config().socket)
 
 
 def socket_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
+    """`--socket` and `--state-dir` (its default socket), for every command that talks to the daemon."""
+    return state_dir_option(click.option(
         "--socket", "socket_path", envvar="BENCHD_SOCKET", default=None, metavar="PATH",
         help="benchd's Unix socket (default: $BENCHD_SOCKET or <state dir>/benchd.sock).",
-    )(f)
+    )(f), expose=False)
 
 
 def json_option(f: Callable[..., Any]) -> Callable[..., Any]:

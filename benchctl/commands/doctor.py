@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from benchctl import exitcodes
+from benchctl.commands.common import state_dir_option
 
 HEALTH_TIMEOUT_S = 2.0
 SERVER_RUNTIMES = ("llama-server", "mlx_lm.server", "mlx_vlm.server")
@@ -267,8 +268,7 @@ def _print(report: dict[str, Any]) -> None:
 
 
 @click.command("doctor")
-@click.option("--state-dir", type=click.Path(file_okay=False), default=None,
-              help="State dir to check (default: $BENCHD_STATE_DIR, else the platform default).")
+@state_dir_option(help="State dir to check (default: $BENCHD_STATE_DIR, else the platform default).")
 @click.option("--socket", "socket_path", envvar="BENCHD_SOCKET", type=click.Path(dir_okay=False), default=None,
               help="benchd's socket (default: <state dir>/benchd.sock).")
 @click.option("--json", "as_json", is_flag=True, help="Print every finding as JSON.")

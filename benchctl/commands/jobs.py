@@ -542,16 +542,47 @@ def _job_line(job: dict[str, Any]) -> str:
 @socket_option
 @json_option
 def jobs(state: str | None, limit: int, socket_path: str | None, as_json: bool) -> None:
-    """List jobs, newest first (and why a job waits)."""
-    page = _call(lambda: _client(socket_path).jobs(state=state, limit=limit))
+    """List jobs, newest first (and why a job waits).
+
+    With the daemon down it reads the state dir's job store itself (read-only) and says so on stderr;
+    a job stored as running is then one whose daemon stopped mid-job (noted as such)."""
+    from benchctl.client import Unreachable
+
+    def ask() -> Any:
+        try:
+            return _client(socket_path).jobs(state=state, limit=limit)
+        except Unreachable as exc:
+            return _offline_jobs(socket_path, state, limit, exc)
+
+    page = _call(ask)
     if as_json:
         _print_json(page)
         return
     click.echo(f"{'ID':<22} {'STATE':<11} {'ROWS':^11} {'CREATED (UTC)':<20} {'NAME':<28} WHY")
     for job in page["jobs"]:
         click.echo(_job_line(job))
+        if job.get("offline_note"):
+            click.echo(f"{'':<22} note: {job['offline_note']}")
     if not page["jobs"]:
         click.echo("(no jobs)")
+
+
+def _offline_jobs(socket_path: str | None, state: str | None, limit: int, exc: Exception) -> dict[str, Any]:
+    """`jobs` without a daemon: the store read directly, one stderr line saying so; exit 3 when there is
+    no store to read either (nothing was ever queued on this state dir, or it is another one)."""
+    from benchctl.commands.common import config
+    from benchctl.commands.offline import offline_line, read_jobs
+    from benchd.errors import BenchdError
+
+    cfg = config(socket_path)
+    try:
+        page = read_jobs(cfg, state, limit)
+    except (BenchdError, OSError) as err:
+        detail = err.message if isinstance(err, BenchdError) else f"{type(err).__name__}: {err}"
+        raise _fail(f"{exc}; and it cannot be read offline: {detail}", exitcodes.UNREACHABLE,
+                    slug="unreachable") from err
+    click.echo(offline_line(cfg, f"the job store {cfg.db_path}"), err=True)
+    return page
 
 
 @click.command()

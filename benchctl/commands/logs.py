@@ -1,8 +1,9 @@
 """`benchctl logs [JOB] [--server CANDIDATE]`: read the daemon's log or a server's log.
 
 The daemon says where its state dir is (`GET /v1/health`), so this reads the files of the benchd that
-is actually running, not of whatever state dir this shell would default to; hence it needs the daemon
-(the shared contract), exit 3 when none answers. Logs are size-capped and rotated once or twice
+is actually running, not of whatever state dir this shell would default to. With no daemon answering it
+reads the files of its own state dir (--state-dir, $BENCHD_STATE_DIR, the default) and says so on
+stderr (offline); exit 3 only when that state dir does not exist. Logs are size-capped and rotated once or twice
 (`.log.1`, `.log.2`): `--lines` reaches back into the rotated files when the current one is short.
 """
 
@@ -18,6 +19,7 @@ from typing import NoReturn
 import click
 
 from benchctl import exitcodes
+from benchctl.commands.common import socket_option
 
 JOB_RE = re.compile(r"^[a-z0-9-]{8,32}$")
 CANDIDATE_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
@@ -85,14 +87,23 @@ def _follow(path: Path) -> None:
 
 
 def _state_dir(socket_path: str | None) -> tuple[Path, str | None]:
+    """(the state dir, the running job): the daemon's when one answers, else this command's state dir
+    (--state-dir / $BENCHD_STATE_DIR / the default) read offline, said so on stderr; exit 3 when that
+    state dir does not exist either."""
     from benchctl.client import ApiError, Client, Unreachable
-    from benchd.config import Config
+    from benchctl.commands.common import config
 
-    sock = Config.resolve(socket=socket_path).socket
+    cfg = config(socket_path)
     try:
-        health = Client(sock, timeout=HEALTH_TIMEOUT_S).health()
+        health = Client(cfg.socket, timeout=HEALTH_TIMEOUT_S).health()
     except Unreachable as exc:
-        _fail(exitcodes.UNREACHABLE, str(exc))
+        if not cfg.state_dir.is_dir():
+            _fail(exitcodes.UNREACHABLE, f"{exc}; and there is no state dir at {cfg.state_dir} to read offline "
+                  "(--state-dir names another)")
+        from benchctl.commands.offline import offline_line, running_job
+
+        click.echo(offline_line(cfg, f"the log files under {cfg.logs_dir}"), err=True)
+        return cfg.state_dir, running_job(cfg)
     except ApiError as exc:
         _fail(exitcodes.FAILED, f"benchd answered /v1/health with an error: {exc}")
     return Path(health["state_dir"]), health.get("running_job")
@@ -130,13 +141,13 @@ def _pick_logs(state: Path, job: str | None, server: str | None, running: str | 
 @click.option("-n", "--lines", type=click.IntRange(min=0), default=50, show_default=True, help="How many lines to show.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing what is appended (Ctrl-C stops).")
 @click.option("--json", "as_json", is_flag=True, help="Print {path, lines} objects as JSON (not with --follow).")
-@click.option("--socket", "socket_path", envvar="BENCHD_SOCKET", type=click.Path(dir_okay=False), default=None,
-              help="benchd's socket (default: <state dir>/benchd.sock).")
+@socket_option
 def logs(job: str | None, server: str | None, lines: int, follow: bool, as_json: bool, socket_path: str | None) -> None:
     """Read the daemon's log, or the log of a server a job started.
 
     Without JOB: the daemon's own log. With JOB: every server log of that job (or one, with --server).
-    Needs a running benchd: it asks the daemon where its state dir is.
+    A running benchd says where its state dir is; with none running, the files of --state-dir (else
+    $BENCHD_STATE_DIR, the default) are read offline, said so on stderr.
 
     \b
     Examples:

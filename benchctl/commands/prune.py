@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 import click
 
 from benchctl import exitcodes
+from benchctl.commands.common import state_dir_option
 
 UNITS = {"s": 1, "min": 60, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|min|m|h|d|w)\s*$")
@@ -229,8 +230,7 @@ def _fail(message: str) -> NoReturn:
 @click.option("--older-than", "older_than", required=True, metavar="AGE",
               help="Delete what finished (or was last written) longer ago than AGE: 30d, 12h, 2w, 90min.")
 @click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
-@click.option("--state-dir", type=click.Path(file_okay=False), default=None,
-              help="State dir (default: $BENCHD_STATE_DIR, else the platform default).")
+@state_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print what was (or would be) deleted and kept as JSON.")
 def prune(older_than: str, dry_run: bool, state_dir: str | None, as_json: bool) -> None:
     """Delete old finished jobs' logs, old runbooks and stale cache dirs; say what went.

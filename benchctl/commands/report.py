@@ -12,11 +12,7 @@ from typing import Any
 
 import click
 
-STATE_DIR_HELP = "State dir (default: $BENCHD_STATE_DIR or the platform default)."
-
-
-def state_dir_option(f: Any) -> Any:
-    return click.option("--state-dir", type=click.Path(file_okay=False), default=None, help=STATE_DIR_HELP)(f)
+from benchctl.commands.common import state_dir_option
 
 
 def _config(state_dir: str | None) -> Any:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from benchctl import exitcodes
+from benchctl.commands.common import state_dir_option
 
 if TYPE_CHECKING:
     from benchd.service.manager import ServicePlan
@@ -69,7 +70,7 @@ def service() -> None:
 
 
 @service.command("install")
-@click.option("--state-dir", type=click.Path(file_okay=False), default=None, help=STATE_DIR_HELP)
+@state_dir_option(help=STATE_DIR_HELP)
 @click.option("--dry-run", is_flag=True, help="Print the rendered unit file and where it would go; change nothing.")
 def install(state_dir: str | None, dry_run: bool) -> None:
     """Write the service file for this install and start it.
@@ -93,7 +94,7 @@ def install(state_dir: str | None, dry_run: bool) -> None:
 
 
 @service.command("uninstall")
-@click.option("--state-dir", type=click.Path(file_okay=False), default=None, help=STATE_DIR_HELP)
+@state_dir_option(help=STATE_DIR_HELP)
 def uninstall(state_dir: str | None) -> None:
     """Stop benchd's service and remove its file (the state dir is kept).
 
@@ -108,7 +109,7 @@ def uninstall(state_dir: str | None) -> None:
 
 
 @service.command("status")
-@click.option("--state-dir", type=click.Path(file_okay=False), default=None, help=STATE_DIR_HELP)
+@state_dir_option(help=STATE_DIR_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 def status(state_dir: str | None, as_json: bool) -> None:
     """Show whether the service is installed, current, running, and where its logs go.
