@@ -7,6 +7,7 @@ this order, read from the runbook's Pareto view and provenance: nothing is judge
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from benchd.results.text import STATE_WORDS, axis_word, plural
 from benchd.schemas import ContextPareto, NotCompared, Runbook
@@ -72,7 +73,7 @@ def decisions(rb: Runbook) -> list[ContextDecision]:
 
 def decision_lines(rb: Runbook) -> list[str]:
     """The decision as lines (the terminal and Markdown share them); `no pick` said once."""
-    out = ["Decision per context (benchd does not pick among the frontier: the trade-off is yours)"]
+    out = [f"Decision per context ({NO_PICK})"]
     if not rb.pareto:
         return [*out, "  no context has a successful probe: nothing to decide"]
     for d in decisions(rb):
@@ -89,6 +90,31 @@ def decision_lines(rb: Runbook) -> list[str]:
         if not d.ruled_out and not d.undecided and len(d.frontier) > 1:
             out.append(f"  {plural(len(d.frontier), 'candidate')} on the frontier, each better on some axis")
     return out
+
+
+NO_PICK = "benchd does not pick among the frontier: the trade-off is yours"
+
+
+def decision_json(rb: Runbook) -> dict[str, Any]:
+    """The decision block as data (`report --json`): what `decision_lines` prints, per context, the
+    states in their one word (`word`) beside the wire value (`status`)."""
+    contexts = []
+    for d in decisions(rb):
+        contexts.append({
+            "context": d.context, "frontier": d.frontier, "caveats": d.caveats,
+            "ruled_out": [{"candidate": r.candidate, "by": r.by, "axes": r.axes, "text": r.text} for r in d.ruled_out],
+            "undecided": [{"pair": list(u.pair), "status": u.status, "word": STATE_WORDS[u.status], "text": u.text,
+                           "would_decide": u.decide} for u in d.undecided],
+            "excluded": d.excluded,
+        })
+    return {"no_pick": NO_PICK, "contexts": contexts,
+            "note": None if rb.pareto else "no context has a successful probe: nothing to decide"}
+
+
+def candidates_json(rb: Runbook) -> list[dict[str, str]]:
+    """`candidate_rows` as objects keyed by the table's header (spaces as underscores)."""
+    keys = [h.replace(" / ", "_").replace(" ", "_") for h in CANDIDATE_HEADER]
+    return [dict(zip(keys, row, strict=True)) for row in candidate_rows(rb)]
 
 
 # ------------------------------------------------------------------------------------- candidates

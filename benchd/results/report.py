@@ -20,6 +20,8 @@ from benchd.results.decision import (
     CANDIDATE_HEADER,
     candidate_lines,
     candidate_rows,
+    candidates_json,
+    decision_json,
     decision_lines,
     deferred_rows,
 )
@@ -570,6 +572,9 @@ def compare_rows(cmp: Comparison) -> list[list[str]]:
 
 def report_json(rb: Runbook, pareto: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"runbook": rb.id, "outcome": rb.outcome, "sweep": rb.sweep.name,
+                           "decision": decision_json(rb), "candidates": candidates_json(rb),
+                           "deferred": [{"axis": d.axis, "reasons": d.reasons, "origin": d.origin}
+                                        for d in deferred_rows(rb)],
                            "cells": msgspec.to_builtins(rb.cells), "drift": msgspec.to_builtins(rb.drift),
                            "drift_null_reason": rb.drift_null_reason,
                            "ready": msgspec.to_builtins(rb.ready_summary)}

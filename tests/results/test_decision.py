@@ -105,3 +105,29 @@ def test_the_png_legend_says_each_state_in_the_pages_word(tmp_path: Path) -> Non
                  and pt.values.get("gen_tps") is not None]
         assert {STATE_WORDS[pt.status] for pt in drawn} == {x for x in labels if not x.startswith("frontier of")}
         assert "on the frontier (all axes)" not in labels
+
+
+def test_report_json_carries_the_decision_as_data(tmp_path: Path) -> None:
+    """`report --json` opens on what the text opens on: the decision per context, the candidates, the
+    deferred axes one row per axis, as data (the same records, not their lines)."""
+    from benchd.results.report import report_json
+
+    rb = newer_doc(tmp_path)
+    doc = report_json(rb)
+    assert list(doc)[:6] == ["runbook", "outcome", "sweep", "decision", "candidates", "deferred"]
+    assert "does not pick" in doc["decision"]["no_pick"]
+    by_ctx = {c["context"]: c for c in doc["decision"]["contexts"]}
+    ctx = by_ctx[1024]
+    assert "gguf-plain" in ctx["frontier"] and "mlx-lm" not in ctx["frontier"]
+    ruled = next(r for r in ctx["ruled_out"] if r["candidate"] == "mlx-lm")
+    assert ruled["by"] == "gguf-plain" and axis_word("gen_tps") in ruled["axes"]
+    assert "broken" in ctx["excluded"]
+    for c in doc["decision"]["contexts"]:
+        for u in c["undecided"]:
+            assert u["word"] == STATE_WORDS[u["status"]] and u["would_decide"]
+    for d in decision_lines(rb):  # every frontier the lines name is in the data
+        if d.strip().startswith(f"{STATE_WORDS['frontier']}:"):
+            assert any(", ".join(c["frontier"]) in d for c in doc["decision"]["contexts"])
+    spec = next(c for c in doc["candidates"] if c["candidate"] == "gguf-spec")
+    assert spec["runtime"] == "llama-server" and "tiny-draft.gguf" in spec["spec_draft_model"]
+    assert sorted(d["axis"] for d in doc["deferred"]) == sorted({d.axis for d in deferred_rows(rb)})
