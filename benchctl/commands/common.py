@@ -52,10 +52,18 @@ def state_dir() -> str | None:
 
 def config(socket_path: str | None = None, state: str | None = None) -> Any:
     """benchd's Config as this command sees it: --state-dir (else $BENCHD_STATE_DIR, the default), and the
-    socket from --socket / $BENCHD_SOCKET, else <state dir>/benchd.sock."""
+    socket from --socket / $BENCHD_SOCKET, else <state dir>/benchd.sock. With a socket named
+    `benchd.sock` and no state dir given at all, the state dir is the socket's folder (where benchd puts
+    its socket), so what is read offline is that daemon's, not the platform default's."""
+    import os
+    from pathlib import Path
+
     from benchd.config import Config
 
-    return Config.resolve(state_dir=state if state is not None else state_dir(), socket=socket_path)
+    state = state if state is not None else state_dir()
+    if state is None and not os.environ.get("BENCHD_STATE_DIR") and socket_path and Path(socket_path).name == "benchd.sock":
+        state = str(Path(socket_path).expanduser().absolute().parent)
+    return Config.resolve(state_dir=state, socket=socket_path)
 
 
 def _default_socket() -> str:
