@@ -42,6 +42,7 @@ class FakeServer:
     fit_note: str = ""
     layer_split: str | None = None
     split_note: str = ""
+    start_no: int | None = None
 
 
 @dataclass
@@ -73,6 +74,7 @@ class FakePool(Pool):
         self.never_started: set[tuple[str, int | None]] = set()
         self.budget = Budget(bytes=1 << 40, source="fake budget")
         self.pids = 1000
+        self.start_counts: dict[str, int] | None = None
 
     async def start(self, cand: Candidate, g: Group, *, cold: bool = False, purpose: str = "sweep") -> Any:
         self.recorder.emit("server_starting", candidate=cand.id, runtime=cand.runtime, ctx_size=g.ctx_size)
@@ -83,10 +85,11 @@ class FakePool(Pool):
             self.recorder.fail_group(cand, g, "server never became ready (exited): fake: exits at once", None)
             return None
         self.pids += 1
+        n = self.next_start(cand.id)
         self.recorder.emit("server_ready", candidate=cand.id, runtime=cand.runtime, pid=self.pids, port=0,
                            ctx_size=g.ctx_size, binary="/fake/llama-server", version="fake b1",
-                           version_source="fake", ready_s=1.0, purpose=purpose, cold=cold)
-        return FakeServer(cand, self.pids, g.ctx_size)
+                           version_source="fake", ready_s=1.0, purpose=purpose, cold=cold, start=n)
+        return FakeServer(cand, self.pids, g.ctx_size, start_no=n)
 
     async def stop(self, server: Any) -> None:
         server.running = False
@@ -128,7 +131,7 @@ class FakeRunner:
         self.script.probes.append((cand, cell.context, cell.kind, cell.probe))
         self.recorder.emit("probe_started", candidate=cand, context=cell.context, probe=cell.probe, kind=cell.kind,
                            round=cell.place.round, visit=cell.place.visit)
-        facts = ServerFacts(server.ctx_size, server.binary, server.version)
+        facts = ServerFacts(server.ctx_size, server.binary, server.version, start=server.start_no)
         if self.script.hang_at == n:
             self.script.hanging.set()
             try:

@@ -205,7 +205,7 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
     """Planned cells and a duration estimate from stated assumptions (the estimate is no measurement)."""
     import msgspec
 
-    from benchd.engine.plan import DEFAULT_ROUNDS, design_text, plan_problems, requested_order
+    from benchd.engine.plan import design_text, plan_problems, requested_order, starts_per_context
     from benchd.store import planned_probes
 
     pp = sweep.probe_plan()
@@ -214,12 +214,16 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
     cells = [{"candidate": cand.id, "context": ctx, "warmup": sweep.warmup, "probes": probes,
               "probes_min": pp.min, "probes_max": pp.max} for cand in sweep.candidates for ctx in sweep.contexts]
     sentinel = sweep.sentinel_on()
+    order = requested_order(sweep)
+    per_round = order == "interleaved" and sweep.starts_mode() == "round"  # every probe on a start of its own
 
     def cost(per_cell: int) -> tuple[int, float]:
-        """Requests and seconds of generation + prompt work when every cell runs `per_cell` probes."""
+        """Requests and seconds of generation + prompt work when every cell runs `per_cell` probes (the
+        warm-up requests after every start: one start per probe with `starts = "round"`)."""
         requests, work_s = 0, 0.0
+        warm = sweep.warmup * (per_cell if per_round else 1)
         for ctx in sweep.contexts:
-            n = (per_cell + sweep.warmup) * len(sweep.candidates) + (per_cell if sentinel and ctx == min(sweep.contexts) else 0)
+            n = (per_cell + warm) * len(sweep.candidates) + (per_cell if sentinel and ctx == min(sweep.contexts) else 0)
             requests += n
             work_s += n * (sweep.gen_tokens / gen_tps + ctx / prompt_tps)
         if sweep.sustained.tokens:
@@ -242,9 +246,11 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
     cooldown_min = req_lo * (cd.seconds if cd.policy == "fixed" else 0.0)
     cooldown_max = req_hi * (cd.seconds if cd.policy == "fixed" else cd.max_seconds)
     ready_starts = 2 * sweep.ready.starts * len(sweep.candidates)  # cold + warm, for the time-to-ready axis
-    order = requested_order(sweep)
-    per_context = min(sweep.rounds or DEFAULT_ROUNDS, pp.max) if order == "blocked" else 1  # a start per block
-    startups = len(sweep.candidates) * len(sweep.contexts) * per_context + (1 if sentinel else 0) + ready_starts
+    shown = order if len(sweep.candidates) > 1 or order == "sequential" else "sequential"
+    lo_ctx, hi_ctx = starts_per_context(sweep, shown)  # a start per round (starts = "round") or per block
+    cells_n = len(sweep.candidates) * len(sweep.contexts)
+    startups = cells_n * lo_ctx + (1 if sentinel else 0) + ready_starts
+    startups_max = cells_n * hi_ctx + (1 if sentinel else 0) + ready_starts
     return {
         "design": {"order": order, "asked": sweep.order, "rounds": sweep.rounds, "text": design_text(sweep),
                    "notes": plan_problems(sweep)},
@@ -261,10 +267,12 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
         "evals": evals,
         "kld": kld,
         "estimate_s": {"low": round(work_lo + startups * startup_s + cooldown_min),
-                       "high": round(work_hi + startups * startup_s + cooldown_max)},
+                       "high": round(work_hi + startups_max * startup_s + cooldown_max)},
         "assumptions": {
             "gen_tps": gen_tps, "prompt_tps": prompt_tps, "startup_s_per_server": startup_s,
-            "servers_started": startups, "cooldown": f"{cd.policy}, before every request",
+            "servers_started": startups, "servers_started_max": startups_max,
+            "starts": sweep.starts_mode() if order == "interleaved" else None,
+            "cooldown": f"{cd.policy}, before every request",
             "note": "planning assumptions, not measurements; a runbook of a previous sweep has the real rates",
         },
     }
@@ -446,8 +454,10 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
         est = p["estimate_s"]
         span = _fmt_s(est["low"]) if est["low"] == est["high"] else f"{_fmt_s(est['low'])}-{_fmt_s(est['high'])}"
         rows = f"{p['rows']}" if p["rows"] == p["rows_max"] else f"{p['rows']}-{p['rows_max']}"
+        lo, hi = a["servers_started"], a["servers_started_max"]
+        starts = f"{lo}" if lo == hi else f"{lo}-{hi}"
         click.echo(f"{rows} rows; estimated duration {span} (assuming {a['gen_tps']:g} tok/s decode, "
-                   f"{a['prompt_tps']:g} tok/s prompt, {a['startup_s_per_server']:g} s per server start; "
+                   f"{a['prompt_tps']:g} tok/s prompt, {starts} server starts at {a['startup_s_per_server']:g} s each; "
                    f"cooldown {a['cooldown']}; assumptions, not measurements)")
         _print_problems(problems)
     if problems:

@@ -1,9 +1,12 @@
 """The measuring orders behind one protocol (`Design`): interleaved, blocked, sequential; and the choice of
 one for a job (`choose`, recorded once as `design_chosen`; a resumed job keeps what it decided).
 
-- interleaved: every candidate's server started and warmed, then rounds, each visiting every candidate
-  once in a fresh seeded random order; when the warmed servers exceed the memory budget, blocked instead
-  (`design_changed`) for this context and every later one;
+- interleaved: rounds, each visiting every candidate once in a fresh seeded random order. With `starts =
+  "round"` (the default) each visit is a fresh server start of its own (started, warmed, probed, stopped),
+  so one server is resident at a time and each round pairs independent starts; with `starts = "once"`
+  every candidate's server is started and warmed first and stays resident for the rounds, and when the
+  warmed servers exceed the memory budget, blocked instead (`design_changed`) for this context and every
+  later one;
 - blocked: rounds of one server start per candidate, in a mirrored order, each a block of probes;
 - sequential (only when asked for): each candidate's server starts and all its probes, one candidate after
   the other, its tail right after (not drift-protected).
@@ -169,18 +172,45 @@ class Interleaved(_Rounds):
 
     name = "interleaved"
 
+    @property
+    def per_round(self) -> bool:
+        """A fresh server start for every visit (`starts = "round"`)."""
+        return self.p.sweep.starts_mode() == "round"
+
     def why(self) -> str:
-        return f"order interleaved: round and visit from the job's seeded round orders (seed {self.p.seed})"
+        starts = ("a fresh server start per candidate every round" if self.per_round
+                  else "one server start per candidate, resident for the rounds")
+        return f"order interleaved: round and visit from the job's seeded round orders (seed {self.p.seed}); {starts}"
 
     def visits(self, ids: list[str], context: int, rnd: int) -> list[str]:
         return round_order(ids, seed=self.p.seed, context=context, round_=rnd)
 
+    async def visit(self, cand: Candidate, context: int, place: Placement, size: int) -> int:
+        """`starts = "round"`: the visit's own server start (every other server stopped first, the
+        candidate's stopped after its probe), so no two rounds share a start and no idle server is
+        resident during a probe."""
+        if not self.per_round:
+            return await super().visit(cand, context, place, size)
+        await self.p.pool.release_all()
+        probed = await self.p.cells.visit(cand, context, "probe", place)
+        await self.p.pool.release(cand.id)
+        return probed
+
+    async def after(self) -> None:
+        if self.per_round:
+            await self.p.pool.release_all()
+
     async def run(self, context: int) -> Design:
         """Start and warm every candidate's server for `context`, then run its rounds; blocked instead (nothing
-        probed, servers stopped, `design_changed` recorded) when the warmed servers exceed the budget."""
+        probed, servers stopped, `design_changed` recorded) when the warmed servers exceed the budget.
+        `starts = "round"`: no servers are started ahead (each visit starts its own, one at a time)."""
         p = self.p
         cands = p.runnable(context)
         first = p.cells.current_round(context)
+        if self.per_round:
+            await p.pool.release_all()
+            await self.rounds(context, cands, first)
+            return self
         await p.pool.release_all(keep=context)  # servers of the previous context that do not serve this one
         order = self.visits([c.id for c in cands], context, first)
         for cand in sorted(cands, key=lambda c: order.index(c.id)):
@@ -244,7 +274,7 @@ def choose(parts: Parts) -> Design:
     why = f"order {order} asked for in the sweep" if asked else "the default order"
     if len(sweep.candidates) == 1 and order != "sequential":
         why += "; one candidate: nothing to interleave, its probes run back to back"
-    if order == "interleaved" and len(sweep.candidates) > 1:
+    if order == "interleaved" and len(sweep.candidates) > 1 and sweep.starts_mode() == "once":  # side by side
         over = parts.pool.over_budget_estimate()
         if over:
             order, why = "blocked", f"{why}, but the servers do not fit side by side: {over}"

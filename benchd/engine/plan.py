@@ -103,7 +103,34 @@ def design_text(sweep: Sweep) -> str:
     shown = "sequential" if len(sweep.candidates) == 1 else order
     if order == "sequential":
         return "order sequential (asked for): one candidate after the other; comparisons not drift-protected"
-    return f"order {order} ({how}{fallback}): {round_plan(sweep, shown).text()}"
+    if order == "interleaved" and sweep.starts_mode() == "round":
+        fallback = ""  # one server at a time: nothing has to fit side by side
+    return f"order {order} ({how}{fallback}): {round_plan(sweep, shown).text()}{starts_text(sweep)}"
+
+
+def starts_per_context(sweep: Sweep, order: str) -> tuple[int, int]:
+    """(fewest, most) server starts per candidate and context the rounds make: one per round when
+    interleaved with `starts = "round"`, one per block when blocked, else one (the resident start)."""
+    rp = round_plan(sweep, order)
+    if order == "blocked":
+        plan = sweep.probe_plan()
+        return (min(rp.min_rounds, plan.min), min(rp.min_rounds, plan.min)) if not plan.adaptive else (
+            rp.min_rounds, rp.max_rounds)
+    if order == "interleaved" and sweep.starts_mode() == "round":
+        return rp.min_rounds, rp.max_rounds
+    return 1, 1
+
+
+def starts_text(sweep: Sweep) -> str:
+    """`; a fresh server start per candidate every round (3-12 starts per candidate and context)`."""
+    order = requested_order(sweep)
+    if order != "interleaved":
+        return ""
+    if sweep.starts_mode() == "once":
+        return "; one server start per candidate, resident for every round (its rounds share that start)"
+    lo, hi = starts_per_context(sweep, order)
+    span = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    return f"; a fresh server start per candidate every round ({span} starts per candidate and context)"
 
 
 def plan_problems(sweep: Sweep) -> list[str]:
@@ -120,6 +147,12 @@ def plan_problems(sweep: Sweep) -> list[str]:
     if order == "blocked" and not plan.adaptive and plan.min < rounds:
         notes.append(f"probes = {plan.min} < rounds = {rounds}: only {plan.min} blocks (server starts) per "
                      "candidate and context")
+    if sweep.starts is not None and order != "interleaved":
+        notes.append(f"starts = \"{sweep.starts}\" is used by order \"interleaved\" only (blocked starts once per "
+                     "block, sequential once per server group)")
+    if order == "interleaved" and sweep.starts_mode() == "once" and len(sweep.candidates) > 1:
+        notes.append("starts = \"once\": every round of a candidate shares one server start, so a pair's verdict "
+                     "rests on one start a side (a start's luck under load reads as the candidate's speed)")
     if sweep.rounds is not None and order != "blocked":
         notes.append(f"rounds = {sweep.rounds} is used by order \"blocked\" only (this sweep runs {order})")
     return notes

@@ -98,6 +98,7 @@ class Pool:
         self.never_started: set[tuple[str, int | None]] = set()
         self.prompts_recorded = False
         self.budget = budget_mod.read_budget()
+        self.start_counts: dict[str, int] | None = None
 
     async def ready(self, cand: Candidate, g: Group) -> Server | None:
         """The resident server for group `g`, else a (re)start (another group's server of the candidate is
@@ -117,6 +118,17 @@ class Pool:
             return None
         self.resident[cand.id] = Resident(server, g)
         return server
+
+    def next_start(self, cand: str) -> int:
+        """The number of the candidate's next server start in this job (1 = its first; a resumed job
+        counts on from the `server_ready` events it stored)."""
+        if self.start_counts is None:
+            self.start_counts = {}
+            for e in self.recorder.past(events.ServerReady):
+                self.start_counts[e.candidate] = self.start_counts.get(e.candidate, 0) + 1
+        n = self.start_counts.get(cand, 0) + 1
+        self.start_counts[cand] = n
+        return n
 
     def warm_count(self, cand: str, context: int) -> int:
         """Warm-up probes now: the sweep's count after a start, one at each new context of a server
@@ -214,6 +226,7 @@ class Pool:
         if server.external is not None:
             return self.attached(cand, g, server, purpose)
         pin = affinity.confirm(pin, server.pid)
+        server.start_no = self.next_start(cand.id)
         self.client_cpus[cand.id] = list(pin.client_cpus) if pin.applied else None
         self.hold_client_pin(cand.id)
         emit("server_ready", candidate=cand.id, runtime=cand.runtime, pid=server.pid, port=server.port,
@@ -224,7 +237,7 @@ class Pool:
              resident_before=server.resident_before, argv=server.argv,
              affinity=msgspec.to_builtins(pin), env=server.env_passed, env_removed=server.env_removed,
              fit=server.fit, layer_split=server.layer_split, split_note=server.split_note,
-             energy=self.energy.restart())
+             energy=self.energy.restart(), start=server.start_no)
         return server
 
     def attached(self, cand: Candidate, g: Group, server: Server, purpose: str) -> Server:
@@ -235,10 +248,12 @@ class Pool:
         assert found is not None
         self.client_cpus[cand.id] = None
         self.hold_client_pin(cand.id)
+        server.start_no = self.next_start(cand.id)
         self.recorder.emit("server_ready", candidate=cand.id, runtime=cand.runtime, pid=cand.pid, port=server.port,
                            ctx_size=server.ctx_size, binary=server.binary, version=server.version,
                            version_source=server.version_source, purpose=purpose,
-                           external=msgspec.to_builtins(found), energy=self.energy.restart())
+                           external=msgspec.to_builtins(found), energy=self.energy.restart(),
+                           start=server.start_no)
         if found.slot_ctx is None:
             return server
         need = self.sweep.gen_tokens + CTX_MARGIN_TOKENS

@@ -113,7 +113,7 @@ class Race:
             return
         cell[row.probe] = Row(job=row.job, candidate=row.candidate, runtime=row.runtime, context=row.context,
                               kind=row.kind, probe=row.probe, status=row.status, round=row.round,
-                              **{a: getattr(row, a) for a in PROBE_AXES})
+                              start=row.start, **{a: getattr(row, a) for a in PROBE_AXES})
 
     def cell_rows(self, candidate: str, context: int) -> list[Row]:
         return [r for _, r in sorted(self.rows.get((candidate, context), {}).items())]
@@ -217,11 +217,12 @@ class Race:
         sa: dict[str, list[float]] = {}
         sb: dict[str, list[float]] = {}
         paired: dict[str, bool] = {}
+        starts: dict[str, int | None] = {}
         for axis in PROBE_AXES:
             s = paired_samples(rows_a, rows_b, axis, order=self.order)
-            sa[axis], sb[axis], paired[axis] = s.a, s.b, s.paired
+            sa[axis], sb[axis], paired[axis], starts[axis] = s.a, s.b, s.paired, s.starts
         return dominance(sa, sb, axes=list(PROBE_AXES), alpha=self.alpha, margin_pct=self.margin_pct,
-                              paired=paired, names=(a, b))
+                              paired=paired, names=(a, b), starts=starts)
 
 
 def open_race(sweep: Sweep, pairs: bool, events: Iterable[Any] = (), rows: Iterable[Row] = ()) -> Race:

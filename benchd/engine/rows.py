@@ -122,11 +122,13 @@ class ServerFacts:
     fit_note: str = ""
     layer_split: str | None = None
     split_note: str = ""
+    #: The candidate's server start number in the job (`Server.start_no`).
+    start: int | None = None
 
     @classmethod
     def of(cls, server: Server) -> ServerFacts:
         return cls(server.ctx_size, server.binary, server.version, server.fit, server.fit_note,
-                   server.layer_split, server.split_note)
+                   server.layer_split, server.split_note, server.start_no)
 
     def record(self, sources: dict[str, str], reasons: dict[str, str]) -> None:
         """The fit and split facts' sources (or null reasons) for a row."""
@@ -237,6 +239,7 @@ def build_row(
         server_version=server.server_version if server else None,
         fit=server.fit if server else None,
         layer_split=server.layer_split if server else None,
+        start=server.start if server else None,
         exit_status=exit_status,
         log_tail=log_tail,
         sources=sources,

@@ -79,14 +79,14 @@ class CellSeries:
 
 def series_row(row: Row, plan: ProbePlan) -> Row:
     """What a probe cell's series, its verdict and the pair rule read of a row (identity, status, validity,
-    round and visit, the plan's metric with its null reason, the throttle check), without the rest of the
+    round, visit and server start, the plan's metric with its null reason, the throttle check), without the rest of the
     record: a long sweep's book then holds a few hundred bytes per probe, not every full row (the store has
     them)."""
     metric = plan.metric
     reasons = {metric: row.null_reasons[metric]} if metric in row.null_reasons else {}
     return Row(job=row.job, candidate=row.candidate, runtime=row.runtime, context=row.context, kind=row.kind,
                probe=row.probe, status=row.status, short=row.short, invalidated=row.invalidated,
-               throttle=row.throttle, round=row.round, visit=row.visit, null_reasons=reasons,
+               throttle=row.throttle, round=row.round, visit=row.visit, start=row.start, null_reasons=reasons,
                **{metric: getattr(row, metric)})
 
 

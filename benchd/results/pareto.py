@@ -202,6 +202,7 @@ def row_judge(rows: Sequence[Row], evals: Sequence[EvalResult], context: int, *,
         sa: dict[str, Any] = {}
         sb: dict[str, Any] = {}
         paired: dict[str, bool] = {}
+        starts: dict[str, int | None] = {}
         names = [x for x, _ in axes_of((a, b))]
         for axis in names:
             if axis == "eval_pass_rate":
@@ -212,12 +213,12 @@ def row_judge(rows: Sequence[Row], evals: Sequence[EvalResult], context: int, *,
                 sa[axis], sb[axis] = per_cand[axis].get(a.candidate), per_cand[axis].get(b.candidate)
             elif axis in Row.__struct_fields__:
                 s = paired_samples(ra, rb, axis, order=order)
-                sa[axis], sb[axis], paired[axis] = s.a, s.b, s.paired
+                sa[axis], sb[axis], paired[axis], starts[axis] = s.a, s.b, s.paired, s.starts
             else:
                 sa[axis] = samples.get((context, a.candidate), {}).get(axis)
                 sb[axis] = samples.get((context, b.candidate), {}).get(axis)
         return dominance(sa, sb, axes=names, alpha=alpha, margin_pct=margin_pct, paired=paired, k=k,
-                         names=(a.candidate, b.candidate))
+                         names=(a.candidate, b.candidate), starts=starts)
 
     return judge
 

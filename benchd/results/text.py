@@ -162,6 +162,8 @@ class VerdictFields(Protocol):
     def method(self) -> str: ...
     @property
     def rounds_to_resolve(self) -> int | None: ...
+    @property
+    def starts(self) -> int | None: ...
 
 
 def _amount(r: float) -> tuple[str, bool]:
@@ -221,15 +223,24 @@ def _design(v: VerdictFields, r: float, medians: Sequence[float | None] | None) 
     if v.method.startswith(("exact McNemar", "Newcombe")):
         parts = [f"over {plural(v.n_a, 'shared task')}"]
     elif v.paired:
-        parts = [f"geometric mean over {plural(v.n_a, 'paired round')}"]
+        parts = [f"geometric mean over {plural(v.n_a, 'paired round')}{_starts(v)}"]
     else:
-        parts = [f"geometric means of {v.n_a:,} and {plural(v.n_b, 'value')}"]
+        parts = [f"geometric means of {v.n_a:,} and {plural(v.n_b, 'value')}{_starts(v)}"]
     if medians is not None and len(medians) == 2 and medians[0] and medians[1]:
         m = medians[1] / medians[0]
         said = "medians equal" if m == 1 else f"medians {_amount(m)[0]} {_word(v.axis, v.better, m >= 1)}"
         if said != f"medians {_amount(r)[0]} {_word(v.axis, v.better, r >= 1)}":  # only where they tell another story
             parts.append(said)
     return parts
+
+
+def _starts(v: VerdictFields) -> str:
+    """` on 8 server starts a side`, ` on one server start a side` (every round shares its luck), or
+    nothing when the rows do not say which start they came from."""
+    n = v.starts
+    if n is None:
+        return ""
+    return " on one server start a side" if n == 1 else f" on {n:,} server starts a side"
 
 
 def comparison_sentence(v: VerdictFields, a: str, b: str, *, medians: Sequence[float | None] | None = None,

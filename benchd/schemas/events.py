@@ -148,6 +148,8 @@ class ServerReady(Payload):
     fit: str | UnsetType | None = UNSET
     layer_split: str | UnsetType | None = UNSET
     split_note: str | UnsetType = UNSET
+    #: The candidate's server start number in the job (1 = its first; rows carry it as `start`).
+    start: int | UnsetType = UNSET
 
 
 class ServerStopped(Payload):

@@ -182,6 +182,10 @@ class Row(Struct, kw_only=True, frozen=True, omit_defaults=False):
     #: the sequential order, with the reason. The comparison pairs the probes (or block medians) of a round.
     round: int | None = None
     visit: int | None = None
+    #: The candidate's server start the row was measured on, numbered in the job (1 = its first start;
+    #: the `start` of its `server_ready` event). Interleaved with `starts = "round"` and blocked, every
+    #: round of a context has a start of its own; with `starts = "once"` the rounds share one.
+    start: int | None = None
 
 
 class EvalResult(Struct, kw_only=True, frozen=True):

@@ -247,6 +247,11 @@ class Deferred(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
 #: How the probes visit the candidates (benchd.engine.plan): in rounds with every candidate's server
 #: resident, in balanced blocks of server starts, or one candidate after the other.
 Order = Literal["interleaved", "blocked", "sequential"]
+#: How often the interleaved order starts each candidate's server (docs/measuring.md#server-starts):
+#: "round" a fresh start for every visit (stopped after it, so each round pairs independent starts and
+#: only one server is resident at a time); "once" one start per candidate and server group, resident for
+#: all its rounds (faster; every round then shares that start's luck).
+Starts = Literal["round", "once"]
 
 EvalTier = Literal["none", "smoke", "standard"]
 #: Public eval suites read from the packages that publish them (benchd.engine.suites): `code` is HumanEval
@@ -340,6 +345,10 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     order: Order | None = None
     #: Order blocked: server starts (blocks) per candidate and context; None = 3.
     rounds: Annotated[int, Meta(ge=1, le=100)] | None = None
+    #: Order interleaved: a fresh server start per candidate every round ("round"), or one start kept
+    #: resident for all rounds ("once"). None = "round" with several candidates (their comparison then
+    #: rests on as many starts as rounds), "once" with one. Blocked starts once per block; sequential once.
+    starts: Starts | None = None
     #: KL divergence against a reference candidate, a tail step after the probes (off unless `reference`).
     kld: Kld = Kld()
     #: Drop a dominated candidate at each look of the stop rule (docs/measuring.md#racing). None = on
@@ -381,6 +390,13 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
             p = Probes()
         assert isinstance(p, Probes)
         return ProbePlan(True, p.min, p.max, p.target_ci_pct, p.metric, p.throttle_pct)
+
+    def starts_mode(self) -> str:
+        """How often interleaved rounds start each server: explicit, else "round" with several candidates
+        (a pair's verdict then rests on as many starts a side as rounds), "once" with one (no pair)."""
+        if self.starts is not None:
+            return self.starts
+        return "round" if len(self.candidates) > 1 else "once"
 
     def racing_on(self) -> bool:
         """Whether dominated candidates leave the race: explicit, else with more than

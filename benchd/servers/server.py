@@ -95,6 +95,9 @@ class Server:
     layer_split: str | None = None
     split_note: str = ""
     exit: ExitInfo | None = None
+    #: The candidate's server start number in its job (1 = its first), set by the engine's pool: rows
+    #: carry it, so the comparison can count the starts its rounds rest on.
+    start_no: int | None = None
     #: A server benchd does not start (`runtime = "openai"`): what was detected at its URL. `stop()` only
     #: lets go of it; `pid` is its `pid` (or NO_PID: memory then unsampled), `argv` and `command` are empty.
     external: ExternalServer | None = None

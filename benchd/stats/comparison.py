@@ -83,6 +83,9 @@ class AxisVerdict(Struct, kw_only=True, frozen=True):
     diff: float | None = None
     diff_low: float | None = None
     diff_high: float | None = None
+    #: The server starts the values rest on: distinct starts on the side with fewer (None: not known, rows
+    #: without a start). Paired rounds on one start a side share that start's luck (docs/measuring.md#server-starts).
+    starts: int | None = None
 
 
 def _pct(r: float) -> str:
@@ -186,7 +189,8 @@ def _rounds_needed(half_width: Any, target: float) -> int | None:
 
 
 def compare_axis(a: Sequence[float], b: Sequence[float], *, axis: str, better: Direction,
-                 margin_pct: float = DEFAULT_MARGIN_PCT, alpha: float = ALPHA, paired: bool = False) -> AxisVerdict:
+                 margin_pct: float = DEFAULT_MARGIN_PCT, alpha: float = ALPHA, paired: bool = False,
+                 starts: int | None = None) -> AxisVerdict:
     """B against A on one axis (see the module docstring). a, b: positive values; paired=True needs
     equal lengths with a[i] and b[i] from the same round."""
     if better not in ("higher", "lower"):
@@ -196,7 +200,7 @@ def compare_axis(a: Sequence[float], b: Sequence[float], *, axis: str, better: D
     a, b, dropped = positive(a, b, paired)
     n_a, n_b = len(a), len(b)
     kw: dict[str, Any] = dict(alpha=alpha, margin_pct=margin_pct, n_a=n_a, n_b=n_b, paired=paired,
-                              dropped=dropped, lever=lever(axis),
+                              dropped=dropped, lever=lever(axis), starts=starts,
                               dropped_reason="a value ≤ 0 has no ratio: left out as a null" if dropped else None)
     design = "paired log ratios" if paired else "Welch on log values"
     if not a or not b:
@@ -507,12 +511,13 @@ def _standing(name: str, sa: Sample, sb: Sample, *, margin: float, alpha: float,
 def dominance(a: Mapping[str, Sample], b: Mapping[str, Sample], *, axes: Iterable[str] | None = None,
               alpha: float = ALPHA, margin_pct: float | Mapping[str, float] | None = None,
               paired: bool | Mapping[str, bool] = False, names: tuple[str, str] = ("A", "B"),
-              k: int | None = None) -> PairDominance:
+              k: int | None = None, starts: Mapping[str, int | None] | None = None) -> PairDominance:
     """The Pareto question for one pair (see `PairDominance`). `a`, `b`: axis -> values (per-task outcomes
     for outcome axes); `axes` defaults to the table's Pareto axes; margins from the axis table unless
     given (a number applies to the per-value axes; a mapping overrides per axis); `k`: the axes α is split
     over when more will take part than are given here (the stop rule knows the view's count). An axis
-    missing on a side, or with one value on a side of a per-value axis, is skipped (named, not in k)."""
+    missing on a side, or with one value on a side of a per-value axis, is skipped (named, not in k).
+    `starts`: axis -> the server starts its values rest on (`Samples.starts`), said in its verdict."""
     names_ = list(axes) if axes is not None else [x.name for x in pareto_axes()]
     skipped: dict[str, str] = {}
     todo: list[str] = []
@@ -538,7 +543,7 @@ def dominance(a: Mapping[str, Sample], b: Mapping[str, Sample], *, axes: Iterabl
             pair = pair and len(sa) == len(sb)
             verdicts[name] = compare_axis(list(sa), list(sb), axis=name,  # type: ignore[arg-type]
                                           better=spec.better if spec else "higher", margin_pct=margin,
-                                          alpha=alpha_axis, paired=pair)
+                                          alpha=alpha_axis, paired=pair, starts=(starts or {}).get(name))
         nc = _not_compared(name, sa, sb, margin, alpha)
         if nc is not None:
             not_compared[name] = nc
@@ -610,6 +615,9 @@ class Samples(NamedTuple):
     b: list[float]
     paired: bool
     design: str
+    #: Distinct server starts (rows' `start`) behind the values, on the side with fewer; None when a row
+    #: carries none (a store written before rows recorded their start, or a row outside the engine).
+    starts: int | None = None
 
 
 def _value(row: Any, metric: str) -> float | None:
@@ -635,8 +643,18 @@ def paired_samples(rows_a: Sequence[Any], rows_b: Sequence[Any], metric: str, *,
                 out.setdefault(int(rnd), []).append(v)
         return out
 
+    def starts(rows: Sequence[Any], rounds: set[int] | None = None) -> int | None:
+        used = [r for r in rows if _value(r, metric) is not None
+                and (rounds is None or getattr(r, "round", None) in rounds)]
+        got = {getattr(r, "start", None) for r in used}
+        return None if None in got or not got else len(got)
+
+    def fewer(x: int | None, y: int | None) -> int | None:
+        return None if x is None or y is None else min(x, y)
+
     raw_a = [v for r in rows_a if (v := _value(r, metric)) is not None]
     raw_b = [v for r in rows_b if (v := _value(r, metric)) is not None]
+    raw_starts = fewer(starts(rows_a), starts(rows_b))
     if order in ("interleaved", "blocked"):
         ga, gb = by_round(rows_a), by_round(rows_b)
         if ga is not None and gb is not None:
@@ -644,11 +662,11 @@ def paired_samples(rows_a: Sequence[Any], rows_b: Sequence[Any], metric: str, *,
             if len(shared) >= 2:
                 what = "block medians paired by round" if order == "blocked" else "probes paired by round"
                 return Samples([statistics.median(ga[r]) for r in shared], [statistics.median(gb[r]) for r in shared],
-                               True, what)
-        return Samples(raw_a, raw_b, False, f"unpaired ({order} rows without two shared rounds)")
+                               True, what, fewer(starts(rows_a, set(shared)), starts(rows_b, set(shared))))
+        return Samples(raw_a, raw_b, False, f"unpaired ({order} rows without two shared rounds)", raw_starts)
     if order == "sequential":
-        return Samples(raw_a, raw_b, False, "unpaired, sequential order: not drift-protected")
-    return Samples(raw_a, raw_b, False, "unpaired")
+        return Samples(raw_a, raw_b, False, "unpaired, sequential order: not drift-protected", raw_starts)
+    return Samples(raw_a, raw_b, False, "unpaired", raw_starts)
 
 
 def compare_rows(rows_a: Sequence[Any], rows_b: Sequence[Any], metric: str, *, order: str | None = None,
@@ -656,4 +674,5 @@ def compare_rows(rows_a: Sequence[Any], rows_b: Sequence[Any], metric: str, *, o
     """`compare_axis` on two sets of rows, paired by round where the order allows (`paired_samples`)."""
     s = paired_samples(rows_a, rows_b, metric, order=order)
     better = AXES[metric].better if metric in AXES else "higher"
-    return compare_axis(s.a, s.b, axis=metric, better=better, margin_pct=margin_pct, alpha=alpha, paired=s.paired)
+    return compare_axis(s.a, s.b, axis=metric, better=better, margin_pct=margin_pct, alpha=alpha, paired=s.paired,
+                        starts=s.starts)

@@ -104,10 +104,12 @@ def pair_dominance(rows_a: Sequence[Row], rows_b: Sequence[Row], *, order: str, 
     sa: dict[str, Any] = {}
     sb: dict[str, Any] = {}
     paired: dict[str, bool] = {}
+    starts: dict[str, int | None] = {}
     for axis in names:
         s = paired_samples(rows_a, rows_b, axis, order=order)
-        sa[axis], sb[axis], paired[axis] = s.a, s.b, s.paired
-    return dominance(sa, sb, axes=names, alpha=alpha, margin_pct=dict(margins or {}), paired=paired, k=k)
+        sa[axis], sb[axis], paired[axis], starts[axis] = s.a, s.b, s.paired, s.starts
+    return dominance(sa, sb, axes=names, alpha=alpha, margin_pct=dict(margins or {}), paired=paired, k=k,
+                     starts=starts)
 
 
 def stop_verdict(rows_a: Sequence[Row], rows_b: Sequence[Row], *, metric: str, better: Direction, order: str,
@@ -124,7 +126,7 @@ def stop_verdict(rows_a: Sequence[Row], rows_b: Sequence[Row], *, metric: str, b
         return d.verdicts[metric]
     s = paired_samples(rows_a, rows_b, metric, order=order)
     return compare_axis(s.a, s.b, axis=metric, better=better, margin_pct=m.get(metric, 2.0), alpha=d.alpha_axis,
-                        paired=s.paired)
+                        paired=s.paired, starts=s.starts)
 
 
 def stop_reason(per_candidate: Mapping[str, Sequence[Row]], rnd: int, *, min_rounds: int, max_rounds: int,

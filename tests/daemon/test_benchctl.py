@@ -124,6 +124,29 @@ def test_plan_counts_cells_and_states_its_assumptions(tmp_path: Path) -> None:
     assert p["estimate_s"]["low"] <= p["estimate_s"]["high"]
 
 
+def test_plan_counts_a_server_start_per_round(tmp_path: Path) -> None:
+    """Two candidates at the default `starts` (a fresh start per round): 3-12 rounds make 3-12 starts per
+    candidate and context, each with its warm-up request; `starts = "once"` makes one."""
+    import msgspec
+
+    from benchd.schemas import Candidate
+
+    f = tmp_path / "s.toml"
+    f.write_text(SWEEP)
+    sweep = load_sweep(f)
+    two = msgspec.structs.replace(sweep, candidates=[sweep.candidates[0],
+                                                     Candidate(id="b", runtime="llama-server", model=sweep.candidates[0].model)],
+                                  sustained=msgspec.structs.replace(sweep.sustained, tokens=0), sentinel=False)
+    p = plan(two, gen_tps=10.0, prompt_tps=100.0, startup_s=5.0)
+    assert (p["assumptions"]["servers_started"], p["assumptions"]["servers_started_max"]) == (2 * 3, 2 * 12)
+    assert p["assumptions"]["starts"] == "round"
+    once = plan(msgspec.structs.replace(two, starts="once"), gen_tps=10.0, prompt_tps=100.0, startup_s=5.0)
+    assert (once["assumptions"]["servers_started"], once["assumptions"]["servers_started_max"]) == (2, 2)
+    # the extra starts and their warm-up requests are in the estimate
+    assert p["estimate_s"]["low"] - once["estimate_s"]["low"] >= (6 - 2) * 5.0
+    assert p["requests"] - once["requests"] == 2 * (3 - 1) * two.warmup
+
+
 def test_plan_counts_the_kld_step(tmp_path: Path) -> None:
     """The [kld] step joins the estimate: per context the reference's logits run and one run per candidate
     (the reference scored against itself too), each its whole chunks at the assumed prompt rate plus a

@@ -9,6 +9,7 @@ stage does with them."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,10 @@ def _cands(tmp: Path, ids: list[str]) -> list[Candidate]:
 
 
 def _sweep(tmp: Path, ids: list[str], **kw: Any) -> Sweep:
+    """A sweep of fake candidates; `starts = "once"` (resident servers) unless the test says otherwise: the
+    scenarios recorded before per-round starts were the default are about the resident-server design."""
     base: dict[str, Any] = dict(name="fast", contexts=[128, 256], gen_tokens=8, probes=3, warmup=1, eval_tier="none",
+                                starts="once",
                                 sustained=Sustained(tokens=16, window=8),
                                 cooldown=Cooldown(policy="fixed", seconds=0.0, max_seconds=0.0),
                                 candidates=_cands(tmp, ids))
@@ -120,6 +124,66 @@ async def test_interleaved_visits_every_candidate_once_per_round_in_a_seeded_ord
         assert [r.candidate for r in sorted(rows, key=lambda r: r.visit or 0)] == [c for c in e.payload["order"]
                                                                                   if c != "gone"]
     assert len({tuple(e.payload["order"]) for e in rounds}) > 1  # a fresh shuffle per round
+
+
+def _starts_by_round(store: Store, job: str) -> dict[tuple[int, int], list[str]]:
+    """(context, round) -> the candidates whose `server_ready` came after that round's `round_started`
+    and before the next one (the starts the round itself made)."""
+    out: dict[tuple[int, int], list[str]] = {}
+    key: tuple[int, int] | None = None
+    for e in _events(store, job, "round_started", "server_ready", "context_finished"):
+        if e.type == "round_started":
+            key = (e.payload["context"], e.payload["round"])
+            out.setdefault(key, [])
+        elif e.type == "context_finished":
+            key = None
+        elif key is not None:
+            out[key].append(e.payload["candidate"])
+    return out
+
+
+async def test_starts_round_starts_every_candidate_once_per_round_and_rows_carry_their_start(tmp_path: Path) -> None:
+    config, store = _store(tmp_path)
+    sweep = _sweep(tmp_path, ["a", "b"], starts="round", probes=4)
+    job = _job(store, sweep)
+    await _run(store, job, sweep, Script(rate={"a": 100.0, "b": 50.0}), config)
+    by_round = _starts_by_round(store, job)
+    assert sorted(by_round) == [(c, r) for c in (128, 256) for r in range(4)]
+    for order in by_round.values():
+        assert sorted(order) == ["a", "b"]  # one fresh start per candidate in every round
+    # no server is resident during another's visit: every start is stopped before the next one
+    seq = [(e.type, e.payload["candidate"]) for e in _events(store, job, "server_ready", "server_stopped")]
+    for (t1, c1), (t2, c2) in itertools.pairwise(seq):
+        if t1 == "server_ready":
+            assert (t2, c2) == ("server_stopped", c1)
+    probes = [r for r in store.rows(job) if r.kind == "probe"]
+    for cid in "ab":
+        mine = [r for r in probes if r.candidate == cid]
+        assert len(mine) == 8 and len({r.start for r in mine}) == 8  # every row its own start
+        starts = [e.payload["start"] for e in _events(store, job, "server_ready") if e.payload["candidate"] == cid]
+        assert starts == list(range(1, len(starts) + 1))
+    assert {e.payload["design"] for e in _events(store, job, "context_finished")} == {"interleaved"}
+
+
+async def test_starts_once_starts_every_candidate_once_and_its_rows_share_that_start(tmp_path: Path) -> None:
+    config, store = _store(tmp_path)
+    sweep = _sweep(tmp_path, ["a", "b"], starts="once", probes=4, contexts=[128])
+    job = _job(store, sweep)
+    await _run(store, job, sweep, Script(rate={"a": 100.0, "b": 50.0}), config)
+    assert all(not starts for starts in _starts_by_round(store, job).values())  # started ahead of the rounds
+    seq = _events(store, job, "server_ready", "context_finished")
+    ready = [e.payload["candidate"] for e in seq[:[e.type for e in seq].index("context_finished")]]
+    assert sorted(ready) == ["a", "b"]  # one start each for all the rounds (the sustained run has its own)
+    for cid in "ab":
+        assert {r.start for r in store.rows(job) if r.candidate == cid and r.kind == "probe"} == {1}
+
+
+def test_starts_defaults_to_a_start_per_round_when_there_is_a_pair() -> None:
+    def sweep(ids: str) -> Sweep:
+        return Sweep(name="x", contexts=[128], gen_tokens=8,
+                     candidates=[Candidate(id=c, runtime="llama-server", model="/m.gguf") for c in ids])
+    assert sweep("ab").starts is None and sweep("ab").starts_mode() == "round"
+    assert sweep("a").starts_mode() == "once"  # no pair: no verdict rests on one start's luck
 
 
 async def test_a_server_that_never_starts_fails_its_cells_once_and_the_sweep_goes_on(tmp_path: Path) -> None:

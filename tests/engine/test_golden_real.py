@@ -45,6 +45,7 @@ def _sweep(models: Any, binary: Path, order: str | None, missing: bool) -> Sweep
                                binary=str(binary), startup_timeout_s=30))
     return Sweep(name=f"golden-{order}", contexts=[128, 256], gen_tokens=8, probes=2, warmup=1, eval_tier="none",
                  order=order, sustained=Sustained(tokens=16, window=8),  # type: ignore[arg-type]
+                 starts="once",  # the skeleton recorded with resident servers (per-round starts: test_verdicts_real)
                  cooldown=Cooldown(policy="fixed", seconds=0.0, max_seconds=0.0), candidates=cands)
 
 

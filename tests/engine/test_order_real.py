@@ -33,6 +33,7 @@ def _sweep(model: str, **kw: Any) -> Sweep:  # (candidates= replaces the two twi
     base: dict[str, Any] = dict(
         name="order", contexts=[64], gen_tokens=16, warmup=1, eval_tier="none", sustained=Sustained(tokens=32, window=8),
         cooldown=Cooldown(policy="fixed", seconds=0, max_seconds=0), sentinel=False,
+        starts="once",  # the resident design and its memory-budget fallback (a start per round: test_verdicts_real)
         candidates=[Candidate(id=c, runtime="llama-server", model=model, args=["-t", "1"]) for c in ("a", "b")])
     base.update(kw)
     return Sweep(**base)

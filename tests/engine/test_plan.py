@@ -55,8 +55,23 @@ def test_the_plan_is_a_range_with_its_stop_rule() -> None:
     single = plan.round_plan(_sweep(1, probes="auto"), "interleaved")
     assert "CI of the median" in single.text()
     assert plan.round_plan(_sweep(probes=4), "interleaved").text().startswith("4 rounds")
-    assert "blocked instead if the servers do not fit" in plan.design_text(auto)
+    assert "blocked instead if the servers do not fit" in plan.design_text(_sweep(probes=Probes(min=6, max=20),
+                                                                                  starts="once"))
     assert "not drift-protected" in plan.design_text(_sweep(order="sequential"))
+
+
+def test_the_plan_counts_a_server_start_per_round_by_default_with_a_pair() -> None:
+    auto = _sweep(probes=Probes(min=6, max=20))
+    assert plan.starts_per_context(auto, "interleaved") == (6, 20)
+    text = plan.design_text(auto)
+    assert "a fresh server start per candidate every round (6-20 starts per candidate and context)" in text
+    assert "do not fit" not in text  # one server at a time: no fallback to blocked
+    assert plan.starts_per_context(_sweep(probes=Probes(min=6, max=20), starts="once"), "interleaved") == (1, 1)
+    assert plan.starts_per_context(_sweep(1, probes=4), "interleaved") == (1, 1)  # one candidate: "once"
+    assert plan.starts_per_context(_sweep(order="blocked", rounds=4, probes=8), "blocked") == (4, 4)
+    assert any("rests on one start a side" in n for n in plan.plan_problems(_sweep(starts="once")))
+    assert any("used by order \"interleaved\" only" in n for n in plan.plan_problems(_sweep(order="blocked",
+                                                                                             starts="round")))
 
 
 def test_validate_notes() -> None:

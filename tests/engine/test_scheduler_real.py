@@ -28,7 +28,7 @@ def _sweep(models: Any, candidates: list[Candidate], **kw: Any) -> Sweep:
     base: dict[str, Any] = dict(
         name="engine-test", contexts=CONTEXTS, gen_tokens=32, probes=2, warmup=1, eval_tier="none",
         sustained=Sustained(tokens=96, window=32), cooldown=Cooldown(policy="fixed", seconds=0, max_seconds=0),
-        candidates=candidates,
+        candidates=candidates, starts="once",  # resident servers: these tests are not about starts (CI time)
     )
     base.update(kw)
     return Sweep(**base)

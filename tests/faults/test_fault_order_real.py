@@ -28,6 +28,8 @@ def _doc(model: Any, binary: Any, tag: str, order: str) -> dict[str, Any]:
     doc = sweep_doc(model, contexts=[64], gen_tokens=200, probes=PROBES, binary=binary, tag=tag,
                     name=f"order-{order}", candidates=cands, probe_timeout_s=120)
     doc.update(order=order, rounds=2)
+    if order == "interleaved":
+        doc.update(starts="once")  # the resident design's resume (a start per round: test_verdicts_real)
     return doc
 
 

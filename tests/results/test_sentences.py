@@ -47,3 +47,23 @@ def test_tied_and_pass_rates_and_dominance_read_as_sentences() -> None:
                   {"gen_tps": [100.0, 101.0, 102.0], "mem_peak_bytes": [2.0, 2.0, 2.0]}, axes=["gen_tps", "mem_peak_bytes"])
     assert dominance_sentence(d, "small", "large") == (
         "small dominates large: better on generation speed and peak memory (α = 0.05 over 2 axes, 0.025 each)")
+
+
+def test_the_sentence_says_how_many_server_starts_it_rests_on() -> None:
+    """Rows that name their server start (`Row.start`) carry the count into the verdict: a fresh start per
+    round says as many starts as rounds; one resident start a side says so (its rounds share its luck)."""
+    from benchd.schemas import Row
+    from benchd.stats.comparison import compare_rows
+
+    def rows(cand: str, values: list[float], starts: list[int | None]) -> list[Row]:
+        return [Row(job="j", candidate=cand, runtime="llama-server", context=128, kind="probe", probe=i, status="ok",
+                    gen_tps=v, round=i, visit=0, start=s) for i, (v, s) in enumerate(zip(values, starts, strict=True))]
+
+    a, b = [100.0, 101.0, 99.0, 100.5], [60.0, 61.0, 59.0, 60.5]
+    fresh = compare_rows(rows("a", a, [1, 2, 3, 4]), rows("b", b, [1, 2, 3, 4]), "gen_tps", order="interleaved")
+    assert fresh.starts == 4
+    assert "geometric mean over 4 paired rounds on 4 server starts a side, " in comparison_sentence(fresh, "a", "b")
+    once = compare_rows(rows("a", a, [1] * 4), rows("b", b, [1] * 4), "gen_tps", order="interleaved")
+    assert once.starts == 1 and "over 4 paired rounds on one server start a side" in comparison_sentence(once, "a", "b")
+    unknown = compare_rows(rows("a", a, [None] * 4), rows("b", b, [1, 2, 3, 4]), "gen_tps", order="interleaved")
+    assert unknown.starts is None and "server start" not in comparison_sentence(unknown, "a", "b")
