@@ -1,8 +1,9 @@
 """`atomic_write`: a file is either its old content or its new content, never half of one.
 
 Every file benchd rewrites in place (runbooks, the lock, `recheck.json`, server records, the hash
-cache, the runtime marker) goes through it: written beside the target under a hidden name unique to
-this process and thread, flushed to disk (`F_FULLFSYNC` on macOS, where `fsync` only reaches the
+cache, the runtime marker, pages, plots, the Vega bundle, the service unit, downloads, installed
+binaries; a file a tool wrote, through `atomic_replace`) goes through it: written beside the target
+under a hidden name unique to this process and thread, flushed to disk (`F_FULLFSYNC` on macOS, where `fsync` only reaches the
 drive's cache), renamed over the target (a rename within a directory is atomic), then the directory
 itself is synced so the rename survives a power loss. On any error the temporary file is removed (a
 full disk leaves no `.tmp` behind) and the error is raised.
@@ -14,7 +15,7 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 
@@ -46,19 +47,45 @@ def _sync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes | str | Iterable[bytes]) -> None:
-    """`data` may come in pieces (an iterable of bytes): a large file is then never whole in memory."""
+def atomic_write(path: Path, data: bytes | str | Iterable[bytes], *, mode: int | None = None) -> None:
+    """`data` may come in pieces (an iterable of bytes: a download, a copied file): a large file is then never
+    whole in memory, and a piece that raises (a hash found wrong at the end) leaves the old file. `mode`: the
+    file's exact permission bits (else what the umask gives a new file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}-{threading.get_ident()}")
     try:
         with tmp.open("wb") as f:
             for chunk in (data,) if isinstance(data, (bytes, str)) else data:
                 f.write(chunk.encode() if isinstance(chunk, str) else chunk)
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
             f.flush()
-            _sync(f.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    atomic_replace(tmp, path)
+
+
+def atomic_replace(tmp: Path, path: Path) -> None:
+    """The second half of `atomic_write`, for a file another program wrote at `tmp` (beside `path`, e.g.
+    llama-perplexity's logits): synced, renamed over `path`, the directory synced; `tmp` removed on error."""
+    try:
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            _sync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
     _sync_dir(path.parent)
+
+
+def file_chunks(path: Path, size: int = 1 << 20) -> Iterator[bytes]:
+    """`path`'s bytes in pieces, for `atomic_write` to copy a large file without holding it whole."""
+    with path.open("rb") as f:
+        while chunk := f.read(size):
+            yield chunk

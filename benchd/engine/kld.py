@@ -31,6 +31,7 @@ from typing import Any, cast
 
 import msgspec
 
+from benchd.atomic import atomic_replace
 from benchd.errors import BenchdError
 from benchd.schemas import Candidate, KldCorpus, KldResult, Sweep
 from benchd.sensors.facts import hash_file, hash_model
@@ -581,7 +582,7 @@ class KldRunner:
             await asyncio.to_thread(tmp.unlink, True)
             what = "timed out" if run.status is None else f"exit {run.status}"
             return None, f"the reference logits run failed ({what}): {_tail(run.output, 600)}", None
-        await asyncio.to_thread(os.replace, tmp, path)
+        await asyncio.to_thread(atomic_replace, tmp, path)
         return path, "made", round(run.seconds, 3)
 
     def deadline(self, ctx: int) -> float:

@@ -14,11 +14,11 @@ from __future__ import annotations
 import functools
 import html
 import json
-import os
 from importlib import metadata, resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchd.atomic import atomic_write
 from benchd.results import pagecharts, records
 from benchd.results.decision import CANDIDATE_HEADER, candidate_rows, decisions, deferred_rows
 from benchd.results.records import axis_label
@@ -73,10 +73,7 @@ def vega_runtime(cache_dir: Path | None = None) -> Runtime:
 
         script = vl_convert.javascript_bundle()  # type: ignore[call-arg]  # (the stub omits the default)
         if cached is not None:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cached.with_name(f".{cached.name}.{os.getpid()}")
-            tmp.write_text(script)
-            tmp.replace(cached)
+            atomic_write(cached, script)
     if "</script" in script.lower():  # would end the inline <script> early
         return Runtime(None, f"vl-convert-python {version}'s bundle cannot be inlined (it contains '</script')")
     return Runtime(script, f"Vega-Lite via vl-convert-python {version}, inlined")
@@ -414,10 +411,7 @@ def write_page(rb: Runbook, out_dir: Path, cache_dir: Path | None = None) -> Pat
 
 
 def _write(path: Path, data: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    atomic_write(path, data)
     return path
 
 

@@ -11,9 +11,11 @@ from a worker thread and has no display.
 from __future__ import annotations
 
 import importlib.util
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchd.atomic import atomic_write
 from benchd.errors import BenchdError
 
 if TYPE_CHECKING:
@@ -54,9 +56,9 @@ def write_charts(rb: Runbook, out_dir: Path) -> list[Path]:
     paths = []
     for ext in ("png", "svg"):
         final = out_dir / f"{rb.id}.pareto.{ext}"
-        tmp = out_dir / f".{rb.id}.pareto.tmp.{ext}"
-        fig.savefig(tmp, format=ext, dpi=110)
-        tmp.replace(final)
+        buf = io.BytesIO()
+        fig.savefig(buf, format=ext, dpi=110)
+        atomic_write(final, buf.getvalue())
         paths.append(final)
     return paths
 

@@ -23,7 +23,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from benchd.atomic import atomic_write
+from benchd.atomic import atomic_write, file_chunks
 from benchd.errors import BenchdError
 from benchd.servers.lifeline import die_with_daemon
 
@@ -234,21 +234,21 @@ def download_sdist(dest: Path, index: str | None = None) -> None:
         raise BenchdError("hash_mismatch", f"{page} lists {name} with sha256 {listed}, not the pinned "
                           f"{LLAMA_SDIST_SHA256}: nothing was downloaded")
     url = urllib.parse.urljoin(page, entry["url"])
-    part = dest.with_name(dest.name + ".part")
-    h = hashlib.sha256()
-    try:
-        with urllib.request.urlopen(url, timeout=60) as resp, part.open("wb") as out:
+
+    def checked() -> Iterator[bytes]:  # the download, streamed; a wrong hash at its end keeps nothing
+        h = hashlib.sha256()
+        with urllib.request.urlopen(url, timeout=60) as resp:
             while chunk := resp.read(1 << 20):
                 h.update(chunk)
-                out.write(chunk)
+                yield chunk
+        if h.hexdigest() != LLAMA_SDIST_SHA256:
+            raise BenchdError("hash_mismatch", f"{url} served sha256 {h.hexdigest()}, not the pinned "
+                              f"{LLAMA_SDIST_SHA256} of {name}: nothing was kept or built")
+
+    try:
+        atomic_write(dest, checked())
     except OSError as e:
-        part.unlink(missing_ok=True)
         raise BenchdError("install_failed", f"downloading {url} failed ({e}): run `make setup` again") from None
-    if h.hexdigest() != LLAMA_SDIST_SHA256:
-        part.unlink(missing_ok=True)
-        raise BenchdError("hash_mismatch", f"{url} served sha256 {h.hexdigest()}, not the pinned "
-                          f"{LLAMA_SDIST_SHA256} of {name}: nothing was kept or built")
-    os.replace(part, dest)
 
 
 def _llama_source(root: Path, log: Log) -> Path:
@@ -320,9 +320,7 @@ def install_llama(cache_dir: Path, log: Log) -> Path:
             built = build / "bin" / target
             if not _executable(built):
                 raise BenchdError("install_failed", f"the build produced no {built}: see {root / 'build.log'}")
-            tmp = bin_dir / f".{target}.tmp"
-            shutil.copy2(built, tmp)
-            os.replace(tmp, bin_dir / target)
+            atomic_write(bin_dir / target, file_chunks(built), mode=built.stat().st_mode & 0o7777)
         _write_marker(root, {
             "runtime": "llama-server",
             "version": LLAMA_CPP_PYTHON_VERSION,

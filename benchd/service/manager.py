@@ -19,6 +19,7 @@ from string import Template
 from typing import Literal
 from xml.sax.saxutils import escape as xml_escape
 
+from benchd.atomic import atomic_write
 from benchd.service import launchd as service_darwin
 
 Manager = Literal["launchd", "systemd"]
@@ -28,6 +29,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 LAUNCHD_TEMPLATE = REPO_ROOT / "launchd" / "dev.benchd.plist.in"
 SYSTEMD_TEMPLATE = REPO_ROOT / "systemd" / "benchd.service.in"
 THROTTLE_S = 30
+UNIT_MODE = 0o644  # the unit file: its owner writes it, the service manager reads it (whatever the umask)
 #: Environment passed into the service (besides every BENCHD_* except the state dir, given as a flag).
 PASSED_ENV = ("PATH", "HF_HUB_OFFLINE", "HF_HUB_CACHE")
 
@@ -183,10 +185,7 @@ def _write(plan_: ServicePlan) -> bool:
     plan_.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     (plan_.state_dir / "logs").mkdir(mode=0o700, exist_ok=True)
     old = plan_.path.read_text() if plan_.path.exists() else None
-    plan_.path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = plan_.path.with_suffix(plan_.path.suffix + ".tmp")
-    tmp.write_text(plan_.text)
-    tmp.replace(plan_.path)
+    atomic_write(plan_.path, plan_.text, mode=UNIT_MODE)  # launchd refuses a group/world-writable plist
     return old != plan_.text
 
 

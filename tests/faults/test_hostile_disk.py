@@ -46,6 +46,57 @@ def test_a_failed_write_leaves_no_temporary_file_and_the_old_content(tmp_path: P
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
 
 
+def test_atomic_write_sets_an_exact_mode_and_streams_a_file(tmp_path: Path) -> None:
+    """`mode` (an installed binary's 0o755, a service unit's 0o644) whatever the umask; `file_chunks` copies a
+    file in pieces (an installed binary)."""
+    src = tmp_path / "built"
+    src.write_bytes(b"\x7fELF" + bytes(range(256)) * 90)  # several 4 KiB pieces
+    old = os.umask(0o077)
+    try:
+        atomic_write(tmp_path / "bin" / "tool", atomic.file_chunks(src, size=4096), mode=0o755)
+        atomic_write(tmp_path / "unit", "[Unit]\n", mode=0o644)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "bin" / "tool").read_bytes() == src.read_bytes()
+    assert (tmp_path / "bin" / "tool").stat().st_mode & 0o7777 == 0o755
+    assert (tmp_path / "unit").stat().st_mode & 0o7777 == 0o644
+    assert sorted(p.name for p in (tmp_path / "bin").iterdir()) == ["tool"]
+
+
+def test_a_check_that_fails_at_the_end_of_a_stream_keeps_the_old_file(tmp_path: Path) -> None:
+    """A download's hash is known only after its last piece: raising then leaves the old file, no temp."""
+    target = tmp_path / "sdist.tar.gz"
+    atomic_write(target, b"old")
+
+    def download():
+        yield b"a" * 100
+        raise ValueError("sha256 mismatch")
+
+    with pytest.raises(ValueError, match="mismatch"):
+        atomic_write(target, download())
+    assert target.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["sdist.tar.gz"]
+
+
+def test_atomic_replace_syncs_and_renames_a_file_a_tool_wrote(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[str] = []
+    real = atomic._sync
+
+    def spy(fd: int) -> None:
+        synced.append("dir" if os.path.isdir(f"/proc/self/fd/{fd}") else "file")
+        real(fd)
+
+    monkeypatch.setattr(atomic, "_sync", spy)
+    tmp = tmp_path / "logits.kld.tmp"
+    tmp.write_bytes(b"logits")  # as llama-perplexity --kl-divergence-base writes it
+    atomic.atomic_replace(tmp, tmp_path / "logits.kld")
+    assert (tmp_path / "logits.kld").read_bytes() == b"logits" and not tmp.exists()
+    assert synced == ["file", "dir"]
+    with pytest.raises(FileNotFoundError):
+        atomic.atomic_replace(tmp_path / "missing.tmp", tmp_path / "other")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logits.kld"]
+
+
 async def test_a_full_disk_during_log_rotation_keeps_the_cap_and_the_watch(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     log = tmp_path / "srv.log"
