@@ -222,8 +222,8 @@ def test_kill9_then_restart_resumes_without_loss(run_daemon, tiny_models, llama_
     before = read_rows(d.state_dir, job)
     assert len(before) >= 2
     assert pids, "expected the job to have started a server"
-    # On Linux the lifeline kills them with the daemon (test_hostile_lifeline_real); where there is none (macOS)
-    # they outlive it and the next start reaps them. Either way none may survive the new daemon's start.
+    # The lifeline kills them with the daemon (Linux: test_hostile_lifeline_real; macOS: its watcher, untested);
+    # whatever outlives it, the next start reaps. Either way none may survive the new daemon's start.
     orphans = [p for p in pids if alive(p)]
     d2 = run_daemon()  # same state dir
     c2 = d2.client()
