@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 from collections.abc import Iterator
@@ -226,32 +227,35 @@ def _sweep_json(d: Any, f: Path) -> dict[str, Any]:
 def test_process_name_resolves_once_at_submit(run_daemon: Any, server_factory: Any, tiny_models: Any,
                                               llama_server_bin: Path, tmp_path: Path) -> None:
     """`process` names a process (its comm: the name it was started under, here a symlink's); one match
-    becomes the job's `pid`, two are refused naming the field."""
+    becomes the job's `pid`, two are refused naming the field. The names carry a token of this run, since
+    the lookup spans the whole machine (another test run's copy would make two)."""
+    tag = secrets.token_hex(3)
+    one, two_name, none = f"bdx1-{tag}", f"bdx2-{tag}", f"bdx0-{tag}"
     d = run_daemon()
-    (tmp_path / "bdx-one").symlink_to(llama_server_bin)
+    (tmp_path / one).symlink_to(llama_server_bin)
     port = _free_port()
-    argv = [str(tmp_path / "bdx-one"), "-m", str(tiny_models.target), "--host", "127.0.0.1", "--port", str(port),
+    argv = [str(tmp_path / one), "-m", str(tiny_models.target), "--host", "127.0.0.1", "--port", str(port),
             "-c", "512", "-np", "1"]
-    with server_factory.run("bdx-one", argv, f"http://127.0.0.1:{port}", None, 60.0) as url:
+    with server_factory.run(one, argv, f"http://127.0.0.1:{port}", None, 60.0) as url:
         f = tmp_path / "one.toml"
         f.write_text(f'name = "proc"\ncontexts = [32]\ngen_tokens = 4\nprobes = 1\nwarmup = 0\n{COOL}'
                      f'[[candidates]]\nid = "ext"\nruntime = "openai"\nurl = "{url}"\nrequest_model = "tiny"\n'
-                     'process = "bdx-one"\n')
+                     f'process = "{one}"\n')
         out = d.benchctl("submit", str(f), "--follow", "--json", timeout=300)
         assert out.returncode == 0, [r["error"] for r in _rows(d, out.stdout.splitlines()[0])]
         job = d.client().job(out.stdout.splitlines()[0])
         (cand,) = job["sweep"]["candidates"]
-        assert cand["process"] == "bdx-one" and cand["pid"] == _pid_on(port)
+        assert cand["process"] == one and cand["pid"] == _pid_on(port)
     two = []
     for sub in ("a", "b"):
         (tmp_path / sub).mkdir()
-        (tmp_path / sub / "bdx-two").symlink_to(llama_server_bin)
+        (tmp_path / sub / two_name).symlink_to(llama_server_bin)
         p = _free_port()
-        argv = [str(tmp_path / sub / "bdx-two"), "-m", str(tiny_models.target), "--host", "127.0.0.1", "--port", str(p),
+        argv = [str(tmp_path / sub / two_name), "-m", str(tiny_models.target), "--host", "127.0.0.1", "--port", str(p),
                 "-c", "256", "-np", "1"]
-        two.append(server_factory.run("bdx-two", argv, f"http://127.0.0.1:{p}", None, 60.0))
+        two.append(server_factory.run(two_name, argv, f"http://127.0.0.1:{p}", None, 60.0))
     with two[0] as url, two[1]:
-        for name, words in (("bdx-two", "2 processes are named 'bdx-two'"), ("no-such-bdx", "no process is named")):
+        for name, words in ((two_name, f"2 processes are named '{two_name}'"), (none, "no process is named")):
             f = tmp_path / f"{name}.toml"
             f.write_text(f'name = "proc"\ncontexts = [32]\ngen_tokens = 4\n[[candidates]]\nid = "ext"\n'
                          f'runtime = "openai"\nurl = "{url}"\nrequest_model = "tiny"\nprocess = "{name}"\n')
