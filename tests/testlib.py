@@ -360,7 +360,8 @@ def assert_golden(path: Path, name: str, got: Any, indent: int = 0) -> None:
 
 
 def printed_comparison(text: str, label: str, a: list[float], b: list[float], axis: str, names: tuple[str, str],
-                       *, paired: bool = True, family_alpha: float | None = None) -> tuple[str, list[str]]:
+                       *, paired: bool = True, family_alpha: float | None = None,
+                       starts: int | None = None) -> tuple[str, list[str]]:
     """The line of a Pareto text that compares `names` on `axis` (found by the axis's `label`, e.g. "peak
     memory"), and the sentences the one formatter writes for the comparison recomputed from the samples
     `a`, `b` at the α printed on that line (either orientation, either subject), each without its medians'
@@ -370,7 +371,8 @@ def printed_comparison(text: str, label: str, a: list[float], b: list[float], ax
     The line prints α to 3 significant digits; recomputing at that rounded value can move a bound or the
     rounds-to-resolve advice across a rounding edge. With `family_alpha` (the view's `ContextPareto.alpha`)
     the exact α is recovered as the family α split over the pair's axes (the divisor whose 3-digit print
-    is the printed one)."""
+    is the printed one). `starts`: the server starts the samples rest on (`Samples.starts`), said in the
+    sentence."""
     import re
 
     from benchd.results.text import comparison_sentence
@@ -389,6 +391,7 @@ def printed_comparison(text: str, label: str, a: list[float], b: list[float], ax
         return re.sub(r"; medians [^;)]*", "", t)
 
     sentences = [bare(comparison_sentence(compare_axis(x, y, axis=axis, better=spec.better, margin_pct=spec.margin_pct,
-                                                       alpha=alpha, paired=paired), *names, subject=subject))
+                                                       alpha=alpha, paired=paired, starts=starts),
+                                          *names, subject=subject))
                  for x, y in ((a, b), (b, a)) for subject in ("a", "b")]
     return bare(line), sentences

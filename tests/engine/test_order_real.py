@@ -236,7 +236,7 @@ def test_measured_footprints_over_the_budget_fall_back_to_blocked(tiny_models: A
     s = paired_samples(ok["a"], ok["b"], "mem_peak_bytes", order="blocked")
     assert s.paired and s.design == "block medians paired by round" and len(s.a) == 3
     line, printed = printed_comparison(render_pareto_text(rb), "peak memory", s.a, s.b, "mem_peak_bytes", ("a", "b"),
-                                       family_alpha=rb.pareto[0].alpha)
+                                       family_alpha=rb.pareto[0].alpha, starts=s.starts)
     assert line in printed, (line, printed)
 
 

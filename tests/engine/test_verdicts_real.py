@@ -318,13 +318,14 @@ def test_twins_under_a_cpu_hog_are_measured_in_rounds_and_judged_on_their_pairs(
     sa: dict[str, Any] = {}
     sb: dict[str, Any] = {}
     paired: dict[str, bool] = {}
+    starts: dict[str, int | None] = {}
     for axis in axes:
         if axis in Row.__struct_fields__:
             s = paired_samples(ok["twin-a"], ok["twin-b"], axis, order="interleaved")
-            sa[axis], sb[axis], paired[axis] = s.a, s.b, s.paired
+            sa[axis], sb[axis], paired[axis], starts[axis] = s.a, s.b, s.paired, s.starts
     assert paired["gen_tps"] and len(sa["gen_tps"]) == 8
     line, printed = printed_comparison(render_pareto_text(rb), "generation", sa["gen_tps"], sb["gen_tps"], "gen_tps",
-                                       ("twin-a", "twin-b"), family_alpha=rb.pareto[0].alpha)
+                                       ("twin-a", "twin-b"), family_alpha=rb.pareto[0].alpha, starts=starts["gen_tps"])
     assert line in printed, (line, printed)
     before = [r.gen_tps or 0 for r in probes if r.round == 0 and r.visit == 0]
     after = {c: statistics.median(r.gen_tps or 0 for r in ok[c] if (r.round or 0) >= 1) for c in ok}
