@@ -18,15 +18,21 @@ from benchd.atomic import atomic_write
 from benchd.servers.supervisor import Supervisor
 
 
-def test_atomic_write_syncs_the_file_and_its_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    synced: list[str] = []
+@pytest.fixture
+def synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What `benchd.atomic` fsyncs, in order: "file" or "dir" per call of its one sync function."""
+    calls: list[str] = []
     real = atomic._sync
 
     def spy(fd: int) -> None:
-        synced.append("dir" if os.path.isdir(f"/proc/self/fd/{fd}") else "file")
+        calls.append("dir" if os.path.isdir(f"/proc/self/fd/{fd}") else "file")
         real(fd)
 
     monkeypatch.setattr(atomic, "_sync", spy)
+    return calls
+
+
+def test_atomic_write_syncs_the_file_and_its_directory(tmp_path: Path, synced: list[str]) -> None:
     atomic_write(tmp_path / "a.json", b"{}")
     assert (tmp_path / "a.json").read_bytes() == b"{}"
     assert synced == ["file", "dir"]
@@ -77,16 +83,7 @@ def test_a_check_that_fails_at_the_end_of_a_stream_keeps_the_old_file(tmp_path: 
     assert target.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["sdist.tar.gz"]
 
 
-def test_atomic_replace_syncs_and_renames_a_file_a_tool_wrote(tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    synced: list[str] = []
-    real = atomic._sync
-
-    def spy(fd: int) -> None:
-        synced.append("dir" if os.path.isdir(f"/proc/self/fd/{fd}") else "file")
-        real(fd)
-
-    monkeypatch.setattr(atomic, "_sync", spy)
+def test_atomic_replace_syncs_and_renames_a_file_a_tool_wrote(tmp_path: Path, synced: list[str]) -> None:
     tmp = tmp_path / "logits.kld.tmp"
     tmp.write_bytes(b"logits")  # as llama-perplexity --kl-divergence-base writes it
     atomic.atomic_replace(tmp, tmp_path / "logits.kld")

@@ -9,11 +9,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import psutil
 import pytest
+from testlib import wait_until
 
 pytestmark = [pytest.mark.timeout(90),
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")]
@@ -35,14 +35,6 @@ sandbox.run(program, 120, sandbox=sandbox.Sandbox("none", None, "test"))
 """
 
 
-def _wait(what: str, until, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not until():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.05)
-
-
 def _gone(p: psutil.Process) -> bool:
     try:
         return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
@@ -57,12 +49,14 @@ def test_a_spawned_child_dies_with_its_sigkilled_spawner(code: str, tmp_path: Pa
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     child: psutil.Process | None = None
     try:
-        _wait("the child's pid file", lambda: pidfile.is_file() and pidfile.read_text().strip().isdigit())
+        wait_until(lambda: pidfile.is_file() and pidfile.read_text().strip().isdigit(), timeout=30,
+                   what="the child's pid file")
         child = psutil.Process(int(pidfile.read_text()))
         assert child.ppid() == spawner.pid  # the spawner's own child, the one PR_SET_PDEATHSIG is set on
         spawner.send_signal(signal.SIGKILL)
         spawner.wait(timeout=10)
-        _wait("the child's death after its spawner's", lambda: _gone(child))  # type: ignore[arg-type]
+        wait_until(lambda: _gone(child), timeout=30,  # type: ignore[arg-type]
+                   what="the child's death after its spawner's")
     finally:
         if spawner.poll() is None:
             spawner.kill()
