@@ -51,9 +51,10 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# The test command (CI runs exactly this): lint, type-check, then every suite, slow ones included.
+# The test command (CI runs exactly this): lint, type-check, then every suite, slow ones included; the 25
+# slowest tests are listed at the end (where CI time goes).
 test: setup lint
-	$(BIN)/python -m pytest tests -m "" -p no:cacheprovider
+	$(BIN)/python -m pytest tests -m "" -p no:cacheprovider --durations=25
 
 # The real-server suites (marker `real`) with a busy process on every core for the whole run (tests/cpu_hog.py
 # starts them and kills them afterwards): the suite must hold on a loaded machine. Not run by CI.
