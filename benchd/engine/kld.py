@@ -33,10 +33,10 @@ import msgspec
 
 from benchd.atomic import atomic_replace
 from benchd.errors import BenchdError
+from benchd.lifeline import die_with_daemon
 from benchd.schemas import Candidate, KldCorpus, KldResult, Sweep
 from benchd.sensors.facts import hash_file, hash_model
 from benchd.sensors.memory.sampler import MemorySampler
-from benchd.servers.lifeline import die_with_daemon
 from benchd.servers.locate import (
     _argv_python,
     _dist_version,
@@ -410,7 +410,7 @@ async def run_tool(argv: list[str], log: Path, deadline_s: float, env: dict[str,
     proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
                                                 env=env, start_new_session=True,
-                                                preexec_fn=die_with_daemon())  # benchd.servers.lifeline
+                                                preexec_fn=die_with_daemon())  # benchd.lifeline
     sampler = MemorySampler(proc.pid, rate_hz, model_paths=model_paths)
     await sampler.start()
     out = b""

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from benchd.errors import BenchdError
+from benchd.lifeline import die_with_daemon
 from benchd.schemas import Sweep
-from benchd.servers.lifeline import die_with_daemon
 
 #: The categories of the tools suite, in the order tasks are listed. `irrelevance` has no possible answer
 #: (no call is the right answer).

@@ -17,10 +17,10 @@ import shutil
 import subprocess
 import sys
 
+from benchd.lifeline import die_with_daemon
 from benchd.lock.lockfile import LockFile
 from benchd.lock.recheck import summary
 from benchd.schemas import RecheckEntry
-from benchd.servers.lifeline import die_with_daemon
 
 log = logging.getLogger("benchd.lock.notify")
 

@@ -20,8 +20,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchd.lifeline import die_with_daemon
 from benchd.results.views import RENDERERS, available, render_views
-from benchd.servers.lifeline import die_with_daemon
 
 #: A render that takes longer is killed: the runbook itself is already written, only its views are lost.
 RENDER_TIMEOUT_S = 120.0

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from benchd.errors import BenchdError
-from benchd.servers.lifeline import die_with_daemon
+from benchd.lifeline import die_with_daemon
 from benchd.servers.provision import (
     LLAMA_TARGETS,
     MLX_LM_VERSION,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from benchd.atomic import atomic_write, file_chunks
 from benchd.errors import BenchdError
-from benchd.servers.lifeline import die_with_daemon
+from benchd.lifeline import die_with_daemon
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 #: sha256 of `llama_cpp_python-0.3.36.tar.gz`, the sdist pip downloads from PyPI (the file the build

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from benchd.servers.lifeline import die_with_daemon
+from benchd.lifeline import die_with_daemon
 
 if TYPE_CHECKING:
     import psutil

@@ -23,10 +23,10 @@ import psutil
 
 from benchd.config import HOST, LOG_CAP_BYTES, Config
 from benchd.errors import BenchdError
+from benchd.lifeline import die_with_daemon
 from benchd.schemas import Candidate
 from benchd.sensors import pagecache
 from benchd.servers.affinity import spawning_on
-from benchd.servers.lifeline import die_with_daemon
 from benchd.servers.procgroup import (
     exit_status,
     free_port,
@@ -183,7 +183,7 @@ class Supervisor:
                     stderr=asyncio.subprocess.STDOUT,
                     env=env,
                     start_new_session=True,
-                    preexec_fn=die_with_daemon(),  # Linux: PR_SET_PDEATHSIG (benchd.servers.lifeline)
+                    preexec_fn=die_with_daemon(),  # Linux: PR_SET_PDEATHSIG (benchd.lifeline)
                 )
         except OSError as exc:
             self._drop_pending(pending, token)

@@ -1,6 +1,6 @@
 """Every process the daemon spawns dies with it (issue 36), not only its servers: a process that runs
-`kld.run_tool` (how llama-perplexity runs) or an eval in the sandbox is SIGKILLed, and on Linux its child
-(PR_SET_PDEATHSIG, benchd.servers.lifeline) must die at once. Real processes, no server or cache needed;
+`kld.run_tool` (how llama-perplexity runs), an eval in the sandbox or the sensors' keep-awake helper is
+SIGKILLed, and on Linux its child (PR_SET_PDEATHSIG, benchd.lifeline) must die at once. Real processes, no server or cache needed;
 each wait is bounded (the hang guard), and whatever is left is killed at the end."""
 
 from __future__ import annotations
@@ -33,6 +33,21 @@ from benchd.servers import sandbox
 program = f"import os, time\\nopen({sys.argv[1]!r}, 'w').write(str(os.getpid()))\\ntime.sleep(120)\\n"
 sandbox.run(program, 120, sandbox=sandbox.Sandbox("none", None, "test"))
 """
+# The sensors' long-lived spawn: keep_awake's helper, here macOS's path with a stand-in `caffeinate` first on PATH.
+_KEEP_AWAKE = """
+import asyncio, os, sys
+from pathlib import Path
+from benchd.sensors.power.status import keep_awake
+bin_dir = Path(sys.argv[1] + ".bin")
+bin_dir.mkdir()
+(bin_dir / "caffeinate").write_text(f"#!/bin/sh\\necho $$ > {sys.argv[1]}\\nexec sleep 120\\n")
+(bin_dir / "caffeinate").chmod(0o755)
+os.environ["PATH"] = f"{bin_dir}:{os.environ['PATH']}"
+async def hold():
+    async with keep_awake(os.getpid(), platform="darwin", which=lambda name: str(bin_dir / name)):
+        await asyncio.sleep(120)
+asyncio.run(hold())
+"""
 
 
 def _gone(p: psutil.Process) -> bool:
@@ -42,7 +57,7 @@ def _gone(p: psutil.Process) -> bool:
         return True
 
 
-@pytest.mark.parametrize("code", [_RUN_TOOL, _SANDBOX], ids=["kld.run_tool", "sandbox.run"])
+@pytest.mark.parametrize("code", [_RUN_TOOL, _SANDBOX, _KEEP_AWAKE], ids=["kld.run_tool", "sandbox.run", "keep_awake"])
 def test_a_spawned_child_dies_with_its_sigkilled_spawner(code: str, tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
     spawner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), str(pidfile)],

@@ -1,5 +1,5 @@
 """A SIGKILLed daemon's servers do not outlive it until its next start (issue 36): on Linux each server
-is spawned with PR_SET_PDEATHSIG (benchd.servers.lifeline), so the tiny llama-server a job is running
+is spawned with PR_SET_PDEATHSIG (benchd.lifeline), so the tiny llama-server a job is running
 dies as soon as the daemon does, with no new daemon started to reap it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The lifeline's platform selection, and on Linux the plumbing of the macOS watcher (benchd.servers.lifeline):
+"""The lifeline's platform selection, and on Linux the plumbing of the macOS watcher (benchd.lifeline):
 its kqueue script cannot run here, so a stand-in script reports what the watcher would see. The macOS
 watcher itself is untested (no macOS in CI)."""
 
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from benchd.servers.lifeline import darwin, die_with_daemon
+from benchd.lifeline import darwin, die_with_daemon
 
 
-@pytest.mark.parametrize(("plat", "module"), [("linux", "benchd.servers.lifeline.linux"),
-                                               ("darwin", "benchd.servers.lifeline.darwin"),
+@pytest.mark.parametrize(("plat", "module"), [("linux", "benchd.lifeline.linux"),
+                                               ("darwin", "benchd.lifeline.darwin"),
                                                ("win32", None), ("freebsd14", None)])
 def test_each_platform_gets_its_own_hook(plat: str, module: str | None) -> None:
     if plat == "linux" and not sys.platform.startswith("linux"):

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from benchd.lifeline import die_with_daemon
 from benchd.sensors.energy.reader import SCOPE_SYSTEM, BaseReader, Delta, NullReader, Sample
 
 GROUP = "Energy Model"
@@ -114,7 +115,8 @@ class PowermetricsReader(BaseReader):
         self.scope = SCOPE
         self.totals = dict.fromkeys(("CPU", "GPU", "ANE"), 0.0)
         self.lock = threading.Lock()
-        self.proc = subprocess.Popen(POWERMETRICS_ARGV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.proc = subprocess.Popen(POWERMETRICS_ARGV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                     preexec_fn=die_with_daemon())
         self.available, self.reason = True, None
         threading.Thread(target=self._pump, name="powermetrics", daemon=True).start()
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import msgspec
 import psutil
 
+from benchd.lifeline import die_with_daemon
 from benchd.sensors.power import darwin as power_darwin
 from benchd.sensors.power.darwin import PowerSource
 
@@ -239,6 +240,7 @@ async def keep_awake(
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=die_with_daemon(),
         )
     except OSError as exc:
         yield SleepGuard(prevented=False, reason=f"{cmd[0]} could not start: {exc}")

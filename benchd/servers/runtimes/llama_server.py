@@ -21,10 +21,10 @@ import msgspec
 
 from benchd.config import HOST
 from benchd.errors import BenchdError
+from benchd.lifeline import die_with_daemon
 from benchd.probe_result import ProbeResult, counter_diff
 from benchd.schemas import Candidate, Sampling
 from benchd.servers import locate
-from benchd.servers.lifeline import die_with_daemon
 from benchd.servers.runtimes import environment, flags
 from benchd.servers.runtimes.base import (
     CTX_MARGIN_TOKENS,

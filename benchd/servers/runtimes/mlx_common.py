@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.files import read_regular
+from benchd.lifeline import die_with_daemon
 from benchd.schemas import Candidate
 from benchd.servers import locate
-from benchd.servers.lifeline import die_with_daemon
 from benchd.servers.runtimes.base import RenderItem, RuntimeAdapter
 
 #: Renders conversations with the model dir's chat template and tokenizes them as the MLX servers do

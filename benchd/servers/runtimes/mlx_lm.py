@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 import msgspec
 
 from benchd.config import HOST
+from benchd.lifeline import die_with_daemon
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate
-from benchd.servers.lifeline import die_with_daemon
 from benchd.servers.runtimes import flags
 from benchd.servers.runtimes.base import Normalized, ParallelStart, Readiness, SessionStart, json_health
 from benchd.servers.runtimes.mlx_common import MlxServerAdapter, interpreter

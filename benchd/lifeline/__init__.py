@@ -16,11 +16,11 @@ def die_with_daemon(platform: str | None = None) -> Callable[[], None] | None:
     None where there is no mechanism. `platform`: `sys.platform` unless given (tests)."""
     plat = platform or sys.platform
     if plat.startswith("linux"):
-        from benchd.servers.lifeline.linux import pdeathsig_preexec
+        from benchd.lifeline.linux import pdeathsig_preexec
 
         return pdeathsig_preexec()
     if plat == "darwin":
-        from benchd.servers.lifeline.darwin import watcher_preexec
+        from benchd.lifeline.darwin import watcher_preexec
 
         return watcher_preexec()
     return None
