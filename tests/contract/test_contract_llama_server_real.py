@@ -40,6 +40,17 @@ def _chat(max_tokens: int, **extra: Any) -> dict[str, Any]:
     }
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 30 s: a server still reading its model may not act on SIGTERM until the
+    load ends (seen once in CI at load ~2 on 2 cores), and how it shuts down is not what these tests check."""
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
 def test_health_503_while_loading_then_200(free_port: Any, llama_server_bin: Path, tiny_models: Any,
                                            tmp_path: Path) -> None:
     """Poll /health from the moment of spawn. The listener comes up before the model is loaded, so a
@@ -67,8 +78,7 @@ def test_health_503_while_loading_then_200(free_port: Any, llama_server_bin: Pat
                 break
             time.sleep(0.002)
     finally:
-        proc.terminate()
-        proc.wait(10)
+        _stop(proc)
     assert seen and seen[-1] == (200, {"status": "ok"}), seen[-3:]
     loading = [body for status, body in seen if status == 503]
     assert {status for status, _ in seen} <= {200, 503}
