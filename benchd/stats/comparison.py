@@ -508,6 +508,116 @@ def _standing(name: str, sa: Sample, sb: Sample, *, margin: float, alpha: float,
                         b_not_worse=(a_hi is not None and a_hi <= lim) if compared else None)
 
 
+class _Judged(NamedTuple):
+    """Every axis of one pair judged: the axes taken part (`todo`, in order), the skipped ones with why."""
+
+    todo: list[str]
+    skipped: dict[str, str]
+    verdicts: dict[str, AxisVerdict]
+    standings: dict[str, AxisStanding]
+    not_compared: dict[str, NotCompared]
+
+
+def _judge(a: Mapping[str, Sample], b: Mapping[str, Sample], names_: list[str], *, alpha: float, k: int | None,
+           margin_pct: float | Mapping[str, float] | None, paired: bool | Mapping[str, bool],
+           starts: Mapping[str, int | None] | None) -> tuple[_Judged, int, float]:
+    """Each axis's two-sided verdict at alpha / k and its one-sided standing at alpha (`dominance`'s parts)."""
+    skipped: dict[str, str] = {}
+    todo: list[str] = []
+    for name in names_:
+        why = _skip_reason(name, a.get(name), b.get(name))
+        if why is None:
+            todo.append(name)
+        else:
+            skipped[name] = why
+    k_ = max(k or 0, len(todo))
+    alpha_axis = alpha / k_ if k_ else alpha
+    judged = _Judged(todo=todo, skipped=skipped, verdicts={}, standings={}, not_compared={})
+    for name in todo:
+        spec = AXES.get(name)
+        margin = _margin(name, margin_pct)
+        sa, sb = a[name], b[name]
+        pair = paired.get(name, False) if isinstance(paired, Mapping) else paired
+        if isinstance(sa, Mapping) and isinstance(sb, Mapping):
+            judged.verdicts[name] = compare_outcomes(sa, sb, axis=name, alpha=alpha_axis, margin_pct=margin)
+        else:
+            pair = pair and len(sa) == len(sb)
+            judged.verdicts[name] = compare_axis(list(sa), list(sb), axis=name,  # type: ignore[arg-type]
+                                                 better=spec.better if spec else "higher", margin_pct=margin,
+                                                 alpha=alpha_axis, paired=pair, starts=(starts or {}).get(name))
+        nc = _not_compared(name, sa, sb, margin, alpha)
+        if nc is not None:
+            judged.not_compared[name] = nc
+        judged.standings[name] = _standing(name, sa, sb, margin=margin, alpha=alpha, paired=pair, nc=nc)
+    return judged, k_, alpha_axis
+
+
+def _held_back(j: _Judged, diff: Mapping[str, AxisVerdict], x: Literal["a", "b"]) -> tuple[list[str], list[str]]:
+    """The axes that stop `x` dominating: compared and not shown not worse; not compared and favouring the other."""
+    other = "b" if x == "a" else "a"
+    unres = [n for n, st in j.standings.items() if st.compared and n not in diff
+             and not (st.a_not_worse if x == "a" else st.b_not_worse)]
+    blocked = [n for n, st in j.standings.items() if not st.compared and n not in diff and st.favours == other]
+    return unres, blocked
+
+
+class _Outcome(NamedTuple):
+    winner: Literal["a", "b"] | None
+    status: PairStatus
+    wins: dict[str, list[str]]
+    unresolved: list[str]
+    blocked: list[str]
+
+
+def _decide(j: _Judged) -> _Outcome:
+    """The pair's status from its judged axes (the rule in `PairDominance`)."""
+    diff = {n: v for n, v in j.verdicts.items() if v.verdict == "different"}
+    wins = {"a": [n for n, v in diff.items() if not v.b_better], "b": [n for n, v in diff.items() if v.b_better]}
+    winner: Literal["a", "b"] | None = None
+    unresolved: list[str] = []
+    blocked: list[str] = []
+    for x, other in (("a", "b"), ("b", "a")):
+        if wins[x] and not wins[other]:
+            unresolved, blocked = _held_back(j, diff, x)  # type: ignore[arg-type]
+            if not unresolved and not blocked:
+                winner = x  # type: ignore[assignment]
+    if not wins["a"] and not wins["b"]:
+        unresolved = [n for n, v in j.verdicts.items() if v.verdict == "unresolved" and n not in j.not_compared]
+        ua, ba = _held_back(j, diff, "a")
+        ub, bb = _held_back(j, diff, "b")
+        if not unresolved and (ua or ub or ba or bb):
+            unresolved = sorted(set(ua) | set(ub), key=j.todo.index)
+            blocked = sorted(set(ba) | set(bb), key=j.todo.index)
+    status: PairStatus
+    if winner is not None:
+        status = "dominates"
+    elif wins["a"] and wins["b"]:
+        status = "trade-off"
+    elif unresolved or blocked:
+        status = "undecided"
+    else:
+        status = "equivalent" if j.todo else "nothing to compare"
+    return _Outcome(winner=winner, status=status, wins=wins, unresolved=unresolved, blocked=blocked)
+
+
+def _dominance_text(o: _Outcome, j: _Judged, tied: list[str], names: tuple[str, str]) -> str:
+    """The pair's sentence, before its α clause."""
+    if o.winner is not None:
+        w, l_ = names if o.winner == "a" else names[::-1]
+        better_on = o.wins[o.winner]
+        return f"{w} dominates {l_}: different and better on {', '.join(better_on)}" + (
+            f"; tied on {', '.join(tied)}" if tied else "")
+    if o.status == "trade-off":
+        return (f"neither dominates: {names[0]} better on {', '.join(o.wins['a'])}, "
+                f"{names[1]} better on {', '.join(o.wins['b'])}")
+    if o.status == "undecided":
+        held = [*o.unresolved, *(f"{n} (not compared: {j.not_compared[n].reason})" for n in o.blocked)]
+        return f"not dominated: unresolved on {', '.join(held)}"
+    if o.status == "equivalent":
+        return "neither dominates: not worse either way on every axis compared"
+    return "neither dominates: no axis to compare"
+
+
 def dominance(a: Mapping[str, Sample], b: Mapping[str, Sample], *, axes: Iterable[str] | None = None,
               alpha: float = ALPHA, margin_pct: float | Mapping[str, float] | None = None,
               paired: bool | Mapping[str, bool] = False, names: tuple[str, str] = ("A", "B"),
@@ -519,93 +629,16 @@ def dominance(a: Mapping[str, Sample], b: Mapping[str, Sample], *, axes: Iterabl
     missing on a side, or with one value on a side of a per-value axis, is skipped (named, not in k).
     `starts`: axis -> the server starts its values rest on (`Samples.starts`), said in its verdict."""
     names_ = list(axes) if axes is not None else [x.name for x in pareto_axes()]
-    skipped: dict[str, str] = {}
-    todo: list[str] = []
-    for name in names_:
-        why = _skip_reason(name, a.get(name), b.get(name))
-        if why is None:
-            todo.append(name)
-        else:
-            skipped[name] = why
-    k_ = max(k or 0, len(todo))
-    alpha_axis = alpha / k_ if k_ else alpha
-    verdicts: dict[str, AxisVerdict] = {}
-    standings: dict[str, AxisStanding] = {}
-    not_compared: dict[str, NotCompared] = {}
-    for name in todo:
-        spec = AXES.get(name)
-        margin = _margin(name, margin_pct)
-        sa, sb = a[name], b[name]
-        pair = paired.get(name, False) if isinstance(paired, Mapping) else paired
-        if isinstance(sa, Mapping) and isinstance(sb, Mapping):
-            verdicts[name] = compare_outcomes(sa, sb, axis=name, alpha=alpha_axis, margin_pct=margin)
-        else:
-            pair = pair and len(sa) == len(sb)
-            verdicts[name] = compare_axis(list(sa), list(sb), axis=name,  # type: ignore[arg-type]
-                                          better=spec.better if spec else "higher", margin_pct=margin,
-                                          alpha=alpha_axis, paired=pair, starts=(starts or {}).get(name))
-        nc = _not_compared(name, sa, sb, margin, alpha)
-        if nc is not None:
-            not_compared[name] = nc
-        standings[name] = _standing(name, sa, sb, margin=margin, alpha=alpha, paired=pair, nc=nc)
-    diff = {n: v for n, v in verdicts.items() if v.verdict == "different"}
-    wins = {"a": [n for n, v in diff.items() if not v.b_better], "b": [n for n, v in diff.items() if v.b_better]}
-
-    def held_back(x: Literal["a", "b"]) -> tuple[list[str], list[str]]:
-        """The axes that stop `x` dominating: compared and not shown not worse; not compared and favouring the other."""
-        other = "b" if x == "a" else "a"
-        unres = [n for n, st in standings.items() if st.compared and n not in diff
-                 and not (st.a_not_worse if x == "a" else st.b_not_worse)]
-        blocked = [n for n, st in standings.items() if not st.compared and n not in diff and st.favours == other]
-        return unres, blocked
-
-    winner: Literal["a", "b"] | None = None
-    unresolved: list[str] = []
-    blocked: list[str] = []
-    for x in ("a", "b"):
-        other = "b" if x == "a" else "a"
-        if wins[x] and not wins[other]:
-            unresolved, blocked = held_back(x)  # type: ignore[arg-type]
-            if not unresolved and not blocked:
-                winner = x  # type: ignore[assignment]
-    if not wins["a"] and not wins["b"]:
-        unresolved = [n for n, v in verdicts.items() if v.verdict == "unresolved" and n not in not_compared]
-        ua, ba = held_back("a")
-        ub, bb = held_back("b")
-        if not unresolved and (ua or ub or ba or bb):
-            unresolved = sorted(set(ua) | set(ub), key=todo.index)
-            blocked = sorted(set(ba) | set(bb), key=todo.index)
-    tied = [n for n, v in verdicts.items() if v.verdict == "tied"]
-    status: PairStatus
-    if winner is not None:
-        status = "dominates"
-    elif wins["a"] and wins["b"]:
-        status = "trade-off"
-    elif unresolved or blocked:
-        status = "undecided"
-    elif todo:
-        status = "equivalent"
-    else:
-        status = "nothing to compare"
-    better_on, worse_on = (wins["b"], wins["a"]) if winner == "b" else (wins["a"], wins["b"])
+    j, k_, alpha_axis = _judge(a, b, names_, alpha=alpha, k=k, margin_pct=margin_pct, paired=paired,
+                               starts=starts)
+    o = _decide(j)
+    tied = [n for n, v in j.verdicts.items() if v.verdict == "tied"]
+    better_on, worse_on = (o.wins["b"], o.wins["a"]) if o.winner == "b" else (o.wins["a"], o.wins["b"])
     at = f"α = {alpha:.3g} over {k_} axes, {alpha_axis:.3g} each" if k_ else f"α = {alpha:.3g}, no axis to compare"
-    if winner is not None:
-        w, l_ = names if winner == "a" else names[::-1]
-        text = f"{w} dominates {l_}: different and better on {', '.join(better_on)}"
-        text += f"; tied on {', '.join(tied)}" if tied else ""
-    elif status == "trade-off":
-        text = f"neither dominates: {names[0]} better on {', '.join(wins['a'])}, {names[1]} better on {', '.join(wins['b'])}"
-    elif status == "undecided":
-        held = [*unresolved, *(f"{n} (not compared: {not_compared[n].reason})" for n in blocked)]
-        text = f"not dominated: unresolved on {', '.join(held)}"
-    elif status == "equivalent":
-        text = "neither dominates: not worse either way on every axis compared"
-    else:
-        text = "neither dominates: no axis to compare"
-    return PairDominance(winner=winner, status=status, better_on=better_on, worse_on=worse_on, tied_on=tied,
-                         unresolved_on=unresolved, blocked_on=blocked, not_compared=not_compared, skipped=skipped,
-                         verdicts=verdicts, standings=standings, k=k_, alpha=alpha, alpha_axis=alpha_axis,
-                         text=f"{text} ({at})")
+    return PairDominance(winner=o.winner, status=o.status, better_on=better_on, worse_on=worse_on, tied_on=tied,
+                         unresolved_on=o.unresolved, blocked_on=o.blocked, not_compared=j.not_compared,
+                         skipped=j.skipped, verdicts=j.verdicts, standings=j.standings, k=k_, alpha=alpha,
+                         alpha_axis=alpha_axis, text=f"{_dominance_text(o, j, tied, names)} ({at})")
 
 
 class Samples(NamedTuple):
