@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -72,13 +73,17 @@ def list_(cache_dir: str | None, as_json: bool) -> None:
     if as_json:
         sys.stdout.write(json.dumps(entries, indent=2) + "\n")
         return
-    from rich.console import Console
-    from rich.table import Table
+    for line in runtime_lines(entries):
+        click.echo(line)
 
-    table = Table("runtime", "installed", "version", "how", "path / reason")
+
+def runtime_lines(entries: list[dict[str, Any]]) -> list[str]:
+    """A block per runtime: its name, whether installed, version and how it was found on one line, then its
+    path (or why there is none) alone on the next, whole at any terminal width, so it can be copied."""
+    lines: list[str] = []
     for e in entries:
-        table.add_row(
-            str(e["name"]), "yes" if e["installed"] else "no", str(e["version"] or "-"), str(e["how"] or "-"),
-            str(e["path"] or e.get("reason", "")),
-        )
-    Console().print(table)
+        state = "installed" if e["installed"] else "not installed"
+        facts = ", ".join(str(x) for x in (e["version"], f"found by {e['how']}" if e["how"] else None) if x)
+        lines.append(f"{e['name']}: {state}" + (f" ({facts})" if facts else ""))
+        lines.append(f"  {e['path'] or e.get('reason', '')}")
+    return lines

@@ -59,3 +59,22 @@ def test_json_errors_are_json(tmp_path: Path) -> None:
         assert out.returncode == rc, (args, out.stdout, out.stderr)
         err = json.loads(out.stdout)["error"]
         assert err["code"] == code and err["exit_code"] == rc and err["message"], (args, err)
+
+
+def test_runtimes_list_prints_paths_whole_at_any_width(tmp_path: Path) -> None:
+    """`runtimes list` piped or on a 40-column terminal: each path (or reason) stands whole on a line of its
+    own (a table folded them at 80 columns), so it can be copied."""
+    from benchctl.commands.runtimes import runtime_lines
+
+    long_path = "/opt/" + "very-long-folder-name/" * 6 + "bin/llama-server"
+    lines = runtime_lines([{"name": "llama-server", "installed": True, "version": "b1-0c1e570", "how": "env",
+                            "path": long_path}])
+    assert lines == ["llama-server: installed (b1-0c1e570, found by env)", f"  {long_path}"]
+    env = {**os.environ, "COLUMNS": "40"}
+    out = subprocess.run([*BENCHCTL, "runtimes", "list", "--cache-dir", str(tmp_path / "empty")], capture_output=True,
+                         text=True, timeout=120, env={k: v for k, v in env.items() if not k.startswith("BENCHD_")})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    detail = lines[lines.index(next(x for x in lines if x.startswith("llama-server: "))) + 1].strip()
+    found_on_path = Path(detail).is_file()  # a machine with llama-server on PATH lists that file, whole
+    assert found_on_path or (detail.startswith("no llama-server found (") and detail.endswith("`")), out.stdout
