@@ -74,6 +74,21 @@ def value_at(data: Any, path: str) -> tuple[bool, Any]:
     return True, data
 
 
+def field_name(path: str, data: Any = None) -> str:
+    """The one way benchctl names a field in a problem: the API's `$.`-path (`BenchdError.field`) without
+    its `$.`, with a candidate's id beside its index when the document has it (`contexts[1]`,
+    `candidates[1] (fine).spec.draft_model`, `candidates[0] (qwen).matrix.-ctk[1]`); the document itself
+    is `(top level)`."""
+    rest = path.removeprefix("$").removeprefix(".")
+    m = re.match(r"candidates\[(\d+)\]", rest)
+    cands = data.get("candidates") if isinstance(data, dict) else None
+    if m and isinstance(cands, list) and int(m.group(1)) < len(cands):
+        cand = cands[int(m.group(1))]
+        if isinstance(cand, dict) and isinstance(cand.get("id"), str):
+            rest = f"{rest[:m.end()]} ({cand['id']}){rest[m.end():]}"
+    return rest or "(top level)"
+
+
 def _literals(t: Any) -> list[Any]:
     if isinstance(t, mi.LiteralType):
         return list(t.values)

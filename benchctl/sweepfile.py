@@ -6,6 +6,7 @@ Reasons and facts: docs/sweep-file.md#reading-a-sweep-file.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -126,12 +127,14 @@ _STUB: dict[str, Any] = {"name": "stub", "contexts": [1], "gen_tokens": 1,
 def _problem(exc: msgspec.ValidationError, prefix: str = "$", data: Any = None) -> str:
     """msgspec's message with its `$.path` rebased under `prefix` (a candidate checked on its own), in
     words a person can act on (`benchctl.problemtext.explain`: the bad value, allowed values, did you mean)."""
-    from benchctl.problemtext import explain
+    from benchctl.problemtext import explain, field_name
 
     text = str(exc)
     msg, _, path = text.rpartition(" - at `")
     where = prefix if not msg else f"{prefix}{path.rstrip('`')[1:]}"
-    return f"{explain(msg or text, where, Sweep, data)} (at `{where}`)"
+    unknown = re.match(r"Object contains unknown field `([^`]*)`", msg or text)
+    field = field_name(f"{where}.{unknown.group(1)}" if unknown else where, data)
+    return f"{field}: {explain(msg or text, where, Sweep, data)}"
 
 
 def schema_problems(data: dict[str, Any]) -> tuple[list[str], list[tuple[int, Candidate]]]:
@@ -145,7 +148,7 @@ def schema_problems(data: dict[str, Any]) -> tuple[list[str], list[tuple[int, Ca
     problems: list[str] = []
     for key in ("name", "contexts", "gen_tokens", "candidates"):
         if key not in data:
-            problems.append(f"Object missing required field `{key}` (at `$`)")
+            problems.append(f"{key}: missing (a required field)")
     for key, value in data.items():
         if key == "candidates" and isinstance(value, list):
             continue
@@ -163,7 +166,7 @@ def schema_problems(data: dict[str, Any]) -> tuple[list[str], list[tuple[int, Ca
     ids = [c.id for _, c in valid]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
-        problems.append(f"candidate ids must be unique; repeated: {', '.join(dup)} (at `$.candidates`)")
+        problems.append(f"candidates: ids must be unique; repeated: {', '.join(dup)}")
     return problems, valid
 
 

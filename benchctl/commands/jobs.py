@@ -70,6 +70,7 @@ def check_sweep_matrices(path: str) -> tuple[Any, list[str], list[Any]]:
     refused. A matrix's candidates are checked under their base's index in the file."""
     import msgspec
 
+    from benchctl.problemtext import field_name
     from benchctl.sweepfile import read_sweep_dict, schema_problems
     from benchd.config import Config
     from benchd.engine.sweepcheck import expand, local_problems
@@ -93,13 +94,13 @@ def check_sweep_matrices(path: str) -> tuple[Any, list[str], list[Any]]:
     got = expand(base) if base is not None else None
     matrices = got.matrices if got is not None else []
     if got is not None and got.problems:
-        problems += [f"{path}: {p.message} (at `{p.field}`)" for p in got.problems]
+        problems += [f"{path}: {field_name(p.field or '$', data)}: {p.message}" for p in got.problems]
         sweep = None
     elif got is not None:
         index = {c.id: i for i, c in candidates}
         candidates = [(index[c.from_matrix.base if c.from_matrix else c.id], c) for c in got.sweep.candidates]
         sweep = got.sweep if sweep is not None else None
-    problems += local_problems(candidates, Config.resolve().cache_dir, sweep)
+    problems += [f"{path}: {p}" for p in local_problems(candidates, Config.resolve().cache_dir, sweep)]
     return sweep, problems, matrices
 
 

@@ -20,11 +20,25 @@ def test_every_problem_names_value_allowed_values_and_a_near_field() -> None:
     text = "\n".join(problems)
     assert "unknown field `colr`; did you mean" not in text  # nothing near: no guess, the list instead
     assert "unknown field `colr` (allowed: candidates, concurrency, contexts," in text
-    assert ("'interleave' is not allowed; did you mean 'interleaved'? (allowed: 'blocked', 'interleaved', "
-            "'sequential') (at `$.order`)") in text
-    assert "Expected `int`, got 'many' (at `$.gen_tokens`)" in text
-    assert "Expected `int` >= 1, got -5 (at `$.contexts[1]`)" in text
-    assert "'llama-srv' is not allowed; did you mean 'llama-server'?" in text and "(at `$.candidates[0].runtime`)" in text
+    assert ("order: 'interleave' is not allowed; did you mean 'interleaved'? (allowed: 'blocked', 'interleaved', "
+            "'sequential')") in problems
+    assert "gen_tokens: Expected `int`, got 'many'" in problems
+    assert "contexts[1]: Expected `int` >= 1, got -5" in problems
+    assert "candidates[0] (a).runtime: 'llama-srv' is not allowed; did you mean 'llama-server'?" in text
+    assert "colr: unknown field `colr`" in text  # an unknown field is named as the field it would be
     nested, _ = schema_problems(_sweep(cand={"spec": {"kind": "draft", "draft_modle": "/d"}}))
-    assert nested == ["unknown field `draft_modle`; did you mean `draft_model`? (allowed: draft_max, draft_model, kind) "
-                      "(at `$.candidates[0].spec`)"]
+    assert nested == ["candidates[0] (a).spec.draft_modle: unknown field `draft_modle`; did you mean `draft_model`? "
+                      "(allowed: draft_max, draft_model, kind)"]
+
+
+def test_one_field_style() -> None:
+    """Every problem names its field one way: dots and [index], a candidate's id beside its index."""
+    from benchctl.problemtext import field_name
+
+    data = {"candidates": [{"id": "a"}, {"id": 7}], "cooldown": {}}
+    assert field_name("$", data) == "(top level)"
+    assert field_name("$.contexts[1]", data) == "contexts[1]"
+    assert field_name("$.cooldown.max_seconds", data) == "cooldown.max_seconds"
+    assert field_name("$.candidates[0].spec.draft_model", data) == "candidates[0] (a).spec.draft_model"
+    assert field_name("$.candidates[1].args[2]", data) == "candidates[1].args[2]"  # no usable id: the index alone
+    assert field_name("$.candidates[5]", data) == "candidates[5]"

@@ -66,8 +66,8 @@ def test_validate_refuses_a_reserved_key_and_a_bad_value_naming_the_field(tmp_pa
     out = validate(f, "--json")
     assert out.returncode == 2
     problems = json.loads(out.stdout)["problems"]
-    assert any("`$.candidates[0].matrix.-c`" in p and "use `ctx_size`" in p for p in problems), problems
-    assert any("`$.candidates[0].matrix.-ctk[1]`" in p and "'q9' is not a value of -ctk" in p for p in problems)
+    assert any(": candidates[0] (tiny).matrix.-c: " in p and "use `ctx_size`" in p for p in problems), problems
+    assert any(": candidates[0] (tiny).matrix.-ctk[1]: " in p and "'q9' is not a value of -ctk" in p for p in problems)
     assert validate(f).returncode == 2
 
 

@@ -81,9 +81,9 @@ model = "{mlx}"
                          text=True, timeout=120)
     assert out.returncode == 2, out.stderr
     problems = json.loads(out.stdout)["problems"]
-    assert any(p.startswith("candidates[0] (long).model: the model was trained for a context of 32,768") for p in problems)
-    assert any(p.startswith("candidates[1] (gguf-to-mlx).model: ") and "is a GGUF file" in p for p in problems)
-    assert any(p.startswith("candidates[2] (mlx-to-llama).model: ") and "is a folder" in p for p in problems)
+    assert any(p.startswith(f"{f}: candidates[0] (long).model: the model was trained for a context of 32,768") for p in problems)
+    assert any(p.startswith(f"{f}: candidates[1] (gguf-to-mlx).model: ") and "is a GGUF file" in p for p in problems)
+    assert any(p.startswith(f"{f}: candidates[2] (mlx-to-llama).model: ") and "is a folder" in p for p in problems)
 
 
 def test_a_probe_plan_that_cannot_resolve_is_warned(tmp_path: Path) -> None:

@@ -426,7 +426,7 @@ def test_bad_probes_table_exits_2_naming_the_field(tmp_path: Path, probes: str, 
     res = subprocess.run([sys.executable, "-m", "benchctl", "validate", str(f)], capture_output=True, text=True,
                          timeout=60, check=False, cwd=REPO)
     assert res.returncode == 2, res
-    assert str(f) in res.stderr and field in res.stderr, res.stderr
+    assert f"{f}: {field.removeprefix('$.')}: " in res.stderr, res.stderr
 
 
 @pytest.mark.parametrize(("line", "field"), [('order = "zigzag"', "$.order"), ("rounds = 0", "$.rounds"),
@@ -438,7 +438,7 @@ def test_bad_order_or_rounds_exits_2_naming_the_field(tmp_path: Path, line: str,
     res = subprocess.run([sys.executable, "-m", "benchctl", "validate", str(f)], capture_output=True, text=True,
                          timeout=60, check=False, cwd=REPO)
     assert res.returncode == 2, res
-    assert str(f) in res.stderr and field in res.stderr, res.stderr
+    assert f"{f}: {field.removeprefix('$.')}: " in res.stderr, res.stderr
 
 
 def test_validate_shows_the_design(tmp_path: Path) -> None:
