@@ -42,7 +42,7 @@ async def wait(
 ) -> CooldownRecord:
     """Wait according to `policy`; returns what was waited and why it stopped.
 
-    `load` returns the current load per core (default: `CpuLoad()`, see the module docstring);
+    `load` returns the current load per core (default: `CpuLoad()`; docs/measuring.md#cooldown);
     `clock`/`sleep` are seams for tests; `poll_s` is the polling period (≥ 1 s in production).
     """
     if poll_s <= 0:

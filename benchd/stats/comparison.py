@@ -191,7 +191,7 @@ def _rounds_needed(half_width: Any, target: float) -> int | None:
 def compare_axis(a: Sequence[float], b: Sequence[float], *, axis: str, better: Direction,
                  margin_pct: float = DEFAULT_MARGIN_PCT, alpha: float = ALPHA, paired: bool = False,
                  starts: int | None = None) -> AxisVerdict:
-    """B against A on one axis (see the module docstring). a, b: positive values; paired=True needs
+    """B against A on one axis (docs/measuring.md#the-one-comparison). a, b: positive values; paired=True needs
     equal lengths with a[i] and b[i] from the same round."""
     if better not in ("higher", "lower"):
         raise ValueError(f"better must be 'higher' or 'lower', not {better!r}")

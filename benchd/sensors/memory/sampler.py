@@ -40,7 +40,7 @@ class MemoryResult(msgspec.Struct, kw_only=True, frozen=True):
     processes: int  # distinct pids sampled
     split_note: str = ""  # where rss_anon/rss_file were read (the row's sources)
     null_reasons: dict[str, str] = {}
-    #: The two components of the axis, per OS (see the module docstring), and the mapped model files' share.
+    #: The two components of the axis, per OS (docs/measuring.md#memory-sampler), and the mapped model files' share.
     footprint_peak_bytes: int | None = None
     resident_peak_bytes: int | None = None
     model_resident_bytes: int | None = None

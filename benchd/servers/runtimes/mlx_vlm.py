@@ -69,7 +69,7 @@ class MlxVlmAdapter(MlxServerAdapter):
     def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
         argv = ["--model", candidate.model, "--host", HOST, "--port", str(port)]
         if candidate.vision:
-            argv += ["--vision-cache-size", "1"]  # not 0: see the module docstring
+            argv += ["--vision-cache-size", "1"]  # not 0: docs/runtimes.md#mlx_vlmserver
         spec = candidate.spec
         if spec is not None:
             assert spec.kind is not None  # resolved when the sweep is decoded (Spec.__post_init__)

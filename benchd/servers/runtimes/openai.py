@@ -295,7 +295,7 @@ def detected(url: str | None) -> ExternalServer | None:
 
 
 class OpenAIAdapter(RuntimeAdapter):
-    """A server benchd does not start (see the module docstring)."""
+    """A server benchd does not start (docs/runtimes.md#external-servers)."""
 
     name: ClassVar[str] = "openai"
     version_source: ClassVar[str] = "detected at attach (GET /props build_info, GET /api/version)"
