@@ -39,6 +39,7 @@ class Truth:
     ready: float | None = None  # mean warm-start time to ready (3 starts), None: no ready_s axis
     cv: float = 0.10
     mem_cv: float = 0.005
+    start_cv: float = 0.0  # the spread of a server start's speed (log SD), shared by every probe on that start
 
 
 @dataclass
@@ -48,6 +49,7 @@ class Case:
     b: Truth
     probes: Any = None  # None: the default (auto rounds 3..12 for two candidates); an int: fixed
     eval_tier: str = "none"
+    starts: str = "round"  # the sweep's `starts`: a fresh server start every round, or one for the sweep
     ask: str = "false_dominance"  # what is counted (see `run_case`)
     goal: str = ""
     notes: list[str] = field(default_factory=list)
@@ -56,17 +58,18 @@ class Case:
 def _sweep(case: Case) -> Sweep:
     cands = [Candidate(id=x, runtime="llama-server", model="/m") for x in ("a", "b")]
     return Sweep(name="sim", contexts=[512], gen_tokens=32, candidates=cands, probes=case.probes,
-                 eval_tier=case.eval_tier, order="interleaved")  # type: ignore[arg-type]
+                 eval_tier=case.eval_tier, order="interleaved", starts=case.starts)  # type: ignore[arg-type]
 
 
-def _row(cand: str, t: Truth, rnd: int, drift: float, rng: random.Random) -> Row:
+def _row(cand: str, t: Truth, rnd: int, speed: float, rng: random.Random, start: int) -> Row:
+    """One probe row; `speed`: the round's drift times the server start's own factor."""
     def noisy(x: float, cv: float) -> float:
         return x * math.exp(rng.gauss(0.0, cv))
 
-    g = noisy(t.gen * drift, t.cv)
+    g = noisy(t.gen * speed, t.cv)
     return Row(job="sim", candidate=cand, runtime="llama-server", context=512, kind="probe", probe=rnd, round=rnd,
-               status="ok", gen_tps=g, prompt_tps=noisy(t.prompt * drift, t.cv), ttft_ms=noisy(t.ttft / drift, t.cv),
-               mem_peak_bytes=noisy(t.mem, t.mem_cv))
+               status="ok", gen_tps=g, prompt_tps=noisy(t.prompt * speed, t.cv), ttft_ms=noisy(t.ttft / speed, t.cv),
+               mem_peak_bytes=noisy(t.mem, t.mem_cv), start=start)
 
 
 def one(case: Case, rng: random.Random) -> tuple[int, dict[int, PairDominance], PairDominance]:
@@ -84,6 +87,7 @@ def one(case: Case, rng: random.Random) -> tuple[int, dict[int, PairDominance], 
              for c, t in truths.items() if t.ready is not None}
     extra = {"ready_s": ready} if ready else None
     looks: dict[int, PairDominance] = {}
+    once = {c: math.exp(rng.gauss(0.0, t.start_cv)) for c, t in truths.items()}  # starts = "once": one draw
 
     def view(n: int) -> PairDominance:
         judge = row_judge(rows["a"] + rows["b"], evals, 512, order="interleaved", alpha=alpha, k=k, extra=extra)
@@ -98,7 +102,9 @@ def one(case: Case, rng: random.Random) -> tuple[int, dict[int, PairDominance], 
             break
         drift = math.exp(rng.gauss(0.0, 0.05))
         for c in ("a", "b"):
-            rows[c].append(_row(c, truths[c], rnd, drift, rng))
+            fresh = case.starts == "round"
+            factor = math.exp(rng.gauss(0.0, truths[c].start_cv)) if fresh else once[c]
+            rows[c].append(_row(c, truths[c], rnd, drift * factor, rng, start=rnd + 1 if fresh else 1))
         rnd += 1
         if rnd in stop.looks(lo, hi) or rnd == hi:
             looks[rnd] = view(rnd)
@@ -142,6 +148,11 @@ def cases() -> list[Case]:
     return [
         Case("identical twins (auto rounds)", Truth(), Truth(), ask="twins",
              goal="false different on gen_tps <= the stated α; false domination <= α"),
+        Case("identical twins, a start's speed spread 30 %, a fresh start every round (starts = round)",
+             Truth(start_cv=0.3), Truth(start_cv=0.3), ask="twins",
+             goal="false different on gen_tps <= the stated α; false domination <= α"),
+        Case("contrast: the same twins on one start each (starts = once)", Truth(start_cv=0.3),
+             Truth(start_cv=0.3), starts="once", ask="twins", goal="none: shows why one start is not a sample"),
         Case("true ratio on the margin (B 1.02x at generation)", Truth(), Truth(gen=102.0), ask="margin",
              goal="different and B better on gen_tps <= α_axis/2 + MC error"),
         Case("trap: B far better on eval (5/5 vs 0/5), A 2x faster, 20 % smaller", FAST, Truth(passes=5),
