@@ -16,6 +16,7 @@ from typing import Any
 
 from benchd.config import Config
 from benchd.daemon.hub import EventHub
+from benchd.daemon.jobend import JobEnded, JobEnds
 from benchd.errors import BenchdError
 from benchd.schemas import TERMINAL_JOB_STATES, Event, Job, Sweep
 from benchd.sensors.conditions import unmet
@@ -25,8 +26,6 @@ from benchd.store import Store, utcnow
 log = logging.getLogger("benchd.daemon.queue")
 
 RunJob = Callable[..., Awaitable[Any]]
-#: Called with (job id, outcome, runbook id or None) once a job has ended and its runbook is written.
-JobEnded = Callable[[str, str, str | None], Awaitable[None]]
 
 #: How often the `when` conditions of waiting jobs are polled (no event tells us the machine went idle).
 CONDITION_POLL_S = 30.0
@@ -79,8 +78,15 @@ class JobQueue:
         self.store_error: str | None = None
         #: The job whose run that failure stopped (the API shows the failure on it while it lasts).
         self.store_error_job: str | None = None
-        #: Hooks for a job's end (the lock's rechecker); a failing hook is logged, never raised.
-        self.job_ended: list[JobEnded] = []
+        self.ends = JobEnds(store, config, self._emit, self._store_failed)
+
+    @property
+    def job_ended(self) -> list[JobEnded]:
+        """Hooks for a job's end (the lock's rechecker); a failing hook is logged, never raised."""
+        return self.ends.hooks
+
+    def _store_failed(self, error: str) -> None:
+        self.store_error = error
 
     # -------------------------------------------------------------------------------- public
 
@@ -135,9 +141,9 @@ class JobQueue:
             state="cancelled", finished_at=utcnow(), waiting_reason=None,
         ))
         if job.state == "interrupted" and self.store.count_rows(job_id):
-            await self._write_runbook(job_id, "cancelled")
+            await self.ends.write_runbook(job_id, "cancelled")
         else:
-            await self._ended(job_id, "cancelled", None)
+            await self.ends.ended(job_id, "cancelled", None)
         self.wake()
         return self.store.get_job(job_id, with_sweep=False)
 
@@ -157,12 +163,12 @@ class JobQueue:
                 await asyncio.wait_for(self._task, 1.0)
         if running is not None and not running.done.is_set():
             # The engine did not stop in time: record the interruption ourselves.
-            self._finish_interrupted(running.job_id, "benchd shut down (engine did not stop in time)")
+            self.ends.interrupt(running.job_id, "benchd shut down (engine did not stop in time)")
 
     # -------------------------------------------------------------------------------- loop
 
     async def run(self) -> None:
-        await self._catch_up_runbooks()
+        await self.ends.catch_up_runbooks(lambda: self._stopping)
         while not self._stopping:
             try:
                 self._recover_stranded()
@@ -189,23 +195,7 @@ class JobQueue:
                 await asyncio.sleep(5.0)
             except Exception as exc:  # one job never stops the queue: it fails with the reason
                 log.exception("job %s: the queue could not run it", job.id)
-                await self._fail_unrunnable(job.id, f"benchd could not run this job: {type(exc).__name__}: {exc}")
-
-    async def _catch_up_runbooks(self) -> None:
-        """Write the runbooks a dead daemon owed: it was killed between a job's terminal event and its
-        runbook (found by the fault suite's kill -9). A job whose runbook failed says so in `error`."""
-        try:
-            owed = [j.id for j in self.store.jobs_in_states("succeeded", "failed", "cancelled")
-                    if not j.runbook_id and j.progress is not None and j.progress.done > 0
-                    and "runbook not written" not in (j.error or "")]
-        except sqlite3.Error as exc:
-            log.error("cannot list jobs owing a runbook: %s", exc)
-            return
-        for job_id in owed:
-            if self._stopping:
-                return
-            log.warning("job %s ended without its runbook (benchd stopped first): writing it now", job_id)
-            await self._write_runbook(job_id, self.store.get_job(job_id, with_sweep=False).state)
+                await self.ends.fail_unrunnable(job.id, f"benchd could not run this job: {type(exc).__name__}: {exc}")
 
     def _recover_stranded(self) -> None:
         """A job the store still calls `running` while no task runs it: a store write failed (disk full)
@@ -254,22 +244,8 @@ class JobQueue:
         if why is None:
             return False
         log.error("job %s: %s; it fails, the queue goes on", job_id, why)
-        await self._fail_unrunnable(job_id, f"{why}; the job cannot run (its stored text is kept: `sweep_raw`)")
+        await self.ends.fail_unrunnable(job_id, f"{why}; the job cannot run (its stored text is kept: `sweep_raw`)")
         return True
-
-    async def _fail_unrunnable(self, job_id: str, error: str) -> None:
-        """Fail a job the queue cannot run (no runbook: there is no sweep to write one from)."""
-        try:
-            if self.store.get_job(job_id, with_sweep=False).state in TERMINAL_JOB_STATES:
-                return
-            self._emit(self.store.transition(
-                job_id, "job_failed", {"done": self.store.count_rows(job_id), "error": error},
-                state="failed", finished_at=utcnow(), waiting_reason=None, error=error))
-        except sqlite3.Error as exc:
-            self.store_error = f"{type(exc).__name__}: {exc}"
-            log.error("could not record the failure of job %s: %s", job_id, exc)
-            return
-        await self._ended(job_id, "failed", None)
 
     async def _run_one(self, picked: Job) -> None:
         job_id = picked.id
@@ -293,12 +269,12 @@ class JobQueue:
                 outcome, error = await self._await_engine(running)
                 # Recorded before the sleep guard is released (that may take seconds): a cancel
                 # waiting on `done` must see the job cancelled within its 2 s.
-                self._record_end(job_id, outcome, error)
+                self.ends.record(job_id, outcome, error)
             finally:
                 self._running = None
                 running.done.set()
         if outcome in ("succeeded", "failed", "cancelled"):
-            await self._write_runbook(job_id, outcome)
+            await self.ends.write_runbook(job_id, outcome)
 
     async def _engine(self, job_id: str, sweep: Sweep) -> Any:
         run_job = self._run_job or _load_engine()
@@ -333,70 +309,3 @@ class JobQueue:
         if state not in ("succeeded", "failed"):
             return "failed", f"engine returned an unknown outcome {state!r}"
         return state, error
-
-    def _record_end(self, job_id: str, outcome: str, error: str | None) -> None:
-        try:
-            if outcome == "interrupted":
-                self._finish_interrupted(job_id, error or "benchd shut down")
-            else:
-                self._finish(job_id, outcome, error)
-        except sqlite3.Error as exc:
-            self.store_error = f"{type(exc).__name__}: {exc}"
-            log.error("could not record the end of job %s: %s", job_id, exc)
-
-    def _finish(self, job_id: str, outcome: str, error: str | None) -> None:
-        done = self.store.count_rows(job_id)
-        event: str
-        payload: dict[str, Any]
-        if outcome == "succeeded":
-            event, payload = "job_finished", {"done": done}
-        elif outcome == "cancelled":
-            event, payload = "job_cancelled", {"done": done, "reason": "cancelled by the user"}
-        else:
-            event, payload = "job_failed", {"done": done, "error": error}
-        self._emit(self.store.transition(
-            job_id, event, payload, state=outcome, finished_at=utcnow(), **({"error": error} if error else {}),
-        ))
-
-    def _finish_interrupted(self, job_id: str, reason: str) -> None:
-        if self.store.get_job(job_id, with_sweep=False).state != "running":
-            return
-        self._emit(self.store.transition(job_id, "job_interrupted", {"reason": reason}, state="interrupted"))
-
-    async def _write_runbook(self, job_id: str, outcome: str) -> None:
-        """The runbook (another module), then its views (charts) in a worker process, awaited here so
-        the next job starts after it. `runbook_id` is set once both are written (a daemon stopped in
-        between writes them again at its next start); a failure is recorded on the job, never raised."""
-        from benchd.results.render import render_off_loop  # lazily: the results stage is for job ends
-        from benchd.results.runbook import write_runbook
-
-        try:
-            runbook_id = await asyncio.to_thread(write_runbook, self.config, self.store, job_id, outcome, charts=False)
-        except Exception as exc:
-            log.exception("job %s: writing the runbook failed", job_id)
-            self._note_error(job_id, f"runbook not written: {type(exc).__name__}: {exc}")
-            await self._ended(job_id, outcome, None)
-            return
-        try:
-            path = self.config.runbooks_dir / f"{runbook_id}.json"
-            problem = (await render_off_loop(path, cache_dir=self.config.cache_dir)).problem()
-        except Exception as exc:
-            problem = f"{type(exc).__name__}: {exc}"
-        if problem:
-            log.error("job %s: rendering the runbook's views failed: %s", job_id, problem)
-            self._note_error(job_id, f"runbook views not rendered: {problem}")
-        with contextlib.suppress(sqlite3.Error):
-            self.store.update_job(job_id, runbook_id=str(runbook_id))
-        await self._ended(job_id, outcome, str(runbook_id))
-
-    def _note_error(self, job_id: str, note: str) -> None:
-        with contextlib.suppress(sqlite3.Error):
-            prior = self.store.get_job(job_id, with_sweep=False).error
-            self.store.update_job(job_id, error=f"{prior}; {note}" if prior else note)
-
-    async def _ended(self, job_id: str, outcome: str, runbook_id: str | None) -> None:
-        for hook in self.job_ended:
-            try:
-                await hook(job_id, outcome, runbook_id)
-            except Exception:
-                log.exception("job %s: an end-of-job hook failed", job_id)
