@@ -80,8 +80,6 @@ _sweep_dec = msgspec.json.Decoder(Sweep)
 _eval_dec = msgspec.json.Decoder(EvalResult)
 _payload_dec = msgspec.json.Decoder(dict[str, Any])
 
-RowKey = tuple[str, int, str, int]  # (candidate, context, kind, probe)
-
 
 class CorruptStore(BenchdError):
     """The state database is not a database (or its image is malformed): benchd refuses to start rather
@@ -418,13 +416,6 @@ class Store:
     def has_ok_row(self, job: str) -> bool:
         cur = self._db.execute("SELECT 1 FROM rows WHERE job = ? AND status = 'ok' LIMIT 1", (job,))
         return cur.fetchone() is not None
-
-    def done_keys(self, job: str) -> set[RowKey]:
-        """Keys of rows that need not run again on resume (everything but `aborted`)."""
-        cur = self._db.execute(
-            "SELECT candidate, context, kind, probe FROM rows WHERE job = ? AND status != 'aborted'", (job,)
-        )
-        return {(c, int(x), k, int(p)) for c, x, k, p in cur.fetchall()}
 
     def count_rows(self, job: str) -> int:
         cur = self._db.execute("SELECT COUNT(*) FROM rows WHERE job = ? AND status != 'aborted'", (job,))
