@@ -125,6 +125,7 @@ EventType = Literal[
     "design_changed",
     "round_started",
     "context_finished",
+    "candidate_dropped",
     "kld_started",
     "kld_finished",
     "job_interrupted",

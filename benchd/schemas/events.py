@@ -109,6 +109,27 @@ class ContextFinished(Payload):
     why: str
 
 
+class CandidateDropped(Payload):
+    """A candidate left the race at `context` after `round` rounds (docs/measuring.md#racing): `by` the
+    candidates that dominate it (`["benchd"]` when it left without one, `why` says so), `better_on` each
+    dominator's axes, `texts` the dominance verdicts, `alpha` the look's α; `unrun_rows` /
+    `unrun_rows_max` its planned rows that will not run, `planned_rows` / `planned_rows_max` the job's plan
+    from then on."""
+
+    candidate: str
+    context: int
+    round: int
+    by: list[str]
+    better_on: dict[str, list[str]] = {}
+    texts: dict[str, str] = {}
+    alpha: float | None = None
+    why: str = ""
+    unrun_rows: int = 0
+    unrun_rows_max: int = 0
+    planned_rows: int | None = None
+    planned_rows_max: int | None = None
+
+
 # ----------------------------------------------------------------------------------------- servers
 
 
@@ -282,6 +303,7 @@ PAYLOADS: dict[str, type[Struct]] = {
     "session_turn": SessionTurn, "session_finished": SessionFinished, "level_finished": LevelFinished,
     "eval_suite": EvalSuite, "eval_budget_reached": EvalBudgetReached, "design_chosen": DesignChosen,
     "design_changed": DesignChanged, "round_started": RoundStarted, "context_finished": ContextFinished,
+    "candidate_dropped": CandidateDropped,
     "kld_started": KldStarted, "kld_finished": KldResult,  # (one KldResult, docs/kld.md)
     "job_interrupted": JobInterrupted, "job_finished": JobFinished, "job_failed": JobFailed,
     "job_cancelled": JobCancelled,

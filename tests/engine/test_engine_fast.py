@@ -19,6 +19,7 @@ import pytest
 
 from benchd.config import Config
 from benchd.schemas import Candidate, Cooldown, Probes, Sustained, Sweep
+from benchd.schemas.events import CandidateDropped, payload
 from benchd.store import Store
 from tests.fakeengine import Script, seam
 from tests.testlib import assert_golden
@@ -306,6 +307,9 @@ async def test_a_raced_sweep_whose_candidate_is_dropped_ends_with_done_equal_to_
     assert outcome.state == "succeeded"
     (drop,) = _events(store, job, "candidate_dropped")
     assert drop.payload["candidate"] == "slow" and drop.payload["context"] == 128 and drop.payload["round"] == 3
+    typed = payload(drop)  # the typed event: every key the engine wrote is a field of its struct
+    assert isinstance(typed, CandidateDropped) and set(drop.payload) <= set(CandidateDropped.__struct_fields__)
+    assert typed.by == ["a", "b"] or typed.by == ["a"] or typed.by == ["b"], typed.by
     assert drop.payload["unrun_rows"] == 3 + 1  # its 3 probes at 256 and its sustained row
     assert drop.payload["unrun_rows_max"] == 9 + 12 + 1
     prog = store.get_job(job).progress
