@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, overload
 
 import click
 
@@ -32,8 +32,15 @@ def _remember_state_dir(ctx: click.Context, _param: click.Parameter, value: str 
     return value
 
 
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+@overload
+def state_dir_option(f: Callable[..., Any], *, expose: bool = ..., help: str = ...) -> Callable[..., Any]: ...
+@overload
+def state_dir_option(f: None = None, *, expose: bool = ..., help: str = ...) -> Decorator: ...
 def state_dir_option(f: Callable[..., Any] | None = None, *, expose: bool = True,
-                     help: str = STATE_DIR_HELP) -> Any:
+                     help: str = STATE_DIR_HELP) -> Callable[..., Any] | Decorator:
     """The one `--state-dir` of every command that reads or writes the state dir. `expose=False` (the
     daemon commands, through `socket_option`): the value is not a parameter of the command but is read by
     `state_dir()` / `_client()`, where it sets the default socket (<state dir>/benchd.sock)."""

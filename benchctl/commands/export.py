@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from benchctl.commands.report import _config, state_dir_option
+from benchctl.commands.common import state_dir_option
+from benchctl.commands.report import _config
 
 
 @click.command()

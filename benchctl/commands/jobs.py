@@ -107,7 +107,7 @@ def check_sweep_matrices(path: str) -> tuple[Any, list[str], list[Any]]:
 def plan_warnings(sweep: Any) -> list[str]:
     """What the probe plan guarantees cannot be answered: a fixed probe count below the cell verdict's
     minimum leaves every cell 'too few' (and every comparison short of its noise)."""
-    from benchd.engine.metrics import CI_MIN_N
+    from benchd.stats.cells import CI_MIN_N
 
     pp = sweep.probe_plan()
     if pp.max >= CI_MIN_N:

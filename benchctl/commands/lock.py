@@ -13,7 +13,8 @@ from typing import Any
 
 import click
 
-from benchctl.commands.report import _config, state_dir_option
+from benchctl.commands.common import state_dir_option
+from benchctl.commands.report import _config
 
 
 @click.command()

@@ -67,7 +67,7 @@ def replay_thermal(area: dict[str, Any], platform: dict[str, Any]) -> list[str]:
         raw = area.get(key)
         if not isinstance(raw, dict) or "parsed" not in raw:
             continue
-        got = parse(text(raw))  # type: ignore[operator]
+        got = parse(text(raw))
         if got != raw["parsed"]:
             out.append(f"thermal.{key}: parsed {got}, report says {raw['parsed']}")
     return out

@@ -35,7 +35,8 @@ QUANTIZED_KV_START = 5000
 def _load(model_dir: str) -> tuple[Any, Any]:
     from mlx_lm import load
 
-    return load(model_dir)
+    loaded: tuple[Any, Any] = load(model_dir)
+    return loaded
 
 
 def _encode(tokenizer: Any, text: str) -> tuple[list[int], int | None]:
@@ -78,7 +79,8 @@ def chunk_logits(model: Any, toks: list[int], first: int, args: argparse.Namespa
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
     x = logits.astype(np.float64)
     m = x.max(axis=1, keepdims=True)
-    return x - m - np.log(np.exp(x - m).sum(axis=1, keepdims=True))
+    out: np.ndarray = x - m - np.log(np.exp(x - m).sum(axis=1, keepdims=True))
+    return out
 
 
 def quantize_rows(logits: np.ndarray, nv: int) -> np.ndarray:

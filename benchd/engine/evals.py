@@ -167,7 +167,7 @@ def extract_code(answer_text: str, entry: str) -> str | None:
     """The fenced block that defines `entry` (else the first python/unlabelled block), else the
     whole reply when it defines `entry` and compiles."""
     text = strip_thinking(answer_text)
-    blocks = [(lang.lower(), body) for lang, body in FENCE.findall(text)]
+    blocks: list[tuple[str, str]] = [(str(lang).lower(), str(body)) for lang, body in FENCE.findall(text)]
     defines = re.compile(rf"^\s*(?:async\s+)?def\s+{re.escape(entry)}\s*\(", re.MULTILINE)
     for _, body in blocks:
         if defines.search(body):

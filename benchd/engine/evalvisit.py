@@ -15,7 +15,7 @@ from benchd.engine import evalrun, evals, suiterun, suites
 from benchd.engine.recorder import Recorder
 from benchd.schemas import Candidate, Sweep
 from benchd.servers.runtimes.base import RuntimeAdapter
-from benchd.servers.supervisor import Server
+from benchd.servers.server import Server
 
 
 class EvalVisits:

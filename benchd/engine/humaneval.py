@@ -41,7 +41,7 @@ def completion(answer_text: str, entry_point: str) -> str:
 
 
 def program(task: dict[str, Any], completion_text: str) -> str:
-    return (task["prompt"] + completion_text + "\n" + task["test"] + "\n" + f"check({task['entry_point']})")
+    return str(task["prompt"] + completion_text + "\n" + task["test"] + "\n" + f"check({task['entry_point']})")
 
 
 def grade(task: dict[str, Any], answer_text: str, *, timeout_s: float = TIMEOUT_S,

@@ -29,7 +29,8 @@ from benchd.sensors.memory import budget as budget_mod
 from benchd.servers import affinity
 from benchd.servers.runtimes import get_adapter
 from benchd.servers.runtimes.base import CTX_MARGIN_TOKENS
-from benchd.servers.supervisor import Server, ServerStartError, Supervisor
+from benchd.servers.server import Server, ServerStartError
+from benchd.servers.supervisor import Supervisor
 
 #: Grace between SIGTERM and SIGKILL when the engine stops a server (cancel must finish within 2 s).
 STOP_GRACE_S = 1.5

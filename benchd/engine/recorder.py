@@ -18,7 +18,7 @@ from benchd.engine.racing import Race
 from benchd.engine.rows import Cell, ServerFacts, build_row, decide
 from benchd.engine.series import SeriesBook
 from benchd.schemas import Candidate, Event, Row, Sweep, events
-from benchd.servers.supervisor import ServerStartError
+from benchd.servers.server import ServerStartError
 from benchd.store import Store, utcnow
 
 #: The events every probe writes (its row is in the rows table): a scan for server starts skips them.

@@ -20,7 +20,7 @@ import msgspec
 from benchd.engine import cooldown as cooldown_mod
 from benchd.engine import probe, vision
 from benchd.engine import series as series_mod
-from benchd.engine.energy import Delta, EnergySession
+from benchd.engine.energy import EnergySession
 from benchd.engine.metrics import sustained_summary
 from benchd.engine.pool import ServerPool
 from benchd.engine.prompts import Prompt
@@ -37,13 +37,14 @@ from benchd.engine.rows import (
 )
 from benchd.engine.series import CellSeries
 from benchd.engine.sizing import PromptSizer
-from benchd.schemas import Candidate, CooldownRecord, Row, Sweep
+from benchd.schemas import VISION_PROBE_STRIDE, Candidate, CooldownRecord, Row, Sweep
+from benchd.sensors.energy.reader import Delta
 from benchd.sensors.memory.sampler import MemorySampler
 from benchd.sensors.suspend.sensor import SuspendClock
 from benchd.sensors.thermal.sensor import ThermalSensor
 from benchd.servers.runtimes import get_adapter
 from benchd.servers.runtimes.base import RuntimeAdapter
-from benchd.servers.supervisor import Server
+from benchd.servers.server import Server
 from benchd.store import utcnow
 
 T = TypeVar("T")
@@ -282,7 +283,7 @@ class Runner:
         prompt = await self.sized_prompt(run)
         if isinstance(prompt, Row):
             return prompt
-        probe_no = cell.probe % vision.VISION_PROBE_STRIDE
+        probe_no = cell.probe % VISION_PROBE_STRIDE
 
         async def pair(key: str, marks: Callable[[str], None] | None = None) -> vision.ImageProbe:
             images = await asyncio.to_thread(  # CPU-heavy PNG encoding, kept off the event loop

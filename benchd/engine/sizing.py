@@ -15,7 +15,7 @@ from benchd.engine import probe
 from benchd.engine.prompts import PromptBuilder
 from benchd.schemas import Candidate, Sweep
 from benchd.servers.runtimes.base import RuntimeAdapter
-from benchd.servers.supervisor import Server
+from benchd.servers.server import Server
 
 #: Unrecorded probes that size prompts for a runtime without any tokenizer, at most.
 MAX_SIZING_PROBES = 6

@@ -25,7 +25,7 @@ from benchd.schemas.events import ServerReady
 from benchd.sensors.thermal.sensor import ThermalSensor
 from benchd.servers.runtimes import get_adapter
 from benchd.servers.runtimes.base import RuntimeAdapter
-from benchd.servers.supervisor import Server
+from benchd.servers.server import Server
 
 SUSTAINED = Placement(None, None, "sustained generation: one per candidate, outside the rounds")
 SENTINEL = Placement(None, None, "drift sentinel: the first cell again after the sweep, outside the rounds")

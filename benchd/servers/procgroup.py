@@ -134,7 +134,7 @@ def non_loopback(addresses: list[tuple[str, int]]) -> list[str]:
 
 def alive(proc: psutil.Process) -> bool:
     try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        return bool(proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
 

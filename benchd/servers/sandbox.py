@@ -406,7 +406,7 @@ def _descendants(pid: int) -> list[psutil.Process]:
     import psutil
 
     try:
-        return psutil.Process(pid).children(recursive=True)
+        return list(psutil.Process(pid).children(recursive=True))
     except psutil.Error:
         return []
 

@@ -464,7 +464,7 @@ def _not_compared(name: str, sa: Sample, sb: Sample, margin: float, alpha: float
                                needed=need, lever=lever(name))
         return None
     if name in AXES and AXES[name].source == "candidate":
-        n = min(len(sa), len(sb))  # type: ignore[arg-type]
+        n = min(len(sa), len(sb))
         if n < TAIL_MIN_N:
             return NotCompared(reason=f"{n} value(s) on a side: comparing needs {TAIL_MIN_N}", have=n,
                                needed=TAIL_MIN_N, lever=lever(name))

@@ -188,7 +188,7 @@ def _signed_rank_counts(sizes: tuple[int, ...]) -> dict[int, int]:
 
 def signed_rank_min_p(n_nonzero: int) -> float:
     """The smallest two-sided p the exact signed-rank test can give with this many non-zero pairs."""
-    return min(1.0, 2 / 2**n_nonzero)
+    return min(1.0, 2.0 / 2.0**n_nonzero)
 
 
 def signed_rank_p(d: Sequence[float]) -> tuple[float, int]:
@@ -211,7 +211,7 @@ def mcnemar_p(b: int, c: int) -> float:
     if m == 0:
         return 1.0
     k = min(b, c)
-    return min(1.0, 2 * sum(comb(m, i) for i in range(k + 1)) / 2**m)
+    return min(1.0, 2 * sum(comb(m, i) for i in range(k + 1)) / 2.0**m)
 
 
 def _binom_cdf(k: int, n: int, p: float) -> float:

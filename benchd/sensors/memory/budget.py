@@ -89,6 +89,6 @@ def footprint_bytes(pid: int) -> int | None:
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
-        return sum(p.memory_info().rss for p in procs)
+        return int(sum(p.memory_info().rss for p in procs))
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return None
