@@ -15,7 +15,7 @@ from msgspec import UNSET, Struct, UnsetType
 from benchd.schemas.api import Event
 from benchd.schemas.kld import KldResult
 from benchd.schemas.rows import CooldownRecord, Row
-from benchd.schemas.runbook import CellVerdict
+from benchd.schemas.runbook import CellVerdict, RaceDrop
 
 S = TypeVar("S", bound=Struct)
 
@@ -109,21 +109,11 @@ class ContextFinished(Payload):
     why: str
 
 
-class CandidateDropped(Payload):
-    """A candidate left the race at `context` after `round` rounds (docs/measuring.md#racing): `by` the
-    candidates that dominate it (`["benchd"]` when it left without one, `why` says so), `better_on` each
-    dominator's axes, `texts` the dominance verdicts, `alpha` the look's α; `unrun_rows` /
-    `unrun_rows_max` its planned rows that will not run, `planned_rows` / `planned_rows_max` the job's plan
-    from then on."""
+class CandidateDropped(RaceDrop, kw_only=True):
+    """A candidate left the race (the runbook's `RaceDrop`, docs/measuring.md#racing), and what that did to
+    the plan: `unrun_rows` / `unrun_rows_max` its planned rows that will not run, `planned_rows` /
+    `planned_rows_max` the job's plan from then on."""
 
-    candidate: str
-    context: int
-    round: int
-    by: list[str]
-    better_on: dict[str, list[str]] = {}
-    texts: dict[str, str] = {}
-    alpha: float | None = None
-    why: str = ""
     unrun_rows: int = 0
     unrun_rows_max: int = 0
     planned_rows: int | None = None
