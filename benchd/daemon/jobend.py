@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -34,6 +35,36 @@ class JobEnds:
         self._emit = emit
         self._store_failed = store_failed
         self.hooks: list[JobEnded] = []
+        self._in_thread = 0  # runbook writes running in a worker thread (they read the store there)
+        self._closed = False
+        self._idle = threading.Condition()
+
+    def close_store(self, timeout_s: float) -> bool:
+        """Close the store once no runbook write runs in a worker thread (True), or leave it open after
+        `timeout_s` (False: the process's exit closes it). Blocks: call it in a thread. Cancelling the task
+        that awaits a worker thread does not stop the thread, and closing the connection under its query
+        crashes the process (seen as a SIGSEGV in libsqlite3 at shutdown); a write that starts after this
+        fails with a clear error instead."""
+        with self._idle:
+            if not self._idle.wait_for(lambda: self._in_thread == 0, timeout_s):
+                return False
+            self._closed = True
+            self.store.close()
+            return True
+
+    def _write_in_thread(self, job_id: str, outcome: str) -> str:
+        from benchd.results.runbook import write_runbook  # lazily: the results stage is for job ends
+
+        with self._idle:
+            if self._closed:
+                raise RuntimeError("benchd is shutting down: the store is closed (the next start writes it)")
+            self._in_thread += 1
+        try:
+            return str(write_runbook(self.config, self.store, job_id, outcome, charts=False))
+        finally:
+            with self._idle:
+                self._in_thread -= 1
+                self._idle.notify_all()
 
     def record(self, job_id: str, outcome: str, error: str | None) -> None:
         """The engine's outcome as the job's terminal event (`interrupted`: back to the queue)."""
@@ -85,10 +116,9 @@ class JobEnds:
         the next job starts after it. `runbook_id` is set once both are written (a daemon stopped in
         between writes them again at its next start); a failure is recorded on the job, never raised."""
         from benchd.results.render import render_off_loop  # lazily: the results stage is for job ends
-        from benchd.results.runbook import write_runbook
 
         try:
-            runbook_id = await asyncio.to_thread(write_runbook, self.config, self.store, job_id, outcome, charts=False)
+            runbook_id = await asyncio.to_thread(self._write_in_thread, job_id, outcome)
         except Exception as exc:
             log.exception("job %s: writing the runbook failed", job_id)
             self._note_error(job_id, f"runbook not written: {type(exc).__name__}: {exc}")

@@ -37,6 +37,8 @@ SHUTDOWN_BUDGET_S = 10.0
 HTTP_SHUTDOWN_S = 1.5
 #: How long the running job gets to abort its probe and tear down its servers.
 JOB_STOP_S = 6.0
+#: How long shutdown waits for a runbook being written in a worker thread before it leaves the store open.
+RUNBOOK_WAIT_S = 5.0
 
 EXIT_OK = 0
 EXIT_FORCED = 130
@@ -134,7 +136,10 @@ class Daemon:
                 await self.queue.stop(wait_s=JOB_STOP_S)
         if self.store is not None:
             with _step("close the store"):
-                self.store.close()
+                if self.queue is None:
+                    self.store.close()
+                elif not await asyncio.to_thread(self.queue.ends.close_store, RUNBOOK_WAIT_S):
+                    log.warning("a runbook is still being written after %.0f s: the store is left open", RUNBOOK_WAIT_S)
         if self._bound:
             with _step("unlink the socket"):
                 unlink_socket(self.config.socket)
