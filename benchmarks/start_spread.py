@@ -9,7 +9,8 @@ between-start SD well above the within-start one is why a start, not a probe, is
 (docs/measuring.md#server-starts). The loaded phase re-runs this script under tests/cpu_hog.py (one busy
 process per core). Prints both phases and the load average beside each.
 
-    .venv/bin/python benchmarks/start_spread.py [--starts 6] [--probes 5] [--gen 64] [--threads N] [--json]
+    .venv/bin/python benchmarks/start_spread.py [--starts 6] [--probes 5] [--gen 128] [--size medium]
+                                                [--threads N] [--json]
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ def split(groups: list[list[float]]) -> dict[str, float | None]:
     return {"within_sd": math.sqrt(ms_within), "between_sd": math.sqrt(max(0.0, (ms_between - ms_within) / p))}
 
 
-async def run(starts: int, probes: int, gen: int, threads: int | None) -> dict[str, object]:
-    models = _common.tiny("small")
+async def run(starts: int, probes: int, gen: int, threads: int | None, size: str) -> dict[str, object]:
+    models = _common.tiny(size)
     args = ["-t", str(threads)] if threads else []
     cand = msgspec.convert({"id": "spread-bench", "runtime": "llama-server", "model": str(models.target),
                             "binary": str(_common.llama_bin()), "args": args}, Candidate)
@@ -95,27 +96,29 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--starts", type=int, default=6)
     p.add_argument("--probes", type=int, default=5)
-    p.add_argument("--gen", type=int, default=64)
+    p.add_argument("--gen", type=int, default=128)
+    p.add_argument("--size", default="medium", help="the tiny model's size (small: a request takes milliseconds)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", action="store_true")
     p.add_argument("--one-phase", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
-    measure = (a.starts, a.probes, a.gen, a.threads)
+    measure = (a.starts, a.probes, a.gen, a.threads, a.size)
     if a.one_phase:
         print(json.dumps(asyncio.run(run(*measure))))
         return 0
     quiet = asyncio.run(run(*measure))
     argv = [sys.executable, __file__, "--one-phase", "--starts", str(a.starts), "--probes", str(a.probes),
-            "--gen", str(a.gen)] + (["--threads", str(a.threads)] if a.threads else [])
+            "--gen", str(a.gen), "--size", a.size] + (["--threads", str(a.threads)] if a.threads else [])
     hog = _common.ROOT / "tests" / "cpu_hog.py"
     out = subprocess.run([sys.executable, str(hog), "--", *argv], check=True, capture_output=True, text=True)
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     result = {"quiet": quiet, "loaded": loaded, "machine": _common.machine(),
-              "starts": a.starts, "probes": a.probes, "gen": a.gen, "threads": a.threads}
+              "starts": a.starts, "probes": a.probes, "gen": a.gen, "threads": a.threads, "size": a.size}
     if a.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"{a.starts} starts x {a.probes} probes of {a.gen} tokens, threads {a.threads or 'server default'}")
+        print(f"{a.size} tiny model, {a.starts} starts x {a.probes} probes of {a.gen} tokens, threads "
+              f"{a.threads or 'server default'}")
         print(_line("quiet", quiet))
         print(_line("loaded (a busy process per core)", loaded))
     return 0
