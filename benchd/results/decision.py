@@ -37,6 +37,14 @@ class ContextDecision:
     undecided: list[Undecided]
     excluded: dict[str, str]
     caveats: dict[str, str] = field(default_factory=dict)
+    pairs_compared: int | None = None
+
+    def pairs_text(self) -> str | None:
+        """How many pair questions this context's view asked, and that each kept its own α."""
+        n = self.pairs_compared
+        if not n:
+            return None
+        return f"{plural(n, 'pair')} compared, each on its own (its verdict keeps its α; no correction across pairs)"
 
 
 def _lever(axis: str, nc: NotCompared | None) -> str:
@@ -64,7 +72,7 @@ def context_decision(p: ContextPareto) -> ContextDecision:
         undecided.append(Undecided((t.pair[0], t.pair[1]), status, t.text or f"{t.pair[0]} against {t.pair[1]}: "
                                    f"neither dominates", decide))
     caveats = {c: why for c, why in p.caveats.items() if c in p.frontier}
-    return ContextDecision(p.context, list(p.frontier), ruled, undecided, dict(p.excluded), caveats)
+    return ContextDecision(p.context, list(p.frontier), ruled, undecided, dict(p.excluded), caveats, p.pairs_compared)
 
 
 def decisions(rb: Runbook) -> list[ContextDecision]:
@@ -79,6 +87,7 @@ def decision_lines(rb: Runbook) -> list[str]:
     for d in decisions(rb):
         out.append(f"context {d.context}:")
         out.append(f"  {STATE_WORDS['frontier']}: {', '.join(d.frontier) or '(none)'}")
+        out += [f"  {x}" for x in [d.pairs_text()] if x]
         out += [f"  {c}: {STATE_WORDS['frontier']} with a caveat: {why}" for c, why in d.caveats.items()]
         out += [f"  {STATE_WORDS['dominated']}: {r.candidate} by {r.by} on {', '.join(r.axes) or 'the compared axes'}"
                 f" ({r.text})" for r in d.ruled_out]
@@ -101,7 +110,7 @@ def decision_json(rb: Runbook) -> dict[str, Any]:
     contexts = []
     for d in decisions(rb):
         contexts.append({
-            "context": d.context, "frontier": d.frontier, "caveats": d.caveats,
+            "context": d.context, "frontier": d.frontier, "caveats": d.caveats, "pairs_compared": d.pairs_compared,
             "ruled_out": [{"candidate": r.candidate, "by": r.by, "axes": r.axes, "text": r.text} for r in d.ruled_out],
             "undecided": [{"pair": list(u.pair), "status": u.status, "word": STATE_WORDS[u.status], "text": u.text,
                            "would_decide": u.decide} for u in d.undecided],

@@ -183,6 +183,7 @@ def _decision(rb: Runbook) -> str:
         items = [f"<li class='state-frontier'><b>{esc(words['frontier'])}</b>: {esc(', '.join(d.frontier) or '(none)')}</li>"]
         items += [f"<li class='state-frontier'>{esc(c)}: {esc(words['frontier'])} with a caveat: {esc(why)}</li>"
                   for c, why in d.caveats.items()]
+        items += [f"<li class='pairs'><small>{esc(x)}</small></li>" for x in [d.pairs_text()] if x]
         items += [f"<li class='state-dominated'><b>{esc(words['dominated'])}</b>: {esc(r.candidate)} by {esc(r.by)} on "
                   f"{esc(', '.join(r.axes) or 'the compared axes')}<br><small>{esc(r.text)}</small></li>" for r in d.ruled_out]
         items += [f"<li class='state-{esc(u.status)}'><b>{esc(words[u.status])}</b>: {esc(u.pair[0])} against "

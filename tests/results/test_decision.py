@@ -35,6 +35,8 @@ def test_the_decision_names_who_is_dominated_by_whom_on_which_axes(tmp_path: Pat
     # a caveat is said of a frontier member only (mlx-lm is dominated at 1024)
     assert "mlx-lm: frontier with a caveat" not in ctx1024
     assert f"{STATE_WORDS['excluded']}: broken" in ctx1024
+    # how many pair questions the view asked, and that each kept its own α (three candidates: three pairs)
+    assert "  3 pairs compared, each on its own (its verdict keeps its α; no correction across pairs)" in ctx1024
 
 
 def test_an_undecided_pair_says_what_would_decide_it() -> None:
