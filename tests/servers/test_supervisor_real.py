@@ -143,8 +143,10 @@ async def test_bad_binary(sup: Supervisor, llama, tmp_path: Path) -> None:
 
 async def test_never_ready_times_out_and_kills_group(sup: Supervisor, llama, tmp_path: Path) -> None:
     """Double: a 'server' that starts a child and never answers health (stuck loading)."""
-    # An unusual duration, so a concurrent test's `sleep 300` cannot pass for our grandchild.
-    hang = script(tmp_path, "hang-server", "#!/bin/sh\nsleep 317.25 &\necho loading forever\nwait\n")
+    # A duration unique to this test process, so no other test (or a second test run on the machine, which
+    # runs this same test) can pass for our grandchild.
+    nap = f"317.{os.getpid()}"
+    hang = script(tmp_path, "hang-server", f"#!/bin/sh\nsleep {nap} &\necho loading forever\nwait\n")
     t0 = time.monotonic()
     with pytest.raises(ServerStartError) as err:
         await sup.start(JOB, llama(binary=hang), 512, startup_timeout_s=1.5)
@@ -153,7 +155,7 @@ async def test_never_ready_times_out_and_kills_group(sup: Supervisor, llama, tmp
     assert err.value.reason == "timeout" and "not ready within 1.5 s" in err.value.message
     assert "loading forever" in err.value.log_tail
     assert sup.servers == {}
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[:2] == ["sleep", "317.25"]]
+    leftovers = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[:2] == ["sleep", nap]]
     assert not [p for p in leftovers if p.status() != psutil.STATUS_ZOMBIE]
 
 
