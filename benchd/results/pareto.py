@@ -30,6 +30,7 @@ from benchd.schemas import (
     SkippedPair,
     Sweep,
     Tie,
+    TradeOff,
 )
 from benchd.stats.axes import core_axes
 from benchd.stats.cells import median_ci
@@ -81,10 +82,12 @@ def _pixels(axis: str) -> int:
 def frontier(points: Sequence[Point], context: int, judge: Judge,
              excluded: Mapping[str, str] | None = None, alpha: float = ALPHA) -> ContextPareto:
     """The frontier of one context, every dominated candidate with all its dominators, and the pairs
-    neither of which dominates without a trade-off (tied or unresolved axes, with the verdicts)."""
+    neither of which dominates: without a trade-off (tied or unresolved axes) and with one, each with its
+    axes' verdicts."""
     dominated: dict[str, list[Domination]] = defaultdict(list)
     skipped: list[SkippedPair] = []
     ties: list[Tie] = []
+    tradeoffs: list[TradeOff] = []
     order = [x for x, _ in axes_of(points)]
     for i, a in enumerate(points):
         for b in points[i + 1:]:
@@ -101,11 +104,15 @@ def frontier(points: Sequence[Point], context: int, judge: Judge,
                     by=win.candidate, better_on=d.better_on, skipped_axes=skip, tied_on=d.tied_on, alpha=d.alpha,
                     verdicts=_sentences(d, lose, win), text=dominance_sentence(d, lose.candidate, win.candidate),
                     not_compared=d.not_compared))
-            elif not (d.better_on and d.worse_on):
-                if a.candidate != pair[0]:  # each axis's sentence has pair[0] as subject
-                    a, b = b, a
-                    d = judge(a, b)
-                ties.append(Tie(pair=pair, axes=_sentences(d, a, b), text=dominance_sentence(d, a.candidate, b.candidate),
+            else:
+                x, y = (a, b) if a.candidate == pair[0] else (b, a)  # each axis's sentence has pair[0] as subject
+                if x is not a:
+                    d = judge(x, y)
+                if d.better_on and d.worse_on:
+                    tradeoffs.append(TradeOff(pair=pair, axes=_sentences(d, x, y),
+                                              text=dominance_sentence(d, x.candidate, y.candidate)))
+                    continue
+                ties.append(Tie(pair=pair, axes=_sentences(d, x, y), text=dominance_sentence(d, x.candidate, y.candidate),
                                 status="unresolved" if d.status == "undecided" else "tied",
                                 unresolved_on=d.unresolved_on, blocked_on=d.blocked_on, not_compared=d.not_compared))
     pairs = len(points) * (len(points) - 1) // 2
@@ -121,6 +128,7 @@ def frontier(points: Sequence[Point], context: int, judge: Judge,
         skipped_pairs=skipped,
         points=sorted(points, key=lambda p: p.candidate),
         ties=ties,
+        tradeoffs=tradeoffs,
         caveats=caveats,
         alpha=alpha,
         pairs_compared=pairs,

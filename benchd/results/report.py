@@ -222,6 +222,10 @@ def pareto_lines(p: ContextPareto, rb: Runbook | None = None) -> list[str]:
                    else f"  {t.pair[0]} against {t.pair[1]}: {t.text or 'neither dominates'}")
         out += [_axis_line(axis, text) for axis, text in _axis_order(t.axes)]
         out += not_compared(t.pair)
+    for o in p.tradeoffs:
+        out.append(f"  {o.text}")
+        out += [_axis_line(axis, text) for axis, text in _axis_order(o.axes)]
+        out += not_compared(o.pair)
     for cand, reason in p.excluded.items():
         out.append(f"  {cand} excluded: {reason}")
     return out

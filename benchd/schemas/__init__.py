@@ -92,6 +92,7 @@ from benchd.schemas.runbook import (
     SweepDesign,
     SweepDrift,
     Tie,
+    TradeOff,
     Trend,
 )
 from benchd.schemas.sweep import (
@@ -251,6 +252,7 @@ __all__ = [
     "Thinking",
     "ThrottleCheck",
     "Tie",
+    "TradeOff",
     "Trend",
     "Vision",
     "WhenCondition",

@@ -152,6 +152,16 @@ class Tie(Struct, kw_only=True, frozen=True):
     not_compared: dict[str, NotCompared] = {}
 
 
+class TradeOff(Struct, kw_only=True, frozen=True):
+    """Two candidates each better than the other on some axis, so both may stay on the frontier: every
+    compared axis's verdict, read as `pair[0]` against `pair[1]`, and the pair's one line (`A is better on
+    generation, B on peak memory: a trade-off`)."""
+
+    pair: list[str]
+    axes: dict[str, str]
+    text: str
+
+
 class SkippedPair(Struct, kw_only=True, frozen=True):
     """Axes that could not be compared between two candidates (null, or one value, for one or both), why."""
 
@@ -168,6 +178,8 @@ class ContextPareto(Struct, kw_only=True, frozen=True):
     skipped_pairs: list[SkippedPair]
     points: list[Point]
     ties: list[Tie] = []
+    #: Pairs that trade one axis for another (empty in runbooks written before the field).
+    tradeoffs: list[TradeOff] = []
     #: Frontier candidates whose cell verdict is not `steady`: never silently on the frontier.
     caveats: dict[str, str] = {}
     #: The family-wise α of the pair comparisons (each pair splits it over the axes it compares).

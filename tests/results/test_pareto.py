@@ -132,6 +132,25 @@ def test_dominated_only_when_different_with_the_tied_axes_named() -> None:
     assert pt.ci95["gen_tps"] == pytest.approx([99.6003, 100.4003])
 
 
+def test_a_trade_off_pair_is_recorded_and_printed_with_its_axes() -> None:
+    """fast generates 20 % faster, small uses half the memory: neither dominates, both on the frontier, and
+    the pair is a trade-off, recorded (not a tie) with every axis's sentence, which the Pareto text prints."""
+    from benchd.results.report import pareto_lines
+
+    fast = _probe_rows("fast", [100.0, 100.3, 99.7, 100.1, 99.9, 100.2], mem=2000)
+    small = _probe_rows("small", [80.0, 80.2, 79.8, 80.1, 79.9, 80.3], mem=1000)
+    res = pareto.pareto_from_rows(fast + small, [])[0]
+    assert res.frontier == ["fast", "small"] and not res.dominated and not res.ties
+    (o,) = res.tradeoffs
+    assert o.pair == ["fast", "small"]
+    assert o.text.startswith("fast is better on generation speed, small on peak memory: a trade-off")
+    assert o.axes["gen_tps"].startswith("fast is 25.0 % faster than small at generation")
+    assert o.axes["mem_peak_bytes"].startswith("fast uses 2.0× more peak memory than small")
+    lines = pareto_lines(res)
+    assert f"  {o.text}" in lines
+    assert any(o.axes["gen_tps"] in x for x in lines)
+
+
 def test_pass_rates_on_a_handful_of_tasks_block_domination() -> None:
     """Two eval tasks cannot tell pass rates apart: the pair is not dominated, unresolved on eval_pass_rate."""
     small = _probe_rows("small", [200.0, 201.0, 202.0])
