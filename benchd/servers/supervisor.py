@@ -70,6 +70,12 @@ def _page_cache_before(candidate: Candidate, cold: bool) -> tuple[str | None, st
     return state, how, res.fraction
 
 
+#: How long a start waits, after health answered, for a model-loaded line the server logs after it
+#: flags itself ready (llama-server sets `is_ready` before `SRV_INF("model loaded")`, and its logger
+#: writes from a thread of its own).
+LATE_LINE_S = 2.0
+
+
 class _LoadMarker:
     """When the adapter's model-loaded line first shows in this start's log (polled with the health
     checks, so within one poll interval of when it was written)."""
@@ -77,15 +83,31 @@ class _LoadMarker:
     def __init__(self, marker: str | None, path: Path, offset: int, started: float) -> None:
         self.marker, self.path, self.offset, self.started = marker, path, offset, started
 
-    def look(self, server: Server, *, final: bool = False) -> None:
+    def look(self, server: Server) -> bool:
+        """Record `load_s` when the line is in the log now; True when it is known (or never will be)."""
         if self.marker is None or server.load_s is not None:
-            return
-        text = _read_from(self.path, self.offset, LOAD_LOG_BYTES)
-        if self.marker in text:
+            return True
+        if self.marker in _read_from(self.path, self.offset, LOAD_LOG_BYTES):
             server.load_s = time.monotonic() - self.started
             server.load_note = f"log: first seen {self.marker!r} (polled every health check)"
-        elif final:
-            server.load_note = f"the log has no {self.marker!r} line before health answered"
+            return True
+        return False
+
+    async def settle(self, server: Server, ready_s: float, poll_s: float) -> None:
+        """After health answered, with no line seen before: a line that shows within `LATE_LINE_S` was
+        written after the server flagged itself ready, so the load ended between the last not-ready answer
+        and this one: `load_s` is the ready time, the same one-poll resolution as a line seen before it."""
+        if server.load_s is not None or self.marker is None:
+            return
+        deadline = time.monotonic() + LATE_LINE_S
+        while not await asyncio.to_thread(self.look, server):
+            if time.monotonic() >= deadline:
+                server.load_note = f"the log has no {self.marker!r} line within {LATE_LINE_S:g} s of health answering"
+                return
+            await asyncio.sleep(min(poll_s, 0.05))
+        server.load_s = ready_s
+        server.load_note = (f"log: {self.marker!r} written after health answered (the server flags itself ready, "
+                            "then logs the line): load_s is the time to the ready answer")
 
 
 def _read_from(path: Path, offset: int, max_bytes: int) -> str:
@@ -234,7 +256,6 @@ class Supervisor:
         except BaseException:
             await self.stop(server, grace_s=min(self.grace_s, 5.0))
             raise
-        server.ready_s = time.monotonic() - started
         server.version = await adapter.version(server.base_url, command)
         load_log = await asyncio.to_thread(_read_from, log_path, log_start, LOAD_LOG_BYTES)
         server.layer_split, server.split_note = await asyncio.to_thread(adapter.layer_split, candidate, command, load_log)
@@ -324,9 +345,10 @@ class Supervisor:
                     answer = poll.result()
                     last = answer.detail
                     if answer.ready:
+                        server.ready_s = time.monotonic() - started
                         if listens_on(server.pid, server.port):
-                            marker.look(server, final=True)
                             _check_loopback_only(server)
+                            await marker.settle(server, server.ready_s, self.poll_interval_s)
                             return
                         raise server.start_error(
                             f"port {server.port} was taken by another process: something else answers "
