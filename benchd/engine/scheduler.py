@@ -83,7 +83,7 @@ class Engine:
             for context in design.contexts():
                 design = await design.run(context)
             await design.finish()
-            await self.tail.sentinel()
+            await self.tail.sentinel(self.race.dropped)
             await kld.tail_step(self.job, self.sweep, self.config, self.recorder, self.pool, self.memory_rate_hz)
         finally:
             await self.pool.close()

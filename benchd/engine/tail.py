@@ -8,6 +8,7 @@ Reasons and facts: docs/architecture.md#the-sweep-engine.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 
 from benchd.engine import cooldown as cooldown_mod
 from benchd.engine import visits
@@ -85,9 +86,14 @@ class Tail:
                 return
             await self.pool.stop(server)
 
-    async def sentinel(self) -> None:
-        """Re-run the sweep's first cell (same candidate, context, probe count) to measure the drift."""
-        cand, ctx = self.sweep.candidates[0], min(self.sweep.contexts)
+    async def sentinel(self, dropped: Collection[str] = ()) -> None:
+        """Re-run the sweep's first cell (same candidate, context, probe count) to measure the drift: the
+        first candidate's, or the first the race kept when it dropped that one (`dropped`: no row of a
+        dropped candidate runs after its drop, the sentinel included)."""
+        cand = next((c for c in self.sweep.candidates if c.id not in dropped), None)
+        if cand is None:
+            return
+        ctx = min(self.sweep.contexts)
         first, again = self.book.series(cand.id, ctx), self.book.series(cand.id, ctx, "sentinel")
         if self.sweep.sentinel_on() and first.values() and not again.done():
             await self.pool.release_all()  # (no ok first run: nothing to compare, the runbook says so)

@@ -2,7 +2,7 @@
 
 A whole sweep can drift (a laptop heating up over a night, a background job starting) while every
 cell looks steady on its own. The engine re-runs the sweep's first cell (same candidate, context and
-probe count) as `kind = "sentinel"` rows; here the sentinel is compared with the first run by the one
+probe count; the first candidate the race kept when it dropped the first) as `kind = "sentinel"` rows; here the sentinel is compared with the first run by the one
 comparison (`comparison.compare_axis`, margin ±`sentinel_drift_pct`, α = 0.05). The sweep drifted only
 when that comparison says different; tied says it did not; unresolved says the sentinel cannot tell.
 """
@@ -27,7 +27,9 @@ def sweep_drift(sweep: Sweep, rows: Sequence[Row], alpha: float = ALPHA) -> tupl
     if not sweep.sentinel_on():
         return None, "sentinel off (sentinel = false, or a fixed probe count without sentinel = true)"
     plan = sweep.probe_plan()
-    cand, ctx, metric = sweep.candidates[0].id, min(sweep.contexts), plan.metric
+    # the engine runs the first candidate's first cell again, or the first the race kept: the rows say which
+    cand = next((r.candidate for r in rows if r.kind == "sentinel"), sweep.candidates[0].id)
+    ctx, metric = min(sweep.contexts), plan.metric
     first = _series(rows, cand, ctx, "probe", metric)
     again = _series(rows, cand, ctx, "sentinel", metric)
     if not any(r.kind == "sentinel" for r in rows):

@@ -317,3 +317,27 @@ async def test_a_raced_sweep_whose_candidate_is_dropped_ends_with_done_equal_to_
     assert (prog.total, prog.total_max) == (planned.total - 4, (planned.total_max or 0) - 22)
     assert not [r for r in store.rows(job) if r.candidate == "slow" and r.context == 256]
     assert prog.done == prog.total == len(store.rows(job))
+
+
+async def test_the_drift_sentinel_runs_the_first_candidate_the_race_kept(tmp_path: Path) -> None:
+    """The first candidate is dropped by the race at its first look: the sentinel re-runs the first cell of
+    the first survivor (no row of the dropped one after its drop), the runbook's drift names that
+    candidate, and done == total."""
+    from benchd.results.runbook import build_runbook
+
+    config, store = _store(tmp_path)
+    sweep = _sweep(tmp_path, ["slow", "a", "b"], probes=None, racing=True, sentinel=True)
+    job = _job(store, sweep, "fast-race-sentinel-0001")
+    script = Script(rate={"a": lambda p: 100.0 + 0.01 * (p % 3), "b": lambda p: 100.0 + 0.01 * ((p + 1) % 3),
+                          "slow": lambda p: 20.0 + 0.5 * (p % 2)})
+    assert (await _run(store, job, sweep, script, config)).state == "succeeded"
+    (drop,) = _events(store, job, "candidate_dropped")
+    assert drop.payload["candidate"] == "slow"
+    sentinel = [r for r in store.rows(job) if r.kind == "sentinel"]
+    assert sentinel and {r.candidate for r in sentinel} == {"a"} and {r.context for r in sentinel} == {128}
+    after = [e for e in _events(store, job, "probe_started") if e.seq > drop.seq]
+    assert "slow" not in {e.payload["candidate"] for e in after}
+    rb = build_runbook(config, store, job)
+    assert rb.drift is not None and rb.drift.candidate == "a" and rb.drift.n_sentinel == len(sentinel)
+    prog = store.get_job(job).progress
+    assert prog.done == prog.total == len(store.rows(job))
