@@ -1,6 +1,8 @@
 """The only SQL in benchd: jobs, events, rows and eval results in one SQLite file (WAL).
 
-All methods are synchronous and short; the daemon calls them from its event loop.
+All methods are synchronous and short; the daemon calls them from its event loop. Cut by what is stored:
+`Store` (the connection, its write lock, the jobs table), `store.events` (`EventLog`, a job's events) and
+`store.results` (`ResultTable`, a job's probe rows and eval results).
 
 Reasons and facts: docs/architecture.md#the-store.
 """
@@ -167,55 +169,69 @@ def dropped_rows(events: Iterable[Event]) -> tuple[int, int]:
     return lo, hi
 
 
+def _connect(path: Path) -> sqlite3.Connection:
+    """The daemon's connection: WAL, the schema created if absent; a file that is no database is
+    `CorruptStore` (an `OperationalError`, disk full or locked, is raised as is: a retry may succeed)."""
+    db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA busy_timeout=5000")
+        db.executescript(_SCHEMA)
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError):
+            raise  # disk full, locked, I/O: a retry may succeed
+        db.close()
+        raise CorruptStore(path, exc) from exc
+    return db
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """A reader's connection (`mode=ro`): no schema, no journal-mode change, never created."""
+    if not path.is_file():
+        raise BenchdError("not_found", f"no job store at {path}", "state_dir", status=404)
+    db = sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True, isolation_level=None,
+                         check_same_thread=False)
+    try:
+        db.execute("PRAGMA busy_timeout=5000")
+        db.execute("SELECT 1 FROM jobs LIMIT 1")
+    except sqlite3.DatabaseError as exc:
+        db.close()
+        if isinstance(exc, sqlite3.OperationalError):
+            raise
+        raise CorruptStore(path, exc) from exc
+    return db
+
+
+def _insert_event(db: sqlite3.Connection, job: str, type_: str, payload: dict[str, Any]) -> Event:
+    """Append one event to `job`, its `seq` the one after the job's last. The caller holds the transaction
+    (`Store.transition`, `EventLog.append`, `ResultTable.commit_row`), so the sequence has no gaps."""
+    cur = db.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE job = ?", (job,))
+    seq = int(cur.fetchone()[0]) + 1
+    event = Event(seq=seq, time=utcnow(), type=type_, job=job, payload=payload)  # type: ignore[arg-type]
+    db.execute(
+        "INSERT INTO events(job, seq, time, type, payload) VALUES (?, ?, ?, ?, ?)",
+        (job, seq, event.time, type_, _enc.encode(payload).decode()),
+    )
+    return event
+
+
 class Store:
+    """The state database: its connection, the write lock and the jobs table. A job's record is kept by
+    the two parts that share the connection and lock: `events` (an `EventLog`) and `results` (a
+    `ResultTable`: probe rows and eval results). Writes are short transactions serialized by the lock."""
+
     def __init__(self, path: Path | str, *, read_only: bool = False) -> None:
         """`read_only`: for readers beside (or without) the daemon, `benchctl jobs` offline: the file is
         opened `mode=ro` (no schema, no journal-mode change, never created); a missing file is an error."""
         self.path = Path(path)
-        self._lock = threading.Lock()
-        if read_only:
-            if not self.path.is_file():
-                raise BenchdError("not_found", f"no job store at {self.path}", "state_dir", status=404)
-            self._db = sqlite3.connect(self.path.absolute().as_uri() + "?mode=ro", uri=True, isolation_level=None,
-                                       check_same_thread=False)
-            try:
-                self._db.execute("PRAGMA busy_timeout=5000")
-                self._db.execute("SELECT 1 FROM jobs LIMIT 1")
-            except sqlite3.DatabaseError as exc:
-                self._db.close()
-                if isinstance(exc, sqlite3.OperationalError):
-                    raise
-                raise CorruptStore(self.path, exc) from exc
-            return
-        self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-        try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA busy_timeout=5000")
-            self._db.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as exc:
-            if isinstance(exc, sqlite3.OperationalError):
-                raise  # disk full, locked, I/O: a retry may succeed
-            self._db.close()
-            raise CorruptStore(self.path, exc) from exc
+        self._db = _connect_read_only(self.path) if read_only else _connect(self.path)
+        self._tx = _Tx(self._db, threading.Lock())
+        self.events = EventLog(self._db, self._tx)
+        self.results = ResultTable(self._db, self._tx)
 
     def close(self) -> None:
         self._db.close()
-
-    # -- transactions ------------------------------------------------------------------------------
-
-    def _tx(self) -> _Tx:
-        return _Tx(self._db, self._lock)
-
-    def _append_event(self, job: str, type_: str, payload: dict[str, Any]) -> Event:
-        cur = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE job = ?", (job,))
-        seq = int(cur.fetchone()[0]) + 1
-        event = Event(seq=seq, time=utcnow(), type=type_, job=job, payload=payload)  # type: ignore[arg-type]
-        self._db.execute(
-            "INSERT INTO events(job, seq, time, type, payload) VALUES (?, ?, ?, ?, ?)",
-            (job, seq, event.time, type_, _enc.encode(payload).decode()),
-        )
-        return event
 
     # -- jobs --------------------------------------------------------------------------------------
 
@@ -229,7 +245,7 @@ class Store:
         now = utcnow()
         values = (sweep.name, _enc.encode(sweep).decode(), now, not_before, _enc.encode(list(when)).decode(),
                   planned_probes(sweep))
-        with self._tx():
+        with self._tx:
             while self._db.execute("SELECT 1 FROM jobs WHERE id = ?", (jid,)).fetchone() is not None:
                 if job_id is not None:
                     raise BenchdError("conflict", f"job id {job_id} is taken", "id", status=409)
@@ -241,8 +257,8 @@ class Store:
             # Which model paths were absent when the job was queued: a later "no longer exists" is then a fact.
             missing = sorted({p for c in sweep.candidates for p in (c.model, c.spec.draft_model if c.spec else None)
                               if p and not os.path.exists(p)})
-            event = self._append_event(jid, "job_queued", {"name": sweep.name, "not_before": not_before,
-                                                           "missing_paths": missing})
+            event = _insert_event(self._db, jid, "job_queued", {"name": sweep.name, "not_before": not_before,
+                                                                "missing_paths": missing})
         return self.get_job(jid), event
 
     def get_job(self, job_id: str, with_sweep: bool = True) -> Job:
@@ -282,11 +298,11 @@ class Store:
 
     def _job_from(self, cur: sqlite3.Cursor, values: tuple[Any, ...], with_sweep: bool) -> Job:
         d = {desc[0]: v for desc, v in zip(cur.description, values, strict=True)}
-        done = self.count_rows(d["id"])
+        done = self.results.count_rows(d["id"])
         sweep, _ = _decode_sweep(d["sweep"])
         total_max = planned_probes(sweep, "max") if sweep is not None and sweep.probe_plan().adaptive else None
         # A raced job's dropped candidates run no more rows: the plan loses them from the moment they leave.
-        gone, gone_max = dropped_rows(self.events_of_type(d["id"], "candidate_dropped"))
+        gone, gone_max = dropped_rows(self.events.of_type(d["id"], "candidate_dropped"))
         total = max(0, d["total"] - gone)
         total_max = max(0, total_max - gone_max) if total_max is not None else None
         try:
@@ -339,30 +355,58 @@ class Store:
         if bad:
             raise ValueError(f"cannot update job fields {sorted(bad)}")
         sets = ", ".join(f"{k} = ?" for k in fields)
-        with self._tx():
+        with self._tx:
             self._db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
 
     def transition(self, job_id: str, event_type: str, payload: dict[str, Any] | None = None, **fields: Any) -> Event:
         """Change a job's fields and append the event that says so, in one transaction."""
         sets = ", ".join(f"{k} = ?" for k in fields)
-        with self._tx():
+        with self._tx:
             if fields:
                 self._db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
-            return self._append_event(job_id, event_type, payload or {})
+            return _insert_event(self._db, job_id, event_type, payload or {})
 
-    # -- events ------------------------------------------------------------------------------------
+    def delete_jobs(self, job_ids: Iterable[str]) -> int:
+        """Forget finished jobs entirely (`benchctl prune`): job, events, rows, evals. Returns jobs deleted."""
+        ids = list(job_ids)
+        deleted = 0
+        with self._tx:
+            for jid in ids:
+                cur = self._db.execute(
+                    "DELETE FROM jobs WHERE id = ? AND state IN ('succeeded', 'failed', 'cancelled')", (jid,)
+                )
+                if cur.rowcount:
+                    deleted += 1
+                    for table in ("events", "rows", "evals"):
+                        self._db.execute(f"DELETE FROM {table} WHERE job = ?", (jid,))
+        return deleted
 
-    def append_event(self, job: str, type_: str, payload: dict[str, Any] | None = None) -> Event:
-        with self._tx():
-            return self._append_event(job, type_, payload or {})
+    def counts(self) -> dict[str, int]:
+        """Row counts per table (the fuzz suite checks a rejected request changes none)."""
+        return {t: int(self._db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in ("jobs", "events", "rows", "evals")}
 
-    def events_of_type(self, job: str, type_: str) -> list[Event]:
+
+class EventLog:
+    """A job's events (the events table): appended with the next `seq`, never changed, read in `seq` order.
+    Shares the `Store`'s connection and lock; `Store.transition` and `ResultTable.commit_row` append their
+    event in their own transaction (`_insert_event`)."""
+
+    def __init__(self, db: sqlite3.Connection, tx: _Tx) -> None:
+        self._db = db
+        self._tx = tx
+
+    def append(self, job: str, type_: str, payload: dict[str, Any] | None = None) -> Event:
+        with self._tx:
+            return _insert_event(self._db, job, type_, payload or {})
+
+    def of_type(self, job: str, type_: str) -> list[Event]:
         cur = self._db.execute("SELECT seq, time, type, payload FROM events WHERE job = ? AND type = ? ORDER BY seq",
                                (job, type_))
         return [Event(seq=s, time=t, type=ty, job=job, payload=_payload_dec.decode(p))
                 for s, t, ty, p in cur.fetchall()]
 
-    def events(self, job: str, since: int = 0, limit: int = 10_000) -> list[Event]:
+    def page(self, job: str, since: int = 0, limit: int = 10_000) -> list[Event]:
+        """The job's events after `seq` `since`, at most `limit` of them, in order."""
         cur = self._db.execute(
             "SELECT seq, time, type, payload FROM events WHERE job = ? AND seq > ? ORDER BY seq LIMIT ?",
             (job, since, limit),
@@ -372,7 +416,7 @@ class Store:
             for s, t, ty, p in cur.fetchall()
         ]
 
-    def iter_events(self, job: str, exclude_types: Iterable[str] = ()) -> Iterator[Event]:
+    def iterate(self, job: str, exclude_types: Iterable[str] = ()) -> Iterator[Event]:
         """Every event of the job in order, one at a time (no page limit), without the types excluded."""
         skip = sorted(set(exclude_types))
         cur = self._db.cursor()
@@ -387,18 +431,27 @@ class Store:
         cur = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE job = ?", (job,))
         return int(cur.fetchone()[0])
 
+
+class ResultTable:
+    """A job's measurements: its probe rows (the rows table; each committed with its event) and its eval
+    results (the evals table, one per candidate and task). Shares the `Store`'s connection and lock."""
+
+    def __init__(self, db: sqlite3.Connection, tx: _Tx) -> None:
+        self._db = db
+        self._tx = tx
+
     # -- rows --------------------------------------------------------------------------------------
 
     def commit_row(self, row: Row, event_type: str = "probe_finished") -> Event:
         """Store a row (replacing an `aborted` one with the same key) and its event, atomically."""
-        with self._tx():
+        with self._tx:
             self._db.execute(
                 "INSERT INTO rows(job, candidate, context, kind, probe, status, row) VALUES (?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT(job, candidate, context, kind, probe) DO UPDATE SET status = excluded.status,"
                 " row = excluded.row WHERE rows.status = 'aborted'",
                 (row.job, row.candidate, row.context, row.kind, row.probe, row.status, _enc.encode(row).decode()),
             )
-            return self._append_event(row.job, event_type, {"row": msgspec.to_builtins(row)})
+            return _insert_event(self._db, row.job, event_type, {"row": msgspec.to_builtins(row)})
 
     def rows(self, job: str) -> list[Row]:
         return list(self.iter_rows(job))
@@ -424,7 +477,7 @@ class Store:
     # -- evals -------------------------------------------------------------------------------------
 
     def put_eval(self, result: EvalResult) -> None:
-        with self._tx():
+        with self._tx:
             self._db.execute(
                 "INSERT OR REPLACE INTO evals(job, candidate, task, result) VALUES (?, ?, ?, ?)",
                 (result.job, result.candidate, result.task, _enc.encode(result).decode()),
@@ -434,28 +487,10 @@ class Store:
         cur = self._db.execute("SELECT result FROM evals WHERE job = ? ORDER BY candidate, task", (job,))
         return [_eval_dec.decode(r[0]) for (r) in cur.fetchall()]
 
-    def delete_jobs(self, job_ids: Iterable[str]) -> int:
-        """Forget finished jobs entirely (`benchctl prune`): job, events, rows, evals. Returns jobs deleted."""
-        ids = list(job_ids)
-        deleted = 0
-        with self._tx():
-            for jid in ids:
-                cur = self._db.execute(
-                    "DELETE FROM jobs WHERE id = ? AND state IN ('succeeded', 'failed', 'cancelled')", (jid,)
-                )
-                if cur.rowcount:
-                    deleted += 1
-                    for table in ("events", "rows", "evals"):
-                        self._db.execute(f"DELETE FROM {table} WHERE job = ?", (jid,))
-        return deleted
-
-    def counts(self) -> dict[str, int]:
-        """Row counts per table (the fuzz suite checks a rejected request changes none)."""
-        return {t: int(self._db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in ("jobs", "events", "rows", "evals")}
-
 
 class _Tx:
-    """BEGIN IMMEDIATE … COMMIT (ROLLBACK on error), serialized across threads."""
+    """BEGIN IMMEDIATE … COMMIT (ROLLBACK on error), serialized across threads. One instance serves every
+    transaction of a store and its parts (`with store._tx:`): it keeps no state between uses."""
 
     def __init__(self, db: sqlite3.Connection, lock: threading.Lock) -> None:
         self._db = db

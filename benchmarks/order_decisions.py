@@ -72,8 +72,8 @@ def run(sweep: Sweep, state: Path) -> tuple[list[Row], float, str]:
         t0 = time.monotonic()
         asyncio.run(run_job(job.id, sweep, store, config, lambda e: None))
         wall = time.monotonic() - t0
-        order = next((str(e.payload["order"]) for e in store.events(job.id) if e.type == "design_chosen"), "sequential")
-        return store.rows(job.id), wall, order
+        order = next((str(e.payload["order"]) for e in store.events.page(job.id) if e.type == "design_chosen"), "sequential")
+        return store.results.rows(job.id), wall, order
     finally:
         store.close()
 

@@ -122,8 +122,8 @@ def one(tmp: Path, rates: dict[str, float], raced: bool, cv: float, seed: int, n
     script, world = Script(), World(rates, cv, seed)
     seam = Seam(pool=lambda rec: FakePool(rec, script), runner=lambda rec, pool: NoisyRunner(rec, script, sweep, world))
     asyncio.run(run_job(job.id, sweep, store, config, lambda _e: None, seam=seam))
-    rows = [r for r in store.rows(job.id) if r.kind == "probe"]
-    events = list(store.iter_events(job.id))
+    rows = [r for r in store.results.rows(job.id) if r.kind == "probe"]
+    events = list(store.events.iterate(job.id))
     drops = [e.payload for e in events if e.type == "candidate_dropped"]
     stops = [(e.payload["context"], e.payload["rounds"], e.payload["why"]) for e in events if e.type == "context_finished"]
     store.close()

@@ -59,7 +59,7 @@ def run(sweep: Sweep, state: Path) -> tuple[Runbook, float, int]:
         t0 = time.monotonic()
         asyncio.run(run_job(job.id, sweep, store, config, lambda e: None))
         wall = time.monotonic() - t0
-        starts = sum(1 for e in store.iter_events(job.id) if e.type == "server_ready")
+        starts = sum(1 for e in store.events.iterate(job.id) if e.type == "server_ready")
         return build_runbook(config, store, job.id), wall, starts
     finally:
         store.close()

@@ -74,15 +74,15 @@ def fill_job(store: Store, sweep: Sweep, job_id: str = "20261130-020000-abcd", s
     for cand in sweep.candidates:
         if cand.id == "broken":
             for ctx in CONTEXTS:
-                store.commit_row(_row(job_id, cand.id, cand.runtime, ctx, 0, status="failed",
+                store.results.commit_row(_row(job_id, cand.id, cand.runtime, ctx, 0, status="failed",
                                       error="server exited before ready (status 1)"))
             continue
         version = "b1-0c1e570" if cand.runtime == "llama-server" else "mlx-lm 0.32.2"
-        store.append_event(job_id, "server_ready", {"candidate": cand.id, "server_version": version,
+        store.events.append(job_id, "server_ready", {"candidate": cand.id, "server_version": version,
                                                     "binary": cand.binary or "mlx_lm.server"})
         for ctx in CONTEXTS:
             for probe, g in enumerate(GEN[(cand.id, ctx)]):
-                store.append_event(job_id, "cooldown_finished", {
+                store.events.append(job_id, "cooldown_finished", {
                     "candidate": cand.id, "context": ctx, "probe": probe,
                     "record": {"policy": "fixed", "waited_s": 1.0, "reason": "fixed"}})
                 mlx = cand.runtime == "mlx_lm.server"
@@ -93,7 +93,7 @@ def fill_job(store: Store, sweep: Sweep, job_id: str = "20261130-020000-abcd", s
                 if not spec:
                     nulls.update(draft_n="no spec configured", draft_accepted="no spec configured",
                                  draft_acceptance="no spec configured")
-                store.commit_row(_row(
+                store.results.commit_row(_row(
                     job_id, cand.id, cand.runtime, ctx, probe, status="ok", ctx_size=cand.ctx_size or ctx + 64,
                     binary=cand.binary or "/venv/bin/mlx_lm.server", server_version=version,
                     prompt_tokens=ctx, cached_tokens=0, gen_tokens=32,
@@ -106,14 +106,14 @@ def fill_job(store: Store, sweep: Sweep, job_id: str = "20261130-020000-abcd", s
                              "mem_peak_bytes": "kernel:VmHWM"},
                     null_reasons=nulls,
                 ))
-        store.commit_row(Row(
+        store.results.commit_row(Row(
             job=job_id, candidate=cand.id, runtime=cand.runtime, context=max(CONTEXTS), kind="sustained", probe=0,
             status="ok", gen_tokens=256, window_tps=[100.0, 98.0], sustain_ratio=0.98,
             thermal_before=ThermalReading(source="psutil", available=False, reason="no sensors"),
             thermal_after=ThermalReading(source="psutil", available=False, reason="no sensors"),
         ))
         for task, ok in (("add", True), ("capital", cand.id != "mlx-lm")):
-            store.put_eval(EvalResult(job=job_id, candidate=cand.id, tier="smoke", task=task, passed=ok))
+            store.results.put_eval(EvalResult(job=job_id, candidate=cand.id, tier="smoke", task=task, passed=ok))
     store.transition(job_id, "job_finished" if state == "succeeded" else "job_failed", {}, state=state,
                      finished_at="2026-11-30T02:30:00.000Z")
     return job_id

@@ -20,7 +20,7 @@ def test_one_struct_per_event_type() -> None:
 
 
 def test_every_emit_names_fields_of_its_struct() -> None:
-    """Each `emit("type", key=…)` / `append_event(job, "type", {...})` in benchd uses its struct's fields."""
+    """Each `emit("type", key=…)` / `events.append(job, "type", {...})` in benchd uses its struct's fields."""
     seen = set()
     for path in (ROOT / "benchd").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -29,7 +29,7 @@ def test_every_emit_names_fields_of_its_struct() -> None:
             func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             args = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
             kind = next((a for a in args if a in PAYLOADS), None)
-            if kind is None or func not in ("emit", "append_event", "_append_event", "transition"):
+            if kind is None or func not in ("emit", "append", "_insert_event", "transition"):
                 continue
             keys = {k.arg for k in node.keywords if k.arg} if func == "emit" else {
                 k.value for d in node.args if isinstance(d, ast.Dict) for k in d.keys if isinstance(k, ast.Constant)}
@@ -43,7 +43,7 @@ def test_every_event_a_sweep_writes_decodes_into_its_struct(tmp_path: Path) -> N
     for name in SCENARIOS:
         config, store, job, sweep, script = _scenario(tmp_path / name, name)
         asyncio.run(_run(store, job, sweep, script, config))
-        for e in store.iter_events(job):
+        for e in store.events.iterate(job):
             got = payload(e)
             assert set(e.payload) <= set(type(got).__struct_fields__), (e.type, sorted(e.payload))
 

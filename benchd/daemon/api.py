@@ -208,9 +208,9 @@ def _kld_left(ctx: Ctx, job: str, sweep: Any) -> float:
         return 0.0
     from benchd.engine import kld
 
-    events = [e for e in ctx.store.iter_events(job, exclude_types=("probe_finished", "probe_started"))
+    events = [e for e in ctx.store.events.iterate(job, exclude_types=("probe_finished", "probe_started"))
               if e.type in ("kld_started", "kld_finished")]
-    rates = [r.prompt_tps for r in ctx.store.iter_rows(job) if r.kind == "probe" and r.status == "ok" and r.prompt_tps]
+    rates = [r.prompt_tps for r in ctx.store.results.iter_rows(job) if r.kind == "probe" and r.status == "ok" and r.prompt_tps]
     got = kld.seconds_left(sweep, events, statistics.median(rates) if rates else None)
     return got[0] if got else 0.0
 
@@ -223,7 +223,7 @@ def _with_eta(ctx: Ctx, job: Job) -> Job:
     try:
         elapsed = (datetime.now(UTC) - parse_time(job.started_at)).total_seconds()
         sweep = job.sweep or ctx.store.get_sweep(job.id)
-        results = ctx.store.evals(job.id)
+        results = ctx.store.results.evals(job.id)
     except (ValueError, BenchdError, sqlite3.Error):
         return job
     seconds: dict[str, list[float]] = {}
@@ -281,7 +281,7 @@ async def job_events(request: web.Request) -> web.StreamResponse:
     ctx.store.get_job(job_id, with_sweep=False)  # 404 before the stream starts
     since = _int_param(request, "since", 0, 0, 10**12)
     follow = _bool_param(request, "follow")
-    last = ctx.store.last_seq(job_id)
+    last = ctx.store.events.last_seq(job_id)
     if since > last:
         raise BenchdError("invalid_cursor", f"since={since} is past the job's last event ({last})", "since")
     resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson", "Cache-Control": "no-store"})
@@ -303,14 +303,14 @@ async def _stream_events(
 ) -> None:
     while True:
         waiter = ctx.hub.waiter(job_id)  # taken before the read: no event can slip between
-        events = ctx.store.events(job_id, since=since, limit=EVENT_PAGE)
+        events = ctx.store.events.page(job_id, since=since, limit=EVENT_PAGE)
         for ev in events:
             await asyncio.wait_for(resp.write(_enc.encode(ev) + b"\n"), WRITE_TIMEOUT_S)
             since = ev.seq
             if ev.type in TERMINAL_EVENTS:
                 await resp.write_eof()
                 return
-        if len(events) == EVENT_PAGE or (follow and ctx.store.last_seq(job_id) > since):
+        if len(events) == EVENT_PAGE or (follow and ctx.store.events.last_seq(job_id) > since):
             continue  # more was committed while we wrote (maybe the terminal event): send it first
         if not follow or ctx.hub.closing.is_set():
             await resp.write_eof()
@@ -326,7 +326,7 @@ async def _stream_events(
             # followers of a job that never moves would pile up.
             if request.transport is None or request.transport.is_closing():
                 return
-        if ctx.hub.closing.is_set() and ctx.store.last_seq(job_id) <= since:
+        if ctx.hub.closing.is_set() and ctx.store.events.last_seq(job_id) <= since:
             await resp.write_eof()
             return
 

@@ -78,7 +78,7 @@ class JobEnds:
             log.error("could not record the end of job %s: %s", job_id, exc)
 
     def _finish(self, job_id: str, outcome: str, error: str | None) -> None:
-        done = self.store.count_rows(job_id)
+        done = self.store.results.count_rows(job_id)
         event: str
         payload: dict[str, Any]
         if outcome == "succeeded":
@@ -103,7 +103,7 @@ class JobEnds:
             if self.store.get_job(job_id, with_sweep=False).state in TERMINAL_JOB_STATES:
                 return
             self._emit(self.store.transition(
-                job_id, "job_failed", {"done": self.store.count_rows(job_id), "error": error},
+                job_id, "job_failed", {"done": self.store.results.count_rows(job_id), "error": error},
                 state="failed", finished_at=utcnow(), waiting_reason=None, error=error))
         except sqlite3.Error as exc:
             self._store_failed(f"{type(exc).__name__}: {exc}")

@@ -140,7 +140,7 @@ class JobQueue:
                                       else "cancelled while interrupted"},
             state="cancelled", finished_at=utcnow(), waiting_reason=None,
         ))
-        if job.state == "interrupted" and self.store.count_rows(job_id):
+        if job.state == "interrupted" and self.store.results.count_rows(job_id):
             await self.ends.write_runbook(job_id, "cancelled")
         else:
             await self.ends.ended(job_id, "cancelled", None)
@@ -252,12 +252,12 @@ class JobQueue:
         job = self.store.get_job(job_id, with_sweep=False)
         if job.state not in ("queued", "waiting", "interrupted"):
             return  # cancelled while `_pick` awaited a condition check
-        resume = job.state == "interrupted" or self.store.count_rows(job_id) > 0
+        resume = job.state == "interrupted" or self.store.results.count_rows(job_id) > 0
         sweep = self.store.get_sweep(job_id)
         async with _keep_awake() as sleep_info:
             if self.store.get_job(job_id, with_sweep=False).state not in ("queued", "waiting", "interrupted"):
                 return  # cancelled while the sleep guard started; no await from here to the transition
-            progress = {"done": self.store.count_rows(job_id), "total": job.progress.total if job.progress else 0}
+            progress = {"done": self.store.results.count_rows(job_id), "total": job.progress.total if job.progress else 0}
             self._emit(self.store.transition(
                 job_id, "job_resumed" if resume else "job_started", {**progress, **sleep_info},
                 state="running", waiting_reason=None, started_at=job.started_at or utcnow(),

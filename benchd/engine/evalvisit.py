@@ -24,7 +24,7 @@ class EvalVisits:
     def __init__(self, job: str, sweep: Sweep, config: Config, recorder: Recorder) -> None:
         self.job, self.sweep, self.config, self.recorder = job, sweep, config, recorder
         self.timeout_s = sweep.effective_probe_timeout_s()
-        self.evals_done = {(e.candidate, e.task) for e in recorder.store.evals(job)}
+        self.evals_done = {(e.candidate, e.task) for e in recorder.store.results.evals(job)}
 
     def pending(self, cand: Candidate) -> bool:
         """Does the candidate still owe an eval task (the tier's or a suite's)?"""
@@ -40,7 +40,7 @@ class EvalVisits:
         """The eval tier's tasks through the candidate's server (each result stored as it lands)."""
         for task in evals.tasks(self.sweep.eval_tier):
             if (cand.id, task.id) not in self.evals_done:
-                self.recorder.store.put_eval(await evalrun.run_task(self.job, adapter, server.base_url, cand, task,
+                self.recorder.store.results.put_eval(await evalrun.run_task(self.job, adapter, server.base_url, cand, task,
                                                            self.sweep, self.timeout_s))
                 self.evals_done.add((cand.id, task.id))
         for suite in self.sweep.evals:
@@ -56,7 +56,7 @@ class EvalVisits:
             return
         data = suites.load(suite, self.config.cache_dir)
         self.recorder.emit("eval_suite", **data.provenance([t.id for t in tasks]))
-        spent = sum(e.latency_s or 0.0 for e in self.recorder.store.evals(self.job) if e.candidate == cand.id and e.tier == suite)
+        spent = sum(e.latency_s or 0.0 for e in self.recorder.store.results.evals(self.job) if e.candidate == cand.id and e.tier == suite)
         budget = self.sweep.eval_budget_s
         parser: str | None = None
         asked = False
@@ -82,6 +82,6 @@ class EvalVisits:
                         result = msgspec.structs.replace(
                             result, parser=parser, sources={**result.sources, "parser": "adapter.tool_parser"},
                             null_reasons={k: v for k, v in result.null_reasons.items() if k != "parser"})
-            self.recorder.store.put_eval(result)
+            self.recorder.store.results.put_eval(result)
             self.evals_done.add((cand.id, task.id))
             spent += time.monotonic() - t0

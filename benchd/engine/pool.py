@@ -197,7 +197,7 @@ class Pool:
         gone = [(what, p) for what, p in paths if not os.path.exists(p)]
         if not gone:
             return None
-        queued = next((events.payload(e) for e in self.recorder.store.events(self.job, limit=1)
+        queued = next((events.payload(e) for e in self.recorder.store.events.page(self.job, limit=1)
                        if e.type == "job_queued"), None)  # seq 1
         at_submit = queued.missing_paths if isinstance(queued, events.JobQueued) and queued.missing_paths else None
         return "; ".join(

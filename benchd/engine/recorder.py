@@ -36,13 +36,13 @@ class Recorder:
         self.race: Race | None = None  # racing (the engine sets it): it keeps what its looks read of each row
 
     def emit(self, type_: str, **payload: Any) -> None:
-        self.notify(self.store.append_event(self.job, type_, payload))
+        self.notify(self.store.events.append(self.job, type_, payload))
 
     def commit(self, row: Row) -> None:
         cand = next((c for c in self.sweep.candidates if c.id == row.candidate), None)
         if cand is not None and cand.external:
             row = external_row(row, cand)
-        self.notify(self.store.commit_row(row))
+        self.notify(self.store.results.commit_row(row))
         self.book.add(row)
         if self.race is not None:
             self.race.add(row)
@@ -53,12 +53,12 @@ class Recorder:
     def past_events(self, types: Iterable[str]) -> list[Event]:
         """The job's stored events of `types` (probe events skipped by the scan), in order."""
         want = set(types)
-        return [e for e in self.store.iter_events(self.job, exclude_types=PROBE_EVENTS) if e.type in want]
+        return [e for e in self.store.events.iterate(self.job, exclude_types=PROBE_EVENTS) if e.type in want]
 
     def past(self, kind: type[P]) -> list[P]:
         """The payloads of the job's stored events of that struct's type (probe events skipped by the scan)."""
         want = {t for t, c in events.PAYLOADS.items() if c is kind}
-        return [events.decode(e, kind) for e in self.store.iter_events(self.job, exclude_types=PROBE_EVENTS)
+        return [events.decode(e, kind) for e in self.store.events.iterate(self.job, exclude_types=PROBE_EVENTS)
                 if e.type in want]
 
     def vision_pending(self, cand: Candidate) -> list[tuple[vision.VisionCell, int]]:

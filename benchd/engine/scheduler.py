@@ -57,9 +57,9 @@ class Engine:
         self.job, self.sweep, self.store, self.config, self.memory_rate_hz = job, sweep, store, config, memory_rate_hz
         sensor = sensor or open_sensor()
         self.energy = EnergySession()  # the counter ($BENCHD_POWERCAP_ROOT in tests), reopened per server start
-        self.book = SeriesBook(sweep.probe_plan(), store.iter_rows(job), ci_stop=not designs.pair_stop(sweep))
+        self.book = SeriesBook(sweep.probe_plan(), store.results.iter_rows(job), ci_stop=not designs.pair_stop(sweep))
         self.recorder = Recorder(job, sweep, store, notify, self.book)
-        self.race = racing.open_race(sweep, designs.pair_stop(sweep), store.iter_events(job), store.iter_rows(job))
+        self.race = racing.open_race(sweep, designs.pair_stop(sweep), store.events.iterate(job), store.results.iter_rows(job))
         self.recorder.race = self.race
         sizer = PromptSizer(job, sweep, sweep.effective_probe_timeout_s())
         self.pool: ServerPool = (seam.pool(self.recorder) if seam else
@@ -88,7 +88,7 @@ class Engine:
         finally:
             await self.pool.close()
             self.energy.close()
-        if self.store.has_ok_row(self.job):
+        if self.store.results.has_ok_row(self.job):
             return JobOutcome("succeeded")
         return JobOutcome("failed", "no probe succeeded; the rows say why")
 

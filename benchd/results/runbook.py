@@ -215,9 +215,9 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
     job = store.get_job(job_id)
     sweep = job.sweep or store.get_sweep(job_id)
     shared = _Shared()
-    rows = [shared.row(r) for r in store.iter_rows(job_id)]
-    evals = store.evals(job_id)
-    events = [shared.event(e) for e in store.iter_events(job_id, exclude_types=_EVENTS_NOT_READ)]
+    rows = [shared.row(r) for r in store.results.iter_rows(job_id)]
+    evals = store.results.evals(job_id)
+    events = [shared.event(e) for e in store.events.iterate(job_id, exclude_types=_EVENTS_NOT_READ)]
     drift, no_drift = sweep_drift(sweep, rows)
     design = sweep_design(sweep, events)  # the order that ran: what the comparisons pair by
     starts = ready_starts(events)

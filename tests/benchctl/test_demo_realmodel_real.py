@@ -55,7 +55,7 @@ def test_the_real_demo_sweep_validates_and_one_cell_runs(real_model: Any, llama_
     created, _ = store.create_job(cell)
     outcome = asyncio.run(run_job(created.id, cell, store, config, lambda e: None))
     assert outcome.state == "succeeded", outcome
-    ok = [r for r in store.rows(created.id) if r.kind == "probe" and r.status == "ok"]
+    ok = [r for r in store.results.rows(created.id) if r.kind == "probe" and r.status == "ok"]
     assert len(ok) == 1 and ok[0].gen_tps and ok[0].mem_peak_bytes
     rid = runbook.write_runbook(config, store, created.id, charts=False)
     store.close()

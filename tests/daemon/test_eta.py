@@ -56,10 +56,10 @@ def test_running_job_eta_includes_eval_tasks(eval_suites: Path, tmp_path: Path) 
     started = datetime.now(UTC) - timedelta(seconds=120)
     store.update_job(job.id, state="running", started_at=started.isoformat(timespec="seconds").replace("+00:00", "Z"))
     for probe in range(3):
-        store.commit_row(Row(job=job.id, candidate="a", runtime="llama-server", context=256, kind="probe",
+        store.results.commit_row(Row(job=job.id, candidate="a", runtime="llama-server", context=256, kind="probe",
                              probe=probe, status="ok"))
     for i, seconds in enumerate((6.0, 10.0)):
-        store.put_eval(EvalResult(job=job.id, candidate="a", tier="code", task=f"HumanEval/{i}", passed=True,
+        store.results.put_eval(EvalResult(job=job.id, candidate="a", tier="code", task=f"HumanEval/{i}", passed=True,
                                   latency_s=seconds))
     ctx = cast(Any, SimpleNamespace(store=store, config=SimpleNamespace(cache_dir=eval_suites)))
     got = api._with_eta(ctx, store.get_job(job.id))
@@ -73,8 +73,8 @@ def test_running_job_eta_includes_eval_tasks(eval_suites: Path, tmp_path: Path) 
     assert prog.eta_s > rows_only + 6 * 8.0  # the eval tasks left are in it
     # the same job, its rows all done: the ETA is the eval tasks left
     probe = 0
-    while store.count_rows(job.id) < prog.total:
-        store.commit_row(Row(job=job.id, candidate="a", runtime="llama-server", context=512, kind="probe",
+    while store.results.count_rows(job.id) < prog.total:
+        store.results.commit_row(Row(job=job.id, candidate="a", runtime="llama-server", context=512, kind="probe",
                              probe=probe, status="ok"))
         probe += 1
     later = api._with_eta(ctx, store.get_job(job.id)).progress
@@ -97,7 +97,7 @@ def test_running_job_eta_includes_the_kld_step(tmp_path: Path) -> None:
     store.update_job(job.id, state="running", started_at=started.isoformat(timespec="seconds").replace("+00:00", "Z"))
     total = cast(Any, store.get_job(job.id).progress).total
     for i in range(total):  # every row done, half of them each candidate's: the median prompt rate is 200
-        store.commit_row(Row(job=job.id, candidate=("ref", "q8")[i % 2], runtime="llama-server", context=256,
+        store.results.commit_row(Row(job=job.id, candidate=("ref", "q8")[i % 2], runtime="llama-server", context=256,
                              kind="probe", probe=i // 2, status="ok", prompt_tps=(100.0, 300.0)[i % 2]))
     ctx = cast(Any, SimpleNamespace(store=store, config=SimpleNamespace(cache_dir=tmp_path)))
     prog = api._with_eta(ctx, store.get_job(job.id)).progress
@@ -105,7 +105,7 @@ def test_running_job_eta_includes_the_kld_step(tmp_path: Path) -> None:
     # the probes are done: 3 runs (reference logits, ref and q8 scored) of 4 chunks x 512 at 200 tok/s
     assert prog.eta_s == pytest.approx(3 * 2048 / 200.0, abs=0.2)
     done = KldResult(candidate="ref", reference="ref", context=512, status="ok", chunks=4, seconds=4.096)
-    store.append_event(job.id, "kld_finished", msgspec.to_builtins(done))
+    store.events.append(job.id, "kld_finished", msgspec.to_builtins(done))
     later = api._with_eta(ctx, store.get_job(job.id)).progress
     assert later is not None and later.eta_s == pytest.approx(2048 * 4.096 / 2048, abs=0.2)  # q8 left, measured
     assert eta.estimate(10.0, 1, 0, None, {}, {}, kld_left_s=7.0) == (pytest.approx(7.0), None)

@@ -69,7 +69,7 @@ def read_rows(state_dir: Path, job: str) -> dict[tuple[Any, ...], str]:
     """Rows straight from the store file (WAL lets a reader in while the daemon writes)."""
     store = Store(state_dir / "benchd.sqlite3")
     try:
-        return {(r.candidate, r.context, r.kind, r.probe): r.status for r in store.rows(job)}
+        return {(r.candidate, r.context, r.kind, r.probe): r.status for r in store.results.rows(job)}
     finally:
         store.close()
 
@@ -270,7 +270,7 @@ def test_sigterm_mid_job_interrupts_and_resumes(run_daemon, tiny_models, llama_s
     store = Store(d.state_dir / "benchd.sqlite3")
     try:
         assert store.get_job(job).state == "interrupted"
-        assert store.events(job)[-1].type == "job_interrupted"
+        assert store.events.page(job)[-1].type == "job_interrupted"
     finally:
         store.close()
     d2 = run_daemon()

@@ -43,7 +43,7 @@ def waiting_job_with_events(d: Daemon, n: int, payload_bytes: int) -> str:
                              "candidates": [{"id": "a", "runtime": "llama-server", "model": "/m"}]}, Sweep)
     job, _ = d.store.create_job(sweep, not_before="2099-01-01T00:00:00Z")
     for i in range(n):
-        d.store.append_event(job.id, "cooldown_started", {"i": i, "pad": "x" * payload_bytes})
+        d.store.events.append(job.id, "cooldown_started", {"i": i, "pad": "x" * payload_bytes})
     return job.id
 
 

@@ -81,7 +81,7 @@ def _masked(doc: Any, tmp: str) -> Any:
 
 
 def _events(store: Store, job: str, *types: str) -> list[Any]:
-    return [e for e in store.iter_events(job) if not types or e.type in types]
+    return [e for e in store.events.iterate(job) if not types or e.type in types]
 
 
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -106,10 +106,10 @@ def _scenario(tmp: Path, name: str) -> tuple[Config, Store, str, Sweep, Script]:
 async def test_the_rows_and_events_are_the_ones_recorded_before_the_split(name: str, tmp_path: Path) -> None:
     config, store, job, sweep, script = _scenario(tmp_path, name)
     await _run(store, job, sweep, script, config)
-    rows = [msgspec.to_builtins(r) for r in store.rows(job)]
+    rows = [msgspec.to_builtins(r) for r in store.results.rows(job)]
     for row in rows:  # the fake runner's (what the real one writes there is tested against real servers)
         del row["sources"], row["null_reasons"]
-    events = [[e.seq, e.type, msgspec.to_builtins(e.payload)] for e in store.iter_events(job)]
+    events = [[e.seq, e.type, msgspec.to_builtins(e.payload)] for e in store.events.iterate(job)]
     doc = _masked({"rows": rows, "events": events}, str(tmp_path))
     assert_golden(GOLDEN, name, doc)
 
@@ -120,7 +120,7 @@ async def test_interleaved_visits_every_candidate_once_per_round_in_a_seeded_ord
     rounds = _events(store, job, "round_started")
     assert [(e.payload["context"], e.payload["round"]) for e in rounds] == [(c, r) for c in (128, 256) for r in range(3)]
     for e in rounds:
-        rows = [r for r in store.rows(job) if r.kind == "probe" and r.context == e.payload["context"]
+        rows = [r for r in store.results.rows(job) if r.kind == "probe" and r.context == e.payload["context"]
                 and r.round == e.payload["round"]]
         assert [r.candidate for r in sorted(rows, key=lambda r: r.visit or 0)] == [c for c in e.payload["order"]
                                                                                   if c != "gone"]
@@ -157,7 +157,7 @@ async def test_starts_round_starts_every_candidate_once_per_round_and_rows_carry
     for (t1, c1), (t2, c2) in itertools.pairwise(seq):
         if t1 == "server_ready":
             assert (t2, c2) == ("server_stopped", c1)
-    probes = [r for r in store.rows(job) if r.kind == "probe"]
+    probes = [r for r in store.results.rows(job) if r.kind == "probe"]
     for cid in "ab":
         mine = [r for r in probes if r.candidate == cid]
         assert len(mine) == 8 and len({r.start for r in mine}) == 8  # every row its own start
@@ -176,7 +176,7 @@ async def test_starts_once_starts_every_candidate_once_and_its_rows_share_that_s
     ready = [e.payload["candidate"] for e in seq[:[e.type for e in seq].index("context_finished")]]
     assert sorted(ready) == ["a", "b"]  # one start each for all the rounds (the sustained run has its own)
     for cid in "ab":
-        assert {r.start for r in store.rows(job) if r.candidate == cid and r.kind == "probe"} == {1}
+        assert {r.start for r in store.results.rows(job) if r.candidate == cid and r.kind == "probe"} == {1}
 
 
 def test_starts_defaults_to_a_start_per_round_when_there_is_a_pair() -> None:
@@ -191,12 +191,12 @@ async def test_a_server_that_never_starts_fails_its_cells_once_and_the_sweep_goe
     config, store, job, sweep, script = _scenario(tmp_path, "interleaved")
     outcome = await _run(store, job, sweep, script, config)
     assert outcome.state == "succeeded"
-    gone = [r for r in store.rows(job) if r.candidate == "gone"]
+    gone = [r for r in store.results.rows(job) if r.candidate == "gone"]
     assert {(r.context, r.kind, r.probe) for r in gone} == {(c, "probe", p) for c in (128, 256) for p in range(3)} | {
         (128, "sustained", 0)}
     assert all(r.status == "failed" and "never became ready" in (r.error or "") for r in gone)
     assert script.starts.count("gone") == 3  # once per planned start (128, 256, the sustained one), never retried
-    assert len([r for r in store.rows(job) if r.candidate == "a" and r.kind == "probe"]) == 6
+    assert len([r for r in store.results.rows(job) if r.candidate == "a" and r.kind == "probe"]) == 6
 
 
 async def test_blocked_runs_one_server_start_per_block_in_mirrored_order(tmp_path: Path) -> None:
@@ -204,7 +204,7 @@ async def test_blocked_runs_one_server_start_per_block_in_mirrored_order(tmp_pat
     await _run(store, job, sweep, script, config)
     rounds = _events(store, job, "round_started")
     assert [e.payload["order"] for e in rounds[:3]] == [["a", "b"], ["b", "a"], ["a", "b"]]
-    probes = [r for r in store.rows(job) if r.kind == "probe"]
+    probes = [r for r in store.results.rows(job) if r.kind == "probe"]
     assert len(probes) == 12 and {r.round for r in probes} == {0, 1, 2}
     ready = [e.payload["candidate"] for e in _events(store, job, "server_ready")]
     assert ready[:6] == ["a", "b", "b", "a", "a", "b"]  # a fresh start per block
@@ -217,7 +217,7 @@ async def test_sequential_runs_each_candidate_then_its_tail(tmp_path: Path) -> N
     kinds = [(c, k) for c, _, k, _ in script.probes]
     first_b = kinds.index(("b", "probe"))
     assert ("a", "sustained") in kinds[:first_b]  # a's tail before b's probes
-    assert all(r.round is None for r in store.rows(job))
+    assert all(r.round is None for r in store.results.rows(job))
 
 
 async def test_interleaved_falls_back_to_blocked_when_the_warmed_servers_do_not_fit(tmp_path: Path) -> None:
@@ -226,7 +226,7 @@ async def test_interleaved_falls_back_to_blocked_when_the_warmed_servers_do_not_
     changed = _events(store, job, "design_changed")
     assert len(changed) == 1 and changed[0].payload["context"] == 128
     assert {e.payload["design"] for e in _events(store, job, "context_finished")} == {"blocked"}
-    assert len([r for r in store.rows(job) if r.kind == "probe" and r.status == "ok"]) == 12
+    assert len([r for r in store.results.rows(job) if r.kind == "probe" and r.status == "ok"]) == 12
 
 
 async def test_the_estimate_chooses_blocked_before_any_start(tmp_path: Path) -> None:
@@ -254,7 +254,7 @@ async def test_the_pair_stop_rule_goes_to_max_when_the_pair_stays_unresolved(tmp
     await _run(store, job, sweep, Script(rate=noisy), config)
     why = _events(store, job, "context_finished")[0].payload["why"]
     assert why.startswith("max 8 probes reached")
-    assert len([r for r in store.rows(job) if r.kind == "probe" and r.candidate == "a"]) == 8
+    assert len([r for r in store.results.rows(job) if r.kind == "probe" and r.candidate == "a"]) == 8
 
 
 async def test_every_probe_failing_ends_the_rounds_and_fails_the_job(tmp_path: Path) -> None:
@@ -274,12 +274,12 @@ async def test_cancel_mid_round_stores_the_probe_aborted_and_resume_completes_ex
     with pytest.raises(asyncio.CancelledError):
         await task
     assert script.closed == 1  # the servers were torn down
-    aborted = [r for r in store.rows(job) if r.status == "aborted"]
+    aborted = [r for r in store.results.rows(job) if r.status == "aborted"]
     assert len(aborted) == 1 and aborted[0].round == 1
     again = Script(rate=script.rate, never=script.never)
     await _run(store, job, sweep, again, config)
     assert again.probes[0][:2] == (aborted[0].candidate, 128)  # the aborted probe runs first
-    rows = [r for r in store.rows(job) if r.status != "aborted" and r.kind == "probe" and r.candidate != "gone"]
+    rows = [r for r in store.results.rows(job) if r.status != "aborted" and r.kind == "probe" and r.candidate != "gone"]
     keys = [(r.candidate, r.context, r.probe) for r in rows]
     assert sorted(keys) == sorted({(c, x, p) for c in "ab" for x in (128, 256) for p in range(3)})
     # the resumed round visits only the candidates it had not visited yet, in the same order
@@ -289,7 +289,7 @@ async def test_cancel_mid_round_stores_the_probe_aborted_and_resume_completes_ex
     fresh_job = _job(fresh, sweep, job)
     await _run(fresh, fresh_job, sweep, Script(rate=script.rate, never=script.never), fresh_config)
     placed = sorted((r.candidate, r.context, r.probe, r.round, r.visit) for r in rows)
-    assert placed == sorted((r.candidate, r.context, r.probe, r.round, r.visit) for r in fresh.rows(fresh_job)
+    assert placed == sorted((r.candidate, r.context, r.probe, r.round, r.visit) for r in fresh.results.rows(fresh_job)
                             if r.kind == "probe" and r.candidate != "gone")
 
 
@@ -315,8 +315,8 @@ async def test_a_raced_sweep_whose_candidate_is_dropped_ends_with_done_equal_to_
     prog = store.get_job(job).progress
     assert (prog.total, prog.total_max) == (drop.payload["planned_rows"], drop.payload["planned_rows_max"])
     assert (prog.total, prog.total_max) == (planned.total - 4, (planned.total_max or 0) - 22)
-    assert not [r for r in store.rows(job) if r.candidate == "slow" and r.context == 256]
-    assert prog.done == prog.total == len(store.rows(job))
+    assert not [r for r in store.results.rows(job) if r.candidate == "slow" and r.context == 256]
+    assert prog.done == prog.total == len(store.results.rows(job))
 
 
 async def test_the_drift_sentinel_runs_the_first_candidate_the_race_kept(tmp_path: Path) -> None:
@@ -333,11 +333,11 @@ async def test_the_drift_sentinel_runs_the_first_candidate_the_race_kept(tmp_pat
     assert (await _run(store, job, sweep, script, config)).state == "succeeded"
     (drop,) = _events(store, job, "candidate_dropped")
     assert drop.payload["candidate"] == "slow"
-    sentinel = [r for r in store.rows(job) if r.kind == "sentinel"]
+    sentinel = [r for r in store.results.rows(job) if r.kind == "sentinel"]
     assert sentinel and {r.candidate for r in sentinel} == {"a"} and {r.context for r in sentinel} == {128}
     after = [e for e in _events(store, job, "probe_started") if e.seq > drop.seq]
     assert "slow" not in {e.payload["candidate"] for e in after}
     rb = build_runbook(config, store, job)
     assert rb.drift is not None and rb.drift.candidate == "a" and rb.drift.n_sentinel == len(sentinel)
     prog = store.get_job(job).progress
-    assert prog.done == prog.total == len(store.rows(job))
+    assert prog.done == prog.total == len(store.results.rows(job))

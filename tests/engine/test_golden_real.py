@@ -57,14 +57,14 @@ def _skeleton(tmp: Path, sweep: Sweep, job_id: str) -> dict[str, Any]:
     store.transition(job.id, "job_started", {}, state="running", started_at=utcnow())
     outcome = asyncio.run(run_job(job.id, sweep, store, config, lambda _e: None))
     store.transition(job.id, "job_finished", {}, state=outcome.state, finished_at=utcnow())
-    for e in store.iter_events(job.id):  # every event a real sweep writes decodes into its struct
+    for e in store.events.iterate(job.id):  # every event a real sweep writes decodes into its struct
         assert set(e.payload) <= set(type(events.payload(e)).__struct_fields__), (e.type, sorted(e.payload))
     rb = runbook.build_runbook(config, store, job.id)
     return {
         "outcome": outcome.state,
-        "events": [_event(e) for e in store.iter_events(job.id)],
+        "events": [_event(e) for e in store.events.iterate(job.id)],
         "rows": [[r.candidate, r.context, r.kind, r.probe, r.round, r.visit, r.status, (r.error or "")[:40]]
-                 for r in store.rows(job.id)],
+                 for r in store.results.rows(job.id)],
         "design": None if rb.design is None else [rb.design.order, rb.design.drift_protected],
     }
 

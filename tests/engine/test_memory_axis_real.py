@@ -50,7 +50,7 @@ def rows(medium_gguf: Path, llama_server_bin: Path, cache_dir: Path, tmp_path_fa
     job, _ = store.create_job(sweep)
     outcome = asyncio.run(run_job(job.id, sweep, store, config, lambda e: None))
     assert outcome.state == "succeeded", outcome
-    got = {r.candidate: r for r in store.rows(job.id) if r.kind == "probe"}
+    got = {r.candidate: r for r in store.results.rows(job.id) if r.kind == "probe"}
     assert all(r.status == "ok" for r in got.values()), [(r.candidate, r.error) for r in got.values()]
     return got
 

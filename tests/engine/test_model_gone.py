@@ -26,9 +26,9 @@ def test_model_deleted_after_submit_is_named(tmp_path: Path) -> None:
     assert queued.payload["missing_paths"] == [str(draft)]
     model.unlink()
     asyncio.run(run_job(job.id, sweep, store, config, lambda _e: None))
-    rows = store.rows(job.id)
+    rows = store.results.rows(job.id)
     assert len(rows) == 2 and all(r.status == "failed" for r in rows)
     assert rows[0].error == (f"model file {model} no longer exists (it existed at submit); "
                              f"draft model file {draft} does not exist (nor did it at submit)")
-    assert not any(e.type == "server_starting" for e in store.events(job.id))
+    assert not any(e.type == "server_starting" for e in store.events.page(job.id))
     store.close()

@@ -61,7 +61,7 @@ def _run(config: Config, sweep: Sweep, monkeypatch: pytest.MonkeyPatch) -> dict[
             environs[e.payload["candidate"]] = _environ(e.payload["pid"])
 
     outcome = asyncio.run(run_job(job.id, sweep, store, config, notify))
-    return {"store": store, "job": job.id, "outcome": outcome, "rows": store.rows(job.id), "events": events,
+    return {"store": store, "job": job.id, "outcome": outcome, "rows": store.results.rows(job.id), "events": events,
             "environs": environs, "config": config}
 
 

@@ -64,7 +64,7 @@ def full_sweep(tiny_models: Any, cache_dir: Path, tmp_path_factory: pytest.TempP
     ]
     config = Config.resolve(state_dir=tmp_path_factory.mktemp("engine"), cache_dir=cache_dir)
     store, job, outcome, events = _run(config, _sweep(m, cands))
-    return {"store": store, "job": job, "outcome": outcome, "events": events, "rows": store.rows(job)}
+    return {"store": store, "job": job, "outcome": outcome, "events": events, "rows": store.results.rows(job)}
 
 
 def _rows(full: dict[str, Any], cand: str, kind: str = "probe") -> list[Row]:
@@ -188,7 +188,7 @@ def test_killed_server_gives_one_failed_row_and_the_sweep_goes_on(
             os.kill(pids[-1], signal.SIGKILL)
 
     store, job, outcome, events = _run(config, _sweep(tiny_models, cands, gen_tokens=256), on_event)
-    rows = store.rows(job)
+    rows = store.results.rows(job)
     failed = [r for r in rows if r.status != "ok"]
     assert len(failed) == 1 and failed[0].probe == 1 and failed[0].context == 256
     assert failed[0].exit_status == "signal 9" and "crashed" in (failed[0].error or "")
@@ -223,12 +223,12 @@ def test_cancel_stores_aborted_and_resume_completes_exactly_once(
             await task
 
     asyncio.run(cancel_mid_probe())
-    first = store.rows(job.id)
+    first = store.results.rows(job.id)
     assert [r.status for r in first if r.context == 1024] == ["aborted"]
     assert not list(config.servers_dir.glob("*.json")), "a server record survived the cancel"
     outcome = asyncio.run(run_job(job.id, sweep, store, config, lambda e: None))  # a second run of the same job resumes from its stored rows
     assert outcome.state == "succeeded"
-    rows = store.rows(job.id)
+    rows = store.results.rows(job.id)
     keys = [(r.candidate, r.context, r.kind, r.probe) for r in rows]
     assert len(keys) == len(set(keys)) == len(CONTEXTS) * 2
     assert all(r.status == "ok" for r in rows)
@@ -269,7 +269,7 @@ def test_prompts_sized_outside_probe_windows_and_memory_series_only_when_sustain
     store, job, outcome, _events = _run(config, sweep, on_event)
     assert outcome.state == "succeeded" and len(windows) == 3 and calls
     assert not [t for t in calls for a, b in windows if a <= t <= b], "a /tokenize call inside a probe window"
-    rows = store.rows(job)
+    rows = store.results.rows(job)
     probes = [r for r in rows if r.kind == "probe"]
     (sustained,) = [r for r in rows if r.kind == "sustained"]
     assert all(r.mem_peak_bytes and r.sources["mem_peak_bytes"] == "kernel:VmHWM" for r in probes)

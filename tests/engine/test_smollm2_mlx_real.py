@@ -33,7 +33,7 @@ def test_an_mlx_session_on_the_real_model_reuses_its_cache(real_model: Any, cach
     created, _ = store.create_job(sweep)
     outcome = asyncio.run(run_job(created.id, sweep, store, config, lambda e: None))
     assert outcome.state == "succeeded", outcome
-    rows = store.rows(created.id)
+    rows = store.results.rows(created.id)
     store.close()
     cold = [r for r in rows if r.kind == "probe"]
     assert [r.status for r in cold] == ["ok"] and cold[0].cached_tokens == 0, cold  # cold probes: no prompt cache

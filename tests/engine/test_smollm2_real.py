@@ -75,7 +75,7 @@ def job(real_model: Any, llama_server_bin: Path, cache_dir: Path, tmp_path_facto
     created, _ = store.create_job(sweep)
     outcome = asyncio.run(run_job(created.id, sweep, store, config, lambda e: None))
     assert outcome.state == "succeeded", outcome
-    return store.rows(created.id)
+    return store.results.rows(created.id)
 
 
 def test_peak_memory_does_not_grow_with_the_probe_index(job: list[Row]) -> None:

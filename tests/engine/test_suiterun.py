@@ -137,11 +137,11 @@ async def test_server_errors_mid_suite_are_rows_and_the_suite_goes_on(double: di
                     log_path=log, record_path=tmp_path / "rec", started_at=0.0)
     await engine.evals.run_suite(get_adapter("llama-server"), server, cand, "tools")
     order = [t.id for t in engine.evals.suite_tasks("tools")]
-    by_id = {r.task: r for r in store.evals(job.id)}
+    by_id = {r.task: r for r in store.results.evals(job.id)}
     assert sorted(by_id) == sorted(order)
     results = [by_id[i] for i in order]  # in the order asked
     assert [r.failure for r in results[:2]] == ["server_error", "server_error"]
     assert "malformed" in (results[0].detail or "") or "not an SSE" in (results[0].detail or "")
     assert "HTTP 500" in (results[1].detail or "")
     assert all(r.failure != "server_error" for r in results[2:])
-    assert any(e.type == "eval_suite" for e in store.events(job.id))
+    assert any(e.type == "eval_suite" for e in store.events.page(job.id))

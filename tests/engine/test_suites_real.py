@@ -100,7 +100,7 @@ def test_eval_budget_stops_a_suite_marked_partial(tiny_models: Any, eval_suites:
     store, job = _run(config, sweep)
     rb = build_runbook(config, store, job)
     summ = [s for s in rb.eval_summary if s.tier == "tools"]
-    events = [e.type for e in store.events(job)]
+    events = [e.type for e in store.events.page(job)]
     assert "eval_budget_reached" in events
     # the first task starts before the budget is looked at again; the suite stops after it
     assert len(summ) == 1 and summ[0].total == 1 and summ[0].partial and summ[0].planned == 6

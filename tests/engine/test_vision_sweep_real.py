@@ -44,7 +44,7 @@ def vision_run(vision_models: Any, tiny_models: Any, cache_dir: Path,
     store = Store(config.db_path)
     job, _ = store.create_job(sweep)
     outcome = asyncio.run(run_job(job.id, sweep, store, config, lambda _e: None))
-    return {"sweep": sweep, "outcome": outcome, "rows": store.rows(job.id), "store": store, "job": job.id,
+    return {"sweep": sweep, "outcome": outcome, "rows": store.results.rows(job.id), "store": store, "job": job.id,
             "config": config}
 
 
@@ -105,7 +105,7 @@ def test_truncated_png_fails_its_row_with_the_servers_error_and_the_job_goes_on(
     job, _ = store.create_job(sweep)
     outcome = asyncio.run(run_job(job.id, sweep, store, config, lambda _e: None))
     assert outcome.state == "succeeded"
-    rows = sorted((r for r in store.rows(job.id) if r.kind == "vision"), key=lambda r: r.probe)
+    rows = sorted((r for r in store.results.rows(job.id) if r.kind == "vision"), key=lambda r: r.probe)
     assert [r.status for r in rows] == ["failed", "ok"]
     assert rows[0].error is not None and "HTTP 400" in rows[0].error and "image" in rows[0].error.lower()
     assert "image request failed" in rows[0].null_reasons["image_tokens"]

@@ -47,14 +47,14 @@ def test_sessions_and_levels_in_a_sweep_and_resume(tiny_models: Any, cache_dir: 
             await task
 
     asyncio.run(cancelled_mid_session())
-    first = store.rows(job.id)
+    first = store.results.rows(job.id)
     assert [r.kind for r in first].count("probe") == 2
     assert not [r for r in first if r.kind == "session"]  # a session is stored whole or not at all
 
     resumed: list[Event] = []
     outcome = asyncio.run(Engine(job.id, sweep, store, config, resumed.append).run())
     assert outcome.state == "succeeded"
-    rows = store.rows(job.id)
+    rows = store.results.rows(job.id)
     assert [r.kind for r in rows].count("probe") == 2  # the cold probes were not run again
     turns = sorted((r for r in rows if r.kind == "session"), key=lambda r: r.probe)
     assert [r.turn for r in turns] == [1, 2, 3] and all(r.status == "ok" for r in turns), [r.error for r in turns]

@@ -90,7 +90,7 @@ def read_events(state_dir: Path, job: str) -> list[dict[str, Any]]:
     """Events straight from the store file (WAL: a reader may look while the daemon writes)."""
     store = Store(state_dir / "benchd.sqlite3")
     try:
-        return [{"seq": e.seq, "time": e.time, "type": e.type, "payload": e.payload} for e in store.events(job)]
+        return [{"seq": e.seq, "time": e.time, "type": e.type, "payload": e.payload} for e in store.events.page(job)]
     finally:
         store.close()
 
@@ -98,7 +98,7 @@ def read_events(state_dir: Path, job: str) -> list[dict[str, Any]]:
 def read_rows(state_dir: Path, job: str) -> list[Any]:
     store = Store(state_dir / "benchd.sqlite3")
     try:
-        return store.rows(job)
+        return store.results.rows(job)
     finally:
         store.close()
 

@@ -98,7 +98,7 @@ async def test_a_job_cancelled_while_the_queue_starts_it_never_runs(
     assert cancelled.state == "cancelled"
     await asyncio.sleep(1.0)  # past the guard: the queue must have noticed the cancel
     assert calls == [], "the engine ran a cancelled job"
-    assert [e.type for e in d.store.events(job.id)] == ["job_queued", "job_cancelled"]
+    assert [e.type for e in d.store.events.page(job.id)] == ["job_queued", "job_cancelled"]
     assert d.store.get_job(job.id).state == "cancelled"
 
 

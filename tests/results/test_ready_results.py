@@ -16,12 +16,12 @@ WARM = [1.0, 1.1, 0.9, 1.05, 0.95, 1.0]
 
 def _starts(store, job: str, scale: float, cold: bool) -> None:  # type: ignore[no-untyped-def]
     for s in WARM:
-        store.append_event(job, "server_ready", {
+        store.events.append(job, "server_ready", {
             "candidate": "gguf-plain", "ready_s": s * scale, "purpose": "ready", "load_s": s * scale / 2,
             "load_note": "log: first seen 'model loaded'", "cache": "warm", "cache_note": "mincore(2): 9 of 9 pages",
             "cold": False, "resident_before": 1.0})
         if cold:
-            store.append_event(job, "server_ready", {
+            store.events.append(job, "server_ready", {
                 "candidate": "gguf-plain", "ready_s": 3 * s * scale, "purpose": "ready", "load_s": None,
                 "load_note": "the log has no 'model loaded' line before health answered", "cache": "cold",
                 "cache_note": "posix_fadvise(POSIX_FADV_DONTNEED); mincore(2): 0 of 9 pages", "cold": True,

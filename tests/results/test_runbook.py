@@ -279,8 +279,8 @@ def test_the_written_file_is_the_runbook_encoded_whole(written) -> None:
     config, store, rid, _ = written
     job = "20261130-020000-abcd"
     rb = runbook.build_runbook(config, store, job)
-    assert rb.rows == store.rows(job)
-    assert len(rb.cooldowns) == sum(e.type == "cooldown_finished" for e in store.events(job))
+    assert rb.rows == store.results.rows(job)
+    assert len(rb.cooldowns) == sum(e.type == "cooldown_finished" for e in store.events.page(job))
     on_disk = runbook.decode_runbook((config.runbooks_dir / f"{rid}.json").read_bytes())
     assert (on_disk.rows, on_disk.cooldowns, on_disk.cells, on_disk.pareto) == (rb.rows, rb.cooldowns, rb.cells, rb.pareto)
     assert b"".join(runbook.iter_runbook_json(rb)) == runbook.encode_runbook(rb)
@@ -294,7 +294,7 @@ def test_every_event_is_read_past_one_page(tmp_path: Path) -> None:
     job = fill_job(store, sweep)
     extra = 10_001
     for i in range(extra):
-        store.append_event(job, "cooldown_finished", {"candidate": "x", "context": 1, "probe": i,
+        store.events.append(job, "cooldown_finished", {"candidate": "x", "context": 1, "probe": i,
                                                       "record": {"policy": "fixed", "waited_s": 0.0, "reason": "fixed"}})
     rb = runbook.build_runbook(config, store, job)
-    assert len(rb.cooldowns) == sum(1 for e in store.iter_events(job) if e.type == "cooldown_finished") > extra
+    assert len(rb.cooldowns) == sum(1 for e in store.events.iterate(job) if e.type == "cooldown_finished") > extra
