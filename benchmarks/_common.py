@@ -283,3 +283,36 @@ def spread(xs: list[float]) -> tuple[float, float] | None:
 
 def fmt(x: float | None, nd: int = 3) -> str:
     return "null" if x is None else f"{x:.{nd}f}"
+
+
+@dataclass
+class EngineRun:
+    """One sweep run in-process on the daemon's engine (`run_job`, real servers): its outcome, wall time,
+    and the store still open for the reader's questions (`run_engine`'s `read`)."""
+
+    config: Any
+    store: Any
+    job: str
+    outcome: Any
+    wall_s: float
+
+
+def run_engine(sweep: Any, state: Path, read: Any, on_event: Any = None) -> Any:
+    """Run `sweep` on the engine in a fresh state dir `state` and return `read(EngineRun)` (the store is
+    closed after it): every script that times a whole sweep starts it the same way."""
+    import asyncio
+
+    from benchd.config import Config
+    from benchd.engine.scheduler import run_job
+    from benchd.store import Store
+
+    config = Config.resolve(state_dir=state, cache_dir=cache_dir())
+    state.mkdir(parents=True, exist_ok=True)
+    store = Store(config.db_path)
+    try:
+        job, _ = store.create_job(sweep)
+        t0 = time.monotonic()
+        outcome = asyncio.run(run_job(job.id, sweep, store, config, on_event or (lambda e: None)))
+        return read(EngineRun(config, store, job.id, outcome, time.monotonic() - t0))
+    finally:
+        store.close()

@@ -18,14 +18,12 @@ and after. Run it on a quiet machine (no other suite or benchmark).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import itertools
 import json
 import os
 import statistics
 import sys
 import tempfile
-import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -36,14 +34,11 @@ import _common as C
 import msgspec
 
 from benchctl.demo import _sweep_toml
-from benchd.config import Config
 from benchd.engine.metrics import median_ci
-from benchd.engine.scheduler import run_job
 from benchd.schemas import Cooldown, Row, Sustained, Sweep
 from benchd.stats.axes import AXES
 from benchd.stats.comparison import compare_rows
 from benchd.stats.ranktests import mann_whitney_min_p, mann_whitney_p
-from benchd.store import Store
 
 ALPHA = 0.05
 
@@ -64,18 +59,11 @@ def old_rule(a: list[float], b: list[float], margin_pct: float) -> bool:
 
 
 def run(sweep: Sweep, state: Path) -> tuple[list[Row], float, str]:
-    config = Config.resolve(state_dir=state, cache_dir=C.cache_dir())
-    state.mkdir(parents=True, exist_ok=True)
-    store = Store(config.db_path)
-    try:
-        job, _ = store.create_job(sweep)
-        t0 = time.monotonic()
-        asyncio.run(run_job(job.id, sweep, store, config, lambda e: None))
-        wall = time.monotonic() - t0
-        order = next((str(e.payload["order"]) for e in store.events.page(job.id) if e.type == "design_chosen"), "sequential")
-        return store.results.rows(job.id), wall, order
-    finally:
-        store.close()
+    def read(r: C.EngineRun) -> tuple[list[Row], float, str]:
+        order = next((str(e.payload["order"]) for e in r.store.events.page(r.job) if e.type == "design_chosen"),
+                     "sequential")
+        return r.store.results.rows(r.job), r.wall_s, order
+    return C.run_engine(sweep, state, read)  # type: ignore[no-any-return]
 
 
 def judge_all(rows: list[Row], order: str, margin_pct: float) -> dict[str, Any]:

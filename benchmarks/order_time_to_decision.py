@@ -17,13 +17,11 @@ Run it on a quiet machine.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import itertools
 import json
 import os
 import sys
 import tempfile
-import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -34,26 +32,14 @@ import _common as C
 import msgspec
 
 from benchctl.demo import _sweep_toml
-from benchd.config import Config
-from benchd.engine.scheduler import run_job
 from benchd.results.runbook import build_runbook
 from benchd.schemas import Cooldown, Probes, Runbook, Sustained, Sweep
 from benchd.stats.comparison import compare_rows
-from benchd.store import Store
 
 
 def run(sweep: Sweep, state: Path) -> tuple[Runbook, float, tuple[float, float]]:
-    config = Config.resolve(state_dir=state, cache_dir=C.cache_dir())
-    state.mkdir(parents=True, exist_ok=True)
-    store = Store(config.db_path)
-    try:
-        job, _ = store.create_job(sweep)
-        t0 = time.monotonic()
-        asyncio.run(run_job(job.id, sweep, store, config, lambda e: None))
-        wall = time.monotonic() - t0
-        return build_runbook(config, store, job.id), wall, os.getloadavg()[:2]
-    finally:
-        store.close()
+    return C.run_engine(sweep, state, lambda r: (build_runbook(r.config, r.store, r.job), r.wall_s,  # type: ignore[no-any-return]
+                                                 os.getloadavg()[:2]))
 
 
 def resolved(rb: Runbook, metric: str, margin: float) -> set[tuple[int, str, str]]:

@@ -17,13 +17,11 @@ average is printed beside every figure: run it on a quiet machine (the ratio mov
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C
 
-from benchd.config import Config
 from benchd.engine import sweepcheck
-from benchd.engine.scheduler import run_job
 from benchd.results.runbook import build_runbook
 from benchd.schemas import Candidate, Cooldown, Runbook, Sustained, Sweep
-from benchd.store import Store
 
 
 def grid_sweep(raced: bool) -> Sweep:
@@ -51,18 +46,10 @@ def grid_sweep(raced: bool) -> Sweep:
 
 
 def run(sweep: Sweep, state: Path) -> tuple[Runbook, float, int]:
-    config = Config.resolve(state_dir=state, cache_dir=C.cache_dir())
-    state.mkdir(parents=True, exist_ok=True)
-    store = Store(config.db_path)
-    try:
-        job, _ = store.create_job(sweep)
-        t0 = time.monotonic()
-        asyncio.run(run_job(job.id, sweep, store, config, lambda e: None))
-        wall = time.monotonic() - t0
-        starts = sum(1 for e in store.events.iterate(job.id) if e.type == "server_ready")
-        return build_runbook(config, store, job.id), wall, starts
-    finally:
-        store.close()
+    def read(r: C.EngineRun) -> tuple[Runbook, float, int]:
+        starts = sum(1 for e in r.store.events.iterate(r.job) if e.type == "server_ready")
+        return build_runbook(r.config, r.store, r.job), r.wall_s, starts
+    return C.run_engine(sweep, state, read)  # type: ignore[no-any-return]
 
 
 def frontier(rb: Runbook) -> dict[int, list[str]]:

@@ -26,13 +26,11 @@ neighbours, not benchd.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
 import sys
 import tempfile
-import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -43,11 +41,8 @@ import _common as C
 import msgspec
 
 from benchctl.demo import _sweep_toml
-from benchd.config import Config
-from benchd.engine.scheduler import run_job
 from benchd.results.runbook import build_runbook
 from benchd.schemas import Cooldown, Probes, Sustained, Sweep
-from benchd.store import Store
 
 
 def demo_sweep() -> Sweep:
@@ -69,17 +64,8 @@ def on_event(e: Any) -> None:
 
 def run_sweep(sweep: Sweep, state: Path) -> dict[str, Any]:
     """Run one sweep in-process on the real engine; its cells' probes, CI widths, verdicts and drift."""
-    config = Config.resolve(state_dir=state, cache_dir=C.cache_dir())
-    state.mkdir(parents=True, exist_ok=True)
-    store = Store(config.db_path)
-    try:
-        job, _ = store.create_job(sweep)
-        t0 = time.monotonic()
-        outcome = asyncio.run(run_job(job.id, sweep, store, config, on_event))
-        wall = time.monotonic() - t0
-        rb = build_runbook(config, store, job.id)
-    finally:
-        store.close()
+    outcome, wall, rb = C.run_engine(sweep, state, lambda r: (r.outcome, r.wall_s, build_runbook(r.config, r.store, r.job)),
+                                     on_event)
     cells = [{"cell": f"{c.candidate}@{c.context}", "probes": c.verdict.probes_used if c.verdict else None,
               "ci_half_width_pct": c.verdict.ci_half_width_pct if c.verdict else None,
               "verdict": c.verdict.verdict if c.verdict else None} for c in rb.cells]
