@@ -2,9 +2,10 @@
 
 A whole sweep can drift (a laptop heating up over a night, a background job starting) while every
 cell looks steady on its own. The engine re-runs the sweep's first cell (same candidate, context and
-probe count; the first candidate the race kept when it dropped the first) as `kind = "sentinel"` rows; here the sentinel is compared with the first run by the one
-comparison (`comparison.compare_axis`, margin ±`sentinel_drift_pct`, α = 0.05). The sweep drifted only
-when that comparison says different; tied says it did not; unresolved says the sentinel cannot tell.
+probe count; the first candidate the race kept when it dropped the first) as `kind = "sentinel"` rows;
+here the sentinel is compared with the first run by the one comparison (`comparison.compare_axis`,
+margin ±`sentinel_drift_pct`, α = 0.05). The sweep drifted only when that comparison says different;
+tied says it did not; unresolved says the sentinel cannot tell.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ class _LoadMarker:
                 return
             await asyncio.sleep(min(poll_s, 0.05))
         server.load_s = ready_s
-        server.load_note = (f"log: {self.marker!r} written after health answered (the server flags itself ready, "
+        server.load_note = (f"log: {self.marker!r} first seen after health answered (the server flags itself ready, "
                             "then logs the line): load_s is the time to the ready answer")
 
 

@@ -46,7 +46,7 @@ def test_a_line_written_after_health_answered_gives_the_ready_time(tmp_path: Pat
 
     asyncio.run(late())
     assert server.load_s == 0.75
-    assert "written after health answered" in server.load_note
+    assert "first seen after health answered" in server.load_note
 
 
 def test_no_line_within_the_wait_is_null_with_the_reason(tmp_path: Path, monkeypatch: Any) -> None:
