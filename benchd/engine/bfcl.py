@@ -186,14 +186,14 @@ def _check_call(desc: dict[str, Any], call: Call, possible_answer: dict[str, Any
     return PASS
 
 
-def _answer_type(values: list[Any]) -> type | None:
+def _answer_type(values: list[object]) -> type | None:
     for v in values:
         if v != "":
             return type(v)
     return None
 
 
-def _type_check(param: str, value: Any, allowed: list[Any], kind: str, expected: type,
+def _type_check(param: str, value: object, allowed: list[object], kind: str, expected: type,
                 nested: type | None) -> tuple[bool, bool, str]:
     """(valid, is_variable, why): BFCL's one-level-deep type check."""
     answer_type = _answer_type(allowed)
@@ -221,17 +221,17 @@ def standardize(text: str) -> str:
     return _STANDARDISE.sub("", text).lower().replace("'", '"')
 
 
-def _string_check(param: str, value: str, allowed: list[Any]) -> str:
+def _string_check(param: str, value: str, allowed: list[object]) -> str:
     if standardize(value) in [standardize(a) for a in allowed if type(a) is str]:
         return ""
     return f"Invalid value for parameter {param!r}: {value!r}. Expected one of {allowed}. Case insensitive."
 
 
-def _std_list(items: list[Any]) -> list[Any]:
+def _std_list(items: list[object]) -> list[object]:
     return [standardize(v) if type(v) is str else v for v in items]
 
 
-def _list_check(param: str, value: list[Any], allowed: list[Any]) -> str:
+def _list_check(param: str, value: list[object], allowed: list[object]) -> str:
     # BFCL standardises each possible answer element-wise, so the optional marker "" stands for [].
     if _std_list(value) in [_std_list(list(a)) for a in allowed if isinstance(a, list | str)]:
         return ""
@@ -263,7 +263,7 @@ def _dict_check(param: str, value: dict[str, Any], allowed: list[Any]) -> str:
     return why
 
 
-def _list_dict_check(param: str, value: list[Any], allowed: list[Any]) -> str:
+def _list_dict_check(param: str, value: list[object], allowed: list[object]) -> str:
     why = "Wrong number of dictionaries in the list."
     for possible in allowed:
         if not isinstance(possible, list | str) or len(value) != len(possible):  # "" (optional) is []

@@ -24,17 +24,18 @@ import shlex
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import msgspec
 
 from benchd.atomic import atomic_replace
+from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.lifeline import die_with_daemon
-from benchd.schemas import Candidate, KldCorpus, KldResult, Sweep
+from benchd.schemas import Candidate, Event, KldCorpus, KldResult, Sweep
 from benchd.sensors.facts import hash_file, hash_model
 from benchd.sensors.memory.sampler import MemorySampler
 from benchd.servers.locate import (
@@ -462,7 +463,21 @@ CROSS_RUNTIME = (
     "quantization's own cost")
 
 
-async def tail_step(job: str, sweep: Sweep, config: Any, recorder: Any, pool: Any, rate_hz: float) -> None:
+class _Recorder(Protocol):
+    """What `tail_step` asks of the job's recorder (benchd.engine.recorder.Recorder)."""
+
+    def past_events(self, types: Iterable[str]) -> list[Event]: ...
+
+    def emit(self, type_: str, **payload: object) -> None: ...
+
+
+class _Pool(Protocol):
+    """What `tail_step` asks of the job's servers (benchd.engine.pool.ServerPool)."""
+
+    async def release_all(self, keep: int | None = None) -> None: ...
+
+
+async def tail_step(job: str, sweep: Sweep, config: Config, recorder: _Recorder, pool: _Pool, rate_hz: float) -> None:
     """The sweep's `[kld]` step (the engine calls it last): every server released, then `KldRunner` on the
     pairs the job has not scored yet (its `kld_finished` events)."""
     if sweep.kld.reference not in {c.id for c in sweep.candidates}:  # off (submit refuses any other)
@@ -619,7 +634,7 @@ class KldRunner:
     async def score(self, cand: Candidate, ctx: int, base: Path, ref_s: float | None) -> KldResult:
         log = self.logs / f"{cand.id}-c{ctx}.log"
         json_out = log.with_suffix(".json")
-        common: dict[str, Any] = {"reference_logits": str(base), "reference_seconds": ref_s}
+        common: dict[str, object] = {"reference_logits": str(base), "reference_seconds": ref_s}
         try:
             plan = await asyncio.to_thread(self.plan, cand, ctx, base, json_out)
         except BenchdError as exc:
@@ -637,7 +652,7 @@ class KldRunner:
             no_block = (got.get("tokens_scored") or 0) < SUMMARY_MIN_TOKENS  # the tool prints none then
             if got["summary"] == "summary block" or (got["summary"] and no_block) or attempts >= KLD_ATTEMPTS:
                 break
-        facts: dict[str, Any] = {
+        facts: dict[str, object] = {
             "tool": plan.tool, "tool_version": plan.version, "binary": plan.binary,
             "binary_sha256": plan.binary_sha256, "argv": plan.argv, "dropped_args": plan.dropped,
             "seconds": round(run.seconds, 3), "attempts": attempts, "mem_peak_bytes": run.mem_peak_bytes,
@@ -681,13 +696,13 @@ def _mlx_version(python: str) -> str | None:
     return f"mlx-lm {lm} mlx {core}" if lm and core else None
 
 
-def done_from_events(events: Sequence[Any]) -> set[tuple[str, int]]:
+def done_from_events(events: Sequence[Event]) -> set[tuple[str, int]]:
     """(candidate, context) pairs a job already scored (its `kld_finished` events)."""
     return {(e.payload["candidate"], int(e.payload["context"])) for e in events
             if e.type == "kld_finished" and "candidate" in e.payload}
 
 
-def results_from_events(events: Sequence[Any]) -> list[KldResult]:
+def results_from_events(events: Sequence[Event]) -> list[KldResult]:
     """The runbook's `kld` list: the last `kld_finished` event per candidate and context."""
     found: dict[tuple[str, int], KldResult] = {}
     for e in events:
@@ -707,7 +722,7 @@ def pareto_samples(results: Sequence[KldResult]) -> dict[str, list[float]]:
     return {c: v for c, (_, v) in out.items()}
 
 
-def seconds_left(sweep: Sweep, events: Sequence[Any], prompt_tps: float | None) -> tuple[float, str] | None:
+def seconds_left(sweep: Sweep, events: Sequence[Event], prompt_tps: float | None) -> tuple[float, str] | None:
     """The `[kld]` step's seconds left in a running job and where the rate comes from: the runs not done
     (`planned_runs`; a context's reference run until one of its candidates finished), each its tokens at
     the seconds per evaluated token of this job's finished scoring runs, else at `prompt_tps` (the job's
@@ -737,7 +752,7 @@ def seconds_left(sweep: Sweep, events: Sequence[Any], prompt_tps: float | None) 
     return left * rate, source
 
 
-def corpus_from_events(events: Sequence[Any]) -> KldCorpus | None:
+def corpus_from_events(events: Sequence[Event]) -> KldCorpus | None:
     """The runbook's `kld_corpus`: the last corpus record a `kld_started` event carried."""
     got = [e.payload["corpus"] for e in events if e.type == "kld_started" and "corpus" in e.payload]
     return msgspec.convert(got[-1], KldCorpus) if got else None

@@ -9,9 +9,10 @@ import asyncio
 import dataclasses
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import msgspec
 
@@ -46,7 +47,7 @@ class Reply:
     reasoning: str = ""
     finish_reason: str | None = None
     calls: list[dict[str, str]] = field(default_factory=list)  # {"name", "arguments"} as received
-    usage: dict[str, Any] | None = None
+    usage: dict[str, object] | None = None
 
 
 class _Calls:
@@ -58,8 +59,9 @@ class _Calls:
         self.by_id: dict[str, dict[str, str]] = {}
         self.by_index: dict[int, dict[str, str]] = {}
 
-    def slot(self, d: dict[str, Any], pos: int, whole: bool) -> dict[str, str]:
-        cid = d.get("id") if isinstance(d.get("id"), str) and d.get("id") else None
+    def slot(self, d: Mapping[str, object], pos: int, whole: bool) -> dict[str, str]:
+        raw_id = d.get("id")
+        cid = raw_id if isinstance(raw_id, str) and raw_id else None
         raw_index = d.get("index")
         idx: int = raw_index if isinstance(raw_index, int) else pos
         if whole:  # a non-streamed message: each entry is one complete call
@@ -76,14 +78,15 @@ class _Calls:
         self.by_index[idx] = found
         return found
 
-    def merge(self, deltas: Any, *, whole: bool = False) -> None:
+    def merge(self, deltas: object, *, whole: bool = False) -> None:
         for pos, d in enumerate(deltas if isinstance(deltas, list) else []):
             if not isinstance(d, dict):
                 continue
             slot = self.slot(d, pos, whole)
-            fn: dict[str, Any] = d["function"] if isinstance(d.get("function"), dict) else {}
-            if isinstance(fn.get("name"), str):
-                slot["name"] += fn["name"]
+            fn: dict[str, object] = d["function"] if isinstance(d.get("function"), dict) else {}
+            name = fn.get("name")
+            if isinstance(name, str):
+                slot["name"] += name
             args = fn.get("arguments")
             if isinstance(args, str):
                 slot["arguments"] += args
@@ -121,12 +124,14 @@ def parse_stream(raw: bytes) -> Reply:
         for ch in doc.get("choices") or ():
             if not isinstance(ch, dict):
                 continue
-            delta: dict[str, Any] = ch["delta"] if isinstance(ch.get("delta"), dict) else {}
-            if isinstance(delta.get("content"), str):
-                r.content += delta["content"]
+            delta: dict[str, object] = ch["delta"] if isinstance(ch.get("delta"), dict) else {}
+            content = delta.get("content")
+            if isinstance(content, str):
+                r.content += content
             for key in ("reasoning_content", "reasoning"):
-                if isinstance(delta.get(key), str):
-                    r.reasoning += delta[key]
+                text = delta.get(key)
+                if isinstance(text, str):
+                    r.reasoning += text
             calls.merge(delta.get("tool_calls"))
             if ch.get("finish_reason"):
                 r.finish_reason = str(ch["finish_reason"])
@@ -254,14 +259,26 @@ async def ask_tools(adapter: RuntimeAdapter, base_url: str, body: dict[str, Any]
     return parse_stream(raw) if body.get("stream") else parse_message(raw)
 
 
-def _usage(reply_usage: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
-    vals: dict[str, Any] = {}
+class _Usage(TypedDict, total=False):
+    """The server's token counts an `EvalResult` records (each left out when the reply has none)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+
+
+_USAGE_KEYS: tuple[Literal["prompt_tokens", "completion_tokens"], ...] = ("prompt_tokens", "completion_tokens")
+
+
+def _usage(reply_usage: Mapping[str, object] | None) -> tuple[_Usage, dict[str, str], dict[str, str]]:
+    vals: _Usage = {}
     src: dict[str, str] = {"latency_s": "benchd: wall clock around the request"}
     nulls: dict[str, str] = {}
     u = reply_usage or {}
-    for key in ("prompt_tokens", "completion_tokens"):
-        if isinstance(u.get(key), int):
-            vals[key] = u[key]
+    for key in _USAGE_KEYS:
+        got = u.get(key)
+        if isinstance(got, int):
+            vals[key] = got
             src[key] = f"server usage.{key}"
         else:
             nulls[key] = f"the server's reply has no usage.{key}"

