@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar, TypedDict, cast
 
 import msgspec
 
@@ -26,9 +26,11 @@ from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate, Row, Sampling, Vision
+from benchd.schemas.json import JSONObject, JSONValue
 from benchd.servers.runtimes import environment, flags, tokens
 from benchd.servers.runtimes.environment import ServerEnv
 from benchd.servers.runtimes.http import Readiness, http_get, http_post_json, json_health
+from benchd.servers.runtimes.tokens import ClientMetrics
 from benchd.servers.runtimes.vision import VisionFacts
 
 __all__ = [
@@ -91,6 +93,21 @@ class PrefixCacheRule:
     source: str = ""
 
 
+class DraftMetrics(TypedDict, total=False):
+    """The draft figures `RuntimeAdapter.draft_fields` gives `Normalized`, named like its fields."""
+
+    draft_n: int
+    draft_accepted: int
+    draft_acceptance: float
+
+
+class DraftFigures(DraftMetrics, total=False):
+    """`DraftMetrics` with their `sources` and `null_reasons` (popped and merged by the caller)."""
+
+    sources: dict[str, str]
+    null_reasons: dict[str, str]
+
+
 #: Margin added to `context + gen_tokens` when an adapter sizes the server's context itself: the chat
 #: template wraps the prompt in a few tokens, and the prompt builder is allowed to be 1 % off.
 CTX_MARGIN_TOKENS = 64
@@ -123,17 +140,17 @@ class Normalized:
     sources: dict[str, str] = field(default_factory=dict)
     null_reasons: dict[str, str] = field(default_factory=dict)
 
-    def row_fields(self) -> dict[str, Any]:
+    def row_fields(self) -> dict[str, object]:
         """The fields `schemas.Row` knows, ready for `Row(**fields, job=..., ...)`."""
         known = set(Row.__struct_fields__)
         return {k: v for k, v in dataclasses.asdict(self).items() if k in known}
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -181,7 +198,8 @@ class RuntimeAdapter:
         """Why the pinned build refuses `flag value` (a matrix value), or None."""
         return flags.value_problem(self.flag_values, flag, value) if self.pinned_build(candidate) else None
 
-    def tune_matrix(self, model: str, binary: str | None, cores: int) -> tuple[dict[str, list[Any]], list[str]]:
+    def tune_matrix(self, model: str, binary: str | None, cores: int
+                    ) -> tuple[dict[str, Sequence[str | bool]], list[str]]:
         """The flags worth racing for this model on this machine (`benchctl tune`): a candidate matrix and
         one line per key saying why it is there (none by default)."""
         return {}, [f"{self.name}: no flags to tune known to benchd"]
@@ -288,14 +306,14 @@ class RuntimeAdapter:
         """Whether the candidate has a vision model, and the largest image side it takes."""
         return VisionFacts(False, f"{self.name} takes no images")
 
-    def image_messages(self, prompt: str, data_urls: list[str]) -> list[dict[str, Any]]:
+    def image_messages(self, prompt: str, data_urls: list[str]) -> list[JSONObject]:
         """One user message: the images as OpenAI `image_url` parts, then the prompt text (both servers
         take this form; the images first, so the text that follows stays unique to the probe)."""
-        parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": u}} for u in data_urls]
+        parts: list[JSONValue] = [{"type": "image_url", "image_url": {"url": u}} for u in data_urls]
         parts.append({"type": "text", "text": prompt})
         return [{"role": "user", "content": parts}]
 
-    async def count_request_tokens(self, base_url: str, body: Mapping[str, Any]) -> int | None:
+    async def count_request_tokens(self, base_url: str, body: Mapping[str, object]) -> int | None:
         """A chat request's prompt tokens (images included) without running it, or None where the
         server has no such count (then the image tokens come from the two probes' usage)."""
         return None
@@ -374,7 +392,7 @@ class RuntimeAdapter:
         """Exact prompt tokens via the server's tokenizer, or None (calibrate from usage instead)."""
         return None
 
-    def local_token_counter(self, candidate: Candidate) -> Any:
+    def local_token_counter(self, candidate: Candidate) -> Callable[[str], Awaitable[int]] | None:
         """A `count_tokens(text)` that needs no server (e.g. the model dir's tokenizer), or None."""
         return None
 
@@ -398,10 +416,10 @@ class RuntimeAdapter:
         max_tokens: int,
         sampling: Sampling,
         thinking: str = "default",
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """A streamed chat completion with usage, greedy/seeded as the sweep says; `thinking` "on"/"off"
         sends `enable_thinking` where this runtime reads it, "default" sends nothing."""
-        body: dict[str, Any] = {
+        body: dict[str, object] = {
             "model": model,
             "messages": [{"role": "user", "content": prompt}],
             "stream": True,
@@ -419,7 +437,7 @@ class RuntimeAdapter:
 
     def answer_body(
         self, *, model: str, prompt: str, max_tokens: int, sampling: Sampling, thinking: str = "default"
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """A non-streamed chat completion for an eval task: the model may stop on its own."""
         body = self.request_body(model=model, prompt=prompt, max_tokens=max_tokens, sampling=sampling,
                                  thinking=thinking)
@@ -427,7 +445,7 @@ class RuntimeAdapter:
         body.pop("stream_options", None)
         return body
 
-    def length_fields(self, candidate: Candidate, run_to_length: bool) -> dict[str, Any]:
+    def length_fields(self, candidate: Candidate, run_to_length: bool) -> JSONObject:
         """Request fields that make a probe generate exactly `max_tokens` (or, False, let it stop)."""
         return {}
 
@@ -437,7 +455,7 @@ class RuntimeAdapter:
         """The server start that serves session turns with the prompt cache on (see `SessionStart`)."""
         raise NotImplementedError
 
-    def session_fields(self) -> dict[str, Any]:
+    def session_fields(self) -> JSONObject:
         """Request fields a session turn sends on top of `request_body` (llama-server: `cache_prompt`)."""
         return {}
 
@@ -466,7 +484,7 @@ class RuntimeAdapter:
                             "or the level", "$.concurrency")
                 for n in levels if slots is not None and n > slots]
 
-    def parallel_body(self, body: dict[str, Any]) -> str | None:
+    def parallel_body(self, body: dict[str, object]) -> str | None:
         """Adjust a parallel request's body in place so the runtime can batch it; returns what changed
         (recorded in the row's sources), or None."""
         return None
@@ -501,7 +519,7 @@ class RuntimeAdapter:
         """The `model` value requests carry: the candidate's `request_model`, else the model path."""
         return candidate.request_model or candidate.model
 
-    def encode_body(self, body: Mapping[str, Any]) -> bytes:
+    def encode_body(self, body: Mapping[str, object]) -> bytes:
         return msgspec.json.encode(body)
 
     def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
@@ -512,7 +530,7 @@ class RuntimeAdapter:
     def normalize_timings(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
         """The llama.cpp-style final chunk (`usage` + `timings`) that llama-server and mlx_vlm.server
         both send: rates from `server:timings`, the client window recorded beside them."""
-        timings: Mapping[str, Any] = result.timings or {}
+        timings: Mapping[str, object] = result.timings or {}
         prompt_tokens, completion_tokens, cached = self.usage_tokens(result)
         sources: dict[str, str] = {}
         reasons: dict[str, str] = {}
@@ -547,7 +565,7 @@ class RuntimeAdapter:
             reasons.update(part.pop("null_reasons"))
         return Normalized(prompt_tokens=prompt_tokens, cached_tokens=cached, gen_tokens=gen_tokens,
                           prompt_tps=rates["prompt_tps"], gen_tps=rates["gen_tps"], sources=sources,
-                          null_reasons=reasons, **client, **draft)
+                          null_reasons=reasons, **cast(ClientMetrics, client), **cast(DraftMetrics, draft))
 
     def normalize_usage(self, result: ProbeResult, *, spec_configured: bool, no_timings: str,
                         no_prompt_rate: str, no_cache_details: str, no_draft_counts: str) -> Normalized:
@@ -581,17 +599,17 @@ class RuntimeAdapter:
         for key in ("draft_n", "draft_accepted", "draft_acceptance"):
             reasons[key] = no_draft_counts if spec_configured else "no spec configured"
         return Normalized(prompt_tokens=prompt_tokens, cached_tokens=cached, gen_tokens=gen_tokens, gen_tps=gen_tps,
-                          sources=sources, null_reasons=reasons, **client)
+                          sources=sources, null_reasons=reasons, **cast(ClientMetrics, client))
 
     #: Window accounting and thinking figures live in `tokens` (shared by every adapter's normalize).
     client_timing = staticmethod(tokens.client_timing)
 
     @staticmethod
     def draft_fields(
-        timings: Mapping[str, Any] | None, *, spec_configured: bool, runtime: str, source: str
-    ) -> dict[str, Any]:
+        timings: Mapping[str, object] | None, *, spec_configured: bool, runtime: str, source: str
+    ) -> DraftFigures:
         """draft_n / accepted / acceptance from llama.cpp-style timings, only when a spec is configured."""
-        out: dict[str, Any] = {"sources": {}, "null_reasons": {}}
+        out: DraftFigures = {"sources": {}, "null_reasons": {}}
         if not spec_configured:
             for key in ("draft_n", "draft_accepted", "draft_acceptance"):
                 out["null_reasons"][key] = "no spec configured"

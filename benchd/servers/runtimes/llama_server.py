@@ -12,9 +12,9 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import aiohttp
 import msgspec
@@ -24,6 +24,7 @@ from benchd.errors import BenchdError
 from benchd.lifeline import die_with_daemon
 from benchd.probe_result import ProbeResult, counter_diff
 from benchd.schemas import Candidate, Sampling
+from benchd.schemas.json import JSONObject
 from benchd.servers import locate
 from benchd.servers.runtimes import environment, flags
 from benchd.servers.runtimes.base import (
@@ -188,7 +189,7 @@ def gpu_devices(binary: str) -> tuple[str, ...] | None:
     return _gpu_devices(binary, _mtime(binary))
 
 
-def _encode_messages(body: Mapping[str, Any]) -> bytes:
+def _encode_messages(body: Mapping[str, object]) -> bytes:
     """The token-count request's JSON: the chat request's messages alone."""
     return msgspec.json.encode({"messages": body.get("messages")})
 
@@ -209,7 +210,8 @@ class LlamaServerAdapter(RuntimeAdapter):
     request_count_source: ClassVar[str] = "server:POST /v1/chat/completions/input_tokens"
     flag_values: ClassVar[dict[str, flags.FlagValues]] = FLAG_VALUES
 
-    def tune_matrix(self, model: str, binary: str | None, cores: int) -> tuple[dict[str, list[Any]], list[str]]:
+    def tune_matrix(self, model: str, binary: str | None, cores: int
+                    ) -> tuple[dict[str, Sequence[str | bool]], list[str]]:
         """Threads (half the cores and all of them), flash attention on / off, the K/V cache types f16 and
         q8_0 when this build's `--help` lists them, `-ub` 256 / 512, and `--n-cpu-moe` only for a MoE model
         (its GGUF `<arch>.expert_count`): none, and half of its blocks."""
@@ -221,7 +223,7 @@ class LlamaServerAdapter(RuntimeAdapter):
                "-fa on / off: flash attention (a quantized V cache needs it: those combinations are left out)",
                f"-ctk, -ctv {' / '.join(types)}: the KV cache types of this build that matter most",
                "-ub 256 / 512: the physical batch (prompt processing speed against its compute buffer)"]
-        matrix: dict[str, list[Any]] = {"-t": [str(t) for t in threads], "-fa": ["on", "off"], "-ctk": types,
+        matrix: dict[str, Sequence[str | bool]] = {"-t": [str(t) for t in threads], "-fa": ["on", "off"], "-ctk": types,
                                         "-ctv": types, "-ub": ["256", "512"]}
         try:
             meta = gguf_metadata(model)
@@ -277,7 +279,7 @@ class LlamaServerAdapter(RuntimeAdapter):
             return VisionFacts(False, "llama-server needs `mmproj` (the model's projector GGUF) for images")
         return mmproj_facts(candidate.mmproj)
 
-    async def count_request_tokens(self, base_url: str, body: Mapping[str, Any]) -> int | None:
+    async def count_request_tokens(self, base_url: str, body: Mapping[str, object]) -> int | None:
         """The prompt tokens of a chat request, images included, as the server would process it
         (`POST /v1/chat/completions/input_tokens`, tools/server/server.cpp): no generation runs. The body
         (megabytes of base64 images) is encoded off the event loop."""
@@ -444,7 +446,7 @@ class LlamaServerAdapter(RuntimeAdapter):
         return len(tokens) if isinstance(tokens, list) else None
 
     def request_body(self, *, model: str, prompt: str, max_tokens: int, sampling: Sampling,
-                     thinking: str = "default") -> dict[str, Any]:
+                     thinking: str = "default") -> dict[str, object]:
         body = super().request_body(model=model, prompt=prompt, max_tokens=max_tokens, sampling=sampling,
                                     thinking=thinking)
         body["cache_prompt"] = False  # or a cached prefix fakes the prompt throughput
@@ -452,13 +454,13 @@ class LlamaServerAdapter(RuntimeAdapter):
         return body
 
     def answer_body(self, *, model: str, prompt: str, max_tokens: int, sampling: Sampling,
-                    thinking: str = "default") -> dict[str, Any]:
+                    thinking: str = "default") -> dict[str, object]:
         body = super().answer_body(model=model, prompt=prompt, max_tokens=max_tokens, sampling=sampling,
                                    thinking=thinking)
         body.pop("ignore_eos", None)  # an eval answer ends where the model ends it
         return body
 
-    def length_fields(self, candidate: Candidate, run_to_length: bool) -> dict[str, Any]:
+    def length_fields(self, candidate: Candidate, run_to_length: bool) -> JSONObject:
         return {"ignore_eos": run_to_length}
 
     def eos_gap(self, candidate: Candidate) -> str:
@@ -473,7 +475,7 @@ class LlamaServerAdapter(RuntimeAdapter):
                                            "cache_ram_mib) keeps idle slots' prompts, a server start of its own: "
                                            "cold probes run with --cache-ram 0")
 
-    def session_fields(self) -> dict[str, Any]:
+    def session_fields(self) -> JSONObject:
         return {"cache_prompt": True}
 
     def parallel_slots(self, candidate: Candidate) -> tuple[int | None, str]:
@@ -513,7 +515,7 @@ class LlamaServerAdapter(RuntimeAdapter):
         rendering plus the appended text with special tokens added and parsed, as chat prompts are."""
         out: list[list[int]] = []
         for msgs, suffix in items:
-            body: dict[str, Any] = {"messages": msgs}
+            body: dict[str, object] = {"messages": msgs}
             if thinking != "default":
                 body["chat_template_kwargs"] = {"enable_thinking": thinking == "on"}
             status, raw = await http_post_json(base_url, "/apply-template", body, timeout_s=60.0)

@@ -20,6 +20,7 @@ from benchd.errors import BenchdError
 from benchd.files import read_regular
 from benchd.lifeline import die_with_daemon
 from benchd.schemas import Candidate
+from benchd.schemas.json import JSONObject
 from benchd.servers import locate
 from benchd.servers.runtimes.base import RenderItem, RuntimeAdapter
 
@@ -84,7 +85,7 @@ def _read_json(path: str) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _ids(value: Any) -> list[int]:
+def _ids(value: object) -> list[int]:
     if isinstance(value, int) and not isinstance(value, bool):
         return [value]
     if isinstance(value, list):
@@ -173,7 +174,7 @@ class MlxServerAdapter(RuntimeAdapter):
             "PYTHONUNBUFFERED": "1",  # log lines reach the log file as they happen
         }
 
-    def length_fields(self, candidate: Candidate, run_to_length: bool) -> dict[str, Any]:
+    def length_fields(self, candidate: Candidate, run_to_length: bool) -> JSONObject:
         """`logit_bias` pushing the model's EOS/EOT ids down, so a probe runs to max_tokens."""
         if not run_to_length:
             return {}
@@ -214,7 +215,7 @@ class MlxServerAdapter(RuntimeAdapter):
         doc = json.loads(out)
         return [[int(t) for t in ids] for ids in doc]
 
-    def local_token_counter(self, candidate: Candidate) -> Any:
+    def local_token_counter(self, candidate: Candidate) -> Callable[[str], Awaitable[int]] | None:
         """The model dir's `tokenizer.json`, counted here (the MLX servers have no /tokenize); None
         without the `tokenizers` package, and the engine calibrates from reported usage instead."""
         return local_tokenizer_counter(candidate.model)

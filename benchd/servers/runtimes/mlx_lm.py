@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import msgspec
@@ -65,7 +66,8 @@ class MlxLmAdapter(MlxServerAdapter):
         "--prefill-step-size": flags.FlagValues(None, "mlx_lm/server.py argparse (type=int)", 1),
     }
 
-    def tune_matrix(self, model: str, binary: str | None, cores: int) -> tuple[dict[str, list[Any]], list[str]]:
+    def tune_matrix(self, model: str, binary: str | None, cores: int
+                    ) -> tuple[dict[str, Sequence[str | bool]], list[str]]:
         """`--kv-bits` none / 8 / 4 (a quantized KV cache; it serves requests one at a time) and
         `--prefill-step-size` 512 / 2048 (the default)."""
         return ({"--kv-bits": [False, "8", "4"], "--prefill-step-size": ["512", "2048"]},

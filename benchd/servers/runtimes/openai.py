@@ -18,7 +18,8 @@ import asyncio
 import os
 import re
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import ClassVar, TypedDict, Unpack
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -28,6 +29,7 @@ import psutil
 from benchd.errors import BenchdError
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate, ExternalServer
+from benchd.schemas.json import JSONObject
 from benchd.servers.procgroup import listens_on, port_listeners
 from benchd.servers.runtimes.base import (
     Normalized,
@@ -110,7 +112,7 @@ def api_key_headers(candidate: Candidate) -> dict[str, str]:
     return {"Authorization": f"Bearer {os.environ[candidate.api_key_env]}"}
 
 
-async def _get(url: str, path: str, headers: Mapping[str, str]) -> tuple[int, Any, str]:
+async def _get(url: str, path: str, headers: Mapping[str, str]) -> tuple[int, object, str]:
     """(status, decoded JSON or None, the Server header) of one GET on a fresh connection."""
     async with (
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True),
@@ -125,7 +127,7 @@ async def _get(url: str, path: str, headers: Mapping[str, str]) -> tuple[int, An
         return resp.status, doc, resp.headers.get("Server", "")
 
 
-async def _post(url: str, path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[int, Any]:
+async def _post(url: str, path: str, body: Mapping[str, object], headers: Mapping[str, str]) -> tuple[int, object]:
     async with (
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True),
                               timeout=aiohttp.ClientTimeout(total=10.0)) as session,
@@ -138,7 +140,7 @@ async def _post(url: str, path: str, body: Mapping[str, Any], headers: Mapping[s
             return resp.status, None
 
 
-def _model_ids(doc: Any) -> list[str]:
+def _model_ids(doc: object) -> list[str]:
     data = doc.get("data") if isinstance(doc, dict) else None
     return [str(m["id"]) for m in data or [] if isinstance(m, dict) and m.get("id") is not None]
 
@@ -169,6 +171,16 @@ async def _check_key_recipient(candidate: Candidate, url: str) -> None:
         _KEY_RECIPIENT[url] = pid
 
 
+class _Facts(TypedDict, total=False):
+    """What a detection found, as `ExternalServer` fields (each one left out is null)."""
+
+    version: str | None
+    slot_ctx: int | None
+    total_slots: int | None
+    chat_format: str | None
+    model_ids: list[str]
+
+
 class _Detection:
     """One detection's state: what was asked, each fact's source or null reason."""
 
@@ -180,10 +192,10 @@ class _Detection:
         self.sources: dict[str, str] = {}
         self.nulls: dict[str, str] = {}
 
-    async def get(self, path: str) -> tuple[int, Any, str]:
+    async def get(self, path: str) -> tuple[int, object, str]:
         return await _get(self.url, path, self.headers)
 
-    def done(self, kind: str, **facts: Any) -> ExternalServer:
+    def done(self, kind: str, **facts: Unpack[_Facts]) -> ExternalServer:
         for name in ("version", "slot_ctx", "total_slots", "chat_format"):
             if facts.get(name) is None:
                 self.nulls.setdefault(name, f"{kind} does not report it" if kind != UNKNOWN_KIND
@@ -309,7 +321,7 @@ class OpenAIAdapter(RuntimeAdapter):
         """The static checks live in the one sweep check (`benchd.engine.sweepcheck.external_problems`)."""
         return []
 
-    def command(self, candidate: Candidate, cache_dir: Any) -> tuple[list[str], str]:
+    def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
         return [], NOT_STARTED
 
     def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
@@ -332,7 +344,7 @@ class OpenAIAdapter(RuntimeAdapter):
     def request_model(self, candidate: Candidate) -> str:
         return candidate.request_model or ""
 
-    def length_fields(self, candidate: Candidate, run_to_length: bool) -> dict[str, Any]:
+    def length_fields(self, candidate: Candidate, run_to_length: bool) -> JSONObject:
         inner = self._inner(candidate.url)
         return inner.length_fields(candidate, run_to_length) if inner is not None else {}
 
@@ -369,7 +381,7 @@ class OpenAIAdapter(RuntimeAdapter):
                if inner is not None and inner.name == "llama-server" else "its prompt cache is as it was started")
         return SessionStart(candidate, False, f"{NOT_STARTED}: {how}")
 
-    def session_fields(self) -> dict[str, Any]:
+    def session_fields(self) -> JSONObject:
         return {"cache_prompt": True} if any(f.kind == "llama-server" for f in _DETECTED.values()) else {}
 
     def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> ParallelStart:
@@ -379,7 +391,7 @@ class OpenAIAdapter(RuntimeAdapter):
                   else None)
         return ParallelStart(candidate, None, f"{NOT_STARTED}: its slots / batching as it was started", serial)
 
-    def parallel_body(self, body: dict[str, Any]) -> str | None:
+    def parallel_body(self, body: dict[str, object]) -> str | None:
         return None
 
     def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:

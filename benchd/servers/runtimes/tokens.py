@@ -7,12 +7,31 @@ Reasons and facts: docs/runtimes.md#stream-token-accounting.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from benchd.probe_result import ProbeResult
 
 
-def _int(value: Any) -> int | None:
+class ClientMetrics(TypedDict, total=False):
+    """The figures `thinking_fields` / `client_timing` give `Normalized`, named like its fields."""
+
+    ttfat_ms: float | None
+    reasoning_tokens: int | None
+    thinking: str | None
+    ttft_ms: float | None
+    e2e_ms: float
+    gen_tps_client: float | None
+
+
+class ClientFigures(ClientMetrics, total=False):
+    """`ClientMetrics` with their `sources` and `null_reasons` (the caller pops those two and merges them
+    into its own before passing the figures on)."""
+
+    sources: dict[str, str]
+    null_reasons: dict[str, str]
+
+
+def _int(value: object) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -41,9 +60,9 @@ def window_tokens(result: ProbeResult, completion_tokens: int | None) -> tuple[i
     return completion_tokens - len(outside), outside
 
 
-def thinking_fields(result: ProbeResult) -> dict[str, Any]:
+def thinking_fields(result: ProbeResult) -> ClientFigures:
     """ttfat_ms, reasoning_tokens and thinking (observed), with sources and null reasons."""
-    out: dict[str, Any] = {"sources": {}, "null_reasons": {}}
+    out: ClientFigures = {"sources": {}, "null_reasons": {}}
     out["ttfat_ms"] = result.ttfat_ms
     if result.ttfat_ms is not None:
         out["sources"]["ttfat_ms"] = "client:first-answer-chunk"
@@ -73,7 +92,7 @@ def thinking_fields(result: ProbeResult) -> dict[str, Any]:
     return out
 
 
-def client_timing(result: ProbeResult, completion_tokens: int | None) -> dict[str, Any]:
+def client_timing(result: ProbeResult, completion_tokens: int | None) -> ClientFigures:
     """ttft, e2e, the client stream-window rate and the thinking figures, with sources/reasons (shared
     by all runtimes). TTFT is the first generated token of any kind (reasoning or answer); the window's
     numerator is the tokens inside it (`window_tokens`)."""

@@ -9,10 +9,11 @@ import json
 import os
 import struct
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TypeAlias
 
 from benchd.files import open_regular, read_regular
 from benchd.schemas import MAX_IMAGE_SIDE
+from benchd.schemas.json import JSONObject
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,9 @@ _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<
 _STRING, _ARRAY = 8, 9
 _MAX_KV = 100_000
 
+#: One GGUF metadata value: a scalar (unsigned/signed int, float, bool), a string, or an array of them.
+GGUFValue: TypeAlias = "int | float | bool | str | list[GGUFValue]"
+
 
 def _read(f: IO[bytes], n: int) -> bytes:
     data = f.read(n)
@@ -47,10 +51,11 @@ def _string(f: IO[bytes]) -> str:
     return _read(f, n).decode("utf-8", "replace")
 
 
-def _value(f: IO[bytes], kind: int) -> Any:
+def _value(f: IO[bytes], kind: int) -> GGUFValue:
     if kind in _SCALARS:
         fmt = _SCALARS[kind]
-        return struct.unpack(fmt, _read(f, struct.calcsize(fmt)))[0]
+        scalar: int | float | bool = struct.unpack(fmt, _read(f, struct.calcsize(fmt)))[0]
+        return scalar
     if kind == _STRING:
         return _string(f)
     if kind == _ARRAY:
@@ -62,7 +67,7 @@ def _value(f: IO[bytes], kind: int) -> Any:
     raise ValueError(f"unknown GGUF value type {kind}")
 
 
-def gguf_metadata(path: str) -> dict[str, Any]:
+def gguf_metadata(path: str) -> dict[str, GGUFValue]:
     """The key/values of a GGUF file's header (raises OSError or ValueError on a file that is not one)."""
     with open_regular(path) as f:  # a FIFO or a device is refused, never waited on
         if _read(f, 4) != b"GGUF":
@@ -73,7 +78,7 @@ def gguf_metadata(path: str) -> dict[str, Any]:
         _n_tensors, n_kv = struct.unpack("<QQ", _read(f, 16))
         if n_kv > _MAX_KV:
             raise ValueError("GGUF header has too many keys")
-        out: dict[str, Any] = {}
+        out: dict[str, GGUFValue] = {}
         for _ in range(n_kv):
             key = _string(f)
             (kind,) = struct.unpack("<I", _read(f, 4))
@@ -100,7 +105,7 @@ def mmproj_facts(path: str) -> VisionFacts:
 # ------------------------------------------------------------------------------------------- MLX dir
 
 
-def _json(path: str) -> dict[str, Any] | None:
+def _json(path: str) -> JSONObject | None:
     try:
         doc = json.loads(read_regular(path))
     except (OSError, ValueError, RecursionError):
