@@ -16,8 +16,9 @@ plus one clearly worse model), contexts [64, 256], 16 tokens, interleaved, no su
 - "near-ties": t1.* four at 100 tok/s (the true frontier), t2.* four at 98 tok/s (2 % slower: on the
   margin), worse at 10 tok/s;
 - "spread": four at 100 (the true frontier), four at 90/80/70/60 tok/s, worse at 10.
-Per sweep and grid: raced with the settled stop (the daemon's rule), raced without it (the rule before:
-`Race.settled` switched off, every undecided pair to 12 rounds), fixed (`probes = 12`, `racing = false`).
+Per sweep and grid: raced with the settled stop (the daemon's rule: a context's rounds end when no pair
+can resolve in the rounds left, a candidate's when none of its pairs can), raced without it (the rule
+before: `Race.settled` and `Race.settle` switched off, every undecided pair to 12 rounds), fixed (`probes = 12`, `racing = false`).
 A false drop: a true-frontier candidate dropped. The frontier: the candidates not dropped at the largest
 context. Load average printed beside the figures (counts do not depend on it).
 """
@@ -101,13 +102,15 @@ def sweep_of(tmp: Path, rates: dict[str, float], raced: bool) -> Sweep:
 
 @contextmanager
 def settled_off() -> Iterator[None]:
-    """The rule before the settled stop: `Race.settled` answers None (undecided pairs run to the maximum)."""
-    saved = racing.Race.settled
+    """The rule before the settled stop: `Race.settled` answers None and `Race.settle` nobody (undecided
+    pairs run every candidate to the maximum)."""
+    saved, saved_each = racing.Race.settled, racing.Race.settle
     racing.Race.settled = lambda self, *a, **k: None  # type: ignore[method-assign]
+    racing.Race.settle = lambda self, *a, **k: []  # type: ignore[method-assign]
     try:
         yield
     finally:
-        racing.Race.settled = saved  # type: ignore[method-assign]
+        racing.Race.settled, racing.Race.settle = saved, saved_each  # type: ignore[method-assign]
 
 
 def one(tmp: Path, rates: dict[str, float], raced: bool, cv: float, seed: int, name: str) -> dict[str, Any]:
@@ -125,11 +128,12 @@ def one(tmp: Path, rates: dict[str, float], raced: bool, cv: float, seed: int, n
     rows = [r for r in store.results.rows(job.id) if r.kind == "probe"]
     events = list(store.events.iterate(job.id))
     drops = [e.payload for e in events if e.type == "candidate_dropped"]
+    settles = sum(e.type == "candidate_settled" for e in events)
     stops = [(e.payload["context"], e.payload["rounds"], e.payload["why"]) for e in events if e.type == "context_finished"]
     store.close()
     gone = {p["candidate"] for p in drops}
     return {"probes": len(rows), "seconds": sum((r.e2e_ms or 0) + (r.ttft_ms or 0) for r in rows) / 1000,
-            "drops": [(p["candidate"], p["context"], p["round"]) for p in drops], "stops": stops,
+            "drops": [(p["candidate"], p["context"], p["round"]) for p in drops], "stops": stops, "settles": settles,
             "frontier": sorted(c for c in rates if c not in gone)}
 
 
@@ -159,6 +163,7 @@ def simulate(grid: str, sweeps: int, cv: float, seed: int, tmp: Path) -> dict[st
             "seconds_ratio_max": round(max(ratio_s), 3),
             "rounds_per_context_median": statistics.median(rounds),
             "settled_stops": sum("race settled" in (w or "") for r in rs for (_, _, w) in r["stops"]),
+            "candidates_settled": sum(r["settles"] for r in rs),
             "contexts": len(rounds),
             "false_drops_per_frontier_candidate": round(false / (sweeps * len(true_front)), 4),
             "sweeps_with_a_false_drop": sum(any(c in {d[0] for d in r["drops"]} for c in true_front) for r in rs),
@@ -189,7 +194,8 @@ def main() -> None:
                 g = got[key]
                 print(f"{grid} {key}: probes ratio {g['probes_ratio_median']}, seconds ratio {g['seconds_ratio_median']} "
                       f"(max {g['seconds_ratio_max']}), rounds/context median {g['rounds_per_context_median']}, "
-                      f"settled stops {g['settled_stops']} of {g['contexts']}, false drops "
+                      f"settled stops {g['settled_stops']} of {g['contexts']}, candidate-contexts settled early "
+                      f"{g['candidates_settled']}, false drops "
                       f"{g['false_drops_per_frontier_candidate']} per frontier candidate ({g['sweeps_with_a_false_drop']} "
                       f"sweeps), worse dropped {g['worse_model_dropped']} of {a.sweeps}, frontier "
                       f"{g['frontier_most_common']} in {g['frontier_most_common_share']}, holds the true frontier "

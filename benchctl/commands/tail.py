@@ -179,6 +179,9 @@ def _event_text(ev: dict[str, Any]) -> str:
         plan = "" if lo is None else f" ({lo if hi in (None, lo) else f'{lo}-{hi}'} rows planned from now on)"
         return (f"{p.get('candidate')} left the race at ctx {p.get('context')} after round {p.get('round')}: "
                 f"{p.get('why')}{plan}")
+    if ev["type"] == "candidate_settled":
+        return (f"{p.get('candidate')} ends its rounds of ctx {p.get('context')} after round {p.get('round')} "
+                "(each pair of it resolved or not resolvable in the rounds left); it stays in the race")
     if ev["type"] == "session_finished":
         ttft, reuse = p.get("warm_ttft_ms"), p.get("reuse_fraction")
         return (f"session {p.get('candidate')} ctx {p.get('context')}: {p.get('status')}, warm-turn TTFT "
@@ -255,7 +258,8 @@ class _Rich:
                 self.progress.update(self.task, total=self.total or None)
         if ev["type"] in ("job_started", "job_resumed", "job_interrupted", *TERMINAL_EXIT, "server_crashed",
                             "cell_finished", "session_finished", "level_finished", "design_chosen",
-                            "design_changed", "context_finished", "candidate_dropped"):
+                            "design_changed", "context_finished", "candidate_dropped",
+                            "candidate_settled"):
             self.progress.console.print(_event_text(ev), style="bold", highlight=False, markup=False)
         else:
             self.progress.update(self.task, description=_event_text(ev)[:60])

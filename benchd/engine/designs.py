@@ -56,8 +56,10 @@ class Parts:
         self.race = race or Race(on=False, alpha=0.0, margin_pct=0.0, order="")  # racing.py: who is still in
 
     def runnable(self, context: int) -> list[Candidate]:
-        """The candidates the cells can run at `context` that are still in the race."""
-        return [c for c in self.cells.runnable(context) if c.id not in self.race.dropped]
+        """The candidates the cells can run at `context` that are still in the race and whose rounds there have
+        not ended (`Race.settle`)."""
+        ended = self.race.settled_at.get(context, {})
+        return [c for c in self.cells.runnable(context) if c.id not in self.race.dropped and c.id not in ended]
 
 
 class _Rounds:
@@ -112,9 +114,13 @@ class _Rounds:
             if needed and not probed:
                 stop = "no candidate could be probed in the last round"
                 break
-            cands = await after_round(p.race, context, cands, rnd, self.rplan,
-                                      [c.id for c in cands if not p.stop.active(c, context)],
-                                      p.recorder.emit, p.pool.release)
+            racing = await after_round(p.race, context, cands, rnd, self.rplan,
+                                       [c.id for c in cands if not p.stop.active(c, context)],
+                                       p.recorder.emit, p.pool.release)
+            for cand in cands:  # settled: its rounds here ended at this look
+                if cand.id in p.race.settled_at.get(context, {}):
+                    p.cells.finished(cand, context, "probe")
+            cands = racing
         await self.after()
         p.recorder.emit("context_finished", context=context, rounds=rnd, design=self.name, why=stop)
         for cand in cands:

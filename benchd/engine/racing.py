@@ -78,6 +78,23 @@ class Drop:
                    planned_rows_max=p.get("planned_rows_max"))
 
 
+@dataclass(frozen=True)
+class Settle:
+    """One candidate's rounds of a context ending at a look while others go on (`Race.settle`): every pair
+    of it with the candidates still racing there resolved or futile, in the look's words (`pairs`: the
+    other candidate -> words), at the look's α."""
+
+    candidate: str
+    context: int
+    round: int
+    alpha: float
+    pairs: dict[str, str]
+
+    def payload(self) -> dict[str, object]:
+        return {"candidate": self.candidate, "context": self.context, "round": self.round, "alpha": self.alpha,
+                "pairs": self.pairs}
+
+
 @dataclass
 class Race:
     """The race of one job (`on` False: `look` never drops anyone)."""
@@ -93,6 +110,8 @@ class Race:
     sweep: Sweep | None = None
     #: (candidate, context, kind) -> the probe numbers of its stored rows that count as done (not aborted).
     stored: dict[tuple[str, int, str], set[int]] = field(default_factory=dict)
+    #: context -> {candidate: the round its rounds there ended} (`settle`).
+    settled_at: dict[int, dict[str, int]] = field(default_factory=dict)
 
     def add(self, row: Row) -> None:
         """Keep what a look reads of a committed probe row (identity, round and the compared axes);
@@ -185,32 +204,58 @@ class Race:
         self.dropped[drop.candidate] = drop
         return drop
 
-    def settled(self, rnd: int, rows: Mapping[str, Sequence[Row]], min_rounds: int, max_rounds: int) -> str | None:
-        """Why the race's rounds of a context end at this planned look, or None: every pair of the candidates
-        still racing is resolved at the look's α (`stats.stop.RESOLVED`) or undecided with no even chance of
-        resolving in the rounds left (`stats.stop.stuck_axes`), one pair so at least (all resolved: the stop
-        rule's own answer). `rows`: each racing candidate's valid probe rows of the context."""
-        if not self.on or rnd not in looks(min_rounds, max_rounds) or rnd >= max_rounds:
-            return None
+    def pair_kinds(self, rnd: int, rows: Mapping[str, Sequence[Row]],
+                   max_rounds: int) -> dict[tuple[str, str], tuple[str, str]]:
+        """Each pair of the candidates still racing with rows: ("resolved" | "futile" | "open", the look's
+        words). Resolved at the look's α (`stats.stop.RESOLVED`); futile: undecided with no even chance of
+        resolving in the rounds left (`stats.stop.stuck_axes`); open: undecided and resolvable in them."""
         ids = [c for c in self.alive(rows) if rows[c]]
-        words: list[str] = []
-        futile_pairs = 0
+        out: dict[tuple[str, str], tuple[str, str]] = {}
         for i, a in enumerate(ids):
             for b in ids[i + 1:]:
                 d = self.pair(rows[a], rows[b], a, b)
                 if d.status in RESOLVED:
-                    words.append(f"{a} vs {b}: {d.status}")
+                    out[a, b] = "resolved", f"{a} vs {b}: {d.status}"
                 elif stuck := stuck_axes(d, max_rounds - rnd):
-                    futile_pairs += 1
                     need = ", ".join(f"{x} ~{d.verdicts[x].rounds_to_resolve or 'too many'}" for x in stuck)
-                    words.append(f"{a} vs {b}: undecided, more rounds than the {max_rounds - rnd} left for an even "
-                                 f"chance on {need}")
+                    out[a, b] = "futile", (f"{a} vs {b}: undecided, more rounds than the {max_rounds - rnd} left "
+                                           f"for an even chance on {need}")
                 else:
-                    return None
-        if not futile_pairs:
+                    out[a, b] = "open", f"{a} vs {b}: undecided, resolvable in the rounds left"
+        return out
+
+    def settled(self, rnd: int, rows: Mapping[str, Sequence[Row]], min_rounds: int, max_rounds: int) -> str | None:
+        """Why the race's rounds of a context end at this planned look, or None: every pair of the candidates
+        still racing is resolved or futile (`pair_kinds`), one pair futile at least (all resolved: the stop
+        rule's own answer). `rows`: each racing candidate's valid probe rows of the context."""
+        if not self.on or rnd not in looks(min_rounds, max_rounds) or rnd >= max_rounds:
+            return None
+        kinds = self.pair_kinds(rnd, rows, max_rounds)
+        seen = {k for k, _ in kinds.values()}
+        if "open" in seen or "futile" not in seen:
             return None
         return (f"race settled at the planned look after {rnd} rounds: every pair resolved or not resolvable in the "
-                f"rounds left ({'; '.join(words)}; α = {self.alpha:.3g} a look)")
+                f"rounds left ({'; '.join(w for _, w in kinds.values())}; α = {self.alpha:.3g} a look)")
+
+    def settle(self, context: int, rnd: int, rows: Mapping[str, Sequence[Row]], min_rounds: int,
+               max_rounds: int) -> list[Settle]:
+        """The candidates whose rounds of `context` end at this planned look while others go on: each pair of
+        theirs resolved or futile (`pair_kinds`), while some pair elsewhere is still open (none open: the
+        whole context ends by `settled` or the stop rule). Such a candidate stays in the race (the next
+        context, the tail); its pairs keep the rounds they share."""
+        if not self.on or rnd not in looks(min_rounds, max_rounds) or rnd >= max_rounds:
+            return []
+        kinds = self.pair_kinds(rnd, rows, max_rounds)
+        still = {c for pair, (k, _) in kinds.items() if k == "open" for c in pair}
+        if not still:
+            return []
+        out = []
+        for c in [c for c in self.alive(rows) if rows[c] and c not in still]:
+            mine = [p for p in kinds if c in p]
+            out.append(Settle(candidate=c, context=context, round=rnd, alpha=self.alpha,
+                              pairs={(b if a == c else a): kinds[a, b][1] for a, b in mine}))
+            self.settled_at.setdefault(context, {})[c] = rnd
+        return out
 
     def pair(self, rows_a: Sequence[Row], rows_b: Sequence[Row], a: str, b: str) -> PairDominance:
         """The dominance verdict of one pair over the per-probe axes, paired by round as the order allows."""
@@ -233,7 +278,11 @@ def open_race(sweep: Sweep, pairs: bool, events: Iterable[Any] = (), rows: Itera
     race = Race(on=sweep.racing_on() and pairs, alpha=look_alpha(rplan.min_rounds, rplan.max_rounds, RACE_ALPHA),
                 margin_pct=sweep.probe_plan().target_ci_pct, order=order, sweep=sweep)
     if race.on:
+        events = list(events)
         race.resume(e.payload for e in events if e.type == "candidate_dropped")
+        for e in events:
+            if e.type == "candidate_settled":
+                race.settled_at.setdefault(e.payload["context"], {})[e.payload["candidate"]] = e.payload["round"]
         for r in rows:
             race.add(r)
     return race
@@ -243,12 +292,19 @@ async def after_round(race: Race, context: int, cands: list[Candidate], rnd: int
                       done: Iterable[str], emit: Any, release: Any) -> list[Candidate]:
     """The race's look after round `rnd` (pairs compared only at the stop rule's planned looks, `looks`, with
     α split over them as the stop rule does; a candidate with no ok probe leaves at any round): each drop
-    recorded (`emit("candidate_dropped", ...)`) and its server stopped (`await release(id)`); the
-    candidates still racing. `done`: the candidates with no cell left to run at this context."""
+    recorded (`emit("candidate_dropped", ...)`) and its server stopped (`await release(id)`), then each
+    candidate whose rounds of the context end here (`Race.settle`, `emit("candidate_settled", ...)`, its
+    server stopped); the candidates that run the next round. `done`: the candidates with no cell left to
+    run at this context."""
     if not race.on or rnd < rplan.min_rounds:
         return cands
     planned = rnd in looks(rplan.min_rounds, rplan.max_rounds)
     for drop in race.look(context, rnd, {c.id: race.cell_rows(c.id, context) for c in cands}, done, compare=planned):
         emit("candidate_dropped", **drop.payload())
         await release(drop.candidate)
-    return [c for c in cands if c.id not in race.dropped]
+    cands = [c for c in cands if c.id not in race.dropped]
+    for s in race.settle(context, rnd, {c.id: race.cell_rows(c.id, context) for c in cands}, rplan.min_rounds,
+                         rplan.max_rounds):
+        emit("candidate_settled", **s.payload())
+        await release(s.candidate)
+    return [c for c in cands if c.id not in race.settled_at.get(context, {})]

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from benchd.schemas import RaceDrop, Runbook
+from benchd.schemas import RaceDrop, RaceSettled, Runbook
 
 #: The race table's columns (report and page).
 HEADER = ["candidate", "context", "after round", "by", "on axes", "why"]
@@ -20,6 +20,11 @@ HEADER = ["candidate", "context", "after round", "by", "on axes", "why"]
 def race_drops(events: Iterable[Any]) -> list[RaceDrop]:
     """The job's `candidate_dropped` events as the runbook's race table (in the order they happened)."""
     return [msgspec.convert(e.payload, RaceDrop) for e in events if e.type == "candidate_dropped"]
+
+
+def race_settled(events: Iterable[Any]) -> list[RaceSettled]:
+    """The job's `candidate_settled` events (in the order they happened)."""
+    return [msgspec.convert(e.payload, RaceSettled) for e in events if e.type == "candidate_settled"]
 
 
 def race_rows(rb: Runbook) -> list[list[str]]:
@@ -34,12 +39,22 @@ def survivors(rb: Runbook) -> list[str]:
 
 
 def race_text(rb: Runbook) -> str:
-    """One paragraph: whether the sweep raced, and who is still in."""
+    """One paragraph: whether the sweep raced, who is still in, and whose rounds of a context ended early."""
+    settled = _settled_text(rb)
     if not rb.race:
         on = rb.sweep.racing_on()
-        return ("Racing on: no candidate was dominated at a look, every one ran to the end." if on else
+        return ((f"Racing on: no candidate was dominated at a look.{settled}" if settled else
+                 "Racing on: no candidate was dominated at a look, every one ran to the end.") if on else
                 "Racing off: every candidate ran every round of every context.")
     alpha = next((d.alpha for d in rb.race if d.alpha is not None), None)
     at = f" (each look at α = {alpha:.3g}: the race's α over a context's looks)" if alpha is not None else ""
     return (f"{len(rb.race)} candidate(s) left the race{at}; still in at the end: {', '.join(survivors(rb))}. "
-            "A dropped candidate ran no later round, no larger context and no tail.")
+            f"A dropped candidate ran no later round, no larger context and no tail.{settled}")
+
+
+def _settled_text(rb: Runbook) -> str:
+    if not rb.race_settled:
+        return ""
+    who = "; ".join(f"{s.candidate} at context {s.context} after round {s.round}" for s in rb.race_settled)
+    return (f" Rounds ended early while others went on ({who}): each pair of theirs was resolved or could not "
+            "resolve in the rounds left; they stayed in the race.")

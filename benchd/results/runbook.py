@@ -208,7 +208,7 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
     from benchd.results.design import sweep_design
     from benchd.results.drift import sweep_drift
     from benchd.results.pareto import pareto_from_rows, view_alpha
-    from benchd.results.race import race_drops
+    from benchd.results.race import race_drops, race_settled
     from benchd.results.ready import ready_starts, ready_summary
     from benchd.stats.stop import planned_axes
 
@@ -263,6 +263,7 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
         kld=kld_results(events),
         kld_corpus=kld_corpus(events),
         race=race_drops(events),
+        race_settled=race_settled(events),
     )
 
 

@@ -126,6 +126,7 @@ EventType = Literal[
     "round_started",
     "context_finished",
     "candidate_dropped",
+    "candidate_settled",
     "kld_started",
     "kld_finished",
     "job_interrupted",

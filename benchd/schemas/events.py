@@ -120,6 +120,19 @@ class CandidateDropped(RaceDrop, kw_only=True):
     planned_rows_max: int | None = None
 
 
+class CandidateSettled(Payload):
+    """A candidate's rounds of `context` ended at the look after `round` rounds while others went on:
+    every pair of it with the candidates still racing there was resolved or could not resolve in the rounds
+    left (`pairs`: the other candidate -> the look's words, at α `alpha`). It stays in the race
+    (docs/measuring.md#racing)."""
+
+    candidate: str
+    context: int
+    round: int
+    alpha: float
+    pairs: dict[str, str]
+
+
 # ----------------------------------------------------------------------------------------- servers
 
 
@@ -293,7 +306,7 @@ PAYLOADS: dict[str, type[Struct]] = {
     "session_turn": SessionTurn, "session_finished": SessionFinished, "level_finished": LevelFinished,
     "eval_suite": EvalSuite, "eval_budget_reached": EvalBudgetReached, "design_chosen": DesignChosen,
     "design_changed": DesignChanged, "round_started": RoundStarted, "context_finished": ContextFinished,
-    "candidate_dropped": CandidateDropped,
+    "candidate_dropped": CandidateDropped, "candidate_settled": CandidateSettled,
     "kld_started": KldStarted, "kld_finished": KldResult,  # (one KldResult, docs/kld.md)
     "job_interrupted": JobInterrupted, "job_finished": JobFinished, "job_failed": JobFailed,
     "job_cancelled": JobCancelled,

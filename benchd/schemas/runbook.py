@@ -548,6 +548,18 @@ class RaceDrop(Struct, kw_only=True):
     why: str = ""
 
 
+class RaceSettled(Struct, kw_only=True):
+    """A candidate whose rounds of `context` ended at the look after `round` rounds while others went on
+    (the job's `candidate_settled` event): each pair of it resolved or not resolvable in the rounds left,
+    `pairs` the other candidate -> the look's words, `alpha` the look's α. It stayed in the race."""
+
+    candidate: str
+    context: int
+    round: int
+    alpha: float | None = None
+    pairs: dict[str, str] = {}
+
+
 class Runbook(Struct, kw_only=True):
     """The runbook JSON (schema version 1). `outcome` is the job's state when the runbook was written."""
 
@@ -582,3 +594,5 @@ class Runbook(Struct, kw_only=True):
     kld_corpus: KldCorpus | None = None
     #: Racing: the candidates that left the race, when, by whom and on which axes (empty: nobody left).
     race: list[RaceDrop] = []
+    #: Racing: the candidates whose rounds of a context ended early while others went on (empty: none).
+    race_settled: list[RaceSettled] = []

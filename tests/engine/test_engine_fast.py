@@ -341,3 +341,69 @@ async def test_the_drift_sentinel_runs_the_first_candidate_the_race_kept(tmp_pat
     assert rb.drift is not None and rb.drift.candidate == "a" and rb.drift.n_sentinel == len(sentinel)
     prog = store.get_job(job).progress
     assert prog.done == prog.total == len(store.results.rows(job))
+
+
+def _settle_scenario(tmp_path: Path) -> tuple[Config, Store, str, Sweep, Script]:
+    """p and q 15 % apart at 5 % noise with the same memory (an open pair for a few looks); s 3x faster and
+    3x larger than both (a trade-off with each, answered at the first look)."""
+    import random
+
+    def noisy(mean: float, seed: int) -> Any:
+        rng = random.Random(seed)
+        values = [mean * (1 + rng.gauss(0, 0.05)) for _ in range(40)]
+        return lambda p: values[p % len(values)]
+
+    config, store = _store(tmp_path)
+    sweep = _sweep(tmp_path, ["p", "q", "s"], probes=None, racing=True, contexts=[128], sustained=Sustained(tokens=0))
+    job = _job(store, sweep, "fast-race-settle-0001")
+    script = Script(rate={"p": noisy(100.0, 20), "q": noisy(115.0, 30), "s": lambda p: 300.0 * (1 + 0.003 * (p % 3))},
+                    mem={"p": 100_000_000, "q": 100_000_000, "s": 300_000_000})
+    return config, store, job, sweep, script
+
+
+async def test_a_candidate_whose_pairs_are_answered_ends_its_rounds_of_a_context_and_stays_in_the_race(
+        tmp_path: Path) -> None:
+    """p and q 15 % apart at 5 % noise, the same memory: their pair is still open at the first look (3
+    rounds). s is 3x faster and 3x larger: a trade-off with each, answered. At that look s's rounds of the context
+    end (`candidate_settled`, its cell's verdict then), while p and q go on; s is not dropped, and the
+    runbook and its race paragraph record it."""
+    from benchd.results.race import race_text
+    from benchd.results.runbook import build_runbook
+    from benchd.schemas.events import CandidateSettled
+
+    config, store, job, sweep, script = _settle_scenario(tmp_path)
+    assert (await _run(store, job, sweep, script, config)).state == "succeeded"
+    for drop in _events(store, job, "candidate_dropped"):  # the open pair may resolve later, never s's
+        assert drop.payload["candidate"] in ("p", "q") and drop.payload["round"] > 3
+    (ev,) = _events(store, job, "candidate_settled")
+    settled = payload(ev)
+    assert isinstance(settled, CandidateSettled) and set(ev.payload) <= set(CandidateSettled.__struct_fields__)
+    assert (settled.candidate, settled.context, settled.round) == ("s", 128, 3)
+    assert set(settled.pairs) == {"p", "q"} and all("trade-off" in w for w in settled.pairs.values())
+    rows = [r for r in store.results.rows(job) if r.kind == "probe"]
+    assert sorted(r.round for r in rows if r.candidate == "s") == [0, 1, 2]
+    assert max(r.round or 0 for r in rows if r.candidate == "p") >= 5  # the open pair went on
+    (done,) = _events(store, job, "context_finished")
+    assert done.payload["rounds"] >= 6
+    assert [e.payload["candidate"] for e in _events(store, job, "cell_finished")].count("s") == 1
+    rb = build_runbook(config, store, job)
+    assert [(s.candidate, s.context, s.round) for s in rb.race_settled] == [("s", 128, 3)]
+    assert "s at context 128 after round 3" in race_text(rb) and "s" not in {d.candidate for d in rb.race}
+
+
+async def test_a_resumed_context_does_not_run_a_settled_candidate_again(tmp_path: Path) -> None:
+    """Cancelled in round 3 (after s settled at the first look), the resumed job rebuilds the settle from its
+    event: s gets no more probes at the context, no second `candidate_settled`, one cell verdict."""
+    config, store, job, sweep, script = _settle_scenario(tmp_path)
+    script.hang_at = 10  # rounds 0-2: 9 probes; round 3 visits p and q only
+    task = asyncio.create_task(_run(store, job, sweep, script, config))
+    await asyncio.wait_for(script.hanging.wait(), 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [e.payload["candidate"] for e in _events(store, job, "candidate_settled")] == ["s"]
+    again = Script(rate=script.rate, mem=script.mem)
+    assert (await _run(store, job, sweep, again, config)).state == "succeeded"
+    assert "s" not in {c for c, *_ in again.probes} and again.probes
+    assert len(_events(store, job, "candidate_settled")) == 1
+    assert [e.payload["candidate"] for e in _events(store, job, "cell_finished")].count("s") == 1

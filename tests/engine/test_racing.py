@@ -96,3 +96,23 @@ def test_the_race_settles_when_no_undecided_pair_can_resolve_in_the_rounds_left(
     assert d.status == "undecided" and not stop.stuck_axes(d, 6)
     assert r.settled(6, apart, 3, 12) is None
     assert race(on=False).settled(6, near, 3, 12) is None
+
+
+def test_a_candidate_whose_pairs_are_all_answered_ends_its_rounds_while_an_open_pair_goes_on() -> None:
+    """p and q 15 % apart at 5 % noise: undecided, resolvable in the 6 rounds left (open). s is 3x faster and
+    3x larger than both: a trade-off with each (resolved). At the look after 6 rounds s's rounds of the
+    context end (`settle`), with each pair's words; it is not dropped; p and q go on. With the open pair
+    alone, or at the last look, nobody settles."""
+    r = race()
+    cells = {"p": rows("p", noisy(100, 6, 0.05, 20)), "q": rows("q", noisy(115, 6, 0.05, 30)),
+             "s": rows("s", noisy(300, 6, 0.005, 40), mem=3e8)}
+    assert r.pair_kinds(6, cells, 12)[("p", "q")][0] == "open"
+    (s,) = r.settle(64, 6, cells, 3, 12)
+    assert (s.candidate, s.context, s.round, s.alpha) == ("s", 64, 6, r.alpha)
+    assert set(s.pairs) == {"p", "q"} and all("trade-off" in w for w in s.pairs.values())
+    assert r.settled_at == {64: {"s": 6}} and not r.dropped
+    assert s.payload()["pairs"] == s.pairs
+    assert race().settle(64, 6, {k: cells[k] for k in ("p", "q")}, 3, 12) == []
+    assert race().settle(64, 12, cells, 3, 12) == []  # the maximum ends the rounds anyway
+    assert race().settle(64, 5, cells, 3, 12) == []  # not a planned look
+    assert r.settled(6, cells, 3, 12) is None  # the open pair keeps the context going
