@@ -34,17 +34,25 @@ def test_a_line_seen_before_health_answered_is_its_own_time(tmp_path: Path) -> N
     assert server.load_s < 5.0
 
 
-def test_a_line_written_after_health_answered_gives_the_ready_time(tmp_path: Path) -> None:
+def test_a_line_written_after_health_answered_gives_the_ready_time(tmp_path: Path, monkeypatch: Any) -> None:
+    """The line is written between the marker's first look after health answered and its second (the log
+    read is wrapped to write it then), so the order does not hang on the machine's speed."""
     log = tmp_path / "server.log"
     log.write_text("")
     marker, server = _LoadMarker("model loaded", log, 0, time.monotonic()), _server()
+    reads = []
+    real_read = supervisor._read_from
 
-    async def late() -> None:
-        writer = asyncio.create_task(asyncio.sleep(0.2))
-        writer.add_done_callback(lambda _: log.write_text("srv main: model loaded\n"))
-        await marker.settle(server, ready_s=0.75, poll_s=0.01)
+    def read_then_write(path: Path, offset: int, max_bytes: int) -> str:
+        got = real_read(path, offset, max_bytes)
+        reads.append(got)
+        if len(reads) == 1:
+            log.write_text("srv main: model loaded\n")
+        return got
 
-    asyncio.run(late())
+    monkeypatch.setattr(supervisor, "_read_from", read_then_write)
+    asyncio.run(marker.settle(server, ready_s=0.75, poll_s=0.01))
+    assert reads[0] == "" and len(reads) == 2
     assert server.load_s == 0.75
     assert "first seen after health answered" in server.load_note
 
