@@ -1,5 +1,5 @@
 """The decision first: per context the frontier, who is dominated (by whom, on which axes), which pairs
-stay undecided and what would decide them; then what each candidate is (its provenance); then the
+are trade-offs, which stay undecided and what would decide them; then what each candidate is (its provenance); then the
 deferred axes, one row per axis. Every writer (terminal, Markdown, the page) shows these records in
 this order, read from the runbook's Pareto view and provenance: nothing is judged again here.
 """
@@ -38,6 +38,8 @@ class ContextDecision:
     excluded: dict[str, str]
     caveats: dict[str, str] = field(default_factory=dict)
     pairs_compared: int | None = None
+    #: The pairs each better than the other on some axis (`ContextPareto.tradeoffs`): (pair, its one line).
+    tradeoffs: list[tuple[tuple[str, str], str]] = field(default_factory=list)
 
     def pairs_text(self) -> str | None:
         """How many pair questions this context's view asked, and that each kept its own α."""
@@ -72,7 +74,9 @@ def context_decision(p: ContextPareto) -> ContextDecision:
         undecided.append(Undecided((t.pair[0], t.pair[1]), status, t.text or f"{t.pair[0]} against {t.pair[1]}: "
                                    f"neither dominates", decide))
     caveats = {c: why for c, why in p.caveats.items() if c in p.frontier}
-    return ContextDecision(p.context, list(p.frontier), ruled, undecided, dict(p.excluded), caveats, p.pairs_compared)
+    tradeoffs = [((o.pair[0], o.pair[1]), o.text) for o in p.tradeoffs]
+    return ContextDecision(p.context, list(p.frontier), ruled, undecided, dict(p.excluded), caveats, p.pairs_compared,
+                           tradeoffs)
 
 
 def decisions(rb: Runbook) -> list[ContextDecision]:
@@ -91,6 +95,7 @@ def decision_lines(rb: Runbook) -> list[str]:
         out += [f"  {c}: {STATE_WORDS['frontier']} with a caveat: {why}" for c, why in d.caveats.items()]
         out += [f"  {STATE_WORDS['dominated']}: {r.candidate} by {r.by} on {', '.join(r.axes) or 'the compared axes'}"
                 f" ({r.text})" for r in d.ruled_out]
+        out += [f"  {STATE_WORDS['trade-off']}: {text}" for _, text in d.tradeoffs]
         for u in d.undecided:
             out.append(f"  {STATE_WORDS[u.status]}: {u.pair[0]} against {u.pair[1]}"
                        + ("" if u.text.startswith(f"{u.pair[0]} against {u.pair[1]}") else f" ({u.text})"))
@@ -114,6 +119,7 @@ def decision_json(rb: Runbook) -> dict[str, Any]:
             "ruled_out": [{"candidate": r.candidate, "by": r.by, "axes": r.axes, "text": r.text} for r in d.ruled_out],
             "undecided": [{"pair": list(u.pair), "status": u.status, "word": STATE_WORDS[u.status], "text": u.text,
                            "would_decide": u.decide} for u in d.undecided],
+            "tradeoffs": [{"pair": list(pair), "text": text} for pair, text in d.tradeoffs],
             "excluded": d.excluded,
         })
     return {"no_pick": NO_PICK, "contexts": contexts,

@@ -186,6 +186,8 @@ def _decision(rb: Runbook) -> str:
         items += [f"<li class='pairs'><small>{esc(x)}</small></li>" for x in [d.pairs_text()] if x]
         items += [f"<li class='state-dominated'><b>{esc(words['dominated'])}</b>: {esc(r.candidate)} by {esc(r.by)} on "
                   f"{esc(', '.join(r.axes) or 'the compared axes')}<br><small>{esc(r.text)}</small></li>" for r in d.ruled_out]
+        items += [f"<li class='state-tradeoff'><b>{esc(words['trade-off'])}</b>: {esc(text)}</li>"
+                  for _, text in d.tradeoffs]
         items += [f"<li class='state-{esc(u.status)}'><b>{esc(words[u.status])}</b>: {esc(u.pair[0])} against "
                   f"{esc(u.pair[1])}<br><small>{esc(u.text)}</small><ul>"
                   + "".join(f"<li>would decide it: {esc(x)}</li>" for x in u.decide) + "</ul></li>" for u in d.undecided]
@@ -195,7 +197,8 @@ def _decision(rb: Runbook) -> str:
                      f"</h3><ul class='decision'>{''.join(items)}</ul></article>")
     body = "".join(parts) or "<p>No context has a successful probe: nothing to decide.</p>"
     return ("<section id='decision'><h2>Decision</h2><p>Per context: the frontier (no candidate beats these on every "
-            "axis), who is dominated and by whom, which pairs stay undecided and what would decide them. benchd "
+            "axis), who is dominated and by whom, which pairs are trade-offs, which stay undecided and what would "
+            "decide them. benchd "
             f"does not pick among the frontier: the trade-off is yours.</p>{body}</section>")
 
 

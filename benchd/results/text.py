@@ -25,7 +25,7 @@ SPEED_WHERE = {"gen_tps": "at generation", "prompt_tps": "at prompt processing",
 AMOUNT_WHAT = {"mem_peak_bytes": "peak memory", "j_per_gen_token": "energy per generated token"}
 #: A candidate's state in a context, one word each, for every writer (text, Markdown, the page, its legend).
 STATE_WORDS = {"frontier": "frontier", "dominated": "dominated", "tied": "tied", "unresolved": "undecided",
-               "excluded": "excluded"}
+               "excluded": "excluded", "trade-off": "trade-off"}
 
 
 def axis_word(axis: str) -> str:

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from benchd.results import pareto
-from benchd.schemas import EvalResult, ProbePlan, Row
+from benchd.schemas import ContextPareto, EvalResult, ProbePlan, Row
 from benchd.stats.stop import stop_verdict
 
 FIXTURES = sorted((Path(__file__).parents[1] / "data" / "pareto").glob("*.json"))
@@ -132,14 +132,19 @@ def test_dominated_only_when_different_with_the_tied_axes_named() -> None:
     assert pt.ci95["gen_tps"] == pytest.approx([99.6003, 100.4003])
 
 
+def _trade_off_view() -> ContextPareto:
+    """fast generates 25 % faster, small uses half the memory."""
+    fast = _probe_rows("fast", [100.0, 100.3, 99.7, 100.1, 99.9, 100.2], mem=2000)
+    small = _probe_rows("small", [80.0, 80.2, 79.8, 80.1, 79.9, 80.3], mem=1000)
+    return pareto.pareto_from_rows(fast + small, [])[0]
+
+
 def test_a_trade_off_pair_is_recorded_and_printed_with_its_axes() -> None:
-    """fast generates 20 % faster, small uses half the memory: neither dominates, both on the frontier, and
+    """fast generates 25 % faster, small uses half the memory: neither dominates, both on the frontier, and
     the pair is a trade-off, recorded (not a tie) with every axis's sentence, which the Pareto text prints."""
     from benchd.results.report import pareto_lines
 
-    fast = _probe_rows("fast", [100.0, 100.3, 99.7, 100.1, 99.9, 100.2], mem=2000)
-    small = _probe_rows("small", [80.0, 80.2, 79.8, 80.1, 79.9, 80.3], mem=1000)
-    res = pareto.pareto_from_rows(fast + small, [])[0]
+    res = _trade_off_view()
     assert res.frontier == ["fast", "small"] and not res.dominated and not res.ties
     (o,) = res.tradeoffs
     assert o.pair == ["fast", "small"]
@@ -149,6 +154,23 @@ def test_a_trade_off_pair_is_recorded_and_printed_with_its_axes() -> None:
     lines = pareto_lines(res)
     assert f"  {o.text}" in lines
     assert any(o.axes["gen_tps"] in x for x in lines)
+
+
+def test_the_decision_names_a_trade_off_pair_in_every_writer(tmp_path: Path) -> None:
+    """The decision block (terminal and Markdown lines, `report --json`, the page) says the trade-off."""
+    from test_html import NO_RUNTIME, newer_doc
+
+    from benchd.results import html
+    from benchd.results.decision import decision_json, decision_lines
+
+    res = _trade_off_view()
+    (o,) = res.tradeoffs
+    rb = msgspec.structs.replace(newer_doc(tmp_path), pareto=[res])
+    assert f"  trade-off: {o.text}" in decision_lines(rb)
+    (ctx,) = decision_json(rb)["contexts"]
+    assert ctx["tradeoffs"] == [{"pair": ["fast", "small"], "text": o.text}]
+    page = html.render_page(rb, NO_RUNTIME).decode()
+    assert "<li class='state-tradeoff'><b>trade-off</b>: fast is better on generation speed" in page
 
 
 def test_pass_rates_on_a_handful_of_tasks_block_domination() -> None:
