@@ -12,7 +12,7 @@ from benchd.schemas import Runbook
 
 
 def _unresolved(text: str) -> bool:
-    """An axis sentence (or an older runbook's verdict text) that says the comparison is open."""
+    """An older runbook's axis sentence (no `Tie.status`) that says the comparison is open."""
     return text.startswith("unresolved") or " is unresolved" in text
 
 
@@ -30,7 +30,8 @@ def thin_evidence(rb: Runbook, candidate: str) -> list[str]:
             if candidate not in tie.pair:
                 continue
             other = next(x for x in tie.pair if x != candidate)
-            axes = [axis for axis, text in tie.axes.items() if _unresolved(text)]
+            axes = (list(tie.unresolved_on) if tie.status is not None
+                    else [axis for axis, text in tie.axes.items() if _unresolved(text)])
             if axes and other in ctx.frontier:
                 out.append(f"at context {ctx.context} {candidate} is undecided against {other} (on the frontier) "
                            f"on {', '.join(axis_word(a) for a in axes)}: more rounds (or eval tasks) would decide it")
