@@ -1,7 +1,7 @@
 """What one streamed request did, as plain data: the type the probe client fills and the runtime adapters read.
 
 It sits on the floor (below the engine and the servers) because both stages use it: the engine's probe
-client (`benchd.engine.probe`) produces it, each runtime adapter's `normalize` maps it to a row's figures.
+client (`benchd.engine.probe`) produces it, each runtime adapter's `reader.normalize` maps it to a row's figures.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ class ProbeResult:
     """What one streamed request did. Times are `time.perf_counter()` seconds (monotonic).
 
     `final` is the last decoded chunk that carried `usage` or `timings` (the runtime's raw answer, mapped
-    by the adapter's `normalize`). A "content chunk" is any token-bearing chunk: answer text (`content`)
+    by the adapter's `reader.normalize`). A "content chunk" is any token-bearing chunk: answer text (`content`)
     or reasoning (`reasoning_content` on llama-server, `reasoning` on the MLX servers), so the first one
     is the first generated token of any kind. `chunk_times` has the arrival time of every content chunk
     (one entry per chunk; a chunk is one token for these servers except when a runtime batches several).

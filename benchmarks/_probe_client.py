@@ -36,7 +36,7 @@ async def main_async(a: argparse.Namespace) -> dict[str, object]:
     has_tok = a.runtime == "llama-server" and not a.no_tokenizer
 
     async def count(text: str) -> int:
-        n = await adapter.count_tokens(a.url, text)
+        n = await adapter.requests.count_tokens(a.url, text)
         assert n is not None
         return n
 
@@ -48,7 +48,7 @@ async def main_async(a: argparse.Namespace) -> dict[str, object]:
                                  sampling=Sampling(), timeout_s=300)
         if not r.ok:
             raise SystemExit(f"probe failed: {r.error}")
-        norm = adapter.normalize(r, spec_configured=False)
+        norm = adapter.reader.normalize(r, spec_configured=False)
         if norm.prompt_tokens is not None:
             builder.observe(prompt, norm.prompt_tokens)
         if i < a.warmup:

@@ -3,12 +3,12 @@ single-stream gen rate at concurrency 2 and 4.
 
     .venv/bin/python benchmarks/agentic.py [--turns 6] [--context 1024] [--append 256] [--batches 3] [--json]
 
-Sessions: benchd's session start per runtime (`adapter.session_start`), one session of `--turns` turns
+Sessions: benchd's session start per runtime (`adapter.sessions.session_start`), one session of `--turns` turns
 through `engine.session.run_session`; the cold reference is TTFT of unique prompts of the last turn's
 total length on the same server (`probe.run_chat`, nothing of them cached but the template header).
 Ratio = median warm-turn TTFT (turns >= 2) ÷ median cold TTFT, side by side in one run.
 
-Parallel: per level a server start of its own (`adapter.parallel_start`), `--batches` batches through
+Parallel: per level a server start of its own (`adapter.parallel.parallel_start`), `--batches` batches through
 `engine.parallel.run_batch`; single-stream = level 1 on the cold probes' start, the same prompts' shape.
 Ratio = median batch aggregate ÷ median single-stream gen tok/s; also per-request ÷ single.
 
@@ -47,11 +47,11 @@ def candidate(runtime: str, models: Any) -> Candidate:
 
 async def counter(cand: Candidate, server: Server) -> Any:
     adapter = get_adapter(cand.runtime)
-    if await adapter.count_tokens(server.base_url, "x") is None:
-        return adapter.local_token_counter(cand)
+    if await adapter.requests.count_tokens(server.base_url, "x") is None:
+        return adapter.requests.local_token_counter(cand)
 
     async def count(text: str) -> int:
-        n = await adapter.count_tokens(server.base_url, text)
+        n = await adapter.requests.count_tokens(server.base_url, text)
         assert n is not None
         return n
 
@@ -64,9 +64,9 @@ async def start(sup: Supervisor, cand: Candidate, ctx: int | None) -> Server:
 
 async def sessions(cand: Candidate, sup: Supervisor, a: argparse.Namespace) -> dict[str, Any]:
     adapter = get_adapter(cand.runtime)
-    st = adapter.session_start(cand)
+    st = adapter.sessions.session_start(cand)
     total = a.context + a.turns * (a.append + a.gen + 64)
-    server = await start(sup, st.candidate, adapter.server_ctx_size(cand, total, a.gen))
+    server = await start(sup, st.candidate, adapter.launcher.server_ctx_size(cand, total, a.gen))
     try:
         count = await counter(cand, server)
         builder = PromptBuilder()
@@ -103,9 +103,9 @@ async def levels(cand: Candidate, sup: Supervisor, a: argparse.Namespace) -> dic
     sw = Sweep(name="agentic", contexts=[a.context], gen_tokens=a.gen, candidates=[cand])
     single: float | None = None
     for level in (1, 2, 4):
-        st = adapter.parallel_start(cand, level, adapter.server_ctx_size(cand, a.context, a.gen))
+        st = adapter.parallel.parallel_start(cand, level, adapter.launcher.server_ctx_size(cand, a.context, a.gen))
         server = await start(sup, st.candidate if level > 1 else cand,
-                             st.ctx_size if level > 1 else adapter.server_ctx_size(cand, a.context, a.gen))
+                             st.ctx_size if level > 1 else adapter.launcher.server_ctx_size(cand, a.context, a.gen))
         try:
             count = await counter(cand, server)
             builder = PromptBuilder()

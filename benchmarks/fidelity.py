@@ -8,7 +8,7 @@ own `timings.predicted_per_second` (the row's `gen_tps`). Median and spread per 
 
 Servers are started by benchd's own `Supervisor` (same argv as a sweep: llama-server `-t 1`, the tiny
 "small" GGUF; mlx_vlm.server on the tiny MLX dir) and probed through benchd's probe path in this process
-(`PromptBuilder` + `probe.run_chat` + `adapter.normalize`).
+(`PromptBuilder` + `probe.run_chat` + `adapter.reader.normalize`).
 
 Where systematic offsets come from (checked in the servers' source and measured here):
 - Which tokens count. llama.cpp b1-0c1e570 (`server-common.h`, `n_gen_tps`) reports
@@ -64,15 +64,15 @@ async def measure(runtime: str, gens: list[int], probes: int, context: int, mode
     sup = Supervisor(config, grace_s=1.5)
     cand = candidate(runtime, models)
     adapter = get_adapter(runtime)
-    ctx = adapter.server_ctx_size(cand, context, max(gens))
+    ctx = adapter.launcher.server_ctx_size(cand, context, max(gens))
     server = await sup.start("fidelity", cand, ctx)
     rows: list[dict[str, Any]] = []
     try:
         builder = PromptBuilder()
         count = None
-        if await adapter.count_tokens(server.base_url, "hello") is not None:
+        if await adapter.requests.count_tokens(server.base_url, "hello") is not None:
             async def count(text: str) -> int:
-                n = await adapter.count_tokens(server.base_url, text)
+                n = await adapter.requests.count_tokens(server.base_url, text)
                 assert n is not None
                 return n
         i = 0
@@ -80,7 +80,7 @@ async def measure(runtime: str, gens: list[int], probes: int, context: int, mode
             p = await builder.build(context, f"fid/{cand.id}/{context}/w{i}", count, key=cand.id)
             r = await probe.run_chat(adapter, server.base_url, cand, prompt=p.text, max_tokens=16,
                                      sampling=Sampling(), timeout_s=300)
-            n = adapter.normalize(r, spec_configured=False)
+            n = adapter.reader.normalize(r, spec_configured=False)
             if n.prompt_tokens:
                 builder.observe(p, n.prompt_tokens)
             i += 1
@@ -92,7 +92,7 @@ async def measure(runtime: str, gens: list[int], probes: int, context: int, mode
                 if not r.ok:
                     rows.append({"gen": gen, "error": r.error})
                     continue
-                norm = adapter.normalize(r, spec_configured=False)
+                norm = adapter.reader.normalize(r, spec_configured=False)
                 if norm.prompt_tokens:
                     builder.observe(p, norm.prompt_tokens)
                 ntok = norm.gen_tokens or 0

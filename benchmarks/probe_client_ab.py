@@ -155,7 +155,7 @@ async def batch(impl: str, base: str, model: str, a: argparse.Namespace, builder
     adapter = get_adapter("llama-server")
 
     async def count(text: str) -> int:
-        n = await adapter.count_tokens(base, text)
+        n = await adapter.requests.count_tokens(base, text)
         assert n is not None
         return n
 
@@ -166,20 +166,20 @@ async def batch(impl: str, base: str, model: str, a: argparse.Namespace, builder
     cpu0 = time.process_time()
     ratios, tokens = [], 0
     for p in prompts:
-        body = adapter.encode_body(adapter.request_body(model=model, prompt=p.text, max_tokens=a.gen, sampling=Sampling()))
-        url = base + adapter.request_path()
+        body = adapter.requests.encode_body(adapter.requests.request_body(model=model, prompt=p.text, max_tokens=a.gen, sampling=Sampling()))
+        url = base + adapter.requests.request_path()
         if impl == "curl":
             await curl_run(url, body)
             continue
         if impl in ("aiohttp", "aiohttp-pinned"):
-            r = await probe.run(url, body, adapter.request_headers(), timeout_s=120)
+            r = await probe.run(url, body, adapter.requests.request_headers(), timeout_s=120)
         elif impl == "aiohttp-paced":
-            r = await paced_run(url, body, adapter.request_headers(), timeout_s=120, pace_s=a.pace_ms / 1000)
+            r = await paced_run(url, body, adapter.requests.request_headers(), timeout_s=120, pace_s=a.pace_ms / 1000)
         else:
-            r = await raw_run(url, body, adapter.request_headers(), timeout_s=120)
+            r = await raw_run(url, body, adapter.requests.request_headers(), timeout_s=120)
         if not r.ok:
             raise RuntimeError(f"{impl}: {r.error}")
-        n = adapter.normalize(r, spec_configured=False)
+        n = adapter.reader.normalize(r, spec_configured=False)
         tokens += n.gen_tokens or 0
         if n.gen_tps and n.gen_tps_client:
             ratios.append(n.gen_tps_client / n.gen_tps)
@@ -215,11 +215,11 @@ async def benchd_decode(adapter: Any, base: str, body: bytes, server_pid: int, c
         sampler = MemorySampler(server_pid, series=False)
         sampler.reset_peak()
         await sampler.start()
-        r = await probe.run(base + adapter.request_path(), body, adapter.request_headers(), timeout_s=120)
+        r = await probe.run(base + adapter.requests.request_path(), body, adapter.requests.request_headers(), timeout_s=120)
         await sampler.stop()
     finally:
         os.sched_setaffinity(0, ALL_CPUS)
-    n = adapter.normalize(r, spec_configured=False)
+    n = adapter.reader.normalize(r, spec_configured=False)
     if not r.ok or not n.gen_tps:
         raise RuntimeError(f"benchd probe: {r.error}")
     return float(n.gen_tps)
@@ -246,16 +246,16 @@ def decode_ab(a: argparse.Namespace) -> int:
                     srv = servers[mode]
 
                     async def count(text: str, base: str = srv.base) -> int:
-                        n = await adapter.count_tokens(base, text)
+                        n = await adapter.requests.count_tokens(base, text)
                         assert n is not None
                         return n
 
                     prompt = await builder.build(a.context, f"decode/{mode}/{client}/{rnd}", count, key=mode)
-                    body = adapter.encode_body(adapter.request_body(model=model, prompt=prompt.text, max_tokens=a.gen,
+                    body = adapter.requests.encode_body(adapter.requests.request_body(model=model, prompt=prompt.text, max_tokens=a.gen,
                                                                     sampling=Sampling()))
                     cpus = client_cpus if mode == "pinned" else None
                     if client == "curl":
-                        rate = await curl_decode(srv.base + adapter.request_path(), body, cpus)
+                        rate = await curl_decode(srv.base + adapter.requests.request_path(), body, cpus)
                     else:
                         rate = await benchd_decode(adapter, srv.base, body, srv.proc.pid, cpus)
                     if rnd >= 0:

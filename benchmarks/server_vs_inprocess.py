@@ -8,7 +8,7 @@
 
 A = benchd's per-probe path on a server started by benchd's Supervisor with the engine's argv (the tiny
 "medium" GGUF, `-t N`, `-c d+gen+64`, `-np 1`, `--metrics`): PromptBuilder sized with /tokenize,
-probe.run_chat, adapter.normalize — the row's `prompt_tps` (`timings.prompt_per_second` for a prompt
+probe.run_chat, adapter.reader.normalize — the row's `prompt_tps` (`timings.prompt_per_second` for a prompt
 of ~d tokens) and `gen_tps` (`timings.predicted_per_second`, generating after it). One warm-up first.
 B = right after each probe: `llama-bench -m MODEL -t N -r 1 -p d -n 0` (pp of d tokens from an empty
 context) and `-p 0 -n GEN -d d` (tg of GEN tokens at depth d), JSON; both binaries are the provisioned
@@ -51,19 +51,19 @@ GOAL = 0.95
 async def server_probes(model: str, ctx: int, a: argparse.Namespace, state: Path,
                         between: Callable[[], None]) -> list[dict[str, Any]]:
     """benchd's own path for each probe (Supervisor-started server with the engine's argv, PromptBuilder
-    sized with /tokenize, probe.run_chat, adapter.normalize -> the row's prompt_tps/gen_tps), calling
+    sized with /tokenize, probe.run_chat, adapter.reader.normalize -> the row's prompt_tps/gen_tps), calling
     `between()` (one llama-bench pair) after every probe so the two alternate probe by probe."""
     config = Config.resolve(state_dir=state)
     sup = Supervisor(config, grace_s=1.5)
     cand = Candidate(id="medium", runtime="llama-server", model=model, args=["-t", str(a.threads)])
     adapter = get_adapter("llama-server")
-    server = await sup.start("svi", cand, adapter.server_ctx_size(cand, ctx, a.gen))
+    server = await sup.start("svi", cand, adapter.launcher.server_ctx_size(cand, ctx, a.gen))
     out = []
     try:
         builder = PromptBuilder()
 
         async def count(text: str) -> int:
-            n = await adapter.count_tokens(server.base_url, text)
+            n = await adapter.requests.count_tokens(server.base_url, text)
             assert n is not None
             return n
 
@@ -71,7 +71,7 @@ async def server_probes(model: str, ctx: int, a: argparse.Namespace, state: Path
             prompt = await builder.build(ctx, f"svi/medium/{ctx}/{i}", count, key="medium")
             r = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text,
                                      max_tokens=a.gen if i >= 0 else 16, sampling=Sampling(), timeout_s=600)
-            n = adapter.normalize(r, spec_configured=False)
+            n = adapter.reader.normalize(r, spec_configured=False)
             if n.prompt_tokens:
                 builder.observe(prompt, n.prompt_tokens)
             if i < 0:

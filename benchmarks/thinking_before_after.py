@@ -7,7 +7,7 @@ as benchd's probe path reported them with the old code and with the new, side by
 Each runtime's server is started once by benchd's Supervisor (llama-server `-t 1`; mlx_vlm.server with
 `--enable-thinking`, because its thinking is off by default and the old code could not ask for it), and
 for each probe round a child process of the OLD tree and one of the NEW tree each run one streamed probe
-through `probe.run_chat` + `adapter.normalize` (the row's figures), alternating, so both see the same
+through `probe.run_chat` + `adapter.reader.normalize` (the row's figures), alternating, so both see the same
 server and machine state. The model's greedy output is `<think>`, 24 reasoning tokens, `</think>`, 8
 answer tokens, EOS (35 tokens); with EOS suppressed the answer repeats up to `--gen`.
 
@@ -50,7 +50,7 @@ async def one(i):
     prompt = f"[{tag}-{i}] " + "Explain, step by step, why the sky is blue and sunsets are red. " * 8
     r = await probe.run_chat(adapter, url, cand, prompt=prompt, max_tokens=gen, sampling=Sampling(),
                              timeout_s=120, **kwargs)
-    n = adapter.normalize(r, spec_configured=False)
+    n = adapter.reader.normalize(r, spec_configured=False)
     timings = r.timings or {}
     return {"ok": r.ok, "error": r.error, "ttft_ms": n.ttft_ms, "gen_tps": n.gen_tps,
             "gen_tps_client": n.gen_tps_client, "gen_tokens": n.gen_tokens,
@@ -96,7 +96,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             model = str(models.target if runtime == "llama-server" else models.mlx_dir)
             cargs = {"llama-server": ["-t", "1"], "mlx_vlm.server": ["--enable-thinking"]}.get(runtime, [])
             cand = Candidate(id="ba", runtime=runtime, model=model, args=cargs)
-            server = await sup.start("ba", cand, get_adapter(runtime).server_ctx_size(cand, 512, args.gen))
+            server = await sup.start("ba", cand, get_adapter(runtime).launcher.server_ctx_size(cand, 512, args.gen))
             try:
                 sides: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
                 for i in range(args.rounds):  # alternate the two trees, a few probes each

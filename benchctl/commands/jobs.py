@@ -196,7 +196,7 @@ def _pinning(sweep: Any) -> list[str]:
 
     out = ["pin_client: the server on its own cores, benchd's probe client on the others (Linux):"]
     for cand in sweep.candidates:
-        p = affinity.plan(True, *get_adapter(cand.runtime).server_threads(cand))
+        p = affinity.plan(True, *get_adapter(cand.runtime).launcher.server_threads(cand))
         what = f"server cores {p.server_cpus}, client cores {p.client_cpus}" if p.applied else f"not pinned: {p.reason}"
         out.append(f"  {cand.id:<32} {what}")
     return out

@@ -1,5 +1,5 @@
 """`benchctl tune MODEL [--runtime R]`: write a sweep file that races the flags that matter for one model on
-this machine (a candidate matrix from the runtime's adapter, `RuntimeAdapter.tune_matrix`), with the
+this machine (a candidate matrix from the runtime's adapter, `Checks.tune_matrix`), with the
 contexts a coding agent needs. It never submits: the file is for the user to read, `validate` and `submit`.
 
 Reasons and facts: docs/sweep-file.md#candidate-matrix.
@@ -51,11 +51,11 @@ def tune_toml(model: str, runtime: str, cores: int, cache_dir: Path) -> str:
     adapter = get_adapter(runtime)
     binary: str | None = None
     try:
-        command, _ = adapter.command(Candidate(id="tune", runtime=runtime, model=model), cache_dir)  # type: ignore[arg-type]
+        command, _ = adapter.launcher.command(Candidate(id="tune", runtime=runtime, model=model), cache_dir)  # type: ignore[arg-type]
         binary = command[0]
     except Exception:  # no runtime installed: the build's own lists are not read (validate says how to install)
         binary = None
-    matrix, why = adapter.tune_matrix(model, binary, cores)
+    matrix, why = adapter.checks.tune_matrix(model, binary, cores)
     contexts, ctx_why = _contexts(model)
     ident = re.sub(r"[^a-z0-9-]+", "-", Path(model.rstrip("/")).name.lower().removesuffix(".gguf")).strip("-")[:24] or "model"
     lines = [f"# A sweep written by `benchctl tune` for {model} ({runtime}, {cores} cores). Not submitted:",

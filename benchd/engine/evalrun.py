@@ -71,11 +71,11 @@ def parse_answer(raw: bytes) -> Answer:
 async def ask(adapter: RuntimeAdapter, base_url: str, cand: Candidate, prompt: str, max_tokens: int,
               sweep: Sweep, thinking: str, timeout_s: float) -> tuple[Answer, str | None]:
     """One non-streamed answer; (answer, None) or (empty answer, why it failed)."""
-    body = adapter.answer_body(model=adapter.request_model(cand), prompt=prompt, max_tokens=max_tokens,
+    body = adapter.requests.answer_body(model=adapter.requests.request_model(cand), prompt=prompt, max_tokens=max_tokens,
                                sampling=sweep.sampling, thinking=thinking)
     try:
-        status, raw = await http_post_json(base_url, adapter.request_path(), body, timeout_s=timeout_s,
-                                           headers=adapter.auth_headers(cand))
+        status, raw = await http_post_json(base_url, adapter.requests.request_path(), body, timeout_s=timeout_s,
+                                           headers=adapter.requests.auth_headers(cand))
     except Exception as exc:  # recorded in the eval result, not swallowed
         return Answer(None), f"request failed: {type(exc).__name__}: {exc}"
     if status != 200:

@@ -77,7 +77,7 @@ class EvalVisits:
                                                       self.timeout_s, log_path=server.log_path, parser=parser)
                 if not asked:
                     asked = True
-                    parser = await adapter.tool_parser(server.base_url, cand, server.command)
+                    parser = await adapter.tools.tool_parser(server.base_url, cand, server.command)
                     if parser is not None:
                         result = msgspec.structs.replace(
                             result, parser=parser, sources={**result.sources, "parser": "adapter.tool_parser"},

@@ -49,15 +49,15 @@ def plan_groups(adapter: RuntimeAdapter, cand: Candidate, sweep: Sweep) -> list[
     contexts = sorted(sweep.contexts)
     tail_sustained = sweep.sustained.tokens > 0
     tail_evals = sweep.eval_tier != "none" or bool(sweep.evals)
-    if not adapter.restarts_per_context(cand):
-        ctx = adapter.server_ctx_size(cand, contexts[-1], sweep.gen_tokens)
+    if not adapter.launcher.restarts_per_context(cand):
+        ctx = adapter.launcher.server_ctx_size(cand, contexts[-1], sweep.gen_tokens)
         return [Group(ctx, contexts, tail_sustained, tail_evals, cand.vision)]
-    groups = [Group(adapter.server_ctx_size(cand, c, sweep.gen_tokens), [c], False, False) for c in contexts]
+    groups = [Group(adapter.launcher.server_ctx_size(cand, c, sweep.gen_tokens), [c], False, False) for c in contexts]
     if cand.vision:
         text = sweep.vision.context if sweep.vision.context is not None else contexts[0]
-        ctx = adapter.server_ctx_size(cand, text + image_token_allowance(sweep), sweep.gen_tokens)
+        ctx = adapter.launcher.server_ctx_size(cand, text + image_token_allowance(sweep), sweep.gen_tokens)
         groups.append(Group(ctx, [], False, False, True))
     if tail_sustained or tail_evals:
         tail_tokens = max(sweep.sustained.tokens, TAIL_MIN_TOKENS, SUITE_TAIL_TOKENS if sweep.evals else 0)
-        groups.append(Group(adapter.server_ctx_size(cand, contexts[0], tail_tokens), [], tail_sustained, tail_evals))
+        groups.append(Group(adapter.launcher.server_ctx_size(cand, contexts[0], tail_tokens), [], tail_sustained, tail_evals))
     return groups

@@ -9,9 +9,9 @@ the keys in the file's order, each key's values in theirs (`itertools.product`):
 - the candidate records its base, values and added args in `from_matrix`.
 
 Refused (problems naming `$.candidates[i].matrix...`): a key the runtime reserves, a key the base already
-sets, a value outside the runtime's choices (`RuntimeAdapter.value_problem`), a derived id that is not a
+sets, a value outside the runtime's choices (`Checks.value_problem`), a derived id that is not a
 valid id or collides, more than `MAX_CANDIDATES` candidates in the sweep. A combination the runtime refuses
-as a whole (`RuntimeAdapter.combination_problems`: llama-server's quantized V cache with `-fa off`) is left
+as a whole (`Checks.combination_problems`: llama-server's quantized V cache with `-fa off`) is left
 out and recorded as a `deferred` line of the sweep, saying why.
 
 Reasons and facts: docs/sweep-file.md#candidate-matrix.
@@ -159,7 +159,7 @@ def _value_problem(adapter: object, cand: Candidate, key: str, value: Value) -> 
         return None
     if isinstance(value, Spec):
         return "a table is a value of `spec` only"
-    return adapter.value_problem(cand, key, value)
+    return adapter.checks.value_problem(cand, key, value)
 
 
 def _combinations(cand: Candidate) -> list[list[tuple[str, Value]]]:
@@ -225,7 +225,7 @@ def expand(sweep: Sweep) -> Expanded:
             if (why := _id_problem(made.id)) is not None:
                 problems.append(BenchdError("matrix_id", f"candidate {cand.id!r}: {why}", where))
                 break
-            refused = adapter.combination_problems(made)
+            refused = adapter.checks.combination_problems(made)
             if refused:
                 reason = "; ".join(e.message.removeprefix(f"candidate {made.id!r}: ") for e in refused)
                 exp.left_out.append((made.id, reason))

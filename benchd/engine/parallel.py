@@ -69,19 +69,19 @@ async def run_batch(run: ParallelRun, batch: int, prompts: Sequence[Prompt], gen
     cooldown = await run.cool_down() if run.cool_down is not None else None
     bodies, changed = [], None
     for prompt in prompts:
-        body = adapter.request_body(model=adapter.request_model(cand), prompt=prompt.text, max_tokens=gen_tokens,
+        body = adapter.requests.request_body(model=adapter.requests.request_model(cand), prompt=prompt.text, max_tokens=gen_tokens,
                                     sampling=sweep.sampling, thinking=sweep.thinking)
-        body.update(adapter.length_fields(cand, sweep.ignore_eos))
-        changed = adapter.parallel_body(body)
-        bodies.append(adapter.encode_body(body))
-    url = server.base_url + adapter.request_path()
+        body.update(adapter.requests.length_fields(cand, sweep.ignore_eos))
+        changed = adapter.parallel.parallel_body(body)
+        bodies.append(adapter.requests.encode_body(body))
+    url = server.base_url + adapter.requests.request_path()
     started_at = utcnow()
     facts = ServerFacts.of(server)
     sampler = MemorySampler(server.pid, run.memory_rate_hz, model_paths=model_files(cand), series=False)
     sampler.reset_peak()
     await sampler.start()
     try:
-        results = await asyncio.gather(*(probe.run(url, b, adapter.request_headers(cand), timeout_s=run.timeout_s)
+        results = await asyncio.gather(*(probe.run(url, b, adapter.requests.request_headers(cand), timeout_s=run.timeout_s)
                                          for b in bodies))
     finally:
         memory = await sampler.stop()
@@ -89,7 +89,7 @@ async def run_batch(run: ParallelRun, batch: int, prompts: Sequence[Prompt], gen
     crashed = server.crashed
     rows = []
     for i, result in enumerate(results):
-        norm = adapter.normalize(result, spec_configured=cand.spec is not None)
+        norm = adapter.reader.normalize(result, spec_configured=cand.spec is not None)
         extra: dict[str, Any] = {"concurrency": run.level, "batch": batch, "agg_gen_tps": agg}
         sources = {"concurrency": run.notes, "batch": f"{run.level} simultaneous unique prompts of {run.context} tokens",
                    "prompt": f"target {run.context} tokens, unique per request"}

@@ -216,7 +216,7 @@ class Pool:
             self.prompts_recorded = True
         emit = self.recorder.emit
         emit("server_starting", candidate=cand.id, runtime=cand.runtime, ctx_size=g.ctx_size, **extra)
-        pin = affinity.plan(self.sweep.pin_client, *get_adapter(cand.runtime).server_threads(cand))
+        pin = affinity.plan(self.sweep.pin_client, *get_adapter(cand.runtime).launcher.server_threads(cand))
         try:
             server = await self.supervisor.start(self.job, cand, g.ctx_size, cpus=pin.server_cpus or None, cold=cold)
         except ServerStartError as exc:

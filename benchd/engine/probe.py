@@ -254,15 +254,15 @@ async def run_chat(
 
     `thinking` ("default" | "on" | "off") and `run_to_length` (suppress EOS so every probe generates
     `max_tokens`) go into the body in the form the runtime honours (its adapter knows which)."""
-    body = adapter.request_body(
-        model=adapter.request_model(candidate), prompt=prompt, max_tokens=max_tokens, sampling=sampling,
+    body = adapter.requests.request_body(
+        model=adapter.requests.request_model(candidate), prompt=prompt, max_tokens=max_tokens, sampling=sampling,
         thinking=thinking,
     )
-    body.update(adapter.length_fields(candidate, run_to_length))
+    body.update(adapter.requests.length_fields(candidate, run_to_length))
     return await run(
-        base_url + adapter.request_path(),
-        adapter.encode_body(body),
-        adapter.request_headers(candidate),
+        base_url + adapter.requests.request_path(),
+        adapter.requests.encode_body(body),
+        adapter.requests.request_headers(candidate),
         timeout_s=timeout_s,
         marks=marks,
     )

@@ -265,5 +265,5 @@ def shortfall(adapter: RuntimeAdapter, cand: Candidate, *, asked: int, norm: Nor
     got = norm.gen_tokens
     if got is None or got >= asked:
         return {}
-    return {"short": True, "short_reason": adapter.short_reason(
+    return {"short": True, "short_reason": adapter.reader.short_reason(
         cand, asked=asked, got=got, finish_reason=finish_reason, run_to_length=run_to_length)}

@@ -193,7 +193,7 @@ class Runner:
         result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text,
                                       max_tokens=min(self.sweep.gen_tokens, 32), sampling=self.sweep.sampling,
                                       timeout_s=self.timeout_s)
-        value = getattr(adapter.normalize(result, spec_configured=cand.spec is not None), self.plan.metric, None)
+        value = getattr(adapter.reader.normalize(result, spec_configured=cand.spec is not None), self.plan.metric, None)
         return float(value) if isinstance(value, (int, float)) else None
 
     async def measure(self, run: ProbeRun, sampler: MemorySampler, watch: series_mod.Watch) -> Row:
@@ -220,7 +220,7 @@ class Runner:
                                           thinking=self.sweep.thinking, run_to_length=self.sweep.ignore_eos,
                                           marks=recording.marks)
         memory = await sampler.stop()
-        norm = adapter.normalize(result, spec_configured=cand.spec is not None)
+        norm = adapter.reader.normalize(result, spec_configured=cand.spec is not None)
         if norm.prompt_tokens is not None:
             self.prompts.observe(run.prompt, norm.prompt_tokens)
         extra: dict[str, Any] = shortfall(adapter, cand, asked=run.gen_tokens, norm=norm, finish_reason=result.finish_reason,
@@ -228,11 +228,11 @@ class Runner:
         sources: dict[str, str] = {"prompt": f"{self.sizer.method(run.prompt.method, server)}; target {cell.context} tokens"}
         if "thinking" in norm.sources:
             sources["thinking"] = f"{norm.sources['thinking']}; sweep asked: {self.sweep.thinking}"
-        load_mode = adapter.memory_note(cand)
+        load_mode = adapter.launcher.memory_note(cand)
         if load_mode:
             sources["mem_load_mode"] = load_mode
         if before is not None and result.ok:
-            sources.update(adapter.acceptance_check(before, await probe.read_metrics(server.base_url)))
+            sources.update(adapter.reader.acceptance_check(before, await probe.read_metrics(server.base_url)))
         if cell.kind == "sustained":
             extra_sustained, more = sustained_summary(result.chunk_times, self.sweep.sustained.window, norm.gen_tokens)
             extra.update(extra_sustained, thermal_after=self.sensor.read())

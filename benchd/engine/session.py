@@ -105,14 +105,14 @@ class Prefixes:
 async def reusable_prefixes(adapter: RuntimeAdapter, server: Server, cand: Candidate, turns: Sequence[Turn],
                             thinking: str) -> Prefixes:
     """Tokenize every turn's rendered conversation, and each previous one plus its generated text."""
-    rule = adapter.prefix_cache_rule(cand)
+    rule = adapter.sessions.prefix_cache_rule(cand)
     items: list[RenderItem] = [([{"role": "user", "content": ""}], "")]  # the template's own tokens
     for i, t in enumerate(turns):
         items.append((t.messages, ""))
         if i + 1 < len(turns):
             items.append((t.messages, t.generated))
     try:
-        tokens = await adapter.rendered_tokens(server.base_url, cand, server.command, items, thinking)
+        tokens = await adapter.requests.rendered_tokens(server.base_url, cand, server.command, items, thinking)
     except Exception as exc:
         return Prefixes([None] * len(turns), MIN_TOLERANCE_TOKENS, f"{type(exc).__name__}: {exc}", rule=rule)
     tolerance = max(MIN_TOLERANCE_TOKENS, len(tokens[0])) + rule.block_tokens - 1
@@ -148,13 +148,13 @@ class SessionRun(ServerRun):
 async def send_turn(run: SessionRun, messages: list[dict[str, str]], max_tokens: int) -> ProbeResult:
     """One streamed chat request carrying the whole conversation, the cache switched on."""
     adapter, cand, sweep = run.adapter, run.candidate, run.sweep
-    body = adapter.request_body(model=adapter.request_model(cand), prompt="", max_tokens=max_tokens,
+    body = adapter.requests.request_body(model=adapter.requests.request_model(cand), prompt="", max_tokens=max_tokens,
                                 sampling=sweep.sampling, thinking=sweep.thinking)
     body["messages"] = messages
-    body.update(adapter.length_fields(cand, sweep.ignore_eos))
-    body.update(adapter.session_fields())
-    return await probe.run(run.server.base_url + adapter.request_path(), adapter.encode_body(body),
-                           adapter.request_headers(cand), timeout_s=run.timeout_s, collect_text=True)
+    body.update(adapter.requests.length_fields(cand, sweep.ignore_eos))
+    body.update(adapter.sessions.session_fields())
+    return await probe.run(run.server.base_url + adapter.requests.request_path(), adapter.requests.encode_body(body),
+                           adapter.requests.request_headers(cand), timeout_s=run.timeout_s, collect_text=True)
 
 
 async def run_session(run: SessionRun) -> list[Row]:
@@ -180,7 +180,7 @@ async def run_session(run: SessionRun) -> list[Row]:
             result = await send_turn(run, list(conv.messages), gen)
         finally:
             memory = await sampler.stop()
-        norm = run.adapter.normalize(result, spec_configured=cand.spec is not None)
+        norm = run.adapter.reader.normalize(result, spec_configured=cand.spec is not None)
         turns.append(Turn(number, list(conv.messages), started_at, result, norm, memory))
         if run.on_turn is not None:
             run.on_turn(turns[-1])

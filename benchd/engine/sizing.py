@@ -34,15 +34,15 @@ class PromptSizer:
         """The server's tokenizer as `count_tokens(text)` (probed once per server start), else the
         adapter's local one (the model dir's tokenizer), else None (calibrate from reported usage)."""
         if server.pid not in self.server_tokenizer:
-            self.server_tokenizer[server.pid] = await adapter.count_tokens(server.base_url, "hello") is not None
+            self.server_tokenizer[server.pid] = await adapter.requests.count_tokens(server.base_url, "hello") is not None
         if not self.server_tokenizer[server.pid]:
             cand = server.candidate
             if cand.id not in self.local_counters:
-                self.local_counters[cand.id] = adapter.local_token_counter(cand)
+                self.local_counters[cand.id] = adapter.requests.local_token_counter(cand)
             return self.local_counters[cand.id]
 
         async def count(text: str) -> int:
-            n = await adapter.count_tokens(server.base_url, text)
+            n = await adapter.requests.count_tokens(server.base_url, text)
             if n is None:
                 raise RuntimeError("the server's tokenizer stopped answering")
             return n

@@ -235,7 +235,7 @@ def classify(task: suites.Task, reply: Reply, log_line: str | None) -> bfcl.Verd
 
 def tool_body(adapter: RuntimeAdapter, cand: Candidate, task: suites.Task, sweep: Sweep, thinking: str,
               *, stream: bool, max_tokens: int = TOOL_MAX_TOKENS) -> dict[str, Any]:
-    body = adapter.answer_body(model=adapter.request_model(cand), prompt="", max_tokens=max_tokens,
+    body = adapter.requests.answer_body(model=adapter.requests.request_model(cand), prompt="", max_tokens=max_tokens,
                                sampling=sweep.sampling, thinking=thinking)
     body["messages"] = [dict(m) for m in task.data["question"][0]]
     body["tools"] = bfcl.openai_tools(task.data["function"])
@@ -250,7 +250,7 @@ def tool_body(adapter: RuntimeAdapter, cand: Candidate, task: suites.Task, sweep
 async def ask_tools(adapter: RuntimeAdapter, base_url: str, body: dict[str, Any], timeout_s: float,
                     headers: dict[str, str] | None = None) -> Reply:
     try:
-        status, raw = await http_post_json(base_url, adapter.request_path(), body, timeout_s=timeout_s,
+        status, raw = await http_post_json(base_url, adapter.requests.request_path(), body, timeout_s=timeout_s,
                                            headers=headers)
     except Exception as exc:  # recorded as server_error, never swallowed
         return Reply(error=f"request failed: {type(exc).__name__}: {exc}")
@@ -299,14 +299,14 @@ async def run_tool_task(job: str, adapter: RuntimeAdapter, base_url: str, cand: 
     body = tool_body(adapter, cand, task, sweep, thinking, stream=stream)
     since = _log_size(log_path)
     t0 = time.monotonic()
-    reply = await ask_tools(adapter, base_url, body, timeout_s, adapter.auth_headers(cand))
+    reply = await ask_tools(adapter, base_url, body, timeout_s, adapter.requests.auth_headers(cand))
     note = ""
     if cut_while_reasoning(reply) and sweep.eval_reasoning_budget > 0:
         budget = TOOL_MAX_TOKENS + sweep.eval_reasoning_budget
         note = f"cut off while reasoning at {TOOL_MAX_TOKENS} tokens; asked again with {budget}. "
         body = tool_body(adapter, cand, task, sweep, thinking, stream=stream, max_tokens=budget)
         since = _log_size(log_path)
-        reply = await ask_tools(adapter, base_url, body, timeout_s, adapter.auth_headers(cand))
+        reply = await ask_tools(adapter, base_url, body, timeout_s, adapter.requests.auth_headers(cand))
     latency = time.monotonic() - t0
     line = _log_line(log_path, since) if (reply.error or reply.status != 200
                                           or (not reply.calls and reply.finish_reason == "tool_calls")) else None

@@ -195,9 +195,9 @@ def adapter_problems(cand: Candidate, sweep: Sweep | None) -> list[BenchdError]:
     from benchd.servers.runtimes import get_adapter
 
     adapter = get_adapter(cand.runtime)
-    problems = external_problems(cand) + list(adapter.validate(cand) or [])
+    problems = external_problems(cand) + list(adapter.checks.validate(cand) or [])
     if sweep is not None:
-        problems += adapter.validate_vision(cand, sweep.vision) + adapter.validate_levels(cand, sweep.concurrency)
+        problems += adapter.images.validate_vision(cand, sweep.vision) + adapter.parallel.validate_levels(cand, sweep.concurrency)
     return problems
 
 
@@ -277,7 +277,7 @@ def local_problems(candidates: Iterable[tuple[int, Candidate]], cache_dir: Path,
         out += [f"{where}.{name}: {why}" for name, why in model_problems(cand, sweep)]
         if cand.binary is None:
             try:
-                exe = _first_str(get_adapter(cand.runtime).command(cand, cache_dir))
+                exe = _first_str(get_adapter(cand.runtime).launcher.command(cand, cache_dir))
                 if exe and os.sep in exe and not os.path.exists(exe):
                     out.append(f"{where}.binary: {exe} does not exist")
             except BenchdError as exc:

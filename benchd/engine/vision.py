@@ -83,9 +83,9 @@ def make_images(seed: int, cand_id: str, resolution: tuple[int, int], count: int
 
 def _body(adapter: RuntimeAdapter, cand: Candidate, prompt: str, max_tokens: int, sampling: Sampling,
           thinking: str, run_to_length: bool) -> dict[str, Any]:
-    body = adapter.request_body(model=adapter.request_model(cand), prompt=prompt, max_tokens=max_tokens,
+    body = adapter.requests.request_body(model=adapter.requests.request_model(cand), prompt=prompt, max_tokens=max_tokens,
                                 sampling=sampling, thinking=thinking)
-    body.update(adapter.length_fields(cand, run_to_length))
+    body.update(adapter.requests.length_fields(cand, run_to_length))
     return body
 
 
@@ -108,13 +108,13 @@ async def measure(
     text_body = _body(adapter, cand, prompt, max_tokens, sampling, thinking, run_to_length)
 
     def image_request() -> tuple[dict[str, Any], bytes]:  # base64 + JSON of megabytes of PNG: off the loop
-        body = dict(text_body, messages=adapter.image_messages(prompt, [im.data_url() for im in generated]))
-        return body, adapter.encode_body(body)
+        body = dict(text_body, messages=adapter.images.image_messages(prompt, [im.data_url() for im in generated]))
+        return body, adapter.requests.encode_body(body)
 
     image_body, image_bytes = await asyncio.to_thread(image_request)
-    url, headers = base_url + adapter.request_path(), adapter.request_headers(cand)
+    url, headers = base_url + adapter.requests.request_path(), adapter.requests.request_headers(cand)
     spec = cand.spec is not None
-    text = await probe.run(url, adapter.encode_body(text_body), headers, timeout_s=timeout_s)
+    text = await probe.run(url, adapter.requests.encode_body(text_body), headers, timeout_s=timeout_s)
     w, h = generated[0].width, generated[0].height
     base: dict[str, Any] = {"image_width": w, "image_height": h, "images": len(generated),
                             "image_sha256": [im.sha256 for im in generated]}
@@ -126,9 +126,9 @@ async def measure(
                         for k in ("image_tokens", "image_ttft_ms", "text_ttft_ms", "image_extra_ttft_ms")})
         return ImageProbe("failed", f"the text-only request failed: {text.error}", text, None, None, generated,
                           base, sources, reasons)
-    text_norm = adapter.normalize(text, spec_configured=spec)
+    text_norm = adapter.reader.normalize(text, spec_configured=spec)
     image = await probe.run(url, image_bytes, headers, timeout_s=timeout_s, marks=marks)
-    norm = adapter.normalize(image, spec_configured=spec)
+    norm = adapter.reader.normalize(image, spec_configured=spec)
     fields = dict(base, text_ttft_ms=text_norm.ttft_ms)
     sources["text_ttft_ms"] = "client: first streamed token of the same prompt without images, just before"
     if not image.ok:
@@ -145,8 +145,8 @@ async def measure(
         reasons["image_extra_ttft_ms"] = "a TTFT of the pair is missing"
     counted = None
     if adapter.request_count_source:
-        with_images = await adapter.count_request_tokens(base_url, image_body)
-        without = await adapter.count_request_tokens(base_url, text_body)
+        with_images = await adapter.requests.count_request_tokens(base_url, image_body)
+        without = await adapter.requests.count_request_tokens(base_url, text_body)
         if with_images is not None and without is not None:
             counted = with_images - without
             sources["image_tokens"] = f"{adapter.request_count_source} (image request minus text-only request)"

@@ -71,7 +71,7 @@ async def sessions(host: Host, cand: Candidate) -> None:
     if plan.turns == 0:
         return
     adapter = get_adapter(cand.runtime)
-    start = adapter.session_start(cand)
+    start = adapter.sessions.session_start(cand)
     for context in host.sweep.contexts:
         if len({r.probe for r in host.rows(cand.id, context, "session")}) >= plan.turns:
             continue
@@ -94,7 +94,7 @@ async def _one_session(host: Host, adapter: RuntimeAdapter, start: Any, cand: Ca
     plan = host.sweep.session
     turns = list(range(1, plan.turns + 1))
     gen = host.sweep.session_gen_tokens()
-    ctx = adapter.server_ctx_size(cand, context + plan.turns * (plan.append_tokens + gen + 64), gen)
+    ctx = adapter.launcher.server_ctx_size(cand, context + plan.turns * (plan.append_tokens + gen + 64), gen)
     server = await host.start(start.candidate, ctx, context)
     why = f"session server never became ready: {server}" if isinstance(server, str) else None
     need = context + plan.turns * (plan.append_tokens + gen + 64) + gen + CTX_MARGIN_TOKENS
@@ -139,7 +139,7 @@ async def levels(host: Host, cand: Candidate) -> None:
                     if not all(parallel.probe_number(level, b, i) in stored for i in range(level))]
             if not todo:
                 continue
-            start = adapter.parallel_start(cand, level, adapter.server_ctx_size(cand, context, sweep.gen_tokens))
+            start = adapter.parallel.parallel_start(cand, level, adapter.launcher.server_ctx_size(cand, context, sweep.gen_tokens))
             server = await host.start(start.candidate, start.ctx_size, context)
             if isinstance(server, str):
                 _failed(host, cand, context, "parallel",
@@ -151,7 +151,7 @@ async def levels(host: Host, cand: Candidate) -> None:
                 run = parallel.ParallelRun(
                     job=host.job, adapter=adapter, server=server, candidate=cand, context=context, sweep=sweep,
                     level=level, timeout_s=host.timeout_s, notes=start.notes, serial=start.serial,
-                    slot_facts=await adapter.slot_facts(server.base_url), memory_rate_hz=host.memory_rate_hz)
+                    slot_facts=await adapter.parallel.slot_facts(server.base_url), memory_rate_hz=host.memory_rate_hz)
                 for b in todo:
                     if not server.running:
                         break

@@ -391,8 +391,8 @@ def server_argv(locked: Locked, config: Config, port: int | None = None) -> list
         return []
     adapter = get_adapter(locked.runtime)
     cand = locked_candidate(locked)
-    command, _found_via = adapter.command(cand, config.cache_dir)
-    return adapter.argv(cand, command=command, port=port or DEFAULT_PORTS.get(locked.runtime, 8080),
+    command, _found_via = adapter.launcher.command(cand, config.cache_dir)
+    return adapter.launcher.argv(cand, command=command, port=port or DEFAULT_PORTS.get(locked.runtime, 8080),
                         ctx_size=locked.ctx_size)
 
 
@@ -403,7 +403,7 @@ def server_env(locked: Locked, config: Config) -> dict[str, str]:
 
     if not locked.started_by_benchd:
         return {}
-    full = get_adapter(locked.runtime).env(locked_candidate(locked), config)
+    full = get_adapter(locked.runtime).launcher.env(locked_candidate(locked), config)
     return {k: v for k, v in sorted(full.items()) if os.environ.get(k) != v}
 
 
@@ -417,7 +417,7 @@ def server_command_line(locked: Locked, config: Config, port: int | None = None)
         return external_description(locked)
     from benchd.servers.runtimes.environment import REDACTED
 
-    removed = get_adapter(locked.runtime).server_env(locked_candidate(locked), config).removed
+    removed = get_adapter(locked.runtime).launcher.server_env(locked_candidate(locked), config).removed
     env = " ".join([*(f"-u {k}" for k in removed),  # a secret's value comes from this shell: NAME="$NAME"
                     *(f'{k}="${k}"' if v == REDACTED else f"{k}={shlex.quote(v)}"
                       for k, v in server_env(locked, config).items())])

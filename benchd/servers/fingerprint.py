@@ -61,7 +61,7 @@ def take_fingerprint(cand: Candidate, config: Config, source: str) -> Fingerprin
     nulls: dict[str, str] = {}
     fields: dict[str, Any] = {}
     try:
-        command, _how = adapter.command(cand, config.cache_dir)
+        command, _how = adapter.launcher.command(cand, config.cache_dir)
     except BenchdError as exc:
         command = []
         fields["binary"] = cand.binary
@@ -69,12 +69,12 @@ def take_fingerprint(cand: Candidate, config: Config, source: str) -> Fingerprin
             nulls[f] = f"the runtime does not resolve: {exc.message}"
     if command:
         fields.update(_binary_facts(Path(command[0]), config, nulls))
-        version = adapter.installed_version(command)
+        version = adapter.launcher.installed_version(command)
         fields["version"] = version
         fields["version_source"] = f"{adapter.name} offline ({'--version' if cand.runtime == 'llama-server' else 'venv metadata'})"
         if version is None:
             nulls["version"] = "the runtime did not tell its version offline"
-        fields["packages"] = adapter.installed_packages(command)
+        fields["packages"] = adapter.launcher.installed_packages(command)
     model = hash_model(cand.model, hash_cache(config))
     fields.update(model_path=cand.model, model_bytes=model.bytes, model_sha256=model.sha256)
     if model.sha256 is None:

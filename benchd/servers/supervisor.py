@@ -156,7 +156,7 @@ class Supervisor:
     ) -> Server:
         """Spawn the candidate's server and return it once ready; raises `ServerStartError` otherwise.
 
-        `ctx_size` comes from `adapter.server_ctx_size(candidate, context, gen_tokens)`. An explicit
+        `ctx_size` comes from `adapter.launcher.server_ctx_size(candidate, context, gen_tokens)`. An explicit
         `port` is used as given (tests); otherwise a free one is allocated and retried once if taken.
         `cpus`: the cores the server (and every thread it starts) may run on (`benchd.servers.affinity`).
         `cold`: drop the model files' clean pages from the page cache first (`sensors.pagecache`); every
@@ -180,11 +180,11 @@ class Supervisor:
         log_path = self.config.server_log_path(job, candidate.id)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            command, how = await asyncio.to_thread(adapter.command, candidate, self.config.cache_dir)
+            command, how = await asyncio.to_thread(adapter.launcher.command, candidate, self.config.cache_dir)
         except BenchdError as exc:
             raise ServerStartError(str(exc), reason="spawn_failed", log_path=log_path) from exc
-        argv = adapter.argv(candidate, command=command, port=port, ctx_size=ctx_size)
-        server_env = adapter.server_env(candidate, self.config)
+        argv = adapter.launcher.argv(candidate, command=command, port=port, ctx_size=ctx_size)
+        server_env = adapter.launcher.server_env(candidate, self.config)
         env = server_env.env
         token = secrets.token_hex(8)
         env[SERVER_TOKEN_ENV] = token
@@ -246,7 +246,7 @@ class Supervisor:
             resident_before=resident,
             _proc=proc,
         )
-        server.fit, server.fit_note = adapter.fit_state(candidate)
+        server.fit, server.fit_note = adapter.launcher.fit_state(candidate)
         write_record(self.config.servers_dir, server)
         self._drop_pending(pending, token)
         self.servers[server.pid] = server
@@ -256,9 +256,9 @@ class Supervisor:
         except BaseException:
             await self.stop(server, grace_s=min(self.grace_s, 5.0))
             raise
-        server.version = await adapter.version(server.base_url, command)
+        server.version = await adapter.launcher.version(server.base_url, command)
         load_log = await asyncio.to_thread(_read_from, log_path, log_start, LOAD_LOG_BYTES)
-        server.layer_split, server.split_note = await asyncio.to_thread(adapter.layer_split, candidate, command, load_log)
+        server.layer_split, server.split_note = await asyncio.to_thread(adapter.launcher.layer_split, candidate, command, load_log)
         return server
 
     async def _attach(self, job: str, candidate: Candidate) -> Server:
@@ -333,7 +333,7 @@ class Supervisor:
         try:
             while True:
                 marker.look(server)
-                poll = asyncio.create_task(adapter.check_ready(server.base_url))
+                poll = asyncio.create_task(adapter.launcher.check_ready(server.base_url))
                 remaining = deadline - time.monotonic()
                 done, _ = await asyncio.wait(
                     {poll, exited}, timeout=max(remaining, 0.0), return_when=asyncio.FIRST_COMPLETED

@@ -84,7 +84,7 @@ def test_eval_thinking_off_by_default(llama_scripted: str, scripted_models: Any)
 
 def test_answer_text_never_reads_none(llama_scripted: str, scripted_models: Any) -> None:
     """A reply cut off inside the reasoning has `content` null or empty: the answer is "", never "None"."""
-    body = get_adapter("llama-server").answer_body(model="m", prompt="hi", max_tokens=5, sampling=Sampling())
+    body = get_adapter("llama-server").requests.answer_body(model="m", prompt="hi", max_tokens=5, sampling=Sampling())
     import urllib.request
 
     req = urllib.request.Request(llama_scripted + "/v1/chat/completions", data=json.dumps(body).encode(),
@@ -106,7 +106,7 @@ def test_draft_acceptance_is_monotone_in_the_changed_share(scripted_models: Any,
             adapter = get_adapter("llama-server")
             r = await probe.run_chat(adapter, server.base_url, cand, prompt="Why is the sky blue?", max_tokens=128,
                                      sampling=Sampling(), timeout_s=120)
-            n = adapter.normalize(r, spec_configured=True)
+            n = adapter.reader.normalize(r, spec_configured=True)
             assert n.gen_tokens == 128 and n.draft_acceptance is not None, n.null_reasons
             return n.draft_acceptance
         finally:

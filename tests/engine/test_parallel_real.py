@@ -39,7 +39,7 @@ def candidate(runtime: str, models: Any) -> Candidate:
 @contextlib.asynccontextmanager
 async def level_server(cand: Candidate, level: int, state: Path, cache_dir: Path) -> AsyncIterator[tuple[Server, Any]]:
     adapter = get_adapter(cand.runtime)
-    start = adapter.parallel_start(cand, level, adapter.server_ctx_size(cand, CONTEXT, GEN))
+    start = adapter.parallel.parallel_start(cand, level, adapter.launcher.server_ctx_size(cand, CONTEXT, GEN))
     sup = Supervisor(Config.resolve(state_dir=state, cache_dir=cache_dir), grace_s=1.5)
     server = await sup.start("parallel", start.candidate, start.ctx_size)
     try:
@@ -53,14 +53,14 @@ async def batches(cand: Candidate, server: Server, start: Any, level: int, n: in
     sw = Sweep(name="parallel", contexts=[CONTEXT], gen_tokens=GEN, candidates=[cand])
     run = parallel.ParallelRun(job="parallel", adapter=adapter, server=server, candidate=cand, context=CONTEXT,
                                sweep=sw, level=level, timeout_s=300.0, notes=start.notes, serial=start.serial,
-                               slot_facts=await adapter.slot_facts(server.base_url))
-    if await adapter.count_tokens(server.base_url, "x") is not None:
+                               slot_facts=await adapter.parallel.slot_facts(server.base_url))
+    if await adapter.requests.count_tokens(server.base_url, "x") is not None:
         async def counter(text: str) -> int:
-            n = await adapter.count_tokens(server.base_url, text)
+            n = await adapter.requests.count_tokens(server.base_url, text)
             assert n is not None
             return n
     else:
-        counter = adapter.local_token_counter(cand)
+        counter = adapter.requests.local_token_counter(cand)
     builder = PromptBuilder()
     rows: list[Row] = []
     for b in range(n):

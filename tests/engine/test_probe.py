@@ -86,7 +86,7 @@ async def test_probe_llama_server(llama_server) -> None:
     assert r.chunk_times == sorted(r.chunk_times)
     assert r.started < r.first_content <= r.last_content <= r.ended  # type: ignore[operator]
     assert r.finish_reason == "length"
-    n = adapter.normalize(r, spec_configured=False)
+    n = adapter.reader.normalize(r, spec_configured=False)
     assert n.cached_tokens == 0  # cache_prompt: false
     assert n.gen_tokens == 48 and n.prompt_tokens is not None and n.prompt_tokens > 300
     assert n.prompt_tps and n.gen_tps and n.sources["gen_tps"] == "server:timings"
@@ -183,7 +183,7 @@ async def test_double_mlx_like_stream_with_comments() -> None:
     r = await run_double(handler)
     assert r.status == "ok" and r.content_chunks == 3
     assert r.usage == {"prompt_tokens": 5, "completion_tokens": 3}
-    n = get_adapter("mlx_lm.server").normalize(r, spec_configured=False)
+    n = get_adapter("mlx_lm.server").reader.normalize(r, spec_configured=False)
     assert n.gen_tokens == 3 and n.gen_tps is not None and n.gen_tps == pytest.approx(2 / (r.last_content - r.first_content))  # type: ignore[operator]
 
 

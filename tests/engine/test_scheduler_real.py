@@ -245,15 +245,15 @@ def test_prompts_sized_outside_probe_windows_and_memory_series_only_when_sustain
 
     from benchd.servers.runtimes import get_adapter
 
-    adapter_cls = type(get_adapter("llama-server"))
-    real_count = adapter_cls.count_tokens
+    requests_cls = type(get_adapter("llama-server").requests)
+    real_count = requests_cls.count_tokens
     calls: list[float] = []
 
     async def timed_count(self: Any, base_url: str, text: str) -> int | None:
         calls.append(time.monotonic())
         return await real_count(self, base_url, text)
 
-    monkeypatch.setattr(adapter_cls, "count_tokens", timed_count)
+    monkeypatch.setattr(requests_cls, "count_tokens", timed_count)
     windows: list[list[float]] = []
 
     def on_event(e: Event) -> None:

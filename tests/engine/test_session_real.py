@@ -1,6 +1,6 @@
 """Session probes on the REAL servers: a conversation growing by a turn at a time on a warm prompt cache,
 through benchd's own path (`Supervisor.start` with the adapter's session start, `session.run_session`,
-the adapter's `normalize` and `rendered_tokens`) on llama-server, mlx_lm.server and mlx_vlm.server.
+the adapter's `reader.normalize` and `requests.rendered_tokens`) on llama-server, mlx_lm.server and mlx_vlm.server.
 
 - the tiny random model: cached tokens grow by about one turn each time, and the warm turns' TTFT is
   below a cold probe of the same total length (a ratio of medians on one server, not a time);
@@ -57,9 +57,9 @@ def sweep(cand: Candidate, context: int, *, turns: int, append: int, gen: int, t
 @contextlib.asynccontextmanager
 async def session_server(cand: Candidate, state: Path, cache_dir: Path, ctx: int) -> AsyncIterator[tuple[Server, str]]:
     """The candidate's session start (cache on), as the engine starts it."""
-    start = get_adapter(cand.runtime).session_start(cand)
+    start = get_adapter(cand.runtime).sessions.session_start(cand)
     sup = Supervisor(Config.resolve(state_dir=state, cache_dir=cache_dir), grace_s=1.5)
-    server = await sup.start("session", start.candidate, get_adapter(cand.runtime).server_ctx_size(cand, ctx, 0))
+    server = await sup.start("session", start.candidate, get_adapter(cand.runtime).launcher.server_ctx_size(cand, ctx, 0))
     try:
         yield server, start.notes
     finally:
@@ -68,13 +68,13 @@ async def session_server(cand: Candidate, state: Path, cache_dir: Path, ctx: int
 
 async def counter(cand: Candidate, server: Server) -> Any:
     adapter = get_adapter(cand.runtime)
-    if await adapter.count_tokens(server.base_url, "hello") is not None:
+    if await adapter.requests.count_tokens(server.base_url, "hello") is not None:
         async def count(text: str) -> int:
-            n = await adapter.count_tokens(server.base_url, text)
+            n = await adapter.requests.count_tokens(server.base_url, text)
             assert n is not None
             return n
         return count
-    return adapter.local_token_counter(cand)
+    return adapter.requests.local_token_counter(cand)
 
 
 async def run(cand: Candidate, server: Server, notes: str, plan: tuple[Sweep, Session]) -> tuple[list[Row], list[session.Turn]]:
@@ -139,7 +139,7 @@ def test_four_turn_session_reuses_the_cache(runtime: str, tiny_models: Any, cach
     if runtime == "mlx_vlm.server":
         assert "APC_ENABLED=1" in rows[0].sources["prompt_cache"]
         assert "APC_DISK_ENABLED=0" in rows[0].sources["prompt_cache"]
-        block = get_adapter(runtime).prefix_cache_rule(cand).block_tokens
+        block = get_adapter(runtime).sessions.prefix_cache_rule(cand).block_tokens
         for prev, r in itertools.pairwise(rows):
             assert r.cached_tokens is not None and prev.prompt_tokens is not None
             # whole blocks of the previous prompt less its last token: the answer is not cached
@@ -172,7 +172,7 @@ def test_scripted_template_prefix_and_cache_miss(runtime: str, thinking: str, sc
             rows, turns = await run(cand, server, notes, sw)
             assert all(r.status == "ok" for r in rows), [r.error for r in rows]
             # each turn's own prompt, rendered and tokenized again on its own
-            prompts = await adapter.rendered_tokens(server.base_url, cand, server.command,
+            prompts = await adapter.requests.rendered_tokens(server.base_url, cand, server.command,
                                                     [(t.messages, "") for t in turns], thinking)
             return rows, prompts
 

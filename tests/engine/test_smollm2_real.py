@@ -118,7 +118,7 @@ async def test_it_stops_by_eos_and_the_counts_agree(llama: str, mlx: str, real_m
         cand = Candidate(id=runtime, runtime=runtime, model=str(model))
         result = await probe.run_chat(adapter, url, cand, prompt=STOPS_SOON, max_tokens=64, sampling=GREEDY,
                                       timeout_s=600.0, run_to_length=False)
-        norm = adapter.normalize(result, spec_configured=False)
+        norm = adapter.reader.normalize(result, spec_configured=False)
         assert result.ok and result.finish_reason == "stop", (runtime, result.error, result.finish_reason)
         assert norm.gen_tokens is not None and norm.gen_tokens < 64, runtime
         assert result.content_chunks == norm.gen_tokens - 1, (runtime, result.content_chunks, norm.gen_tokens)
@@ -135,7 +135,7 @@ async def test_the_chatml_template_renders_and_tokenizes_alike(llama: str, real_
     for runtime, model, command in (("llama-server", real_model.gguf, ["llama-server"]),
                                     ("mlx_lm.server", real_model.mlx_dir, mlx_argv["mlx_lm.server"])):
         cand = Candidate(id=runtime, runtime=runtime, model=str(model))
-        ids[runtime] = await get_adapter(runtime).rendered_tokens(llama, cand, command, items, "default")
+        ids[runtime] = await get_adapter(runtime).requests.rendered_tokens(llama, cand, command, items, "default")
     assert ids["llama-server"] == ids["mlx_lm.server"]
     rendered = _post(llama + "/apply-template", {"messages": messages})["prompt"]
     assert rendered == ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"

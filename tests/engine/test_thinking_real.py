@@ -1,6 +1,6 @@
 """Thinking models on the REAL servers (issue 13): the scripted thinking model (`<think>`, K reasoning
 tokens, `</think>`, an answer, EOS) probed through benchd's own path — `Supervisor.start` (argv,
-scrubbed environment), `probe.run_chat` (the request body) and the adapter's `normalize` (the row's
+scrubbed environment), `probe.run_chat` (the request body) and the adapter's `reader.normalize` (the row's
 figures) — on llama-server, mlx_lm.server and mlx_vlm.server.
 """
 
@@ -41,7 +41,7 @@ def candidate(runtime: str, models: Any, **kw: Any) -> Candidate:
 @contextlib.asynccontextmanager
 async def started(cand: Candidate, state: Path, cache_dir: Path) -> AsyncIterator[Server]:
     sup = Supervisor(Config.resolve(state_dir=state, cache_dir=cache_dir), grace_s=1.5)
-    server = await sup.start("thinking", cand, get_adapter(cand.runtime).server_ctx_size(cand, 512, 256))
+    server = await sup.start("thinking", cand, get_adapter(cand.runtime).launcher.server_ctx_size(cand, 512, 256))
     try:
         yield server
     finally:
@@ -55,7 +55,7 @@ async def probes(server: Server, cand: Candidate, n: int, max_tokens: int, **kw:
         r = await probe.run_chat(adapter, server.base_url, cand, prompt=f"[{uuid.uuid4().hex}] {PROMPT}",
                                  max_tokens=max_tokens, sampling=Sampling(), timeout_s=120, **kw)
         assert r.ok, r.error
-        out.append((r, adapter.normalize(r, spec_configured=cand.spec is not None)))
+        out.append((r, adapter.reader.normalize(r, spec_configured=cand.spec is not None)))
     return out
 
 
@@ -179,6 +179,6 @@ def test_llama_fit_off_and_cpu_split(thinking_runs: dict[str, Any]) -> None:
 
 def test_mlx_logit_bias_names_the_model_dirs_eos_ids(scripted_models: Any) -> None:
     for runtime in ("mlx_lm.server", "mlx_vlm.server"):
-        fields = get_adapter(runtime).length_fields(candidate(runtime, scripted_models), True)
+        fields = get_adapter(runtime).requests.length_fields(candidate(runtime, scripted_models), True)
         assert {int(k) for k in fields["logit_bias"]} == set(scripted_models.eos_ids)
-        assert get_adapter(runtime).length_fields(candidate(runtime, scripted_models), False) == {}
+        assert get_adapter(runtime).requests.length_fields(candidate(runtime, scripted_models), False) == {}

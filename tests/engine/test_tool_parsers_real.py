@@ -69,7 +69,7 @@ def _ask(runtime: str, url: str, model: Path, variant: str, log: Path | None,
     async def go() -> tuple[list[EvalResult], str | None]:
         out = [await suiterun.run_tool_task("job", adapter, url, cand, _task(variant), sweep, 120.0,
                                             log_path=log, stream=stream) for stream in (True, False)]
-        return out, await adapter.tool_parser(url, cand, command)
+        return out, await adapter.tools.tool_parser(url, cand, command)
 
     return asyncio.run(go())
 

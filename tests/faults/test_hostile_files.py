@@ -158,7 +158,7 @@ def test_the_image_token_count_encodes_its_body_off_the_event_loop(monkeypatch: 
         await site.start()
         port = runner.addresses[0][1]
         try:
-            n = await llama_server.LlamaServerAdapter().count_request_tokens(f"http://127.0.0.1:{port}", body)
+            n = await llama_server.LlamaServerAdapter().requests.count_request_tokens(f"http://127.0.0.1:{port}", body)
         finally:
             await runner.cleanup()
         return n, threading.current_thread(), got[0]

@@ -23,7 +23,7 @@ def cand(runtime: str, **kw: Any) -> Candidate:
 
 
 def refused(runtime: str, args: list[str]) -> list[tuple[str, str | None]]:
-    return [(e.code, e.field) for e in get_adapter(runtime).validate(cand(runtime, args=args))
+    return [(e.code, e.field) for e in get_adapter(runtime).checks.validate(cand(runtime, args=args))
             if e.code == "reserved_arg"]
 
 
@@ -35,7 +35,7 @@ def test_mlx_reserved_flags_are_refused_in_any_spelling(runtime: str, arg: str) 
 
 
 def test_the_message_says_which_flag_an_abbreviation_is() -> None:
-    (err,) = get_adapter("mlx_lm.server").validate(cand("mlx_lm.server", args=["--hos", "0.0.0.0"]))
+    (err,) = get_adapter("mlx_lm.server").checks.validate(cand("mlx_lm.server", args=["--hos", "0.0.0.0"]))
     assert "'--host'" in err.message and "'--hos'" in err.message and "127.0.0.1" in err.message
 
 
@@ -47,7 +47,7 @@ def test_llama_reserved_flags_with_a_value_attached_are_refused(arg: str) -> Non
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_benchds_own_flags_come_after_the_candidates_args(runtime: str) -> None:
     args = ["--alpha", "1", "--beta"]
-    argv = get_adapter(runtime).argv(cand(runtime, args=args), command=["srv"], port=9, ctx_size=None)
+    argv = get_adapter(runtime).launcher.argv(cand(runtime, args=args), command=["srv"], port=9, ctx_size=None)
     assert argv[1:4] == args
     for flag in ("--host", "--port"):
         assert argv.index(flag) > 3 and argv.count(flag) == 1

@@ -26,7 +26,7 @@ def cand(runtime: str, **kw: Any) -> Candidate:
 
 
 def refused(runtime: str, args: list[str]) -> list[tuple[str, str | None]]:
-    return [(e.code, e.field) for e in get_adapter(runtime).validate(cand(runtime, args=args))
+    return [(e.code, e.field) for e in get_adapter(runtime).checks.validate(cand(runtime, args=args))
             if e.code == "reserved_arg"]
 
 

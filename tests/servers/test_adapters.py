@@ -39,9 +39,9 @@ def test_registry_and_unknown_runtime() -> None:
 def test_llama_argv_ctx_spec_and_metrics() -> None:
     a = get_adapter("llama-server")
     c = cand(spec={"kind": "draft", "draft_model": "/models/d.gguf", "draft_max": 8}, args=["-fa", "on"])
-    ctx = a.server_ctx_size(c, 2048, 128)
+    ctx = a.launcher.server_ctx_size(c, 2048, 128)
     assert ctx == 2048 + 128 + CTX_MARGIN_TOKENS
-    argv = a.argv(c, command=["/bin/llama-server"], port=4321, ctx_size=ctx)
+    argv = a.launcher.argv(c, command=["/bin/llama-server"], port=4321, ctx_size=ctx)
     assert argv[0] == "/bin/llama-server"
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
     assert argv[argv.index("--port") + 1] == "4321"
@@ -53,23 +53,23 @@ def test_llama_argv_ctx_spec_and_metrics() -> None:
     assert argv[argv.index("--spec-type") + 1] == "draft-simple"
     assert argv[argv.index("--spec-draft-n-max") + 1] == "8"
     assert argv[1:3] == ["-fa", "on"]  # the candidate's args first, benchd's own flags after them
-    assert a.restarts_per_context(c)
+    assert a.launcher.restarts_per_context(c)
 
 
 def test_llama_pinned_ctx_and_own_slot_count() -> None:
     a = get_adapter("llama-server")
     c = cand(ctx_size=65536, args=["--parallel", "2"])
-    assert not a.restarts_per_context(c)
-    assert a.server_ctx_size(c, 2048, 128) == 65536
-    argv = a.argv(c, command=["x"], port=1, ctx_size=65536)
+    assert not a.launcher.restarts_per_context(c)
+    assert a.launcher.server_ctx_size(c, 2048, 128) == 65536
+    argv = a.launcher.argv(c, command=["x"], port=1, ctx_size=65536)
     assert "-np" not in argv and argv[1:3] == ["--parallel", "2"]
 
 
 def test_mtp_needs_no_draft_model() -> None:
     a = get_adapter("llama-server")
     c = cand(spec={"kind": "mtp"})
-    assert a.validate(c) == []
-    argv = a.argv(c, command=["x"], port=1, ctx_size=100)
+    assert a.checks.validate(c) == []
+    argv = a.launcher.argv(c, command=["x"], port=1, ctx_size=100)
     assert "-md" not in argv and argv[argv.index("--spec-type") + 1] == "draft-mtp"
 
 
@@ -89,7 +89,7 @@ def test_mtp_needs_no_draft_model() -> None:
     ],
 )
 def test_reserved_args_are_rejected_naming_the_field(runtime: str, arg: str, hint: str) -> None:
-    errors = get_adapter(runtime).validate(cand(runtime, args=["--foo", arg, "1"]))
+    errors = get_adapter(runtime).checks.validate(cand(runtime, args=["--foo", arg, "1"]))
     assert len(errors) == 1
     assert errors[0].code == "reserved_arg"
     assert hint in errors[0].message
@@ -110,7 +110,7 @@ def test_reserved_args_are_rejected_naming_the_field(runtime: str, arg: str, hin
 def test_llama_load_mode_note(args: list[str], env: dict[str, str], note: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 14, finding 5: the default is `auto` (not "mmap (default)") and `-lm` is the same flag."""
     monkeypatch.delenv("LLAMA_ARG_LOAD_MODE", raising=False)
-    got = get_adapter("llama-server").memory_note(cand(args=args, env=env))
+    got = get_adapter("llama-server").launcher.memory_note(cand(args=args, env=env))
     assert got is not None and got.split("; ")[0] == note
     assert "--cache-ram 0 MiB" in got  # the cold probes' host-RAM prompt cache, off (issue 40)
 
@@ -120,22 +120,22 @@ def test_llama_cold_starts_have_no_host_ram_prompt_cache_and_sessions_do() -> No
     probe after probe); a session gets a start of its own with the build's default; the flag is benchd's."""
     a = get_adapter("llama-server")
     c = cand()
-    argv = a.argv(c, command=["x"], port=1, ctx_size=512)
+    argv = a.launcher.argv(c, command=["x"], port=1, ctx_size=512)
     assert argv[argv.index("--cache-ram") + 1] == "0"
-    start = a.session_start(c)
+    start = a.sessions.session_start(c)
     assert start.own_start and start.candidate.args[-2:] == ["--cache-ram", "8192"]
-    session_argv = a.argv(start.candidate, command=["x"], port=1, ctx_size=512)
+    session_argv = a.launcher.argv(start.candidate, command=["x"], port=1, ctx_size=512)
     assert session_argv.count("--cache-ram") == 1 and session_argv[1:3] == ["--cache-ram", "8192"]
     assert "--cache-ram 8192" in start.notes and "cold probes run with --cache-ram 0" in start.notes
     for args, env, field in ((["--cache-ram", "64"], {}, "args[0]"), (["-cram=64"], {}, "args[0]"),
                              ([], {"LLAMA_ARG_CACHE_RAM": "64"}, "env.LLAMA_ARG_CACHE_RAM")):
-        errors = a.validate(cand(args=args, env=env))
+        errors = a.checks.validate(cand(args=args, env=env))
         assert [e.code for e in errors] in (["reserved_arg"], ["reserved_env"]), errors
         assert errors[0].field is not None and errors[0].field.endswith(field) and "sessions" in errors[0].message
 
 
 def test_llama_reserved_env() -> None:
-    errors = get_adapter("llama-server").validate(cand(env={"LLAMA_ARG_CTX_SIZE": "4096", "OK": "1"}))
+    errors = get_adapter("llama-server").checks.validate(cand(env={"LLAMA_ARG_CTX_SIZE": "4096", "OK": "1"}))
     assert [e.code for e in errors] == ["reserved_env"]
     assert "use `ctx_size`" in errors[0].message
 
@@ -149,36 +149,36 @@ def test_llama_reserved_env() -> None:
     ],
 )
 def test_unsupported_spec_kind_names_supported(runtime: str, kind: str, supported: str) -> None:
-    errors = get_adapter(runtime).validate(cand(runtime, spec={"kind": kind, "draft_model": "/d"}))
+    errors = get_adapter(runtime).checks.validate(cand(runtime, spec={"kind": kind, "draft_model": "/d"}))
     assert [e.code for e in errors] == ["unsupported_spec"]
     assert kind in errors[0].message and supported in errors[0].message
     assert errors[0].field is not None and errors[0].field.endswith("spec.kind")
 
 
 def test_missing_draft_model() -> None:
-    errors = get_adapter("mlx_lm.server").validate(cand("mlx_lm.server", spec={"kind": "draft"}))
+    errors = get_adapter("mlx_lm.server").checks.validate(cand("mlx_lm.server", spec={"kind": "draft"}))
     assert [e.code for e in errors] == ["missing_draft_model"]
 
 
 @pytest.mark.parametrize("runtime", ["mlx_lm.server", "mlx_vlm.server"])
 def test_mlx_rejects_ctx_size_and_never_restarts(runtime: str) -> None:
     a = get_adapter(runtime)
-    errors = a.validate(cand(runtime, ctx_size=4096))
+    errors = a.checks.validate(cand(runtime, ctx_size=4096))
     assert [e.code for e in errors] == ["unsupported_ctx_size"]
-    assert not a.restarts_per_context(cand(runtime))
-    assert a.server_ctx_size(cand(runtime), 2048, 128) is None
+    assert not a.launcher.restarts_per_context(cand(runtime))
+    assert a.launcher.server_ctx_size(cand(runtime), 2048, 128) is None
 
 
 def test_mlx_argv() -> None:
     lm = get_adapter("mlx_lm.server")
     c = cand("mlx_lm.server", spec={"kind": "draft", "draft_model": "/d", "draft_max": 4})
-    argv = lm.argv(c, command=["/v/bin/mlx_lm.server"], port=9, ctx_size=None)
+    argv = lm.launcher.argv(c, command=["/v/bin/mlx_lm.server"], port=9, ctx_size=None)
     assert argv[:7] == ["/v/bin/mlx_lm.server", "--model", "/models/m.gguf", "--host", "127.0.0.1", "--port", "9"]
     assert argv[-4:] == ["--draft-model", "/d", "--num-draft-tokens", "4"]
     assert argv[argv.index("--prompt-cache-size") + 1] == "0"
     vlm = get_adapter("mlx_vlm.server")
     c = cand("mlx_vlm.server", spec={"kind": "mtp", "draft_max": 3})
-    argv = vlm.argv(c, command=["/v/bin/python", "-m", "mlx_vlm.server"], port=9, ctx_size=None)
+    argv = vlm.launcher.argv(c, command=["/v/bin/python", "-m", "mlx_vlm.server"], port=9, ctx_size=None)
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
     assert argv[argv.index("--draft-model") + 1] == "/models/m.gguf"  # mtp: the model's own weights
     assert argv[argv.index("--draft-kind") + 1] == "mtp"
@@ -187,29 +187,29 @@ def test_mlx_argv() -> None:
 
 def test_mlx_env_offline_with_existing_cache(tmp_path) -> None:
     config = Config.resolve(state_dir=tmp_path / "state", cache_dir=tmp_path / "cache")
-    env = get_adapter("mlx_lm.server").env(cand("mlx_lm.server", env={"HF_HUB_OFFLINE": "0", "X": "y"}), config)
+    env = get_adapter("mlx_lm.server").launcher.env(cand("mlx_lm.server", env={"HF_HUB_OFFLINE": "0", "X": "y"}), config)
     assert env["HF_HUB_CACHE"] == str(config.hf_cache_dir)
     assert config.hf_cache_dir.is_dir()
     assert env["HF_HUB_OFFLINE"] == "0"  # the candidate's env wins
     assert env["X"] == "y"
-    llama_env = get_adapter("llama-server").env(cand(env={"A": "b"}), config)
+    llama_env = get_adapter("llama-server").launcher.env(cand(env={"A": "b"}), config)
     assert llama_env["A"] == "b"
 
 
 def test_request_bodies() -> None:
     s = Sampling(temperature=0.0, seed=7)
     for name, adapter in ADAPTERS.items():
-        body = adapter.request_body(model="m", prompt="hi", max_tokens=5, sampling=s)
+        body = adapter.requests.request_body(model="m", prompt="hi", max_tokens=5, sampling=s)
         assert body["stream"] is True
         assert body["stream_options"] == {"include_usage": True}
         assert body["max_tokens"] == 5 and body["temperature"] == 0.0 and body["seed"] == 7
         assert body["messages"] == [{"role": "user", "content": "hi"}]
-        assert adapter.request_headers()["Content-Type"] == "application/json"
+        assert adapter.requests.request_headers()["Content-Type"] == "application/json"
         if name == "llama-server":
             assert body["cache_prompt"] is False and body["ignore_eos"] is True
-    assert get_adapter("mlx_lm.server").request_model(cand("mlx_lm.server")) == "default_model"
-    assert get_adapter("mlx_vlm.server").request_model(cand("mlx_vlm.server")) == "/models/m.gguf"
-    assert get_adapter("llama-server").request_model(cand(request_model="q")) == "q"
+    assert get_adapter("mlx_lm.server").requests.request_model(cand("mlx_lm.server")) == "default_model"
+    assert get_adapter("mlx_vlm.server").requests.request_model(cand("mlx_vlm.server")) == "/models/m.gguf"
+    assert get_adapter("llama-server").requests.request_model(cand(request_model="q")) == "q"
 
 
 # ------------------------------------------------------------------------- normalize on real shapes
@@ -248,7 +248,7 @@ MLX_VLM_FINAL: dict[str, Any] = {
 
 
 def test_normalize_llama_with_spec() -> None:
-    n = get_adapter("llama-server").normalize(result_with(LLAMA_SPEC_FINAL), spec_configured=True)
+    n = get_adapter("llama-server").reader.normalize(result_with(LLAMA_SPEC_FINAL), spec_configured=True)
     assert (n.prompt_tokens, n.cached_tokens, n.gen_tokens) == (315, 0, 64)
     assert n.prompt_tps == 5024.72 and n.gen_tps == 2101.26
     assert n.sources["prompt_tps"] == n.sources["gen_tps"] == "server:timings"
@@ -265,14 +265,14 @@ def test_normalize_llama_with_spec() -> None:
 def test_normalize_llama_without_spec_has_null_acceptance() -> None:
     final = {**LLAMA_SPEC_FINAL, "timings": {k: v for k, v in LLAMA_SPEC_FINAL["timings"].items()
                                               if not k.startswith("draft")}}
-    n = get_adapter("llama-server").normalize(result_with(final), spec_configured=False)
+    n = get_adapter("llama-server").reader.normalize(result_with(final), spec_configured=False)
     assert n.draft_acceptance is None and n.null_reasons["draft_acceptance"] == "no spec configured"
-    n = get_adapter("llama-server").normalize(result_with(final), spec_configured=True)
+    n = get_adapter("llama-server").reader.normalize(result_with(final), spec_configured=True)
     assert n.draft_acceptance is None and "no draft counts" in n.null_reasons["draft_acceptance"]
 
 
 def test_normalize_mlx_lm() -> None:
-    n = get_adapter("mlx_lm.server").normalize(result_with(MLX_LM_FINAL), spec_configured=True)
+    n = get_adapter("mlx_lm.server").reader.normalize(result_with(MLX_LM_FINAL), spec_configured=True)
     assert n.prompt_tps is None
     assert n.null_reasons["prompt_tps"] == "mlx_lm.server reports no prompt timing"
     assert n.gen_tps == n.gen_tps_client == pytest.approx(630.0, rel=1e-6)
@@ -282,7 +282,7 @@ def test_normalize_mlx_lm() -> None:
 
 
 def test_normalize_mlx_vlm() -> None:
-    n = get_adapter("mlx_vlm.server").normalize(result_with(MLX_VLM_FINAL), spec_configured=False)
+    n = get_adapter("mlx_vlm.server").reader.normalize(result_with(MLX_VLM_FINAL), spec_configured=False)
     assert n.prompt_tps == 10765.38 and n.gen_tps == 524.83
     assert n.server_peak_memory_bytes == 2_357_843
     assert n.sources["server_peak_memory_bytes"].startswith("server:peak_memory")
@@ -302,23 +302,23 @@ def test_mlx_vlm_session_start_and_its_cache_rule() -> None:
     candidate's env says otherwise; its cache keeps the prompt only, in blocks of `APC_BLOCK_SIZE`."""
     vlm = get_adapter("mlx_vlm.server")
     cand = Candidate(id="v", runtime="mlx_vlm.server", model="/m")
-    start = vlm.session_start(cand)
+    start = vlm.sessions.session_start(cand)
     assert start.own_start and start.candidate.env == {"APC_ENABLED": "1", "APC_DISK_ENABLED": "0"}
     assert "APC_ENABLED=1" in start.notes and "APC_DISK_ENABLED=0" in start.notes
-    own = vlm.session_start(msgspec.structs.replace(cand, env={"APC_DISK_ENABLED": "1", "APC_BLOCK_SIZE": "32"}))
+    own = vlm.sessions.session_start(msgspec.structs.replace(cand, env={"APC_DISK_ENABLED": "1", "APC_BLOCK_SIZE": "32"}))
     assert own.candidate.env["APC_DISK_ENABLED"] == "1" and "APC_DISK_ENABLED=1 (candidate env)" in own.notes
-    rule = vlm.prefix_cache_rule(cand)
+    rule = vlm.sessions.prefix_cache_rule(cand)
     assert (rule.block_tokens, rule.keeps_generated) == (16, False) and "apc.py" in rule.source
-    assert vlm.prefix_cache_rule(own.candidate).block_tokens == 32
-    assert get_adapter("llama-server").prefix_cache_rule(cand).keeps_generated
+    assert vlm.sessions.prefix_cache_rule(own.candidate).block_tokens == 32
+    assert get_adapter("llama-server").sessions.prefix_cache_rule(cand).keeps_generated
 
 
 def test_mlx_vlm_levels_are_capped_by_its_own_max_num_seqs() -> None:
     vlm = get_adapter("mlx_vlm.server")
     cand = Candidate(id="v", runtime="mlx_vlm.server", model="/m")
-    start = vlm.parallel_start(cand, 2, None)
+    start = vlm.parallel.parallel_start(cand, 2, None)
     assert start.serial is None and start.candidate.args[-2:] == ["--max-num-seqs", "2"]
     capped = msgspec.structs.replace(cand, args=["--max-num-seqs", "2"])
-    problems = vlm.validate_levels(capped, [1, 2, 4])
+    problems = vlm.parallel.validate_levels(capped, [1, 2, 4])
     assert len(problems) == 1 and "level 4 is above the 2" in problems[0].message
     assert "--max-num-seqs 2" in problems[0].message

@@ -27,7 +27,7 @@ def cand(*args: str, **env: str) -> Candidate:
 
 
 def test_llama_server_threads_from_args_and_env() -> None:
-    threads = get_adapter("llama-server").server_threads
+    threads = get_adapter("llama-server").launcher.server_threads
     assert threads(cand("-t", "1")) == (1, "the candidate's -t/-tb/-td args")
     assert threads(cand("--threads=2", "-tb", "3"))[0] == 3  # the largest count the server will run
     assert threads(cand(LLAMA_ARG_THREADS="2")) == (2, "env LLAMA_ARG_THREADS")
@@ -35,7 +35,7 @@ def test_llama_server_threads_from_args_and_env() -> None:
     assert threads(cand("-t", "-1"))[0] is None
     assert threads(cand("-t", "1", "-C", "0x2")) == (None, "the candidate's args place threads themselves (-C)")
     mlx = msgspec.convert({"id": "m", "runtime": "mlx_lm.server", "model": "/d"}, Candidate)
-    assert get_adapter("mlx_lm.server").server_threads(mlx)[0] is None
+    assert get_adapter("mlx_lm.server").launcher.server_threads(mlx)[0] is None
 
 
 @linux
@@ -72,7 +72,7 @@ async def test_server_runs_on_its_cores_and_the_spawner_keeps_its_own(sup: Super
     c = msgspec.convert({"id": "pinned", "runtime": "llama-server", "model": str(tiny_models.target),
                          "binary": str(llama_server_bin), "args": ["-t", "1"]}, Candidate)
     mine = os.sched_getaffinity(0)
-    p = affinity.plan(True, *get_adapter("llama-server").server_threads(c))
+    p = affinity.plan(True, *get_adapter("llama-server").launcher.server_threads(c))
     server = await sup.start("job-affinity", c, 256, cpus=p.server_cpus)
     assert os.sched_getaffinity(0) == mine  # the spawning thread got its mask back
     assert _thread_cpus(server.pid) == {frozenset(p.server_cpus)}  # every server thread, not just the first

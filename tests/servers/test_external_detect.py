@@ -140,7 +140,7 @@ async def test_api_key_is_sent_and_never_recorded(monkeypatch: pytest.MonkeyPatc
         c = cand(url=url, api_key_env="BENCHD_TEST_KEY")
         found = await detect(c)
         # while the server it was cleared for listens (the key goes to no other listener: test_hostile_external)
-        assert get_adapter("openai").request_headers(c)["Authorization"] == "Bearer sekrit-123"
+        assert get_adapter("openai").requests.request_headers(c)["Authorization"] == "Bearer sekrit-123"
     assert found.kind == "OpenAI-compatible, unknown" and seen and set(seen) == {"Bearer sekrit-123"}
     assert b"sekrit" not in msgspec.json.encode(found) + msgspec.json.encode(c)
-    assert "Authorization" not in get_adapter("llama-server").request_headers(c)
+    assert "Authorization" not in get_adapter("llama-server").requests.request_headers(c)

@@ -50,23 +50,23 @@ def _llama(**kw: Any) -> Candidate:
 
 def test_fit_off_unless_the_candidate_asks() -> None:
     a = get_adapter("llama-server")
-    assert a.fit_state(_llama()) == ("off", "benchd default (--fit off: the split is what the args say)")
-    assert a.fit_state(_llama(args=["--fit", "on"]))[0] == "on"
-    assert a.fit_state(_llama(args=["-fit=on"]))[0] == "on"
-    assert a.fit_state(_llama(env={"LLAMA_ARG_FIT": "on"})) == ("on", "candidate env LLAMA_ARG_FIT")
-    argv = a.argv(_llama(args=["--fit", "on"]), command=["llama-server"], port=1, ctx_size=None)
+    assert a.launcher.fit_state(_llama()) == ("off", "benchd default (--fit off: the split is what the args say)")
+    assert a.launcher.fit_state(_llama(args=["--fit", "on"]))[0] == "on"
+    assert a.launcher.fit_state(_llama(args=["-fit=on"]))[0] == "on"
+    assert a.launcher.fit_state(_llama(env={"LLAMA_ARG_FIT": "on"})) == ("on", "candidate env LLAMA_ARG_FIT")
+    argv = a.launcher.argv(_llama(args=["--fit", "on"]), command=["llama-server"], port=1, ctx_size=None)
     assert argv.count("--fit") == 1 and argv[argv.index("--fit") + 1] == "on"
-    assert get_adapter("mlx_lm.server").fit_state(Candidate(id="m", runtime="mlx_lm.server", model="/d"))[0] is None
+    assert get_adapter("mlx_lm.server").launcher.fit_state(Candidate(id="m", runtime="mlx_lm.server", model="/d"))[0] is None
 
 
 def test_short_reasons_name_the_cause() -> None:
     vlm_spec = Candidate(id="v", runtime="mlx_vlm.server", model="/nonexistent", spec=Spec(kind="mtp"))
-    why = get_adapter("mlx_vlm.server").short_reason(vlm_spec, asked=64, got=35, finish_reason="stop", run_to_length=True)
+    why = get_adapter("mlx_vlm.server").reader.short_reason(vlm_spec, asked=64, got=35, finish_reason="stop", run_to_length=True)
     assert why.startswith("generated 35 of 64 tokens (finish_reason stop): mlx_vlm's speculative path (mtp)")
     lm = Candidate(id="l", runtime="mlx_lm.server", model="/nonexistent")
-    assert "names no EOS id" in get_adapter("mlx_lm.server").short_reason(lm, asked=64, got=9, finish_reason="stop",
+    assert "names no EOS id" in get_adapter("mlx_lm.server").reader.short_reason(lm, asked=64, got=9, finish_reason="stop",
                                                                          run_to_length=True)
-    assert get_adapter("llama-server").short_reason(_llama(), asked=64, got=9, finish_reason="stop",
+    assert get_adapter("llama-server").reader.short_reason(_llama(), asked=64, got=9, finish_reason="stop",
                                                     run_to_length=False).endswith("(ignore_eos = false)")
 
 

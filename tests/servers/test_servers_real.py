@@ -57,10 +57,10 @@ async def run(server, c: Candidate, max_tokens: int, prefix: str = "") -> probe.
 async def test_llama_server_tokenize_and_timings(sup: Supervisor, tiny_models, binary) -> None:
     c = candidate("llama-server", tiny_models.target, binary)
     adapter = get_adapter("llama-server")
-    server = await sup.start("job-rt", c, adapter.server_ctx_size(c, 512, 32))
-    n_tok = await adapter.count_tokens(server.base_url, PROMPT)
+    server = await sup.start("job-rt", c, adapter.launcher.server_ctx_size(c, 512, 32))
+    n_tok = await adapter.requests.count_tokens(server.base_url, PROMPT)
     assert n_tok is not None and n_tok > 100
-    n = adapter.normalize(await run(server, c, 32), spec_configured=False)
+    n = adapter.reader.normalize(await run(server, c, 32), spec_configured=False)
     assert n.prompt_tokens is not None and n.prompt_tokens >= n_tok  # the chat template adds a few
     assert n.cached_tokens == 0 and n.gen_tokens == 32
     assert n.sources["prompt_tps"] == n.sources["gen_tps"] == "server:timings"
@@ -74,10 +74,10 @@ async def test_llama_server_draft_acceptance_and_metrics_cross_check(
     c = candidate("llama-server", tiny_models.target, binary,
                   spec={"kind": "draft", "draft_model": str(getattr(tiny_models, draft)), "draft_max": 8})
     adapter = get_adapter("llama-server")
-    assert adapter.validate(c) == []
-    server = await sup.start("job-rt", c, adapter.server_ctx_size(c, 512, 64))
+    assert adapter.checks.validate(c) == []
+    server = await sup.start("job-rt", c, adapter.launcher.server_ctx_size(c, 512, 64))
     before = await probe.read_metrics(server.base_url)
-    n = adapter.normalize(await run(server, c, 64), spec_configured=True)
+    n = adapter.reader.normalize(await run(server, c, 64), spec_configured=True)
     after = await probe.read_metrics(server.base_url)
     assert n.draft_n and n.draft_acceptance is not None and lo <= n.draft_acceptance <= hi
     assert n.sources["draft_acceptance"].startswith("server:timings")
@@ -90,10 +90,10 @@ async def test_mlx_lm_server(sup: Supervisor, tiny_models, binary) -> None:
     adapter = get_adapter("mlx_lm.server")
     server = await sup.start("job-rt", c, None)
     assert server.version and server.version.startswith("mlx-lm ")
-    assert await adapter.count_tokens(server.base_url, PROMPT) is None
+    assert await adapter.requests.count_tokens(server.base_url, PROMPT) is None
     r = await run(server, c, 128)
     assert r.timings is None  # mlx_lm sends none at all
-    n = adapter.normalize(r, spec_configured=False)
+    n = adapter.reader.normalize(r, spec_configured=False)
     assert n.prompt_tps is None and n.null_reasons["prompt_tps"] == "mlx_lm.server reports no prompt timing"
     assert n.gen_tps == n.gen_tps_client
     if r.arrivals < 2:  # a starved client (a hog on every core) read the whole stream at once: no window
@@ -110,7 +110,7 @@ async def test_mlx_vlm_server_client_and_server_rates_agree(sup: Supervisor, tin
     assert server.version and server.version.startswith("mlx-vlm ")
     ratios = []
     for i in range(3):
-        n = adapter.normalize(await run(server, c, 96, prefix=f"{i} "), spec_configured=False)
+        n = adapter.reader.normalize(await run(server, c, 96, prefix=f"{i} "), spec_configured=False)
         assert n.sources["gen_tps"] == n.sources["prompt_tps"] == "server:timings"
         assert n.gen_tps and n.prompt_tps
         assert n.server_peak_memory_bytes and n.server_peak_memory_bytes > 100_000

@@ -83,11 +83,11 @@ async def test_start_health_teardown(
     c = msgspec.convert({"id": "tiny", "runtime": runtime, "model": model, "startup_timeout_s": 60,
                          "binary": binary}, Candidate)
     adapter = get_adapter(runtime)
-    server = await sup.start(JOB, c, adapter.server_ctx_size(c, 256, 16))
+    server = await sup.start(JOB, c, adapter.launcher.server_ctx_size(c, 256, 16))
     assert server.running and server.crashed is None
     assert server.base_url == f"http://127.0.0.1:{server.port}"
     assert server.pgid == os.getpgid(server.pid) == server.pid
-    assert (await adapter.check_ready(server.base_url)).ready
+    assert (await adapter.launcher.check_ready(server.base_url)).ready
     assert server.version and server.version_source
     if runtime == "llama-server":
         assert server.version.startswith("llama.cpp b")

@@ -2,8 +2,11 @@
 
 The supervisor, the probe client and the sweep engine never branch on a runtime's name: they ask its
 adapter (`benchd.servers.runtimes.get_adapter(candidate.runtime)`). An adapter is stateless; everything a
-call needs is passed in. The three adapters differ in the command line, readiness, provenance and in
-how the raw final chunk maps to normalized metrics (`normalize`), which is why those are the methods.
+call needs is passed in. It is the runtime's facts (class attributes) and eight parts, each a small class
+here that a runtime module subclasses where the runtime differs: `launcher` (command line, environment,
+readiness, provenance), `requests` (what is sent), `reader` (how the raw final chunk maps to normalized
+metrics), `checks` (candidate validation), and the capabilities `sessions`, `parallel`, `images`, `tools`.
+Callers go through the part: `adapter.launcher.argv(...)`, `adapter.reader.normalize(...)`.
 
 Shared here: the OpenAI-style streamed chat request body (thinking in the form each runtime reads), the
 check that candidate `args` do not set what the adapter owns, and `Normalized`, the runtime-independent
@@ -35,13 +38,22 @@ from benchd.servers.runtimes.vision import VisionFacts
 
 __all__ = [
     "CTX_MARGIN_TOKENS",
+    "Checks",
+    "Images",
+    "Launcher",
     "Normalized",
+    "Parallel",
     "ParallelStart",
+    "Part",
+    "Reader",
     "Readiness",
     "RenderItem",
+    "Requests",
     "RuntimeAdapter",
     "ServerEnv",
     "SessionStart",
+    "Sessions",
+    "Tools",
     "http_get",
     "http_post_json",
     "json_health",
@@ -94,7 +106,7 @@ class PrefixCacheRule:
 
 
 class DraftMetrics(TypedDict, total=False):
-    """The draft figures `RuntimeAdapter.draft_fields` gives `Normalized`, named like its fields."""
+    """The draft figures `Reader.draft_fields` gives `Normalized`, named like its fields."""
 
     draft_n: int
     draft_accepted: int
@@ -154,41 +166,18 @@ def _int(value: object) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-class RuntimeAdapter:
-    """Base class: shared behaviour; each runtime module subclasses and fills in the class attributes.
+class Part:
+    """One side of a runtime's adapter (its launcher, its requests, ...). Stateless like the adapter:
+    everything a call needs is passed in; the runtime's facts (the adapter's class attributes) and its
+    other parts are read through `self.runtime`."""
 
-    Methods a subclass must provide: `command`, `argv`, `check_ready`, `version`, `normalize`.
-    """
+    def __init__(self, runtime: RuntimeAdapter) -> None:
+        self.runtime = runtime
 
-    #: The runtime's name as in `schemas.Runtime`.
-    name: ClassVar[str] = ""
-    #: Spec kinds this runtime supports (checked against the pinned build's `--help`).
-    spec_kinds: ClassVar[tuple[str, ...]] = ()
-    #: Spec kinds that need no `draft_model`.
-    spec_kinds_without_draft: ClassVar[tuple[str, ...]] = ()
-    #: Candidate args the adapter owns: flag -> what to use instead.
-    reserved_args: ClassVar[Mapping[str, str]] = {}
-    #: Where `version()` gets its answer (provenance of the provenance).
-    version_source: ClassVar[str] = ""
-    #: The readiness endpoint.
-    health_path: ClassVar[str] = "/health"
-    #: A line the server logs once its model is loaded (the start's load time is when it first shows up
-    #: in the log), or None with `load_marker_reason` saying why there is no load time.
-    load_marker: ClassVar[str | None] = None
-    load_marker_reason: ClassVar[str] = "this runtime logs no model-loaded line: ready_s includes the load"
-    #: Whether the server exposes Prometheus counters that cross-check draft acceptance (`/metrics`).
-    reads_counters: ClassVar[bool] = False
-    #: Inherited environment variables removed before a start (a trailing `_` = prefix): the runtime's
-    #: knobs found in its sources (`environment` has the list per runtime and why).
-    env_scrub: ClassVar[tuple[str, ...]] = ()
-    #: How `enable_thinking` reaches the chat template: inside `chat_template_kwargs` (llama-server,
-    #: mlx_lm.server) or as a top-level field (mlx_vlm.server ignores `chat_template_kwargs`).
-    thinking_top_level: ClassVar[bool] = False
 
-    #: Flags whose values the pinned build restricts (every spelling), checked in `validate` and in a matrix.
-    flag_values: ClassVar[Mapping[str, flags.FlagValues]] = {}
-
-    # ------------------------------------------------------------------ validation and planning
+class Checks(Part):
+    """What a candidate may ask of this runtime: reserved flags, values and combinations the pinned build
+    refuses, spec kinds, and the flags `benchctl tune` races. Checked before anything starts."""
 
     def pinned_build(self, candidate: Candidate) -> bool:
         """Whether the candidate runs the build `flag_values` describes (not a `binary` of its own)."""
@@ -196,72 +185,71 @@ class RuntimeAdapter:
 
     def value_problem(self, candidate: Candidate, flag: str, value: str | int | bool) -> str | None:
         """Why the pinned build refuses `flag value` (a matrix value), or None."""
-        return flags.value_problem(self.flag_values, flag, value) if self.pinned_build(candidate) else None
+        rt = self.runtime
+        return flags.value_problem(rt.flag_values, flag, value) if self.pinned_build(candidate) else None
 
     def tune_matrix(self, model: str, binary: str | None, cores: int
                     ) -> tuple[dict[str, Sequence[str | bool]], list[str]]:
         """The flags worth racing for this model on this machine (`benchctl tune`): a candidate matrix and
         one line per key saying why it is there (none by default)."""
-        return {}, [f"{self.name}: no flags to tune known to benchd"]
+        return {}, [f"{self.runtime.name}: no flags to tune known to benchd"]
 
     def combination_problems(self, candidate: Candidate) -> list[BenchdError]:
         """Flags the pinned build refuses together (each alone is fine); a matrix leaves such a
         combination out. None by default."""
         return []
 
-    #: Whether the runtime's parser takes a unique prefix of a long option for the option (Python's
-    #: argparse, `allow_abbrev`): `--hos` is `--host` there, so reserved flags are refused by prefix too.
-    abbreviates: ClassVar[bool] = False
-
     def reserved_flag(self, arg: str) -> str | None:
         """The reserved flag `arg` spells (`--flag`, `--flag=value`, and with `abbreviates` any prefix of
         `--flag` and a bare `--`, after which benchd's own flags would be positionals), or None."""
+        rt = self.runtime
         key = arg.split("=", 1)[0]
-        if key in self.reserved_args:
+        if key in rt.reserved_args:
             return key
-        if self.abbreviates and key.startswith("--"):
+        if rt.abbreviates and key.startswith("--"):
             if key == "--":
                 return "--"
-            return next((f for f in self.reserved_args if f.startswith("--") and f.startswith(key)), None)
+            return next((f for f in rt.reserved_args if f.startswith("--") and f.startswith(key)), None)
         return None
 
     def validate(self, candidate: Candidate) -> list[BenchdError]:
         """Everything wrong with a candidate for this runtime, each naming the field (empty: fine)."""
+        rt = self.runtime
         errors: list[BenchdError] = []
         if self.pinned_build(candidate):
-            errors += flags.args_problems(self.flag_values, candidate)
+            errors += flags.args_problems(rt.flag_values, candidate)
         errors += self.combination_problems(candidate)
         for i, arg in enumerate(candidate.args):
             flag = self.reserved_flag(arg)
             if flag == "--":
                 errors.append(BenchdError(
-                    "reserved_arg", f"candidate {candidate.id!r}: {self.name} argument '--' would turn benchd's "
+                    "reserved_arg", f"candidate {candidate.id!r}: {rt.name} argument '--' would turn benchd's "
                     "own flags (which follow the candidate's args) into positional arguments",
                     f"$.candidates[{candidate.id}].args[{i}]"))
             elif flag is not None:
                 spelt = arg.split("=", 1)[0]
-                how = "" if spelt == flag else f" ({spelt!r} is how {self.name}'s parser abbreviates {flag!r})"
+                how = "" if spelt == flag else f" ({spelt!r} is how {rt.name}'s parser abbreviates {flag!r})"
                 errors.append(
                     BenchdError(
                         "reserved_arg",
-                        f"candidate {candidate.id!r}: {self.name} argument {flag!r} is set by benchd{how}; "
-                        f"{self.reserved_args[flag]}",
+                        f"candidate {candidate.id!r}: {rt.name} argument {flag!r} is set by benchd{how}; "
+                        f"{rt.reserved_args[flag]}",
                         f"$.candidates[{candidate.id}].args[{i}]",
                     )
                 )
         spec = candidate.spec
         if spec is not None:
-            if spec.kind not in self.spec_kinds:
-                supported = ", ".join(self.spec_kinds) or "none"
+            if spec.kind not in rt.spec_kinds:
+                supported = ", ".join(rt.spec_kinds) or "none"
                 errors.append(
                     BenchdError(
                         "unsupported_spec",
-                        f"candidate {candidate.id!r}: {self.name} does not support spec kind "
+                        f"candidate {candidate.id!r}: {rt.name} does not support spec kind "
                         f"{spec.kind!r}; supported: {supported}",
                         f"$.candidates[{candidate.id}].spec.kind",
                     )
                 )
-            elif spec.draft_model is None and spec.kind not in self.spec_kinds_without_draft:
+            elif spec.draft_model is None and spec.kind not in rt.spec_kinds_without_draft:
                 errors.append(
                     BenchdError(
                         "missing_draft_model",
@@ -269,54 +257,34 @@ class RuntimeAdapter:
                         f"$.candidates[{candidate.id}].spec.draft_model",
                     )
                 )
-        if candidate.mmproj is not None and not self.takes_mmproj:
+        if candidate.mmproj is not None and not rt.takes_mmproj:
             errors.append(BenchdError(
                 "unsupported_mmproj", f"candidate {candidate.id!r}: `mmproj` is a llama-server projector; "
-                f"{self.name} reads its vision model from the model dir", f"$.candidates[{candidate.id}].mmproj"))
+                f"{rt.name} reads its vision model from the model dir", f"$.candidates[{candidate.id}].mmproj"))
         if candidate.vision:
-            facts = self.vision_facts(candidate)
+            facts = rt.images.vision_facts(candidate)
             if not facts.ok:
                 errors.append(BenchdError(
                     "no_vision_model", f"candidate {candidate.id!r} says vision = true but has no vision model: "
                     f"{facts.reason}", f"$.candidates[{candidate.id}].vision"))
         return errors
 
-    def validate_vision(self, candidate: Candidate, vision: Vision) -> list[BenchdError]:
-        """The sweep's image resolutions against the candidate's model (each side within its maximum)."""
-        if not candidate.vision:
-            return []
-        facts = self.vision_facts(candidate)
-        if not facts.ok:
-            return []  # `validate` names the missing model
-        return [
-            BenchdError("image_too_large", f"vision.resolutions[{i}] {w}x{h} is larger than candidate "
-                        f"{candidate.id!r} takes: at most {facts.max_side} px a side ({facts.max_source})",
-                        f"$.vision.resolutions[{i}]")
-            for i, (w, h) in enumerate(vision.resolutions) if max(w, h) > facts.max_side
-        ]
 
-    # ------------------------------------------------------------------ images
+class Launcher(Part):
+    """Starting the server and describing the start: the command and argv, the environment, the context
+    size per cell, readiness, the version and packages (provenance), and the facts read from the start
+    (fit, layer split, threads, memory mapping). A subclass provides `command`, `argv`, `check_ready`
+    and `version`."""
 
-    #: Whether the candidate's `mmproj` (a projector file) means anything to this runtime.
-    takes_mmproj: ClassVar[bool] = False
-    #: Where `count_request_tokens` counts (empty: this runtime cannot count a request without running it).
-    request_count_source: ClassVar[str] = ""
+    def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
+        """The resolved command prefix (binary, or interpreter + module) and how it was found
+        (candidate|env|path|cache). May run a subprocess (provision probes an interpreter): call it
+        off the event loop (`asyncio.to_thread`)."""
+        raise NotImplementedError
 
-    def vision_facts(self, candidate: Candidate) -> VisionFacts:
-        """Whether the candidate has a vision model, and the largest image side it takes."""
-        return VisionFacts(False, f"{self.name} takes no images")
-
-    def image_messages(self, prompt: str, data_urls: list[str]) -> list[JSONObject]:
-        """One user message: the images as OpenAI `image_url` parts, then the prompt text (both servers
-        take this form; the images first, so the text that follows stays unique to the probe)."""
-        parts: list[JSONValue] = [{"type": "image_url", "image_url": {"url": u}} for u in data_urls]
-        parts.append({"type": "text", "text": prompt})
-        return [{"role": "user", "content": parts}]
-
-    async def count_request_tokens(self, base_url: str, body: Mapping[str, object]) -> int | None:
-        """A chat request's prompt tokens (images included) without running it, or None where the
-        server has no such count (then the image tokens come from the two probes' usage)."""
-        return None
+    def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
+        """The whole command line of a start: `command`, the candidate's args, then benchd's own flags."""
+        raise NotImplementedError
 
     def restarts_per_context(self, candidate: Candidate) -> bool:
         """Whether the server must restart for every context of the grid (its context size changes)."""
@@ -326,15 +294,6 @@ class RuntimeAdapter:
         """The context size to start the server with for this cell; None = the server sizes itself."""
         return None
 
-    def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
-        """The resolved command prefix (binary, or interpreter + module) and how it was found
-        (candidate|env|path|cache). May run a subprocess (provision probes an interpreter): call it
-        off the event loop (`asyncio.to_thread`)."""
-        raise NotImplementedError
-
-    def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
-        raise NotImplementedError
-
     def env(self, candidate: Candidate, config: Config) -> dict[str, str]:
         """The child's whole environment (see `server_env`)."""
         return self.server_env(candidate, config).env
@@ -342,7 +301,7 @@ class RuntimeAdapter:
     def server_env(self, candidate: Candidate, config: Config) -> ServerEnv:
         """Ours minus the runtime's inherited knobs (`env_scrub`), plus runtime needs (`env_ours`), plus
         the candidate's `env` (wins), with the record of what was passed and removed."""
-        return environment.build(self.env_scrub, self.env_ours(config), candidate.env, os.environ)
+        return environment.build(self.runtime.env_scrub, self.env_ours(config), candidate.env, os.environ)
 
     def env_ours(self, config: Config) -> dict[str, str]:
         """Variables benchd sets for this runtime (recorded beside the candidate's)."""
@@ -350,12 +309,12 @@ class RuntimeAdapter:
 
     def fit_state(self, candidate: Candidate) -> tuple[str | None, str]:
         """(`--fit` as the server runs it, its source) or (None, why there is none)."""
-        return None, f"{self.name} has no --fit (it does not move layers between devices)"
+        return None, f"{self.runtime.name} has no --fit (it does not move layers between devices)"
 
     def layer_split(self, candidate: Candidate, command: list[str], load_log: str) -> tuple[str | None, str]:
         """(the split the server reported, its source) or (None, why none was reported). May run a
         subprocess: called off the event loop."""
-        return None, f"{self.name} has no layer split: MLX runs the whole model on its default device"
+        return None, f"{self.runtime.name} has no layer split: MLX runs the whole model on its default device"
 
     def memory_note(self, candidate: Candidate) -> str | None:
         """How the runtime maps the model, printed beside memory figures (RSS depends on it)."""
@@ -364,14 +323,14 @@ class RuntimeAdapter:
     def server_threads(self, candidate: Candidate) -> tuple[int | None, str]:
         """(compute threads the server will use, how that is known), or (None, why it is not): the
         sweep's `pin_client` gives the server that many cores."""
-        return None, f"{self.name} sets no thread count benchd can read"
-
-    # ------------------------------------------------------------------ talking to the server
+        return None, f"{self.runtime.name} sets no thread count benchd can read"
 
     async def check_ready(self, base_url: str) -> Readiness:
+        """Whether the server at `base_url` answers requests yet (`health_path` for the servers benchd starts)."""
         raise NotImplementedError
 
     async def version(self, base_url: str, command: list[str]) -> str | None:
+        """The running server's version as recorded in every row (`version_source` says where from)."""
         raise NotImplementedError
 
     def installed_version(self, command: list[str]) -> str | None:
@@ -383,20 +342,14 @@ class RuntimeAdapter:
         """Package versions the server's speed depends on (MLX venvs); empty for a single binary."""
         return {}
 
-    async def tool_parser(self, base_url: str, candidate: Candidate, command: list[str]) -> str | None:
-        """The tool-call parser the server ran for the last tool request (asked after one), or None when
-        this runtime cannot say."""
-        return None
 
-    async def count_tokens(self, base_url: str, text: str) -> int | None:
-        """Exact prompt tokens via the server's tokenizer, or None (calibrate from usage instead)."""
-        return None
-
-    def local_token_counter(self, candidate: Candidate) -> Callable[[str], Awaitable[int]] | None:
-        """A `count_tokens(text)` that needs no server (e.g. the model dir's tokenizer), or None."""
-        return None
+class Requests(Part):
+    """What benchd sends: the request path, headers and bodies (thinking in the form the runtime reads,
+    the fields that make a probe run to length), the `model` value, and token counts asked of the server
+    or its model dir."""
 
     def request_path(self) -> str:
+        """The streamed chat endpoint's path."""
         return "/v1/chat/completions"
 
     def request_headers(self, candidate: Candidate | None = None) -> dict[str, str]:
@@ -429,7 +382,7 @@ class RuntimeAdapter:
             "seed": sampling.seed,
         }
         if thinking != "default":
-            if self.thinking_top_level:
+            if self.runtime.thinking_top_level:
                 body["enable_thinking"] = thinking == "on"
             else:
                 body["chat_template_kwargs"] = {"enable_thinking": thinking == "on"}
@@ -449,56 +402,43 @@ class RuntimeAdapter:
         """Request fields that make a probe generate exactly `max_tokens` (or, False, let it stop)."""
         return {}
 
-    # ------------------------------------------------------------------ sessions (warm prompt cache)
+    def request_model(self, candidate: Candidate) -> str:
+        """The `model` value requests carry: the candidate's `request_model`, else the model path."""
+        return candidate.request_model or candidate.model
 
-    def session_start(self, candidate: Candidate) -> SessionStart:
-        """The server start that serves session turns with the prompt cache on (see `SessionStart`)."""
-        raise NotImplementedError
+    def encode_body(self, body: Mapping[str, object]) -> bytes:
+        """The request body's JSON bytes."""
+        return msgspec.json.encode(body)
 
-    def session_fields(self) -> JSONObject:
-        """Request fields a session turn sends on top of `request_body` (llama-server: `cache_prompt`)."""
-        return {}
-
-    def prefix_cache_rule(self, candidate: Candidate) -> PrefixCacheRule:
-        """How the session start's cache reuses a prefix (see `PrefixCacheRule`); by default any length,
-        the generated tokens included (llama-server's slot, mlx_lm.server's LRU of prompt caches)."""
-        return PrefixCacheRule()
-
-    # ------------------------------------------------------------------ parallel requests
-
-    def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> ParallelStart:
-        """The start serving `level` simultaneous requests; `ctx_size` is one request's (the cold cell's)."""
-        raise NotImplementedError
-
-    def parallel_slots(self, candidate: Candidate) -> tuple[int | None, str]:
-        """(the most simultaneous requests the candidate's own args allow, the flag), or (None, "") when
-        its args set no limit (benchd then sets one per level)."""
-        return None, ""
-
-    def validate_levels(self, candidate: Candidate, levels: list[int]) -> list[BenchdError]:
-        """A concurrency level above the simultaneous requests the candidate's own args allow is refused."""
-        slots, flag = self.parallel_slots(candidate)
-        return [BenchdError("concurrency_above_slots",
-                            f"candidate {candidate.id!r}: concurrency level {n} is above the {slots} simultaneous "
-                            f"requests {self.name} serves with {flag}; remove the flag (benchd sets it per level) "
-                            "or the level", "$.concurrency")
-                for n in levels if slots is not None and n > slots]
-
-    def parallel_body(self, body: dict[str, object]) -> str | None:
-        """Adjust a parallel request's body in place so the runtime can batch it; returns what changed
-        (recorded in the row's sources), or None."""
+    async def count_tokens(self, base_url: str, text: str) -> int | None:
+        """Exact prompt tokens via the server's tokenizer, or None (calibrate from usage instead)."""
         return None
 
-    async def slot_facts(self, base_url: str) -> dict[str, str]:
-        """What the running server says about its slots (llama-server `/props`), source -> fact."""
-        return {}
+    async def count_request_tokens(self, base_url: str, body: Mapping[str, object]) -> int | None:
+        """A chat request's prompt tokens (images included) without running it, or None where the
+        server has no such count (then the image tokens come from the two probes' usage)."""
+        return None
+
+    def local_token_counter(self, candidate: Candidate) -> Callable[[str], Awaitable[int]] | None:
+        """A `count_tokens(text)` that needs no server (e.g. the model dir's tokenizer), or None."""
+        return None
 
     async def rendered_tokens(self, base_url: str, candidate: Candidate, command: list[str],
                               items: list[RenderItem], thinking: str) -> list[list[int]]:
         """The token ids of each item as the server would see it: the conversation rendered by the
         model's chat template with the generation prompt (`thinking` as requests send it), plus the
         appended text. Raises `RuntimeError` naming why when this runtime cannot tell."""
-        raise RuntimeError(f"{self.name} cannot render and tokenize a conversation")
+        raise RuntimeError(f"{self.runtime.name} cannot render and tokenize a conversation")
+
+
+class Reader(Part):
+    """What the server answered, in runtime-independent form: the final chunk to `Normalized` (a subclass
+    provides `normalize`, usually through `normalize_timings` or `normalize_usage`), why a probe ended
+    short, and the draft-acceptance cross-check from server counters."""
+
+    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
+        """One probe's metrics from its final chunk and the client's stream window."""
+        raise NotImplementedError
 
     def short_reason(self, candidate: Candidate, *, asked: int, got: int, finish_reason: str | None,
                      run_to_length: bool) -> str:
@@ -508,28 +448,17 @@ class RuntimeAdapter:
 
     def eos_gap(self, candidate: Candidate) -> str:
         """Why EOS could end a probe although benchd asked to run to length."""
-        return f"{self.name} ended the stream before max_tokens"
+        return f"{self.runtime.name} ended the stream before max_tokens"
 
     def acceptance_check(self, before: Mapping[str, float], after: Mapping[str, float] | None) -> dict[str, str]:
         """A cross-check of draft acceptance from server counters diffed over a probe (source -> text);
         empty for runtimes without such counters (`reads_counters` False)."""
         return {}
 
-    def request_model(self, candidate: Candidate) -> str:
-        """The `model` value requests carry: the candidate's `request_model`, else the model path."""
-        return candidate.request_model or candidate.model
-
-    def encode_body(self, body: Mapping[str, object]) -> bytes:
-        return msgspec.json.encode(body)
-
-    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
-        raise NotImplementedError
-
-    # ------------------------------------------------------------------ shared pieces for subclasses
-
     def normalize_timings(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
         """The llama.cpp-style final chunk (`usage` + `timings`) that llama-server and mlx_vlm.server
         both send: rates from `server:timings`, the client window recorded beside them."""
+        name = self.runtime.name
         timings: Mapping[str, object] = result.timings or {}
         prompt_tokens, completion_tokens, cached = self.usage_tokens(result)
         sources: dict[str, str] = {}
@@ -557,9 +486,9 @@ class RuntimeAdapter:
             if value:
                 sources[key] = "server:timings"
             else:
-                reasons[key] = f"{self.name} sent no (or zero) timings.{raw}"
+                reasons[key] = f"{name} sent no (or zero) timings.{raw}"
         client = self.client_timing(result, gen_tokens)
-        draft = self.draft_fields(timings, spec_configured=spec_configured, runtime=self.name, source="server:timings")
+        draft = self.draft_fields(timings, spec_configured=spec_configured, runtime=name, source="server:timings")
         for part in (client, draft):
             sources.update(part.pop("sources"))
             reasons.update(part.pop("null_reasons"))
@@ -638,3 +567,157 @@ class RuntimeAdapter:
         details = usage.get("prompt_tokens_details")
         cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
         return _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")), cached
+
+
+class Sessions(Part):
+    """Session turns with the prompt cache on: the start that serves them, the fields each turn sends,
+    and how the cache reuses a prefix. A runtime that runs sessions provides `session_start`."""
+
+    def session_start(self, candidate: Candidate) -> SessionStart:
+        """The server start that serves session turns with the prompt cache on (see `SessionStart`)."""
+        raise NotImplementedError
+
+    def session_fields(self) -> JSONObject:
+        """Request fields a session turn sends on top of `request_body` (llama-server: `cache_prompt`)."""
+        return {}
+
+    def prefix_cache_rule(self, candidate: Candidate) -> PrefixCacheRule:
+        """How the session start's cache reuses a prefix (see `PrefixCacheRule`); by default any length,
+        the generated tokens included (llama-server's slot, mlx_lm.server's LRU of prompt caches)."""
+        return PrefixCacheRule()
+
+
+class Parallel(Part):
+    """Simultaneous requests: the start serving N at once, the limit the candidate's own args set, the
+    body change that lets the runtime batch, and the slots the running server reports. A runtime that
+    runs concurrency levels provides `parallel_start`."""
+
+    def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> ParallelStart:
+        """The start serving `level` simultaneous requests; `ctx_size` is one request's (the cold cell's)."""
+        raise NotImplementedError
+
+    def parallel_slots(self, candidate: Candidate) -> tuple[int | None, str]:
+        """(the most simultaneous requests the candidate's own args allow, the flag), or (None, "") when
+        its args set no limit (benchd then sets one per level)."""
+        return None, ""
+
+    def validate_levels(self, candidate: Candidate, levels: list[int]) -> list[BenchdError]:
+        """A concurrency level above the simultaneous requests the candidate's own args allow is refused."""
+        slots, flag = self.parallel_slots(candidate)
+        return [BenchdError("concurrency_above_slots",
+                            f"candidate {candidate.id!r}: concurrency level {n} is above the {slots} simultaneous "
+                            f"requests {self.runtime.name} serves with {flag}; remove the flag (benchd sets it per "
+                            "level) or the level", "$.concurrency")
+                for n in levels if slots is not None and n > slots]
+
+    def parallel_body(self, body: dict[str, object]) -> str | None:
+        """Adjust a parallel request's body in place so the runtime can batch it; returns what changed
+        (recorded in the row's sources), or None."""
+        return None
+
+    async def slot_facts(self, base_url: str) -> dict[str, str]:
+        """What the running server says about its slots (llama-server `/props`), source -> fact."""
+        return {}
+
+
+class Images(Part):
+    """Image probes: whether the candidate has a vision model and the largest side it takes, the sweep's
+    resolutions checked against that, and the message that carries the images."""
+
+    def vision_facts(self, candidate: Candidate) -> VisionFacts:
+        """Whether the candidate has a vision model, and the largest image side it takes."""
+        return VisionFacts(False, f"{self.runtime.name} takes no images")
+
+    def validate_vision(self, candidate: Candidate, vision: Vision) -> list[BenchdError]:
+        """The sweep's image resolutions against the candidate's model (each side within its maximum)."""
+        if not candidate.vision:
+            return []
+        facts = self.vision_facts(candidate)
+        if not facts.ok:
+            return []  # `validate` names the missing model
+        return [
+            BenchdError("image_too_large", f"vision.resolutions[{i}] {w}x{h} is larger than candidate "
+                        f"{candidate.id!r} takes: at most {facts.max_side} px a side ({facts.max_source})",
+                        f"$.vision.resolutions[{i}]")
+            for i, (w, h) in enumerate(vision.resolutions) if max(w, h) > facts.max_side
+        ]
+
+    def image_messages(self, prompt: str, data_urls: list[str]) -> list[JSONObject]:
+        """One user message: the images as OpenAI `image_url` parts, then the prompt text (both servers
+        take this form; the images first, so the text that follows stays unique to the probe)."""
+        parts: list[JSONValue] = [{"type": "image_url", "image_url": {"url": u}} for u in data_urls]
+        parts.append({"type": "text", "text": prompt})
+        return [{"role": "user", "content": parts}]
+
+
+class Tools(Part):
+    """Tool calls: which parser the server ran for them."""
+
+    async def tool_parser(self, base_url: str, candidate: Candidate, command: list[str]) -> str | None:
+        """The tool-call parser the server ran for the last tool request (asked after one), or None when
+        this runtime cannot say."""
+        return None
+
+
+class RuntimeAdapter:
+    """One runtime: its facts (the class attributes below) and its parts, built once per adapter.
+
+    `launcher` (start and provenance), `requests` (what is sent), `reader` (what came back),
+    `checks` (candidate validation, tune matrix), and the capabilities `sessions`, `parallel`, `images`,
+    `tools`. Each runtime module subclasses the parts it changes and names them in `*_part` below;
+    the parts read these facts through their `runtime`.
+    """
+
+    #: The runtime's name as in `schemas.Runtime`.
+    name: ClassVar[str] = ""
+    #: Spec kinds this runtime supports (checked against the pinned build's `--help`).
+    spec_kinds: ClassVar[tuple[str, ...]] = ()
+    #: Spec kinds that need no `draft_model`.
+    spec_kinds_without_draft: ClassVar[tuple[str, ...]] = ()
+    #: Candidate args the adapter owns: flag -> what to use instead.
+    reserved_args: ClassVar[Mapping[str, str]] = {}
+    #: Where `version()` gets its answer (provenance of the provenance).
+    version_source: ClassVar[str] = ""
+    #: The readiness endpoint.
+    health_path: ClassVar[str] = "/health"
+    #: A line the server logs once its model is loaded (the start's load time is when it first shows up
+    #: in the log), or None with `load_marker_reason` saying why there is no load time.
+    load_marker: ClassVar[str | None] = None
+    load_marker_reason: ClassVar[str] = "this runtime logs no model-loaded line: ready_s includes the load"
+    #: Whether the server exposes Prometheus counters that cross-check draft acceptance (`/metrics`).
+    reads_counters: ClassVar[bool] = False
+    #: Inherited environment variables removed before a start (a trailing `_` = prefix): the runtime's
+    #: knobs found in its sources (`environment` has the list per runtime and why).
+    env_scrub: ClassVar[tuple[str, ...]] = ()
+    #: How `enable_thinking` reaches the chat template: inside `chat_template_kwargs` (llama-server,
+    #: mlx_lm.server) or as a top-level field (mlx_vlm.server ignores `chat_template_kwargs`).
+    thinking_top_level: ClassVar[bool] = False
+    #: Flags whose values the pinned build restricts (every spelling), checked in `validate` and in a matrix.
+    flag_values: ClassVar[Mapping[str, flags.FlagValues]] = {}
+    #: Whether the runtime's parser takes a unique prefix of a long option for the option (Python's
+    #: argparse, `allow_abbrev`): `--hos` is `--host` there, so reserved flags are refused by prefix too.
+    abbreviates: ClassVar[bool] = False
+    #: Whether the candidate's `mmproj` (a projector file) means anything to this runtime.
+    takes_mmproj: ClassVar[bool] = False
+    #: Where `count_request_tokens` counts (empty: this runtime cannot count a request without running it).
+    request_count_source: ClassVar[str] = ""
+
+    #: The part classes this runtime uses (a runtime module names its subclasses here).
+    checks_part: ClassVar[type[Checks]] = Checks
+    launcher_part: ClassVar[type[Launcher]] = Launcher
+    requests_part: ClassVar[type[Requests]] = Requests
+    reader_part: ClassVar[type[Reader]] = Reader
+    sessions_part: ClassVar[type[Sessions]] = Sessions
+    parallel_part: ClassVar[type[Parallel]] = Parallel
+    images_part: ClassVar[type[Images]] = Images
+    tools_part: ClassVar[type[Tools]] = Tools
+
+    def __init__(self) -> None:
+        self.checks = self.checks_part(self)
+        self.launcher = self.launcher_part(self)
+        self.requests = self.requests_part(self)
+        self.reader = self.reader_part(self)
+        self.sessions = self.sessions_part(self)
+        self.parallel = self.parallel_part(self)
+        self.images = self.images_part(self)
+        self.tools = self.tools_part(self)

@@ -29,12 +29,20 @@ from benchd.servers import locate
 from benchd.servers.runtimes import environment, flags
 from benchd.servers.runtimes.base import (
     CTX_MARGIN_TOKENS,
+    Checks,
+    Images,
+    Launcher,
     Normalized,
+    Parallel,
     ParallelStart,
+    Reader,
     Readiness,
     RenderItem,
+    Requests,
     RuntimeAdapter,
+    Sessions,
     SessionStart,
+    Tools,
     http_get,
     http_post_json,
     json_health,
@@ -194,21 +202,9 @@ def _encode_messages(body: Mapping[str, object]) -> bytes:
     return msgspec.json.encode({"messages": body.get("messages")})
 
 
-class LlamaServerAdapter(RuntimeAdapter):
-    name: ClassVar[str] = "llama-server"
-    spec_kinds: ClassVar[tuple[str, ...]] = tuple(SPEC_TYPES)
-    spec_kinds_without_draft: ClassVar[tuple[str, ...]] = ("mtp",)
-    reserved_args: ClassVar[dict[str, str]] = _RESERVED
-    version_source: ClassVar[str] = "server:/props build_info"
-    reads_counters: ClassVar[bool] = True  # started with --metrics
-    env_scrub: ClassVar[tuple[str, ...]] = ENV_SCRUB
-    #: tools/server/server.cpp logs `srv load_model: model loaded` once the weights are in (before the
-    #: slots are set up and /health answers 200).
-    load_marker: ClassVar[str | None] = "model loaded"
-
-    takes_mmproj: ClassVar[bool] = True
-    request_count_source: ClassVar[str] = "server:POST /v1/chat/completions/input_tokens"
-    flag_values: ClassVar[dict[str, flags.FlagValues]] = FLAG_VALUES
+class LlamaChecks(Checks):
+    """llama-server's candidate checks: the KV-cache / flash-attention combination, reserved `LLAMA_ARG_*`
+    variables, the `mmproj` file, and its tune matrix."""
 
     def tune_matrix(self, model: str, binary: str | None, cores: int
                     ) -> tuple[dict[str, Sequence[str | bool]], list[str]]:
@@ -273,24 +269,38 @@ class LlamaServerAdapter(RuntimeAdapter):
                 )
         return errors
 
-    def vision_facts(self, candidate: Candidate) -> VisionFacts:
-        """Images need a projector: the candidate's `mmproj` GGUF, read for its vision encoder."""
-        if candidate.mmproj is None:
-            return VisionFacts(False, "llama-server needs `mmproj` (the model's projector GGUF) for images")
-        return mmproj_facts(candidate.mmproj)
 
-    async def count_request_tokens(self, base_url: str, body: Mapping[str, object]) -> int | None:
-        """The prompt tokens of a chat request, images included, as the server would process it
-        (`POST /v1/chat/completions/input_tokens`, tools/server/server.cpp): no generation runs. The body
-        (megabytes of base64 images) is encoded off the event loop."""
-        data = await asyncio.to_thread(_encode_messages, body)
-        try:
-            status, raw = await http_post_json(base_url, "/v1/chat/completions/input_tokens", data, timeout_s=60.0)
-            doc = msgspec.json.decode(raw) if status == 200 else None
-        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
-            return None
-        got = doc.get("input_tokens") if isinstance(doc, dict) else None
-        return got if isinstance(got, int) and not isinstance(got, bool) else None
+class LlamaLauncher(Launcher):
+    """llama-server's start: `-m`, `--host`, `--port`, `--metrics`, `-c` per cell, `-np 1`, `--cache-ram 0`,
+    `--fit off`, the spec flags; its version from `/props` or `--version`."""
+
+    def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
+        path, how = locate.resolve_llama_binary(candidate.binary, cache_dir)
+        supports_fit(str(path))  # --help, here off the event loop (argv reads the cache)
+        return [str(path)], how
+
+    def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
+        argv = ["-m", candidate.model, "--host", HOST, "--port", str(port), "--metrics"]
+        if candidate.mmproj is not None:
+            argv += ["--mmproj", candidate.mmproj]
+        if ctx_size is not None:
+            argv += ["-c", str(ctx_size)]
+        if not any(a.split("=", 1)[0] in ("-np", "--parallel") for a in candidate.args):
+            argv += ["-np", "1"]
+        if _arg_value(candidate.args, _CACHE_RAM_FLAGS) is None:
+            argv += ["--cache-ram", "0"]  # finished slots' states would pile up in RSS probe after probe
+        asked = any(a.split("=", 1)[0] in _FIT_FLAGS for a in candidate.args) or "LLAMA_ARG_FIT" in candidate.env
+        if not asked and supports_fit(command[0]):
+            argv += ["--fit", "off"]  # builds without --fit do not fit either
+        spec = candidate.spec
+        if spec is not None:
+            if spec.draft_model is not None:
+                argv += ["-md", spec.draft_model]
+            assert spec.kind is not None  # resolved when the sweep is decoded (Spec.__post_init__)
+            argv += ["--spec-type", SPEC_TYPES[spec.kind]]
+            if spec.draft_max is not None:
+                argv += ["--spec-draft-n-max", str(spec.draft_max)]
+        return [*command, *candidate.args, *argv]  # benchd's own flags last: the parser's last one wins
 
     def restarts_per_context(self, candidate: Candidate) -> bool:
         """The server's `-c` follows the cell's context unless the candidate pins `ctx_size`."""
@@ -301,11 +311,6 @@ class LlamaServerAdapter(RuntimeAdapter):
         if candidate.ctx_size is not None:
             return candidate.ctx_size
         return context + gen_tokens + CTX_MARGIN_TOKENS
-
-    def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
-        path, how = locate.resolve_llama_binary(candidate.binary, cache_dir)
-        supports_fit(str(path))  # --help, here off the event loop (argv reads the cache)
-        return [str(path)], how
 
     def fit_state(self, candidate: Candidate) -> tuple[str | None, str]:
         """`--fit` as started: the candidate's args or env when it asks, else benchd's `off`."""
@@ -331,29 +336,6 @@ class LlamaServerAdapter(RuntimeAdapter):
             return None, "`llama-server --list-devices` did not answer, and the load log names no split"
         return None, ("this build logs its split ('offloaded N/M layers to GPU') only at log verbosity 4, which "
                       "also logs every request; benchd keeps the default (add `-lv 4` to the args to record it)")
-
-    def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
-        argv = ["-m", candidate.model, "--host", HOST, "--port", str(port), "--metrics"]
-        if candidate.mmproj is not None:
-            argv += ["--mmproj", candidate.mmproj]
-        if ctx_size is not None:
-            argv += ["-c", str(ctx_size)]
-        if not any(a.split("=", 1)[0] in ("-np", "--parallel") for a in candidate.args):
-            argv += ["-np", "1"]
-        if _arg_value(candidate.args, _CACHE_RAM_FLAGS) is None:
-            argv += ["--cache-ram", "0"]  # finished slots' states would pile up in RSS probe after probe
-        asked = any(a.split("=", 1)[0] in _FIT_FLAGS for a in candidate.args) or "LLAMA_ARG_FIT" in candidate.env
-        if not asked and supports_fit(command[0]):
-            argv += ["--fit", "off"]  # builds without --fit do not fit either
-        spec = candidate.spec
-        if spec is not None:
-            if spec.draft_model is not None:
-                argv += ["-md", spec.draft_model]
-            assert spec.kind is not None  # resolved when the sweep is decoded (Spec.__post_init__)
-            argv += ["--spec-type", SPEC_TYPES[spec.kind]]
-            if spec.draft_max is not None:
-                argv += ["--spec-draft-n-max", str(spec.draft_max)]
-        return [*command, *candidate.args, *argv]  # benchd's own flags last: the parser's last one wins
 
     def server_threads(self, candidate: Candidate) -> tuple[int | None, str]:
         """The largest of `-t`, `-tb`, `-td`, `-tbd` (or `LLAMA_ARG_THREADS`) the candidate sets; unknown
@@ -400,7 +382,7 @@ class LlamaServerAdapter(RuntimeAdapter):
                 "finished probes' states are not kept)")
 
     async def check_ready(self, base_url: str) -> Readiness:
-        return await json_health(base_url, self.health_path, ("ok",))
+        return await json_health(base_url, self.runtime.health_path, ("ok",))
 
     async def version(self, base_url: str, command: list[str]) -> str | None:
         try:
@@ -410,20 +392,6 @@ class LlamaServerAdapter(RuntimeAdapter):
             return None
         info = doc.get("build_info") if isinstance(doc, dict) else None
         return f"llama.cpp {info}" if isinstance(info, str) and info else None
-
-    async def tool_parser(self, base_url: str, candidate: Candidate, command: list[str]) -> str | None:
-        """The chat format of the last request, from `GET /slots` `params.chat_format` (the format is
-        chosen per request from the template and the tools; `/props` does not show it). The slot that
-        served most recently (highest `id_task`) is read."""
-        try:
-            status, raw = await http_get(base_url, "/slots", timeout_s=5.0)
-            doc = msgspec.json.decode(raw) if status == 200 else None
-        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
-            return None
-        slots = [s for s in doc if isinstance(s, dict) and isinstance(s.get("params"), dict)] if isinstance(doc, list) else []
-        slots.sort(key=lambda s: int(s["id_task"]) if isinstance(s.get("id_task"), int) else -1)
-        fmt = slots[-1]["params"].get("chat_format") if slots else None
-        return f"llama-server chat format {fmt}" if isinstance(fmt, str) and fmt else None
 
     def installed_version(self, command: list[str]) -> str | None:
         """`--version` (`version: 0.5.0-dev (build 1, commit 0c1e570)`) in `/props`' format: `llama.cpp b1-0c1e570`."""
@@ -435,15 +403,10 @@ class LlamaServerAdapter(RuntimeAdapter):
         build = parse_llama_version(answer) if answer else None
         return f"llama.cpp {build}" if build else None
 
-    async def count_tokens(self, base_url: str, text: str) -> int | None:
-        """Exact token count of `text` with the loaded model's tokenizer (`POST /tokenize`)."""
-        try:
-            status, raw = await http_post_json(base_url, "/tokenize", {"content": text}, timeout_s=60.0)
-            doc = msgspec.json.decode(raw) if status == 200 else None
-        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
-            return None
-        tokens = doc.get("tokens") if isinstance(doc, dict) else None
-        return len(tokens) if isinstance(tokens, list) else None
+
+class LlamaRequests(Requests):
+    """llama-server's requests: `cache_prompt` false and `ignore_eos` on probes; `/tokenize`,
+    `/apply-template` and `/v1/chat/completions/input_tokens` for token counts."""
 
     def request_body(self, *, model: str, prompt: str, max_tokens: int, sampling: Sampling,
                      thinking: str = "default") -> dict[str, object]:
@@ -463,8 +426,75 @@ class LlamaServerAdapter(RuntimeAdapter):
     def length_fields(self, candidate: Candidate, run_to_length: bool) -> JSONObject:
         return {"ignore_eos": run_to_length}
 
+    async def count_tokens(self, base_url: str, text: str) -> int | None:
+        """Exact token count of `text` with the loaded model's tokenizer (`POST /tokenize`)."""
+        try:
+            status, raw = await http_post_json(base_url, "/tokenize", {"content": text}, timeout_s=60.0)
+            doc = msgspec.json.decode(raw) if status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
+            return None
+        tokens = doc.get("tokens") if isinstance(doc, dict) else None
+        return len(tokens) if isinstance(tokens, list) else None
+
+    async def count_request_tokens(self, base_url: str, body: Mapping[str, object]) -> int | None:
+        """The prompt tokens of a chat request, images included, as the server would process it
+        (`POST /v1/chat/completions/input_tokens`, tools/server/server.cpp): no generation runs. The body
+        (megabytes of base64 images) is encoded off the event loop."""
+        data = await asyncio.to_thread(_encode_messages, body)
+        try:
+            status, raw = await http_post_json(base_url, "/v1/chat/completions/input_tokens", data, timeout_s=60.0)
+            doc = msgspec.json.decode(raw) if status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
+            return None
+        got = doc.get("input_tokens") if isinstance(doc, dict) else None
+        return got if isinstance(got, int) and not isinstance(got, bool) else None
+
+    async def rendered_tokens(self, base_url: str, candidate: Candidate, command: list[str],
+                              items: list[RenderItem], thinking: str) -> list[list[int]]:
+        """`POST /apply-template` (the template as chat requests render it), then `POST /tokenize` of the
+        rendering plus the appended text with special tokens added and parsed, as chat prompts are."""
+        out: list[list[int]] = []
+        for msgs, suffix in items:
+            body: dict[str, object] = {"messages": msgs}
+            if thinking != "default":
+                body["chat_template_kwargs"] = {"enable_thinking": thinking == "on"}
+            status, raw = await http_post_json(base_url, "/apply-template", body, timeout_s=60.0)
+            doc = msgspec.json.decode(raw) if status == 200 else None
+            prompt = doc.get("prompt") if isinstance(doc, dict) else None
+            if not isinstance(prompt, str):
+                raise RuntimeError(f"llama-server /apply-template answered HTTP {status}: {raw[:200]!r}")
+            status, raw = await http_post_json(base_url, "/tokenize", {
+                "content": prompt + suffix, "add_special": True, "parse_special": True}, timeout_s=60.0)
+            doc = msgspec.json.decode(raw) if status == 200 else None
+            tokens = doc.get("tokens") if isinstance(doc, dict) else None
+            if not isinstance(tokens, list):
+                raise RuntimeError(f"llama-server /tokenize answered HTTP {status}: {raw[:200]!r}")
+            out.append([int(t) for t in tokens])
+        return out
+
+
+class LlamaReader(Reader):
+    """llama-server's answers: rates from `timings`; draft acceptance cross-checked against `/metrics`."""
+
+    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
+        """llama-server: prompt/gen rates from `timings`; the client window is recorded beside them."""
+        return self.normalize_timings(result, spec_configured=spec_configured)
+
     def eos_gap(self, candidate: Candidate) -> str:
         return "llama-server ended before max_tokens although ignore_eos was sent (context full?)"
+
+    def acceptance_check(self, before: Mapping[str, float], after: Mapping[str, float] | None) -> dict[str, str]:
+        """Draft acceptance from the `/metrics` spec_decode counters diffed over the probe."""
+        if after is None:
+            return {"draft_acceptance_check": "unavailable: /metrics did not answer after the probe"}
+        acceptance = acceptance_from_metrics(counter_diff(before, after))
+        if acceptance is None:
+            return {"draft_acceptance_check": "unavailable: no spec_decode counters moved in /metrics"}
+        return {"draft_acceptance_check": f"{acceptance:.4f} (server:/metrics counter diff)"}
+
+
+class LlamaSessions(Sessions):
+    """llama-server's sessions: a start with the host-RAM prompt cache, `cache_prompt` per turn."""
 
     def session_start(self, candidate: Candidate) -> SessionStart:
         """A start of its own with the host-RAM prompt cache at the build's default (cold probes run with
@@ -477,6 +507,10 @@ class LlamaServerAdapter(RuntimeAdapter):
 
     def session_fields(self) -> JSONObject:
         return {"cache_prompt": True}
+
+
+class LlamaParallel(Parallel):
+    """llama-server's parallel requests: `-np N` slots, `-c` = N x one request's context."""
 
     def parallel_slots(self, candidate: Candidate) -> tuple[int | None, str]:
         value = _arg_value(candidate.args, ("-np", "--parallel"))
@@ -509,41 +543,61 @@ class LlamaServerAdapter(RuntimeAdapter):
             out["slots"] = f"{doc['total_slots']} (server:/props total_slots)"
         return out
 
-    async def rendered_tokens(self, base_url: str, candidate: Candidate, command: list[str],
-                              items: list[RenderItem], thinking: str) -> list[list[int]]:
-        """`POST /apply-template` (the template as chat requests render it), then `POST /tokenize` of the
-        rendering plus the appended text with special tokens added and parsed, as chat prompts are."""
-        out: list[list[int]] = []
-        for msgs, suffix in items:
-            body: dict[str, object] = {"messages": msgs}
-            if thinking != "default":
-                body["chat_template_kwargs"] = {"enable_thinking": thinking == "on"}
-            status, raw = await http_post_json(base_url, "/apply-template", body, timeout_s=60.0)
-            doc = msgspec.json.decode(raw) if status == 200 else None
-            prompt = doc.get("prompt") if isinstance(doc, dict) else None
-            if not isinstance(prompt, str):
-                raise RuntimeError(f"llama-server /apply-template answered HTTP {status}: {raw[:200]!r}")
-            status, raw = await http_post_json(base_url, "/tokenize", {
-                "content": prompt + suffix, "add_special": True, "parse_special": True}, timeout_s=60.0)
-            doc = msgspec.json.decode(raw) if status == 200 else None
-            tokens = doc.get("tokens") if isinstance(doc, dict) else None
-            if not isinstance(tokens, list):
-                raise RuntimeError(f"llama-server /tokenize answered HTTP {status}: {raw[:200]!r}")
-            out.append([int(t) for t in tokens])
-        return out
 
-    def acceptance_check(self, before: Mapping[str, float], after: Mapping[str, float] | None) -> dict[str, str]:
-        """Draft acceptance from the `/metrics` spec_decode counters diffed over the probe."""
-        if after is None:
-            return {"draft_acceptance_check": "unavailable: /metrics did not answer after the probe"}
-        acceptance = acceptance_from_metrics(counter_diff(before, after))
-        if acceptance is None:
-            return {"draft_acceptance_check": "unavailable: no spec_decode counters moved in /metrics"}
-        return {"draft_acceptance_check": f"{acceptance:.4f} (server:/metrics counter diff)"}
+class LlamaImages(Images):
+    """llama-server's images: through the candidate's `mmproj` projector."""
 
-    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
-        """llama-server: prompt/gen rates from `timings`; the client window is recorded beside them."""
-        return self.normalize_timings(result, spec_configured=spec_configured)
+    def vision_facts(self, candidate: Candidate) -> VisionFacts:
+        """Images need a projector: the candidate's `mmproj` GGUF, read for its vision encoder."""
+        if candidate.mmproj is None:
+            return VisionFacts(False, "llama-server needs `mmproj` (the model's projector GGUF) for images")
+        return mmproj_facts(candidate.mmproj)
+
+
+class LlamaTools(Tools):
+    """llama-server's tool calls: the chat format `/slots` reports."""
+
+    async def tool_parser(self, base_url: str, candidate: Candidate, command: list[str]) -> str | None:
+        """The chat format of the last request, from `GET /slots` `params.chat_format` (the format is
+        chosen per request from the template and the tools; `/props` does not show it). The slot that
+        served most recently (highest `id_task`) is read."""
+        try:
+            status, raw = await http_get(base_url, "/slots", timeout_s=5.0)
+            doc = msgspec.json.decode(raw) if status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
+            return None
+        slots = [s for s in doc if isinstance(s, dict) and isinstance(s.get("params"), dict)] if isinstance(doc, list) else []
+        slots.sort(key=lambda s: int(s["id_task"]) if isinstance(s.get("id_task"), int) else -1)
+        fmt = slots[-1]["params"].get("chat_format") if slots else None
+        return f"llama-server chat format {fmt}" if isinstance(fmt, str) and fmt else None
+
+
+class LlamaServerAdapter(RuntimeAdapter):
+    """llama-server's facts and parts."""
+
+    name: ClassVar[str] = "llama-server"
+    spec_kinds: ClassVar[tuple[str, ...]] = tuple(SPEC_TYPES)
+    spec_kinds_without_draft: ClassVar[tuple[str, ...]] = ("mtp",)
+    reserved_args: ClassVar[dict[str, str]] = _RESERVED
+    version_source: ClassVar[str] = "server:/props build_info"
+    reads_counters: ClassVar[bool] = True  # started with --metrics
+    env_scrub: ClassVar[tuple[str, ...]] = ENV_SCRUB
+    #: tools/server/server.cpp logs `srv load_model: model loaded` once the weights are in (before the
+    #: slots are set up and /health answers 200).
+    load_marker: ClassVar[str | None] = "model loaded"
+
+    takes_mmproj: ClassVar[bool] = True
+    request_count_source: ClassVar[str] = "server:POST /v1/chat/completions/input_tokens"
+    flag_values: ClassVar[dict[str, flags.FlagValues]] = FLAG_VALUES
+
+    checks_part: ClassVar[type[Checks]] = LlamaChecks
+    launcher_part: ClassVar[type[Launcher]] = LlamaLauncher
+    requests_part: ClassVar[type[Requests]] = LlamaRequests
+    reader_part: ClassVar[type[Reader]] = LlamaReader
+    sessions_part: ClassVar[type[Sessions]] = LlamaSessions
+    parallel_part: ClassVar[type[Parallel]] = LlamaParallel
+    images_part: ClassVar[type[Images]] = LlamaImages
+    tools_part: ClassVar[type[Tools]] = LlamaTools
 
 
 #: Counter names in llama-server's `/metrics` for the acceptance cross-check.

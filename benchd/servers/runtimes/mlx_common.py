@@ -22,7 +22,7 @@ from benchd.lifeline import die_with_daemon
 from benchd.schemas import Candidate
 from benchd.schemas.json import JSONObject
 from benchd.servers import locate
-from benchd.servers.runtimes.base import RenderItem, RuntimeAdapter
+from benchd.servers.runtimes.base import Checks, Launcher, Reader, RenderItem, Requests, RuntimeAdapter
 
 #: Renders conversations with the model dir's chat template and tokenizes them as the MLX servers do
 #: (`apply_chat_template(..., add_generation_prompt=True, tokenize=True)`, i.e. the rendering encoded
@@ -135,17 +135,8 @@ def eos_token_ids(model_dir: str) -> tuple[tuple[int, ...], str]:
 MLX_ENV_SCRUB = ("MLX_", "MLXLM_")
 
 
-class MlxServerAdapter(RuntimeAdapter):
-    """What mlx_lm.server and mlx_vlm.server share: offline HF env, venv command, venv version.
-
-    Both size their KV cache themselves (no context-size flag with llama-server's meaning), so one
-    server start serves every context and `ctx_size` is rejected rather than silently ignored.
-    """
-
-    #: Distributions whose versions make up `version()` (first = the server package).
-    version_dists: ClassVar[tuple[str, ...]] = ()
-    version_source: ClassVar[str] = "venv:importlib.metadata"
-    abbreviates: ClassVar[bool] = True  # both servers parse their flags with argparse (allow_abbrev)
+class MlxChecks(Checks):
+    """The MLX servers' candidate checks: `ctx_size` is refused (they size their KV cache themselves)."""
 
     def validate(self, candidate: Candidate) -> list[BenchdError]:
         errors = super().validate(candidate)
@@ -153,17 +144,23 @@ class MlxServerAdapter(RuntimeAdapter):
             errors.append(
                 BenchdError(
                     "unsupported_ctx_size",
-                    f"candidate {candidate.id!r}: {self.name} sizes its KV cache itself; "
+                    f"candidate {candidate.id!r}: {self.runtime.name} sizes its KV cache itself; "
                     "`ctx_size` applies to llama-server only (remove it)",
                     f"$.candidates[{candidate.id}].ctx_size",
                 )
             )
         return errors
 
-    def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
-        return locate.resolve_mlx_command(self.name, candidate.binary, cache_dir)
 
-    env_scrub: ClassVar[tuple[str, ...]] = MLX_ENV_SCRUB
+class MlxLauncher(Launcher):
+    """The MLX servers' start: the venv's command, the offline Hugging Face environment, versions
+    read from the venv (`version_dists`)."""
+
+    #: Distributions whose versions make up `version()` (first = the server package).
+    version_dists: ClassVar[tuple[str, ...]] = ()
+
+    def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
+        return locate.resolve_mlx_command(self.runtime.name, candidate.binary, cache_dir)
 
     def env_ours(self, config: Config) -> dict[str, str]:
         """Offline hub and an existing HF cache dir (created here: `/v1/models` answers 500 without)."""
@@ -174,6 +171,20 @@ class MlxServerAdapter(RuntimeAdapter):
             "PYTHONUNBUFFERED": "1",  # log lines reach the log file as they happen
         }
 
+    async def version(self, base_url: str, command: list[str]) -> str | None:
+        return mlx_version_from_venv(command, self.version_dists)
+
+    def installed_version(self, command: list[str]) -> str | None:
+        return mlx_version_from_venv(command, self.version_dists)
+
+    def installed_packages(self, command: list[str]) -> dict[str, str]:
+        """The server package, mlx (+ mlx-metal on macOS) and the tokenizer stack it loads models with."""
+        return venv_dist_versions(command, (*self.version_dists, "mlx-metal", "transformers", "tokenizers"))
+
+
+class MlxRequests(Requests):
+    """The MLX servers' requests: EOS suppressed by `logit_bias`, token counts from the model dir."""
+
     def length_fields(self, candidate: Candidate, run_to_length: bool) -> JSONObject:
         """`logit_bias` pushing the model's EOS/EOT ids down, so a probe runs to max_tokens."""
         if not run_to_length:
@@ -181,13 +192,10 @@ class MlxServerAdapter(RuntimeAdapter):
         ids, _ = eos_token_ids(candidate.model)
         return {"logit_bias": {str(i): EOS_BIAS for i in ids}} if ids else {}
 
-    def eos_gap(self, candidate: Candidate) -> str:
-        ids, where = eos_token_ids(candidate.model)
-        if not ids:
-            return ("the model dir names no EOS id (config.json, generation_config.json, "
-                    "tokenizer_config.json): nothing to suppress")
-        return (f"EOS ids {list(ids)} ({where}) were biased by {EOS_BIAS:g}, yet {self.name} stopped early "
-                "(a stop token the model dir does not name?)")
+    def local_token_counter(self, candidate: Candidate) -> Callable[[str], Awaitable[int]] | None:
+        """The model dir's `tokenizer.json`, counted here (the MLX servers have no /tokenize); None
+        without the `tokenizers` package, and the engine calibrates from reported usage instead."""
+        return local_tokenizer_counter(candidate.model)
 
     async def rendered_tokens(self, base_url: str, candidate: Candidate, command: list[str],
                               items: list[RenderItem], thinking: str) -> list[list[int]]:
@@ -215,20 +223,34 @@ class MlxServerAdapter(RuntimeAdapter):
         doc = json.loads(out)
         return [[int(t) for t in ids] for ids in doc]
 
-    def local_token_counter(self, candidate: Candidate) -> Callable[[str], Awaitable[int]] | None:
-        """The model dir's `tokenizer.json`, counted here (the MLX servers have no /tokenize); None
-        without the `tokenizers` package, and the engine calibrates from reported usage instead."""
-        return local_tokenizer_counter(candidate.model)
 
-    async def version(self, base_url: str, command: list[str]) -> str | None:
-        return mlx_version_from_venv(command, self.version_dists)
+class MlxReader(Reader):
+    """The MLX servers' answers: why a probe ended short although EOS was biased down."""
 
-    def installed_version(self, command: list[str]) -> str | None:
-        return mlx_version_from_venv(command, self.version_dists)
+    def eos_gap(self, candidate: Candidate) -> str:
+        ids, where = eos_token_ids(candidate.model)
+        if not ids:
+            return ("the model dir names no EOS id (config.json, generation_config.json, "
+                    "tokenizer_config.json): nothing to suppress")
+        return (f"EOS ids {list(ids)} ({where}) were biased by {EOS_BIAS:g}, yet {self.runtime.name} stopped early "
+                "(a stop token the model dir does not name?)")
 
-    def installed_packages(self, command: list[str]) -> dict[str, str]:
-        """The server package, mlx (+ mlx-metal on macOS) and the tokenizer stack it loads models with."""
-        return venv_dist_versions(command, (*self.version_dists, "mlx-metal", "transformers", "tokenizers"))
+
+class MlxServerAdapter(RuntimeAdapter):
+    """What mlx_lm.server and mlx_vlm.server share: offline HF env, venv command, venv version.
+
+    Both size their KV cache themselves (no context-size flag with llama-server's meaning), so one
+    server start serves every context and `ctx_size` is rejected rather than silently ignored.
+    """
+
+    version_source: ClassVar[str] = "venv:importlib.metadata"
+    abbreviates: ClassVar[bool] = True  # both servers parse their flags with argparse (allow_abbrev)
+    env_scrub: ClassVar[tuple[str, ...]] = MLX_ENV_SCRUB
+
+    checks_part: ClassVar[type[Checks]] = MlxChecks
+    launcher_part: ClassVar[type[Launcher]] = MlxLauncher
+    requests_part: ClassVar[type[Requests]] = MlxRequests
+    reader_part: ClassVar[type[Reader]] = MlxReader
 
 
 def local_tokenizer_counter(model_dir: str) -> Callable[[str], Awaitable[int]] | None:

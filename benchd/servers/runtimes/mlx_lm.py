@@ -17,8 +17,28 @@ from benchd.lifeline import die_with_daemon
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate
 from benchd.servers.runtimes import flags
-from benchd.servers.runtimes.base import Normalized, ParallelStart, Readiness, SessionStart, json_health
-from benchd.servers.runtimes.mlx_common import MlxServerAdapter, interpreter
+from benchd.servers.runtimes.base import (
+    Checks,
+    Launcher,
+    Normalized,
+    Parallel,
+    ParallelStart,
+    Reader,
+    Readiness,
+    Requests,
+    Sessions,
+    SessionStart,
+    Tools,
+    json_health,
+)
+from benchd.servers.runtimes.mlx_common import (
+    MlxChecks,
+    MlxLauncher,
+    MlxReader,
+    MlxRequests,
+    MlxServerAdapter,
+    interpreter,
+)
 
 _RESERVED: dict[str, str] = {
     "--model": "use `model`",
@@ -55,16 +75,8 @@ def _ask_venv(python: str, code: str, arg: str) -> str | None:
     return out[-1] if proc.returncode == 0 and out and out[-1] else None
 
 
-class MlxLmAdapter(MlxServerAdapter):
-    name: ClassVar[str] = "mlx_lm.server"
-    spec_kinds: ClassVar[tuple[str, ...]] = ("draft",)
-    reserved_args: ClassVar[dict[str, str]] = _RESERVED
-    version_dists: ClassVar[tuple[str, ...]] = ("mlx-lm", "mlx")
-
-    flag_values: ClassVar[dict[str, flags.FlagValues]] = {
-        "--kv-bits": flags.FlagValues(None, "mlx_lm/server.py argparse (type=int)", 1),
-        "--prefill-step-size": flags.FlagValues(None, "mlx_lm/server.py argparse (type=int)", 1),
-    }
+class MlxLmChecks(MlxChecks):
+    """mlx_lm.server's tune matrix."""
 
     def tune_matrix(self, model: str, binary: str | None, cores: int
                     ) -> tuple[dict[str, Sequence[str | bool]], list[str]]:
@@ -73,6 +85,12 @@ class MlxLmAdapter(MlxServerAdapter):
         return ({"--kv-bits": [False, "8", "4"], "--prefill-step-size": ["512", "2048"]},
                 ["--kv-bits none / 8 / 4: KV cache quantization (mlx_lm.server then serves one request at a time)",
                  "--prefill-step-size 512 / 2048: prompt processing step (2048 is the default)"])
+
+
+class MlxLmLauncher(MlxLauncher):
+    """mlx_lm.server's start: `--prompt-cache-size 0` for cold probes, the draft model's flags."""
+
+    version_dists: ClassVar[tuple[str, ...]] = ("mlx-lm", "mlx")
 
     def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
         argv = ["--model", candidate.model, "--host", HOST, "--port", str(port)]
@@ -88,6 +106,31 @@ class MlxLmAdapter(MlxServerAdapter):
                 argv += ["--num-draft-tokens", str(spec.draft_max)]
         return [*command, *candidate.args, *argv]  # benchd's own flags last: the parser's last one wins
 
+    async def check_ready(self, base_url: str) -> Readiness:
+        return await json_health(base_url, self.runtime.health_path, ("ok",))
+
+
+class MlxLmRequests(MlxRequests):
+    """mlx_lm.server's requests: `model` is `default_model` unless the candidate names one."""
+
+    def request_model(self, candidate: Candidate) -> str:
+        return candidate.request_model or "default_model"
+
+
+class MlxLmReader(MlxReader):
+    """mlx_lm.server's answers: usage only, the generation rate from the client's window."""
+
+    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
+        """Usage from the server; generation rate from the client's stream window; no prompt rate."""
+        return self.normalize_usage(result, spec_configured=spec_configured,
+                                    no_timings="mlx_lm.server reports no timings", no_prompt_rate=NO_PROMPT_TIMING,
+                                    no_cache_details="mlx_lm.server sent no prompt_tokens_details",
+                                    no_draft_counts=NO_DRAFT_COUNTS)
+
+
+class MlxLmSessions(Sessions):
+    """mlx_lm.server's sessions: a start with its LRU of prompt caches."""
+
     def session_start(self, candidate: Candidate) -> SessionStart:
         """A start of its own with the LRU prompt cache at its default size, unless the candidate sets one."""
         if any(a.split("=", 1)[0] == "--prompt-cache-size" for a in candidate.args):
@@ -96,6 +139,10 @@ class MlxLmAdapter(MlxServerAdapter):
                                                            str(PROMPT_CACHE_DEFAULT)])
         return SessionStart(started, True, f"mlx_lm.server --prompt-cache-size {PROMPT_CACHE_DEFAULT} (its default LRU "
                                            "of prompt caches), a server start of its own: cold probes run with 0")
+
+
+class MlxLmParallel(Parallel):
+    """mlx_lm.server's parallel requests: `--decode-concurrency` / `--prompt-concurrency`, unseeded bodies."""
 
     def parallel_slots(self, candidate: Candidate) -> tuple[int | None, str]:
         for i, arg in enumerate(candidate.args):
@@ -128,11 +175,9 @@ class MlxLmAdapter(MlxServerAdapter):
         kind = "greedy" if not temp else f"temperature {temp}, unseeded"
         return f"no seed sent (mlx_lm.server batches only unseeded requests); sampling stays {kind}"
 
-    def request_model(self, candidate: Candidate) -> str:
-        return candidate.request_model or "default_model"
 
-    async def check_ready(self, base_url: str) -> Readiness:
-        return await json_health(base_url, self.health_path, ("ok",))
+class MlxLmTools(Tools):
+    """mlx_lm.server's tool calls: the parser module its own `load_tokenizer` picks."""
 
     async def tool_parser(self, base_url: str, candidate: Candidate, command: list[str]) -> str | None:
         """The tool parser module mlx_lm.server loaded for this model: its own `load_tokenizer` run in the
@@ -141,9 +186,23 @@ class MlxLmAdapter(MlxServerAdapter):
         found = await asyncio.to_thread(_ask_venv, interpreter(command), _MLX_LM_PARSER, candidate.model)
         return f"mlx_lm {found}" if found else None
 
-    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
-        """Usage from the server; generation rate from the client's stream window; no prompt rate."""
-        return self.normalize_usage(result, spec_configured=spec_configured,
-                                    no_timings="mlx_lm.server reports no timings", no_prompt_rate=NO_PROMPT_TIMING,
-                                    no_cache_details="mlx_lm.server sent no prompt_tokens_details",
-                                    no_draft_counts=NO_DRAFT_COUNTS)
+
+class MlxLmAdapter(MlxServerAdapter):
+    """mlx_lm.server's facts and parts."""
+
+    name: ClassVar[str] = "mlx_lm.server"
+    spec_kinds: ClassVar[tuple[str, ...]] = ("draft",)
+    reserved_args: ClassVar[dict[str, str]] = _RESERVED
+
+    flag_values: ClassVar[dict[str, flags.FlagValues]] = {
+        "--kv-bits": flags.FlagValues(None, "mlx_lm/server.py argparse (type=int)", 1),
+        "--prefill-step-size": flags.FlagValues(None, "mlx_lm/server.py argparse (type=int)", 1),
+    }
+
+    checks_part: ClassVar[type[Checks]] = MlxLmChecks
+    launcher_part: ClassVar[type[Launcher]] = MlxLmLauncher
+    requests_part: ClassVar[type[Requests]] = MlxLmRequests
+    reader_part: ClassVar[type[Reader]] = MlxLmReader
+    sessions_part: ClassVar[type[Sessions]] = MlxLmSessions
+    parallel_part: ClassVar[type[Parallel]] = MlxLmParallel
+    tools_part: ClassVar[type[Tools]] = MlxLmTools

@@ -15,16 +15,22 @@ from benchd.config import HOST
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate
 from benchd.servers.runtimes.base import (
+    Images,
+    Launcher,
     Normalized,
+    Parallel,
     ParallelStart,
     PrefixCacheRule,
+    Reader,
     Readiness,
+    Sessions,
     SessionStart,
+    Tools,
     _num,
     http_get,
     json_health,
 )
-from benchd.servers.runtimes.mlx_common import MLX_ENV_SCRUB, MlxServerAdapter
+from benchd.servers.runtimes.mlx_common import MLX_ENV_SCRUB, MlxLauncher, MlxReader, MlxServerAdapter
 from benchd.servers.runtimes.vision import VisionFacts, mlx_dir_facts
 
 _RESERVED: dict[str, str] = {
@@ -45,26 +51,10 @@ APC_BLOCK_SIZE = 16
 PEAK_MEMORY_SOURCE = "server:peak_memory (mx.get_peak_memory, server lifetime)"
 
 
-class MlxVlmAdapter(MlxServerAdapter):
-    name: ClassVar[str] = "mlx_vlm.server"
-    spec_kinds: ClassVar[tuple[str, ...]] = ("dflash", "eagle3", "mtp")
-    spec_kinds_without_draft: ClassVar[tuple[str, ...]] = ("mtp",)
-    reserved_args: ClassVar[dict[str, str]] = _RESERVED
+class MlxVlmLauncher(MlxLauncher):
+    """mlx_vlm.server's start: `--vision-cache-size 1` for image probes, the spec flags."""
+
     version_dists: ClassVar[tuple[str, ...]] = ("mlx-vlm", "mlx")
-    thinking_top_level: ClassVar[bool] = True
-    env_scrub: ClassVar[tuple[str, ...]] = (
-        *MLX_ENV_SCRUB, "APC_", "KV_", "MAX_KV_SIZE", "QUANTIZED_KV_START", "PREFILL_STEP_SIZE",
-        "EXPERT_CACHE_GB", "TOP_LOGPROBS_K",
-    )
-
-    def eos_gap(self, candidate: Candidate) -> str:
-        if candidate.spec is not None:
-            return (f"mlx_vlm's speculative path ({candidate.spec.kind}) applies no logits processors, so "
-                    "EOS cannot be suppressed there")
-        return super().eos_gap(candidate)
-
-    def vision_facts(self, candidate: Candidate) -> VisionFacts:
-        return mlx_dir_facts(candidate.model)
 
     def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
         argv = ["--model", candidate.model, "--host", HOST, "--port", str(port)]
@@ -77,6 +67,35 @@ class MlxVlmAdapter(MlxServerAdapter):
             if spec.draft_max is not None:
                 argv += ["--draft-block-size", str(spec.draft_max)]
         return [*command, *candidate.args, *argv]  # benchd's own flags last: the parser's last one wins
+
+    async def check_ready(self, base_url: str) -> Readiness:
+        return await json_health(base_url, self.runtime.health_path, ("healthy", "ok"))
+
+
+class MlxVlmReader(MlxReader):
+    """mlx_vlm.server's answers: rates from `timings`, and its own MLX peak memory."""
+
+    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
+        """Server timings for both rates (client window recorded beside), usage, and the MLX peak."""
+        norm = self.normalize_timings(result, spec_configured=spec_configured)
+        timings: dict[str, Any] = result.timings or {}
+        peak_gb = _num(timings.get("peak_memory", (result.final or {}).get("peak_memory")))
+        peak = round(peak_gb * 1e9) if peak_gb else None
+        if peak is not None:
+            norm.sources["server_peak_memory_bytes"] = PEAK_MEMORY_SOURCE
+        else:
+            norm.null_reasons["server_peak_memory_bytes"] = "mlx_vlm.server reported no peak_memory"
+        return dataclasses.replace(norm, server_peak_memory_bytes=peak)
+
+    def eos_gap(self, candidate: Candidate) -> str:
+        if candidate.spec is not None:
+            return (f"mlx_vlm's speculative path ({candidate.spec.kind}) applies no logits processors, so "
+                    "EOS cannot be suppressed there")
+        return super().eos_gap(candidate)
+
+
+class MlxVlmSessions(Sessions):
+    """mlx_vlm.server's sessions: a start with its prefix cache (`APC_*`), reused in whole blocks."""
 
     def session_start(self, candidate: Candidate) -> SessionStart:
         """A start of its own with `APC_ENABLED=1` (its prefix cache; the scrub removes inherited `APC_*`)
@@ -98,6 +117,10 @@ class MlxVlmAdapter(MlxServerAdapter):
                                f"mlx_vlm apc.py: the prompt's K/V in blocks of {block} tokens ({given}), harvested "
                                "after prefill, the generated tokens not cached")
 
+
+class MlxVlmParallel(Parallel):
+    """mlx_vlm.server's parallel requests: continuous batching capped by `--max-num-seqs`."""
+
     def parallel_slots(self, candidate: Candidate) -> tuple[int | None, str]:
         for i, arg in enumerate(candidate.args):
             key, eq, inline = arg.partition("=")
@@ -116,28 +139,45 @@ class MlxVlmAdapter(MlxServerAdapter):
                              f"mlx_vlm.server continuous batching, {given or f'--max-num-seqs {level}'} (server/"
                              "generation.py: one batch for every active request, a seed per row position)")
 
-    async def check_ready(self, base_url: str) -> Readiness:
-        return await json_health(base_url, self.health_path, ("healthy", "ok"))
+
+class MlxVlmImages(Images):
+    """mlx_vlm.server's images: the vision model in the model dir."""
+
+    def vision_facts(self, candidate: Candidate) -> VisionFacts:
+        return mlx_dir_facts(candidate.model)
+
+
+class MlxVlmTools(Tools):
+    """mlx_vlm.server's tool calls: the parser `/health` names."""
 
     async def tool_parser(self, base_url: str, candidate: Candidate, command: list[str]) -> str | None:
         """`loaded_tool_parser` from `GET /health` (mlx_vlm's `_infer_tool_parser_from_processor`, the
         parser its `/chat/completions` uses unless a request overrides it), as `mlx_vlm.tools.parsers.<name>`."""
         try:
-            status, raw = await http_get(base_url, self.health_path, timeout_s=5.0)
+            status, raw = await http_get(base_url, self.runtime.health_path, timeout_s=5.0)
             doc = msgspec.json.decode(raw) if status == 200 else None
         except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
             return None
         name = doc.get("loaded_tool_parser") if isinstance(doc, dict) else None
         return f"mlx_vlm mlx_vlm.tools.parsers.{name}" if isinstance(name, str) and name else None
 
-    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
-        """Server timings for both rates (client window recorded beside), usage, and the MLX peak."""
-        norm = self.normalize_timings(result, spec_configured=spec_configured)
-        timings: dict[str, Any] = result.timings or {}
-        peak_gb = _num(timings.get("peak_memory", (result.final or {}).get("peak_memory")))
-        peak = round(peak_gb * 1e9) if peak_gb else None
-        if peak is not None:
-            norm.sources["server_peak_memory_bytes"] = PEAK_MEMORY_SOURCE
-        else:
-            norm.null_reasons["server_peak_memory_bytes"] = "mlx_vlm.server reported no peak_memory"
-        return dataclasses.replace(norm, server_peak_memory_bytes=peak)
+
+class MlxVlmAdapter(MlxServerAdapter):
+    """mlx_vlm.server's facts and parts."""
+
+    name: ClassVar[str] = "mlx_vlm.server"
+    spec_kinds: ClassVar[tuple[str, ...]] = ("dflash", "eagle3", "mtp")
+    spec_kinds_without_draft: ClassVar[tuple[str, ...]] = ("mtp",)
+    reserved_args: ClassVar[dict[str, str]] = _RESERVED
+    thinking_top_level: ClassVar[bool] = True
+    env_scrub: ClassVar[tuple[str, ...]] = (
+        *MLX_ENV_SCRUB, "APC_", "KV_", "MAX_KV_SIZE", "QUANTIZED_KV_START", "PREFILL_STEP_SIZE",
+        "EXPERT_CACHE_GB", "TOP_LOGPROBS_K",
+    )
+
+    launcher_part: ClassVar[type[Launcher]] = MlxVlmLauncher
+    reader_part: ClassVar[type[Reader]] = MlxVlmReader
+    sessions_part: ClassVar[type[Sessions]] = MlxVlmSessions
+    parallel_part: ClassVar[type[Parallel]] = MlxVlmParallel
+    images_part: ClassVar[type[Images]] = MlxVlmImages
+    tools_part: ClassVar[type[Tools]] = MlxVlmTools

@@ -32,12 +32,19 @@ from benchd.schemas import Candidate, ExternalServer
 from benchd.schemas.json import JSONObject
 from benchd.servers.procgroup import listens_on, port_listeners
 from benchd.servers.runtimes.base import (
+    Checks,
+    Launcher,
     Normalized,
+    Parallel,
     ParallelStart,
+    Reader,
     Readiness,
     RenderItem,
+    Requests,
     RuntimeAdapter,
+    Sessions,
     SessionStart,
+    Tools,
 )
 from benchd.servers.runtimes.http import read_capped
 from benchd.servers.runtimes.llama_server import LlamaServerAdapter
@@ -306,20 +313,23 @@ def detected(url: str | None) -> ExternalServer | None:
     return _DETECTED.get(base_url(url)) if url else None
 
 
-class OpenAIAdapter(RuntimeAdapter):
-    """A server benchd does not start (docs/runtimes.md#external-servers)."""
+def _inner(url: str | None) -> RuntimeAdapter | None:
+    """The adapter of the runtime detected at `url`, where benchd runs that kind itself."""
+    found = detected(url)
+    return _INNER.get(found.kind) if found is not None else None
 
-    name: ClassVar[str] = "openai"
-    version_source: ClassVar[str] = "detected at attach (GET /props build_info, GET /api/version)"
-    load_marker_reason: ClassVar[str] = NOT_STARTED
 
-    def _inner(self, url: str | None) -> RuntimeAdapter | None:
-        found = detected(url)
-        return _INNER.get(found.kind) if found is not None else None
+class ExternalChecks(Checks):
+    """An external server's candidate checks: none here (`sweepcheck.external_problems` has them)."""
 
     def validate(self, candidate: Candidate) -> list[BenchdError]:
         """The static checks live in the one sweep check (`benchd.engine.sweepcheck.external_problems`)."""
         return []
+
+
+class ExternalLauncher(Launcher):
+    """An external server is not started: no command or argv; readiness from `/v1/models`, the
+    version from the detection."""
 
     def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
         return [], NOT_STARTED
@@ -338,6 +348,11 @@ class OpenAIAdapter(RuntimeAdapter):
         found = _DETECTED.get(base_url(base_url_))
         return found.version if found else None
 
+
+class ExternalRequests(Requests):
+    """Requests to an external server: its API key, and the detected kind's length fields, token
+    counts and rendering."""
+
     def auth_headers(self, candidate: Candidate) -> dict[str, str]:
         return api_key_headers(candidate)
 
@@ -345,54 +360,24 @@ class OpenAIAdapter(RuntimeAdapter):
         return candidate.request_model or ""
 
     def length_fields(self, candidate: Candidate, run_to_length: bool) -> JSONObject:
-        inner = self._inner(candidate.url)
-        return inner.length_fields(candidate, run_to_length) if inner is not None else {}
-
-    def eos_gap(self, candidate: Candidate) -> str:
-        inner = self._inner(candidate.url)
-        kind = (detected(candidate.url) or ExternalServer(url="", kind=UNKNOWN_KIND)).kind
-        return inner.eos_gap(candidate) if inner is not None else f"{kind} offers no way to suppress EOS"
+        inner = _inner(candidate.url)
+        return inner.requests.length_fields(candidate, run_to_length) if inner is not None else {}
 
     async def count_tokens(self, base_url_: str, text: str) -> int | None:
-        inner = self._inner(base_url_)
-        return await inner.count_tokens(base_url_, text) if inner is not None else None
+        inner = _inner(base_url_)
+        return await inner.requests.count_tokens(base_url_, text) if inner is not None else None
 
     async def rendered_tokens(self, base_url_: str, candidate: Candidate, command: list[str],
                               items: list[RenderItem], thinking: str) -> list[list[int]]:
-        inner = self._inner(base_url_)
+        inner = _inner(base_url_)
         if inner is None or inner.name != "llama-server":
             kind = (detected(base_url_) or ExternalServer(url="", kind=UNKNOWN_KIND)).kind
             raise RuntimeError(f"an external {kind} has no endpoint that renders and tokenizes a conversation")
-        return await inner.rendered_tokens(base_url_, candidate, command, items, thinking)
+        return await inner.requests.rendered_tokens(base_url_, candidate, command, items, thinking)
 
-    async def slot_facts(self, base_url_: str) -> dict[str, str]:
-        inner = self._inner(base_url_)
-        return await inner.slot_facts(base_url_) if inner is not None else {}
 
-    async def tool_parser(self, base_url_: str, candidate: Candidate, command: list[str]) -> str | None:
-        inner = self._inner(base_url_)
-        if inner is None or inner.name == "mlx_lm.server":  # mlx_lm's answer needs its interpreter and model dir
-            return None
-        return await inner.tool_parser(base_url_, candidate, command)
-
-    def session_start(self, candidate: Candidate) -> SessionStart:
-        inner = self._inner(candidate.url)
-        how = ("its prompt cache is as it was started (llama-server: on by default; the turns send cache_prompt)"
-               if inner is not None and inner.name == "llama-server" else "its prompt cache is as it was started")
-        return SessionStart(candidate, False, f"{NOT_STARTED}: {how}")
-
-    def session_fields(self) -> JSONObject:
-        return {"cache_prompt": True} if any(f.kind == "llama-server" for f in _DETECTED.values()) else {}
-
-    def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> ParallelStart:
-        found = detected(candidate.url)
-        slots = found.total_slots if found else None
-        serial = (f"the server has {slots} slot(s), fewer than {level} requests" if slots is not None and slots < level
-                  else None)
-        return ParallelStart(candidate, None, f"{NOT_STARTED}: its slots / batching as it was started", serial)
-
-    def parallel_body(self, body: dict[str, object]) -> str | None:
-        return None
+class ExternalReader(Reader):
+    """An external server's answers: `timings` where it sends them, else `usage` and the client's window."""
 
     def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
         """The server's own `timings` where it sends them (llama-server, mlx_vlm.server), else `usage`
@@ -404,3 +389,64 @@ class OpenAIAdapter(RuntimeAdapter):
                                     no_cache_details="the server sent no prompt_tokens_details",
                                     no_draft_counts="the server reports no draft counts")
 
+    def eos_gap(self, candidate: Candidate) -> str:
+        inner = _inner(candidate.url)
+        kind = (detected(candidate.url) or ExternalServer(url="", kind=UNKNOWN_KIND)).kind
+        return inner.reader.eos_gap(candidate) if inner is not None else f"{kind} offers no way to suppress EOS"
+
+
+class ExternalSessions(Sessions):
+    """Sessions on an external server: its prompt cache as it was started."""
+
+    def session_start(self, candidate: Candidate) -> SessionStart:
+        inner = _inner(candidate.url)
+        how = ("its prompt cache is as it was started (llama-server: on by default; the turns send cache_prompt)"
+               if inner is not None and inner.name == "llama-server" else "its prompt cache is as it was started")
+        return SessionStart(candidate, False, f"{NOT_STARTED}: {how}")
+
+    def session_fields(self) -> JSONObject:
+        return {"cache_prompt": True} if any(f.kind == "llama-server" for f in _DETECTED.values()) else {}
+
+
+class ExternalParallel(Parallel):
+    """Parallel requests to an external server: its slots as it was started."""
+
+    def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> ParallelStart:
+        found = detected(candidate.url)
+        slots = found.total_slots if found else None
+        serial = (f"the server has {slots} slot(s), fewer than {level} requests" if slots is not None and slots < level
+                  else None)
+        return ParallelStart(candidate, None, f"{NOT_STARTED}: its slots / batching as it was started", serial)
+
+    def parallel_body(self, body: dict[str, object]) -> str | None:
+        return None
+
+    async def slot_facts(self, base_url_: str) -> dict[str, str]:
+        inner = _inner(base_url_)
+        return await inner.parallel.slot_facts(base_url_) if inner is not None else {}
+
+
+class ExternalTools(Tools):
+    """An external server's tool calls: the detected kind's parser where it can be asked remotely."""
+
+    async def tool_parser(self, base_url_: str, candidate: Candidate, command: list[str]) -> str | None:
+        inner = _inner(base_url_)
+        if inner is None or inner.name == "mlx_lm.server":  # mlx_lm's answer needs its interpreter and model dir
+            return None
+        return await inner.tools.tool_parser(base_url_, candidate, command)
+
+
+class OpenAIAdapter(RuntimeAdapter):
+    """A server benchd does not start (docs/runtimes.md#external-servers)."""
+
+    name: ClassVar[str] = "openai"
+    version_source: ClassVar[str] = "detected at attach (GET /props build_info, GET /api/version)"
+    load_marker_reason: ClassVar[str] = NOT_STARTED
+
+    checks_part: ClassVar[type[Checks]] = ExternalChecks
+    launcher_part: ClassVar[type[Launcher]] = ExternalLauncher
+    requests_part: ClassVar[type[Requests]] = ExternalRequests
+    reader_part: ClassVar[type[Reader]] = ExternalReader
+    sessions_part: ClassVar[type[Sessions]] = ExternalSessions
+    parallel_part: ClassVar[type[Parallel]] = ExternalParallel
+    tools_part: ClassVar[type[Tools]] = ExternalTools
