@@ -10,8 +10,8 @@ Reasons and facts: docs/measuring.md#session-and-parallel-visits.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
 
 from benchd.engine import parallel, session
 from benchd.engine.prompts import Prompt
@@ -55,7 +55,7 @@ class Host(Protocol):
 
 
 def _failed(host: Host, cand: Candidate, context: int, kind: str, probes: list[int], error: str,
-            extra: dict[str, Any]) -> None:
+            extra: Mapping[str, object]) -> None:
     for p in probes:
         host.commit(build_row(Cell(host.job, cand, context, kind, p), status="failed",  # type: ignore[arg-type]
                               started_at=utcnow(), server=ServerFacts(None, None, None), error=error,
