@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import struct
 import sys
-from typing import Any
+from typing import Protocol
 
 # <sys/un.h> on Darwin: SOL_LOCAL = 0, LOCAL_PEERCRED = 0x001; <sys/ucred.h>: XUCRED_VERSION = 0, NGROUPS = 16.
 SOL_LOCAL = 0
@@ -47,17 +47,23 @@ def parse_xucred(raw: bytes) -> int:
     return int(uid)
 
 
-def _linux_peer_uid(sock: Any) -> int:
+class PeerSocket(Protocol):
+    """What the peer lookup reads: a socket's options (a socket, or uvloop's PseudoSocket)."""
+
+    def getsockopt(self, level: int, optname: int, buflen: int, /) -> bytes: ...
+
+
+def _linux_peer_uid(sock: PeerSocket) -> int:
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, UCRED_SIZE)
     return parse_ucred(raw)[1]
 
 
-def _darwin_peer_uid(sock: Any) -> int:
+def _darwin_peer_uid(sock: PeerSocket) -> int:
     raw = sock.getsockopt(SOL_LOCAL, LOCAL_PEERCRED, XUCRED_SIZE)
     return parse_xucred(raw)
 
 
-def peer_uid(sock: Any) -> int:
+def peer_uid(sock: PeerSocket | None) -> int:
     """The uid of the process connected to `sock` (a socket or uvloop's PseudoSocket).
 
     Raises PeerCredError when it cannot be determined (the caller refuses the connection then).

@@ -103,7 +103,7 @@ class UnreadableJob(BenchdError):
         self.reason = reason
 
 
-def _decode_sweep(raw: Any) -> tuple[Sweep | None, str | None]:
+def _decode_sweep(raw: str | bytes) -> tuple[Sweep | None, str | None]:
     """(the sweep, None), or (None, why it does not decode): any stored text, never an exception."""
     try:
         return _sweep_dec.decode(raw), None
@@ -323,7 +323,7 @@ class Store:
         """Newest first; `before` is the cursor (a job id) from the previous page."""
         sql = "SELECT * FROM jobs"
         clauses: list[str] = []
-        params: list[Any] = []
+        params: list[str | int] = []
         if state:
             clauses.append("state = ?")
             params.append(state)
@@ -349,7 +349,7 @@ class Store:
         cur = self._db.execute("SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'waiting', 'interrupted')")
         return int(cur.fetchone()[0])
 
-    def update_job(self, job_id: str, **fields: Any) -> None:
+    def update_job(self, job_id: str, **fields: str | None) -> None:
         allowed = {"state", "waiting_reason", "started_at", "finished_at", "error", "runbook_id"}
         bad = set(fields) - allowed
         if bad:
@@ -358,7 +358,7 @@ class Store:
         with self._tx:
             self._db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
 
-    def transition(self, job_id: str, event_type: str, payload: dict[str, Any] | None = None, **fields: Any) -> Event:
+    def transition(self, job_id: str, event_type: str, payload: dict[str, Any] | None = None, **fields: str | None) -> Event:
         """Change a job's fields and append the event that says so, in one transaction."""
         sets = ", ".join(f"{k} = ?" for k in fields)
         with self._tx:

@@ -103,7 +103,7 @@ def runbooks(as_json: bool, state_dir: str | None) -> None:
         click.echo(f"no runbooks in {config.runbooks_dir} (a runbook is written when a job ends)")
         return
     # ids and paths are never cut: the id is what the next command takes; the other columns follow it
-    width = max(len(e["id"]) for e in found)
+    width = max(len(str(e["id"])) for e in found)
     click.echo(f"{'id':<{width}}  outcome    finished              sweep")
     for e in found:
         if "error" in e:

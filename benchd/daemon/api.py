@@ -12,10 +12,9 @@ import re
 import sqlite3
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import msgspec
 from aiohttp import web
@@ -81,7 +80,7 @@ _HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 
 
 
 @web.middleware
-async def error_middleware(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+async def error_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
     try:
         resp: web.StreamResponse = await handler(request)
         return resp
@@ -135,7 +134,7 @@ def _bool_param(request: web.Request, name: str) -> bool:
     raise BenchdError("invalid_param", f"{name} must be true or false", name)
 
 
-def _json(data: Any, status: int = 200) -> web.Response:
+def _json(data: object, status: int = 200) -> web.Response:
     return web.Response(status=status, body=_enc.encode(data), content_type="application/json")
 
 
@@ -202,7 +201,7 @@ async def submit_job(request: web.Request) -> web.Response:
     return _json(job, status=201)
 
 
-def _kld_left(ctx: Ctx, job: str, sweep: Any) -> float:
+def _kld_left(ctx: Ctx, job: str, sweep: Sweep) -> float:
     """The `[kld]` step's seconds left (benchd.engine.kld.seconds_left; 0 without `[kld]` or a rate)."""
     if sweep.kld.reference is None:
         return 0.0
@@ -355,7 +354,7 @@ async def get_runbook(request: web.Request) -> web.Response:
     return web.Response(body=data, content_type="application/json")
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     if isinstance(value, Path):
         return str(value)
     if isinstance(value, (list, tuple)):

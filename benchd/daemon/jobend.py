@@ -12,7 +12,6 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from benchd.config import Config
 from benchd.schemas import TERMINAL_JOB_STATES, Event
@@ -80,7 +79,7 @@ class JobEnds:
     def _finish(self, job_id: str, outcome: str, error: str | None) -> None:
         done = self.store.results.count_rows(job_id)
         event: str
-        payload: dict[str, Any]
+        payload: dict[str, int | str | None]
         if outcome == "succeeded":
             event, payload = "job_finished", {"done": done}
         elif outcome == "cancelled":

@@ -12,7 +12,6 @@ import os
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
 
 from benchd.config import Config
 from benchd.daemon.hub import EventHub
@@ -25,7 +24,7 @@ from benchd.store import Store, utcnow
 
 log = logging.getLogger("benchd.daemon.queue")
 
-RunJob = Callable[..., Awaitable[Any]]
+RunJob = Callable[..., Awaitable[object]]
 
 #: How often the `when` conditions of waiting jobs are polled (no event tells us the machine went idle).
 CONDITION_POLL_S = 30.0
@@ -49,7 +48,7 @@ def _load_engine() -> RunJob:
 
 
 @contextlib.asynccontextmanager
-async def _keep_awake() -> AsyncIterator[dict[str, Any]]:
+async def _keep_awake() -> AsyncIterator[dict[str, object]]:
     """The sleep guard held while a job runs, as the job_started/job_resumed payload (the runbook's
     provenance says whether sleep was prevented, how, or why not)."""
     async with keep_awake(os.getpid()) as guard:
@@ -57,7 +56,7 @@ async def _keep_awake() -> AsyncIterator[dict[str, Any]]:
 
 
 class _Running:
-    def __init__(self, job_id: str, task: asyncio.Task[Any]) -> None:
+    def __init__(self, job_id: str, task: asyncio.Task[object]) -> None:
         self.job_id = job_id
         self.task = task
         self.cancel_reason: str | None = None  # "user" | "shutdown"
@@ -276,7 +275,7 @@ class JobQueue:
         if outcome in ("succeeded", "failed", "cancelled"):
             await self.ends.write_runbook(job_id, outcome)
 
-    async def _engine(self, job_id: str, sweep: Sweep) -> Any:
+    async def _engine(self, job_id: str, sweep: Sweep) -> object:
         run_job = self._run_job or _load_engine()
         return await run_job(job_id, sweep, self.store, self.config, self.hub.notify)
 

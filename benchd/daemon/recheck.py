@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import msgspec
 from aiohttp import web
@@ -234,7 +233,7 @@ class Rechecker:
 def routes(rechecker: Rechecker) -> list[web.RouteDef]:
     """`GET /v1/recheck` (status) and `POST /v1/recheck` (`{"now": bool}`: queue one by hand)."""
 
-    def answer(body: Any, status: int = 200) -> web.Response:
+    def answer(body: object, status: int = 200) -> web.Response:
         return web.Response(status=status, body=_enc.encode(body), content_type="application/json")
 
     async def get_recheck(request: web.Request) -> web.Response:

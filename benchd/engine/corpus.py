@@ -11,7 +11,6 @@ import os
 import sys
 import sysconfig
 from dataclasses import dataclass
-from typing import Any
 
 # The corpus: stdlib modules that exist as plain files in CPython 3.11-3.13 (sorted; ~2.1 M chars on
 # 3.11). Files missing on some Python are skipped and the list actually read is recorded.
@@ -51,7 +50,7 @@ class Corpus:
         reps, rest = divmod(n_chars, len(self.text))
         return self.text * reps + self.text[:rest], reps + (1 if rest else 0)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {
             "source": "python-stdlib",
             "python": self.python,

@@ -12,7 +12,6 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any
 
 from benchd.probe_result import ProbeResult
 from benchd.sensors.energy.reader import Delta, EnergyReader, NullReader, Sample, describe
@@ -73,9 +72,9 @@ def probe_energy(
     idle: Delta | None,
     prompt_tokens: int | None,
     gen_tokens: int | None,
-) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+) -> tuple[dict[str, object], dict[str, str], dict[str, str]]:
     """(row fields, sources, null reasons) for one probe's energy."""
-    fields: dict[str, Any] = dict.fromkeys(ENERGY_FIELDS)
+    fields: dict[str, object] = dict.fromkeys(ENERGY_FIELDS)
     reasons: dict[str, str] = {}
     if not reader.available:
         why = f"energy not measured: {reader.reason}"
@@ -197,7 +196,7 @@ def window_energy(
 def row_energy(
     reader: EnergyReader, marks: PhaseMarks, idle: Delta | None, prompt_tokens: int | None, gen_tokens: int | None,
     trace: EnergyTrace | None = None, chunk_times: Sequence[float] = (), window: int = 0,
-) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+) -> tuple[dict[str, object], dict[str, str], dict[str, str]]:
     """Everything energy puts in a row: the phase figures, and `window_j` for a sustained run.
 
     When the first token arrived in one socket read together with k - 1 later ones (a busy client, or a
@@ -235,7 +234,7 @@ def row_energy(
 class EnergyFigures:
     """What energy adds to one row: fields, their sources, and the reasons of the null ones."""
 
-    fields: dict[str, Any]
+    fields: dict[str, object]
     sources: dict[str, str]
     reasons: dict[str, str]
 
@@ -274,7 +273,7 @@ class EnergySession:
         self.open_reader = open_reader or default
         self.reader: EnergyReader = NullReader("no server started yet")
 
-    def restart(self) -> dict[str, Any]:
+    def restart(self) -> dict[str, object]:
         """Reopen the reader; returns its description for the `server_ready` event (runbook provenance)."""
         self.reader.close()
         self.reader = self.open_reader()

@@ -9,7 +9,7 @@ import asyncio
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import msgspec
 
@@ -26,7 +26,7 @@ class Answer:
 
     text: str | None
     cut_while_reasoning: bool = False
-    usage: dict[str, Any] | None = None
+    usage: dict[str, object] | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,19 @@ async def ask_with_budget(adapter: RuntimeAdapter, base_url: str, cand: Candidat
 TRUNCATED = "the answer was cut off while the model was still reasoning"
 
 
+class _Asked(TypedDict):
+    """The EvalResult fields known once the task was asked (graded or not)."""
+
+    job: str
+    candidate: str
+    tier: str
+    task: str
+    thinking: str
+    max_tokens: int
+    latency_s: float
+    sources: dict[str, str]
+
+
 async def run_task(
     job: str, adapter: RuntimeAdapter, base_url: str, cand: Candidate, task: evals.EvalTask,
     sweep: Sweep, timeout_s: float,
@@ -109,8 +122,8 @@ async def run_task(
     answer, failure, budget, note = asked.answer, asked.failure, asked.max_tokens, asked.note
     latency = time.monotonic() - t0
     timed = {"latency_s": "benchd: wall clock around the task's requests"}
-    common: dict[str, Any] = dict(job=job, candidate=cand.id, tier=task.tier, task=task.id, thinking=thinking,
-                                  max_tokens=budget, latency_s=latency, sources=timed)
+    common = _Asked(job=job, candidate=cand.id, tier=task.tier, task=task.id, thinking=thinking,
+                    max_tokens=budget, latency_s=latency, sources=timed)
     if answer.text is None:
         return EvalResult(passed=False, detail=note + (failure or "no answer text"), sandboxed=None,
                           failure="server_error", **common)

@@ -12,7 +12,6 @@ import dataclasses
 import statistics
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from benchd.engine import probe
 from benchd.engine.prompts import Prompt
@@ -90,7 +89,7 @@ async def run_batch(run: ParallelRun, batch: int, prompts: Sequence[Prompt], gen
     rows = []
     for i, result in enumerate(results):
         norm = adapter.reader.normalize(result, spec_configured=cand.spec is not None)
-        extra: dict[str, Any] = {"concurrency": run.level, "batch": batch, "agg_gen_tps": agg}
+        extra: dict[str, object] = {"concurrency": run.level, "batch": batch, "agg_gen_tps": agg}
         sources = {"concurrency": run.notes, "batch": f"{run.level} simultaneous unique prompts of {run.context} tokens",
                    "prompt": f"target {run.context} tokens, unique per request"}
         sources.update(run.slot_facts or {})

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import os
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 
@@ -210,7 +210,7 @@ class Pool:
         if gone:
             self.recorder.fail_group(cand, g, gone, None)
             return None
-        extra: dict[str, Any] = {}
+        extra: dict[str, object] = {}
         if not self.prompts_recorded:  # the prompt corpus/template hashes, once per run, for the runbook
             extra["prompts"] = self.prompts.provenance()
             self.prompts_recorded = True

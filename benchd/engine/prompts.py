@@ -11,7 +11,7 @@ import json
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from benchd.engine.corpus import Corpus, load_corpus
 
@@ -45,10 +45,18 @@ def template_sha256() -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
-def prompt_provenance(corpus: Corpus | None = None) -> dict[str, Any]:
+class PromptProvenance(TypedDict):
+    """The prompts' record in an event payload (`prompts`): the corpus and the hashes."""
+
+    corpus: dict[str, object]
+    corpus_sha256: str
+    template_sha256: str
+
+
+def prompt_provenance(corpus: Corpus | None = None) -> PromptProvenance:
     """What the runbook records so two runs can show they used the same prompts."""
     c = corpus or load_corpus()
-    return {"corpus": c.describe(), "corpus_sha256": c.sha256, "template_sha256": template_sha256()}
+    return PromptProvenance(corpus=c.describe(), corpus_sha256=c.sha256, template_sha256=template_sha256())
 
 
 def messages(prompt_text: str) -> list[dict[str, str]]:
@@ -178,7 +186,7 @@ class PromptBuilder:
     def corpus_hash(self) -> str:
         return self.corpus.sha256
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> PromptProvenance:
         return prompt_provenance(self.corpus)
 
     def _compose(self, tag: str, nonce: str, body_chars: int) -> tuple[str, int]:

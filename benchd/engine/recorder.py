@@ -8,7 +8,7 @@ Reasons and facts: docs/architecture.md#the-sweep-engine.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 
@@ -35,7 +35,7 @@ class Recorder:
         self.plan = sweep.probe_plan()
         self.race: Race | None = None  # racing (the engine sets it): it keeps what its looks read of each row
 
-    def emit(self, type_: str, **payload: Any) -> None:
+    def emit(self, type_: str, **payload: object) -> None:
         self.notify(self.store.events.append(self.job, type_, payload))
 
     def commit(self, row: Row) -> None:

@@ -8,6 +8,7 @@ parameter in the row"). Every metric left null gets a reason here if nobody gave
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,7 +162,7 @@ def build_row(
     error: str | None = None,
     exit_status: str | None = None,
     log_tail: str | None = None,
-    extra: dict[str, Any] | None = None,
+    extra: Mapping[str, object] | None = None,
     extra_sources: dict[str, str] | None = None,
     energy: EnergyFigures | None = None,
     extra_reasons: dict[str, str] | None = None,
@@ -257,7 +258,7 @@ def _memory_field(key: str) -> str:
 
 
 def shortfall(adapter: RuntimeAdapter, cand: Candidate, *, asked: int, norm: Normalized,
-              finish_reason: str | None, run_to_length: bool) -> dict[str, Any]:
+              finish_reason: str | None, run_to_length: bool) -> dict[str, object]:
     """`short`/`short_reason` for a probe that generated fewer tokens than asked ({} when it did not).
 
     A short probe compared different work from its cell's others: it is kept out of the medians

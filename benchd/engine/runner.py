@@ -223,7 +223,7 @@ class Runner:
         norm = adapter.reader.normalize(result, spec_configured=cand.spec is not None)
         if norm.prompt_tokens is not None:
             self.prompts.observe(run.prompt, norm.prompt_tokens)
-        extra: dict[str, Any] = shortfall(adapter, cand, asked=run.gen_tokens, norm=norm, finish_reason=result.finish_reason,
+        extra: dict[str, object] = shortfall(adapter, cand, asked=run.gen_tokens, norm=norm, finish_reason=result.finish_reason,
                                           run_to_length=self.sweep.ignore_eos) if result.ok else {}
         sources: dict[str, str] = {"prompt": f"{self.sizer.method(run.prompt.method, server)}; target {cell.context} tokens"}
         if "thinking" in norm.sources:

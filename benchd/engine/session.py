@@ -10,7 +10,6 @@ import hashlib
 import statistics
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from benchd.engine import probe
 from benchd.engine.corpus import Corpus, load_corpus
@@ -215,7 +214,7 @@ def failed_rows(job: str, cand: Candidate, context: int, turns: int, server: Ser
 
 def turn_row(run: SessionRun, t: Turn, prefixes: Prefixes, cooldown: CooldownRecord | None) -> Row:
     """One turn's row: the probe figures plus the session fields, each with its source or null reason."""
-    extra: dict[str, Any] = {"turn": t.number}
+    extra: dict[str, object] = {"turn": t.number}
     sources: dict[str, str] = {}
     reasons: dict[str, str] = {}
     norm = t.norm

@@ -9,10 +9,8 @@ from the scheduler so the probe loop reads as one step.
 
 from __future__ import annotations
 
-from typing import Any
-
 from benchd.engine import probe
-from benchd.engine.prompts import PromptBuilder
+from benchd.engine.prompts import CountTokens, PromptBuilder
 from benchd.schemas import Candidate, Sweep
 from benchd.servers.runtimes.base import RuntimeAdapter
 from benchd.servers.server import Server
@@ -28,9 +26,9 @@ class PromptSizer:
         self.timeout_s = timeout_s
         self.prompts = PromptBuilder()
         self.server_tokenizer: dict[int, bool] = {}  # server pid -> answers /tokenize
-        self.local_counters: dict[str, Any] = {}  # candidate id -> local count_tokens or None
+        self.local_counters: dict[str, CountTokens | None] = {}  # candidate id -> local count_tokens or None
 
-    async def counter(self, adapter: RuntimeAdapter, server: Server) -> Any:
+    async def counter(self, adapter: RuntimeAdapter, server: Server) -> CountTokens | None:
         """The server's tokenizer as `count_tokens(text)` (probed once per server start), else the
         adapter's local one (the model dir's tokenizer), else None (calibrate from reported usage)."""
         if server.pid not in self.server_tokenizer:

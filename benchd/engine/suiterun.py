@@ -247,7 +247,7 @@ def tool_body(adapter: RuntimeAdapter, cand: Candidate, task: suites.Task, sweep
     return body
 
 
-async def ask_tools(adapter: RuntimeAdapter, base_url: str, body: dict[str, Any], timeout_s: float,
+async def ask_tools(adapter: RuntimeAdapter, base_url: str, body: dict[str, object], timeout_s: float,
                     headers: dict[str, str] | None = None) -> Reply:
     try:
         status, raw = await http_post_json(base_url, adapter.requests.request_path(), body, timeout_s=timeout_s,
@@ -337,6 +337,21 @@ def _code_failure(detail: str) -> str:
     return "wrong_answer"
 
 
+class _CodeAsked(_Usage):
+    """The EvalResult fields of a code task known once it was asked (graded or not)."""
+
+    job: str
+    candidate: str
+    tier: str
+    task: str
+    thinking: str
+    max_tokens: int
+    category: str
+    latency_s: float
+    sources: dict[str, str]
+    null_reasons: dict[str, str]
+
+
 async def run_code_task(job: str, adapter: RuntimeAdapter, base_url: str, cand: Candidate, task: suites.Task,
                         sweep: Sweep, timeout_s: float) -> EvalResult:
     thinking = "off" if sweep.eval_thinking == "off" else sweep.thinking
@@ -347,9 +362,9 @@ async def run_code_task(job: str, adapter: RuntimeAdapter, base_url: str, cand: 
     latency = time.monotonic() - t0
     vals, src, nulls = _usage(asked.answer.usage)
     src["failure"] = "benchd: HumanEval program (prompt + completion + test + check) in the eval sandbox"
-    common: dict[str, Any] = dict(job=job, candidate=cand.id, tier="code", task=task.id, thinking=thinking,
-                                  max_tokens=asked.max_tokens, category="humaneval", latency_s=latency,
-                                  sources=src, null_reasons=nulls, **vals)
+    common = _CodeAsked(job=job, candidate=cand.id, tier="code", task=task.id, thinking=thinking,
+                        max_tokens=asked.max_tokens, category="humaneval", latency_s=latency,
+                        sources=src, null_reasons=nulls, **vals)
     text = asked.answer.text
     if text is None:
         return EvalResult(passed=False, detail=asked.note + (asked.failure or "not a chat completion"),

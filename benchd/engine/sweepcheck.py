@@ -31,7 +31,6 @@ import ipaddress
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
@@ -350,7 +349,7 @@ def sandbox_problems(sweep: Sweep) -> list[BenchdError]:
                         "them with rlimits only", "$.eval_sandbox")]
 
 
-def _first_str(value: Any) -> str | None:
+def _first_str(value: object) -> str | None:
     """The executable of an adapter's command (a list, or a (list, how) pair)."""
     while isinstance(value, (list, tuple)) and value:
         value = value[0]

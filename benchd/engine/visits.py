@@ -10,15 +10,15 @@ Reasons and facts: docs/measuring.md#session-and-parallel-visits.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
 
 from benchd.engine import parallel, session
 from benchd.engine.prompts import Prompt
 from benchd.engine.rows import Cell, ServerFacts, build_row
 from benchd.schemas import Candidate, CooldownRecord, Row, Sweep
 from benchd.servers.runtimes import get_adapter
-from benchd.servers.runtimes.base import CTX_MARGIN_TOKENS, RuntimeAdapter
+from benchd.servers.runtimes.base import CTX_MARGIN_TOKENS, RuntimeAdapter, SessionStart
 from benchd.servers.server import Server
 from benchd.store import utcnow
 
@@ -37,7 +37,7 @@ class Host(Protocol):
 
     def commit(self, row: Row) -> None: ...
 
-    def emit(self, type_: str, **payload: Any) -> None: ...
+    def emit(self, type_: str, **payload: object) -> None: ...
 
     async def start(self, cand: Candidate, ctx_size: int | None, context: int) -> Server | str:
         """A ready, warmed server for `cand` (a variant of a sweep candidate, same id) with prompts sized
@@ -55,7 +55,7 @@ class Host(Protocol):
 
 
 def _failed(host: Host, cand: Candidate, context: int, kind: str, probes: list[int], error: str,
-            extra: dict[str, Any]) -> None:
+            extra: Mapping[str, object]) -> None:
     for p in probes:
         host.commit(build_row(Cell(host.job, cand, context, kind, p), status="failed",  # type: ignore[arg-type]
                               started_at=utcnow(), server=ServerFacts(None, None, None), error=error,
@@ -90,7 +90,7 @@ async def sessions(host: Host, cand: Candidate) -> None:
                   restarted_after=restarted)
 
 
-async def _one_session(host: Host, adapter: RuntimeAdapter, start: Any, cand: Candidate, context: int) -> list[Row]:
+async def _one_session(host: Host, adapter: RuntimeAdapter, start: SessionStart, cand: Candidate, context: int) -> list[Row]:
     plan = host.sweep.session
     turns = list(range(1, plan.turns + 1))
     gen = host.sweep.session_gen_tokens()

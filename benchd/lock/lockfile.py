@@ -37,7 +37,16 @@ from benchd.atomic import atomic_write
 from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.results.runbook import load_runbook
-from benchd.schemas import Candidate, ExternalServer, Fingerprint, RecheckEntry, Runbook, Sampling, Spec
+from benchd.schemas import (
+    Candidate,
+    CandidateProvenance,
+    ExternalServer,
+    Fingerprint,
+    RecheckEntry,
+    Runbook,
+    Sampling,
+    Spec,
+)
 from benchd.store import utcnow
 
 LOCK_SCHEMA_VERSION = 2
@@ -119,7 +128,7 @@ def _str(s: str) -> str:
     return json.dumps(s, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
-def _scalar(v: Any) -> str:
+def _scalar(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -137,7 +146,7 @@ def _scalar(v: Any) -> str:
     raise TypeError(f"cannot write {type(v).__name__} to the lock TOML")
 
 
-def _is_tables(v: Any) -> bool:
+def _is_tables(v: object) -> bool:
     return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
 
 
@@ -250,9 +259,9 @@ def build_lock(rb: Runbook, candidate_id: str, note: str = "", force: bool = Fal
     )
 
 
-def _fingerprint(prov: Any, cand: Candidate, config: Config | None) -> Fingerprint | None:
+def _fingerprint(prov: CandidateProvenance | None, cand: Candidate, config: Config | None) -> Fingerprint | None:
     if prov is not None and prov.fingerprint is not None:
-        return prov.fingerprint  # type: ignore[no-any-return]
+        return prov.fingerprint
     if config is None:
         return None
     from benchd.servers.fingerprint import executable_of, take_fingerprint

@@ -9,7 +9,7 @@ Two runbooks are two sessions, so their probes are never paired. What makes the 
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import TypedDict
 
 from msgspec import Struct
 
@@ -123,15 +123,27 @@ class Comparison(Struct, kw_only=True):
     alpha_source: str | None = None
 
 
-def _samples(rb: Runbook) -> dict[tuple[str, int], list[Any]]:
-    cells: dict[tuple[str, int], list[Any]] = {}
+class _Medians(TypedDict):
+    """The MetricComparison fields known before the comparison."""
+
+    metric: str
+    better: str
+    n_a: int
+    n_b: int
+    median_a: float | None
+    median_b: float | None
+    ratio_b_over_a: float | None
+
+
+def _samples(rb: Runbook) -> dict[tuple[str, int], list[Row]]:
+    cells: dict[tuple[str, int], list[Row]] = {}
     for r in rb.rows:
         if r.kind == "probe" and r.status == "ok" and not r.short:
             cells.setdefault((r.candidate, r.context), []).append(r)
     return cells
 
 
-def compare_metric(metric: str, better: str, ra: list[Any], rb_: list[Any], *,
+def compare_metric(metric: str, better: str, ra: list[Row], rb_: list[Row], *,
                    margin_pct: float = DEFAULT_MARGIN_PCT, alpha: float = ALPHA) -> MetricComparison:
     """One metric of one cell of A (`ra`) against B (`rb_`): ok probe rows of each side."""
     a = [float(v) for r in ra if (v := getattr(r, metric, None)) is not None]
@@ -139,8 +151,8 @@ def compare_metric(metric: str, better: str, ra: list[Any], rb_: list[Any], *,
     med_a = statistics.median(a) if a else None
     med_b = statistics.median(b) if b else None
     ratio = med_b / med_a if med_a not in (None, 0) and med_b is not None else None
-    base: dict[str, Any] = dict(metric=metric, better=better, n_a=len(a), n_b=len(b), median_a=med_a,
-                                median_b=med_b, ratio_b_over_a=ratio)
+    base = _Medians(metric=metric, better=better, n_a=len(a), n_b=len(b), median_a=med_a,
+                    median_b=med_b, ratio_b_over_a=ratio)
     if not a or not b:
         reasons = {getattr(r, "null_reasons", {}).get(metric) for r in [*ra, *rb_]} - {None}
         verdict = "not measured" + (f": {'; '.join(sorted(str(x) for x in reasons))}" if reasons else "")
@@ -231,8 +243,8 @@ def compare_ready(a: Runbook, b: Runbook) -> list[ReadyComparison]:
     return out
 
 
-def _image_samples(rb: Runbook) -> dict[tuple[str, str], list[Any]]:
-    out: dict[tuple[str, str], list[Any]] = {}
+def _image_samples(rb: Runbook) -> dict[tuple[str, str], list[Row]]:
+    out: dict[tuple[str, str], list[Row]] = {}
     for r in rb.rows:
         if r.kind == "vision" and r.status == "ok" and r.image_ttft_ms is not None and r.image_width and r.image_height:
             out.setdefault((r.candidate, f"{r.image_width}x{r.image_height}"), []).append(r)
@@ -253,7 +265,8 @@ def compare_images(a: Runbook, b: Runbook) -> list[ImageComparison]:
         toks_b = [r.image_tokens for r in rb_ if r.image_tokens is not None]
         out.append(ImageComparison(
             candidate=cand, resolution=res,
-            verdict=compare_axis([r.image_ttft_ms for r in ra], [r.image_ttft_ms for r in rb_], axis=axis.name,
+            verdict=compare_axis([t for r in ra if (t := r.image_ttft_ms) is not None],  # all are (_image_samples)
+                                 [t for r in rb_ if (t := r.image_ttft_ms) is not None], axis=axis.name,
                                  better=axis.better, margin_pct=a.sweep.probe_plan().target_ci_pct),
             image_tokens_a=statistics.median(toks_a) if toks_a else None,
             image_tokens_b=statistics.median(toks_b) if toks_b else None))

@@ -7,7 +7,6 @@ this order, read from the runbook's Pareto view and provenance: nothing is judge
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from benchd.results.text import STATE_WORDS, axis_word, plural
 from benchd.schemas import ContextPareto, NotCompared, Runbook
@@ -109,7 +108,7 @@ def decision_lines(rb: Runbook) -> list[str]:
 NO_PICK = "benchd does not pick among the frontier: the trade-off is yours"
 
 
-def decision_json(rb: Runbook) -> dict[str, Any]:
+def decision_json(rb: Runbook) -> dict[str, object]:
     """The decision block as data (`report --json`): what `decision_lines` prints, per context, the
     states in their one word (`word`) beside the wire value (`status`)."""
     contexts = []

@@ -13,12 +13,12 @@ import re
 import statistics
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from benchd.results.text import machine_line
 from benchd.schemas import CandidateProvenance, Row, Runbook
+from benchd.schemas.json import JSONObject
 
 #: How a llama.cpp build is recorded (`llama.cpp b<number>-<commit>`, the `/props` build_info format).
 _BUILD = re.compile(r"\bb(\d+)-([0-9a-fA-F]+)\b")
@@ -54,7 +54,7 @@ def _probe_rows(rb: Runbook) -> list[Row]:
 # ---------------------------------------------------------------------------------------------- jsonl
 
 
-def _provenance_fields(rb: Runbook, cp: CandidateProvenance | None, row: Row) -> dict[str, Any]:
+def _provenance_fields(rb: Runbook, cp: CandidateProvenance | None, row: Row) -> JSONObject:
     version = row.server_version or (cp.server_version if cp else None)
     commit, number = build_of(version) if _llama(row.runtime, cp) else (None, None)
     threads, _ = _threads(cp)
@@ -68,7 +68,7 @@ def _provenance_fields(rb: Runbook, cp: CandidateProvenance | None, row: Row) ->
     }
 
 
-def _provenance_nulls(cp: CandidateProvenance | None, row: Row, fields: dict[str, Any]) -> dict[str, str]:
+def _provenance_nulls(cp: CandidateProvenance | None, row: Row, fields: JSONObject) -> dict[str, str]:
     why: dict[str, str] = {}
     if fields["build_commit"] is None:
         why["build_commit"] = why["build_number"] = (_NOT_LLAMA if not _llama(row.runtime, cp)
@@ -86,7 +86,7 @@ def _provenance_nulls(cp: CandidateProvenance | None, row: Row, fields: dict[str
     return why
 
 
-def jsonl_objects(rb: Runbook) -> list[dict[str, Any]]:
+def jsonl_objects(rb: Runbook) -> list[JSONObject]:
     """One object per probe row: llama-bench's fields where one exists, then every field of the row.
 
     `n_prompt` is the prompt the probe prefilled, `n_gen` the tokens it generated and `n_depth` the
@@ -105,7 +105,7 @@ def jsonl_objects(rb: Runbook) -> list[dict[str, Any]]:
         if rate is None:
             nulls["avg_ts"] = nulls["samples_ts"] = (
                 row.null_reasons.get("gen_tps") or row.error or f"probe {row.status}, no decode rate")
-        obj = {**head, "test": _test_name(row.prompt_tokens, row.gen_tokens),
+        obj: JSONObject = {**head, "test": _test_name(row.prompt_tokens, row.gen_tokens),
                "n_prompt": row.prompt_tokens, "n_gen": row.gen_tokens, "n_depth": row.prompt_tokens,
                "test_time": row.started_at, "avg_ts": rate, "stddev_ts": None,
                "samples_ts": [rate] if rate is not None else None}
@@ -122,7 +122,7 @@ def _test_name(n_prompt: int | None, n_gen: int | None) -> str | None:
     return f"tg{n_gen}" + (f" @ d{n_prompt}" if n_prompt else "")
 
 
-def kld_objects(rb: Runbook) -> list[dict[str, Any]]:
+def kld_objects(rb: Runbook) -> list[JSONObject]:
     """One object per `[kld]` result (`kind: "kld"`, every field of the result, the corpus's sha256 and tokens)."""
     c = rb.kld_corpus
     corpus = {"corpus": c.path, "corpus_sha256": c.sha256, "corpus_tokens": c.tokens} if c else {}
@@ -138,7 +138,7 @@ def render_jsonl(rb: Runbook) -> str:
 # ------------------------------------------------------------------------------------------------ csv
 
 
-def _csv_value(v: Any) -> str:
+def _csv_value(v: object) -> str:
     if v is None:
         return ""
     if isinstance(v, bool):
@@ -164,8 +164,8 @@ def render_csv(rb: Runbook) -> str:
         obj = by_key.get((row.candidate, row.context, row.kind, row.probe))
         head = obj if obj is not None else _provenance_fields(rb, provs.get(row.candidate), row)
         data = msgspec.to_builtins(row)
-        if obj is not None:
-            data["null_reasons"] = {k: v for k, v in obj["null_reasons"].items() if k in lead or k in data}
+        if obj is not None and isinstance(reasons := obj["null_reasons"], dict):  # always (jsonl_objects)
+            data["null_reasons"] = {k: v for k, v in reasons.items() if k in lead or k in data}
         w.writerow([*(_csv_value(head[k]) for k in lead), *(_csv_value(data.get(f)) for f in row_fields)])
     return buf.getvalue()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import html
 import json
+from collections.abc import Sequence
 from importlib import metadata, resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,11 +83,11 @@ def vega_runtime(cache_dir: Path | None = None) -> Runtime:
 # ------------------------------------------------------------------------------------------- pieces
 
 
-def esc(v: Any) -> str:
+def esc(v: object) -> str:
     return html.escape("null" if v is None else str(v))
 
 
-def table(header: list[str], rows: list[list[Any]], caption: str = "", cls: str = "") -> str:
+def table(header: list[str], rows: Sequence[Sequence[object]], caption: str = "", cls: str = "") -> str:
     head = "".join(f"<th scope='col'>{esc(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{c if isinstance(c, Raw) else esc(c)}</td>" for c in r) + "</tr>"
                    for r in rows)
@@ -114,7 +115,7 @@ def _asset(name: str) -> str:
     return resources.files("benchd").joinpath("data", name).read_text()
 
 
-def _json_script(element_id: str, obj: Any) -> str:
+def _json_script(element_id: str, obj: object) -> str:
     text = json.dumps(obj, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     return f"<script type='application/json' id='{element_id}'>{text}</script>"
 

@@ -10,10 +10,10 @@ Reasons and facts: docs/metrics.md#choosing-a-priority.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from benchd.results.text import axis_word, comparison_sentence, fmt_value
-from benchd.schemas import ContextPareto, Runbook
+from benchd.schemas import ContextPareto, Row, Runbook
 from benchd.stats.axes import AXES, IMAGE_AXIS_PREFIX
 from benchd.stats.comparison import compare_outcomes, compare_rows
 
@@ -53,7 +53,7 @@ PRIORITIES: dict[str, Priority] = {p.name: p for p in (
 ALPHA = 0.05
 
 
-def _rows(rb: Runbook, cand: str, ctx: int) -> list[Any]:
+def _rows(rb: Runbook, cand: str, ctx: int) -> list[Row]:
     return [r for r in rb.rows if r.kind == "probe" and r.status == "ok" and not r.short and r.candidate == cand
             and r.context == ctx]
 

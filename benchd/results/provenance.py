@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -20,6 +19,7 @@ from benchd.schemas import (
     CandidateProvenance,
     CpuAffinity,
     EnergyInfo,
+    Event,
     ExternalServer,
     ModelInfo,
     PromptsInfo,
@@ -36,7 +36,7 @@ from benchd.servers.runtimes.vision import gguf_metadata
 # ------------------------------------------------------------------------ per candidate and prompts
 
 
-def collect_sleep(events: Sequence[Any]) -> SleepInfo:
+def collect_sleep(events: Sequence[Event]) -> SleepInfo:
     """`sleep_prevented` of every job_started/job_resumed: true only if every run segment held it."""
     seen = [e.payload for e in events if e.type in ("job_started", "job_resumed") and "sleep_prevented" in e.payload]
     if not seen:
@@ -49,7 +49,7 @@ def collect_sleep(events: Sequence[Any]) -> SleepInfo:
     )
 
 
-def collect_energy(events: Sequence[Any]) -> EnergyInfo:
+def collect_energy(events: Sequence[Event]) -> EnergyInfo:
     """The energy counter the job read, from its `server_ready` events (the engine opens one per start)."""
     seen = [e.payload["energy"] for e in events if e.type == "server_ready" and isinstance(e.payload.get("energy"), dict)]
     if not seen:
@@ -63,7 +63,7 @@ def collect_energy(events: Sequence[Any]) -> EnergyInfo:
                       recorded_by=f"event:server_ready, {len(seen)} server start(s){note}")
 
 
-def server_info(cand: str, rows: Sequence[Row], events: Sequence[Any]) -> tuple[str | None, str | None, str | None]:
+def server_info(cand: str, rows: Sequence[Row], events: Sequence[Event]) -> tuple[str | None, str | None, str | None]:
     """(binary, server_version, where the version came from): the rows first, then `server_ready` events."""
     binary = next((r.binary for r in rows if r.candidate == cand and r.binary), None)
     version = next((r.server_version for r in rows if r.candidate == cand and r.server_version), None)
@@ -78,7 +78,7 @@ def server_info(cand: str, rows: Sequence[Row], events: Sequence[Any]) -> tuple[
     return binary, version, source
 
 
-def server_env(cand: str, events: Sequence[Any]) -> tuple[dict[str, str] | None, list[str]]:
+def server_env(cand: str, events: Sequence[Event]) -> tuple[dict[str, str] | None, list[str]]:
     """(variables passed to the candidate's servers, inherited knobs removed) from `server_ready` events
     (the last start's record; the adapter redacted secret-looking values before the event was written)."""
     env: dict[str, str] | None = None
@@ -91,7 +91,7 @@ def server_env(cand: str, events: Sequence[Any]) -> tuple[dict[str, str] | None,
     return env, sorted(removed)
 
 
-def collect_prompts(events: Sequence[Any]) -> PromptsInfo:
+def collect_prompts(events: Sequence[Event]) -> PromptsInfo:
     """The prompt corpus hash as the job recorded it in an event payload (`prompts` or top level).
 
     When the job recorded none, it is computed now from `benchd.engine.prompts.prompt_provenance()` (the
@@ -116,7 +116,7 @@ def collect_prompts(events: Sequence[Any]) -> PromptsInfo:
                        corpus=got.get("corpus") or {})
 
 
-def collect_candidates(config: Config, sweep: Sweep, rows: Sequence[Row], events: Sequence[Any]) -> list[CandidateProvenance]:
+def collect_candidates(config: Config, sweep: Sweep, rows: Sequence[Row], events: Sequence[Event]) -> list[CandidateProvenance]:
     cache = config.cache_dir / "model-hashes.json"
     out = []
     for c in sweep.candidates:
@@ -196,14 +196,14 @@ def with_license(model: ModelInfo) -> ModelInfo:
     return msgspec.structs.replace(model, license=value, license_source=source)
 
 
-def external_server(cand: str, events: Sequence[Any]) -> ExternalServer | None:
+def external_server(cand: str, events: Sequence[Event]) -> ExternalServer | None:
     """An external candidate's server as its last `server_ready` event recorded its detection."""
     seen = [e.payload["external"] for e in events if e.type == "server_ready" and e.payload.get("candidate") == cand
             and isinstance(e.payload.get("external"), dict)]
     return msgspec.convert(seen[-1], ExternalServer) if seen else None
 
 
-def collect_affinity(cand: str, events: Sequence[Any]) -> CpuAffinity | None:
+def collect_affinity(cand: str, events: Sequence[Event]) -> CpuAffinity | None:
     """The cores the candidate's last server and the probe client ran on (`server_ready`'s `affinity`)."""
     got = [e.payload["affinity"] for e in events
            if e.type == "server_ready" and e.payload.get("candidate") == cand and isinstance(e.payload.get("affinity"), dict)]

@@ -7,22 +7,21 @@ Reasons and facts: docs/measuring.md#racing.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import msgspec
 
-from benchd.schemas import RaceDrop, RaceSettled, Runbook
+from benchd.schemas import Event, RaceDrop, RaceSettled, Runbook
 
 #: The race table's columns (report and page).
 HEADER = ["candidate", "context", "after round", "by", "on axes", "why"]
 
 
-def race_drops(events: Iterable[Any]) -> list[RaceDrop]:
+def race_drops(events: Iterable[Event]) -> list[RaceDrop]:
     """The job's `candidate_dropped` events as the runbook's race table (in the order they happened)."""
     return [msgspec.convert(e.payload, RaceDrop) for e in events if e.type == "candidate_dropped"]
 
 
-def race_settled(events: Iterable[Any]) -> list[RaceSettled]:
+def race_settled(events: Iterable[Event]) -> list[RaceSettled]:
     """The job's `candidate_settled` events (in the order they happened)."""
     return [msgspec.convert(e.payload, RaceSettled) for e in events if e.type == "candidate_settled"]
 

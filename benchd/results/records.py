@@ -11,10 +11,10 @@ import shlex
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from benchd.results.text import AXIS_LABELS, STATE_WORDS, fmt_range, fmt_value, machine_line, verdict_text
 from benchd.schemas import CellStats, ContextPareto, MetricStats, Row, Runbook
+from benchd.schemas.json import JSONObject
 from benchd.stats.comparison import pareto_axes
 
 #: Where the per-candidate axes come from when a row carries no source for them.
@@ -157,7 +157,7 @@ class ParetoPoint:
     values: dict[str, float | None]
     tips: dict[str, str]
 
-    def chart_record(self) -> dict[str, Any]:
+    def chart_record(self) -> JSONObject:
         """The chart's datum: flat, one key per axis (scaled) and `tip_<axis>`."""
         return {"candidate": self.candidate, "context": self.context, "status": self.status,
                 "state": STATE_WORDS[self.status],
@@ -282,9 +282,9 @@ class ProbeMark:
     cell_median: float | None
     verdict: str
     y: float
-    extras: dict[str, Any] = field(default_factory=dict)
+    extras: JSONObject = field(default_factory=dict)
 
-    def chart_record(self) -> dict[str, Any]:
+    def chart_record(self) -> JSONObject:
         rec = asdict(self)
         extras = rec.pop("extras")
         return {**rec, **extras}
@@ -353,7 +353,7 @@ def sustained_runs(rb: Runbook) -> list[SustainedRun]:
                          sources.get(s.candidate, {}).get("window_tps") or "not recorded") for s in rb.sustained]
 
 
-def sustained_windows(rb: Runbook) -> list[dict[str, Any]]:
+def sustained_windows(rb: Runbook) -> list[JSONObject]:
     """The chart's data: one datum per sustained window."""
     return [{"candidate": s.candidate, "window": i + 1, "tps": tps}
             for s in rb.sustained for i, tps in enumerate(s.window_tps or [])]
@@ -387,7 +387,7 @@ def lock_commands(rb: Runbook) -> list[LockCommand]:
 # ---------------------------------------------------------------------------- sessions, levels
 
 
-def session_turns(rb: Runbook) -> list[dict[str, Any]]:
+def session_turns(rb: Runbook) -> list[JSONObject]:
     """One datum per ok session turn: candidate, context, turn, TTFT, cached / prompt tokens, cache miss."""
     return [{"candidate": r.candidate, "context": r.context, "turn": r.probe, "ttft_ms": r.ttft_ms,
              "cached_tokens": r.cached_tokens, "prompt_tokens": r.prompt_tokens,
@@ -396,7 +396,7 @@ def session_turns(rb: Runbook) -> list[dict[str, Any]]:
             if r.status == "ok"]
 
 
-def level_rates(rb: Runbook) -> list[dict[str, Any]]:
+def level_rates(rb: Runbook) -> list[JSONObject]:
     """Per (candidate, context, level): the aggregate and the per-request gen tok/s (the level summary);
     level 1 is the cell's median gen tok/s (the cold probes)."""
     from benchd.engine.parallel import parallel_summary
@@ -405,7 +405,7 @@ def level_rates(rb: Runbook) -> list[dict[str, Any]]:
     for r in rb.rows:
         if r.kind == "parallel":
             by_cell.setdefault((r.candidate, r.context), []).append(r)
-    out: list[dict[str, Any]] = []
+    out: list[JSONObject] = []
     for (cand, ctx), rows in sorted(by_cell.items()):
         cell = _cell(rb, cand, ctx)
         if cell is not None and cell.gen_tps.median is not None:

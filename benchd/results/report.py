@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -46,7 +47,7 @@ from benchd.results.text import (
     machine_line,
     verdict_text,
 )
-from benchd.schemas import CellStats, ContextPareto, MetricStats, Runbook, Sweep
+from benchd.schemas import CellStats, ContextPareto, MetricStats, Runbook, SleepInfo, Sweep
 from benchd.stats.comparison import AXES
 
 if TYPE_CHECKING:
@@ -362,7 +363,7 @@ def print_rich(rb: Runbook, pareto: bool = False) -> None:
 # -------------------------------------------------------------------------------------- Markdown
 
 
-def cooldown_waited_s(payload: dict[str, Any]) -> float:
+def cooldown_waited_s(payload: Mapping[str, object]) -> float:
     """Seconds a `cooldown_finished` event waited (its CooldownRecord is under `record`)."""
     record = payload.get("record") if isinstance(payload.get("record"), dict) else payload
     waited = record.get("waited_s") if isinstance(record, dict) else None
@@ -574,8 +575,8 @@ def compare_rows(cmp: Comparison) -> list[list[str]]:
 # -------------------------------------------------------------------------------------- JSON/CSV
 
 
-def report_json(rb: Runbook, pareto: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {"runbook": rb.id, "outcome": rb.outcome, "sweep": rb.sweep.name,
+def report_json(rb: Runbook, pareto: bool = False) -> dict[str, object]:
+    out: dict[str, object] = {"runbook": rb.id, "outcome": rb.outcome, "sweep": rb.sweep.name,
                            "decision": decision_json(rb), "candidates": candidates_json(rb),
                            "deferred": [{"axis": d.axis, "reasons": d.reasons, "origin": d.origin}
                                         for d in deferred_rows(rb)],
@@ -603,7 +604,7 @@ def render_csv(rb: Runbook) -> str:
     return buf.getvalue()
 
 
-def _sleep_text(sleep: Any) -> str:
+def _sleep_text(sleep: SleepInfo) -> str:
     if sleep.prevented is None:
         return "unknown — " + "; ".join(sleep.reasons or ["not recorded"])
     how = ", ".join(sleep.methods) or "no method"

@@ -47,6 +47,7 @@ from benchd.schemas import (
     Runbook,
     SustainedResult,
 )
+from benchd.schemas.json import JSONObject
 from benchd.sensors import facts
 from benchd.servers.runtimes.environment import redact_sweep
 from benchd.stats.ranktests import clopper_pearson
@@ -68,7 +69,7 @@ _v1_decoder = msgspec.json.Decoder(Runbook)
 _head_decoder = msgspec.json.Decoder(_Head)
 
 
-def runbook_schema() -> dict[str, Any]:
+def runbook_schema() -> JSONObject:
     """JSON schema of the current runbook version (committed as schemas/runbook.schema.json)."""
     return msgspec.json.schema(Runbook)
 
@@ -185,7 +186,7 @@ def _bfcl_view(g: list[EvalResult]) -> dict[str, Any]:
             "irrelevance_rate": irr.pass_rate if irr is not None else None}
 
 
-def _eval_sources(events: list[Any]) -> list[EvalSuiteSource]:
+def _eval_sources(events: list[Event]) -> list[EvalSuiteSource]:
     """The public suites' provenance, from the job's `eval_suite` events (the last per suite)."""
     found: dict[str, EvalSuiteSource] = {}
     for ev in events:
@@ -286,7 +287,7 @@ def iter_runbook_json(rb: Runbook) -> Iterator[bytes]:
     pos = 0
     for at, name in sorted((head.index(f'\n  "{name}": ['.encode()) + len(name) + 8, name) for name in _LONG_LISTS):
         yield head[pos:at]
-        items: list[Any] = getattr(rb, name)
+        items: list[Struct] = getattr(rb, name)
         for i, item in enumerate(items):
             text = msgspec.json.format(_encoder.encode(item), indent=2)
             yield (b",\n" if i else b"\n") + b"\n".join(b"    " + line for line in text.split(b"\n"))
@@ -403,11 +404,11 @@ def _runbook_files(rdir: Path) -> list[Path]:
                   key=lambda p: p.stem, reverse=True)
 
 
-def list_runbooks(config: Config) -> list[dict[str, Any]]:
+def list_runbooks(config: Config) -> list[JSONObject]:
     """For `GET /v1/runbooks`: one entry per runbook, newest first (cheap: only the head is decoded)."""
-    out: list[dict[str, Any]] = []
+    out: list[JSONObject] = []
     for path in _runbook_files(config.runbooks_dir):
-        entry: dict[str, Any] = {"id": path.stem, "path": str(path)}
+        entry: JSONObject = {"id": path.stem, "path": str(path)}
         try:
             head = _head_decoder.decode(path.read_bytes())
         except (OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:

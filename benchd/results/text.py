@@ -10,7 +10,7 @@ that needs a figure for people calls these.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from benchd.schemas import CellVerdict, MachineInfo
 from benchd.stats.axes import AXES
@@ -56,7 +56,7 @@ def fmt_bytes(v: float, digits: int = 2) -> str:
     return f"{v:.0f} B"
 
 
-def fmt_value(metric: str, v: Any) -> str:
+def fmt_value(metric: str, v: object) -> str:
     """A metric's value for people: bytes in binary units, ratios to three decimals, rates and times to
     one decimal (three significant digits under 10); `null` (or anything not a number) reads `null`."""
     if not isinstance(v, int | float) or isinstance(v, bool):

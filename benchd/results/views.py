@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     from benchd.schemas import Runbook
@@ -56,12 +56,20 @@ def available(names: list[str] | None = None) -> list[str]:
     return [n for n in (names or list(RENDERERS)) if RENDERERS[n].missing() is None]
 
 
+class Rendered(TypedDict):
+    """What `render_views` did: the files written, and the views skipped or failed with why."""
+
+    written: list[str]
+    skipped: dict[str, str]
+    errors: dict[str, str]
+
+
 def render_views(rb: Runbook, out_dir: Path, names: list[str] | None = None, *, cache_dir: Path | None = None,
-                 collect_errors: bool = False) -> dict[str, Any]:
+                 collect_errors: bool = False) -> Rendered:
     """Render views of `rb` into `out_dir` in THIS process: {written, skipped, errors}. A view whose
     requirement is missing is skipped with its reason; a failing view raises, or with
     `collect_errors` is recorded by name and the others still render (the worker's way)."""
-    out: dict[str, Any] = {"written": [], "skipped": {}, "errors": {}}
+    out = Rendered(written=[], skipped={}, errors={})
     for name in names or list(RENDERERS):
         r = RENDERERS[name]
         why = r.missing()

@@ -13,8 +13,9 @@ import json
 import platform
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Protocol, TypedDict
 
 import psutil
 
@@ -129,13 +130,22 @@ def collect_machine() -> MachineInfo:
 # ----------------------------------------------------------------------------------------- power
 
 
-def power_fields(status: PowerStatus) -> dict[str, Any]:
+class PowerFields(TypedDict):
+    """The machine's power fields, with their sources and the reasons of the null ones."""
+
+    power_source: str | None
+    battery_percent: float | None
+    null_reasons: dict[str, str]
+    sources: dict[str, str]
+
+
+def power_fields(status: PowerStatus) -> PowerFields:
     """`benchd.sensors.power.status.PowerStatus` → the machine fields (power_source, battery_percent) with sources/reasons.
 
     The readers themselves (Linux /sys/class/power_supply, macOS `pmset -g batt` via the
     darwin-isolated `benchd.sensors.power.darwin` parser) belong to `benchd.sensors.power.status`; this only maps the answer.
     """
-    out: dict[str, Any] = {"power_source": None, "battery_percent": status.percent, "null_reasons": {}, "sources": {}}
+    out = PowerFields(power_source=None, battery_percent=status.percent, null_reasons={}, sources={})
     if status.source == "unknown":
         out["null_reasons"]["power_source"] = status.reason or "the OS does not say"
     else:
@@ -148,7 +158,7 @@ def power_fields(status: PowerStatus) -> dict[str, Any]:
     return out
 
 
-def collect_power() -> dict[str, Any]:
+def collect_power() -> PowerFields:
     from benchd.sensors.power.status import power_status
 
     return power_fields(power_status())
@@ -164,7 +174,15 @@ def collect_benchd() -> BenchdInfo:
 # ----------------------------------------------------------------------------------------- models
 
 
-def _file_sha256(path: Path, h: Any | None = None) -> Any:
+class _Hash(Protocol):
+    """A hashlib hash: fed bytes, read as hex."""
+
+    def update(self, data: bytes, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+
+def _file_sha256(path: Path, h: _Hash | None = None) -> _Hash:
     h = h or hashlib.sha256()
     with open_regular(str(path)) as f:
         while chunk := f.read(1 << 20):
@@ -192,7 +210,7 @@ def _dir_listing(p: Path) -> tuple[list[tuple[Path, str, int, int]], str]:
     return listing, f"{p.resolve()}|dir|{sig.hexdigest()}"
 
 
-def _cached_digest(key: str, compute: Any, cache_file: Path | None) -> str:
+def _cached_digest(key: str, compute: Callable[[], str], cache_file: Path | None) -> str:
     """`compute()` unless `cache_file` (JSON: key -> sha256) already holds `key`; stores new digests."""
     cache: dict[str, str] = {}
     if cache_file is not None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from benchd.config import Config
 from benchd.errors import BenchdError
-from benchd.schemas import Candidate, ExternalServer, Fingerprint
+from benchd.schemas import Candidate, ExternalServer, Fingerprint, Runbook
 from benchd.sensors.facts import hash_file, hash_model
 from benchd.servers.runtimes.environment import redact
 from benchd.store import utcnow
@@ -136,14 +136,14 @@ def _binary_facts(path: Path, config: Config, nulls: dict[str, str]) -> dict[str
     return out
 
 
-def runbook_fingerprint(rb: Any, candidate: str) -> Fingerprint | None:
+def runbook_fingerprint(rb: Runbook, candidate: str) -> Fingerprint | None:
     """A candidate's fingerprint in a runbook; for a runbook older than fingerprints, the partial one
     its provenance allows (binary, server version, model sha256, args)."""
     prov = next((p for p in rb.provenance.candidates if p.candidate == candidate), None)
     if prov is None:
         return None
     if prov.fingerprint is not None:
-        return prov.fingerprint  # type: ignore[no-any-return]
+        return prov.fingerprint
     cand = next((c for c in rb.sweep.candidates if c.id == candidate), None)
     return Fingerprint(taken_at=rb.provenance.collected_at, source="the runbook's provenance (no fingerprint)",
                        runtime=prov.runtime, binary=executable_of(prov.binary), version=prov.server_version,
@@ -154,7 +154,7 @@ def runbook_fingerprint(rb: Any, candidate: str) -> Fingerprint | None:
                                      ("binary_realpath", "binary_sha256", "packages")})
 
 
-def _show(field: str, value: Any) -> str:
+def _show(field: str, value: object) -> str:
     if value in (None, {}, []):
         return "-"
     if field.endswith("sha256"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple, Required, TypedDict, Unpack
 
 from msgspec import Struct
 
@@ -114,11 +114,41 @@ def _alpha_text(alpha: float) -> str:
     return f"α = {alpha:.3g}"
 
 
-def _unresolved(axis: str, better: Direction, why: str, *, alpha: float, margin_pct: float, n_a: int,
-                n_b: int, paired: bool, method: str, ratio: float | None = None, **extra: Any) -> AxisVerdict:
+class _Design(TypedDict, total=False):
+    """The AxisVerdict fields a comparison fixes before it estimates anything (and the pass-rate difference)."""
+
+    alpha: Required[float]
+    margin_pct: Required[float]
+    n_a: Required[int]
+    n_b: Required[int]
+    paired: Required[bool]
+    dropped: int
+    dropped_reason: str | None
+    lever: str | None
+    starts: int | None
+    diff: float | None
+    diff_low: float | None
+    diff_high: float | None
+
+
+class _Estimate(_Design, total=False):
+    """The AxisVerdict fields every verdict of one estimate shares (all but `verdict` and `text`)."""
+
+    axis: Required[str]
+    better: Required[Direction]
+    ratio: Required[float | None]
+    ci_low: Required[float | None]
+    ci_high: Required[float | None]
+    b_better: Required[bool | None]
+    guard_p: Required[float | None]
+    method: Required[str]
+
+
+def _unresolved(axis: str, better: Direction, why: str, *, method: str, ratio: float | None = None,
+                **kw: Unpack[_Design]) -> AxisVerdict:
     return AxisVerdict(axis=axis, better=better, verdict="unresolved", ratio=ratio, ci_low=None, ci_high=None,
-                       b_better=None, alpha=alpha, margin_pct=margin_pct, n_a=n_a, n_b=n_b, paired=paired,
-                       guard_p=None, method=method, text=f"unresolved: {why} ({_alpha_text(alpha)})", **extra)
+                       b_better=None, guard_p=None, method=method,
+                       text=f"unresolved: {why} ({_alpha_text(kw['alpha'])})", **kw)
 
 
 def lever(axis: str) -> str | None:
@@ -199,9 +229,9 @@ def compare_axis(a: Sequence[float], b: Sequence[float], *, axis: str, better: D
         raise ValueError(f"paired comparison needs equal lengths (got {len(a)} and {len(b)})")
     a, b, dropped = positive(a, b, paired)
     n_a, n_b = len(a), len(b)
-    kw: dict[str, Any] = dict(alpha=alpha, margin_pct=margin_pct, n_a=n_a, n_b=n_b, paired=paired,
-                              dropped=dropped, lever=lever(axis), starts=starts,
-                              dropped_reason="a value ≤ 0 has no ratio: left out as a null" if dropped else None)
+    kw = _Design(alpha=alpha, margin_pct=margin_pct, n_a=n_a, n_b=n_b, paired=paired,
+                 dropped=dropped, lever=lever(axis), starts=starts,
+                 dropped_reason="a value ≤ 0 has no ratio: left out as a null" if dropped else None)
     design = "paired log ratios" if paired else "Welch on log values"
     if not a or not b:
         return _unresolved(axis, better, "not measured on one side", method=design, **kw)
@@ -260,8 +290,8 @@ def compare_axis(a: Sequence[float], b: Sequence[float], *, axis: str, better: D
     rlo, rhi = math.exp(lo), math.exp(hi)
     method = f"{design}, {(1 - alpha) * 100:.4g} % CI; guard {guard}"
     guard_ok = guard_p <= max(alpha, min_p) * (1 + 1e-9)
-    common: dict[str, Any] = dict(axis=axis, better=better, ratio=ratio, ci_low=rlo, ci_high=rhi, b_better=b_better,
-                                  guard_p=guard_p, method=method, **kw)
+    common = _Estimate(axis=axis, better=better, ratio=ratio, ci_low=rlo, ci_high=rhi, b_better=b_better,
+                       guard_p=guard_p, method=method, **kw)
     outside = lo > lm or hi < -lm
     if outside and guard_ok:
         return AxisVerdict(verdict="different", text=f"different: {_different_text(ratio, rlo, rhi, word)} ({at})",
@@ -313,7 +343,7 @@ def compare_outcomes(a: Mapping[str, bool], b: Mapping[str, bool], *, axis: str 
     both, only_a, only_b, neither = outcome_table(a, b)
     n = both + only_a + only_b + neither
     better: Direction = AXES[axis].better if axis in AXES else "higher"
-    kw: dict[str, Any] = dict(alpha=alpha, margin_pct=margin_pct, n_a=n, n_b=n, paired=True, lever=lever(axis))
+    kw = _Design(alpha=alpha, margin_pct=margin_pct, n_a=n, n_b=n, paired=True, lever=lever(axis))
     method = "Newcombe score interval (paired, method 10); guard exact McNemar on shared tasks"
     if n == 0:
         return _unresolved(axis, better, "no task ran on both sides", method=method, **kw)
@@ -329,8 +359,8 @@ def compare_outcomes(a: Mapping[str, bool], b: Mapping[str, bool], *, axis: str 
     pp = f"{est * 100:+.0f} pp [{lo * 100:+.0f}, {hi * 100:+.0f} pp]".replace("-", _MINUS)
     what = f"pass rate {pa * 100:.0f} % → {pb * 100:.0f} % ({pp}) over {n} shared tasks"
     at = f"McNemar p = {guard_p:.2g}; {_alpha_text(alpha)}"
-    common: dict[str, Any] = dict(axis=axis, better=better, ratio=ratio, ci_low=rlo, ci_high=rhi, b_better=b_better,
-                                  guard_p=guard_p, method=method, diff=est, diff_low=lo, diff_high=hi, **kw)
+    common = _Estimate(axis=axis, better=better, ratio=ratio, ci_low=rlo, ci_high=rhi, b_better=b_better,
+                       guard_p=guard_p, method=method, diff=est, diff_low=lo, diff_high=hi, **kw)
     if (lo > m or hi < -m) and guard_ok:
         return AxisVerdict(verdict="different", text=f"different: {what} ({at})", **common)
     if lo >= -m and hi <= m:
@@ -348,7 +378,7 @@ def compare_to_history(history: Sequence[float], value: float, *, axis: str, bet
     exp(±t(k − 1) · s · √(1 + 1/k)) around value / the history's geometric mean; the guard is the exact
     rank of `value` among the k + 1 sessions, p = 2 · (its tail count) / (k + 1) ≤ max(α, 2 / (k + 1))."""
     k = len(history)
-    kw: dict[str, Any] = dict(alpha=alpha, margin_pct=margin_pct, n_a=k, n_b=1, paired=False)
+    kw = _Design(alpha=alpha, margin_pct=margin_pct, n_a=k, n_b=1, paired=False)
     method = "prediction interval of one more session on log values; guard exact rank among sessions"
     if k < 3:
         return _unresolved(axis, better, f"{k} earlier sessions: three are needed for their spread",
@@ -366,16 +396,16 @@ def compare_to_history(history: Sequence[float], value: float, *, axis: str, bet
     guard_p = min(1.0, 2 * tail_count / (k + 1))
     at = f"{_alpha_text(alpha)}, {k} earlier sessions"
     if spread == 0:
-        v = "different" if abs(est) > lm else "tied"
+        v: Verdict = "different" if abs(est) > lm else "tied"
         text = (f"different: {_different_text(ratio, ratio, ratio, word)} (exact, no spread; {at})" if v == "different"
                 else f"tied within ±{margin_pct:g} % (exact: {_pct(ratio)}, no spread; {at})")
-        return AxisVerdict(axis=axis, better=better, verdict=v, ratio=ratio, ci_low=ratio, ci_high=ratio,  # type: ignore[arg-type]
+        return AxisVerdict(axis=axis, better=better, verdict=v, ratio=ratio, ci_low=ratio, ci_high=ratio,
                            b_better=b_better, guard_p=guard_p, method=method, text=text, **kw)
     h = rt.t_quantile(1.0 - alpha / 2.0, k - 1) * spread * math.sqrt(1 + 1 / k)
     lo, hi = est - h, est + h
     rlo, rhi = math.exp(lo), math.exp(hi)
-    common: dict[str, Any] = dict(axis=axis, better=better, ratio=ratio, ci_low=rlo, ci_high=rhi, b_better=b_better,
-                                  guard_p=guard_p, method=method, **kw)
+    common = _Estimate(axis=axis, better=better, ratio=ratio, ci_low=rlo, ci_high=rhi, b_better=b_better,
+                       guard_p=guard_p, method=method, **kw)
     if (lo > lm or hi < -lm) and guard_p <= max(alpha, 2 / (k + 1)) * (1 + 1e-9):
         return AxisVerdict(verdict="different", text=f"different: {_different_text(ratio, rlo, rhi, word)} ({at})",
                            **common)

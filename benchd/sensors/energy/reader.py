@@ -88,7 +88,7 @@ class NullReader(BaseReader):
         return Delta(seconds=b.t - a.t, reason=self.reason)
 
 
-def describe(reader: EnergyReader) -> dict[str, Any]:
+def describe(reader: EnergyReader) -> dict[str, object]:
     """What a reader is, as plain data (runbook provenance, doctor, server_ready events)."""
     return {"source": reader.source, "available": reader.available, "reason": reader.reason,
             "granularity": reader.granularity, "scope": reader.scope}

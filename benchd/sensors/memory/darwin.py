@@ -251,14 +251,14 @@ class Darwin:
         return sum(pages * page for _, _, pages, path in walk_regions(pid) if path and is_under(path, paths))
 
 
-def describe() -> list[dict[str, Any]]:
+def describe() -> list[dict[str, object]]:
     """What `benchctl doctor` shows for macOS memory sources (checked on this process)."""
     try:
         fp = read_footprint(os.getpid())
     except OSError as exc:
         return [{"name": "darwin:phys_footprint", "available": False, "reason": str(exc)}]
     reset_err = reset_footprint_interval(os.getpid())
-    out: list[dict[str, Any]] = [
+    out: list[dict[str, object]] = [
         {"name": "darwin:phys_footprint", "available": fp is not None,
          "detail": "proc_pid_rusage(RUSAGE_INFO_V4) ri_phys_footprint and ri_resident_size per tick"},
         {"name": "darwin:interval_max_phys_footprint", "available": reset_err is None,

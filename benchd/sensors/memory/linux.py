@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 from benchd.sensors.memory.readers import PeakOf, ProcMem, is_under
 
@@ -117,11 +116,11 @@ def proc_tree(root: int) -> set[int] | None:
     return seen
 
 
-def describe() -> list[dict[str, Any]]:
+def describe() -> list[dict[str, object]]:
     """What `benchctl doctor` shows for Linux memory sources (checked on this process)."""
     reader = LinuxProc()
     m = reader.read(os.getpid())
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     hwm = m is not None and m.peak is not None
     out.append({"name": "kernel:VmHWM", "available": hwm, "detail": "/proc/PID/status VmHWM"}
                | ({} if hwm else {"reason": "VmHWM missing from /proc/self/status"}))

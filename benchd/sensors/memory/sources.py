@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 import psutil
 
@@ -43,9 +42,9 @@ def read_swap() -> tuple[int, int, str] | tuple[None, None, str]:
     return int(s.sin), int(s.sout), "psutil:swap_memory sin/sout"
 
 
-def describe_sources() -> list[dict[str, Any]]:
+def describe_sources() -> list[dict[str, object]]:
     """What memory sources exist on this machine and which do not, with why (for `benchctl doctor`)."""
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     if sys.platform == "darwin":
         out.extend(memory_darwin.describe())
     elif os.path.exists("/proc/self/status"):

@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import subprocess
-from typing import Any
 
 from benchd.schemas import ThermalReading
 
@@ -52,13 +51,13 @@ def _recorded(text: str, what: str, level: re.Match[str] | None) -> bool | None:
     return False if f"no {what} has been recorded" in text.lower() else None
 
 
-def parse_pmset_therm(text: str) -> dict[str, Any]:
+def parse_pmset_therm(text: str) -> dict[str, object]:
     """`pmset -g therm` (stdout and stderr together) → the CPU_* limits, and which warnings were recorded.
 
     {"CPU_Speed_Limit": 100, ..., "thermal_warning_level": N | None, "thermal_warning_recorded": bool | None,
      "performance_warning_level", "performance_warning_recorded", "cpu_power_status_recorded", "errors"}.
     """
-    out: dict[str, Any] = {k: int(v) for k, v in _PMSET_KV.findall(text)}
+    out: dict[str, object] = {k: int(v) for k, v in _PMSET_KV.findall(text)}
     thermal, perf = _THERMAL_LEVEL.search(text), _PERF_LEVEL.search(text)
     out["thermal_warning_level"] = int(thermal.group(1)) if thermal else None
     out["thermal_warning_recorded"] = _recorded(text, "thermal warning level", thermal)
@@ -117,9 +116,9 @@ class DarwinSensor:
         return self._notifyutil()
 
 
-def describe() -> list[dict[str, Any]]:
+def describe() -> list[dict[str, object]]:
     """What exists on this Mac, and why not where it does not."""
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     s = DarwinSensor()
     n = s._notifyutil() if shutil.which("notifyutil") else None
     out.append({"name": "darwin:notifyutil", "available": bool(n and n.available),

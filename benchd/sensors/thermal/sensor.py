@@ -18,7 +18,7 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import psutil
 
@@ -155,10 +155,10 @@ def open_sensor(env: Mapping[str, str] | None = None) -> ThermalSensor:
     return UnavailableSensor()
 
 
-def describe_sources(env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+def describe_sources(env: Mapping[str, str] | None = None) -> list[dict[str, object]]:
     """Each thermal source: whether it exists here, and why not (for `benchctl doctor`)."""
     env = os.environ if env is None else env
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     path = env.get("BENCHD_THERMAL_FILE")
     if path:
         r = FileSensor(path).read()
