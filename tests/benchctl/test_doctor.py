@@ -1,4 +1,4 @@
-"""`benchctl doctor`, driven as a subprocess with --json, on this machine with and without each runtime.
+"""`benchctl doctor`, driven through its entry point in this process with --json, on this machine with and without each runtime.
 
 Runtimes are hidden or shown through the documented knobs only: an empty $BENCHD_CACHE_DIR, a PATH
 without llama-server, $BENCHD_LLAMA_SERVER / $BENCHD_MLX_PYTHON pointing at the real cached builds.
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testlib import benchctl_inproc
 
 from benchd.config import default_cache_dir
 from benchd.errors import BenchdError
@@ -46,14 +47,14 @@ REAL_MLX_PY = _real_mlx_python()
 
 
 def doctor(tmp_path: Path, *args: str, state: Path | None = None, **env: str) -> tuple[int, Any, str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("BENCHD_")}
     cache = tmp_path / "empty-cache"
     cache.mkdir(exist_ok=True)
     if state is None:
         state = tmp_path / "state"
         state.mkdir(mode=0o700, exist_ok=True)
-    full = {**base, "PATH": CLEAN_PATH, "BENCHD_CACHE_DIR": str(cache), "BENCHD_STATE_DIR": str(state), **env}
-    done = subprocess.run([str(BIN / "benchctl"), "doctor", *args], capture_output=True, text=True, env=full, timeout=120)
+    unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith("BENCHD_")}
+    full = {**unset, "PATH": CLEAN_PATH, "BENCHD_CACHE_DIR": str(cache), "BENCHD_STATE_DIR": str(state), **env}
+    done = benchctl_inproc("doctor", *args, env=full)  # type: ignore[arg-type]
     assert "Traceback" not in done.stderr, done.stderr
     out = json.loads(done.stdout) if "--json" in args else done.stdout
     return done.returncode, out, done.stderr

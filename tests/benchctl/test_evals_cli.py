@@ -4,12 +4,10 @@ below 1 and missing suite data exit 2 naming the field or the fetch command; `be
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-BENCHCTL = [sys.executable, "-m", "benchctl"]
+from testlib import benchctl_inproc
 
 SWEEP = """name = "evals"
 contexts = [256]
@@ -28,8 +26,7 @@ def _run(tmp_path: Path, extra: str, cache: Path, *args: str) -> subprocess.Comp
     model.write_bytes(b"GGUF")
     f = tmp_path / "s.toml"
     f.write_text(SWEEP.format(extra=extra, model=model))
-    env = {**os.environ, "BENCHD_CACHE_DIR": str(cache)}
-    return subprocess.run([*BENCHCTL, *args, str(f)], capture_output=True, text=True, timeout=120, env=env)
+    return benchctl_inproc(*args, str(f), env={"BENCHD_CACHE_DIR": str(cache)})
 
 
 def test_validate_shows_the_suites(tmp_path: Path, eval_suites: Path) -> None:
@@ -60,9 +57,7 @@ def test_missing_data_names_the_fetch_command(tmp_path: Path) -> None:
         out = _run(tmp_path, 'evals = ["code"]', empty, cmd)
         assert out.returncode == 2, (cmd, out.stdout, out.stderr)
         assert "benchctl evals fetch" in out.stdout + out.stderr, (cmd, out.stdout, out.stderr)
-    listed = subprocess.run([*BENCHCTL, "evals", "list", "--cache-dir", str(empty), "--json"], capture_output=True,
-                            text=True, timeout=60)
+    listed = benchctl_inproc("evals", "list", "--cache-dir", str(empty), "--json")
     assert [r["cached"] for r in json.loads(listed.stdout)] == [False, False]
-    unknown = subprocess.run([*BENCHCTL, "evals", "fetch", "nope", "--cache-dir", str(empty)], capture_output=True,
-                             text=True, timeout=60)
+    unknown = benchctl_inproc("evals", "fetch", "nope", "--cache-dir", str(empty))
     assert unknown.returncode == 2 and "unknown eval suite" in unknown.stderr

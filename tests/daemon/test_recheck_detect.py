@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook_factory import fill_job, setup_state
-from testlib import BENCHCTL, clean_env, wait_until
+from testlib import benchctl_inproc, clean_env, wait_until
 
 from benchd.daemon.recheck import next_local_time
 from benchd.lock import lockfile as lock
@@ -28,7 +28,7 @@ def _factory_lock(base: Path) -> tuple[Any, dict[str, Path]]:
     """A state dir with one evidence runbook and `gguf-spec` locked on it (cache dir beside it)."""
     config, store, sweep, models = setup_state(base)
     fill_job(store, sweep)
-    runbook.write_runbook(config, store, "20261130-020000-abcd")
+    runbook.write_runbook(config, store, "20261130-020000-abcd", charts=False)
     store.close()
     lock.lock_candidate(config, "gguf-spec")
     return config, models
@@ -39,8 +39,8 @@ def _env(config: Any) -> dict[str, str]:
 
 
 def _ctl(config: Any, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*BENCHCTL, *args], capture_output=True, text=True, timeout=120,
-                          env={**_env(config), "BENCHD_SOCKET": str(config.socket)})
+    return benchctl_inproc(*args, env={"BENCHD_CACHE_DIR": str(config.cache_dir), "BENCHD_SOCKET": str(config.socket),
+                                       "BENCHD_STATE_DIR": None})  # type: ignore[dict-item]
 
 
 def _status(d: Any) -> dict[str, Any]:
@@ -128,9 +128,9 @@ def test_recheck_by_hand_needs_a_lock(run_daemon) -> None:  # type: ignore[no-un
 
 
 def test_timer_notices_a_change_while_running_and_by_hand_uses_the_settings(run_daemon, short_base: Path) -> None:  # type: ignore[no-untyped-def]
-    """`recheck_hours` is the period of the check while benchd runs (here 0.001 h = 3.6 s)."""
+    """`recheck_hours` is the period of the check while benchd runs (here 0.0003 h = 1.08 s)."""
     config, models = _factory_lock(short_base)
-    (config.state_dir / "config.toml").write_text('[recheck]\nrecheck_hours = 0.001\nwhen = ["idle"]\nat = "23:30"\n')
+    (config.state_dir / "config.toml").write_text('[recheck]\nrecheck_hours = 0.0003\nwhen = ["idle"]\nat = "23:30"\n')
     d = run_daemon(state_dir=config.state_dir, env=_env(config))
     first = wait_until(lambda: (s := _status(d))["last_check_at"] and s, timeout=30, what="the start-up check")
     assert first["last_check"] == ["no change (gguf-spec)"] and first["next_check_at"]

@@ -15,6 +15,6 @@ def state(tmp_path: Path):
     """A written factory runbook: (config, the runbook as loaded back from its file)."""
     config, store, sweep, _ = setup_state(tmp_path)
     job = fill_job(store, sweep)
-    rid = runbook.write_runbook(config, store, job)
+    rid = runbook.write_runbook(config, store, job, charts=False)
     yield config, runbook.load_runbook(rid, config)
     store.close()

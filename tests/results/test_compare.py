@@ -62,8 +62,8 @@ def _metric(cmp: compare.Comparison, cand: str, ctx: int, metric: str) -> compar
 @pytest.fixture()
 def pair(tmp_path: Path):
     config, store, sweep, _ = setup_state(tmp_path)
-    a = runbook.write_runbook(config, store, fill_job(store, sweep, job_id="jobaaaa-0001"))
-    b = runbook.write_runbook(config, store, fill_job(store, sweep, job_id="jobbbbb-0002", gen_scale=1.25))
+    a = runbook.write_runbook(config, store, fill_job(store, sweep, job_id="jobaaaa-0001"), charts=False)
+    b = runbook.write_runbook(config, store, fill_job(store, sweep, job_id="jobbbbb-0002", gen_scale=1.25), charts=False)
     yield config, store, runbook.load_runbook(a, config), runbook.load_runbook(b, config)
     store.close()
 

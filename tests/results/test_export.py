@@ -8,11 +8,10 @@ import csv
 import io
 import json
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 from runbook_factory import GEN
+from testlib import benchctl_inproc
 
 from benchd.results import export
 
@@ -80,10 +79,8 @@ def test_cli_export_writes_each_format(state, tmp_path: Path) -> None:
     config, rb = state
     for fmt in export.FORMATS:
         out = tmp_path / f"out.{fmt}"
-        p = subprocess.run([sys.executable, "-m", "benchctl", "export", rb.id, "--format", fmt, "-o", str(out),
-                            "--state-dir", str(config.state_dir)], capture_output=True, text=True, timeout=120)
+        p = benchctl_inproc("export", rb.id, "--format", fmt, "-o", str(out), "--state-dir", str(config.state_dir))
         assert p.returncode == 0, p.stderr
         assert out.read_text() == export.FORMATS[fmt](rb)
-    p = subprocess.run([sys.executable, "-m", "benchctl", "export", "no-such-runbook", "--format", "csv",
-                        "--state-dir", str(config.state_dir)], capture_output=True, text=True, timeout=120)
+    p = benchctl_inproc("export", "no-such-runbook", "--format", "csv", "--state-dir", str(config.state_dir))
     assert p.returncode == 2, p.stderr

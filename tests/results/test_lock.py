@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from runbook_factory import fill_job, setup_state
+from testlib import benchctl_inproc
 
 from benchd.errors import BenchdError
 from benchd.lock import lockfile as lock
@@ -35,15 +36,14 @@ BENCHCTL = [sys.executable, "-m", "benchctl"]
 def state(tmp_path: Path):
     config, store, sweep, models = setup_state(tmp_path)
     job = fill_job(store, sweep)
-    rid = runbook.write_runbook(config, store, job)
+    rid = runbook.write_runbook(config, store, job, charts=False)
     yield config, runbook.load_runbook(rid, config), models
     store.close()
 
 
 def _cli(config, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "BENCHD_CACHE_DIR": str(config.cache_dir), **(env or {})}
-    return subprocess.run([*BENCHCTL, *args, "--state-dir", str(config.state_dir)], capture_output=True,
-                          text=True, timeout=60, env=full_env, check=False)
+    return benchctl_inproc(*args, "--state-dir", str(config.state_dir),
+                           env={"BENCHD_CACHE_DIR": str(config.cache_dir), **(env or {})})
 
 
 def test_round_trip(state) -> None:
@@ -227,7 +227,7 @@ def test_locked_command_starts_real_llama_server(tmp_path: Path, request: pytest
                      binary=str(binary), spec=Spec(kind="draft", draft_model=str(draft), draft_max=4))
     sweep = msgspec.structs.replace(sweep, candidates=[real, *sweep.candidates[1:]])
     fill_job(store, sweep)
-    runbook.write_runbook(config, store, "20261130-020000-abcd")
+    runbook.write_runbook(config, store, "20261130-020000-abcd", charts=False)
     store.close()
     assert _cli(config, "lock", "--candidate", "gguf-spec").returncode == 0
     port = _free_port()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import configparser
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -28,7 +27,7 @@ BENCHCTL = [sys.executable, "-m", "benchctl"]
 @pytest.fixture()
 def state(tmp_path: Path):
     config, store, sweep, models = setup_state(tmp_path)
-    rid = runbook.write_runbook(config, store, fill_job(store, sweep))
+    rid = runbook.write_runbook(config, store, fill_job(store, sweep), charts=False)
     fake_bin = config.state_dir / "llama-server"
     fake_bin.write_text("#!/bin/sh\n")
     fake_bin.chmod(0o755)
@@ -100,7 +99,7 @@ def test_the_pinned_router_reads_the_preset(tmp_path: Path, llama_server_bin: Pa
                      ctx_size=512, binary=str(llama_server_bin),
                      spec=Spec(kind="draft", draft_model=str(tiny_models.draft_identical), draft_max=4))
     rid = runbook.write_runbook(config, store, fill_job(store, msgspec.structs.replace(
-        sweep, candidates=[real, *sweep.candidates[1:]])))
+        sweep, candidates=[real, *sweep.candidates[1:]])), charts=False)
     store.close()
     locked = lock.build_lock(runbook.load_runbook(rid, config), "gguf-spec")
     preset = tmp_path / "presets.ini"
@@ -133,13 +132,12 @@ def test_lock_warns_when_the_evidence_is_thin(state) -> None:
     """The factory's cells have three probes ("too few"), and gguf-plain is undecided against frontier
     members at 1024: `lock` locks it and says both (stderr, and `warnings` in --json)."""
     config, _rb, _models, _fake_bin = state
-    env = {**os.environ, "BENCHD_CACHE_DIR": str(config.cache_dir)}
-    out = subprocess.run([*BENCHCTL, "lock", "--candidate", "gguf-plain", "--state-dir", str(config.state_dir)],
-                         capture_output=True, text=True, timeout=60, env=env)
+    env = {"BENCHD_CACHE_DIR": str(config.cache_dir)}
+    out = benchctl_inproc("lock", "--candidate", "gguf-plain", "--state-dir", str(config.state_dir), env=env)
     assert out.returncode == 0, out.stderr
     assert "warning: thin evidence: gguf-plain's cells at contexts 512, 1024 have too few probes" in out.stderr
     line = next(x for x in out.stderr.splitlines() if "undecided against gguf-spec (on the frontier)" in x)
     assert line.startswith("warning: thin evidence: at context 1024 gguf-plain") and "generation speed" in line
-    doc = json.loads(subprocess.run([*BENCHCTL, "lock", "--candidate", "gguf-plain", "--json", "--state-dir",
-                                     str(config.state_dir)], capture_output=True, text=True, timeout=60, env=env).stdout)
+    doc = json.loads(benchctl_inproc("lock", "--candidate", "gguf-plain", "--json", "--state-dir",
+                                     str(config.state_dir), env=env).stdout)
     assert len(doc["warnings"]) >= 2

@@ -17,7 +17,7 @@ from benchd.results.priority import PRIORITIES, priority_lines
 
 def test_priorities_answer_in_order_with_costs(tmp_path: Path) -> None:
     config, store, sweep, _ = setup_state(tmp_path)
-    rb = runbook.load_runbook(runbook.write_runbook(config, store, fill_job(store, sweep)), config)
+    rb = runbook.load_runbook(runbook.write_runbook(config, store, fill_job(store, sweep), charts=False), config)
     store.close()
     gen = priority_lines(rb, "generation")
     assert gen[0] == "priority: fastest generation (generation)" and "answered by generation speed" in gen[1]

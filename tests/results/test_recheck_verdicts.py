@@ -54,7 +54,7 @@ def state(tmp_path: Path):
     sweep = msgspec.structs.replace(sweep, candidates=[msgspec.structs.replace(c, binary=str(binary))
                                                        if c.runtime == "llama-server" else c for c in sweep.candidates])
     fill_job(store, sweep)
-    rid = runbook.write_runbook(config, store, "20261130-020000-abcd")
+    rid = runbook.write_runbook(config, store, "20261130-020000-abcd", charts=False)
     yield config, runbook.load_runbook(rid, config), models, binary, store
     store.close()
 
@@ -174,7 +174,7 @@ def test_history_appended_without_touching_locked_and_kept_on_relock(state) -> N
     # a "recheck" job: the same candidate 30 % slower at generation, written as a runbook
     slow = msgspec.structs.replace(rb.sweep, probes=5)
     fill_job(store, slow, job_id="20261130-040000-beef", gen_scale=0.7)
-    rid = runbook.write_runbook(config, store, "20261130-040000-beef")
+    rid = runbook.write_runbook(config, store, "20261130-040000-beef", charts=False)
     lf = lock.read_lock(path)
     entry = finish_entry(config, lf, job="20261130-040000-beef", outcome="succeeded", runbook_id=rid,
                          lock_runbook=lf.locked.runbook, locked_at=lf.locked.locked_at, cause=["version: a -> b"],
@@ -207,8 +207,8 @@ def test_verdicts_with_enough_probes(state) -> None:
     try:
         fill_job(store, six, job_id="20261130-060000-aaaa")
         fill_job(store, six, job_id="20261130-070000-bbbb", gen_scale=0.7)
-        a = runbook.load_runbook(runbook.write_runbook(config, store, "20261130-060000-aaaa"), config)
-        b = runbook.load_runbook(runbook.write_runbook(config, store, "20261130-070000-bbbb"), config)
+        a = runbook.load_runbook(runbook.write_runbook(config, store, "20261130-060000-aaaa", charts=False), config)
+        b = runbook.load_runbook(runbook.write_runbook(config, store, "20261130-070000-bbbb", charts=False), config)
     finally:
         GEN.clear()
         GEN.update(saved)

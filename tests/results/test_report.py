@@ -6,12 +6,10 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from testlib import benchctl_inproc
 
 from benchd.errors import BenchdError
 from benchd.results import plot, report, runbook
@@ -59,19 +57,18 @@ def test_csv_nulls_have_reasons(state) -> None:
 
 def test_cli_json_and_md(state) -> None:
     config, rb = state
-    env = {**os.environ, "BENCHD_CACHE_DIR": str(config.cache_dir)}
-    base = [sys.executable, "-m", "benchctl", "report", "--state-dir", str(config.state_dir)]
-    res = subprocess.run([*base, "--json", "--pareto"], capture_output=True, text=True, env=env, timeout=60, check=False)
+    env = {"BENCHD_CACHE_DIR": str(config.cache_dir)}
+    base = ["report", "--state-dir", str(config.state_dir)]
+    res = benchctl_inproc(*base, "--json", "--pareto", env=env)
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["runbook"] == rb.id  # no RUNBOOK given: the newest
     cell = next(c for c in doc["cells"] if c["candidate"] == "gguf-plain" and c["context"] == 512)
     assert cell["gen_tps"]["median"] == 100.0 and cell["gen_tps"]["min"] == 99.0
     assert {p["context"] for p in doc["pareto"]} == {512, 1024}
-    md = subprocess.run([*base, rb.job.id, "--format", "md"], capture_output=True, text=True, env=env, timeout=60,
-                        check=False)
+    md = benchctl_inproc(*base, rb.job.id, "--format", "md", env=env)
     assert md.returncode == 0 and md.stdout == (config.runbooks_dir / f"{rb.id}.md").read_text()
-    bad = subprocess.run([*base, "nosuchjob-0000"], capture_output=True, text=True, env=env, timeout=60, check=False)
+    bad = benchctl_inproc(*base, "nosuchjob-0000", env=env)
     assert bad.returncode == 2 and "no runbook" in bad.stderr
 
 
