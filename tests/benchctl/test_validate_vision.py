@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-BENCHCTL = [sys.executable, "-m", "benchctl"]
+from testlib import benchctl_inproc
 
 
 def _sweep(tmp_path: Path, vision: str, candidates: str) -> Path:
@@ -22,7 +20,7 @@ def _sweep(tmp_path: Path, vision: str, candidates: str) -> Path:
 
 
 def _validate(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*BENCHCTL, "validate", str(path), *args], capture_output=True, text=True, timeout=120)
+    return benchctl_inproc("validate", str(path), *args)
 
 
 def _cand(cid: str, runtime: str, model: Path | str, extra: str = "") -> str:
