@@ -15,7 +15,7 @@ from benchd.schemas import Domination
 
 def test_the_closing_line_says_what_was_found(tmp_path: Path) -> None:
     config, store, sweep, _ = setup_state(tmp_path)
-    rid = runbook.write_runbook(config, store, fill_job(store, sweep))
+    rid = runbook.write_runbook(config, store, fill_job(store, sweep), charts=False)
     store.close()
     path = config.runbooks_dir / f"{rid}.json"
     # the factory's rows: at 1024 gguf-plain is different-and-better on generation and memory, not worse elsewhere
