@@ -207,20 +207,28 @@ def run_program(program: str, timeout_s: float, *, guard: bool = False, unsandbo
     return GradeResult(False, _why(got)[:500], box.isolated, got.limits)
 
 
+def _signal_of(got: sandbox.Outcome) -> int | None:
+    """The signal that ended the program: a negative status, or 128 + N from a sandbox's shell."""
+    code = got.returncode or 0
+    if code < 0:
+        return -code
+    if code > 128 and got.sandbox in ("bwrap", "unshare"):
+        return code - 128
+    return None
+
+
 def _why(got: sandbox.Outcome) -> str:
-    lines = [ln for ln in got.stderr_tail.splitlines() if ln.strip()]
     if got.killed:
         return got.killed
-    code = got.returncode if got.returncode is not None else 0
-    if code < 0 or (code > 128 and got.sandbox in ("bwrap", "unshare")):
-        sig = -code if code < 0 else code - 128
+    lines = [ln for ln in got.stderr_tail.splitlines() if ln.strip()]
+    sig = _signal_of(got)
+    if sig is not None:
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
         return f"signal {sig} ({name})" + (f": {lines[-1]}" if lines else "")
     if lines:
         return lines[-1]
-    if code == 0:
-        return "the program did not run to its end"
-    return f"exit status {code}"
+    code = got.returncode or 0
+    return "the program did not run to its end" if code == 0 else f"exit status {code}"
 
 
 def grade(task: EvalTask, answer_text: str, *, timeout_s: float | None = None,
