@@ -1,13 +1,5 @@
-"""KL divergence against a reference candidate: the sweep's `[kld]` tail step and its checks.
-
-Per `[kld]` context: the reference's log-probabilities on the corpus are computed once (GGUF:
-`llama-perplexity --kl-divergence-base`; MLX: `benchd/data/kldmlx.py` in the MLX venv, same file format)
-and cached under `<cache>/kld/`, keyed by the reference model's sha256, the corpus's sha256, the context,
-the chunk count and the argv; each candidate sharing the reference's tokenizer is then scored against that
-file (GGUF: `llama-perplexity --kl-divergence` with its cache type and flags; MLX: in-process with its
-`--kv-bits`), its memory sampled as any run's. Results are `kld_finished` events (a resumed job skips them).
-
-Reasons and facts: docs/kld.md.
+"""KL divergence against a reference candidate: the sweep's `[kld]` tail step and its checks. Results are
+`kld_finished` events (a resumed job skips them). Reasons and facts: docs/kld.md.
 """
 
 from __future__ import annotations
@@ -51,8 +43,7 @@ DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "data" / "kld-corpus.t
 GGUF_RUNTIME = "llama-server"
 MLX_RUNTIMES = ("mlx_lm.server", "mlx_vlm.server")
 MLX_SCRIPT = Path(__file__).resolve().parent.parent / "data" / "kldmlx.py"  # run by the MLX venv, not imported
-#: llama-server flags that change what llama-perplexity computes (True: the flag takes a value). Every other
-#: candidate arg is server-only (port, slots, templates, sampling) and is recorded in `dropped_args`.
+#: llama-server flags that change what llama-perplexity computes (True: the flag takes a value).
 PASS_FLAGS: dict[str, bool] = {
     "-ctk": True, "--cache-type-k": True, "-ctv": True, "--cache-type-v": True, "-fa": True, "--flash-attn": True,
     "-t": True, "--threads": True, "-tb": True, "--threads-batch": True, "-ngl": True, "--n-gpu-layers": True,
@@ -102,8 +93,7 @@ def _hash_tokens(tokens: Sequence[str]) -> str:
 
 
 def tokenizer_of(cand: Candidate) -> Tokenizer:
-    """The token strings of a GGUF (`tokenizer.ggml.tokens`) or an MLX dir (`tokenizer.json`'s vocabulary
-    and added tokens, by id). Raises ValueError naming what could not be read."""
+    """The candidate's vocabulary (GGUF or MLX dir); raises ValueError naming what could not be read."""
     if cand.runtime == GGUF_RUNTIME:
         return _gguf_tokenizer(cand.model)
     if cand.runtime in MLX_RUNTIMES:
@@ -139,8 +129,7 @@ def _mlx_tokenizer(path: Path) -> Tokenizer:
 
 
 def count_tokens(cand: Candidate, text_path: Path, cache_dir: Path, timeout: float = 120.0) -> int:
-    """The corpus's token count in the candidate's own tokenizer, BOS included as the scoring tool adds it
-    (GGUF: `llama-tokenize --show-count`, a vocabulary-only load; MLX: the venv's tokenizer)."""
+    """The corpus's token count in the candidate's own tokenizer, BOS included."""
     if cand.runtime == GGUF_RUNTIME:
         exe, _ = resolve_llama_binary(None, cache_dir, "llama-tokenize")
         argv = [str(exe), "-m", cand.model, "-f", str(text_path), "--ids", "--show-count", "--log-disable"]
@@ -184,10 +173,8 @@ def scored(sweep: Sweep) -> list[Candidate]:
 
 
 def planned_runs(sweep: Sweep, corpus_tokens: int) -> list[tuple[str, int, int, str]]:
-    """The runs `[kld]` makes, as (candidate id, context, tokens the run evaluates: its whole chunks, the
-    second half of each scored; purpose): per context the reference's logits run ("reference logits", none
-    when its file is cached), then one per scored candidate ("scoring"; more when the pinned build loses its
-    summary: KLD_ATTEMPTS)."""
+    """The runs `[kld]` makes: (candidate id, context, tokens the run evaluates, "reference logits" or
+    "scoring"), per context the reference's first."""
     k = sweep.kld
     if k.reference is None:
         return []
@@ -200,9 +187,8 @@ def planned_runs(sweep: Sweep, corpus_tokens: int) -> list[tuple[str, int, int, 
 
 
 def static_problems(sweep: Sweep) -> list[BenchdError]:
-    """What the daemon refuses at submit (no file is tokenized): the corpus readable and at least two chunks
-    of the largest context long by its bytes (a token is at least one byte), a reference benchd starts with
-    a runtime that is scored."""
+    """What the daemon refuses at submit, no file tokenized: a reference benchd starts and scores, the
+    corpus readable and two chunks of the largest context long by its bytes (a token is >= 1 byte)."""
     k = sweep.kld
     if k.reference is None:
         return []
@@ -237,9 +223,8 @@ def _corpus_problems(sweep: Sweep) -> list[BenchdError]:
 
 
 def local_problems(sweep: Sweep, cache_dir: Path) -> list[BenchdError]:
-    """`benchctl validate`'s check on this machine: the static ones, then the corpus tokenized by the
-    reference (shorter than two chunks of a context: refused) and each candidate's tokenizer against the
-    reference's (another one is an error here; at run time it is a null with the reason)."""
+    """`benchctl validate`'s check on this machine: the static ones, the corpus's token count, and each
+    candidate's tokenizer against the reference's (at run time another one is a null, not an error)."""
     out = static_problems(sweep)
     k = sweep.kld
     if k.reference is None or out:
@@ -319,8 +304,7 @@ MLX_QUANTIZED_KV_START = 5000
 
 
 def mlx_kv_notes(args: Sequence[str], ctx: int) -> list[str]:
-    """What an MLX candidate's KV flags did at `ctx`: with `--kv-bits` and a start at or past the chunk, the
-    cache stayed full precision (as mlx_lm.server's would at that depth)."""
+    """What an MLX candidate's KV flags did at `ctx` (a start at or past the chunk: full precision)."""
     got = dict(_flag_values(args, MLX_KV_FLAGS))
     if "--kv-bits" not in got:
         return []
@@ -343,21 +327,16 @@ _NUM = r"(-?[0-9.]+(?:e[-+]?\d+)?|nan|-?inf)"
 _PM = r"\s*±\s*"
 
 
-#: Runs of `llama-perplexity --kl-divergence` per candidate and context until its summary block arrives.
-#: The pinned build logs through a worker thread it never flushes at exit (common/log.cpp, common_log_main
-#: "may cause logs to be lost"; perplexity.cpp returns without common_log_flush): on this 2-core VM the
-#: last batch's chunk lines and the summary were missing from about half the runs (docs/kld.md).
+#: Runs of `llama-perplexity --kl-divergence` per candidate and context until its summary block arrives
+#: (docs/kld.md#why-a-run-may-be-repeated).
 KLD_ATTEMPTS = 4
 #: llama-perplexity prints its summary block only over at least this many scored tokens.
 SUMMARY_MIN_TOKENS = 100
 
 
 def parse_kld_output(text: str, context: int) -> dict[str, Any]:
-    """The figures of `llama-perplexity --kl-divergence` (tools/perplexity/perplexity.cpp `kl_divergence`):
-    the summary block and the per-chunk lines (cumulative over the chunks so far). `summary` says which
-    gave the figures: "summary block", "last chunk line" (every chunk's line arrived, the block did not:
-    its mean, top-1 and PPL-ratio figures are the same sums; percentiles are then missing) or None
-    (the run's output stops before its last chunk). `chunks_expected` is the tool's own count."""
+    """The figures of `llama-perplexity --kl-divergence`; `summary` says which gave them: "summary block",
+    "last chunk line" (no percentiles) or None (the output stops before its last chunk: no figures)."""
     out: dict[str, Any] = {"summary": None, **_summary_block(text)}
     if "top1_agree" in out and "kld_mean" in out:
         out["summary"] = "summary block"
@@ -505,8 +484,7 @@ class _Pool(Protocol):
 
 
 async def tail_step(job: str, sweep: Sweep, config: Config, recorder: _Recorder, pool: _Pool, rate_hz: float) -> None:
-    """The sweep's `[kld]` step (the engine calls it last): every server released, then `KldRunner` on the
-    pairs the job has not scored yet (its `kld_finished` events)."""
+    """The sweep's `[kld]` step, last: every server released, then `KldRunner` on the pairs not scored."""
     if sweep.kld.reference not in {c.id for c in sweep.candidates}:  # off (submit refuses any other)
         return
     await pool.release_all()
@@ -768,8 +746,7 @@ def results_from_events(events: Sequence[Event]) -> list[KldResult]:
 
 
 def pareto_samples(results: Sequence[KldResult]) -> dict[str, list[float]]:
-    """The `kld` axis's samples per candidate: its per-chunk mean KLDs at the largest context it was scored
-    at (where a KV cache's cost shows most). The comparison treats them as that candidate's samples."""
+    """The `kld` axis's samples per candidate: its per-chunk mean KLDs at its largest scored context."""
     out: dict[str, tuple[int, list[float]]] = {}
     for r in results:
         if r.status == "ok" and r.chunk_kld and (r.candidate not in out or r.context > out[r.candidate][0]):
@@ -778,10 +755,8 @@ def pareto_samples(results: Sequence[KldResult]) -> dict[str, list[float]]:
 
 
 def seconds_left(sweep: Sweep, events: Sequence[Event], prompt_tps: float | None) -> tuple[float, str] | None:
-    """The `[kld]` step's seconds left in a running job and where the rate comes from: the runs not done
-    (`planned_runs`; a context's reference run until one of its candidates finished), each its tokens at
-    the seconds per evaluated token of this job's finished scoring runs, else at `prompt_tps` (the job's
-    measured probe prompt rate). None without `[kld]` or any rate."""
+    """The `[kld]` step's seconds left in a running job (`planned_runs` not done, at `_seconds_per_token`)
+    and where the rate comes from; None without `[kld]` or any rate."""
     if sweep.kld.reference is None:
         return None
     tokens = _corpus_tokens(sweep, events)
