@@ -1,7 +1,5 @@
-"""BFCL function-calling tasks: the OpenAI `tools` a task declares, and the AST grader for the calls a server
-parsed.
-
-Reasons and facts: docs/evals.md#the-bfcl-grader.
+"""BFCL function-calling tasks: the OpenAI `tools` a task declares, and the AST grader for the calls a
+server parsed. Reasons: docs/evals.md#the-bfcl-grader.
 """
 
 from __future__ import annotations
@@ -91,8 +89,6 @@ def _cast_nested(value: dict[str, Any]) -> None:
             items["properties"] = _cast(items["properties"])
 
 
-# ---------------------------------------------------------------------------------------------- grader
-
 def grade(category: str, functions: list[dict[str, Any]], answer: list[dict[str, Any]] | None,
           calls: list[Call]) -> Verdict:
     """Grade the parsed calls of one task of `category` against BFCL's possible answer."""
@@ -164,7 +160,6 @@ def _invalid(param: str, value: object, allowed: list[Any]) -> str:
 
 
 def _argument_problem(param: str, value: Any, details: dict[str, Any], allowed: dict[str, list[Any]]) -> str:
-    """Why one argument fails BFCL's check ("": it passes)."""
     if param not in details or param not in allowed:
         return f"Unexpected parameter: {param!r}."
     kind = details[param]["type"]
@@ -284,8 +279,7 @@ def _list_dict_check(param: str, value: list[object], allowed: list[object]) -> 
 
 
 def reference_calls(answer: list[dict[str, Any]]) -> list[Call]:
-    """The calls a possible answer describes: each parameter's first non-`""` value (recursing into dicts);
-    a parameter whose only value is `""` is left out."""
+    """The calls a possible answer describes: each parameter's first non-`""` value."""
     calls = []
     for entry in answer:
         name, params = next(iter(entry.items()))

@@ -1,6 +1,5 @@
 """The eval tier run through a candidate's server: ask each task, grade the answer off the event loop.
-
-Reasons and facts: docs/evals.md#asking-and-grading.
+Reasons: docs/evals.md#asking-and-grading.
 """
 
 from __future__ import annotations
@@ -40,8 +39,7 @@ class Asked:
 
 
 def answer_text(raw: bytes) -> str | None:
-    """`choices[0].message.content` without a leading think block an unrecognised template left there;
-    None when the reply is not a chat completion, "" for a null content (all reasoning)."""
+    """The reply's answer, a leading think block removed; None when it is not a chat completion."""
     return parse_answer(raw).text
 
 
@@ -87,8 +85,7 @@ async def ask(adapter: RuntimeAdapter, base_url: str, cand: Candidate, prompt: s
 
 async def ask_with_budget(adapter: RuntimeAdapter, base_url: str, cand: Candidate, prompt: str, max_tokens: int,
                           sweep: Sweep, thinking: str, timeout_s: float) -> Asked:
-    """One answer; a reply cut off while still reasoning is asked once more with the budget raised by the
-    sweep's `eval_reasoning_budget` (the built-in tier and the public suites alike)."""
+    """One answer; one cut off while reasoning is asked again with `eval_reasoning_budget` more."""
     answer, failure = await ask(adapter, base_url, cand, prompt, max_tokens, sweep, thinking, timeout_s)
     if failure is None and answer.cut_while_reasoning and sweep.eval_reasoning_budget > 0:
         budget = max_tokens + sweep.eval_reasoning_budget

@@ -45,9 +45,7 @@ class EvalVisits:
             await self.run_suite(adapter, server, cand, suite)
 
     async def run_suite(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, suite: str) -> None:
-        """One public suite through the server, each result stored as it lands, until `eval_budget_s`
-        (this run's task seconds plus the stored results' request seconds) is reached. The tool parser
-        is asked once, after the first tool request (docs/evals.md#running-the-public-suites)."""
+        """One public suite through the server, each result stored as it lands, until `eval_budget_s`."""
         tasks = self.suite_tasks(suite)
         if not any((cand.id, t.id) not in self.evals_done for t in tasks):
             return
@@ -70,12 +68,10 @@ class EvalVisits:
             spent += time.monotonic() - t0
 
     def _spent(self, cand: Candidate, suite: str) -> float:
-        """The request seconds of the suite's results stored for the candidate."""
         return sum(e.latency_s or 0.0 for e in self.recorder.store.results.evals(self.job)
                    if e.candidate == cand.id and e.tier == suite)
 
     def _budget_reached(self, cand: Candidate, suite: str, spent: float) -> bool:
-        """`eval_budget_s` is spent (said in an `eval_budget_reached` event)."""
         budget = self.sweep.eval_budget_s
         if budget is None or spent < budget:
             return False

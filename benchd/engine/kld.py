@@ -59,9 +59,6 @@ SECONDS_PER_1K_TOKENS = 120.0
 MLX_KV_FLAGS = ("--kv-bits", "--kv-group-size", "--quantized-kv-start")
 
 
-# ------------------------------------------------------------------------------------------ corpus
-
-
 def corpus_path(sweep: Sweep) -> tuple[Path, str]:
     """The text to score and where it comes from."""
     if sweep.kld.corpus:
@@ -74,9 +71,6 @@ def corpus_facts(sweep: Sweep) -> KldCorpus:
     data = path.read_bytes()
     return KldCorpus(path=str(path), source=source, sha256=hashlib.sha256(data).hexdigest(), bytes=len(data),
                      words=len(data.decode("utf-8", "replace").split()))
-
-
-# --------------------------------------------------------------------------------------- tokenizers
 
 
 @dataclass(frozen=True)
@@ -152,9 +146,6 @@ def _mlx_python(cache_dir: Path) -> str:
     return _argv_python(resolve_mlx_command("mlx_lm.server", None, cache_dir)[0])
 
 
-# ------------------------------------------------------------------------------------------- checks
-
-
 def _flag_values(args: Sequence[str], flags: Sequence[str]) -> list[tuple[str, str]]:
     out = []
     for i, a in enumerate(args):
@@ -173,8 +164,7 @@ def scored(sweep: Sweep) -> list[Candidate]:
 
 
 def planned_runs(sweep: Sweep, corpus_tokens: int) -> list[tuple[str, int, int, str]]:
-    """The runs `[kld]` makes: (candidate id, context, tokens the run evaluates, "reference logits" or
-    "scoring"), per context the reference's first."""
+    """The runs `[kld]` makes: (candidate id, context, tokens evaluated, purpose), the reference's first."""
     k = sweep.kld
     if k.reference is None:
         return []
@@ -223,8 +213,7 @@ def _corpus_problems(sweep: Sweep) -> list[BenchdError]:
 
 
 def local_problems(sweep: Sweep, cache_dir: Path) -> list[BenchdError]:
-    """`benchctl validate`'s check on this machine: the static ones, the corpus's token count, and each
-    candidate's tokenizer against the reference's (at run time another one is a null, not an error)."""
+    """`benchctl validate`'s check here: the static ones, the corpus's token count, the tokenizers."""
     out = static_problems(sweep)
     k = sweep.kld
     if k.reference is None or out:
@@ -273,9 +262,6 @@ def tokenizer_mismatch(ref: Candidate, ref_tok: Tokenizer, cand: Candidate) -> s
     return None
 
 
-# --------------------------------------------------------------------------------------- arguments
-
-
 def split_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
     """(args llama-perplexity gets, args it does not get) from a llama-server candidate's args."""
     keep: list[str] = []
@@ -318,9 +304,6 @@ def mlx_kv_notes(args: Sequence[str], ctx: int) -> list[str]:
 def _mlx_kv_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
     keep = [x for f, v in _flag_values(args, MLX_KV_FLAGS) for x in (f, v)]
     return keep, [a for a in args if a not in keep]
-
-
-# ---------------------------------------------------------------------------------------- parsing
 
 
 _NUM = r"(-?[0-9.]+(?:e[-+]?\d+)?|nan|-?inf)"
@@ -375,8 +358,7 @@ def _summary_block(text: str) -> dict[str, float]:
 
 
 def _chunk_lines(text: str, context: int, out: dict[str, Any]) -> None:
-    """Adds the per-chunk figures to `out`; the last chunk line's when it is the last chunk and no
-    summary block arrived."""
+    """Adds the per-chunk figures to `out`, and the last chunk line's in place of a lost summary."""
     per_chunk = context - 1 - context // 2
     chunks = re.findall(rf"^\s*(\d+)\s+{_NUM}{_PM}{_NUM}\s+{_NUM}{_PM}{_NUM}\s+{_NUM}{_PM}{_NUM}\s+{_NUM}{_PM}{_NUM}\s*%"
                         rf"\s+{_NUM}{_PM}{_NUM}\s*%\s*$", text, re.M)
@@ -393,9 +375,6 @@ def _chunk_lines(text: str, context: int, out: dict[str, Any]) -> None:
             out["ppl"] = float(last[1])
             ratio = math.exp(float(last[3]))
             out["ppl_ratio"], out["ppl_ratio_se"] = ratio, ratio * float(last[4])
-
-
-# ----------------------------------------------------------------------------------------- running
 
 
 @dataclass
@@ -511,7 +490,6 @@ class KldRunner:
         self.emit("kld_finished", **msgspec.to_builtins(r))
 
     def todo(self) -> list[tuple[Candidate, int]]:
-        """The (candidate, context) pairs the job has not scored, by context."""
         return [(c, ctx) for ctx in sorted(self.sweep.kld.contexts) for c in scored(self.sweep)
                 if (c.id, ctx) not in self.done]
 
@@ -533,7 +511,6 @@ class KldRunner:
                 await self._run_context(ctx, cands, mismatch)
 
     async def _mismatches(self, cands: list[Candidate], ref_tok: Tokenizer) -> dict[str, str | None]:
-        """`tokenizer_mismatch` of each candidate but the reference, by id."""
         unique = {c.id: c for c in cands}.values()
         return {c.id: await asyncio.to_thread(tokenizer_mismatch, self.ref, ref_tok, c)
                 for c in unique if c.id != self.ref.id}
@@ -557,8 +534,6 @@ class KldRunner:
             return msgspec.structs.replace(facts, tokens_source=f"not counted: {exc}")
         return msgspec.structs.replace(facts, tokens=n, tokens_source=f"{self.ref.id}'s tokenizer ("
                                        + ("llama-tokenize" if self.ref.runtime == GGUF_RUNTIME else "mlx_lm") + ")")
-
-    # -- the reference ------------------------------------------------------------------------
 
     def chunks(self, ctx: int) -> int | None:
         t = self.sweep.kld.tokens
@@ -595,8 +570,7 @@ class KldRunner:
         return path, [str(tmp) if a == "OUT" else a for a in argv]
 
     async def reference_logits(self, ctx: int) -> tuple[Path | None, str, float | None]:
-        """The reference's log-probability file at `ctx` (found in the cache or made now), a note (or why
-        not), and the seconds it took to make (None from the cache)."""
+        """(the reference's logit file at `ctx`, cached or made now, or None; a note or why; seconds)."""
         try:
             path, argv = await asyncio.to_thread(self._prepare_reference, ctx)
         except (OSError, BenchdError) as exc:
@@ -624,8 +598,6 @@ class KldRunner:
         env = {**os.environ, **cand.env}
         env.setdefault("HF_HUB_OFFLINE", "1")
         return env
-
-    # -- a candidate ---------------------------------------------------------------------------
 
     def plan(self, cand: Candidate, ctx: int, base: Path, json_out: Path) -> Plan:
         """The scoring run of `cand` against `base` (blocking: resolves and hashes the tool)."""
@@ -683,8 +655,7 @@ class KldRunner:
         return self.result(cand, ctx, status="ok", null_reasons=nulls, **facts, **figures)
 
     async def _attempts(self, plan: Plan, cand: Candidate, ctx: int, log: Path) -> tuple[Run, int, dict[str, Any]]:
-        """(the last run, how many ran, the best figures): a GGUF scoring is run again, up to KLD_ATTEMPTS,
-        until its output is final (`_final`)."""
+        """(the last run, runs made, the best figures): a GGUF scoring runs again until `_final`."""
         attempts, figures = 0, cast("dict[str, Any]", {})
         while True:
             attempts += 1
@@ -705,14 +676,12 @@ class KldRunner:
 
 
 def _final(got: dict[str, Any], attempts: int) -> bool:
-    """A scoring run's output needs no other attempt: a summary block, the figures of a run too short for
-    one (the tool prints none then), or the last attempt."""
+    """The output needs no other attempt: a summary block, a run too short for one, or the last attempt."""
     no_block = (got.get("tokens_scored") or 0) < SUMMARY_MIN_TOKENS
     return bool(got["summary"] == "summary block" or (got["summary"] and no_block) or attempts >= KLD_ATTEMPTS)
 
 
 def _percentile_nulls(tool: str, figures: dict[str, Any], attempts: int) -> dict[str, str]:
-    """Why each figure only a summary block gives is missing."""
     scored_n = figures.get("tokens_scored") or 0
     why = (f"{tool} prints percentiles only over >= {SUMMARY_MIN_TOKENS} scored tokens ({scored_n} here)"
            if scored_n < SUMMARY_MIN_TOKENS else
@@ -755,8 +724,7 @@ def pareto_samples(results: Sequence[KldResult]) -> dict[str, list[float]]:
 
 
 def seconds_left(sweep: Sweep, events: Sequence[Event], prompt_tps: float | None) -> tuple[float, str] | None:
-    """The `[kld]` step's seconds left in a running job (`planned_runs` not done, at `_seconds_per_token`)
-    and where the rate comes from; None without `[kld]` or any rate."""
+    """(the `[kld]` step's seconds left in a running job, the rate's source); None without a rate."""
     if sweep.kld.reference is None:
         return None
     tokens = _corpus_tokens(sweep, events)
@@ -784,7 +752,6 @@ def _corpus_tokens(sweep: Sweep, events: Sequence[Event]) -> int | None:
 
 
 def _timed_runs(events: Sequence[Event]) -> list[KldResult]:
-    """The job's finished scoring runs with their seconds and chunks."""
     return [r for r in results_from_events(events) if r.status == "ok" and r.seconds and r.chunks]
 
 

@@ -1,8 +1,5 @@
-"""The candidate matrix: a candidate's `[candidates.matrix]` expanded into one candidate per combination.
-
-`expand(sweep)` is the one expansion (`benchctl validate`, the API's submit and the engine call it). Problems
-name `$.candidates[i].matrix...`; a combination the runtime refuses as a whole becomes a `deferred` line.
-Reasons and facts: docs/sweep-file.md#candidate-matrix.
+"""The candidate matrix: a candidate's `[candidates.matrix]` expanded into one candidate per combination
+by `expand`, the one expansion. Reasons and facts: docs/sweep-file.md#candidate-matrix.
 """
 from __future__ import annotations
 
@@ -46,8 +43,7 @@ class Expansion:
 
 @dataclass
 class Expanded:
-    """The sweep with every matrix expanded (the input unchanged when there are problems), the problems,
-    and one `Expansion` per candidate that had a matrix."""
+    """The expanded sweep (the input when there are problems), the problems, the expansions."""
 
     sweep: Sweep
     problems: list[BenchdError]
@@ -73,9 +69,8 @@ def _spec_label(value: Spec) -> str:
 
 
 def id_segment(key: str, value: Value) -> str:
-    """The id segment of one key's value: `ub256` (a value starting with a digit follows the key),
-    `fa-on` (a word follows a hyphen), `mlock` / `no-mlock` (a switch), `nospec` / `spec-draft-<file>-n8`,
-    `ctx8192`; a value starting with `-` reads `m` (`-t -1` -> `tm1`)."""
+    """The id segment of one key's value: `ub256`, `fa-on`, `mlock` / `no-mlock`, `nospec` /
+    `spec-draft-<file>-n8`, `ctx8192`, `tm1` (for `-t -1`)."""
     k = key_label(key)
     if key == "spec":
         return "nospec" if value is False else _spec_label(value) if isinstance(value, Spec) else "spec"
@@ -102,8 +97,7 @@ def _flag_of(arg: str) -> str:
 
 
 def key_problems(i: int, cand: Candidate) -> list[BenchdError]:
-    """Each key and value of one candidate's matrix alone: reserved, already set, the wrong kind of value,
-    repeated, or outside the runtime's choices."""
+    """Each key and value of one candidate's matrix alone."""
     from benchd.servers.runtimes import get_adapter
 
     where = f"$.candidates[{i}].matrix"
@@ -130,7 +124,6 @@ def key_problems(i: int, cand: Candidate) -> list[BenchdError]:
 
 
 def _matrix_refused(cand: Candidate, who: str, where: str) -> list[BenchdError]:
-    """A candidate that cannot have a matrix at all: external, or itself expanded from one."""
     if cand.external:
         return [BenchdError("matrix_external", f"{who}: a matrix needs a server benchd starts (runtime = "
                             f"\"{cand.runtime}\" is started by someone else)", where)]
@@ -141,7 +134,6 @@ def _matrix_refused(cand: Candidate, who: str, where: str) -> list[BenchdError]:
 
 
 def _value_problems(adapter: object, cand: Candidate, key: str, values: list[Value]) -> list[tuple[int, str]]:
-    """(index, why) of each value of one key that is refused or repeats an earlier one."""
     out = []
     seen: set[str] = set()
     for j, value in enumerate(values):
@@ -248,8 +240,7 @@ def _matrix_problems(i: int, cand: Candidate, where: str) -> list[BenchdError]:
 
 def _expand_one(cand: Candidate, where: str,
                 adapter: RuntimeAdapter) -> tuple[Expansion, list[Candidate], list[Deferred], list[BenchdError]]:
-    """(the expansion, its candidates, the combinations the runtime refuses as `deferred` lines, the
-    problem of a derived id that is invalid: the expansion stops there)."""
+    """(the expansion, its candidates, its refused combinations, the invalid derived id that stopped it)."""
     exp = Expansion(cand.id, list(cand.matrix))
     made_all: list[Candidate] = []
     deferred: list[Deferred] = []

@@ -1,6 +1,5 @@
 """Prompts that put a target number of tokens in front of generation, unique per probe.
-
-Reasons and facts: docs/measuring.md#prompt-sizing.
+Reasons: docs/measuring.md#prompt-sizing.
 """
 
 from __future__ import annotations
@@ -28,9 +27,6 @@ MAX_TOKENIZER_CALLS = 24
 
 CountTokens = Callable[[str], Awaitable[int]]
 Method = Literal["tokenizer", "calibrated", "first-guess"]
-
-
-# ------------------------------------------------------------------------- template and provenance
 
 
 def template_sha256() -> str:
@@ -62,9 +58,6 @@ def prompt_provenance(corpus: Corpus | None = None) -> PromptProvenance:
 def messages(prompt_text: str) -> list[dict[str, str]]:
     """The chat messages a probe sends. No system message: the unique line must come first."""
     return [{"role": "user", "content": prompt_text}]
-
-
-# ---------------------------------------------------------------------------------------- prompts
 
 
 @dataclass(frozen=True)
@@ -153,8 +146,7 @@ class Calibrator:
         return round(prev_t * text_chars / prev_c) if prev_c else text_chars
 
     def needs_sizing(self, key: str, target: int, tokenizer: bool = False) -> bool:
-        """True until an observation backs `target`'s estimate: any one with a tokenizer (the template
-        overhead), else one within SIZING_TOLERANCE of the target."""
+        """True until an observation backs `target`'s estimate (with a tokenizer: any one)."""
         st = self._state(key)
         if tokenizer:
             return not st.overheads
@@ -167,9 +159,7 @@ def _tag_key(tag: str) -> str:
 
 
 async def _search(goal: int, count: Callable[[int], Awaitable[int]], cpt: float, counted: dict[int, int]) -> int:
-    """The largest body size (characters) whose count is <= goal, == goal when one is found: interpolation
-    search with a bisection fallback (3-8 counts usually), at most MAX_TOKENIZER_CALLS; `counted` is
-    `count`'s cache."""
+    """The largest body size whose count is <= goal, by interpolation search then bisection."""
     lo, lo_t = 0, await count(0)  # header-only text: tokens(lo) <= goal unless target is tiny
     hi: int | None = None
     prev = (0, lo_t)
@@ -190,8 +180,7 @@ async def _search(goal: int, count: Callable[[int], Awaitable[int]], cpt: float,
 
 def _next_guess(guess: int, t: int, prev: tuple[int, int], goal: int, bracket: tuple[int, int | None], cpt: float,
                 counted: dict[int, int]) -> int:
-    """The next body size to count: the secant through the last two counts (tokens are locally ~linear in
-    characters), one character past its estimate, kept inside the bracket; a stalled secant bisects."""
+    """The secant's next body size, one character past its estimate, inside the bracket."""
     lo, hi = bracket
     px, pt = prev
     rate = (t - pt) / (guess - px) if guess != px and t != pt else 1 / cpt

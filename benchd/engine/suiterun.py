@@ -1,6 +1,5 @@
 """The public suites (`code`: HumanEval, `tools`: BFCL) run through a candidate's server.
-
-Reasons and facts: docs/evals.md#running-the-public-suites.
+Reasons: docs/evals.md#running-the-public-suites.
 """
 
 from __future__ import annotations
@@ -51,8 +50,7 @@ class Reply:
 
 
 class _Calls:
-    """Tool-call deltas assembled: by call `id` where the server gives one (Ollama-style parallel calls may
-    all carry index 0), by `index` only when no id came; in order of first appearance."""
+    """Tool-call deltas assembled by call `id` (Ollama's parallel calls share index 0), else `index`."""
 
     def __init__(self) -> None:
         self.slots: list[dict[str, str]] = []
@@ -95,8 +93,7 @@ class _Calls:
 
 
 def parse_stream(raw: bytes) -> Reply:
-    """An SSE chat completion assembled: content, reasoning, tool calls (by id, else index), finish reason,
-    usage."""
+    """An SSE chat completion assembled."""
     r = Reply(status=200)
     calls = _Calls()
     for line in raw.split(b"\n"):
@@ -115,7 +112,7 @@ def parse_stream(raw: bytes) -> Reply:
 
 
 def _sse_event(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
-    """(one SSE line's JSON object, None to skip the line; the error that ends the stream)."""
+    """(one SSE line's JSON object or None to skip it, the error that ends the stream)."""
     line = line.strip()
     if not line or line.startswith(b":") or line.startswith((b"event:", b"id:", b"retry:")):
         return None, None
@@ -193,8 +190,7 @@ def _log_line(path: Path | None, since: int) -> str | None:
 
 
 def cut_while_reasoning(reply: Reply) -> bool:
-    """The reply ran to max_tokens before any call or answer text: all reasoning (a reasoning field, or a
-    `<think>` block the runtime left unparsed and unclosed)."""
+    """The reply ran to max_tokens before any call or answer text (all reasoning)."""
     if reply.error is not None or reply.finish_reason != "length" or reply.calls:
         return False
     text = reply.content.strip()
@@ -204,8 +200,7 @@ def cut_while_reasoning(reply: Reply) -> bool:
 
 
 def leaked_markup(content: str) -> tuple[str, int] | None:
-    """(format, offset) of the first tool-call markup in `content`, else None; a reply that is only a JSON
-    call object (`{"name": …, "arguments"/"parameters": …}`) is the `bare JSON` format."""
+    """(format, offset) of the first tool-call markup in `content` (or a bare JSON call), else None."""
     found = [(m.start(), name) for name, pat in MARKUP if (m := pat.search(content)) is not None]
     if found:
         at, name = min(found)
@@ -232,7 +227,6 @@ def classify(task: suites.Task, reply: Reply, log_line: str | None) -> bfcl.Verd
 
 
 def _decoded_calls(reply: Reply) -> list[bfcl.Call] | bfcl.Verdict:
-    """The reply's calls with their arguments decoded, or the `bad_arguments_json` verdict."""
     calls: list[bfcl.Call] = []
     for c in reply.calls:
         try:
@@ -262,7 +256,6 @@ def _no_call_verdict(reply: Reply, log_line: str | None) -> bfcl.Verdict | None:
 
 
 def _needs_log(reply: Reply) -> bool:
-    """The server's log may say why: an error, or a call announced that never arrived."""
     return bool(reply.error or reply.status != 200 or (not reply.calls and reply.finish_reason == "tool_calls"))
 
 

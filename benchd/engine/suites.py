@@ -1,6 +1,5 @@
 """Public eval suites read from the packages that publish them, fetched once into the cache by version.
-
-Reasons and facts: docs/evals.md#suite-packages.
+Reasons: docs/evals.md#suite-packages.
 """
 
 from __future__ import annotations
@@ -64,8 +63,7 @@ def fetch_command(suite: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class Task:
-    """One public eval task. `data` is the row as the package ships it; `answer` BFCL's possible answer
-    (None for irrelevance and for HumanEval)."""
+    """One public eval task: the package's row, and BFCL's possible answer (else None)."""
 
     suite: str
     id: str
@@ -90,8 +88,7 @@ class SuiteData:
 
 
 def fetch(suite: str, cache_dir: Path, log: Callable[[str], object] | None = None) -> Path:
-    """Download the suite's wheel into the cache (idempotent); returns its path. `install_failed` names
-    pip's output on failure."""
+    """Download the suite's wheel into the cache (idempotent); returns its path."""
     pkg = _package(suite)
     path = pkg.cache_path(cache_dir)
     if path.is_file():
@@ -194,7 +191,7 @@ def _by_category(tasks: list[Task]) -> dict[str, list[Task]]:
 
 
 def _stratified(tasks: list[Task], limit: int) -> list[Task]:
-    """`limit` tasks drawn per category in proportion to its size (fixed seed), in the package's order."""
+    """`limit` tasks drawn per category in proportion to its size (fixed seed)."""
     by_cat = _by_category(tasks)
     quota = _shares({c: len(v) for c, v in by_cat.items()}, limit)
     rng = random.Random(SUBSET_SEED)
@@ -205,8 +202,7 @@ def _stratified(tasks: list[Task], limit: int) -> list[Task]:
 
 
 def interleave(tasks: list[Task]) -> list[Task]:
-    """The tasks of every category spread evenly over the order: the k-th of a category's n tasks sits at
-    (k + 0.5) / n (ties in BFCL_CATEGORIES order), each category keeping the package's order."""
+    """The tasks of every category spread evenly over the order, each keeping the package's order."""
     by_cat = _by_category(tasks)
     rank = {c: i for i, c in enumerate(BFCL_CATEGORIES)}
     keyed = [((k + 0.5) / len(group), rank.get(cat, len(rank)), t) for cat, group in by_cat.items()
@@ -242,9 +238,8 @@ def _package(suite: str) -> Package:
 
 
 def planned_tasks(sweep: Sweep, cache_dir: Path) -> dict[str, int]:
-    """Eval tasks the sweep asks for, by tier or suite (an `EvalResult.tier`), summed over its candidates:
-    the eval tier's built-in tasks, and each suite's fixed subset (`min(limit, suite size)`, the count
-    `subset` returns; a suite whose data is not in the cache counts its limit, or nothing without one)."""
+    """Eval tasks the sweep asks for by tier or suite, over its candidates (a suite not in the cache
+    counts its limit, or nothing without one)."""
     from benchd.engine import evals
 
     per_candidate: dict[str, int] = {}

@@ -1,8 +1,5 @@
 """The one sweep check: what `benchctl validate`, the API's submit and the engine ask of a sweep's
-candidates beyond its schema. Static: `adapter_problems`, `input_problems` (NUL bytes, FIFOs, devices:
-a stat, never a read), `path_problems` (absolute), `external_problems`; on this machine:
-`live_problems` / `resolve_external`, `local_problems`, `kld.local_problems`. Each problem is a
-`BenchdError` whose field is a `$.candidates[i]...` path; `expand` (the matrices) runs first.
+candidates beyond its schema, each problem a `BenchdError` whose field is a `$.candidates[i]...` path.
 """
 from __future__ import annotations
 
@@ -65,7 +62,6 @@ def external_problems(cand: Candidate) -> list[BenchdError]:
 
 
 def _started_problems(cand: Candidate, where: str) -> list[BenchdError]:
-    """A candidate benchd starts: none of the external fields, a model."""
     out = [BenchdError("external_only", f"candidate {cand.id!r}: `{name}` is for runtime = \"{EXTERNAL_RUNTIME}\" "
                        "(a server benchd does not start)", f"{where}.{name}")
            for name in _EXTERNAL_ONLY if getattr(cand, name) is not None]
@@ -76,7 +72,6 @@ def _started_problems(cand: Candidate, where: str) -> list[BenchdError]:
 
 
 def _url_problems(cand: Candidate, where: str) -> list[BenchdError]:
-    """An external candidate's `url`: given, without credentials, a plain http base URL on a loopback host."""
     if cand.url is None:
         return [BenchdError("missing_url", f"candidate {cand.id!r}: runtime = \"{EXTERNAL_RUNTIME}\" needs `url` "
                             "(the server's base URL, e.g. http://127.0.0.1:8080)", f"{where}.url")]
@@ -112,8 +107,7 @@ def _port(url: str) -> int:
 
 
 def resolve_process(cand: Candidate) -> tuple[int | None, BenchdError | None]:
-    """The one pid whose process name (or executable's base name) is the candidate's `process`; with a
-    `pid` too (a resolved sweep keeps both), that pid must be one of them."""
+    """The one pid named the candidate's `process` (with a `pid`, that pid must be one of them)."""
     import psutil
 
     found = set()
@@ -136,8 +130,7 @@ def resolve_process(cand: Candidate) -> tuple[int | None, BenchdError | None]:
 
 
 def live_problems(i: int, cand: Candidate) -> list[BenchdError]:
-    """An external candidate against this machine now: the `api_key_env` variable set, the URL answering,
-    and the given `pid` listening on the URL's port."""
+    """An external candidate here, now: its `api_key_env` set, its URL answering, its `pid` listening."""
     from benchd.servers.procgroup import listens_on
     from benchd.servers.runtimes.openai import detect
 
@@ -164,8 +157,7 @@ def live_problems(i: int, cand: Candidate) -> list[BenchdError]:
 
 
 def resolve_external(sweep: Sweep) -> tuple[Sweep, list[BenchdError]]:
-    """The sweep with every external candidate's `process` resolved to its `pid` (once, at submit), and
-    the problems `live_problems` finds. Blocking (HTTP and /proc): the daemon calls it off its loop."""
+    """The sweep with each external `process` resolved to its `pid`, and `live_problems` (blocking)."""
     cands, problems = list(sweep.candidates), []
     for i, cand in enumerate(cands):
         if not cand.external:
@@ -181,8 +173,7 @@ def resolve_external(sweep: Sweep) -> tuple[Sweep, list[BenchdError]]:
 
 
 def adapter_problems(cand: Candidate, sweep: Sweep | None) -> list[BenchdError]:
-    """The adapter's checks of the candidate, and of the sweep's settings it must serve (vision,
-    concurrency levels) when the sweep decoded; the external-candidate checks first."""
+    """The external checks, then the adapter's of the candidate and of the sweep's settings."""
     from benchd.servers.runtimes import get_adapter
 
     adapter = get_adapter(cand.runtime)
@@ -214,10 +205,8 @@ def path_problems(i: int, cand: Candidate) -> list[BenchdError]:
 
 
 def input_problems(i: int, cand: Candidate) -> list[BenchdError]:
-    """What no process can be given, and files that must never be read: a NUL byte in `args` or an
-    `env` value (an exec refuses it, failing the whole job at spawn), and a path field naming a FIFO, a
-    device or a socket, or a directory where a file is expected. A `stat`, never an open: the checks
-    that read a model's files run only for a candidate without these problems."""
+    """A NUL byte in `args` or an `env` value, and a path field naming a FIFO, device, socket or a
+    directory where a file is expected (a stat, never an open: nothing is read before these are fixed)."""
     where = f"$.candidates[{i}]"
     out = [BenchdError("invalid", f"candidate {cand.id!r}: args[{j}] contains a NUL byte (no process argument "
                        "can hold one)", f"{where}.args[{j}]") for j, a in enumerate(cand.args) if "\x00" in a]
@@ -231,7 +220,7 @@ def input_problems(i: int, cand: Candidate) -> list[BenchdError]:
 
 
 def _special_file(cand: Candidate, name: str, value: str) -> str | None:
-    """Why the path field `name` names what benchd must not read there (None: a file, or a fitting folder)."""
+    """Why the path field `name` names what benchd must not read there (None: it may)."""
     from benchd.engine.modelcheck import GGUF_RUNTIMES, kind_problem
 
     kind = kind_of(value)
@@ -246,8 +235,7 @@ def _special_file(cand: Candidate, name: str, value: str) -> str | None:
 
 
 def local_problems(candidates: Iterable[tuple[int, Candidate]], cache_dir: Path, sweep: Sweep | None) -> list[str]:
-    """`benchctl validate`'s check of each candidate that decoded, on this machine: one line a
-    problem, `candidates[i] (id).field: why`, in the order a reader fixes them."""
+    """`benchctl validate`'s check here: one line a problem, `candidates[i] (id).field: why`."""
 
     out = [line for i, cand in candidates for line in _candidate_lines(i, cand, cache_dir, sweep)]
     out += [f"{e.field[2:] if e.field else 'evals'}: {e.message}" for e in eval_data_problems(sweep, cache_dir)]
@@ -298,8 +286,7 @@ def _resolved_binary(where: str, cand: Candidate, cache_dir: Path) -> list[str]:
 
 
 def submit_problems(sweep: Sweep, cache_dir: Path | None = None) -> list[BenchdError]:
-    """What the daemon refuses at submit: every candidate's paths first, then the adapters' checks,
-    then (given the cache dir) public eval suites whose data is not fetched."""
+    """What the daemon refuses at submit: paths, adapters' checks, then eval data not fetched."""
     out = [p for i, cand in enumerate(sweep.candidates) for p in path_problems(i, cand) + input_problems(i, cand)]
     unsafe = {i for i, cand in enumerate(sweep.candidates) if input_problems(i, cand)}
     for i, cand in enumerate(sweep.candidates):
@@ -325,9 +312,7 @@ def margin_problems(sweep: Sweep) -> list[BenchdError]:
 
 
 def eval_data_problems(sweep: Sweep | None, cache_dir: Path) -> list[BenchdError]:
-    """The sweep's public eval suites (`evals`) whose package is not in the cache: one problem (field
-    `$.evals`) naming the command that fetches them; code evals with no eval sandbox here (field
-    `$.eval_sandbox`) unless the sweep says `eval_sandbox = "none"`."""
+    """`sandbox_problems`, and the public eval suites whose package is not in the cache (`$.evals`)."""
     from benchd.engine import suites
 
     if sweep is None:

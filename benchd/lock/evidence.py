@@ -1,5 +1,4 @@
 """How thin the evidence behind a lock is: cells with too few probes, frontier members still undecided.
-
 Reasons: docs/locking.md#thin-evidence.
 """
 
@@ -41,6 +40,5 @@ def _undecided(ctx: ContextPareto, candidate: str) -> list[str]:
 
 
 def thin_evidence(rb: Runbook, candidate: str) -> list[str]:
-    """One warning a reason: cells with too few probes, then per context the frontier members the
-    candidate is undecided against (and on which axes)."""
+    """One warning a reason: too few probes, then frontier members the candidate is undecided against."""
     return _too_few(rb, candidate) + [line for ctx in rb.pareto for line in _undecided(ctx, candidate)]

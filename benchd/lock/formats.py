@@ -1,6 +1,5 @@
-"""The locked candidate as a shell script, a llama-swap entry, a llama-server preset or an MLX command,
-each built from the one argv and environment the daemon ran (`lockfile.server_argv` / `server_env`).
-
+"""The locked candidate as a shell script, a llama-swap entry, a llama-server preset or an MLX command, each built
+from the one argv and environment the daemon ran (`lockfile.server_argv` / `server_env`).
 Reasons: docs/locking.md#the-lock-in-other-forms.
 """
 

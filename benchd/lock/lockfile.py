@@ -104,8 +104,6 @@ class LockFile(Struct, kw_only=True, omit_defaults=True):
     rechecks: list[RecheckEntry] = []
 
 
-# ------------------------------------------------------------------------------------- TOML emitter
-
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -149,8 +147,7 @@ def _is_tables(v: object) -> bool:
 
 
 def dumps_toml(doc: dict[str, Any], header: str = "") -> str:
-    """TOML for nested dicts of str/int/float/bool/lists of those; a non-empty list of dicts is an
-    array of tables (`[[name]]`). None values are left out."""
+    """TOML for nested dicts of scalars and lists; a list of dicts is `[[name]]`; None is left out."""
     out: list[str] = [header] if header else []
 
     def table(path: list[str], d: dict[str, Any], array: bool = False) -> None:
@@ -173,11 +170,7 @@ def dumps_toml(doc: dict[str, Any], header: str = "") -> str:
     return "\n".join(out) + "\n"
 
 
-# ------------------------------------------------------------------------------------------- build
-
-
 def _pareto_place(rb: Runbook, candidate: str, context: int) -> tuple[dict[str, Any], bool]:
-    """(the candidate's Pareto point values at `context`, whether it is on the frontier there)."""
     point = None
     front = True
     for p in rb.pareto:
@@ -258,7 +251,6 @@ def _dominance(rb: Runbook, candidate_id: str, force: bool) -> dict[str, list[st
 
 
 def _provenance_fields(prov: CandidateProvenance | None, cand: Candidate) -> dict[str, Any]:
-    """The [locked] fields the runbook's provenance of the candidate gives (none without one)."""
     if prov is None:
         return {"external": None, "model_bytes": None, "model_sha256": None, "binary": cand.binary,
                 "binary_version": None}
@@ -267,7 +259,6 @@ def _provenance_fields(prov: CandidateProvenance | None, cand: Candidate) -> dic
 
 
 def _ctx_size(cand: Candidate, ok: list[Row], prov: CandidateProvenance | None) -> tuple[int | None, str]:
-    """(the context size to lock, where it comes from)."""
     if cand.external:
         size = prov.external.slot_ctx if prov is not None and prov.external is not None else None
         return size, ("the external server's context per slot, as detected" if size is not None
@@ -341,8 +332,7 @@ def write_lock(path: Path, locked: Locked) -> LockFile:
 
 
 def append_recheck(path: Path, entry: RecheckEntry) -> LockFile:
-    """Append one [[rechecks]] table, every byte before it unchanged; raises BenchdError when the result
-    would not read back with the same [locked]."""
+    """Append one [[rechecks]] table, every byte before it unchanged, or raise BenchdError."""
     text = path.read_text()
     before = read_lock(path)
     added = dumps_toml({"rechecks": [msgspec.to_builtins(entry)]})
@@ -362,9 +352,6 @@ def lock_candidate(config: Config, candidate_id: str, runbook_ref: str | None = 
     return path, write_lock(path, locked)
 
 
-# --------------------------------------------------------------------------------------- command
-
-
 def baseline_from_lock(locked: Locked) -> Fingerprint:
     """A partial fingerprint from a lock without one (schema 1): binary, version, model sha256."""
     from benchd.servers.fingerprint import executable_of
@@ -379,8 +366,7 @@ def baseline_from_lock(locked: Locked) -> Fingerprint:
 
 
 def locked_candidate(locked: Locked, *, supply: bool = False) -> Candidate:
-    """The Candidate the lock describes; `supply` takes its `<redacted>` env values from benchd's
-    environment (a start that runs), else they stay `<redacted>`."""
+    """The Candidate the lock describes; `supply` fills `<redacted>` env values from benchd's."""
     from benchd.servers.fingerprint import executable_of
     from benchd.servers.runtimes.environment import supplied
 

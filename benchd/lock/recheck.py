@@ -68,8 +68,7 @@ def recheck_sweep(locked: Locked, config: Config) -> Sweep:
 
 
 def describe(m: MetricComparison, history: AxisVerdict | None = None) -> tuple[str, bool]:
-    """(verdict text, is a regression) for one metric of one cell; `history` the judgement against
-    earlier rechecks' spread, when there are enough of them."""
+    """(verdict text, is a regression) for one metric of one cell, `history` the earlier rechecks'."""
     v = m.detail
     if v is None:
         return m.verdict, False
@@ -84,7 +83,6 @@ def describe(m: MetricComparison, history: AxisVerdict | None = None) -> tuple[s
 
 
 def _worse(v: AxisVerdict, history: AxisVerdict | None) -> bool:
-    """The recheck is worse, and so is it against earlier rechecks' spread when that was judged."""
     return v.b_better is False and (history is None or (history.verdict == "different"
                                                         and history.b_better is False))
 
@@ -92,8 +90,7 @@ def _worse(v: AxisVerdict, history: AxisVerdict | None) -> bool:
 def verdicts(evidence: Runbook, recheck: Runbook, candidate: str, threshold_pct: float,
              history: Sequence[RecheckEntry] = ()) -> tuple[dict[str, dict[str, str]], list[str],
                                                           dict[str, dict[str, float]]]:
-    """(per context and metric the verdict text, the regressions one line each, the recheck's medians);
-    `history`: earlier rechecks of the same lock, oldest first."""
+    """(verdict texts per context and metric, regressions, medians); `history` oldest first."""
     cmp = compare_runbooks(evidence, recheck, margin_pct=threshold_pct)
     out: dict[str, dict[str, str]] = {}
     medians: dict[str, dict[str, float]] = {}

@@ -73,8 +73,7 @@ def inspect(config: Config) -> tuple[LockFile | None, Fingerprint | None, list[s
 
 def after_verdict(entry: RecheckEntry, settings: RecheckSettings, confirms: str | None
                   ) -> Literal["confirm", "notify"] | None:
-    """A regression is confirmed once (unless `confirm = false`); a confirmed one, or a failed
-    recheck, is notified."""
+    """A regression is confirmed once (unless `confirm = false`); then it, or a failure, is notified."""
     if entry.regressed and settings.confirm and confirms is None:
         return "confirm"
     if entry.regressed or entry.outcome == "failed":
