@@ -1,12 +1,11 @@
-"""BFCL function-calling tasks: the OpenAI `tools` a task declares, and the AST grader for the calls a server
-parsed.
-
-Reasons and facts: docs/evals.md#the-bfcl-grader.
+"""BFCL function-calling tasks: the OpenAI `tools` a task declares, and the AST grader for the calls a
+server parsed. Reasons: docs/evals.md#the-bfcl-grader.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -69,27 +68,26 @@ def original_name(name: str, functions: list[dict[str, Any]]) -> str:
 def _cast(properties: dict[str, Any]) -> dict[str, Any]:
     for value in properties.values():
         kind = value.get("type")
-        if kind is None:
-            value["type"] = "string"
-        else:
-            if kind == "float":
-                value["format"] = "float"
-                value["description"] = value.get("description", "") + " This is a float type value."
-            value["type"] = GORILLA_TO_OPENAPI.get(kind, "string")
+        if kind == "float":
+            value["format"] = "float"
+            value["description"] = value.get("description", "") + " This is a float type value."
+        value["type"] = GORILLA_TO_OPENAPI.get(kind, "string")  # no type: "string"
         if value["type"] in ("array", "object"):
-            if "properties" in value:
-                value["properties"] = _cast(value["properties"])
-            elif "items" in value:
-                items = value["items"]
-                items["type"] = GORILLA_TO_OPENAPI.get(items.get("type", "string"), "string")
-                if items["type"] == "array" and "items" in items:
-                    items["items"]["type"] = GORILLA_TO_OPENAPI.get(items["items"].get("type", "string"), "string")
-                elif items["type"] == "object" and "properties" in items:
-                    items["properties"] = _cast(items["properties"])
+            _cast_nested(value)
     return properties
 
 
-# ---------------------------------------------------------------------------------------------- grader
+def _cast_nested(value: dict[str, Any]) -> None:
+    if "properties" in value:
+        value["properties"] = _cast(value["properties"])
+    elif "items" in value:
+        items = value["items"]
+        items["type"] = GORILLA_TO_OPENAPI.get(items.get("type", "string"), "string")
+        if items["type"] == "array" and "items" in items:
+            items["items"]["type"] = GORILLA_TO_OPENAPI.get(items["items"].get("type", "string"), "string")
+        elif items["type"] == "object" and "properties" in items:
+            items["properties"] = _cast(items["properties"])
+
 
 def grade(category: str, functions: list[dict[str, Any]], answer: list[dict[str, Any]] | None,
           calls: list[Call]) -> Verdict:
@@ -149,41 +147,46 @@ def _check_call(desc: dict[str, Any], call: Call, possible_answer: dict[str, Any
         return Verdict(False, "wrong_function", f"Function name {name!r} not found in model output (got {call.name!r}).")
     details = desc["parameters"]["properties"]
     args = call.arguments
-    for param in desc["parameters"].get("required", []):
-        if param not in args:
-            return _mismatch(param, f"Missing required parameter: {param!r}.")
-    for param, value in args.items():
-        if param not in details or param not in allowed:
-            return _mismatch(param, f"Unexpected parameter: {param!r}.")
-        kind = details[param]["type"]
-        expected_type = _PYTHON_TYPES.get(kind, str)
-        nested = None
-        if kind in _NESTED:
-            nested = _PYTHON_TYPES.get(details[param].get("items", {}).get("type", "string"), str)
-        if kind == "float" and type(value) is int:
-            value = float(value)
-        ok, is_variable, why = _type_check(param, value, allowed[param], kind, expected_type, nested)
-        if not ok:
-            return _mismatch(param, why)
-        if not is_variable:
-            if expected_type is dict:
-                why = _dict_check(param, value, allowed[param])
-            elif expected_type is list and nested is dict:
-                why = _list_dict_check(param, value, allowed[param])
-            elif expected_type is str:
-                why = _string_check(param, value, allowed[param])
-            elif expected_type is list:
-                why = _list_check(param, value, allowed[param])
-            elif value not in allowed[param]:
-                why = f"Invalid value for parameter {param!r}: {value!r}. Expected one of {allowed[param]}."
-            if why:
-                return _mismatch(param, why)
-        elif value not in allowed[param]:
-            return _mismatch(param, f"Invalid value for parameter {param!r}: {value!r}. Expected one of {allowed[param]}.")
-    for param, values in allowed.items():
-        if param not in args and "" not in values:
-            return _mismatch(param, f"Optional parameter {param!r} not provided and not marked as optional.")
-    return PASS
+    required = ((p, f"Missing required parameter: {p!r}.") for p in desc["parameters"].get("required", [])
+                if p not in args)
+    given = ((p, _argument_problem(p, v, details, allowed)) for p, v in args.items())
+    optional = ((p, f"Optional parameter {p!r} not provided and not marked as optional.")
+                for p, values in allowed.items() if p not in args and "" not in values)
+    return next((_mismatch(p, why) for p, why in itertools.chain(required, given, optional) if why), PASS)
+
+
+def _invalid(param: str, value: object, allowed: list[Any]) -> str:
+    return f"Invalid value for parameter {param!r}: {value!r}. Expected one of {allowed}."
+
+
+def _argument_problem(param: str, value: Any, details: dict[str, Any], allowed: dict[str, list[Any]]) -> str:
+    if param not in details or param not in allowed:
+        return f"Unexpected parameter: {param!r}."
+    kind = details[param]["type"]
+    expected_type = _PYTHON_TYPES.get(kind, str)
+    nested = None
+    if kind in _NESTED:
+        nested = _PYTHON_TYPES.get(details[param].get("items", {}).get("type", "string"), str)
+    if kind == "float" and type(value) is int:
+        value = float(value)
+    ok, is_variable, why = _type_check(param, value, allowed[param], kind, expected_type, nested)
+    if not ok:
+        return why
+    if is_variable:
+        return "" if value in allowed[param] else _invalid(param, value, allowed[param])
+    return _value_problem(param, value, allowed[param], expected_type, nested)
+
+
+def _value_problem(param: str, value: Any, allowed: list[Any], expected: type, nested: type | None) -> str:
+    if expected is dict:
+        return _dict_check(param, value, allowed)
+    if expected is list and nested is dict:
+        return _list_dict_check(param, value, allowed)
+    if expected is str:
+        return _string_check(param, value, allowed)
+    if expected is list:
+        return _list_check(param, value, allowed)
+    return "" if value in allowed else _invalid(param, value, allowed)
 
 
 def _answer_type(values: list[object]) -> type | None:
@@ -199,12 +202,7 @@ def _type_check(param: str, value: object, allowed: list[object], kind: str, exp
     answer_type = _answer_type(allowed)
     is_variable = answer_type is not None and answer_type is not expected
     if type(value) is expected:
-        if nested is None:
-            return True, is_variable, ""
-        for item in allowed:
-            if type(item) is list and not all(_type_check(param, v, item, str(nested), nested, None)[0]
-                                              for v in (value if isinstance(value, list) else [])):
-                continue
+        if nested is None or _nested_ok(param, value, allowed, nested):
             return True, is_variable, ""
         return False, False, (f"Nested type checking failed for parameter {param!r}. Expected outer type {kind} "
                               f"with inner type {nested}. Parameter value: {value!r}.")
@@ -212,6 +210,12 @@ def _type_check(param: str, value: object, allowed: list[object], kind: str, exp
         return True, True, ""
     return False, False, (f"Incorrect type for parameter {param!r}. Expected type {kind}, got "
                           f"{type(value).__name__}. Parameter value: {value!r}.")
+
+
+def _nested_ok(param: str, value: object, allowed: list[object], nested: type) -> bool:
+    items = value if isinstance(value, list) else []
+    return any(type(item) is not list or all(_type_check(param, v, item, str(nested), nested, None)[0]
+                                             for v in items) for item in allowed)
 
 
 _STANDARDISE = re.compile(r"[ ,./\-_*^]")
@@ -235,32 +239,27 @@ def _list_check(param: str, value: list[object], allowed: list[object]) -> str:
     # BFCL standardises each possible answer element-wise, so the optional marker "" stands for [].
     if _std_list(value) in [_std_list(list(a)) for a in allowed if isinstance(a, list | str)]:
         return ""
-    return f"Invalid value for parameter {param!r}: {value!r}. Expected one of {allowed}."
+    return _invalid(param, value, allowed)
 
 
 def _dict_check(param: str, value: dict[str, Any], allowed: list[Any]) -> str:
     why = f"Invalid value for parameter {param!r}: no possible answer given."
-    for possible in allowed:
-        if possible == "":
-            continue
-        why = ""
-        for key, v in value.items():
-            if key not in possible:
-                why = f"Unexpected dict key parameter: {key!r}."
-                break
-            sv = standardize(v) if type(v) is str else v
-            options = _std_list(possible[key])
-            if sv not in options:
-                why = f"Invalid value for parameter {key!r}: {v!r}. Expected one of {options}."
-                break
-        if not why:
-            for key, options in possible.items():
-                if key not in value and "" not in options:
-                    why = f"Missing dict key parameter: {key!r}."
-                    break
+    for possible in (a for a in allowed if a != ""):
+        why = _dict_mismatch(value, possible)
         if not why:
             return ""
     return why
+
+
+def _dict_mismatch(value: dict[str, Any], possible: dict[str, list[Any]]) -> str:
+    for key, v in value.items():
+        if key not in possible:
+            return f"Unexpected dict key parameter: {key!r}."
+        options = _std_list(possible[key])
+        if _std_list([v])[0] not in options:
+            return f"Invalid value for parameter {key!r}: {v!r}. Expected one of {options}."
+    return next((f"Missing dict key parameter: {key!r}." for key, options in possible.items()
+                 if key not in value and "" not in options), "")
 
 
 def _list_dict_check(param: str, value: list[object], allowed: list[object]) -> str:
@@ -280,8 +279,7 @@ def _list_dict_check(param: str, value: list[object], allowed: list[object]) -> 
 
 
 def reference_calls(answer: list[dict[str, Any]]) -> list[Call]:
-    """The calls a possible answer describes: each parameter's first non-`""` value (recursing into dicts);
-    a parameter whose only value is `""` is left out."""
+    """The calls a possible answer describes: each parameter's first non-`""` value."""
     calls = []
     for entry in answer:
         name, params = next(iter(entry.items()))

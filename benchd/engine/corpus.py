@@ -1,6 +1,5 @@
 """The text every prompt is cut from: a fixed list of the Python standard library's own source files.
-
-Reasons and facts: docs/measuring.md#the-prompt-corpus.
+Reasons: docs/measuring.md#the-prompt-corpus.
 """
 
 from __future__ import annotations

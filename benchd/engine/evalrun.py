@@ -1,6 +1,5 @@
 """The eval tier run through a candidate's server: ask each task, grade the answer off the event loop.
-
-Reasons and facts: docs/evals.md#asking-and-grading.
+Reasons: docs/evals.md#asking-and-grading.
 """
 
 from __future__ import annotations
@@ -40,9 +39,7 @@ class Asked:
 
 
 def answer_text(raw: bytes) -> str | None:
-    """The answer of an OpenAI chat completion: `choices[0].message.content` without a leading think
-    block (a template the runtime's reasoning parser did not recognise leaves it there); None when the
-    reply is not a chat completion. A null content (all reasoning) is the empty answer, never "None"."""
+    """The reply's answer, a leading think block removed; None when it is not a chat completion."""
     return parse_answer(raw).text
 
 
@@ -56,16 +53,19 @@ def parse_answer(raw: bytes) -> Answer:
     if not isinstance(message, dict):
         return Answer(None)
     content = message.get("content")
-    text = content if isinstance(content, str) else ""
+    at_length = isinstance(choice, dict) and choice.get("finish_reason") == "length"
+    text, cut = _past_thinking(content if isinstance(content, str) else "", message, at_length)
+    usage = doc.get("usage") if isinstance(doc, dict) and isinstance(doc.get("usage"), dict) else None
+    return Answer(text.strip(), cut, usage)
+
+
+def _past_thinking(text: str, message: dict[str, object], at_length: bool) -> tuple[str, bool]:
+    """(the text after an unparsed leading think block, whether the reply was cut off while reasoning)."""
     unparsed = _THINK_BLOCK.match(text)
     reasoning = any(isinstance(message.get(k), str) and message[k] for k in ("reasoning_content", "reasoning"))
-    still_thinking = (unparsed is not None and not unparsed.group(1)) or (reasoning and not text.strip())
-    if unparsed is not None:
-        text = text[unparsed.end():]
-    cut = isinstance(choice, dict) and choice.get("finish_reason") == "length" and (still_thinking or reasoning)
-    cut = cut and not text.strip() if unparsed is None else cut
-    usage = doc.get("usage") if isinstance(doc, dict) and isinstance(doc.get("usage"), dict) else None
-    return Answer(text.strip(), bool(cut), usage)
+    if unparsed is None:
+        return text, at_length and reasoning and not text.strip()
+    return text[unparsed.end():], at_length and (not unparsed.group(1) or reasoning)
 
 
 async def ask(adapter: RuntimeAdapter, base_url: str, cand: Candidate, prompt: str, max_tokens: int,
@@ -85,8 +85,7 @@ async def ask(adapter: RuntimeAdapter, base_url: str, cand: Candidate, prompt: s
 
 async def ask_with_budget(adapter: RuntimeAdapter, base_url: str, cand: Candidate, prompt: str, max_tokens: int,
                           sweep: Sweep, thinking: str, timeout_s: float) -> Asked:
-    """One answer; a reply cut off while still reasoning is asked once more with the budget raised by the
-    sweep's `eval_reasoning_budget` (the built-in tier and the public suites alike)."""
+    """One answer; one cut off while reasoning is asked again with `eval_reasoning_budget` more."""
     answer, failure = await ask(adapter, base_url, cand, prompt, max_tokens, sweep, thinking, timeout_s)
     if failure is None and answer.cut_while_reasoning and sweep.eval_reasoning_budget > 0:
         budget = max_tokens + sweep.eval_reasoning_budget

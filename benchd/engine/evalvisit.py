@@ -1,7 +1,5 @@
 """The eval tier's tasks and the public suites through a candidate's server, each result stored as it lands
-(a resumed job skips the tasks it holds).
-
-Reasons and facts: docs/evals.md.
+(a resumed job skips the tasks it holds). Reasons: docs/evals.md.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ import msgspec
 from benchd.config import Config
 from benchd.engine import evalrun, evals, suiterun, suites
 from benchd.engine.recorder import Recorder
-from benchd.schemas import Candidate, Sweep
+from benchd.schemas import Candidate, EvalResult, Sweep
 from benchd.servers.runtimes.base import RuntimeAdapter
 from benchd.servers.server import Server
 
@@ -47,41 +45,50 @@ class EvalVisits:
             await self.run_suite(adapter, server, cand, suite)
 
     async def run_suite(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, suite: str) -> None:
-        """One public suite through the server, each result stored as it lands. `eval_budget_s` counts the
-        wall-clock seconds of this run's tasks (asking and grading) plus the request seconds of results
-        stored before a resume; once reached, the suite stops after the task in flight (the runbook
-        marks it partial). The tool parser is asked once, after the first tool request."""
+        """One public suite through the server, each result stored as it lands, until `eval_budget_s`."""
         tasks = self.suite_tasks(suite)
         if not any((cand.id, t.id) not in self.evals_done for t in tasks):
             return
         data = suites.load(suite, self.config.cache_dir)
         self.recorder.emit("eval_suite", **data.provenance([t.id for t in tasks]))
-        spent = sum(e.latency_s or 0.0 for e in self.recorder.store.results.evals(self.job) if e.candidate == cand.id and e.tier == suite)
-        budget = self.sweep.eval_budget_s
+        spent = self._spent(cand, suite)
         parser: str | None = None
-        asked = False
-        for task in tasks:
-            if (cand.id, task.id) in self.evals_done:
-                continue
-            if budget is not None and spent >= budget:
-                self.recorder.emit("eval_budget_reached", candidate=cand.id, suite=suite, budget_s=budget)
-                return
-            if not server.running:
+        asked = suite == "code"  # the code suite makes no tool request
+        for task in (t for t in tasks if (cand.id, t.id) not in self.evals_done):
+            if self._budget_reached(cand, suite, spent) or not server.running:
                 return
             t0 = time.monotonic()
-            if suite == "code":
-                result = await suiterun.run_code_task(self.job, adapter, server.base_url, cand, task, self.sweep,
-                                                      self.timeout_s)
-            else:
-                result = await suiterun.run_tool_task(self.job, adapter, server.base_url, cand, task, self.sweep,
-                                                      self.timeout_s, log_path=server.log_path, parser=parser)
-                if not asked:
-                    asked = True
-                    parser = await adapter.tools.tool_parser(server.base_url, cand, server.command)
-                    if parser is not None:
-                        result = msgspec.structs.replace(
-                            result, parser=parser, sources={**result.sources, "parser": "adapter.tool_parser"},
-                            null_reasons={k: v for k, v in result.null_reasons.items() if k != "parser"})
+            result = await self._ask(adapter, server, cand, suite, task, parser)
+            if not asked:
+                asked = True
+                parser = await adapter.tools.tool_parser(server.base_url, cand, server.command)
+                result = _with_parser(result, parser)
             self.recorder.store.results.put_eval(result)
             self.evals_done.add((cand.id, task.id))
             spent += time.monotonic() - t0
+
+    def _spent(self, cand: Candidate, suite: str) -> float:
+        return sum(e.latency_s or 0.0 for e in self.recorder.store.results.evals(self.job)
+                   if e.candidate == cand.id and e.tier == suite)
+
+    def _budget_reached(self, cand: Candidate, suite: str, spent: float) -> bool:
+        budget = self.sweep.eval_budget_s
+        if budget is None or spent < budget:
+            return False
+        self.recorder.emit("eval_budget_reached", candidate=cand.id, suite=suite, budget_s=budget)
+        return True
+
+    async def _ask(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, suite: str, task: suites.Task,
+                   parser: str | None) -> EvalResult:
+        if suite == "code":
+            return await suiterun.run_code_task(self.job, adapter, server.base_url, cand, task, self.sweep,
+                                                self.timeout_s)
+        return await suiterun.run_tool_task(self.job, adapter, server.base_url, cand, task, self.sweep,
+                                            self.timeout_s, log_path=server.log_path, parser=parser)
+
+
+def _with_parser(result: EvalResult, parser: str | None) -> EvalResult:
+    if parser is None:
+        return result
+    return msgspec.structs.replace(result, parser=parser, sources={**result.sources, "parser": "adapter.tool_parser"},
+                                   null_reasons={k: v for k, v in result.null_reasons.items() if k != "parser"})

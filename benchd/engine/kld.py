@@ -1,13 +1,5 @@
-"""KL divergence against a reference candidate: the sweep's `[kld]` tail step and its checks.
-
-Per `[kld]` context: the reference's log-probabilities on the corpus are computed once (GGUF:
-`llama-perplexity --kl-divergence-base`; MLX: `benchd/data/kldmlx.py` in the MLX venv, same file format)
-and cached under `<cache>/kld/`, keyed by the reference model's sha256, the corpus's sha256, the context,
-the chunk count and the argv; each candidate sharing the reference's tokenizer is then scored against that
-file (GGUF: `llama-perplexity --kl-divergence` with its cache type and flags; MLX: in-process with its
-`--kv-bits`), its memory sampled as any run's. Results are `kld_finished` events (a resumed job skips them).
-
-Reasons and facts: docs/kld.md.
+"""KL divergence against a reference candidate: the sweep's `[kld]` tail step and its checks. Results are
+`kld_finished` events (a resumed job skips them). Reasons and facts: docs/kld.md.
 """
 
 from __future__ import annotations
@@ -51,8 +43,7 @@ DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "data" / "kld-corpus.t
 GGUF_RUNTIME = "llama-server"
 MLX_RUNTIMES = ("mlx_lm.server", "mlx_vlm.server")
 MLX_SCRIPT = Path(__file__).resolve().parent.parent / "data" / "kldmlx.py"  # run by the MLX venv, not imported
-#: llama-server flags that change what llama-perplexity computes (True: the flag takes a value). Every other
-#: candidate arg is server-only (port, slots, templates, sampling) and is recorded in `dropped_args`.
+#: llama-server flags that change what llama-perplexity computes (True: the flag takes a value).
 PASS_FLAGS: dict[str, bool] = {
     "-ctk": True, "--cache-type-k": True, "-ctv": True, "--cache-type-v": True, "-fa": True, "--flash-attn": True,
     "-t": True, "--threads": True, "-tb": True, "--threads-batch": True, "-ngl": True, "--n-gpu-layers": True,
@@ -66,9 +57,6 @@ PASS_FLAGS: dict[str, bool] = {
 SECONDS_PER_1K_TOKENS = 120.0
 #: mlx_lm's KV quantization flags a candidate may carry in `args` (as `mlx_lm.server` would take them).
 MLX_KV_FLAGS = ("--kv-bits", "--kv-group-size", "--quantized-kv-start")
-
-
-# ------------------------------------------------------------------------------------------ corpus
 
 
 def corpus_path(sweep: Sweep) -> tuple[Path, str]:
@@ -85,9 +73,6 @@ def corpus_facts(sweep: Sweep) -> KldCorpus:
                      words=len(data.decode("utf-8", "replace").split()))
 
 
-# --------------------------------------------------------------------------------------- tokenizers
-
-
 @dataclass(frozen=True)
 class Tokenizer:
     """A candidate's vocabulary: the token strings by id, hashed (`key`), and where they were read."""
@@ -102,38 +87,43 @@ def _hash_tokens(tokens: Sequence[str]) -> str:
 
 
 def tokenizer_of(cand: Candidate) -> Tokenizer:
-    """The token strings of a GGUF (`tokenizer.ggml.tokens`) or an MLX dir (`tokenizer.json`'s vocabulary
-    and added tokens, by id). Raises ValueError naming what could not be read."""
+    """The candidate's vocabulary (GGUF or MLX dir); raises ValueError naming what could not be read."""
     if cand.runtime == GGUF_RUNTIME:
-        try:
-            meta = gguf_metadata(cand.model)
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot read {cand.model} as a GGUF: {exc}") from exc
-        tokens = meta.get("tokenizer.ggml.tokens")
-        if not isinstance(tokens, list) or not tokens:
-            raise ValueError(f"{cand.model} has no tokenizer.ggml.tokens")
-        return Tokenizer(_hash_tokens([str(t) for t in tokens]), len(tokens), "GGUF tokenizer.ggml.tokens")
+        return _gguf_tokenizer(cand.model)
     if cand.runtime in MLX_RUNTIMES:
-        path = Path(cand.model) / "tokenizer.json"
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot read {path}: {exc}") from exc
-        vocab = dict(data.get("model", {}).get("vocab") or {})
-        for added in data.get("added_tokens") or []:
-            vocab[str(added.get("content"))] = int(added.get("id"))
-        if not vocab:
-            raise ValueError(f"{path} has no vocabulary")
-        by_id = [""] * (max(vocab.values()) + 1)
-        for text, i in vocab.items():
-            by_id[i] = text
-        return Tokenizer(_hash_tokens(by_id), len(by_id), "tokenizer.json vocabulary and added tokens")
+        return _mlx_tokenizer(Path(cand.model) / "tokenizer.json")
     raise ValueError(f"runtime {cand.runtime} is not scored (KLD needs llama-server or mlx_lm.server weights)")
 
 
+def _gguf_tokenizer(model: str) -> Tokenizer:
+    try:
+        meta = gguf_metadata(model)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {model} as a GGUF: {exc}") from exc
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list) or not tokens:
+        raise ValueError(f"{model} has no tokenizer.ggml.tokens")
+    return Tokenizer(_hash_tokens([str(t) for t in tokens]), len(tokens), "GGUF tokenizer.ggml.tokens")
+
+
+def _mlx_tokenizer(path: Path) -> Tokenizer:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from exc
+    vocab = dict(data.get("model", {}).get("vocab") or {})
+    for added in data.get("added_tokens") or []:
+        vocab[str(added.get("content"))] = int(added.get("id"))
+    if not vocab:
+        raise ValueError(f"{path} has no vocabulary")
+    by_id = [""] * (max(vocab.values()) + 1)
+    for text, i in vocab.items():
+        by_id[i] = text
+    return Tokenizer(_hash_tokens(by_id), len(by_id), "tokenizer.json vocabulary and added tokens")
+
+
 def count_tokens(cand: Candidate, text_path: Path, cache_dir: Path, timeout: float = 120.0) -> int:
-    """The corpus's token count in the candidate's own tokenizer, BOS included as the scoring tool adds it
-    (GGUF: `llama-tokenize --show-count`, a vocabulary-only load; MLX: the venv's tokenizer)."""
+    """The corpus's token count in the candidate's own tokenizer, BOS included."""
     if cand.runtime == GGUF_RUNTIME:
         exe, _ = resolve_llama_binary(None, cache_dir, "llama-tokenize")
         argv = [str(exe), "-m", cand.model, "-f", str(text_path), "--ids", "--show-count", "--log-disable"]
@@ -156,9 +146,6 @@ def _mlx_python(cache_dir: Path) -> str:
     return _argv_python(resolve_mlx_command("mlx_lm.server", None, cache_dir)[0])
 
 
-# ------------------------------------------------------------------------------------------- checks
-
-
 def _flag_values(args: Sequence[str], flags: Sequence[str]) -> list[tuple[str, str]]:
     out = []
     for i, a in enumerate(args):
@@ -177,10 +164,7 @@ def scored(sweep: Sweep) -> list[Candidate]:
 
 
 def planned_runs(sweep: Sweep, corpus_tokens: int) -> list[tuple[str, int, int, str]]:
-    """The runs `[kld]` makes, as (candidate id, context, tokens the run evaluates: its whole chunks, the
-    second half of each scored; purpose): per context the reference's logits run ("reference logits", none
-    when its file is cached), then one per scored candidate ("scoring"; more when the pinned build loses its
-    summary: KLD_ATTEMPTS)."""
+    """The runs `[kld]` makes: (candidate id, context, tokens evaluated, purpose), the reference's first."""
     k = sweep.kld
     if k.reference is None:
         return []
@@ -193,9 +177,8 @@ def planned_runs(sweep: Sweep, corpus_tokens: int) -> list[tuple[str, int, int, 
 
 
 def static_problems(sweep: Sweep) -> list[BenchdError]:
-    """What the daemon refuses at submit (no file is tokenized): the corpus readable and at least two chunks
-    of the largest context long by its bytes (a token is at least one byte), a reference benchd starts with
-    a runtime that is scored."""
+    """What the daemon refuses at submit, no file tokenized: a reference benchd starts and scores, the
+    corpus readable and two chunks of the largest context long by its bytes (a token is >= 1 byte)."""
     k = sweep.kld
     if k.reference is None:
         return []
@@ -207,29 +190,30 @@ def static_problems(sweep: Sweep) -> list[BenchdError]:
     if ref.external or ref.runtime not in (GGUF_RUNTIME, *MLX_RUNTIMES):
         out.append(BenchdError("kld_reference", f"kld.reference {ref.id!r} runs {ref.runtime}: a reference needs "
                                "weights benchd loads (llama-server GGUF or mlx_lm.server dir)", "$.kld.reference"))
+    return out + _corpus_problems(sweep)  # a refused cache type: the llama-server adapter's flag check
+
+
+def _corpus_problems(sweep: Sweep) -> list[BenchdError]:
+    """The corpus given as an absolute path, readable, and two chunks of the largest context long by bytes."""
+    k = sweep.kld
     path, _ = corpus_path(sweep)
     if k.corpus and not os.path.isabs(k.corpus):
-        out.append(BenchdError("relative_path", f"kld.corpus {k.corpus!r} is relative; the daemon needs an absolute "
-                               "path (benchctl resolves it against the sweep file's folder)", "$.kld.corpus"))
-    else:
-        try:
-            size = path.stat().st_size
-        except OSError as exc:
-            out.append(BenchdError("kld_corpus", f"kld.corpus {path} cannot be read: {exc.strerror or exc}",
-                                   "$.kld.corpus"))
-        else:
-            need = 2 * max(k.contexts)
-            if size + 1 < need:
-                out.append(BenchdError("kld_corpus_short", f"kld.corpus {path} has {size} bytes: fewer tokens than "
-                                       f"the {need} the scoring needs for kld.contexts {max(k.contexts)} (two chunks: "
-                                       "llama-perplexity refuses a text shorter than 2 x context)", "$.kld.corpus"))
-    return out  # a cache type the pinned build refuses: the llama-server adapter's flag check says so
+        return [BenchdError("relative_path", f"kld.corpus {k.corpus!r} is relative; the daemon needs an absolute "
+                            "path (benchctl resolves it against the sweep file's folder)", "$.kld.corpus")]
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        return [BenchdError("kld_corpus", f"kld.corpus {path} cannot be read: {exc.strerror or exc}", "$.kld.corpus")]
+    need = 2 * max(k.contexts)
+    if size + 1 >= need:
+        return []
+    return [BenchdError("kld_corpus_short", f"kld.corpus {path} has {size} bytes: fewer tokens than "
+                        f"the {need} the scoring needs for kld.contexts {max(k.contexts)} (two chunks: "
+                        "llama-perplexity refuses a text shorter than 2 x context)", "$.kld.corpus")]
 
 
 def local_problems(sweep: Sweep, cache_dir: Path) -> list[BenchdError]:
-    """`benchctl validate`'s check on this machine: the static ones, then the corpus tokenized by the
-    reference (shorter than two chunks of a context: refused) and each candidate's tokenizer against the
-    reference's (another one is an error here; at run time it is a null with the reason)."""
+    """`benchctl validate`'s check here: the static ones, the corpus's token count, the tokenizers."""
     out = static_problems(sweep)
     k = sweep.kld
     if k.reference is None or out:
@@ -239,26 +223,29 @@ def local_problems(sweep: Sweep, cache_dir: Path) -> list[BenchdError]:
         ref_tok = tokenizer_of(ref)
     except ValueError as exc:
         return [BenchdError("kld_reference", f"kld.reference {ref.id!r}: {exc}", "$.kld.reference")]
-    path, _ = corpus_path(sweep)
-    try:
-        n = count_tokens(ref, path, cache_dir)
-    except (ValueError, BenchdError, OSError, subprocess.TimeoutExpired) as exc:
-        out.append(BenchdError("kld_corpus", f"kld.corpus {path}: cannot count its tokens with the reference's "
-                               f"tokenizer: {exc}", "$.kld.corpus"))
-    else:
-        short = [c for c in k.contexts if n < 2 * c]
-        if short:
-            out.append(BenchdError("kld_corpus_short", f"kld.corpus {path} is {n} tokens in {ref.id!r}'s tokenizer: "
-                                   f"fewer than two chunks of kld.contexts {', '.join(map(str, short))} (the scoring "
-                                   f"needs 2 x context tokens)", "$.kld.corpus"))
+    out += _token_count_problems(sweep, ref, cache_dir)
     for i, cand in enumerate(sweep.candidates):
-        if cand.external or cand.id == ref.id:
-            continue
-        why = tokenizer_mismatch(ref, ref_tok, cand)
+        why = None if cand.external or cand.id == ref.id else tokenizer_mismatch(ref, ref_tok, cand)
         if why:
             out.append(BenchdError("kld_tokenizer", f"candidate {cand.id!r}: {why}; it cannot be scored against "
                                    f"kld.reference {ref.id!r}", f"$.candidates[{i}].model"))
     return out
+
+
+def _token_count_problems(sweep: Sweep, ref: Candidate, cache_dir: Path) -> list[BenchdError]:
+    """The corpus counted in the reference's tokenizer: two chunks of every context long."""
+    path, _ = corpus_path(sweep)
+    try:
+        n = count_tokens(ref, path, cache_dir)
+    except (ValueError, BenchdError, OSError, subprocess.TimeoutExpired) as exc:
+        return [BenchdError("kld_corpus", f"kld.corpus {path}: cannot count its tokens with the reference's "
+                            f"tokenizer: {exc}", "$.kld.corpus")]
+    short = [c for c in sweep.kld.contexts if n < 2 * c]
+    if not short:
+        return []
+    return [BenchdError("kld_corpus_short", f"kld.corpus {path} is {n} tokens in {ref.id!r}'s tokenizer: "
+                        f"fewer than two chunks of kld.contexts {', '.join(map(str, short))} (the scoring "
+                        f"needs 2 x context tokens)", "$.kld.corpus")]
 
 
 def tokenizer_mismatch(ref: Candidate, ref_tok: Tokenizer, cand: Candidate) -> str | None:
@@ -273,9 +260,6 @@ def tokenizer_mismatch(ref: Candidate, ref_tok: Tokenizer, cand: Candidate) -> s
     if cand.runtime == GGUF_RUNTIME and ref.runtime != GGUF_RUNTIME:
         return "a GGUF candidate is scored by llama-perplexity, which needs a GGUF reference"
     return None
-
-
-# --------------------------------------------------------------------------------------- arguments
 
 
 def split_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -306,8 +290,7 @@ MLX_QUANTIZED_KV_START = 5000
 
 
 def mlx_kv_notes(args: Sequence[str], ctx: int) -> list[str]:
-    """What an MLX candidate's KV flags did at `ctx`: with `--kv-bits` and a start at or past the chunk, the
-    cache stayed full precision (as mlx_lm.server's would at that depth)."""
+    """What an MLX candidate's KV flags did at `ctx` (a start at or past the chunk: full precision)."""
     got = dict(_flag_values(args, MLX_KV_FLAGS))
     if "--kv-bits" not in got:
         return []
@@ -323,50 +306,59 @@ def _mlx_kv_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
     return keep, [a for a in args if a not in keep]
 
 
-# ---------------------------------------------------------------------------------------- parsing
-
-
 _NUM = r"(-?[0-9.]+(?:e[-+]?\d+)?|nan|-?inf)"
 _PM = r"\s*±\s*"
 
 
-#: Runs of `llama-perplexity --kl-divergence` per candidate and context until its summary block arrives.
-#: The pinned build logs through a worker thread it never flushes at exit (common/log.cpp, common_log_main
-#: "may cause logs to be lost"; perplexity.cpp returns without common_log_flush): on this 2-core VM the
-#: last batch's chunk lines and the summary were missing from about half the runs (docs/kld.md).
+#: Runs of `llama-perplexity --kl-divergence` per candidate and context until its summary block arrives
+#: (docs/kld.md#why-a-run-may-be-repeated).
 KLD_ATTEMPTS = 4
 #: llama-perplexity prints its summary block only over at least this many scored tokens.
 SUMMARY_MIN_TOKENS = 100
 
 
 def parse_kld_output(text: str, context: int) -> dict[str, Any]:
-    """The figures of `llama-perplexity --kl-divergence` (tools/perplexity/perplexity.cpp `kl_divergence`):
-    the summary block and the per-chunk lines (cumulative over the chunks so far). `summary` says which
-    gave the figures: "summary block", "last chunk line" (every chunk's line arrived, the block did not:
-    its mean, top-1 and PPL-ratio figures are the same sums; percentiles are then missing) or None
-    (the run's output stops before its last chunk). `chunks_expected` is the tool's own count."""
-    out: dict[str, Any] = {"summary": None}
-    pats = {
-        "ppl": rf"^Mean PPL\(Q\)\s+:\s+{_NUM}{_PM}{_NUM}",
-        "ppl_reference": rf"^Mean PPL\(base\)\s+:\s+{_NUM}{_PM}{_NUM}",
-        "ppl_ratio": rf"^Mean PPL\(Q\)/PPL\(base\)\s+:\s+{_NUM}{_PM}{_NUM}",
-        "kld_mean": rf"^Mean\s+KLD:\s+{_NUM}{_PM}{_NUM}",
-        "kld_max": rf"^Maximum KLD:\s+{_NUM}",
-        "kld_p99": rf"^99\.0%\s+KLD:\s+{_NUM}",
-        "kld_median": rf"^Median\s+KLD:\s+{_NUM}",
-        "top1_agree": rf"^Same top p:\s+{_NUM}{_PM}{_NUM}\s*%",
-    }
-    for key, pat in pats.items():
+    """The figures of `llama-perplexity --kl-divergence`; `summary` says which gave them: "summary block",
+    "last chunk line" (no percentiles) or None (the output stops before its last chunk: no figures)."""
+    out: dict[str, Any] = {"summary": None, **_summary_block(text)}
+    if "top1_agree" in out and "kld_mean" in out:
+        out["summary"] = "summary block"
+    expected = re.search(r"kl_divergence: computing over (\d+) chunks", text)
+    out["chunks_expected"] = int(expected.group(1)) if expected else None
+    _chunk_lines(text, context, out)
+    if out["summary"] is None:
+        for key in [k for k in out if k.startswith(("kld_", "top1_", "ppl"))]:
+            del out[key]
+    return out
+
+
+_SUMMARY = {
+    "ppl": rf"^Mean PPL\(Q\)\s+:\s+{_NUM}{_PM}{_NUM}",
+    "ppl_reference": rf"^Mean PPL\(base\)\s+:\s+{_NUM}{_PM}{_NUM}",
+    "ppl_ratio": rf"^Mean PPL\(Q\)/PPL\(base\)\s+:\s+{_NUM}{_PM}{_NUM}",
+    "kld_mean": rf"^Mean\s+KLD:\s+{_NUM}{_PM}{_NUM}",
+    "kld_max": rf"^Maximum KLD:\s+{_NUM}",
+    "kld_p99": rf"^99\.0%\s+KLD:\s+{_NUM}",
+    "kld_median": rf"^Median\s+KLD:\s+{_NUM}",
+    "top1_agree": rf"^Same top p:\s+{_NUM}{_PM}{_NUM}\s*%",
+}
+
+
+def _summary_block(text: str) -> dict[str, float]:
+    """The summary block's figures found in `text` (with `_se` where it prints one)."""
+    out: dict[str, float] = {}
+    for key, pat in _SUMMARY.items():
         m = re.search(pat, text, re.M)
         if m:
             scale = 0.01 if key == "top1_agree" else 1.0
             out[key] = float(m.group(1)) * scale
             if m.lastindex and m.lastindex >= 2 and key not in ("ppl", "ppl_reference"):
                 out[f"{key}_se"] = float(m.group(2)) * scale
-    if "top1_agree" in out and "kld_mean" in out:
-        out["summary"] = "summary block"
-    expected = re.search(r"kl_divergence: computing over (\d+) chunks", text)
-    out["chunks_expected"] = int(expected.group(1)) if expected else None
+    return out
+
+
+def _chunk_lines(text: str, context: int, out: dict[str, Any]) -> None:
+    """Adds the per-chunk figures to `out`, and the last chunk line's in place of a lost summary."""
     per_chunk = context - 1 - context // 2
     chunks = re.findall(rf"^\s*(\d+)\s+{_NUM}{_PM}{_NUM}\s+{_NUM}{_PM}{_NUM}\s+{_NUM}{_PM}{_NUM}\s+{_NUM}{_PM}{_NUM}\s*%"
                         rf"\s+{_NUM}{_PM}{_NUM}\s*%\s*$", text, re.M)
@@ -383,13 +375,6 @@ def parse_kld_output(text: str, context: int) -> dict[str, Any]:
             out["ppl"] = float(last[1])
             ratio = math.exp(float(last[3]))
             out["ppl_ratio"], out["ppl_ratio_se"] = ratio, ratio * float(last[4])
-    if out["summary"] is None:
-        for key in [k for k in out if k.startswith(("kld_", "top1_", "ppl"))]:
-            del out[key]
-    return out
-
-
-# ----------------------------------------------------------------------------------------- running
 
 
 @dataclass
@@ -478,8 +463,7 @@ class _Pool(Protocol):
 
 
 async def tail_step(job: str, sweep: Sweep, config: Config, recorder: _Recorder, pool: _Pool, rate_hz: float) -> None:
-    """The sweep's `[kld]` step (the engine calls it last): every server released, then `KldRunner` on the
-    pairs the job has not scored yet (its `kld_finished` events)."""
+    """The sweep's `[kld]` step, last: every server released, then `KldRunner` on the pairs not scored."""
     if sweep.kld.reference not in {c.id for c in sweep.candidates}:  # off (submit refuses any other)
         return
     await pool.release_all()
@@ -505,9 +489,12 @@ class KldRunner:
     def record(self, r: KldResult) -> None:
         self.emit("kld_finished", **msgspec.to_builtins(r))
 
-    async def run(self) -> None:
-        todo = [(c, ctx) for ctx in sorted(self.sweep.kld.contexts) for c in scored(self.sweep)
+    def todo(self) -> list[tuple[Candidate, int]]:
+        return [(c, ctx) for ctx in sorted(self.sweep.kld.contexts) for c in scored(self.sweep)
                 if (c.id, ctx) not in self.done]
+
+    async def run(self) -> None:
+        todo = self.todo()
         if not todo:
             return
         try:
@@ -517,22 +504,27 @@ class KldRunner:
                 self.record(self.result(c, ctx, status="failed", reason=f"the reference's tokenizer: {exc}"))
             return
         self.emit("kld_started", purpose="corpus", corpus=msgspec.to_builtins(await asyncio.to_thread(self.corpus_record)))
-        mismatch = {c.id: await asyncio.to_thread(tokenizer_mismatch, self.ref, ref_tok, c)
-                    for c in {c.id: c for c, _ in todo}.values() if c.id != self.ref.id}
+        mismatch = await self._mismatches([c for c, _ in todo], ref_tok)
         for ctx in sorted(self.sweep.kld.contexts):
             cands = [c for c, x in todo if x == ctx]
-            if not cands:
-                continue
-            base, why, ref_s = await self.reference_logits(ctx)
-            for cand in cands:
-                if base is None:
-                    self.record(self.result(cand, ctx, status="failed", reason=why))
-                elif (miss := mismatch.get(cand.id)) is not None:
-                    self.record(self.result(cand, ctx, status="null", reason=miss,
-                                            null_reasons={"kld_mean": miss}))
-                else:
-                    self.emit("kld_started", candidate=cand.id, context=ctx)
-                    self.record(await self.score(cand, ctx, base, ref_s if cand.id == self.ref.id else None))
+            if cands:
+                await self._run_context(ctx, cands, mismatch)
+
+    async def _mismatches(self, cands: list[Candidate], ref_tok: Tokenizer) -> dict[str, str | None]:
+        unique = {c.id: c for c in cands}.values()
+        return {c.id: await asyncio.to_thread(tokenizer_mismatch, self.ref, ref_tok, c)
+                for c in unique if c.id != self.ref.id}
+
+    async def _run_context(self, ctx: int, cands: list[Candidate], mismatch: dict[str, str | None]) -> None:
+        base, why, ref_s = await self.reference_logits(ctx)
+        for cand in cands:
+            if base is None:
+                self.record(self.result(cand, ctx, status="failed", reason=why))
+            elif (miss := mismatch.get(cand.id)) is not None:
+                self.record(self.result(cand, ctx, status="null", reason=miss, null_reasons={"kld_mean": miss}))
+            else:
+                self.emit("kld_started", candidate=cand.id, context=ctx)
+                self.record(await self.score(cand, ctx, base, ref_s if cand.id == self.ref.id else None))
 
     def corpus_record(self) -> KldCorpus:
         facts = corpus_facts(self.sweep)
@@ -542,8 +534,6 @@ class KldRunner:
             return msgspec.structs.replace(facts, tokens_source=f"not counted: {exc}")
         return msgspec.structs.replace(facts, tokens=n, tokens_source=f"{self.ref.id}'s tokenizer ("
                                        + ("llama-tokenize" if self.ref.runtime == GGUF_RUNTIME else "mlx_lm") + ")")
-
-    # -- the reference ------------------------------------------------------------------------
 
     def chunks(self, ctx: int) -> int | None:
         t = self.sweep.kld.tokens
@@ -580,8 +570,7 @@ class KldRunner:
         return path, [str(tmp) if a == "OUT" else a for a in argv]
 
     async def reference_logits(self, ctx: int) -> tuple[Path | None, str, float | None]:
-        """The reference's log-probability file at `ctx` (found in the cache or made now), a note (or why
-        not), and the seconds it took to make (None from the cache)."""
+        """(the reference's logit file at `ctx`, cached or made now, or None; a note or why; seconds)."""
         try:
             path, argv = await asyncio.to_thread(self._prepare_reference, ctx)
         except (OSError, BenchdError) as exc:
@@ -610,8 +599,6 @@ class KldRunner:
         env.setdefault("HF_HUB_OFFLINE", "1")
         return env
 
-    # -- a candidate ---------------------------------------------------------------------------
-
     def plan(self, cand: Candidate, ctx: int, base: Path, json_out: Path) -> Plan:
         """The scoring run of `cand` against `base` (blocking: resolves and hashes the tool)."""
         if cand.runtime == GGUF_RUNTIME:
@@ -639,19 +626,7 @@ class KldRunner:
             plan = await asyncio.to_thread(self.plan, cand, ctx, base, json_out)
         except BenchdError as exc:
             return self.result(cand, ctx, status="failed", reason=exc.message, **common)
-        attempts, figures = 0, cast("dict[str, Any]", {})
-        while True:
-            attempts += 1
-            run = await run_tool(plan.argv, log, self.deadline(ctx), env=self.env(cand), model_paths=[cand.model],
-                                 rate_hz=self.rate_hz)
-            if run.status != 0 or cand.runtime != GGUF_RUNTIME:
-                break
-            got = parse_kld_output(run.output, ctx)
-            if got["summary"] is not None and figures.get("summary") != "summary block":
-                figures = got
-            no_block = (got.get("tokens_scored") or 0) < SUMMARY_MIN_TOKENS  # the tool prints none then
-            if got["summary"] == "summary block" or (got["summary"] and no_block) or attempts >= KLD_ATTEMPTS:
-                break
+        run, attempts, figures = await self._attempts(plan, cand, ctx, log)
         facts: dict[str, object] = {
             "tool": plan.tool, "tool_version": plan.version, "binary": plan.binary,
             "binary_sha256": plan.binary_sha256, "argv": plan.argv, "dropped_args": plan.dropped,
@@ -670,23 +645,50 @@ class KldRunner:
                 return self.result(cand, ctx, status="failed", reason=f"no figures from {plan.tool}: {exc}",
                                    null_reasons=nulls, **facts)
             figures["summary"] = "computed in-process"
-            if self.ref.runtime == GGUF_RUNTIME:
-                facts["comparability"] = CROSS_RUNTIME
-            facts["notes"] = mlx_kv_notes(cand.args, ctx)
+            facts.update(self._mlx_facts(cand, ctx))
         if "kld_mean" not in figures:
             return self.result(cand, ctx, status="failed", reason=f"{plan.tool}'s output stopped before its last "
                                f"chunk in {attempts} run(s) (the pinned build's unflushed log at exit): "
                                f"{_tail(run.output, 600)}", null_reasons=nulls, **facts)
-        scored_n = figures.get("tokens_scored") or 0
-        why = (f"{plan.tool} prints percentiles only over >= {SUMMARY_MIN_TOKENS} scored tokens ({scored_n} here)"
-               if scored_n < SUMMARY_MIN_TOKENS else
-               f"{plan.tool}'s summary block was lost in {attempts} run(s): the pinned build does not flush its log "
-               "at exit (common/log.cpp); mean, top-1 and PPL ratio come from its last chunk line")
-        for name in ("kld_median", "kld_p99", "kld_max", "ppl_ratio", "ppl_reference"):
-            if name not in figures:
-                nulls[name] = why
+        nulls.update(_percentile_nulls(plan.tool, figures, attempts))
         figures.pop("chunks_expected", None)
         return self.result(cand, ctx, status="ok", null_reasons=nulls, **facts, **figures)
+
+    async def _attempts(self, plan: Plan, cand: Candidate, ctx: int, log: Path) -> tuple[Run, int, dict[str, Any]]:
+        """(the last run, runs made, the best figures): a GGUF scoring runs again until `_final`."""
+        attempts, figures = 0, cast("dict[str, Any]", {})
+        while True:
+            attempts += 1
+            run = await run_tool(plan.argv, log, self.deadline(ctx), env=self.env(cand), model_paths=[cand.model],
+                                 rate_hz=self.rate_hz)
+            if run.status != 0 or cand.runtime != GGUF_RUNTIME:
+                return run, attempts, figures
+            got = parse_kld_output(run.output, ctx)
+            if got["summary"] is not None and figures.get("summary") != "summary block":
+                figures = got
+            if _final(got, attempts):
+                return run, attempts, figures
+
+    def _mlx_facts(self, cand: Candidate, ctx: int) -> dict[str, object]:
+        facts: dict[str, object] = {"comparability": CROSS_RUNTIME} if self.ref.runtime == GGUF_RUNTIME else {}
+        facts["notes"] = mlx_kv_notes(cand.args, ctx)
+        return facts
+
+
+def _final(got: dict[str, Any], attempts: int) -> bool:
+    """The output needs no other attempt: a summary block, a run too short for one, or the last attempt."""
+    no_block = (got.get("tokens_scored") or 0) < SUMMARY_MIN_TOKENS
+    return bool(got["summary"] == "summary block" or (got["summary"] and no_block) or attempts >= KLD_ATTEMPTS)
+
+
+def _percentile_nulls(tool: str, figures: dict[str, Any], attempts: int) -> dict[str, str]:
+    scored_n = figures.get("tokens_scored") or 0
+    why = (f"{tool} prints percentiles only over >= {SUMMARY_MIN_TOKENS} scored tokens ({scored_n} here)"
+           if scored_n < SUMMARY_MIN_TOKENS else
+           f"{tool}'s summary block was lost in {attempts} run(s): the pinned build does not flush its log "
+           "at exit (common/log.cpp); mean, top-1 and PPL ratio come from its last chunk line")
+    return {name: why for name in ("kld_median", "kld_p99", "kld_max", "ppl_ratio", "ppl_reference")
+            if name not in figures}
 
 
 @functools.lru_cache(maxsize=8)
@@ -713,8 +715,7 @@ def results_from_events(events: Sequence[Event]) -> list[KldResult]:
 
 
 def pareto_samples(results: Sequence[KldResult]) -> dict[str, list[float]]:
-    """The `kld` axis's samples per candidate: its per-chunk mean KLDs at the largest context it was scored
-    at (where a KV cache's cost shows most). The comparison treats them as that candidate's samples."""
+    """The `kld` axis's samples per candidate: its per-chunk mean KLDs at its largest scored context."""
     out: dict[str, tuple[int, list[float]]] = {}
     for r in results:
         if r.status == "ok" and r.chunk_kld and (r.candidate not in out or r.context > out[r.candidate][0]):
@@ -723,33 +724,46 @@ def pareto_samples(results: Sequence[KldResult]) -> dict[str, list[float]]:
 
 
 def seconds_left(sweep: Sweep, events: Sequence[Event], prompt_tps: float | None) -> tuple[float, str] | None:
-    """The `[kld]` step's seconds left in a running job and where the rate comes from: the runs not done
-    (`planned_runs`; a context's reference run until one of its candidates finished), each its tokens at
-    the seconds per evaluated token of this job's finished scoring runs, else at `prompt_tps` (the job's
-    measured probe prompt rate). None without `[kld]` or any rate."""
-    k = sweep.kld
-    if k.reference is None:
+    """(the `[kld]` step's seconds left in a running job, the rate's source); None without a rate."""
+    if sweep.kld.reference is None:
         return None
+    tokens = _corpus_tokens(sweep, events)
+    rated = _seconds_per_token(events, prompt_tps)
+    if tokens is None or rated is None:
+        return None
+    rate, source = rated
     done = done_from_events(events)
-    corpus = corpus_from_events(events)
-    tokens = k.tokens or (corpus.tokens if corpus is not None else None)
-    if tokens is None:  # before the step counted them: bytes / 4 (benchctl validate's stated assumption)
-        try:
-            tokens = corpus_path(sweep)[0].stat().st_size // 4
-        except OSError:
-            return None
-    ran = [r for r in results_from_events(events) if r.status == "ok" and r.seconds and r.chunks]
-    if ran:
-        rate = sum(r.seconds or 0.0 for r in ran) / sum((r.chunks or 0) * r.context for r in ran)
-        source = f"this job's {len(ran)} finished scoring run(s)"
-    elif prompt_tps:
-        rate, source = 1.0 / prompt_tps, f"this job's probe prompt rate ({prompt_tps:.4g} tok/s)"
-    else:
-        return None
     started = {x for _c, x in done}
     left = sum(n for c, x, n, purpose in planned_runs(sweep, tokens)
                if (c, x) not in done and (purpose == "scoring" or x not in started))
     return left * rate, source
+
+
+def _corpus_tokens(sweep: Sweep, events: Sequence[Event]) -> int | None:
+    """`kld.tokens`, else the counted corpus, else its bytes / 4 (benchctl validate's stated assumption)."""
+    corpus = corpus_from_events(events)
+    tokens = sweep.kld.tokens or (corpus.tokens if corpus is not None else None)
+    if tokens is not None:
+        return tokens
+    try:
+        return corpus_path(sweep)[0].stat().st_size // 4
+    except OSError:
+        return None
+
+
+def _timed_runs(events: Sequence[Event]) -> list[KldResult]:
+    return [r for r in results_from_events(events) if r.status == "ok" and r.seconds and r.chunks]
+
+
+def _seconds_per_token(events: Sequence[Event], prompt_tps: float | None) -> tuple[float, str] | None:
+    """The job's finished scoring runs' seconds per evaluated token, else `prompt_tps`'s, and its source."""
+    ran = _timed_runs(events)
+    if ran:
+        rate = sum(r.seconds or 0.0 for r in ran) / sum((r.chunks or 0) * r.context for r in ran)
+        return rate, f"this job's {len(ran)} finished scoring run(s)"
+    if prompt_tps:
+        return 1.0 / prompt_tps, f"this job's probe prompt rate ({prompt_tps:.4g} tok/s)"
+    return None
 
 
 def corpus_from_events(events: Sequence[Event]) -> KldCorpus | None:

@@ -1,22 +1,6 @@
-"""The candidate matrix: a candidate's `[candidates.matrix]` expanded into one candidate per combination.
-
-`expand(sweep)` is the one expansion; `benchctl validate`, the API's submit and the engine call it (the
-submit stores the expanded sweep, so the engine's call finds nothing left to expand). Per base candidate,
-the keys in the file's order, each key's values in theirs (`itertools.product`):
-- a flag key adds `FLAG VALUE` to the base's `args` (true: the flag alone; false: nothing); `spec` sets the
-  candidate's `spec` (false: none), `ctx_size` its `ctx_size`;
-- the id is the base id, then one segment per key, joined by `.` (`id_segment`): `qwen.ub256.fa-on.ctk-q8_0`;
-- the candidate records its base, values and added args in `from_matrix`.
-
-Refused (problems naming `$.candidates[i].matrix...`): a key the runtime reserves, a key the base already
-sets, a value outside the runtime's choices (`Checks.value_problem`), a derived id that is not a
-valid id or collides, more than `MAX_CANDIDATES` candidates in the sweep. A combination the runtime refuses
-as a whole (`Checks.combination_problems`: llama-server's quantized V cache with `-fa off`) is left
-out and recorded as a `deferred` line of the sweep, saying why.
-
-Reasons and facts: docs/sweep-file.md#candidate-matrix.
+"""The candidate matrix: a candidate's `[candidates.matrix]` expanded into one candidate per combination
+by `expand`, the one expansion. Reasons and facts: docs/sweep-file.md#candidate-matrix.
 """
-
 from __future__ import annotations
 
 import itertools
@@ -24,11 +8,15 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from benchd.errors import BenchdError
 from benchd.schemas import CANDIDATE_ID_PATTERN, Candidate, Deferred, MatrixPoint, Spec, Sweep
+
+if TYPE_CHECKING:
+    from benchd.servers.runtimes.base import RuntimeAdapter
 
 #: The most candidates a sweep may hold once every matrix is expanded (the schema's own limit).
 MAX_CANDIDATES = 64
@@ -55,8 +43,7 @@ class Expansion:
 
 @dataclass
 class Expanded:
-    """The sweep with every matrix expanded (the input unchanged when there are problems), the problems,
-    and one `Expansion` per candidate that had a matrix."""
+    """The expanded sweep (the input when there are problems), the problems, the expansions."""
 
     sweep: Sweep
     problems: list[BenchdError]
@@ -82,9 +69,8 @@ def _spec_label(value: Spec) -> str:
 
 
 def id_segment(key: str, value: Value) -> str:
-    """The id segment of one key's value: `ub256` (a value starting with a digit follows the key),
-    `fa-on` (a word follows a hyphen), `mlock` / `no-mlock` (a switch), `nospec` / `spec-draft-<file>-n8`,
-    `ctx8192`; a value starting with `-` reads `m` (`-t -1` -> `tm1`)."""
+    """The id segment of one key's value: `ub256`, `fa-on`, `mlock` / `no-mlock`, `nospec` /
+    `spec-draft-<file>-n8`, `ctx8192`, `tm1` (for `-t -1`)."""
     k = key_label(key)
     if key == "spec":
         return "nospec" if value is False else _spec_label(value) if isinstance(value, Spec) else "spec"
@@ -111,39 +97,52 @@ def _flag_of(arg: str) -> str:
 
 
 def key_problems(i: int, cand: Candidate) -> list[BenchdError]:
-    """Each key and value of one candidate's matrix alone: reserved, already set, the wrong kind of value,
-    repeated, or outside the runtime's choices."""
+    """Each key and value of one candidate's matrix alone."""
     from benchd.servers.runtimes import get_adapter
 
     where = f"$.candidates[{i}].matrix"
     who = f"candidate {cand.id!r}"
-    if cand.external:
-        return [BenchdError("matrix_external", f"{who}: a matrix needs a server benchd starts (runtime = "
-                            f"\"{cand.runtime}\" is started by someone else)", where)]
-    if cand.from_matrix is not None:
-        return [BenchdError("matrix_nested", f"{who}: already expanded from {cand.from_matrix.base!r}'s matrix; "
-                            "put every key in the base's matrix", where)]
+    refused = _matrix_refused(cand, who, where)
+    if refused:
+        return refused
     adapter = get_adapter(cand.runtime)
     given = {_flag_of(a) for a in cand.args if a.startswith("-")}
+    given |= {k for k, v in (("spec", cand.spec), ("ctx_size", cand.ctx_size)) if v is not None}
     out: list[BenchdError] = []
     for key, values in cand.matrix.items():
         at = f"{where}.{key}"
         if key in adapter.reserved_args:
             out.append(BenchdError("reserved_arg", f"{who}: {adapter.name} argument {key!r} is set by benchd; "
                                    f"{adapter.reserved_args[key]}", at))
-            continue
-        if key in given or (key == "spec" and cand.spec is not None) or (key == "ctx_size" and cand.ctx_size is not None):
+        elif key in given:
             out.append(BenchdError("matrix_conflict", f"{who}: {key!r} is set by the candidate itself and by its "
                                    "matrix; keep one", at))
-            continue
-        seen: set[str] = set()
-        for j, value in enumerate(values):
-            why = _value_problem(adapter, cand, key, value)
-            if why is None and value_text(value) in seen:  # "256" and 256 are one value
-                why = f"value {value_text(value)!r} is repeated"
-            if why is not None:
-                out.append(BenchdError("matrix_value", f"{who}: matrix {key!r}: {why}", f"{at}[{j}]"))
-            seen.add(value_text(value))
+        else:
+            out += [BenchdError("matrix_value", f"{who}: matrix {key!r}: {why}", f"{at}[{j}]")
+                    for j, why in _value_problems(adapter, cand, key, values)]
+    return out
+
+
+def _matrix_refused(cand: Candidate, who: str, where: str) -> list[BenchdError]:
+    if cand.external:
+        return [BenchdError("matrix_external", f"{who}: a matrix needs a server benchd starts (runtime = "
+                            f"\"{cand.runtime}\" is started by someone else)", where)]
+    if cand.from_matrix is not None:
+        return [BenchdError("matrix_nested", f"{who}: already expanded from {cand.from_matrix.base!r}'s matrix; "
+                            "put every key in the base's matrix", where)]
+    return []
+
+
+def _value_problems(adapter: object, cand: Candidate, key: str, values: list[Value]) -> list[tuple[int, str]]:
+    out = []
+    seen: set[str] = set()
+    for j, value in enumerate(values):
+        why = _value_problem(adapter, cand, key, value)
+        if why is None and value_text(value) in seen:  # "256" and 256 are one value
+            why = f"value {value_text(value)!r} is repeated"
+        if why is not None:
+            out.append((j, why))
+        seen.add(value_text(value))
     return out
 
 
@@ -196,8 +195,8 @@ def _id_problem(ident: str) -> str | None:
 
 
 def expand(sweep: Sweep) -> Expanded:
-    """Every candidate's matrix expanded in place (see the module docstring); idempotent: a sweep with no
-    matrix left comes back unchanged."""
+    """Every candidate's matrix expanded in place; idempotent: a sweep with no matrix left comes back
+    unchanged."""
     from benchd.servers.runtimes import get_adapter
 
     if not any(c.matrix for c in sweep.candidates):
@@ -211,46 +210,72 @@ def expand(sweep: Sweep) -> Expanded:
             out.append(cand)
             continue
         where = f"$.candidates[{i}].matrix"
-        found = key_problems(i, cand)
-        size = math.prod(len(v) for v in cand.matrix.values())
-        if not found and size > MAX_CANDIDATES:
-            found.append(_too_many(cand.id, size, where))
+        found = _matrix_problems(i, cand, where)
         problems += found
         if found:
             continue
-        exp = Expansion(cand.id, list(cand.matrix))
-        adapter = get_adapter(cand.runtime)
-        for combo in _combinations(cand):
-            made = point(cand, combo)
-            if (why := _id_problem(made.id)) is not None:
-                problems.append(BenchdError("matrix_id", f"candidate {cand.id!r}: {why}", where))
-                break
-            refused = adapter.checks.combination_problems(made)
-            if refused:
-                reason = "; ".join(e.message.removeprefix(f"candidate {made.id!r}: ") for e in refused)
-                exp.left_out.append((made.id, reason))
-                deferred.append(Deferred(axis=f"candidate {made.id}"[:200],
-                                         reason=f"left out of {cand.id!r}'s matrix: {reason}"[:2000]))
-                continue
-            exp.ids.append(made.id)
-            out.append(made)
+        exp, made, left_out, bad_id = _expand_one(cand, where, get_adapter(cand.runtime))
+        out += made
+        deferred += left_out
+        problems += bad_id
         if not exp.ids and not problems:
             problems.append(BenchdError("matrix_empty", f"candidate {cand.id!r}: the runtime refuses every combination "
                                         f"of its matrix ({exp.left_out[0][1]})", where))
         matrices.append(exp)
     problems += _collisions(out)
-    if not problems and len(out) > MAX_CANDIDATES:
-        sizes = ", ".join(f"{m.base}: {len(m.ids)}" for m in matrices)
-        problems.append(BenchdError("too_many_candidates", f"the matrices expand to {len(out)} candidates ({sizes}; "
-                                    f"plus {len(out) - sum(len(m.ids) for m in matrices)} listed): at most "
-                                    f"{MAX_CANDIDATES}", "$.candidates"))
+    if not problems:
+        problems += _too_many_in_sweep(out, matrices)
     if problems:
         return Expanded(sweep, problems, matrices)
-    if len(deferred) > MAX_DEFERRED:  # the schema's limit: a stored sweep must decode again
-        more = Deferred(axis="candidates", reason=f"{len(deferred) - MAX_DEFERRED + 1} more matrix combinations "
-                        "left out (the first ones are listed)")
-        deferred = [*deferred[:MAX_DEFERRED - 1], more]
-    return Expanded(msgspec.structs.replace(sweep, candidates=out, deferred=deferred), [], matrices)
+    return Expanded(msgspec.structs.replace(sweep, candidates=out, deferred=_capped(deferred)), [], matrices)
+
+
+def _matrix_problems(i: int, cand: Candidate, where: str) -> list[BenchdError]:
+    found = key_problems(i, cand)
+    size = math.prod(len(v) for v in cand.matrix.values())
+    if not found and size > MAX_CANDIDATES:
+        found.append(_too_many(cand.id, size, where))
+    return found
+
+
+def _expand_one(cand: Candidate, where: str,
+                adapter: RuntimeAdapter) -> tuple[Expansion, list[Candidate], list[Deferred], list[BenchdError]]:
+    """(the expansion, its candidates, its refused combinations, the invalid derived id that stopped it)."""
+    exp = Expansion(cand.id, list(cand.matrix))
+    made_all: list[Candidate] = []
+    deferred: list[Deferred] = []
+    for combo in _combinations(cand):
+        made = point(cand, combo)
+        if (why := _id_problem(made.id)) is not None:
+            return exp, made_all, deferred, [BenchdError("matrix_id", f"candidate {cand.id!r}: {why}", where)]
+        refused = adapter.checks.combination_problems(made)
+        if refused:
+            reason = "; ".join(e.message.removeprefix(f"candidate {made.id!r}: ") for e in refused)
+            exp.left_out.append((made.id, reason))
+            deferred.append(Deferred(axis=f"candidate {made.id}"[:200],
+                                     reason=f"left out of {cand.id!r}'s matrix: {reason}"[:2000]))
+            continue
+        exp.ids.append(made.id)
+        made_all.append(made)
+    return exp, made_all, deferred, []
+
+
+def _too_many_in_sweep(out: list[Candidate], matrices: list[Expansion]) -> list[BenchdError]:
+    if len(out) <= MAX_CANDIDATES:
+        return []
+    sizes = ", ".join(f"{m.base}: {len(m.ids)}" for m in matrices)
+    return [BenchdError("too_many_candidates", f"the matrices expand to {len(out)} candidates ({sizes}; "
+                       f"plus {len(out) - sum(len(m.ids) for m in matrices)} listed): at most "
+                       f"{MAX_CANDIDATES}", "$.candidates")]
+
+
+def _capped(deferred: list[Deferred]) -> list[Deferred]:
+    """At most MAX_DEFERRED lines, the schema's limit: a stored sweep must decode again."""
+    if len(deferred) <= MAX_DEFERRED:
+        return deferred
+    more = Deferred(axis="candidates", reason=f"{len(deferred) - MAX_DEFERRED + 1} more matrix combinations "
+                    "left out (the first ones are listed)")
+    return [*deferred[:MAX_DEFERRED - 1], more]
 
 
 def _too_many(ident: str, size: int, where: str) -> BenchdError:

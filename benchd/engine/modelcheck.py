@@ -1,13 +1,6 @@
 """What a candidate's model files say before a night is spent on them (`benchctl validate`): a model of
-the kind its runtime loads, and the model's trained context against the sweep's contexts.
-
-- llama-server loads one GGUF file (magic `GGUF`); the MLX runtimes load a folder with `config.json`.
-- The trained context: GGUF `<general.architecture>.context_length`; MLX `config.json`
-  `max_position_embeddings` (or `text_config.max_position_embeddings`, as vision models nest it). A
-  context plus the sweep's `gen_tokens` beyond it is a problem: past its trained context a model's
-  output (and so its speed on a real prompt) is not what the grid means to measure.
-
-Each problem is a `(field, message)` pair; the caller words the field in its own style.
+the kind its runtime loads, and a trained context (GGUF `<arch>.context_length`, MLX `config.json`
+`max_position_embeddings`) that holds every context plus `gen_tokens`. Problems are `(field, message)`.
 """
 
 from __future__ import annotations
@@ -37,16 +30,7 @@ def trained_context(path: str) -> tuple[int | None, str]:
     from benchd.servers.runtimes.vision import gguf_metadata
 
     if os.path.isdir(path):
-        try:
-            config: Any = json.loads(read_regular(os.path.join(path, "config.json")))
-        except (OSError, ValueError, RecursionError) as exc:
-            return None, f"config.json unreadable: {exc}"
-        for where, section in (("max_position_embeddings", config),
-                               ("text_config.max_position_embeddings", (config or {}).get("text_config"))):
-            value = section.get("max_position_embeddings") if isinstance(section, dict) else None
-            if isinstance(value, int) and value > 0:
-                return value, f"config.json {where}"
-        return None, "config.json has no max_position_embeddings"
+        return _mlx_trained_context(path)
     try:
         meta = gguf_metadata(path)
     except (OSError, ValueError) as exc:
@@ -57,6 +41,19 @@ def trained_context(path: str) -> tuple[int | None, str]:
     if isinstance(value, int) and value > 0:
         return value, f"GGUF {key}"
     return None, f"GGUF header has no {key}"
+
+
+def _mlx_trained_context(path: str) -> tuple[int | None, str]:
+    try:
+        config: Any = json.loads(read_regular(os.path.join(path, "config.json")))
+    except (OSError, ValueError, RecursionError) as exc:
+        return None, f"config.json unreadable: {exc}"
+    for where, section in (("max_position_embeddings", config),
+                           ("text_config.max_position_embeddings", (config or {}).get("text_config"))):
+        value = section.get("max_position_embeddings") if isinstance(section, dict) else None
+        if isinstance(value, int) and value > 0:
+            return value, f"config.json {where}"
+    return None, "config.json has no max_position_embeddings"
 
 
 def kind_problem(cand: Candidate) -> tuple[str, str] | None:
@@ -82,7 +79,10 @@ def model_problems(cand: Candidate, sweep: Sweep | None) -> list[tuple[str, str]
         return [kind]
     if sweep is None or not cand.model or not os.path.exists(cand.model) or cand.external:
         return []
-    trained, source = trained_context(cand.model)
+    return _beyond_training(sweep, *trained_context(cand.model))
+
+
+def _beyond_training(sweep: Sweep, trained: int | None, source: str) -> list[tuple[str, str]]:
     if trained is None:
         return []
     over = [c for c in sweep.contexts if c + sweep.gen_tokens > trained]

@@ -1,6 +1,5 @@
 """Prompts that put a target number of tokens in front of generation, unique per probe.
-
-Reasons and facts: docs/measuring.md#prompt-sizing.
+Reasons: docs/measuring.md#prompt-sizing.
 """
 
 from __future__ import annotations
@@ -28,9 +27,6 @@ MAX_TOKENIZER_CALLS = 24
 
 CountTokens = Callable[[str], Awaitable[int]]
 Method = Literal["tokenizer", "calibrated", "first-guess"]
-
-
-# ------------------------------------------------------------------------- template and provenance
 
 
 def template_sha256() -> str:
@@ -64,16 +60,10 @@ def messages(prompt_text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": prompt_text}]
 
 
-# ---------------------------------------------------------------------------------------- prompts
-
-
 @dataclass(frozen=True)
 class Prompt:
-    """One probe's prompt. `text` is the user message content; send it with `messages()`.
-
-    `estimated_tokens` is the builder's estimate of the server-reported prompt tokens (template
-    included); `counted_tokens` is the tokenizer's count of `text` alone (tokenizer mode only).
-    """
+    """One probe's prompt (`text`: the user message). `estimated_tokens`: the server-reported count
+    expected, template included; `counted_tokens`: the tokenizer's count of `text` (tokenizer mode)."""
 
     text: str
     target_tokens: int
@@ -128,10 +118,7 @@ class Calibrator:
         pts = self._state(key).points
         if not pts:
             return max(1, round(target * FIRST_GUESS_CHARS_PER_TOKEN)), False
-        # Piecewise-linear inverse through (0, 0) and the observations, which are monotone in
-        # practice. Beyond the largest observation: the secant of the two largest when they are far
-        # enough apart to give a stable slope (the template and header make an intercept that pure
-        # scaling misses), else scale proportionally from the largest.
+        # piecewise-linear through (0, 0) and the observations; beyond them the secant of the two largest
         prev_c, prev_t = 0, 0
         for c, t in pts:
             if t >= target and t > prev_t:
@@ -159,11 +146,7 @@ class Calibrator:
         return round(prev_t * text_chars / prev_c) if prev_c else text_chars
 
     def needs_sizing(self, key: str, target: int, tokenizer: bool = False) -> bool:
-        """True while the estimate for `target` is not yet backed by a close observation.
-
-        With a tokenizer only the template overhead is unknown (one observation fixes it). Without,
-        an observation within SIZING_TOLERANCE of the target is required.
-        """
+        """True until an observation backs `target`'s estimate (with a tokenizer: any one)."""
         st = self._state(key)
         if tokenizer:
             return not st.overheads
@@ -173,6 +156,41 @@ class Calibrator:
 def _tag_key(tag: str) -> str:
     parts = tag.split("/")
     return parts[1] if len(parts) >= 4 and parts[1] else "default"
+
+
+async def _search(goal: int, count: Callable[[int], Awaitable[int]], cpt: float, counted: dict[int, int]) -> int:
+    """The largest body size whose count is <= goal, by interpolation search then bisection."""
+    lo, lo_t = 0, await count(0)  # header-only text: tokens(lo) <= goal unless target is tiny
+    hi: int | None = None
+    prev = (0, lo_t)
+    guess = max(1, round((goal - lo_t) * cpt))
+    while lo_t < goal and len(counted) < MAX_TOKENIZER_CALLS:
+        t = await count(guess)
+        if t == goal:
+            return guess
+        if t < goal:
+            lo, lo_t = guess, t
+        else:
+            hi = guess
+        if hi is not None and hi - lo <= 1:
+            break
+        guess, prev = _next_guess(guess, t, prev, goal, (lo, hi), cpt, counted), (guess, t)
+    return lo
+
+
+def _next_guess(guess: int, t: int, prev: tuple[int, int], goal: int, bracket: tuple[int, int | None], cpt: float,
+                counted: dict[int, int]) -> int:
+    """The secant's next body size, one character past its estimate, inside the bracket."""
+    lo, hi = bracket
+    px, pt = prev
+    rate = (t - pt) / (guess - px) if guess != px and t != pt else 1 / cpt
+    step = (goal - t) / rate
+    nxt = guess + round(step) + (1 if step > 0 else -1)
+    upper = hi - 1 if hi is not None else nxt
+    nxt = min(max(nxt, lo + 1), upper)
+    if nxt in counted:
+        nxt = (lo + hi) // 2 if hi is not None else lo + max(1, guess - lo)
+    return nxt
 
 
 class PromptBuilder:
@@ -209,12 +227,9 @@ class PromptBuilder:
         key: str | None = None,
         nonce: str | None = None,
     ) -> Prompt:
-        """A prompt expected to make the server report `target_tokens` prompt tokens.
-
-        `tag` is `<job>/<candidate>/<context>/<probe>` (any text without a newline works); `key`
-        defaults to the candidate segment of such a tag. `count_tokens` counts the tokens of a text
-        with the server's tokenizer, without the chat template.
-        """
+        """A prompt expected to make the server report `target_tokens` prompt tokens. `tag`:
+        `<job>/<candidate>/<context>/<probe>`, whose candidate is the default `key`; `count_tokens`: the
+        server's tokenizer on a text, without the chat template."""
         if target_tokens < 1:
             raise ValueError("target_tokens must be >= 1")
         key = key or _tag_key(tag)
@@ -234,62 +249,24 @@ class PromptBuilder:
     async def _build_counted(
         self, target: int, tag: str, nonce: str, key: str, hlen: int, count_tokens: CountTokens
     ) -> Prompt:
-        """Largest body whose counted tokens + template overhead <= target (usually == target).
-
-        Interpolation search with a bisection fallback over body characters: tokens grow almost
-        linearly with characters, so 3-8 calls usually suffice.
-        """
+        """The largest body whose counted tokens + template overhead <= target (usually == target)."""
         overhead = self.calibrator.overhead(key) or 0
-        goal = max(1, target - overhead)
         st = self.calibrator._state(key)
-        calls = 0
         cache: dict[int, int] = {}
 
         async def count(body_chars: int) -> int:
-            nonlocal calls
             if body_chars not in cache:
-                calls += 1
                 cache[body_chars] = await count_tokens(self._compose(tag, nonce, body_chars)[0])
             return cache[body_chars]
 
-        lo, lo_t = 0, await count(0)  # header-only text: tokens(lo) <= goal unless target is tiny
-        hi: int | None = None
-        cpt = st.tokenizer_cpt or 3.0
-        prev = (0, lo_t)
-        guess = max(1, round((goal - lo_t) * cpt))
-        best = 0
-        while lo_t < goal and calls < MAX_TOKENIZER_CALLS:
-            t = await count(guess)
-            if t == goal:
-                best = guess
-                break
-            if t < goal:
-                lo, lo_t = guess, t
-            else:
-                hi = guess
-            if hi is not None and hi - lo <= 1:
-                break
-            # Secant through the last two counts (tokens are locally ~linear in characters), nudged
-            # one character past the estimate so a near miss brackets the goal quickly.
-            px, pt = prev
-            rate = (t - pt) / (guess - px) if guess != px and t != pt else 1 / cpt
-            step = (goal - t) / rate
-            nxt = guess + round(step) + (1 if step > 0 else -1)
-            prev = (guess, t)
-            upper = hi - 1 if hi is not None else nxt
-            nxt = min(max(nxt, lo + 1), upper)
-            if nxt in cache:  # the secant stalled: bisect the bracket
-                nxt = (lo + hi) // 2 if hi is not None else lo + max(1, guess - lo)
-            guess = nxt
-        if best == 0:
-            best = lo
-        counted = cache.get(best, lo_t)
+        best = await _search(max(1, target - overhead), count, st.tokenizer_cpt or 3.0, cache)
+        counted = cache[best]
         if best > 0 and counted > 0:
             st.tokenizer_cpt = best / max(1, counted - cache[0])
         text, cycles = self._compose(tag, nonce, best)
         return Prompt(
             text=text, target_tokens=target, estimated_tokens=counted + overhead, tag=tag, nonce=nonce,
-            key=key, method="tokenizer", body_chars=best, counted_tokens=counted, tokenizer_calls=calls,
+            key=key, method="tokenizer", body_chars=best, counted_tokens=counted, tokenizer_calls=len(cache),
             corpus_cycles=cycles,
         )
 

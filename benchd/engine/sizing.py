@@ -1,10 +1,5 @@
-"""Prompt sizing and warm-up: what happens between a server start and its first recorded probe.
-
-Each recorded prompt must make the server report the cell's context (within 1 %). The server's own
-tokenizer (`/tokenize`) counts it exactly; without one, the model dir's tokenizer counted locally does
-(MLX); without either, unrecorded sizing probes teach the calibrator from reported
-`usage.prompt_tokens`. Warm-up probes after every server start feed the same calibration. Kept apart
-from the scheduler so the probe loop reads as one step.
+"""Prompt sizing and warm-up between a server start and its first recorded probe: the server's tokenizer,
+else the model dir's, else sizing probes (docs/measuring.md#prompt-sizing).
 """
 
 from __future__ import annotations
@@ -29,8 +24,7 @@ class PromptSizer:
         self.local_counters: dict[str, CountTokens | None] = {}  # candidate id -> local count_tokens or None
 
     async def counter(self, adapter: RuntimeAdapter, server: Server) -> CountTokens | None:
-        """The server's tokenizer as `count_tokens(text)` (probed once per server start), else the
-        adapter's local one (the model dir's tokenizer), else None (calibrate from reported usage)."""
+        """The server's tokenizer as `count_tokens(text)`, else the adapter's local one, else None."""
         if server.pid not in self.server_tokenizer:
             self.server_tokenizer[server.pid] = await adapter.requests.count_tokens(server.base_url, "hello") is not None
         if not self.server_tokenizer[server.pid]:
@@ -57,17 +51,12 @@ class PromptSizer:
 
     async def warm_up(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int,
                       count: int | None = None) -> None:
-        """Unrecorded probes after a server start (`sweep.warmup`) or at a new context on a server that
-        serves several (`count` = 1); they also feed the prompt calibration."""
+        """Unrecorded probes after a server start, or `count` at a new context; they feed calibration."""
         for w in range(self.sweep.warmup if count is None else count):
             await self.unrecorded(adapter, server, cand, context, f"warmup{w}")
 
     async def size_prompts(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int) -> None:
-        """Without any tokenizer, unrecorded probes at a new context teach the calibrator its size.
-
-        Usually 1-3 suffice (calibration converges within 1 % on the tiny models); capped so a server
-        whose reported prompt tokens never settle cannot stall the sweep.
-        """
+        """Without any tokenizer, unrecorded probes at a new context, at most MAX_SIZING_PROBES."""
         if await self.counter(adapter, server) is not None:
             return
         for i in range(MAX_SIZING_PROBES):

@@ -1,6 +1,5 @@
 """The public suites (`code`: HumanEval, `tools`: BFCL) run through a candidate's server.
-
-Reasons and facts: docs/evals.md#running-the-public-suites.
+Reasons: docs/evals.md#running-the-public-suites.
 """
 
 from __future__ import annotations
@@ -51,8 +50,7 @@ class Reply:
 
 
 class _Calls:
-    """Tool-call deltas assembled: by call `id` where the server gives one (Ollama-style parallel calls may
-    all carry index 0), by `index` only when no id came; in order of first appearance."""
+    """Tool-call deltas assembled by call `id` (Ollama's parallel calls share index 0), else `index`."""
 
     def __init__(self) -> None:
         self.slots: list[dict[str, str]] = []
@@ -95,48 +93,59 @@ class _Calls:
 
 
 def parse_stream(raw: bytes) -> Reply:
-    """An SSE chat completion assembled: content, reasoning, tool calls (by id, else index), finish reason,
-    usage."""
+    """An SSE chat completion assembled."""
     r = Reply(status=200)
     calls = _Calls()
     for line in raw.split(b"\n"):
-        line = line.strip()
-        if not line or line.startswith(b":") or line.startswith((b"event:", b"id:", b"retry:")):
-            continue
-        if not line.startswith(b"data:"):
-            r.error = f"not an SSE line: {line[:200]!r}"
+        doc, error = _sse_event(line)
+        if error is not None:
+            r.error = error
             break
-        payload = line[5:].strip()
-        if payload == b"[DONE]":
+        if doc is None:
             continue
-        try:
-            doc = msgspec.json.decode(payload)
-        except msgspec.DecodeError:
-            r.error = f"malformed JSON chunk: {payload[:200]!r}"
-            break
-        if not isinstance(doc, dict):
-            continue
-        if doc.get("error"):
-            r.error = f"error event: {str(doc['error'])[:300]}"
-            break
         if isinstance(doc.get("usage"), dict):
             r.usage = doc["usage"]
         for ch in doc.get("choices") or ():
-            if not isinstance(ch, dict):
-                continue
-            delta: dict[str, object] = ch["delta"] if isinstance(ch.get("delta"), dict) else {}
-            content = delta.get("content")
-            if isinstance(content, str):
-                r.content += content
-            for key in ("reasoning_content", "reasoning"):
-                text = delta.get(key)
-                if isinstance(text, str):
-                    r.reasoning += text
-            calls.merge(delta.get("tool_calls"))
-            if ch.get("finish_reason"):
-                r.finish_reason = str(ch["finish_reason"])
+            _merge_choice(r, calls, ch)
     r.calls = calls.slots
     return r
+
+
+def _sse_event(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """(one SSE line's JSON object or None to skip it, the error that ends the stream)."""
+    line = line.strip()
+    if not line or line.startswith(b":") or line.startswith((b"event:", b"id:", b"retry:")):
+        return None, None
+    if not line.startswith(b"data:"):
+        return None, f"not an SSE line: {line[:200]!r}"
+    payload = line[5:].strip()
+    if payload == b"[DONE]":
+        return None, None
+    try:
+        doc = msgspec.json.decode(payload)
+    except msgspec.DecodeError:
+        return None, f"malformed JSON chunk: {payload[:200]!r}"
+    if not isinstance(doc, dict):
+        return None, None
+    if doc.get("error"):
+        return None, f"error event: {str(doc['error'])[:300]}"
+    return doc, None
+
+
+def _merge_choice(r: Reply, calls: _Calls, ch: object) -> None:
+    if not isinstance(ch, dict):
+        return
+    delta: dict[str, object] = ch["delta"] if isinstance(ch.get("delta"), dict) else {}
+    content = delta.get("content")
+    if isinstance(content, str):
+        r.content += content
+    for key in ("reasoning_content", "reasoning"):
+        text = delta.get(key)
+        if isinstance(text, str):
+            r.reasoning += text
+    calls.merge(delta.get("tool_calls"))
+    if ch.get("finish_reason"):
+        r.finish_reason = str(ch["finish_reason"])
 
 
 def parse_message(raw: bytes) -> Reply:
@@ -181,8 +190,7 @@ def _log_line(path: Path | None, since: int) -> str | None:
 
 
 def cut_while_reasoning(reply: Reply) -> bool:
-    """The reply ran to max_tokens before any call or answer text: all reasoning (a reasoning field, or a
-    `<think>` block the runtime left unparsed and unclosed)."""
+    """The reply ran to max_tokens before any call or answer text (all reasoning)."""
     if reply.error is not None or reply.finish_reason != "length" or reply.calls:
         return False
     text = reply.content.strip()
@@ -192,8 +200,7 @@ def cut_while_reasoning(reply: Reply) -> bool:
 
 
 def leaked_markup(content: str) -> tuple[str, int] | None:
-    """(format, offset) of the first tool-call markup in `content`, else None; a reply that is only a JSON
-    call object (`{"name": …, "arguments"/"parameters": …}`) is the `bare JSON` format."""
+    """(format, offset) of the first tool-call markup in `content` (or a bare JSON call), else None."""
     found = [(m.start(), name) for name, pat in MARKUP if (m := pat.search(content)) is not None]
     if found:
         at, name = min(found)
@@ -204,10 +211,22 @@ def leaked_markup(content: str) -> tuple[str, int] | None:
 
 
 def classify(task: suites.Task, reply: Reply, log_line: str | None) -> bfcl.Verdict:
-    """The failure class of one tool task (the module docstring's order), else BFCL's AST verdict."""
+    """The failure class of one tool task (docs/evals.md#running-the-public-suites), else BFCL's verdict."""
     if reply.error is not None or reply.status != 200:
         why = reply.error or f"HTTP {reply.status}"
         return bfcl.Verdict(False, "server_error", why + (f"; log: {log_line}" if log_line else ""))
+    calls = _decoded_calls(reply)
+    if isinstance(calls, bfcl.Verdict):
+        return calls
+    if not calls and (unparsed := _no_call_verdict(reply, log_line)) is not None:
+        return unparsed
+    v = bfcl.grade(task.category, task.data["function"], task.answer, calls)
+    if reply.finish_reason == "length":  # graded as parsed, but the call may not be what the model meant
+        v = dataclasses.replace(v, detail=v.detail + "; the reply ran to max_tokens (finish_reason length)")
+    return v
+
+
+def _decoded_calls(reply: Reply) -> list[bfcl.Call] | bfcl.Verdict:
     calls: list[bfcl.Call] = []
     for c in reply.calls:
         try:
@@ -219,18 +238,25 @@ def classify(task: suites.Task, reply: Reply, log_line: str | None) -> bfcl.Verd
             return bfcl.Verdict(False, "bad_arguments_json", f"{c['name']}: arguments are not a JSON object: "
                                 f"{c['arguments'][:200]!r}")
         calls.append(bfcl.Call(c["name"], args))
-    if not calls and reply.finish_reason == "tool_calls":
+    return calls
+
+
+def _no_call_verdict(reply: Reply, log_line: str | None) -> bfcl.Verdict | None:
+    """With no call parsed: a call announced that never arrived, or call markup left in the content."""
+    if reply.finish_reason == "tool_calls":
         return bfcl.Verdict(False, "dropped_call", "finish_reason tool_calls but no call arrived"
                             + (f"; log: {log_line}" if log_line else "; nothing in the server log"))
-    leaked = None if calls else leaked_markup(reply.content)
-    if leaked is not None:
-        fmt, at = leaked
-        return bfcl.Verdict(False, "leaked_markup", f"{fmt} tool-call markup in content, no call parsed: "
-                            f"{reply.content[max(0, at - 20):at + 120]!r}")
-    v = bfcl.grade(task.category, task.data["function"], task.answer, calls)
-    if reply.finish_reason == "length":  # graded as parsed, but the call may not be what the model meant
-        v = dataclasses.replace(v, detail=v.detail + "; the reply ran to max_tokens (finish_reason length)")
-    return v
+    content = reply.content
+    leaked = leaked_markup(content)
+    if leaked is None:
+        return None
+    fmt, at = leaked
+    return bfcl.Verdict(False, "leaked_markup", f"{fmt} tool-call markup in content, no call parsed: "
+                        f"{content[max(0, at - 20):at + 120]!r}")
+
+
+def _needs_log(reply: Reply) -> bool:
+    return bool(reply.error or reply.status != 200 or (not reply.calls and reply.finish_reason == "tool_calls"))
 
 
 def tool_body(adapter: RuntimeAdapter, cand: Candidate, task: suites.Task, sweep: Sweep, thinking: str,
@@ -308,8 +334,7 @@ async def run_tool_task(job: str, adapter: RuntimeAdapter, base_url: str, cand: 
         since = _log_size(log_path)
         reply = await ask_tools(adapter, base_url, body, timeout_s, adapter.requests.auth_headers(cand))
     latency = time.monotonic() - t0
-    line = _log_line(log_path, since) if (reply.error or reply.status != 200
-                                          or (not reply.calls and reply.finish_reason == "tool_calls")) else None
+    line = _log_line(log_path, since) if _needs_log(reply) else None
     if cut_while_reasoning(reply):
         v = bfcl.Verdict(False, "reasoning_truncated", evalrun.TRUNCATED + " (not graded)")
     else:

@@ -1,6 +1,5 @@
 """Public eval suites read from the packages that publish them, fetched once into the cache by version.
-
-Reasons and facts: docs/evals.md#suite-packages.
+Reasons: docs/evals.md#suite-packages.
 """
 
 from __future__ import annotations
@@ -64,8 +63,7 @@ def fetch_command(suite: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class Task:
-    """One public eval task. `data` is the row as the package ships it; `answer` BFCL's possible answer
-    (None for irrelevance and for HumanEval)."""
+    """One public eval task: the package's row, and BFCL's possible answer (else None)."""
 
     suite: str
     id: str
@@ -90,8 +88,7 @@ class SuiteData:
 
 
 def fetch(suite: str, cache_dir: Path, log: Callable[[str], object] | None = None) -> Path:
-    """Download the suite's wheel into the cache (idempotent); returns its path. `install_failed` names
-    pip's output on failure."""
+    """Download the suite's wheel into the cache (idempotent); returns its path."""
     pkg = _package(suite)
     path = pkg.cache_path(cache_dir)
     if path.is_file():
@@ -175,35 +172,38 @@ def load(suite: str, cache_dir: Path) -> SuiteData:
 
 
 def subset(data: SuiteData, limit: int | None) -> list[Task]:
-    """The fixed task subset for `limit` (None or >= the suite size: every task, in the package's order).
-
-    HumanEval: `limit` tasks evenly spaced over its order. BFCL: each category gets a share proportional
-    to its size (largest remainder, at least one while the limit allows), drawn with a fixed seed; the
-    categories are interleaved (`interleave`), so a run stopped by `eval_budget_s` is still stratified."""
+    """The fixed task subset for `limit` (None or >= the suite size: every task). HumanEval: evenly
+    spaced; BFCL: `_stratified`, then `interleave`d (docs/evals.md#suite-packages)."""
     tasks = list(data.tasks)
-    if data.package.suite == "code":
-        if limit is None or limit >= len(tasks):
-            return tasks
-        return [tasks[(i * len(tasks)) // limit] for i in range(limit)]
+    code = data.package.suite == "code"
     if limit is None or limit >= len(tasks):
-        return interleave(tasks)
+        return tasks if code else interleave(tasks)
+    if code:
+        return [tasks[(i * len(tasks)) // limit] for i in range(limit)]
+    return interleave(_stratified(tasks, limit))
+
+
+def _by_category(tasks: list[Task]) -> dict[str, list[Task]]:
     by_cat: dict[str, list[Task]] = {}
     for t in tasks:
         by_cat.setdefault(t.category, []).append(t)
+    return by_cat
+
+
+def _stratified(tasks: list[Task], limit: int) -> list[Task]:
+    """`limit` tasks drawn per category in proportion to its size (fixed seed)."""
+    by_cat = _by_category(tasks)
     quota = _shares({c: len(v) for c, v in by_cat.items()}, limit)
     rng = random.Random(SUBSET_SEED)
     chosen: set[str] = set()
     for cat in BFCL_CATEGORIES:
         chosen.update(t.id for t in rng.sample(by_cat.get(cat, []), quota.get(cat, 0)))
-    return interleave([t for t in tasks if t.id in chosen])
+    return [t for t in tasks if t.id in chosen]
 
 
 def interleave(tasks: list[Task]) -> list[Task]:
-    """The tasks of every category spread evenly over the order: the k-th of a category's n tasks sits at
-    (k + 0.5) / n (ties in BFCL_CATEGORIES order), each category keeping the package's order."""
-    by_cat: dict[str, list[Task]] = {}
-    for t in tasks:
-        by_cat.setdefault(t.category, []).append(t)
+    """The tasks of every category spread evenly over the order, each keeping the package's order."""
+    by_cat = _by_category(tasks)
     rank = {c: i for i, c in enumerate(BFCL_CATEGORIES)}
     keyed = [((k + 0.5) / len(group), rank.get(cat, len(rank)), t) for cat, group in by_cat.items()
              for k, t in enumerate(group)]
@@ -238,9 +238,8 @@ def _package(suite: str) -> Package:
 
 
 def planned_tasks(sweep: Sweep, cache_dir: Path) -> dict[str, int]:
-    """Eval tasks the sweep asks for, by tier or suite (an `EvalResult.tier`), summed over its candidates:
-    the eval tier's built-in tasks, and each suite's fixed subset (`min(limit, suite size)`, the count
-    `subset` returns; a suite whose data is not in the cache counts its limit, or nothing without one)."""
+    """Eval tasks the sweep asks for by tier or suite, over its candidates (a suite not in the cache
+    counts its limit, or nothing without one)."""
     from benchd.engine import evals
 
     per_candidate: dict[str, int] = {}

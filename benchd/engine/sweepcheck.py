@@ -1,29 +1,6 @@
 """The one sweep check: what `benchctl validate`, the API's submit and the engine ask of a sweep's
-candidates beyond its schema (msgspec decodes that).
-
-- `adapter_problems`: the runtime adapter's own checks (reserved args, spec kinds, context size, vision,
-  concurrency levels against its slots).
-- `input_problems`: NUL bytes in args / env values, and path fields naming a FIFO, device, socket or a
-  directory where a file is expected (a stat; the checks that read files skip such a candidate).
-- `path_problems`: the daemon's rule for paths — model, draft model, binary and mmproj absolute, no NUL byte
-  (the daemon has no working directory worth trusting; benchctl resolves paths against the sweep file).
-- `external_problems`: a server benchd does not start (`runtime = "openai"`): `url` http on a loopback
-  address, `request_model` given, none of the start fields; `live_problems` / `resolve_external` (submit
-  and `benchctl validate`): the URL answers, a `process` name resolves to one pid, a `pid` listens on the
-  URL's port, the `api_key_env` variable is set.
-- `kld.static_problems` / `kld.local_problems` (benchd.engine.kld): the `[kld]` table's corpus, cache types,
-  reference and (on this machine) the corpus's token count and each candidate's tokenizer.
-- `local_problems`: what exists on this machine — model and draft model files, an executable binary,
-  the executable the adapter would resolve. benchctl lists these as problems; the daemon records
-  missing models at submit and fails the cells at server start, since a file can come and go; and
-  what the model files say (`benchd.engine.modelcheck`: the kind its runtime loads, its trained context).
-
-- `expand`: every candidate matrix expanded into its candidates (`benchd.engine.matrix`), before the
-  checks above see them.
-
-Each problem is a `BenchdError` whose field is a `$.candidates[i]...` path.
+candidates beyond its schema, each problem a `BenchdError` whose field is a `$.candidates[i]...` path.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -68,49 +45,59 @@ def _loopback(host: str) -> bool:
 def external_problems(cand: Candidate) -> list[BenchdError]:
     """The static checks of external candidates (and that the others set none of their fields)."""
     where = f"$.candidates[{cand.id}]"
-    out: list[BenchdError] = []
     if not cand.external:
-        out += [BenchdError("external_only", f"candidate {cand.id!r}: `{name}` is for runtime = \"{EXTERNAL_RUNTIME}\" "
-                            "(a server benchd does not start)", f"{where}.{name}")
-                for name in _EXTERNAL_ONLY if getattr(cand, name) is not None]
-        if not cand.model:
-            out.append(BenchdError("missing_model", f"candidate {cand.id!r}: `model` is required for {cand.runtime}",
-                                   f"{where}.model"))
-        return out
+        return _started_problems(cand, where)
     defaults = Candidate(id=cand.id, runtime=cand.runtime)
-    out += [BenchdError("not_for_external", f"candidate {cand.id!r}: `{name}` does not apply to runtime = "
-                        f"\"{EXTERNAL_RUNTIME}\": {why}", f"{where}.{name}")
-            for name, why in _STARTED_ONLY.items() if getattr(cand, name) != getattr(defaults, name)]
-    if cand.url is None:
-        out.append(BenchdError("missing_url", f"candidate {cand.id!r}: runtime = \"{EXTERNAL_RUNTIME}\" needs `url` "
-                               "(the server's base URL, e.g. http://127.0.0.1:8080)", f"{where}.url"))
-    else:
-        parts = urlsplit(cand.url)
-        if "@" in parts.netloc:  # user:password@host: never stored, never echoed
-            out.append(BenchdError("credentials_in_url", f"candidate {cand.id!r}: url has credentials in it "
-                                   "(user:password@): benchd records the url in every runbook; give the key's "
-                                   "variable name in `api_key_env` instead", f"{where}.url"))
-            return out
-        if parts.query or parts.fragment or "\x00" in cand.url:
-            out.append(BenchdError("bad_url", f"candidate {cand.id!r}: url {cand.url!r} must be the server's base "
-                                   "URL: no query, fragment or NUL byte (benchd appends the endpoints' paths)",
-                                   f"{where}.url"))
-        try:
-            host = parts.hostname or ""
-            parts.port  # noqa: B018  (raises on a port that is not a number)
-        except ValueError as exc:
-            host = ""
-            out.append(BenchdError("bad_url", f"candidate {cand.id!r}: url {cand.url!r}: {exc}", f"{where}.url"))
-        if parts.scheme != "http":
-            out.append(BenchdError("bad_url", f"candidate {cand.id!r}: url {cand.url!r} must be http:// (a server on "
-                                   "this machine)", f"{where}.url"))
-        elif not _loopback(host):
-            out.append(BenchdError("not_loopback", f"candidate {cand.id!r}: url {cand.url!r} is not a loopback address "
-                                   "(127.0.0.0/8, ::1, localhost): benchd measures the machine it runs on",
-                                   f"{where}.url"))
+    out = [BenchdError("not_for_external", f"candidate {cand.id!r}: `{name}` does not apply to runtime = "
+                       f"\"{EXTERNAL_RUNTIME}\": {why}", f"{where}.{name}")
+           for name, why in _STARTED_ONLY.items() if getattr(cand, name) != getattr(defaults, name)]
+    url = _url_problems(cand, where)
+    out += url
+    if any(e.code == "credentials_in_url" for e in url):  # nothing more is said of such a candidate
+        return out
     if not cand.request_model:
         out.append(BenchdError("missing_request_model", f"candidate {cand.id!r}: runtime = \"{EXTERNAL_RUNTIME}\" "
                                "needs `request_model` (the model id its requests name)", f"{where}.request_model"))
+    return out
+
+
+def _started_problems(cand: Candidate, where: str) -> list[BenchdError]:
+    out = [BenchdError("external_only", f"candidate {cand.id!r}: `{name}` is for runtime = \"{EXTERNAL_RUNTIME}\" "
+                       "(a server benchd does not start)", f"{where}.{name}")
+           for name in _EXTERNAL_ONLY if getattr(cand, name) is not None]
+    if not cand.model:
+        out.append(BenchdError("missing_model", f"candidate {cand.id!r}: `model` is required for {cand.runtime}",
+                               f"{where}.model"))
+    return out
+
+
+def _url_problems(cand: Candidate, where: str) -> list[BenchdError]:
+    if cand.url is None:
+        return [BenchdError("missing_url", f"candidate {cand.id!r}: runtime = \"{EXTERNAL_RUNTIME}\" needs `url` "
+                            "(the server's base URL, e.g. http://127.0.0.1:8080)", f"{where}.url")]
+    parts = urlsplit(cand.url)
+    if "@" in parts.netloc:  # user:password@host: never stored, never echoed
+        return [BenchdError("credentials_in_url", f"candidate {cand.id!r}: url has credentials in it "
+                            "(user:password@): benchd records the url in every runbook; give the key's "
+                            "variable name in `api_key_env` instead", f"{where}.url")]
+    out = []
+    if parts.query or parts.fragment or "\x00" in cand.url:
+        out.append(BenchdError("bad_url", f"candidate {cand.id!r}: url {cand.url!r} must be the server's base "
+                               "URL: no query, fragment or NUL byte (benchd appends the endpoints' paths)",
+                               f"{where}.url"))
+    try:
+        host = parts.hostname or ""
+        parts.port  # noqa: B018  (raises on a port that is not a number)
+    except ValueError as exc:
+        host = ""
+        out.append(BenchdError("bad_url", f"candidate {cand.id!r}: url {cand.url!r}: {exc}", f"{where}.url"))
+    if parts.scheme != "http":
+        out.append(BenchdError("bad_url", f"candidate {cand.id!r}: url {cand.url!r} must be http:// (a server on "
+                               "this machine)", f"{where}.url"))
+    elif not _loopback(host):
+        out.append(BenchdError("not_loopback", f"candidate {cand.id!r}: url {cand.url!r} is not a loopback address "
+                               "(127.0.0.0/8, ::1, localhost): benchd measures the machine it runs on",
+                               f"{where}.url"))
     return out
 
 
@@ -120,8 +107,7 @@ def _port(url: str) -> int:
 
 
 def resolve_process(cand: Candidate) -> tuple[int | None, BenchdError | None]:
-    """The one pid whose process name (or executable's base name) is the candidate's `process`; with a
-    `pid` too (a resolved sweep keeps both), that pid must be one of them."""
+    """The one pid named the candidate's `process` (with a `pid`, that pid must be one of them)."""
     import psutil
 
     found = set()
@@ -144,8 +130,7 @@ def resolve_process(cand: Candidate) -> tuple[int | None, BenchdError | None]:
 
 
 def live_problems(i: int, cand: Candidate) -> list[BenchdError]:
-    """An external candidate against this machine now: the `api_key_env` variable set, the URL answering,
-    and the given `pid` listening on the URL's port."""
+    """An external candidate here, now: its `api_key_env` set, its URL answering, its `pid` listening."""
     from benchd.servers.procgroup import listens_on
     from benchd.servers.runtimes.openai import detect
 
@@ -172,8 +157,7 @@ def live_problems(i: int, cand: Candidate) -> list[BenchdError]:
 
 
 def resolve_external(sweep: Sweep) -> tuple[Sweep, list[BenchdError]]:
-    """The sweep with every external candidate's `process` resolved to its `pid` (once, at submit), and
-    the problems `live_problems` finds. Blocking (HTTP and /proc): the daemon calls it off its loop."""
+    """The sweep with each external `process` resolved to its `pid`, and `live_problems` (blocking)."""
     cands, problems = list(sweep.candidates), []
     for i, cand in enumerate(cands):
         if not cand.external:
@@ -189,8 +173,7 @@ def resolve_external(sweep: Sweep) -> tuple[Sweep, list[BenchdError]]:
 
 
 def adapter_problems(cand: Candidate, sweep: Sweep | None) -> list[BenchdError]:
-    """The adapter's checks of the candidate, and of the sweep's settings it must serve (vision,
-    concurrency levels) when the sweep decoded; the external-candidate checks first."""
+    """The external checks, then the adapter's of the candidate and of the sweep's settings."""
     from benchd.servers.runtimes import get_adapter
 
     adapter = get_adapter(cand.runtime)
@@ -222,65 +205,39 @@ def path_problems(i: int, cand: Candidate) -> list[BenchdError]:
 
 
 def input_problems(i: int, cand: Candidate) -> list[BenchdError]:
-    """What no process can be given, and files that must never be read: a NUL byte in `args` or an
-    `env` value (an exec refuses it, failing the whole job at spawn), and a path field naming a FIFO, a
-    device or a socket, or a directory where a file is expected. A `stat`, never an open: the checks
-    that read a model's files run only for a candidate without these problems."""
-    from benchd.engine.modelcheck import GGUF_RUNTIMES, kind_problem
-
+    """A NUL byte in `args` or an `env` value, and a path field naming a FIFO, device, socket or a
+    directory where a file is expected (a stat, never an open: nothing is read before these are fixed)."""
     where = f"$.candidates[{i}]"
     out = [BenchdError("invalid", f"candidate {cand.id!r}: args[{j}] contains a NUL byte (no process argument "
                        "can hold one)", f"{where}.args[{j}]") for j, a in enumerate(cand.args) if "\x00" in a]
     out += [BenchdError("invalid", f"candidate {cand.id!r}: env {k} contains a NUL byte (no environment "
                         "variable can hold one)", f"{where}.env.{k}") for k, v in cand.env.items() if "\x00" in v]
-    file_model = cand.runtime in GGUF_RUNTIMES
     for name, value in _paths(cand):
-        if not value or "\x00" in value:
-            continue  # path_problems names it
-        kind = kind_of(value)
-        wants_file = name in ("binary", "mmproj") or file_model
-        if kind in ("file", None) or (kind == "directory" and not wants_file):
-            continue
-        want = "a regular file" if wants_file else "a model directory or file"
-        why = f"{value} is a {kind}; benchd needs {want} there (it never reads a FIFO, device or socket)"
-        if name == "model" and kind == "directory":
-            why = (kind_problem(cand) or (name, why))[1]  # the model check's words: which runtime loads a folder
-        out.append(BenchdError("special_file", f"candidate {cand.id!r}: {name} {why}", f"{where}.{name}"))
+        why = _special_file(cand, name, value) if value and "\x00" not in value else None  # else path_problems'
+        if why is not None:
+            out.append(BenchdError("special_file", f"candidate {cand.id!r}: {name} {why}", f"{where}.{name}"))
     return out
 
 
-def local_problems(candidates: Iterable[tuple[int, Candidate]], cache_dir: Path, sweep: Sweep | None) -> list[str]:
-    """`benchctl validate`'s check of each candidate that decoded, on this machine: one line a
-    problem, `candidates[i] (id).field: why`, in the order a reader fixes them."""
-    from benchd.servers.runtimes import get_adapter
+def _special_file(cand: Candidate, name: str, value: str) -> str | None:
+    """Why the path field `name` names what benchd must not read there (None: it may)."""
+    from benchd.engine.modelcheck import GGUF_RUNTIMES, kind_problem
 
-    out: list[str] = []
-    for i, cand in candidates:
-        where = f"candidates[{i}] ({cand.id})"
-        unsafe = input_problems(i, cand)
-        if unsafe:  # nothing of this candidate is read until these are fixed
-            out += [f"{where}.{(e.field or '').split('].', 1)[-1]}: {e.message}" for e in unsafe]
-            continue
-        if cand.external:
-            out += [f"{where}: {e}" for e in adapter_problems(cand, sweep)]
-            _, live = resolve_external(Sweep(name="x", contexts=[1], gen_tokens=1, candidates=[cand]))
-            out += [f"{where}.{(e.field or '').rsplit('.', 1)[-1]}: {e.message}" for e in live]
-            continue
-        if cand.model and not os.path.exists(cand.model):
-            out.append(f"{where}.model: {cand.model} does not exist")
-        if cand.spec is not None and cand.spec.draft_model and not os.path.exists(cand.spec.draft_model):
-            out.append(f"{where}.spec.draft_model: {cand.spec.draft_model} does not exist")
-        if cand.binary is not None and not (os.path.isfile(cand.binary) and os.access(cand.binary, os.X_OK)):
-            out.append(f"{where}.binary: {cand.binary} is not an executable file")
-        out += [f"{where}: {e}" for e in adapter_problems(cand, sweep)]
-        out += [f"{where}.{name}: {why}" for name, why in model_problems(cand, sweep)]
-        if cand.binary is None:
-            try:
-                exe = _first_str(get_adapter(cand.runtime).launcher.command(cand, cache_dir))
-                if exe and os.sep in exe and not os.path.exists(exe):
-                    out.append(f"{where}.binary: {exe} does not exist")
-            except BenchdError as exc:
-                out.append(f"{where}.binary: {exc}")
+    kind = kind_of(value)
+    wants_file = name in ("binary", "mmproj") or cand.runtime in GGUF_RUNTIMES
+    if kind in ("file", None) or (kind == "directory" and not wants_file):
+        return None
+    want = "a regular file" if wants_file else "a model directory or file"
+    why = f"{value} is a {kind}; benchd needs {want} there (it never reads a FIFO, device or socket)"
+    if name == "model" and kind == "directory":
+        why = (kind_problem(cand) or (name, why))[1]  # the model check's words: which runtime loads a folder
+    return why
+
+
+def local_problems(candidates: Iterable[tuple[int, Candidate]], cache_dir: Path, sweep: Sweep | None) -> list[str]:
+    """`benchctl validate`'s check here: one line a problem, `candidates[i] (id).field: why`."""
+
+    out = [line for i, cand in candidates for line in _candidate_lines(i, cand, cache_dir, sweep)]
     out += [f"{e.field[2:] if e.field else 'evals'}: {e.message}" for e in eval_data_problems(sweep, cache_dir)]
     if sweep is not None:
         from benchd.engine import kld
@@ -289,9 +246,47 @@ def local_problems(candidates: Iterable[tuple[int, Candidate]], cache_dir: Path,
     return out
 
 
+def _candidate_lines(i: int, cand: Candidate, cache_dir: Path, sweep: Sweep | None) -> list[str]:
+    where = f"candidates[{i}] ({cand.id})"
+    unsafe = input_problems(i, cand)
+    if unsafe:  # nothing of this candidate is read until these are fixed
+        return [f"{where}.{(e.field or '').split('].', 1)[-1]}: {e.message}" for e in unsafe]
+    adapter = [f"{where}: {e}" for e in adapter_problems(cand, sweep)]
+    if cand.external:
+        _, live = resolve_external(Sweep(name="x", contexts=[1], gen_tokens=1, candidates=[cand]))
+        return adapter + [f"{where}.{(e.field or '').rsplit('.', 1)[-1]}: {e.message}" for e in live]
+    return (_missing_files(where, cand) + adapter + [f"{where}.{name}: {why}" for name, why in model_problems(cand, sweep)]
+            + _resolved_binary(where, cand, cache_dir))
+
+
+def _missing_files(where: str, cand: Candidate) -> list[str]:
+    out = []
+    if cand.model and not os.path.exists(cand.model):
+        out.append(f"{where}.model: {cand.model} does not exist")
+    if cand.spec is not None and cand.spec.draft_model and not os.path.exists(cand.spec.draft_model):
+        out.append(f"{where}.spec.draft_model: {cand.spec.draft_model} does not exist")
+    if cand.binary is not None and not (os.path.isfile(cand.binary) and os.access(cand.binary, os.X_OK)):
+        out.append(f"{where}.binary: {cand.binary} is not an executable file")
+    return out
+
+
+def _resolved_binary(where: str, cand: Candidate, cache_dir: Path) -> list[str]:
+    """The executable the adapter would resolve for a candidate without `binary`, missing."""
+    from benchd.servers.runtimes import get_adapter
+
+    if cand.binary is not None:
+        return []
+    try:
+        exe = _first_str(get_adapter(cand.runtime).launcher.command(cand, cache_dir))
+    except BenchdError as exc:
+        return [f"{where}.binary: {exc}"]
+    if exe and os.sep in exe and not os.path.exists(exe):
+        return [f"{where}.binary: {exe} does not exist"]
+    return []
+
+
 def submit_problems(sweep: Sweep, cache_dir: Path | None = None) -> list[BenchdError]:
-    """What the daemon refuses at submit: every candidate's paths first, then the adapters' checks,
-    then (given the cache dir) public eval suites whose data is not fetched."""
+    """What the daemon refuses at submit: paths, adapters' checks, then eval data not fetched."""
     out = [p for i, cand in enumerate(sweep.candidates) for p in path_problems(i, cand) + input_problems(i, cand)]
     unsafe = {i for i, cand in enumerate(sweep.candidates) if input_problems(i, cand)}
     for i, cand in enumerate(sweep.candidates):
@@ -317,9 +312,7 @@ def margin_problems(sweep: Sweep) -> list[BenchdError]:
 
 
 def eval_data_problems(sweep: Sweep | None, cache_dir: Path) -> list[BenchdError]:
-    """The sweep's public eval suites (`evals`) whose package is not in the cache: one problem (field
-    `$.evals`) naming the command that fetches them; code evals with no eval sandbox here (field
-    `$.eval_sandbox`) unless the sweep says `eval_sandbox = "none"`."""
+    """`sandbox_problems`, and the public eval suites whose package is not in the cache (`$.evals`)."""
     from benchd.engine import suites
 
     if sweep is None:

@@ -1,15 +1,13 @@
-"""The locked candidate in the forms the tools that serve it read (`benchctl locked --format`): a
-shell script, a llama-swap `models:` entry, the pinned llama-server's router-mode preset (INI), the
-MLX server's command. Each is built from the one argv and environment `lockfile.server_argv` /
-`server_env` give (what the daemon ran), so every form starts the server as it was measured.
-
-Reasons and facts: docs/locking.md#the-lock-in-other-forms.
+"""The locked candidate as a shell script, a llama-swap entry, a llama-server preset or an MLX command, each built
+from the one argv and environment the daemon ran (`lockfile.server_argv` / `server_env`).
+Reasons: docs/locking.md#the-lock-in-other-forms.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 
 from benchd.config import Config
 from benchd.errors import BenchdError
@@ -18,8 +16,7 @@ from benchd.servers.runtimes.environment import REDACTED
 
 FORMATS = ("shell", "llama-swap", "llama-server-preset", "mlx-command")
 MLX_RUNTIMES = ("mlx_lm.server", "mlx_vlm.server")
-#: The flags the router sets for each model it starts (llama-server's tools/server/README.md, "some
-#: arguments are controlled by router (e.g., host, port, API key, HF repo, model alias)").
+#: The flags llama-server's router sets for each model it starts (its tools/server/README.md).
 _ROUTER_FLAGS = ("--host", "--port", "--api-key", "-a", "--alias", "-hf", "--hf-repo")
 #: The placeholder llama-swap fills with the port it gives the model.
 SWAP_PORT = "${PORT}"
@@ -51,8 +48,7 @@ def shell(locked: Locked, config: Config, port: int | None = None) -> str:
 
 
 def llama_swap(locked: Locked, config: Config) -> str:
-    """A llama-swap config (`models:` → the candidate id → `cmd`, `proxy`, `env`), YAML, with llama-swap's
-    `${PORT}` where benchd passed its port. Strings are JSON-quoted (valid YAML scalars)."""
+    """A llama-swap `models:` entry (YAML, strings JSON-quoted) with `${PORT}` where benchd passed its port."""
     _started(locked, "llama-swap")
     argv = _with_port(server_argv(locked, config, 8080), SWAP_PORT)
     lines = ["models:", f"  {json.dumps(locked.candidate)}:",
@@ -72,9 +68,8 @@ def _ini_value(v: str) -> str:
 
 
 def llama_server_preset(locked: Locked, config: Config) -> str:
-    """The pinned llama-server's router-mode preset (`llama-server --models-preset FILE`): one section
-    named after the candidate, a key per flag without its dashes (`c = 8192`; a bare flag `= true`), the
-    flags the router owns left out; variables go in as `LLAMA_ARG_*` keys, others as a comment."""
+    """The router-mode preset (`llama-server --models-preset FILE`): one section, a key per flag (`c = 8192`,
+    a bare flag `= true`) but the router's own; `LLAMA_ARG_*` variables as keys, others as comments."""
     _started(locked, "llama-server-preset")
     if locked.runtime != "llama-server":
         raise BenchdError("wrong_runtime", f"--format llama-server-preset: {locked.candidate!r} runs on "
@@ -83,6 +78,15 @@ def llama_server_preset(locked: Locked, config: Config) -> str:
     argv = server_argv(locked, config, 8080)[1:]  # the binary is the router's own
     lines = ["version = 1", "", f"; benchd lock: {locked.candidate}, measured in runbook {locked.runbook}",
              "; as the router starts it: llama-server --models-preset THIS_FILE", f"[{locked.candidate}]"]
+    lines += [f"{flag.lstrip('-')} = {_ini_value(value) if value is not None else 'true'}"
+              for flag, value in _flag_pairs(argv) if flag not in _ROUTER_FLAGS]
+    lines += [_preset_env_line(k, v) for k, v in server_env(locked, config).items()]
+    return "\n".join(lines) + "\n"
+
+
+def _flag_pairs(argv: list[str]) -> list[tuple[str, str | None]]:
+    """(flag, its value or None for a bare flag) in argv order."""
+    out: list[tuple[str, str | None]] = []
     i = 0
     while i < len(argv):
         flag, value = argv[i], None
@@ -92,16 +96,16 @@ def llama_server_preset(locked: Locked, config: Config) -> str:
             value = argv[i + 1]
             i += 1
         i += 1
-        if flag in _ROUTER_FLAGS:
-            continue
-        lines.append(f"{flag.lstrip('-')} = {_ini_value(value) if value is not None else 'true'}")
-    for k, v in server_env(locked, config).items():
-        if v == REDACTED:  # a preset has no variable reference: the router's environment supplies a secret
-            lines.append(f"; the router's environment needs {k} set (a secret: export {k} before starting it)")
-        else:
-            lines.append(f"{k} = {_ini_value(v)}" if k.startswith("LLAMA_ARG_") else
-                         f"; the router's environment needs {k}={v} (a preset cannot set it)")
-    return "\n".join(lines) + "\n"
+        out.append((flag, value))
+    return out
+
+
+def _preset_env_line(k: str, v: str) -> str:
+    if v == REDACTED:  # a preset has no variable reference: the router's environment supplies a secret
+        return f"; the router's environment needs {k} set (a secret: export {k} before starting it)"
+    if k.startswith("LLAMA_ARG_"):
+        return f"{k} = {_ini_value(v)}"
+    return f"; the router's environment needs {k}={v} (a preset cannot set it)"
 
 
 def _number(text: str) -> bool:
@@ -123,12 +127,12 @@ def mlx_command(locked: Locked, config: Config, port: int | None = None) -> str:
 
 def render(fmt: str, locked: Locked, config: Config, port: int | None = None) -> str:
     """The lock in `fmt` (one of FORMATS)."""
-    if fmt == "shell":
-        return shell(locked, config, port)
-    if fmt == "llama-swap":
-        return llama_swap(locked, config)
-    if fmt == "llama-server-preset":
-        return llama_server_preset(locked, config)
-    if fmt == "mlx-command":
-        return mlx_command(locked, config, port)
-    raise BenchdError("invalid", f"unknown format {fmt!r} (allowed: {', '.join(FORMATS)})", "format")
+    writers: dict[str, Callable[[], str]] = {
+        "shell": lambda: shell(locked, config, port),
+        "llama-swap": lambda: llama_swap(locked, config),
+        "llama-server-preset": lambda: llama_server_preset(locked, config),
+        "mlx-command": lambda: mlx_command(locked, config, port),
+    }
+    if fmt not in writers:
+        raise BenchdError("invalid", f"unknown format {fmt!r} (allowed: {', '.join(FORMATS)})", "format")
+    return writers[fmt]()

@@ -1,14 +1,6 @@
-"""The human lock: the user, not the tool, picks a candidate; this writes that choice down.
-
-`lock_candidate` turns one candidate of a runbook into a reviewable TOML file (default
-`<state>/locked.toml`) holding exactly what was benchmarked (runtime, model + sha256, binary + version,
-args, context size, spec, sampling) and the medians it was chosen on. It refuses an unknown candidate
-or one without a successful row, and a candidate the Pareto view shows dominated is locked only with
-`force=True` (the human decides, knowingly; the file then records who dominated it). The write is
-atomic (temp file + rename) and the lock it replaces moves to `[previous]`, so a diff shows the change.
-
-The TOML is written by a small emitter for this fixed shape (stdlib has a reader, `tomllib`, but no
-writer); `read_lock` parses it back with tomllib and msgspec.
+"""The human lock: `<state>/locked.toml`, the candidate a person chose exactly as benchmarked, with the
+medians it was chosen on; built from a runbook, read, written atomically, rechecks appended.
+Reasons: docs/locking.md#the-lock-file-the-timer-and-the-notifier.
 
 Lock schema_version history (newest last; never edit an entry):
   1 (2026-11-30) first version: [locked] + [locked.spec] + [locked.sampling] + [locked.evidence."<ctx>"],
@@ -27,6 +19,7 @@ import os
 import re
 import shlex
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +36,7 @@ from benchd.schemas import (
     ExternalServer,
     Fingerprint,
     RecheckEntry,
+    Row,
     Runbook,
     Sampling,
     Spec,
@@ -97,9 +91,7 @@ class Locked(Struct, kw_only=True, omit_defaults=True):
     evidence: dict[str, LockEvidence] = {}
     recheck_contexts: list[int] = []
     fingerprint: Fingerprint | None = None
-    #: An external candidate (`runtime = "openai"`): the URL it was measured at, the NAME of its API-key
-    #: variable (never the key), and the server as detected then. benchd does not start it
-    #: (`started_by_benchd = false`); `model_path` is then the model id its requests name.
+    #: An external candidate (docs/locking.md#external-servers); the key's variable NAME, never the key.
     url: str | None = None
     api_key_env: str | None = None
     external: ExternalServer | None = None
@@ -112,8 +104,6 @@ class LockFile(Struct, kw_only=True, omit_defaults=True):
     rechecks: list[RecheckEntry] = []
 
 
-# ------------------------------------------------------------------------------------- TOML emitter
-
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -123,27 +113,33 @@ def _key(k: str) -> str:
 
 
 def _str(s: str) -> str:
-    # JSON string escapes (\" \\ \n \t \uXXXX) are all valid TOML basic-string escapes; DEL is not
-    # allowed raw in TOML, so it is escaped too.
+    # JSON's string escapes are valid TOML; raw DEL is not, so it is escaped too.
     return json.dumps(s, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
+def _float(v: float) -> str:
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return repr(v)
+
+
+#: TOML writers by Python type, bool before int (a bool is an int).
+_SCALARS: tuple[tuple[type, Callable[[Any], str]], ...] = (
+    (bool, lambda v: "true" if v else "false"),
+    (int, str),
+    (float, _float),
+    (str, lambda v: _str(v)),
+    (list, lambda v: "[" + ", ".join(_scalar(x) for x in v) + "]"),
+)
+
+
 def _scalar(v: object) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return repr(v)
-    if isinstance(v, str):
-        return _str(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_scalar(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} to the lock TOML")
+    write = next((w for t, w in _SCALARS if isinstance(v, t)), None)
+    if write is None:
+        raise TypeError(f"cannot write {type(v).__name__} to the lock TOML")
+    return write(v)
 
 
 def _is_tables(v: object) -> bool:
@@ -151,8 +147,7 @@ def _is_tables(v: object) -> bool:
 
 
 def dumps_toml(doc: dict[str, Any], header: str = "") -> str:
-    """TOML for nested dicts of str/int/float/bool/lists of those; a non-empty list of dicts is an
-    array of tables (`[[name]]`). None values are left out."""
+    """TOML for nested dicts of scalars and lists; a list of dicts is `[[name]]`; None is left out."""
     out: list[str] = [header] if header else []
 
     def table(path: list[str], d: dict[str, Any], array: bool = False) -> None:
@@ -175,21 +170,20 @@ def dumps_toml(doc: dict[str, Any], header: str = "") -> str:
     return "\n".join(out) + "\n"
 
 
-# ------------------------------------------------------------------------------------------- build
+def _pareto_place(rb: Runbook, candidate: str, context: int) -> tuple[dict[str, Any], bool]:
+    point = None
+    front = True
+    for p in rb.pareto:
+        if p.context == context:
+            point = next((pt for pt in p.points if pt.candidate == candidate), None)
+            front = candidate in p.frontier
+    return (point.values if point else {}), front
 
 
 def _evidence(rb: Runbook, candidate: str) -> dict[str, LockEvidence]:
     out: dict[str, LockEvidence] = {}
-    for cell in rb.cells:
-        if cell.candidate != candidate:
-            continue
-        point = None
-        front = True
-        for p in rb.pareto:
-            if p.context == cell.context:
-                point = next((pt for pt in p.points if pt.candidate == candidate), None)
-                front = candidate in p.frontier
-        values = point.values if point else {}
+    for cell in (c for c in rb.cells if c.candidate == candidate):
+        values, front = _pareto_place(rb, candidate, cell.context)
         nulls: dict[str, str] = {}
         fields: dict[str, Any] = {}
         for m in ("gen_tps", "prompt_tps", "ttft_ms", "mem_peak_bytes"):
@@ -215,9 +209,25 @@ def dominated_by(rb: Runbook, candidate: str) -> dict[str, list[str]]:
 def build_lock(rb: Runbook, candidate_id: str, note: str = "", force: bool = False,
                config: Config | None = None) -> Locked:
     """The [locked] table for one candidate of a runbook; raises BenchdError when the lock is refused.
+    The fingerprint is the runbook's, else one read now when `config` is given."""
+    cand, ok = _measured(rb, candidate_id)
+    doms = _dominance(rb, candidate_id, force)
+    prov = next((p for p in rb.provenance.candidates if p.candidate == candidate_id), None)
+    ctx_size, ctx_src = _ctx_size(cand, ok, prov)
+    return Locked(
+        url=cand.url, api_key_env=cand.api_key_env, started_by_benchd=not cand.external,
+        schema_version=LOCK_SCHEMA_VERSION, candidate=cand.id, runtime=cand.runtime,
+        model_path=cand.request_model or "" if cand.external else cand.model,
+        request_model=cand.request_model, args=list(cand.args), env=dict(cand.env),
+        ctx_size=ctx_size, ctx_size_source=ctx_src, spec=cand.spec, sampling=rb.sweep.sampling,
+        runbook=rb.id, locked_at=utcnow(), note=note, forced=bool(doms) and force, dominated_by=doms,
+        evidence=_evidence(rb, candidate_id), fingerprint=_fingerprint(prov, cand, config),
+        **_provenance_fields(prov, cand),
+    )
 
-    The fingerprint is the runbook's (read when it was written); a runbook older than fingerprints gets
-    one read now, when `config` is given (its `source` says so)."""
+
+def _measured(rb: Runbook, candidate_id: str) -> tuple[Candidate, list[Row]]:
+    """(the candidate, its successful probe rows); raises BenchdError without either."""
     cand = next((c for c in rb.sweep.candidates if c.id == candidate_id), None)
     if cand is None:
         known = ", ".join(c.id for c in rb.sweep.candidates)
@@ -227,36 +237,38 @@ def build_lock(rb: Runbook, candidate_id: str, note: str = "", force: bool = Fal
     if not ok:
         raise BenchdError("no_successful_rows", f"candidate {candidate_id!r} has no successful probe rows in runbook "
                           f"{rb.id}: nothing measured to lock on", "candidate")
+    return cand, ok
+
+
+def _dominance(rb: Runbook, candidate_id: str, force: bool) -> dict[str, list[str]]:
+    """Who dominates the candidate per context; raises BenchdError when it is dominated without `force`."""
     doms = dominated_by(rb, candidate_id)
     if doms and not force:
         detail = "; ".join(f"at context {ctx}: {', '.join(who)}" for ctx, who in doms.items())
         raise BenchdError("dominated", f"candidate {candidate_id!r} is dominated ({detail}). "
                           "Lock it anyway with --force if that is your informed choice.", "candidate")
-    prov = next((p for p in rb.provenance.candidates if p.candidate == candidate_id), None)
-    ctx_size: int | None
-    if cand.ctx_size is not None:
-        ctx_size, ctx_src = cand.ctx_size, "pinned in the sweep (ctx_size)"
-    else:
-        sizes = [r.ctx_size for r in ok if r.ctx_size is not None]
-        ctx_size = max(sizes) if sizes else None
-        ctx_src = ("largest server context size of the benchmarked cells" if sizes
-                   else "the server sized its own context (not recorded in the rows)")
+    return doms
+
+
+def _provenance_fields(prov: CandidateProvenance | None, cand: Candidate) -> dict[str, Any]:
+    if prov is None:
+        return {"external": None, "model_bytes": None, "model_sha256": None, "binary": cand.binary,
+                "binary_version": None}
+    return {"external": prov.external, "model_bytes": prov.model.bytes, "model_sha256": prov.model.sha256,
+            "binary": prov.binary or cand.binary, "binary_version": prov.server_version}
+
+
+def _ctx_size(cand: Candidate, ok: list[Row], prov: CandidateProvenance | None) -> tuple[int | None, str]:
     if cand.external:
-        ctx_size = prov.external.slot_ctx if prov is not None and prov.external is not None else None
-        ctx_src = ("the external server's context per slot, as detected" if ctx_size is not None
-                   else "the external server reported no context size")
-    return Locked(
-        url=cand.url, api_key_env=cand.api_key_env, external=prov.external if prov is not None else None,
-        started_by_benchd=not cand.external,
-        schema_version=LOCK_SCHEMA_VERSION, candidate=cand.id, runtime=cand.runtime,
-        model_path=cand.request_model or "" if cand.external else cand.model,
-        model_bytes=prov.model.bytes if prov else None, model_sha256=prov.model.sha256 if prov else None,
-        request_model=cand.request_model, binary=(prov.binary if prov else None) or cand.binary,
-        binary_version=prov.server_version if prov else None, args=list(cand.args), env=dict(cand.env),
-        ctx_size=ctx_size, ctx_size_source=ctx_src, spec=cand.spec, sampling=rb.sweep.sampling,
-        runbook=rb.id, locked_at=utcnow(), note=note, forced=bool(doms) and force, dominated_by=doms,
-        evidence=_evidence(rb, candidate_id), fingerprint=_fingerprint(prov, cand, config),
-    )
+        size = prov.external.slot_ctx if prov is not None and prov.external is not None else None
+        return size, ("the external server's context per slot, as detected" if size is not None
+                      else "the external server reported no context size")
+    if cand.ctx_size is not None:
+        return cand.ctx_size, "pinned in the sweep (ctx_size)"
+    sizes = [r.ctx_size for r in ok if r.ctx_size is not None]
+    if sizes:
+        return max(sizes), "largest server context size of the benchmarked cells"
+    return None, "the server sized its own context (not recorded in the rows)"
 
 
 def _fingerprint(prov: CandidateProvenance | None, cand: Candidate, config: Config | None) -> Fingerprint | None:
@@ -303,8 +315,7 @@ def read_lock(path: Path) -> LockFile:
 
 
 def write_lock(path: Path, locked: Locked) -> LockFile:
-    """Atomically write `locked`, moving an existing lock (if readable) to [previous]; the [[rechecks]]
-    history is kept (each entry names the lock it checked)."""
+    """Atomically write `locked`, the lock it replaces in [previous], the [[rechecks]] kept."""
     previous = None
     rechecks: list[RecheckEntry] = []
     if path.exists():
@@ -321,9 +332,7 @@ def write_lock(path: Path, locked: Locked) -> LockFile:
 
 
 def append_recheck(path: Path, entry: RecheckEntry) -> LockFile:
-    """Append one [[rechecks]] table to the lock file, leaving every byte before it as it was: benchd
-    never rewrites the human's [locked] block. Refuses (BenchdError) when the result would not read back
-    with the same [locked]."""
+    """Append one [[rechecks]] table, every byte before it unchanged, or raise BenchdError."""
     text = path.read_text()
     before = read_lock(path)
     added = dumps_toml({"rechecks": [msgspec.to_builtins(entry)]})
@@ -343,12 +352,8 @@ def lock_candidate(config: Config, candidate_id: str, runbook_ref: str | None = 
     return path, write_lock(path, locked)
 
 
-# --------------------------------------------------------------------------------------- command
-
-
 def baseline_from_lock(locked: Locked) -> Fingerprint:
-    """A partial fingerprint from what a lock without one recorded (lock schema 1): binary path,
-    version string (from the server's `/props` or venv metadata) and model sha256."""
+    """A partial fingerprint from a lock without one (schema 1): binary, version, model sha256."""
     from benchd.servers.fingerprint import executable_of
 
     nulls = {f: "the lock predates fingerprints (lock schema_version 1)" for f in
@@ -361,9 +366,7 @@ def baseline_from_lock(locked: Locked) -> Fingerprint:
 
 
 def locked_candidate(locked: Locked, *, supply: bool = False) -> Candidate:
-    """The Candidate the lock describes (what the runtime adapter builds a command from). Its secret
-    env values are recorded `<redacted>`; `supply` takes each from benchd's environment (a start that
-    runs: the recheck), else they stay `<redacted>` (a fingerprint, a printed command)."""
+    """The Candidate the lock describes; `supply` fills `<redacted>` env values from benchd's."""
     from benchd.servers.fingerprint import executable_of
     from benchd.servers.runtimes.environment import supplied
 
@@ -377,8 +380,7 @@ def locked_candidate(locked: Locked, *, supply: bool = False) -> Candidate:
 
 
 def external_description(locked: Locked) -> str:
-    """What `locked --command` prints for an external server: benchd does not start it, and how it was
-    detected (kind, version, the requests that told)."""
+    """What `locked --command` prints for an external server: how it was detected."""
     found = locked.external
     if found is None:
         return (f"# benchd does not start this server: an external server at {locked.url}, requests name "
@@ -392,8 +394,7 @@ def external_description(locked: Locked) -> str:
 
 
 def server_argv(locked: Locked, config: Config, port: int | None = None) -> list[str]:
-    """The exact argv that starts the locked server as benchmarked, via the runtime adapter (none for
-    an external server: benchd does not start it)."""
+    """The argv that starts the locked server as benchmarked ([] for an external server)."""
     from benchd.servers.runtimes import get_adapter
 
     if not locked.started_by_benchd:
@@ -406,8 +407,7 @@ def server_argv(locked: Locked, config: Config, port: int | None = None) -> list
 
 
 def server_env(locked: Locked, config: Config) -> dict[str, str]:
-    """The variables the server runs with beyond this shell's: the candidate's `env` plus what the
-    runtime adapter sets (e.g. the MLX servers' offline HF cache), exactly as the daemon starts it."""
+    """The variables the server runs with beyond this shell's, as the daemon starts it."""
     from benchd.servers.runtimes import get_adapter
 
     if not locked.started_by_benchd:
@@ -417,9 +417,8 @@ def server_env(locked: Locked, config: Config) -> dict[str, str]:
 
 
 def server_command_line(locked: Locked, config: Config, port: int | None = None) -> str:
-    """`server_argv` as one shell line, with the extra environment (`server_env`) in front and the
-    runtime knobs this shell exports unset (`env -u`), as the daemon removes them before a start. For
-    an external server: how it was detected instead (benchd does not start it)."""
+    """`server_argv` as one shell line behind `env` (`server_env` set, the knobs the daemon removes
+    unset); for an external server, `external_description`."""
     from benchd.servers.runtimes import get_adapter
 
     if not locked.started_by_benchd:

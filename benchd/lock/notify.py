@@ -1,11 +1,5 @@
 """Desktop notifications for a recheck that found a regression (or could not run): the message, and
-the notifier that posts it.
-
-Which command: the `[recheck] notify_command` of the settings file when set (it gets the title and the
-message as its two last arguments: a test, or a user with their own notifier, replaces the desktop
-one this way); else on macOS `osascript -e 'display notification …'`; else `notify-send` when it is on
-PATH (Linux desktops); else none, and the regression is only in the log, `benchctl status` and the
-lock's history. The answer says what was attempted, and it is kept in the lock's `[[rechecks]]` entry.
+the notifier that posts it. Which command: docs/locking.md#the-lock-file-the-timer-and-the-notifier.
 """
 
 from __future__ import annotations

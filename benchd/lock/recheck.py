@@ -1,6 +1,5 @@
 """A recheck of the lock: the sweep that re-measures the locked candidate, and its verdict.
-
-Reasons and facts: docs/locking.md#the-recheck-sweep.
+Reasons: docs/locking.md#the-recheck-sweep.
 """
 
 from __future__ import annotations
@@ -69,8 +68,7 @@ def recheck_sweep(locked: Locked, config: Config) -> Sweep:
 
 
 def describe(m: MetricComparison, history: AxisVerdict | None = None) -> tuple[str, bool]:
-    """(verdict text, is a regression) for one metric of one cell; `history` the judgement against
-    earlier rechecks' spread, when there are enough of them."""
+    """(verdict text, is a regression) for one metric of one cell, `history` the earlier rechecks'."""
     v = m.detail
     if v is None:
         return m.verdict, False
@@ -78,20 +76,21 @@ def describe(m: MetricComparison, history: AxisVerdict | None = None) -> tuple[s
     if v.verdict == "different" and v.ratio is not None:
         words = AXES[m.metric].words if m.metric in AXES else ("higher", "lower")
         word = words[0] if v.ratio > 1 else words[1]
-        worse = v.b_better is False and (history is None or (history.verdict == "different"
-                                                             and history.b_better is False))
-        return f"{abs(v.ratio - 1) * 100:.1f} % {word}: {v.text}{against}", worse
+        return f"{abs(v.ratio - 1) * 100:.1f} % {word}: {v.text}{against}", _worse(v, history)
     if v.verdict == "tied":
         return f"same: {v.text}{against}", False
     return f"{v.text}{against}", False
 
 
+def _worse(v: AxisVerdict, history: AxisVerdict | None) -> bool:
+    return v.b_better is False and (history is None or (history.verdict == "different"
+                                                        and history.b_better is False))
+
+
 def verdicts(evidence: Runbook, recheck: Runbook, candidate: str, threshold_pct: float,
              history: Sequence[RecheckEntry] = ()) -> tuple[dict[str, dict[str, str]], list[str],
                                                           dict[str, dict[str, float]]]:
-    """Per context, per metric: the verdict text; the regressions as one line each; and the recheck's
-    medians (kept in the entry, for later rechecks' between-session judgement). `history`: earlier
-    rechecks of the same lock, oldest first."""
+    """(verdict texts per context and metric, regressions, medians); `history` oldest first."""
     cmp = compare_runbooks(evidence, recheck, margin_pct=threshold_pct)
     out: dict[str, dict[str, str]] = {}
     medians: dict[str, dict[str, float]] = {}
@@ -122,11 +121,7 @@ def finish_entry(config: Config, lf: LockFile, *, job: str, outcome: str, runboo
     fields: dict[str, Any] = {}
     if runbook_id is not None:
         try:
-            evidence = load_runbook(lock_runbook, config)
-            earlier = [e for e in lf.rechecks if e.locked_at == locked_at and e.candidate == lf.locked.candidate
-                       and e.outcome == "succeeded" and e.medians]
-            fields["verdicts"], fields["regressions"], fields["medians"] = verdicts(
-                evidence, load_runbook(runbook_id, config), lf.locked.candidate, threshold_pct, earlier)
+            fields = _verdict_fields(config, lf, runbook_id, lock_runbook, locked_at, threshold_pct)
         except BenchdError as exc:
             error = f"{error}; " if error else ""
             error += f"no verdict: {exc.message}"
@@ -136,6 +131,16 @@ def finish_entry(config: Config, lf: LockFile, *, job: str, outcome: str, runboo
                         candidate=lf.locked.candidate, locked_at=locked_at, lock_runbook=lock_runbook,
                         runbook=runbook_id, cause=cause, fingerprint=fingerprint, threshold_pct=threshold_pct,
                         regressed=bool(fields.get("regressions")), error=error, **fields)
+
+
+def _verdict_fields(config: Config, lf: LockFile, runbook_id: str, lock_runbook: str, locked_at: str,
+                    threshold_pct: float) -> dict[str, Any]:
+    """`verdicts`, `regressions` and `medians` of a recheck runbook. Raises BenchdError (a runbook unread)."""
+    evidence = load_runbook(lock_runbook, config)
+    earlier = [e for e in lf.rechecks if e.locked_at == locked_at and e.candidate == lf.locked.candidate
+               and e.outcome == "succeeded" and e.medians]
+    found = verdicts(evidence, load_runbook(runbook_id, config), lf.locked.candidate, threshold_pct, earlier)
+    return dict(zip(("verdicts", "regressions", "medians"), found, strict=True))
 
 
 def last_recheck(lf: LockFile) -> RecheckEntry | None:
@@ -161,6 +166,10 @@ def summary(entry: RecheckEntry) -> str:
     if entry.regressed:
         confirmed = f" (confirmed by a second run; first: job {entry.confirms})" if entry.confirms else ""
         return f"REGRESSED{confirmed}: " + "; ".join(entry.regressions)
+    return _no_regression(entry)
+
+
+def _no_regression(entry: RecheckEntry) -> str:
     worst = [f"{m} at {ctx}: {v}" for ctx, per in entry.verdicts.items() for m, v in per.items()
              if not v.startswith(("same", "not measured"))]
     head = f"not confirmed (job {entry.confirms}'s regression did not repeat): no regression" if entry.confirms \

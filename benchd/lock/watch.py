@@ -1,13 +1,5 @@
-"""What the daemon's recheck timer asks of the lock, without the timer or the queue.
-
-- `inspect`: the lock in force, the fingerprint read now, and what changed since the baseline (the
-  newest recheck's fingerprint of this lock, else the lock's own: one upgrade is rechecked once).
-- `StateFile`: `<state>/recheck.json`, the pending recheck and the last check. Why a file and not only
-  the jobs table: the pending recheck's cause and fingerprint must survive a restart between queueing
-  and the verdict, and a recheck is told apart from a user's sweep without a new column in the store.
-- `after_verdict`: once a recheck's entry is written, whether to queue a confirmation (a regression
-  is confirmed by a second run before anyone is told, unless `confirm = false`), notify, or nothing.
-- `status`: the `GET /v1/recheck` record.
+"""What the daemon's recheck timer asks of the lock, without the timer or the queue: `inspect` (what
+changed since the baseline), `StateFile` (`<state>/recheck.json`), `after_verdict`, `status`.
 """
 
 from __future__ import annotations
@@ -81,8 +73,7 @@ def inspect(config: Config) -> tuple[LockFile | None, Fingerprint | None, list[s
 
 def after_verdict(entry: RecheckEntry, settings: RecheckSettings, confirms: str | None
                   ) -> Literal["confirm", "notify"] | None:
-    """A regression is confirmed once (unless `confirm = false`); a confirmed one, or a failed
-    recheck, is notified."""
+    """A regression is confirmed once (unless `confirm = false`); then it, or a failure, is notified."""
     if entry.regressed and settings.confirm and confirms is None:
         return "confirm"
     if entry.regressed or entry.outcome == "failed":
