@@ -68,6 +68,11 @@ def fmt_value(metric: str, v: object) -> str:
     return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
 
 
+def fmt_or_null(v: float | None, template: str, scale: float = 1) -> str:
+    """`template` filled with v / scale (`"{:.1f} ms"`), or `null` when v is None."""
+    return "null" if v is None else template.format(v / scale)
+
+
 def fmt_range(metric: str, low: float | None, high: float | None) -> str:
     """`low–high` (an interval or a spread) in the metric's format, or `null` when either end is missing."""
     return f"{fmt_value(metric, low)}–{fmt_value(metric, high)}" if low is not None and high is not None else "null"
@@ -92,6 +97,17 @@ def fmt_counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))) or "-"
 
 
+def _verdict_word(v: CellVerdict) -> str:
+    """`steady`, `unsteady ±3.1%`, `drifting -6.2%`, `too few`."""
+    word: str = v.verdict or "null"
+    drift = v.trend.drift_pct if v.trend is not None else None
+    if word == "unsteady" and v.ci_half_width_pct is not None:
+        return f"unsteady ±{v.ci_half_width_pct:.1f}%"
+    if word == "drifting" and drift is not None:
+        return f"drifting {drift:+.1f}%"
+    return word
+
+
 def verdict_text(v: CellVerdict | str | None, *, detail: bool = False) -> str:
     """A cell verdict. Short: `steady`, `unsteady ±3.1%`, `drifting -6.2%`, `too few`, or `null`.
     `detail`: then `after N probes (reason; k throttle-suspect; m invalidated and re-run)`, or
@@ -100,12 +116,7 @@ def verdict_text(v: CellVerdict | str | None, *, detail: bool = False) -> str:
         return v
     if v is None or v.verdict is None:
         return f"no verdict: {(v.reason if v is not None else None) or 'not measured'}" if detail else "null"
-    word: str = v.verdict
-    drift = v.trend.drift_pct if v.trend is not None else None
-    if word == "unsteady" and v.ci_half_width_pct is not None:
-        word = f"unsteady ±{v.ci_half_width_pct:.1f}%"
-    elif word == "drifting" and drift is not None:
-        word = f"drifting {drift:+.1f}%"
+    word = _verdict_word(v)
     if not detail:
         return word
     extra = [v.reason]
@@ -116,11 +127,14 @@ def verdict_text(v: CellVerdict | str | None, *, detail: bool = False) -> str:
     return f"{word} after {v.probes_used} probes ({'; '.join(x for x in extra if x)})"
 
 
+def _os_words(m: MachineInfo) -> str | None:
+    return " ".join(x for x in (m.os, m.os_version or m.kernel, m.arch) if x) or None
+
+
 def machine_line(m: MachineInfo) -> str:
     """One line naming the machine a runbook was measured on (what is known of it)."""
     parts = [m.hardware_model or m.chip or m.cpu_model, f"{m.cores_logical} logical cores" if m.cores_logical else None,
-             fmt_bytes(m.memory_bytes, 1) + " RAM" if m.memory_bytes else None,
-             " ".join(x for x in (m.os, m.os_version or m.kernel, m.arch) if x) or None,
+             fmt_bytes(m.memory_bytes, 1) + " RAM" if m.memory_bytes else None, _os_words(m),
              f"power {m.power_source}" if m.power_source else None]
     return ", ".join(p for p in parts if p) or "unknown machine"
 
@@ -243,6 +257,27 @@ def _starts(v: VerdictFields) -> str:
     return " on one server start a side" if n == 1 else f" on {n:,} server starts a side"
 
 
+def _oriented(v: VerdictFields, ratio: float, subject: str) -> tuple[float, float | None, float | None]:
+    """(ratio, CI low, CI high) with the subject's value on top: B/A, or A/B for subject "a"."""
+    if subject == "b":
+        return ratio, v.ci_low, v.ci_high
+    if v.ci_low is None or v.ci_high is None:
+        return 1 / ratio, v.ci_low, v.ci_high
+    return 1 / ratio, 1 / v.ci_high, 1 / v.ci_low
+
+
+def _ratio_detail(v: VerdictFields, ratio: tuple[float, float | None, float | None],
+                  medians: Sequence[float | None] | None, at: str) -> str:
+    """The parenthesis of a ratio sentence: how the ratio was formed, its interval, the medians, α."""
+    r, lo, hi = ratio
+    design = _design(v, r, medians)
+    if v.method.startswith("exact ratio"):
+        design = ["exact, no spread", *design[1:]]
+    elif lo is not None and hi is not None:
+        design[0] += f", {(1 - v.alpha) * 100:.4g} % CI {_interval(r, lo, hi, signed=v.verdict != 'different')}"
+    return "; ".join([*design, at])
+
+
 def comparison_sentence(v: VerdictFields, a: str, b: str, *, medians: Sequence[float | None] | None = None,
                         subject: str = "b") -> str:
     """One comparison in a sentence whose subject is a candidate: `tiny-mlx is 3.7× slower than tiny-gguf
@@ -256,20 +291,10 @@ def comparison_sentence(v: VerdictFields, a: str, b: str, *, medians: Sequence[f
     at = f"α = {v.alpha:.3g}"
     if v.method.startswith(("exact McNemar", "Newcombe")):
         return _outcome_sentence(v, a, b, medians, at)
-    level = f"{(1 - v.alpha) * 100:.4g} % CI"
     if v.ratio is None:
         return f"{b} against {a} {_topic(v.axis)}: {v.verdict} ({at})"
-    r = v.ratio if subject == "b" else 1 / v.ratio
-    lo, hi = v.ci_low, v.ci_high
-    if lo is not None and hi is not None and subject == "a":
-        lo, hi = 1 / hi, 1 / lo
-    design = _design(v, r, medians)
-    exact = v.method.startswith("exact ratio")
-    if exact:
-        design = ["exact, no spread", *design[1:]]
-    elif lo is not None and hi is not None:
-        design[0] += f", {level} {_interval(r, lo, hi, signed=v.verdict != 'different')}"
-    detail = "; ".join([*design, at])
+    r, lo, hi = _oriented(v, v.ratio, subject)
+    detail = _ratio_detail(v, (r, lo, hi), medians, at)
     if v.verdict == "different":
         amount, up = _amount(r)
         return f"{b} {_predicate(v.axis, v.better, amount, up, a)} ({detail})"
@@ -339,9 +364,13 @@ class DominanceFields(Protocol):
     def alpha_axis(self) -> float: ...
 
 
-def _axes_words(axes: Sequence[str]) -> str:
-    words = [axis_word(x) for x in axes]
+def _and_list(words: Sequence[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _axes_words(axes: Sequence[str]) -> str:
+    return _and_list([axis_word(x) for x in axes])
 
 
 def dominance_sentence(d: DominanceFields, a: str, b: str) -> str:
@@ -349,22 +378,22 @@ def dominance_sentence(d: DominanceFields, a: str, b: str) -> str:
     generation speed and peak memory; tied on prompt processing (α = 0.05 over 3 axes, 0.0167 each)`."""
     at = (f"α = {d.alpha:.3g} over {plural(d.k, 'axis', 'axes')}, {d.alpha_axis:.3g} each" if d.k else
           f"α = {d.alpha:.3g}, no axis to compare")
+    return f"{_relation_text(d, a, b)} ({at})"
+
+
+def _relation_text(d: DominanceFields, a: str, b: str) -> str:
     if d.winner is not None:
         w, l_ = (a, b) if d.winner == "a" else (b, a)
         text = f"{w} dominates {l_}: better on {_axes_words(d.better_on)}"
-        text += f"; tied on {_axes_words(d.tied_on)}" if d.tied_on else ""
-    elif d.status == "undecided":
+        return text + (f"; tied on {_axes_words(d.tied_on)}" if d.tied_on else "")
+    if d.status == "undecided":
         held = [axis_word(x) for x in d.unresolved_on] + [f"{axis_word(x)} (not compared at this size)"
                                                           for x in d.blocked_on]
-        text = f"neither {a} nor {b} is dominated yet: unresolved on " + (
-            held[0] if len(held) == 1 else ", ".join(held[:-1]) + " and " + held[-1])
-    elif d.better_on and d.worse_on:
-        # better_on / worse_on are A's wins and B's wins when there is no winner
-        text = f"{a} is better on {_axes_words(d.better_on)}, {b} on {_axes_words(d.worse_on)}: a trade-off"
-    elif d.k and d.status == "equivalent" and len(d.tied_on) < d.k:
-        text = f"{a} and {b} are not worse than each other on any axis compared: neither dominates"
-    elif d.k:
-        text = f"{a} and {b} are tied on every axis compared: neither dominates"
-    else:
-        text = f"{a} and {b} share no axis to compare"
-    return f"{text} ({at})"
+        return f"neither {a} nor {b} is dominated yet: unresolved on {_and_list(held)}"
+    if d.better_on and d.worse_on:  # without a winner: A's wins and B's wins
+        return f"{a} is better on {_axes_words(d.better_on)}, {b} on {_axes_words(d.worse_on)}: a trade-off"
+    if not d.k:
+        return f"{a} and {b} share no axis to compare"
+    if d.status == "equivalent" and len(d.tied_on) < d.k:
+        return f"{a} and {b} are not worse than each other on any axis compared: neither dominates"
+    return f"{a} and {b} are tied on every axis compared: neither dominates"
