@@ -47,10 +47,22 @@ from benchd.results.text import (
     machine_line,
     verdict_text,
 )
-from benchd.schemas import CellStats, ContextPareto, MetricStats, Runbook, SleepInfo, Sweep
+from benchd.schemas import (
+    CandidateProvenance,
+    CellStats,
+    ContextPareto,
+    EvalSummary,
+    MetricStats,
+    Runbook,
+    SkippedPair,
+    SleepInfo,
+    Sweep,
+)
 from benchd.stats.comparison import AXES
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from benchd.results.compare import Comparison
 
 #: Columns of the cell table: metric, header.
@@ -127,6 +139,15 @@ def _verdict_cell(c: CellStats, notes: Notes) -> str:
     return text
 
 
+def _ok_failed(c: CellStats, notes: Notes) -> str:
+    failed = f"{c.n_ok}/{c.n_failed}"
+    if c.n_short:
+        failed += f" +{c.n_short} short {notes.ref(f'{c.candidate}@{c.context}: short probes are kept out of the medians (runbook flags say why)')}"
+    if c.n_ok == 0 and c.errors:
+        failed += f" {notes.ref(f'{c.candidate}@{c.context}: ' + '; '.join(c.errors))}"
+    return failed
+
+
 def cell_table(rb: Runbook) -> tuple[list[str], list[list[str]], Notes]:
     notes = Notes()
     drafts = any(c.draft_acceptance is not None for c in rb.cells)
@@ -134,11 +155,7 @@ def cell_table(rb: Runbook) -> tuple[list[str], list[list[str]], Notes]:
               *(["draft acceptance"] if drafts else [])]
     body = []
     for c in rb.cells:
-        failed = f"{c.n_ok}/{c.n_failed}"
-        if c.n_short:
-            failed += f" +{c.n_short} short {notes.ref(f'{c.candidate}@{c.context}: short probes are kept out of the medians (runbook flags say why)')}"
-        if c.n_ok == 0 and c.errors:
-            failed += f" {notes.ref(f'{c.candidate}@{c.context}: ' + '; '.join(c.errors))}"
+        failed = _ok_failed(c, notes)
         draft = [] if not drafts else ["-" if c.draft_acceptance is None else metric_text(c.draft_acceptance, notes)]
         body.append([c.candidate, str(c.context), failed, _verdict_cell(c, notes), _probes_used(c),
                      *(_metric_cell(rb, c, m, notes) for m, _ in COLUMNS), *draft])
@@ -197,6 +214,15 @@ def _axis_line(axis: str, text: str) -> str:
     return f"    {axis}: {text}" if text.startswith(_VERDICT_WORDS) else f"    {text}"
 
 
+def _pair_lines(head: str, verdicts: dict[str, str], skipped: SkippedPair | None) -> list[str]:
+    """A pair's line, its per-axis verdicts, and the axes it was not compared on."""
+    out = [f"  {head}", *(_axis_line(axis, text) for axis, text in _axis_order(verdicts))]
+    if skipped is not None:
+        out.append("    not compared: " + "; ".join(f"{axis_word(a)} ({skipped.why[a]})" if a in skipped.why
+                                                  else axis_word(a) for a in skipped.axes))
+    return out
+
+
 def pareto_lines(p: ContextPareto, rb: Runbook | None = None) -> list[str]:
     out = [f"context {p.context}: frontier = {', '.join(p.frontier) or '(none)'}"]
     for f in rb.flags if rb is not None else ():
@@ -204,31 +230,26 @@ def pareto_lines(p: ContextPareto, rb: Runbook | None = None) -> list[str]:
             out.append(f"  unlike work: {f.detail}")
     for cand, caveat in p.caveats.items():
         out.append(f"  {cand} is on the frontier with a caveat: {caveat}")
-    skipped = {tuple(sp.pair): sp for sp in p.skipped_pairs}
-
-    def not_compared(pair: list[str]) -> list[str]:
-        sp = skipped.get(tuple(sorted(pair)))
-        if sp is None:
-            return []
-        return ["    not compared: " + "; ".join(f"{axis_word(a)} ({sp.why[a]})" if a in sp.why else axis_word(a)
-                                            for a in sp.axes)]
-
-    for cand, doms in p.dominated.items():
-        for d in doms:
-            out.append(f"  {d.text}" if d.text else f"  {cand} is dominated by {d.by} on {', '.join(d.better_on)}")
-            out += [_axis_line(axis, text) for axis, text in _axis_order(d.verdicts)]
-            out += not_compared([cand, d.by])
-    for t in p.ties:
-        out.append(f"  {t.text}" if t.text and not t.text.startswith(_VERDICT_WORDS)
-                   else f"  {t.pair[0]} against {t.pair[1]}: {t.text or 'neither dominates'}")
-        out += [_axis_line(axis, text) for axis, text in _axis_order(t.axes)]
-        out += not_compared(t.pair)
-    for o in p.tradeoffs:
-        out.append(f"  {o.text}")
-        out += [_axis_line(axis, text) for axis, text in _axis_order(o.axes)]
-        out += not_compared(o.pair)
+    out += _pairs_lines(p)
     for cand, reason in p.excluded.items():
         out.append(f"  {cand} excluded: {reason}")
+    return out
+
+
+def _pairs_lines(p: ContextPareto) -> list[str]:
+    """The context's dominated, tied and trade-off pairs, each with its per-axis verdicts."""
+    out: list[str] = []
+    skipped = {tuple(sp.pair): sp for sp in p.skipped_pairs}
+    for cand, doms in p.dominated.items():
+        for d in doms:
+            out += _pair_lines(d.text or f"{cand} is dominated by {d.by} on {', '.join(d.better_on)}", d.verdicts,
+                               skipped.get(tuple(sorted([cand, d.by]))))
+    for t in p.ties:
+        head = (t.text if t.text and not t.text.startswith(_VERDICT_WORDS)
+                else f"{t.pair[0]} against {t.pair[1]}: {t.text or 'neither dominates'}")
+        out += _pair_lines(head, t.axes, skipped.get(tuple(sorted(t.pair))))
+    for o in p.tradeoffs:
+        out += _pair_lines(o.text, o.axes, skipped.get(tuple(sorted(o.pair))))
     return out
 
 
@@ -325,6 +346,20 @@ def render_text(rb: Runbook, pareto: bool = False) -> str:
     return "\n".join(parts) + "\n"
 
 
+def _rich_cells(header: list[str], body: list[list[str]]) -> Table:
+    from rich.table import Table
+
+    table = Table(title="medians (min–max, cv) of ok probes; ~noisy = CV > 5 %")
+    widest = max((len(r[0]) for r in body), default=len(header[0]))
+    # the id is what the next command takes: never cut; the other columns wrap to make room
+    table.add_column(header[0], no_wrap=True, min_width=max(widest, len(header[0])))
+    for h in header[1:]:
+        table.add_column(h)
+    for row in body:
+        table.add_row(*(f"[yellow]{c}[/yellow]" if NOISY_MARK in c else c for c in row))
+    return table
+
+
 def print_rich(rb: Runbook, pareto: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -336,14 +371,7 @@ def print_rich(rb: Runbook, pareto: bool = False) -> None:
         console.print(line, highlight=False, soft_wrap=True)
     header, body, notes = cell_table(rb)
     console.print(VERDICT_NOTE, highlight=False, soft_wrap=True)  # the legend, on a terminal too
-    table = Table(title="medians (min–max, cv) of ok probes; ~noisy = CV > 5 %")
-    widest = max((len(r[0]) for r in body), default=len(header[0]))
-    for i, h in enumerate(header):
-        # the id is what the next command takes: never cut; the other columns wrap to make room
-        table.add_column(h, no_wrap=True, min_width=max(widest, len(h))) if i == 0 else table.add_column(h)
-    for row in body:
-        table.add_row(*(f"[yellow]{c}[/yellow]" if NOISY_MARK in c else c for c in row))
-    console.print(table)
+    console.print(_rich_cells(header, body))
     if rb.ready_summary:
         ready = Table(title=READY_NOTE)
         for h in READY_HEADER:
@@ -432,16 +460,23 @@ def _md_sweep(rb: Runbook) -> list[str]:
             f"- sleep prevented while running: {_sleep_text(rb.provenance.sleep)}", ""]
 
 
+def _licence(c: CandidateProvenance) -> str:
+    if c.model.license:
+        return f"{c.model.license} ({c.model.license_source})"
+    return f"null ({c.model.null_reasons.get('license', 'not read')})"
+
+
+def _sha256_methods(rb: Runbook) -> list[str]:
+    return sorted({c.model.sha256_method for c in rb.provenance.candidates if c.model.sha256_method})
+
+
 def _md_files(rb: Runbook) -> list[str]:
     """The candidates' model files, licences and server environment."""
     lines = ["## Candidates' files, licences and environment", ""]
     lines += [f"- {c.candidate} model: {c.model.bytes if c.model.bytes is not None else 'null'} bytes"
               for c in rb.provenance.candidates] + [""]
-    methods = sorted({c.model.sha256_method for c in rb.provenance.candidates if c.model.sha256_method})
-    lines += [f"sha256 method: {mm}" for mm in methods] + [""]
-    lines += [f"- {c.candidate} model licence: " + (f"{c.model.license} ({c.model.license_source})" if c.model.license
-                                                     else f"null ({c.model.null_reasons.get('license', 'not read')})")
-              for c in rb.provenance.candidates] + [""]
+    lines += [f"sha256 method: {mm}" for mm in _sha256_methods(rb)] + [""]
+    lines += [f"- {c.candidate} model licence: {_licence(c)}" for c in rb.provenance.candidates] + [""]
     for c in rb.provenance.candidates:
         env = ", ".join(f"{k}={v}" for k, v in c.server_env.items()) or "none"
         removed = ", ".join(c.env_removed) or "none"
@@ -489,27 +524,32 @@ def _md_kinds(rb: Runbook) -> list[str]:
     return lines
 
 
+def _md_eval_row(e: EvalSummary) -> list[str]:
+    done = e.completed if e.completed is not None else e.total
+    return [e.candidate, e.tier, f"{e.passed}/{done}" + (f" of {e.planned} (partial)" if e.partial else ""),
+            fmt_value("eval_pass_rate", e.pass_rate), fmt_range("eval_pass_rate", e.ci_low, e.ci_high),
+            f"{e.completed}/{e.total} ({e.errors} server errors)" if e.completed is not None else "-",
+            fmt_counts(e.failures), e.parser or "-", str(e.unsandboxed)]
+
+
+def _md_aggregate(e: EvalSummary) -> str:
+    """A suite's aggregate score with its categories (irrelevance apart)."""
+    cats = "; ".join(f"{k} {fmt_value('tool_pass_rate', v.pass_rate)} ({v.passed}/{v.completed})"
+                     for k, v in e.categories.items() if k != "irrelevance")
+    irr = e.categories.get("irrelevance")
+    return (f"- {e.candidate}: {e.aggregate_label}: {fmt_value('tool_pass_rate', e.aggregate)} ({cats})"
+            + (f"; irrelevance apart: {fmt_value('tool_pass_rate', irr.pass_rate)} ({irr.passed}/{irr.completed})"
+               if irr is not None else ""))
+
+
 def _md_evals(rb: Runbook) -> list[str]:
     if not rb.eval_summary:
         return []
-    ebody = [[e.candidate, e.tier, f"{e.passed}/{e.completed if e.completed is not None else e.total}"
-              + (f" of {e.planned} (partial)" if e.partial else ""),
-              fmt_value("eval_pass_rate", e.pass_rate), fmt_range("eval_pass_rate", e.ci_low, e.ci_high),
-              f"{e.completed}/{e.total} ({e.errors} server errors)" if e.completed is not None else "-",
-              fmt_counts(e.failures), e.parser or "-",
-              str(e.unsandboxed)] for e in rb.eval_summary]
     lines = ["## Evals", "", _md_table(["candidate", "tier / suite", "passed / completed", "pass rate",
                                         "95 % CI (Clopper–Pearson)", "completed", "failure classes", "tool parser",
-                                        "unsandboxed"], ebody), ""]
-    for e in rb.eval_summary:
-        if e.aggregate_label:
-            cats = "; ".join(f"{k} {fmt_value('tool_pass_rate', v.pass_rate)} ({v.passed}/{v.completed})"
-                             for k, v in e.categories.items() if k != "irrelevance")
-            irr = e.categories.get("irrelevance")
-            lines.append(f"- {e.candidate}: {e.aggregate_label}: {fmt_value('tool_pass_rate', e.aggregate)} "
-                         f"({cats})" + (f"; irrelevance apart: {fmt_value('tool_pass_rate', irr.pass_rate)} "
-                                        f"({irr.passed}/{irr.completed})" if irr is not None else ""))
-    lines += [""] if any(e.aggregate_label for e in rb.eval_summary) else []
+                                        "unsandboxed"], [_md_eval_row(e) for e in rb.eval_summary]), ""]
+    aggregates = [_md_aggregate(e) for e in rb.eval_summary if e.aggregate_label]
+    lines += [*aggregates, ""] if aggregates else []
     for src in rb.eval_sources:
         lines.append(f"- {src.suite}: {src.package} {src.version} ({src.file}, sha256 {src.sha256[:16]}…), "
                      f"license {src.license}; {len(src.task_ids)} tasks")
@@ -542,6 +582,13 @@ def _md_pareto(rb: Runbook) -> list[str]:
 # ---------------------------------------------------------------------------------------- energy
 
 
+def _energy_table(rb: Runbook) -> list[str]:
+    notes = Notes()
+    body = [[c.candidate, str(c.context), *(metric_text(s, notes) for s in c.stats)] for c in energy_cells(rb)]
+    lines = [_md_table(["candidate", "context", *(h for _, h in ENERGY_COLUMNS)], body), ""]
+    return lines + [f"{n}  " for n in notes.lines()] + ([""] if notes.items else [])
+
+
 def energy_lines(rb: Runbook) -> list[str]:
     """The runbook's energy section: which counter, what it covers, and per cell the energy records."""
     e = rb.provenance.energy
@@ -550,10 +597,7 @@ def energy_lines(rb: Runbook) -> list[str]:
         tried = f" (tried: {e.source})" if e.source else ""
         return [*lines, f"- not measured: {e.reason or 'the job recorded no energy source'}{tried}", ""]
     lines += [f"- source: `{e.source}`", f"- granularity: {e.granularity}", f"- scope: {e.scope}", ""]
-    notes = Notes()
-    body = [[c.candidate, str(c.context), *(metric_text(s, notes) for s in c.stats)] for c in energy_cells(rb)]
-    lines += [_md_table(["candidate", "context", *(h for _, h in ENERGY_COLUMNS)], body), ""]
-    lines += [f"{n}  " for n in notes.lines()] + ([""] if notes.items else [])
+    lines += _energy_table(rb)
     windows = [(r.candidate, r.window_j) for r in rb.rows if r.kind == "sustained" and r.window_j]
     lines += [f"- sustained {c}: J per window {', '.join(f'{j:.3g}' for j in w)}" for c, w in windows]
     return lines + ([""] if windows else [])
