@@ -28,8 +28,8 @@ TEST_NAME = ("the one comparison: 95 % CI of the ratio B/A (Welch on log values)
 
 
 class MetricComparison(Struct, kw_only=True):
-    """One metric of one cell: the medians, their ratio B/A, and the comparison's verdict (`different`,
-    `tied`, `unresolved`, or `not measured: why`) with its one-line text; `detail` the full verdict."""
+    """One metric of one cell: the medians, their ratio B/A, the verdict (or `not measured: why`) and
+    its text; `detail` the full verdict."""
 
     metric: str
     better: str
@@ -51,7 +51,6 @@ class CellComparison(Struct, kw_only=True):
 
 
 class BuildComparison(Struct, kw_only=True):
-    """One candidate's fingerprints in A and B, and what changed between them (binary, version, model, args)."""
 
     candidate: str
     a: Fingerprint | None
@@ -61,7 +60,6 @@ class BuildComparison(Struct, kw_only=True):
 
 
 class ReadyComparison(Struct, kw_only=True):
-    """One candidate's time to ready in A and B over its warm or its cold starts (`stats.comparison`)."""
 
     candidate: str
     cache: str  # "warm" | "cold"
@@ -69,8 +67,7 @@ class ReadyComparison(Struct, kw_only=True):
 
 
 class ImageComparison(Struct, kw_only=True):
-    """One vision candidate's TTFT with the images of one resolution in A and B (`stats.comparison`,
-    axis image_ttft_ms@WxH), and the median image tokens of each side (a changed count explains a change)."""
+    """One vision candidate's TTFT with one resolution's images in A and B, and each side's median image tokens."""
 
     candidate: str
     resolution: str
@@ -80,8 +77,6 @@ class ImageComparison(Struct, kw_only=True):
 
 
 class AgenticComparison(Struct, kw_only=True):
-    """One cell's session or concurrency axis in A and B (`stats.comparison`): session_ttft_ms over the
-    warm turns' TTFTs, agg_gen_tps@N over the level's batch aggregates."""
 
     candidate: str
     context: int
@@ -90,9 +85,8 @@ class AgenticComparison(Struct, kw_only=True):
 
 
 class KldComparison(Struct, kw_only=True):
-    """One candidate's KL divergence at one `[kld]` context in A and B (`stats.comparison`, axis kld, over the
-    per-chunk mean KLDs); no verdict, with `reason`, when the corpus or the reference's model differ (the
-    figures then measure different things)."""
+    """One candidate's KL divergence at one `[kld]` context in A and B; no verdict, with `reason`, when the
+    corpus or the reference's model differ."""
 
     candidate: str
     context: int
@@ -122,7 +116,6 @@ class Comparison(Struct, kw_only=True):
 
 
 class _Medians(TypedDict):
-    """The MetricComparison fields known before the comparison."""
 
     metric: str
     better: str
@@ -232,7 +225,6 @@ def comparability_warnings(a: Runbook, b: Runbook) -> list[str]:
 
 
 def compare_builds(a: Runbook, b: Runbook) -> list[BuildComparison]:
-    """Per candidate in both runbooks: the two fingerprints and what changed (comparing two builds)."""
     ids_b = {c.candidate for c in b.provenance.candidates}
     out = []
     for cand in (c.candidate for c in a.provenance.candidates if c.candidate in ids_b):
@@ -244,7 +236,6 @@ def compare_builds(a: Runbook, b: Runbook) -> list[BuildComparison]:
 
 
 def _thinking_seen(rb: Runbook, candidate: str) -> list[str]:
-    """The thinking states a candidate's ok probe rows observed (sorted)."""
     return sorted({r.thinking for r in rb.rows if r.candidate == candidate and r.kind == "probe"
                    and r.status == "ok" and r.thinking})
 
@@ -254,8 +245,7 @@ def _ready_times(rb: Runbook, cand: str, cache: str) -> list[float]:
 
 
 def compare_ready(a: Runbook, b: Runbook) -> list[ReadyComparison]:
-    """Per candidate in both runbooks with starts on both sides: ready_s of the warm starts, and of the
-    cold ones, B against A through the one comparison."""
+    """Per candidate with starts on both sides: warm and cold ready_s, B against A."""
     out = []
     ids_b = {s.candidate for s in b.ready}
     for cand in sorted({s.candidate for s in a.ready} & ids_b):
@@ -280,7 +270,6 @@ def _image_tokens(rows: list[Row]) -> list[int]:
 
 
 def compare_images(a: Runbook, b: Runbook) -> list[ImageComparison]:
-    """Per (vision candidate, resolution) with ok image probes on both sides: image_ttft_ms, B against A."""
     from benchd.stats.axes import image_axis
 
     sa, sb = _image_samples(a), _image_samples(b)
@@ -300,8 +289,7 @@ def compare_images(a: Runbook, b: Runbook) -> list[ImageComparison]:
 
 
 def compare_agentic(a: Runbook, b: Runbook) -> list[AgenticComparison]:
-    """Per cell with session or parallel rows on both sides: the session and level axes, B against A
-    (the samples the Pareto view's noise rule uses, `pareto.cell_samples`)."""
+    """Per cell with session or parallel rows on both sides: the session and level axes, B against A."""
     from benchd.results.agentic import samples
 
     sa, sb = samples(a.rows), samples(b.rows)
@@ -315,7 +303,6 @@ def compare_agentic(a: Runbook, b: Runbook) -> list[AgenticComparison]:
 
 
 def _reference_sha(rb: Runbook) -> str | None:
-    """The sha256 of the `[kld]` reference candidate's model."""
     ref = rb.sweep.kld.reference
     return next((c.model.sha256 for c in rb.provenance.candidates if c.candidate == ref), None)
 
@@ -332,9 +319,8 @@ def _kld_mismatch(a: Runbook, b: Runbook) -> str | None:
 
 
 def compare_kld(a: Runbook, b: Runbook, alpha: float = ALPHA) -> list[KldComparison]:
-    """Per (candidate, `[kld]` context) scored ok on both sides: its per-chunk mean KLDs, B against A
-    through the one comparison at the axis's margin (A's sweep `margins` override it); none when the
-    corpus or the reference's model differ (`reason`)."""
+    """Per (candidate, `[kld]` context) scored on both sides: per-chunk mean KLDs, B against A; none, with
+    `reason`, when the corpus or the reference's model differ."""
     from benchd.stats.axes import margin as axis_margin
 
     def ok(rb: Runbook) -> dict[tuple[str, int], list[float]]:
@@ -371,9 +357,8 @@ def _compare_cells(a: Runbook, b: Runbook, keys: list[tuple[str, int]], alpha: f
 
 
 def compare_runbooks(a: Runbook, b: Runbook, alpha: float | None = None, margin_pct: float | None = None) -> Comparison:
-    """Every cell both runbooks have, every compared metric, one question each at `alpha` (default: the
-    stop rule's α when either sweep stopped at planned looks, else 0.05); each metric's margin is the
-    axis table's (A's sweep `margins` override it) unless `margin_pct` is given."""
+    """Every cell both runbooks have, every compared metric, at `alpha` (default: the stop rule's α when
+    either sweep stopped at planned looks, else 0.05) and the axis table's margins unless `margin_pct`."""
     from benchd.results.pareto import view_alpha
 
     source = "given"

@@ -1,7 +1,5 @@
-"""The decision records every writer shows, in this order: per context the frontier, the dominated, the
-trade-offs and the undecided pairs; what each candidate is; the deferred axes. Read from the runbook's
-Pareto view and provenance: nothing is judged again here.
-"""
+"""The decision records every writer shows, in order (per context the frontier, dominated, trade-offs,
+undecided; the candidates; the deferred axes), read from the runbook: nothing is judged again here."""
 
 from __future__ import annotations
 
@@ -126,8 +124,7 @@ NO_PICK = "benchd does not pick among the frontier: the trade-off is yours"
 
 
 def decision_json(rb: Runbook) -> dict[str, object]:
-    """The decision block as data (`report --json`): what `decision_lines` prints, per context, the
-    states in their one word (`word`) beside the wire value (`status`)."""
+    """The decision block as data (`report --json`): each state's word (`word`) beside its wire value."""
     contexts = []
     for d in decisions(rb):
         contexts.append({
@@ -148,15 +145,12 @@ def candidates_json(rb: Runbook) -> list[dict[str, str]]:
     return [dict(zip(keys, row, strict=True)) for row in candidate_rows(rb)]
 
 
-# ------------------------------------------------------------------------------------- candidates
-
 CANDIDATE_HEADER = ["candidate", "runtime", "model", "model sha256", "args", "spec / draft model", "binary",
                     "server version"]
 
 
 def candidate_rows(rb: Runbook) -> list[list[str]]:
-    """What each candidate is: runtime, model path and sha256, args, spec and draft model, binary and the
-    server's version, from the sweep and the runbook's provenance (null with its reason when not read)."""
+    """What each candidate is (runtime, model and sha256, args, spec, binary, server version), null with why."""
     prov = {c.candidate: c for c in rb.provenance.candidates}
     return [_candidate_row(c, prov.get(c.id)) for c in rb.sweep.candidates]
 
@@ -182,16 +176,12 @@ def _candidate_row(c: Candidate, p: CandidateProvenance | None) -> list[str]:
 
 
 def candidate_lines(rb: Runbook) -> list[str]:
-    """`candidate_rows` for a terminal: a block per candidate, every path and hash whole (a table of
-    eight columns cuts them at any width a terminal has)."""
+    """`candidate_rows` for a terminal: a block per candidate, every path and hash whole."""
     out = ["Candidates"]
     for cand, runtime, model, sha, args, spec, binary, version in candidate_rows(rb):
         out += [f"  {cand}: {runtime}", f"    model {model}", f"    sha256 {sha}", f"    args {args}; spec {spec}",
                 f"    binary {binary}; server version {version}"]
     return out
-
-
-# ---------------------------------------------------------------------------------------- deferred
 
 
 @dataclass(frozen=True)

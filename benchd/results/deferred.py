@@ -1,7 +1,5 @@
-"""Deferred axes: one line for everything a sweep did not measure, and why: declared by the sweep file
-(kept verbatim), fixed by this version and the sweep's scope, and found in the rows and eval results
-(null metrics with their reasons, failures, missing probes): docs/metrics.md#deferred-axes.
-"""
+"""Deferred axes: one line for everything a sweep did not measure, and why (the sweep file's, the fixed
+ones, those found in the rows and evals): docs/metrics.md#deferred-axes-and-flags."""
 
 from __future__ import annotations
 
@@ -115,8 +113,7 @@ def _labels(sweep: Sweep, rows: Sequence[Row]) -> dict[str, str]:
 
 
 def row_deferred(sweep: Sweep, rows: Sequence[Row]) -> list[Deferred]:
-    """Entries derived from the rows: null metrics, failures, missing probes — one line per axis and
-    reason, naming every candidate it applies to (not one line per candidate repeating the same thing)."""
+    """Entries from the rows: one line per axis and reason, naming every candidate it applies to."""
     listed = {c.id for c in sweep.candidates}
     merged: dict[tuple[str, str], list[str]] = {}  # (axis, reason) -> "who" parts, in first-seen order
     singles: list[Deferred] = []
@@ -137,8 +134,7 @@ def _rows_per_null_metric(rows: list[Row]) -> dict[str, list[Row]]:
 
 def _candidate_entries(sweep: Sweep | None, label: str, mine: list[Row],
                        merged: dict[tuple[str, str], list[str]]) -> list[Deferred]:
-    """One candidate's entries: shared ones go into `merged`, its own are returned; `sweep` None for a
-    candidate the sweep does not list (no planned probes to miss)."""
+    """One candidate's own entries; shared ones go into `merged` (`sweep` None: not in the sweep)."""
     ok = [r for r in mine if r.status == "ok"]
     _null_metric_entries(label, ok, merged)
     _thermal_entries(label, ok, merged)

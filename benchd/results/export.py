@@ -1,8 +1,5 @@
-"""Exports of a runbook in the formats results are shared in: llama-bench's Markdown table, JSON lines
-with llama-bench's field names, and CSV for a spreadsheet (`benchctl export RUNBOOK --format ...`).
-
-Reasons and facts: docs/exports.md#following-llama-bench.
-"""
+"""Exports of a runbook (`benchctl export RUNBOOK --format ...`): llama-bench's Markdown table, JSON lines
+with llama-bench's field names, CSV. Reasons and facts: docs/exports.md#following-llama-bench."""
 
 from __future__ import annotations
 
@@ -52,9 +49,6 @@ def _probe_rows(rb: Runbook) -> list[Row]:
     return [r for r in rb.rows if r.kind == "probe"]
 
 
-# ---------------------------------------------------------------------------------------------- jsonl
-
-
 def _provenance_fields(rb: Runbook, cp: CandidateProvenance | None, row: Row) -> JSONObject:
     version = row.server_version or (cp.server_version if cp else None)
     commit, number = build_of(version) if _llama(row.runtime, cp) else (None, None)
@@ -88,12 +82,8 @@ def _provenance_nulls(cp: CandidateProvenance | None, row: Row, fields: JSONObje
 
 
 def jsonl_objects(rb: Runbook) -> list[JSONObject]:
-    """One object per probe row: llama-bench's fields where one exists, then every field of the row.
-
-    `n_prompt` is the prompt the probe prefilled, `n_gen` the tokens it generated and `n_depth` the
-    context the generation ran at (the prompt), so `avg_ts`/`samples_ts` are the row's decode rate, the
-    figure of llama-bench's `tg<n_gen> @ d<n_depth>` test (`test` names it). One probe is one sample:
-    `stddev_ts` is null (the spread is across a cell's rows; the Markdown export has it)."""
+    """One object per probe row: llama-bench's fields where one exists (docs/exports.md#jsonl), then every
+    field of the row."""
     provs = _cand_prov(rb)
     out = []
     for row in _probe_rows(rb):
@@ -124,19 +114,15 @@ def _test_name(n_prompt: int | None, n_gen: int | None) -> str | None:
 
 
 def kld_objects(rb: Runbook) -> list[JSONObject]:
-    """One object per `[kld]` result (`kind: "kld"`, every field of the result, the corpus's sha256 and tokens)."""
+    """One object per `[kld]` result, with the corpus's sha256 and tokens."""
     c = rb.kld_corpus
     corpus = {"corpus": c.path, "corpus_sha256": c.sha256, "corpus_tokens": c.tokens} if c else {}
     return [{"kind": "kld", **msgspec.to_builtins(r), **corpus} for r in rb.kld]
 
 
 def render_jsonl(rb: Runbook) -> str:
-    """The probe rows' objects, then the KL divergence results' (docs/exports.md#jsonl)."""
     return "".join(json.dumps(o, ensure_ascii=False, sort_keys=False) + "\n"
                    for o in [*jsonl_objects(rb), *kld_objects(rb)])
-
-
-# ------------------------------------------------------------------------------------------------ csv
 
 
 def _csv_value(v: object) -> str:
@@ -150,9 +136,8 @@ def _csv_value(v: object) -> str:
 
 
 def render_csv(rb: Runbook) -> str:
-    """Every row (probes, sustained runs, sentinel re-runs), one per line, every field a column; nested
-    values as JSON; a null is an empty cell and its reason is in the `null_reasons` column. The first
-    columns are the provenance (runbook, machine, benchd version, llama.cpp build where there is one)."""
+    """Every row, one per line, every field a column (nested values as JSON, a null empty with its reason in
+    `null_reasons`), after the provenance columns."""
     objs = jsonl_objects(rb)
     by_key = {(o["candidate"], o["context"], o["kind"], o["probe"]): o for o in objs}
     provs = _cand_prov(rb)
@@ -170,14 +155,11 @@ def render_csv(rb: Runbook) -> str:
 
 
 def _csv_data(row: Row, obj: JSONObject | None, lead: list[str]) -> dict[str, object]:
-    """The row's fields; a probe's `null_reasons` also those of its export object's lead columns."""
     data: dict[str, object] = msgspec.to_builtins(row)
     if obj is not None and isinstance(reasons := obj["null_reasons"], dict):  # always (jsonl_objects)
         data["null_reasons"] = {k: v for k, v in reasons.items() if k in lead or k in data}
     return data
 
-
-# ------------------------------------------------------------------------------------------- markdown
 
 #: llama-bench's column order for a CPU build (model, size, params, backend, threads, test, t/s).
 MD_COLUMNS = ["model", "size", "params", "backend", "threads", "test", "t/s"]
@@ -197,7 +179,6 @@ def _ts_text(values: list[float]) -> str:
 
 
 def _na(na_reasons: dict[str, str], column: str, why: str) -> str:
-    """`n/a` in the table; the column's first reason is said under it."""
     na_reasons.setdefault(column, why)
     return "n/a"
 
@@ -214,7 +195,6 @@ def _span(values: list[float]) -> str | None:
 
 
 def _md_columns(cand: str, cp: CandidateProvenance | None, names: list[str], na_reasons: dict[str, str]) -> list[str]:
-    """The line's model, size, params, backend and threads columns."""
     model = Path(cp.model.path).name if cp else _na(na_reasons, "model", "no provenance for this candidate")
     if names.count(model) > 1:  # several candidates of one model file: say which line is whose
         model += f" [{cand}]"
@@ -227,7 +207,6 @@ def _md_columns(cand: str, cp: CandidateProvenance | None, names: list[str], na_
 
 
 def _md_lines(where: str, base: list[str], ok: list[Row], n_rows: int) -> tuple[list[list[str]], list[str]]:
-    """A cell's pp and tg lines, and what is said under the table about it."""
     table: list[list[str]] = []
     notes: list[str] = []
     n_prompt, n_gen = sorted(set(_values(ok, "prompt_tokens"))), sorted(set(_values(ok, "gen_tokens")))
@@ -249,7 +228,6 @@ def _md_lines(where: str, base: list[str], ok: list[Row], n_rows: int) -> tuple[
 
 
 def _left_out(where: str, rows: list[Row], ok: list[Row], cp: CandidateProvenance | None) -> str | None:
-    """Why a cell has no line in the table, or None."""
     if not _llama(rows[0].runtime, cp):
         return f"{where}: {rows[0].runtime} rows are not in the table ({_NOT_LLAMA}); see the jsonl/csv exports"
     if not ok:
@@ -292,7 +270,6 @@ def _reason(rows: Iterable[Row], metric: str) -> str:
 
 
 def _md_grid(table: list[list[str]]) -> list[str]:
-    """The table as llama-bench aligns it: padded columns, numbers and the test right-aligned."""
     widths = [max(len(c), *(len(t[i]) for t in table)) if table else len(c) for i, c in enumerate(MD_COLUMNS)]
     right = {"size", "params", "threads", "test", "t/s"}
 
@@ -306,9 +283,8 @@ def _md_grid(table: list[list[str]]) -> list[str]:
 
 
 def render_llama_bench_md(rb: Runbook) -> str:
-    """llama-bench's Markdown table for the llama-server rows (per candidate × context: `pp<n>` is the
-    prompt rate, `tg<m> @ d<n>` the decode rate, mean ± sample stddev over the cell's ok probes), then
-    llama-bench's `build:` footer, benchd's provenance, and everything not in the table with its reason."""
+    """llama-bench's Markdown table for the llama-server rows, its `build:` footer, benchd's provenance,
+    and everything not in the table with its reason."""
     table, notes = _md_cells(rb)
     out = [*_md_grid(table), ""]
     builds = sorted({build_of(c.server_version) for c in rb.provenance.candidates if _llama(c.runtime, c)

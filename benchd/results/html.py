@@ -1,13 +1,6 @@
-"""The runbook as one self-contained HTML page: `<runbook-id>.html` beside the `.json` and `.md`.
-
-`render_page(runbook, runtime)` is a pure function (runbook in, bytes out): the daemon, `benchctl report
---html` and whatever worker renders charts off the daemon's loop call the same thing. The page carries
-everything it shows: the Vega runtime inlined (`vega_runtime`, from the optional `html` extra), the chart
-specs and their data as JSON, a small script (`benchd/data/page.js`) for the priority selector, the axis choice and
-the copy buttons, and a Content-Security-Policy that forbids every network request, so it reads offline and can
-be attached to an issue. Without the extra the page is still written: the tables (every chart has one)
-and a note saying how to get the charts.
-"""
+"""The runbook as one self-contained HTML page, `<runbook-id>.html`: pure (`render_page`), the Vega runtime
+inlined when the `html` extra is installed, and no network request (a CSP forbids it); without the
+extra the page has the tables and says how to get the charts."""
 
 from __future__ import annotations
 
@@ -57,11 +50,8 @@ def available() -> bool:
 
 @functools.lru_cache(maxsize=4)
 def vega_runtime(cache_dir: Path | None = None) -> Runtime:
-    """Vega + Vega-Lite + vega-embed as one script, from vl-convert-python's bundler.
-
-    Bundling is expensive (CPU seconds, a large heap), so the result is kept in
-    `<cache>/html/vega-<version>.js` and read back by every later page.
-    """
+    """Vega + Vega-Lite + vega-embed as one script, from vl-convert-python's bundler, cached in
+    `<cache>/html/vega-<version>.js` (bundling costs CPU seconds)."""
     try:
         version = metadata.version("vl-convert-python")
     except metadata.PackageNotFoundError:
@@ -80,9 +70,6 @@ def vega_runtime(cache_dir: Path | None = None) -> Runtime:
     return Runtime(script, f"Vega-Lite via vl-convert-python {version}, inlined")
 
 
-# ------------------------------------------------------------------------------------------- pieces
-
-
 def esc(v: object) -> str:
     return html.escape("null" if v is None else str(v))
 
@@ -96,7 +83,7 @@ def table(header: list[str], rows: Sequence[Sequence[object]], caption: str = ""
 
 
 class Raw(str):
-    """Already-escaped HTML for a table cell."""
+    ...
 
 
 def value_html(v: str | list[str]) -> str:
@@ -138,9 +125,6 @@ def page(title: str, body: str, charts: list[Doc], extra: Doc, runtime: Runtime)
     return doc.encode()
 
 
-# ------------------------------------------------------------------------------------- the runbook
-
-
 def _summary(rb: Runbook) -> str:
     s = records.summary(rb)
     facts = [("sweep", s.name), ("outcome", s.outcome), ("machine", s.machine),
@@ -160,8 +144,7 @@ def _summary(rb: Runbook) -> str:
 
 
 def _priorities(rb: Runbook) -> str:
-    """The selector of `benchctl report --priority` (the same priorities, the same lines from
-    `results.priority`), every answer in the page and shown client-side: no request, no pick."""
+    """The `benchctl report --priority` selector: every answer in the page, shown client-side."""
     from benchd.results.priority import PRIORITIES, priority_lines
 
     opts = "".join(f"<option value='{esc(p.name)}'>{esc(p.question)}</option>" for p in PRIORITIES.values())
@@ -176,8 +159,7 @@ def _priorities(rb: Runbook) -> str:
 
 
 def _decision(rb: Runbook) -> str:
-    """Per context: the frontier, who is dominated (by whom, on which axes), what stays undecided and what
-    would decide it; no pick."""
+    """Per context: the frontier, the dominated, the undecided and what would decide them; no pick."""
     words = STATE_WORDS
     parts = []
     for d in decisions(rb):
@@ -278,7 +260,6 @@ def _sustained(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
 
 
 def _agentic(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
-    """Sessions (TTFT per turn) and parallel requests (aggregate vs per-request rate per level)."""
     turns, rates = records.session_turns(rb), records.level_rates(rb)
     if not turns and not rates:
         return ("<section id='agentic'><h2>Sessions and parallel requests</h2><p>Not measured in this sweep "
@@ -300,7 +281,6 @@ def _agentic(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
 
 
 def _ready(rb: Runbook) -> str:
-    """Time to ready per candidate (the runbook's `ready_summary`), every start under it."""
     rows = records.ready_rows(rb)
     if not rows:
         return "<section id='ready'><h2>Time to ready</h2><p>No server start recorded its time to ready.</p></section>"
@@ -321,7 +301,6 @@ def _ready(rb: Runbook) -> str:
 
 
 def _kld(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
-    """KL divergence against `[kld] reference`: the corpus, a chart of KLD by memory per context, the table."""
     if rb.sweep.kld.reference is None:
         return ""
     head = "<section id='kld'><h2>KL divergence</h2>"
@@ -382,7 +361,6 @@ def _locks(rb: Runbook) -> str:
 
 
 def _race(rb: Runbook) -> str:
-    """Who left the race, when, by whom and on which axes (nothing when the sweep did not race)."""
     if not rb.race and not rb.sweep.racing_on():
         return ""
     from benchd.results.race import HEADER, race_rows, race_text
@@ -418,9 +396,6 @@ def write_page(rb: Runbook, out_dir: Path, cache_dir: Path | None = None) -> Pat
 def _write(path: Path, data: bytes) -> Path:
     atomic_write(path, data)
     return path
-
-
-# ----------------------------------------------------------------------------------- the comparison
 
 
 def render_compare_page(cmp: Comparison, runtime: Runtime) -> bytes:

@@ -1,7 +1,5 @@
-"""Pareto charts: generation tok/s against peak memory (and joules per generated token when measured),
-one panel per context, frontier drawn. Needs the `plot` extra; draws on a bare `Figure` (no pyplot:
-the daemon writes runbooks from a worker thread without a display).
-"""
+"""Pareto charts (gen tok/s against peak memory, and J/token when measured), a panel per context. Needs
+the `plot` extra; a bare `Figure`, no pyplot: runbooks are written from a worker without a display."""
 
 from __future__ import annotations
 
@@ -98,8 +96,7 @@ def _stair(drawn: list[tuple[str, float, float]]) -> list[tuple[float, float]]:
 
 def _panel(ax: Any, p: ContextPareto, states: dict[str, str], x_axis: str, scale: float, x_label: str,
            short: str) -> None:
-    """One context: gen tok/s against `x_axis` (lower is better), with the 2-D frontier of the two; each
-    point's marker says its state, in `text.STATE_WORDS`' words."""
+    """One context: gen tok/s against `x_axis`, the 2-D frontier of the two, each marker its state."""
     from benchd.results.text import STATE_WORDS
 
     pts = [(pt.candidate, pt.values.get(x_axis), pt.values.get("gen_tps")) for pt in p.points]

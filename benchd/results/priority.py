@@ -1,7 +1,5 @@
-"""Choose a priority (`benchctl report --priority NAME`): the axis that answers it and why, the
-candidates in order on it per context with their verdicts against the leader, and what the leader costs
-on every other axis. It never picks. Reasons and facts: docs/metrics.md#choosing-a-priority.
-"""
+"""Choose a priority (`benchctl report --priority NAME`): the axis that answers it, the candidates in order
+with verdicts against the leader, and its costs; no pick. Reasons: docs/metrics.md#choosing-a-priority."""
 
 from __future__ import annotations
 
@@ -137,8 +135,7 @@ def _view_lines(rb: Runbook, view: ContextPareto, axis: str, higher: bool) -> li
 
 
 def priority_lines(rb: Runbook, name: str) -> list[str]:
-    """The priority's answer in lines: the axis and why, then per context the order with verdicts and
-    the leader's costs; `no pick` said once."""
+    """The priority's answer: the axis and why, then per context the order with verdicts and the leader's costs."""
     p = PRIORITIES[name]
     what = {"context": "the largest context served", IMAGE_AXIS_PREFIX: "time to first token with images"}
     head = [f"priority: {p.question} ({p.name})",

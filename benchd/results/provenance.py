@@ -1,10 +1,5 @@
-"""Provenance for a runbook: the machine facts (benchd.sensors.facts) plus what the job itself recorded: one `collect_*` function per area (pyperf's _collect_metadata).
-
-Every value is a plain fact read from the OS or a file, never a guess: when a read fails or the OS
-does not tell, the value is None and `null_reasons[field]` says why. macOS-only readers (sysctl,
-pmset) are isolated: `benchd.sensors.facts.sysctl`, and the power source comes from `benchd.sensors.power.status` (whose pmset parser
-lives in the darwin-only `benchd.sensors.power.darwin` and is tested on committed sample outputs).
-"""
+"""Provenance for a runbook: the machine facts plus what the job recorded, one `collect_*` per area.
+Every value is a fact read from the OS or a file, never a guess: else None with `null_reasons[field]`."""
 
 from __future__ import annotations
 
@@ -32,8 +27,6 @@ from benchd.sensors.facts import (
 )
 from benchd.servers.fingerprint import executable_of, external_fingerprint, take_fingerprint
 from benchd.servers.runtimes.vision import gguf_metadata
-
-# ------------------------------------------------------------------------ per candidate and prompts
 
 
 def collect_sleep(events: Sequence[Event]) -> SleepInfo:
@@ -79,8 +72,8 @@ def server_info(cand: str, rows: Sequence[Row], events: Sequence[Event]) -> tupl
 
 
 def server_env(cand: str, events: Sequence[Event]) -> tuple[dict[str, str] | None, list[str]]:
-    """(variables passed to the candidate's servers, inherited knobs removed) from `server_ready` events
-    (the last start's record; the adapter redacted secret-looking values before the event was written)."""
+    """(variables passed to the candidate's servers, inherited knobs removed), from the last
+    `server_ready` event (secret-looking values already redacted)."""
     env: dict[str, str] | None = None
     removed: set[str] = set()
     for ev in events:
@@ -92,11 +85,7 @@ def server_env(cand: str, events: Sequence[Event]) -> tuple[dict[str, str] | Non
 
 
 def collect_prompts(events: Sequence[Event]) -> PromptsInfo:
-    """The prompt corpus hash as the job recorded it in an event payload (`prompts` or top level).
-
-    When the job recorded none, it is computed now from `benchd.engine.prompts.prompt_provenance()` (the
-    same stdlib files on the same machine) and `source` says it was computed at runbook time.
-    """
+    """The prompt corpus hash as the job recorded it, else computed now (`source` says so)."""
     for ev in events:
         p = ev.payload
         prompts = p.get("prompts") if isinstance(p.get("prompts"), dict) else p
@@ -187,7 +176,6 @@ def model_license(path: str) -> tuple[str | None, str]:
 
 
 def with_license(model: ModelInfo) -> ModelInfo:
-    """`model` with the licence its files declare (or the reason there is none) filled in."""
     if model.kind not in ("file", "dir"):
         return model
     value, source = model_license(model.path)

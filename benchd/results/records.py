@@ -1,9 +1,5 @@
-"""View records of a runbook: what the writers show, computed once from the typed `Runbook`.
-
-The writers (the page in `html`/`pagecharts`, the energy section of `report`) format these records
-through `results.text` and recompute nothing: every figure is the runbook's own (cell statistics,
-Pareto points, the one comparison's text), so the page and `benchctl report` cannot disagree.
-"""
+"""View records of a runbook, computed once from the typed `Runbook`: the writers format them through
+`results.text` and recompute nothing, so the page and `benchctl report` cannot disagree."""
 
 from __future__ import annotations
 
@@ -37,8 +33,8 @@ DERIVED_PROMPT_NOTE = ("prompt_tps ≈ derived, not the server's: prompt tokens 
 
 
 def derived_prompt_tps(rows: Sequence[Row]) -> tuple[float, int] | None:
-    """(median of prompt tokens ÷ TTFT in tok/s, probes used) over the rows that have both, or None: the
-    prefill rate of a server that reports no prompt timing (mlx_lm.server)."""
+    """(median of prompt tokens ÷ TTFT, probes used), or None: the prefill rate of a server that
+    reports no prompt timing."""
     import statistics
 
     rates = [r.prompt_tokens / (r.ttft_ms / 1000.0) for r in rows if r.prompt_tokens and r.ttft_ms and r.ttft_ms > 0]
@@ -73,15 +69,11 @@ def _ok_probes(rb: Runbook, candidate: str, context: int) -> list[Row]:
 
 
 def metric_source(rows: Sequence[Row], metric: str) -> str | None:
-    """The source the rows name for a metric (the commonest, with a count when they differ)."""
     got = Counter(r.sources[metric] for r in rows if r.sources.get(metric))
     if not got:
         return None
     (top, n), *rest = got.most_common()
     return top if not rest else f"{top} ({n} of {sum(got.values())} rows)"
-
-
-# ------------------------------------------------------------------------------------------ summary
 
 
 @dataclass(frozen=True)
@@ -110,8 +102,6 @@ class Summary:
 
 
 def summary(rb: Runbook) -> Summary:
-    """Sweep, machine (with the energy counter), dates, outcome, sweep-level facts (the deferred axes:
-    `decision.deferred_rows`)."""
     s, e = rb.sweep, rb.provenance.energy
     energy = ", ".join(f"{k} {v}" for k, v in (("source", e.source), ("granularity", e.granularity),
                                                 ("scope", e.scope)) if v) or (e.reason or "not measured")
@@ -141,13 +131,10 @@ def sweep_facts(rb: Runbook) -> list[Fact]:
     return out
 
 
-# ------------------------------------------------------------------------------------------- pareto
-
-
 @dataclass(frozen=True)
 class ParetoPoint:
-    """One candidate in one context: its status, relation in words, and per axis the runbook's value,
-    the value scaled to the chart's unit and the hover text (statistics and source, or why null)."""
+    """One candidate in one context: status, relation in words, and per axis the value, its chart
+    value and hover text."""
 
     candidate: str
     context: int
@@ -177,8 +164,7 @@ def axes_present(rb: Runbook) -> list[str]:
 
 
 def _ties(ctx: ContextPareto) -> dict[str, tuple[str, str]]:
-    """Candidate -> (with whom it is tied or unresolved, in the one comparison's words; its status:
-    "unresolved" when any of its pairs is)."""
+    """Candidate -> (with whom it is tied or unresolved, its status)."""
     out: dict[str, list[str]] = {}
     status: dict[str, str] = {}
     for t in ctx.ties:
@@ -216,7 +202,6 @@ def _dominance_text(d: Domination) -> str:
 
 
 def _relation(ctx: ContextPareto, cand: str, ties: dict[str, tuple[str, str]]) -> tuple[str, str]:
-    """(status, relation in words) of a candidate in its context."""
     if cand in ctx.dominated:
         return "dominated", "; ".join(_dominance_text(d) for d in ctx.dominated[cand])
     if cand in ties:
@@ -226,7 +211,6 @@ def _relation(ctx: ContextPareto, cand: str, ties: dict[str, tuple[str, str]]) -
 
 
 def pareto_points(rb: Runbook, ctx: ContextPareto) -> list[ParetoPoint]:
-    """One record per candidate in a context."""
     ties = _ties(ctx)
     out = []
     for p in ctx.points:
@@ -269,7 +253,6 @@ _MEASURED_OVER: dict[str, Callable[[Runbook, str, str], str | None]] = {
 
 
 def _tip_detail(rb: Runbook, cand: str, axis: str, value: float, stats: object) -> str:
-    """The value with what it is measured over: its eval suite, eval tier, sustained run or cell statistics."""
     over = _MEASURED_OVER.get(axis)
     said = over(rb, cand, axis) if over is not None else None
     if said is not None:
@@ -287,13 +270,10 @@ def _tip(rb: Runbook, cand: str, axis: str, value: float | None, rows: list[Row]
     return f"{detail}; source: {src}"
 
 
-# --------------------------------------------------------------------------------- probe series
-
-
 @dataclass(frozen=True)
 class ProbeMark:
-    """A probe in its cell's series: its order, what its marker says (ok, short, null, failed,
-    throttle-suspect, sentinel) and why, and `y` where the chart draws it."""
+    """A probe in its cell's series: its marker (ok, short, null, failed, throttle-suspect, sentinel),
+    why, and `y` where the chart draws it."""
 
     candidate: str
     context: int
@@ -332,7 +312,6 @@ def _probe_mark(r: Row, want: int) -> tuple[str, str]:
 
 
 def _cell_extents(rows: list[Row]) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], float]]:
-    """Per cell: its last probe's number and its lowest gen tok/s."""
     last: dict[tuple[str, int], int] = {}
     floor: dict[tuple[str, int], float] = {}
     for r in rows:
@@ -352,8 +331,8 @@ def _cell_verdict(cell: CellStats | None) -> str:
 
 
 def probe_series(rb: Runbook) -> list[ProbeMark]:
-    """Every probe row in order (the drift sentinel's re-run after its cell's own probes). Failed and
-    null probes sit at the bottom of their cell's panel, so the panel's scale stays the data's."""
+    """Every probe row in order, the sentinel's re-run after its cell's probes; failed and null probes sit
+    at the bottom of their cell's panel."""
     rows = [r for r in rb.rows if r.kind in ("probe", "sentinel")]
     last, floor = _cell_extents(rows)
     out = []
@@ -368,9 +347,6 @@ def probe_series(rb: Runbook) -> list[ProbeMark]:
             y=r.gen_tps if r.gen_tps is not None else floor.get(key, 0.0),
             extras={k: getattr(r, k) for k in ROW_EXTRAS if getattr(r, k) is not None}))
     return out
-
-
-# ------------------------------------------------------------------------------- sustained, locks
 
 
 @dataclass(frozen=True)
@@ -425,9 +401,6 @@ def _lock_command(rb_id: str, cand: str, ok: bool, dominated: bool) -> LockComma
     return LockCommand(cand, " ".join(shlex.quote(x) for x in cmd) + " --note '…'", note, ok)
 
 
-# ---------------------------------------------------------------------------- sessions, levels
-
-
 def session_turns(rb: Runbook) -> list[JSONObject]:
     """One datum per ok session turn: candidate, context, turn, TTFT, cached / prompt tokens, cache miss."""
     return [{"candidate": r.candidate, "context": r.context, "turn": r.probe, "ttft_ms": r.ttft_ms,
@@ -438,8 +411,7 @@ def session_turns(rb: Runbook) -> list[JSONObject]:
 
 
 def level_rates(rb: Runbook) -> list[JSONObject]:
-    """Per (candidate, context, level): the aggregate and the per-request gen tok/s (the level summary);
-    level 1 is the cell's median gen tok/s (the cold probes)."""
+    """Per (candidate, context, level): aggregate and per-request gen tok/s; level 1 is the cell's median."""
     from benchd.engine.parallel import parallel_summary
 
     by_cell: dict[tuple[str, int], list[Row]] = {}
@@ -457,9 +429,6 @@ def level_rates(rb: Runbook) -> list[JSONObject]:
                     {"candidate": cand, "context": ctx, "level": level, "measure": "per request",
                      "tps": s.per_request_gen_tps}]
     return out
-
-
-# ----------------------------------------------------------------------------------- time to ready
 
 
 @dataclass(frozen=True)
@@ -495,9 +464,6 @@ def ready_rows(rb: Runbook) -> list[ReadyRow]:
         starts=sum(1 for r in rb.ready if r.candidate == s.candidate)) for s in rb.ready_summary]
 
 
-# ------------------------------------------------------------------------------------------ energy
-
-
 @dataclass(frozen=True)
 class EnergyCell:
     """One cell's energy statistics, per `ENERGY_COLUMNS` metric, over the rows its other statistics use."""
@@ -508,8 +474,7 @@ class EnergyCell:
 
 
 def energy_cells(rb: Runbook) -> list[EnergyCell]:
-    """Per cell with an ok probe: J/gen token is the cell's own statistic; the other energy figures (the
-    cell does not keep them) come from the same function over the same rows (ok, not short)."""
+    """Per cell with an ok probe: its energy figures over the same rows as its other statistics."""
     from benchd.engine.metrics import metric_stats
 
     out = []

@@ -1,11 +1,5 @@
 """Rendering a runbook for people and tools: plain/rich tables, Markdown, JSON, CSV, the Pareto view.
-
-Every figure printed comes from the runbook (cell statistics computed by `benchd.engine.metrics` from the
-rows); nothing is recomputed differently here. A null is never shown as 0 or blank: it prints as
-`null [n]` with the reason in a numbered note under the table. Noisy cells (CV > 5 %) are marked.
-Each cell shows its verdict (steady / unsteady ±w / drifting ±d / too few) and the probes it used;
-the drift sentinel's summary heads the report.
-"""
+Every figure comes from the runbook; a null prints as `null [n]` with its reason in a numbered note."""
 
 from __future__ import annotations
 
@@ -87,7 +81,6 @@ def probes_text(sweep: Sweep) -> str:
 
 
 def drift_text(rb: Runbook) -> str:
-    """The sentinel's one-line summary, or why there is none."""
     if rb.drift is not None:
         return ("DRIFT: " if rb.drift.drifted else "") + rb.drift.summary
     return f"drift sentinel: none ({rb.drift_null_reason or 'not recorded'})"
@@ -197,9 +190,6 @@ def _md_table(header: list[str], body: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------------------- Pareto
-
-
 def _axis_order(per_axis: dict[str, str]) -> list[tuple[str, str]]:
     order = list(AXES)
     return sorted(per_axis.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
@@ -215,7 +205,6 @@ def _axis_line(axis: str, text: str) -> str:
 
 
 def _pair_lines(head: str, verdicts: dict[str, str], skipped: SkippedPair | None) -> list[str]:
-    """A pair's line, its per-axis verdicts, and the axes it was not compared on."""
     out = [f"  {head}", *(_axis_line(axis, text) for axis, text in _axis_order(verdicts))]
     if skipped is not None:
         out.append("    not compared: " + "; ".join(f"{axis_word(a)} ({skipped.why[a]})" if a in skipped.why
@@ -237,7 +226,6 @@ def pareto_lines(p: ContextPareto, rb: Runbook | None = None) -> list[str]:
 
 
 def _pairs_lines(p: ContextPareto) -> list[str]:
-    """The context's dominated, tied and trade-off pairs, each with its per-axis verdicts."""
     out: list[str] = []
     skipped = {tuple(sp.pair): sp for sp in p.skipped_pairs}
     for cand, doms in p.dominated.items():
@@ -254,8 +242,7 @@ def _pairs_lines(p: ContextPareto) -> list[str]:
 
 
 def pareto_points_table(p: ContextPareto, rb: Runbook) -> tuple[list[str], list[list[str]]]:
-    """One line per candidate: its status as the page shows it (frontier, tied, unresolved, dominated by
-    whom), the cell verdict and every axis's value."""
+    """One line per candidate: its state as the page shows it, the cell verdict and every axis's value."""
     axes = axes_of(p.points)
     header = ["candidate", "state", "verdict", *(f"{axis_word(a)} ({d})" for a, d in axes)]
     statuses = {r.candidate: r.status for r in pareto_points(rb, p)}
@@ -282,9 +269,6 @@ def render_pareto_text(rb: Runbook) -> str:
     return "\n".join(parts)
 
 
-# ------------------------------------------------------------------------------------------ text
-
-
 def header_lines(rb: Runbook) -> list[str]:
     m = rb.provenance.machine
     return [
@@ -309,7 +293,6 @@ def _ready_figure(f: ReadyFigure, notes: Notes) -> str:
 
 
 def ready_table(rb: Runbook, notes: Notes) -> list[list[str]]:
-    """Per candidate: warm and cold time to ready, their ratio of medians, the load time, the starts."""
     return [[r.candidate, _ready_figure(r.warm, notes), _ready_figure(r.cold, notes),
              f"{r.cold_over_warm:.2f}" if r.cold_over_warm is not None else f"null {notes.ref('needs a warm and a cold start')}",
              f"{r.load_s:.2f}" if r.load_s is not None else f"null {notes.ref(r.load_why)}", str(r.starts)]
@@ -317,13 +300,11 @@ def ready_table(rb: Runbook, notes: Notes) -> list[list[str]]:
 
 
 def answer_lines(rb: Runbook) -> list[str]:
-    """The decision, then what each candidate is: what a terminal report opens with."""
     return [f"runbook {rb.id}  outcome: {rb.outcome}  sweep: {rb.sweep.name}", "", *decision_lines(rb), "",
             *candidate_lines(rb)]
 
 
 def deferred_lines(rb: Runbook) -> list[str]:
-    """One line per deferred axis."""
     rows = deferred_rows(rb)
     return ["Deferred axes (not measured, one line per axis)",
             *(f"  {d.axis} ({d.origin}): {'; '.join(d.reasons)}" for d in rows)] if rows else []
@@ -388,9 +369,6 @@ def print_rich(rb: Runbook, pareto: bool = False) -> None:
         console.print(render_pareto_text(rb), highlight=False, soft_wrap=True)
 
 
-# -------------------------------------------------------------------------------------- Markdown
-
-
 def cooldown_waited_s(payload: Mapping[str, object]) -> float:
     """Seconds a `cooldown_finished` event waited (its CooldownRecord is under `record`)."""
     record = payload.get("record") if isinstance(payload.get("record"), dict) else payload
@@ -411,7 +389,7 @@ def _md_outline(lines: list[str]) -> list[str]:
 
 
 def render_markdown(rb: Runbook) -> str:
-    """The runbook for a person: the same figures as the JSON, with provenance and the Pareto view."""
+    """The runbook for a person: the JSON's figures, with provenance and the Pareto view."""
     lines: list[str] = []
     for section in (_md_head, _md_machine, _md_sweep, _md_files, _md_flags, _md_results, _md_sustained,
                     energy_lines, _md_kinds, _md_evals, _md_race, _md_pareto):
@@ -420,7 +398,6 @@ def render_markdown(rb: Runbook) -> str:
 
 
 def _md_head(rb: Runbook) -> list[str]:
-    """Title, job, benchd, drift; the decision; the candidates."""
     lines = [f"# Runbook {rb.id}", "", f"- Sweep: **{rb.sweep.name}** — outcome: **{rb.outcome}**"
              + (f" ({rb.job.error})" if rb.job.error else ""),
              f"- Job `{rb.job.id}`: created {rb.job.created_at}, started {rb.job.started_at or 'never'}, "
@@ -471,7 +448,6 @@ def _sha256_methods(rb: Runbook) -> list[str]:
 
 
 def _md_files(rb: Runbook) -> list[str]:
-    """The candidates' model files, licences and server environment."""
     lines = ["## Candidates' files, licences and environment", ""]
     lines += [f"- {c.candidate} model: {c.model.bytes if c.model.bytes is not None else 'null'} bytes"
               for c in rb.provenance.candidates] + [""]
@@ -485,7 +461,6 @@ def _md_files(rb: Runbook) -> list[str]:
 
 
 def _md_flags(rb: Runbook) -> list[str]:
-    """The flags and the deferred axes."""
     lines = ["", "## Flags", ""] + ([f"- **{f.flag}**{' (' + f.candidate + ')' if f.candidate else ''}: {f.detail}"
                                     for f in rb.flags] or ["- none"]) + [""]
     deferred = deferred_rows(rb)
@@ -496,7 +471,6 @@ def _md_flags(rb: Runbook) -> list[str]:
 
 
 def _md_results(rb: Runbook) -> list[str]:
-    """The cell table, time to ready, and the notes both share."""
     lines = ["## Results", "", f"Medians (min–max, cv) over ok probes; `~noisy` = CV > 5 %; {VERDICT_NOTE}.", ""]
     header, rows, notes = cell_table(rb)
     lines += [_md_table(header, rows), ""]
@@ -514,7 +488,6 @@ def _md_sustained(rb: Runbook) -> list[str]:
 
 
 def _md_kinds(rb: Runbook) -> list[str]:
-    """Sessions, parallel requests, image probes, KL divergence: each a section when it has lines."""
     lines: list[str] = []
     for title, section in (("Sessions", agentic.session_lines(rb.rows)), ("Parallel requests", agentic.level_lines(rb.rows)),
                            ("Image probes", images.image_lines(rb.sweep, rb.rows)),
@@ -533,7 +506,6 @@ def _md_eval_row(e: EvalSummary) -> list[str]:
 
 
 def _md_aggregate(e: EvalSummary) -> str:
-    """A suite's aggregate score with its categories (irrelevance apart)."""
     cats = "; ".join(f"{k} {fmt_value('tool_pass_rate', v.pass_rate)} ({v.passed}/{v.completed})"
                      for k, v in e.categories.items() if k != "irrelevance")
     irr = e.categories.get("irrelevance")
@@ -579,9 +551,6 @@ def _md_pareto(rb: Runbook) -> list[str]:
     return [*lines, f"Chart (when matplotlib is installed): `{charts}` / `{rb.id}.pareto.svg`", ""]
 
 
-# ---------------------------------------------------------------------------------------- energy
-
-
 def _energy_table(rb: Runbook) -> list[str]:
     notes = Notes()
     body = [[c.candidate, str(c.context), *(metric_text(s, notes) for s in c.stats)] for c in energy_cells(rb)]
@@ -590,7 +559,6 @@ def _energy_table(rb: Runbook) -> list[str]:
 
 
 def energy_lines(rb: Runbook) -> list[str]:
-    """The runbook's energy section: which counter, what it covers, and per cell the energy records."""
     e = rb.provenance.energy
     lines = ["## Energy", ""]
     if not e.available:
@@ -603,20 +571,14 @@ def energy_lines(rb: Runbook) -> list[str]:
     return lines + ([""] if windows else [])
 
 
-# ---------------------------------------------------------------------------------------- compare
-
 COMPARE_HEADER = ["candidate", "context", "metric", "A median (n)", "B median (n)", "B/A", "verdict"]
 
 
 def compare_rows(cmp: Comparison) -> list[list[str]]:
-    """Per common cell and metric: both medians with their counts, B/A, the one comparison's text."""
     return [[cell.candidate, str(cell.context), m.metric, f"{fmt_value(m.metric, m.median_a)} ({m.n_a})",
              f"{fmt_value(m.metric, m.median_b)} ({m.n_b})",
              f"{m.ratio_b_over_a:.3f}" if m.ratio_b_over_a is not None else "null", m.text]
             for cell in cmp.cells for m in cell.metrics]
-
-
-# -------------------------------------------------------------------------------------- JSON/CSV
 
 
 def report_json(rb: Runbook, pareto: bool = False) -> dict[str, object]:

@@ -1,11 +1,5 @@
-"""The words and figures every writer shares — terminal report and tail, Markdown, the page, JSON
-exports: one value formatter (one unit rule for bytes), one interval notation (`low–high unit`), the
-axes' labels, one cell-verdict text, the comparison sentences (`comparison_sentence`,
-`dominance_sentence`: a subject, a verb, the other candidate), one machine line.
-
-A second formatter in a writer is how the report and the page came to disagree on units; a writer
-that needs a figure for people calls these.
-"""
+"""The words and figures every writer shares (terminal, Markdown, the page, exports): one value formatter,
+one interval notation, the axes' labels, the verdict text, the comparison sentences, the machine line."""
 
 from __future__ import annotations
 
@@ -29,8 +23,7 @@ STATE_WORDS = {"frontier": "frontier", "dominated": "dominated", "tied": "tied",
 
 
 def axis_word(axis: str) -> str:
-    """An axis's label without its unit: `generation speed`, `peak memory`, `512x512-image time to first
-    token`, `generation speed at 4 parallel streams`; an unknown axis reads as its name with spaces."""
+    """An axis's label without its unit (`generation speed`); an unknown axis reads as its name with spaces."""
     metric, _, param = axis.partition("@")
     if param and metric == "image_ttft_ms":
         return f"time to first token with {param} images"
@@ -57,8 +50,8 @@ def fmt_bytes(v: float, digits: int = 2) -> str:
 
 
 def fmt_value(metric: str, v: object) -> str:
-    """A metric's value for people: bytes in binary units, ratios to three decimals, rates and times to
-    one decimal (three significant digits under 10); `null` (or anything not a number) reads `null`."""
+    """A metric's value for people (bytes binary, ratios 3 decimals, else 1 decimal or 3 significant
+    digits); anything not a number reads `null`."""
     if not isinstance(v, int | float) or isinstance(v, bool):
         return "null"
     if metric.endswith("_bytes"):
@@ -98,7 +91,6 @@ def fmt_counts(counts: Mapping[str, int]) -> str:
 
 
 def _verdict_word(v: CellVerdict) -> str:
-    """`steady`, `unsteady ±3.1%`, `drifting -6.2%`, `too few`."""
     word: str = v.verdict or "null"
     drift = v.trend.drift_pct if v.trend is not None else None
     if word == "unsteady" and v.ci_half_width_pct is not None:
@@ -109,9 +101,8 @@ def _verdict_word(v: CellVerdict) -> str:
 
 
 def verdict_text(v: CellVerdict | str | None, *, detail: bool = False) -> str:
-    """A cell verdict. Short: `steady`, `unsteady ±3.1%`, `drifting -6.2%`, `too few`, or `null`.
-    `detail`: then `after N probes (reason; k throttle-suspect; m invalidated and re-run)`, or
-    `no verdict: why`. A string is a verdict already in words (a Pareto point's)."""
+    """A cell verdict: `steady`, `unsteady ±3.1%`, `drifting -6.2%`, `too few` or `null`; `detail` adds
+    `after N probes (reasons)` or `no verdict: why`. A string is already in words."""
     if isinstance(v, str):
         return v
     if v is None or v.verdict is None:
@@ -132,7 +123,6 @@ def _os_words(m: MachineInfo) -> str | None:
 
 
 def machine_line(m: MachineInfo) -> str:
-    """One line naming the machine a runbook was measured on (what is known of it)."""
     parts = [m.hardware_model or m.chip or m.cpu_model, f"{m.cores_logical} logical cores" if m.cores_logical else None,
              fmt_bytes(m.memory_bytes, 1) + " RAM" if m.memory_bytes else None, _os_words(m),
              f"power {m.power_source}" if m.power_source else None]
@@ -145,8 +135,7 @@ MULTIPLE_AT = 1.5
 
 
 class VerdictFields(Protocol):
-    """What a sentence reads of one comparison (the one comparison's verdict): B against A on `axis`,
-    `ratio` B/A with its interval `ci_low`–`ci_high`, `better` the axis's direction."""
+    """What a sentence reads of one comparison: B against A on `axis`, `ratio` B/A and its interval."""
 
     @property
     def axis(self) -> str: ...
@@ -188,8 +177,7 @@ def _amount(r: float) -> tuple[str, bool]:
 
 
 def _interval(r: float, lo: float, hi: float, *, signed: bool) -> str:
-    """The ratio's interval in the frame its estimate reads in: a multiple (`1.1–13×`), a percentage of
-    the other's value in the estimate's direction (`1.0–7.5 %`), or `signed` (`−1.0–+1.3 %`)."""
+    """The ratio's interval in its estimate's frame: `1.1–13×`, `1.0–7.5 %`, or `signed` `−1.0–+1.3 %`."""
     if signed or lo < 1 <= hi:
         return fmt_interval((lo - 1) * 100, (hi - 1) * 100, "%", signed=True)
     up = r >= 1
@@ -212,8 +200,7 @@ def _predicate(axis: str, better: str, amount: str, up: bool, other: str) -> str
 
 
 def _word(axis: str, better: str, up: bool) -> str:
-    """The direction in words: `faster`/`slower` on a speed axis, `more`/`less` on an amount, else
-    `higher`/`lower` (`up`: the subject's value is the higher)."""
+    """`faster`/`slower` on a speed axis, `more`/`less` on an amount, else `higher`/`lower`."""
     metric = axis.partition("@")[0]
     if axis in SPEED_WHERE or metric in ("image_ttft_ms", "agg_gen_tps"):
         return "faster" if up == (better == "higher") else "slower"
@@ -249,8 +236,7 @@ def _design(v: VerdictFields, r: float, medians: Sequence[float | None] | None) 
 
 
 def _starts(v: VerdictFields) -> str:
-    """` on 8 server starts a side`, ` on one server start a side` (every round shares its luck), or
-    nothing when the rows do not say which start they came from."""
+    """` on 8 server starts a side`, ` on one server start a side`, or nothing when unknown."""
     n = v.starts
     if n is None:
         return ""
@@ -258,7 +244,7 @@ def _starts(v: VerdictFields) -> str:
 
 
 def _oriented(v: VerdictFields, ratio: float, subject: str) -> tuple[float, float | None, float | None]:
-    """(ratio, CI low, CI high) with the subject's value on top: B/A, or A/B for subject "a"."""
+    """(ratio, CI low, CI high) with the subject's value on top."""
     if subject == "b":
         return ratio, v.ci_low, v.ci_high
     if v.ci_low is None or v.ci_high is None:
@@ -268,7 +254,6 @@ def _oriented(v: VerdictFields, ratio: float, subject: str) -> tuple[float, floa
 
 def _ratio_detail(v: VerdictFields, ratio: tuple[float, float | None, float | None],
                   medians: Sequence[float | None] | None, at: str) -> str:
-    """The parenthesis of a ratio sentence: how the ratio was formed, its interval, the medians, α."""
     r, lo, hi = ratio
     design = _design(v, r, medians)
     if v.method.startswith("exact ratio"):
@@ -282,9 +267,7 @@ def comparison_sentence(v: VerdictFields, a: str, b: str, *, medians: Sequence[f
                         subject: str = "b") -> str:
     """One comparison in a sentence whose subject is a candidate: `tiny-mlx is 3.7× slower than tiny-gguf
     at generation (geometric mean over 3 paired rounds, 95 % CI 1.1–13×; medians 3.1×; α = 0.0167)`.
-
-    `v` is B (`b`) against A (`a`); `subject` "a" turns the sentence around (the ratio inverted);
-    `medians` (A's, B's) adds the ratio of the medians where the geometric mean differs from it."""
+    `v` is B against A; `subject` "a" inverts it; `medians` (A's, B's) adds their ratio where it differs."""
     if subject == "a":
         a, b = b, a
         medians = None if medians is None else list(reversed(medians))
@@ -365,7 +348,6 @@ class DominanceFields(Protocol):
 
 
 def _and_list(words: Sequence[str]) -> str:
-    """`a`, `a and b`, `a, b and c`."""
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
@@ -374,8 +356,8 @@ def _axes_words(axes: Sequence[str]) -> str:
 
 
 def dominance_sentence(d: DominanceFields, a: str, b: str) -> str:
-    """One pair's Pareto relation with candidates as subjects: `tiny-gguf dominates tiny-mlx: better on
-    generation speed and peak memory; tied on prompt processing (α = 0.05 over 3 axes, 0.0167 each)`."""
+    """One pair's Pareto relation, candidates as subjects: `A dominates B: better on generation speed;
+    tied on peak memory (α = 0.05 over 3 axes, 0.0167 each)`."""
     at = (f"α = {d.alpha:.3g} over {plural(d.k, 'axis', 'axes')}, {d.alpha_axis:.3g} each" if d.k else
           f"α = {d.alpha:.3g}, no axis to compare")
     return f"{_relation_text(d, a, b)} ({at})"
