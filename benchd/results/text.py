@@ -110,12 +110,16 @@ def verdict_text(v: CellVerdict | str | None, *, detail: bool = False) -> str:
     word = _verdict_word(v)
     if not detail:
         return word
+    return f"{word} after {v.probes_used} probes ({_verdict_reasons(v)})"
+
+
+def _verdict_reasons(v: CellVerdict) -> str:
     extra = [v.reason]
     if v.throttle_suspects:
         extra.append(f"{v.throttle_suspects} throttle-suspect")
     if v.invalidated:
         extra.append(f"{v.invalidated} invalidated and re-run")
-    return f"{word} after {v.probes_used} probes ({'; '.join(x for x in extra if x)})"
+    return "; ".join(x for x in extra if x)
 
 
 def _os_words(m: MachineInfo) -> str | None:
@@ -363,15 +367,21 @@ def dominance_sentence(d: DominanceFields, a: str, b: str) -> str:
     return f"{_relation_text(d, a, b)} ({at})"
 
 
+def _held_words(d: DominanceFields) -> str:
+    return _and_list([axis_word(x) for x in d.unresolved_on]
+                     + [f"{axis_word(x)} (not compared at this size)" for x in d.blocked_on])
+
+
+def _winner_text(d: DominanceFields, w: str, loser: str) -> str:
+    text = f"{w} dominates {loser}: better on {_axes_words(d.better_on)}"
+    return text + (f"; tied on {_axes_words(d.tied_on)}" if d.tied_on else "")
+
+
 def _relation_text(d: DominanceFields, a: str, b: str) -> str:
     if d.winner is not None:
-        w, l_ = (a, b) if d.winner == "a" else (b, a)
-        text = f"{w} dominates {l_}: better on {_axes_words(d.better_on)}"
-        return text + (f"; tied on {_axes_words(d.tied_on)}" if d.tied_on else "")
+        return _winner_text(d, *((a, b) if d.winner == "a" else (b, a)))
     if d.status == "undecided":
-        held = [axis_word(x) for x in d.unresolved_on] + [f"{axis_word(x)} (not compared at this size)"
-                                                          for x in d.blocked_on]
-        return f"neither {a} nor {b} is dominated yet: unresolved on {_and_list(held)}"
+        return f"neither {a} nor {b} is dominated yet: unresolved on {_held_words(d)}"
     if d.better_on and d.worse_on:  # without a winner: A's wins and B's wins
         return f"{a} is better on {_axes_words(d.better_on)}, {b} on {_axes_words(d.worse_on)}: a trade-off"
     if not d.k:
