@@ -58,17 +58,22 @@ def collect_energy(events: Sequence[Event]) -> EnergyInfo:
 
 def server_info(cand: str, rows: Sequence[Row], events: Sequence[Event]) -> tuple[str | None, str | None, str | None]:
     """(binary, server_version, where the version came from): the rows first, then `server_ready` events."""
-    binary = next((r.binary for r in rows if r.candidate == cand and r.binary), None)
-    version = next((r.server_version for r in rows if r.candidate == cand and r.server_version), None)
-    source = "rows" if version else None
-    for ev in events:
-        p = ev.payload
-        if ev.type == "server_ready" and p.get("candidate") == cand:
-            binary = binary or p.get("binary")
-            got = p.get("server_version") or p.get("version")
-            if version is None and got is not None:
-                version, source = str(got), "event:server_ready"
-    return binary, version, source
+    binary, version = _row_field(rows, cand, "binary"), _row_field(rows, cand, "server_version")
+    ready = [ev.payload for ev in _ready_events(cand, events)]
+    for p in ready:
+        binary = binary or p.get("binary")
+    if version is not None:
+        return binary, version, "rows"
+    got = next((v for p in ready if (v := p.get("server_version") or p.get("version")) is not None), None)
+    return (binary, None, None) if got is None else (binary, str(got), "event:server_ready")
+
+
+def _ready_events(cand: str, events: Sequence[Event]) -> list[Event]:
+    return [ev for ev in events if ev.type == "server_ready" and ev.payload.get("candidate") == cand]
+
+
+def _row_field(rows: Sequence[Row], cand: str, field: str) -> str | None:
+    return next((v for r in rows if r.candidate == cand and (v := getattr(r, field))), None)
 
 
 def server_env(cand: str, events: Sequence[Event]) -> tuple[dict[str, str] | None, list[str]]:
@@ -76,9 +81,8 @@ def server_env(cand: str, events: Sequence[Event]) -> tuple[dict[str, str] | Non
     `server_ready` event (secret-looking values already redacted)."""
     env: dict[str, str] | None = None
     removed: set[str] = set()
-    for ev in events:
-        p = ev.payload
-        if ev.type == "server_ready" and p.get("candidate") == cand and isinstance(p.get("env"), dict):
+    for p in (ev.payload for ev in _ready_events(cand, events)):
+        if isinstance(p.get("env"), dict):
             env = {str(k): str(v) for k, v in p["env"].items()}
             removed.update(str(x) for x in p.get("env_removed") or ())
     return env, sorted(removed)
@@ -186,13 +190,11 @@ def with_license(model: ModelInfo) -> ModelInfo:
 
 def external_server(cand: str, events: Sequence[Event]) -> ExternalServer | None:
     """An external candidate's server as its last `server_ready` event recorded its detection."""
-    seen = [e.payload["external"] for e in events if e.type == "server_ready" and e.payload.get("candidate") == cand
-            and isinstance(e.payload.get("external"), dict)]
+    seen = [e.payload["external"] for e in _ready_events(cand, events) if isinstance(e.payload.get("external"), dict)]
     return msgspec.convert(seen[-1], ExternalServer) if seen else None
 
 
 def collect_affinity(cand: str, events: Sequence[Event]) -> CpuAffinity | None:
     """The cores the candidate's last server and the probe client ran on (`server_ready`'s `affinity`)."""
-    got = [e.payload["affinity"] for e in events
-           if e.type == "server_ready" and e.payload.get("candidate") == cand and isinstance(e.payload.get("affinity"), dict)]
+    got = [e.payload["affinity"] for e in _ready_events(cand, events) if isinstance(e.payload.get("affinity"), dict)]
     return msgspec.convert(got[-1], CpuAffinity) if got else None

@@ -342,15 +342,17 @@ def resolve_runbook_path(ref: str | Path | None, config: Config) -> Path:
         if p.is_file():
             return p
         raise BenchdError("not_found", f"no runbook file at {p}")
+    return _by_id(text, rdir) or (p if p.is_file() else _by_prefix(text, rdir))
+
+
+def _by_id(text: str, rdir: Path) -> Path | None:
+    """The runbook of exactly this runbook id, or the newest of exactly this job id."""
     if re.fullmatch(RUNBOOK_ID_PATTERN, text) and (rdir / f"{text}.json").is_file():
         return rdir / f"{text}.json"
     if re.fullmatch(JOB_ID_PATTERN, text):
         hits = sorted(rdir.glob(f"????-??-??-{text}.json")) if rdir.is_dir() else []
-        if hits:
-            return hits[-1]
-    if p.is_file():
-        return p
-    return _by_prefix(text, rdir)
+        return hits[-1] if hits else None
+    return None
 
 
 def _by_prefix(text: str, rdir: Path) -> Path:
@@ -379,27 +381,27 @@ def _runbook_files(rdir: Path) -> list[Path]:
 
 def list_runbooks(config: Config) -> list[JSONObject]:
     """For `GET /v1/runbooks`: one entry per runbook, newest first (cheap: only the head is decoded)."""
-    out: list[JSONObject] = []
-    for path in _runbook_files(config.runbooks_dir):
-        entry: JSONObject = {"id": path.stem, "path": str(path)}
-        try:
-            head = _head_decoder.decode(path.read_bytes())
-        except (OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
-            entry["error"] = f"unreadable: {exc}"
-            out.append(entry)
-            continue
-        job = head.job
-        entry.update(
-            schema_version=head.schema_version, generated_at=head.generated_at, outcome=head.outcome,
-            job=job.id if job else None, name=job.name if job else None,
-            started_at=job.started_at if job else None, finished_at=job.finished_at if job else None,
-            markdown=str(path.with_suffix(".md")) if path.with_suffix(".md").is_file() else None,
-            html=str(path.with_suffix(".html")) if path.with_suffix(".html").is_file() else None,
-            charts=[str(c) for c in (path.with_name(f"{path.stem}.pareto.png"),
-                                     path.with_name(f"{path.stem}.pareto.svg")) if c.is_file()],
-        )
-        out.append(entry)
-    return out
+    return [_list_entry(path) for path in _runbook_files(config.runbooks_dir)]
+
+
+def _list_entry(path: Path) -> JSONObject:
+    entry: JSONObject = {"id": path.stem, "path": str(path)}
+    try:
+        head = _head_decoder.decode(path.read_bytes())
+    except (OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
+        entry["error"] = f"unreadable: {exc}"
+        return entry
+    job = head.job
+    entry.update(
+        schema_version=head.schema_version, generated_at=head.generated_at, outcome=head.outcome,
+        job=job.id if job else None, name=job.name if job else None,
+        started_at=job.started_at if job else None, finished_at=job.finished_at if job else None,
+        markdown=str(path.with_suffix(".md")) if path.with_suffix(".md").is_file() else None,
+        html=str(path.with_suffix(".html")) if path.with_suffix(".html").is_file() else None,
+        charts=[str(c) for c in (path.with_name(f"{path.stem}.pareto.png"),
+                                 path.with_name(f"{path.stem}.pareto.svg")) if c.is_file()],
+    )
+    return entry
 
 
 def runbook_json(ref: str, config: Config) -> bytes:
