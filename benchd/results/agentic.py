@@ -8,7 +8,9 @@ from collections.abc import Sequence
 
 from benchd.engine.parallel import parallel_summary
 from benchd.engine.session import session_summary
+from benchd.results.text import fmt_or_null
 from benchd.schemas import Row
+from benchd.stats.rows import usable
 
 #: Axes a sweep measures only when it asks for them (sessions, concurrency levels): they join a pair's
 #: comparison when either side has a value (directions from the axis table, `stats.axes`).
@@ -21,25 +23,26 @@ def samples(rows: Sequence[Row]) -> dict[tuple[int, str], dict[str, list[float]]
     from benchd.stats.axes import level_axis
 
     out: dict[tuple[int, str], dict[str, list[float]]] = {}
-    batches: dict[tuple[int, str, int, int], float] = {}
-    for r in rows:
-        if r.status != "ok" or r.short:
-            continue
+    ok = [r for r in rows if usable(r, None)]
+    for r in ok:
         if r.kind == "session" and r.probe >= 2 and r.ttft_ms is not None:
             out.setdefault((r.context, r.candidate), {}).setdefault(SESSION_AXIS, []).append(r.ttft_ms)
-        elif r.kind == "parallel" and r.agg_gen_tps is not None and r.concurrency and r.batch is not None:
-            batches[(r.context, r.candidate, r.concurrency, r.batch)] = r.agg_gen_tps
-    for (ctx, cand, level, _), agg in sorted(batches.items()):
+    for (ctx, cand, level, _), agg in sorted(_batch_rates(ok).items()):
         out.setdefault((ctx, cand), {}).setdefault(level_axis(level).name, []).append(agg)
     return out
 
 
+def _batch_rates(rows: Sequence[Row]) -> dict[tuple[int, str, int, int], float]:
+    return {(r.context, r.candidate, r.concurrency, r.batch): r.agg_gen_tps for r in rows
+            if r.kind == "parallel" and r.agg_gen_tps is not None and r.concurrency and r.batch is not None}
+
+
 def _ms(v: float | None) -> str:
-    return "null" if v is None else f"{v:.1f} ms"
+    return fmt_or_null(v, "{:.1f} ms")
 
 
 def _rate(v: float | None) -> str:
-    return "null" if v is None else f"{v:.1f} tok/s"
+    return fmt_or_null(v, "{:.1f} tok/s")
 
 
 def _cells(rows: Sequence[Row], kind: str) -> dict[tuple[str, int], list[Row]]:

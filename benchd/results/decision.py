@@ -1,15 +1,12 @@
-"""The decision first: per context the frontier, who is dominated (by whom, on which axes), which pairs
-are trade-offs, which stay undecided and what would decide them; then what each candidate is (its provenance); then the
-deferred axes, one row per axis. Every writer (terminal, Markdown, the page) shows these records in
-this order, read from the runbook's Pareto view and provenance: nothing is judged again here.
-"""
+"""The decision records every writer shows, in order (per context the frontier, dominated, trade-offs,
+undecided; the candidates; the deferred axes), read from the runbook: nothing is judged again here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from benchd.results.text import STATE_WORDS, axis_word, plural
-from benchd.schemas import ContextPareto, NotCompared, Runbook
+from benchd.schemas import Candidate, CandidateProvenance, ContextPareto, NotCompared, Runbook, Tie
 
 
 @dataclass(frozen=True)
@@ -55,27 +52,33 @@ def _lever(axis: str, nc: NotCompared | None) -> str:
     return f"{axis_word(axis)}: {nc.reason} (have {nc.have}, needs {nc.needed} a side: {more})"
 
 
+def tie_status(t: Tie) -> str:
+    """A tie's status; a runbook written before `status` existed said it in its sentence."""
+    return t.status or ("unresolved" if t.text and "unresolved on" in t.text else "tied")
+
+
+def _undecided(t: Tie) -> Undecided:
+    status = tie_status(t)
+    if status == "tied":
+        decide = ["no more of the same: equal within the margins on every axis compared; only an axis not "
+                  "measured here could"]
+    else:
+        keys = list(dict.fromkeys([*t.unresolved_on, *t.blocked_on]))
+        decide = ([_lever(a, t.not_compared.get(a)) for a in keys]
+                  or [_lever(a, nc) for a, nc in t.not_compared.items()] or ["more rounds"])
+    return Undecided((t.pair[0], t.pair[1]), status, t.text or f"{t.pair[0]} against {t.pair[1]}: neither dominates",
+                     decide)
+
+
 def context_decision(p: ContextPareto) -> ContextDecision:
     """One context's decision from its Pareto view."""
     ruled = [RuledOut(cand, d.by, [axis_word(a) for a in d.better_on],
                       d.text or f"{cand} is dominated by {d.by} on {', '.join(axis_word(a) for a in d.better_on)}")
              for cand, doms in p.dominated.items() for d in doms]
-    undecided = []
-    for t in p.ties:
-        status = t.status or ("unresolved" if t.text and "unresolved on" in t.text else "tied")
-        keys = list(dict.fromkeys([*t.unresolved_on, *t.blocked_on]))
-        decide = [_lever(a, t.not_compared.get(a)) for a in keys]
-        if status == "unresolved" and not decide:
-            decide = [_lever(a, nc) for a, nc in t.not_compared.items()] or ["more rounds"]
-        if status == "tied":
-            decide = ["no more of the same: equal within the margins on every axis compared; only an axis not "
-                      "measured here could"]
-        undecided.append(Undecided((t.pair[0], t.pair[1]), status, t.text or f"{t.pair[0]} against {t.pair[1]}: "
-                                   f"neither dominates", decide))
     caveats = {c: why for c, why in p.caveats.items() if c in p.frontier}
     tradeoffs = [((o.pair[0], o.pair[1]), o.text) for o in p.tradeoffs]
-    return ContextDecision(p.context, list(p.frontier), ruled, undecided, dict(p.excluded), caveats, p.pairs_compared,
-                           tradeoffs)
+    return ContextDecision(p.context, list(p.frontier), ruled, [_undecided(t) for t in p.ties], dict(p.excluded),
+                           caveats, p.pairs_compared, tradeoffs)
 
 
 def decisions(rb: Runbook) -> list[ContextDecision]:
@@ -88,20 +91,32 @@ def decision_lines(rb: Runbook) -> list[str]:
     if not rb.pareto:
         return [*out, "  no context has a successful probe: nothing to decide"]
     for d in decisions(rb):
-        out.append(f"context {d.context}:")
-        out.append(f"  {STATE_WORDS['frontier']}: {', '.join(d.frontier) or '(none)'}")
-        out += [f"  {x}" for x in [d.pairs_text()] if x]
-        out += [f"  {c}: {STATE_WORDS['frontier']} with a caveat: {why}" for c, why in d.caveats.items()]
-        out += [f"  {STATE_WORDS['dominated']}: {r.candidate} by {r.by} on {', '.join(r.axes) or 'the compared axes'}"
-                f" ({r.text})" for r in d.ruled_out]
-        out += [f"  {STATE_WORDS['trade-off']}: {text}" for _, text in d.tradeoffs]
-        for u in d.undecided:
-            out.append(f"  {STATE_WORDS[u.status]}: {u.pair[0]} against {u.pair[1]}"
-                       + ("" if u.text.startswith(f"{u.pair[0]} against {u.pair[1]}") else f" ({u.text})"))
-            out += [f"    would decide it: {x}" for x in u.decide]
-        out += [f"  {STATE_WORDS['excluded']}: {c} ({why})" for c, why in d.excluded.items()]
-        if not d.ruled_out and not d.undecided and len(d.frontier) > 1:
-            out.append(f"  {plural(len(d.frontier), 'candidate')} on the frontier, each better on some axis")
+        out += _context_lines(d)
+    return out
+
+
+def _undecided_lines(u: Undecided) -> list[str]:
+    head = f"{u.pair[0]} against {u.pair[1]}"
+    return [f"  {STATE_WORDS[u.status]}: {head}" + ("" if u.text.startswith(head) else f" ({u.text})"),
+            *(f"    would decide it: {x}" for x in u.decide)]
+
+
+def _frontier_lines(d: ContextDecision) -> list[str]:
+    out = [f"context {d.context}:", f"  {STATE_WORDS['frontier']}: {', '.join(d.frontier) or '(none)'}"]
+    out += [f"  {x}" for x in [d.pairs_text()] if x]
+    return out + [f"  {c}: {STATE_WORDS['frontier']} with a caveat: {why}" for c, why in d.caveats.items()]
+
+
+def _context_lines(d: ContextDecision) -> list[str]:
+    out = _frontier_lines(d)
+    out += [f"  {STATE_WORDS['dominated']}: {r.candidate} by {r.by} on {', '.join(r.axes) or 'the compared axes'}"
+            f" ({r.text})" for r in d.ruled_out]
+    out += [f"  {STATE_WORDS['trade-off']}: {text}" for _, text in d.tradeoffs]
+    for u in d.undecided:
+        out += _undecided_lines(u)
+    out += [f"  {STATE_WORDS['excluded']}: {c} ({why})" for c, why in d.excluded.items()]
+    if not d.ruled_out and not d.undecided and len(d.frontier) > 1:
+        out.append(f"  {plural(len(d.frontier), 'candidate')} on the frontier, each better on some axis")
     return out
 
 
@@ -109,8 +124,7 @@ NO_PICK = "benchd does not pick among the frontier: the trade-off is yours"
 
 
 def decision_json(rb: Runbook) -> dict[str, object]:
-    """The decision block as data (`report --json`): what `decision_lines` prints, per context, the
-    states in their one word (`word`) beside the wire value (`status`)."""
+    """The decision block as data (`report --json`): each state's word (`word`) beside its wire value."""
     contexts = []
     for d in decisions(rb):
         contexts.append({
@@ -131,44 +145,43 @@ def candidates_json(rb: Runbook) -> list[dict[str, str]]:
     return [dict(zip(keys, row, strict=True)) for row in candidate_rows(rb)]
 
 
-# ------------------------------------------------------------------------------------- candidates
-
 CANDIDATE_HEADER = ["candidate", "runtime", "model", "model sha256", "args", "spec / draft model", "binary",
                     "server version"]
 
 
 def candidate_rows(rb: Runbook) -> list[list[str]]:
-    """What each candidate is: runtime, model path and sha256, args, spec and draft model, binary and the
-    server's version, from the sweep and the runbook's provenance (null with its reason when not read)."""
+    """What each candidate is (runtime, model and sha256, args, spec, binary, server version), null with why."""
     prov = {c.candidate: c for c in rb.provenance.candidates}
-    rows = []
-    for c in rb.sweep.candidates:
-        p = prov.get(c.id)
-        model = p.model.path if p is not None and p.model.path else (c.model or "-")
-        sha = (p.model.sha256 if p is not None and p.model.sha256
-               else f"null ({p.model.null_reasons.get('sha256', 'not read')})" if p is not None else "null")
-        spec = "-"
-        if c.spec is not None:
-            draft = (p.draft_model.path if p is not None and p.draft_model is not None else c.spec.draft_model)
-            spec = f"{c.spec.kind}" + (f", draft {draft}" if draft else "") + (
-                f", draft_max {c.spec.draft_max}" if c.spec.draft_max else "")
-        version = (p.server_version or f"null ({p.null_reasons.get('server_version', 'not read')})") if p else "null"
-        binary = (p.binary or f"null ({p.null_reasons.get('binary', 'not read')})") if p else "null"
-        rows.append([c.id, c.runtime, model, sha, " ".join(c.args) or "-", spec, binary, version])
-    return rows
+    return [_candidate_row(c, prov.get(c.id)) for c in rb.sweep.candidates]
+
+
+def _or_null(value: str | None, null_reasons: dict[str, str], key: str) -> str:
+    return value or f"null ({null_reasons.get(key, 'not read')})"
+
+
+def _spec_text(c: Candidate, p: CandidateProvenance | None) -> str:
+    if c.spec is None:
+        return "-"
+    draft = (p.draft_model.path if p is not None and p.draft_model is not None else c.spec.draft_model)
+    return f"{c.spec.kind}" + (f", draft {draft}" if draft else "") + (
+        f", draft_max {c.spec.draft_max}" if c.spec.draft_max else "")
+
+
+def _candidate_row(c: Candidate, p: CandidateProvenance | None) -> list[str]:
+    if p is None:
+        return [c.id, c.runtime, c.model or "-", "null", " ".join(c.args) or "-", _spec_text(c, p), "null", "null"]
+    return [c.id, c.runtime, p.model.path or c.model or "-", _or_null(p.model.sha256, p.model.null_reasons, "sha256"),
+            " ".join(c.args) or "-", _spec_text(c, p), _or_null(p.binary, p.null_reasons, "binary"),
+            _or_null(p.server_version, p.null_reasons, "server_version")]
 
 
 def candidate_lines(rb: Runbook) -> list[str]:
-    """`candidate_rows` for a terminal: a block per candidate, every path and hash whole (a table of
-    eight columns cuts them at any width a terminal has)."""
+    """`candidate_rows` for a terminal: a block per candidate, every path and hash whole."""
     out = ["Candidates"]
     for cand, runtime, model, sha, args, spec, binary, version in candidate_rows(rb):
         out += [f"  {cand}: {runtime}", f"    model {model}", f"    sha256 {sha}", f"    args {args}; spec {spec}",
                 f"    binary {binary}; server version {version}"]
     return out
-
-
-# ---------------------------------------------------------------------------------------- deferred
 
 
 @dataclass(frozen=True)

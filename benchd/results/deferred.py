@@ -1,24 +1,12 @@
-"""Deferred axes: one line for everything a sweep did not measure, and why.
-
-Three sources, so nothing unmeasured disappears without a line:
-1. declared by the sweep file (`deferred = [...]`), kept verbatim;
-2. fixed: axes this version of benchd never measures (concurrency, ...) and the sweep's own
-   choices (eval tier none, sustained off, the context grid); images (`vision_deferred`): the
-   candidates without image probes (text candidates, `vision` off) and vision candidates whose image
-   probes all failed, each with why; a candidate with an ok image probe has no such line;
-3. found in the rows: every metric that is null in some row, grouped per candidate with the reasons
-   the rows carry in `null_reasons` (a null without a reason is itself reported as an engine bug);
-   failed/aborted probes; planned probes with no row; unavailable thermal readings; unsandboxed or
-   missing eval results. Energy gets its own lines (`energy_deferred`): one per distinct reason its
-   figures are null (no counter on this machine, an unreadable zone, no idle baseline), not one per field.
-"""
+"""Deferred axes: one line for everything a sweep did not measure, and why (the sweep file's, the fixed
+ones, those found in the rows and evals): docs/metrics.md#deferred-axes-and-flags."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
 from benchd.engine.energy import ENERGY_FIELDS
-from benchd.schemas import Deferred, EvalResult, Row, Sweep
+from benchd.schemas import Candidate, Deferred, EvalResult, Row, Sweep
 
 # Metrics every probe row should carry; sustained rows add the last three.
 PROBE_METRICS: tuple[str, ...] = (
@@ -67,17 +55,15 @@ def vision_deferred(sweep: Sweep, rows: Sequence[Row]) -> list[Deferred]:
     if text:
         out.append(Deferred(axis="vision", reason=f"{', '.join(text)}: no image probe (vision = false: a text "
                             "candidate, or its vision model was not asked for); their image figures are null"[:2000]))
-    for c in sweep.candidates:
-        if not c.vision:
-            continue
-        mine = [r for r in rows if r.candidate == c.id and r.kind == "vision"]
-        if any(r.status == "ok" for r in mine):
-            continue
-        errors = sorted({(r.error or r.status)[:200] for r in mine})
-        why = "; ".join(errors) if errors else "no image probe ran"
-        out.append(Deferred(axis="vision", reason=f"{_cand_label(c.id, c.runtime)}: no successful image probe: "
-                            f"{why}"[:2000]))
-    return out
+    return out + [d for c in sweep.candidates if c.vision and (d := _no_ok_image(c, rows)) is not None]
+
+
+def _no_ok_image(c: Candidate, rows: Sequence[Row]) -> Deferred | None:
+    mine = [r for r in rows if r.candidate == c.id and r.kind == "vision"]
+    if any(r.status == "ok" for r in mine):
+        return None
+    why = "; ".join(sorted({(r.error or r.status)[:200] for r in mine})) or "no image probe ran"
+    return Deferred(axis="vision", reason=f"{_cand_label(c.id, c.runtime)}: no successful image probe: {why}"[:2000])
 
 
 def _null_metrics(row: Row) -> list[str]:
@@ -91,21 +77,25 @@ def _null_metrics(row: Row) -> list[str]:
 ENERGY_ROW_FIELDS = frozenset((*ENERGY_FIELDS, "energy_channels", "window_j"))
 
 
+def _energy_nulls(ok: list[Row]) -> dict[str, tuple[set[str], set[tuple[str, int, str, int]]]]:
+    """Per null reason: the energy fields it nulls and the rows (keys) it nulls them in."""
+    groups: dict[str, tuple[set[str], set[tuple[str, int, str, int]]]] = {}
+    for r in ok:
+        names = [*ENERGY_FIELDS, *(("window_j",) if r.kind == "sustained" else ())]
+        for name in (n for n in names if getattr(r, n) is None):
+            fields, keys = groups.setdefault(r.null_reasons.get(name) or NO_REASON, (set(), set()))
+            fields.add(name)
+            keys.add((r.candidate, r.context, r.kind, r.probe))
+    return groups
+
+
 def energy_deferred(rows: Sequence[Row]) -> list[Deferred]:
     """Energy not measured, one line per distinct reason over the ok rows (all fields null = axis "energy")."""
     ok = [r for r in rows if r.status == "ok"]
     if not ok:
         return [Deferred(axis="energy", reason="no successful probe row: no energy figure")]
-    groups: dict[str, tuple[set[str], set[tuple[str, int, str, int]]]] = {}
-    for r in ok:
-        names = [*ENERGY_FIELDS, *(("window_j",) if r.kind == "sustained" else ())]
-        for name in names:
-            if getattr(r, name) is None:
-                fields, keys = groups.setdefault(r.null_reasons.get(name) or NO_REASON, (set(), set()))
-                fields.add(name)
-                keys.add((r.candidate, r.context, r.kind, r.probe))
     out = []
-    for reason, (fields, keys) in groups.items():
+    for reason, (fields, keys) in _energy_nulls(ok).items():
         axis = "energy" if set(ENERGY_FIELDS) <= fields else "energy: " + ", ".join(sorted(fields))
         out.append(Deferred(axis=axis[:200], reason=f"{reason} — null in {len(keys)} of {len(ok)} ok rows"[:2000]))
     return out
@@ -115,25 +105,41 @@ def _cand_label(cand: str, runtime: str) -> str:
     return f"{cand} ({runtime})"
 
 
+def _labels(sweep: Sweep, rows: Sequence[Row]) -> dict[str, str]:
+    """Candidate -> its label: the sweep's candidates in order, then the others the rows name, sorted."""
+    labels = {c.id: _cand_label(c.id, c.runtime) for c in sweep.candidates}
+    others = sorted({r.candidate for r in rows} - set(labels))
+    return labels | {cand: _cand_label(cand, next(r.runtime for r in rows if r.candidate == cand)) for cand in others}
+
+
 def row_deferred(sweep: Sweep, rows: Sequence[Row]) -> list[Deferred]:
-    """Entries derived from the rows: null metrics, failures, missing probes — one line per axis and
-    reason, naming every candidate it applies to (not one line per candidate repeating the same thing)."""
-    runtime: dict[str, str] = {c.id: c.runtime for c in sweep.candidates}
-    order = [c.id for c in sweep.candidates] + sorted({r.candidate for r in rows} - set(runtime))
+    """Entries from the rows: one line per axis and reason, naming every candidate it applies to."""
+    listed = {c.id for c in sweep.candidates}
     merged: dict[tuple[str, str], list[str]] = {}  # (axis, reason) -> "who" parts, in first-seen order
     singles: list[Deferred] = []
-    for cand in order:
-        rt = runtime.get(cand) or next((r.runtime for r in rows if r.candidate == cand), "?")
-        label = _cand_label(cand, rt)
+    for cand, label in _labels(sweep, rows).items():
         mine = [r for r in rows if r.candidate == cand]
-        ok = [r for r in mine if r.status == "ok"]
-        _null_metric_entries(label, ok, merged)
-        _thermal_entries(label, ok, merged)
-        singles += _failed_entries(label, mine)
-        if cand in runtime:
-            singles += _missing_entries(sweep, label, mine, merged)
+        singles += _candidate_entries(sweep if cand in listed else None, label, mine, merged)
     out = [Deferred(axis=axis, reason=f"{reason} — {'; '.join(who)}"[:2000]) for (axis, reason), who in merged.items()]
     return out + singles
+
+
+def _rows_per_null_metric(rows: list[Row]) -> dict[str, list[Row]]:
+    per_metric: dict[str, list[Row]] = {}
+    for r in rows:
+        for m in _null_metrics(r):
+            per_metric.setdefault(m, []).append(r)
+    return per_metric
+
+
+def _candidate_entries(sweep: Sweep | None, label: str, mine: list[Row],
+                       merged: dict[tuple[str, str], list[str]]) -> list[Deferred]:
+    """One candidate's own entries; shared ones go into `merged` (`sweep` None: not in the sweep)."""
+    ok = [r for r in mine if r.status == "ok"]
+    _null_metric_entries(label, ok, merged)
+    _thermal_entries(label, ok, merged)
+    own = _failed_entries(label, mine)
+    return own + (_missing_entries(sweep, label, mine, merged) if sweep is not None else [])
 
 
 def _null_metric_entries(label: str, ok: list[Row], merged: dict[tuple[str, str], list[str]]) -> None:
@@ -142,13 +148,8 @@ def _null_metric_entries(label: str, ok: list[Row], merged: dict[tuple[str, str]
     counts: dict[tuple[str, str], tuple[int, int]] = {}
     for kind in ("probe", "sustained", "sentinel", "vision"):
         kind_rows = [r for r in ok if r.kind == kind]
-        per_metric: dict[str, list[Row]] = {}
-        for r in kind_rows:
-            for m in _null_metrics(r):
-                per_metric.setdefault(m, []).append(r)
-        for m, rs in per_metric.items():
-            reasons = sorted({r.null_reasons.get(m) or NO_REASON for r in rs})
-            key = (kind, "; ".join(reasons))
+        for m, rs in _rows_per_null_metric(kind_rows).items():
+            key = (kind, "; ".join(sorted({r.null_reasons.get(m) or NO_REASON for r in rs})))
             groups.setdefault(key, []).append(m)
             n, total = counts.get(key, (0, len(kind_rows)))
             counts[key] = (max(n, len(rs)), total)

@@ -1,12 +1,5 @@
-"""The sweep's drift, from the sentinel: the first cell run again at the end of the sweep.
-
-A whole sweep can drift (a laptop heating up over a night, a background job starting) while every
-cell looks steady on its own. The engine re-runs the sweep's first cell (same candidate, context and
-probe count; the first candidate the race kept when it dropped the first) as `kind = "sentinel"` rows;
-here the sentinel is compared with the first run by the one comparison (`comparison.compare_axis`,
-margin ±`sentinel_drift_pct`, α = 0.05). The sweep drifted only when that comparison says different;
-tied says it did not; unresolved says the sentinel cannot tell.
-"""
+"""The sweep's drift: the sentinel (the first cell run again at the end, `kind = "sentinel"`) against
+the first run by the one comparison (docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -27,36 +20,41 @@ def sweep_drift(sweep: Sweep, rows: Sequence[Row], alpha: float = ALPHA) -> tupl
     """(drift, None), or (None, why there is none)."""
     if not sweep.sentinel_on():
         return None, "sentinel off (sentinel = false, or a fixed probe count without sentinel = true)"
-    plan = sweep.probe_plan()
     # the engine runs the first candidate's first cell again, or the first the race kept: the rows say which
     cand = next((r.candidate for r in rows if r.kind == "sentinel"), sweep.candidates[0].id)
-    ctx, metric = min(sweep.contexts), plan.metric
+    ctx, metric = min(sweep.contexts), sweep.probe_plan().metric
     first = _series(rows, cand, ctx, "probe", metric)
     again = _series(rows, cand, ctx, "sentinel", metric)
     if not any(r.kind == "sentinel" for r in rows):
-        why = "the first cell has no ok probe to compare with" if not first else "the sentinel never ran (job ended early?)"
-        return None, why
+        return None, ("the sentinel never ran (job ended early?)" if first
+                      else "the first cell has no ok probe to compare with")
     base = dict(candidate=cand, context=ctx, metric=metric, n_first=len(first), n_sentinel=len(again),
                 target_pct=sweep.sentinel_drift_pct)
     if not first or not again:
         side = "first run" if not first else "sentinel"
         return SweepDrift(**base, summary=f"no drift figure: the {side} has no ok {metric} value",  # type: ignore[arg-type]
                           null_reasons={"ratio": f"the {side} has no ok {metric} value"}), None
+    return _compared(sweep, base, metric, f"{cand} @ {ctx}: {metric}", (first, again), alpha), None
+
+
+def _compared(sweep: Sweep, base: dict[str, object], metric: str, cell: str,
+              series: tuple[list[float], list[float]], alpha: float) -> SweepDrift:
+    first, again = series
     m1, m2 = statistics.median(first), statistics.median(again)
     if m1 == 0:
         return SweepDrift(**base, first_median=m1, sentinel_median=m2,  # type: ignore[arg-type]
                           summary="no drift figure: the first run's median is 0",
-                          null_reasons={"ratio": "first run's median is 0"}), None
+                          null_reasons={"ratio": "first run's median is 0"})
     better = AXES[metric].better if metric in AXES else "higher"
     v = compare_axis(first, again, axis=metric, better=better, margin_pct=sweep.sentinel_drift_pct, alpha=alpha)
     ratio = m2 / m1
     pct = (ratio - 1) * 100
-    where = f"{cand} @ {ctx}: {metric} median {m1:.4g} first, {m2:.4g} at the end"
+    where = f"{cell} median {m1:.4g} first, {m2:.4g} at the end"
     drifted = {"different": True, "tied": False}.get(v.verdict)
-    summary = (f"the whole sweep drifted {pct:+.1f} % ({where}; {v.text})" if drifted else
-               f"no sweep drift beyond ±{sweep.sentinel_drift_pct:g} % ({where}; {v.text})" if drifted is False else
-               f"sweep drift unresolved ({where}; {v.text})")
+    summary = {True: f"the whole sweep drifted {pct:+.1f} %", None: "sweep drift unresolved",
+               False: f"no sweep drift beyond ±{sweep.sentinel_drift_pct:g} %"}[drifted]
+    summary += f" ({where}; {v.text})"
     reasons = {} if v.guard_p is not None else {"p_value": v.text}
     return SweepDrift(**base, first_median=m1, sentinel_median=m2, ratio=ratio, drift_pct=pct,  # type: ignore[arg-type]
                       p_value=v.guard_p, drifted=drifted, verdict=v.verdict, text=v.text, alpha=alpha,
-                      summary=summary, null_reasons=reasons), None
+                      summary=summary, null_reasons=reasons)

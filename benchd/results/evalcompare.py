@@ -1,6 +1,5 @@
-"""Public eval suites compared between two runbooks (or two candidates): per suite, the per-task outcomes
-paired on the task ids both ran, judged by the one comparison (`comparison.compare_outcomes`, exact
-McNemar on the shared tasks). Each suite is an axis (`code_pass_rate`, `tool_pass_rate`)."""
+"""Public eval suites compared between two runbooks: per suite the per-task outcomes paired on the shared
+task ids, judged by `comparison.compare_outcomes`; each suite is an axis."""
 
 from __future__ import annotations
 

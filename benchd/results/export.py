@@ -1,8 +1,5 @@
-"""Exports of a runbook in the formats results are shared in: llama-bench's Markdown table, JSON lines
-with llama-bench's field names, and CSV for a spreadsheet (`benchctl export RUNBOOK --format ...`).
-
-Reasons and facts: docs/exports.md#following-llama-bench.
-"""
+"""Exports of a runbook (`benchctl export RUNBOOK --format ...`): llama-bench's Markdown table, JSON lines
+with llama-bench's field names, CSV. Reasons and facts: docs/exports.md#following-llama-bench."""
 
 from __future__ import annotations
 
@@ -19,6 +16,7 @@ import msgspec
 from benchd.results.text import machine_line
 from benchd.schemas import CandidateProvenance, Row, Runbook
 from benchd.schemas.json import JSONObject
+from benchd.stats.rows import usable
 
 #: How a llama.cpp build is recorded (`llama.cpp b<number>-<commit>`, the `/props` build_info format).
 _BUILD = re.compile(r"\bb(\d+)-([0-9a-fA-F]+)\b")
@@ -49,9 +47,6 @@ def _llama(runtime: str, cp: CandidateProvenance | None) -> bool:
 
 def _probe_rows(rb: Runbook) -> list[Row]:
     return [r for r in rb.rows if r.kind == "probe"]
-
-
-# ---------------------------------------------------------------------------------------------- jsonl
 
 
 def _provenance_fields(rb: Runbook, cp: CandidateProvenance | None, row: Row) -> JSONObject:
@@ -87,12 +82,8 @@ def _provenance_nulls(cp: CandidateProvenance | None, row: Row, fields: JSONObje
 
 
 def jsonl_objects(rb: Runbook) -> list[JSONObject]:
-    """One object per probe row: llama-bench's fields where one exists, then every field of the row.
-
-    `n_prompt` is the prompt the probe prefilled, `n_gen` the tokens it generated and `n_depth` the
-    context the generation ran at (the prompt), so `avg_ts`/`samples_ts` are the row's decode rate, the
-    figure of llama-bench's `tg<n_gen> @ d<n_depth>` test (`test` names it). One probe is one sample:
-    `stddev_ts` is null (the spread is across a cell's rows; the Markdown export has it)."""
+    """One object per probe row: llama-bench's fields where one exists (docs/exports.md#jsonl), then every
+    field of the row."""
     provs = _cand_prov(rb)
     out = []
     for row in _probe_rows(rb):
@@ -123,19 +114,15 @@ def _test_name(n_prompt: int | None, n_gen: int | None) -> str | None:
 
 
 def kld_objects(rb: Runbook) -> list[JSONObject]:
-    """One object per `[kld]` result (`kind: "kld"`, every field of the result, the corpus's sha256 and tokens)."""
+    """One object per `[kld]` result, with the corpus's sha256 and tokens."""
     c = rb.kld_corpus
     corpus = {"corpus": c.path, "corpus_sha256": c.sha256, "corpus_tokens": c.tokens} if c else {}
     return [{"kind": "kld", **msgspec.to_builtins(r), **corpus} for r in rb.kld]
 
 
 def render_jsonl(rb: Runbook) -> str:
-    """The probe rows' objects, then the KL divergence results' (docs/exports.md#jsonl)."""
     return "".join(json.dumps(o, ensure_ascii=False, sort_keys=False) + "\n"
                    for o in [*jsonl_objects(rb), *kld_objects(rb)])
-
-
-# ------------------------------------------------------------------------------------------------ csv
 
 
 def _csv_value(v: object) -> str:
@@ -149,9 +136,8 @@ def _csv_value(v: object) -> str:
 
 
 def render_csv(rb: Runbook) -> str:
-    """Every row (probes, sustained runs, sentinel re-runs), one per line, every field a column; nested
-    values as JSON; a null is an empty cell and its reason is in the `null_reasons` column. The first
-    columns are the provenance (runbook, machine, benchd version, llama.cpp build where there is one)."""
+    """Every row, one per line, every field a column (nested values as JSON, a null empty with its reason in
+    `null_reasons`), after the provenance columns."""
     objs = jsonl_objects(rb)
     by_key = {(o["candidate"], o["context"], o["kind"], o["probe"]): o for o in objs}
     provs = _cand_prov(rb)
@@ -163,14 +149,17 @@ def render_csv(rb: Runbook) -> str:
     for row in rb.rows:
         obj = by_key.get((row.candidate, row.context, row.kind, row.probe))
         head = obj if obj is not None else _provenance_fields(rb, provs.get(row.candidate), row)
-        data = msgspec.to_builtins(row)
-        if obj is not None and isinstance(reasons := obj["null_reasons"], dict):  # always (jsonl_objects)
-            data["null_reasons"] = {k: v for k, v in reasons.items() if k in lead or k in data}
+        data = _csv_data(row, obj, lead)
         w.writerow([*(_csv_value(head[k]) for k in lead), *(_csv_value(data.get(f)) for f in row_fields)])
     return buf.getvalue()
 
 
-# ------------------------------------------------------------------------------------------- markdown
+def _csv_data(row: Row, obj: JSONObject | None, lead: list[str]) -> dict[str, object]:
+    data: dict[str, object] = msgspec.to_builtins(row)
+    if obj is not None and isinstance(reasons := obj["null_reasons"], dict):  # always (jsonl_objects)
+        data["null_reasons"] = {k: v for k, v in reasons.items() if k in lead or k in data}
+    return data
+
 
 #: llama-bench's column order for a CPU build (model, size, params, backend, threads, test, t/s).
 MD_COLUMNS = ["model", "size", "params", "backend", "threads", "test", "t/s"]
@@ -189,60 +178,89 @@ def _ts_text(values: list[float]) -> str:
     return f"{statistics.fmean(values):.2f} ± {sd:.2f}"
 
 
+def _na(na_reasons: dict[str, str], column: str, why: str) -> str:
+    na_reasons.setdefault(column, why)
+    return "n/a"
+
+
+def _values(rows: Iterable[Row], field: str) -> list[float]:
+    return [v for r in rows if (v := getattr(r, field)) is not None]
+
+
+def _span(values: list[float]) -> str | None:
+    """`512`, or `500-520` when the probes' counts varied; None without any."""
+    if not values:
+        return None
+    return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
+
+
+def _md_columns(cand: str, cp: CandidateProvenance | None, names: list[str], na_reasons: dict[str, str]) -> list[str]:
+    model = Path(cp.model.path).name if cp else _na(na_reasons, "model", "no provenance for this candidate")
+    if names.count(model) > 1:  # several candidates of one model file: say which line is whose
+        model += f" [{cand}]"
+    size = _size_text(cp.model.bytes if cp else None) or _na(na_reasons, "size", "the model's size was not read")
+    params = _na(na_reasons, "params", "benchd does not read the parameter count from the model")
+    backend = _na(na_reasons, "backend", "benchd does not record the ggml backends a server loaded")
+    threads_n, threads_why = _threads(cp)
+    threads = str(threads_n) if threads_n is not None else _na(na_reasons, "threads", threads_why)
+    return [model, size, params, backend, threads]
+
+
+def _md_lines(where: str, base: list[str], ok: list[Row], n_rows: int) -> tuple[list[list[str]], list[str]]:
+    table: list[list[str]] = []
+    notes: list[str] = []
+    n_prompt, n_gen = sorted(set(_values(ok, "prompt_tokens"))), sorted(set(_values(ok, "gen_tokens")))
+    p_label, g_label = _span(n_prompt), _span(n_gen)
+    if len(n_prompt) > 1 or len(n_gen) > 1:
+        notes.append(f"{where}: token counts varied across probes (prompt {n_prompt}, gen {n_gen})")
+    pp, tg = _values(ok, "prompt_tps"), _values(ok, "gen_tps")
+    if pp and p_label:
+        table.append([*base, f"pp{p_label}", _ts_text(pp)])
+    else:
+        notes.append(f"{where}: no pp line: " + _reason(ok, "prompt_tps"))
+    if tg and g_label:
+        table.append([*base, f"tg{g_label}" + (f" @ d{p_label}" if p_label else ""), _ts_text(tg)])
+    else:
+        notes.append(f"{where}: no tg line: " + _reason(ok, "gen_tps"))
+    if n_rows > len(ok):
+        notes.append(f"{where}: {n_rows - len(ok)} of {n_rows} probe(s) not counted (failed or short)")
+    return table, notes
+
+
+def _left_out(where: str, rows: list[Row], ok: list[Row], cp: CandidateProvenance | None) -> str | None:
+    if not _llama(rows[0].runtime, cp):
+        return f"{where}: {rows[0].runtime} rows are not in the table ({_NOT_LLAMA}); see the jsonl/csv exports"
+    if not ok:
+        why = next((r.error for r in rows if r.error), None) or "no successful probe"
+        return f"{where}: no row in the table, {len(rows)} probe(s) failed: {why}"
+    return None
+
+
+def _probe_cells(rb: Runbook) -> dict[tuple[str, int], list[Row]]:
+    groups: dict[tuple[str, int], list[Row]] = {}
+    for r in _probe_rows(rb):
+        groups.setdefault((r.candidate, r.context), []).append(r)
+    return groups
+
+
 def _md_cells(rb: Runbook) -> tuple[list[list[str]], list[str]]:
     """(table lines, what is said under the table) over the sweep's candidates × contexts."""
     provs = _cand_prov(rb)
     notes: list[str] = []
     na_reasons: dict[str, str] = {}
     table: list[list[str]] = []
-
-    def na(column: str, why: str) -> str:
-        na_reasons.setdefault(column, why)
-        return "n/a"
-
-    groups: dict[tuple[str, int], list[Row]] = {}
-    for r in _probe_rows(rb):
-        groups.setdefault((r.candidate, r.context), []).append(r)
+    groups = _probe_cells(rb)
     names = [Path(c.model.path).name for c in provs.values() if _llama(c.runtime, c)]
     for (cand, ctx), rows in groups.items():
-        ok = [r for r in rows if r.status == "ok" and not r.short]
-        runtime = rows[0].runtime
-        if not _llama(runtime, provs.get(cand)):
-            notes.append(f"{cand} @ {ctx}: {runtime} rows are not in the table ({_NOT_LLAMA}); see the jsonl/csv exports")
-            continue
-        if not ok:
-            why = next((r.error for r in rows if r.error), None) or "no successful probe"
-            notes.append(f"{cand} @ {ctx}: no row in the table, {len(rows)} probe(s) failed: {why}")
-            continue
         cp = provs.get(cand)
-        model = Path(cp.model.path).name if cp else na("model", "no provenance for this candidate")
-        if names.count(model) > 1:  # several candidates of one model file: say which line is whose
-            model += f" [{cand}]"
-        size = _size_text(cp.model.bytes if cp else None) or na("size", "the model's size was not read")
-        params = na("params", "benchd does not read the parameter count from the model")
-        backend = na("backend", "benchd does not record the ggml backends a server loaded")
-        threads_n, threads_why = _threads(cp)
-        threads = str(threads_n) if threads_n is not None else na("threads", threads_why)
-        n_prompt = sorted({r.prompt_tokens for r in ok if r.prompt_tokens is not None})
-        n_gen = sorted({r.gen_tokens for r in ok if r.gen_tokens is not None})
-        p_label = str(n_prompt[0]) if len(n_prompt) == 1 else f"{n_prompt[0]}-{n_prompt[-1]}" if n_prompt else None
-        g_label = str(n_gen[0]) if len(n_gen) == 1 else f"{n_gen[0]}-{n_gen[-1]}" if n_gen else None
-        if len(n_prompt) > 1 or len(n_gen) > 1:
-            notes.append(f"{cand} @ {ctx}: token counts varied across probes (prompt {n_prompt}, gen {n_gen})")
-        base = [model, size, params, backend, threads]
-        pp = [r.prompt_tps for r in ok if r.prompt_tps is not None]
-        tg = [r.gen_tps for r in ok if r.gen_tps is not None]
-        if pp and p_label:
-            table.append([*base, f"pp{p_label}", _ts_text(pp)])
-        else:
-            notes.append(f"{cand} @ {ctx}: no pp line: " + _reason(ok, "prompt_tps"))
-        if tg and g_label:
-            table.append([*base, f"tg{g_label}" + (f" @ d{p_label}" if p_label else ""), _ts_text(tg)])
-        else:
-            notes.append(f"{cand} @ {ctx}: no tg line: " + _reason(ok, "gen_tps"))
-        failed = len(rows) - len(ok)
-        if failed:
-            notes.append(f"{cand} @ {ctx}: {failed} of {len(rows)} probe(s) not counted (failed or short)")
+        ok = [r for r in rows if usable(r, None)]
+        left_out = _left_out(f"{cand} @ {ctx}", rows, ok, cp)
+        if left_out is not None:
+            notes.append(left_out)
+            continue
+        lines, said = _md_lines(f"{cand} @ {ctx}", _md_columns(cand, cp, names, na_reasons), ok, len(rows))
+        table += lines
+        notes += said
     notes += [f"{col}: n/a — {why}" for col, why in na_reasons.items()]
     return table, notes
 
@@ -251,13 +269,9 @@ def _reason(rows: Iterable[Row], metric: str) -> str:
     return next((r.null_reasons[metric] for r in rows if metric in r.null_reasons), "not measured")
 
 
-def render_llama_bench_md(rb: Runbook) -> str:
-    """llama-bench's Markdown table for the llama-server rows (per candidate × context: `pp<n>` is the
-    prompt rate, `tg<m> @ d<n>` the decode rate, mean ± sample stddev over the cell's ok probes), then
-    llama-bench's `build:` footer, benchd's provenance, and everything not in the table with its reason."""
-    table, notes = _md_cells(rb)
+def _md_grid(table: list[list[str]]) -> list[str]:
     widths = [max(len(c), *(len(t[i]) for t in table)) if table else len(c) for i, c in enumerate(MD_COLUMNS)]
-    right = {"size", "params", "threads", "test", "t/s"}  # llama-bench right-aligns numbers and the test
+    right = {"size", "params", "threads", "test", "t/s"}
 
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(c.rjust(w) if MD_COLUMNS[i] in right else c.ljust(w)
@@ -265,7 +279,14 @@ def render_llama_bench_md(rb: Runbook) -> str:
 
     sep = "| " + " | ".join(("-" * (w - 1) + ":") if MD_COLUMNS[i] in right else "-" * w
                             for i, w in enumerate(widths)) + " |"
-    out = [line(MD_COLUMNS), sep, *(line(t) for t in table), ""]
+    return [line(MD_COLUMNS), sep, *(line(t) for t in table)]
+
+
+def render_llama_bench_md(rb: Runbook) -> str:
+    """llama-bench's Markdown table for the llama-server rows, its `build:` footer, benchd's provenance,
+    and everything not in the table with its reason."""
+    table, notes = _md_cells(rb)
+    out = [*_md_grid(table), ""]
     builds = sorted({build_of(c.server_version) for c in rb.provenance.candidates if _llama(c.runtime, c)
                      and build_of(c.server_version)[0]}, key=str)
     out += [f"build: {commit} ({number})" for commit, number in builds] or ["build: null (no llama.cpp build recorded)"]

@@ -1,13 +1,5 @@
-"""Runbook flags: what a reader must know before comparing cells, found in the rows.
-
-- `layer_split_changed`: a candidate's layer split differs between contexts (llama-server with `--fit
-  on` moves layers or experts to the CPU as the context grows: the sweep would read an offload as a
-  context effect).
-- `thinking_mixed`: in one context some candidates thought and others did not (or one candidate's
-  probes differ): their gen tok/s and TTFT count reasoning tokens on one side only, so the Pareto view
-  compares unlike work.
-- `short_probes`: probes that generated fewer tokens than asked, kept out of the medians.
-"""
+"""Runbook flags, found in the rows: `layer_split_changed`, `thinking_mixed`, `short_probes`.
+What each means: docs/metrics.md#deferred-axes-and-flags."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""The runbook as one self-contained HTML page: `<runbook-id>.html` beside the `.json` and `.md`.
-
-`render_page(runbook, runtime)` is a pure function (runbook in, bytes out): the daemon, `benchctl report
---html` and whatever worker renders charts off the daemon's loop call the same thing. The page carries
-everything it shows: the Vega runtime inlined (`vega_runtime`, from the optional `html` extra), the chart
-specs and their data as JSON, a small script (`benchd/data/page.js`) for the priority selector, the axis choice and
-the copy buttons, and a Content-Security-Policy that forbids every network request, so it reads offline and can
-be attached to an issue. Without the extra the page is still written: the tables (every chart has one)
-and a note saying how to get the charts.
-"""
+"""The runbook as one self-contained HTML page, `<runbook-id>.html`: pure (`render_page`), the Vega runtime
+inlined when the `html` extra is installed, and no network request (a CSP forbids it); without the
+extra the page has the tables and says how to get the charts."""
 
 from __future__ import annotations
 
@@ -21,11 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 from benchd.atomic import atomic_write
 from benchd.results import pagecharts, records
-from benchd.results.decision import CANDIDATE_HEADER, candidate_rows, decisions, deferred_rows
+from benchd.results.decision import (
+    CANDIDATE_HEADER,
+    ContextDecision,
+    Undecided,
+    candidate_rows,
+    decisions,
+    deferred_rows,
+)
 from benchd.results.records import axis_label
 from benchd.results.report import COMPARE_HEADER, compare_rows
 from benchd.results.text import STATE_WORDS, fmt_counts, fmt_median, fmt_range, fmt_value
-from benchd.schemas import Runbook
+from benchd.schemas import ContextPareto, EvalResult, EvalSummary, KldResult, Runbook
 
 if TYPE_CHECKING:
     from benchd.results.compare import Comparison
@@ -57,11 +57,8 @@ def available() -> bool:
 
 @functools.lru_cache(maxsize=4)
 def vega_runtime(cache_dir: Path | None = None) -> Runtime:
-    """Vega + Vega-Lite + vega-embed as one script, from vl-convert-python's bundler.
-
-    Bundling is expensive (CPU seconds, a large heap), so the result is kept in
-    `<cache>/html/vega-<version>.js` and read back by every later page.
-    """
+    """Vega + Vega-Lite + vega-embed as one script, from vl-convert-python's bundler, cached in
+    `<cache>/html/vega-<version>.js` (bundling costs CPU seconds)."""
     try:
         version = metadata.version("vl-convert-python")
     except metadata.PackageNotFoundError:
@@ -80,9 +77,6 @@ def vega_runtime(cache_dir: Path | None = None) -> Runtime:
     return Runtime(script, f"Vega-Lite via vl-convert-python {version}, inlined")
 
 
-# ------------------------------------------------------------------------------------------- pieces
-
-
 def esc(v: object) -> str:
     return html.escape("null" if v is None else str(v))
 
@@ -96,7 +90,7 @@ def table(header: list[str], rows: Sequence[Sequence[object]], caption: str = ""
 
 
 class Raw(str):
-    """Already-escaped HTML for a table cell."""
+    ...
 
 
 def value_html(v: str | list[str]) -> str:
@@ -138,9 +132,6 @@ def page(title: str, body: str, charts: list[Doc], extra: Doc, runtime: Runtime)
     return doc.encode()
 
 
-# ------------------------------------------------------------------------------------- the runbook
-
-
 def _summary(rb: Runbook) -> str:
     s = records.summary(rb)
     facts = [("sweep", s.name), ("outcome", s.outcome), ("machine", s.machine),
@@ -160,8 +151,7 @@ def _summary(rb: Runbook) -> str:
 
 
 def _priorities(rb: Runbook) -> str:
-    """The selector of `benchctl report --priority` (the same priorities, the same lines from
-    `results.priority`), every answer in the page and shown client-side: no request, no pick."""
+    """The `benchctl report --priority` selector: every answer in the page, shown client-side."""
     from benchd.results.priority import PRIORITIES, priority_lines
 
     opts = "".join(f"<option value='{esc(p.name)}'>{esc(p.question)}</option>" for p in PRIORITIES.values())
@@ -176,31 +166,36 @@ def _priorities(rb: Runbook) -> str:
 
 
 def _decision(rb: Runbook) -> str:
-    """Per context: the frontier, who is dominated (by whom, on which axes), what stays undecided and what
-    would decide it; no pick."""
-    words = STATE_WORDS
-    parts = []
-    for d in decisions(rb):
-        items = [f"<li class='state-frontier'><b>{esc(words['frontier'])}</b>: {esc(', '.join(d.frontier) or '(none)')}</li>"]
-        items += [f"<li class='state-frontier'>{esc(c)}: {esc(words['frontier'])} with a caveat: {esc(why)}</li>"
-                  for c, why in d.caveats.items()]
-        items += [f"<li class='pairs'><small>{esc(x)}</small></li>" for x in [d.pairs_text()] if x]
-        items += [f"<li class='state-dominated'><b>{esc(words['dominated'])}</b>: {esc(r.candidate)} by {esc(r.by)} on "
-                  f"{esc(', '.join(r.axes) or 'the compared axes')}<br><small>{esc(r.text)}</small></li>" for r in d.ruled_out]
-        items += [f"<li class='state-tradeoff'><b>{esc(words['trade-off'])}</b>: {esc(text)}</li>"
-                  for _, text in d.tradeoffs]
-        items += [f"<li class='state-{esc(u.status)}'><b>{esc(words[u.status])}</b>: {esc(u.pair[0])} against "
-                  f"{esc(u.pair[1])}<br><small>{esc(u.text)}</small><ul>"
-                  + "".join(f"<li>would decide it: {esc(x)}</li>" for x in u.decide) + "</ul></li>" for u in d.undecided]
-        items += [f"<li class='state-excluded'><b>{esc(words['excluded'])}</b>: {esc(c)} ({esc(why)})</li>"
-                  for c, why in d.excluded.items()]
-        parts.append(f"<article class='decision-context' data-context='{d.context}'><h3>Context {d.context} tokens"
-                     f"</h3><ul class='decision'>{''.join(items)}</ul></article>")
+    """Per context: the frontier, the dominated, the undecided and what would decide them; no pick."""
+    parts = [_decision_context(d) for d in decisions(rb)]
     body = "".join(parts) or "<p>No context has a successful probe: nothing to decide.</p>"
     return ("<section id='decision'><h2>Decision</h2><p>Per context: the frontier (no candidate beats these on every "
             "axis), who is dominated and by whom, which pairs are trade-offs, which stay undecided and what would "
             "decide them. benchd "
             f"does not pick among the frontier: the trade-off is yours.</p>{body}</section>")
+
+
+def _undecided_item(u: Undecided) -> str:
+    return (f"<li class='state-{esc(u.status)}'><b>{esc(STATE_WORDS[u.status])}</b>: {esc(u.pair[0])} against "
+            f"{esc(u.pair[1])}<br><small>{esc(u.text)}</small><ul>"
+            + "".join(f"<li>would decide it: {esc(x)}</li>" for x in u.decide) + "</ul></li>")
+
+
+def _decision_context(d: ContextDecision) -> str:
+    words = STATE_WORDS
+    items = [f"<li class='state-frontier'><b>{esc(words['frontier'])}</b>: {esc(', '.join(d.frontier) or '(none)')}</li>"]
+    items += [f"<li class='state-frontier'>{esc(c)}: {esc(words['frontier'])} with a caveat: {esc(why)}</li>"
+              for c, why in d.caveats.items()]
+    items += [f"<li class='pairs'><small>{esc(x)}</small></li>" for x in [d.pairs_text()] if x]
+    items += [f"<li class='state-dominated'><b>{esc(words['dominated'])}</b>: {esc(r.candidate)} by {esc(r.by)} on "
+              f"{esc(', '.join(r.axes) or 'the compared axes')}<br><small>{esc(r.text)}</small></li>" for r in d.ruled_out]
+    items += [f"<li class='state-tradeoff'><b>{esc(words['trade-off'])}</b>: {esc(text)}</li>"
+              for _, text in d.tradeoffs]
+    items += [_undecided_item(u) for u in d.undecided]
+    items += [f"<li class='state-excluded'><b>{esc(words['excluded'])}</b>: {esc(c)} ({esc(why)})</li>"
+              for c, why in d.excluded.items()]
+    return (f"<article class='decision-context' data-context='{d.context}'><h3>Context {d.context} tokens"
+            f"</h3><ul class='decision'>{''.join(items)}</ul></article>")
 
 
 def _candidates(rb: Runbook) -> str:
@@ -220,29 +215,32 @@ def _pareto(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
                 f"<label>y axis <select id='y-axis'>{opts}</select></label></div>")
     parts = []
     for ctx in rb.pareto:
-        context = ctx.context
         points = records.pareto_points(rb, ctx)
-        cid = f"chart-pareto-{context}"
-        charts.append({"id": cid, "kind": "pareto", "spec": pagecharts.pareto_spec(
-            [p.chart_record() for p in points], context, axes, candidates, x_axis, y_axis)})
-        rows = [[p.candidate, STATE_WORDS[p.status], p.relation, *(Raw(f"<span title='{esc(p.tips.get(a))}'>"
-                                                          f"{esc(fmt_value(a, p.values.get(a)))}</span>")
-                                                      for a in axes)] for p in points]
-        rows += [[c, STATE_WORDS["excluded"], why, *["-"] * len(axes)] for c, why in ctx.excluded.items()]
-        skipped = "".join(f"<li>{esc(' vs '.join(sp.pair))}: not compared on {esc(', '.join(sp.axes))} "
-                          "(null for one of them)</li>" for sp in ctx.skipped_pairs)
-        parts.append(
-            f"<article class='context' data-context='{context}'><h3>Context {context} tokens</h3>"
-            f"<figure>{chart_div(cid, f'Pareto scatter at context {context}; the table below has the same figures')}"
-            f"<figcaption class='undrawn' id='{cid}-undrawn'></figcaption></figure>"
-            + table(["candidate", "state", "Pareto", *(axis_label(a) for a in axes)], rows,
-                    f"Context {context}: cell medians (hover a value for its CI, probes and source)", "pareto")
-            + (f"<ul class='skipped'>{skipped}</ul>" if skipped else "") + "</article>")
+        charts.append({"id": f"chart-pareto-{ctx.context}", "kind": "pareto", "spec": pagecharts.pareto_spec(
+            [p.chart_record() for p in points], ctx.context, axes, candidates, x_axis, y_axis)})
+        parts.append(_pareto_context(ctx, points, axes))
     return ("<section id='pareto'><h2>Pareto view</h2><p>Per context, one point per candidate. A candidate is "
             "dominated when another is at least as good on every axis both have and better on one; the frontier is "
             "what is left. benchd does not choose among the frontier: the tradeoff is yours. Marker shape and colour "
             f"name the candidate (the same on every chart); {esc(pagecharts.state_legend())}. Hover a point for its cell's median, CI, probes and each figure's source.</p>"
             f"{controls}{''.join(parts)}</section>")
+
+
+def _pareto_context(ctx: ContextPareto, points: list[records.ParetoPoint], axes: list[str]) -> str:
+    context, cid = ctx.context, f"chart-pareto-{ctx.context}"
+    rows = [[p.candidate, STATE_WORDS[p.status], p.relation, *(Raw(f"<span title='{esc(p.tips.get(a))}'>"
+                                                      f"{esc(fmt_value(a, p.values.get(a)))}</span>")
+                                                  for a in axes)] for p in points]
+    rows += [[c, STATE_WORDS["excluded"], why, *["-"] * len(axes)] for c, why in ctx.excluded.items()]
+    skipped = "".join(f"<li>{esc(' vs '.join(sp.pair))}: not compared on {esc(', '.join(sp.axes))} "
+                      "(null for one of them)</li>" for sp in ctx.skipped_pairs)
+    return (
+        f"<article class='context' data-context='{context}'><h3>Context {context} tokens</h3>"
+        f"<figure>{chart_div(cid, f'Pareto scatter at context {context}; the table below has the same figures')}"
+        f"<figcaption class='undrawn' id='{cid}-undrawn'></figcaption></figure>"
+        + table(["candidate", "state", "Pareto", *(axis_label(a) for a in axes)], rows,
+                f"Context {context}: cell medians (hover a value for its CI, probes and source)", "pareto")
+        + (f"<ul class='skipped'>{skipped}</ul>" if skipped else "") + "</article>")
 
 
 def _probes(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
@@ -278,7 +276,6 @@ def _sustained(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
 
 
 def _agentic(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
-    """Sessions (TTFT per turn) and parallel requests (aggregate vs per-request rate per level)."""
     turns, rates = records.session_turns(rb), records.level_rates(rb)
     if not turns and not rates:
         return ("<section id='agentic'><h2>Sessions and parallel requests</h2><p>Not measured in this sweep "
@@ -300,7 +297,6 @@ def _agentic(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
 
 
 def _ready(rb: Runbook) -> str:
-    """Time to ready per candidate (the runbook's `ready_summary`), every start under it."""
     rows = records.ready_rows(rb)
     if not rows:
         return "<section id='ready'><h2>Time to ready</h2><p>No server start recorded its time to ready.</p></section>"
@@ -320,8 +316,22 @@ def _ready(rb: Runbook) -> str:
             f"{top}<details><summary>Every server start</summary>{starts}</details></section>")
 
 
+def _kld_row(r: KldResult) -> list[object]:
+    from benchd.results.kldview import plus_minus as pm
+
+    return [r.context, r.candidate, r.status, pm(r.kld_mean, r.kld_mean_se), fmt_value("kld", r.kld_median),
+            fmt_value("kld", r.kld_p99), pm(r.top1_agree, r.top1_agree_se, 100), pm(r.ppl_ratio, r.ppl_ratio_se),
+            r.tokens_scored, r.seconds, fmt_value("mem_peak_bytes", r.mem_peak_bytes),
+            "; ".join([*(x for x in (r.reason, r.comparability) if x), *r.notes,
+                       *(f"{k}: {v}" for k, v in r.null_reasons.items())])]
+
+
+def _kld_points(rb: Runbook) -> list[Doc]:
+    return [{"candidate": r.candidate, "context": r.context, "kld": r.kld_mean, "mem_mib": r.mem_peak_bytes / (1 << 20)}
+            for r in rb.kld if r.status == "ok" and r.kld_mean is not None and r.mem_peak_bytes]
+
+
 def _kld(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
-    """KL divergence against `[kld] reference`: the corpus, a chart of KLD by memory per context, the table."""
     if rb.sweep.kld.reference is None:
         return ""
     head = "<section id='kld'><h2>KL divergence</h2>"
@@ -331,21 +341,27 @@ def _kld(rb: Runbook, candidates: list[str], charts: list[Doc]) -> str:
               "error over the scored tokens; lower is less quality lost (docs/kld.md).</p>") if c else ""
     if not rb.kld:
         return head + corpus + "<p>No result: the step did not run.</p></section>"
-    pts = [{"candidate": r.candidate, "context": r.context, "kld": r.kld_mean, "mem_mib": r.mem_peak_bytes / (1 << 20)}
-           for r in rb.kld if r.status == "ok" and r.kld_mean is not None and r.mem_peak_bytes]
+    pts = _kld_points(rb)
     if pts:
         charts.append({"id": "chart-kld", "kind": "kld", "spec": pagecharts.kld_spec(pts, candidates)})
-    from benchd.results.kldview import plus_minus as pm
-
-    rows = [[r.context, r.candidate, r.status, pm(r.kld_mean, r.kld_mean_se), fmt_value("kld", r.kld_median),
-             fmt_value("kld", r.kld_p99), pm(r.top1_agree, r.top1_agree_se, 100), pm(r.ppl_ratio, r.ppl_ratio_se),
-             r.tokens_scored, r.seconds, fmt_value("mem_peak_bytes", r.mem_peak_bytes),
-             "; ".join([*(x for x in (r.reason, r.comparability) if x), *r.notes,
-                        *(f"{k}: {v}" for k, v in r.null_reasons.items())])] for r in rb.kld]
+    rows = [_kld_row(r) for r in rb.kld]
     return (head + corpus + (chart_div("chart-kld", "KL divergence by peak memory per context; the table below has "
                                        "the values") if pts else "")
             + table(["context", "candidate", "status", "mean KLD", "median", "p99", "top-1 %", "PPL ratio", "tokens",
                      "seconds", "peak memory", "reasons and notes"], rows) + "</section>")
+
+
+def _eval_row(e: EvalSummary) -> list[object]:
+    return [e.candidate, e.tier, e.passed, e.total, f"{e.completed} ({e.errors})" if e.completed is not None else "-",
+            fmt_value("eval_pass_rate", e.pass_rate), fmt_range("eval_pass_rate", e.ci_low, e.ci_high),
+            fmt_counts(e.failures), e.parser or "-",
+            f"{e.latency_s_median:.3g}" if e.latency_s_median is not None else "-", e.partial_reason or "no",
+            e.unsandboxed]
+
+
+def _task_row(e: EvalResult) -> list[object]:
+    return [e.candidate, e.tier, e.category or "-", e.task, "yes" if e.passed else "no", e.failure or "-",
+            e.parameter or "-", e.detail or ""]
 
 
 def _evals(rb: Runbook) -> str:
@@ -354,17 +370,11 @@ def _evals(rb: Runbook) -> str:
 
     top = table(["candidate", "tier / suite", "passed", "total", "completed (server errors)", "pass rate (of completed)",
                  "95 % CI", "failure classes", "tool parser", "median s / task", "partial", "not sandboxed"],
-                [[e.candidate, e.tier, e.passed, e.total,
-                  f"{e.completed} ({e.errors})" if e.completed is not None else "-",
-                  fmt_value("eval_pass_rate", e.pass_rate),
-                  fmt_range("eval_pass_rate", e.ci_low, e.ci_high), fmt_counts(e.failures), e.parser or "-",
-                  f"{e.latency_s_median:.3g}" if e.latency_s_median is not None else "-",
-                  e.partial_reason or "no", e.unsandboxed] for e in rb.eval_summary])
+                [_eval_row(e) for e in rb.eval_summary])
     sources = "".join(f"<li>{esc(s.suite)}: {esc(s.package)} {esc(s.version)} (sha256 {esc(s.sha256[:16])}…), "
                       f"license {esc(s.license)}; {len(s.task_ids)} tasks</li>" for s in rb.eval_sources)
     tasks = table(["candidate", "suite", "category", "task", "passed", "failure", "parameter", "detail"],
-                  [[e.candidate, e.tier, e.category or "-", e.task, "yes" if e.passed else "no", e.failure or "-",
-                    e.parameter or "-", e.detail or ""] for e in rb.evals])
+                  [_task_row(e) for e in rb.evals])
     return (f"<section id='evals'><h2>Evals</h2>{top}" + (f"<ul>{sources}</ul>" if sources else "")
             + f"<details><summary>Every task</summary>{tasks}</details></section>")
 
@@ -382,7 +392,6 @@ def _locks(rb: Runbook) -> str:
 
 
 def _race(rb: Runbook) -> str:
-    """Who left the race, when, by whom and on which axes (nothing when the sweep did not race)."""
     if not rb.race and not rb.sweep.racing_on():
         return ""
     from benchd.results.race import HEADER, race_rows, race_text
@@ -418,9 +427,6 @@ def write_page(rb: Runbook, out_dir: Path, cache_dir: Path | None = None) -> Pat
 def _write(path: Path, data: bytes) -> Path:
     atomic_write(path, data)
     return path
-
-
-# ----------------------------------------------------------------------------------- the comparison
 
 
 def render_compare_page(cmp: Comparison, runtime: Runtime) -> bytes:

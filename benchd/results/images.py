@@ -1,22 +1,18 @@
 """The report's image-probe section: per vision candidate and resolution, the medians of its ok image
-probes (image tokens, TTFT with and without the images and the difference, prompt tok/s including the
-image tokens, peak memory); a text candidate is named with why it has no image figures."""
+probes; a text candidate is named with why it has no image figures."""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
 
+from benchd.results.text import fmt_or_null
 from benchd.schemas import Row, Sweep
 
 
 def _median(values: Iterable[float | int | None]) -> float | None:
     got = [float(v) for v in values if v is not None]
     return statistics.median(got) if got else None
-
-
-def _ms(v: float | None) -> str:
-    return "null" if v is None else f"{v:.1f} ms"
 
 
 def image_lines(sweep: Sweep, rows: Sequence[Row]) -> list[str]:
@@ -29,29 +25,34 @@ def image_lines(sweep: Sweep, rows: Sequence[Row]) -> list[str]:
             out.append(f"  {cand.id}: no image figures (null): vision = false, a text candidate or its vision "
                        "model not asked for")
             continue
-        mine = [r for r in rows if r.candidate == cand.id and r.kind == "vision"]
-        cells: dict[tuple[int, int], list[Row]] = {}
-        for r in mine:
-            if r.image_width and r.image_height:
-                cells.setdefault((r.image_width, r.image_height), []).append(r)
+        cells = _cells(r for r in rows if r.candidate == cand.id and r.kind == "vision")
         if not cells:
             out.append(f"  {cand.id}: no image probe row")
-        for (w, h), cell in cells.items():
-            ok = [r for r in cell if r.status == "ok"]
-            failed = len(cell) - len(ok)
-            if not ok:
-                err = next((r.error for r in cell if r.error), "no ok probe")
-                out.append(f"  {cand.id} {w}x{h}: failed: {err}")
-                continue
-            tokens = _median(r.image_tokens for r in ok)
-            tps = _median(r.prompt_tps for r in ok)
-            mem = _median(r.mem_peak_bytes for r in ok)
-            n_img = ok[0].images or 1
-            out.append(
-                f"  {cand.id} {w}x{h} x{n_img}: image tokens {'null' if tokens is None else f'{tokens:g}'}, "
-                f"TTFT {_ms(_median(r.image_ttft_ms for r in ok))} (text only {_ms(_median(r.text_ttft_ms for r in ok))}, "
-                f"extra {_ms(_median(r.image_extra_ttft_ms for r in ok))}), prompt "
-                f"{'null' if tps is None else f'{tps:.1f} tok/s'} incl. image tokens, peak memory "
-                f"{'null' if mem is None else f'{mem / (1 << 20):.1f} MiB'} ({len(ok)} ok"
-                + (f", {failed} failed" if failed else "") + ")")
+        out += [_cell_line(f"{cand.id} {w}x{h}", cell) for (w, h), cell in cells.items()]
     return out
+
+
+def _cells(rows: Iterable[Row]) -> dict[tuple[int, int], list[Row]]:
+    cells: dict[tuple[int, int], list[Row]] = {}
+    for r in rows:
+        if r.image_width and r.image_height:
+            cells.setdefault((r.image_width, r.image_height), []).append(r)
+    return cells
+
+
+def _cell_line(name: str, cell: list[Row]) -> str:
+    ok = [r for r in cell if r.status == "ok"]
+    failed = len(cell) - len(ok)
+    if not ok:
+        err = next((r.error for r in cell if r.error), "no ok probe")
+        return f"  {name}: failed: {err}"
+    def fig(field: str, template: str, scale: float = 1) -> str:
+        return fmt_or_null(_median(getattr(r, field) for r in ok), template, scale)
+    ms = "{:.1f} ms"
+    return (
+        f"  {name} x{ok[0].images or 1}: image tokens {fig('image_tokens', '{:g}')}, "
+        f"TTFT {fig('image_ttft_ms', ms)} (text only {fig('text_ttft_ms', ms)}, "
+        f"extra {fig('image_extra_ttft_ms', ms)}), prompt "
+        f"{fig('prompt_tps', '{:.1f} tok/s')} incl. image tokens, peak memory "
+        f"{fig('mem_peak_bytes', '{:.1f} MiB', 1 << 20)} ({len(ok)} ok"
+        + (f", {failed} failed" if failed else "") + ")")

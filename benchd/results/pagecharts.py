@@ -1,12 +1,5 @@
-"""Vega-Lite specs for the runbook and comparison pages (plain dicts; Vega-Lite draws them in the page).
-
-Every candidate keeps one shape and one colour on every chart, and the palette steps through lightness,
-so the charts read in grey scale: shape and label carry identity, fill carries frontier status
-(filled = frontier, half = tied or undecided, hollow = dominated: `state_legend`, in the words of
-`text.STATE_WORDS`), every chart has a legend, and a table beside it.
-
-Reasons and facts: docs/architecture.md#the-pages-charts.
-"""
+"""Vega-Lite specs for the runbook and comparison pages: every candidate one shape and colour everywhere,
+fill for its state (`state_legend`). Reasons and facts: docs/architecture.md#the-pages-charts."""
 
 from __future__ import annotations
 
@@ -34,7 +27,6 @@ CONFIG: Spec = {"font": "sans-serif", "axis": {"labelFontSize": 11, "titleFontSi
 
 
 def _grey(fill: float) -> str:
-    """The state legend's symbol fill: `fill` of the way from white to the ink grey."""
     level = round(255 - fill * (255 - 0x4d))
     return f"#{level:02x}{level:02x}{level:02x}"
 
@@ -156,8 +148,7 @@ def sustained_spec(windows: list[Spec], candidates: list[str]) -> Spec:
 
 
 def kld_spec(points: list[Spec], candidates: list[str]) -> Spec:
-    """KL divergence against the reference (y, log) by the scoring run's peak memory (x), a panel per `[kld]`
-    context; each point is one candidate (`points`: candidate, context, kld, mem_mib)."""
+    """KLD against the reference (y, log) by the scoring run's peak memory (x), a panel per `[kld]` context."""
     shape, colour = candidate_scales(candidates)
     return {
         "description": "KL divergence from the reference against peak memory of the scoring run, one panel per "
@@ -180,7 +171,6 @@ def kld_spec(points: list[Spec], candidates: list[str]) -> Spec:
 
 def _lines_per_context(description: str, data: list[Spec], transform: Spec, enc: Spec, point_enc: Spec,
                        point_size: int) -> Spec:
-    """A line and its points per candidate, one panel per context."""
     return {
         "description": description, "config": CONFIG, "data": {"values": data}, "transform": [transform],
         "facet": {"column": {"field": "context", "type": "ordinal", "title": "context (tokens)"}},

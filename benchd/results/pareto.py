@@ -1,10 +1,5 @@
-"""Pareto view per context: which candidates no other candidate dominates, by whom, and why not.
-
-Pure (no I/O). The tool never picks: it only says which candidates are dominated, by whom, and on
-which axes, so the human choosing in `benchctl lock` sees every tradeoff that is left.
-
-Reasons and facts: docs/measuring.md#pareto-view.
-"""
+"""Pareto view per context: which candidates no other dominates, by whom, and why not. Pure; the tool
+never picks. Reasons and facts: docs/measuring.md#pareto-view."""
 
 from __future__ import annotations
 
@@ -57,13 +52,11 @@ KLD_AXIS = "kld"
 
 
 def axis_names() -> list[str]:
-    """The core Pareto axes in display order."""
     return list(CORE_AXES)
 
 
 def axes_of(points: Iterable[Point]) -> list[tuple[str, Direction]]:
-    """The core axes, then the axes a sweep measures only when it asks for them (the public eval suites,
-    sessions, time to ready, concurrency levels, image resolutions) that any of `points` has a value for."""
+    """The core axes, then the optional ones (suites, sessions, ready, levels, images) any point has."""
     from benchd.stats.axes import IMAGE_AXIS_PREFIX, LEVEL_AXIS_PREFIX
 
     present = {k for p in points for k, v in p.values.items() if v is not None}
@@ -81,9 +74,8 @@ def _pixels(axis: str) -> int:
 
 def frontier(points: Sequence[Point], context: int, judge: Judge,
              excluded: Mapping[str, str] | None = None, alpha: float = ALPHA) -> ContextPareto:
-    """The frontier of one context, every dominated candidate with all its dominators, and the pairs
-    neither of which dominates: without a trade-off (tied or unresolved axes) and with one, each with its
-    axes' verdicts."""
+    """One context's frontier, every dominated candidate with its dominators, and the undecided pairs
+    (tied or unresolved) and trade-offs, each with its axes' verdicts."""
     dominated: dict[str, list[Domination]] = defaultdict(list)
     skipped: list[SkippedPair] = []
     ties: list[Tie] = []
@@ -136,8 +128,7 @@ def frontier(points: Sequence[Point], context: int, judge: Judge,
 
 
 def _sentences(d: PairDominance, a: Point, b: Point) -> dict[str, str]:
-    """Axis -> the comparison's sentence with `a` as its subject (B = `b` was judged against A = `a`),
-    the medians' ratio beside the geometric mean's."""
+    """Axis -> the comparison's sentence with `a` as its subject."""
     return {x: comparison_sentence(v, a.candidate, b.candidate, subject="a",
                                    medians=(a.values.get(x), b.values.get(x))) for x, v in d.verdicts.items()}
 
@@ -179,8 +170,7 @@ def cell_rows(rows: Sequence[Row]) -> dict[tuple[int, str], list[Row]]:
 
 
 def cell_samples(rows: Sequence[Row]) -> dict[tuple[int, str], dict[str, list[float]]]:
-    """Per (context, candidate), the axes measured beside the probes: an image resolution's axis over its
-    image probes' TTFTs; the session and level axes' samples from `agentic.samples`."""
+    """Per (context, candidate): image, session and level axes' samples."""
     from benchd.stats.axes import image_axis
 
     out: dict[tuple[int, str], dict[str, list[float]]] = defaultdict(dict)
@@ -196,9 +186,8 @@ def cell_samples(rows: Sequence[Row]) -> dict[tuple[int, str], dict[str, list[fl
 def row_judge(rows: Sequence[Row], evals: Sequence[EvalResult], context: int, *, order: str | None = None,
               margin_pct: float | Mapping[str, float] | None = None, alpha: float = ALPHA,
               extra: PerCandidate | None = None, k: int | None = None) -> Judge:
-    """The pair judge over one context's rows: per-probe axes from the cells (paired by round when the
-    order allows), the pass rates from the per-task outcomes, the sustain ratio from the sustained rows,
-    the session, level and image axes from their rows, `extra` axes from their per-candidate values."""
+    """The pair judge over one context's rows: per-probe axes (paired by round when the order allows),
+    pass rates from per-task outcomes, and the sustained, session, level, image and `extra` axes."""
     cells = cell_rows(rows)
     samples = cell_samples(rows)
     outcomes = eval_outcomes(evals)
@@ -234,11 +223,8 @@ def row_judge(rows: Sequence[Row], evals: Sequence[EvalResult], context: int, *,
 def points_from_rows(
     rows: Sequence[Row], evals: Sequence[EvalResult], plan: ProbePlan | None = None, extra: PerCandidate | None = None
 ) -> tuple[dict[int, list[Point]], dict[int, dict[str, str]]]:
-    """Cell medians of successful probe rows per context, plus the candidates excluded per context.
-
-    Eval pass rate and sustain ratio are per candidate, so they apply to every context of it. Each
-    point carries the 95 % CI of its per-probe axes and, given the sweep's plan, its cell verdict.
-    """
+    """Cell medians of ok probe rows per context (with 95 % CI and, given `plan`, the cell verdict),
+    and the candidates excluded per context; per-candidate axes apply to every context."""
     ok_cells = cell_rows(rows)
     samples = cell_samples(rows)
     rates = eval_pass_rates(evals)
@@ -291,9 +277,8 @@ def pareto_from_rows(rows: Sequence[Row], evals: Sequence[EvalResult], plan: Pro
                      order: str | None = None, alpha: float = ALPHA, extra: PerCandidate | None = None,
                      margins: Mapping[str, float] | None = None, k: int | None = None,
                      alpha_source: str | None = None) -> list[ContextPareto]:
-    """The Pareto view per context (the axis table's margins unless `margins` overrides one; `plan`'s cell
-    verdicts; `order` the sweep's measuring order, for pairing by round; `extra` per-candidate axes such
-    as ready_s; `k` the axes α is split over at least, `alpha_source` where `alpha` comes from)."""
+    """The Pareto view per context (`margins` override the axis table's; `order` for pairing by round;
+    `extra` per-candidate axes; `k` the least axes α is split over)."""
     points, excluded = points_from_rows(rows, evals, plan, extra)
     out = []
     for ctx in sorted(points):
@@ -305,8 +290,7 @@ def pareto_from_rows(rows: Sequence[Row], evals: Sequence[EvalResult], plan: Pro
 
 
 def view_alpha(sweep: Sweep, order: str | None) -> tuple[float, str]:
-    """The view's α and where it comes from: a sweep whose rounds stopped at planned looks is judged at
-    the stop rule's α (α split over the looks, `stats.stop`), so the view asks the stop's question."""
+    """The view's α and its source: the stop rule's α when the rounds stopped at planned looks."""
     from benchd.engine.plan import round_plan
     from benchd.stats.stop import look_alpha, looks
 

@@ -1,11 +1,5 @@
-"""Choose a priority (`benchctl report --priority NAME`): which measured axis answers it and why, the
-candidates in order on it per context, each with its verdict against the leader, and what the leader
-costs on every other axis. The view never picks: a leader on one axis is a question, not an answer.
-
-Values are the runbook's own (cell medians, the Pareto view's points); verdicts come from the one
-comparison (`benchd.stats`) at α = 0.05 for this one question, each candidate against the leader.
-Reasons and facts: docs/metrics.md#choosing-a-priority.
-"""
+"""Choose a priority (`benchctl report --priority NAME`): the axis that answers it, the candidates in order
+with verdicts against the leader, and its costs; no pick. Reasons: docs/metrics.md#choosing-a-priority."""
 
 from __future__ import annotations
 
@@ -16,6 +10,7 @@ from benchd.results.text import axis_word, comparison_sentence, fmt_value
 from benchd.schemas import ContextPareto, Row, Runbook
 from benchd.stats.axes import AXES, IMAGE_AXIS_PREFIX
 from benchd.stats.comparison import compare_outcomes, compare_rows
+from benchd.stats.rows import usable
 
 
 class Priority(NamedTuple):
@@ -54,8 +49,7 @@ ALPHA = 0.05
 
 
 def _rows(rb: Runbook, cand: str, ctx: int) -> list[Row]:
-    return [r for r in rb.rows if r.kind == "probe" and r.status == "ok" and not r.short and r.candidate == cand
-            and r.context == ctx]
+    return [r for r in rb.rows if usable(r) and r.candidate == cand and r.context == ctx]
 
 
 def _value(rb: Runbook, view: ContextPareto, cand: str, axis: str) -> float | None:
@@ -99,30 +93,49 @@ def _axes_for(p: Priority, rb: Runbook) -> list[str]:
     return sorted({k for v in rb.pareto for pt in v.points for k in pt.values if k.startswith(IMAGE_AXIS_PREFIX)})
 
 
+def _cost_line(other: str, leader: str, mine: float | None, vals: dict[str, float]) -> str:
+    spec = AXES.get(other)
+    if mine is None:
+        return f"{axis_word(other)}: not measured for {leader}"
+    if spec is None:
+        return f"{axis_word(other)}: {_with_unit(other, mine)}"
+    best = (max if spec.better == "higher" else min)(vals.values())
+    if mine == best:
+        return f"{axis_word(other)}: {_with_unit(other, mine)}, the best measured"
+    who = ", ".join(c for c, v in vals.items() if v == best)
+    return f"{axis_word(other)}: {_with_unit(other, mine)} against the best {_with_unit(other, best)} ({who})"
+
+
 def _costs(rb: Runbook, view: ContextPareto, leader: str, axis: str, others: Sequence[str]) -> list[str]:
     """What the leader gives up on each other axis of the view: its median beside the best one."""
     out = []
     names = [a for a in (view.points[0].values if view.points else {}) if a != axis]
     for other in names:
-        spec = AXES.get(other)
         vals = {c: v for c in others if (v := _value(rb, view, c, other)) is not None}
-        mine = vals.get(leader)
-        if spec is None or mine is None or not vals:
-            out.append(f"{axis_word(other)}: not measured for {leader}" if mine is None else
-                       f"{axis_word(other)}: {_with_unit(other, mine)}")
-            continue
-        best = (max if spec.better == "higher" else min)(vals.values())
-        who = ", ".join(c for c, v in vals.items() if v == best)
-        if mine == best:
-            out.append(f"{axis_word(other)}: {_with_unit(other, mine)}, the best measured")
-        else:
-            out.append(f"{axis_word(other)}: {_with_unit(other, mine)} against the best {_with_unit(other, best)} ({who})")
+        out.append(_cost_line(other, leader, vals.get(leader), vals))
     return out
 
 
+def _view_lines(rb: Runbook, view: ContextPareto, axis: str, higher: bool) -> list[str]:
+    cands = [pt.candidate for pt in view.points]
+    vals = {c: v for c in cands if (v := _value(rb, view, c, axis)) is not None}
+    out = [f"context {view.context}:"]
+    if not vals:
+        return [*out, f"  {axis_word(axis)} was not measured at this context for any candidate"]
+    ranked = sorted(vals, key=lambda c: vals[c], reverse=higher)
+    leader = ranked[0]
+    out.append(f"  1. {leader}: {_with_unit(axis, vals[leader])} — first by median")
+    out += [f"  {i}. {c}: {_with_unit(axis, vals[c])} — "
+            f"{_verdict(rb, view.context, axis, leader, c, (vals[leader], vals[c]))}"
+            for i, c in enumerate(ranked[1:], 2)]
+    out += [f"  not measured: {c}" for c in cands if c not in vals]
+    out += [f"  {c}: excluded ({why})" for c, why in view.excluded.items()]
+    out.append(f"  what {leader} costs on the other axes (medians):")
+    return out + [f"    {x}" for x in _costs(rb, view, leader, axis, cands)]
+
+
 def priority_lines(rb: Runbook, name: str) -> list[str]:
-    """The priority's answer in lines: the axis and why, then per context the order with verdicts and
-    the leader's costs; `no pick` said once."""
+    """The priority's answer: the axis and why, then per context the order with verdicts and the leader's costs."""
     p = PRIORITIES[name]
     what = {"context": "the largest context served", IMAGE_AXIS_PREFIX: "time to first token with images"}
     head = [f"priority: {p.question} ({p.name})",
@@ -141,22 +154,7 @@ def priority_lines(rb: Runbook, name: str) -> list[str]:
             out.append(f"  {axis_word(axis)}: not an axis of this benchd")
             continue
         for view in rb.pareto:
-            cands = [pt.candidate for pt in view.points]
-            vals = {c: v for c in cands if (v := _value(rb, view, c, axis)) is not None}
-            out.append(f"context {view.context}:")
-            if not vals:
-                out.append(f"  {axis_word(axis)} was not measured at this context for any candidate")
-                continue
-            ranked = sorted(vals, key=lambda c: vals[c], reverse=spec.better == "higher")
-            leader = ranked[0]
-            for i, c in enumerate(ranked, 1):
-                said = ("first by median" if c == leader else
-                        _verdict(rb, view.context, axis, leader, c, (vals[leader], vals[c])))
-                out.append(f"  {i}. {c}: {_with_unit(axis, vals[c])} — {said}")
-            out += [f"  not measured: {c}" for c in cands if c not in vals]
-            out += [f"  {c}: excluded ({why})" for c, why in view.excluded.items()]
-            out.append(f"  what {leader} costs on the other axes (medians):")
-            out += [f"    {x}" for x in _costs(rb, view, leader, axis, cands)]
+            out += _view_lines(rb, view, axis, spec.better == "higher")
     return out
 
 

@@ -1,10 +1,5 @@
-"""Provenance for a runbook: the machine facts (benchd.sensors.facts) plus what the job itself recorded: one `collect_*` function per area (pyperf's _collect_metadata).
-
-Every value is a plain fact read from the OS or a file, never a guess: when a read fails or the OS
-does not tell, the value is None and `null_reasons[field]` says why. macOS-only readers (sysctl,
-pmset) are isolated: `benchd.sensors.facts.sysctl`, and the power source comes from `benchd.sensors.power.status` (whose pmset parser
-lives in the darwin-only `benchd.sensors.power.darwin` and is tested on committed sample outputs).
-"""
+"""Provenance for a runbook: the machine facts plus what the job recorded, one `collect_*` per area.
+Every value is a fact read from the OS or a file, never a guess: else None with `null_reasons[field]`."""
 
 from __future__ import annotations
 
@@ -32,8 +27,6 @@ from benchd.sensors.facts import (
 )
 from benchd.servers.fingerprint import executable_of, external_fingerprint, take_fingerprint
 from benchd.servers.runtimes.vision import gguf_metadata
-
-# ------------------------------------------------------------------------ per candidate and prompts
 
 
 def collect_sleep(events: Sequence[Event]) -> SleepInfo:
@@ -65,38 +58,38 @@ def collect_energy(events: Sequence[Event]) -> EnergyInfo:
 
 def server_info(cand: str, rows: Sequence[Row], events: Sequence[Event]) -> tuple[str | None, str | None, str | None]:
     """(binary, server_version, where the version came from): the rows first, then `server_ready` events."""
-    binary = next((r.binary for r in rows if r.candidate == cand and r.binary), None)
-    version = next((r.server_version for r in rows if r.candidate == cand and r.server_version), None)
-    source = "rows" if version else None
-    for ev in events:
-        p = ev.payload
-        if ev.type == "server_ready" and p.get("candidate") == cand:
-            binary = binary or p.get("binary")
-            got = p.get("server_version") or p.get("version")
-            if version is None and got is not None:
-                version, source = str(got), "event:server_ready"
-    return binary, version, source
+    binary, version = _row_field(rows, cand, "binary"), _row_field(rows, cand, "server_version")
+    ready = [ev.payload for ev in _ready_events(cand, events)]
+    for p in ready:
+        binary = binary or p.get("binary")
+    if version is not None:
+        return binary, version, "rows"
+    got = next((v for p in ready if (v := p.get("server_version") or p.get("version")) is not None), None)
+    return (binary, None, None) if got is None else (binary, str(got), "event:server_ready")
+
+
+def _ready_events(cand: str, events: Sequence[Event]) -> list[Event]:
+    return [ev for ev in events if ev.type == "server_ready" and ev.payload.get("candidate") == cand]
+
+
+def _row_field(rows: Sequence[Row], cand: str, field: str) -> str | None:
+    return next((v for r in rows if r.candidate == cand and (v := getattr(r, field))), None)
 
 
 def server_env(cand: str, events: Sequence[Event]) -> tuple[dict[str, str] | None, list[str]]:
-    """(variables passed to the candidate's servers, inherited knobs removed) from `server_ready` events
-    (the last start's record; the adapter redacted secret-looking values before the event was written)."""
+    """(variables passed to the candidate's servers, inherited knobs removed), from the last
+    `server_ready` event (secret-looking values already redacted)."""
     env: dict[str, str] | None = None
     removed: set[str] = set()
-    for ev in events:
-        p = ev.payload
-        if ev.type == "server_ready" and p.get("candidate") == cand and isinstance(p.get("env"), dict):
+    for p in (ev.payload for ev in _ready_events(cand, events)):
+        if isinstance(p.get("env"), dict):
             env = {str(k): str(v) for k, v in p["env"].items()}
             removed.update(str(x) for x in p.get("env_removed") or ())
     return env, sorted(removed)
 
 
 def collect_prompts(events: Sequence[Event]) -> PromptsInfo:
-    """The prompt corpus hash as the job recorded it in an event payload (`prompts` or top level).
-
-    When the job recorded none, it is computed now from `benchd.engine.prompts.prompt_provenance()` (the
-    same stdlib files on the same machine) and `source` says it was computed at runbook time.
-    """
+    """The prompt corpus hash as the job recorded it, else computed now (`source` says so)."""
     for ev in events:
         p = ev.payload
         prompts = p.get("prompts") if isinstance(p.get("prompts"), dict) else p
@@ -187,7 +180,6 @@ def model_license(path: str) -> tuple[str | None, str]:
 
 
 def with_license(model: ModelInfo) -> ModelInfo:
-    """`model` with the licence its files declare (or the reason there is none) filled in."""
     if model.kind not in ("file", "dir"):
         return model
     value, source = model_license(model.path)
@@ -198,13 +190,11 @@ def with_license(model: ModelInfo) -> ModelInfo:
 
 def external_server(cand: str, events: Sequence[Event]) -> ExternalServer | None:
     """An external candidate's server as its last `server_ready` event recorded its detection."""
-    seen = [e.payload["external"] for e in events if e.type == "server_ready" and e.payload.get("candidate") == cand
-            and isinstance(e.payload.get("external"), dict)]
+    seen = [e.payload["external"] for e in _ready_events(cand, events) if isinstance(e.payload.get("external"), dict)]
     return msgspec.convert(seen[-1], ExternalServer) if seen else None
 
 
 def collect_affinity(cand: str, events: Sequence[Event]) -> CpuAffinity | None:
     """The cores the candidate's last server and the probe client ran on (`server_ready`'s `affinity`)."""
-    got = [e.payload["affinity"] for e in events
-           if e.type == "server_ready" and e.payload.get("candidate") == cand and isinstance(e.payload.get("affinity"), dict)]
+    got = [e.payload["affinity"] for e in _ready_events(cand, events) if isinstance(e.payload.get("affinity"), dict)]
     return msgspec.convert(got[-1], CpuAffinity) if got else None

@@ -1,8 +1,5 @@
-"""The race as the runbook, the report and the page show it: who left, at which context and round, by whom
-and on which axes, and the survivors (the frontier of each context is the Pareto view's, over them).
-
-Reasons and facts: docs/measuring.md#racing.
-"""
+"""The race as the runbook, report and page show it: who left, when, by whom, on which axes, and the
+survivors. Reasons and facts: docs/measuring.md#racing."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Time to ready in the runbook: every server start's `server_ready` event as a `ReadyStart`, and per
-candidate the median of its warm and its cold starts (`ReadySummary`). A start counts as cold only when
-its model files had no page resident just before the spawn (mincore), warm only when all were; a
-"partial" start is in neither figure. Pure (events in, records out)."""
+"""Time to ready: each `server_ready` event as a `ReadyStart`, and per candidate the medians of its warm
+and its cold starts (`ReadySummary`; a "partial" start is in neither). Pure."""
 
 from __future__ import annotations
 
@@ -46,28 +44,43 @@ def _set(x: T | UnsetType) -> T | None:
     return None if isinstance(x, UnsetType) else x
 
 
+def _ready_times(starts: list[ReadyStart], cache: str) -> list[float]:
+    return [s.ready_s for s in starts if s.cache == cache and s.ready_s is not None]
+
+
+def _spread(values: list[float]) -> tuple[float | None, float | None, float | None]:
+    return (statistics.median(values), min(values), max(values)) if values else (None, None, None)
+
+
+def _cold_null(mine: list[ReadyStart]) -> str:
+    asked = [s for s in mine if s.cold_requested]
+    if asked:
+        return "the pages could not all be dropped: " + (asked[0].sources.get("cache") or "")
+    return "no cold start was asked for (`[ready] starts`)" if mine else "no server start"
+
+
+def _summary_nulls(mine: list[ReadyStart], warm: list[float], cold: list[float], loads: list[float]) -> dict[str, str]:
+    nulls: dict[str, str] = {}
+    if not warm:
+        nulls["warm"] = "no start with the model files fully in the page cache" if mine else "no server start"
+    if not cold:
+        nulls["cold"] = _cold_null(mine)
+    if not loads:
+        nulls["load"] = next((s.null_reasons["load_s"] for s in mine if "load_s" in s.null_reasons),
+                             "no server start")
+    return nulls
+
+
 def ready_summary(starts: Sequence[ReadyStart], candidates: Sequence[str]) -> list[ReadySummary]:
     out = []
     for cand in candidates:
         mine = [s for s in starts if s.candidate == cand and s.ready_s is not None]
-        warm = [s.ready_s for s in mine if s.cache == "warm" and s.ready_s is not None]
-        cold = [s.ready_s for s in mine if s.cache == "cold" and s.ready_s is not None]
+        warm, cold = _ready_times(mine, "warm"), _ready_times(mine, "cold")
         loads = [s.load_s for s in mine if s.load_s is not None]
-        nulls: dict[str, str] = {}
-        if not warm:
-            nulls["warm"] = "no start with the model files fully in the page cache" if mine else "no server start"
-        if not cold:
-            asked = [s for s in mine if s.cold_requested]
-            nulls["cold"] = ("the pages could not all be dropped: " + (asked[0].sources.get("cache") or "")
-                             if asked else "no cold start was asked for (`[ready] starts`)" if mine
-                             else "no server start")
-        if not loads:
-            nulls["load"] = next((s.null_reasons["load_s"] for s in mine if "load_s" in s.null_reasons),
-                                 "no server start")
+        (warm_median, warm_min, warm_max), (cold_median, cold_min, cold_max) = _spread(warm), _spread(cold)
         out.append(ReadySummary(
             candidate=cand, warm_n=len(warm), cold_n=len(cold),
-            warm_median_s=statistics.median(warm) if warm else None, warm_min_s=min(warm, default=None),
-            warm_max_s=max(warm, default=None), cold_median_s=statistics.median(cold) if cold else None,
-            cold_min_s=min(cold, default=None), cold_max_s=max(cold, default=None),
-            load_median_s=statistics.median(loads) if loads else None, null_reasons=nulls))
+            warm_median_s=warm_median, warm_min_s=warm_min, warm_max_s=warm_max, cold_median_s=cold_median,
+            cold_min_s=cold_min, cold_max_s=cold_max, load_median_s=_spread(loads)[0],
+            null_reasons=_summary_nulls(mine, warm, cold, loads)))
     return out

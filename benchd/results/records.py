@@ -1,19 +1,16 @@
-"""View records of a runbook: what the writers show, computed once from the typed `Runbook`.
-
-The writers (the page in `html`/`pagecharts`, the energy section of `report`) format these records
-through `results.text` and recompute nothing: every figure is the runbook's own (cell statistics,
-Pareto points, the one comparison's text), so the page and `benchctl report` cannot disagree.
-"""
+"""View records of a runbook, computed once from the typed `Runbook`: the writers format them through
+`results.text` and recompute nothing, so the page and `benchctl report` cannot disagree."""
 
 from __future__ import annotations
 
 import shlex
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
+from benchd.results.decision import tie_status
 from benchd.results.text import AXIS_LABELS, STATE_WORDS, fmt_range, fmt_value, machine_line, verdict_text
-from benchd.schemas import CellStats, ContextPareto, MetricStats, Row, Runbook
+from benchd.schemas import CellStats, ContextPareto, Domination, MetricStats, Row, Runbook
 from benchd.schemas.json import JSONObject
 from benchd.stats.comparison import pareto_axes
 
@@ -36,8 +33,8 @@ DERIVED_PROMPT_NOTE = ("prompt_tps ≈ derived, not the server's: prompt tokens 
 
 
 def derived_prompt_tps(rows: Sequence[Row]) -> tuple[float, int] | None:
-    """(median of prompt tokens ÷ TTFT in tok/s, probes used) over the rows that have both, or None: the
-    prefill rate of a server that reports no prompt timing (mlx_lm.server)."""
+    """(median of prompt tokens ÷ TTFT, probes used), or None: the prefill rate of a server that
+    reports no prompt timing."""
     import statistics
 
     rates = [r.prompt_tokens / (r.ttft_ms / 1000.0) for r in rows if r.prompt_tokens and r.ttft_ms and r.ttft_ms > 0]
@@ -72,15 +69,11 @@ def _ok_probes(rb: Runbook, candidate: str, context: int) -> list[Row]:
 
 
 def metric_source(rows: Sequence[Row], metric: str) -> str | None:
-    """The source the rows name for a metric (the commonest, with a count when they differ)."""
     got = Counter(r.sources[metric] for r in rows if r.sources.get(metric))
     if not got:
         return None
     (top, n), *rest = got.most_common()
     return top if not rest else f"{top} ({n} of {sum(got.values())} rows)"
-
-
-# ------------------------------------------------------------------------------------------ summary
 
 
 @dataclass(frozen=True)
@@ -109,8 +102,6 @@ class Summary:
 
 
 def summary(rb: Runbook) -> Summary:
-    """Sweep, machine (with the energy counter), dates, outcome, sweep-level facts (the deferred axes:
-    `decision.deferred_rows`)."""
     s, e = rb.sweep, rb.provenance.energy
     energy = ", ".join(f"{k} {v}" for k, v in (("source", e.source), ("granularity", e.granularity),
                                                 ("scope", e.scope)) if v) or (e.reason or "not measured")
@@ -140,13 +131,10 @@ def sweep_facts(rb: Runbook) -> list[Fact]:
     return out
 
 
-# ------------------------------------------------------------------------------------------- pareto
-
-
 @dataclass(frozen=True)
 class ParetoPoint:
-    """One candidate in one context: its status, relation in words, and per axis the runbook's value,
-    the value scaled to the chart's unit and the hover text (statistics and source, or why null)."""
+    """One candidate in one context: status, relation in words, and per axis the value, its chart
+    value and hover text."""
 
     candidate: str
     context: int
@@ -176,18 +164,16 @@ def axes_present(rb: Runbook) -> list[str]:
 
 
 def _ties(ctx: ContextPareto) -> dict[str, tuple[str, str]]:
-    """Candidate -> (with whom it is tied or unresolved, in the one comparison's words; its status:
-    "unresolved" when any of its pairs is)."""
+    """Candidate -> (with whom it is tied or unresolved, its status)."""
     out: dict[str, list[str]] = {}
     status: dict[str, str] = {}
     for t in ctx.ties:
-        # (a runbook written before `status` existed: its sentence said it)
-        st = t.status or ("unresolved" if t.text and "unresolved on" in t.text else "tied")
+        st = tie_status(t)
+        on = f" on {', '.join(t.axes)}" if t.axes else ""
         for m in t.pair:
             others = ", ".join(x for x in t.pair if x != m)
-            on = f" on {', '.join(t.axes)}" if t.axes else ""
             out.setdefault(m, []).append(f"{others}: {t.text}" if t.text else others + on)
-            status[m] = "unresolved" if st == "unresolved" or status.get(m) == "unresolved" else "tied"
+            status[m] = "unresolved" if "unresolved" in (st, status.get(m)) else "tied"
     return {k: ("; ".join(v), status[k]) for k, v in out.items()}
 
 
@@ -210,24 +196,27 @@ def _null_reason(rows: Sequence[Row], stats: MetricStats | None, axis: str) -> s
     return "; ".join(sorted(reasons)) or "not measured for this candidate"
 
 
+def _dominance_text(d: Domination) -> str:
+    return ((d.text or f"by {d.by} on {', '.join(d.better_on)}" + (f" (tied on {', '.join(d.tied_on)})" if d.tied_on else ""))
+            + (f" (not compared: {', '.join(d.skipped_axes)})" if d.skipped_axes else ""))
+
+
+def _relation(ctx: ContextPareto, cand: str, ties: dict[str, tuple[str, str]]) -> tuple[str, str]:
+    if cand in ctx.dominated:
+        return "dominated", "; ".join(_dominance_text(d) for d in ctx.dominated[cand])
+    if cand in ties:
+        words, status = ties[cand]
+        return status, f"{'not dominated, with' if status == 'unresolved' else 'tied with'} {words}"
+    return "frontier", "on the frontier: no candidate beats it on every axis"
+
+
 def pareto_points(rb: Runbook, ctx: ContextPareto) -> list[ParetoPoint]:
-    """One record per candidate in a context."""
     ties = _ties(ctx)
     out = []
     for p in ctx.points:
         cand = p.candidate
         rows, cell = _ok_probes(rb, cand, ctx.context), _cell(rb, cand, ctx.context)
-        if cand in ctx.dominated:
-            status = "dominated"
-            relation = "; ".join((d.text or f"by {d.by} on {', '.join(d.better_on)}"
-                                  + (f" (tied on {', '.join(d.tied_on)})" if d.tied_on else ""))
-                                 + (f" (not compared: {', '.join(d.skipped_axes)})" if d.skipped_axes else "")
-                                 for d in ctx.dominated[cand])
-        elif cand in ties:
-            words, status = ties[cand]
-            relation = f"{'not dominated, with' if status == 'unresolved' else 'tied with'} {words}"
-        else:
-            status, relation = "frontier", "on the frontier: no candidate beats it on every axis"
+        status, relation = _relation(ctx, cand, ties)
         if cand in ctx.caveats:
             relation += f" — caveat: {ctx.caveats[cand]}"
         verdict = cell.verdict if cell is not None and cell.verdict is not None else p.verdict
@@ -240,37 +229,51 @@ def pareto_points(rb: Runbook, ctx: ContextPareto) -> list[ParetoPoint]:
     return out
 
 
+def _suite_over(rb: Runbook, cand: str, axis: str) -> str | None:
+    suite = {"code_pass_rate": "code", "tool_pass_rate": "tools"}[axis]
+    summ = next((e for e in rb.eval_summary if e.candidate == cand and e.tier == suite), None)
+    return None if summ is None else (f"{summ.passed}/{summ.total}, 95 % CI "
+                                      f"{fmt_range(axis, summ.ci_low, summ.ci_high)}")
+
+
+def _tier_over(rb: Runbook, cand: str, axis: str) -> str | None:
+    tier = next((e for e in reversed(rb.eval_summary) if e.candidate == cand), None)
+    return None if tier is None else f"{tier.passed}/{tier.total}, tier {tier.tier}"
+
+
+def _sustain_over(rb: Runbook, cand: str, axis: str) -> str | None:
+    run = next((s for s in reversed(rb.sustained) if s.candidate == cand), None)
+    return None if run is None else f"one sustained run of {run.gen_tokens} tokens"
+
+
+#: Per-candidate axes: what their value is measured over (None: not recorded).
+_MEASURED_OVER: dict[str, Callable[[Runbook, str, str], str | None]] = {
+    "code_pass_rate": _suite_over, "tool_pass_rate": _suite_over, "eval_pass_rate": _tier_over,
+    "sustain_ratio": _sustain_over}
+
+
+def _tip_detail(rb: Runbook, cand: str, axis: str, value: float, stats: object) -> str:
+    over = _MEASURED_OVER.get(axis)
+    said = over(rb, cand, axis) if over is not None else None
+    if said is not None:
+        return f"{fmt_value(axis, value)} ({said})"
+    return _stats_text(axis, stats) if isinstance(stats, MetricStats) else fmt_value(axis, value)
+
+
 def _tip(rb: Runbook, cand: str, axis: str, value: float | None, rows: list[Row], cell: CellStats | None) -> str:
     stats = getattr(cell, axis, None) if cell is not None else None
     if value is None:
         return f"null: {_null_reason(rows, stats, axis)}"
-    suite = {"code_pass_rate": "code", "tool_pass_rate": "tools"}.get(axis)
-    summ = next((e for e in rb.eval_summary if e.candidate == cand and e.tier == suite), None) if suite else None
-    tier = next((e for e in reversed(rb.eval_summary) if e.candidate == cand), None)
-    run = next((s for s in reversed(rb.sustained) if s.candidate == cand), None)
-    if summ is not None:
-        detail = (f"{fmt_value(axis, value)} ({summ.passed}/{summ.total}, 95 % CI "
-                  f"{fmt_range(axis, summ.ci_low, summ.ci_high)})")
-    elif axis == "eval_pass_rate" and tier is not None:
-        detail = f"{fmt_value(axis, value)} ({tier.passed}/{tier.total}, tier {tier.tier})"
-    elif axis == "sustain_ratio" and run is not None:
-        detail = f"{fmt_value(axis, value)} (one sustained run of {run.gen_tokens} tokens)"
-    elif isinstance(stats, MetricStats):
-        detail = _stats_text(axis, stats)
-    else:
-        detail = fmt_value(axis, value)
+    detail = _tip_detail(rb, cand, axis, value, stats)
     sustained = [r for r in rb.rows if r.kind == "sustained" and r.candidate == cand][-1:]
     src = metric_source(rows, axis) or DERIVED_SOURCES.get(axis) or metric_source(sustained, axis) or "not recorded"
     return f"{detail}; source: {src}"
 
 
-# --------------------------------------------------------------------------------- probe series
-
-
 @dataclass(frozen=True)
 class ProbeMark:
-    """A probe in its cell's series: its order, what its marker says (ok, short, null, failed,
-    throttle-suspect, sentinel) and why, and `y` where the chart draws it."""
+    """A probe in its cell's series: its marker (ok, short, null, failed, throttle-suspect, sentinel),
+    why, and `y` where the chart draws it."""
 
     candidate: str
     context: int
@@ -290,24 +293,25 @@ class ProbeMark:
         return {**rec, **extras}
 
 
+#: (mark, does the row carry it, its note), the first that applies wins.
+_PROBE_MARKS: tuple[tuple[str, Callable[[Row, int], bool], Callable[[Row, int], str]], ...] = (
+    ("failed", lambda r, want: r.status != "ok", lambda r, want: f"{r.status}: {r.error or 'no error recorded'}"),
+    ("null", lambda r, want: r.gen_tps is None,
+     lambda r, want: f"gen_tps null: {r.null_reasons.get('gen_tps', 'no reason recorded')}"),
+    ("short", lambda r, want: r.short or (r.gen_tokens is not None and r.gen_tokens < want),
+     lambda r, want: r.short_reason or f"short: {r.gen_tokens} of {want} tokens generated"),
+    ("throttle-suspect", lambda r, want: r.throttle is not None and r.throttle.suspect,
+     lambda r, want: (r.throttle.note if r.throttle else None) or "throttle-suspect"),
+    ("sentinel", lambda r, want: r.kind == "sentinel",
+     lambda r, want: "drift sentinel: this cell run again at the end of the sweep"),
+)
+
+
 def _probe_mark(r: Row, want: int) -> tuple[str, str]:
-    if r.status != "ok":
-        return "failed", f"{r.status}: {r.error or 'no error recorded'}"
-    if r.gen_tps is None:
-        return "null", f"gen_tps null: {r.null_reasons.get('gen_tps', 'no reason recorded')}"
-    if r.short or (r.gen_tokens is not None and r.gen_tokens < want):
-        return "short", r.short_reason or f"short: {r.gen_tokens} of {want} tokens generated"
-    if r.throttle is not None and r.throttle.suspect:
-        return "throttle-suspect", r.throttle.note or "throttle-suspect"
-    if r.kind == "sentinel":
-        return "sentinel", "drift sentinel: this cell run again at the end of the sweep"
-    return "ok", ""
+    return next(((mark, note(r, want)) for mark, applies, note in _PROBE_MARKS if applies(r, want)), ("ok", ""))
 
 
-def probe_series(rb: Runbook) -> list[ProbeMark]:
-    """Every probe row in order (the drift sentinel's re-run after its cell's own probes). Failed and
-    null probes sit at the bottom of their cell's panel, so the panel's scale stays the data's."""
-    rows = [r for r in rb.rows if r.kind in ("probe", "sentinel")]
+def _cell_extents(rows: list[Row]) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], float]]:
     last: dict[tuple[str, int], int] = {}
     floor: dict[tuple[str, int], float] = {}
     for r in rows:
@@ -316,22 +320,33 @@ def probe_series(rb: Runbook) -> list[ProbeMark]:
             last[key] = max(last.get(key, -1), r.probe)
         if r.gen_tps is not None:
             floor[key] = min(floor.get(key, r.gen_tps), r.gen_tps)
+    return last, floor
+
+
+def _cell_verdict(cell: CellStats | None) -> str:
+    if cell is None:
+        return ""
+    verdict = verdict_text(cell.verdict, detail=True) if cell.verdict else ""
+    return verdict or ("noisy (CV > 5 %)" if cell.noisy else "")
+
+
+def probe_series(rb: Runbook) -> list[ProbeMark]:
+    """Every probe row in order, the sentinel's re-run after its cell's probes; failed and null probes sit
+    at the bottom of their cell's panel."""
+    rows = [r for r in rb.rows if r.kind in ("probe", "sentinel")]
+    last, floor = _cell_extents(rows)
     out = []
     for r in rows:
         key, cell = (r.candidate, r.context), _cell(rb, r.candidate, r.context)
         mark, note = _probe_mark(r, rb.sweep.gen_tokens)
-        verdict = verdict_text(cell.verdict, detail=True) if cell is not None and cell.verdict else ""
         out.append(ProbeMark(
             candidate=r.candidate, context=r.context,
             probe=r.probe + (last.get(key, -1) + 1 if r.kind == "sentinel" else 0), mark=mark, gen_tps=r.gen_tps,
             note=note, source=r.sources.get("gen_tps", ""), cell_median=cell.gen_tps.median if cell else None,
-            verdict=verdict or ("noisy (CV > 5 %)" if cell is not None and cell.noisy else ""),
+            verdict=_cell_verdict(cell),
             y=r.gen_tps if r.gen_tps is not None else floor.get(key, 0.0),
             extras={k: getattr(r, k) for k in ROW_EXTRAS if getattr(r, k) is not None}))
     return out
-
-
-# ------------------------------------------------------------------------------- sustained, locks
 
 
 @dataclass(frozen=True)
@@ -370,21 +385,20 @@ class LockCommand:
 def lock_commands(rb: Runbook) -> list[LockCommand]:
     """The command that locks each candidate: given for every one, alphabetically (never a choice)."""
     dominated = {c for ctx in rb.pareto for c in ctx.dominated}
-    out = []
-    for cand in sorted(c.id for c in rb.sweep.candidates):
-        ok = any(r.candidate == cand and r.kind == "probe" and r.status == "ok" for r in rb.rows)
-        cmd = ["benchctl", "lock", "--runbook", rb.id, "--candidate", cand]
-        note = ""
-        if not ok:
-            note = "no successful probe row: benchctl refuses to lock it (nothing measured to lock on)"
-        elif cand in dominated:
-            cmd.append("--force")
-            note = "dominated in at least one context: the lock needs --force"
-        out.append(LockCommand(cand, " ".join(shlex.quote(x) for x in cmd) + " --note '…'", note, ok))
-    return out
+    measured = {r.candidate for r in rb.rows if r.kind == "probe" and r.status == "ok"}
+    return [_lock_command(rb.id, cand, cand in measured, cand in dominated)
+            for cand in sorted(c.id for c in rb.sweep.candidates)]
 
 
-# ---------------------------------------------------------------------------- sessions, levels
+def _lock_command(rb_id: str, cand: str, ok: bool, dominated: bool) -> LockCommand:
+    cmd = ["benchctl", "lock", "--runbook", rb_id, "--candidate", cand]
+    note = ""
+    if not ok:
+        note = "no successful probe row: benchctl refuses to lock it (nothing measured to lock on)"
+    elif dominated:
+        cmd.append("--force")
+        note = "dominated in at least one context: the lock needs --force"
+    return LockCommand(cand, " ".join(shlex.quote(x) for x in cmd) + " --note '…'", note, ok)
 
 
 def session_turns(rb: Runbook) -> list[JSONObject]:
@@ -397,8 +411,7 @@ def session_turns(rb: Runbook) -> list[JSONObject]:
 
 
 def level_rates(rb: Runbook) -> list[JSONObject]:
-    """Per (candidate, context, level): the aggregate and the per-request gen tok/s (the level summary);
-    level 1 is the cell's median gen tok/s (the cold probes)."""
+    """Per (candidate, context, level): aggregate and per-request gen tok/s; level 1 is the cell's median."""
     from benchd.engine.parallel import parallel_summary
 
     by_cell: dict[tuple[str, int], list[Row]] = {}
@@ -416,9 +429,6 @@ def level_rates(rb: Runbook) -> list[JSONObject]:
                     {"candidate": cand, "context": ctx, "level": level, "measure": "per request",
                      "tps": s.per_request_gen_tps}]
     return out
-
-
-# ----------------------------------------------------------------------------------- time to ready
 
 
 @dataclass(frozen=True)
@@ -454,9 +464,6 @@ def ready_rows(rb: Runbook) -> list[ReadyRow]:
         starts=sum(1 for r in rb.ready if r.candidate == s.candidate)) for s in rb.ready_summary]
 
 
-# ------------------------------------------------------------------------------------------ energy
-
-
 @dataclass(frozen=True)
 class EnergyCell:
     """One cell's energy statistics, per `ENERGY_COLUMNS` metric, over the rows its other statistics use."""
@@ -467,8 +474,7 @@ class EnergyCell:
 
 
 def energy_cells(rb: Runbook) -> list[EnergyCell]:
-    """Per cell with an ok probe: J/gen token is the cell's own statistic; the other energy figures (the
-    cell does not keep them) come from the same function over the same rows (ok, not short)."""
+    """Per cell with an ok probe: its energy figures over the same rows as its other statistics."""
     from benchd.engine.metrics import metric_stats
 
     out = []

@@ -1,13 +1,5 @@
-"""Views of a written runbook (the Pareto charts, the self-contained HTML page), rendered in a worker
-process so the daemon's event loop never pays for them.
-
-A view is a `Renderer` in `benchd.results.views.RENDERERS`: a name, what it needs installed (None
-when present, else why not), and a function writing its files beside the runbook. The daemon renders
-every available view of each runbook; `--only NAME` renders one (a view whose requirement is missing
-is skipped with its reason).
-
-Reasons and facts: docs/architecture.md#rendering-the-views.
-"""
+"""Views of a written runbook (charts, the page), rendered in a worker process so the daemon's loop
+never pays for them. Reasons and facts: docs/architecture.md#rendering-the-views."""
 
 from __future__ import annotations
 
@@ -41,10 +33,8 @@ class RenderOutcome:
 
 async def render_off_loop(path: Path, names: list[str] | None = None, *, cache_dir: Path | None = None,
                           timeout_s: float = RENDER_TIMEOUT_S) -> RenderOutcome:
-    """Render the runbook's views in a worker process and wait for it without blocking the loop.
-
-    Cancelled (daemon shutdown) or past `timeout_s`, the worker is killed. Nothing is spawned when no
-    view can be rendered here (e.g. matplotlib not installed)."""
+    """Render the runbook's views in a worker process without blocking the loop; cancelled or past
+    `timeout_s`, the worker is killed. Nothing is spawned when no view can render here."""
     wanted = available(names)
     skipped = {n: str(RENDERERS[n].missing()) for n in (names or list(RENDERERS)) if n not in wanted}
     if not wanted:
@@ -74,8 +64,8 @@ async def render_off_loop(path: Path, names: list[str] | None = None, *, cache_d
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m benchd.results.render RUNBOOK.json [--only NAME]...`: prints {written, skipped,
-    errors} as JSON; exit 0 when no view failed, 1 otherwise."""
+    """`python -m benchd.results.render RUNBOOK.json [--only NAME]...`: prints {written, skipped, errors};
+    exit 1 when a view failed."""
     p = argparse.ArgumentParser(prog="python -m benchd.results.render", description=main.__doc__)
     p.add_argument("runbook", type=Path)
     p.add_argument("--only", action="append", choices=sorted(RENDERERS), help="render only this view (repeatable)")

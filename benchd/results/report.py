@@ -1,11 +1,5 @@
 """Rendering a runbook for people and tools: plain/rich tables, Markdown, JSON, CSV, the Pareto view.
-
-Every figure printed comes from the runbook (cell statistics computed by `benchd.engine.metrics` from the
-rows); nothing is recomputed differently here. A null is never shown as 0 or blank: it prints as
-`null [n]` with the reason in a numbered note under the table. Noisy cells (CV > 5 %) are marked.
-Each cell shows its verdict (steady / unsteady ±w / drifting ±d / too few) and the probes it used;
-the drift sentinel's summary heads the report.
-"""
+Every figure comes from the runbook; a null prints as `null [n]` with its reason in a numbered note."""
 
 from __future__ import annotations
 
@@ -47,10 +41,22 @@ from benchd.results.text import (
     machine_line,
     verdict_text,
 )
-from benchd.schemas import CellStats, ContextPareto, MetricStats, Runbook, SleepInfo, Sweep
+from benchd.schemas import (
+    CandidateProvenance,
+    CellStats,
+    ContextPareto,
+    EvalSummary,
+    MetricStats,
+    Runbook,
+    SkippedPair,
+    SleepInfo,
+    Sweep,
+)
 from benchd.stats.comparison import AXES
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from benchd.results.compare import Comparison
 
 #: Columns of the cell table: metric, header.
@@ -75,7 +81,6 @@ def probes_text(sweep: Sweep) -> str:
 
 
 def drift_text(rb: Runbook) -> str:
-    """The sentinel's one-line summary, or why there is none."""
     if rb.drift is not None:
         return ("DRIFT: " if rb.drift.drifted else "") + rb.drift.summary
     return f"drift sentinel: none ({rb.drift_null_reason or 'not recorded'})"
@@ -127,6 +132,15 @@ def _verdict_cell(c: CellStats, notes: Notes) -> str:
     return text
 
 
+def _ok_failed(c: CellStats, notes: Notes) -> str:
+    failed = f"{c.n_ok}/{c.n_failed}"
+    if c.n_short:
+        failed += f" +{c.n_short} short {notes.ref(f'{c.candidate}@{c.context}: short probes are kept out of the medians (runbook flags say why)')}"
+    if c.n_ok == 0 and c.errors:
+        failed += f" {notes.ref(f'{c.candidate}@{c.context}: ' + '; '.join(c.errors))}"
+    return failed
+
+
 def cell_table(rb: Runbook) -> tuple[list[str], list[list[str]], Notes]:
     notes = Notes()
     drafts = any(c.draft_acceptance is not None for c in rb.cells)
@@ -134,11 +148,7 @@ def cell_table(rb: Runbook) -> tuple[list[str], list[list[str]], Notes]:
               *(["draft acceptance"] if drafts else [])]
     body = []
     for c in rb.cells:
-        failed = f"{c.n_ok}/{c.n_failed}"
-        if c.n_short:
-            failed += f" +{c.n_short} short {notes.ref(f'{c.candidate}@{c.context}: short probes are kept out of the medians (runbook flags say why)')}"
-        if c.n_ok == 0 and c.errors:
-            failed += f" {notes.ref(f'{c.candidate}@{c.context}: ' + '; '.join(c.errors))}"
+        failed = _ok_failed(c, notes)
         draft = [] if not drafts else ["-" if c.draft_acceptance is None else metric_text(c.draft_acceptance, notes)]
         body.append([c.candidate, str(c.context), failed, _verdict_cell(c, notes), _probes_used(c),
                      *(_metric_cell(rb, c, m, notes) for m, _ in COLUMNS), *draft])
@@ -180,9 +190,6 @@ def _md_table(header: list[str], body: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------------------- Pareto
-
-
 def _axis_order(per_axis: dict[str, str]) -> list[tuple[str, str]]:
     order = list(AXES)
     return sorted(per_axis.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
@@ -197,6 +204,14 @@ def _axis_line(axis: str, text: str) -> str:
     return f"    {axis}: {text}" if text.startswith(_VERDICT_WORDS) else f"    {text}"
 
 
+def _pair_lines(head: str, verdicts: dict[str, str], skipped: SkippedPair | None) -> list[str]:
+    out = [f"  {head}", *(_axis_line(axis, text) for axis, text in _axis_order(verdicts))]
+    if skipped is not None:
+        out.append("    not compared: " + "; ".join(f"{axis_word(a)} ({skipped.why[a]})" if a in skipped.why
+                                                  else axis_word(a) for a in skipped.axes))
+    return out
+
+
 def pareto_lines(p: ContextPareto, rb: Runbook | None = None) -> list[str]:
     out = [f"context {p.context}: frontier = {', '.join(p.frontier) or '(none)'}"]
     for f in rb.flags if rb is not None else ():
@@ -204,37 +219,30 @@ def pareto_lines(p: ContextPareto, rb: Runbook | None = None) -> list[str]:
             out.append(f"  unlike work: {f.detail}")
     for cand, caveat in p.caveats.items():
         out.append(f"  {cand} is on the frontier with a caveat: {caveat}")
-    skipped = {tuple(sp.pair): sp for sp in p.skipped_pairs}
-
-    def not_compared(pair: list[str]) -> list[str]:
-        sp = skipped.get(tuple(sorted(pair)))
-        if sp is None:
-            return []
-        return ["    not compared: " + "; ".join(f"{axis_word(a)} ({sp.why[a]})" if a in sp.why else axis_word(a)
-                                            for a in sp.axes)]
-
-    for cand, doms in p.dominated.items():
-        for d in doms:
-            out.append(f"  {d.text}" if d.text else f"  {cand} is dominated by {d.by} on {', '.join(d.better_on)}")
-            out += [_axis_line(axis, text) for axis, text in _axis_order(d.verdicts)]
-            out += not_compared([cand, d.by])
-    for t in p.ties:
-        out.append(f"  {t.text}" if t.text and not t.text.startswith(_VERDICT_WORDS)
-                   else f"  {t.pair[0]} against {t.pair[1]}: {t.text or 'neither dominates'}")
-        out += [_axis_line(axis, text) for axis, text in _axis_order(t.axes)]
-        out += not_compared(t.pair)
-    for o in p.tradeoffs:
-        out.append(f"  {o.text}")
-        out += [_axis_line(axis, text) for axis, text in _axis_order(o.axes)]
-        out += not_compared(o.pair)
+    out += _pairs_lines(p)
     for cand, reason in p.excluded.items():
         out.append(f"  {cand} excluded: {reason}")
     return out
 
 
+def _pairs_lines(p: ContextPareto) -> list[str]:
+    out: list[str] = []
+    skipped = {tuple(sp.pair): sp for sp in p.skipped_pairs}
+    for cand, doms in p.dominated.items():
+        for d in doms:
+            out += _pair_lines(d.text or f"{cand} is dominated by {d.by} on {', '.join(d.better_on)}", d.verdicts,
+                               skipped.get(tuple(sorted([cand, d.by]))))
+    for t in p.ties:
+        head = (t.text if t.text and not t.text.startswith(_VERDICT_WORDS)
+                else f"{t.pair[0]} against {t.pair[1]}: {t.text or 'neither dominates'}")
+        out += _pair_lines(head, t.axes, skipped.get(tuple(sorted(t.pair))))
+    for o in p.tradeoffs:
+        out += _pair_lines(o.text, o.axes, skipped.get(tuple(sorted(o.pair))))
+    return out
+
+
 def pareto_points_table(p: ContextPareto, rb: Runbook) -> tuple[list[str], list[list[str]]]:
-    """One line per candidate: its status as the page shows it (frontier, tied, unresolved, dominated by
-    whom), the cell verdict and every axis's value."""
+    """One line per candidate: its state as the page shows it, the cell verdict and every axis's value."""
     axes = axes_of(p.points)
     header = ["candidate", "state", "verdict", *(f"{axis_word(a)} ({d})" for a, d in axes)]
     statuses = {r.candidate: r.status for r in pareto_points(rb, p)}
@@ -261,9 +269,6 @@ def render_pareto_text(rb: Runbook) -> str:
     return "\n".join(parts)
 
 
-# ------------------------------------------------------------------------------------------ text
-
-
 def header_lines(rb: Runbook) -> list[str]:
     m = rb.provenance.machine
     return [
@@ -288,7 +293,6 @@ def _ready_figure(f: ReadyFigure, notes: Notes) -> str:
 
 
 def ready_table(rb: Runbook, notes: Notes) -> list[list[str]]:
-    """Per candidate: warm and cold time to ready, their ratio of medians, the load time, the starts."""
     return [[r.candidate, _ready_figure(r.warm, notes), _ready_figure(r.cold, notes),
              f"{r.cold_over_warm:.2f}" if r.cold_over_warm is not None else f"null {notes.ref('needs a warm and a cold start')}",
              f"{r.load_s:.2f}" if r.load_s is not None else f"null {notes.ref(r.load_why)}", str(r.starts)]
@@ -296,13 +300,11 @@ def ready_table(rb: Runbook, notes: Notes) -> list[list[str]]:
 
 
 def answer_lines(rb: Runbook) -> list[str]:
-    """The decision, then what each candidate is: what a terminal report opens with."""
     return [f"runbook {rb.id}  outcome: {rb.outcome}  sweep: {rb.sweep.name}", "", *decision_lines(rb), "",
             *candidate_lines(rb)]
 
 
 def deferred_lines(rb: Runbook) -> list[str]:
-    """One line per deferred axis."""
     rows = deferred_rows(rb)
     return ["Deferred axes (not measured, one line per axis)",
             *(f"  {d.axis} ({d.origin}): {'; '.join(d.reasons)}" for d in rows)] if rows else []
@@ -325,6 +327,20 @@ def render_text(rb: Runbook, pareto: bool = False) -> str:
     return "\n".join(parts) + "\n"
 
 
+def _rich_cells(header: list[str], body: list[list[str]]) -> Table:
+    from rich.table import Table
+
+    table = Table(title="medians (min–max, cv) of ok probes; ~noisy = CV > 5 %")
+    widest = max((len(r[0]) for r in body), default=len(header[0]))
+    # the id is what the next command takes: never cut; the other columns wrap to make room
+    table.add_column(header[0], no_wrap=True, min_width=max(widest, len(header[0])))
+    for h in header[1:]:
+        table.add_column(h)
+    for row in body:
+        table.add_row(*(f"[yellow]{c}[/yellow]" if NOISY_MARK in c else c for c in row))
+    return table
+
+
 def print_rich(rb: Runbook, pareto: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -336,14 +352,7 @@ def print_rich(rb: Runbook, pareto: bool = False) -> None:
         console.print(line, highlight=False, soft_wrap=True)
     header, body, notes = cell_table(rb)
     console.print(VERDICT_NOTE, highlight=False, soft_wrap=True)  # the legend, on a terminal too
-    table = Table(title="medians (min–max, cv) of ok probes; ~noisy = CV > 5 %")
-    widest = max((len(r[0]) for r in body), default=len(header[0]))
-    for i, h in enumerate(header):
-        # the id is what the next command takes: never cut; the other columns wrap to make room
-        table.add_column(h, no_wrap=True, min_width=max(widest, len(h))) if i == 0 else table.add_column(h)
-    for row in body:
-        table.add_row(*(f"[yellow]{c}[/yellow]" if NOISY_MARK in c else c for c in row))
-    console.print(table)
+    console.print(_rich_cells(header, body))
     if rb.ready_summary:
         ready = Table(title=READY_NOTE)
         for h in READY_HEADER:
@@ -358,9 +367,6 @@ def print_rich(rb: Runbook, pareto: bool = False) -> None:
         console.print(line, highlight=False, soft_wrap=True)
     if pareto:
         console.print(render_pareto_text(rb), highlight=False, soft_wrap=True)
-
-
-# -------------------------------------------------------------------------------------- Markdown
 
 
 def cooldown_waited_s(payload: Mapping[str, object]) -> float:
@@ -383,7 +389,7 @@ def _md_outline(lines: list[str]) -> list[str]:
 
 
 def render_markdown(rb: Runbook) -> str:
-    """The runbook for a person: the same figures as the JSON, with provenance and the Pareto view."""
+    """The runbook for a person: the JSON's figures, with provenance and the Pareto view."""
     lines: list[str] = []
     for section in (_md_head, _md_machine, _md_sweep, _md_files, _md_flags, _md_results, _md_sustained,
                     energy_lines, _md_kinds, _md_evals, _md_race, _md_pareto):
@@ -392,7 +398,6 @@ def render_markdown(rb: Runbook) -> str:
 
 
 def _md_head(rb: Runbook) -> list[str]:
-    """Title, job, benchd, drift; the decision; the candidates."""
     lines = [f"# Runbook {rb.id}", "", f"- Sweep: **{rb.sweep.name}** — outcome: **{rb.outcome}**"
              + (f" ({rb.job.error})" if rb.job.error else ""),
              f"- Job `{rb.job.id}`: created {rb.job.created_at}, started {rb.job.started_at or 'never'}, "
@@ -432,16 +437,22 @@ def _md_sweep(rb: Runbook) -> list[str]:
             f"- sleep prevented while running: {_sleep_text(rb.provenance.sleep)}", ""]
 
 
+def _licence(c: CandidateProvenance) -> str:
+    if c.model.license:
+        return f"{c.model.license} ({c.model.license_source})"
+    return f"null ({c.model.null_reasons.get('license', 'not read')})"
+
+
+def _sha256_methods(rb: Runbook) -> list[str]:
+    return sorted({c.model.sha256_method for c in rb.provenance.candidates if c.model.sha256_method})
+
+
 def _md_files(rb: Runbook) -> list[str]:
-    """The candidates' model files, licences and server environment."""
     lines = ["## Candidates' files, licences and environment", ""]
     lines += [f"- {c.candidate} model: {c.model.bytes if c.model.bytes is not None else 'null'} bytes"
               for c in rb.provenance.candidates] + [""]
-    methods = sorted({c.model.sha256_method for c in rb.provenance.candidates if c.model.sha256_method})
-    lines += [f"sha256 method: {mm}" for mm in methods] + [""]
-    lines += [f"- {c.candidate} model licence: " + (f"{c.model.license} ({c.model.license_source})" if c.model.license
-                                                     else f"null ({c.model.null_reasons.get('license', 'not read')})")
-              for c in rb.provenance.candidates] + [""]
+    lines += [f"sha256 method: {mm}" for mm in _sha256_methods(rb)] + [""]
+    lines += [f"- {c.candidate} model licence: {_licence(c)}" for c in rb.provenance.candidates] + [""]
     for c in rb.provenance.candidates:
         env = ", ".join(f"{k}={v}" for k, v in c.server_env.items()) or "none"
         removed = ", ".join(c.env_removed) or "none"
@@ -450,7 +461,6 @@ def _md_files(rb: Runbook) -> list[str]:
 
 
 def _md_flags(rb: Runbook) -> list[str]:
-    """The flags and the deferred axes."""
     lines = ["", "## Flags", ""] + ([f"- **{f.flag}**{' (' + f.candidate + ')' if f.candidate else ''}: {f.detail}"
                                     for f in rb.flags] or ["- none"]) + [""]
     deferred = deferred_rows(rb)
@@ -461,7 +471,6 @@ def _md_flags(rb: Runbook) -> list[str]:
 
 
 def _md_results(rb: Runbook) -> list[str]:
-    """The cell table, time to ready, and the notes both share."""
     lines = ["## Results", "", f"Medians (min–max, cv) over ok probes; `~noisy` = CV > 5 %; {VERDICT_NOTE}.", ""]
     header, rows, notes = cell_table(rb)
     lines += [_md_table(header, rows), ""]
@@ -479,7 +488,6 @@ def _md_sustained(rb: Runbook) -> list[str]:
 
 
 def _md_kinds(rb: Runbook) -> list[str]:
-    """Sessions, parallel requests, image probes, KL divergence: each a section when it has lines."""
     lines: list[str] = []
     for title, section in (("Sessions", agentic.session_lines(rb.rows)), ("Parallel requests", agentic.level_lines(rb.rows)),
                            ("Image probes", images.image_lines(rb.sweep, rb.rows)),
@@ -489,27 +497,31 @@ def _md_kinds(rb: Runbook) -> list[str]:
     return lines
 
 
+def _md_eval_row(e: EvalSummary) -> list[str]:
+    done = e.completed if e.completed is not None else e.total
+    return [e.candidate, e.tier, f"{e.passed}/{done}" + (f" of {e.planned} (partial)" if e.partial else ""),
+            fmt_value("eval_pass_rate", e.pass_rate), fmt_range("eval_pass_rate", e.ci_low, e.ci_high),
+            f"{e.completed}/{e.total} ({e.errors} server errors)" if e.completed is not None else "-",
+            fmt_counts(e.failures), e.parser or "-", str(e.unsandboxed)]
+
+
+def _md_aggregate(e: EvalSummary) -> str:
+    cats = "; ".join(f"{k} {fmt_value('tool_pass_rate', v.pass_rate)} ({v.passed}/{v.completed})"
+                     for k, v in e.categories.items() if k != "irrelevance")
+    irr = e.categories.get("irrelevance")
+    return (f"- {e.candidate}: {e.aggregate_label}: {fmt_value('tool_pass_rate', e.aggregate)} ({cats})"
+            + (f"; irrelevance apart: {fmt_value('tool_pass_rate', irr.pass_rate)} ({irr.passed}/{irr.completed})"
+               if irr is not None else ""))
+
+
 def _md_evals(rb: Runbook) -> list[str]:
     if not rb.eval_summary:
         return []
-    ebody = [[e.candidate, e.tier, f"{e.passed}/{e.completed if e.completed is not None else e.total}"
-              + (f" of {e.planned} (partial)" if e.partial else ""),
-              fmt_value("eval_pass_rate", e.pass_rate), fmt_range("eval_pass_rate", e.ci_low, e.ci_high),
-              f"{e.completed}/{e.total} ({e.errors} server errors)" if e.completed is not None else "-",
-              fmt_counts(e.failures), e.parser or "-",
-              str(e.unsandboxed)] for e in rb.eval_summary]
     lines = ["## Evals", "", _md_table(["candidate", "tier / suite", "passed / completed", "pass rate",
                                         "95 % CI (Clopper–Pearson)", "completed", "failure classes", "tool parser",
-                                        "unsandboxed"], ebody), ""]
-    for e in rb.eval_summary:
-        if e.aggregate_label:
-            cats = "; ".join(f"{k} {fmt_value('tool_pass_rate', v.pass_rate)} ({v.passed}/{v.completed})"
-                             for k, v in e.categories.items() if k != "irrelevance")
-            irr = e.categories.get("irrelevance")
-            lines.append(f"- {e.candidate}: {e.aggregate_label}: {fmt_value('tool_pass_rate', e.aggregate)} "
-                         f"({cats})" + (f"; irrelevance apart: {fmt_value('tool_pass_rate', irr.pass_rate)} "
-                                        f"({irr.passed}/{irr.completed})" if irr is not None else ""))
-    lines += [""] if any(e.aggregate_label for e in rb.eval_summary) else []
+                                        "unsandboxed"], [_md_eval_row(e) for e in rb.eval_summary]), ""]
+    aggregates = [_md_aggregate(e) for e in rb.eval_summary if e.aggregate_label]
+    lines += [*aggregates, ""] if aggregates else []
     for src in rb.eval_sources:
         lines.append(f"- {src.suite}: {src.package} {src.version} ({src.file}, sha256 {src.sha256[:16]}…), "
                      f"license {src.license}; {len(src.task_ids)} tasks")
@@ -539,40 +551,34 @@ def _md_pareto(rb: Runbook) -> list[str]:
     return [*lines, f"Chart (when matplotlib is installed): `{charts}` / `{rb.id}.pareto.svg`", ""]
 
 
-# ---------------------------------------------------------------------------------------- energy
+def _energy_table(rb: Runbook) -> list[str]:
+    notes = Notes()
+    body = [[c.candidate, str(c.context), *(metric_text(s, notes) for s in c.stats)] for c in energy_cells(rb)]
+    lines = [_md_table(["candidate", "context", *(h for _, h in ENERGY_COLUMNS)], body), ""]
+    return lines + [f"{n}  " for n in notes.lines()] + ([""] if notes.items else [])
 
 
 def energy_lines(rb: Runbook) -> list[str]:
-    """The runbook's energy section: which counter, what it covers, and per cell the energy records."""
     e = rb.provenance.energy
     lines = ["## Energy", ""]
     if not e.available:
         tried = f" (tried: {e.source})" if e.source else ""
         return [*lines, f"- not measured: {e.reason or 'the job recorded no energy source'}{tried}", ""]
     lines += [f"- source: `{e.source}`", f"- granularity: {e.granularity}", f"- scope: {e.scope}", ""]
-    notes = Notes()
-    body = [[c.candidate, str(c.context), *(metric_text(s, notes) for s in c.stats)] for c in energy_cells(rb)]
-    lines += [_md_table(["candidate", "context", *(h for _, h in ENERGY_COLUMNS)], body), ""]
-    lines += [f"{n}  " for n in notes.lines()] + ([""] if notes.items else [])
+    lines += _energy_table(rb)
     windows = [(r.candidate, r.window_j) for r in rb.rows if r.kind == "sustained" and r.window_j]
     lines += [f"- sustained {c}: J per window {', '.join(f'{j:.3g}' for j in w)}" for c, w in windows]
     return lines + ([""] if windows else [])
 
 
-# ---------------------------------------------------------------------------------------- compare
-
 COMPARE_HEADER = ["candidate", "context", "metric", "A median (n)", "B median (n)", "B/A", "verdict"]
 
 
 def compare_rows(cmp: Comparison) -> list[list[str]]:
-    """Per common cell and metric: both medians with their counts, B/A, the one comparison's text."""
     return [[cell.candidate, str(cell.context), m.metric, f"{fmt_value(m.metric, m.median_a)} ({m.n_a})",
              f"{fmt_value(m.metric, m.median_b)} ({m.n_b})",
              f"{m.ratio_b_over_a:.3f}" if m.ratio_b_over_a is not None else "null", m.text]
             for cell in cmp.cells for m in cell.metrics]
-
-
-# -------------------------------------------------------------------------------------- JSON/CSV
 
 
 def report_json(rb: Runbook, pareto: bool = False) -> dict[str, object]:

@@ -1,15 +1,5 @@
-"""The dated runbook: everything a job measured and everything needed to trust it, in one file.
-
-Written by the daemon when a job ends (succeeded, failed, cancelled or interrupted: `outcome` says
-which) as `<state>/runbooks/<YYYY-MM-DD>-<job>.json` (machines) and `.md` (people), with Pareto charts
-when matplotlib is installed, and `.html`, one self-contained page (results/html.py). The date is the
-UTC date of the job's start; the file stem is the runbook id. Every file is written atomically (temp
-file + rename), so a reader never sees half a file.
-
-The JSON carries `schema_version`; `load_runbook` dispatches on it and rejects versions it does not
-know. msgspec's evolution rules apply: new fields get defaults, types never change; anything else
-bumps the version, and the committed golden file of every version (tests/data/) must keep loading.
-"""
+"""The dated runbook: everything a job measured and everything needed to trust it, written when the
+job ends as `<state>/runbooks/<id>.json` and `.md` (and its views). Facts: docs/architecture.md#runbook-files."""
 
 from __future__ import annotations
 
@@ -74,18 +64,14 @@ def runbook_schema() -> JSONObject:
     return msgspec.json.schema(Runbook)
 
 
-# ------------------------------------------------------------------------------------------- build
-
 #: Events the runbook does not read: a probe's row is in the rows table (its `probe_finished` event
 #: repeats it), and the starts and cell verdicts are recomputed from the rows.
 _EVENTS_NOT_READ = ("probe_started", "probe_finished", "cooldown_started", "cell_finished")
 
 
 class _Shared:
-    """One object for every equal value the rows and events repeat (the same `sources` texts, readings,
-    null reasons on thousands of rows), so the runbook of a long sweep holds each distinct value once and
-    the daemon's memory grows with the cells' distinct figures, not with every row's full record. Equal
-    values only: what is built from the shared rows is what the full rows give."""
+    """One object per equal value the rows and events repeat, so a long sweep's runbook holds each
+    distinct value once; what is built from the shared rows equals what the full rows give."""
 
     def __init__(self) -> None:
         self._seen: dict[Any, Any] = {}
@@ -112,7 +98,6 @@ class _Shared:
         return msgspec.structs.replace(e, payload=self.value(e.payload))
 
 
-
 def runbook_id(job_id: str, started_at: str | None, created_at: str) -> str:
     """`<YYYY-MM-DD>-<job>`: the UTC date of the job's start (its creation if it never started)."""
     stamp = (started_at or created_at).replace("Z", "+00:00")
@@ -131,7 +116,7 @@ def _sustained(rows: list[Row]) -> list[SustainedResult]:
 
 def _eval_summary(evals: list[EvalResult], sources: list[EvalSuiteSource] | None = None) -> list[EvalSummary]:
     """Per candidate and tier/suite: passes, the Clopper–Pearson 95 % interval, failure classes, and for
-    the public suites the planned task count (partial when fewer ran), medians per task and the parser."""
+    the public suites the planned count, medians per task and the parser."""
     planned = {s.suite: len(s.task_ids) for s in sources or []}
     groups: dict[tuple[str, str], list[EvalResult]] = {}
     for e in evals:
@@ -199,7 +184,6 @@ def _eval_sources(events: list[Event]) -> list[EvalSuiteSource]:
 
 
 def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None = None) -> Runbook:
-    """Assemble the runbook of a job from the store (no file is written)."""
     from benchd.engine.kld import corpus_from_events as kld_corpus
     from benchd.engine.kld import pareto_samples as kld_samples
     from benchd.engine.kld import results_from_events as kld_results
@@ -268,9 +252,6 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
     )
 
 
-# ------------------------------------------------------------------------------------------- write
-
-
 def encode_runbook(rb: Runbook) -> bytes:
     return msgspec.json.format(_encoder.encode(rb), indent=2) + b"\n"
 
@@ -280,9 +261,8 @@ _LONG_LISTS = ("rows", "cooldowns")
 
 
 def iter_runbook_json(rb: Runbook) -> Iterator[bytes]:
-    """`encode_runbook(rb)` in pieces: the runbook without its long lists, then each row and cooldown
-    encoded on its own, so writing a 5,000-row runbook never holds its whole text (twice: compact and
-    indented) in memory. The bytes are the same (a test compares them)."""
+    """`encode_runbook(rb)` in pieces (the long lists item by item), never holding the whole text: the
+    bytes are the same."""
     head = msgspec.json.format(_encoder.encode(msgspec.structs.replace(rb, rows=[], cooldowns=[])), indent=2)
     pos = 0
     for at, name in sorted((head.index(f'\n  "{name}": ['.encode()) + len(name) + 8, name) for name in _LONG_LISTS):
@@ -299,9 +279,7 @@ def iter_runbook_json(rb: Runbook) -> Iterator[bytes]:
 
 def save_runbook(config: Config, rb: Runbook, charts: bool = True) -> Path:
     """Write `<id>.json` and `<id>.md` atomically, and with `charts` the runbook's views in this process
-    (`benchd.results.views`: the charts when matplotlib is present, and the self-contained page
-    `<id>.html`, always). The daemon passes `charts=False` and renders the views in a worker process
-    (`benchd.results.render.render_off_loop`)."""
+    (the daemon renders them in a worker, `render.render_off_loop`)."""
     from benchd.results.report import render_markdown
 
     out = config.runbooks_dir
@@ -317,18 +295,14 @@ def save_runbook(config: Config, rb: Runbook, charts: bool = True) -> Path:
 
 
 def write_runbook(config: Config, store: Store, job_id: str, outcome: str | None = None, *, charts: bool = True) -> str:
-    """Build and write the runbook of a job; returns its id (the file stem). Called when a job ends."""
+    """Build and write the runbook of a job; returns its id."""
     rb = build_runbook(config, store, job_id, outcome)
     save_runbook(config, rb, charts=charts)
     return rb.id
 
 
-# -------------------------------------------------------------------------------------------- load
-
-
 def check_runbook_head(data: bytes, source: str = "runbook") -> _Head:
-    """The runbook's head (id, version, job) after checking the text is JSON of a version this benchd
-    reads; the rest is parsed, not built (no row object is made)."""
+    """The runbook's head (id, version, job) after checking the text is JSON of a version this benchd reads."""
     try:
         head = _head_decoder.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -355,8 +329,7 @@ def decode_runbook(data: bytes, source: str = "runbook") -> Runbook:
 
 
 def resolve_runbook_path(ref: str | Path | None, config: Config) -> Path:
-    """A path, a runbook id, a job id, the start of one (unique), or None (the newest runbook) → the
-    runbook's JSON path."""
+    """A path, a runbook id, a job id, a unique prefix of one, or None (the newest) → the runbook's JSON path."""
     rdir = config.runbooks_dir
     if ref is None:
         found = _runbook_files(rdir)
@@ -369,15 +342,17 @@ def resolve_runbook_path(ref: str | Path | None, config: Config) -> Path:
         if p.is_file():
             return p
         raise BenchdError("not_found", f"no runbook file at {p}")
+    return _by_id(text, rdir) or (p if p.is_file() else _by_prefix(text, rdir))
+
+
+def _by_id(text: str, rdir: Path) -> Path | None:
+    """The runbook of exactly this runbook id, or the newest of exactly this job id."""
     if re.fullmatch(RUNBOOK_ID_PATTERN, text) and (rdir / f"{text}.json").is_file():
         return rdir / f"{text}.json"
     if re.fullmatch(JOB_ID_PATTERN, text):
         hits = sorted(rdir.glob(f"????-??-??-{text}.json")) if rdir.is_dir() else []
-        if hits:
-            return hits[-1]
-    if p.is_file():
-        return p
-    return _by_prefix(text, rdir)
+        return hits[-1] if hits else None
+    return None
 
 
 def _by_prefix(text: str, rdir: Path) -> Path:
@@ -397,7 +372,7 @@ def load_runbook(ref: str | Path | None, config: Config) -> Runbook:
 
 
 def _runbook_files(rdir: Path) -> list[Path]:
-    """Newest first: by date in the name, then job id (default job ids sort by time)."""
+    """Newest first: by date in the name, then job id."""
     if not rdir.is_dir():
         return []
     return sorted((p for p in rdir.glob("*.json") if re.fullmatch(RUNBOOK_ID_PATTERN, p.stem)),
@@ -406,35 +381,32 @@ def _runbook_files(rdir: Path) -> list[Path]:
 
 def list_runbooks(config: Config) -> list[JSONObject]:
     """For `GET /v1/runbooks`: one entry per runbook, newest first (cheap: only the head is decoded)."""
-    out: list[JSONObject] = []
-    for path in _runbook_files(config.runbooks_dir):
-        entry: JSONObject = {"id": path.stem, "path": str(path)}
-        try:
-            head = _head_decoder.decode(path.read_bytes())
-        except (OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
-            entry["error"] = f"unreadable: {exc}"
-            out.append(entry)
-            continue
-        job = head.job
-        entry.update(
-            schema_version=head.schema_version, generated_at=head.generated_at, outcome=head.outcome,
-            job=job.id if job else None, name=job.name if job else None,
-            started_at=job.started_at if job else None, finished_at=job.finished_at if job else None,
-            markdown=str(path.with_suffix(".md")) if path.with_suffix(".md").is_file() else None,
-            html=str(path.with_suffix(".html")) if path.with_suffix(".html").is_file() else None,
-            charts=[str(c) for c in (path.with_name(f"{path.stem}.pareto.png"),
-                                     path.with_name(f"{path.stem}.pareto.svg")) if c.is_file()],
-        )
-        out.append(entry)
-    return out
+    return [_list_entry(path) for path in _runbook_files(config.runbooks_dir)]
+
+
+def _list_entry(path: Path) -> JSONObject:
+    entry: JSONObject = {"id": path.stem, "path": str(path)}
+    try:
+        head = _head_decoder.decode(path.read_bytes())
+    except (OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
+        entry["error"] = f"unreadable: {exc}"
+        return entry
+    job = head.job
+    entry.update(
+        schema_version=head.schema_version, generated_at=head.generated_at, outcome=head.outcome,
+        job=job.id if job else None, name=job.name if job else None,
+        started_at=job.started_at if job else None, finished_at=job.finished_at if job else None,
+        markdown=str(path.with_suffix(".md")) if path.with_suffix(".md").is_file() else None,
+        html=str(path.with_suffix(".html")) if path.with_suffix(".html").is_file() else None,
+        charts=[str(c) for c in (path.with_name(f"{path.stem}.pareto.png"),
+                                 path.with_name(f"{path.stem}.pareto.svg")) if c.is_file()],
+    )
+    return entry
 
 
 def runbook_json(ref: str, config: Config) -> bytes:
-    """For `GET /v1/runbooks/{id}`: the file's bytes after checking its head (a runbook of a version this
-    benchd reads; the daemon writes every runbook whole and atomically, and does not build its rows here).
-
-    Only a runbook id or a job id is accepted here (never a path: the API must not read arbitrary files).
-    """
+    """For `GET /v1/runbooks/{id}`: the file's bytes after checking its head. A runbook or job id only,
+    never a path (the API must not read arbitrary files)."""
     if not (re.fullmatch(RUNBOOK_ID_PATTERN, ref) or re.fullmatch(JOB_ID_PATTERN, ref)):
         raise BenchdError("invalid", f"not a runbook id or job id: {ref!r}", "id")
     path = resolve_runbook_path(ref, config)

@@ -1,11 +1,5 @@
-"""The words and figures every writer shares — terminal report and tail, Markdown, the page, JSON
-exports: one value formatter (one unit rule for bytes), one interval notation (`low–high unit`), the
-axes' labels, one cell-verdict text, the comparison sentences (`comparison_sentence`,
-`dominance_sentence`: a subject, a verb, the other candidate), one machine line.
-
-A second formatter in a writer is how the report and the page came to disagree on units; a writer
-that needs a figure for people calls these.
-"""
+"""The words and figures every writer shares (terminal, Markdown, the page, exports): one value formatter,
+one interval notation, the axes' labels, the verdict text, the comparison sentences, the machine line."""
 
 from __future__ import annotations
 
@@ -29,8 +23,7 @@ STATE_WORDS = {"frontier": "frontier", "dominated": "dominated", "tied": "tied",
 
 
 def axis_word(axis: str) -> str:
-    """An axis's label without its unit: `generation speed`, `peak memory`, `512x512-image time to first
-    token`, `generation speed at 4 parallel streams`; an unknown axis reads as its name with spaces."""
+    """An axis's label without its unit (`generation speed`); an unknown axis reads as its name with spaces."""
     metric, _, param = axis.partition("@")
     if param and metric == "image_ttft_ms":
         return f"time to first token with {param} images"
@@ -57,8 +50,8 @@ def fmt_bytes(v: float, digits: int = 2) -> str:
 
 
 def fmt_value(metric: str, v: object) -> str:
-    """A metric's value for people: bytes in binary units, ratios to three decimals, rates and times to
-    one decimal (three significant digits under 10); `null` (or anything not a number) reads `null`."""
+    """A metric's value for people (bytes binary, ratios 3 decimals, else 1 decimal or 3 significant
+    digits); anything not a number reads `null`."""
     if not isinstance(v, int | float) or isinstance(v, bool):
         return "null"
     if metric.endswith("_bytes"):
@@ -66,6 +59,11 @@ def fmt_value(metric: str, v: object) -> str:
     if metric in ("eval_pass_rate", "code_pass_rate", "tool_pass_rate", "sustain_ratio"):
         return f"{v:.3f}"
     return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
+
+
+def fmt_or_null(v: float | None, template: str, scale: float = 1) -> str:
+    """`template` filled with v / scale (`"{:.1f} ms"`), or `null` when v is None."""
+    return "null" if v is None else template.format(v / scale)
 
 
 def fmt_range(metric: str, low: float | None, high: float | None) -> str:
@@ -92,35 +90,45 @@ def fmt_counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))) or "-"
 
 
+def _verdict_word(v: CellVerdict) -> str:
+    word: str = v.verdict or "null"
+    drift = v.trend.drift_pct if v.trend is not None else None
+    if word == "unsteady" and v.ci_half_width_pct is not None:
+        return f"unsteady ±{v.ci_half_width_pct:.1f}%"
+    if word == "drifting" and drift is not None:
+        return f"drifting {drift:+.1f}%"
+    return word
+
+
 def verdict_text(v: CellVerdict | str | None, *, detail: bool = False) -> str:
-    """A cell verdict. Short: `steady`, `unsteady ±3.1%`, `drifting -6.2%`, `too few`, or `null`.
-    `detail`: then `after N probes (reason; k throttle-suspect; m invalidated and re-run)`, or
-    `no verdict: why`. A string is a verdict already in words (a Pareto point's)."""
+    """A cell verdict: `steady`, `unsteady ±3.1%`, `drifting -6.2%`, `too few` or `null`; `detail` adds
+    `after N probes (reasons)` or `no verdict: why`. A string is already in words."""
     if isinstance(v, str):
         return v
     if v is None or v.verdict is None:
         return f"no verdict: {(v.reason if v is not None else None) or 'not measured'}" if detail else "null"
-    word: str = v.verdict
-    drift = v.trend.drift_pct if v.trend is not None else None
-    if word == "unsteady" and v.ci_half_width_pct is not None:
-        word = f"unsteady ±{v.ci_half_width_pct:.1f}%"
-    elif word == "drifting" and drift is not None:
-        word = f"drifting {drift:+.1f}%"
+    word = _verdict_word(v)
     if not detail:
         return word
+    return f"{word} after {v.probes_used} probes ({_verdict_reasons(v)})"
+
+
+def _verdict_reasons(v: CellVerdict) -> str:
     extra = [v.reason]
     if v.throttle_suspects:
         extra.append(f"{v.throttle_suspects} throttle-suspect")
     if v.invalidated:
         extra.append(f"{v.invalidated} invalidated and re-run")
-    return f"{word} after {v.probes_used} probes ({'; '.join(x for x in extra if x)})"
+    return "; ".join(x for x in extra if x)
+
+
+def _os_words(m: MachineInfo) -> str | None:
+    return " ".join(x for x in (m.os, m.os_version or m.kernel, m.arch) if x) or None
 
 
 def machine_line(m: MachineInfo) -> str:
-    """One line naming the machine a runbook was measured on (what is known of it)."""
     parts = [m.hardware_model or m.chip or m.cpu_model, f"{m.cores_logical} logical cores" if m.cores_logical else None,
-             fmt_bytes(m.memory_bytes, 1) + " RAM" if m.memory_bytes else None,
-             " ".join(x for x in (m.os, m.os_version or m.kernel, m.arch) if x) or None,
+             fmt_bytes(m.memory_bytes, 1) + " RAM" if m.memory_bytes else None, _os_words(m),
              f"power {m.power_source}" if m.power_source else None]
     return ", ".join(p for p in parts if p) or "unknown machine"
 
@@ -131,8 +139,7 @@ MULTIPLE_AT = 1.5
 
 
 class VerdictFields(Protocol):
-    """What a sentence reads of one comparison (the one comparison's verdict): B against A on `axis`,
-    `ratio` B/A with its interval `ci_low`–`ci_high`, `better` the axis's direction."""
+    """What a sentence reads of one comparison: B against A on `axis`, `ratio` B/A and its interval."""
 
     @property
     def axis(self) -> str: ...
@@ -174,8 +181,7 @@ def _amount(r: float) -> tuple[str, bool]:
 
 
 def _interval(r: float, lo: float, hi: float, *, signed: bool) -> str:
-    """The ratio's interval in the frame its estimate reads in: a multiple (`1.1–13×`), a percentage of
-    the other's value in the estimate's direction (`1.0–7.5 %`), or `signed` (`−1.0–+1.3 %`)."""
+    """The ratio's interval in its estimate's frame: `1.1–13×`, `1.0–7.5 %`, or `signed` `−1.0–+1.3 %`."""
     if signed or lo < 1 <= hi:
         return fmt_interval((lo - 1) * 100, (hi - 1) * 100, "%", signed=True)
     up = r >= 1
@@ -198,8 +204,7 @@ def _predicate(axis: str, better: str, amount: str, up: bool, other: str) -> str
 
 
 def _word(axis: str, better: str, up: bool) -> str:
-    """The direction in words: `faster`/`slower` on a speed axis, `more`/`less` on an amount, else
-    `higher`/`lower` (`up`: the subject's value is the higher)."""
+    """`faster`/`slower` on a speed axis, `more`/`less` on an amount, else `higher`/`lower`."""
     metric = axis.partition("@")[0]
     if axis in SPEED_WHERE or metric in ("image_ttft_ms", "agg_gen_tps"):
         return "faster" if up == (better == "higher") else "slower"
@@ -235,41 +240,48 @@ def _design(v: VerdictFields, r: float, medians: Sequence[float | None] | None) 
 
 
 def _starts(v: VerdictFields) -> str:
-    """` on 8 server starts a side`, ` on one server start a side` (every round shares its luck), or
-    nothing when the rows do not say which start they came from."""
+    """` on 8 server starts a side`, ` on one server start a side`, or nothing when unknown."""
     n = v.starts
     if n is None:
         return ""
     return " on one server start a side" if n == 1 else f" on {n:,} server starts a side"
 
 
+def _oriented(v: VerdictFields, ratio: float, subject: str) -> tuple[float, float | None, float | None]:
+    """(ratio, CI low, CI high) with the subject's value on top."""
+    if subject == "b":
+        return ratio, v.ci_low, v.ci_high
+    if v.ci_low is None or v.ci_high is None:
+        return 1 / ratio, v.ci_low, v.ci_high
+    return 1 / ratio, 1 / v.ci_high, 1 / v.ci_low
+
+
+def _ratio_detail(v: VerdictFields, ratio: tuple[float, float | None, float | None],
+                  medians: Sequence[float | None] | None, at: str) -> str:
+    r, lo, hi = ratio
+    design = _design(v, r, medians)
+    if v.method.startswith("exact ratio"):
+        design = ["exact, no spread", *design[1:]]
+    elif lo is not None and hi is not None:
+        design[0] += f", {(1 - v.alpha) * 100:.4g} % CI {_interval(r, lo, hi, signed=v.verdict != 'different')}"
+    return "; ".join([*design, at])
+
+
 def comparison_sentence(v: VerdictFields, a: str, b: str, *, medians: Sequence[float | None] | None = None,
                         subject: str = "b") -> str:
     """One comparison in a sentence whose subject is a candidate: `tiny-mlx is 3.7× slower than tiny-gguf
     at generation (geometric mean over 3 paired rounds, 95 % CI 1.1–13×; medians 3.1×; α = 0.0167)`.
-
-    `v` is B (`b`) against A (`a`); `subject` "a" turns the sentence around (the ratio inverted);
-    `medians` (A's, B's) adds the ratio of the medians where the geometric mean differs from it."""
+    `v` is B against A; `subject` "a" inverts it; `medians` (A's, B's) adds their ratio where it differs."""
     if subject == "a":
         a, b = b, a
         medians = None if medians is None else list(reversed(medians))
     at = f"α = {v.alpha:.3g}"
     if v.method.startswith(("exact McNemar", "Newcombe")):
         return _outcome_sentence(v, a, b, medians, at)
-    level = f"{(1 - v.alpha) * 100:.4g} % CI"
     if v.ratio is None:
         return f"{b} against {a} {_topic(v.axis)}: {v.verdict} ({at})"
-    r = v.ratio if subject == "b" else 1 / v.ratio
-    lo, hi = v.ci_low, v.ci_high
-    if lo is not None and hi is not None and subject == "a":
-        lo, hi = 1 / hi, 1 / lo
-    design = _design(v, r, medians)
-    exact = v.method.startswith("exact ratio")
-    if exact:
-        design = ["exact, no spread", *design[1:]]
-    elif lo is not None and hi is not None:
-        design[0] += f", {level} {_interval(r, lo, hi, signed=v.verdict != 'different')}"
-    detail = "; ".join([*design, at])
+    r, lo, hi = _oriented(v, v.ratio, subject)
+    detail = _ratio_detail(v, (r, lo, hi), medians, at)
     if v.verdict == "different":
         amount, up = _amount(r)
         return f"{b} {_predicate(v.axis, v.better, amount, up, a)} ({detail})"
@@ -339,32 +351,41 @@ class DominanceFields(Protocol):
     def alpha_axis(self) -> float: ...
 
 
-def _axes_words(axes: Sequence[str]) -> str:
-    words = [axis_word(x) for x in axes]
+def _and_list(words: Sequence[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
+def _axes_words(axes: Sequence[str]) -> str:
+    return _and_list([axis_word(x) for x in axes])
+
+
 def dominance_sentence(d: DominanceFields, a: str, b: str) -> str:
-    """One pair's Pareto relation with candidates as subjects: `tiny-gguf dominates tiny-mlx: better on
-    generation speed and peak memory; tied on prompt processing (α = 0.05 over 3 axes, 0.0167 each)`."""
+    """One pair's Pareto relation, candidates as subjects: `A dominates B: better on generation speed;
+    tied on peak memory (α = 0.05 over 3 axes, 0.0167 each)`."""
     at = (f"α = {d.alpha:.3g} over {plural(d.k, 'axis', 'axes')}, {d.alpha_axis:.3g} each" if d.k else
           f"α = {d.alpha:.3g}, no axis to compare")
+    return f"{_relation_text(d, a, b)} ({at})"
+
+
+def _held_words(d: DominanceFields) -> str:
+    return _and_list([axis_word(x) for x in d.unresolved_on]
+                     + [f"{axis_word(x)} (not compared at this size)" for x in d.blocked_on])
+
+
+def _winner_text(d: DominanceFields, w: str, loser: str) -> str:
+    text = f"{w} dominates {loser}: better on {_axes_words(d.better_on)}"
+    return text + (f"; tied on {_axes_words(d.tied_on)}" if d.tied_on else "")
+
+
+def _relation_text(d: DominanceFields, a: str, b: str) -> str:
     if d.winner is not None:
-        w, l_ = (a, b) if d.winner == "a" else (b, a)
-        text = f"{w} dominates {l_}: better on {_axes_words(d.better_on)}"
-        text += f"; tied on {_axes_words(d.tied_on)}" if d.tied_on else ""
-    elif d.status == "undecided":
-        held = [axis_word(x) for x in d.unresolved_on] + [f"{axis_word(x)} (not compared at this size)"
-                                                          for x in d.blocked_on]
-        text = f"neither {a} nor {b} is dominated yet: unresolved on " + (
-            held[0] if len(held) == 1 else ", ".join(held[:-1]) + " and " + held[-1])
-    elif d.better_on and d.worse_on:
-        # better_on / worse_on are A's wins and B's wins when there is no winner
-        text = f"{a} is better on {_axes_words(d.better_on)}, {b} on {_axes_words(d.worse_on)}: a trade-off"
-    elif d.k and d.status == "equivalent" and len(d.tied_on) < d.k:
-        text = f"{a} and {b} are not worse than each other on any axis compared: neither dominates"
-    elif d.k:
-        text = f"{a} and {b} are tied on every axis compared: neither dominates"
-    else:
-        text = f"{a} and {b} share no axis to compare"
-    return f"{text} ({at})"
+        return _winner_text(d, *((a, b) if d.winner == "a" else (b, a)))
+    if d.status == "undecided":
+        return f"neither {a} nor {b} is dominated yet: unresolved on {_held_words(d)}"
+    if d.better_on and d.worse_on:  # without a winner: A's wins and B's wins
+        return f"{a} is better on {_axes_words(d.better_on)}, {b} on {_axes_words(d.worse_on)}: a trade-off"
+    if not d.k:
+        return f"{a} and {b} share no axis to compare"
+    if d.status == "equivalent" and len(d.tied_on) < d.k:
+        return f"{a} and {b} are not worse than each other on any axis compared: neither dominates"
+    return f"{a} and {b} are tied on every axis compared: neither dominates"

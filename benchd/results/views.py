@@ -1,8 +1,5 @@
-"""The views of a runbook (the Pareto charts; any later view registers here): what each needs installed
-and how it writes its files beside the runbook. Rendering them in the daemon happens in a worker
-process (`benchd.results.render`); `render_views` is the in-process path that worker and the offline
-writers (`save_runbook(charts=True)`) share.
-"""
+"""The views of a runbook (a view registers in `RENDERERS`): what each needs installed and how it writes
+its files; `render_views` is the in-process path (the worker in `render` calls it)."""
 
 from __future__ import annotations
 
@@ -66,9 +63,8 @@ class Rendered(TypedDict):
 
 def render_views(rb: Runbook, out_dir: Path, names: list[str] | None = None, *, cache_dir: Path | None = None,
                  collect_errors: bool = False) -> Rendered:
-    """Render views of `rb` into `out_dir` in THIS process: {written, skipped, errors}. A view whose
-    requirement is missing is skipped with its reason; a failing view raises, or with
-    `collect_errors` is recorded by name and the others still render (the worker's way)."""
+    """Render views of `rb` into `out_dir` in THIS process: {written, skipped, errors}. A missing
+    requirement skips the view; a failure raises, or with `collect_errors` is recorded by name."""
     out = Rendered(written=[], skipped={}, errors={})
     for name in names or list(RENDERERS):
         r = RENDERERS[name]
