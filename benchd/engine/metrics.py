@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from benchd.schemas import CellStats, MetricStats, Row
 from benchd.stats.cells import CI_MIN_N, median_ci
-from benchd.stats.rows import row_metrics
+from benchd.stats.rows import row_metrics, usable
 
 NOISY_CV = 0.05
 STAT_METRICS: tuple[str, ...] = row_metrics()
@@ -182,7 +182,7 @@ def cell_stats(rows: Sequence[Row]) -> list[CellStats]:
 
 
 def _cell_stats(cand: str, ctx: int, cell: list[Row]) -> CellStats:
-    ok = [r for r in cell if r.status == "ok" and not r.short]  # short probes did other work: counted apart
+    ok = [r for r in cell if usable(r)]
     statuses = Counter(r.status for r in cell)
     stats = {m: metric_stats(m, *_metric_values(ok, m)) for m in STAT_METRICS}
     noisy = [m for m in STAT_METRICS if stats[m].noisy]
