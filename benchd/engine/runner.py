@@ -29,6 +29,7 @@ from benchd.engine.rows import (
     EXTERNAL_CACHE_ALLOWANCE,
     Cell,
     Decision,
+    Invalidation,
     ServerFacts,
     build_row,
     decide,
@@ -37,13 +38,14 @@ from benchd.engine.rows import (
 )
 from benchd.engine.series import CellSeries
 from benchd.engine.sizing import PromptSizer
+from benchd.probe_result import ProbeResult
 from benchd.schemas import VISION_PROBE_STRIDE, Candidate, CooldownRecord, Row, Sweep
 from benchd.sensors.energy.reader import Delta
 from benchd.sensors.memory.sampler import MemorySampler
 from benchd.sensors.suspend.sensor import SuspendClock
 from benchd.sensors.thermal.sensor import ThermalSensor
 from benchd.servers.runtimes import get_adapter
-from benchd.servers.runtimes.base import RuntimeAdapter
+from benchd.servers.runtimes.base import Normalized, RuntimeAdapter
 from benchd.servers.server import Server
 from benchd.store import utcnow
 
@@ -200,18 +202,9 @@ class Runner:
         """The request itself, with the memory sampler and the energy marks around it, and its row."""
         adapter, server, cell, cand = run.adapter, run.server, run.cell, run.cell.candidate
         assert run.prompt is not None
-        counters = cand.spec is not None and adapter.reads_counters
-        before = await self.guard(
-            run, lambda: probe.read_metrics(server.base_url) if counters else _none(), budget=self.timeout_s,
-            failure_text="reading /metrics failed",
-            timeout_text=f"probe timed out after {self.timeout_s:g} s reading /metrics before the request; "
-                         "the server was killed")
+        before = await self._counters_before(run)
         if isinstance(before, Row):
-            gone = await watch.finish()
-            if gone is None:
-                return before
-            d = decide(result_status=before.status, error=before.error, invalidation=gone)
-            return msgspec.structs.replace(before, status=d.status, error=d.error, invalidated=d.invalidated)
+            return _invalidated(before, await watch.finish())
         sampler.reset_peak()
         await sampler.start()
         with self.energy.probe(run.idle, cell.kind == "sustained") as recording:
@@ -223,37 +216,59 @@ class Runner:
         norm = adapter.reader.normalize(result, spec_configured=cand.spec is not None)
         if norm.prompt_tokens is not None:
             self.prompts.observe(run.prompt, norm.prompt_tokens)
-        extra: dict[str, object] = shortfall(adapter, cand, asked=run.gen_tokens, norm=norm, finish_reason=result.finish_reason,
-                                          run_to_length=self.sweep.ignore_eos) if result.ok else {}
-        sources: dict[str, str] = {"prompt": f"{self.sizer.method(run.prompt.method, server)}; target {cell.context} tokens"}
-        if "thinking" in norm.sources:
-            sources["thinking"] = f"{norm.sources['thinking']}; sweep asked: {self.sweep.thinking}"
-        load_mode = adapter.launcher.memory_note(cand)
-        if load_mode:
-            sources["mem_load_mode"] = load_mode
+        sources = self._sources(run, run.prompt, norm)
         if before is not None and result.ok:
             sources.update(adapter.reader.acceptance_check(before, await probe.read_metrics(server.base_url)))
-        if cell.kind == "sustained":
-            extra_sustained, more = sustained_summary(result.chunk_times, self.sweep.sustained.window, norm.gen_tokens)
-            extra.update(extra_sustained, thermal_after=self.sensor.read())
-            sources.update(more)
-        tail = None
-        if result.status == "timeout":
-            await self.pool.kill(server)
-            tail = server.log_tail()
-        elif server.crashed or (not result.ok and await server.wait_exit(0.3) is not None):
+        extra = self._extra(run, result, norm, sources)
+        crashed, tail = await self._ended(server, result.status)
+        if crashed:
             gone = await watch.finish()
             return await self.failed_row(run, result.error or "failed", norm, memory, gone)
-        elif not result.ok:
-            tail = server.log_tail()
-        allowance = EXTERNAL_CACHE_ALLOWANCE if cell.candidate.external else 0
-        if allowance and norm.cached_tokens:
-            sources["cached_tokens_allowed"] = (f"up to {allowance} cached tokens allowed: the chat template's shared "
-                                                "header, served by the external server's own prompt cache")
+        allowance = _cache_allowance(cand, norm.cached_tokens, sources)
         d = decide(result_status=result.status, error=result.error, cached_tokens=norm.cached_tokens if result.ok else None,
                    killed=result.status == "timeout", invalidation=await watch.finish(), cache_allowance=allowance)
         return self.row(run, d, metrics=norm, memory=memory, log_tail=tail, extra=extra, extra_sources=sources,
                         energy=recording.row(norm, result, self.sweep.sustained.window))
+
+    async def _counters_before(self, run: ProbeRun) -> dict[str, float] | Row | None:
+        """The server's counters before a speculative probe's request (None when not read), or a failed row."""
+        counters = run.cell.candidate.spec is not None and run.adapter.reads_counters
+        return await self.guard(
+            run, lambda: probe.read_metrics(run.server.base_url) if counters else _none(), budget=self.timeout_s,
+            failure_text="reading /metrics failed",
+            timeout_text=f"probe timed out after {self.timeout_s:g} s reading /metrics before the request; "
+                         "the server was killed")
+
+    def _extra(self, run: ProbeRun, result: ProbeResult, norm: Normalized, sources: dict[str, str]) -> dict[str, object]:
+        """A probe row's shortfall fields, and a sustained row's window figures (their sources into `sources`)."""
+        extra: dict[str, object] = shortfall(
+            run.adapter, run.cell.candidate, asked=run.gen_tokens, norm=norm, finish_reason=result.finish_reason,
+            run_to_length=self.sweep.ignore_eos) if result.ok else {}
+        if run.cell.kind == "sustained":
+            extra_sustained, more = sustained_summary(result.chunk_times, self.sweep.sustained.window, norm.gen_tokens)
+            extra.update(extra_sustained, thermal_after=self.sensor.read())
+            sources.update(more)
+        return extra
+
+    def _sources(self, run: ProbeRun, prompt: Prompt, norm: Normalized) -> dict[str, str]:
+        """A probe row's sources for its prompt, thinking and load mode."""
+        sources = {"prompt": f"{self.sizer.method(prompt.method, run.server)}; target {run.cell.context} tokens"}
+        if "thinking" in norm.sources:
+            sources["thinking"] = f"{norm.sources['thinking']}; sweep asked: {self.sweep.thinking}"
+        load_mode = run.adapter.launcher.memory_note(run.cell.candidate)
+        if load_mode:
+            sources["mem_load_mode"] = load_mode
+        return sources
+
+    async def _ended(self, server: Server, status: str) -> tuple[bool, str | None]:
+        """After a request: whether the server died under it, and the log tail its row keeps (a timeout
+        kills the server)."""
+        if status == "timeout":
+            await self.pool.kill(server)
+            return False, server.log_tail()
+        if server.crashed or (status != "ok" and await server.wait_exit(0.3) is not None):
+            return True, None
+        return False, None if status == "ok" else server.log_tail()
 
     async def failed_row(self, run: ProbeRun, error: str, norm: Any = None, memory: Any = None,
                          gone: Any = None) -> Row:
@@ -316,14 +331,9 @@ class Runner:
         memory = await sampler.stop()
         sources = {**got.sources, "prompt": f"{self.sizer.method(prompt.method, server)}; target {cell.context} "
                    "tokens of text beside the images"}
-        tail = None
-        if got.status == "timeout":
-            await self.pool.kill(server)
-            tail = server.log_tail()
-        elif server.crashed or (got.status != "ok" and await server.wait_exit(0.3) is not None):
+        crashed, tail = await self._ended(server, got.status)
+        if crashed:
             return await self.failed_row(run, got.error or "failed", got.norm, memory)
-        elif got.status != "ok":
-            tail = server.log_tail()
         energy = recording.row(got.norm, got.image, sweep.sustained.window) if got.norm and got.image else None
         return self.row(run, decide(result_status=got.status, error=got.error, killed=got.status == "timeout"),
                         metrics=got.norm, memory=memory, log_tail=tail, extra=got.fields, extra_sources=sources,
@@ -332,3 +342,20 @@ class Runner:
 
 async def _none() -> None:
     return None
+
+
+def _invalidated(row: Row, gone: Invalidation | None) -> Row:
+    """A step's failed row, invalidated when the machine slept or the server was stopped meanwhile."""
+    if gone is None:
+        return row
+    d = decide(result_status=row.status, error=row.error, invalidation=gone)
+    return msgspec.structs.replace(row, status=d.status, error=d.error, invalidated=d.invalidated)
+
+
+def _cache_allowance(cand: Candidate, cached_tokens: int | None, sources: dict[str, str]) -> int:
+    """The cached prompt tokens a probe may report and stay ok (an external server's), named in `sources`."""
+    allowance = EXTERNAL_CACHE_ALLOWANCE if cand.external else 0
+    if allowance and cached_tokens:
+        sources["cached_tokens_allowed"] = (f"up to {allowance} cached tokens allowed: the chat template's shared "
+                                            "header, served by the external server's own prompt cache")
+    return allowance
