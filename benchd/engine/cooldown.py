@@ -1,7 +1,4 @@
-"""Cooldown between probes: explicit policies, each wait recorded (how long, why it stopped, readings).
-
-Reasons and facts: docs/measuring.md#cooldown.
-"""
+"""Cooldown between probes: explicit policies, each wait recorded (docs/measuring.md#cooldown)."""
 
 from __future__ import annotations
 
@@ -40,11 +37,8 @@ async def wait(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     poll_s: float = 1.0,
 ) -> CooldownRecord:
-    """Wait according to `policy`; returns what was waited and why it stopped.
-
-    `load` returns the current load per core (default: `CpuLoad()`; docs/measuring.md#cooldown);
-    `clock`/`sleep` are seams for tests; `poll_s` is the polling period (≥ 1 s in production).
-    """
+    """Wait according to `policy`; returns what was waited and why it stopped. `load`, `clock`, `sleep`:
+    seams for tests."""
     if poll_s <= 0:
         raise ValueError("poll_s must be > 0")
     t0 = clock()
@@ -134,8 +128,7 @@ async def _fallback(
 
 def throttle_checks(policy: Cooldown, record: CooldownRecord, *, last: Row | None,
                     threshold_pct: float) -> ThrottleChecks | None:
-    """After the policy's wait (`record`): the check probes the caller runs before the next probe, or None
-    when none are due (policy `thermal` only, after a throttle-suspect `last` probe of the cell)."""
+    """The check probes due after the wait (`thermal` policy, a throttle-suspect `last` probe), or None."""
     if policy.policy != "thermal" or last is None or last.throttle is None or not last.throttle.suspect:
         return None
     baseline = last.throttle.running_median
@@ -145,9 +138,8 @@ def throttle_checks(policy: Cooldown, record: CooldownRecord, *, last: Row | Non
 
 
 class ThrottleChecks:
-    """Extends a cooldown after a throttle-suspect probe until a check probe's rate is back within
-    `threshold_pct` of `baseline` (the cell's running median), within `max_seconds` in all. The caller
-    runs each check probe: `while c.due(): c.add(rate); if c.due(): await sleep(c.pause())`, then `c.record()`."""
+    """Extends a cooldown until a check probe's rate is back within `threshold_pct` of `baseline`, for
+    `max_seconds` at most: `while c.due(): c.add(rate); if c.due(): await sleep(c.pause())`."""
 
     def __init__(self, record: CooldownRecord, *, baseline: float, threshold_pct: float, max_seconds: float,
                  pause_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:

@@ -1,7 +1,4 @@
-"""Deterministic photo-like PNG images for image probes, standard library only (benchd never imports numpy).
-
-Reasons and facts: docs/measuring.md#probe-images.
-"""
+"""Deterministic photo-like PNG images for image probes, standard library only (docs/measuring.md#probe-images)."""
 
 from __future__ import annotations
 
@@ -88,8 +85,7 @@ def photo_like(width: int, height: int, seed: int) -> GeneratedImage:
 
 
 def probe_seed(base_seed: int, *parts: object) -> int:
-    """A 63-bit seed unique to one probe's image: the sweep's seed plus what names the probe
-    (candidate, resolution, probe index, image index), hashed."""
+    """A 63-bit seed unique to one probe's image, hashed from the sweep's seed and what names the probe."""
     text = "\x1f".join(str(p) for p in (base_seed, *parts))
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
 

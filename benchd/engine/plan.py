@@ -1,11 +1,5 @@
-"""The measurement design of a sweep: in which order the probes visit the candidates (pure, no I/O).
-
-A round is the unit the stop rule counts (`RoundPlan`): one probe per candidate (interleaved) or one
-block per candidate (blocked). Everything here is a function of the sweep, the job id and the round
-number, so a resumed job draws the same orders again.
-
-Reasons and facts: docs/measuring.md#measurement-design.
-"""
+"""The measurement design of a sweep: in which order the probes visit the candidates (pure, no I/O;
+a resumed job draws the same orders again). docs/measuring.md#measurement-design."""
 
 from __future__ import annotations
 
@@ -45,8 +39,7 @@ def requested_order(sweep: Sweep) -> str:
 
 @dataclass(frozen=True)
 class RoundPlan:
-    """How many rounds a context runs: at least `min_rounds`, at most `max_rounds`; `per_round` probes
-    per candidate in each round; `stop` says what ends it between the bounds."""
+    """How many rounds a context runs (`min_rounds`..`max_rounds`), `per_round` probes each, `stop` the rule."""
 
     order: str
     min_rounds: int
@@ -57,8 +50,7 @@ class RoundPlan:
     total: int | None = None
 
     def block_size(self, round_: int) -> int:
-        """Probes per candidate in round `round_` (blocked with a fixed count: `total` spread as evenly as
-        it goes, the earlier rounds taking the remainder, so the cell gets exactly its probes)."""
+        """Probes per candidate in round `round_` (a fixed `total` spread evenly, earlier rounds first)."""
         if self.total is None:
             return self.per_round
         return self.total // self.min_rounds + (1 if round_ < self.total % self.min_rounds else 0)
@@ -109,8 +101,7 @@ def design_text(sweep: Sweep) -> str:
 
 
 def starts_per_context(sweep: Sweep, order: str) -> tuple[int, int]:
-    """(fewest, most) server starts per candidate and context the rounds make: one per round when
-    interleaved with `starts = "round"`, one per block when blocked, else one (the resident start)."""
+    """(fewest, most) server starts per candidate and context the rounds make."""
     rp = round_plan(sweep, order)
     if order == "blocked":
         plan = sweep.probe_plan()

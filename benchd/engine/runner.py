@@ -1,11 +1,5 @@
-"""One probe against a running server, as a row: warm-up and prompt sizing, the cooldown (and its throttle
-check probes), the request with the memory sampler, the energy marks and the suspend watch around it,
-and the row's status from `rows.decide`. A timeout or an error in any step is a row saying why (the server
-is stopped so the next visit restarts it), never the job's end; a cancel stores the probe in flight as
-`aborted` and re-raises.
-
-Reasons and facts: docs/architecture.md#the-sweep-engine.
-"""
+"""One probe against a running server, as a row (docs/architecture.md#the-sweep-engine). A timeout or an
+error in any step is a row saying why, never the job's end; a cancel stores the probe as `aborted` and re-raises."""
 
 from __future__ import annotations
 
@@ -64,8 +58,7 @@ class ProbeRunner(Protocol):
 
 @dataclass
 class ProbeRun:
-    """One probe in flight: its cell, server and series, and what is learned on the way (the sized
-    prompt, the cooldown record and the idle power over it, the start time, the server's facts)."""
+    """One probe in flight: its cell, server and series, and what is learned on the way."""
 
     adapter: RuntimeAdapter
     server: Server
@@ -92,9 +85,8 @@ class Runner:
 
     async def guard(self, run: ProbeRun, step: Callable[[], Awaitable[T]], *, budget: float, timeout_text: str,
                     failure_text: str) -> T | Row:
-        """Run one step against the server within `budget` seconds: its result, or the row saying why
-        not (a timeout kills the server; an error is a failed row naming a crash when there was one;
-        either way the server is stopped so the next visit restarts it, never the job's end)."""
+        """Run one step within `budget` seconds: its result, or the row saying why not (the server is then
+        stopped so the next visit restarts it)."""
         try:
             async with asyncio.timeout(budget):
                 return await step()
@@ -109,8 +101,7 @@ class Runner:
             return row
 
     async def prepare(self, server: Server, cell: Cell, warm: int) -> Row | None:
-        """Warm-up (`warm` probes: after a start; one at each new context of a multi-context server) and
-        prompt sizing; a server that crashes or hangs here costs this cell, never the job."""
+        """Warm-up (`warm` probes) and prompt sizing: None, or the failed row of this cell."""
         adapter = get_adapter(cell.candidate.runtime)
         run = ProbeRun(adapter, server, cell, self.sweep.gen_tokens, None, ServerFacts.of(server))
         budget = self.timeout_s * (self.sweep.warmup + 1)
@@ -125,8 +116,7 @@ class Runner:
         return got if isinstance(got, Row) else None
 
     async def sized_prompt(self, run: ProbeRun) -> Prompt | Row:
-        """The probe's prompt sized through the server's tokenizer, or the failed row the guard made of a
-        sizing error or timeout."""
+        """The probe's prompt sized through the server's tokenizer, or the guard's failed row."""
         return await self.guard(
             run, lambda: self.build_prompt(run.adapter, run.server, run.cell), budget=self.timeout_s,
             failure_text="sizing the prompt failed",
@@ -134,8 +124,7 @@ class Runner:
                          "tokenizer did not answer); the server was killed")
 
     async def probe(self, server: Server, cell: Cell, gen_tokens: int, series: CellSeries | None = None) -> Row:
-        """One recorded probe: its prompt sized before the cooldown (the /tokenize round trips fall
-        outside the probe's window), the cooldown, the request watched, the row."""
+        """One recorded probe: its prompt sized before the cooldown, the cooldown, the request watched, the row."""
         adapter = get_adapter(cell.candidate.runtime)
         run = ProbeRun(adapter, server, cell, gen_tokens, series, ServerFacts(server.ctx_size, server.binary, server.version))
         self.pool.hold_client_pin(cell.candidate.id)
@@ -159,7 +148,6 @@ class Runner:
             return await watch.annotate(row, series=series, plan=self.plan, sensor=self.sensor,
                                         target_celsius=self.sweep.cooldown.target_celsius)
         except asyncio.CancelledError:
-            # A cancel or shutdown cut the probe short: store it as `aborted` (run again on resume).
             with contextlib.suppress(Exception):
                 await asyncio.shield(asyncio.gather(watch.cancel(), sampler.stop()))
             self.recorder.commit(self.row(run, Decision("aborted", "cancelled while the probe was in flight")))
@@ -261,8 +249,7 @@ class Runner:
         return sources
 
     async def _ended(self, server: Server, status: str) -> tuple[bool, str | None]:
-        """After a request: whether the server died under it, and the log tail its row keeps (a timeout
-        kills the server)."""
+        """Whether the server died under a request, and the log tail its row keeps (a timeout kills it)."""
         if status == "timeout":
             await self.pool.kill(server)
             return False, server.log_tail()
@@ -290,8 +277,7 @@ class Runner:
         return msgspec.structs.replace(row, invalidated=d.invalidated) if d.invalidated else row
 
     async def vision(self, server: Server, cell: Cell, vc: vision.VisionCell, warm: bool) -> Row:
-        """One image pair as a row: prompt sized, an unrecorded warm pair at a new resolution, the
-        cooldown, then the pair with memory sampled and energy marked around the image request."""
+        """One image pair as a row (after an unrecorded warm pair when `warm`)."""
         cand, sweep = cell.candidate, self.sweep
         adapter = get_adapter(cand.runtime)
         run = ProbeRun(adapter, server, cell, sweep.gen_tokens, None, ServerFacts(server.ctx_size, server.binary, server.version))

@@ -1,8 +1,4 @@
-"""When the rounds of a context end: a fixed count's last probe, a single candidate's CI-width stop, or
-(`probes = "auto"` with more than one candidate) every pair's Pareto question resolved at a planned look.
-
-Reasons and facts: docs/measuring.md#measurement-design.
-"""
+"""When the rounds of a context end (docs/measuring.md#measurement-design)."""
 
 from __future__ import annotations
 
@@ -27,12 +23,8 @@ class StopRule:
 
     def reason(self, context: int, cands: list[Candidate], rnd: int, rplan: RoundPlan, *, bounded: bool,
                design: str) -> str | None:
-        """Why the rounds of a context end now, or None to go on. `bounded`: the design ends at
-        `rplan.max_rounds` (blocked); `design` names the order the pairs are compared under.
-
-        A fixed count ends when every candidate's cell has its probes; `probes = "auto"` with more than
-        one candidate ends at a planned look once every pair's Pareto question over the per-probe axes is
-        resolved (`stats.stop.stop_reason`), or at `max`; a single candidate keeps the CI-width stop of its cell."""
+        """Why the rounds of a context end now (a fixed count done, every pair resolved at a planned look,
+        `max`, or a single candidate's CI-width stop), or None. `bounded`: ends at `rplan.max_rounds`."""
         if not any(self.active(c, context) for c in cands):
             if not self.plan.adaptive:
                 return f"fixed count: every candidate has its {self.plan.min} probes"

@@ -1,9 +1,5 @@
-"""A candidate's work after its cold probes, nothing else resident: its image probes, the sustained
-generation and the evals on its last server start, sessions and parallel levels (`visits`, on server
-starts of their own), the time-to-ready starts; and the drift sentinel after the sweep.
-
-Reasons and facts: docs/architecture.md#the-sweep-engine.
-"""
+"""A candidate's work after its cold probes (image probes, sustained run, evals, sessions, levels, time to
+ready), and the drift sentinel after the sweep (docs/architecture.md#the-sweep-engine)."""
 
 from __future__ import annotations
 
@@ -76,9 +72,7 @@ class Tail:
             warmed.add(vc.index)
 
     async def ready_starts(self, cand: Candidate, g: Group) -> None:
-        """`ready.starts` cold and as many warm starts of the candidate's server, alternating, each
-        stopped once health answers: the time-to-ready axis's samples (no probe runs on them). A
-        resumed job makes only the starts its events do not already hold."""
+        """The time-to-ready samples: `ready.starts` cold and as many warm starts, alternating (resume-safe)."""
         made = sum(1 for e in self.recorder.past(ServerReady) if e.candidate == cand.id and e.purpose == "ready")
         for i in range(made, 2 * self.sweep.ready.starts):
             server = await self.pool.start(cand, g, cold=i % 2 == 0, purpose="ready")
@@ -87,9 +81,7 @@ class Tail:
             await self.pool.stop(server)
 
     async def sentinel(self, dropped: Collection[str] = ()) -> None:
-        """Re-run the sweep's first cell (same candidate, context, probe count) to measure the drift: the
-        first candidate's, or the first the race kept when it dropped that one (`dropped`: no row of a
-        dropped candidate runs after its drop, the sentinel included)."""
+        """Re-run the sweep's first cell of a candidate still in the race, to measure the drift."""
         cand = next((c for c in self.sweep.candidates if c.id not in dropped), None)
         if cand is None:
             return
@@ -106,8 +98,7 @@ class Tail:
 
 
 class VisitHost:
-    """`visits.Host` over the pool (starts, events, energy, pinning), the sweep's warm-up and prompt sizing
-    after each start, the cooldown policy with its events, and the recorder."""
+    """`visits.Host` over the pool, the prompt sizer, the cooldown policy and the recorder."""
 
     def __init__(self, job: str, sweep: Sweep, recorder: Recorder, pool: ServerPool, sizer: PromptSizer,
                  sensor: ThermalSensor, memory_rate_hz: float) -> None:

@@ -1,7 +1,4 @@
-"""Image probes: what an image costs a vision candidate, measured as a pair of requests.
-
-Reasons and facts: docs/measuring.md#image-probes.
-"""
+"""Image probes: what an image costs a vision candidate, as a pair of requests (docs/measuring.md#image-probes)."""
 
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ USAGE_COUNT_SOURCE = "server:usage.prompt_tokens (image request minus the same t
 
 @dataclass
 class ImageProbe:
-    """One measured pair. `status`/`error`: the image request's outcome (a failed text-only request
-    fails the pair too, saying so); `fields`, `sources`, `null_reasons` go into the row."""
+    """One measured pair: its outcome, and the `fields`, `sources`, `null_reasons` of its row."""
 
     status: RowStatus
     error: str | None
@@ -42,8 +38,7 @@ class ImageProbe:
 
 @dataclass(frozen=True)
 class VisionCell:
-    """One resolution of a vision candidate: the rows' context (the text prompt's tokens), the row
-    `probe` numbers (`VISION_PROBE_STRIDE` x the resolution's index + the probe), and the resolution."""
+    """One resolution of a vision candidate, its rows' context and `probe` numbers."""
 
     context: int
     index: int
@@ -103,8 +98,7 @@ async def measure(
     run_to_length: bool = True,
     marks: Callable[[str], None] | None = None,
 ) -> ImageProbe:
-    """Run the text-only request, then the same prompt with `generated` images (the caller samples
-    memory and energy around this call; `marks` are the image request's)."""
+    """Run the text-only request, then the same prompt with `generated` images (`marks`: the image request's)."""
     text_body = _body(adapter, cand, prompt, max_tokens, sampling, thinking, run_to_length)
 
     def image_request() -> tuple[dict[str, Any], bytes]:  # base64 + JSON of megabytes of PNG: off the loop
