@@ -123,9 +123,6 @@ async def _fallback(
     )
 
 
-# ------------------------------------------------------------------------------ throttle checks
-
-
 def throttle_checks(policy: Cooldown, record: CooldownRecord, *, last: Row | None,
                     threshold_pct: float) -> ThrottleChecks | None:
     """The check probes due after the wait (`thermal` policy, a throttle-suspect `last` probe), or None."""

@@ -1,7 +1,6 @@
-"""The measuring orders behind one protocol (`Design`): interleaved, blocked, sequential; and the choice of
-one for a job (`choose`, recorded once as `design_chosen`; a resumed job keeps what it decided).
-What each order does and why: docs/measuring.md#measurement-design.
-"""
+"""The measuring orders (`Design`): interleaved, blocked, sequential; `choose` picks one per job, once.
+What each order does and why: docs/measuring.md#measurement-design."""
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -44,8 +43,7 @@ class Parts:
         self.race = race or Race(on=False, alpha=0.0, margin_pct=0.0, order="")  # racing.py: who is still in
 
     def runnable(self, context: int) -> list[Candidate]:
-        """The candidates the cells can run at `context` that are still in the race and whose rounds there have
-        not ended (`Race.settle`)."""
+        """The candidates the cells can run at `context`, still racing, whose rounds there have not ended."""
         ended = self.race.settled_at.get(context, {})
         return [c for c in self.cells.runnable(context) if c.id not in self.race.dropped and c.id not in ended]
 
@@ -99,8 +97,7 @@ class _Rounds:
             p.cells.finished(cand, context, "probe")
 
     async def _round(self, context: int, cands: list[Candidate], rnd: int) -> tuple[bool, int]:
-        """Round `rnd`: whether it owed anyone probes, and how many it ran (a resumed round visits only
-        the candidates it had not visited yet)."""
+        """Round `rnd`: whether it owed anyone probes, and how many it ran."""
         p = self.p
         visits = self.visits([c.id for c in cands], context, rnd)
         size = self.size(rnd)
@@ -145,8 +142,7 @@ class Blocked(_Rounds):
         return self.rplan.block_size(rnd)
 
     def owes(self, cand: str, context: int, rnd: int, size: int) -> bool:
-        """A block owes `size` valid probes: an invalidated one is re-run in the same block, on the same
-        server start, so a fixed count spread over the blocks is met."""
+        """A block owes `size` valid probes (an invalidated one is re-run on the same start)."""
         return self.p.cells.in_round(cand, context, rnd, valid=True) < size
 
     async def run(self, context: int) -> Design:
@@ -156,8 +152,7 @@ class Blocked(_Rounds):
         return self
 
     async def visit(self, cand: Candidate, context: int, place: Placement, size: int) -> int:
-        """One block: a fresh server start for the candidate, probes until the block holds `size` valid ones
-        (fewer when the cell is done), the server stopped."""
+        """One block on a fresh server start: probes until it holds `size` valid ones, the server stopped."""
         assert place.round is not None
         await self.p.pool.release_all()
         probed = 0
@@ -192,9 +187,7 @@ class Interleaved(_Rounds):
         return round_order(ids, seed=self.p.seed, context=context, round_=rnd)
 
     async def visit(self, cand: Candidate, context: int, place: Placement, size: int) -> int:
-        """`starts = "round"`: the visit's own server start (every other server stopped first, the
-        candidate's stopped after its probe), so no two rounds share a start and no idle server is
-        resident during a probe."""
+        """`starts = "round"`: the visit's own server start, every other server stopped first."""
         if not self.per_round:
             return await super().visit(cand, context, place, size)
         await self.p.pool.release_all()
@@ -207,9 +200,8 @@ class Interleaved(_Rounds):
             await self.p.pool.release_all()
 
     async def run(self, context: int) -> Design:
-        """Start and warm every candidate's server for `context`, then run its rounds; blocked instead (nothing
-        probed, servers stopped, `design_changed` recorded) when the warmed servers exceed the budget.
-        `starts = "round"`: no servers are started ahead (each visit starts its own, one at a time)."""
+        """Start and warm every candidate's server (unless `starts = "round"`), then run the rounds; blocked
+        instead (`design_changed`) when the warmed servers exceed the budget."""
         p = self.p
         cands = p.runnable(context)
         first = p.cells.current_round(context)

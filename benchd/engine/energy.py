@@ -147,9 +147,6 @@ class _Figures:
             self.sources[names[1]] = f"{self.src}; ({phase} J - idle W × {phase} s) / {per_tok}"
 
 
-# ------------------------------------------------------------------------------------ sustained windows
-
-
 class EnergyTrace:
     """Counter samples at the reader's `trace_hz`, from an asyncio task, while a sustained generation runs."""
 
@@ -178,9 +175,8 @@ class EnergyTrace:
 def window_energy(
     reader: EnergyReader, samples: Sequence[Sample], chunk_times: Sequence[float], window: int, period_s: float
 ) -> tuple[list[float] | None, str]:
-    """Joules per window of `window` tokens (the windows of `metrics.sustained_windows`) and their source,
-    or None and why. Energy at window ends is interpolated between the trace's samples, so a window
-    shorter than two sampling periods is not measured."""
+    """Joules per window of `window` tokens (those of `metrics.sustained_windows`) and their source, or
+    None and why (a window shorter than two sampling periods is not measured)."""
     if not reader.available:
         return None, f"energy not measured: {reader.reason}"
     if len(samples) < 2:
@@ -229,8 +225,7 @@ def row_energy(
     reader: EnergyReader, marks: PhaseMarks, idle: Delta | None, prompt_tokens: int | None, gen_tokens: int | None,
     trace: EnergyTrace | None = None, chunk_times: Sequence[float] = (), window: int = 0,
 ) -> tuple[dict[str, object], dict[str, str], dict[str, str]]:
-    """Everything energy puts in a row: the phase figures, and `window_j` for a sustained run.
-    A first read of k tokens moves the generation phase's start (docs/metrics.md)."""
+    """Everything energy puts in a row: the phase figures, and `window_j` for a sustained run (docs/metrics.md)."""
     late = _late_tokens(reader, marks, chunk_times, gen_tokens)
     fields, sources, reasons = probe_energy(reader, marks, idle, prompt_tokens,
                                             None if gen_tokens is None else gen_tokens - late)
@@ -245,17 +240,13 @@ def row_energy(
 
 
 def _late_tokens(reader: EnergyReader, marks: PhaseMarks, chunk_times: Sequence[float], gen_tokens: int | None) -> int:
-    """The tokens that arrived in the first read after the first one, to leave out of the generation phase;
-    drops the first-token sample when that read held more than `BUNCHED_MAX` of the stream."""
+    """Tokens of the first read after the first (out of the generation phase); drops the first mark if bunched."""
     k = sum(1 for t in chunk_times if t == chunk_times[0]) if chunk_times else 0
     if k > 1 and reader.available and k > BUNCHED_MAX * len(chunk_times):
         marks.samples.pop("first", None)
         marks.missing = (f"the first token arrived in one read with {k - 1} more of {len(chunk_times)}, so the "
                          "first-token boundary is too late to split energy into prompt and generation")
     return k - 1 if k > 1 and gen_tokens is not None and "first" in marks.samples else 0
-
-
-# ------------------------------------------------------------------------------------ the engine's view
 
 
 @dataclass(frozen=True)
@@ -268,8 +259,7 @@ class EnergyFigures:
 
 
 class ProbeEnergy:
-    """One probe's recording: `with` it around the request (the sustained trace runs inside), pass its
-    `marks` to the probe client, then `row()` the figures."""
+    """One probe's recording: `with` it around the request, pass its `marks` to the client, then `row()`."""
 
     def __init__(self, reader: EnergyReader, idle: Delta | None, sustained: bool) -> None:
         self.reader, self.idle = reader, idle

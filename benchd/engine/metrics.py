@@ -23,12 +23,8 @@ class Measured(NamedTuple):
     reason: str | None = None
 
 
-# --------------------------------------------------------------------------------- stream windows
-
-
 def stream_window(completion_tokens: int | None, first_t: float | None, last_t: float | None) -> Measured:
-    """Client-side decode rate: tokens after the first (whose time includes the prompt), over the
-    first-to-last content chunk time (monotonic seconds)."""
+    """Client-side decode rate: tokens after the first over the first-to-last content chunk time."""
     if completion_tokens is None:
         return Measured(None, "no completion token count (usage missing)")
     if completion_tokens < 2:
@@ -49,10 +45,8 @@ def stream_window_tps(completion_tokens: int | None, first_t: float | None, last
 def sustained_windows(
     chunk_times: Sequence[float], tokens_per_chunk: Sequence[int] | int = 1, window: int = 128
 ) -> list[float]:
-    """Tokens/s per consecutive window of `window` tokens, from content-chunk arrival times.
-
-    Window 0 starts at the first chunk (its token not counted); a trailing partial window is dropped;
-    a window without measurable duration is skipped. Raises ValueError on bad arguments."""
+    """Tokens/s per consecutive window of `window` tokens from chunk arrival times (window 0 from the first
+    chunk; partial and zero-length windows dropped). Raises ValueError on bad arguments."""
     if window < 1:
         raise ValueError("window must be >= 1")
     n = len(chunk_times)
@@ -107,8 +101,7 @@ def sustain_ratio_reason(windows: Sequence[float]) -> str | None:
 def sustained_summary(
     chunk_times: Sequence[float], window: int, tokens: int | None = None
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """A sustained row's `window_tps` and `sustain_ratio` (one token per content chunk), and their sources,
-    which say why when fewer windows came out than the tokens allow."""
+    """A sustained row's `window_tps` and `sustain_ratio`, and their sources (saying why windows are missing)."""
     windows = sustained_windows(chunk_times, 1, window)
     ratio = sustain_ratio(windows)
     sources = {"window_tps": f"client:chunk-timestamps per {window} tokens",
@@ -121,9 +114,6 @@ def sustained_summary(
     if ratio is None:
         sources["sustain_ratio"] = f"null: {sustain_ratio_reason(windows)}"
     return {"window_tps": windows, "sustain_ratio": ratio}, sources
-
-
-# ------------------------------------------------------------------------------------ statistics
 
 
 def metric_stats(metric: str, values: Sequence[float | None], null_reasons: Sequence[str | None] = ()) -> MetricStats:
@@ -168,8 +158,7 @@ def _cv(present: Sequence[float], mean: float, reasons: dict[str, str]) -> float
 
 
 def cell_stats(rows: Sequence[Row]) -> list[CellStats]:
-    """One CellStats per (candidate, context) with probe rows (sustained rows excluded), in first-seen
-    candidate order and ascending context."""
+    """One CellStats per (candidate, context) with probe rows, in first-seen candidate then context order."""
     cells: dict[tuple[str, int], list[Row]] = {}
     order: dict[str, int] = {}
     for r in rows:

@@ -41,8 +41,7 @@ class ParallelRun(ServerRun):
 
 
 def aggregate(results: Sequence[ProbeResult]) -> tuple[float | None, str]:
-    """(aggregate gen tok/s over the window where every stream was generating, its source), or
-    (None, why there is none)."""
+    """(aggregate gen tok/s over the window where every stream generated, its source), or (None, why)."""
     if len(results) < 2:
         return None, "one stream: no aggregate"
     if not all(r.ok for r in results):
@@ -135,13 +134,9 @@ def _with_reasons(norm: Normalized, reasons: dict[str, str]) -> Normalized:
     return dataclasses.replace(norm, null_reasons={**norm.null_reasons, **reasons})
 
 
-# ------------------------------------------------------------------------------------------ summary
-
-
 @dataclass(frozen=True)
 class LevelSummary:
-    """One cell's figures at one level: medians of batch aggregate and per-request gen tok/s, TTFT p50 / p95,
-    peak memory, and the counts."""
+    """One cell's figures at one level: batch-aggregate and per-request gen tok/s, TTFT p50/p95, memory, counts."""
 
     level: int
     agg_gen_tps: float | None

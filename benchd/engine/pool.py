@@ -94,8 +94,7 @@ class Pool:
         self.start_counts: dict[str, int] | None = None
 
     async def ready(self, cand: Candidate, g: Group) -> Server | None:
-        """The resident server for group `g`, else a (re)start; None when it never got ready (its cells
-        are failed rows then, and it is not tried again)."""
+        """The resident server for group `g`, else a (re)start; None when it never got ready (not retried)."""
         res = self.resident.get(cand.id)
         if res is not None and (res.group != g or not res.server.running):
             await self.release(cand.id)  # crashed or killed after a timeout: restart for the next cell
@@ -229,8 +228,7 @@ class Pool:
         return server
 
     def attached(self, cand: Candidate, g: Group, server: Server, purpose: str) -> Server:
-        """An external server's handle, its detection recorded; the group's contexts larger than one of
-        its slots are failed with the reason."""
+        """An external server's handle; the group's contexts larger than one of its slots are failed."""
         found = server.external
         assert found is not None
         self.client_cpus[cand.id] = None

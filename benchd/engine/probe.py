@@ -1,7 +1,5 @@
 """The streaming client: one request, timestamps of every content chunk on arrival, the raw final chunk.
-
-Errors are values (`ProbeResult.status`/`error`); only cancellation propagates
-(docs/measuring.md#the-probe-client)."""
+Errors are values; only cancellation propagates (docs/measuring.md#the-probe-client)."""
 
 from __future__ import annotations
 
@@ -54,8 +52,7 @@ def _has_text(payload: bytes, key: bytes) -> bool:
 
 
 def has_answer(payload: bytes) -> bool:
-    """True when a chunk's JSON has a non-empty string `"content"` (a byte scan, no decoding; not
-    `"reasoning_content"`, nor an escaped `\\"content\\"` inside text)."""
+    """True when a chunk has a non-empty string `"content"` (a byte scan; not `"reasoning_content"`)."""
     return _has_text(payload, _CONTENT_KEY)
 
 
@@ -179,8 +176,7 @@ async def run(
     marks: Callable[[str], None] | None = None,
     collect_text: bool = False,
 ) -> ProbeResult:
-    """POST one streamed request to `url` and read it to the end (or error, or timeout).
-    `collect_text` keeps the answer and reasoning text (sessions send the answer back)."""
+    """POST one streamed request and read it to the end; `collect_text` keeps the answer and reasoning text."""
     if marks is not None:
         marks("start")
     started = time.perf_counter()
@@ -255,8 +251,7 @@ async def run_chat(
     run_to_length: bool = True,
     marks: Callable[[str], None] | None = None,
 ) -> ProbeResult:
-    """Build the adapter's streamed chat request (`thinking` "default" | "on" | "off"; `run_to_length`
-    suppresses EOS) and run it."""
+    """Build the adapter's streamed chat request and run it (`run_to_length` suppresses EOS)."""
     body = adapter.requests.request_body(
         model=adapter.requests.request_model(candidate), prompt=prompt, max_tokens=max_tokens, sampling=sampling,
         thinking=thinking,
@@ -269,9 +264,6 @@ async def run_chat(
         timeout_s=timeout_s,
         marks=marks,
     )
-
-
-# ------------------------------------------------------------------------------ Prometheus /metrics
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -292,8 +284,7 @@ def parse_prometheus(text: str) -> dict[str, float]:
 
 
 async def read_metrics(base_url: str, *, timeout_s: float = 5.0) -> dict[str, float] | None:
-    """The server's Prometheus counters, or None when it has no `/metrics` (llama-server without
-    `--metrics` answers 501)."""
+    """The server's Prometheus counters, or None when it has no `/metrics`."""
     try:
         async with (
             aiohttp.ClientSession(

@@ -1,9 +1,8 @@
 """Racing: at each look of the stop rule, a candidate another one dominates leaves the race
-(docs/measuring.md#racing).
-
-Hooks: `open_race` (the engine, once per job), `Race.add` (the recorder, every committed row), `after_round`
-(the designs' rounds, at each look), `Race.alive` (the designs: who runs the next context and the tail).
+(docs/measuring.md#racing). Hooks: `open_race`, `Race.add` (every committed row), `after_round` (each look),
+`Race.alive` (who runs the next context and the tail).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,8 +26,7 @@ BY_BENCHD = "benchd"
 
 @dataclass(frozen=True)
 class Drop:
-    """One candidate leaving the race at a look: `by` its dominators (each with the axes it is better on),
-    their texts, the look's α; `why` when benchd took it out (no dominator)."""
+    """One candidate leaving the race at a look: `by` its dominators (each with the axes it wins), or `why`."""
 
     candidate: str
     context: int
@@ -66,8 +64,7 @@ class Drop:
 
 @dataclass(frozen=True)
 class Settle:
-    """One candidate's rounds of a context ending at a look while others go on (`Race.settle`); `pairs`:
-    the other candidate -> the look's words."""
+    """One candidate's rounds of a context ending at a look while others go on; `pairs`: other -> words."""
 
     candidate: str
     context: int
@@ -99,8 +96,7 @@ class Race:
     settled_at: dict[int, dict[str, int]] = field(default_factory=dict)
 
     def add(self, row: Row) -> None:
-        """Count a committed row as done (unless aborted), and keep what a look reads of it if it is a
-        valid probe row of the rounds (else forget it)."""
+        """Count a committed row as done (unless aborted); keep a valid probe row of the rounds for the looks."""
         if not self.on:
             return
         done = self.stored.setdefault((row.candidate, row.context, row.kind), set())
@@ -131,9 +127,8 @@ class Race:
 
     def look(self, context: int, rnd: int, rows: Mapping[str, Sequence[Row]], done: Iterable[str] = (),
              compare: bool = True) -> list[Drop]:
-        """The drops of this look. `rows`: each racing candidate's valid probe rows of the context; `done`:
-        the candidates with no cell left to run in it (a failed start, or every probe spent); `compare`
-        False (a round that is not a planned look): only those with no ok probe leave, no pair is compared."""
+        """The drops of this look. `done`: candidates with no cell left to run; `compare` False: only those with
+        no ok probe leave."""
         if not self.on:
             return []
         alive = self.alive(rows)
@@ -144,8 +139,7 @@ class Race:
         return [self.with_plan(drop) for drop in out]
 
     def _dominated(self, context: int, rnd: int, rows: Mapping[str, Sequence[Row]], racing: list[str]) -> list[Drop]:
-        """Every loser of a pair of `racing`, with all its dominators, in `racing` order; none when nobody
-        would stay (a cycle of verdicts drops nobody)."""
+        """Every loser of a pair of `racing` with its dominators; none when nobody would stay (a cycle)."""
         beaten: dict[str, Drop] = {}
         for i, a in enumerate(racing):
             for b in racing[i + 1:]:
@@ -160,8 +154,7 @@ class Race:
         return [beaten[c] for c in racing if c in beaten] if len(beaten) < len(racing) else []
 
     def unrun(self, candidate: str, bound: str) -> int:
-        """The candidate's planned rows (`benchd.store.candidate_planned`) not stored yet: per context its
-        probe count less its probe rows there, its sustained row and image probes less those stored."""
+        """The candidate's planned rows (`benchd.store.candidate_planned`) not stored yet."""
         cand = next((c for c in self.sweep.candidates if c.id == candidate), None) if self.sweep else None
         if self.sweep is None or cand is None:
             return 0
@@ -188,8 +181,7 @@ class Race:
 
     def pair_kinds(self, rnd: int, rows: Mapping[str, Sequence[Row]],
                    max_rounds: int) -> dict[tuple[str, str], tuple[str, str]]:
-        """Each pair of the candidates still racing with rows: ("resolved" | "futile" | "open", the look's
-        words); futile: undecided with no even chance of resolving in the rounds left (`stuck_axes`)."""
+        """Each racing pair's ("resolved" | "futile" | "open", the look's words) (futile: `stuck_axes`)."""
         ids = [c for c in self.alive(rows) if rows[c]]
         out: dict[tuple[str, str], tuple[str, str]] = {}
         for i, a in enumerate(ids):
@@ -206,8 +198,7 @@ class Race:
         return out
 
     def settled(self, rnd: int, rows: Mapping[str, Sequence[Row]], min_rounds: int, max_rounds: int) -> str | None:
-        """Why the race's rounds of a context end at this planned look (every pair resolved or futile, one
-        futile at least), or None. `rows`: each racing candidate's valid probe rows of the context."""
+        """Why the rounds of a context end at this look (every pair resolved or futile, one futile), or None."""
         if not self._early_look(rnd, min_rounds, max_rounds):
             return None
         kinds = self.pair_kinds(rnd, rows, max_rounds)
@@ -219,8 +210,7 @@ class Race:
 
     def settle(self, context: int, rnd: int, rows: Mapping[str, Sequence[Row]], min_rounds: int,
                max_rounds: int) -> list[Settle]:
-        """The candidates whose rounds of `context` end at this planned look, every pair of theirs resolved
-        or futile, while some pair elsewhere is still open. They stay in the race (next context, tail)."""
+        """The candidates whose every pair is resolved or futile at this look while another pair is open."""
         if not self._early_look(rnd, min_rounds, max_rounds):
             return []
         kinds = self.pair_kinds(rnd, rows, max_rounds)
@@ -268,8 +258,7 @@ def _pairs_of(c: str, kinds: Mapping[tuple[str, str], tuple[str, str]]) -> dict[
 
 
 def open_race(sweep: Sweep, pairs: bool, events: Iterable[Any] = (), rows: Iterable[Row] = ()) -> Race:
-    """The job's race: on when the sweep races and its rounds stop by the pair rule (`pairs`); a resumed
-    job's drops and settles from its events, the rows a look reads from its rows."""
+    """The job's race (on when the sweep races and `pairs` stop its rounds), resumed from its events and rows."""
     order = requested_order(sweep)
     rplan = round_plan(sweep, order)
     race = Race(on=sweep.racing_on() and pairs, alpha=look_alpha(rplan.min_rounds, rplan.max_rounds, RACE_ALPHA),
@@ -287,9 +276,8 @@ def open_race(sweep: Sweep, pairs: bool, events: Iterable[Any] = (), rows: Itera
 
 async def after_round(race: Race, context: int, cands: list[Candidate], rnd: int, rplan: RoundPlan,
                       done: Iterable[str], emit: Any, release: Any) -> list[Candidate]:
-    """The race's look after round `rnd`: each drop, then each settled candidate, is emitted
-    (`candidate_dropped`, `candidate_settled`) and its server released; returns the candidates that run
-    the next round. Pairs are compared only at planned looks. `done`: the candidates with no cell left."""
+    """The race's look after round `rnd`: drops, then settled candidates, emitted and their servers released;
+    returns the candidates of the next round. `done`: the candidates with no cell left."""
     if not race.on or rnd < rplan.min_rounds:
         return cands
     planned = rnd in looks(rplan.min_rounds, rplan.max_rounds)

@@ -1,6 +1,4 @@
-"""Assemble one normalized `Row` (pure) from a probe's metrics, memory, cooldown and server facts.
-
-Every metric left null gets a reason here if nobody gave one earlier."""
+"""Assemble one normalized `Row` (pure); every metric left null gets a reason here."""
 
 from __future__ import annotations
 
@@ -86,11 +84,8 @@ _STATUSES: dict[str, RowStatus] = {"ok": "ok", "timeout": "timeout"}
 
 def decide(*, result_status: str, error: str | None, crash: str | None = None, cached_tokens: int | None = None,
            invalidation: Invalidation | None = None, killed: bool = False, cache_allowance: int = 0) -> Decision:
-    """The one place a probe row's status is decided.
-
-    `result_status` is "ok", "timeout" or "failed"; `crash` the server's exit status if it died under the
-    probe; `killed` that the engine killed it after a timeout. More than `cache_allowance` cached prompt
-    tokens fail an ok probe; an `invalidation` fails any probe (it is run again)."""
+    """The one place a probe row's status is decided. `result_status`: "ok", "timeout" or "failed"; `crash`:
+    the server's exit status; `killed`: after a timeout. Too many cached tokens or an `invalidation` fail it."""
     status = _STATUSES.get(result_status, "failed")
     if crash is not None:
         status, error = "failed", f"server crashed mid-probe ({crash}): {error or 'failed'}"
@@ -273,8 +268,7 @@ def _memory_field(key: str) -> str:
 
 def shortfall(adapter: RuntimeAdapter, cand: Candidate, *, asked: int, norm: Normalized,
               finish_reason: str | None, run_to_length: bool) -> dict[str, object]:
-    """`short`/`short_reason` for a probe that generated fewer tokens than asked ({} when it did not).
-    A short row is kept out of the medians, counted and named (`metrics.cell_stats`), never dropped."""
+    """`short`/`short_reason` for a probe that generated fewer tokens than asked ({} when it did not)."""
     got = norm.gen_tokens
     if got is None or got >= asked:
         return {}

@@ -84,8 +84,7 @@ def series_row(row: Row, plan: ProbePlan) -> Row:
 
 
 class SeriesBook:
-    """The job's one progress record: every cell's rows so far, each cell's series, and which keys need
-    not run again (an `aborted` row runs again). `ci_stop` False: the pair rule stops adaptive cells."""
+    """The job's progress record: cells' rows and series, and the keys done (`ci_stop` False: pair rule stops)."""
 
     def __init__(self, plan: ProbePlan, rows: Iterable[Row] = (), *, ci_stop: bool = True) -> None:
         self.plan = plan
@@ -112,9 +111,6 @@ class SeriesBook:
         if kind == "sustained":
             plan = ProbePlan(False, 1, 1, plan.target_ci_pct, plan.metric, plan.throttle_pct)
         return CellSeries(plan, self.cells.get((candidate, context, kind), []), ci_stop=self.ci_stop or kind != "probe")
-
-
-# --------------------------------------------------------------------------------------- per row
 
 
 class Watch:

@@ -24,8 +24,7 @@ from benchd.store import utcnow
 #: The user's instruction after each tool result (short and fixed, so turns differ only by the tool text).
 INSTRUCTION = "The tool returned the output above. Continue with the next step."
 TOOL_HEADER = "Tool result ({name}):\n"
-#: The fewest tokens a cached prefix may fall short of the computed one before it is a miss (the server
-#: evaluates at least one prompt token again, and the last generated token is not in its cache).
+#: The fewest tokens a cached prefix may fall short of the computed one before it is a miss.
 MIN_TOLERANCE_TOKENS = 2
 
 
@@ -89,8 +88,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 @dataclass(frozen=True)
 class Prefixes:
-    """Per turn (index 0 = turn 1) the reusable prefix, the part the cache rule can hold (`reachable`),
-    and the tolerance; or why none was computed."""
+    """Per turn (index 0 = turn 1): the reusable and `reachable` prefix, the tolerance; or why none."""
 
     reusable: list[int | None]
     tolerance: int
@@ -293,13 +291,9 @@ def _reuse(run: SessionRun, t: Turn, prefixes: Prefixes, extra: dict[str, object
                              + (f"; {rule.source}" if rule.source else ""))
 
 
-# ------------------------------------------------------------------------------------------ summary
-
-
 @dataclass(frozen=True)
 class SessionSummary:
-    """One cell's session figures: warm-turn TTFT (median over turns >= 2), reuse fraction (cached /
-    prompt tokens over turns >= 2), the turns' TTFTs in order, and how many turns were cache misses."""
+    """One cell's session figures: warm-turn (>= 2) TTFT and reuse fraction, the TTFTs, the cache misses."""
 
     warm_ttft_ms: float | None
     reuse_fraction: float | None

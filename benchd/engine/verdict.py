@@ -1,5 +1,6 @@
 """A verdict on every cell: is the number steady, too wide, moving, or are there too few probes to say.
 Pure; the probe loop, the cell statistics and the results stage all judge with it (docs/measuring.md#cell-verdicts)."""
+
 from __future__ import annotations
 
 import statistics
@@ -25,9 +26,6 @@ def ci_target_met(values: Sequence[float], target_ci_pct: float) -> bool:
     """The adaptive stop rule: the CI exists and its half-width is within the target."""
     hw = ci_half_width_pct(values)
     return hw is not None and hw <= target_ci_pct
-
-
-# ---------------------------------------------------------------------------------------- verdict
 
 
 def judge(values: Sequence[float], *, metric: str, target_ci_pct: float, probes_used: int, adaptive: bool,
@@ -104,13 +102,9 @@ def with_verdicts(cells: Sequence[CellStats], rows: Sequence[Row], plan: ProbePl
     return out
 
 
-# --------------------------------------------------------------------------------------- throttle
-
-
 def throttle_check(earlier: Sequence[float], value: float | None, *, metric: str, threshold_pct: float,
                    thermal_nominal: bool | None, thermal_text: str) -> ThrottleCheck:
-    """Judge one ok probe against the median of its cell's earlier ok probes. `thermal_nominal` False
-    (hot) explains a slowdown; True or None (no usable sensor) leave it suspect."""
+    """Judge one ok probe against its cell's earlier ok median; a hot `thermal_nominal` explains a slowdown."""
     if value is None:
         return ThrottleCheck(metric=metric, value=None, running_median=None, drop_pct=None,
                              threshold_pct=threshold_pct, thermal=thermal_text, suspect=False,

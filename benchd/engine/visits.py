@@ -1,6 +1,6 @@
-"""The session and parallel-request visits of one candidate: server starts of their own, cooldowns, rows
-(docs/measuring.md#session-and-parallel-visits). The scheduler calls `sessions(host, cand)` and
-`levels(host, cand)`; `benchd.engine.tail.VisitHost` implements `Host`."""
+"""The session and parallel-request visits of one candidate, on server starts of their own
+(docs/measuring.md#session-and-parallel-visits); `benchd.engine.tail.VisitHost` implements `Host`."""
+
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
@@ -52,9 +52,6 @@ def _failed(host: Host, cand: Candidate, context: int, kind: str, probes: list[i
         host.commit(build_row(Cell(host.job, cand, context, kind, p), status="failed",  # type: ignore[arg-type]
                               started_at=utcnow(), server=ServerFacts(None, None, None), error=error,
                               extra={**extra, **({"turn": p} if kind == "session" else {})}))
-
-
-# -------------------------------------------------------------------------------------------- sessions
 
 
 async def sessions(host: Host, cand: Candidate) -> None:
@@ -119,9 +116,6 @@ def _unstarted(host: Host, cand: Candidate, context: int, ctx: int | None, why: 
     return [build_row(Cell(host.job, cand, context, "session", p), status="failed", started_at=utcnow(),
                       server=ServerFacts(ctx, None, None), error=why, extra={"turn": p})
             for p in range(1, host.sweep.session.turns + 1)]
-
-
-# ------------------------------------------------------------------------------------------ levels
 
 
 def _cooldown(host: Host, cand: Candidate, context: int, probe: int) -> Callable[[], Awaitable[CooldownRecord]]:
