@@ -40,21 +40,28 @@ class Tail:
     async def run(self, cand: Candidate) -> None:
         groups = self.cells.groups(cand)
         await self.pool.release_others(cand.id)
-        for vg in [x for x in groups if x.vision]:
-            if self.recorder.vision_pending(cand) and (server := await self.pool.ready(cand, vg)) is not None:
-                await self.vision(server, cand)
-        g = groups[-1] if groups else None
-        if g is not None and self.has_work(cand, g):
-            if g.sustained:
-                await self.cells.visit(cand, min(self.sweep.contexts), "sustained", SUSTAINED, group=g)
-            server = await self.pool.ready(cand, g) if g.evals else None
-            if server is not None:
-                await self.evals.run_evals(get_adapter(cand.runtime), server, cand)
+        await self.vision_starts(cand, groups)
+        if groups and self.has_work(cand, groups[-1]):
+            await self.last_start(cand, groups[-1])
         await self.pool.release(cand.id)
         await visits.sessions(self.host, cand)
         await visits.levels(self.host, cand)
         if groups and self.sweep.ready.starts and not cand.external:  # benchd does not start an external server
             await self.ready_starts(cand, groups[0])
+
+    async def vision_starts(self, cand: Candidate, groups: list[Group]) -> None:
+        """The image probes still pending, on each server start that serves them."""
+        for vg in [x for x in groups if x.vision]:
+            if self.recorder.vision_pending(cand) and (server := await self.pool.ready(cand, vg)) is not None:
+                await self.vision(server, cand)
+
+    async def last_start(self, cand: Candidate, g: Group) -> None:
+        """The sustained generation and the evals, on the candidate's last server start."""
+        if g.sustained:
+            await self.cells.visit(cand, min(self.sweep.contexts), "sustained", SUSTAINED, group=g)
+        server = await self.pool.ready(cand, g) if g.evals else None
+        if server is not None:
+            await self.evals.run_evals(get_adapter(cand.runtime), server, cand)
 
     def has_work(self, cand: Candidate, g: Group) -> bool:
         if g.sustained and self.book.series(cand.id, min(self.sweep.contexts), "sustained").next_probe() is not None:
