@@ -6,6 +6,7 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
+from typing import Literal
 
 import msgspec
 
@@ -41,27 +42,41 @@ async def wait(
     seams for tests."""
     if poll_s <= 0:
         raise ValueError("poll_s must be > 0")
-    t0 = clock()
+    w = _Wait(policy, sensor, clock, sleep, poll_s)
+    before = await w.read()
+    run = {"fixed": w.fixed, "thermal": w.thermal, "idle": w.idle}.get(policy.policy)
+    if run is None:
+        raise ValueError(f"unknown cooldown policy {policy.policy!r}")
+    return await run(before, load)
 
-    async def read() -> ThermalReading:
-        return await asyncio.to_thread(sensor.read)
 
-    def step(elapsed: float) -> float:
+class _Wait:
+    """One wait in progress: the policy, the seams, and when it began."""
+
+    def __init__(self, policy: Cooldown, sensor: ThermalSensor, clock: Callable[[], float],
+                 sleep: Callable[[float], Awaitable[None]], poll_s: float) -> None:
+        self.policy, self.sensor, self.clock, self.sleep, self.poll_s = policy, sensor, clock, sleep, poll_s
+        self.t0 = clock()
+
+    async def read(self) -> ThermalReading:
+        return await asyncio.to_thread(self.sensor.read)
+
+    def step(self, elapsed: float) -> float:
+        policy = self.policy
         deadline = policy.seconds if elapsed < policy.seconds else policy.max_seconds
-        return max(0.0, min(poll_s, deadline - elapsed))
+        return max(0.0, min(self.poll_s, deadline - elapsed))
 
-    before = await read()
+    async def fixed(self, before: ThermalReading, load: Callable[[], float] | None) -> CooldownRecord:
+        await self.sleep(self.policy.seconds)
+        return CooldownRecord(policy="fixed", waited_s=self.clock() - self.t0, reason="fixed", before=before,
+                              after=await self.read())
 
-    if policy.policy == "fixed":
-        await sleep(policy.seconds)
-        return CooldownRecord(policy="fixed", waited_s=clock() - t0, reason="fixed", before=before, after=await read())
-
-    if policy.policy == "thermal":
-        reading = before
+    async def thermal(self, before: ThermalReading, load: Callable[[], float] | None) -> CooldownRecord:
+        policy, reading = self.policy, before
         while True:
-            elapsed = clock() - t0
+            elapsed = self.clock() - self.t0
             if not _usable(reading):
-                return await _fallback(policy, before, reading, t0, clock, sleep, read)
+                return await _fallback(policy, before, reading, self.t0, self.clock, self.sleep, self.read)
             if elapsed >= policy.seconds and _cool(reading, policy.target_celsius):
                 return CooldownRecord(policy="thermal", waited_s=elapsed, reason="reached", before=before, after=reading)
             if elapsed >= policy.max_seconds:
@@ -69,37 +84,36 @@ async def wait(
                     policy="thermal", waited_s=elapsed, reason="timeout", before=before, after=reading,
                     note=f"still above target {policy.target_celsius:g} °C / not nominal after {policy.max_seconds:g} s",
                 )
-            await sleep(step(elapsed))
-            reading = await read()
+            await self.sleep(self.step(elapsed))
+            reading = await self.read()
 
-    if policy.policy == "idle":
+    async def idle(self, before: ThermalReading, load: Callable[[], float] | None) -> CooldownRecord:
+        policy = self.policy
         load_fn: Callable[[], float]
         if load is None:
             load_fn = CpuLoad()
-            await sleep(min(poll_s, FIRST_LOAD_WINDOW_S))
+            await self.sleep(min(self.poll_s, FIRST_LOAD_WINDOW_S))
         else:
             load_fn = load
-        cur = load_fn()
-        load_before = cur
+        cur = load_before = load_fn()
         while True:
-            elapsed = clock() - t0
+            elapsed = self.clock() - self.t0
             if elapsed >= policy.seconds and cur < policy.max_load:
-                reason = "reached"
-                break
+                return await self._idle_record("reached", before, load_before, cur)
             if elapsed >= policy.max_seconds:
-                reason = "timeout"
-                break
-            await sleep(step(elapsed))
+                return await self._idle_record("timeout", before, load_before, cur)
+            await self.sleep(self.step(elapsed))
             cur = load_fn()
-        note = None
-        if reason == "timeout":
-            note = f"load per core {cur:.2f} still ≥ max_load {policy.max_load:g} after {policy.max_seconds:g} s"
-        return CooldownRecord(
-            policy="idle", waited_s=clock() - t0, reason=reason,  # type: ignore[arg-type]
-            before=before, after=await read(), load_before=_num(load_before), load_after=_num(cur), note=note,
-        )
 
-    raise ValueError(f"unknown cooldown policy {policy.policy!r}")
+    async def _idle_record(self, reason: Literal["reached", "timeout"], before: ThermalReading, load_before: float,
+                           cur: float) -> CooldownRecord:
+        policy = self.policy
+        note = (f"load per core {cur:.2f} still ≥ max_load {policy.max_load:g} after {policy.max_seconds:g} s"
+                if reason == "timeout" else None)
+        return CooldownRecord(
+            policy="idle", waited_s=self.clock() - self.t0, reason=reason,
+            before=before, after=await self.read(), load_before=_num(load_before), load_after=_num(cur), note=note,
+        )
 
 
 async def _fallback(
