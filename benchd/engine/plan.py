@@ -6,10 +6,10 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from benchd.schemas import Sweep
+from benchd.schemas import ProbePlan, Sweep
 
 #: Rounds (server starts per candidate and context) a blocked sweep runs when `rounds` is not given.
 DEFAULT_ROUNDS = 3
@@ -124,26 +124,38 @@ def starts_text(sweep: Sweep) -> str:
     return f"; a fresh server start per candidate every round ({span} starts per candidate and context)"
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """What the design notes read of a sweep."""
+
+    sweep: Sweep
+    order: str
+    plan: ProbePlan
+    rounds: int
+
+
+#: (applies, note) pairs: what `validate` says about a design that is not an error.
+_DESIGN_NOTES: tuple[tuple[Callable[[_Asked], bool], Callable[[_Asked], str]], ...] = (
+    (lambda a: len(a.sweep.candidates) == 1 and a.order != "sequential",
+     lambda a: f"order {a.order} with one candidate: nothing to interleave, the probes run as in sequential"),
+    (lambda a: a.order == "blocked" and a.rounds == 2,
+     lambda a: "rounds = 2: two block medians per candidate can almost never be called different "
+               "(the signed-rank guard needs more pairs); use 3 or more"),
+    (lambda a: a.order == "blocked" and not a.plan.adaptive and a.plan.min < a.rounds,
+     lambda a: f"probes = {a.plan.min} < rounds = {a.rounds}: only {a.plan.min} blocks (server starts) per "
+               "candidate and context"),
+    (lambda a: a.sweep.starts is not None and a.order != "interleaved",
+     lambda a: f"starts = \"{a.sweep.starts}\" is used by order \"interleaved\" only (blocked starts once per "
+               "block, sequential once per server group)"),
+    (lambda a: a.order == "interleaved" and a.sweep.starts_mode() == "once" and len(a.sweep.candidates) > 1,
+     lambda a: "starts = \"once\": every round of a candidate shares one server start, so a pair's verdict "
+               "rests on one start a side (a start's luck under load reads as the candidate's speed)"),
+    (lambda a: a.sweep.rounds is not None and a.order != "blocked",
+     lambda a: f"rounds = {a.sweep.rounds} is used by order \"blocked\" only (this sweep runs {a.order})"),
+)
+
+
 def plan_problems(sweep: Sweep) -> list[str]:
     """What `validate` says about the design that is not an error."""
-    notes = []
-    order = requested_order(sweep)
-    if len(sweep.candidates) == 1 and order != "sequential":
-        notes.append(f"order {order} with one candidate: nothing to interleave, the probes run as in sequential")
-    if order == "blocked" and (sweep.rounds or DEFAULT_ROUNDS) == 2:
-        notes.append("rounds = 2: two block medians per candidate can almost never be called different "
-                     "(the signed-rank guard needs more pairs); use 3 or more")
-    plan = sweep.probe_plan()
-    rounds = sweep.rounds or DEFAULT_ROUNDS
-    if order == "blocked" and not plan.adaptive and plan.min < rounds:
-        notes.append(f"probes = {plan.min} < rounds = {rounds}: only {plan.min} blocks (server starts) per "
-                     "candidate and context")
-    if sweep.starts is not None and order != "interleaved":
-        notes.append(f"starts = \"{sweep.starts}\" is used by order \"interleaved\" only (blocked starts once per "
-                     "block, sequential once per server group)")
-    if order == "interleaved" and sweep.starts_mode() == "once" and len(sweep.candidates) > 1:
-        notes.append("starts = \"once\": every round of a candidate shares one server start, so a pair's verdict "
-                     "rests on one start a side (a start's luck under load reads as the candidate's speed)")
-    if sweep.rounds is not None and order != "blocked":
-        notes.append(f"rounds = {sweep.rounds} is used by order \"blocked\" only (this sweep runs {order})")
-    return notes
+    asked = _Asked(sweep, requested_order(sweep), sweep.probe_plan(), sweep.rounds or DEFAULT_ROUNDS)
+    return [note(asked) for applies, note in _DESIGN_NOTES if applies(asked)]
