@@ -183,13 +183,14 @@ class Pool:
         gone = [(what, p) for what, p in paths if not os.path.exists(p)]
         if not gone:
             return None
+        at_submit = self._missing_at_submit()
+        return "; ".join(_gone_text(what, p, at_submit) for what, p in gone)
+
+    def _missing_at_submit(self) -> list[str] | None:
+        """The paths the job's `job_queued` event found missing (None: not recorded then)."""
         queued = next((events.payload(e) for e in self.recorder.store.events.page(self.job, limit=1)
                        if e.type == "job_queued"), None)  # seq 1
-        at_submit = queued.missing_paths if isinstance(queued, events.JobQueued) and queued.missing_paths else None
-        return "; ".join(
-            f"{what} {p} does not exist" if at_submit is None  # a job queued before this was recorded
-            else f"{what} {p} no longer exists (it existed at submit)" if p not in at_submit
-            else f"{what} {p} does not exist (nor did it at submit)" for what, p in gone)
+        return queued.missing_paths if isinstance(queued, events.JobQueued) and queued.missing_paths else None
 
     async def start(self, cand: Candidate, g: Group, *, cold: bool = False, purpose: str = "sweep") -> Server | None:
         gone = None if cand.external else self.missing_models(cand)
@@ -269,6 +270,14 @@ class Pool:
 
     async def kill(self, server: Server) -> None:
         await self.supervisor.stop(server, grace_s=0.5)
+
+
+def _gone_text(what: str, path: str, at_submit: list[str] | None) -> str:
+    if at_submit is None:  # a job queued before this was recorded
+        return f"{what} {path} does not exist"
+    if path not in at_submit:
+        return f"{what} {path} no longer exists (it existed at submit)"
+    return f"{what} {path} does not exist (nor did it at submit)"
 
 
 def _size(path: str) -> int:
