@@ -1,8 +1,4 @@
-"""The sweep's cells as the designs and the tail visit them: which candidates a runtime accepts, which
-server start (group) serves a context, one probe of a cell, and the cell's verdict once it is done.
-
-Reasons and facts: docs/architecture.md#the-sweep-engine.
-"""
+"""The sweep's cells as the designs and the tail visit them (docs/architecture.md#the-sweep-engine)."""
 
 from __future__ import annotations
 
@@ -25,8 +21,7 @@ class Cells:
         self.job, self.sweep, self.book, self.pool, self.runner, self.recorder = job, sweep, book, pool, runner, recorder
 
     async def visit(self, cand: Candidate, context: int, kind: str, place: Placement, group: Group | None = None) -> int:
-        """One probe of a cell (1), or nothing (0): the cell is done, or its server could not be had (its
-        cells then fail in `fail_group`)."""
+        """One probe of a cell (1), or nothing (0: the cell is done, or its server could not be had)."""
         series = self.book.series(cand.id, context, kind)
         p = series.next_probe()
         if p is None:
@@ -45,8 +40,7 @@ class Cells:
         return 1
 
     async def warm(self, cand: Candidate, context: int, place: Placement) -> None:
-        """Start the candidate's server for `context` and warm it before the rounds (a failure costs the
-        candidate's first probe of the round, as a row saying why)."""
+        """Start and warm the candidate's server for `context` before the rounds."""
         server = await self.pool.ready(cand, self.group_for(cand, context))
         p = self.book.series(cand.id, context).next_probe()
         if server is None or p is None:

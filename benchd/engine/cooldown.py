@@ -1,7 +1,4 @@
-"""Cooldown between probes: explicit policies, each wait recorded (how long, why it stopped, readings).
-
-Reasons and facts: docs/measuring.md#cooldown.
-"""
+"""Cooldown between probes: explicit policies, each wait recorded (docs/measuring.md#cooldown)."""
 
 from __future__ import annotations
 
@@ -9,6 +6,7 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
+from typing import Literal
 
 import msgspec
 
@@ -40,34 +38,45 @@ async def wait(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     poll_s: float = 1.0,
 ) -> CooldownRecord:
-    """Wait according to `policy`; returns what was waited and why it stopped.
-
-    `load` returns the current load per core (default: `CpuLoad()`; docs/measuring.md#cooldown);
-    `clock`/`sleep` are seams for tests; `poll_s` is the polling period (≥ 1 s in production).
-    """
+    """Wait according to `policy`; returns what was waited and why it stopped. `load`, `clock`, `sleep`:
+    seams for tests."""
     if poll_s <= 0:
         raise ValueError("poll_s must be > 0")
-    t0 = clock()
+    w = _Wait(policy, sensor, clock, sleep, poll_s)
+    before = await w.read()
+    run = {"fixed": w.fixed, "thermal": w.thermal, "idle": w.idle}.get(policy.policy)
+    if run is None:
+        raise ValueError(f"unknown cooldown policy {policy.policy!r}")
+    return await run(before, load)
 
-    async def read() -> ThermalReading:
-        return await asyncio.to_thread(sensor.read)
 
-    def step(elapsed: float) -> float:
+class _Wait:
+    """One wait in progress: the policy, the seams, and when it began."""
+
+    def __init__(self, policy: Cooldown, sensor: ThermalSensor, clock: Callable[[], float],
+                 sleep: Callable[[float], Awaitable[None]], poll_s: float) -> None:
+        self.policy, self.sensor, self.clock, self.sleep, self.poll_s = policy, sensor, clock, sleep, poll_s
+        self.t0 = clock()
+
+    async def read(self) -> ThermalReading:
+        return await asyncio.to_thread(self.sensor.read)
+
+    def step(self, elapsed: float) -> float:
+        policy = self.policy
         deadline = policy.seconds if elapsed < policy.seconds else policy.max_seconds
-        return max(0.0, min(poll_s, deadline - elapsed))
+        return max(0.0, min(self.poll_s, deadline - elapsed))
 
-    before = await read()
+    async def fixed(self, before: ThermalReading, load: Callable[[], float] | None) -> CooldownRecord:
+        await self.sleep(self.policy.seconds)
+        return CooldownRecord(policy="fixed", waited_s=self.clock() - self.t0, reason="fixed", before=before,
+                              after=await self.read())
 
-    if policy.policy == "fixed":
-        await sleep(policy.seconds)
-        return CooldownRecord(policy="fixed", waited_s=clock() - t0, reason="fixed", before=before, after=await read())
-
-    if policy.policy == "thermal":
-        reading = before
+    async def thermal(self, before: ThermalReading, load: Callable[[], float] | None) -> CooldownRecord:
+        policy, reading = self.policy, before
         while True:
-            elapsed = clock() - t0
+            elapsed = self.clock() - self.t0
             if not _usable(reading):
-                return await _fallback(policy, before, reading, t0, clock, sleep, read)
+                return await _fallback(policy, before, reading, self.t0, self.clock, self.sleep, self.read)
             if elapsed >= policy.seconds and _cool(reading, policy.target_celsius):
                 return CooldownRecord(policy="thermal", waited_s=elapsed, reason="reached", before=before, after=reading)
             if elapsed >= policy.max_seconds:
@@ -75,37 +84,36 @@ async def wait(
                     policy="thermal", waited_s=elapsed, reason="timeout", before=before, after=reading,
                     note=f"still above target {policy.target_celsius:g} °C / not nominal after {policy.max_seconds:g} s",
                 )
-            await sleep(step(elapsed))
-            reading = await read()
+            await self.sleep(self.step(elapsed))
+            reading = await self.read()
 
-    if policy.policy == "idle":
+    async def idle(self, before: ThermalReading, load: Callable[[], float] | None) -> CooldownRecord:
+        policy = self.policy
         load_fn: Callable[[], float]
         if load is None:
             load_fn = CpuLoad()
-            await sleep(min(poll_s, FIRST_LOAD_WINDOW_S))
+            await self.sleep(min(self.poll_s, FIRST_LOAD_WINDOW_S))
         else:
             load_fn = load
-        cur = load_fn()
-        load_before = cur
+        cur = load_before = load_fn()
         while True:
-            elapsed = clock() - t0
+            elapsed = self.clock() - self.t0
             if elapsed >= policy.seconds and cur < policy.max_load:
-                reason = "reached"
-                break
+                return await self._idle_record("reached", before, load_before, cur)
             if elapsed >= policy.max_seconds:
-                reason = "timeout"
-                break
-            await sleep(step(elapsed))
+                return await self._idle_record("timeout", before, load_before, cur)
+            await self.sleep(self.step(elapsed))
             cur = load_fn()
-        note = None
-        if reason == "timeout":
-            note = f"load per core {cur:.2f} still ≥ max_load {policy.max_load:g} after {policy.max_seconds:g} s"
-        return CooldownRecord(
-            policy="idle", waited_s=clock() - t0, reason=reason,  # type: ignore[arg-type]
-            before=before, after=await read(), load_before=_num(load_before), load_after=_num(cur), note=note,
-        )
 
-    raise ValueError(f"unknown cooldown policy {policy.policy!r}")
+    async def _idle_record(self, reason: Literal["reached", "timeout"], before: ThermalReading, load_before: float,
+                           cur: float) -> CooldownRecord:
+        policy = self.policy
+        note = (f"load per core {cur:.2f} still ≥ max_load {policy.max_load:g} after {policy.max_seconds:g} s"
+                if reason == "timeout" else None)
+        return CooldownRecord(
+            policy="idle", waited_s=self.clock() - self.t0, reason=reason,
+            before=before, after=await self.read(), load_before=_num(load_before), load_after=_num(cur), note=note,
+        )
 
 
 async def _fallback(
@@ -129,13 +137,9 @@ async def _fallback(
     )
 
 
-# ------------------------------------------------------------------------------ throttle checks
-
-
 def throttle_checks(policy: Cooldown, record: CooldownRecord, *, last: Row | None,
                     threshold_pct: float) -> ThrottleChecks | None:
-    """After the policy's wait (`record`): the check probes the caller runs before the next probe, or None
-    when none are due (policy `thermal` only, after a throttle-suspect `last` probe of the cell)."""
+    """The check probes due after the wait (`thermal` policy, a throttle-suspect `last` probe), or None."""
     if policy.policy != "thermal" or last is None or last.throttle is None or not last.throttle.suspect:
         return None
     baseline = last.throttle.running_median
@@ -145,9 +149,8 @@ def throttle_checks(policy: Cooldown, record: CooldownRecord, *, last: Row | Non
 
 
 class ThrottleChecks:
-    """Extends a cooldown after a throttle-suspect probe until a check probe's rate is back within
-    `threshold_pct` of `baseline` (the cell's running median), within `max_seconds` in all. The caller
-    runs each check probe: `while c.due(): c.add(rate); if c.due(): await sleep(c.pause())`, then `c.record()`."""
+    """Extends a cooldown until a check probe's rate is back within `threshold_pct` of `baseline`, for
+    `max_seconds` at most: `while c.due(): c.add(rate); if c.due(): await sleep(c.pause())`."""
 
     def __init__(self, record: CooldownRecord, *, baseline: float, threshold_pct: float, max_seconds: float,
                  pause_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:

@@ -1,18 +1,5 @@
-"""The measuring orders behind one protocol (`Design`): interleaved, blocked, sequential; and the choice of
-one for a job (`choose`, recorded once as `design_chosen`; a resumed job keeps what it decided).
-
-- interleaved: rounds, each visiting every candidate once in a fresh seeded random order. With `starts =
-  "round"` (the default) each visit is a fresh server start of its own (started, warmed, probed, stopped),
-  so one server is resident at a time and each round pairs independent starts; with `starts = "once"`
-  every candidate's server is started and warmed first and stays resident for the rounds, and when the
-  warmed servers exceed the memory budget, blocked instead (`design_changed`) for this context and every
-  later one;
-- blocked: rounds of one server start per candidate, in a mirrored order, each a block of probes;
-- sequential (only when asked for): each candidate's server starts and all its probes, one candidate after
-  the other, its tail right after (not drift-protected).
-
-Reasons and facts: docs/measuring.md#measurement-design.
-"""
+"""The measuring orders (`Design`): interleaved, blocked, sequential; `choose` picks one per job, once.
+What each order does and why: docs/measuring.md#measurement-design."""
 
 from __future__ import annotations
 
@@ -56,8 +43,7 @@ class Parts:
         self.race = race or Race(on=False, alpha=0.0, margin_pct=0.0, order="")  # racing.py: who is still in
 
     def runnable(self, context: int) -> list[Candidate]:
-        """The candidates the cells can run at `context` that are still in the race and whose rounds there have
-        not ended (`Race.settle`)."""
+        """The candidates the cells can run at `context`, still racing, whose rounds there have not ended."""
         ended = self.race.settled_at.get(context, {})
         return [c for c in self.cells.runnable(context) if c.id not in self.race.dropped and c.id not in ended]
 
@@ -99,32 +85,43 @@ class _Rounds:
     async def rounds(self, context: int, cands: list[Candidate], rnd: int) -> None:
         p = self.p
         while (stop := p.stop.reason(context, cands, rnd, self.rplan, bounded=self.bounded, design=self.name)) is None:
-            visits = self.visits([c.id for c in cands], context, rnd)
-            size = self.size(rnd)
-            needed = [cid for cid in visits if self.owes(cid, context, rnd, size)
-                      and p.cells.book.series(cid, context).next_probe() is not None]
-            if needed:  # (a resumed round visits only the candidates it had not visited yet)
-                p.recorder.emit("round_started", context=context, round=rnd, order=visits, seed=p.seed, design=self.name)
-            probed = 0
-            for pos, cid in enumerate(visits):
-                if cid in needed:
-                    probed += await self.visit(next(c for c in cands if c.id == cid), context,
-                                               Placement(rnd, pos, self.why()), size)
+            needed, probed = await self._round(context, cands, rnd)
             rnd += 1
             if needed and not probed:
                 stop = "no candidate could be probed in the last round"
                 break
-            racing = await after_round(p.race, context, cands, rnd, self.rplan,
-                                       [c.id for c in cands if not p.stop.active(c, context)],
-                                       p.recorder.emit, p.pool.release)
-            for cand in cands:  # settled: its rounds here ended at this look
-                if cand.id in p.race.settled_at.get(context, {}):
-                    p.cells.finished(cand, context, "probe")
-            cands = racing
+            cands = await self._look(context, cands, rnd)
         await self.after()
         p.recorder.emit("context_finished", context=context, rounds=rnd, design=self.name, why=stop)
         for cand in cands:
             p.cells.finished(cand, context, "probe")
+
+    async def _round(self, context: int, cands: list[Candidate], rnd: int) -> tuple[bool, int]:
+        """Round `rnd`: whether it owed anyone probes, and how many it ran."""
+        p = self.p
+        visits = self.visits([c.id for c in cands], context, rnd)
+        size = self.size(rnd)
+        needed = [cid for cid in visits if self.owes(cid, context, rnd, size)
+                  and p.cells.book.series(cid, context).next_probe() is not None]
+        if needed:
+            p.recorder.emit("round_started", context=context, round=rnd, order=visits, seed=p.seed, design=self.name)
+        probed = 0
+        for pos, cid in enumerate(visits):
+            if cid in needed:
+                probed += await self.visit(next(c for c in cands if c.id == cid), context,
+                                           Placement(rnd, pos, self.why()), size)
+        return bool(needed), probed
+
+    async def _look(self, context: int, cands: list[Candidate], rnd: int) -> list[Candidate]:
+        """The race's look after a round; the candidates of the next one (the settled ones' cells finished)."""
+        p = self.p
+        racing = await after_round(p.race, context, cands, rnd, self.rplan,
+                                   [c.id for c in cands if not p.stop.active(c, context)],
+                                   p.recorder.emit, p.pool.release)
+        for cand in cands:
+            if cand.id in p.race.settled_at.get(context, {}):
+                p.cells.finished(cand, context, "probe")
+        return racing
 
     async def after(self) -> None:
         """When a context's rounds end."""
@@ -145,8 +142,7 @@ class Blocked(_Rounds):
         return self.rplan.block_size(rnd)
 
     def owes(self, cand: str, context: int, rnd: int, size: int) -> bool:
-        """A block owes `size` valid probes: an invalidated one is re-run in the same block, on the same
-        server start, so a fixed count spread over the blocks is met."""
+        """A block owes `size` valid probes (an invalidated one is re-run on the same start)."""
         return self.p.cells.in_round(cand, context, rnd, valid=True) < size
 
     async def run(self, context: int) -> Design:
@@ -156,8 +152,7 @@ class Blocked(_Rounds):
         return self
 
     async def visit(self, cand: Candidate, context: int, place: Placement, size: int) -> int:
-        """One block: a fresh server start for the candidate, probes until the block holds `size` valid ones
-        (fewer when the cell is done), the server stopped."""
+        """One block on a fresh server start: probes until it holds `size` valid ones, the server stopped."""
         assert place.round is not None
         await self.p.pool.release_all()
         probed = 0
@@ -192,9 +187,7 @@ class Interleaved(_Rounds):
         return round_order(ids, seed=self.p.seed, context=context, round_=rnd)
 
     async def visit(self, cand: Candidate, context: int, place: Placement, size: int) -> int:
-        """`starts = "round"`: the visit's own server start (every other server stopped first, the
-        candidate's stopped after its probe), so no two rounds share a start and no idle server is
-        resident during a probe."""
+        """`starts = "round"`: the visit's own server start, every other server stopped first."""
         if not self.per_round:
             return await super().visit(cand, context, place, size)
         await self.p.pool.release_all()
@@ -207,9 +200,8 @@ class Interleaved(_Rounds):
             await self.p.pool.release_all()
 
     async def run(self, context: int) -> Design:
-        """Start and warm every candidate's server for `context`, then run its rounds; blocked instead (nothing
-        probed, servers stopped, `design_changed` recorded) when the warmed servers exceed the budget.
-        `starts = "round"`: no servers are started ahead (each visit starts its own, one at a time)."""
+        """Start and warm every candidate's server (unless `starts = "round"`), then run the rounds; blocked
+        instead (`design_changed`) when the warmed servers exceed the budget."""
         p = self.p
         cands = p.runnable(context)
         first = p.cells.current_round(context)
@@ -269,22 +261,28 @@ def pair_stop(sweep: Sweep) -> bool:
     return sweep.probe_plan().adaptive and len(sweep.candidates) > 1 and requested_order(sweep) != "sequential"
 
 
+def _first_choice(parts: Parts) -> tuple[str, str]:
+    """The order a new job runs and why: the asked one, blocked when servers resident side by side would not fit."""
+    sweep = parts.sweep
+    order = requested_order(sweep)
+    why = f"order {order} asked for in the sweep" if sweep.order else "the default order"
+    if len(sweep.candidates) == 1 and order != "sequential":
+        why += "; one candidate: nothing to interleave, its probes run back to back"
+    if order == "interleaved" and len(sweep.candidates) > 1 and sweep.starts_mode() == "once":
+        over = parts.pool.over_budget_estimate()
+        if over:
+            order, why = "blocked", f"{why}, but the servers do not fit side by side: {over}"
+    return order, why
+
+
 def choose(parts: Parts) -> Design:
     """The order that runs and why (recorded once; a resumed job keeps what it decided)."""
     sweep, rec = parts.sweep, parts.recorder
     changed, chosen = rec.past(DesignChanged), rec.past(DesignChosen)
     if changed or chosen:  # (a change always follows the choice)
         return DESIGNS[changed[-1].order if changed else chosen[-1].order](parts)
-    asked = sweep.order
-    order = requested_order(sweep)
-    why = f"order {order} asked for in the sweep" if asked else "the default order"
-    if len(sweep.candidates) == 1 and order != "sequential":
-        why += "; one candidate: nothing to interleave, its probes run back to back"
-    if order == "interleaved" and len(sweep.candidates) > 1 and sweep.starts_mode() == "once":  # side by side
-        over = parts.pool.over_budget_estimate()
-        if over:
-            order, why = "blocked", f"{why}, but the servers do not fit side by side: {over}"
+    order, why = _first_choice(parts)
     budget = parts.pool.budget
-    rec.emit("design_chosen", order=order, asked=asked, why=why, seed=parts.seed, plan=round_plan(sweep, order).text(),
+    rec.emit("design_chosen", order=order, asked=sweep.order, why=why, seed=parts.seed, plan=round_plan(sweep, order).text(),
              budget_bytes=budget.bytes, budget_source=budget.source, drift_protected=order != "sequential")
     return DESIGNS[order](parts)

@@ -1,10 +1,5 @@
-"""Per-probe energy figures from counter samples at the phase boundaries, and per-window energy of a sustained run.
-
-Every figure names its source (the reader's `source`) and is null with the reason when it cannot be
-measured: no counter here, an unreadable zone, a cooldown too short for a baseline, no tokens.
-
-Reasons and facts: docs/measuring.md#energy-per-probe.
-"""
+"""Per-probe energy figures from counter samples at the phase boundaries, and per-window energy of a
+sustained run; each figure names its source or is null with the reason (docs/measuring.md#energy-per-probe)."""
 
 from __future__ import annotations
 
@@ -74,64 +69,86 @@ def probe_energy(
     gen_tokens: int | None,
 ) -> tuple[dict[str, object], dict[str, str], dict[str, str]]:
     """(row fields, sources, null reasons) for one probe's energy."""
-    fields: dict[str, object] = dict.fromkeys(ENERGY_FIELDS)
-    reasons: dict[str, str] = {}
     if not reader.available:
         why = f"energy not measured: {reader.reason}"
-        return fields, {}, dict.fromkeys(ENERGY_FIELDS, why)
-    src = reader.source
-    sources = {k: src for k in ("energy_prompt_j", "energy_gen_j", "prompt_watts", "gen_watts")}
-    channels: dict[str, dict[str, float]] = {}
-    base_w = idle.watts if idle is not None else None
-    if idle is None or idle.total_j is None or still(idle) or idle.seconds < MIN_IDLE_S:
-        why = ("no cooldown sample" if idle is None else _why(idle) if idle.total_j is None
-               else f"the cooldown lasted {idle.seconds:.2f} s, under the {MIN_IDLE_S:g} s a baseline needs"
-               if idle.seconds < MIN_IDLE_S else _why(idle))
-        base_w = None
-        for k in ENERGY_FIELDS:
-            if k == "idle_watts" or k.endswith("_above_idle"):
-                reasons[k] = f"no idle baseline: {why}"
-    else:
-        fields["idle_watts"] = _round(base_w)
-        sources["idle_watts"] = f"{src}; mean over the {idle.seconds:.1f} s cooldown before the probe"
-        channels["idle_watts"] = {k: round(v / idle.seconds, 6) for k, v in idle.channels.items()}
+        return dict.fromkeys(ENERGY_FIELDS), {}, dict.fromkeys(ENERGY_FIELDS, why)
+    f = _Figures(reader.source)
+    f.baseline(idle)
     for phase, (a, b), tokens, per_tok in (("prompt", ("start", "first"), prompt_tokens, "prompt tokens"),
                                            ("gen", ("first", "end"), None if gen_tokens is None else gen_tokens - 1,
                                             "completion tokens - 1")):
-        got = _phase(reader, marks, a, b)
+        f.phase(phase, _phase(reader, marks, a, b), tokens, per_tok)
+    f.fields["energy_channels"] = f.channels or None
+    if f.channels:
+        f.sources["energy_channels"] = f"{f.src}; joules per channel and phase, idle watts per channel"
+    return f.fields, f.sources, f.reasons
+
+
+def _no_baseline(idle: Delta | None) -> str | None:
+    """Why `idle` cannot be the idle baseline (None when it can)."""
+    if idle is None:
+        return "no cooldown sample"
+    if idle.total_j is None:
+        return _why(idle)
+    if idle.seconds < MIN_IDLE_S:
+        return f"the cooldown lasted {idle.seconds:.2f} s, under the {MIN_IDLE_S:g} s a baseline needs"
+    return _why(idle) if still(idle) else None
+
+
+class _Figures:
+    """One probe's energy fields, sources, null reasons and per-channel joules, filled phase by phase."""
+
+    def __init__(self, src: str) -> None:
+        self.src = src
+        self.fields: dict[str, object] = dict.fromkeys(ENERGY_FIELDS)
+        self.sources = {k: src for k in ("energy_prompt_j", "energy_gen_j", "prompt_watts", "gen_watts")}
+        self.reasons: dict[str, str] = {}
+        self.channels: dict[str, dict[str, float]] = {}
+        self.base_w: float | None = None
+
+    def baseline(self, idle: Delta | None) -> None:
+        why = _no_baseline(idle)
+        if why is not None:
+            self.reasons.update({k: f"no idle baseline: {why}" for k in ENERGY_FIELDS
+                                 if k == "idle_watts" or k.endswith("_above_idle")})
+            return
+        assert idle is not None
+        self.base_w = idle.watts
+        self.fields["idle_watts"] = _round(self.base_w)
+        self.sources["idle_watts"] = f"{self.src}; mean over the {idle.seconds:.1f} s cooldown before the probe"
+        self.channels["idle_watts"] = {k: round(v / idle.seconds, 6) for k, v in idle.channels.items()}
+
+    def phase(self, phase: str, got: Delta | str, tokens: int | None, per_tok: str) -> None:
         names = (f"energy_{phase}_j", f"{phase}_watts", f"j_per_{phase}_token")
         above = (f"{phase}_watts_above_idle", f"j_per_{phase}_token_above_idle")
         if isinstance(got, str):
             for k in (*names, *above):
-                reasons.setdefault(k, got)
-            continue
+                self.reasons.setdefault(k, got)
+            return
         assert got.total_j is not None
-        channels[phase] = {k: round(v, 6) for k, v in got.channels.items()}
-        fields[names[0]] = _round(got.total_j)
-        fields[names[1]] = _round(got.watts)
-        if base_w is not None and got.watts is not None:
-            fields[above[0]] = _round(got.watts - base_w)
+        self.channels[phase] = {k: round(v, 6) for k, v in got.channels.items()}
+        self.fields[names[0]] = _round(got.total_j)
+        self.fields[names[1]] = _round(got.watts)
+        if self.base_w is not None and got.watts is not None:
+            self.fields[above[0]] = _round(got.watts - self.base_w)
+        self._per_token(phase, got, tokens, per_tok)
+
+    def _per_token(self, phase: str, got: Delta, tokens: int | None, per_tok: str) -> None:
+        names = (f"j_per_{phase}_token", f"j_per_{phase}_token_above_idle")
         if not tokens or tokens <= 0:
-            for k in (names[2], above[1]):
-                reasons[k] = f"no {per_tok} to divide by ({tokens})"
-            continue
-        fields[names[2]] = _round(got.total_j / tokens, 9)
-        sources[names[2]] = f"{src}; {phase} phase J / {per_tok}"
-        if base_w is not None:
-            fields[above[1]] = _round((got.total_j - base_w * got.seconds) / tokens, 9)
-            sources[above[1]] = f"{src}; ({phase} J - idle W × {phase} s) / {per_tok}"
-    fields["energy_channels"] = channels or None
-    if channels:
-        sources["energy_channels"] = f"{src}; joules per channel and phase, idle watts per channel"
-    return fields, sources, reasons
-
-
-# ------------------------------------------------------------------------------------ sustained windows
+            for k in names:
+                self.reasons[k] = f"no {per_tok} to divide by ({tokens})"
+            return
+        assert got.total_j is not None
+        self.fields[names[0]] = _round(got.total_j / tokens, 9)
+        self.sources[names[0]] = f"{self.src}; {phase} phase J / {per_tok}"
+        if self.base_w is not None:
+            self.fields[names[1]] = _round((got.total_j - self.base_w * got.seconds) / tokens, 9)
+            self.sources[names[1]] = f"{self.src}; ({phase} J - idle W × {phase} s) / {per_tok}"
 
 
 class EnergyTrace:
-    """Counter samples at the reader's `trace_hz` (RAPL 50, IOReport 10) while a sustained generation runs
-    (an asyncio task, never per chunk)."""
+    """Counter samples at the reader's `trace_hz`, from an asyncio task, while a sustained generation runs."""
 
     def __init__(self, reader: EnergyReader, hz: float | None = None) -> None:
         self.reader, self.period = reader, 1.0 / (hz or reader.trace_hz)
@@ -158,76 +175,78 @@ class EnergyTrace:
 def window_energy(
     reader: EnergyReader, samples: Sequence[Sample], chunk_times: Sequence[float], window: int, period_s: float
 ) -> tuple[list[float] | None, str]:
-    """Joules per window of `window` tokens (the same windows as `metrics.sustained_windows`), or None
-    and why; the string is the source when a list is returned.
-
-    Window k runs from the chunk that completed window k-1 to the chunk that completes window k
-    (window 0 from the first chunk). The cumulative energy at those instants is interpolated linearly
-    between the trace's samples, so a window shorter than two sampling periods is not measured.
-    """
+    """Joules per window of `window` tokens (those of `metrics.sustained_windows`) and their source, or
+    None and why (a window shorter than two sampling periods is not measured)."""
     if not reader.available:
         return None, f"energy not measured: {reader.reason}"
     if len(samples) < 2:
         return None, "fewer than two counter samples during the run"
-    cum = [0.0]
-    for a, b in pairwise(samples):
-        d = reader.delta(a, b)
-        if d.total_j is None:
-            return None, d.reason or "no total"
-        cum.append(cum[-1] + d.total_j)
+    cum = _cumulative_j(reader, samples)
+    if isinstance(cum, str):
+        return None, cum
     ts = [s.t for s in samples]
-    bounds = [chunk_times[0]] + [chunk_times[i] for i in range(window - 1, len(chunk_times), window)] if chunk_times else []
+    bounds = _window_bounds(chunk_times, window)
     if len(bounds) < 2:
         return None, f"{len(chunk_times)} content chunks: not one full window of {window} tokens"
     shortest = min(b - a for a, b in pairwise(bounds))
     if shortest < 2 * period_s:
         return None, (f"a window lasted {shortest * 1000:.0f} ms, under two counter sampling periods "
                       f"({2 * period_s * 1000:.0f} ms): too short to split energy by window")
-
-    def at(t: float) -> float:
-        i = max(1, min(len(ts) - 1, next((k for k, x in enumerate(ts) if x >= t), len(ts) - 1)))
-        t0, t1 = ts[i - 1], ts[i]
-        return cum[i - 1] + (cum[i] - cum[i - 1]) * ((t - t0) / (t1 - t0) if t1 > t0 else 1.0)
-
-    out = [round(at(b) - at(a), 6) for a, b in pairwise(bounds)]
+    out = [round(_energy_at(ts, cum, b) - _energy_at(ts, cum, a), 6) for a, b in pairwise(bounds)]
     return out, f"{reader.source}; counter sampled every {period_s * 1000:.0f} ms, interpolated at window ends"
+
+
+def _window_bounds(chunk_times: Sequence[float], window: int) -> list[float]:
+    """The first chunk's time, then the time of each chunk that completes a window."""
+    if not chunk_times:
+        return []
+    return [chunk_times[0]] + [chunk_times[i] for i in range(window - 1, len(chunk_times), window)]
+
+
+def _energy_at(ts: Sequence[float], cum: Sequence[float], t: float) -> float:
+    """Cumulative joules at `t`, interpolated linearly between samples."""
+    i = max(1, min(len(ts) - 1, next((k for k, x in enumerate(ts) if x >= t), len(ts) - 1)))
+    t0, t1 = ts[i - 1], ts[i]
+    return cum[i - 1] + (cum[i] - cum[i - 1]) * ((t - t0) / (t1 - t0) if t1 > t0 else 1.0)
+
+
+def _cumulative_j(reader: EnergyReader, samples: Sequence[Sample]) -> list[float] | str:
+    """Joules since the first sample at each sample, or why not."""
+    cum = [0.0]
+    for a, b in pairwise(samples):
+        d = reader.delta(a, b)
+        if d.total_j is None:
+            return d.reason or "no total"
+        cum.append(cum[-1] + d.total_j)
+    return cum
 
 
 def row_energy(
     reader: EnergyReader, marks: PhaseMarks, idle: Delta | None, prompt_tokens: int | None, gen_tokens: int | None,
     trace: EnergyTrace | None = None, chunk_times: Sequence[float] = (), window: int = 0,
 ) -> tuple[dict[str, object], dict[str, str], dict[str, str]]:
-    """Everything energy puts in a row: the phase figures, and `window_j` for a sustained run.
+    """Everything energy puts in a row: the phase figures, and `window_j` for a sustained run (docs/metrics.md)."""
+    late = _late_tokens(reader, marks, chunk_times, gen_tokens)
+    fields, sources, reasons = probe_energy(reader, marks, idle, prompt_tokens,
+                                            None if gen_tokens is None else gen_tokens - late)
+    for name in ("j_per_gen_token", "j_per_gen_token_above_idle") if late else ():
+        if name in sources:
+            sources[name] += f" (the first read carried {late + 1} tokens: over completion tokens - {late + 1})"
+    if trace is not None:
+        windows, text = window_energy(reader, trace.samples, chunk_times, window, trace.period)
+        fields["window_j"] = windows
+        (reasons if windows is None else sources)["window_j"] = text
+    return fields, sources, reasons
 
-    When the first token arrived in one socket read together with k - 1 later ones (a busy client, or a
-    server faster than the reads), the first-token sample comes after those tokens were generated: the
-    generation phase then covers completion tokens - k, and its J/token divides by that (the source says
-    so). When that first read carried more than `BUNCHED_MAX` of the stream, the phases are not split
-    at all (null with the reason), never guessed.
-    """
+
+def _late_tokens(reader: EnergyReader, marks: PhaseMarks, chunk_times: Sequence[float], gen_tokens: int | None) -> int:
+    """Tokens of the first read after the first (out of the generation phase); drops the first mark if bunched."""
     k = sum(1 for t in chunk_times if t == chunk_times[0]) if chunk_times else 0
     if k > 1 and reader.available and k > BUNCHED_MAX * len(chunk_times):
         marks.samples.pop("first", None)
         marks.missing = (f"the first token arrived in one read with {k - 1} more of {len(chunk_times)}, so the "
                          "first-token boundary is too late to split energy into prompt and generation")
-    late = k - 1 if k > 1 and gen_tokens is not None and "first" in marks.samples else 0
-    fields, sources, reasons = probe_energy(reader, marks, idle, prompt_tokens,
-                                            None if gen_tokens is None else gen_tokens - late)
-    if late:
-        for name in ("j_per_gen_token", "j_per_gen_token_above_idle"):
-            if name in sources:
-                sources[name] += f" (the first read carried {k} tokens: over completion tokens - {k})"
-    if trace is not None:
-        windows, text = window_energy(reader, trace.samples, chunk_times, window, trace.period)
-        fields["window_j"] = windows
-        if windows is None:
-            reasons["window_j"] = text
-        else:
-            sources["window_j"] = text
-    return fields, sources, reasons
-
-
-# ------------------------------------------------------------------------------------ the engine's view
+    return k - 1 if k > 1 and gen_tokens is not None and "first" in marks.samples else 0
 
 
 @dataclass(frozen=True)
@@ -240,8 +259,7 @@ class EnergyFigures:
 
 
 class ProbeEnergy:
-    """One probe's recording: `with` it around the request (the sustained trace runs inside), pass its
-    `marks` to the probe client, then `row()` the figures."""
+    """One probe's recording: `with` it around the request, pass its `marks` to the client, then `row()`."""
 
     def __init__(self, reader: EnergyReader, idle: Delta | None, sustained: bool) -> None:
         self.reader, self.idle = reader, idle
@@ -264,8 +282,7 @@ class ProbeEnergy:
 
 
 class EnergySession:
-    """The job's energy counter: reopened at every server start (one IOReport subscription per start on
-    macOS; a fresh zone walk on Linux), sampled around each cooldown for the idle baseline."""
+    """The job's energy counter: reopened at every server start, sampled around each cooldown (idle baseline)."""
 
     def __init__(self, open_reader: Callable[[], EnergyReader] | None = None) -> None:
         from benchd.sensors.energy.choose import open_reader as default

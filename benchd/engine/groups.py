@@ -1,11 +1,5 @@
-"""Server starts a candidate needs, in order: which contexts each start serves, and the tail work.
-
-llama-server restarts per context (its `-c` is sized to the context, so memory is measured there)
-unless `ctx_size` pins it; the MLX servers start once for every context. The last start also runs the
-sustained generation and the eval tier. A vision candidate's image probes run on a start of their own
-on llama-server, whose `-c` leaves room for the images (`image_token_allowance`), and on the MLX
-servers' one start. Pure: the scheduler runs the groups, this only plans them.
-"""
+"""Server starts a candidate needs, in order: which contexts each start serves, and the tail work (pure).
+The last start also runs the sustained generation and the evals; docs/architecture.md#sweep-engine-contracts."""
 
 from __future__ import annotations
 
@@ -17,12 +11,10 @@ from benchd.servers.runtimes.base import RuntimeAdapter
 
 #: The sustained generation and evals need room beyond the smallest context.
 TAIL_MIN_TOKENS = 1024
-#: Public eval suites ask with a task's tools in the prompt (BFCL's multi-function tasks run to a few
-#: thousand tokens): their server gets at least this much beyond the smallest context.
+#: Room beyond the smallest context for public eval suites (tools in the prompt run to a few thousand tokens).
 SUITE_TAIL_TOKENS = 4096
 
-#: Room per image: one token per 14x14 pixels (ViT-14 patches, no merging: more than the merging
-#: processors of current VLMs give) plus separators, never under 1024.
+#: Room per image: one token per 14x14 pixels (unmerged ViT-14 patches) plus separators, never under 1024.
 _PIXELS_PER_TOKEN, _SEPARATOR_TOKENS, _MIN_IMAGE_TOKENS = 14 * 14, 64, 1024
 
 

@@ -1,7 +1,4 @@
-"""Deterministic photo-like PNG images for image probes, standard library only (benchd never imports numpy).
-
-Reasons and facts: docs/measuring.md#probe-images.
-"""
+"""Deterministic photo-like PNG images for image probes, standard library only (docs/measuring.md#probe-images)."""
 
 from __future__ import annotations
 
@@ -54,32 +51,14 @@ def photo_like(width: int, height: int, seed: int) -> GeneratedImage:
         raise ValueError(f"image size must be positive, got {width}x{height}")
     rng = random.Random(seed)
     left, right = _colour(rng), _colour(rng)
-    # One gradient row (left colour to right colour), then each row scaled by a per-row table.
-    grad = bytearray(width * 3)
-    for x in range(width):
-        t = x / max(1, width - 1)
-        for c in range(3):
-            grad[x * 3 + c] = round(left[c] + (right[c] - left[c]) * t)
-    grad_row = bytes(grad)
-    shapes = []
-    for _ in range(_SHAPES):
-        kind = rng.choice(("rect", "disc"))
-        cx, cy = rng.randrange(width), rng.randrange(height)
-        rx = max(1, rng.randrange(max(2, width // 3)))
-        ry = max(1, rng.randrange(max(2, height // 3))) if kind == "rect" else rx
-        shapes.append((kind, cx, cy, rx, ry, bytes(_colour(rng))))
+    grad_row = _gradient_row(width, left, right)
+    shapes = [_shape(rng, width, height) for _ in range(_SHAPES)]
     rows = []
     for y in range(height):
         shade = 0.6 + 0.4 * y / max(1, height - 1)
         row = bytearray(grad_row.translate(bytes(min(_BASE_MAX, int(v * shade)) for v in range(256))))
-        for kind, cx, cy, rx, ry, col in shapes:
-            dy = y - cy
-            if abs(dy) > ry:
-                continue
-            half = rx if kind == "rect" else int((rx * rx - dy * dy) ** 0.5)
-            x0, x1 = max(0, cx - half), min(width, cx + half + 1)
-            if x1 > x0:
-                row[x0 * 3:x1 * 3] = col * (x1 - x0)
+        for shape in shapes:
+            _paint(row, y, width, shape)
         rows.append(bytes(row))
     base = b"".join(rows)
     noise = rng.randbytes(len(base)).translate(bytes(v >> _NOISE_SHIFT for v in range(256)))
@@ -87,9 +66,41 @@ def photo_like(width: int, height: int, seed: int) -> GeneratedImage:
     return GeneratedImage(width=width, height=height, seed=seed, png=encode_png(width, height, pixels))
 
 
+_Shape = tuple[str, int, int, int, int, bytes]
+
+
+def _gradient_row(width: int, left: tuple[int, int, int], right: tuple[int, int, int]) -> bytes:
+    """One RGB row from the left colour to the right one (each image row scales it by a shade)."""
+    grad = bytearray(width * 3)
+    for x in range(width):
+        t = x / max(1, width - 1)
+        for c in range(3):
+            grad[x * 3 + c] = round(left[c] + (right[c] - left[c]) * t)
+    return bytes(grad)
+
+
+def _shape(rng: random.Random, width: int, height: int) -> _Shape:
+    kind = rng.choice(("rect", "disc"))
+    cx, cy = rng.randrange(width), rng.randrange(height)
+    rx = max(1, rng.randrange(max(2, width // 3)))
+    ry = max(1, rng.randrange(max(2, height // 3))) if kind == "rect" else rx
+    return kind, cx, cy, rx, ry, bytes(_colour(rng))
+
+
+def _paint(row: bytearray, y: int, width: int, shape: _Shape) -> None:
+    """Paint the part of `shape` on image row `y`."""
+    kind, cx, cy, rx, ry, col = shape
+    dy = y - cy
+    if abs(dy) > ry:
+        return
+    half = rx if kind == "rect" else int((rx * rx - dy * dy) ** 0.5)
+    x0, x1 = max(0, cx - half), min(width, cx + half + 1)
+    if x1 > x0:
+        row[x0 * 3:x1 * 3] = col * (x1 - x0)
+
+
 def probe_seed(base_seed: int, *parts: object) -> int:
-    """A 63-bit seed unique to one probe's image: the sweep's seed plus what names the probe
-    (candidate, resolution, probe index, image index), hashed."""
+    """A 63-bit seed unique to one probe's image, hashed from the sweep's seed and what names the probe."""
     text = "\x1f".join(str(p) for p in (base_seed, *parts))
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
 

@@ -1,9 +1,5 @@
-"""Parallel requests: N simultaneous streams of the probe's shape on a server started for level N.
-
-Row numbers: `probe` = level x PROBE_BASE + batch x level + stream, unique per (candidate, context).
-
-Reasons and facts: docs/measuring.md#parallel-requests.
-"""
+"""Parallel requests: N simultaneous streams of the probe's shape on a server started for level N
+(docs/measuring.md#parallel-requests). Row `probe` = level x PROBE_BASE + batch x level + stream."""
 
 from __future__ import annotations
 
@@ -20,6 +16,7 @@ from benchd.probe_result import ProbeResult
 from benchd.schemas import CooldownRecord, Row
 from benchd.sensors.memory.sampler import MemorySampler
 from benchd.servers.runtimes.base import Normalized
+from benchd.stats.rows import usable
 from benchd.store import utcnow
 
 PROBE_BASE = 100_000
@@ -44,35 +41,35 @@ class ParallelRun(ServerRun):
 
 
 def aggregate(results: Sequence[ProbeResult]) -> tuple[float | None, str]:
-    """(aggregate gen tok/s over the window where every stream was generating, its source), or
-    (None, why there is none)."""
+    """(aggregate gen tok/s over the window where every stream generated, its source), or (None, why)."""
     if len(results) < 2:
         return None, "one stream: no aggregate"
     if not all(r.ok for r in results):
         return None, "a stream of the batch failed: no window where all ran"
-    firsts = [r.first_content for r in results]
-    lasts = [r.last_content for r in results]
-    if any(t is None for t in firsts) or any(t is None for t in lasts):
-        return None, "a stream produced no token chunk"
-    start = max(t for t in firsts if t is not None)
-    end = min(t for t in lasts if t is not None)
-    if end <= start:
-        return None, "the streams did not overlap (served one after another): no window where all ran"
+    window = _common_window(results)
+    if isinstance(window, str):
+        return None, window
+    start, end = window
     inside = sum(1 for r in results for t in r.chunk_times if start < t <= end)
     return inside / (end - start), f"{AGG_SOURCE} ({inside} chunks in {end - start:.3f} s)"
+
+
+def _common_window(results: Sequence[ProbeResult]) -> tuple[float, float] | str:
+    """(start, end) of the time every stream was generating, or why there is none."""
+    firsts = [r.first_content for r in results if r.first_content is not None]
+    lasts = [r.last_content for r in results if r.last_content is not None]
+    if len(firsts) < len(results) or len(lasts) < len(results):
+        return "a stream produced no token chunk"
+    if min(lasts) <= max(firsts):
+        return "the streams did not overlap (served one after another): no window where all ran"
+    return max(firsts), min(lasts)
 
 
 async def run_batch(run: ParallelRun, batch: int, prompts: Sequence[Prompt], gen_tokens: int) -> list[Row]:
     """One batch: `len(prompts)` (= the level) requests sent at once; one row per request."""
     adapter, cand, sweep, server = run.adapter, run.candidate, run.sweep, run.server
     cooldown = await run.cool_down() if run.cool_down is not None else None
-    bodies, changed = [], None
-    for prompt in prompts:
-        body = adapter.requests.request_body(model=adapter.requests.request_model(cand), prompt=prompt.text, max_tokens=gen_tokens,
-                                    sampling=sweep.sampling, thinking=sweep.thinking)
-        body.update(adapter.requests.length_fields(cand, sweep.ignore_eos))
-        changed = adapter.parallel.parallel_body(body)
-        bodies.append(adapter.requests.encode_body(body))
+    bodies, changed = _bodies(run, prompts, gen_tokens)
     url = server.base_url + adapter.requests.request_path()
     started_at = utcnow()
     facts = ServerFacts.of(server)
@@ -90,18 +87,9 @@ async def run_batch(run: ParallelRun, batch: int, prompts: Sequence[Prompt], gen
     for i, result in enumerate(results):
         norm = adapter.reader.normalize(result, spec_configured=cand.spec is not None)
         extra: dict[str, object] = {"concurrency": run.level, "batch": batch, "agg_gen_tps": agg}
-        sources = {"concurrency": run.notes, "batch": f"{run.level} simultaneous unique prompts of {run.context} tokens",
-                   "prompt": f"target {run.context} tokens, unique per request"}
-        sources.update(run.slot_facts or {})
-        if changed:
-            sources["request"] = changed
-        if run.serial:
-            sources["batching"] = f"not batched: {run.serial}"
+        sources = _batch_sources(run, changed)
         reasons: dict[str, str] = {}
-        if agg is not None:
-            sources["agg_gen_tps"] = agg_note
-        else:
-            reasons["agg_gen_tps"] = agg_note
+        (sources if agg is not None else reasons)["agg_gen_tps"] = agg_note
         if result.ok:
             extra.update(shortfall(adapter, cand, asked=gen_tokens, norm=norm, finish_reason=result.finish_reason,
                                    run_to_length=sweep.ignore_eos))
@@ -117,18 +105,38 @@ async def run_batch(run: ParallelRun, batch: int, prompts: Sequence[Prompt], gen
     return rows
 
 
+def _bodies(run: ParallelRun, prompts: Sequence[Prompt], gen_tokens: int) -> tuple[list[bytes], str | None]:
+    """The encoded request bodies, and what the adapter changed in them for parallel serving."""
+    adapter, cand, sweep = run.adapter, run.candidate, run.sweep
+    bodies, changed = [], None
+    for prompt in prompts:
+        body = adapter.requests.request_body(model=adapter.requests.request_model(cand), prompt=prompt.text,
+                                             max_tokens=gen_tokens, sampling=sweep.sampling, thinking=sweep.thinking)
+        body.update(adapter.requests.length_fields(cand, sweep.ignore_eos))
+        changed = adapter.parallel.parallel_body(body)
+        bodies.append(adapter.requests.encode_body(body))
+    return bodies, changed
+
+
+def _batch_sources(run: ParallelRun, changed: str | None) -> dict[str, str]:
+    sources = {"concurrency": run.notes, "batch": f"{run.level} simultaneous unique prompts of {run.context} tokens",
+               "prompt": f"target {run.context} tokens, unique per request"}
+    sources.update(run.slot_facts or {})
+    if changed:
+        sources["request"] = changed
+    if run.serial:
+        sources["batching"] = f"not batched: {run.serial}"
+    return sources
+
+
 def _with_reasons(norm: Normalized, reasons: dict[str, str]) -> Normalized:
     """The metrics with more null reasons (build_row keeps those of fields left null)."""
     return dataclasses.replace(norm, null_reasons={**norm.null_reasons, **reasons})
 
 
-# ------------------------------------------------------------------------------------------ summary
-
-
 @dataclass(frozen=True)
 class LevelSummary:
-    """One cell's figures at one level: the median over batches of the aggregate gen tok/s, the median
-    per-request gen tok/s, TTFT p50 / p95 over the requests, the peak memory, and the counts."""
+    """One cell's figures at one level: batch-aggregate and per-request gen tok/s, TTFT p50/p95, memory, counts."""
 
     level: int
     agg_gen_tps: float | None
@@ -152,24 +160,30 @@ def _quantile(xs: Sequence[float], q: float) -> float | None:
 
 def parallel_summary(rows: Sequence[Row]) -> dict[int, LevelSummary]:
     """Per level, the summary of one cell's parallel rows."""
-    out: dict[int, LevelSummary] = {}
     levels = sorted({r.concurrency for r in rows if r.kind == "parallel" and r.concurrency is not None})
-    for level in levels:
-        mine = [r for r in rows if r.kind == "parallel" and r.concurrency == level]
-        ok = [r for r in mine if r.status == "ok" and not r.short]
-        by_batch: dict[int, float] = {}
-        for r in ok:
-            if r.batch is not None and r.agg_gen_tps is not None:
-                by_batch[r.batch] = r.agg_gen_tps
-        gens = [r.gen_tps for r in ok if r.gen_tps is not None]
-        ttfts = [r.ttft_ms for r in ok if r.ttft_ms is not None]
-        mems = [r.mem_peak_bytes for r in mine if r.mem_peak_bytes is not None]
-        out[level] = LevelSummary(
-            level=level,
-            agg_gen_tps=statistics.median(by_batch.values()) if by_batch else None,
-            per_request_gen_tps=statistics.median(gens) if gens else None,
-            ttft_p50_ms=_quantile(ttfts, 0.5), ttft_p95_ms=_quantile(ttfts, 0.95),
-            mem_peak_bytes=max(mems) if mems else None,
-            batches=len({r.batch for r in mine}), requests=len(mine), failed=sum(1 for r in mine if r.status != "ok"),
-        )
-    return out
+    return {level: _level_summary(level, [r for r in rows if r.kind == "parallel" and r.concurrency == level])
+            for level in levels}
+
+
+def _level_summary(level: int, mine: list[Row]) -> LevelSummary:
+    ok = [r for r in mine if usable(r, None)]
+    gens, ttfts = _present(ok, "gen_tps"), _present(ok, "ttft_ms")
+    mems = [r.mem_peak_bytes for r in mine if r.mem_peak_bytes is not None]
+    by_batch = _batch_aggregates(ok)
+    return LevelSummary(
+        level=level,
+        agg_gen_tps=statistics.median(by_batch.values()) if by_batch else None,
+        per_request_gen_tps=statistics.median(gens) if gens else None,
+        ttft_p50_ms=_quantile(ttfts, 0.5), ttft_p95_ms=_quantile(ttfts, 0.95),
+        mem_peak_bytes=max(mems) if mems else None,
+        batches=len({r.batch for r in mine}), requests=len(mine), failed=sum(r.status != "ok" for r in mine),
+    )
+
+
+def _present(rows: Sequence[Row], metric: str) -> list[float]:
+    return [v for v in (getattr(r, metric) for r in rows) if v is not None]
+
+
+def _batch_aggregates(ok: Sequence[Row]) -> dict[int, float]:
+    """Each batch's aggregate gen tok/s (the last row's, as every row of a batch carries it)."""
+    return {r.batch: r.agg_gen_tps for r in ok if r.batch is not None and r.agg_gen_tps is not None}

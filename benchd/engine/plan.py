@@ -1,21 +1,15 @@
-"""The measurement design of a sweep: in which order the probes visit the candidates (pure, no I/O).
-
-A round is the unit the stop rule counts (`RoundPlan`): one probe per candidate (interleaved) or one
-block per candidate (blocked). Everything here is a function of the sweep, the job id and the round
-number, so a resumed job draws the same orders again.
-
-Reasons and facts: docs/measuring.md#measurement-design.
-"""
+"""The measurement design of a sweep: in which order the probes visit the candidates (pure, no I/O;
+a resumed job draws the same orders again). docs/measuring.md#measurement-design."""
 
 from __future__ import annotations
 
 import hashlib
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from benchd.schemas import Sweep
+from benchd.schemas import ProbePlan, Sweep
 
 #: Rounds (server starts per candidate and context) a blocked sweep runs when `rounds` is not given.
 DEFAULT_ROUNDS = 3
@@ -45,8 +39,7 @@ def requested_order(sweep: Sweep) -> str:
 
 @dataclass(frozen=True)
 class RoundPlan:
-    """How many rounds a context runs: at least `min_rounds`, at most `max_rounds`; `per_round` probes
-    per candidate in each round; `stop` says what ends it between the bounds."""
+    """How many rounds a context runs (`min_rounds`..`max_rounds`), `per_round` probes each, `stop` the rule."""
 
     order: str
     min_rounds: int
@@ -57,8 +50,7 @@ class RoundPlan:
     total: int | None = None
 
     def block_size(self, round_: int) -> int:
-        """Probes per candidate in round `round_` (blocked with a fixed count: `total` spread as evenly as
-        it goes, the earlier rounds taking the remainder, so the cell gets exactly its probes)."""
+        """Probes per candidate in round `round_` (a fixed `total` spread evenly, earlier rounds first)."""
         if self.total is None:
             return self.per_round
         return self.total // self.min_rounds + (1 if round_ < self.total % self.min_rounds else 0)
@@ -109,8 +101,7 @@ def design_text(sweep: Sweep) -> str:
 
 
 def starts_per_context(sweep: Sweep, order: str) -> tuple[int, int]:
-    """(fewest, most) server starts per candidate and context the rounds make: one per round when
-    interleaved with `starts = "round"`, one per block when blocked, else one (the resident start)."""
+    """(fewest, most) server starts per candidate and context the rounds make."""
     rp = round_plan(sweep, order)
     if order == "blocked":
         plan = sweep.probe_plan()
@@ -133,26 +124,38 @@ def starts_text(sweep: Sweep) -> str:
     return f"; a fresh server start per candidate every round ({span} starts per candidate and context)"
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """What the design notes read of a sweep."""
+
+    sweep: Sweep
+    order: str
+    plan: ProbePlan
+    rounds: int
+
+
+#: (applies, note) pairs: what `validate` says about a design that is not an error.
+_DESIGN_NOTES: tuple[tuple[Callable[[_Asked], bool], Callable[[_Asked], str]], ...] = (
+    (lambda a: len(a.sweep.candidates) == 1 and a.order != "sequential",
+     lambda a: f"order {a.order} with one candidate: nothing to interleave, the probes run as in sequential"),
+    (lambda a: a.order == "blocked" and a.rounds == 2,
+     lambda a: "rounds = 2: two block medians per candidate can almost never be called different "
+               "(the signed-rank guard needs more pairs); use 3 or more"),
+    (lambda a: a.order == "blocked" and not a.plan.adaptive and a.plan.min < a.rounds,
+     lambda a: f"probes = {a.plan.min} < rounds = {a.rounds}: only {a.plan.min} blocks (server starts) per "
+               "candidate and context"),
+    (lambda a: a.sweep.starts is not None and a.order != "interleaved",
+     lambda a: f"starts = \"{a.sweep.starts}\" is used by order \"interleaved\" only (blocked starts once per "
+               "block, sequential once per server group)"),
+    (lambda a: a.order == "interleaved" and a.sweep.starts_mode() == "once" and len(a.sweep.candidates) > 1,
+     lambda a: "starts = \"once\": every round of a candidate shares one server start, so a pair's verdict "
+               "rests on one start a side (a start's luck under load reads as the candidate's speed)"),
+    (lambda a: a.sweep.rounds is not None and a.order != "blocked",
+     lambda a: f"rounds = {a.sweep.rounds} is used by order \"blocked\" only (this sweep runs {a.order})"),
+)
+
+
 def plan_problems(sweep: Sweep) -> list[str]:
     """What `validate` says about the design that is not an error."""
-    notes = []
-    order = requested_order(sweep)
-    if len(sweep.candidates) == 1 and order != "sequential":
-        notes.append(f"order {order} with one candidate: nothing to interleave, the probes run as in sequential")
-    if order == "blocked" and (sweep.rounds or DEFAULT_ROUNDS) == 2:
-        notes.append("rounds = 2: two block medians per candidate can almost never be called different "
-                     "(the signed-rank guard needs more pairs); use 3 or more")
-    plan = sweep.probe_plan()
-    rounds = sweep.rounds or DEFAULT_ROUNDS
-    if order == "blocked" and not plan.adaptive and plan.min < rounds:
-        notes.append(f"probes = {plan.min} < rounds = {rounds}: only {plan.min} blocks (server starts) per "
-                     "candidate and context")
-    if sweep.starts is not None and order != "interleaved":
-        notes.append(f"starts = \"{sweep.starts}\" is used by order \"interleaved\" only (blocked starts once per "
-                     "block, sequential once per server group)")
-    if order == "interleaved" and sweep.starts_mode() == "once" and len(sweep.candidates) > 1:
-        notes.append("starts = \"once\": every round of a candidate shares one server start, so a pair's verdict "
-                     "rests on one start a side (a start's luck under load reads as the candidate's speed)")
-    if sweep.rounds is not None and order != "blocked":
-        notes.append(f"rounds = {sweep.rounds} is used by order \"blocked\" only (this sweep runs {order})")
-    return notes
+    asked = _Asked(sweep, requested_order(sweep), sweep.probe_plan(), sweep.rounds or DEFAULT_ROUNDS)
+    return [note(asked) for applies, note in _DESIGN_NOTES if applies(asked)]

@@ -1,12 +1,5 @@
-"""The job's servers: which candidate's server is resident, starting (or attaching to) one, stopping it,
-and whether servers fit in memory side by side (by estimate before they start, by measurement after).
-
-Every start and stop is an event (`server_starting`, `server_ready`, `server_crashed`, `server_stopped`);
-a server that never gets ready fails its group's pending cells (through the recorder) and is not tried
-again for that group.
-
-Reasons and facts: docs/architecture.md#the-sweep-engine.
-"""
+"""The job's servers: which is resident, starting (or attaching to) one, stopping it, and whether servers
+fit in memory side by side (docs/architecture.md#the-sweep-engine). Every start and stop is an event."""
 
 from __future__ import annotations
 
@@ -34,8 +27,7 @@ from benchd.servers.supervisor import Supervisor
 
 #: Grace between SIGTERM and SIGKILL when the engine stops a server (cancel must finish within 2 s).
 STOP_GRACE_S = 1.5
-#: The KV estimate of the fit check before servers start side by side: an 8B-class GQA model's fp16
-#: KV cache (32 layers x 8 KV heads x 128 dims x K and V x 2 bytes) per token of the server's context.
+#: KV bytes per context token in the side-by-side fit check (8B-class fp16 GQA: 32 x 8 x 128 x 2 x 2).
 KV_BYTES_PER_TOKEN = 128 * 1024
 
 
@@ -102,9 +94,7 @@ class Pool:
         self.start_counts: dict[str, int] | None = None
 
     async def ready(self, cand: Candidate, g: Group) -> Server | None:
-        """The resident server for group `g`, else a (re)start (another group's server of the candidate is
-        stopped first). None when it never got ready (its cells are failed rows then, and it is not tried
-        again for this group)."""
+        """The resident server for group `g`, else a (re)start; None when it never got ready (not retried)."""
         res = self.resident.get(cand.id)
         if res is not None and (res.group != g or not res.server.running):
             await self.release(cand.id)  # crashed or killed after a timeout: restart for the next cell
@@ -121,8 +111,7 @@ class Pool:
         return server
 
     def next_start(self, cand: str) -> int:
-        """The number of the candidate's next server start in this job (1 = its first; a resumed job
-        counts on from the `server_ready` events it stored)."""
+        """The number of the candidate's next server start in this job (1 = its first; resume-safe)."""
         if self.start_counts is None:
             self.start_counts = {}
             for e in self.recorder.past(events.ServerReady):
@@ -132,8 +121,7 @@ class Pool:
         return n
 
     def warm_count(self, cand: str, context: int) -> int:
-        """Warm-up probes now: the sweep's count after a start, one at each new context of a server
-        that serves several, none after that."""
+        """Warm-up probes now: the sweep's count after a start, one at each new context, else none."""
         res = self.resident.get(cand)
         if res is None or context in res.warmed:
             return 0
@@ -161,8 +149,7 @@ class Pool:
         self.client_pin.release()
 
     def over_budget_estimate(self) -> str | None:
-        """Before any start: the candidates' model files plus a KV estimate at their largest server
-        context, against the budget (None: they fit)."""
+        """Before any start: why the candidates' files plus a KV estimate exceed the budget (None: they fit)."""
         if self.budget.bytes is None:
             return self.budget.source
         total = 0
@@ -189,21 +176,21 @@ class Pool:
         return None
 
     def missing_models(self, cand: Candidate) -> str | None:
-        """Checked before every server start: a model deleted after submit is named here, not left to
-        the server's log tail ("exiting due to model loading error")."""
+        """The candidate's model files that are gone (checked before every start)."""
         paths = [("model file", cand.model)]
         if cand.spec is not None and cand.spec.draft_model:
             paths.append(("draft model file", cand.spec.draft_model))
         gone = [(what, p) for what, p in paths if not os.path.exists(p)]
         if not gone:
             return None
+        at_submit = self._missing_at_submit()
+        return "; ".join(_gone_text(what, p, at_submit) for what, p in gone)
+
+    def _missing_at_submit(self) -> list[str] | None:
+        """The paths the job's `job_queued` event found missing (None: not recorded then)."""
         queued = next((events.payload(e) for e in self.recorder.store.events.page(self.job, limit=1)
                        if e.type == "job_queued"), None)  # seq 1
-        at_submit = queued.missing_paths if isinstance(queued, events.JobQueued) and queued.missing_paths else None
-        return "; ".join(
-            f"{what} {p} does not exist" if at_submit is None  # a job queued before this was recorded
-            else f"{what} {p} no longer exists (it existed at submit)" if p not in at_submit
-            else f"{what} {p} does not exist (nor did it at submit)" for what, p in gone)
+        return queued.missing_paths if isinstance(queued, events.JobQueued) and queued.missing_paths else None
 
     async def start(self, cand: Candidate, g: Group, *, cold: bool = False, purpose: str = "sweep") -> Server | None:
         gone = None if cand.external else self.missing_models(cand)
@@ -242,9 +229,7 @@ class Pool:
         return server
 
     def attached(self, cand: Candidate, g: Group, server: Server, purpose: str) -> Server:
-        """An external server's handle: its detection recorded (a `server_ready` event without a time to
-        ready: benchd did not start it), and the group's contexts larger than one of its slots holds
-        failed with the reason (their rows are written, so no probe visits them)."""
+        """An external server's handle; the group's contexts larger than one of its slots are failed."""
         found = server.external
         assert found is not None
         self.client_cpus[cand.id] = None
@@ -269,8 +254,7 @@ class Pool:
         return server
 
     def hold_client_pin(self, cand: str) -> None:
-        """Put the probe client on the cores its candidate's pinned server leaves free, or back on all of
-        them for an unpinned one (interleaved rounds visit pinned and unpinned servers in turn)."""
+        """Put the probe client on the cores the candidate's pinned server leaves free (all when unpinned)."""
         cpus = self.client_cpus.get(cand)
         if cpus:
             self.client_pin.hold(cpus)
@@ -286,6 +270,14 @@ class Pool:
 
     async def kill(self, server: Server) -> None:
         await self.supervisor.stop(server, grace_s=0.5)
+
+
+def _gone_text(what: str, path: str, at_submit: list[str] | None) -> str:
+    if at_submit is None:  # a job queued before this was recorded
+        return f"{what} {path} does not exist"
+    if path not in at_submit:
+        return f"{what} {path} no longer exists (it existed at submit)"
+    return f"{what} {path} does not exist (nor did it at submit)"
 
 
 def _size(path: str) -> int:

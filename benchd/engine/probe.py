@@ -1,11 +1,5 @@
 """The streaming client: one request, timestamps of every content chunk on arrival, the raw final chunk.
-
-Errors are values (`ProbeResult.status`/`error`), never exceptions, with one exception: cancellation
-(`asyncio.CancelledError`) propagates, so a cancelled sweep stops at once and the caller stores the
-probe as `aborted`. The probe's own timeout yields status "timeout".
-
-Reasons and facts: docs/measuring.md#the-probe-client.
-"""
+Errors are values; only cancellation propagates (docs/measuring.md#the-probe-client)."""
 
 from __future__ import annotations
 
@@ -29,8 +23,7 @@ _decoder = msgspec.json.Decoder()
 _CONTENT_KEY = b'"content"'
 #: The longest SSE line a stream may send (one event's JSON; the largest, the final chunk, is a few KB).
 MAX_LINE_BYTES = 4 << 20
-#: Reasoning delta keys of the three runtimes (read in their sources: llama.cpp server-chat.cpp
-#: `reasoning_content`, mlx_lm server.py `reasoning`, mlx_vlm ChatMessage both).
+#: Reasoning delta keys: llama.cpp `reasoning_content`, mlx_lm `reasoning`, mlx_vlm both.
 _REASONING_KEYS = (b'"reasoning_content"', b'"reasoning"')
 _SKIP = frozenset(b" :\t")
 _QUOTE = 0x22
@@ -59,12 +52,7 @@ def _has_text(payload: bytes, key: bytes) -> bool:
 
 
 def has_answer(payload: bytes) -> bool:
-    """True when a chunk's JSON has a non-empty string `"content"` (a byte scan, no decoding).
-
-    Matches `"content":"x"` and `"content": "x"`; not `"content":null`, `"content":""`, nor
-    `"reasoning_content"` (its key does not start with the quote before `content`). An escaped
-    `\\"content\\"` inside text cannot match because a backslash, not a quote, follows it.
-    """
+    """True when a chunk has a non-empty string `"content"` (a byte scan; not `"reasoning_content"`)."""
     return _has_text(payload, _CONTENT_KEY)
 
 
@@ -74,8 +62,7 @@ def has_reasoning(payload: bytes) -> bool:
 
 
 def _worth_decoding(payload: bytes) -> bool:
-    """A content chunk is decoded only if it also carries a usage object or a finish reason
-    (mlx_vlm sends `"usage":null` and `"timings"` in every chunk; those are not worth a decode)."""
+    """A content chunk is decoded only if it also carries a usage object or a finish reason."""
     for key, starts in ((b'"usage"', (_BRACE,)), (b'"finish_reason"', (_QUOTE,))):
         if any(payload[j] in starts for j in _value_starts(payload, key)):
             return True
@@ -130,24 +117,11 @@ class _Stream:
                 self.r.reasoning_text.append(thought)
 
     def _event(self, payload: bytes, now: float) -> str | None:
-        r = self.r
         answer = has_answer(payload)
         reasoning = has_reasoning(payload)
-        if answer or reasoning:
-            if r.first_content is None:
-                r.first_content = now
-                r.first_is_reasoning = reasoning and not answer
-                if self.marks is not None:
-                    self.marks("first")
-            if answer:
-                r.answer_chunks += 1
-                if r.first_answer is None:
-                    r.first_answer = now
-            if reasoning:
-                r.reasoning_chunks += 1
-            r.last_content = now
-            r.content_chunks += 1
-            r.chunk_times.append(now)
+        content = answer or reasoning
+        if content:
+            self._content(answer, reasoning, now)
             if not self.collect_text and not _worth_decoding(payload):
                 return None  # the hot path: nothing else to learn from this chunk
         try:
@@ -156,18 +130,41 @@ class _Stream:
             return f"malformed JSON chunk: {payload[:200]!r}"
         if not isinstance(doc, dict):
             return f"unexpected chunk: {payload[:200]!r}"
-        if self.collect_text and (answer or reasoning):
+        if self.collect_text and content:
             self._collect(doc)
         if doc.get("error"):
             return f"server error in stream: {str(doc['error'])[:500]}"
-        for choice in doc.get("choices") or ():
+        self._finish(doc)
+        return None
+
+    def _content(self, answer: bool, reasoning: bool, now: float) -> None:
+        """Count and time a chunk carrying answer or reasoning text."""
+        r = self.r
+        if r.first_content is None:
+            r.first_content = now
+            r.first_is_reasoning = reasoning and not answer
+            if self.marks is not None:
+                self.marks("first")
+        if answer:
+            r.answer_chunks += 1
+            if r.first_answer is None:
+                r.first_answer = now
+        r.reasoning_chunks += reasoning
+        r.last_content = now
+        r.content_chunks += 1
+        r.chunk_times.append(now)
+
+    def _finish(self, doc: dict[str, object]) -> None:
+        """Take a decoded chunk's finish reason, and keep it as `final` if it is the usage chunk."""
+        r = self.r
+        for choice in doc.get("choices") or ():  # type: ignore[attr-defined]
             if isinstance(choice, dict) and choice.get("finish_reason"):
                 r.finish_reason = str(choice["finish_reason"])
-        if isinstance(doc.get("usage"), dict) or isinstance(doc.get("timings"), dict):
+        usage = isinstance(doc.get("usage"), dict)
+        if usage or isinstance(doc.get("timings"), dict):
             # Every mlx_vlm chunk has partial timings; the one with usage is the final answer.
-            if r.final is None or isinstance(doc.get("usage"), dict) or not isinstance(r.final.get("usage"), dict):
+            if r.final is None or usage or not isinstance(r.final.get("usage"), dict):
                 r.final = doc
-        return None
 
 
 async def run(
@@ -179,10 +176,7 @@ async def run(
     marks: Callable[[str], None] | None = None,
     collect_text: bool = False,
 ) -> ProbeResult:
-    """POST one streamed request to `url` and read it to the end (or error, or timeout).
-
-    `collect_text` decodes every token chunk and keeps the answer and reasoning text in the result
-    (a session sends the answer back); probes leave it off and stay on the byte-scan path."""
+    """POST one streamed request and read it to the end; `collect_text` keeps the answer and reasoning text."""
     if marks is not None:
         marks("start")
     started = time.perf_counter()
@@ -195,26 +189,7 @@ async def run(
             aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session,
             session.post(url, data=body, headers=dict(headers), allow_redirects=False) as resp,
         ):
-            result.http_status = resp.status
-            if resp.status != 200:
-                text = (await resp.content.read(2000)).decode("utf-8", "replace")
-                result.error = f"HTTP {resp.status}: {text.strip()}"
-                result.ended = time.perf_counter()
-                return result
-            async for data in resp.content.iter_any():
-                err = stream.feed(data, time.perf_counter())
-                if err:
-                    result.error = err
-                    result.ended = time.perf_counter()
-                    return result
-            result.ended = time.perf_counter()
-            if marks is not None:
-                marks("end")
-            if stream.buf.strip():
-                err = stream.feed(b"\n", result.ended)
-                if err:
-                    result.error = err
-                    return result
+            await _read(resp, stream, marks)
     except TimeoutError:
         result.ended = time.perf_counter()
         result.status = "timeout"
@@ -225,15 +200,41 @@ async def run(
         what = "stream closed early" if result.http_status == 200 else "request failed"
         result.error = f"{what}: {type(exc).__name__}: {exc}"
         return result
+    return _outcome(result)
+
+
+async def _read(resp: aiohttp.ClientResponse, stream: _Stream, marks: Callable[[str], None] | None) -> None:
+    """Read the response into `stream`'s result; its `error` says why when the read stopped early."""
+    result = stream.r
+    result.http_status = resp.status
+    if resp.status != 200:
+        text = (await resp.content.read(2000)).decode("utf-8", "replace")
+        result.error = f"HTTP {resp.status}: {text.strip()}"
+        result.ended = time.perf_counter()
+        return
+    async for data in resp.content.iter_any():
+        err = stream.feed(data, time.perf_counter())
+        if err:
+            result.error = err
+            result.ended = time.perf_counter()
+            return
+    result.ended = time.perf_counter()
+    if marks is not None:
+        marks("end")
+    if stream.buf.strip():
+        result.error = stream.feed(b"\n", result.ended)
+
+
+def _outcome(result: ProbeResult) -> ProbeResult:
+    """A fully read stream's status: ok only with [DONE] and a usage/timings chunk."""
+    if result.error is not None:
+        return result
     if not result.done:
-        result.error = (
-            f"stream closed early: no [DONE] after {result.content_chunks} content chunks"
-        )
-        return result
-    if result.final is None:
+        result.error = f"stream closed early: no [DONE] after {result.content_chunks} content chunks"
+    elif result.final is None:
         result.error = "stream ended without a usage/timings chunk (include_usage ignored?)"
-        return result
-    result.status = "ok"
+    else:
+        result.status = "ok"
     return result
 
 
@@ -250,10 +251,7 @@ async def run_chat(
     run_to_length: bool = True,
     marks: Callable[[str], None] | None = None,
 ) -> ProbeResult:
-    """Build the adapter's streamed chat request and run it (the usual way to probe a server).
-
-    `thinking` ("default" | "on" | "off") and `run_to_length` (suppress EOS so every probe generates
-    `max_tokens`) go into the body in the form the runtime honours (its adapter knows which)."""
+    """Build the adapter's streamed chat request and run it (`run_to_length` suppresses EOS)."""
     body = adapter.requests.request_body(
         model=adapter.requests.request_model(candidate), prompt=prompt, max_tokens=max_tokens, sampling=sampling,
         thinking=thinking,
@@ -266,9 +264,6 @@ async def run_chat(
         timeout_s=timeout_s,
         marks=marks,
     )
-
-
-# ------------------------------------------------------------------------------ Prometheus /metrics
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -289,8 +284,7 @@ def parse_prometheus(text: str) -> dict[str, float]:
 
 
 async def read_metrics(base_url: str, *, timeout_s: float = 5.0) -> dict[str, float] | None:
-    """The server's Prometheus counters, or None when it has no `/metrics` (llama-server without
-    `--metrics` answers 501)."""
+    """The server's Prometheus counters, or None when it has no `/metrics`."""
     try:
         async with (
             aiohttp.ClientSession(

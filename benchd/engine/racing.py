@@ -1,19 +1,6 @@
-"""Racing: at each look of the stop rule, a candidate another one dominates leaves the race.
-
-`Race` holds who left, when, by whom and on which axes. The engine asks it at each look (after each round
-from the plan's `min` on, interleaved or blocked) with every candidate's valid probe rows of the context so
-far; it asks the one dominance function (`benchd.stats.comparison.dominance`, the Pareto view's question) of every pair of the
-candidates still in the race, over the per-probe axes both sides measured, paired by round as the order
-allows, at α / L (L = the looks a context may have: the α of the whole race is spent over its looks). A
-candidate is dropped only when a pair's answer names a winner (every axis compared resolved: different or
-tied, none unresolved), never on an undecided look; one that no longer has a cell to run and no ok value
-(its server did not start) leaves too, by benchd, with the reason. A dropped candidate gets no more rounds,
-no larger context and no tail (sessions, evals, levels, sustained run, time to ready).
-
-Hooks: `open_race` (the engine, once per job), `Race.add` (the recorder, every committed row), `after_round`
-(the designs' rounds, at each look), `Race.alive` (the designs: who runs the next context and the tail).
-Resume: the drops and the rows a look reads are rebuilt from the job's events and rows.
-Reasons and facts: docs/measuring.md#racing.
+"""Racing: at each look of the stop rule, a candidate another one dominates leaves the race
+(docs/measuring.md#racing). Hooks: `open_race`, `Race.add` (every committed row), `after_round` (each look),
+`Race.alive` (who runs the next context and the tail).
 """
 
 from __future__ import annotations
@@ -39,9 +26,7 @@ BY_BENCHD = "benchd"
 
 @dataclass(frozen=True)
 class Drop:
-    """One candidate leaving the race: at `context` after `round` rounds (the look), `by` the candidates that
-    dominate it (each with the axes it is better on), the dominance texts, the α of the look; `why` when
-    benchd took it out (no dominator)."""
+    """One candidate leaving the race at a look: `by` its dominators (each with the axes it wins), or `why`."""
 
     candidate: str
     context: int
@@ -50,8 +35,7 @@ class Drop:
     texts: dict[str, str] = field(default_factory=dict)
     alpha: float | None = None
     why: str | None = None
-    #: The candidate's planned rows (low and high end of the plan) it will not run now; the job's planned
-    #: rows from this drop on (`benchd.store.planned_probes` less every drop's unrun rows so far).
+    #: The candidate's planned rows it will not run (low, high); the job's planned rows from this drop on.
     unrun_rows: int = 0
     unrun_rows_max: int = 0
     planned_rows: int | None = None
@@ -80,9 +64,7 @@ class Drop:
 
 @dataclass(frozen=True)
 class Settle:
-    """One candidate's rounds of a context ending at a look while others go on (`Race.settle`): every pair
-    of it with the candidates still racing there resolved or futile, in the look's words (`pairs`: the
-    other candidate -> words), at the look's α."""
+    """One candidate's rounds of a context ending at a look while others go on; `pairs`: other -> words."""
 
     candidate: str
     context: int
@@ -114,9 +96,7 @@ class Race:
     settled_at: dict[int, dict[str, int]] = field(default_factory=dict)
 
     def add(self, row: Row) -> None:
-        """Keep what a look reads of a committed probe row (identity, round and the compared axes);
-        a row that does not count (failed, short, invalidated, outside the rounds) is forgotten. Every
-        stored row that counts as done (not aborted) is counted, for the rows a dropped candidate leaves unrun."""
+        """Count a committed row as done (unless aborted); keep a valid probe row of the rounds for the looks."""
         if not self.on:
             return
         done = self.stored.setdefault((row.candidate, row.context, row.kind), set())
@@ -147,49 +127,44 @@ class Race:
 
     def look(self, context: int, rnd: int, rows: Mapping[str, Sequence[Row]], done: Iterable[str] = (),
              compare: bool = True) -> list[Drop]:
-        """The drops of this look. `rows`: each racing candidate's valid probe rows of the context; `done`:
-        the candidates with no cell left to run in it (a failed start, or every probe spent); `compare`
-        False (a round that is not a planned look): only those with no ok probe leave, no pair is compared."""
+        """The drops of this look. `done`: candidates with no cell left to run; `compare` False: only those with
+        no ok probe leave."""
         if not self.on:
             return []
         alive = self.alive(rows)
-        finished = set(done)
-        out = [Drop(candidate=c, context=context, round=rnd, why="no ok probe at this context (its server did "
-                    "not start or every probe failed: the rows say why); it leaves the race")
-               for c in alive if c in finished and not rows[c]]
+        out = _no_ok_probe(context, rnd, [c for c in alive if not rows[c]], done)
         racing = [c for c in alive if rows[c]]
         if compare and len(racing) > 1:
-            beaten: dict[str, Drop] = {}
-            for i, a in enumerate(racing):
-                for b in racing[i + 1:]:
-                    d = self.pair(rows[a], rows[b], a, b)
-                    if d.winner is None:
-                        continue
-                    win, lose = (a, b) if d.winner == "a" else (b, a)
-                    prev = beaten.get(lose) or Drop(candidate=lose, context=context, round=rnd, alpha=self.alpha)
-                    prev.by[win] = list(d.better_on)
-                    prev.texts[win] = d.text
-                    beaten[lose] = prev
-            if len(beaten) < len(racing):  # someone stays (a cycle of verdicts drops nobody)
-                out += [beaten[c] for c in racing if c in beaten]
-        out = [self.with_plan(drop) for drop in out]
-        return out
+            out += self._dominated(context, rnd, rows, racing)
+        return [self.with_plan(drop) for drop in out]
+
+    def _dominated(self, context: int, rnd: int, rows: Mapping[str, Sequence[Row]], racing: list[str]) -> list[Drop]:
+        """Every loser of a pair of `racing` with its dominators; none when nobody would stay (a cycle)."""
+        beaten: dict[str, Drop] = {}
+        for i, a in enumerate(racing):
+            for b in racing[i + 1:]:
+                d = self.pair(rows[a], rows[b], a, b)
+                if d.winner is None:
+                    continue
+                win, lose = (a, b) if d.winner == "a" else (b, a)
+                prev = beaten.get(lose) or Drop(candidate=lose, context=context, round=rnd, alpha=self.alpha)
+                prev.by[win] = list(d.better_on)
+                prev.texts[win] = d.text
+                beaten[lose] = prev
+        return [beaten[c] for c in racing if c in beaten] if len(beaten) < len(racing) else []
 
     def unrun(self, candidate: str, bound: str) -> int:
-        """The candidate's planned rows (`benchd.store.candidate_planned`) not stored yet: per context its
-        probe count less its probe rows there, its sustained row and image probes less those stored."""
-        if self.sweep is None:
-            return 0
-        cand = next((c for c in self.sweep.candidates if c.id == candidate), None)
-        if cand is None:
+        """The candidate's planned rows (`benchd.store.candidate_planned`) not stored yet."""
+        cand = next((c for c in self.sweep.candidates if c.id == candidate), None) if self.sweep else None
+        if self.sweep is None or cand is None:
             return 0
         plan = candidate_planned(self.sweep, cand.vision, "max" if bound == "max" else "min")
         per_cell = plan["probe"] // max(1, len(self.sweep.contexts))
         left = sum(max(0, per_cell - len(self.stored.get((candidate, ctx, "probe"), ()))) for ctx in self.sweep.contexts)
-        for kind in ("sustained", "vision"):
-            have = sum(len(v) for (c, _, k), v in self.stored.items() if c == candidate and k == kind)
-            left += max(0, plan[kind] - have)
-        return left
+        return left + sum(max(0, plan[kind] - self._stored_count(candidate, kind)) for kind in ("sustained", "vision"))
+
+    def _stored_count(self, candidate: str, kind: str) -> int:
+        return sum(len(v) for (c, _, k), v in self.stored.items() if c == candidate and k == kind)
 
     def with_plan(self, drop: Drop) -> Drop:
         """The drop with its unrun rows and the job's planned rows after it, recorded as dropped."""
@@ -206,9 +181,7 @@ class Race:
 
     def pair_kinds(self, rnd: int, rows: Mapping[str, Sequence[Row]],
                    max_rounds: int) -> dict[tuple[str, str], tuple[str, str]]:
-        """Each pair of the candidates still racing with rows: ("resolved" | "futile" | "open", the look's
-        words). Resolved at the look's α (`stats.stop.RESOLVED`); futile: undecided with no even chance of
-        resolving in the rounds left (`stats.stop.stuck_axes`); open: undecided and resolvable in them."""
+        """Each racing pair's ("resolved" | "futile" | "open", the look's words) (futile: `stuck_axes`)."""
         ids = [c for c in self.alive(rows) if rows[c]]
         out: dict[tuple[str, str], tuple[str, str]] = {}
         for i, a in enumerate(ids):
@@ -225,10 +198,8 @@ class Race:
         return out
 
     def settled(self, rnd: int, rows: Mapping[str, Sequence[Row]], min_rounds: int, max_rounds: int) -> str | None:
-        """Why the race's rounds of a context end at this planned look, or None: every pair of the candidates
-        still racing is resolved or futile (`pair_kinds`), one pair futile at least (all resolved: the stop
-        rule's own answer). `rows`: each racing candidate's valid probe rows of the context."""
-        if not self.on or rnd not in looks(min_rounds, max_rounds) or rnd >= max_rounds:
+        """Why the rounds of a context end at this look (every pair resolved or futile, one futile), or None."""
+        if not self._early_look(rnd, min_rounds, max_rounds):
             return None
         kinds = self.pair_kinds(rnd, rows, max_rounds)
         seen = {k for k, _ in kinds.values()}
@@ -239,11 +210,8 @@ class Race:
 
     def settle(self, context: int, rnd: int, rows: Mapping[str, Sequence[Row]], min_rounds: int,
                max_rounds: int) -> list[Settle]:
-        """The candidates whose rounds of `context` end at this planned look while others go on: each pair of
-        theirs resolved or futile (`pair_kinds`), while some pair elsewhere is still open (none open: the
-        whole context ends by `settled` or the stop rule). Such a candidate stays in the race (the next
-        context, the tail); its pairs keep the rounds they share."""
-        if not self.on or rnd not in looks(min_rounds, max_rounds) or rnd >= max_rounds:
+        """The candidates whose every pair is resolved or futile at this look while another pair is open."""
+        if not self._early_look(rnd, min_rounds, max_rounds):
             return []
         kinds = self.pair_kinds(rnd, rows, max_rounds)
         still = {c for pair, (k, _) in kinds.items() if k == "open" for c in pair}
@@ -251,11 +219,17 @@ class Race:
             return []
         out = []
         for c in [c for c in self.alive(rows) if rows[c] and c not in still]:
-            mine = [p for p in kinds if c in p]
-            out.append(Settle(candidate=c, context=context, round=rnd, alpha=self.alpha,
-                              pairs={(b if a == c else a): kinds[a, b][1] for a, b in mine}))
+            out.append(Settle(candidate=c, context=context, round=rnd, alpha=self.alpha, pairs=_pairs_of(c, kinds)))
             self.settled_at.setdefault(context, {})[c] = rnd
         return out
+
+    def _early_look(self, rnd: int, min_rounds: int, max_rounds: int) -> bool:
+        """A racing planned look before the last round."""
+        return self.on and rnd in looks(min_rounds, max_rounds) and rnd < max_rounds
+
+    def cells(self, context: int, cands: Iterable[Candidate]) -> dict[str, list[Row]]:
+        """Each candidate's valid probe rows of `context`."""
+        return {c.id: self.cell_rows(c.id, context) for c in cands}
 
     def pair(self, rows_a: Sequence[Row], rows_b: Sequence[Row], a: str, b: str) -> PairDominance:
         """The dominance verdict of one pair over the per-probe axes, paired by round as the order allows."""
@@ -270,9 +244,21 @@ class Race:
                               paired=paired, names=(a, b), starts=starts)
 
 
+def _no_ok_probe(context: int, rnd: int, empty: list[str], done: Iterable[str]) -> list[Drop]:
+    """The drops of the candidates without an ok probe that have no cell left (`done`)."""
+    finished = set(done)
+    return [Drop(candidate=c, context=context, round=rnd, why="no ok probe at this context (its server did "
+                 "not start or every probe failed: the rows say why); it leaves the race")
+            for c in empty if c in finished]
+
+
+def _pairs_of(c: str, kinds: Mapping[tuple[str, str], tuple[str, str]]) -> dict[str, str]:
+    """The other candidate of each pair of `c` -> the look's words."""
+    return {(b if a == c else a): words for (a, b), (_, words) in kinds.items() if c in (a, b)}
+
+
 def open_race(sweep: Sweep, pairs: bool, events: Iterable[Any] = (), rows: Iterable[Row] = ()) -> Race:
-    """The job's race: on when the sweep races (`Sweep.racing_on`) and its rounds stop by the pair rule
-    (`pairs`); a resumed job's drops from its `candidate_dropped` events, the rows a look reads from its rows."""
+    """The job's race (on when the sweep races and `pairs` stop its rounds), resumed from its events and rows."""
     order = requested_order(sweep)
     rplan = round_plan(sweep, order)
     race = Race(on=sweep.racing_on() and pairs, alpha=look_alpha(rplan.min_rounds, rplan.max_rounds, RACE_ALPHA),
@@ -290,21 +276,16 @@ def open_race(sweep: Sweep, pairs: bool, events: Iterable[Any] = (), rows: Itera
 
 async def after_round(race: Race, context: int, cands: list[Candidate], rnd: int, rplan: RoundPlan,
                       done: Iterable[str], emit: Any, release: Any) -> list[Candidate]:
-    """The race's look after round `rnd` (pairs compared only at the stop rule's planned looks, `looks`, with
-    α split over them as the stop rule does; a candidate with no ok probe leaves at any round): each drop
-    recorded (`emit("candidate_dropped", ...)`) and its server stopped (`await release(id)`), then each
-    candidate whose rounds of the context end here (`Race.settle`, `emit("candidate_settled", ...)`, its
-    server stopped); the candidates that run the next round. `done`: the candidates with no cell left to
-    run at this context."""
+    """The race's look after round `rnd`: drops, then settled candidates, emitted and their servers released;
+    returns the candidates of the next round. `done`: the candidates with no cell left."""
     if not race.on or rnd < rplan.min_rounds:
         return cands
     planned = rnd in looks(rplan.min_rounds, rplan.max_rounds)
-    for drop in race.look(context, rnd, {c.id: race.cell_rows(c.id, context) for c in cands}, done, compare=planned):
+    for drop in race.look(context, rnd, race.cells(context, cands), done, compare=planned):
         emit("candidate_dropped", **drop.payload())
         await release(drop.candidate)
     cands = [c for c in cands if c.id not in race.dropped]
-    for s in race.settle(context, rnd, {c.id: race.cell_rows(c.id, context) for c in cands}, rplan.min_rounds,
-                         rplan.max_rounds):
+    for s in race.settle(context, rnd, race.cells(context, cands), rplan.min_rounds, rplan.max_rounds):
         emit("candidate_settled", **s.payload())
         await release(s.candidate)
     return [c for c in cands if c.id not in race.settled_at.get(context, {})]

@@ -1,9 +1,5 @@
 """What a job writes: its events, its rows (each with its `probe_finished` event, in one transaction), and
-the failed rows of cells whose server is missing. The job's progress record (`SeriesBook`) is kept here,
-so every committed row is counted once.
-
-Reasons and facts: docs/architecture.md#the-sweep-engine.
-"""
+the failed rows of cells whose server is missing; it keeps the progress record (`SeriesBook`)."""
 
 from __future__ import annotations
 
@@ -27,8 +23,7 @@ PROBE_EVENTS = ("probe_started", "probe_finished", "cooldown_started", "cooldown
 
 
 class Recorder:
-    """The job's writer: `emit` an event, `commit` a row (an external candidate's with what it cannot
-    know named), `fail_group` the pending cells of a server that is missing."""
+    """The job's writer: `emit` an event, `commit` a row, `fail_group` a missing server's pending cells."""
 
     def __init__(self, job: str, sweep: Sweep, store: Store, notify: Callable[[Event], None], book: SeriesBook) -> None:
         self.job, self.sweep, self.store, self.notify, self.book = job, sweep, store, notify, book
@@ -96,8 +91,7 @@ _MEMORY_FIELDS = ("mem_peak_bytes", "mem_rss_anon_bytes", "mem_rss_file_bytes", 
 
 
 def external_row(row: Row, cand: Candidate) -> Row:
-    """An external candidate's row with what it cannot know null with the reason, and the server's
-    detection named as the source of its binary and version."""
+    """An external candidate's row: what it cannot know null with the reason, detection as the source."""
     nulls = {**row.null_reasons, **EXTERNAL_UNKNOWN}
     sources = dict(row.sources)
     if cand.pid is None:

@@ -1,10 +1,4 @@
-"""Assemble one normalized `Row` from what a probe produced: the adapter's metrics, the memory sampler's
-facts, the cooldown record and the server that answered.
-
-Pure: no I/O, so the same assembly serves real probes, failed probes (a crash, a timeout, a server that
-never started) and aborted ones, and every row carries the same provenance fields (llama-bench's "every
-parameter in the row"). Every metric left null gets a reason here if nobody gave one earlier.
-"""
+"""Assemble one normalized `Row` (pure); every metric left null gets a reason here."""
 
 from __future__ import annotations
 
@@ -28,8 +22,7 @@ METRICS = (
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a probe sits in the sweep's design: its round and its position in that round (None in the
-    sequential order, `why` then says so), and the words naming that source in the row."""
+    """A probe's round and position in it (None outside the rounds), and `why`, the row's words for it."""
 
     round: int | None
     visit: int | None
@@ -55,8 +48,7 @@ class Cell:
 
 @dataclass
 class ServerRun:
-    """Where a session or a parallel level runs: the job, the server and its adapter, the cell's candidate and
-    context, under the sweep's settings (each request kind's run adds its own fields)."""
+    """Where a session or a parallel level runs: job, server, adapter, candidate, context and sweep."""
 
     job: str
     adapter: RuntimeAdapter
@@ -83,33 +75,32 @@ class Decision:
     invalidated: Invalidated | None = None
 
 
-#: Cached prompt tokens an external server's probe may report and stay ok: the chat template's header before
-#: the prompt's nonce is the same in every request, and a server benchd does not start keeps its own prompt
-#: cache (mlx_lm.server's default `--prompt-cache-size 10` always serves those few tokens).
+#: Cached prompt tokens an external server's probe may report and stay ok (docs/sweep-file.md#external-servers).
 EXTERNAL_CACHE_ALLOWANCE = 32
+
+
+_STATUSES: dict[str, RowStatus] = {"ok": "ok", "timeout": "timeout"}
 
 
 def decide(*, result_status: str, error: str | None, crash: str | None = None, cached_tokens: int | None = None,
            invalidation: Invalidation | None = None, killed: bool = False, cache_allowance: int = 0) -> Decision:
-    """The one place a probe row's status is decided, from what happened to it.
-
-    `result_status`: "ok", "timeout" or "failed" as the step or the request ended (a guarded step that
-    timed out or raised, or the chat request); `crash`: the server's exit status when it died under the
-    probe; `killed`: the engine killed the server after a timeout. An ok request whose prompt the server
-    served from its cache measured fake prompt throughput (failed; up to `cache_allowance` tokens are the
-    template's shared header, allowed for external servers). A sleep or a stopped server during
-    the probe invalidates any finished probe (failed, `invalidated`, run again)."""
-    status: RowStatus = "ok" if result_status == "ok" else "timeout" if result_status == "timeout" else "failed"
+    """The one place a probe row's status is decided. `result_status`: "ok", "timeout" or "failed"; `crash`:
+    the server's exit status; `killed`: after a timeout. Too many cached tokens or an `invalidation` fail it."""
+    status = _STATUSES.get(result_status, "failed")
     if crash is not None:
         status, error = "failed", f"server crashed mid-probe ({crash}): {error or 'failed'}"
-    elif status == "ok" and cached_tokens is not None and cached_tokens > cache_allowance:
+    elif status == "ok" and (cached_tokens or 0) > cache_allowance:
         status, error = "failed", f"prompt cache served {cached_tokens} tokens: prompt throughput would be fake"
     if killed and error and "the server was killed" not in error:
         error = f"{error}; the server was killed"
     if invalidation is not None:
-        return Decision("failed", f"invalidated: {invalidation.why}; its numbers are not used and the probe is run again"
-                        + (f" (the probe itself: {error})" if error else ""), invalidation.kind)
+        return _invalidated(invalidation, error)
     return Decision(status, error)
+
+
+def _invalidated(invalidation: Invalidation, error: str | None) -> Decision:
+    return Decision("failed", f"invalidated: {invalidation.why}; its numbers are not used and the probe is run again"
+                    + (f" (the probe itself: {error})" if error else ""), invalidation.kind)
 
 
 @dataclass(frozen=True)
@@ -142,8 +133,7 @@ class ServerFacts:
 
 
 def model_files(candidate: Candidate) -> list[str]:
-    """The files (or MLX model dirs) a candidate's server maps or loads: the memory sampler counts their
-    resident pages, which macOS's footprint leaves out when they are mmap'd."""
+    """The files (or MLX model dirs) a candidate's server loads, for the memory sampler's resident count."""
     spec = candidate.spec
     if candidate.external:  # its files are the server's own business: none is known
         return []
@@ -172,59 +162,25 @@ def build_row(
     sources: dict[str, str] = {}
     reasons: dict[str, str] = {}
     if metrics is not None:
-        fields.update({k: v for k, v in metrics.row_fields().items() if k not in ("sources", "null_reasons")})
+        fields.update(_metric_fields(metrics))
         sources.update(metrics.sources)
         reasons.update(metrics.null_reasons)
     if memory is not None:
-        fields["mem_peak_bytes"] = memory.peak_bytes
-        fields["mem_source"] = memory.source if memory.peak_bytes is not None else None
-        fields["mem_rss_anon_bytes"] = memory.rss_anon_bytes
-        fields["mem_rss_file_bytes"] = memory.rss_file_bytes
-        fields["swap_in_bytes"] = memory.swap_in_bytes
-        fields["swap_out_bytes"] = memory.swap_out_bytes
-        fields["mem_footprint_peak_bytes"] = memory.footprint_peak_bytes
-        fields["mem_resident_peak_bytes"] = memory.resident_peak_bytes
-        fields["mem_model_resident_bytes"] = memory.model_resident_bytes
-        sources.update({_memory_field(k): v for k, v in memory.sources.items()})
-        if memory.peak_bytes is not None:
-            sources["mem_peak_bytes"] = memory.source if memory.exact else f"{memory.source} ({memory.source_note})"
-        if memory.rss_anon_bytes is not None and memory.split_note:
-            sources["mem_rss_anon_bytes"] = sources["mem_rss_file_bytes"] = memory.split_note
-        for key, why in memory.null_reasons.items():
-            reasons.setdefault(_memory_field(key), why)
+        _memory_part(memory, fields, sources, reasons)
     if cooldown is not None:
-        fields["cooldown_s"] = round(cooldown.waited_s, 3)
-        fields["cooldown_reason"] = cooldown.reason
-        fields["cooldown_note"] = cooldown.note
-        fields["thermal_before"] = cooldown.after or cooldown.before
-        sources["cooldown_s"] = f"cooldown:{cooldown.policy}"
-    if extra:
-        fields.update(extra)
-    if extra_sources:
-        sources.update(extra_sources)
-    if extra_reasons:
-        reasons.update(extra_reasons)
+        _cooldown_part(cooldown, fields, sources)
+    fields.update(extra or {})
+    sources.update(extra_sources or {})
+    reasons.update(extra_reasons or {})
     if server is not None:
         server.record(sources, reasons)
     if energy is not None:
         fields.update(energy.fields)
         sources.update(energy.sources)
         reasons.update(energy.reasons)
-    if status != "ok":
-        why = error or status
-        for name in METRICS:
-            if fields.get(name) is None:
-                reasons.setdefault(name, f"probe {status}: {why}"[:300])
-    for name in METRICS:
-        if fields.get(name) is None and name not in reasons:
-            reasons[name] = "not reported for this probe"
-    place = cell.place
-    fields["round"], fields["visit"] = place.round, place.visit
-    if place.round is None:
-        reasons["round"] = reasons["visit"] = place.why
-    else:
-        sources["round"] = sources["visit"] = place.why
-    fields = {k: v for k, v in fields.items() if k in Row.__struct_fields__}
+    _metric_reasons(status, error, fields, reasons)
+    _place_part(cell.place, fields, sources, reasons)
+    fields, null_reasons = _row_fields(fields, reasons)
     return Row(
         job=cell.job,
         candidate=cell.candidate.id,
@@ -235,22 +191,75 @@ def build_row(
         status=status,
         error=error,
         started_at=started_at,
-        ctx_size=server.ctx_size if server else None,
-        binary=server.binary if server else None,
-        server_version=server.server_version if server else None,
-        fit=server.fit if server else None,
-        layer_split=server.layer_split if server else None,
-        start=server.start if server else None,
+        **_server_fields(server),
         exit_status=exit_status,
         log_tail=log_tail,
         sources=sources,
-        null_reasons={k: v for k, v in reasons.items() if k in Row.__struct_fields__ and fields.get(k) is None},
+        null_reasons=null_reasons,
         **fields,
     )
 
 
+def _metric_fields(metrics: Normalized) -> dict[str, Any]:
+    return {k: v for k, v in metrics.row_fields().items() if k not in ("sources", "null_reasons")}
+
+
+def _place_part(place: Placement, fields: dict[str, Any], sources: dict[str, str], reasons: dict[str, str]) -> None:
+    fields["round"], fields["visit"] = place.round, place.visit
+    if place.round is None:
+        reasons["round"] = reasons["visit"] = place.why
+    else:
+        sources["round"] = sources["visit"] = place.why
+
+
+def _row_fields(fields: dict[str, Any], reasons: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The fields a `Row` has, and the null reasons of those left null."""
+    kept = {k: v for k, v in fields.items() if k in Row.__struct_fields__}
+    return kept, {k: v for k, v in reasons.items() if k in Row.__struct_fields__ and kept.get(k) is None}
+
+
+def _memory_part(memory: MemoryResult, fields: dict[str, Any], sources: dict[str, str],
+                 reasons: dict[str, str]) -> None:
+    fields["mem_peak_bytes"] = memory.peak_bytes
+    fields["mem_source"] = memory.source if memory.peak_bytes is not None else None
+    for name in ("rss_anon_bytes", "rss_file_bytes", "footprint_peak_bytes", "resident_peak_bytes",
+                 "model_resident_bytes"):
+        fields[_memory_field(name)] = getattr(memory, name)
+    fields["swap_in_bytes"] = memory.swap_in_bytes
+    fields["swap_out_bytes"] = memory.swap_out_bytes
+    sources.update({_memory_field(k): v for k, v in memory.sources.items()})
+    if memory.peak_bytes is not None:
+        sources["mem_peak_bytes"] = memory.source if memory.exact else f"{memory.source} ({memory.source_note})"
+    if memory.rss_anon_bytes is not None and memory.split_note:
+        sources["mem_rss_anon_bytes"] = sources["mem_rss_file_bytes"] = memory.split_note
+    for key, why in memory.null_reasons.items():
+        reasons.setdefault(_memory_field(key), why)
+
+
+def _cooldown_part(cooldown: CooldownRecord, fields: dict[str, Any], sources: dict[str, str]) -> None:
+    fields["cooldown_s"] = round(cooldown.waited_s, 3)
+    fields["cooldown_reason"] = cooldown.reason
+    fields["cooldown_note"] = cooldown.note
+    fields["thermal_before"] = cooldown.after or cooldown.before
+    sources["cooldown_s"] = f"cooldown:{cooldown.policy}"
+
+
+def _metric_reasons(status: RowStatus, error: str | None, fields: dict[str, Any], reasons: dict[str, str]) -> None:
+    """Give every null metric a reason: the probe's failure, else "not reported"."""
+    default = "not reported for this probe" if status == "ok" else f"probe {status}: {error or status}"[:300]
+    for name in METRICS:
+        if fields.get(name) is None:
+            reasons.setdefault(name, default)
+
+
+def _server_fields(server: ServerFacts | None) -> dict[str, Any]:
+    if server is None:
+        return dict.fromkeys(("ctx_size", "binary", "server_version", "fit", "layer_split", "start"))
+    return {"ctx_size": server.ctx_size, "binary": server.binary, "server_version": server.server_version,
+            "fit": server.fit, "layer_split": server.layer_split, "start": server.start}
+
+
 def _memory_field(key: str) -> str:
-    """The sampler names its nulls by its own field names; rows use mem_* names."""
     return {"peak_bytes": "mem_peak_bytes", "rss_anon_bytes": "mem_rss_anon_bytes",
             "rss_file_bytes": "mem_rss_file_bytes", "footprint_peak_bytes": "mem_footprint_peak_bytes",
             "resident_peak_bytes": "mem_resident_peak_bytes",
@@ -259,10 +268,7 @@ def _memory_field(key: str) -> str:
 
 def shortfall(adapter: RuntimeAdapter, cand: Candidate, *, asked: int, norm: Normalized,
               finish_reason: str | None, run_to_length: bool) -> dict[str, object]:
-    """`short`/`short_reason` for a probe that generated fewer tokens than asked ({} when it did not).
-
-    A short probe compared different work from its cell's others: it is kept out of the medians
-    (`metrics.cell_stats`), counted and named there, never dropped."""
+    """`short`/`short_reason` for a probe that generated fewer tokens than asked ({} when it did not)."""
     got = norm.gen_tokens
     if got is None or got >= asked:
         return {}

@@ -1,11 +1,5 @@
-"""One probe against a running server, as a row: warm-up and prompt sizing, the cooldown (and its throttle
-check probes), the request with the memory sampler, the energy marks and the suspend watch around it,
-and the row's status from `rows.decide`. A timeout or an error in any step is a row saying why (the server
-is stopped so the next visit restarts it), never the job's end; a cancel stores the probe in flight as
-`aborted` and re-raises.
-
-Reasons and facts: docs/architecture.md#the-sweep-engine.
-"""
+"""One probe against a running server, as a row (docs/architecture.md#the-sweep-engine). A timeout or an
+error in any step is a row saying why, never the job's end; a cancel stores the probe as `aborted` and re-raises."""
 
 from __future__ import annotations
 
@@ -29,6 +23,7 @@ from benchd.engine.rows import (
     EXTERNAL_CACHE_ALLOWANCE,
     Cell,
     Decision,
+    Invalidation,
     ServerFacts,
     build_row,
     decide,
@@ -37,13 +32,14 @@ from benchd.engine.rows import (
 )
 from benchd.engine.series import CellSeries
 from benchd.engine.sizing import PromptSizer
+from benchd.probe_result import ProbeResult
 from benchd.schemas import VISION_PROBE_STRIDE, Candidate, CooldownRecord, Row, Sweep
 from benchd.sensors.energy.reader import Delta
 from benchd.sensors.memory.sampler import MemorySampler
 from benchd.sensors.suspend.sensor import SuspendClock
 from benchd.sensors.thermal.sensor import ThermalSensor
 from benchd.servers.runtimes import get_adapter
-from benchd.servers.runtimes.base import RuntimeAdapter
+from benchd.servers.runtimes.base import Normalized, RuntimeAdapter
 from benchd.servers.server import Server
 from benchd.store import utcnow
 
@@ -62,8 +58,7 @@ class ProbeRunner(Protocol):
 
 @dataclass
 class ProbeRun:
-    """One probe in flight: its cell, server and series, and what is learned on the way (the sized
-    prompt, the cooldown record and the idle power over it, the start time, the server's facts)."""
+    """One probe in flight: its cell, server and series, and what is learned on the way."""
 
     adapter: RuntimeAdapter
     server: Server
@@ -90,9 +85,8 @@ class Runner:
 
     async def guard(self, run: ProbeRun, step: Callable[[], Awaitable[T]], *, budget: float, timeout_text: str,
                     failure_text: str) -> T | Row:
-        """Run one step against the server within `budget` seconds: its result, or the row saying why
-        not (a timeout kills the server; an error is a failed row naming a crash when there was one;
-        either way the server is stopped so the next visit restarts it, never the job's end)."""
+        """Run one step within `budget` seconds: its result, or the row saying why not (the server is then
+        stopped so the next visit restarts it)."""
         try:
             async with asyncio.timeout(budget):
                 return await step()
@@ -107,8 +101,7 @@ class Runner:
             return row
 
     async def prepare(self, server: Server, cell: Cell, warm: int) -> Row | None:
-        """Warm-up (`warm` probes: after a start; one at each new context of a multi-context server) and
-        prompt sizing; a server that crashes or hangs here costs this cell, never the job."""
+        """Warm-up (`warm` probes) and prompt sizing: None, or the failed row of this cell."""
         adapter = get_adapter(cell.candidate.runtime)
         run = ProbeRun(adapter, server, cell, self.sweep.gen_tokens, None, ServerFacts.of(server))
         budget = self.timeout_s * (self.sweep.warmup + 1)
@@ -123,8 +116,7 @@ class Runner:
         return got if isinstance(got, Row) else None
 
     async def sized_prompt(self, run: ProbeRun) -> Prompt | Row:
-        """The probe's prompt sized through the server's tokenizer, or the failed row the guard made of a
-        sizing error or timeout."""
+        """The probe's prompt sized through the server's tokenizer, or the guard's failed row."""
         return await self.guard(
             run, lambda: self.build_prompt(run.adapter, run.server, run.cell), budget=self.timeout_s,
             failure_text="sizing the prompt failed",
@@ -132,8 +124,7 @@ class Runner:
                          "tokenizer did not answer); the server was killed")
 
     async def probe(self, server: Server, cell: Cell, gen_tokens: int, series: CellSeries | None = None) -> Row:
-        """One recorded probe: its prompt sized before the cooldown (the /tokenize round trips fall
-        outside the probe's window), the cooldown, the request watched, the row."""
+        """One recorded probe: its prompt sized before the cooldown, the cooldown, the request watched, the row."""
         adapter = get_adapter(cell.candidate.runtime)
         run = ProbeRun(adapter, server, cell, gen_tokens, series, ServerFacts(server.ctx_size, server.binary, server.version))
         self.pool.hold_client_pin(cell.candidate.id)
@@ -157,7 +148,6 @@ class Runner:
             return await watch.annotate(row, series=series, plan=self.plan, sensor=self.sensor,
                                         target_celsius=self.sweep.cooldown.target_celsius)
         except asyncio.CancelledError:
-            # A cancel or shutdown cut the probe short: store it as `aborted` (run again on resume).
             with contextlib.suppress(Exception):
                 await asyncio.shield(asyncio.gather(watch.cancel(), sampler.stop()))
             self.recorder.commit(self.row(run, Decision("aborted", "cancelled while the probe was in flight")))
@@ -200,18 +190,9 @@ class Runner:
         """The request itself, with the memory sampler and the energy marks around it, and its row."""
         adapter, server, cell, cand = run.adapter, run.server, run.cell, run.cell.candidate
         assert run.prompt is not None
-        counters = cand.spec is not None and adapter.reads_counters
-        before = await self.guard(
-            run, lambda: probe.read_metrics(server.base_url) if counters else _none(), budget=self.timeout_s,
-            failure_text="reading /metrics failed",
-            timeout_text=f"probe timed out after {self.timeout_s:g} s reading /metrics before the request; "
-                         "the server was killed")
+        before = await self._counters_before(run)
         if isinstance(before, Row):
-            gone = await watch.finish()
-            if gone is None:
-                return before
-            d = decide(result_status=before.status, error=before.error, invalidation=gone)
-            return msgspec.structs.replace(before, status=d.status, error=d.error, invalidated=d.invalidated)
+            return _invalidated(before, await watch.finish())
         sampler.reset_peak()
         await sampler.start()
         with self.energy.probe(run.idle, cell.kind == "sustained") as recording:
@@ -223,37 +204,58 @@ class Runner:
         norm = adapter.reader.normalize(result, spec_configured=cand.spec is not None)
         if norm.prompt_tokens is not None:
             self.prompts.observe(run.prompt, norm.prompt_tokens)
-        extra: dict[str, object] = shortfall(adapter, cand, asked=run.gen_tokens, norm=norm, finish_reason=result.finish_reason,
-                                          run_to_length=self.sweep.ignore_eos) if result.ok else {}
-        sources: dict[str, str] = {"prompt": f"{self.sizer.method(run.prompt.method, server)}; target {cell.context} tokens"}
-        if "thinking" in norm.sources:
-            sources["thinking"] = f"{norm.sources['thinking']}; sweep asked: {self.sweep.thinking}"
-        load_mode = adapter.launcher.memory_note(cand)
-        if load_mode:
-            sources["mem_load_mode"] = load_mode
+        sources = self._sources(run, run.prompt, norm)
         if before is not None and result.ok:
             sources.update(adapter.reader.acceptance_check(before, await probe.read_metrics(server.base_url)))
-        if cell.kind == "sustained":
-            extra_sustained, more = sustained_summary(result.chunk_times, self.sweep.sustained.window, norm.gen_tokens)
-            extra.update(extra_sustained, thermal_after=self.sensor.read())
-            sources.update(more)
-        tail = None
-        if result.status == "timeout":
-            await self.pool.kill(server)
-            tail = server.log_tail()
-        elif server.crashed or (not result.ok and await server.wait_exit(0.3) is not None):
+        extra = self._extra(run, result, norm, sources)
+        crashed, tail = await self._ended(server, result.status)
+        if crashed:
             gone = await watch.finish()
             return await self.failed_row(run, result.error or "failed", norm, memory, gone)
-        elif not result.ok:
-            tail = server.log_tail()
-        allowance = EXTERNAL_CACHE_ALLOWANCE if cell.candidate.external else 0
-        if allowance and norm.cached_tokens:
-            sources["cached_tokens_allowed"] = (f"up to {allowance} cached tokens allowed: the chat template's shared "
-                                                "header, served by the external server's own prompt cache")
+        allowance = _cache_allowance(cand, norm.cached_tokens, sources)
         d = decide(result_status=result.status, error=result.error, cached_tokens=norm.cached_tokens if result.ok else None,
                    killed=result.status == "timeout", invalidation=await watch.finish(), cache_allowance=allowance)
         return self.row(run, d, metrics=norm, memory=memory, log_tail=tail, extra=extra, extra_sources=sources,
                         energy=recording.row(norm, result, self.sweep.sustained.window))
+
+    async def _counters_before(self, run: ProbeRun) -> dict[str, float] | Row | None:
+        """The server's counters before a speculative probe's request (None when not read), or a failed row."""
+        counters = run.cell.candidate.spec is not None and run.adapter.reads_counters
+        return await self.guard(
+            run, lambda: probe.read_metrics(run.server.base_url) if counters else _none(), budget=self.timeout_s,
+            failure_text="reading /metrics failed",
+            timeout_text=f"probe timed out after {self.timeout_s:g} s reading /metrics before the request; "
+                         "the server was killed")
+
+    def _extra(self, run: ProbeRun, result: ProbeResult, norm: Normalized, sources: dict[str, str]) -> dict[str, object]:
+        """A probe row's shortfall fields, and a sustained row's window figures (their sources into `sources`)."""
+        extra: dict[str, object] = shortfall(
+            run.adapter, run.cell.candidate, asked=run.gen_tokens, norm=norm, finish_reason=result.finish_reason,
+            run_to_length=self.sweep.ignore_eos) if result.ok else {}
+        if run.cell.kind == "sustained":
+            extra_sustained, more = sustained_summary(result.chunk_times, self.sweep.sustained.window, norm.gen_tokens)
+            extra.update(extra_sustained, thermal_after=self.sensor.read())
+            sources.update(more)
+        return extra
+
+    def _sources(self, run: ProbeRun, prompt: Prompt, norm: Normalized) -> dict[str, str]:
+        """A probe row's sources for its prompt, thinking and load mode."""
+        sources = {"prompt": f"{self.sizer.method(prompt.method, run.server)}; target {run.cell.context} tokens"}
+        if "thinking" in norm.sources:
+            sources["thinking"] = f"{norm.sources['thinking']}; sweep asked: {self.sweep.thinking}"
+        load_mode = run.adapter.launcher.memory_note(run.cell.candidate)
+        if load_mode:
+            sources["mem_load_mode"] = load_mode
+        return sources
+
+    async def _ended(self, server: Server, status: str) -> tuple[bool, str | None]:
+        """Whether the server died under a request, and the log tail its row keeps (a timeout kills it)."""
+        if status == "timeout":
+            await self.pool.kill(server)
+            return False, server.log_tail()
+        if server.crashed or (status != "ok" and await server.wait_exit(0.3) is not None):
+            return True, None
+        return False, None if status == "ok" else server.log_tail()
 
     async def failed_row(self, run: ProbeRun, error: str, norm: Any = None, memory: Any = None,
                          gone: Any = None) -> Row:
@@ -275,8 +277,7 @@ class Runner:
         return msgspec.structs.replace(row, invalidated=d.invalidated) if d.invalidated else row
 
     async def vision(self, server: Server, cell: Cell, vc: vision.VisionCell, warm: bool) -> Row:
-        """One image pair as a row: prompt sized, an unrecorded warm pair at a new resolution, the
-        cooldown, then the pair with memory sampled and energy marked around the image request."""
+        """One image pair as a row (after an unrecorded warm pair when `warm`)."""
         cand, sweep = cell.candidate, self.sweep
         adapter = get_adapter(cand.runtime)
         run = ProbeRun(adapter, server, cell, sweep.gen_tokens, None, ServerFacts(server.ctx_size, server.binary, server.version))
@@ -316,14 +317,9 @@ class Runner:
         memory = await sampler.stop()
         sources = {**got.sources, "prompt": f"{self.sizer.method(prompt.method, server)}; target {cell.context} "
                    "tokens of text beside the images"}
-        tail = None
-        if got.status == "timeout":
-            await self.pool.kill(server)
-            tail = server.log_tail()
-        elif server.crashed or (got.status != "ok" and await server.wait_exit(0.3) is not None):
+        crashed, tail = await self._ended(server, got.status)
+        if crashed:
             return await self.failed_row(run, got.error or "failed", got.norm, memory)
-        elif got.status != "ok":
-            tail = server.log_tail()
         energy = recording.row(got.norm, got.image, sweep.sustained.window) if got.norm and got.image else None
         return self.row(run, decide(result_status=got.status, error=got.error, killed=got.status == "timeout"),
                         metrics=got.norm, memory=memory, log_tail=tail, extra=got.fields, extra_sources=sources,
@@ -332,3 +328,20 @@ class Runner:
 
 async def _none() -> None:
     return None
+
+
+def _invalidated(row: Row, gone: Invalidation | None) -> Row:
+    """A step's failed row, invalidated when the machine slept or the server was stopped meanwhile."""
+    if gone is None:
+        return row
+    d = decide(result_status=row.status, error=row.error, invalidation=gone)
+    return msgspec.structs.replace(row, status=d.status, error=d.error, invalidated=d.invalidated)
+
+
+def _cache_allowance(cand: Candidate, cached_tokens: int | None, sources: dict[str, str]) -> int:
+    """The cached prompt tokens a probe may report and stay ok (an external server's), named in `sources`."""
+    allowance = EXTERNAL_CACHE_ALLOWANCE if cand.external else 0
+    if allowance and cached_tokens:
+        sources["cached_tokens_allowed"] = (f"up to {allowance} cached tokens allowed: the chat template's shared "
+                                            "header, served by the external server's own prompt cache")
+    return allowance

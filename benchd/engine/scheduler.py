@@ -1,13 +1,5 @@
 """The sweep engine: one job, run in-process, as the plan of visits `Engine.run` reads top to bottom.
-
-Durability: every row is committed with its `probe_finished` event before the next probe starts; the
-progress record (`SeriesBook`) is rebuilt from the stored rows on resume, so finished keys are skipped
-and an `aborted` row runs again; a round's order is drawn from the job's seed, so a resumed round
-visits the candidates it had not visited yet in the same order. Cancellation stores the probe in flight
-as `aborted`, tears the servers down, and re-raises.
-
-Reasons and facts: docs/architecture.md#the-sweep-engine.
-"""
+Durability and resume: docs/architecture.md#sweep-engine-contracts."""
 
 from __future__ import annotations
 
@@ -95,8 +87,7 @@ class Engine:
 
 async def run_job(job_id: str, sweep: Sweep, store: Store, config: Config, notify: Callable[[Event], None],
                   *, seam: Seam | None = None) -> JobOutcome:
-    """Run (or resume: rows already stored are skipped) one sweep to its end. `seam`: fakes in place of
-    the parts that talk to servers (tests). A sweep's candidate matrices are expanded first (a submitted sweep is stored expanded: nothing is left)."""
+    """Run (or resume) one sweep, its candidate matrices expanded, to its end. `seam`: test fakes."""
     expanded = sweepcheck.expand(sweep)
     if expanded.problems:
         return JobOutcome("failed", "; ".join(p.message for p in expanded.problems))

@@ -1,9 +1,5 @@
-"""One cell's series of probes: how many to run, and what each probe's row must say about it.
-
-Resume-safe: the series is rebuilt from the rows already stored, so it continues where it stopped.
-
-Reasons and facts: docs/measuring.md#a-cells-series.
-"""
+"""One cell's series of probes: how many to run, and what each probe's row must say about it; rebuilt
+from the stored rows on resume (docs/measuring.md#a-cells-series)."""
 
 from __future__ import annotations
 
@@ -78,10 +74,7 @@ class CellSeries:
 
 
 def series_row(row: Row, plan: ProbePlan) -> Row:
-    """What a probe cell's series, its verdict and the pair rule read of a row (identity, status, validity,
-    round, visit and server start, the plan's metric with its null reason, the throttle check), without the rest of the
-    record: a long sweep's book then holds a few hundred bytes per probe, not every full row (the store has
-    them)."""
+    """The part of a row the series, its verdict and the pair rule read (a few hundred bytes a probe)."""
     metric = plan.metric
     reasons = {metric: row.null_reasons[metric]} if metric in row.null_reasons else {}
     return Row(job=row.job, candidate=row.candidate, runtime=row.runtime, context=row.context, kind=row.kind,
@@ -91,11 +84,7 @@ def series_row(row: Row, plan: ProbePlan) -> Row:
 
 
 class SeriesBook:
-    """The job's one progress record: every cell's rows so far (from the store on resume, then as
-    committed; of a probe or sentinel row what `series_row` keeps), each cell's series, and which keys
-    need not run again (an `aborted` row runs again).
-    The sentinel's series repeats the first run's count of valid probes, fixed; a sustained cell is one
-    row. `ci_stop` False: adaptive probe cells leave the stop to the pair rule of their context."""
+    """The job's progress record: cells' rows and series, and the keys done (`ci_stop` False: pair rule stops)."""
 
     def __init__(self, plan: ProbePlan, rows: Iterable[Row] = (), *, ci_stop: bool = True) -> None:
         self.plan = plan
@@ -122,9 +111,6 @@ class SeriesBook:
         if kind == "sustained":
             plan = ProbePlan(False, 1, 1, plan.target_ci_pct, plan.metric, plan.throttle_pct)
         return CellSeries(plan, self.cells.get((candidate, context, kind), []), ci_stop=self.ci_stop or kind != "probe")
-
-
-# --------------------------------------------------------------------------------------- per row
 
 
 class Watch:
@@ -176,8 +162,7 @@ def thermal_state(reading: ThermalReading, target_celsius: float) -> tuple[bool 
 
 def annotate(row: Row, *, earlier: Sequence[float], plan: ProbePlan, thermal: ThermalReading | None,
              target_celsius: float, clock: SuspendClock, slept_s: float | None, stopped_s: float | None) -> Row:
-    """The probe row with its suspension figures and, when ok and not thrown away, its throttle check
-    (the status itself was decided by `rows.decide`)."""
+    """The probe row with its suspension figures and, when ok and valid, its throttle check."""
     sources = dict(row.sources)
     reasons = dict(row.null_reasons)
     sources["suspended_s"] = clock.source

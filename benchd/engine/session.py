@@ -1,7 +1,5 @@
-"""Session probes: a conversation that grows by a turn at a time on one server with its prompt cache on.
-
-Reasons and facts: docs/measuring.md#session-probes.
-"""
+"""Session probes: a conversation that grows by a turn at a time on one server with its prompt cache on
+(docs/measuring.md#session-probes)."""
 
 from __future__ import annotations
 
@@ -20,13 +18,13 @@ from benchd.schemas import Candidate, CooldownRecord, Row, Session
 from benchd.sensors.memory.sampler import MemoryResult, MemorySampler
 from benchd.servers.runtimes.base import Normalized, PrefixCacheRule, RenderItem, RuntimeAdapter
 from benchd.servers.server import Server
+from benchd.stats.rows import usable
 from benchd.store import utcnow
 
 #: The user's instruction after each tool result (short and fixed, so turns differ only by the tool text).
 INSTRUCTION = "The tool returned the output above. Continue with the next step."
 TOOL_HEADER = "Tool result ({name}):\n"
-#: The fewest tokens a cached prefix may fall short of the computed one before it is a miss (the server
-#: evaluates at least one prompt token again, and the last generated token is not in its cache).
+#: The fewest tokens a cached prefix may fall short of the computed one before it is a miss.
 MIN_TOLERANCE_TOKENS = 2
 
 
@@ -90,9 +88,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 @dataclass(frozen=True)
 class Prefixes:
-    """Per turn (index 0 = turn 1) the computed reusable prefix, the part of it the runtime's cache rule
-    can hold (`reachable`: the same unless it keeps the prompt only), and the tolerance; or why none was
-    computed."""
+    """Per turn (index 0 = turn 1): the reusable and `reachable` prefix, the tolerance; or why none."""
 
     reusable: list[int | None]
     tolerance: int
@@ -127,8 +123,7 @@ async def reusable_prefixes(adapter: RuntimeAdapter, server: Server, cand: Candi
 
 @dataclass
 class SessionRun(ServerRun):
-    """What the engine passes in: where, what (`plan`: the session's shape; `sweep`: sampling, thinking,
-    ignore_eos as every request sends them), the first prompt and the cooldown hook."""
+    """A session's server, shape (`plan`), first prompt and cooldown hook."""
 
     plan: Session
     timeout_s: float
@@ -161,35 +156,52 @@ async def run_session(run: SessionRun) -> list[Row]:
     sweep, cand, plan = run.sweep, run.candidate, run.plan
     turns_n = plan.turns
     gen = plan.gen_tokens if plan.gen_tokens is not None else sweep.gen_tokens
-    prompt = run.first_prompt
-    cpt = len(prompt.text) / max(1, prompt.counted_tokens or prompt.estimated_tokens)
-    conv = Conversation(prompt.text, run.corpus or load_corpus(), cpt, plan.append_tokens,
-                        f"{run.job}/{cand.id}/{run.context}")
+    conv = _conversation(run)
     cooldown = await run.cool_down() if run.cool_down is not None else None
     turns = run.turns
     turns.clear()
     for number in range(1, turns_n + 1):
         if number > 1:
             conv.next_turn(turns[-1].answer, number)
-        started_at = utcnow()
-        sampler = MemorySampler(run.server.pid, run.memory_rate_hz, model_paths=model_files(cand), series=False)
-        sampler.reset_peak()
-        await sampler.start()
-        try:
-            result = await send_turn(run, list(conv.messages), gen)
-        finally:
-            memory = await sampler.stop()
-        norm = run.adapter.reader.normalize(result, spec_configured=cand.spec is not None)
-        turns.append(Turn(number, list(conv.messages), started_at, result, norm, memory))
+        turns.append(await _measured_turn(run, number, list(conv.messages), gen))
         if run.on_turn is not None:
             run.on_turn(turns[-1])
-        if not result.ok or run.server.crashed:
-            why = result.error or "the server ended mid-session"
-            if run.server.crashed:
-                why = f"the server crashed ({run.server.crashed.status}): {why}"
+        why = _failure(run, turns[-1].result)
+        if why is not None:
             return failed_session(run, turns, number, why, cooldown)
     prefixes = await reusable_prefixes(run.adapter, run.server, cand, turns, sweep.thinking)
     return [turn_row(run, t, prefixes, cooldown if t.number == 1 else None) for t in turns]
+
+
+def _conversation(run: SessionRun) -> Conversation:
+    """A session's conversation: the first prompt, then tool text at the prompt's chars per token."""
+    prompt = run.first_prompt
+    cpt = len(prompt.text) / max(1, prompt.counted_tokens or prompt.estimated_tokens)
+    return Conversation(prompt.text, run.corpus or load_corpus(), cpt, run.plan.append_tokens,
+                        f"{run.job}/{run.candidate.id}/{run.context}")
+
+
+async def _measured_turn(run: SessionRun, number: int, messages: list[dict[str, str]], gen: int) -> Turn:
+    """One turn sent with the memory sampler running."""
+    started_at = utcnow()
+    sampler = MemorySampler(run.server.pid, run.memory_rate_hz, model_paths=model_files(run.candidate), series=False)
+    sampler.reset_peak()
+    await sampler.start()
+    try:
+        result = await send_turn(run, messages, gen)
+    finally:
+        memory = await sampler.stop()
+    norm = run.adapter.reader.normalize(result, spec_configured=run.candidate.spec is not None)
+    return Turn(number, messages, started_at, result, norm, memory)
+
+
+def _failure(run: SessionRun, result: ProbeResult) -> str | None:
+    """Why the session stops after this turn (None when it goes on)."""
+    crashed = run.server.crashed
+    if result.ok and not crashed:
+        return None
+    why = result.error or "the server ended mid-session"
+    return f"the server crashed ({crashed.status}): {why}" if crashed else why
 
 
 def failed_session(run: SessionRun, turns: Sequence[Turn], at: int, why: str,
@@ -222,6 +234,24 @@ def turn_row(run: SessionRun, t: Turn, prefixes: Prefixes, cooldown: CooldownRec
     sources["prompt_cache"] = run.cache_notes
     sources["prompt"] = (f"turn 1: {run.sizing}; target {run.context} tokens" if t.number == 1 else
                          "turn 1's prompt, the answers and one tool result per later turn")
+    _new_prompt(t, extra, sources, reasons)
+    if prefixes.reason is not None:
+        reasons["reusable_prefix_tokens"] = reasons["cache_miss"] = f"not computed: {prefixes.reason}"
+    elif t.number == 1:
+        extra["reusable_prefix_tokens"] = 0
+        sources["reusable_prefix_tokens"] = "turn 1: no previous request"
+        reasons["cache_miss"] = "turn 1 has no previous request to reuse"
+    else:
+        _reuse(run, t, prefixes, extra, sources, reasons)
+    norm = dataclasses.replace(norm, null_reasons={**norm.null_reasons, **reasons})  # build_row keeps the null ones
+    return build_row(Cell(run.job, run.candidate, run.context, "session", t.number), status="ok",
+                     started_at=t.started_at, server=ServerFacts.of(run.server), metrics=norm, memory=t.memory,
+                     cooldown=cooldown, extra=extra, extra_sources=sources)
+
+
+def _new_prompt(t: Turn, extra: dict[str, object], sources: dict[str, str], reasons: dict[str, str]) -> None:
+    """`new_prompt_tokens` and `new_prompt_tps`: the prompt tokens the server processed anew."""
+    norm = t.norm
     if norm.prompt_tokens is not None and norm.cached_tokens is not None:
         extra["new_prompt_tokens"] = norm.prompt_tokens - norm.cached_tokens
         sources["new_prompt_tokens"] = f"prompt_tokens - cached_tokens ({norm.sources.get('cached_tokens', '')})"
@@ -236,43 +266,34 @@ def turn_row(run: SessionRun, t: Turn, prefixes: Prefixes, cooldown: CooldownRec
         sources["new_prompt_tps"] = "client: new prompt tokens / TTFT (includes the first token's decode)"
     else:
         reasons["new_prompt_tps"] = "no prompt timing and no new prompt tokens to time"
+
+
+def _reuse(run: SessionRun, t: Turn, prefixes: Prefixes, extra: dict[str, object], sources: dict[str, str],
+           reasons: dict[str, str]) -> None:
+    """A later turn's `reusable_prefix_tokens` and `cache_miss`."""
     reusable = prefixes.reusable[t.number - 1]
-    if prefixes.reason is not None:
-        reasons["reusable_prefix_tokens"] = reasons["cache_miss"] = f"not computed: {prefixes.reason}"
-    elif t.number == 1:
-        extra["reusable_prefix_tokens"] = 0
-        sources["reusable_prefix_tokens"] = "turn 1: no previous request"
-        reasons["cache_miss"] = "turn 1 has no previous request to reuse"
-    else:
-        extra["reusable_prefix_tokens"] = reusable
-        sources["reusable_prefix_tokens"] = (
-            "benchd: common token prefix of this turn's rendered prompt with the previous prompt + its "
-            f"generated text ({run.adapter.name} template and tokenizer; the answer is tokenized from its "
-            "text, without the reasoning tags its parser consumed)")
-        reachable = prefixes.reachable[t.number - 1]
-        if norm.cached_tokens is None or reusable is None or reachable is None:
-            reasons["cache_miss"] = "the server reported no cached tokens"
-        else:
-            extra["cache_miss"] = norm.cached_tokens < reachable - prefixes.tolerance
-            rule = prefixes.rule
-            held = "" if rule.keeps_generated else f", reachable {reachable} (the previous prompt's prefix alone)"
-            blocks = f" and a {rule.block_tokens}-token block less one" if rule.block_tokens > 1 else ""
-            sources["cache_miss"] = (f"cached {norm.cached_tokens} vs reusable {reusable} tokens{held}, tolerance "
-                                     f"{prefixes.tolerance} (the template's own tokens{blocks})"
-                                     + (f"; {rule.source}" if rule.source else ""))
-    norm = dataclasses.replace(norm, null_reasons={**norm.null_reasons, **reasons})  # build_row keeps the null ones
-    return build_row(Cell(run.job, run.candidate, run.context, "session", t.number), status="ok",
-                     started_at=t.started_at, server=ServerFacts.of(run.server), metrics=norm, memory=t.memory,
-                     cooldown=cooldown, extra=extra, extra_sources=sources)
-
-
-# ------------------------------------------------------------------------------------------ summary
+    extra["reusable_prefix_tokens"] = reusable
+    sources["reusable_prefix_tokens"] = (
+        "benchd: common token prefix of this turn's rendered prompt with the previous prompt + its "
+        f"generated text ({run.adapter.name} template and tokenizer; the answer is tokenized from its "
+        "text, without the reasoning tags its parser consumed)")
+    reachable = prefixes.reachable[t.number - 1]
+    cached = t.norm.cached_tokens
+    if cached is None or reusable is None or reachable is None:
+        reasons["cache_miss"] = "the server reported no cached tokens"
+        return
+    extra["cache_miss"] = cached < reachable - prefixes.tolerance
+    rule = prefixes.rule
+    held = "" if rule.keeps_generated else f", reachable {reachable} (the previous prompt's prefix alone)"
+    blocks = f" and a {rule.block_tokens}-token block less one" if rule.block_tokens > 1 else ""
+    sources["cache_miss"] = (f"cached {cached} vs reusable {reusable} tokens{held}, tolerance "
+                             f"{prefixes.tolerance} (the template's own tokens{blocks})"
+                             + (f"; {rule.source}" if rule.source else ""))
 
 
 @dataclass(frozen=True)
 class SessionSummary:
-    """One cell's session figures: warm-turn TTFT (median over turns >= 2), reuse fraction (cached /
-    prompt tokens over turns >= 2), the turns' TTFTs in order, and how many turns were cache misses."""
+    """One cell's session figures: warm-turn (>= 2) TTFT and reuse fraction, the TTFTs, the cache misses."""
 
     warm_ttft_ms: float | None
     reuse_fraction: float | None
@@ -283,19 +304,29 @@ class SessionSummary:
 
 def session_summary(rows: Sequence[Row]) -> SessionSummary | None:
     """The summary of one cell's session rows (None when no turn is ok)."""
-    ok = sorted((r for r in rows if r.kind == "session" and r.status == "ok"), key=lambda r: r.probe)
+    ok = sorted((r for r in rows if usable(r, "session")), key=lambda r: r.probe)
     if not ok:
         return None
     warm = [r for r in ok if r.probe >= 2]
-    ttfts = [r.ttft_ms for r in warm if r.ttft_ms is not None]
-    prompt = sum(r.prompt_tokens or 0 for r in warm if r.cached_tokens is not None)
-    cached = sum(r.cached_tokens or 0 for r in warm if r.cached_tokens is not None)
     return SessionSummary(
-        warm_ttft_ms=statistics.median(ttfts) if ttfts else None,
-        reuse_fraction=cached / prompt if prompt else None,
+        warm_ttft_ms=_median_ttft(warm),
+        reuse_fraction=_reuse_fraction(warm),
         ttft_ms=[r.ttft_ms for r in ok],
         misses=sum(1 for r in ok if r.cache_miss),
         turns=len(ok),
     )
+
+
+def _median_ttft(warm: Sequence[Row]) -> float | None:
+    ttfts = [r.ttft_ms for r in warm if r.ttft_ms is not None]
+    return statistics.median(ttfts) if ttfts else None
+
+
+def _reuse_fraction(warm: Sequence[Row]) -> float | None:
+    """Cached over prompt tokens, over the turns that report cached tokens."""
+    counted = [r for r in warm if r.cached_tokens is not None]
+    prompt = sum(r.prompt_tokens or 0 for r in counted)
+    cached = sum(r.cached_tokens or 0 for r in counted)
+    return cached / prompt if prompt else None
 
 

@@ -1,8 +1,4 @@
-"""When the rounds of a context end: a fixed count's last probe, a single candidate's CI-width stop, or
-(`probes = "auto"` with more than one candidate) every pair's Pareto question resolved at a planned look.
-
-Reasons and facts: docs/measuring.md#measurement-design.
-"""
+"""When the rounds of a context end (docs/measuring.md#measurement-design)."""
 
 from __future__ import annotations
 
@@ -27,32 +23,41 @@ class StopRule:
 
     def reason(self, context: int, cands: list[Candidate], rnd: int, rplan: RoundPlan, *, bounded: bool,
                design: str) -> str | None:
-        """Why the rounds of a context end now, or None to go on. `bounded`: the design ends at
-        `rplan.max_rounds` (blocked); `design` names the order the pairs are compared under.
-
-        A fixed count ends when every candidate's cell has its probes; `probes = "auto"` with more than
-        one candidate ends at a planned look once every pair's Pareto question over the per-probe axes is
-        resolved (`stats.stop.stop_reason`), or at `max`; a single candidate keeps the CI-width stop of its cell."""
+        """Why the rounds of a context end now (a fixed count done, every pair resolved at a planned look,
+        `max`, or a single candidate's CI-width stop), or None. `bounded`: ends at `rplan.max_rounds`."""
         if not any(self.active(c, context) for c in cands):
-            if not self.plan.adaptive:
-                return f"fixed count: every candidate has its {self.plan.min} probes"
-            if len(cands) == 1:
-                v = verdict.cell_verdict(self.book.rows(cands[0].id, context), self.plan)
-                return f"single candidate: {v.reason}"
-            return f"max {self.plan.max} probes reached or no ok value to compare"
+            return self._cells_done(cands, context)
         if bounded and rnd >= rplan.max_rounds:
             return f"max {rplan.max_rounds} blocked rounds reached"
         if not self.pairs or rnd < rplan.min_rounds:
             return None
-        if len(cands) == 1 and self.race is not None and self.race.dropped:  # the others left the race
-            return f"one candidate left in the race ({cands[0].id}) after {rnd} rounds"
+        if (alone := self._alone(cands, rnd)) is not None:
+            return alone
         per = {c.id: self.round_rows(c.id, context) for c in cands}
         why = stop.stop_reason(per, rnd, min_rounds=rplan.min_rounds, max_rounds=rplan.max_rounds, order=design,
                                sweep=self.sweep)
-        if why is None and self.race is not None:  # racing: undecided pairs the rounds left cannot resolve
-            why = self.race.settled(rnd, {c.id: self.race.cell_rows(c.id, context) for c in cands},
-                                    rplan.min_rounds, rplan.max_rounds)
-        return why
+        return why if why is not None else self._settled(context, cands, rnd, rplan)
+
+    def _cells_done(self, cands: list[Candidate], context: int) -> str:
+        """Why the rounds end when no candidate's cell needs another probe."""
+        if not self.plan.adaptive:
+            return f"fixed count: every candidate has its {self.plan.min} probes"
+        if len(cands) == 1:
+            v = verdict.cell_verdict(self.book.rows(cands[0].id, context), self.plan)
+            return f"single candidate: {v.reason}"
+        return f"max {self.plan.max} probes reached or no ok value to compare"
+
+    def _alone(self, cands: list[Candidate], rnd: int) -> str | None:
+        """Why the rounds end when the others left the race (None: they did not)."""
+        if self.race is not None and len(cands) == 1 and self.race.dropped:
+            return f"one candidate left in the race ({cands[0].id}) after {rnd} rounds"
+        return None
+
+    def _settled(self, context: int, cands: list[Candidate], rnd: int, rplan: RoundPlan) -> str | None:
+        """Racing: why undecided pairs the rounds left cannot resolve end the rounds (None: go on)."""
+        if self.race is None:
+            return None
+        return self.race.settled(rnd, self.race.cells(context, cands), rplan.min_rounds, rplan.max_rounds)
 
     def round_rows(self, cand: str, context: int) -> list[Row]:
         """The candidate's probe rows of the context that the stop rule compares."""

@@ -1,9 +1,5 @@
-"""A candidate's work after its cold probes, nothing else resident: its image probes, the sustained
-generation and the evals on its last server start, sessions and parallel levels (`visits`, on server
-starts of their own), the time-to-ready starts; and the drift sentinel after the sweep.
-
-Reasons and facts: docs/architecture.md#the-sweep-engine.
-"""
+"""A candidate's work after its cold probes (image probes, sustained run, evals, sessions, levels, time to
+ready), and the drift sentinel after the sweep (docs/architecture.md#the-sweep-engine)."""
 
 from __future__ import annotations
 
@@ -44,21 +40,28 @@ class Tail:
     async def run(self, cand: Candidate) -> None:
         groups = self.cells.groups(cand)
         await self.pool.release_others(cand.id)
-        for vg in [x for x in groups if x.vision]:
-            if self.recorder.vision_pending(cand) and (server := await self.pool.ready(cand, vg)) is not None:
-                await self.vision(server, cand)
-        g = groups[-1] if groups else None
-        if g is not None and self.has_work(cand, g):
-            if g.sustained:
-                await self.cells.visit(cand, min(self.sweep.contexts), "sustained", SUSTAINED, group=g)
-            server = await self.pool.ready(cand, g) if g.evals else None
-            if server is not None:
-                await self.evals.run_evals(get_adapter(cand.runtime), server, cand)
+        await self.vision_starts(cand, groups)
+        if groups and self.has_work(cand, groups[-1]):
+            await self.last_start(cand, groups[-1])
         await self.pool.release(cand.id)
         await visits.sessions(self.host, cand)
         await visits.levels(self.host, cand)
         if groups and self.sweep.ready.starts and not cand.external:  # benchd does not start an external server
             await self.ready_starts(cand, groups[0])
+
+    async def vision_starts(self, cand: Candidate, groups: list[Group]) -> None:
+        """The image probes still pending, on each server start that serves them."""
+        for vg in [x for x in groups if x.vision]:
+            if self.recorder.vision_pending(cand) and (server := await self.pool.ready(cand, vg)) is not None:
+                await self.vision(server, cand)
+
+    async def last_start(self, cand: Candidate, g: Group) -> None:
+        """The sustained generation and the evals, on the candidate's last server start."""
+        if g.sustained:
+            await self.cells.visit(cand, min(self.sweep.contexts), "sustained", SUSTAINED, group=g)
+        server = await self.pool.ready(cand, g) if g.evals else None
+        if server is not None:
+            await self.evals.run_evals(get_adapter(cand.runtime), server, cand)
 
     def has_work(self, cand: Candidate, g: Group) -> bool:
         if g.sustained and self.book.series(cand.id, min(self.sweep.contexts), "sustained").next_probe() is not None:
@@ -76,9 +79,7 @@ class Tail:
             warmed.add(vc.index)
 
     async def ready_starts(self, cand: Candidate, g: Group) -> None:
-        """`ready.starts` cold and as many warm starts of the candidate's server, alternating, each
-        stopped once health answers: the time-to-ready axis's samples (no probe runs on them). A
-        resumed job makes only the starts its events do not already hold."""
+        """The time-to-ready samples: `ready.starts` cold and as many warm starts, alternating (resume-safe)."""
         made = sum(1 for e in self.recorder.past(ServerReady) if e.candidate == cand.id and e.purpose == "ready")
         for i in range(made, 2 * self.sweep.ready.starts):
             server = await self.pool.start(cand, g, cold=i % 2 == 0, purpose="ready")
@@ -87,9 +88,7 @@ class Tail:
             await self.pool.stop(server)
 
     async def sentinel(self, dropped: Collection[str] = ()) -> None:
-        """Re-run the sweep's first cell (same candidate, context, probe count) to measure the drift: the
-        first candidate's, or the first the race kept when it dropped that one (`dropped`: no row of a
-        dropped candidate runs after its drop, the sentinel included)."""
+        """Re-run the sweep's first cell of a candidate still in the race, to measure the drift."""
         cand = next((c for c in self.sweep.candidates if c.id not in dropped), None)
         if cand is None:
             return
@@ -106,8 +105,7 @@ class Tail:
 
 
 class VisitHost:
-    """`visits.Host` over the pool (starts, events, energy, pinning), the sweep's warm-up and prompt sizing
-    after each start, the cooldown policy with its events, and the recorder."""
+    """`visits.Host` over the pool, the prompt sizer, the cooldown policy and the recorder."""
 
     def __init__(self, job: str, sweep: Sweep, recorder: Recorder, pool: ServerPool, sizer: PromptSizer,
                  sensor: ThermalSensor, memory_rate_hz: float) -> None:

@@ -1,11 +1,5 @@
 """A verdict on every cell: is the number steady, too wide, moving, or are there too few probes to say.
-
-Pure arithmetic over one cell's series of probe values in probe order (no I/O, no clock), so the
-adaptive probe loop (engine.series), the runbook's cell statistics (engine.metrics) and the results
-stage (Pareto, compare, report) all judge with the same code.
-
-Reasons and facts: docs/measuring.md#cell-verdicts.
-"""
+Pure; the probe loop, the cell statistics and the results stage all judge with it (docs/measuring.md#cell-verdicts)."""
 
 from __future__ import annotations
 
@@ -22,6 +16,7 @@ from benchd.stats.cells import (
     is_drifting,
     trend,
 )
+from benchd.stats.rows import usable
 
 #: Earlier ok probes a running median needs before a probe can be called throttle-suspect.
 THROTTLE_MIN_PRIOR = 3
@@ -31,9 +26,6 @@ def ci_target_met(values: Sequence[float], target_ci_pct: float) -> bool:
     """The adaptive stop rule: the CI exists and its half-width is within the target."""
     hw = ci_half_width_pct(values)
     return hw is not None and hw <= target_ci_pct
-
-
-# ---------------------------------------------------------------------------------------- verdict
 
 
 def judge(values: Sequence[float], *, metric: str, target_ci_pct: float, probes_used: int, adaptive: bool,
@@ -47,15 +39,13 @@ def judge(values: Sequence[float], *, metric: str, target_ci_pct: float, probes_
     t = trend(values) if n >= 3 else None
     hw = ci_half_width_pct(values)
     if n < CI_MIN_N:
-        why = (f"{n} ok probe(s): the distribution-free 95 % CI of the median needs {CI_MIN_N}"
-               + (" (fixed probe count below the CI's minimum)" if not adaptive else ""))
-        return CellVerdict(verdict="too few", trend=t, reason=why, **common)  # type: ignore[arg-type]
+        return CellVerdict(verdict="too few", trend=t, reason=_too_few(n, adaptive), **common)  # type: ignore[arg-type]
     width = f"CI ±{hw:.2f} %" if hw is not None else "CI null (median 0)"
     if t is not None and is_drifting(t, target_ci_pct):
         why = (f"{metric} moved {t.drift_pct:+.1f} % over {n} probes (Theil–Sen; Mann–Kendall p = {t.p_value:.3g}),"
                f" beyond the ±{target_ci_pct:g} % target; {width}")
         return CellVerdict(verdict="drifting", ci_half_width_pct=hw, trend=t, reason=why, **common)  # type: ignore[arg-type]
-    if hw is not None and hw <= target_ci_pct:
+    if ci_target_met(values, target_ci_pct):
         return CellVerdict(verdict="steady", ci_half_width_pct=hw, trend=t,
                            reason=f"{width} <= ±{target_ci_pct:g} % target after {n} ok probes, no trend",
                            **common)  # type: ignore[arg-type]
@@ -64,16 +54,30 @@ def judge(values: Sequence[float], *, metric: str, target_ci_pct: float, probes_
                        reason=f"{width} wider than the ±{target_ci_pct:g} % target ({stop})", **common)  # type: ignore[arg-type]
 
 
+def _too_few(n: int, adaptive: bool) -> str:
+    return (f"{n} ok probe(s): the distribution-free 95 % CI of the median needs {CI_MIN_N}"
+            + (" (fixed probe count below the CI's minimum)" if not adaptive else ""))
+
+
 def cell_verdict(rows: Sequence[Row], plan: ProbePlan) -> CellVerdict:
     """The verdict on one cell from its probe rows (any order; aborted ones ignored)."""
     kept = sorted((r for r in rows if r.status != "aborted"), key=lambda r: r.probe)
     valid = [r for r in kept if r.invalidated is None]
-    ok = [r for r in valid if r.status == "ok" and not r.short]  # a short probe did other work: out, like the medians
+    ok = [r for r in valid if usable(r, None)]
     values = [float(v) for r in ok if (v := getattr(r, plan.metric, None)) is not None]
-    reasons = sorted({r.null_reasons.get(plan.metric, "") for r in ok if getattr(r, plan.metric, None) is None} - {""})
     return judge(values, metric=plan.metric, target_ci_pct=plan.target_ci_pct, probes_used=len(valid),
-                 adaptive=plan.adaptive, throttle_suspects=sum(1 for r in ok if r.throttle and r.throttle.suspect),
-                 invalidated=len(kept) - len(valid), null_reason="; ".join(reasons) or None)
+                 adaptive=plan.adaptive, throttle_suspects=_suspects(ok),
+                 invalidated=len(kept) - len(valid), null_reason=_null_reason(ok, plan.metric))
+
+
+def _suspects(ok: Sequence[Row]) -> int:
+    return sum(1 for r in ok if r.throttle and r.throttle.suspect)
+
+
+def _null_reason(ok: Sequence[Row], metric: str) -> str | None:
+    """The distinct null reasons of `metric` over the rows, joined (None when there is none)."""
+    reasons = sorted({r.null_reasons.get(metric, "") for r in ok if getattr(r, metric, None) is None} - {""})
+    return "; ".join(reasons) or None
 
 
 def draft_acceptance_stats(rows: Sequence[Row]) -> MetricStats | None:
@@ -98,16 +102,9 @@ def with_verdicts(cells: Sequence[CellStats], rows: Sequence[Row], plan: ProbePl
     return out
 
 
-# --------------------------------------------------------------------------------------- throttle
-
-
 def throttle_check(earlier: Sequence[float], value: float | None, *, metric: str, threshold_pct: float,
                    thermal_nominal: bool | None, thermal_text: str) -> ThrottleCheck:
-    """Judge one ok probe against the median of its cell's earlier ok probes.
-
-    `thermal_nominal`: True (sensor says cool/nominal), False (hot: the slowdown is explained, not
-    suspect), None (no usable sensor: a slowdown the sensor cannot explain is suspect too).
-    """
+    """Judge one ok probe against its cell's earlier ok median; a hot `thermal_nominal` explains a slowdown."""
     if value is None:
         return ThrottleCheck(metric=metric, value=None, running_median=None, drop_pct=None,
                              threshold_pct=threshold_pct, thermal=thermal_text, suspect=False,

@@ -1,7 +1,4 @@
-"""Image probes: what an image costs a vision candidate, measured as a pair of requests.
-
-Reasons and facts: docs/measuring.md#image-probes.
-"""
+"""Image probes: what an image costs a vision candidate, as a pair of requests (docs/measuring.md#image-probes)."""
 
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ USAGE_COUNT_SOURCE = "server:usage.prompt_tokens (image request minus the same t
 
 @dataclass
 class ImageProbe:
-    """One measured pair. `status`/`error`: the image request's outcome (a failed text-only request
-    fails the pair too, saying so); `fields`, `sources`, `null_reasons` go into the row."""
+    """One measured pair: its outcome, and the `fields`, `sources`, `null_reasons` of its row."""
 
     status: RowStatus
     error: str | None
@@ -42,8 +38,7 @@ class ImageProbe:
 
 @dataclass(frozen=True)
 class VisionCell:
-    """One resolution of a vision candidate: the rows' context (the text prompt's tokens), the row
-    `probe` numbers (`VISION_PROBE_STRIDE` x the resolution's index + the probe), and the resolution."""
+    """One resolution of a vision candidate, its rows' context and `probe` numbers."""
 
     context: int
     index: int
@@ -103,8 +98,7 @@ async def measure(
     run_to_length: bool = True,
     marks: Callable[[str], None] | None = None,
 ) -> ImageProbe:
-    """Run the text-only request, then the same prompt with `generated` images (the caller samples
-    memory and energy around this call; `marks` are the image request's)."""
+    """Run the text-only request, then the same prompt with `generated` images (`marks`: the image request's)."""
     text_body = _body(adapter, cand, prompt, max_tokens, sampling, thinking, run_to_length)
 
     def image_request() -> tuple[dict[str, Any], bytes]:  # base64 + JSON of megabytes of PNG: off the loop
@@ -138,27 +132,52 @@ async def measure(
         return ImageProbe(outcome, image.error, text, image, norm, generated, fields, sources, reasons)
     fields["image_ttft_ms"] = norm.ttft_ms
     sources["image_ttft_ms"] = "client: first streamed token of the request with the images"
+    _extra_ttft(text_norm, norm, fields, sources, reasons)
+    counted = await _counted_image_tokens(adapter, base_url, image_body, text_body, sources)
+    if counted is None:
+        counted = _usage_image_tokens(text_norm, norm, sources)
+    if counted is None:
+        reasons["image_tokens"] = "the server reported no prompt tokens for the pair"
+    fields["image_tokens"] = counted
+    error = _cached_error(text_norm, norm)
+    return ImageProbe("ok" if error is None else "failed", error, text, image, norm, generated, fields, sources,
+                      reasons)
+
+
+async def _counted_image_tokens(adapter: RuntimeAdapter, base_url: str, image_body: dict[str, Any],
+                                text_body: dict[str, Any], sources: dict[str, str]) -> int | None:
+    """The image's tokens from the server's own count of both requests (None where it has none)."""
+    if not adapter.request_count_source:
+        return None
+    with_images = await adapter.requests.count_request_tokens(base_url, image_body)
+    without = await adapter.requests.count_request_tokens(base_url, text_body)
+    if with_images is None or without is None:
+        return None
+    sources["image_tokens"] = f"{adapter.request_count_source} (image request minus text-only request)"
+    return with_images - without
+
+
+def _extra_ttft(text_norm: Normalized, norm: Normalized, fields: dict[str, Any], sources: dict[str, str],
+                reasons: dict[str, str]) -> None:
     if norm.ttft_ms is not None and text_norm.ttft_ms is not None:
         fields["image_extra_ttft_ms"] = round(norm.ttft_ms - text_norm.ttft_ms, 3)
         sources["image_extra_ttft_ms"] = "image_ttft_ms minus text_ttft_ms"
     else:
         reasons["image_extra_ttft_ms"] = "a TTFT of the pair is missing"
-    counted = None
-    if adapter.request_count_source:
-        with_images = await adapter.requests.count_request_tokens(base_url, image_body)
-        without = await adapter.requests.count_request_tokens(base_url, text_body)
-        if with_images is not None and without is not None:
-            counted = with_images - without
-            sources["image_tokens"] = f"{adapter.request_count_source} (image request minus text-only request)"
-    if counted is None and norm.prompt_tokens is not None and text_norm.prompt_tokens is not None:
-        counted = norm.prompt_tokens - text_norm.prompt_tokens
-        sources["image_tokens"] = USAGE_COUNT_SOURCE
-    if counted is None:
-        reasons["image_tokens"] = "the server reported no prompt tokens for the pair"
-    fields["image_tokens"] = counted
-    status: RowStatus = "ok"
-    error: str | None = None
+
+
+def _usage_image_tokens(text_norm: Normalized, norm: Normalized, sources: dict[str, str]) -> int | None:
+    """The image's tokens from the two requests' usage (None when either lacks prompt tokens)."""
+    if norm.prompt_tokens is None or text_norm.prompt_tokens is None:
+        return None
+    sources["image_tokens"] = USAGE_COUNT_SOURCE
+    return norm.prompt_tokens - text_norm.prompt_tokens
+
+
+def _cached_error(text_norm: Normalized, norm: Normalized) -> str | None:
+    """Why a pair served from the prompt cache fails (the last request's cache wins), or None."""
+    error = None
     for which, n in (("text-only", text_norm.cached_tokens), ("image", norm.cached_tokens)):
         if n not in (None, 0):
-            status, error = "failed", f"the {which} request was served {n} cached tokens: the figures would be fake"
-    return ImageProbe(status, error, text, image, norm, generated, fields, sources, reasons)
+            error = f"the {which} request was served {n} cached tokens: the figures would be fake"
+    return error

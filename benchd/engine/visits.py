@@ -1,12 +1,5 @@
-"""The session and parallel-request visits of one candidate: server starts of their own, cooldowns, rows.
-
-The scheduler calls `sessions(host, cand)` and `levels(host, cand)` where the plan puts them (after the
-candidate's cold probes, with nothing else resident, so memory at a level is that level's own). `Host`
-is what these visits need from the engine (`benchd.engine.tail.VisitHost` implements it over the server
-pool, the prompt sizer, the cooldown policy and the recorder).
-
-Reasons and facts: docs/measuring.md#session-and-parallel-visits.
-"""
+"""The session and parallel-request visits of one candidate, on server starts of their own
+(docs/measuring.md#session-and-parallel-visits); `benchd.engine.tail.VisitHost` implements `Host`."""
 
 from __future__ import annotations
 
@@ -40,8 +33,7 @@ class Host(Protocol):
     def emit(self, type_: str, **payload: object) -> None: ...
 
     async def start(self, cand: Candidate, ctx_size: int | None, context: int) -> Server | str:
-        """A ready, warmed server for `cand` (a variant of a sweep candidate, same id) with prompts sized
-        for `context`, or why it never got ready."""
+        """A ready, warmed server for `cand` with prompts sized for `context`, or why it never got ready."""
         ...
 
     async def stop(self, server: Server) -> None: ...
@@ -62,9 +54,6 @@ def _failed(host: Host, cand: Candidate, context: int, kind: str, probes: list[i
                               extra={**extra, **({"turn": p} if kind == "session" else {})}))
 
 
-# -------------------------------------------------------------------------------------------- sessions
-
-
 async def sessions(host: Host, cand: Candidate) -> None:
     """One session per context of the grid (skipped when its rows are stored)."""
     plan = host.sweep.session
@@ -82,29 +71,31 @@ async def sessions(host: Host, cand: Candidate) -> None:
             rows = await _one_session(host, adapter, start, cand, context)  # once more, from turn 1
         for row in rows:
             host.commit(row)
-        summary = session.session_summary(rows)
-        host.emit("session_finished", candidate=cand.id, context=context,
-                  warm_ttft_ms=summary.warm_ttft_ms if summary else None,
-                  reuse_fraction=summary.reuse_fraction if summary else None,
-                  misses=summary.misses if summary else None, status=rows[0].status if rows else "failed",
+        host.emit("session_finished", candidate=cand.id, context=context, **_session_figures(rows),
                   restarted_after=restarted)
+
+
+def _session_figures(rows: list[Row]) -> dict[str, object]:
+    """The `session_finished` event's figures and status."""
+    summary = session.session_summary(rows)
+    return {"warm_ttft_ms": summary.warm_ttft_ms if summary else None,
+            "reuse_fraction": summary.reuse_fraction if summary else None,
+            "misses": summary.misses if summary else None, "status": rows[0].status if rows else "failed"}
 
 
 async def _one_session(host: Host, adapter: RuntimeAdapter, start: SessionStart, cand: Candidate, context: int) -> list[Row]:
     plan = host.sweep.session
-    turns = list(range(1, plan.turns + 1))
     gen = host.sweep.session_gen_tokens()
     ctx = adapter.launcher.server_ctx_size(cand, context + plan.turns * (plan.append_tokens + gen + 64), gen)
     server = await host.start(start.candidate, ctx, context)
-    why = f"session server never became ready: {server}" if isinstance(server, str) else None
+    if isinstance(server, str):
+        return _unstarted(host, cand, context, ctx, f"session server never became ready: {server}")
     need = context + plan.turns * (plan.append_tokens + gen + 64) + gen + CTX_MARGIN_TOKENS
-    slot = server.external.slot_ctx if not isinstance(server, str) and server.external is not None else None
-    if slot is not None and need > slot and not isinstance(server, str):
+    slot = server.external.slot_ctx if server.external is not None else None
+    if slot is not None and need > slot:
         await host.stop(server)
-        why = f"context too large for the external server: the session needs about {need} tokens, one slot holds {slot}"
-    if why is not None or isinstance(server, str):
-        return [build_row(Cell(host.job, cand, context, "session", p), status="failed", started_at=utcnow(),
-                          server=ServerFacts(ctx, None, None), error=why, extra={"turn": p}) for p in turns]
+        return _unstarted(host, cand, context, ctx, "context too large for the external server: the session "
+                          f"needs about {need} tokens, one slot holds {slot}")
     try:
         prompt, sizing = await host.prompt(adapter, server, cand, context, f"{host.job}/{cand.id}/{context}/session")
         run = session.SessionRun(
@@ -120,7 +111,11 @@ async def _one_session(host: Host, adapter: RuntimeAdapter, start: SessionStart,
         await host.stop(server)
 
 
-# ------------------------------------------------------------------------------------------ levels
+def _unstarted(host: Host, cand: Candidate, context: int, ctx: int | None, why: str) -> list[Row]:
+    """A session's failed rows when its server did not start or cannot hold it."""
+    return [build_row(Cell(host.job, cand, context, "session", p), status="failed", started_at=utcnow(),
+                      server=ServerFacts(ctx, None, None), error=why, extra={"turn": p})
+            for p in range(1, host.sweep.session.turns + 1)]
 
 
 def _cooldown(host: Host, cand: Candidate, context: int, probe: int) -> Callable[[], Awaitable[CooldownRecord]]:
@@ -137,33 +132,42 @@ async def levels(host: Host, cand: Candidate) -> None:
             stored = {r.probe for r in host.rows(cand.id, context, "parallel")}
             todo = [b for b in range(batches)
                     if not all(parallel.probe_number(level, b, i) in stored for i in range(level))]
-            if not todo:
-                continue
-            start = adapter.parallel.parallel_start(cand, level, adapter.launcher.server_ctx_size(cand, context, sweep.gen_tokens))
-            server = await host.start(start.candidate, start.ctx_size, context)
-            if isinstance(server, str):
-                _failed(host, cand, context, "parallel",
-                        [parallel.probe_number(level, b, i) for b in todo for i in range(level)],
-                        f"concurrency-{level} server never became ready: {server}",
-                        {"concurrency": level})
-                continue
-            try:
-                run = parallel.ParallelRun(
-                    job=host.job, adapter=adapter, server=server, candidate=cand, context=context, sweep=sweep,
-                    level=level, timeout_s=host.timeout_s, notes=start.notes, serial=start.serial,
-                    slot_facts=await adapter.parallel.slot_facts(server.base_url), memory_rate_hz=host.memory_rate_hz)
-                for b in todo:
-                    if not server.running:
-                        break
-                    prompts = [(await host.prompt(adapter, server, cand, context,
-                                                  f"{host.job}/{cand.id}/{context}/parallel{level}-{b}-{i}"))[0]
-                               for i in range(level)]
-                    run.cool_down = _cooldown(host, cand, context, parallel.probe_number(level, b, 0))
-                    for row in await parallel.run_batch(run, b, prompts, sweep.gen_tokens):
-                        host.commit(row)
-                summary = parallel.parallel_summary(
-                    [r for r in host.rows(cand.id, context, "parallel") if r.concurrency == level])
-                host.emit("level_finished", candidate=cand.id, context=context, concurrency=level,
-                          agg_gen_tps=summary[level].agg_gen_tps if level in summary else None)
-            finally:
-                await host.stop(server)
+            if todo:
+                await _level(host, adapter, cand, level, context, todo)
+
+
+async def _level(host: Host, adapter: RuntimeAdapter, cand: Candidate, level: int, context: int,
+                 todo: list[int]) -> None:
+    """One level at one context on a server of its own: the batches `todo`, then `level_finished`."""
+    sweep = host.sweep
+    start = adapter.parallel.parallel_start(cand, level, adapter.launcher.server_ctx_size(cand, context, sweep.gen_tokens))
+    server = await host.start(start.candidate, start.ctx_size, context)
+    if isinstance(server, str):
+        _failed(host, cand, context, "parallel",
+                [parallel.probe_number(level, b, i) for b in todo for i in range(level)],
+                f"concurrency-{level} server never became ready: {server}",
+                {"concurrency": level})
+        return
+    try:
+        run = parallel.ParallelRun(
+            job=host.job, adapter=adapter, server=server, candidate=cand, context=context, sweep=sweep,
+            level=level, timeout_s=host.timeout_s, notes=start.notes, serial=start.serial,
+            slot_facts=await adapter.parallel.slot_facts(server.base_url), memory_rate_hz=host.memory_rate_hz)
+        for b in todo:
+            if not server.running:
+                break
+            prompts = [(await host.prompt(adapter, server, cand, context,
+                                          f"{host.job}/{cand.id}/{context}/parallel{level}-{b}-{i}"))[0]
+                       for i in range(level)]
+            run.cool_down = _cooldown(host, cand, context, parallel.probe_number(level, b, 0))
+            for row in await parallel.run_batch(run, b, prompts, sweep.gen_tokens):
+                host.commit(row)
+        _level_finished(host, cand, context, level)
+    finally:
+        await host.stop(server)
+
+
+def _level_finished(host: Host, cand: Candidate, context: int, level: int) -> None:
+    summary = parallel.parallel_summary([r for r in host.rows(cand.id, context, "parallel") if r.concurrency == level])
+    host.emit("level_finished", candidate=cand.id, context=context, concurrency=level,
+              agg_gen_tps=summary[level].agg_gen_tps if level in summary else None)
