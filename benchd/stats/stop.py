@@ -53,26 +53,30 @@ def stuck_axes(d: PairDominance, rounds_left: int) -> list[str]:
     stuck axis is not tied). Nothing is decided by it: the pair stays undecided, its rounds only end."""
     if d.status != "undecided" or d.blocked_on:
         return []
-    sides = {"a"} if d.better_on else set()
-    sides |= {"b"} if d.worse_on else set()
-    stuck: list[str] = []
-    for axis, v in d.verdicts.items():
-        if v.verdict != "unresolved" or axis in d.not_compared:
-            continue
-        if (v.n_a if v.paired else min(v.n_a, v.n_b)) < ADVICE_MIN_N:
-            return []  # too few values to say what more rounds would do
-        if v.rounds_to_resolve is not None and v.rounds_to_resolve <= rounds_left:
-            favours = d.standings[axis].favours
-            sides |= {favours} if favours else set()
-            continue
-        stuck.append(axis)
-    if not stuck or len(sides) == 2:
+    open_ = _open_axes(d)
+    if open_ is None:
         return []
-    if sides:
-        x = next(iter(sides))
-        if all(d.standings[a].a_not_worse if x == "a" else d.standings[a].b_not_worse for a in stuck):
-            return []
-    return stuck
+    resolving = [axis for axis, v in open_.items()
+                 if v.rounds_to_resolve is not None and v.rounds_to_resolve <= rounds_left]
+    stuck = [axis for axis in open_ if axis not in resolving]
+    return stuck if _futile(d, resolving, stuck) else []
+
+
+def _open_axes(d: PairDominance) -> dict[str, AxisVerdict] | None:
+    """The unresolved compared axes; None when one has too few values to say what more rounds would do."""
+    open_ = {axis: v for axis, v in d.verdicts.items() if v.verdict == "unresolved" and axis not in d.not_compared}
+    if any((v.n_a if v.paired else min(v.n_a, v.n_b)) < ADVICE_MIN_N for v in open_.values()):
+        return None
+    return open_
+
+
+def _futile(d: PairDominance, resolving: list[str], stuck: list[str]) -> bool:
+    """Whether the pair stays undecided with `resolving` resolved the way their estimates point."""
+    sides = {x for x, wins in (("a", d.better_on), ("b", d.worse_on)) if wins}
+    sides |= {f for axis in resolving if (f := d.standings[axis].favours)}
+    if not stuck or len(sides) == 2:
+        return False
+    return not (sides and all(getattr(d.standings[a], f"{next(iter(sides))}_not_worse") for a in stuck))
 
 
 def planned_axes(sweep: Sweep) -> list[str]:
@@ -84,12 +88,8 @@ def planned_axes(sweep: Sweep) -> list[str]:
     if sweep.eval_tier != "none":
         out.append("eval_pass_rate")
     out += [{"code": "code_pass_rate", "tools": "tool_pass_rate"}[s] for s in sweep.evals]
-    if sweep.sustained.tokens > 0:
-        out.append("sustain_ratio")
-    if sweep.kld.reference is not None:
-        out.append("kld")
-    if sweep.session.turns > 1:
-        out.append("session_ttft_ms")
+    out += [name for name, on in (("sustain_ratio", sweep.sustained.tokens > 0), ("kld", sweep.kld.reference is not None),
+                                  ("session_ttft_ms", sweep.session.turns > 1)) if on]
     out += [f"{LEVEL_AXIS_PREFIX}{n}" for n in sweep.parallel_levels()]
     if any(c.vision for c in sweep.candidates):
         out += [f"{IMAGE_AXIS_PREFIX}{w}x{h}" for w, h in sweep.vision.resolutions]
