@@ -26,6 +26,15 @@ def settings_path(state_dir: Path) -> Path:
     return state_dir / SETTINGS_FILE_NAME
 
 
+def _bad_recheck_at(data: dict[str, object], path: Path) -> str | None:
+    recheck = data.get("recheck")
+    at = recheck.get("at") if isinstance(recheck, dict) else None
+    if at is None or (isinstance(at, str) and re.fullmatch(CLOCK_TIME_PATTERN, at)):
+        return None
+    return (f"{path}: recheck.at {at!r} is not a time of day: expected \"HH:MM\" "
+            "(24-hour, local time) or \"\" (as soon as the conditions hold); using the defaults")
+
+
 def load_settings(path: Path) -> tuple[SettingsFile, str | None]:
     """(settings, error): the file's settings, or the defaults plus why the file was not used."""
     try:
@@ -38,10 +47,9 @@ def load_settings(path: Path) -> tuple[SettingsFile, str | None]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         return SettingsFile(), f"{path}: not valid TOML ({exc}); using the defaults"
-    at = data.get("recheck", {}).get("at") if isinstance(data.get("recheck"), dict) else None
-    if at is not None and not (isinstance(at, str) and re.fullmatch(CLOCK_TIME_PATTERN, at)):
-        return SettingsFile(), (f"{path}: recheck.at {at!r} is not a time of day: expected \"HH:MM\" "
-                                "(24-hour, local time) or \"\" (as soon as the conditions hold); using the defaults")
+    bad_at = _bad_recheck_at(data, path)
+    if bad_at is not None:
+        return SettingsFile(), bad_at
     try:
         return msgspec.convert(data, SettingsFile), None
     except msgspec.ValidationError as exc:
