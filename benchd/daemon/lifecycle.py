@@ -136,16 +136,19 @@ class Daemon:
                 await self.queue.stop(wait_s=JOB_STOP_S)
         if self.store is not None:
             with _step("close the store"):
-                if self.queue is None:
-                    self.store.close()
-                elif not await asyncio.to_thread(self.queue.ends.close_store, RUNBOOK_WAIT_S):
-                    log.warning("a runbook is still being written after %.0f s: the store is left open", RUNBOOK_WAIT_S)
+                await self._close_store(self.store)
         if self._bound:
             with _step("unlink the socket"):
                 unlink_socket(self.config.socket)
         with _step("release the instance lock"):
             self.guard.release()
         log.info("benchd stopped in %.2f s", time.monotonic() - t0)
+
+    async def _close_store(self, store: Store) -> None:
+        if self.queue is None:
+            store.close()
+        elif not await asyncio.to_thread(self.queue.ends.close_store, RUNBOOK_WAIT_S):
+            log.warning("a runbook is still being written after %.0f s: the store is left open", RUNBOOK_WAIT_S)
 
     async def __aenter__(self) -> Daemon:
         await self.start()
