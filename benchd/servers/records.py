@@ -93,6 +93,27 @@ async def reap_pending(path: Path, own_tokens: Container[str], grace_s: float) -
     return {**rec, "pid": found[0].pid if found else None, "action": "killed" if found else "gone"}
 
 
+async def _reap_group(pid: int, pgid: int, start: float, grace_s: float) -> str:
+    """Kills the recorded group if its leader still runs: "killed", "gone" or "pid-reused"."""
+    try:
+        proc = psutil.Process(pid)
+        same = abs(proc.create_time() - start) < 0.01 and os.getpgid(pid) == pgid
+    except (psutil.Error, ProcessLookupError):
+        return "gone"
+    if not same:
+        return "pid-reused"
+    if not alive(proc):
+        return "gone"
+    members = group_members(pgid, start)
+    killpg(pgid, signal.SIGTERM)
+    survivors = await wait_gone(members, grace_s)
+    for p in survivors:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    await wait_gone(survivors, 5.0)
+    return "killed"
+
+
 async def reap_orphans(
     servers_dir: Path, *, own_pids: Container[int], own_tokens: Container[str], grace_s: float
 ) -> list[dict[str, Any]]:
@@ -122,23 +143,7 @@ async def reap_orphans(
             continue
         if pid in own_pids:
             continue
-        action = "gone"
-        try:
-            proc = psutil.Process(pid)
-            same = abs(proc.create_time() - start) < 0.01 and os.getpgid(pid) == pgid
-        except (psutil.Error, ProcessLookupError):
-            proc, same = None, False
-        if proc is not None and not same:
-            action = "pid-reused"
-        elif proc is not None and alive(proc):
-            members = group_members(pgid, start)
-            killpg(pgid, signal.SIGTERM)
-            survivors = await wait_gone(members, grace_s)
-            for p in survivors:
-                with contextlib.suppress(psutil.Error):
-                    p.kill()
-            await wait_gone(survivors, 5.0)
-            action = "killed"
+        action = await _reap_group(pid, pgid, start, grace_s)
         path.unlink(missing_ok=True)
         out.append({**rec, "action": action})
     return out
