@@ -83,6 +83,28 @@ def _linux_hardware_model() -> tuple[str | None, str | None]:
     return None, None
 
 
+def _darwin_machine(info: MachineInfo) -> None:
+    info.os, info.os_version = "macOS", platform.mac_ver()[0] or None
+    info.hardware_model = sysctl("hw.model")
+    info.chip = info.cpu_model = sysctl("machdep.cpu.brand_string")
+    info.sources.update(hardware_model="sysctl hw.model", chip="sysctl machdep.cpu.brand_string",
+                        cpu_model="sysctl machdep.cpu.brand_string", os_version="platform.mac_ver")
+
+
+def _linux_machine(info: MachineInfo) -> None:
+    src, nulls = info.sources, info.null_reasons
+    info.os, info.os_version = _linux_os_release()
+    src.update(os="/etc/os-release", os_version="/etc/os-release")
+    info.hardware_model, where = _linux_hardware_model()
+    if where:
+        src["hardware_model"] = where
+    else:
+        nulls["hardware_model"] = "neither /proc/device-tree/model nor DMI product_name is readable"
+    info.cpu_model = _linux_cpu_model()
+    src["cpu_model"] = "/proc/cpuinfo"
+    nulls["chip"] = "no separate chip name on Linux (see cpu_model)"
+
+
 def collect_machine() -> MachineInfo:
     """Hardware model/chip, CPU model, cores, memory, OS, kernel, power source."""
     info = MachineInfo()
@@ -96,22 +118,9 @@ def collect_machine() -> MachineInfo:
     info.memory_bytes = int(psutil.virtual_memory().total)
     src.update(cores_logical="psutil.cpu_count", cores_physical="psutil.cpu_count", memory_bytes="psutil.virtual_memory")
     if sys.platform == "darwin":
-        info.os, info.os_version = "macOS", platform.mac_ver()[0] or None
-        info.hardware_model = sysctl("hw.model")
-        info.chip = info.cpu_model = sysctl("machdep.cpu.brand_string")
-        src.update(hardware_model="sysctl hw.model", chip="sysctl machdep.cpu.brand_string",
-                   cpu_model="sysctl machdep.cpu.brand_string", os_version="platform.mac_ver")
+        _darwin_machine(info)
     elif sys.platform.startswith("linux"):
-        info.os, info.os_version = _linux_os_release()
-        src.update(os="/etc/os-release", os_version="/etc/os-release")
-        info.hardware_model, where = _linux_hardware_model()
-        if where:
-            src["hardware_model"] = where
-        else:
-            nulls["hardware_model"] = "neither /proc/device-tree/model nor DMI product_name is readable"
-        info.cpu_model = _linux_cpu_model()
-        src["cpu_model"] = "/proc/cpuinfo"
-        nulls["chip"] = "no separate chip name on Linux (see cpu_model)"
+        _linux_machine(info)
     else:
         info.os, info.os_version = uname.system, uname.release
         info.cpu_model = platform.processor() or None

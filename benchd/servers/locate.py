@@ -84,6 +84,21 @@ def _can_import(python: str, module: str) -> bool:
     return proc.returncode == 0
 
 
+def _on_path(name: str) -> Path:
+    return Path(shutil.which(name) or name).expanduser().absolute()
+
+
+def _candidate_mlx(binary: str, module: str) -> list[str]:
+    """The argv prefix from the candidate's `binary`: a server script, or a Python that has `module`."""
+    path = _on_path(binary)
+    if not _executable(path):
+        raise BenchdError("binary_not_found", f"the candidate's binary {binary!r} is not an executable file",
+                          "binary")
+    if path.name.startswith(f"{module}.server"):
+        return [str(path)]
+    return [str(path), "-m", f"{module}.server"]
+
+
 def resolve_mlx_command(runtime: str, binary: str | None, cache_dir: Path) -> tuple[list[str], str]:
     """The argv prefix that starts `mlx_lm.server` or `mlx_vlm.server`, and how it was found.
 
@@ -95,16 +110,10 @@ def resolve_mlx_command(runtime: str, binary: str | None, cache_dir: Path) -> tu
         raise BenchdError("unknown_runtime", f"unknown MLX runtime {runtime!r}: use mlx_lm.server or mlx_vlm.server",
                           "runtime")
     if binary:
-        path = Path(shutil.which(binary) or binary).expanduser().absolute()
-        if not _executable(path):
-            raise BenchdError("binary_not_found", f"the candidate's binary {binary!r} is not an executable file",
-                              "binary")
-        if path.name.startswith(f"{module}.server"):
-            return [str(path)], "candidate"
-        return [str(path), "-m", f"{module}.server"], "candidate"
+        return _candidate_mlx(binary, module), "candidate"
     env = os.environ.get("BENCHD_MLX_PYTHON")
     if env:
-        path = Path(shutil.which(env) or env).expanduser().absolute()
+        path = _on_path(env)
         if not _executable(path):
             raise BenchdError("binary_not_found", f"$BENCHD_MLX_PYTHON {env!r} is not an executable file")
         return _mlx_argv(path, module), "env"
