@@ -106,13 +106,16 @@ def load_agent(label: str, plist: Path, *, changed: bool, run: Runner, uid: int 
     if result.returncode != 0:
         raise LaunchctlError(f"`{' '.join(enable_command(label, uid))}` failed: {_why(result)}")
     done.append(f"ran: {' '.join(enable_command(label, uid))}")
-    cmd = bootstrap_command(plist, uid)
+    return [*done, _bootstrap(bootstrap_command(plist, uid), run, sleep)]
+
+
+def _bootstrap(cmd: list[str], run: Runner, sleep: Callable[[float], None]) -> str:
+    """Runs `cmd`, retried while launchd answers EIO (still removing the old job); what was done."""
     for attempt in range(1, BOOTSTRAP_RETRIES + 1):
         result = run(cmd)
         if result.returncode == 0:
-            done.append(f"ran: {' '.join(cmd)}" + (f" (attempt {attempt}: launchd was still removing the old job)"
-                                                     if attempt > 1 else ""))
-            return done
+            return f"ran: {' '.join(cmd)}" + (f" (attempt {attempt}: launchd was still removing the old job)"
+                                               if attempt > 1 else "")
         if not _is_eio(result) or attempt == BOOTSTRAP_RETRIES:
             break
         sleep(BOOTSTRAP_RETRY_S)

@@ -58,6 +58,19 @@ def darwin_limits(sysctl: Callable[[str], str | None] = sysctl) -> tuple[int | N
     return physical, limit
 
 
+def _darwin_budget(physical: int | None, wired: int | None) -> Budget:
+    """A share of hw.memsize, or the GPU wired limit when it is lower."""
+    if physical is None:
+        return Budget(None, "sysctl hw.memsize unreadable: no budget, servers are not started side by side")
+    share = int(physical * BUDGET_FRACTION)
+    note = "" if DARWIN_VERIFIED else " (macOS reading unverified)"
+    if wired is not None and wired < share:
+        return Budget(wired, f"iogpu.wired_limit_mb = {wired // (1024 * 1024)} MiB, under "
+                             f"{BUDGET_FRACTION:.0%} of hw.memsize{note}")
+    extra = "iogpu.wired_limit_mb unset" if wired is None else "iogpu.wired_limit_mb above it"
+    return Budget(share, f"{BUDGET_FRACTION:.0%} of hw.memsize ({extra}){note}")
+
+
 def read_budget(*, platform: str = sys.platform, env: Mapping[str, str] = os.environ,
                 meminfo: Callable[[], int | None] = linux_physical,
                 darwin: Callable[[], tuple[int | None, int | None]] = darwin_limits) -> Budget:
@@ -66,16 +79,7 @@ def read_budget(*, platform: str = sys.platform, env: Mapping[str, str] = os.env
     if knob and knob.isdigit():
         return Budget(int(knob), f"${ENV_BUDGET} = {int(knob)} bytes")
     if platform == "darwin":
-        physical, wired = darwin()
-        if physical is None:
-            return Budget(None, "sysctl hw.memsize unreadable: no budget, servers are not started side by side")
-        share = int(physical * BUDGET_FRACTION)
-        note = "" if DARWIN_VERIFIED else " (macOS reading unverified)"
-        if wired is not None and wired < share:
-            return Budget(wired, f"iogpu.wired_limit_mb = {wired // (1024 * 1024)} MiB, under "
-                                 f"{BUDGET_FRACTION:.0%} of hw.memsize{note}")
-        extra = "iogpu.wired_limit_mb unset" if wired is None else "iogpu.wired_limit_mb above it"
-        return Budget(share, f"{BUDGET_FRACTION:.0%} of hw.memsize ({extra}){note}")
+        return _darwin_budget(*darwin())
     physical = meminfo() if platform.startswith("linux") else psutil.virtual_memory().total
     if physical is None:
         return Budget(None, "/proc/meminfo MemTotal unreadable: no budget, servers are not started side by side")
