@@ -1,12 +1,5 @@
-"""The user's settings file, `<state>/config.toml` (today only its `[recheck]` table).
-
-Why a file and not flags: the daemon usually runs as a service (launchd, systemd) whose command line a
-user does not edit; a file in the state dir is read at every start and by `benchctl doctor`.
-
-A bad file never stops the daemon: `load_settings` returns the defaults together with one line naming
-the file, the field and the reason, which the daemon logs and shows in `GET /v1/recheck`, and which
-`doctor` reports. A missing file is not an error (the defaults apply).
-"""
+"""The user's settings file, `<state>/config.toml` (its `[recheck]` table). A bad or unreadable file never
+stops the daemon: `load_settings` returns the defaults and one line saying why; a missing file is no error."""
 
 from __future__ import annotations
 

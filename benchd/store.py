@@ -1,11 +1,5 @@
-"""The only SQL in benchd: jobs, events, rows and eval results in one SQLite file (WAL).
-
-All methods are synchronous and short; the daemon calls them from its event loop. Cut by what is stored:
-`Store` (the connection, its write lock, the jobs table), `store.events` (`EventLog`, a job's events) and
-`store.results` (`ResultTable`, a job's probe rows and eval results).
-
-Reasons and facts: docs/architecture.md#the-store.
-"""
+"""The only SQL in benchd: jobs, events, rows and eval results in one SQLite file (WAL); `Store`,
+`store.events`, `store.results`. Reasons and facts: docs/architecture.md#the-store."""
 
 from __future__ import annotations
 

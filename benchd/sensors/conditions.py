@@ -1,15 +1,6 @@
-"""`--when` conditions of a queued job: `idle` and `ac-power`. The queue asks `unmet()` before starting.
-
-`unmet()` returns None when every condition holds, else one human line saying why the job waits
-(`benchctl jobs` shows it as the job's `waiting_reason`):
-- `idle`: system CPU load per core (cooldown.CpuLoad: busy fraction of all cores since the previous
-  check) is at most the sweep's `cooldown.max_load`: the same measure and threshold as the idle
-  cooldown policy, so "idle" means one thing in benchd.
-- `ac-power`: the machine is not on battery. When the OS cannot tell ("unknown": VMs, desktops without
-  a battery driver) the job runs; the runbook records the power source as unknown rather than guessing.
-
-The probes are injectable (`Probes`) so tests control load and power without waiting for them.
-"""
+"""`--when` conditions of a queued job: `idle` (CPU load per core at most the sweep's `cooldown.max_load`)
+and `ac-power` (not on battery; unknown power runs). `unmet()` is None when all hold, else why the job
+waits. Probes are injectable (`Probes`) for tests."""
 
 from __future__ import annotations
 

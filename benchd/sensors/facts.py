@@ -1,10 +1,5 @@
-"""Facts about the machine, benchd and the model files: one `collect_*` function per area (pyperf's _collect_metadata).
-
-Every value is a plain fact read from the OS or a file, never a guess: when a read fails or the OS
-does not tell, the value is None and `null_reasons[field]` says why. macOS-only readers (sysctl,
-pmset) are isolated: `sysctl` here, and the power source comes from `benchd.sensors.power` (whose pmset
-parser lives in the darwin-only `benchd.sensors.power.darwin` and is tested on committed sample outputs).
-"""
+"""Facts about the machine, benchd and the model files, one `collect_*` per area: each read from the OS or
+a file, else None with `null_reasons[field]` saying why."""
 
 from __future__ import annotations
 

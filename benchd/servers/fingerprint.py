@@ -1,12 +1,5 @@
-"""The fingerprint of what a benchmarked candidate's speed depends on, and what changed between two.
-
-`changes(old, new)` names what differs in words a person reads in a notification or a compare header:
-binary, version, packages, model, draft model, args, env. An mtime alone is not a change (a copy with
-the same bytes runs the same code); a value one side could not read is a change only if the other
-side read one.
-
-Reasons and facts: docs/locking.md#the-fingerprint-read-from-files.
-"""
+"""The fingerprint of what a benchmarked candidate's speed depends on, and `changes(old, new)`: what differs,
+in words a person reads. Reasons and facts: docs/locking.md#the-fingerprint-read-from-files."""
 
 from __future__ import annotations
 

@@ -1,18 +1,6 @@
 """The eval sandbox: one untrusted Python program run with no network, no view of the user's files, rlimits,
-output capped in files and a wall-clock bound that no descendant can hold open.
-
-Backends (`detect()` picks the first that runs a program here, once per process):
-- `bwrap` (Linux, bubblewrap): new pid, mount, network, IPC and UTS namespaces (and a user namespace when
-  not root), a read-only view of the system directories and the interpreter, `/work` (a fresh temp dir)
-  the only writable path; killed with its namespace;
-- `unshare` (Linux, util-linux): the same namespaces and view, built by `_INIT` (pivot_root onto a
-  read-only tmpfs);
-- `sandbox-exec` (macOS): a profile that denies the network, writes outside the temp dir and reads of the
-  home dir, plus a memory watchdog (RLIMIT_AS does not work there);
-- `none`: only rlimits and the process group (used only when a sweep says `eval_sandbox = "none"`).
-
-Reasons and facts: docs/evals.md#the-eval-sandbox.
-"""
+capped output and a wall-clock bound. Backends `bwrap`, `unshare`, `sandbox-exec`, `none` (`detect()`
+picks the first that runs here): docs/evals.md#the-eval-sandbox."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The benchd user service: render the LaunchAgent / systemd user unit for this install, load, unload, inspect.
-
-Linux commands run here; the macOS ones and their load sequence are in `launchd.py`. Failures raise `ServiceError`
-with a message that says what to do; nothing here exits the process.
-
-Reasons and facts: docs/service.md#the-service-manager.
-"""
+"""The benchd user service: render, load, unload and inspect the LaunchAgent / systemd user unit (macOS
+commands in `launchd.py`). Raises `ServiceError` saying what to do. Reasons: docs/service.md#the-service-manager."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
 """Cell statistics: the distribution-free CI of a median, and a series' trend (Mann–Kendall, Theil–Sen).
-
-Pure arithmetic over one series of values in probe order (no I/O, no clock); the engine's cell
-verdicts (`engine.verdict`), the runbook's cell statistics and the results stage read them from here.
-
-Reasons and facts: docs/measuring.md#cell-statistics.
-"""
+Reasons and facts: docs/measuring.md#cell-statistics."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""How much memory servers resident side by side may take (the interleaved order's fit check).
-
-`$BENCHD_MEMORY_BUDGET_BYTES` replaces the computed budget (a test knob: a tiny budget forces the
-fallback to the blocked order; the runbook then names this source).
-
-Reasons and facts: docs/measuring.md#memory-budget.
-"""
+"""How much memory servers resident side by side may take (the interleaved order's fit check);
+`$BENCHD_MEMORY_BUDGET_BYTES` replaces it. Reasons and facts: docs/measuring.md#memory-budget."""
 
 from __future__ import annotations
 

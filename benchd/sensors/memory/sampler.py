@@ -1,11 +1,6 @@
-"""Memory of a server's whole process tree during one probe: a time series, the kernel's exact peak,
-and the memory axis the Pareto view compares.
-
-Usage (the sweep engine): `s = MemorySampler(server_pid, model_paths=[model, draft])`, then per probe
-`s.reset_peak()`, `await s.start()`, run the probe, `result = await s.stop()`.
-
-Reasons and facts: docs/measuring.md#memory-sampler.
-"""
+"""Memory of a server's whole process tree during one probe: a time series, the kernel's exact peak, and
+the memory axis. Per probe: `reset_peak()`, `await start()`, the probe, `await stop()`.
+Reasons and facts: docs/measuring.md#memory-sampler."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""Thermal sensing behind one interface: every reading names its source, and none is ever invented.
-
-`open_sensor()` picks, in order:
-1. `$BENCHD_THERMAL_FILE` — the test seam: each read returns the file's current content, a number in
-   °C or a pressure word ("nominal", "fair", "serious", "critical", or macOS's "moderate", "heavy",
-   "trapping", "sleeping").
-2. macOS — thermal pressure level (benchd.sensors.thermal.darwin: notifyutil without root, powermetrics as root).
-3. Linux — `psutil.sensors_temperatures()`, else `/sys/class/thermal/thermal_zone*/temp`: the max over
-   CPU-ish sensors (coretemp, k10temp, x86_pkg_temp, cpu*/soc* zones...), the sensor named in `source`.
-4. Otherwise an unavailable sensor: `available=False` and a reason. VMs and CI usually land here.
-"""
+"""Thermal sensing behind one interface; every reading names its source. `open_sensor()` picks
+`$BENCHD_THERMAL_FILE` (the test seam: °C or a pressure word), macOS pressure, Linux temperatures (max
+over CPU-ish sensors), else an unavailable sensor with a reason."""
 
 from __future__ import annotations
 

@@ -1,18 +1,6 @@
-"""What every runtime adapter provides, and the pieces they share.
-
-The supervisor, the probe client and the sweep engine never branch on a runtime's name: they ask its
-adapter (`benchd.servers.runtimes.get_adapter(candidate.runtime)`). An adapter is stateless; everything a
-call needs is passed in. It is the runtime's facts (class attributes) and eight parts, each a small class
-here that a runtime module subclasses where the runtime differs: `launcher` (command line, environment,
-readiness, provenance), `requests` (what is sent), `reader` (how the raw final chunk maps to normalized
-metrics), `checks` (candidate validation), and the capabilities `sessions`, `parallel`, `images`, `tools`.
-Callers go through the part: `adapter.launcher.argv(...)`, `adapter.reader.normalize(...)`.
-
-Shared here: the OpenAI-style streamed chat request body (thinking in the form each runtime reads), the
-check that candidate `args` do not set what the adapter owns, and `Normalized`, the runtime-independent
-metric record. The HTTP helpers live in `http`, the window accounting in `tokens`, the scrubbed
-environment in `environment`; they are re-exported here.
-"""
+"""What every runtime adapter provides (its facts and eight stateless parts), and the pieces they share:
+the streamed chat request body, the reserved-args check, `Normalized`. See docs/architecture.md
+("A new runtime adapter")."""
 
 from __future__ import annotations
 

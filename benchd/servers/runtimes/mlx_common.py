@@ -1,10 +1,5 @@
-"""What `mlx_lm.server` and `mlx_vlm.server` share: the offline Hugging Face environment, the command from
-the provisioned venv (or the candidate's), package versions read from that venv, the refusal of a
-`ctx_size` they would ignore, and EOS suppression. Split from `base.py`, which keeps what every runtime
-shares.
-
-Reasons and facts: docs/runtimes.md#mlx-servers-and-end-of-sequence.
-"""
+"""What `mlx_lm.server` and `mlx_vlm.server` share: offline HF environment, venv command and package
+versions, the ignored `ctx_size` refusal, EOS suppression (docs/runtimes.md#mlx-servers-and-end-of-sequence)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""`runtime = "openai"`: a server benchd does not start, reached at the candidate's `url`.
-
-benchd never spawns, restarts or stops it: one server serves every context, its args, environment and
-start-up are unknown (null with the reason in each row), and its memory is sampled only through the
-candidate's `pid`. What answers is detected from the endpoints each kind exposes (`detect`; which
-endpoint tells which kind, read from their sources: docs/runtimes.md#external-servers).
-
-Where the detected kind is one benchd also runs, the requests that depend on the kind (token counts,
-chat-template rendering, EOS suppression, the session cache switch) go through that runtime's adapter;
-the detection is kept per URL for that (`_DETECTED`, filled by `detect`, the one piece of state here).
+"""`runtime = "openai"`: a server benchd does not start, reached at the candidate's `url`; what answers is
+detected per URL (`detect`, `_DETECTED`) and kind-dependent requests go through that runtime's adapter.
 
 Reasons and facts: docs/runtimes.md#external-servers.
 """
