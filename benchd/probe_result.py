@@ -1,8 +1,4 @@
-"""What one streamed request did, as plain data: the type the probe client fills and the runtime adapters read.
-
-It sits on the floor (below the engine and the servers) because both stages use it: the engine's probe
-client (`benchd.engine.probe`) produces it, each runtime adapter's `reader.normalize` maps it to a row's figures.
-"""
+"""What one streamed request did, as plain data: the probe client fills it, the adapters' `reader.normalize` reads it."""
 
 from __future__ import annotations
 

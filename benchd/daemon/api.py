@@ -1,7 +1,5 @@
 """API v1 over the Unix socket: the app factory, the JSON error contract, the routes, the NDJSON event stream.
-
-Reasons and facts: docs/api.md#why-the-apis-rules.
-"""
+Reasons and facts: docs/api.md#why-the-apis-rules."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """A running job's ETA: the probe rows and the eval tasks left, each at the time measured for its kind.
-
-Reasons and facts: docs/architecture.md#the-eta.
-"""
+Reasons and facts: docs/architecture.md#the-eta."""
 
 from __future__ import annotations
 

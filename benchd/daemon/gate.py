@@ -1,7 +1,4 @@
-"""The peer gate: who may connect to the API socket, and how many at once.
-
-Reasons and facts: docs/architecture.md#the-api-gate.
-"""
+"""The peer gate: who may connect to the API socket, and how many at once (docs/architecture.md#the-api-gate)."""
 
 from __future__ import annotations
 

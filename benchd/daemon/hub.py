@@ -1,7 +1,4 @@
-"""Wakes the followers of a job's event stream (`GET /v1/jobs/{id}/events?follow=true`) without polling.
-
-Split from `queue.py`, which emits the events: the API waits on the hub, the queue and the engine notify it.
-"""
+"""Wakes the followers of a job's event stream without polling: the API waits, the queue and engine notify."""
 
 from __future__ import annotations
 

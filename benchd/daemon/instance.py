@@ -1,10 +1,5 @@
-"""One benchd per state dir: the state dir's modes, the flock guard, the socket file.
-
-The lock is released by the kernel when the process dies (also on kill -9), so a dead daemon never
-blocks the next one; the lock file itself is never deleted (deleting it would race a starter).
-
-Reasons and facts: docs/architecture.md#one-daemon-per-state-dir.
-"""
+"""One benchd per state dir: the state dir's modes, the flock guard (released by the kernel, its file never
+deleted), the socket file. Reasons and facts: docs/architecture.md#one-daemon-per-state-dir."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""A job's end, after the queue has run it or could not: the terminal event, the runbook and its views,
-the end-of-job hooks. A failure here is recorded on the job or logged, never raised into the queue.
-
-Reasons and facts: docs/architecture.md#the-job-queue.
-"""
+"""A job's end: the terminal event, the runbook and its views, the hooks; failures are recorded or logged,
+never raised into the queue. Reasons and facts: docs/architecture.md#the-job-queue."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """Wiring: state dir → instance lock → store → queue → API on the Unix socket; and the ordered shutdown.
-
-Reasons and facts: docs/architecture.md#startup-and-shutdown-order.
-"""
+Reasons and facts: docs/architecture.md#startup-and-shutdown-order."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """The job queue: FIFO over the store, one job at a time, `not_before` / `when`, restart recovery.
-
-Reasons and facts: docs/architecture.md#the-job-queue.
-"""
+Reasons and facts: docs/architecture.md#the-job-queue."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """Which runtime binary a candidate runs, and what `benchctl runtimes list` / `benchctl doctor` show.
-
-Reasons and facts: docs/runtimes.md#finding-the-runtimes.
-"""
+Reasons and facts: docs/runtimes.md#finding-the-runtimes."""
 
 from __future__ import annotations
 

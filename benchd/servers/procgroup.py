@@ -1,7 +1,5 @@
 """Process groups, ports and log tails: the OS-level helpers the supervisor and the orphan reaper share.
-
-Reasons and facts: docs/runtimes.md#process-groups.
-"""
+Reasons and facts: docs/runtimes.md#process-groups."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Runtime provisioning: build llama-server and make the MLX venv (finding them is `benchd.servers.locate`).
-
-Library code: errors are `BenchdError` with one line naming the problem and the fix; only benchctl exits.
-
-Reasons and facts: docs/runtimes.md#provisioning.
-"""
+"""Runtime provisioning: build llama-server and make the MLX venv. Raises `BenchdError` naming the problem
+and the fix. Reasons and facts: docs/runtimes.md#provisioning."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """Server records in `<state>/servers/` and the reaping of servers a dead daemon left running.
-
-Reasons and facts: docs/runtimes.md#server-records.
-"""
+Reasons and facts: docs/runtimes.md#server-records."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The handle of one running server (`Server`), how it ended (`ExitInfo`), and why it never got ready.
-
-Plain data plus a wait: `Supervisor` (which starts and stops servers) and `records` (which writes the
-on-disk record of each one for orphan reaping) both use it, so it lives apart from either.
-"""
+"""The handle of one running server (`Server`), how it ended (`ExitInfo`), and why it never got ready."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """Server lifecycle: spawn in its own process group, wait for readiness, watch for crashes, tear down.
-
-Reasons and facts: docs/runtimes.md#server-lifecycle.
-"""
+Reasons and facts: docs/runtimes.md#server-lifecycle."""
 
 from __future__ import annotations
 

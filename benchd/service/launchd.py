@@ -1,8 +1,5 @@
-"""macOS-only: the launchctl commands for the benchd LaunchAgent, the load sequence, and a parser for
-`launchctl print`.
-
-Reasons and facts: docs/service.md#launchctl.
-"""
+"""macOS-only: the benchd LaunchAgent's launchctl commands, load sequence and `launchctl print` parser
+(docs/service.md#launchctl)."""
 
 from __future__ import annotations
 

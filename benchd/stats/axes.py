@@ -1,8 +1,5 @@
-"""The axis table: every axis a user can choose on, one entry each (direction, words, label, unit, margin, Pareto).
-
-A new axis is one `register_axis` call here; it then joins Pareto, `compare`, the report and the page.
-Reasons and facts: docs/measuring.md#the-axis-table.
-"""
+"""The axis table: every axis a user can choose on; a new axis is one `register_axis` call.
+Reasons and facts: docs/measuring.md#the-axis-table."""
 
 from __future__ import annotations
 

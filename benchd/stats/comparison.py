@@ -1,10 +1,5 @@
-"""The one comparison: how B differs from A on one axis — different, tied, or unresolved.
-
-Every place that compares candidates or runbooks (Pareto, compare, report, tail, the page, recheck,
-the drift sentinel, and each new axis) asks this module, so they all say the same thing.
-
-Reasons and facts: docs/measuring.md#the-one-comparison.
-"""
+"""The one comparison: how B differs from A on one axis — different, tied, or unresolved; every place that
+compares asks it. Reasons and facts: docs/measuring.md#the-one-comparison."""
 
 from __future__ import annotations
 

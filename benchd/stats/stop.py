@@ -1,9 +1,5 @@
-"""The pair stop rule: planned looks with α split over them, asking the Pareto view's question of one pair.
-
-The engine's stop rule imports it directly; the view of a stopped sweep uses the same α (`view_alpha`)
-and the same number of axes (`planned_axes`), so a context stops on the answer the view will give.
-Reasons and facts: docs/measuring.md#when-a-context-stops.
-"""
+"""The pair stop rule: planned looks with α split over them, asking the Pareto view's question of one pair
+with the view's α and axes. Reasons and facts: docs/measuring.md#when-a-context-stops."""
 
 from __future__ import annotations
 

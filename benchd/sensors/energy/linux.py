@@ -1,7 +1,5 @@
 """Linux energy: powercap RAPL zones (`/sys/class/powercap/intel-rapl:*`, also on AMD), read as deltas.
-
-Reasons and facts: docs/measuring.md#energy-on-linux.
-"""
+Reasons and facts: docs/measuring.md#energy-on-linux."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
 """One interface for energy counters: cheap cumulative samples now, joules per channel later.
-
-`choose.open_reader()` picks the reader for this machine.
-
-Reasons and facts: docs/measuring.md#energy-counters.
-"""
+Reasons and facts: docs/measuring.md#energy-counters."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """Linux memory of one process from /proc, and the /proc walk that finds a server's process tree.
-
-Reasons and facts: docs/measuring.md#memory-on-linux.
-"""
+Reasons and facts: docs/measuring.md#memory-on-linux."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Which memory reader this machine gets, the swap counters, and what `benchctl doctor` lists.
-
-The choice between the OS readers (`linux.py`, `darwin.py`, the psutil fallback in `readers.py`) lives
-here so that the readers never import each other and the sampler never names an OS.
-"""
+"""Which memory reader this machine gets (the readers never import each other), the swap counters, and
+what `benchctl doctor` lists."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """macOS-only power facts: `pmset -g batt` parsing and the `caffeinate` sleep assertion.
-
-Reasons and facts: docs/measuring.md#power-on-macos.
-"""
+Reasons and facts: docs/measuring.md#power-on-macos."""
 
 from __future__ import annotations
 

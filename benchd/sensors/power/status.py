@@ -1,7 +1,5 @@
 """Power facts for overnight queues: where the machine draws power from, and keeping it awake.
-
-Reasons and facts: docs/measuring.md#power-source-and-sleep.
-"""
+Reasons and facts: docs/measuring.md#power-source-and-sleep."""
 
 from __future__ import annotations
 

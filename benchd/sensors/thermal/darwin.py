@@ -1,7 +1,5 @@
 """macOS thermal pressure: parsers for notifyutil / powermetrics / pmset output, and the sensor using them.
-
-Reasons and facts: docs/measuring.md#thermal-pressure-on-macos.
-"""
+Reasons and facts: docs/measuring.md#thermal-pressure-on-macos."""
 
 from __future__ import annotations
 

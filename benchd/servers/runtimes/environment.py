@@ -1,8 +1,5 @@
-"""A server's environment: the daemon's own, minus the runtime knobs it would leak, plus what benchd and
-the candidate set — and the record of it that the runbook keeps.
-
-Reasons and facts: docs/runtimes.md#server-environment.
-"""
+"""A server's environment (the daemon's minus leaking runtime knobs, plus benchd's and the candidate's) and
+the runbook's record of it. Reasons and facts: docs/runtimes.md#server-environment."""
 
 from __future__ import annotations
 

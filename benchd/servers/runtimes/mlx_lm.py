@@ -1,7 +1,5 @@
 """`mlx_lm.server`: the only module that knows its flags and answer shape (mlx-lm 0.32.2).
-
-Reasons and facts: docs/runtimes.md#mlx_lmserver.
-"""
+Reasons and facts: docs/runtimes.md#mlx_lmserver."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""What a stream's chunks say about its tokens: which of the reported tokens fall inside the client's
-stream window, and the thinking figures (time to the first answer token, reasoning tokens, thinking on
-or off). Shared by every adapter's `reader.normalize`.
-
-Reasons and facts: docs/runtimes.md#stream-token-accounting.
-"""
+"""What a stream's chunks say about its tokens: those inside the client's window, and the thinking figures.
+Reasons and facts: docs/runtimes.md#stream-token-accounting."""
 
 from __future__ import annotations
 
