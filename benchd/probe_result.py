@@ -11,17 +11,9 @@ ProbeStatus = Literal["ok", "failed", "timeout"]
 
 @dataclass
 class ProbeResult:
-    """What one streamed request did. Times are `time.perf_counter()` seconds (monotonic).
-
-    `final` is the last decoded chunk that carried `usage` or `timings` (the runtime's raw answer, mapped
-    by the adapter's `reader.normalize`). A "content chunk" is any token-bearing chunk: answer text (`content`)
-    or reasoning (`reasoning_content` on llama-server, `reasoning` on the MLX servers), so the first one
-    is the first generated token of any kind. `chunk_times` has the arrival time of every content chunk
-    (one entry per chunk; a chunk is one token for these servers except when a runtime batches several).
-    `reasoning_chunks` counts the chunks that carried reasoning, `first_answer` is the first chunk that
-    carried answer text. `answer_text` / `reasoning_text` hold the streamed text only when the client
-    was asked to collect it (session turns send the answer back; probes skip the decoding).
-    """
+    """What one streamed request did; times are `time.perf_counter()` seconds. `final`: the last chunk with
+    `usage` or `timings`. A content chunk carries any token (answer or reasoning); `chunk_times` has one
+    arrival time per content chunk. `answer_text` / `reasoning_text` are filled only when asked."""
 
     status: ProbeStatus
     error: str | None

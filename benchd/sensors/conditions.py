@@ -16,14 +16,8 @@ from benchd.sensors.power.status import PowerStatus, power_status
 
 
 class RecentLoad:
-    """System CPU load per core since the previous check, measured by `benchd.engine.cooldown.CpuLoad`.
-
-    One measure of load for the idle cooldown and the idle condition (the cooldown module explains
-    why it is a cpu_times delta, not the 1-minute load average). The queue re-checks waiting jobs every
-    30 s, so a check sees the load over the last 30 s. Returns NaN when no interval has elapsed yet
-    (the first check); `unmet` then measures a short window. Checks under a second apart (several
-    waiting jobs in one pass) reuse the last figure instead of measuring a sliver.
-    """
+    """System CPU load per core since the previous check (`benchd.engine.cooldown.CpuLoad`, the idle
+    cooldown's measure). NaN before a first interval; checks under a second apart reuse the last figure."""
 
     REUSE_WITHIN_S = 1.0
 

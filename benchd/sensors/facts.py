@@ -241,12 +241,8 @@ def hash_file(path: Path, cache_file: Path | None = None) -> str:
 
 
 def hash_model(path: str | Path, cache_file: Path | None = None) -> ModelInfo:
-    """Size and sha256 of a model file, or of an MLX model directory (method named in the result).
-
-    Hashing a 20 GB GGUF takes tens of seconds, so results are cached in `cache_file` keyed by the
-    resolved path, size and mtime (a changed file is hashed again); a directory's key covers every
-    file's relative path, size and mtime, so an unchanged MLX dir is not read again either.
-    """
+    """Size and sha256 of a model file or MLX model directory, cached in `cache_file` keyed by path, size and
+    mtime of every file (a changed file is hashed again)."""
     p = Path(path).expanduser()
     if not p.exists():
         return ModelInfo(path=str(path), kind="missing",

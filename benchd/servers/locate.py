@@ -30,11 +30,8 @@ def _env_name(name: str) -> str:
 
 
 def resolve_llama_binary(binary: str | None, cache_dir: Path, name: str = "llama-server") -> tuple[Path, str]:
-    """Which `name` binary to run: the candidate's `binary`, else `$BENCHD_LLAMA_SERVER` (or
-    `$BENCHD_LLAMA_BENCH`), else `name` on PATH (e.g. Homebrew's), else the cached pinned build.
-
-    Returns (absolute path, how) with how in candidate|env|path|cache.
-    """
+    """(absolute path, how: candidate|env|path|cache) of the `name` binary: the candidate's `binary`, else
+    `$BENCHD_LLAMA_SERVER` (`$BENCHD_LLAMA_BENCH`), else PATH, else the cached pinned build."""
     def check(raw: str, how: str, field: str | None) -> tuple[Path, str]:
         found = shutil.which(raw) if os.sep not in raw else raw
         path = Path(found or raw).expanduser()
@@ -98,11 +95,8 @@ def _candidate_mlx(binary: str, module: str) -> list[str]:
 
 
 def resolve_mlx_command(runtime: str, binary: str | None, cache_dir: Path) -> tuple[list[str], str]:
-    """The argv prefix that starts `mlx_lm.server` or `mlx_vlm.server`, and how it was found.
-
-    Order: the candidate's `binary` (a server script, or a Python interpreter that has the package), else
-    `$BENCHD_MLX_PYTHON`, else the current interpreter if it imports the package, else the cache venv.
-    """
+    """(argv prefix starting `mlx_lm.server` / `mlx_vlm.server`, how found): the candidate's `binary`, else
+    `$BENCHD_MLX_PYTHON`, else this interpreter if it imports the package, else the cache venv."""
     module = _MLX_MODULES.get(runtime)
     if module is None:
         raise BenchdError("unknown_runtime", f"unknown MLX runtime {runtime!r}: use mlx_lm.server or mlx_vlm.server",

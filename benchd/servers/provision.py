@@ -207,11 +207,8 @@ def check_sdist(sdist: Path, expected: str | None = None) -> None:
 
 
 def download_sdist(dest: Path, index: str | None = None) -> None:
-    """Fetch the pinned sdist file by name from the index's PEP 691 JSON page into `dest`; no build backend runs.
-
-    The index is `BENCHD_PYPI_SIMPLE` (default PyPI's). The index's sha256 for the file and the bytes received
-    must both be `LLAMA_SDIST_SHA256`, else `hash_mismatch` and nothing is left at `dest`.
-    """
+    """Fetch the pinned sdist from `BENCHD_PYPI_SIMPLE`'s PEP 691 page into `dest` (no build backend runs);
+    index hash and bytes must both be `LLAMA_SDIST_SHA256`, else `hash_mismatch` and nothing at `dest`."""
     index = (index or os.environ.get("BENCHD_PYPI_SIMPLE") or PYPI_SIMPLE).rstrip("/")
     name = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"
     page = f"{index}/llama-cpp-python/"
@@ -277,11 +274,7 @@ def _llama_source(root: Path, log: Log) -> Path:
 
 def install_llama(cache_dir: Path, log: Log) -> Path:
     """Build every `LLAMA_TARGETS` binary into `<cache>/runtimes/llama.cpp-<v>/bin`; returns that dir.
-
-    Idempotent: with a valid marker and every binary present it returns at once. An existing `build/`
-    tree is reused (CMake/Ninja only rebuild what changed), so a half-finished build resumes and a target
-    added to an installed version compiles alone.
-    """
+    Idempotent; an existing `build/` tree is reused, so a half-finished build resumes."""
     root = llama_dir(Path(cache_dir))
     bin_dir = root / "bin"
     marker = _read_marker(root)
@@ -339,11 +332,8 @@ def _venv_python(venv: Path) -> Path:
 
 
 def install_mlx(cache_dir: Path, log: Log) -> Path:
-    """Create the pinned MLX venv at `<cache>/runtimes/mlx-..._py<X.Y>/venv`; returns the venv dir.
-
-    The venv is made in place (a venv cannot be moved: its scripts hard-code their interpreter path); the
-    marker written after an import check is what makes it count as installed.
-    """
+    """Create the pinned MLX venv in place at `<cache>/runtimes/mlx-..._py<X.Y>/venv`; returns the venv dir.
+    It counts as installed once its marker is written after an import check."""
     root = mlx_dir(Path(cache_dir))
     venv = root / "venv"
     marker = _read_marker(root)

@@ -115,12 +115,8 @@ async def _reap_group(pid: int, pgid: int, start: float, grace_s: float) -> str:
 async def reap_orphans(
     servers_dir: Path, *, own_pids: Container[int], own_tokens: Container[str], grace_s: float
 ) -> list[dict[str, Any]]:
-    """Kill servers a previous daemon left behind (recorded pid alive with the recorded start time).
-
-    Returns one entry per record: its fields plus `action` = "killed" | "gone" | "pid-reused" |
-    "unreadable". Records of servers the caller runs itself (`own_pids`, `own_tokens`; read as the
-    reaping goes, so pass the live collections) are left alone.
-    """
+    """Kill servers a previous daemon left behind; one entry per record: its fields plus `action` ("killed",
+    "gone", "pid-reused", "unreadable"). `own_pids` / `own_tokens` (live collections) are left alone."""
     # Blocking file calls on the loop are fine here: a few tiny files, and reaping runs before the API serves.
     out: list[dict[str, Any]] = []
     if not servers_dir.is_dir():  # noqa: ASYNC240

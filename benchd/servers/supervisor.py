@@ -152,14 +152,9 @@ class Supervisor:
         cpus: Sequence[int] | None = None,
         cold: bool = False,
     ) -> Server:
-        """Spawn the candidate's server and return it once ready; raises `ServerStartError` otherwise.
-
-        `ctx_size` comes from `adapter.launcher.server_ctx_size(candidate, context, gen_tokens)`. An explicit
-        `port` is used as given (tests); otherwise a free one is allocated and retried once if taken.
-        `cpus`: the cores the server (and every thread it starts) may run on (`benchd.servers.affinity`).
-        `cold`: drop the model files' clean pages from the page cache first (`sensors.pagecache`); every
-        start records how much of them was resident just before the spawn (`Server.cache`).
-        """
+        """Spawn the candidate's server and return it once ready; raises `ServerStartError` otherwise. `port`:
+        as given, else a free one (retried once); `cpus`: the cores it may run on; `cold`: drop the model
+        files' pages from the page cache first (`Server.cache` records how much was resident)."""
         timeout = startup_timeout_s if startup_timeout_s is not None else candidate.startup_timeout_s
         if candidate.external:
             return await self._attach(job, candidate)
@@ -440,12 +435,8 @@ class Supervisor:
     # ------------------------------------------------------------------------------------- stop
 
     async def stop(self, server: Server, *, grace_s: float | None = None) -> ExitInfo | None:
-        """SIGTERM the group, SIGKILL after the grace period, and wait until no member is left.
-
-        Members are found by process group (not by parentage): a grandchild whose parent died was
-        reparented to init but is still in the group. Only processes started after the server count,
-        so a pid reused since then is never touched.
-        """
+        """SIGTERM the group, SIGKILL after the grace period, and wait until no member is left (members by
+        process group and start time: a reused pid is never touched)."""
         if server.external is not None:
             return await self._detach(server)
         grace = self.grace_s if grace_s is None else grace_s

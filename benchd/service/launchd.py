@@ -123,11 +123,8 @@ _TOP_KEY = re.compile(r"^\t([a-z][a-z ()]*[a-z)]) = (.*)$")  # "jetsam memory li
 
 
 def parse_print(text: str) -> dict[str, str]:
-    """The service's own top-level `key = value` lines of `launchctl print` (one tab deep).
-
-    Nested blocks (`arguments = {`, `environment = {`) are skipped; the keys that matter are `state`
-    (running / not running / spawn scheduled), `pid`, `last exit code`, `path`, `runs`.
-    """
+    """The service's own top-level `key = value` lines of `launchctl print` (one tab deep; nested blocks
+    skipped): `state`, `pid`, `last exit code`, `path`, `runs`..."""
     out: dict[str, str] = {}
     for line in text.splitlines():
         match = _TOP_KEY.match(line)

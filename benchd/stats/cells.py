@@ -18,11 +18,8 @@ _Z975 = 1.959963984540054
 
 
 def median_ci(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float, float, float] | None:
-    """Distribution-free CI of the median: (low, high, coverage), or None when n < 6.
-
-    Chooses the largest j such that [x_(j), x_(n+1-j)] has coverage 1 - 2·P(Binomial(n, ½) <= j-1)
-    >= level: the narrowest symmetric order-statistic interval that holds.
-    """
+    """Distribution-free CI of the median: (low, high, coverage), or None when n < 6; the narrowest symmetric
+    order-statistic interval with coverage >= level."""
     xs = sorted(values)
     n = len(xs)
     if n < CI_MIN_N:

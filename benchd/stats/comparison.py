@@ -388,12 +388,8 @@ def tasks_needed(margin_pct: float, alpha: float) -> int:
 
 def compare_outcomes(a: Mapping[str, bool], b: Mapping[str, bool], *, axis: str = "eval_pass_rate",
                      margin_pct: float = DEFAULT_OUTCOME_MARGIN_PCT, alpha: float = ALPHA) -> AxisVerdict:
-    """B's pass rate against A's over the tasks both ran (per-task pass/fail, paired by task id).
-
-    The (1 − α) interval of the difference B − A is Newcombe's score interval for paired data (method 10);
-    different: outside ±`margin_pct` pp and the exact McNemar p ≤ α; tied: inside ±margin. `diff*` carry the difference and its interval (fractions),
-    `ci_low`/`ci_high` the interval as a ratio of B's pass rate over A's (null when A passed none).
-    """
+    """B's pass rate against A's over the tasks both ran (paired by task id): Newcombe's paired interval of
+    B − A (`diff*`, fractions) against ±`margin_pct` pp, guarded by the exact McNemar p."""
     both, only_a, only_b, neither = outcome_table(a, b)
     n = both + only_a + only_b + neither
     better: Direction = direction(axis)
@@ -483,12 +479,9 @@ class AxisStanding(Struct, kw_only=True, frozen=True):
 
 
 class PairDominance(Struct, kw_only=True, frozen=True):
-    """Whether A dominates B or B dominates A. `winner` is different-and-better on `better_on` (each at
-    `alpha_axis` = alpha / k, k the axes taking part), not worse on every other compared axis (one-sided
-    at alpha, Berger's intersection–union test), with no axis unresolved and no axis not compared whose
-    estimate favours the loser beyond its margin. Without a winner, `better_on` / `worse_on` are A's and
-    B's wins, `unresolved_on` the compared axes that keep the pair undecided, `blocked_on` the axes not
-    compared that do."""
+    """Whether A dominates B or B dominates A: `winner` is different-and-better on `better_on` at
+    `alpha_axis` = alpha / k and not worse on every other axis (Berger's intersection–union test), with
+    nothing unresolved or blocked. The rule: docs/measuring.md#the-one-comparison."""
 
     winner: Literal["a", "b"] | None
     status: PairStatus
@@ -733,12 +726,10 @@ def dominance(a: Mapping[str, Sample], b: Mapping[str, Sample], *, axes: Iterabl
               alpha: float = ALPHA, margin_pct: float | Mapping[str, float] | None = None,
               paired: bool | Mapping[str, bool] = False, names: tuple[str, str] = ("A", "B"),
               k: int | None = None, starts: Mapping[str, int | None] | None = None) -> PairDominance:
-    """The Pareto question for one pair (see `PairDominance`). `a`, `b`: axis -> values (per-task outcomes
-    for outcome axes); `axes` defaults to the table's Pareto axes; margins from the axis table unless
-    given (a number applies to the per-value axes; a mapping overrides per axis); `k`: the axes α is split
-    over when more will take part than are given here (the stop rule knows the view's count). An axis
-    missing on a side, or with one value on a side of a per-value axis, is skipped (named, not in k).
-    `starts`: axis -> the server starts its values rest on (`Samples.starts`), said in its verdict."""
+    """The Pareto question for one pair (see `PairDominance`). `a`, `b`: axis -> values (outcome axes:
+    task -> passed); `axes`: default the Pareto axes; `margin_pct`: a number for per-value axes or a
+    mapping per axis; `k`: the axes α is split over when more take part elsewhere. Axes missing or with
+    one value on a side are skipped (not in k)."""
     names_ = list(axes) if axes is not None else [x.name for x in pareto_axes()]
     j, k_, alpha_axis = _judge(a, b, names_, alpha=alpha, k=k, margin_pct=margin_pct, paired=paired,
                                starts=starts)
@@ -806,13 +797,9 @@ def _round_pairs(rows_a: Sequence[object], rows_b: Sequence[object], metric: str
 
 
 def paired_samples(rows_a: Sequence[object], rows_b: Sequence[object], metric: str, *, order: str | None = None) -> Samples:
-    """The values of `metric` on two sets of rows (already filtered to the ones that count).
-
-    With `order` "interleaved" or "blocked" and every row carrying its `round`, the rounds both sides
-    have are paired, each side's value for a round being the median of its probes in that round (one
-    probe when interleaved; the block median when blocked). Otherwise (sequential, rows without a
-    round, or fewer than two shared rounds) the raw values, unpaired.
-    """
+    """The values of `metric` on two sets of (counting) rows: with `order` "interleaved" or "blocked" and
+    rows carrying `round`, the per-round medians of two or more shared rounds, paired; else the raw
+    values, unpaired."""
     raw_a = [v for r in rows_a if (v := _value(r, metric)) is not None]
     raw_b = [v for r in rows_b if (v := _value(r, metric)) is not None]
     raw_starts = _fewer(_starts(rows_a, metric), _starts(rows_b, metric))

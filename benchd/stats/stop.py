@@ -38,15 +38,9 @@ def look_alpha(min_rounds: int, max_rounds: int, alpha: float = ALPHA) -> float:
 
 
 def stuck_axes(d: PairDominance, rounds_left: int) -> list[str]:
-    """The axes that keep an undecided pair undecided past the rounds left, or [] when the rounds left may
-    still resolve it (the pair is then not futile). Each unresolved axis, its spread known
-    (`ADVICE_MIN_N` values a side), either resolves in the rounds left (`AxisVerdict.rounds_to_resolve`, the
-    rounds that give an even chance at the spread and estimate seen so far, ≤ `rounds_left`), the way its
-    estimate points (a win for the side it favours beyond the margin, else tied), or stays stuck (more
-    rounds than are left; None there: beyond any count, or the estimate on the margin). Futile: some axis
-    is stuck and, with the others resolved so, the pair is still undecided (no trade-off: wins on one side
-    at most; no dominance: a stuck axis not shown not worse for the side with the wins; no equivalence: a
-    stuck axis is not tied). Nothing is decided by it: the pair stays undecided, its rounds only end."""
+    """The axes that keep an undecided pair undecided past `rounds_left` (stuck: more rounds needed than are
+    left), or [] when the rounds left may still resolve it. Decides nothing: the pair's rounds only end.
+    The rule: docs/measuring.md#when-a-context-stops."""
     if d.status != "undecided" or d.blocked_on:
         return []
     open_ = _open_axes(d)

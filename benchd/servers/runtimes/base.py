@@ -54,12 +54,8 @@ RenderItem = tuple[list[dict[str, str]], str]
 
 @dataclass(frozen=True)
 class SessionStart:
-    """How a runtime serves session turns with its prompt cache on.
-
-    `candidate`: the candidate to start for sessions (the cache switched on where it is a start flag or
-    a variable). `own_start`: True when the cold probes' server cannot serve them (its cache is off
-    for the whole process). `notes`: what benchd set or found for the cache, recorded in every turn's
-    `sources["prompt_cache"]`."""
+    """How a runtime serves session turns with its prompt cache on: the `candidate` to start, `own_start`
+    (the cold probes' server cannot serve them), `notes` (recorded in `sources["prompt_cache"]`)."""
 
     candidate: Candidate
     own_start: bool
@@ -80,13 +76,9 @@ class ParallelStart:
 
 @dataclass(frozen=True)
 class PrefixCacheRule:
-    """What a runtime's prompt cache can hand the next session turn, by its own design.
-
-    `block_tokens`: the cached prefix is reused in whole blocks of this many tokens (1 = any length),
-    so the cached tokens may fall up to `block_tokens - 1` short of the common prefix without a miss.
-    `keeps_generated`: the generated tokens stay in the cache after a request (False: only the prompt's
-    K/V is kept, so a turn can reuse at most its common prefix with the previous *prompt*).
-    `source`: where that was read (recorded in the turn's `sources["cache_miss"]`)."""
+    """What a runtime's prompt cache can hand the next session turn. `block_tokens`: the prefix is reused in
+    whole blocks of this many tokens; `keeps_generated`: False when only the prompt's K/V stays cached;
+    `source`: where that was read."""
 
     block_tokens: int = 1
     keeps_generated: bool = True
@@ -115,12 +107,8 @@ CTX_MARGIN_TOKENS = 64
 
 @dataclass(frozen=True)
 class Normalized:
-    """One probe's metrics in runtime-independent form, named like `schemas.Row`'s fields.
-
-    Every non-null metric has its source in `sources`; every null metric that a reader might expect has
-    a reason in `null_reasons`. `server_peak_memory_bytes` is a separate figure from the OS sampler's
-    `mem_peak_bytes` (mlx_vlm reports its own MLX peak); it reaches a Row only once Row has that field.
-    """
+    """One probe's metrics in runtime-independent form, named like `schemas.Row`'s fields: every non-null
+    metric has its source in `sources`, every expected null a reason in `null_reasons`."""
 
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
@@ -648,13 +636,8 @@ class Tools(Part):
 
 
 class RuntimeAdapter:
-    """One runtime: its facts (the class attributes below) and its parts, built once per adapter.
-
-    `launcher` (start and provenance), `requests` (what is sent), `reader` (what came back),
-    `checks` (candidate validation, tune matrix), and the capabilities `sessions`, `parallel`, `images`,
-    `tools`. Each runtime module subclasses the parts it changes and names them in `*_part` below;
-    the parts read these facts through their `runtime`.
-    """
+    """One runtime: its facts (the class attributes below) and its parts, built once per adapter; each
+    runtime module names the parts it subclasses in `*_part`."""
 
     #: The runtime's name as in `schemas.Runtime`.
     name: ClassVar[str] = ""

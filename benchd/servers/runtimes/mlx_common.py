@@ -44,11 +44,8 @@ def interpreter(command: list[str]) -> str:
 
 
 def venv_dist_versions(command: list[str], dists: tuple[str, ...]) -> dict[str, str]:
-    """Package versions read from the server's venv with importlib.metadata (no subprocess).
-
-    The command's first element lives in `<venv>/bin/`; its `lib/python*/site-packages` holds the
-    dist-info metadata. Empty when the layout is not a venv (then nothing is guessed).
-    """
+    """Package versions from the command's venv (`<venv>/lib/python*/site-packages` dist-info, no
+    subprocess); empty when the layout is not a venv."""
     from importlib import metadata
 
     bin_dir = Path(command[0]).parent
@@ -232,11 +229,8 @@ class MlxReader(Reader):
 
 
 class MlxServerAdapter(RuntimeAdapter):
-    """What mlx_lm.server and mlx_vlm.server share: offline HF env, venv command, venv version.
-
-    Both size their KV cache themselves (no context-size flag with llama-server's meaning), so one
-    server start serves every context and `ctx_size` is rejected rather than silently ignored.
-    """
+    """What mlx_lm.server and mlx_vlm.server share. They size their KV cache themselves, so one start serves
+    every context and `ctx_size` is rejected rather than ignored."""
 
     version_source: ClassVar[str] = "venv:importlib.metadata"
     abbreviates: ClassVar[bool] = True  # both servers parse their flags with argparse (allow_abbrev)
@@ -249,13 +243,8 @@ class MlxServerAdapter(RuntimeAdapter):
 
 
 def local_tokenizer_counter(model_dir: str) -> Callable[[str], Awaitable[int]] | None:
-    """An exact `count_tokens` for an MLX/HF model directory from its `tokenizer.json`, or None.
-
-    The MLX servers have no tokenize endpoint, but their model folder carries the tokenizer; when the
-    optional `tokenizers` package is importable here, counting locally makes mlx sizing exact (the
-    template overhead is still learnt from the first reported `prompt_tokens`). Counting runs in a
-    thread: a 100k-token text takes tens of milliseconds.
-    """
+    """An exact `count_tokens` (run in a thread) from an MLX/HF model directory's `tokenizer.json`, or None
+    when the optional `tokenizers` package is not importable."""
     path = os.path.join(model_dir, "tokenizer.json")
     if not os.path.isfile(path):
         return None
