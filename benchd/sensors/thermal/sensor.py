@@ -147,6 +147,18 @@ def open_sensor(env: Mapping[str, str] | None = None) -> ThermalSensor:
     return UnavailableSensor()
 
 
+def _linux_sources() -> list[dict[str, object]]:
+    s = LinuxSensor()
+    ps = s.psutil_candidates()
+    zs = s.sysfs_candidates()
+    return [{"name": "linux:psutil", "available": bool(ps),
+             **({"detail": ", ".join(n for n, _, _ in ps)} if ps
+                else {"reason": "psutil.sensors_temperatures() reports no sensor (no /sys/class/hwmon temps)"})},
+            {"name": "linux:sysfs", "available": bool(zs),
+             **({"detail": ", ".join(n for n, _, _ in zs)} if zs
+                else {"reason": f"no readable {s.sysfs_root}/thermal_zone*/temp"})}]
+
+
 def describe_sources(env: Mapping[str, str] | None = None) -> list[dict[str, object]]:
     """Each thermal source: whether it exists here, and why not (for `benchctl doctor`)."""
     env = os.environ if env is None else env
@@ -161,15 +173,7 @@ def describe_sources(env: Mapping[str, str] | None = None) -> list[dict[str, obj
 
         out.extend(thermal_darwin.describe())
     elif sys.platform.startswith("linux"):
-        s = LinuxSensor()
-        ps = s.psutil_candidates()
-        out.append({"name": "linux:psutil", "available": bool(ps),
-                    **({"detail": ", ".join(n for n, _, _ in ps)} if ps
-                       else {"reason": "psutil.sensors_temperatures() reports no sensor (no /sys/class/hwmon temps)"})})
-        zs = s.sysfs_candidates()
-        out.append({"name": "linux:sysfs", "available": bool(zs),
-                    **({"detail": ", ".join(n for n, _, _ in zs)} if zs
-                       else {"reason": f"no readable {s.sysfs_root}/thermal_zone*/temp"})})
+        out += _linux_sources()
     else:
         out.append({"name": "thermal", "available": False, "reason": f"no thermal source implemented for {sys.platform}"})
     chosen = open_sensor(env).read()
