@@ -61,8 +61,7 @@ def _darwin_peer_uid(sock: PeerSocket) -> int:
 def peer_uid(sock: PeerSocket | None) -> int:
     """The uid of the process connected to `sock` (a socket or uvloop's PseudoSocket).
 
-    Raises PeerCredError when it cannot be determined (the caller refuses the connection then).
-    """
+    Raises PeerCredError when it cannot be determined (the caller refuses the connection then)."""
     if sock is None:
         raise PeerCredError("no socket on this transport")
     try:

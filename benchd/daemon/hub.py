@@ -12,8 +12,7 @@ class EventHub:
     """Wakes the followers of a job's event stream; no polling of the store in a loop.
 
     A follower takes `waiter(job)` BEFORE reading the store, then waits on it: any event committed
-    after that read sets it. `notify` may be called from another thread (it hops to the loop).
-    """
+    after that read sets it. `notify` may be called from another thread (it hops to the loop)."""
 
     def __init__(self) -> None:
         self._waiters: dict[str, asyncio.Event] = {}

@@ -30,8 +30,7 @@ def ensure_private_dir(path: Path) -> list[str]:
     """Create `path` 0700 if missing; re-check an existing one and tighten loosened modes.
 
     Returns what was fixed (logged by the caller). Refuses (BenchdError, exit 2) a path that is not a
-    directory, a symlink, or a directory owned by another user: fixing those would mean trusting them.
-    """
+    directory, a symlink, or a directory owned by another user: fixing those would mean trusting them."""
     fixed: list[str] = []
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -110,8 +109,7 @@ class InstanceGuard:
 def remove_stale_socket(sock_path: Path) -> bool:
     """Remove a socket file a dead daemon left. Only call this while holding the InstanceGuard.
 
-    Refuses to delete anything that is not a socket (a mistyped --socket must not eat a file).
-    """
+    Refuses to delete anything that is not a socket (a mistyped --socket must not eat a file)."""
     try:
         st = os.lstat(sock_path)
     except FileNotFoundError:

@@ -175,8 +175,7 @@ def _version() -> str:
 async def run_daemon(config: Config) -> int:
     """Run until SIGTERM/SIGINT; returns the exit status (0 after a clean shutdown within 10 s).
 
-    Raises BenchdError (bad config) and AlreadyRunning from startup; `__main__` maps them to exits.
-    """
+    Raises BenchdError (bad config) and AlreadyRunning from startup; `__main__` maps them to exits."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     force = asyncio.Event()

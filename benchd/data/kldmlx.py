@@ -3,8 +3,7 @@ nothing of benchd. Reads and writes llama.cpp's reference file: docs/kld.md#the-
 
     count --model DIR --corpus FILE                                  -> {"tokens": N} on stdout
     base  --model DIR --corpus FILE --out FILE --ctx N [--chunks K] [kv flags]
-    score --model DIR --base FILE --json-out FILE [kv flags]         -> the figures as JSON
-"""
+    score --model DIR --base FILE --json-out FILE [kv flags]         -> the figures as JSON"""
 
 from __future__ import annotations
 

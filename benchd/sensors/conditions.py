@@ -71,8 +71,7 @@ async def unmet(when: list[str], cooldown: Cooldown, *, probes: Probes = DEFAULT
     """None when every condition in `when` holds now, else why the job waits ("; "-joined).
 
     An unknown condition name is a bug upstream (the schema only admits "idle" and "ac-power"), so it
-    raises ValueError rather than silently running or waiting forever.
-    """
+    raises ValueError rather than silently running or waiting forever."""
     reasons: list[str] = []
     for cond in when:
         if cond == "idle":

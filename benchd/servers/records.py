@@ -61,8 +61,7 @@ def read_pending(path: Path) -> dict[str, Any] | None:
 async def reap_pending(path: Path, own_tokens: Container[str], grace_s: float) -> dict[str, Any] | None:
     """A server whose spawn a dead daemon recorded only as pending: find it by its token, kill its group.
 
-    None for a record of a spawn this daemon has in progress (its token is in `own_tokens`).
-    """
+    None for a record of a spawn this daemon has in progress (its token is in `own_tokens`)."""
     rec = read_pending(path)
     if rec is None:
         return {"path": str(path), "action": "unreadable"}

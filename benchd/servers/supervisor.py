@@ -473,8 +473,7 @@ class Supervisor:
     async def reap_orphans(self) -> list[dict[str, Any]]:
         """Kill servers a previous daemon left behind; see `records.reap_orphans` for the entries.
 
-        Records of servers this supervisor runs itself (or is spawning right now) are left alone.
-        """
+        Records of servers this supervisor runs itself (or is spawning right now) are left alone."""
         return await reap_orphans(
             self.config.servers_dir, own_pids=self.servers, own_tokens=self._pending, grace_s=self.grace_s
         )

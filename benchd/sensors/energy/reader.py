@@ -27,8 +27,7 @@ class Sample:
 class Delta:
     """Joules between two samples: per channel, and the total over the channels `source` names.
 
-    `total_j` is None exactly when `reason` says why (unreadable counter, reader unavailable, ...).
-    """
+    `total_j` is None exactly when `reason` says why (unreadable counter, reader unavailable, ...)."""
 
     seconds: float
     channels: dict[str, float] = field(default_factory=dict)

@@ -76,6 +76,5 @@ def caffeinate_command(pid: int) -> list[str]:
     """`caffeinate -i -w PID`: hold a "prevent idle sleep" assertion until PID exits.
 
     `-i` prevents idle system sleep (the display may still sleep, which costs nothing); `-w` ties the
-    assertion to benchd's own pid, so it is released even if benchd is killed with SIGKILL.
-    """
+    assertion to benchd's own pid, so it is released even if benchd is killed with SIGKILL."""
     return ["caffeinate", "-i", "-w", str(pid)]

@@ -1,8 +1,7 @@
 """`runtime = "openai"`: a server benchd does not start, reached at the candidate's `url`; what answers is
 detected per URL (`detect`, `_DETECTED`) and kind-dependent requests go through that runtime's adapter.
 
-Reasons and facts: docs/runtimes.md#external-servers.
-"""
+Reasons and facts: docs/runtimes.md#external-servers."""
 
 from __future__ import annotations
 
