@@ -46,10 +46,8 @@ TOO_MANY_RESPONSE = (
 
 
 class PeerGate(asyncio.Protocol):
-    """Wraps aiohttp's per-connection protocol; creates it only for a peer with the daemon's uid.
-
-    With a `live` set (the daemon's), it also caps the connections served at once and drops a
-    connection that has not sent complete request headers within HEADER_TIMEOUT_S."""
+    """Wraps aiohttp's per-connection protocol for peers with the daemon's uid only; with `live`, caps the
+    connections and drops one without complete headers within HEADER_TIMEOUT_S."""
 
     def __init__(self, make_inner: Callable[[], asyncio.Protocol], allowed_uid: int,
                  live: set[PeerGate] | None = None) -> None:

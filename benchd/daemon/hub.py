@@ -9,10 +9,8 @@ from benchd.schemas import Event
 
 
 class EventHub:
-    """Wakes the followers of a job's event stream; no polling of the store in a loop.
-
-    A follower takes `waiter(job)` BEFORE reading the store, then waits on it: any event committed
-    after that read sets it. `notify` may be called from another thread (it hops to the loop)."""
+    """Wakes the followers of a job's event stream. Take `waiter(job)` BEFORE reading the store; `notify` may
+    be called from another thread."""
 
     def __init__(self) -> None:
         self._waiters: dict[str, asyncio.Event] = {}

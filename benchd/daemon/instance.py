@@ -27,10 +27,8 @@ class AlreadyRunning(Exception):
 
 
 def ensure_private_dir(path: Path) -> list[str]:
-    """Create `path` 0700 if missing; re-check an existing one and tighten loosened modes.
-
-    Returns what was fixed (logged by the caller). Refuses (BenchdError, exit 2) a path that is not a
-    directory, a symlink, or a directory owned by another user: fixing those would mean trusting them."""
+    """Create `path` 0700 if missing, else tighten loosened modes; returns what was fixed. Raises BenchdError
+    for a non-directory, a symlink, or another user's directory."""
     fixed: list[str] = []
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)

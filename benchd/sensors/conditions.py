@@ -68,10 +68,8 @@ def power_reason(status: PowerStatus) -> str | None:
 
 
 async def unmet(when: list[str], cooldown: Cooldown, *, probes: Probes = DEFAULT_PROBES) -> str | None:
-    """None when every condition in `when` holds now, else why the job waits ("; "-joined).
-
-    An unknown condition name is a bug upstream (the schema only admits "idle" and "ac-power"), so it
-    raises ValueError rather than silently running or waiting forever."""
+    """None when every condition in `when` holds now, else why the job waits ("; "-joined). Raises
+    ValueError for an unknown condition name."""
     reasons: list[str] = []
     for cond in when:
         if cond == "idle":

@@ -144,10 +144,7 @@ class PowerFields(TypedDict):
 
 
 def power_fields(status: PowerStatus) -> PowerFields:
-    """`benchd.sensors.power.status.PowerStatus` → the machine fields (power_source, battery_percent) with sources/reasons.
-
-    The readers themselves (Linux /sys/class/power_supply, macOS `pmset -g batt` via the
-    darwin-isolated `benchd.sensors.power.darwin` parser) belong to `benchd.sensors.power.status`; this only maps the answer."""
+    """`PowerStatus` → the machine fields (power_source, battery_percent) with sources and null reasons."""
     out = PowerFields(power_source=None, battery_percent=status.percent, null_reasons={}, sources={})
     if status.source == "unknown":
         out["null_reasons"]["power_source"] = status.reason or "the OS does not say"

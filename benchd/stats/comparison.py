@@ -421,10 +421,8 @@ def compare_outcomes(a: Mapping[str, bool], b: Mapping[str, bool], *, axis: str 
 
 def compare_to_history(history: Sequence[float], value: float, *, axis: str, better: Direction,
                        margin_pct: float = DEFAULT_MARGIN_PCT, alpha: float = ALPHA) -> AxisVerdict:
-    """One session's `value` (B) against earlier sessions' values `history` (A, three or more): the
-    between-session spread. The ratio's interval is the prediction interval of one more session,
-    exp(±t(k − 1) · s · √(1 + 1/k)) around value / the history's geometric mean; the guard is the exact
-    rank of `value` among the k + 1 sessions, p = 2 · (its tail count) / (k + 1) ≤ max(α, 2 / (k + 1))."""
+    """One session's `value` (B) against earlier sessions' `history` (A, three or more): the prediction
+    interval of one more session, guarded by `value`'s exact rank among the k + 1 sessions."""
     k = len(history)
     kw = _Design(alpha=alpha, margin_pct=margin_pct, n_a=k, n_b=1, paired=False)
     method = "prediction interval of one more session on log values; guard exact rank among sessions"

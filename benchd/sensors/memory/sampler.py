@@ -74,10 +74,7 @@ class MemorySampler:
     # ------------------------------------------------------------------------------------- tree
 
     def tree(self) -> set[int]:
-        """Root plus its live descendants now (empty when the root is gone).
-
-        Linux: walks `/proc/PID/task/*/children` from the root (a few reads for a server's tree), not
-        psutil's `children()`, which reads /proc/*/stat of every process on the machine."""
+        """Root plus its live descendants now (empty when the root is gone); Linux walks /proc children files."""
         kids_proc = memory_linux.proc_tree(self.root_pid)
         if kids_proc is not None:
             return kids_proc

@@ -73,8 +73,5 @@ def parse_pmset_batt(text: str) -> PmsetBatt:
 
 
 def caffeinate_command(pid: int) -> list[str]:
-    """`caffeinate -i -w PID`: hold a "prevent idle sleep" assertion until PID exits.
-
-    `-i` prevents idle system sleep (the display may still sleep, which costs nothing); `-w` ties the
-    assertion to benchd's own pid, so it is released even if benchd is killed with SIGKILL."""
+    """`caffeinate -i -w PID`: prevent idle sleep until PID (benchd) exits, even by SIGKILL."""
     return ["caffeinate", "-i", "-w", str(pid)]

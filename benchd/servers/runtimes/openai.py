@@ -90,10 +90,8 @@ _KEY_RECIPIENT: dict[str, int] = {}
 
 
 def api_key_headers(candidate: Candidate) -> dict[str, str]:
-    """`Authorization: Bearer <key>` from the variable `api_key_env` names in benchd's environment, read
-    at each request (never stored); empty without one. Sent only while the process it was cleared for
-    (`key_recipient`, at detection) still listens on the URL's port, else a BenchdError
-    (`api_key_withheld`: the request is not made)."""
+    """`Authorization: Bearer <key>` from `api_key_env`'s variable, read per request; empty without one.
+    Raises BenchdError `api_key_withheld` unless the process it was cleared for still listens there."""
     if not (candidate.api_key_env and os.environ.get(candidate.api_key_env)):
         return {}
     assert candidate.url is not None
