@@ -400,9 +400,8 @@ def _descendants(pid: int) -> list[psutil.Process]:
 
 
 def _await_gone(procs: list[psutil.Process], timeout_s: float = 30) -> None:
-    """Wait until each of `procs` has exited (a zombie counts: it runs nothing). Killing the sandbox's top
-    process returns before the kernel has torn its pid namespace down; the namespace's other processes die
-    when its pid 1 does, which is asynchronous to the top process's exit."""
+    """Wait until each of `procs` has exited (a zombie counts): a pid namespace dies asynchronously to its
+    top process."""
     import psutil
 
     deadline = time.monotonic() + timeout_s

@@ -52,9 +52,8 @@ LOAD_LOG_BYTES = 1 << 20
 
 
 def _page_cache_before(candidate: Candidate, cold: bool) -> tuple[str | None, str, float | None]:
-    """(cache state, how it was known, resident fraction) of the model files just before a spawn; with
-    `cold` their pages are dropped first. "partial" after a drop: some pages stayed (tmpfs, or mapped by
-    another process)."""
+    """(cache state, how known, resident fraction) of the model files just before a spawn, their pages
+    dropped first when `cold` ("partial": some stayed)."""
     spec = candidate.spec
     files = pagecache.files_of([candidate.model, *([spec.draft_model] if spec and spec.draft_model else [])])
     why = pagecache.drop(files) if cold else None
@@ -92,9 +91,8 @@ class _LoadMarker:
         return False
 
     async def settle(self, server: Server, ready_s: float, poll_s: float) -> None:
-        """After health answered, with no line seen before: a line that shows within `LATE_LINE_S` was
-        written after the server flagged itself ready, so the load ended between the last not-ready answer
-        and this one: `load_s` is the ready time, the same one-poll resolution as a line seen before it."""
+        """After health answered with no line seen: a line within `LATE_LINE_S` came after ready, so `load_s`
+        is the ready time (the same one-poll resolution)."""
         if server.load_s is not None or self.marker is None:
             return
         deadline = time.monotonic() + LATE_LINE_S
@@ -119,9 +117,8 @@ def _read_from(path: Path, offset: int, max_bytes: int) -> str:
 
 
 def _check_loopback_only(server: Server) -> None:
-    """Every TCP socket the ready server (and its children) listens on is loopback; else a start error
-    (`not_loopback`: the caller stops it and its cells fail with the reason). Candidate args cannot
-    set the host (reserved in every spelling), but a runtime may open another listener of its own."""
+    """Raises a `not_loopback` start error unless every TCP socket the ready server (and its children)
+    listens on is loopback (a runtime may open a listener of its own)."""
     wide = non_loopback(listening_addresses(server.pid))
     if wide:
         raise server.start_error(
@@ -471,9 +468,7 @@ class Supervisor:
         self._pending.discard(token)
 
     async def reap_orphans(self) -> list[dict[str, Any]]:
-        """Kill servers a previous daemon left behind; see `records.reap_orphans` for the entries.
-
-        Records of servers this supervisor runs itself (or is spawning right now) are left alone."""
+        """`records.reap_orphans`, leaving alone the servers this supervisor runs or is spawning."""
         return await reap_orphans(
             self.config.servers_dir, own_pids=self.servers, own_tokens=self._pending, grace_s=self.grace_s
         )

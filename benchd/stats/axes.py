@@ -12,10 +12,8 @@ Source = Literal["probe", "outcomes", "candidate", "cell"]
 
 
 class Axis(NamedTuple):
-    """An axis: its better direction, the words for B's value being higher / lower, whether Pareto and
-    `compare` use it, whether its values are per-task outcomes, its label and unit (values × `scale`
-    in `unit`), the practical margin (% of the ratio; pass rates: percentage points), whether every
-    Pareto view names it (`core`), and where its samples come from."""
+    """An axis: direction, words, Pareto / `compare` use, label and unit (values × `scale`), margin (% of the
+    ratio; pass rates: pp), `core`, and where its samples come from."""
 
     name: str
     better: Direction

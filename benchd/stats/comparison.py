@@ -49,9 +49,8 @@ _MINUS = "\N{MINUS SIGN}"
 
 
 class AxisVerdict(Struct, kw_only=True, frozen=True):
-    """How B compares with A on one axis. `ratio` is B/A (geometric means; pass rates: B's over A's),
-    `ci_low`/`ci_high` its (1 − alpha) interval, `b_better` the direction of the estimate (None when
-    equal or unknown; it counts only when `verdict` is different), `guard_p` the rank test's p."""
+    """How B compares with A on one axis: `ratio` B/A with its (1 − alpha) interval, `b_better` the estimate's
+    direction (counts only when different), `guard_p` the rank test's p."""
 
     axis: str
     better: Direction
@@ -461,9 +460,8 @@ PairStatus = Literal["dominates", "trade-off", "undecided", "equivalent", "nothi
 
 
 class AxisStanding(Struct, kw_only=True, frozen=True):
-    """One axis in the pair's Pareto question. `a_not_worse`: the one-sided (1 − α) bound of B's advantage
-    lies within the margin (non-inferiority of A, α unsplit); `b_not_worse` the same for B (None: not
-    compared). `favours`: the side the estimate favours by more than the margin (None: within it)."""
+    """One axis in the pair's Pareto question: `a_not_worse` / `b_not_worse` (one-sided non-inferiority at α;
+    None: not compared), `favours` (the side favoured beyond the margin, if any)."""
 
     axis: str
     compared: bool

@@ -70,9 +70,7 @@ def _futile(d: PairDominance, resolving: list[str], stuck: list[str]) -> bool:
 
 
 def planned_axes(sweep: Sweep) -> list[str]:
-    """The Pareto axes the sweep's view can compare, known before it runs (α is split over them): the
-    per-probe axes, time to ready, and the axes the sweep turns on (eval tier, suites, sustained runs,
-    sessions, KL divergence, concurrency levels, image resolutions)."""
+    """The Pareto axes the sweep's view can compare, known before it runs (α is split over them)."""
     out = [a.name for a in probe_axes()]
     out.append("ready_s")
     if sweep.eval_tier != "none":
@@ -121,9 +119,8 @@ def stop_verdict(rows_a: Sequence[Row], rows_b: Sequence[Row], *, metric: str, b
 
 def stop_reason(per_candidate: Mapping[str, Sequence[Row]], rnd: int, *, min_rounds: int, max_rounds: int,
                 order: str, sweep: Sweep, alpha: float = ALPHA) -> str | None:
-    """Why a context's rounds end after round `rnd`, or None to go on: at a planned look, every pair's
-    per-probe Pareto question is resolved (one dominates, a trade-off, or equivalent) at the look's α.
-    `per_candidate`: each candidate's valid probe rows of the context so far."""
+    """Why a context's rounds end after round `rnd` (every pair's question resolved at a planned look's α),
+    or None to go on; `per_candidate`: each candidate's valid probe rows so far."""
     if rnd not in looks(min_rounds, max_rounds) or rnd >= max_rounds:
         return None
     a_look = look_alpha(min_rounds, max_rounds, alpha)

@@ -60,9 +60,8 @@ def base_url(url: str) -> str:
 
 
 def key_recipient(candidate: Candidate) -> tuple[int | None, str]:
-    """(the pid the API key may be sent to, "") or (None, why not): the candidate's `pid` when it listens
-    on the URL's port, else the one process listening there when it runs as benchd's user. A blocking
-    scan (psutil): call it off the event loop."""
+    """(the pid the API key may be sent to, "") or (None, why not): the process of benchd's user listening
+    on the URL's port. Blocking (psutil)."""
     assert candidate.url is not None
     port = urlsplit(base_url(candidate.url)).port or 80
     if candidate.pid is not None:
@@ -142,9 +141,8 @@ def _model_ids(doc: object) -> list[str]:
 
 
 async def detect(candidate: Candidate) -> ExternalServer:
-    """What answers at the candidate's `url` (each kind's endpoints: docs/runtimes.md#external-servers).
-    Raises `aiohttp.ClientError` / `TimeoutError` when nothing answers, `RuntimeError` when something
-    answers but not like an OpenAI-compatible server."""
+    """What answers at the candidate's `url`. Raises `aiohttp.ClientError` / `TimeoutError` when nothing
+    does, `RuntimeError` when it is not OpenAI-compatible."""
     assert candidate.url is not None
     url = base_url(candidate.url)
     await _check_key_recipient(candidate, url)
