@@ -108,8 +108,7 @@ def utcnow() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-#: Random hex digits after the second: 40 bits, so a burst of a thousand submits in one second collides
-#: with probability under 1e-6; `Store.create_job` still probes past a taken id, so none ever fails.
+#: Random hex digits after the second (40 bits); `Store.create_job` probes past a taken id.
 JOB_ID_RANDOM_HEX = 10
 
 

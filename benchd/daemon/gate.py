@@ -23,9 +23,7 @@ REFUSAL_RESPONSE = (
 )
 
 
-#: Connections served at once, and how long a connection may take to send its first request's headers:
-#: without them, clients that connect and never send (or trickle headers) held a file descriptor each
-#: for ever; at the fd limit the engine could no longer open server logs or spawn servers.
+#: Connections served at once, and how long one may take to send its first headers (idle ones hold fds).
 def _fd_budget() -> int:
     """A quarter of the soft fd limit (launchd's default is 256 on macOS), within [16, 256]."""
     import resource

@@ -24,23 +24,19 @@ from benchd.errors import BenchdError
 from benchd.lifeline import die_with_daemon
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
-#: sha256 of `llama_cpp_python-0.3.36.tar.gz`, the sdist pip downloads from PyPI (the file the build
-#: of this machine came from): checked after every download, and for a `BENCHD_LLAMA_SDIST` given.
+#: sha256 of `llama_cpp_python-0.3.36.tar.gz` (PyPI's sdist), checked after every download and for `BENCHD_LLAMA_SDIST`.
 LLAMA_SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 #: The index the sdist is fetched from (PEP 691 JSON); `BENCHD_PYPI_SIMPLE` names another.
 PYPI_SIMPLE = "https://pypi.org/simple"
 MLX_VERSION = "0.32.4"
 MLX_LM_VERSION = "0.32.2"
 MLX_VLM_VERSION = "0.7.10"
-#: Built from one source tree; `llama-perplexity` scores KL divergence and `llama-tokenize` counts its corpus
-#: (benchd.engine.kld). A target added to an installed build re-runs the build in its existing tree: only the
-#: new target compiles.
+#: Built from one source tree (`llama-perplexity`, `llama-tokenize`: benchd.engine.kld).
 LLAMA_TARGETS = ("llama-server", "llama-bench", "llama-perplexity", "llama-tokenize")
 RUNTIMES = ("llama-server", "mlx")
 MARKER = "installed.json"
 
-#: The options that build on Linux x86-64. The UI options stop the build
-#: from downloading web assets; the ISA options keep a GGML_NATIVE=OFF build fast (x86 with AVX2 only).
+#: The options that build on Linux x86-64: no web-asset download, AVX2 ISA with GGML_NATIVE=OFF.
 LLAMA_CMAKE_BASE = [
     "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_SERVER=ON",
     "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF",

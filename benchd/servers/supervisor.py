@@ -42,9 +42,7 @@ from benchd.servers.server import NO_PID, ExitInfo, Server, ServerStartError
 
 log = logging.getLogger("benchd.servers.supervisor")
 
-#: How often the watcher checks the log size, and the share of the cap at which it rotates: a file is
-#: rotated at half the cap, so it stays under the cap while the server writes under cap/2 per check
-#: (20 MB/s at 8 MiB); checking once a second at the full cap let a chatty server reach twice the cap.
+#: How often the watcher checks the log size; rotating at half the cap keeps a file under it (docs/runtimes.md).
 _ROTATE_CHECK_S = 0.2
 _ROTATE_AT = 0.5
 #: How much of a start's log is read for its load facts (the layer split is logged while loading).
@@ -67,9 +65,7 @@ def _page_cache_before(candidate: Candidate, cold: bool) -> tuple[str | None, st
     return state, how, res.fraction
 
 
-#: How long a start waits, after health answered, for a model-loaded line the server logs after it
-#: flags itself ready (llama-server sets `is_ready` before `SRV_INF("model loaded")`, and its logger
-#: writes from a thread of its own).
+#: How long a start waits, after health answered, for a model-loaded line logged after ready (llama-server).
 LATE_LINE_S = 2.0
 
 

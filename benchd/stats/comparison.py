@@ -454,8 +454,6 @@ Sample = Sequence[float] | Mapping[str, bool]
 
 #: Values a side a per-candidate axis (time to ready, the sustain ratio) needs before it is compared.
 TAIL_MIN_N = 6
-#: A pair's outcome: one dominates; each is better somewhere (a trade-off); undecided (an axis left
-#: unresolved or blocked, named); equivalent (not worse either way on every axis compared); nothing to compare.
 PairStatus = Literal["dominates", "trade-off", "undecided", "equivalent", "nothing to compare"]
 
 

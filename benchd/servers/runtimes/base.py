@@ -47,8 +47,7 @@ __all__ = [
     "json_health",
 ]
 
-#: One conversation to render with the chat template (generation prompt added) and a text appended after
-#: the rendering (the answer the server generated), tokenized as the server tokenizes a chat prompt.
+#: A conversation to render with the chat template, and a text (the answer) appended after the rendering.
 RenderItem = tuple[list[dict[str, str]], str]
 
 

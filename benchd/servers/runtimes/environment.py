@@ -13,8 +13,7 @@ import msgspec
 from benchd.errors import BenchdError
 from benchd.schemas import Sweep
 
-#: Names that look like they hold a secret: their values are never recorded, and never inherited by a
-#: server (a candidate's own `env` may still pass one). `TOKENIZERS_*` are tokenizer knobs, not tokens.
+#: Names that look like secrets: never recorded, never inherited (`TOKENIZERS_*` are knobs, not tokens).
 SECRET_NAME = re.compile(r"TOKEN(?!IZER)|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 REDACTED = "<redacted>"
 
