@@ -114,8 +114,7 @@ class Rechecker:
         return lf, current, changed
 
     def _pending_active(self) -> PendingRecheck | None:
-        """The pending recheck until its verdict is written (its job may have just ended), unless its
-        job is gone."""
+        """The pending recheck until its verdict is written, unless its job is gone."""
         pending = self.state.pending
         if pending is None:
             return None

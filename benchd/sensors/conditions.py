@@ -68,8 +68,7 @@ def power_reason(status: PowerStatus) -> str | None:
 
 
 async def unmet(when: list[str], cooldown: Cooldown, *, probes: Probes = DEFAULT_PROBES) -> str | None:
-    """None when every condition in `when` holds now, else why the job waits ("; "-joined). Raises
-    ValueError for an unknown condition name."""
+    """None when every condition in `when` holds, else why the job waits; ValueError for an unknown one."""
     reasons: list[str] = []
     for cond in when:
         if cond == "idle":

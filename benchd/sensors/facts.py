@@ -196,8 +196,7 @@ def _cache_key(path: Path) -> str:
 
 
 def _dir_listing(p: Path) -> tuple[list[tuple[Path, str, int, int]], str]:
-    """A model directory's regular files (path, relative path, size, mtime) in hashing order, and its cache
-    key (no file is read)."""
+    """A model directory's regular files in hashing order, and its cache key (no file is read)."""
     files = sorted((f for f in p.rglob("*") if f.is_file()), key=lambda f: f.relative_to(p).as_posix())
     listing = []
     sig = hashlib.sha256()

@@ -115,8 +115,7 @@ def listening_addresses(pid: int) -> list[tuple[str, int]]:
 
 
 def non_loopback(addresses: list[tuple[str, int]]) -> list[str]:
-    """The listening addresses that are not loopback (`0.0.0.0`, `::`, a LAN address), as `ip:port`;
-    an IPv4-mapped `::ffff:127.x` is loopback."""
+    """The non-loopback listening addresses as `ip:port` (an IPv4-mapped `::ffff:127.x` is loopback)."""
     out = []
     for ip, port in addresses:
         try:

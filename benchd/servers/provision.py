@@ -73,8 +73,7 @@ def _mlx_lock_sha256() -> str | None:
 
 
 def _mlx_installed(marker: dict[str, object] | None, venv: Path) -> bool:
-    """The venv counts as installed when its marker names the same pins and the same lock (a changed lock
-    reinstalls) and its interpreter runs."""
+    """Installed: the marker names the same pins and lock, and the interpreter runs."""
     return bool(marker and marker.get("requirements") == mlx_requirements()
                 and marker.get("lock_sha256") == _mlx_lock_sha256() and _executable(_venv_python(venv)))
 

@@ -55,8 +55,7 @@ class Sandbox:
 
 
 class Outcome(NamedTuple):
-    """How a sandboxed run ended. `returncode` None: killed (`killed` says why); tails are the last
-    TAIL_BYTES of each capped output file."""
+    """How a sandboxed run ended: `returncode` None when killed (`killed` says why); output tails."""
 
     returncode: int | None
     passed_marker: bool
@@ -396,8 +395,7 @@ def _descendants(pid: int) -> list[psutil.Process]:
 
 
 def _await_gone(procs: list[psutil.Process], timeout_s: float = 30) -> None:
-    """Wait until each of `procs` has exited (a zombie counts): a pid namespace dies asynchronously to its
-    top process."""
+    """Wait until each of `procs` has exited (a zombie counts): a pid namespace dies asynchronously."""
     import psutil
 
     deadline = time.monotonic() + timeout_s

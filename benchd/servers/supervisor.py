@@ -283,8 +283,7 @@ class Supervisor:
         return server
 
     async def _watch_pid(self, server: Server) -> None:
-        """An external server's process, polled every `_ROTATE_CHECK_S`: its end is a crash (benchd never
-        stops it)."""
+        """An external server's process, polled: its end is a crash (benchd never stops it)."""
         try:
             proc = psutil.Process(server.pid)
             while True:

@@ -1,5 +1,4 @@
-"""macOS-only: the benchd LaunchAgent's launchctl commands, load sequence and `launchctl print` parser
-(docs/service.md#launchctl)."""
+"""macOS-only: the LaunchAgent's launchctl commands and load sequence (docs/service.md#launchctl)."""
 
 from __future__ import annotations
 

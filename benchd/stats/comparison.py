@@ -240,8 +240,7 @@ def _exact(axis: str, better: Direction, est: float, *, guard_p: float | None, m
 
 
 def _settled(common: _Estimate, est: float, h: float, guard_ok: bool, at: str) -> AxisVerdict | None:
-    """Different (interval outside ±margin and `guard_ok`) or tied (inside), from log estimate `est` ± `h`;
-    None: unresolved."""
+    """Different (`est` ± `h` outside ±margin, `guard_ok`) or tied (inside); None: unresolved."""
     lo, hi = est - h, est + h
     lm = math.log1p(common["margin_pct"] / 100.0)
     rlo, rhi = math.exp(lo), math.exp(hi)
@@ -569,8 +568,7 @@ def _value_bounds(name: str, sa: Sequence[float], sb: Sequence[float], margin: f
 
 def _standing(name: str, sa: Sample, sb: Sample, *, margin: float, alpha: float, paired: bool,
               nc: NotCompared | None) -> AxisStanding:
-    """B's advantage on `name` (> 0 better for B) with each side's one-sided (1 − alpha) upper bound,
-    against the margin."""
+    """B's advantage on `name` (> 0: better for B) and each side's one-sided bound, against the margin."""
     higher = direction(name) == "higher"
     if isinstance(sa, Mapping) and isinstance(sb, Mapping):
         lim, adv, b_hi, a_hi = _outcome_bounds(sa, sb, margin, alpha, higher)

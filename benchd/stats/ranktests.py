@@ -1,5 +1,4 @@
-"""The distributions behind `stats.comparison` (its only user), in pure Python: no scipy.
-Reasons and facts: docs/measuring.md#rank-tests."""
+"""The distributions behind `stats.comparison` (its only user), in pure Python (docs/measuring.md#rank-tests)."""
 
 from __future__ import annotations
 

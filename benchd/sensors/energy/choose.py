@@ -1,5 +1,4 @@
-"""Which energy reader this machine gets: `$BENCHD_POWERCAP_ROOT`, macOS IOReport, Linux RAPL, else a
-`NullReader` naming what is missing."""
+"""Which energy reader this machine gets (`$BENCHD_POWERCAP_ROOT`, IOReport, RAPL, else `NullReader`)."""
 
 from __future__ import annotations
 

@@ -44,8 +44,7 @@ def linux_physical(read: Callable[[], str] = lambda: Path("/proc/meminfo").read_
 
 
 def darwin_limits(sysctl: Callable[[str], str | None] = sysctl) -> tuple[int | None, int | None]:
-    """(physical bytes from hw.memsize, GPU wired limit bytes from iogpu.wired_limit_mb or None when
-    unset/0/unreadable)."""
+    """(hw.memsize bytes, iogpu.wired_limit_mb in bytes or None when unset/0/unreadable)."""
     mem = sysctl("hw.memsize")
     wired = sysctl("iogpu.wired_limit_mb")
     physical = int(mem) if mem and mem.strip().isdigit() else None

@@ -1,5 +1,4 @@
-"""Which memory reader this machine gets (the readers never import each other), the swap counters, and
-what `benchctl doctor` lists."""
+"""Which memory reader this machine gets, the swap counters, and what `benchctl doctor` lists."""
 
 from __future__ import annotations
 

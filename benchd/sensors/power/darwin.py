@@ -1,5 +1,4 @@
-"""macOS-only power facts: `pmset -g batt` parsing and the `caffeinate` sleep assertion.
-Reasons and facts: docs/measuring.md#power-on-macos."""
+"""macOS-only power facts: `pmset -g batt` and `caffeinate` (docs/measuring.md#power-on-macos)."""
 
 from __future__ import annotations
 
@@ -48,8 +47,7 @@ def _estimate(remaining: re.Match[str] | None, rest: str) -> str | None:
 
 
 def parse_pmset_batt(text: str) -> PmsetBatt:
-    """Parse `pmset -g batt`. An unrecognised supply name is "unknown", never guessed; 'UPS Power' is
-    battery (the mains has failed)."""
+    """Parse `pmset -g batt`; an unrecognised supply is "unknown", 'UPS Power' is battery."""
     match = _DRAWING.search(text)
     drawing = match.group(1) if match else None
     source = _supply(drawing)

@@ -238,8 +238,7 @@ class Checks(Part):
 
 
 class Launcher(Part):
-    """Starting the server and describing the start. A subclass provides `command`, `argv`, `check_ready`
-    and `version`."""
+    """Starting the server and describing it; a subclass provides `command`, `argv`, `check_ready`, `version`."""
 
     def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
         """(the command prefix, how found: candidate|env|path|cache). May run a subprocess: off the loop."""

@@ -20,8 +20,7 @@ REDACTED = "<redacted>"
 
 @dataclass(frozen=True)
 class ServerEnv:
-    """The child's whole environment, what benchd passed on top of the scrubbed inheritance, and the
-    inherited names it removed (sorted)."""
+    """The child's whole environment, what benchd passed on top, and the inherited names removed."""
 
     env: dict[str, str]
     passed: dict[str, str] = field(default_factory=dict)

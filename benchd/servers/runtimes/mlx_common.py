@@ -144,8 +144,7 @@ class MlxChecks(Checks):
 
 
 class MlxLauncher(Launcher):
-    """The MLX servers' start: the venv's command, the offline Hugging Face environment, versions
-    read from the venv (`version_dists`)."""
+    """The MLX servers' start: the venv's command, the offline HF environment, the venv's versions."""
 
     #: Distributions whose versions make up `version()` (first = the server package).
     version_dists: ClassVar[tuple[str, ...]] = ()
@@ -190,8 +189,7 @@ class MlxRequests(Requests):
 
     async def rendered_tokens(self, base_url: str, candidate: Candidate, command: list[str],
                               items: list[RenderItem], thinking: str) -> list[list[int]]:
-        """The server venv's transformers renders the model dir's chat template and tokenizes (one
-        subprocess for all items, offline)."""
+        """Rendered and tokenized by the server venv's transformers (one offline subprocess)."""
         import asyncio
 
         kwargs = {"enable_thinking": thinking == "on"} if thinking != "default" else {}

@@ -315,8 +315,7 @@ class ExternalChecks(Checks):
 
 
 class ExternalLauncher(Launcher):
-    """An external server is not started: no command or argv; readiness from `/v1/models`, the
-    version from the detection."""
+    """An external server is not started: readiness from `/v1/models`, the version from the detection."""
 
     def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
         return [], NOT_STARTED
@@ -337,8 +336,7 @@ class ExternalLauncher(Launcher):
 
 
 class ExternalRequests(Requests):
-    """Requests to an external server: its API key, and the detected kind's length fields, token
-    counts and rendering."""
+    """Requests to an external server: its API key, and the detected kind's fields, counts and rendering."""
 
     def auth_headers(self, candidate: Candidate) -> dict[str, str]:
         return api_key_headers(candidate)
