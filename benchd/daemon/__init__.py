@@ -1,2 +1,1 @@
-"""The daemon stage: the long-running process that owns the queue and answers on a Unix socket
-(docs/architecture.md). Entry point: `lifecycle.run_daemon`."""
+"""The daemon stage: owns the queue and answers on a Unix socket (docs/architecture.md)."""

@@ -9,8 +9,7 @@ from benchd.schemas import Event
 
 
 class EventHub:
-    """Wakes the followers of a job's event stream. Take `waiter(job)` BEFORE reading the store; `notify` may
-    be called from another thread."""
+    """Wakes a job's stream followers: take `waiter(job)` BEFORE reading the store; `notify` is thread-safe."""
 
     def __init__(self) -> None:
         self._waiters: dict[str, asyncio.Event] = {}

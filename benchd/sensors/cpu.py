@@ -1,5 +1,4 @@
-"""System CPU load as a fraction of the machine, measured by benchd (no load-average lag); for the idle
-cooldown and the queue's `idle` condition."""
+"""System CPU load as a fraction of the machine, measured by benchd (no load-average lag)."""
 
 from __future__ import annotations
 

@@ -172,8 +172,7 @@ class LogStats(NamedTuple):
 
 
 def log_stats(a: Sequence[float], b: Sequence[float], paired: bool) -> LogStats | None:
-    """The estimate of log(B/A) from positive values (paired: mean log ratio; else Welch); None when the
-    noise is unknown (one pair, or one value on a side)."""
+    """log(B/A) from positive values (paired: mean log ratio; else Welch); None when the noise is unknown."""
     la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
     if paired:
         if len(la) < 2:

@@ -79,8 +79,7 @@ def _max_range(path: Path) -> int | None:
 
 
 def counter_delta_uj(a: int, b: int, max_range_uj: int | None) -> int | None:
-    """b - a for a counter that wraps to 0 at `max_range_uj` (once at most between samples: ~44 min at 100 W);
-    None if it went back and the range is unknown."""
+    """b - a for a counter wrapping at `max_range_uj`; None if it went back and the range is unknown."""
     if b >= a:
         return b - a
     if max_range_uj is None or max_range_uj <= 0:

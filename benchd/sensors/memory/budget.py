@@ -82,8 +82,7 @@ def read_budget(*, platform: str = sys.platform, env: Mapping[str, str] = os.env
 
 
 def footprint_bytes(pid: int) -> int | None:
-    """A resident server's measured footprint: the resident set of the process and its children
-    (mapped model pages included), None when it is gone."""
+    """A resident server's footprint: the RSS of the process and its children; None when it is gone."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]

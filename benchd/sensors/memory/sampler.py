@@ -263,8 +263,7 @@ class MemorySampler:
         )
 
     def _peak(self, reasons: dict[str, str]) -> tuple[bool, int | None, str, bool, str]:
-        """(kernel peak usable, peak, source, exact, note): the kernel's peak when every process has one since
-        its reset, else the sampled series' max."""
+        """(kernel peak usable, peak, source, exact, note): the kernel's, else the sampled series' max."""
         b = self.backend
         gone = self._vanished & self._seen
         seen = self._seen

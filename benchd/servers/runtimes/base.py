@@ -561,8 +561,7 @@ class Parallel(Part):
                 for n in levels if slots is not None and n > slots]
 
     def parallel_body(self, body: dict[str, object]) -> str | None:
-        """Adjust a parallel request's body in place so the runtime can batch it; returns what changed
-        (recorded in the row's sources), or None."""
+        """Adjust a parallel request's body in place so the runtime can batch it; what changed, or None."""
         return None
 
     async def slot_facts(self, base_url: str) -> dict[str, str]:

@@ -43,8 +43,7 @@ def interpreter(command: list[str]) -> str:
 
 
 def venv_dist_versions(command: list[str], dists: tuple[str, ...]) -> dict[str, str]:
-    """Package versions from the command's venv (`<venv>/lib/python*/site-packages` dist-info, no
-    subprocess); empty when the layout is not a venv."""
+    """Package versions from the command's venv's dist-info (no subprocess); empty when not a venv."""
     from importlib import metadata
 
     bin_dir = Path(command[0]).parent

@@ -20,8 +20,7 @@ class ClientMetrics(TypedDict, total=False):
 
 
 class ClientFigures(ClientMetrics, total=False):
-    """`ClientMetrics` with their `sources` and `null_reasons` (the caller pops those two and merges them
-    into its own before passing the figures on)."""
+    """`ClientMetrics` with their `sources` and `null_reasons` (popped and merged by the caller)."""
 
     sources: dict[str, str]
     null_reasons: dict[str, str]
