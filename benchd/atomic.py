@@ -1,13 +1,6 @@
-"""`atomic_write`: a file is either its old content or its new content, never half of one.
-
-Every file benchd rewrites in place (runbooks, the lock, `recheck.json`, server records, the hash
-cache, the runtime marker, pages, plots, the Vega bundle, the service unit, downloads, installed
-binaries; a file a tool wrote, through `atomic_replace`) goes through it: written beside the target
-under a hidden name unique to this process and thread, flushed to disk (`F_FULLFSYNC` on macOS, where `fsync` only reaches the
-drive's cache), renamed over the target (a rename within a directory is atomic), then the directory
-itself is synced so the rename survives a power loss. On any error the temporary file is removed (a
-full disk leaves no `.tmp` behind) and the error is raised.
-"""
+"""`atomic_write`: a file is either its old content or its new content, never half of one. Every file
+benchd rewrites goes through it (docs/architecture.md#atomic-writes). Raises the OSError after removing
+its temporary file."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Paths and defaults, resolved once into a frozen Config (uvicorn's config.py, minus the side effects).
-
-The shared contract: state dir = --state-dir, else $BENCHD_STATE_DIR, else the platform default; socket
-<state>/benchd.sock ($BENCHD_SOCKET); cache (runtimes, tiny models) $BENCHD_CACHE_DIR, else the platform
-cache dir. Nothing here creates a directory: `instance.py` does that, with the right modes.
-"""
+"""Paths and defaults, resolved once into a frozen Config: state dir (--state-dir, $BENCHD_STATE_DIR, the
+platform default), socket, cache dir. Creates no directory (`instance.py` does)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""The user's settings file, `<state>/config.toml` (today only its `[recheck]` table).
-
-Why a file and not flags: the daemon usually runs as a service (launchd, systemd) whose command line a
-user does not edit; a file in the state dir is read at every start and by `benchctl doctor`.
-
-A bad file never stops the daemon: `load_settings` returns the defaults together with one line naming
-the file, the field and the reason, which the daemon logs and shows in `GET /v1/recheck`, and which
-`doctor` reports. A missing file is not an error (the defaults apply).
-"""
+"""The user's settings file, `<state>/config.toml` (its `[recheck]` table). A bad or unreadable file never
+stops the daemon: `load_settings` returns the defaults and one line saying why; a missing file is no error."""
 
 from __future__ import annotations
 
@@ -26,6 +19,15 @@ def settings_path(state_dir: Path) -> Path:
     return state_dir / SETTINGS_FILE_NAME
 
 
+def _bad_recheck_at(data: dict[str, object], path: Path) -> str | None:
+    recheck = data.get("recheck")
+    at = recheck.get("at") if isinstance(recheck, dict) else None
+    if at is None or (isinstance(at, str) and re.fullmatch(CLOCK_TIME_PATTERN, at)):
+        return None
+    return (f"{path}: recheck.at {at!r} is not a time of day: expected \"HH:MM\" "
+            "(24-hour, local time) or \"\" (as soon as the conditions hold); using the defaults")
+
+
 def load_settings(path: Path) -> tuple[SettingsFile, str | None]:
     """(settings, error): the file's settings, or the defaults plus why the file was not used."""
     try:
@@ -38,10 +40,9 @@ def load_settings(path: Path) -> tuple[SettingsFile, str | None]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         return SettingsFile(), f"{path}: not valid TOML ({exc}); using the defaults"
-    at = data.get("recheck", {}).get("at") if isinstance(data.get("recheck"), dict) else None
-    if at is not None and not (isinstance(at, str) and re.fullmatch(CLOCK_TIME_PATTERN, at)):
-        return SettingsFile(), (f"{path}: recheck.at {at!r} is not a time of day: expected \"HH:MM\" "
-                                "(24-hour, local time) or \"\" (as soon as the conditions hold); using the defaults")
+    bad_at = _bad_recheck_at(data, path)
+    if bad_at is not None:
+        return SettingsFile(), bad_at
     try:
         return msgspec.convert(data, SettingsFile), None
     except msgspec.ValidationError as exc:

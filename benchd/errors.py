@@ -1,8 +1,5 @@
-"""One error type for everything a user can get wrong.
-
-`BenchdError(code, message, field)` maps 1:1 to the API's `{"error": {code, message, field}}` body and to
-benchctl's exit code 2 (bad input). Library code raises it; only `__main__` modules turn it into an exit.
-"""
+"""`BenchdError(code, message, field)`: everything a user can get wrong; the API's error body and
+benchctl's exit code 2. Only `__main__` modules turn it into an exit."""
 
 from __future__ import annotations
 

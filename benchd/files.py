@@ -1,10 +1,5 @@
-"""Files a user named (models, projectors, config files in a model dir): what kind each path is, and a
-read that opens regular files only — never blocking on a FIFO, never reading a device.
-
-Why: `open()` of a FIFO blocks until a writer appears, so a FIFO given as `mmproj` would freeze whoever
-reads its header (the daemon's submit did). `os.open` with O_NONBLOCK returns at once for a FIFO, and
-`fstat` on the open descriptor says what it is without a window between the check and the read.
-"""
+"""Files a user named: what kind each path is, and a read that opens regular files only, never blocking on
+a FIFO (`os.open` with O_NONBLOCK, then `fstat` on the descriptor: no window between check and read)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Who is on the other end of a Unix socket connection: the peer's uid, from the kernel.
-
-On the floor (not in `daemon/`) because two stages use it: the daemon's peer gate, and `benchctl doctor
---platform-report`, which checks it on a socket pair (benchctl never imports the daemon).
-
-Reasons and facts: docs/architecture.md#peer-credentials.
-"""
+"""The peer uid of a Unix socket connection, from the kernel; on the floor for the daemon's gate and
+`benchctl doctor --platform-report`. Reasons and facts: docs/architecture.md#peer-credentials."""
 
 from __future__ import annotations
 
@@ -66,8 +61,7 @@ def _darwin_peer_uid(sock: PeerSocket) -> int:
 def peer_uid(sock: PeerSocket | None) -> int:
     """The uid of the process connected to `sock` (a socket or uvloop's PseudoSocket).
 
-    Raises PeerCredError when it cannot be determined (the caller refuses the connection then).
-    """
+    Raises PeerCredError when it cannot be determined (the caller refuses the connection then)."""
     if sock is None:
         raise PeerCredError("no socket on this transport")
     try:

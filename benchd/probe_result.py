@@ -1,8 +1,4 @@
-"""What one streamed request did, as plain data: the type the probe client fills and the runtime adapters read.
-
-It sits on the floor (below the engine and the servers) because both stages use it: the engine's probe
-client (`benchd.engine.probe`) produces it, each runtime adapter's `reader.normalize` maps it to a row's figures.
-"""
+"""What one streamed request did, as plain data: the probe client fills it, the adapters' `reader.normalize` reads it."""
 
 from __future__ import annotations
 
@@ -15,17 +11,9 @@ ProbeStatus = Literal["ok", "failed", "timeout"]
 
 @dataclass
 class ProbeResult:
-    """What one streamed request did. Times are `time.perf_counter()` seconds (monotonic).
-
-    `final` is the last decoded chunk that carried `usage` or `timings` (the runtime's raw answer, mapped
-    by the adapter's `reader.normalize`). A "content chunk" is any token-bearing chunk: answer text (`content`)
-    or reasoning (`reasoning_content` on llama-server, `reasoning` on the MLX servers), so the first one
-    is the first generated token of any kind. `chunk_times` has the arrival time of every content chunk
-    (one entry per chunk; a chunk is one token for these servers except when a runtime batches several).
-    `reasoning_chunks` counts the chunks that carried reasoning, `first_answer` is the first chunk that
-    carried answer text. `answer_text` / `reasoning_text` hold the streamed text only when the client
-    was asked to collect it (session turns send the answer back; probes skip the decoding).
-    """
+    """What one streamed request did; times are `time.perf_counter()` seconds. `final`: the last chunk with
+    `usage` or `timings`. A content chunk carries any token (answer or reasoning); `chunk_times` has one
+    arrival time per content chunk. `answer_text` / `reasoning_text` are filled only when asked."""
 
     status: ProbeStatus
     error: str | None
@@ -80,40 +68,41 @@ class ProbeResult:
         return len(set(self.chunk_times))
 
     def gen_tps_client(self, completion_tokens: int | None = None) -> float | None:
-        """The stream window: (tokens - 1) / (last - first content chunk time).
-
-        Tokens are `completion_tokens` from usage when given, else the content chunk count. The first
-        token is excluded because its time is the prompt processing, not generation.
-
-        Chunks coalesced in one socket read share that read's time, so the first chunk's time is late
-        when a busy client read it together with later ones (the window shrinks, the rate inflates), and
-        the final read's time is late when the server had already finished. When the first or the last
-        read carried several content chunks (and there are 3+ reads), the window therefore runs from
-        the END of the first read to the END of the second-to-last read, counting the chunks in
-        between: while the server is still producing, a read's last chunk is at most about one token
-        interval old. Unbunched streams keep the plain first-to-last window; bunched streams of fewer
-        than 3 reads have no trustworthy window (None). Measured (benchmarks/fidelity.py, loaded 2-core machine): max
-        client/server ratio 1.17 -> 1.01 (llama-server, 64 tokens), 1.44 -> 1.05 (mlx_vlm).
-        """
+        """The stream window's rate: (tokens - 1) / (last - first content chunk time), tokens being
+        `completion_tokens` when given, else the content chunk count; None without a window. Bunched reads
+        narrow the window (docs/metrics.md#the-client-stream-window)."""
         n = completion_tokens if completion_tokens is not None else self.content_chunks
         if n < 2 or self.first_content is None or self.last_content is None:
             return None
         times = self.chunk_times
         if len(times) >= 3:
-            ends: list[tuple[float, int]] = []  # (read time, chunks received by the end of that read)
-            for i, t in enumerate(times):
-                if ends and ends[-1][0] == t:
-                    ends[-1] = (t, i + 1)
-                else:
-                    ends.append((t, i + 1))
-            bunched = ends[0][1] > 1 or len(times) - ends[-2][1] > 1 if len(ends) >= 2 else False
-            if bunched and len(ends) >= 3 and ends[-2][0] > ends[0][0]:
-                (t0, c0), (t1, c1) = ends[0], ends[-2]
-                return (c1 - c0) / (t1 - t0) * (n - 1) / (len(times) - 1)
-            if bunched:
-                return None  # two bunched reads have no fresh window to time
+            bunched = _bunched_rate(_read_ends(times), len(times))
+            if bunched is not None:
+                return None if bunched == 0.0 else bunched * (n - 1) / (len(times) - 1)
         window = self.last_content - self.first_content
         return (n - 1) / window if window > 0 else None
+
+
+def _read_ends(times: list[float]) -> list[tuple[float, int]]:
+    """(read time, chunks received by the end of that read) per socket read: chunks of one read share its time."""
+    ends: list[tuple[float, int]] = []
+    for i, t in enumerate(times):
+        if ends and ends[-1][0] == t:
+            ends[-1] = (t, i + 1)
+        else:
+            ends.append((t, i + 1))
+    return ends
+
+
+def _bunched_rate(ends: list[tuple[float, int]], chunks: int) -> float | None:
+    """Chunks per second from the end of the first read to the end of the second-to-last when the first or
+    last read was bunched; 0.0 when bunched without such a window; None when not bunched."""
+    if len(ends) < 2 or not (ends[0][1] > 1 or chunks - ends[-2][1] > 1):
+        return None
+    if len(ends) >= 3 and ends[-2][0] > ends[0][0]:
+        (t0, c0), (t1, c1) = ends[0], ends[-2]
+        return (c1 - c0) / (t1 - t0)
+    return 0.0
 
 
 def counter_diff(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:

@@ -1,11 +1,5 @@
-"""The only SQL in benchd: jobs, events, rows and eval results in one SQLite file (WAL).
-
-All methods are synchronous and short; the daemon calls them from its event loop. Cut by what is stored:
-`Store` (the connection, its write lock, the jobs table), `store.events` (`EventLog`, a job's events) and
-`store.results` (`ResultTable`, a job's probe rows and eval results).
-
-Reasons and facts: docs/architecture.md#the-store.
-"""
+"""The only SQL in benchd: jobs, events, rows and eval results in one SQLite file (WAL); `Store`,
+`store.events`, `store.results`. Reasons and facts: docs/architecture.md#the-store."""
 
 from __future__ import annotations
 
@@ -84,8 +78,7 @@ _payload_dec = msgspec.json.Decoder(dict[str, Any])
 
 
 class CorruptStore(BenchdError):
-    """The state database is not a database (or its image is malformed): benchd refuses to start rather
-    than touch it, with one message saying what to do (`__main__` exits with its own code)."""
+    """The state database is not a database (or is malformed): benchd refuses to start rather than touch it."""
 
     def __init__(self, path: Path, exc: sqlite3.DatabaseError) -> None:
         super().__init__("corrupt_store", f"the state database {path} is corrupt (sqlite: {exc}); benchd will not "
@@ -94,8 +87,7 @@ class CorruptStore(BenchdError):
 
 
 class UnreadableJob(BenchdError):
-    """A stored job whose sweep no longer decodes (a tighter schema after an upgrade, a hand-edited
-    store): the queue fails it with this reason and goes on; the stored text is never rewritten."""
+    """A stored job whose sweep no longer decodes: the queue fails it and goes on; the text is never rewritten."""
 
     def __init__(self, job_id: str, reason: str) -> None:
         super().__init__("unreadable_job", f"job {job_id}: its stored sweep no longer decodes: {reason}", "sweep",
@@ -116,8 +108,7 @@ def utcnow() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-#: Random hex digits after the second: 40 bits, so a burst of a thousand submits in one second collides
-#: with probability under 1e-6; `Store.create_job` still probes past a taken id, so none ever fails.
+#: Random hex digits after the second (40 bits); `Store.create_job` probes past a taken id.
 JOB_ID_RANDOM_HEX = 10
 
 
@@ -139,10 +130,8 @@ def _next_job_id(job_id: str) -> str:
 
 
 def planned_probes(sweep: Sweep, bound: Literal["min", "max"] = "min") -> int:
-    """Recorded rows a sweep will write: probes per (candidate, context) plus one sustained each, plus
-    the drift sentinel's re-run of the first cell, plus each vision candidate's image probes (the fixed
-or minimum count per resolution: image probes are not adaptive). With `probes = "auto"` a cell writes between `min`
-    and `max` probe rows: `bound` picks which end (a fixed count gives the same number for both)."""
+    """Recorded rows a sweep will write (probes, sustained rows, the drift sentinel's re-run, image probes);
+    with `probes = "auto"`, `bound` picks the `min` or `max` end."""
     plan = sweep.probe_plan()
     per_cell = plan.min if bound == "min" else plan.max
     return (sum(sum(candidate_planned(sweep, c.vision, bound).values()) for c in sweep.candidates)
@@ -150,8 +139,7 @@ or minimum count per resolution: image probes are not adaptive). With `probes = 
 
 
 def candidate_planned(sweep: Sweep, vision: bool, bound: Literal["min", "max"] = "min") -> dict[str, int]:
-    """One candidate's part of `planned_probes` by row kind (the sentinel aside): its probes over the
-    contexts, its sustained row, its image probes (a vision candidate)."""
+    """One candidate's part of `planned_probes` (the sentinel aside)."""
     plan = sweep.probe_plan()
     return {"probe": len(sweep.contexts) * (plan.min if bound == "min" else plan.max),
             "sustained": 1 if sweep.sustained.tokens > 0 else 0,
@@ -159,8 +147,7 @@ def candidate_planned(sweep: Sweep, vision: bool, bound: Literal["min", "max"] =
 
 
 def dropped_rows(events: Iterable[Event]) -> tuple[int, int]:
-    """The planned rows (low and high end) the job's dropped candidates will not run: the sums of their
-    `candidate_dropped` events' `unrun_rows` / `unrun_rows_max` (benchd.engine.racing)."""
+    """The planned rows (low, high end) the job's dropped candidates will not run (`candidate_dropped` events)."""
     lo = hi = 0
     for e in events:
         if e.type == "candidate_dropped":
@@ -170,8 +157,8 @@ def dropped_rows(events: Iterable[Event]) -> tuple[int, int]:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    """The daemon's connection: WAL, the schema created if absent; a file that is no database is
-    `CorruptStore` (an `OperationalError`, disk full or locked, is raised as is: a retry may succeed)."""
+    """The daemon's connection: WAL, the schema created if absent. Raises `CorruptStore` for a file that is
+    no database; an `OperationalError` (disk full, locked) as is."""
     db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     try:
         db.execute("PRAGMA journal_mode=WAL")
@@ -204,8 +191,7 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
 
 
 def _insert_event(db: sqlite3.Connection, job: str, type_: str, payload: dict[str, Any]) -> Event:
-    """Append one event to `job`, its `seq` the one after the job's last. The caller holds the transaction
-    (`Store.transition`, `EventLog.append`, `ResultTable.commit_row`), so the sequence has no gaps."""
+    """Append one event to `job` with the next `seq`; the caller holds the transaction (no gaps)."""
     cur = db.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE job = ?", (job,))
     seq = int(cur.fetchone()[0]) + 1
     event = Event(seq=seq, time=utcnow(), type=type_, job=job, payload=payload)  # type: ignore[arg-type]
@@ -217,13 +203,11 @@ def _insert_event(db: sqlite3.Connection, job: str, type_: str, payload: dict[st
 
 
 class Store:
-    """The state database: its connection, the write lock and the jobs table. A job's record is kept by
-    the two parts that share the connection and lock: `events` (an `EventLog`) and `results` (a
-    `ResultTable`: probe rows and eval results). Writes are short transactions serialized by the lock."""
+    """The state database: its connection, the write lock, the jobs table, and the parts sharing them
+    (`events`, `results`). Writes are short transactions serialized by the lock."""
 
     def __init__(self, path: Path | str, *, read_only: bool = False) -> None:
-        """`read_only`: for readers beside (or without) the daemon, `benchctl jobs` offline: the file is
-        opened `mode=ro` (no schema, no journal-mode change, never created); a missing file is an error."""
+        """`read_only`: for readers beside (or without) the daemon: `mode=ro`, a missing file is an error."""
         self.path = Path(path)
         self._db = _connect_read_only(self.path) if read_only else _connect(self.path)
         self._tx = _Tx(self._db, threading.Lock())
@@ -238,9 +222,7 @@ class Store:
     def create_job(
         self, sweep: Sweep, not_before: str | None = None, when: Iterable[str] = (), job_id: str | None = None
     ) -> tuple[Job, Event]:
-        """Queue a job. Without `job_id` the store picks a fresh id and, should it be taken already (a
-        repeat of the random draw), the next free one in the same second: a submit never fails on its id.
-        A given `job_id` that is taken is a `BenchdError` (409)."""
+        """Queue a job under a fresh id (never failing on it), or under `job_id`: a `BenchdError` (409) if taken."""
         jid = job_id or new_job_id()
         now = utcnow()
         values = (sweep.name, _enc.encode(sweep).decode(), now, not_before, _enc.encode(list(when)).decode(),
@@ -279,8 +261,7 @@ class Store:
         return sweep
 
     def unreadable(self, job_id: str) -> str | None:
-        """Why a stored job cannot run as it was stored (its sweep, `when` or `not_before` no longer
-        decode), or None. The queue asks before it acts on a job."""
+        """Why a stored job cannot run as stored (its sweep, `when` or `not_before` no longer decode), or None."""
         cur = self._db.execute("SELECT sweep, when_, not_before FROM jobs WHERE id = ?", (job_id,))
         got = cur.fetchone()
         if got is None:
@@ -387,9 +368,7 @@ class Store:
 
 
 class EventLog:
-    """A job's events (the events table): appended with the next `seq`, never changed, read in `seq` order.
-    Shares the `Store`'s connection and lock; `Store.transition` and `ResultTable.commit_row` append their
-    event in their own transaction (`_insert_event`)."""
+    """A job's events: appended with the next `seq`, never changed, read in `seq` order (the `Store`'s lock)."""
 
     def __init__(self, db: sqlite3.Connection, tx: _Tx) -> None:
         self._db = db
@@ -433,8 +412,7 @@ class EventLog:
 
 
 class ResultTable:
-    """A job's measurements: its probe rows (the rows table; each committed with its event) and its eval
-    results (the evals table, one per candidate and task). Shares the `Store`'s connection and lock."""
+    """A job's probe rows (each committed with its event) and eval results (the `Store`'s lock)."""
 
     def __init__(self, db: sqlite3.Connection, tx: _Tx) -> None:
         self._db = db
@@ -457,8 +435,7 @@ class ResultTable:
         return list(self.iter_rows(job))
 
     def iter_rows(self, job: str) -> Iterator[Row]:
-        """The job's rows one at a time, grouped by cell (candidate, context, kind, probe order): a reader
-        that keeps only what it needs of each row holds one full record at a time, never all of them."""
+        """The job's rows one at a time, grouped by cell (candidate, context, kind, probe order)."""
         cur = self._db.cursor()
         cur.arraysize = 64
         cur.execute("SELECT row FROM rows WHERE job = ? ORDER BY candidate, context, kind, probe", (job,))
@@ -489,8 +466,7 @@ class ResultTable:
 
 
 class _Tx:
-    """BEGIN IMMEDIATE … COMMIT (ROLLBACK on error), serialized across threads. One instance serves every
-    transaction of a store and its parts (`with store._tx:`): it keeps no state between uses."""
+    """BEGIN IMMEDIATE … COMMIT (ROLLBACK on error), serialized across threads; stateless between uses."""
 
     def __init__(self, db: sqlite3.Connection, lock: threading.Lock) -> None:
         self._db = db

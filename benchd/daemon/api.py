@@ -1,7 +1,5 @@
 """API v1 over the Unix socket: the app factory, the JSON error contract, the routes, the NDJSON event stream.
-
-Reasons and facts: docs/api.md#why-the-apis-rules.
-"""
+Reasons and facts: docs/api.md#why-the-apis-rules."""
 
 from __future__ import annotations
 
@@ -31,6 +29,8 @@ from benchd.schemas import (
     JOB_STATES,
     RUNBOOK_ID_PATTERN,
     TERMINAL_EVENTS,
+    EvalResult,
+    Event,
     Health,
     Job,
     Progress,
@@ -214,6 +214,15 @@ def _kld_left(ctx: Ctx, job: str, sweep: Sweep) -> float:
     return got[0] if got else 0.0
 
 
+def _task_seconds(results: list[EvalResult]) -> dict[str, list[float]]:
+    """Tier -> the finished tasks' latencies."""
+    seconds: dict[str, list[float]] = {}
+    for r in results:
+        if r.latency_s is not None:
+            seconds.setdefault(r.tier, []).append(r.latency_s)
+    return seconds
+
+
 def _with_eta(ctx: Ctx, job: Job) -> Job:
     """A running job's ETA: its probe rows and eval tasks left, each at its measured time (benchd.daemon.eta)."""
     prog = job.progress
@@ -225,13 +234,9 @@ def _with_eta(ctx: Ctx, job: Job) -> Job:
         results = ctx.store.results.evals(job.id)
     except (ValueError, BenchdError, sqlite3.Error):
         return job
-    seconds: dict[str, list[float]] = {}
-    for r in results:
-        if r.latency_s is not None:
-            seconds.setdefault(r.tier, []).append(r.latency_s)
-    rows_left = prog.total - prog.done
+    seconds = _task_seconds(results)
     rows_left_max = prog.total_max - prog.done if prog.total_max is not None else None
-    got = eta.estimate(elapsed, prog.done, rows_left, rows_left_max, seconds,
+    got = eta.estimate(elapsed, prog.done, prog.total - prog.done, rows_left_max, seconds,
                        suites.planned_tasks(sweep, ctx.config.cache_dir), _kld_left(ctx, job.id, sweep))
     if got is None:
         return job
@@ -303,31 +308,46 @@ async def _stream_events(
     while True:
         waiter = ctx.hub.waiter(job_id)  # taken before the read: no event can slip between
         events = ctx.store.events.page(job_id, since=since, limit=EVENT_PAGE)
-        for ev in events:
-            await asyncio.wait_for(resp.write(_enc.encode(ev) + b"\n"), WRITE_TIMEOUT_S)
-            since = ev.seq
-            if ev.type in TERMINAL_EVENTS:
-                await resp.write_eof()
-                return
+        since, terminal = await _write_page(resp, events, since)
+        if terminal:
+            await resp.write_eof()
+            return
         if len(events) == EVENT_PAGE or (follow and ctx.store.events.last_seq(job_id) > since):
             continue  # more was committed while we wrote (maybe the terminal event): send it first
-        if not follow or ctx.hub.closing.is_set():
+        if _nothing_to_wait_for(ctx, job_id, follow):
             await resp.write_eof()
             return
-        if ctx.store.get_job(job_id, with_sweep=False).state in ("succeeded", "failed", "cancelled"):
-            # Terminal state without a terminal event (cannot happen via the queue): do not hang.
-            await resp.write_eof()
+        if not await _client_still_there(request, waiter):
             return
-        try:
-            await asyncio.wait_for(waiter.wait(), IDLE_CHECK_S)
-        except TimeoutError:
-            # aiohttp does not cancel a handler whose client left: notice it here, or idle
-            # followers of a job that never moves would pile up.
-            if request.transport is None or request.transport.is_closing():
-                return
         if ctx.hub.closing.is_set() and ctx.store.events.last_seq(job_id) <= since:
             await resp.write_eof()
             return
+
+
+async def _write_page(resp: web.StreamResponse, events: list[Event], since: int) -> tuple[int, bool]:
+    """Writes `events` up to a terminal one: (the last seq written, whether it was terminal)."""
+    for ev in events:
+        await asyncio.wait_for(resp.write(_enc.encode(ev) + b"\n"), WRITE_TIMEOUT_S)
+        since = ev.seq
+        if ev.type in TERMINAL_EVENTS:
+            return since, True
+    return since, False
+
+
+def _nothing_to_wait_for(ctx: Ctx, job_id: str, follow: bool) -> bool:
+    """Not following, the daemon closing, or the job over without a terminal event (not via the queue): do not hang."""
+    if not follow or ctx.hub.closing.is_set():
+        return True
+    return ctx.store.get_job(job_id, with_sweep=False).state in ("succeeded", "failed", "cancelled")
+
+
+async def _client_still_there(request: web.Request, waiter: asyncio.Event) -> bool:
+    """Waits for the job's next event; False when the client left (aiohttp does not cancel its handler)."""
+    try:
+        await asyncio.wait_for(waiter.wait(), IDLE_CHECK_S)
+    except TimeoutError:
+        return not (request.transport is None or request.transport.is_closing())
+    return True
 
 
 async def get_schema(request: web.Request) -> web.Response:

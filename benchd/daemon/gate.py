@@ -1,7 +1,4 @@
-"""The peer gate: who may connect to the API socket, and how many at once.
-
-Reasons and facts: docs/architecture.md#the-api-gate.
-"""
+"""The peer gate: who may connect to the API socket, and how many at once (docs/architecture.md#the-api-gate)."""
 
 from __future__ import annotations
 
@@ -26,9 +23,7 @@ REFUSAL_RESPONSE = (
 )
 
 
-#: Connections served at once, and how long a connection may take to send its first request's headers:
-#: without them, clients that connect and never send (or trickle headers) held a file descriptor each
-#: for ever; at the fd limit the engine could no longer open server logs or spawn servers.
+#: Connections served at once, and how long one may take to send its first headers (idle ones hold fds).
 def _fd_budget() -> int:
     """A quarter of the soft fd limit (launchd's default is 256 on macOS), within [16, 256]."""
     import resource
@@ -49,11 +44,8 @@ TOO_MANY_RESPONSE = (
 
 
 class PeerGate(asyncio.Protocol):
-    """Wraps aiohttp's per-connection protocol; creates it only for a peer with the daemon's uid.
-
-    With a `live` set (the daemon's), it also caps the connections served at once and drops a
-    connection that has not sent complete request headers within HEADER_TIMEOUT_S.
-    """
+    """Wraps aiohttp's per-connection protocol for peers with the daemon's uid only; with `live`, caps the
+    connections and drops one without complete headers within HEADER_TIMEOUT_S."""
 
     def __init__(self, make_inner: Callable[[], asyncio.Protocol], allowed_uid: int,
                  live: set[PeerGate] | None = None) -> None:

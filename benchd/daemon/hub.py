@@ -1,7 +1,4 @@
-"""Wakes the followers of a job's event stream (`GET /v1/jobs/{id}/events?follow=true`) without polling.
-
-Split from `queue.py`, which emits the events: the API waits on the hub, the queue and the engine notify it.
-"""
+"""Wakes the followers of a job's event stream without polling: the API waits, the queue and engine notify."""
 
 from __future__ import annotations
 
@@ -12,11 +9,7 @@ from benchd.schemas import Event
 
 
 class EventHub:
-    """Wakes the followers of a job's event stream; no polling of the store in a loop.
-
-    A follower takes `waiter(job)` BEFORE reading the store, then waits on it: any event committed
-    after that read sets it. `notify` may be called from another thread (it hops to the loop).
-    """
+    """Wakes a job's stream followers: take `waiter(job)` BEFORE reading the store; `notify` is thread-safe."""
 
     def __init__(self) -> None:
         self._waiters: dict[str, asyncio.Event] = {}

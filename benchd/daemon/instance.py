@@ -1,10 +1,5 @@
-"""One benchd per state dir: the state dir's modes, the flock guard, the socket file.
-
-The lock is released by the kernel when the process dies (also on kill -9), so a dead daemon never
-blocks the next one; the lock file itself is never deleted (deleting it would race a starter).
-
-Reasons and facts: docs/architecture.md#one-daemon-per-state-dir.
-"""
+"""One benchd per state dir: the state dir's modes, the flock guard (released by the kernel, its file never
+deleted), the socket file. Reasons and facts: docs/architecture.md#one-daemon-per-state-dir."""
 
 from __future__ import annotations
 
@@ -32,11 +27,8 @@ class AlreadyRunning(Exception):
 
 
 def ensure_private_dir(path: Path) -> list[str]:
-    """Create `path` 0700 if missing; re-check an existing one and tighten loosened modes.
-
-    Returns what was fixed (logged by the caller). Refuses (BenchdError, exit 2) a path that is not a
-    directory, a symlink, or a directory owned by another user: fixing those would mean trusting them.
-    """
+    """Create `path` 0700 if missing, else tighten loosened modes; returns what was fixed. Raises BenchdError
+    for a non-directory, a symlink, or another user's directory."""
     fixed: list[str] = []
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -115,8 +107,7 @@ class InstanceGuard:
 def remove_stale_socket(sock_path: Path) -> bool:
     """Remove a socket file a dead daemon left. Only call this while holding the InstanceGuard.
 
-    Refuses to delete anything that is not a socket (a mistyped --socket must not eat a file).
-    """
+    Refuses to delete anything that is not a socket (a mistyped --socket must not eat a file)."""
     try:
         st = os.lstat(sock_path)
     except FileNotFoundError:

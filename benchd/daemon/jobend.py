@@ -1,8 +1,5 @@
-"""A job's end, after the queue has run it or could not: the terminal event, the runbook and its views,
-the end-of-job hooks. A failure here is recorded on the job or logged, never raised into the queue.
-
-Reasons and facts: docs/architecture.md#the-job-queue.
-"""
+"""A job's end: the terminal event, the runbook and its views, the hooks; failures are recorded or logged,
+never raised into the queue. Reasons and facts: docs/architecture.md#the-job-queue."""
 
 from __future__ import annotations
 
@@ -39,11 +36,8 @@ class JobEnds:
         self._idle = threading.Condition()
 
     def close_store(self, timeout_s: float) -> bool:
-        """Close the store once no runbook write runs in a worker thread (True), or leave it open after
-        `timeout_s` (False: the process's exit closes it). Blocks: call it in a thread. Cancelling the task
-        that awaits a worker thread does not stop the thread, and closing the connection under its query
-        crashes the process (seen as a SIGSEGV in libsqlite3 at shutdown); a write that starts after this
-        fails with a clear error instead."""
+        """Close the store once no runbook write runs in a worker thread (True), else leave it open after
+        `timeout_s` (False). Blocks: call it in a thread. Closing under a running query crashes sqlite."""
         with self._idle:
             if not self._idle.wait_for(lambda: self._in_thread == 0, timeout_s):
                 return False

@@ -1,7 +1,5 @@
 """Wiring: state dir → instance lock → store → queue → API on the Unix socket; and the ordered shutdown.
-
-Reasons and facts: docs/architecture.md#startup-and-shutdown-order.
-"""
+Reasons and facts: docs/architecture.md#startup-and-shutdown-order."""
 
 from __future__ import annotations
 
@@ -136,16 +134,19 @@ class Daemon:
                 await self.queue.stop(wait_s=JOB_STOP_S)
         if self.store is not None:
             with _step("close the store"):
-                if self.queue is None:
-                    self.store.close()
-                elif not await asyncio.to_thread(self.queue.ends.close_store, RUNBOOK_WAIT_S):
-                    log.warning("a runbook is still being written after %.0f s: the store is left open", RUNBOOK_WAIT_S)
+                await self._close_store(self.store)
         if self._bound:
             with _step("unlink the socket"):
                 unlink_socket(self.config.socket)
         with _step("release the instance lock"):
             self.guard.release()
         log.info("benchd stopped in %.2f s", time.monotonic() - t0)
+
+    async def _close_store(self, store: Store) -> None:
+        if self.queue is None:
+            store.close()
+        elif not await asyncio.to_thread(self.queue.ends.close_store, RUNBOOK_WAIT_S):
+            log.warning("a runbook is still being written after %.0f s: the store is left open", RUNBOOK_WAIT_S)
 
     async def __aenter__(self) -> Daemon:
         await self.start()
@@ -174,8 +175,7 @@ def _version() -> str:
 async def run_daemon(config: Config) -> int:
     """Run until SIGTERM/SIGINT; returns the exit status (0 after a clean shutdown within 10 s).
 
-    Raises BenchdError (bad config) and AlreadyRunning from startup; `__main__` maps them to exits.
-    """
+    Raises BenchdError (bad config) and AlreadyRunning from startup; `__main__` maps them to exits."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     force = asyncio.Event()

@@ -1,7 +1,5 @@
 """The job queue: FIFO over the store, one job at a time, `not_before` / `when`, restart recovery.
-
-Reasons and facts: docs/architecture.md#the-job-queue.
-"""
+Reasons and facts: docs/architecture.md#the-job-queue."""
 
 from __future__ import annotations
 
@@ -219,22 +217,26 @@ class JobQueue:
         for job in self.store.jobs_in_states("queued", "waiting"):
             if await self._failed_unreadable(job.id):
                 continue
-            reason: str | None = None
-            if job.not_before:
-                at = parse_time(job.not_before)
-                if at > now:
-                    reason = f"not before {job.not_before}"
-                    wait_s = (at - now).total_seconds() + 0.05
-                    delay = wait_s if delay is None else min(delay, wait_s)
-            if reason is None and job.when:
-                reason = await unmet(list(job.when), self.store.get_sweep(job.id).cooldown)
-                if reason is not None:
-                    delay = CONDITION_POLL_S if delay is None else min(delay, CONDITION_POLL_S)
-            if reason is None:
+            hold = await self._hold(job, now)
+            if hold is None:
                 return job, None
+            reason, wait_s = hold
+            delay = wait_s if delay is None else min(delay, wait_s)
             if job.state != "waiting" or job.waiting_reason != reason:
                 self.store.update_job(job.id, state="waiting", waiting_reason=reason)
         return None, delay
+
+    async def _hold(self, job: Job, now: datetime) -> tuple[str, float] | None:
+        """(why `job` waits, seconds until the queue looks again), or None when it may run now."""
+        if job.not_before:
+            at = parse_time(job.not_before)
+            if at > now:
+                return f"not before {job.not_before}", (at - now).total_seconds() + 0.05
+        if job.when:
+            reason = await unmet(list(job.when), self.store.get_sweep(job.id).cooldown)
+            if reason is not None:
+                return reason, CONDITION_POLL_S
+        return None
 
     async def _failed_unreadable(self, job_id: str) -> bool:
         """A stored job that no longer decodes is failed with the reason (its text stays in the store,

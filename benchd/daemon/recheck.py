@@ -1,12 +1,5 @@
-"""The lock's recheck timer and its queueing; what to check and what a verdict means is `benchd.lock`.
-
-At daemon start and then every `recheck_hours` the `Rechecker` asks `lock.watch.inspect` whether the
-fingerprint changed; a change queues a recheck job (`lock.recheck.recheck_sweep`) with the `[recheck]`
-settings' conditions (`when`, next `at`). When that job ends, its verdict goes into the lock's
-`[[rechecks]]` history; a regression is confirmed by a second recheck queued at once (same `when`, no
-`at`: a short run can land in a busy minute), and a confirmed one, or a failed recheck, is notified
-(`lock.notify`). `GET /v1/recheck` and `POST /v1/recheck` are served from here.
-"""
+"""The lock's recheck timer and its queueing (`Rechecker`, `GET`/`POST /v1/recheck`); what to check and
+what a verdict means is `benchd.lock` (docs/locking.md)."""
 
 from __future__ import annotations
 
@@ -121,8 +114,7 @@ class Rechecker:
         return lf, current, changed
 
     def _pending_active(self) -> PendingRecheck | None:
-        """The pending recheck until its verdict is written (its job may have just ended), unless its
-        job is gone."""
+        """The pending recheck until its verdict is written, unless its job is gone."""
         pending = self.state.pending
         if pending is None:
             return None

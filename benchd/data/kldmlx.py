@@ -1,21 +1,9 @@
-"""KL divergence of an MLX model, in the MLX venv: run as a script by that venv's python (benchd.engine.kld).
-
-It imports nothing of benchd (the venv has mlx, mlx_lm and numpy, not benchd) and reads and writes
-llama.cpp's reference file (`llama-perplexity --kl-divergence-base`, tools/perplexity/perplexity.cpp):
-    "_logits_" | int32 n_ctx | int32 n_vocab | int32 n_chunk | int32 tokens[n_chunk * n_ctx] |
-    per chunk, per scored position (n_ctx - 1 - n_ctx/2 of them): float32 scale, float32 min_log_prob,
-    uint16 q[n_vocab] (padded to an even count); log p = scale * q + min_log_prob, floored at max - 16.
-So an MLX candidate is scored on exactly the token ids a GGUF reference was (or an MLX reference writes
-the same file). Each chunk is one fresh cache (mlx_lm's own `make_prompt_cache`, or `QuantizedKVCache`
-with the candidate's `--kv-bits` / `--kv-group-size` from `--quantized-kv-start`, mlx_lm.server's defaults
-64 and 5000 when not given: a chunk shorter than that start never reads a quantized cache, as on the
-server), its first token set to
-BOS when the tokenizer adds one, and the second half of the chunk scored, as llama-perplexity does.
+"""KL divergence of an MLX model, run as a script by the MLX venv's python (benchd.engine.kld); imports
+nothing of benchd. Reads and writes llama.cpp's reference file: docs/kld.md#the-mlx-scorer.
 
     count --model DIR --corpus FILE                                  -> {"tokens": N} on stdout
     base  --model DIR --corpus FILE --out FILE --ctx N [--chunks K] [kv flags]
-    score --model DIR --base FILE --json-out FILE [kv flags]         -> the figures as JSON
-"""
+    score --model DIR --base FILE --json-out FILE [kv flags]         -> the figures as JSON"""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""A spawned process dies with the daemon: the per-platform hook every spawn passes as its `preexec_fn`.
-
-Linux (`linux.py`): PR_SET_PDEATHSIG, so a SIGKILLed daemon's children get SIGKILL at once. macOS
-(`darwin.py`, untested there): a watcher process waits on kqueue NOTE_EXIT for the daemon and SIGKILLs the
-child. Elsewhere none (the orphan reaper at the next start kills servers). Reasons: docs/runtimes.md#process-groups.
-"""
+"""The `preexec_fn` every spawn passes so the process dies with the daemon (Linux PR_SET_PDEATHSIG, a macOS
+watcher, elsewhere none). Reasons: docs/runtimes.md#process-groups."""
 
 from __future__ import annotations
 

@@ -1,16 +1,5 @@
-"""macOS: no PR_SET_PDEATHSIG, so a tiny watcher process does its job. UNTESTED ON macOS (CI runs Linux):
-`tests/servers/test_lifeline.py` covers the platform selection and, on Linux, the fork/exec plumbing with a
-stand-in for the watcher script; the kqueue part has never run.
-
-Between fork and exec the child (the future server, same pid) forks twice: the middle process exits at once,
-so the watcher is launchd's child, not the server's (outside the server's process tree and, after setsid,
-its process group: memory samples and group kills never see it). The watcher, stdio on /dev/null, no other
-fd, an empty environment (no server token: the orphan reaper never takes it for a server), execs
-`python -I -S -c WATCHER <daemon pid> <child pid> <group>` and waits on kqueue NOTE_EXIT for both: the
-child exiting first ends it; the daemon exiting first (or already gone) makes it SIGKILL the child, its
-whole process group when the child leads one (`start_new_session`). One python process (~10 MB) per spawn
-while it runs. A pid reused in the instant between an exit and the kill is the known gap.
-"""
+"""macOS: no PR_SET_PDEATHSIG, so a watcher process (double-forked, kqueue NOTE_EXIT on the daemon and the
+child) kills the child's group when the daemon dies. UNTESTED ON macOS: docs/runtimes.md#process-groups."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""`--when` conditions of a queued job: `idle` and `ac-power`. The queue asks `unmet()` before starting.
-
-`unmet()` returns None when every condition holds, else one human line saying why the job waits
-(`benchctl jobs` shows it as the job's `waiting_reason`):
-- `idle`: system CPU load per core (cooldown.CpuLoad: busy fraction of all cores since the previous
-  check) is at most the sweep's `cooldown.max_load`: the same measure and threshold as the idle
-  cooldown policy, so "idle" means one thing in benchd.
-- `ac-power`: the machine is not on battery. When the OS cannot tell ("unknown": VMs, desktops without
-  a battery driver) the job runs; the runbook records the power source as unknown rather than guessing.
-
-The probes are injectable (`Probes`) so tests control load and power without waiting for them.
-"""
+"""`--when` conditions of a queued job: `idle` (CPU load per core at most the sweep's `cooldown.max_load`)
+and `ac-power` (not on battery; unknown power runs). `unmet()` is None when all hold, else why the job
+waits. Probes are injectable (`Probes`) for tests."""
 
 from __future__ import annotations
 
@@ -25,14 +16,8 @@ from benchd.sensors.power.status import PowerStatus, power_status
 
 
 class RecentLoad:
-    """System CPU load per core since the previous check, measured by `benchd.engine.cooldown.CpuLoad`.
-
-    One measure of load for the idle cooldown and the idle condition (the cooldown module explains
-    why it is a cpu_times delta, not the 1-minute load average). The queue re-checks waiting jobs every
-    30 s, so a check sees the load over the last 30 s. Returns NaN when no interval has elapsed yet
-    (the first check); `unmet` then measures a short window. Checks under a second apart (several
-    waiting jobs in one pass) reuse the last figure instead of measuring a sliver.
-    """
+    """System CPU load per core since the previous check (`benchd.engine.cooldown.CpuLoad`, the idle
+    cooldown's measure). NaN before a first interval; checks under a second apart reuse the last figure."""
 
     REUSE_WITHIN_S = 1.0
 
@@ -83,11 +68,7 @@ def power_reason(status: PowerStatus) -> str | None:
 
 
 async def unmet(when: list[str], cooldown: Cooldown, *, probes: Probes = DEFAULT_PROBES) -> str | None:
-    """None when every condition in `when` holds now, else why the job waits ("; "-joined).
-
-    An unknown condition name is a bug upstream (the schema only admits "idle" and "ac-power"), so it
-    raises ValueError rather than silently running or waiting forever.
-    """
+    """None when every condition in `when` holds, else why the job waits; ValueError for an unknown one."""
     reasons: list[str] = []
     for cond in when:
         if cond == "idle":

@@ -1,7 +1,4 @@
-"""System CPU load as a fraction of the machine, measured by benchd itself (no load-average lag).
-
-Used by the idle cooldown (wait until the machine is quiet) and by the queue's `idle` condition.
-"""
+"""System CPU load as a fraction of the machine, measured by benchd (no load-average lag)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Facts about the machine, benchd and the model files: one `collect_*` function per area (pyperf's _collect_metadata).
-
-Every value is a plain fact read from the OS or a file, never a guess: when a read fails or the OS
-does not tell, the value is None and `null_reasons[field]` says why. macOS-only readers (sysctl,
-pmset) are isolated: `sysctl` here, and the power source comes from `benchd.sensors.power` (whose pmset
-parser lives in the darwin-only `benchd.sensors.power.darwin` and is tested on committed sample outputs).
-"""
+"""Facts about the machine, benchd and the model files, one `collect_*` per area: each read from the OS or
+a file, else None with `null_reasons[field]` saying why."""
 
 from __future__ import annotations
 
@@ -83,6 +78,28 @@ def _linux_hardware_model() -> tuple[str | None, str | None]:
     return None, None
 
 
+def _darwin_machine(info: MachineInfo) -> None:
+    info.os, info.os_version = "macOS", platform.mac_ver()[0] or None
+    info.hardware_model = sysctl("hw.model")
+    info.chip = info.cpu_model = sysctl("machdep.cpu.brand_string")
+    info.sources.update(hardware_model="sysctl hw.model", chip="sysctl machdep.cpu.brand_string",
+                        cpu_model="sysctl machdep.cpu.brand_string", os_version="platform.mac_ver")
+
+
+def _linux_machine(info: MachineInfo) -> None:
+    src, nulls = info.sources, info.null_reasons
+    info.os, info.os_version = _linux_os_release()
+    src.update(os="/etc/os-release", os_version="/etc/os-release")
+    info.hardware_model, where = _linux_hardware_model()
+    if where:
+        src["hardware_model"] = where
+    else:
+        nulls["hardware_model"] = "neither /proc/device-tree/model nor DMI product_name is readable"
+    info.cpu_model = _linux_cpu_model()
+    src["cpu_model"] = "/proc/cpuinfo"
+    nulls["chip"] = "no separate chip name on Linux (see cpu_model)"
+
+
 def collect_machine() -> MachineInfo:
     """Hardware model/chip, CPU model, cores, memory, OS, kernel, power source."""
     info = MachineInfo()
@@ -96,22 +113,9 @@ def collect_machine() -> MachineInfo:
     info.memory_bytes = int(psutil.virtual_memory().total)
     src.update(cores_logical="psutil.cpu_count", cores_physical="psutil.cpu_count", memory_bytes="psutil.virtual_memory")
     if sys.platform == "darwin":
-        info.os, info.os_version = "macOS", platform.mac_ver()[0] or None
-        info.hardware_model = sysctl("hw.model")
-        info.chip = info.cpu_model = sysctl("machdep.cpu.brand_string")
-        src.update(hardware_model="sysctl hw.model", chip="sysctl machdep.cpu.brand_string",
-                   cpu_model="sysctl machdep.cpu.brand_string", os_version="platform.mac_ver")
+        _darwin_machine(info)
     elif sys.platform.startswith("linux"):
-        info.os, info.os_version = _linux_os_release()
-        src.update(os="/etc/os-release", os_version="/etc/os-release")
-        info.hardware_model, where = _linux_hardware_model()
-        if where:
-            src["hardware_model"] = where
-        else:
-            nulls["hardware_model"] = "neither /proc/device-tree/model nor DMI product_name is readable"
-        info.cpu_model = _linux_cpu_model()
-        src["cpu_model"] = "/proc/cpuinfo"
-        nulls["chip"] = "no separate chip name on Linux (see cpu_model)"
+        _linux_machine(info)
     else:
         info.os, info.os_version = uname.system, uname.release
         info.cpu_model = platform.processor() or None
@@ -140,11 +144,7 @@ class PowerFields(TypedDict):
 
 
 def power_fields(status: PowerStatus) -> PowerFields:
-    """`benchd.sensors.power.status.PowerStatus` → the machine fields (power_source, battery_percent) with sources/reasons.
-
-    The readers themselves (Linux /sys/class/power_supply, macOS `pmset -g batt` via the
-    darwin-isolated `benchd.sensors.power.darwin` parser) belong to `benchd.sensors.power.status`; this only maps the answer.
-    """
+    """`PowerStatus` → the machine fields (power_source, battery_percent) with sources and null reasons."""
     out = PowerFields(power_source=None, battery_percent=status.percent, null_reasons={}, sources={})
     if status.source == "unknown":
         out["null_reasons"]["power_source"] = status.reason or "the OS does not say"
@@ -196,9 +196,7 @@ def _cache_key(path: Path) -> str:
 
 
 def _dir_listing(p: Path) -> tuple[list[tuple[Path, str, int, int]], str]:
-    """The regular files of a model directory (path, relative path, size, mtime) in hashing order, and
-    the cache key: the resolved dir plus a digest of every file's relative path, size and mtime (a
-    `stat` per file; no file is read)."""
+    """A model directory's regular files in hashing order, and its cache key (no file is read)."""
     files = sorted((f for f in p.rglob("*") if f.is_file()), key=lambda f: f.relative_to(p).as_posix())
     listing = []
     sig = hashlib.sha256()
@@ -237,12 +235,8 @@ def hash_file(path: Path, cache_file: Path | None = None) -> str:
 
 
 def hash_model(path: str | Path, cache_file: Path | None = None) -> ModelInfo:
-    """Size and sha256 of a model file, or of an MLX model directory (method named in the result).
-
-    Hashing a 20 GB GGUF takes tens of seconds, so results are cached in `cache_file` keyed by the
-    resolved path, size and mtime (a changed file is hashed again); a directory's key covers every
-    file's relative path, size and mtime, so an unchanged MLX dir is not read again either.
-    """
+    """Size and sha256 of a model file or MLX model directory, cached in `cache_file` keyed by path, size and
+    mtime of every file (a changed file is hashed again)."""
     p = Path(path).expanduser()
     if not p.exists():
         return ModelInfo(path=str(path), kind="missing",

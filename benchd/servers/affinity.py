@@ -1,7 +1,5 @@
 """Keeping benchd's probe client off the server's cores (the sweep's `pin_client`, Linux only).
-
-Reasons and facts: docs/measuring.md#client-pinning.
-"""
+Reasons and facts: docs/measuring.md#client-pinning."""
 
 from __future__ import annotations
 

@@ -1,19 +1,12 @@
-"""The fingerprint of what a benchmarked candidate's speed depends on, and what changed between two.
-
-`changes(old, new)` names what differs in words a person reads in a notification or a compare header:
-binary, version, packages, model, draft model, args, env. An mtime alone is not a change (a copy with
-the same bytes runs the same code); a value one side could not read is a change only if the other
-side read one.
-
-Reasons and facts: docs/locking.md#the-fingerprint-read-from-files.
-"""
+"""The fingerprint of what a benchmarked candidate's speed depends on, and `changes(old, new)`: what differs,
+in words a person reads. Reasons and facts: docs/locking.md#the-fingerprint-read-from-files."""
 
 from __future__ import annotations
 
 import os
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchd.config import Config
 from benchd.errors import BenchdError
@@ -21,6 +14,9 @@ from benchd.schemas import Candidate, ExternalServer, Fingerprint, Runbook
 from benchd.sensors.facts import hash_file, hash_model
 from benchd.servers.runtimes.environment import redact
 from benchd.store import utcnow
+
+if TYPE_CHECKING:
+    from benchd.servers.runtimes.base import RuntimeAdapter
 
 #: Fingerprint fields compared by `changes`, in the order a reader wants them, with their labels.
 COMPARED: tuple[tuple[str, str], ...] = (
@@ -57,24 +53,8 @@ def take_fingerprint(cand: Candidate, config: Config, source: str) -> Fingerprin
 
     if cand.external:
         return _external_fingerprint(cand, source)
-    adapter = get_adapter(cand.runtime)
     nulls: dict[str, str] = {}
-    fields: dict[str, Any] = {}
-    try:
-        command, _how = adapter.launcher.command(cand, config.cache_dir)
-    except BenchdError as exc:
-        command = []
-        fields["binary"] = cand.binary
-        for f in ("binary_sha256", "version"):
-            nulls[f] = f"the runtime does not resolve: {exc.message}"
-    if command:
-        fields.update(_binary_facts(Path(command[0]), config, nulls))
-        version = adapter.launcher.installed_version(command)
-        fields["version"] = version
-        fields["version_source"] = f"{adapter.name} offline ({'--version' if cand.runtime == 'llama-server' else 'venv metadata'})"
-        if version is None:
-            nulls["version"] = "the runtime did not tell its version offline"
-        fields["packages"] = adapter.launcher.installed_packages(command)
+    fields = _runtime_facts(get_adapter(cand.runtime), cand, config, nulls)
     model = hash_model(cand.model, hash_cache(config))
     fields.update(model_path=cand.model, model_bytes=model.bytes, model_sha256=model.sha256)
     if model.sha256 is None:
@@ -86,6 +66,26 @@ def take_fingerprint(cand: Candidate, config: Config, source: str) -> Fingerprin
             nulls["draft_model_sha256"] = draft.null_reasons.get("sha256", "not hashed")
     return Fingerprint(taken_at=utcnow(), source=source, runtime=cand.runtime, args=list(cand.args),
                        env=redact(cand.env), null_reasons=nulls, **fields)
+
+
+def _runtime_facts(adapter: RuntimeAdapter, cand: Candidate, config: Config, nulls: dict[str, str]) -> dict[str, Any]:
+    """The binary's and runtime's fingerprint fields; why one is null goes in `nulls`."""
+    try:
+        command, _how = adapter.launcher.command(cand, config.cache_dir)
+    except BenchdError as exc:
+        for f in ("binary_sha256", "version"):
+            nulls[f] = f"the runtime does not resolve: {exc.message}"
+        return {"binary": cand.binary}
+    if not command:
+        return {}
+    fields = _binary_facts(Path(command[0]), config, nulls)
+    version = adapter.launcher.installed_version(command)
+    fields["version"] = version
+    fields["version_source"] = f"{adapter.name} offline ({'--version' if cand.runtime == 'llama-server' else 'venv metadata'})"
+    if version is None:
+        nulls["version"] = "the runtime did not tell its version offline"
+    fields["packages"] = adapter.launcher.installed_packages(command)
+    return fields
 
 
 def _external_fingerprint(cand: Candidate, source: str) -> Fingerprint:
@@ -148,8 +148,8 @@ def runbook_fingerprint(rb: Runbook, candidate: str) -> Fingerprint | None:
     return Fingerprint(taken_at=rb.provenance.collected_at, source="the runbook's provenance (no fingerprint)",
                        runtime=prov.runtime, binary=executable_of(prov.binary), version=prov.server_version,
                        model_path=prov.model.path, model_bytes=prov.model.bytes, model_sha256=prov.model.sha256,
-                       draft_model_sha256=prov.draft_model.sha256 if prov.draft_model else None,
-                       args=list(cand.args) if cand else [], env=redact(cand.env) if cand else {},
+                       draft_model_sha256=getattr(prov.draft_model, "sha256", None),
+                       args=list(cand.args if cand else []), env=redact(cand.env if cand else {}),
                        null_reasons={f: "the runbook predates fingerprints" for f in
                                      ("binary_realpath", "binary_sha256", "packages")})
 

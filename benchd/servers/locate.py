@@ -1,7 +1,5 @@
 """Which runtime binary a candidate runs, and what `benchctl runtimes list` / `benchctl doctor` show.
-
-Reasons and facts: docs/runtimes.md#finding-the-runtimes.
-"""
+Reasons and facts: docs/runtimes.md#finding-the-runtimes."""
 
 from __future__ import annotations
 
@@ -32,11 +30,8 @@ def _env_name(name: str) -> str:
 
 
 def resolve_llama_binary(binary: str | None, cache_dir: Path, name: str = "llama-server") -> tuple[Path, str]:
-    """Which `name` binary to run: the candidate's `binary`, else `$BENCHD_LLAMA_SERVER` (or
-    `$BENCHD_LLAMA_BENCH`), else `name` on PATH (e.g. Homebrew's), else the cached pinned build.
-
-    Returns (absolute path, how) with how in candidate|env|path|cache.
-    """
+    """(absolute path, how: candidate|env|path|cache) of the `name` binary: the candidate's `binary`, else
+    `$BENCHD_LLAMA_SERVER` (`$BENCHD_LLAMA_BENCH`), else PATH, else the cached pinned build."""
     def check(raw: str, how: str, field: str | None) -> tuple[Path, str]:
         found = shutil.which(raw) if os.sep not in raw else raw
         path = Path(found or raw).expanduser()
@@ -84,27 +79,33 @@ def _can_import(python: str, module: str) -> bool:
     return proc.returncode == 0
 
 
-def resolve_mlx_command(runtime: str, binary: str | None, cache_dir: Path) -> tuple[list[str], str]:
-    """The argv prefix that starts `mlx_lm.server` or `mlx_vlm.server`, and how it was found.
+def _on_path(name: str) -> Path:
+    return Path(shutil.which(name) or name).expanduser().absolute()
 
-    Order: the candidate's `binary` (a server script, or a Python interpreter that has the package), else
-    `$BENCHD_MLX_PYTHON`, else the current interpreter if it imports the package, else the cache venv.
-    """
+
+def _candidate_mlx(binary: str, module: str) -> list[str]:
+    """The argv prefix from the candidate's `binary`: a server script, or a Python that has `module`."""
+    path = _on_path(binary)
+    if not _executable(path):
+        raise BenchdError("binary_not_found", f"the candidate's binary {binary!r} is not an executable file",
+                          "binary")
+    if path.name.startswith(f"{module}.server"):
+        return [str(path)]
+    return [str(path), "-m", f"{module}.server"]
+
+
+def resolve_mlx_command(runtime: str, binary: str | None, cache_dir: Path) -> tuple[list[str], str]:
+    """(argv prefix starting `mlx_lm.server` / `mlx_vlm.server`, how found): the candidate's `binary`, else
+    `$BENCHD_MLX_PYTHON`, else this interpreter if it imports the package, else the cache venv."""
     module = _MLX_MODULES.get(runtime)
     if module is None:
         raise BenchdError("unknown_runtime", f"unknown MLX runtime {runtime!r}: use mlx_lm.server or mlx_vlm.server",
                           "runtime")
     if binary:
-        path = Path(shutil.which(binary) or binary).expanduser().absolute()
-        if not _executable(path):
-            raise BenchdError("binary_not_found", f"the candidate's binary {binary!r} is not an executable file",
-                              "binary")
-        if path.name.startswith(f"{module}.server"):
-            return [str(path)], "candidate"
-        return [str(path), "-m", f"{module}.server"], "candidate"
+        return _candidate_mlx(binary, module), "candidate"
     env = os.environ.get("BENCHD_MLX_PYTHON")
     if env:
-        path = Path(shutil.which(env) or env).expanduser().absolute()
+        path = _on_path(env)
         if not _executable(path):
             raise BenchdError("binary_not_found", f"$BENCHD_MLX_PYTHON {env!r} is not an executable file")
         return _mlx_argv(path, module), "env"

@@ -1,7 +1,5 @@
 """Process groups, ports and log tails: the OS-level helpers the supervisor and the orphan reaper share.
-
-Reasons and facts: docs/runtimes.md#process-groups.
-"""
+Reasons and facts: docs/runtimes.md#process-groups."""
 
 from __future__ import annotations
 
@@ -117,8 +115,7 @@ def listening_addresses(pid: int) -> list[tuple[str, int]]:
 
 
 def non_loopback(addresses: list[tuple[str, int]]) -> list[str]:
-    """The listening addresses that are not loopback (`0.0.0.0`, `::`, a LAN address), as `ip:port`;
-    an IPv4-mapped `::ffff:127.x` is loopback."""
+    """The non-loopback listening addresses as `ip:port` (an IPv4-mapped `::ffff:127.x` is loopback)."""
     out = []
     for ip, port in addresses:
         try:

@@ -1,9 +1,5 @@
-"""Runtime provisioning: build llama-server and make the MLX venv (finding them is `benchd.servers.locate`).
-
-Library code: errors are `BenchdError` with one line naming the problem and the fix; only benchctl exits.
-
-Reasons and facts: docs/runtimes.md#provisioning.
-"""
+"""Runtime provisioning: build llama-server and make the MLX venv. Raises `BenchdError` naming the problem
+and the fix. Reasons and facts: docs/runtimes.md#provisioning."""
 
 from __future__ import annotations
 
@@ -28,23 +24,19 @@ from benchd.errors import BenchdError
 from benchd.lifeline import die_with_daemon
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
-#: sha256 of `llama_cpp_python-0.3.36.tar.gz`, the sdist pip downloads from PyPI (the file the build
-#: of this machine came from): checked after every download, and for a `BENCHD_LLAMA_SDIST` given.
+#: sha256 of `llama_cpp_python-0.3.36.tar.gz` (PyPI's sdist), checked after every download and for `BENCHD_LLAMA_SDIST`.
 LLAMA_SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 #: The index the sdist is fetched from (PEP 691 JSON); `BENCHD_PYPI_SIMPLE` names another.
 PYPI_SIMPLE = "https://pypi.org/simple"
 MLX_VERSION = "0.32.4"
 MLX_LM_VERSION = "0.32.2"
 MLX_VLM_VERSION = "0.7.10"
-#: Built from one source tree; `llama-perplexity` scores KL divergence and `llama-tokenize` counts its corpus
-#: (benchd.engine.kld). A target added to an installed build re-runs the build in its existing tree: only the
-#: new target compiles.
+#: Built from one source tree (`llama-perplexity`, `llama-tokenize`: benchd.engine.kld).
 LLAMA_TARGETS = ("llama-server", "llama-bench", "llama-perplexity", "llama-tokenize")
 RUNTIMES = ("llama-server", "mlx")
 MARKER = "installed.json"
 
-#: The options that build on Linux x86-64. The UI options stop the build
-#: from downloading web assets; the ISA options keep a GGML_NATIVE=OFF build fast (x86 with AVX2 only).
+#: The options that build on Linux x86-64: no web-asset download, AVX2 ISA with GGML_NATIVE=OFF.
 LLAMA_CMAKE_BASE = [
     "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_SERVER=ON",
     "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_BUILD_TESTS=OFF",
@@ -81,8 +73,7 @@ def _mlx_lock_sha256() -> str | None:
 
 
 def _mlx_installed(marker: dict[str, object] | None, venv: Path) -> bool:
-    """The venv counts as installed when its marker names the same pins and the same lock (a changed lock
-    reinstalls) and its interpreter runs."""
+    """Installed: the marker names the same pins and lock, and the interpreter runs."""
     return bool(marker and marker.get("requirements") == mlx_requirements()
                 and marker.get("lock_sha256") == _mlx_lock_sha256() and _executable(_venv_python(venv)))
 
@@ -211,11 +202,8 @@ def check_sdist(sdist: Path, expected: str | None = None) -> None:
 
 
 def download_sdist(dest: Path, index: str | None = None) -> None:
-    """Fetch the pinned sdist file by name from the index's PEP 691 JSON page into `dest`; no build backend runs.
-
-    The index is `BENCHD_PYPI_SIMPLE` (default PyPI's). The index's sha256 for the file and the bytes received
-    must both be `LLAMA_SDIST_SHA256`, else `hash_mismatch` and nothing is left at `dest`.
-    """
+    """Fetch the pinned sdist from `BENCHD_PYPI_SIMPLE`'s PEP 691 page into `dest` (no build backend runs);
+    index hash and bytes must both be `LLAMA_SDIST_SHA256`, else `hash_mismatch` and nothing at `dest`."""
     index = (index or os.environ.get("BENCHD_PYPI_SIMPLE") or PYPI_SIMPLE).rstrip("/")
     name = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"
     page = f"{index}/llama-cpp-python/"
@@ -281,11 +269,7 @@ def _llama_source(root: Path, log: Log) -> Path:
 
 def install_llama(cache_dir: Path, log: Log) -> Path:
     """Build every `LLAMA_TARGETS` binary into `<cache>/runtimes/llama.cpp-<v>/bin`; returns that dir.
-
-    Idempotent: with a valid marker and every binary present it returns at once. An existing `build/`
-    tree is reused (CMake/Ninja only rebuild what changed), so a half-finished build resumes and a target
-    added to an installed version compiles alone.
-    """
+    Idempotent; an existing `build/` tree is reused, so a half-finished build resumes."""
     root = llama_dir(Path(cache_dir))
     bin_dir = root / "bin"
     marker = _read_marker(root)
@@ -343,11 +327,8 @@ def _venv_python(venv: Path) -> Path:
 
 
 def install_mlx(cache_dir: Path, log: Log) -> Path:
-    """Create the pinned MLX venv at `<cache>/runtimes/mlx-..._py<X.Y>/venv`; returns the venv dir.
-
-    The venv is made in place (a venv cannot be moved: its scripts hard-code their interpreter path); the
-    marker written after an import check is what makes it count as installed.
-    """
+    """Create the pinned MLX venv in place at `<cache>/runtimes/mlx-..._py<X.Y>/venv`; returns the venv dir.
+    It counts as installed once its marker is written after an import check."""
     root = mlx_dir(Path(cache_dir))
     venv = root / "venv"
     marker = _read_marker(root)

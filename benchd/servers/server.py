@@ -1,8 +1,4 @@
-"""The handle of one running server (`Server`), how it ended (`ExitInfo`), and why it never got ready.
-
-Plain data plus a wait: `Supervisor` (which starts and stops servers) and `records` (which writes the
-on-disk record of each one for orphan reaping) both use it, so it lives apart from either.
-"""
+"""The handle of one running server (`Server`), how it ended (`ExitInfo`), and why it never got ready."""
 
 from __future__ import annotations
 
@@ -48,8 +44,7 @@ class ServerStartError(Exception):
         self.log_path = log_path
 
 
-#: The pid of an external server whose candidate gives none: above Linux's PID_MAX_LIMIT (2^22) and
-#: macOS's, so no sensor ever finds a process there (its memory rows say why they are null).
+#: The pid of an external server whose candidate gives none: above every PID_MAX_LIMIT, so never found.
 NO_PID = 2**31 - 1
 
 

@@ -1,7 +1,5 @@
 """Server lifecycle: spawn in its own process group, wait for readiness, watch for crashes, tear down.
-
-Reasons and facts: docs/runtimes.md#server-lifecycle.
-"""
+Reasons and facts: docs/runtimes.md#server-lifecycle."""
 
 from __future__ import annotations
 
@@ -44,9 +42,7 @@ from benchd.servers.server import NO_PID, ExitInfo, Server, ServerStartError
 
 log = logging.getLogger("benchd.servers.supervisor")
 
-#: How often the watcher checks the log size, and the share of the cap at which it rotates: a file is
-#: rotated at half the cap, so it stays under the cap while the server writes under cap/2 per check
-#: (20 MB/s at 8 MiB); checking once a second at the full cap let a chatty server reach twice the cap.
+#: How often the watcher checks the log size; rotating at half the cap keeps a file under it (docs/runtimes.md).
 _ROTATE_CHECK_S = 0.2
 _ROTATE_AT = 0.5
 #: How much of a start's log is read for its load facts (the layer split is logged while loading).
@@ -54,9 +50,8 @@ LOAD_LOG_BYTES = 1 << 20
 
 
 def _page_cache_before(candidate: Candidate, cold: bool) -> tuple[str | None, str, float | None]:
-    """(cache state, how it was known, resident fraction) of the model files just before a spawn; with
-    `cold` their pages are dropped first. "partial" after a drop: some pages stayed (tmpfs, or mapped by
-    another process)."""
+    """(cache state, how known, resident fraction) of the model files just before a spawn, their pages
+    dropped first when `cold` ("partial": some stayed)."""
     spec = candidate.spec
     files = pagecache.files_of([candidate.model, *([spec.draft_model] if spec and spec.draft_model else [])])
     why = pagecache.drop(files) if cold else None
@@ -70,9 +65,7 @@ def _page_cache_before(candidate: Candidate, cold: bool) -> tuple[str | None, st
     return state, how, res.fraction
 
 
-#: How long a start waits, after health answered, for a model-loaded line the server logs after it
-#: flags itself ready (llama-server sets `is_ready` before `SRV_INF("model loaded")`, and its logger
-#: writes from a thread of its own).
+#: How long a start waits, after health answered, for a model-loaded line logged after ready (llama-server).
 LATE_LINE_S = 2.0
 
 
@@ -94,9 +87,8 @@ class _LoadMarker:
         return False
 
     async def settle(self, server: Server, ready_s: float, poll_s: float) -> None:
-        """After health answered, with no line seen before: a line that shows within `LATE_LINE_S` was
-        written after the server flagged itself ready, so the load ended between the last not-ready answer
-        and this one: `load_s` is the ready time, the same one-poll resolution as a line seen before it."""
+        """After health answered with no line seen: a line within `LATE_LINE_S` came after ready, so `load_s`
+        is the ready time (the same one-poll resolution)."""
         if server.load_s is not None or self.marker is None:
             return
         deadline = time.monotonic() + LATE_LINE_S
@@ -121,9 +113,8 @@ def _read_from(path: Path, offset: int, max_bytes: int) -> str:
 
 
 def _check_loopback_only(server: Server) -> None:
-    """Every TCP socket the ready server (and its children) listens on is loopback; else a start error
-    (`not_loopback`: the caller stops it and its cells fail with the reason). Candidate args cannot
-    set the host (reserved in every spelling), but a runtime may open another listener of its own."""
+    """Raises a `not_loopback` start error unless every TCP socket the ready server (and its children)
+    listens on is loopback (a runtime may open a listener of its own)."""
     wide = non_loopback(listening_addresses(server.pid))
     if wide:
         raise server.start_error(
@@ -154,14 +145,9 @@ class Supervisor:
         cpus: Sequence[int] | None = None,
         cold: bool = False,
     ) -> Server:
-        """Spawn the candidate's server and return it once ready; raises `ServerStartError` otherwise.
-
-        `ctx_size` comes from `adapter.launcher.server_ctx_size(candidate, context, gen_tokens)`. An explicit
-        `port` is used as given (tests); otherwise a free one is allocated and retried once if taken.
-        `cpus`: the cores the server (and every thread it starts) may run on (`benchd.servers.affinity`).
-        `cold`: drop the model files' clean pages from the page cache first (`sensors.pagecache`); every
-        start records how much of them was resident just before the spawn (`Server.cache`).
-        """
+        """Spawn the candidate's server and return it once ready; raises `ServerStartError` otherwise. `port`:
+        as given, else a free one (retried once); `cpus`: the cores it may run on; `cold`: drop the model
+        files' pages from the page cache first (`Server.cache` records how much was resident)."""
         timeout = startup_timeout_s if startup_timeout_s is not None else candidate.startup_timeout_s
         if candidate.external:
             return await self._attach(job, candidate)
@@ -297,8 +283,7 @@ class Supervisor:
         return server
 
     async def _watch_pid(self, server: Server) -> None:
-        """An external server's process, polled every `_ROTATE_CHECK_S`: its end is a crash (benchd never
-        stops it)."""
+        """An external server's process, polled: its end is a crash (benchd never stops it)."""
         try:
             proc = psutil.Process(server.pid)
             while True:
@@ -442,12 +427,8 @@ class Supervisor:
     # ------------------------------------------------------------------------------------- stop
 
     async def stop(self, server: Server, *, grace_s: float | None = None) -> ExitInfo | None:
-        """SIGTERM the group, SIGKILL after the grace period, and wait until no member is left.
-
-        Members are found by process group (not by parentage): a grandchild whose parent died was
-        reparented to init but is still in the group. Only processes started after the server count,
-        so a pid reused since then is never touched.
-        """
+        """SIGTERM the group, SIGKILL after the grace period, and wait until no member is left (members by
+        process group and start time: a reused pid is never touched)."""
         if server.external is not None:
             return await self._detach(server)
         grace = self.grace_s if grace_s is None else grace_s
@@ -482,10 +463,7 @@ class Supervisor:
         self._pending.discard(token)
 
     async def reap_orphans(self) -> list[dict[str, Any]]:
-        """Kill servers a previous daemon left behind; see `records.reap_orphans` for the entries.
-
-        Records of servers this supervisor runs itself (or is spawning right now) are left alone.
-        """
+        """`records.reap_orphans`, leaving alone the servers this supervisor runs or is spawning."""
         return await reap_orphans(
             self.config.servers_dir, own_pids=self.servers, own_tokens=self._pending, grace_s=self.grace_s
         )

@@ -1,5 +1,1 @@
-"""The service installer: renders and loads the launchd LaunchAgent (`launchd`) or the systemd user unit
-(`manager`), used by `benchctl service`. Stands alone: imports the floor only, never the daemon.
-
-Public names: `plan`, `install`, `uninstall`, `status`, `ServicePlan` (manager).
-"""
+"""The service installer behind `benchctl service` (launchd or systemd user unit); imports the floor only."""

@@ -1,8 +1,4 @@
-"""macOS-only: the launchctl commands for the benchd LaunchAgent, the load sequence, and a parser for
-`launchctl print`.
-
-Reasons and facts: docs/service.md#launchctl.
-"""
+"""macOS-only: the LaunchAgent's launchctl commands and load sequence (docs/service.md#launchctl)."""
 
 from __future__ import annotations
 
@@ -106,13 +102,16 @@ def load_agent(label: str, plist: Path, *, changed: bool, run: Runner, uid: int 
     if result.returncode != 0:
         raise LaunchctlError(f"`{' '.join(enable_command(label, uid))}` failed: {_why(result)}")
     done.append(f"ran: {' '.join(enable_command(label, uid))}")
-    cmd = bootstrap_command(plist, uid)
+    return [*done, _bootstrap(bootstrap_command(plist, uid), run, sleep)]
+
+
+def _bootstrap(cmd: list[str], run: Runner, sleep: Callable[[float], None]) -> str:
+    """Runs `cmd`, retried while launchd answers EIO (still removing the old job); what was done."""
     for attempt in range(1, BOOTSTRAP_RETRIES + 1):
         result = run(cmd)
         if result.returncode == 0:
-            done.append(f"ran: {' '.join(cmd)}" + (f" (attempt {attempt}: launchd was still removing the old job)"
-                                                     if attempt > 1 else ""))
-            return done
+            return f"ran: {' '.join(cmd)}" + (f" (attempt {attempt}: launchd was still removing the old job)"
+                                               if attempt > 1 else "")
         if not _is_eio(result) or attempt == BOOTSTRAP_RETRIES:
             break
         sleep(BOOTSTRAP_RETRY_S)
@@ -123,11 +122,8 @@ _TOP_KEY = re.compile(r"^\t([a-z][a-z ()]*[a-z)]) = (.*)$")  # "jetsam memory li
 
 
 def parse_print(text: str) -> dict[str, str]:
-    """The service's own top-level `key = value` lines of `launchctl print` (one tab deep).
-
-    Nested blocks (`arguments = {`, `environment = {`) are skipped; the keys that matter are `state`
-    (running / not running / spawn scheduled), `pid`, `last exit code`, `path`, `runs`.
-    """
+    """The service's own top-level `key = value` lines of `launchctl print` (one tab deep; nested blocks
+    skipped): `state`, `pid`, `last exit code`, `path`, `runs`..."""
     out: dict[str, str] = {}
     for line in text.splitlines():
         match = _TOP_KEY.match(line)

@@ -1,10 +1,5 @@
-"""The benchd user service: render the LaunchAgent / systemd user unit for this install, load, unload, inspect.
-
-Linux commands run here; the macOS ones and their load sequence are in `launchd.py`. Failures raise `ServiceError`
-with a message that says what to do; nothing here exits the process.
-
-Reasons and facts: docs/service.md#the-service-manager.
-"""
+"""The benchd user service: render, load, unload and inspect the LaunchAgent / systemd user unit (macOS
+commands in `launchd.py`). Raises `ServiceError` saying what to do. Reasons: docs/service.md#the-service-manager."""
 
 from __future__ import annotations
 
@@ -189,28 +184,30 @@ def _write(plan_: ServicePlan) -> bool:
     return old != plan_.text
 
 
+def _wrote(plan_: ServicePlan, changed: bool) -> str:
+    return f"wrote {plan_.path}" if changed else f"{plan_.path} is up to date"
+
+
 def install(plan_: ServicePlan, *, run: Runner = _run, sleep: Callable[[float], None] = time.sleep) -> list[str]:
     """Write and load the service; returns what was done, one line each. Raises ServiceError."""
     if not os.access(plan_.benchd, os.X_OK):
         raise ServiceError(f"{plan_.benchd} is not an executable benchd; install benchd into this venv first (make setup)")
-    done: list[str] = []
-    if plan_.manager == "systemd":
-        why = user_systemd_error(run)
-        if why is not None:
-            raise _no_user_systemd(why)
+    if plan_.manager != "systemd":
         changed = _write(plan_)
-        done.append(f"wrote {plan_.path}" if changed else f"{plan_.path} is up to date")
-        active = run(["systemctl", "--user", "is-active", plan_.label]).stdout.strip() == "active"
-        steps = [["systemctl", "--user", "daemon-reload"], ["systemctl", "--user", "enable", "--now", plan_.label]]
-        if changed and active:
-            steps.append(["systemctl", "--user", "restart", plan_.label])  # pick up the new unit
-    else:
-        changed = _write(plan_)
-        done.append(f"wrote {plan_.path}" if changed else f"{plan_.path} is up to date")
+        done = [_wrote(plan_, changed)]
         try:
             return done + service_darwin.load_agent(plan_.label, plan_.path, changed=changed, run=run, sleep=sleep)
         except service_darwin.LaunchctlError as exc:
             raise ServiceError(str(exc)) from exc
+    why = user_systemd_error(run)
+    if why is not None:
+        raise _no_user_systemd(why)
+    changed = _write(plan_)
+    done = [_wrote(plan_, changed)]
+    active = run(["systemctl", "--user", "is-active", plan_.label]).stdout.strip() == "active"
+    steps = [["systemctl", "--user", "daemon-reload"], ["systemctl", "--user", "enable", "--now", plan_.label]]
+    if changed and active:
+        steps.append(["systemctl", "--user", "restart", plan_.label])  # pick up the new unit
     for cmd in steps:
         result = run(cmd)
         if result.returncode != 0:

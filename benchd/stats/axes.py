@@ -1,24 +1,18 @@
-"""The axis table: every axis a user can choose on, one entry each (direction, words, label, unit, margin, Pareto).
-
-A new axis is one `register_axis` call here; it then joins Pareto, `compare`, the report and the page.
-Reasons and facts: docs/measuring.md#the-axis-table.
-"""
+"""The axis table: every axis a user can choose on; a new axis is one `register_axis` call.
+Reasons and facts: docs/measuring.md#the-axis-table."""
 
 from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
 Direction = Literal["higher", "lower"]
-#: Where an axis's samples come from: one value per probe row (`probe`), per-task pass/fail (`outcomes`),
-#: per candidate (`candidate`: warm starts, sustained runs), or rows measured beside the probes (`cell`).
+#: Where an axis's samples come from: probe rows, per-task outcomes, per candidate, or rows beside the probes.
 Source = Literal["probe", "outcomes", "candidate", "cell"]
 
 
 class Axis(NamedTuple):
-    """An axis: its better direction, the words for B's value being higher / lower, whether Pareto and
-    `compare` use it, whether its values are per-task outcomes, its label and unit (values × `scale`
-    in `unit`), the practical margin (% of the ratio; pass rates: percentage points), whether every
-    Pareto view names it (`core`), and where its samples come from."""
+    """An axis: direction, words, Pareto / `compare` use, label and unit (values × `scale`), margin (% of the
+    ratio; pass rates: pp), `core`, and where its samples come from."""
 
     name: str
     better: Direction
@@ -70,13 +64,11 @@ register_axis("sustain_ratio", "higher", compare=False, label="sustain ratio", c
               source="candidate", lever=None)
 register_axis("j_per_gen_token", "lower", words=("more energy per token", "less energy per token"),
               label="energy per generated token", unit="J", core=True)
-#: Time to ready (spawn -> health answers) over a candidate's warm starts; its cold starts are compared apart.
-#: Per candidate, not per cell: `compare` judges it in `compare_ready`, Pareto from the runbook's warm starts.
+#: Time to ready over a candidate's warm starts (per candidate: `compare_ready`; cold starts apart).
 register_axis("ready_s", "lower", words=("slower to start", "faster to start"), compare=False,
               label="time to ready", unit="s", margin_pct=10.0, source="candidate",
               lever="[ready] starts")
-#: KL divergence against `[kld] reference` (benchd.engine.kld): per candidate, the per-chunk mean KLDs at the
-#: largest `[kld]` context it was scored at; the margin is 10 % of the ratio (docs/kld.md#the-kld-axis).
+#: KL divergence against `[kld] reference`, per candidate (docs/kld.md#the-kld-axis).
 register_axis("kld", "lower", words=("more quality lost", "less quality lost"), compare=False,
               label="KL divergence vs the reference", unit="nats", margin_pct=10.0, source="candidate",
               lever=None)
@@ -87,8 +79,7 @@ register_axis("session_ttft_ms", "lower", words=("slower", "faster"), label="war
 LEVEL_AXIS_PREFIX = "agg_gen_tps@"
 
 
-#: Image probes: the median TTFT with the sweep's images of one resolution, one axis per resolution
-#: ("image_ttft_ms@512x512"), on the Pareto view of the context the images sit in.
+#: Image probes: the median TTFT per resolution ("image_ttft_ms@512x512"), one axis each.
 IMAGE_AXIS_PREFIX = "image_ttft_ms@"
 
 

@@ -1,10 +1,5 @@
 """Cell statistics: the distribution-free CI of a median, and a series' trend (Mann–Kendall, Theil–Sen).
-
-Pure arithmetic over one series of values in probe order (no I/O, no clock); the engine's cell
-verdicts (`engine.verdict`), the runbook's cell statistics and the results stage read them from here.
-
-Reasons and facts: docs/measuring.md#cell-statistics.
-"""
+Reasons and facts: docs/measuring.md#cell-statistics."""
 
 from __future__ import annotations
 
@@ -23,11 +18,8 @@ _Z975 = 1.959963984540054
 
 
 def median_ci(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float, float, float] | None:
-    """Distribution-free CI of the median: (low, high, coverage), or None when n < 6.
-
-    Chooses the largest j such that [x_(j), x_(n+1-j)] has coverage 1 - 2·P(Binomial(n, ½) <= j-1)
-    >= level: the narrowest symmetric order-statistic interval that holds.
-    """
+    """Distribution-free CI of the median: (low, high, coverage), or None when n < 6; the narrowest symmetric
+    order-statistic interval with coverage >= level."""
     xs = sorted(values)
     n = len(xs)
     if n < CI_MIN_N:

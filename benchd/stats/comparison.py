@@ -1,10 +1,5 @@
-"""The one comparison: how B differs from A on one axis — different, tied, or unresolved.
-
-Every place that compares candidates or runbooks (Pareto, compare, report, tail, the page, recheck,
-the drift sentinel, and each new axis) asks this module, so they all say the same thing.
-
-Reasons and facts: docs/measuring.md#the-one-comparison.
-"""
+"""The one comparison: how B differs from A on one axis — different, tied, or unresolved; every place that
+compares asks it. Reasons and facts: docs/measuring.md#the-one-comparison."""
 
 from __future__ import annotations
 
@@ -17,7 +12,7 @@ from msgspec import Struct
 
 from benchd.schemas import NotCompared
 from benchd.stats import ranktests as rt
-from benchd.stats.axes import AXES, Axis, Direction, compare_metrics, pareto_axes, register_axis
+from benchd.stats.axes import AXES, Axis, Direction, compare_metrics, direction, pareto_axes, register_axis
 from benchd.stats.axes import margin as axis_margin
 
 __all__ = [
@@ -54,9 +49,8 @@ _MINUS = "\N{MINUS SIGN}"
 
 
 class AxisVerdict(Struct, kw_only=True, frozen=True):
-    """How B compares with A on one axis. `ratio` is B/A (geometric means; pass rates: B's over A's),
-    `ci_low`/`ci_high` its (1 − alpha) interval, `b_better` the direction of the estimate (None when
-    equal or unknown; it counts only when `verdict` is different), `guard_p` the rank test's p."""
+    """How B compares with A on one axis: `ratio` B/A with its (1 − alpha) interval, `b_better` the estimate's
+    direction (counts only when different), `guard_p` the rank test's p."""
 
     axis: str
     better: Direction
@@ -156,13 +150,17 @@ def lever(axis: str) -> str | None:
     return AXES[axis].lever if axis in AXES else "rounds"
 
 
+def _above_zero(xs: Sequence[float]) -> list[float]:
+    return [x for x in xs if x > 0]
+
+
 def positive(a: Sequence[float], b: Sequence[float], paired: bool) -> tuple[list[float], list[float], int]:
     """The values that can enter a ratio (> 0); paired: the pairs with both > 0. Returns (a, b, dropped)."""
-    if paired:
-        kept = [(x, y) for x, y in zip(a, b, strict=True) if x > 0 and y > 0]
-        return [x for x, _ in kept], [y for _, y in kept], len(a) - len(kept)
-    ka, kb = [x for x in a if x > 0], [y for y in b if y > 0]
-    return ka, kb, len(a) - len(ka) + len(b) - len(kb)
+    if not paired:
+        ka, kb = _above_zero(a), _above_zero(b)
+        return ka, kb, len(a) - len(ka) + len(b) - len(kb)
+    kept = [(x, y) for x, y in zip(a, b, strict=True) if x > 0 and y > 0]
+    return [x for x, _ in kept], [y for _, y in kept], len(a) - len(kept)
 
 
 class LogStats(NamedTuple):
@@ -174,8 +172,7 @@ class LogStats(NamedTuple):
 
 
 def log_stats(a: Sequence[float], b: Sequence[float], paired: bool) -> LogStats | None:
-    """The estimate of log(B/A) from positive values (paired: mean log ratio; else Welch); None when the
-    noise is unknown (one pair, or one value on a side)."""
+    """log(B/A) from positive values (paired: mean log ratio; else Welch); None when the noise is unknown."""
     la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
     if paired:
         if len(la) < 2:
@@ -218,100 +215,154 @@ def _rounds_needed(half_width: Callable[[int], float], target: float) -> int | N
     return max(1, k)
 
 
-def compare_axis(a: Sequence[float], b: Sequence[float], *, axis: str, better: Direction,
-                 margin_pct: float = DEFAULT_MARGIN_PCT, alpha: float = ALPHA, paired: bool = False,
-                 starts: int | None = None) -> AxisVerdict:
-    """B against A on one axis (docs/measuring.md#the-one-comparison). a, b: positive values; paired=True needs
-    equal lengths with a[i] and b[i] from the same round."""
+def _b_better(est: float, better: Direction) -> bool | None:
+    return None if est == 0 else ((est > 0) == (better == "higher"))
+
+
+def _word(axis: str, est: float) -> str:
+    if axis in AXES:
+        return AXES[axis].words[0 if est > 0 else 1]
+    return "higher" if est > 0 else "lower"
+
+
+def _exact(axis: str, better: Direction, est: float, *, guard_p: float | None, method: str, at: str,
+           **kw: Unpack[_Design]) -> AxisVerdict:
+    """The verdict of values with no spread: the exact ratio against the margin."""
+    ratio = math.exp(est)
+    if abs(est) > math.log1p(kw["margin_pct"] / 100.0):
+        verdict: Verdict = "different"
+        text = f"different: {_different_text(ratio, ratio, ratio, _word(axis, est))} (exact, no spread; {at})"
+    else:
+        verdict, text = "tied", f"tied within ±{kw['margin_pct']:g} % (exact: {_pct(ratio)}, no spread; {at})"
+    return AxisVerdict(axis=axis, better=better, verdict=verdict, ratio=ratio, ci_low=ratio, ci_high=ratio,
+                       b_better=_b_better(est, better), guard_p=guard_p, method=method, text=text, **kw)
+
+
+def _settled(common: _Estimate, est: float, h: float, guard_ok: bool, at: str) -> AxisVerdict | None:
+    """Different (`est` ± `h` outside ±margin, `guard_ok`) or tied (inside); None: unresolved."""
+    lo, hi = est - h, est + h
+    lm = math.log1p(common["margin_pct"] / 100.0)
+    rlo, rhi = math.exp(lo), math.exp(hi)
+    if (lo > lm or hi < -lm) and guard_ok:
+        text = f"different: {_different_text(math.exp(est), rlo, rhi, _word(common['axis'], est))} ({at})"
+        return AxisVerdict(verdict="different", text=text, **common)
+    if lo >= -lm and hi <= lm:
+        return AxisVerdict(verdict="tied", text=f"tied within ±{common['margin_pct']:g} % {_ci_text(rlo, rhi)} ({at})",
+                           **common)
+    return None
+
+
+class _Fit(NamedTuple):
+    """A design's estimate of log(B/A), its spread, rank-test guard and CI half-width after k more rounds."""
+
+    est: float
+    spread: float
+    guard_p: float
+    min_p: float
+    guard: str
+    half_width: Callable[[int], float]
+
+
+def _paired_fit(d: list[float], q: float) -> _Fit:
+    spread = statistics.stdev(d)
+    guard_p, nz = rt.signed_rank_p(d)
+    n = len(d)
+
+    def half_width(k: int) -> float:
+        return rt.t_quantile(q, n + k - 1) * spread / math.sqrt(n + k)
+    return _Fit(statistics.fmean(d), spread, guard_p, rt.signed_rank_min_p(nz), "Wilcoxon signed-rank exact",
+                half_width)
+
+
+def _welch_fit(la: list[float], lb: list[float], q: float) -> _Fit:
+    n_a, n_b = len(la), len(lb)
+    va, vb = _var(la), _var(lb)
+    guard_p, exact = rt.mann_whitney_p(la, lb)
+
+    def half_width(k: int) -> float:
+        ka, kb = n_a + k, n_b + k
+        return rt.t_quantile(q, _welch_df(va, ka, vb, kb)) * math.sqrt(va / ka + vb / kb)
+    return _Fit(statistics.fmean(lb) - statistics.fmean(la), math.sqrt(va + vb), guard_p,
+                rt.mann_whitney_min_p(n_a, n_b), "Mann–Whitney " + ("exact" if exact else "normal approximation"),
+                half_width)
+
+
+def _advice(fit: _Fit, lm: float, few: bool, outside: bool, margin_pct: float) -> tuple[int | None, str]:
+    """(rounds_to_resolve, the unresolved text's tail); `outside`: the interval is outside ±margin, the guard failed."""
+    if few:
+        return None, ""
+    target = abs(abs(fit.est) - lm)
+    more = _rounds_needed(fit.half_width, target) if target > 0 else None
+    if outside:
+        more = max(more or 1, 1)
+    if more is not None:
+        return more, f", at the spread seen so far about {more} more rounds give an even chance of resolving ±{margin_pct:g} %"
+    if target == 0:
+        return None, f", the estimate sits at the ±{margin_pct:g} % margin"
+    return None, f", more than {MAX_ROUNDS_ESTIMATE} more rounds would be needed to resolve ±{margin_pct:g} %"
+
+
+def _fit(la: list[float], lb: list[float], paired: bool, q: float) -> _Fit | tuple[str, float]:
+    """The design's fit of log values, or (why not, the estimate) when a side's noise is unknown."""
+    if paired:
+        d = [y - x for x, y in zip(la, lb, strict=True)]
+        return _paired_fit(d, q) if len(d) >= 2 else ("one pair: the noise is unknown", statistics.fmean(d))
+    if len(la) < 2 or len(lb) < 2:
+        return (f"one value on side {'A' if len(la) < 2 else 'B'}: its noise is unknown",
+                statistics.fmean(lb) - statistics.fmean(la))
+    return _welch_fit(la, lb, q)
+
+
+def _check(a: Sequence[float], b: Sequence[float], better: Direction, paired: bool) -> None:
     if better not in ("higher", "lower"):
         raise ValueError(f"better must be 'higher' or 'lower', not {better!r}")
     if paired and len(a) != len(b):
         raise ValueError(f"paired comparison needs equal lengths (got {len(a)} and {len(b)})")
+
+
+def compare_axis(a: Sequence[float], b: Sequence[float], *, axis: str, better: Direction,
+                 margin_pct: float = DEFAULT_MARGIN_PCT, alpha: float = ALPHA, paired: bool = False,
+                 starts: int | None = None) -> AxisVerdict:
+    """B against A on one axis (docs/measuring.md#the-one-comparison). a, b: positive values; paired=True needs
+    equal lengths with a[i] and b[i] from the same round. Raises ValueError otherwise."""
+    _check(a, b, better, paired)
     a, b, dropped = positive(a, b, paired)
-    n_a, n_b = len(a), len(b)
-    kw = _Design(alpha=alpha, margin_pct=margin_pct, n_a=n_a, n_b=n_b, paired=paired,
+    kw = _Design(alpha=alpha, margin_pct=margin_pct, n_a=len(a), n_b=len(b), paired=paired,
                  dropped=dropped, lever=lever(axis), starts=starts,
                  dropped_reason="a value ≤ 0 has no ratio: left out as a null" if dropped else None)
     design = "paired log ratios" if paired else "Welch on log values"
     if not a or not b:
         return _unresolved(axis, better, "not measured on one side", method=design, **kw)
-    la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
-    lm = math.log1p(margin_pct / 100.0)
-    q = 1.0 - alpha / 2.0
-    if paired:
-        d = [y - x for x, y in zip(la, lb, strict=True)]
-        est = statistics.fmean(d)
-        if len(d) < 2:
-            return _unresolved(axis, better, "one pair: the noise is unknown", method=design,
-                               ratio=math.exp(est), **kw)
-        spread = statistics.stdev(d)
-        guard_p, nz = rt.signed_rank_p(d)
-        min_p = rt.signed_rank_min_p(nz)
-        guard = "Wilcoxon signed-rank exact"
-        n = len(d)
+    fit = _fit([math.log(x) for x in a], [math.log(x) for x in b], paired, 1.0 - alpha / 2.0)
+    if isinstance(fit, _Fit):
+        return _fitted_verdict(fit, axis, better, design, **kw)
+    return _unresolved(axis, better, fit[0], method=design, ratio=math.exp(fit[1]), **kw)
 
-        def half_width(k: int) -> float:
-            return rt.t_quantile(q, n + k - 1) * spread / math.sqrt(n + k)
-    else:
-        est = statistics.fmean(lb) - statistics.fmean(la)
-        if n_a < 2 or n_b < 2:
-            side = "A" if n_a < 2 else "B"
-            return _unresolved(axis, better, f"one value on side {side}: its noise is unknown", method=design,
-                               ratio=math.exp(est), **kw)
-        va, vb = _var(la), _var(lb)
-        spread = math.sqrt(va + vb)
-        guard_p, exact = rt.mann_whitney_p(la, lb)
-        min_p = rt.mann_whitney_min_p(n_a, n_b)
-        guard = "Mann–Whitney " + ("exact" if exact else "normal approximation")
 
-        def half_width(k: int) -> float:
-            ka, kb = n_a + k, n_b + k
-            return rt.t_quantile(q, _welch_df(va, ka, vb, kb)) * math.sqrt(va / ka + vb / kb)
-    ratio = math.exp(est)
-    b_better = None if est == 0 else ((est > 0) == (better == "higher"))
-    word = AXES[axis].words[0 if est > 0 else 1] if axis in AXES else ("higher" if est > 0 else "lower")
+def _fitted_verdict(fit: _Fit, axis: str, better: Direction, design: str, **kw: Unpack[_Design]) -> AxisVerdict:
+    alpha, margin_pct = kw["alpha"], kw["margin_pct"]
+    ratio = math.exp(fit.est)
     at = _alpha_text(alpha)
-    counter = axis in AXES and AXES[axis].counter
-    if spread == 0 and not counter:  # a rounded rate repeating itself: its noise is not zero, only unseen
+    if fit.spread == 0 and not _counter(axis):  # a rounded rate repeating: noise unseen
         return _unresolved(axis, better, "no spread in these values (a rounded rate?): the noise is unknown",
                            method=design, ratio=ratio, **kw)
-    if spread == 0:  # a counter, deterministic on both sides: the exact ratio against the margin
-        method = "exact ratio (no spread)"
-        if abs(est) > lm:
-            return AxisVerdict(axis=axis, better=better, verdict="different", ratio=ratio, ci_low=ratio, ci_high=ratio,
-                               b_better=b_better, guard_p=guard_p, method=method,
-                               text=f"different: {_different_text(ratio, ratio, ratio, word)} (exact, no spread; {at})",
-                               **kw)
-        return AxisVerdict(axis=axis, better=better, verdict="tied", ratio=ratio, ci_low=ratio, ci_high=ratio,
-                           b_better=b_better, guard_p=guard_p, method=method,
-                           text=f"tied within ±{margin_pct:g} % (exact: {_pct(ratio)}, no spread; {at})", **kw)
-    h = half_width(0)
-    lo, hi = est - h, est + h
-    rlo, rhi = math.exp(lo), math.exp(hi)
-    method = f"{design}, {(1 - alpha) * 100:.4g} % CI; guard {guard}"
-    guard_ok = guard_p <= max(alpha, min_p) * (1 + 1e-9)
-    common = _Estimate(axis=axis, better=better, ratio=ratio, ci_low=rlo, ci_high=rhi, b_better=b_better,
-                       guard_p=guard_p, method=method, **kw)
-    outside = lo > lm or hi < -lm
-    if outside and guard_ok:
-        return AxisVerdict(verdict="different", text=f"different: {_different_text(ratio, rlo, rhi, word)} ({at})",
-                           **common)
-    if lo >= -lm and hi <= lm:
-        return AxisVerdict(verdict="tied", text=f"tied within ±{margin_pct:g} % {_ci_text(rlo, rhi)} ({at})", **common)
-    target = abs(abs(est) - lm)
-    few = (n_a if paired else min(n_a, n_b)) < ADVICE_MIN_N
-    more = _rounds_needed(half_width, target) if target > 0 and not few else None
+    if fit.spread == 0:
+        return _exact(axis, better, fit.est, guard_p=fit.guard_p, method="exact ratio (no spread)", at=at, **kw)
+    h = fit.half_width(0)
+    rlo, rhi = math.exp(fit.est - h), math.exp(fit.est + h)
+    common = _Estimate(axis=axis, better=better, ratio=ratio, ci_low=rlo, ci_high=rhi,
+                       b_better=_b_better(fit.est, better), guard_p=fit.guard_p,
+                       method=f"{design}, {(1 - alpha) * 100:.4g} % CI; guard {fit.guard}", **kw)
+    guard_ok = fit.guard_p <= max(alpha, fit.min_p) * (1 + 1e-9)
+    settled = _settled(common, fit.est, h, guard_ok, at)
+    if settled is not None:
+        return settled
+    lm = math.log1p(margin_pct / 100.0)
+    outside = fit.est - h > lm or fit.est + h < -lm
+    more, tail = _advice(fit, lm, min(kw["n_a"], kw["n_b"]) < ADVICE_MIN_N, outside, margin_pct)
+    why = _ci_text(rlo, rhi)
     if outside:
-        why = (f"{_ci_text(rlo, rhi)} but the rank test's p = {guard_p:.2g} > {max(alpha, min_p):.2g} "
-               "(the samples overlap)")
-        more = None if few else max(more or 1, 1)
-    else:
-        why = _ci_text(rlo, rhi)
-    tail = ("" if few else
-            f", at the spread seen so far about {more} more rounds give an even chance of resolving ±{margin_pct:g} %"
-            if more is not None else
-            f", the estimate sits at the ±{margin_pct:g} % margin" if target == 0 else
-            f", more than {MAX_ROUNDS_ESTIMATE} more rounds would be needed to resolve ±{margin_pct:g} %")
+        why += f" but the rank test's p = {fit.guard_p:.2g} > {max(alpha, fit.min_p):.2g} (the samples overlap)"
     return AxisVerdict(verdict="unresolved", text=f"unresolved: {why}{tail} ({at})", rounds_to_resolve=more, **common)
 
 
@@ -334,15 +385,11 @@ def tasks_needed(margin_pct: float, alpha: float) -> int:
 
 def compare_outcomes(a: Mapping[str, bool], b: Mapping[str, bool], *, axis: str = "eval_pass_rate",
                      margin_pct: float = DEFAULT_OUTCOME_MARGIN_PCT, alpha: float = ALPHA) -> AxisVerdict:
-    """B's pass rate against A's over the tasks both ran (per-task pass/fail, paired by task id).
-
-    The (1 − α) interval of the difference B − A is Newcombe's score interval for paired data (method 10);
-    different: outside ±`margin_pct` pp and the exact McNemar p ≤ α; tied: inside ±margin. `diff*` carry the difference and its interval (fractions),
-    `ci_low`/`ci_high` the interval as a ratio of B's pass rate over A's (null when A passed none).
-    """
+    """B's pass rate against A's over the tasks both ran (paired by task id): Newcombe's paired interval of
+    B − A (`diff*`, fractions) against ±`margin_pct` pp, guarded by the exact McNemar p."""
     both, only_a, only_b, neither = outcome_table(a, b)
     n = both + only_a + only_b + neither
-    better: Direction = AXES[axis].better if axis in AXES else "higher"
+    better: Direction = direction(axis)
     kw = _Design(alpha=alpha, margin_pct=margin_pct, n_a=n, n_b=n, paired=True, lever=lever(axis))
     method = "Newcombe score interval (paired, method 10); guard exact McNemar on shared tasks"
     if n == 0:
@@ -353,13 +400,11 @@ def compare_outcomes(a: Mapping[str, bool], b: Mapping[str, bool], *, axis: str 
     guard_ok = guard_p <= alpha * (1 + 1e-9)  # no floor: a handful of tasks cannot be different at α
     m = margin_pct / 100.0
     est = pb - pa
-    ratio = pb / pa if pa > 0 else None
-    rlo, rhi = (1 + lo / pa, 1 + hi / pa) if pa > 0 else (None, None)
-    b_better = None if est == 0 else ((est > 0) == (better == "higher"))
+    ratio, rlo, rhi = (pb / pa, 1 + lo / pa, 1 + hi / pa) if pa > 0 else (None, None, None)
     pp = f"{est * 100:+.0f} pp [{lo * 100:+.0f}, {hi * 100:+.0f} pp]".replace("-", _MINUS)
     what = f"pass rate {pa * 100:.0f} % → {pb * 100:.0f} % ({pp}) over {n} shared tasks"
     at = f"McNemar p = {guard_p:.2g}; {_alpha_text(alpha)}"
-    common = _Estimate(axis=axis, better=better, ratio=ratio, ci_low=rlo, ci_high=rhi, b_better=b_better,
+    common = _Estimate(axis=axis, better=better, ratio=ratio, ci_low=rlo, ci_high=rhi, b_better=_b_better(est, better),
                        guard_p=guard_p, method=method, diff=est, diff_low=lo, diff_high=hi, **kw)
     if (lo > m or hi < -m) and guard_ok:
         return AxisVerdict(verdict="different", text=f"different: {what} ({at})", **common)
@@ -373,10 +418,8 @@ def compare_outcomes(a: Mapping[str, bool], b: Mapping[str, bool], *, axis: str 
 
 def compare_to_history(history: Sequence[float], value: float, *, axis: str, better: Direction,
                        margin_pct: float = DEFAULT_MARGIN_PCT, alpha: float = ALPHA) -> AxisVerdict:
-    """One session's `value` (B) against earlier sessions' values `history` (A, three or more): the
-    between-session spread. The ratio's interval is the prediction interval of one more session,
-    exp(±t(k − 1) · s · √(1 + 1/k)) around value / the history's geometric mean; the guard is the exact
-    rank of `value` among the k + 1 sessions, p = 2 · (its tail count) / (k + 1) ≤ max(α, 2 / (k + 1))."""
+    """One session's `value` (B) against earlier sessions' `history` (A, three or more): the prediction
+    interval of one more session, guarded by `value`'s exact rank among the k + 1 sessions."""
     k = len(history)
     kw = _Design(alpha=alpha, margin_pct=margin_pct, n_a=k, n_b=1, paired=False)
     method = "prediction interval of one more session on log values; guard exact rank among sessions"
@@ -388,29 +431,18 @@ def compare_to_history(history: Sequence[float], value: float, *, axis: str, bet
     lh = [math.log(x) for x in history]
     est = math.log(value) - statistics.fmean(lh)
     spread = statistics.stdev(lh)
-    lm = math.log1p(margin_pct / 100.0)
-    ratio = math.exp(est)
-    b_better = None if est == 0 else ((est > 0) == (better == "higher"))
-    word = AXES[axis].words[0 if est > 0 else 1] if axis in AXES else ("higher" if est > 0 else "lower")
     tail_count = min(sum(h >= value for h in history), sum(h <= value for h in history)) + 1
     guard_p = min(1.0, 2 * tail_count / (k + 1))
     at = f"{_alpha_text(alpha)}, {k} earlier sessions"
     if spread == 0:
-        v: Verdict = "different" if abs(est) > lm else "tied"
-        text = (f"different: {_different_text(ratio, ratio, ratio, word)} (exact, no spread; {at})" if v == "different"
-                else f"tied within ±{margin_pct:g} % (exact: {_pct(ratio)}, no spread; {at})")
-        return AxisVerdict(axis=axis, better=better, verdict=v, ratio=ratio, ci_low=ratio, ci_high=ratio,
-                           b_better=b_better, guard_p=guard_p, method=method, text=text, **kw)
+        return _exact(axis, better, est, guard_p=guard_p, method=method, at=at, **kw)
     h = rt.t_quantile(1.0 - alpha / 2.0, k - 1) * spread * math.sqrt(1 + 1 / k)
-    lo, hi = est - h, est + h
-    rlo, rhi = math.exp(lo), math.exp(hi)
-    common = _Estimate(axis=axis, better=better, ratio=ratio, ci_low=rlo, ci_high=rhi, b_better=b_better,
-                       guard_p=guard_p, method=method, **kw)
-    if (lo > lm or hi < -lm) and guard_p <= max(alpha, 2 / (k + 1)) * (1 + 1e-9):
-        return AxisVerdict(verdict="different", text=f"different: {_different_text(ratio, rlo, rhi, word)} ({at})",
-                           **common)
-    if lo >= -lm and hi <= lm:
-        return AxisVerdict(verdict="tied", text=f"tied within ±{margin_pct:g} % {_ci_text(rlo, rhi)} ({at})", **common)
+    rlo, rhi = math.exp(est - h), math.exp(est + h)
+    common = _Estimate(axis=axis, better=better, ratio=math.exp(est), ci_low=rlo, ci_high=rhi,
+                       b_better=_b_better(est, better), guard_p=guard_p, method=method, **kw)
+    settled = _settled(common, est, h, guard_p <= max(alpha, 2 / (k + 1)) * (1 + 1e-9), at)
+    if settled is not None:
+        return settled
     return AxisVerdict(verdict="unresolved", text=f"unresolved: {_ci_text(rlo, rhi)}, within the spread of earlier "
                        f"sessions ({at})", **common)
 
@@ -420,15 +452,12 @@ Sample = Sequence[float] | Mapping[str, bool]
 
 #: Values a side a per-candidate axis (time to ready, the sustain ratio) needs before it is compared.
 TAIL_MIN_N = 6
-#: A pair's outcome: one dominates; each is better somewhere (a trade-off); undecided (an axis left
-#: unresolved or blocked, named); equivalent (not worse either way on every axis compared); nothing to compare.
 PairStatus = Literal["dominates", "trade-off", "undecided", "equivalent", "nothing to compare"]
 
 
 class AxisStanding(Struct, kw_only=True, frozen=True):
-    """One axis in the pair's Pareto question. `a_not_worse`: the one-sided (1 − α) bound of B's advantage
-    lies within the margin (non-inferiority of A, α unsplit); `b_not_worse` the same for B (None: not
-    compared). `favours`: the side the estimate favours by more than the margin (None: within it)."""
+    """One axis in the pair's Pareto question: `a_not_worse` / `b_not_worse` (one-sided non-inferiority at α;
+    None: not compared), `favours` (the side favoured beyond the margin, if any)."""
 
     axis: str
     compared: bool
@@ -442,12 +471,9 @@ class AxisStanding(Struct, kw_only=True, frozen=True):
 
 
 class PairDominance(Struct, kw_only=True, frozen=True):
-    """Whether A dominates B or B dominates A. `winner` is different-and-better on `better_on` (each at
-    `alpha_axis` = alpha / k, k the axes taking part), not worse on every other compared axis (one-sided
-    at alpha, Berger's intersection–union test), with no axis unresolved and no axis not compared whose
-    estimate favours the loser beyond its margin. Without a winner, `better_on` / `worse_on` are A's and
-    B's wins, `unresolved_on` the compared axes that keep the pair undecided, `blocked_on` the axes not
-    compared that do."""
+    """Whether A dominates B or B dominates A: `winner` is different-and-better on `better_on` at
+    `alpha_axis` = alpha / k and not worse on every other axis (Berger's intersection–union test), with
+    nothing unresolved or blocked. The rule: docs/measuring.md#the-one-comparison."""
 
     winner: Literal["a", "b"] | None
     status: PairStatus
@@ -466,13 +492,20 @@ class PairDominance(Struct, kw_only=True, frozen=True):
     text: str
 
 
+def _counter(name: str) -> bool:
+    return name in AXES and AXES[name].counter
+
+
+def _per_candidate(name: str) -> bool:
+    return name in AXES and AXES[name].source == "candidate"
+
+
 def _skip_reason(name: str, sa: Sample | None, sb: Sample | None) -> str | None:
     if not sa or not sb:
-        return "not measured on " + ("either side" if not sa and not sb else "one side")
+        return "not measured on " + ("one side" if sa or sb else "either side")
     if isinstance(sa, Mapping) or isinstance(sb, Mapping):
         return None if set(sa) & set(sb) else "no task ran on both sides"
-    tail = name in AXES and AXES[name].source == "candidate"
-    if (len(sa) < 2 or len(sb) < 2) and not tail:
+    if min(len(sa), len(sb)) < 2 and not _per_candidate(name):
         return "one value on a side: its noise is unknown"
     return None
 
@@ -493,7 +526,7 @@ def _not_compared(name: str, sa: Sample, sb: Sample, margin: float, alpha: float
             return NotCompared(reason=f"{n} shared tasks: bounding ±{margin:g} pp needs {need}", have=n,
                                needed=need, lever=lever(name))
         return None
-    if name in AXES and AXES[name].source == "candidate":
+    if _per_candidate(name):
         n = min(len(sa), len(sb))
         if n < TAIL_MIN_N:
             return NotCompared(reason=f"{n} value(s) on a side: comparing needs {TAIL_MIN_N}", have=n,
@@ -501,33 +534,46 @@ def _not_compared(name: str, sa: Sample, sb: Sample, margin: float, alpha: float
     return None
 
 
+_Bounds = tuple[float, float | None, float | None, float | None]
+
+
+def _outcome_bounds(sa: Mapping[str, bool], sb: Mapping[str, bool], margin: float, alpha: float,
+                    higher: bool) -> _Bounds:
+    """(limit, B's advantage, its one-sided upper bound for B, for A) on pass rates, as fractions."""
+    both, only_a, only_b, neither = outcome_table(sa, sb)
+    n = both + only_a + only_b + neither
+    if not n:
+        return margin / 100.0, None, None, None
+    lo, hi = rt.newcombe_paired(both, only_a, only_b, neither, 1.0 - 2 * alpha)
+    b_hi, a_hi = (hi, -lo) if higher else (-lo, hi)
+    return margin / 100.0, (1.0 if higher else -1.0) * (only_b - only_a) / n, b_hi, a_hi
+
+
+def _value_bounds(name: str, sa: Sequence[float], sb: Sequence[float], margin: float, alpha: float,
+                  paired: bool, higher: bool) -> _Bounds:
+    """(limit, B's advantage, its one-sided upper bound for B, for A) on log values."""
+    sign = 1.0 if higher else -1.0
+    xa, xb, _ = positive(list(sa), list(sb), paired and len(sa) == len(sb))
+    lim = math.log1p(margin / 100.0)
+    if not xa or not xb:
+        return lim, None, None, None
+    adv = sign * (statistics.fmean(map(math.log, xb)) - statistics.fmean(map(math.log, xa)))
+    ls = log_stats(xa, xb, paired and len(xa) == len(xb))
+    if ls is None or not (ls.se > 0 or _counter(name)):
+        return lim, adv, None, None
+    h = rt.t_quantile(1.0 - alpha, ls.df) * ls.se if ls.se > 0 else 0.0
+    return lim, adv, sign * ls.est + h, -sign * ls.est + h
+
+
 def _standing(name: str, sa: Sample, sb: Sample, *, margin: float, alpha: float, paired: bool,
               nc: NotCompared | None) -> AxisStanding:
-    """B's advantage on `name` (log ratio oriented so that > 0 is better for B; pass rates: pp as a
-    fraction) with its one-sided (1 − alpha) upper bounds for each side, against the margin."""
-    higher = (AXES[name].better if name in AXES else "higher") == "higher"
-    sign = 1.0 if higher else -1.0
-    adv: float | None = None
-    b_hi: float | None = None
-    a_hi: float | None = None
+    """B's advantage on `name` (> 0: better for B) and each side's one-sided bound, against the margin."""
+    higher = direction(name) == "higher"
     if isinstance(sa, Mapping) and isinstance(sb, Mapping):
-        both, only_a, only_b, neither = outcome_table(sa, sb)
-        n = both + only_a + only_b + neither
-        lim = margin / 100.0
-        if n:
-            adv = sign * (only_b - only_a) / n
-            lo, hi = rt.newcombe_paired(both, only_a, only_b, neither, 1.0 - 2 * alpha)
-            b_hi, a_hi = (hi, -lo) if higher else (-lo, hi)
+        lim, adv, b_hi, a_hi = _outcome_bounds(sa, sb, margin, alpha, higher)
     else:
-        xa, xb, _ = positive(list(sa), list(sb), paired and len(sa) == len(sb))  # type: ignore[arg-type]
-        lim = math.log1p(margin / 100.0)
-        if xa and xb:
-            adv = sign * (statistics.fmean(map(math.log, xb)) - statistics.fmean(map(math.log, xa)))
-        ls = log_stats(xa, xb, paired and len(xa) == len(xb)) if xa and xb else None
-        counter = name in AXES and AXES[name].counter
-        if ls is not None and (ls.se > 0 or counter):
-            h = rt.t_quantile(1.0 - alpha, ls.df) * ls.se if ls.se > 0 else 0.0
-            b_hi, a_hi = sign * ls.est + h, -sign * ls.est + h
+        lim, adv, b_hi, a_hi = _value_bounds(name, sa, sb, margin, alpha, paired,  # type: ignore[arg-type]
+                                             higher)
     favours: Literal["a", "b"] | None = None
     if adv is not None and abs(adv) > lim:
         favours = "b" if adv > 0 else "a"
@@ -548,10 +594,8 @@ class _Judged(NamedTuple):
     not_compared: dict[str, NotCompared]
 
 
-def _judge(a: Mapping[str, Sample], b: Mapping[str, Sample], names_: list[str], *, alpha: float, k: int | None,
-           margin_pct: float | Mapping[str, float] | None, paired: bool | Mapping[str, bool],
-           starts: Mapping[str, int | None] | None) -> tuple[_Judged, int, float]:
-    """Each axis's two-sided verdict at alpha / k and its one-sided standing at alpha (`dominance`'s parts)."""
+def _split(a: Mapping[str, Sample], b: Mapping[str, Sample], names_: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(the axes to compare, in order; the skipped ones with why)."""
     skipped: dict[str, str] = {}
     todo: list[str] = []
     for name in names_:
@@ -560,21 +604,33 @@ def _judge(a: Mapping[str, Sample], b: Mapping[str, Sample], names_: list[str], 
             todo.append(name)
         else:
             skipped[name] = why
+    return todo, skipped
+
+
+def _axis_verdict(name: str, sa: Sample, sb: Sample, *, alpha: float, margin: float, paired: bool,
+                  start: int | None) -> AxisVerdict:
+    if isinstance(sa, Mapping) and isinstance(sb, Mapping):
+        return compare_outcomes(sa, sb, axis=name, alpha=alpha, margin_pct=margin)
+    return compare_axis(list(sa), list(sb), axis=name, better=direction(name),  # type: ignore[arg-type]
+                        margin_pct=margin, alpha=alpha, paired=paired, starts=start)
+
+
+def _judge(a: Mapping[str, Sample], b: Mapping[str, Sample], names_: list[str], *, alpha: float, k: int | None,
+           margin_pct: float | Mapping[str, float] | None, paired: bool | Mapping[str, bool],
+           starts: Mapping[str, int | None] | None) -> tuple[_Judged, int, float]:
+    """Each axis's two-sided verdict at alpha / k and its one-sided standing at alpha (`dominance`'s parts)."""
+    todo, skipped = _split(a, b, names_)
     k_ = max(k or 0, len(todo))
+    starts = starts or {}
     alpha_axis = alpha / k_ if k_ else alpha
     judged = _Judged(todo=todo, skipped=skipped, verdicts={}, standings={}, not_compared={})
     for name in todo:
-        spec = AXES.get(name)
         margin = _margin(name, margin_pct)
         sa, sb = a[name], b[name]
         pair = paired.get(name, False) if isinstance(paired, Mapping) else paired
-        if isinstance(sa, Mapping) and isinstance(sb, Mapping):
-            judged.verdicts[name] = compare_outcomes(sa, sb, axis=name, alpha=alpha_axis, margin_pct=margin)
-        else:
-            pair = pair and len(sa) == len(sb)
-            judged.verdicts[name] = compare_axis(list(sa), list(sb), axis=name,  # type: ignore[arg-type]
-                                                 better=spec.better if spec else "higher", margin_pct=margin,
-                                                 alpha=alpha_axis, paired=pair, starts=(starts or {}).get(name))
+        pair = pair and len(sa) == len(sb)
+        judged.verdicts[name] = _axis_verdict(name, sa, sb, alpha=alpha_axis, margin=margin, paired=pair,
+                                              start=starts.get(name))
         nc = _not_compared(name, sa, sb, margin, alpha)
         if nc is not None:
             judged.not_compared[name] = nc
@@ -585,10 +641,9 @@ def _judge(a: Mapping[str, Sample], b: Mapping[str, Sample], names_: list[str], 
 def _held_back(j: _Judged, diff: Mapping[str, AxisVerdict], x: Literal["a", "b"]) -> tuple[list[str], list[str]]:
     """The axes that stop `x` dominating: compared and not shown not worse; not compared and favouring the other."""
     other = "b" if x == "a" else "a"
-    unres = [n for n, st in j.standings.items() if st.compared and n not in diff
-             and not (st.a_not_worse if x == "a" else st.b_not_worse)]
-    blocked = [n for n, st in j.standings.items() if not st.compared and n not in diff and st.favours == other]
-    return unres, blocked
+    live = [(n, st) for n, st in j.standings.items() if n not in diff]
+    unres = [n for n, st in live if st.compared and not getattr(st, f"{x}_not_worse")]
+    return unres, [n for n, st in live if not st.compared and st.favours == other]
 
 
 class _Outcome(NamedTuple):
@@ -599,34 +654,44 @@ class _Outcome(NamedTuple):
     blocked: list[str]
 
 
+def _winner(j: _Judged, diff: Mapping[str, AxisVerdict],
+            wins: dict[str, list[str]]) -> tuple[Literal["a", "b"] | None, list[str], list[str]]:
+    """(the side with all the wins if nothing holds it back, the axes holding it back)."""
+    for x, other in (("a", "b"), ("b", "a")):
+        if wins[x] and not wins[other]:
+            unresolved, blocked = _held_back(j, diff, x)  # type: ignore[arg-type]
+            return (None if unresolved or blocked else x), unresolved, blocked  # type: ignore[return-value]
+    return None, [], []
+
+
+def _held_back_either(j: _Judged, diff: Mapping[str, AxisVerdict]) -> tuple[list[str], list[str]]:
+    """With no win either way: the unresolved axes, else the axes holding back either side."""
+    unresolved = [n for n, v in j.verdicts.items() if v.verdict == "unresolved" and n not in j.not_compared]
+    ua, ba = _held_back(j, diff, "a")
+    ub, bb = _held_back(j, diff, "b")
+    if unresolved or not (ua or ub or ba or bb):
+        return unresolved, []
+    return sorted(set(ua) | set(ub), key=j.todo.index), sorted(set(ba) | set(bb), key=j.todo.index)
+
+
+def _status(won: bool, wins: dict[str, list[str]], held: list[str], any_axis: bool) -> PairStatus:
+    if won:
+        return "dominates"
+    if wins["a"] and wins["b"]:
+        return "trade-off"
+    if held:
+        return "undecided"
+    return "equivalent" if any_axis else "nothing to compare"
+
+
 def _decide(j: _Judged) -> _Outcome:
     """The pair's status from its judged axes (the rule in `PairDominance`)."""
     diff = {n: v for n, v in j.verdicts.items() if v.verdict == "different"}
     wins = {"a": [n for n, v in diff.items() if not v.b_better], "b": [n for n, v in diff.items() if v.b_better]}
-    winner: Literal["a", "b"] | None = None
-    unresolved: list[str] = []
-    blocked: list[str] = []
-    for x, other in (("a", "b"), ("b", "a")):
-        if wins[x] and not wins[other]:
-            unresolved, blocked = _held_back(j, diff, x)  # type: ignore[arg-type]
-            if not unresolved and not blocked:
-                winner = x  # type: ignore[assignment]
+    winner, unresolved, blocked = _winner(j, diff, wins)
     if not wins["a"] and not wins["b"]:
-        unresolved = [n for n, v in j.verdicts.items() if v.verdict == "unresolved" and n not in j.not_compared]
-        ua, ba = _held_back(j, diff, "a")
-        ub, bb = _held_back(j, diff, "b")
-        if not unresolved and (ua or ub or ba or bb):
-            unresolved = sorted(set(ua) | set(ub), key=j.todo.index)
-            blocked = sorted(set(ba) | set(bb), key=j.todo.index)
-    status: PairStatus
-    if winner is not None:
-        status = "dominates"
-    elif wins["a"] and wins["b"]:
-        status = "trade-off"
-    elif unresolved or blocked:
-        status = "undecided"
-    else:
-        status = "equivalent" if j.todo else "nothing to compare"
+        unresolved, blocked = _held_back_either(j, diff)
+    status = _status(winner is not None, wins, unresolved or blocked, bool(j.todo))
     return _Outcome(winner=winner, status=status, wins=wins, unresolved=unresolved, blocked=blocked)
 
 
@@ -652,12 +717,10 @@ def dominance(a: Mapping[str, Sample], b: Mapping[str, Sample], *, axes: Iterabl
               alpha: float = ALPHA, margin_pct: float | Mapping[str, float] | None = None,
               paired: bool | Mapping[str, bool] = False, names: tuple[str, str] = ("A", "B"),
               k: int | None = None, starts: Mapping[str, int | None] | None = None) -> PairDominance:
-    """The Pareto question for one pair (see `PairDominance`). `a`, `b`: axis -> values (per-task outcomes
-    for outcome axes); `axes` defaults to the table's Pareto axes; margins from the axis table unless
-    given (a number applies to the per-value axes; a mapping overrides per axis); `k`: the axes α is split
-    over when more will take part than are given here (the stop rule knows the view's count). An axis
-    missing on a side, or with one value on a side of a per-value axis, is skipped (named, not in k).
-    `starts`: axis -> the server starts its values rest on (`Samples.starts`), said in its verdict."""
+    """The Pareto question for one pair (see `PairDominance`). `a`, `b`: axis -> values (outcome axes:
+    task -> passed); `axes`: default the Pareto axes; `margin_pct`: a number for per-value axes or a
+    mapping per axis; `k`: the axes α is split over when more take part elsewhere. Axes missing or with
+    one value on a side are skipped (not in k)."""
     names_ = list(axes) if axes is not None else [x.name for x in pareto_axes()]
     j, k_, alpha_axis = _judge(a, b, names_, alpha=alpha, k=k, margin_pct=margin_pct, paired=paired,
                                starts=starts)
@@ -688,44 +751,53 @@ def _value(row: object, metric: str) -> float | None:
     return None if v is None else float(v)
 
 
+def _by_round(rows: Sequence[object], metric: str) -> dict[int, list[float]] | None:
+    """Round -> the values of `metric` in it; None when a row carries no round."""
+    out: dict[int, list[float]] = {}
+    for r in rows:
+        rnd, v = getattr(r, "round", None), _value(r, metric)
+        if rnd is None:
+            return None
+        if v is not None:
+            out.setdefault(int(rnd), []).append(v)
+    return out
+
+
+def _starts(rows: Sequence[object], metric: str, rounds: set[int] | None = None) -> int | None:
+    """Distinct starts of the rows with a value (in `rounds`); None when one carries none."""
+    used = [r for r in rows if _value(r, metric) is not None
+            and (rounds is None or getattr(r, "round", None) in rounds)]
+    got = {getattr(r, "start", None) for r in used}
+    return None if None in got or not got else len(got)
+
+
+def _fewer(x: int | None, y: int | None) -> int | None:
+    return None if x is None or y is None else min(x, y)
+
+
+def _round_pairs(rows_a: Sequence[object], rows_b: Sequence[object], metric: str, order: str) -> Samples | None:
+    ga, gb = _by_round(rows_a, metric), _by_round(rows_b, metric)
+    if ga is None or gb is None:
+        return None
+    shared = sorted(set(ga) & set(gb))
+    if len(shared) < 2:
+        return None
+    what = "block medians paired by round" if order == "blocked" else "probes paired by round"
+    return Samples([statistics.median(ga[r]) for r in shared], [statistics.median(gb[r]) for r in shared],
+                   True, what, _fewer(_starts(rows_a, metric, set(shared)), _starts(rows_b, metric, set(shared))))
+
+
 def paired_samples(rows_a: Sequence[object], rows_b: Sequence[object], metric: str, *, order: str | None = None) -> Samples:
-    """The values of `metric` on two sets of rows (already filtered to the ones that count).
-
-    With `order` "interleaved" or "blocked" and every row carrying its `round`, the rounds both sides
-    have are paired, each side's value for a round being the median of its probes in that round (one
-    probe when interleaved; the block median when blocked). Otherwise (sequential, rows without a
-    round, or fewer than two shared rounds) the raw values, unpaired.
-    """
-    def by_round(rows: Sequence[object]) -> dict[int, list[float]] | None:
-        out: dict[int, list[float]] = {}
-        for r in rows:
-            rnd, v = getattr(r, "round", None), _value(r, metric)
-            if rnd is None:
-                return None
-            if v is not None:
-                out.setdefault(int(rnd), []).append(v)
-        return out
-
-    def starts(rows: Sequence[object], rounds: set[int] | None = None) -> int | None:
-        used = [r for r in rows if _value(r, metric) is not None
-                and (rounds is None or getattr(r, "round", None) in rounds)]
-        got = {getattr(r, "start", None) for r in used}
-        return None if None in got or not got else len(got)
-
-    def fewer(x: int | None, y: int | None) -> int | None:
-        return None if x is None or y is None else min(x, y)
-
+    """The values of `metric` on two sets of (counting) rows: with `order` "interleaved" or "blocked" and
+    rows carrying `round`, the per-round medians of two or more shared rounds, paired; else the raw
+    values, unpaired."""
     raw_a = [v for r in rows_a if (v := _value(r, metric)) is not None]
     raw_b = [v for r in rows_b if (v := _value(r, metric)) is not None]
-    raw_starts = fewer(starts(rows_a), starts(rows_b))
+    raw_starts = _fewer(_starts(rows_a, metric), _starts(rows_b, metric))
     if order in ("interleaved", "blocked"):
-        ga, gb = by_round(rows_a), by_round(rows_b)
-        if ga is not None and gb is not None:
-            shared = sorted(set(ga) & set(gb))
-            if len(shared) >= 2:
-                what = "block medians paired by round" if order == "blocked" else "probes paired by round"
-                return Samples([statistics.median(ga[r]) for r in shared], [statistics.median(gb[r]) for r in shared],
-                               True, what, fewer(starts(rows_a, set(shared)), starts(rows_b, set(shared))))
+        pairs = _round_pairs(rows_a, rows_b, metric, order)
+        if pairs is not None:
+            return pairs
         return Samples(raw_a, raw_b, False, f"unpaired ({order} rows without two shared rounds)", raw_starts)
     if order == "sequential":
         return Samples(raw_a, raw_b, False, "unpaired, sequential order: not drift-protected", raw_starts)
@@ -736,6 +808,6 @@ def compare_rows(rows_a: Sequence[object], rows_b: Sequence[object], metric: str
                  margin_pct: float = DEFAULT_MARGIN_PCT, alpha: float = ALPHA) -> AxisVerdict:
     """`compare_axis` on two sets of rows, paired by round where the order allows (`paired_samples`)."""
     s = paired_samples(rows_a, rows_b, metric, order=order)
-    better = AXES[metric].better if metric in AXES else "higher"
+    better = direction(metric)
     return compare_axis(s.a, s.b, axis=metric, better=better, margin_pct=margin_pct, alpha=alpha, paired=s.paired,
                         starts=s.starts)

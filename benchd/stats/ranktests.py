@@ -1,9 +1,4 @@
-"""The distributions behind the one comparison (`stats.comparison`), in pure Python: no scipy.
-
-Only `comparison.py` uses this module; nothing else may compare two cells or runbooks with it.
-
-Reasons and facts: docs/measuring.md#rank-tests.
-"""
+"""The distributions behind `stats.comparison` (its only user), in pure Python (docs/measuring.md#rank-tests)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """Which rows count, and which metrics a probe row carries: one test and one list for every stage.
-
-Reasons and facts: docs/measuring.md#the-axis-table.
-"""
+Reasons and facts: docs/measuring.md#the-axis-table."""
 
 from __future__ import annotations
 

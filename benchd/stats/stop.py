@@ -1,9 +1,5 @@
-"""The pair stop rule: planned looks with α split over them, asking the Pareto view's question of one pair.
-
-The engine's stop rule imports it directly; the view of a stopped sweep uses the same α (`view_alpha`)
-and the same number of axes (`planned_axes`), so a context stops on the answer the view will give.
-Reasons and facts: docs/measuring.md#when-a-context-stops.
-"""
+"""The pair stop rule: planned looks with α split over them, asking the Pareto view's question of one pair
+with the view's α and axes. Reasons and facts: docs/measuring.md#when-a-context-stops."""
 
 from __future__ import annotations
 
@@ -42,54 +38,46 @@ def look_alpha(min_rounds: int, max_rounds: int, alpha: float = ALPHA) -> float:
 
 
 def stuck_axes(d: PairDominance, rounds_left: int) -> list[str]:
-    """The axes that keep an undecided pair undecided past the rounds left, or [] when the rounds left may
-    still resolve it (the pair is then not futile). Each unresolved axis, its spread known
-    (`ADVICE_MIN_N` values a side), either resolves in the rounds left (`AxisVerdict.rounds_to_resolve`, the
-    rounds that give an even chance at the spread and estimate seen so far, ≤ `rounds_left`), the way its
-    estimate points (a win for the side it favours beyond the margin, else tied), or stays stuck (more
-    rounds than are left; None there: beyond any count, or the estimate on the margin). Futile: some axis
-    is stuck and, with the others resolved so, the pair is still undecided (no trade-off: wins on one side
-    at most; no dominance: a stuck axis not shown not worse for the side with the wins; no equivalence: a
-    stuck axis is not tied). Nothing is decided by it: the pair stays undecided, its rounds only end."""
+    """The axes that keep an undecided pair undecided past `rounds_left` (stuck: more rounds needed than are
+    left), or [] when the rounds left may still resolve it. Decides nothing: the pair's rounds only end.
+    The rule: docs/measuring.md#when-a-context-stops."""
     if d.status != "undecided" or d.blocked_on:
         return []
-    sides = {"a"} if d.better_on else set()
-    sides |= {"b"} if d.worse_on else set()
-    stuck: list[str] = []
-    for axis, v in d.verdicts.items():
-        if v.verdict != "unresolved" or axis in d.not_compared:
-            continue
-        if (v.n_a if v.paired else min(v.n_a, v.n_b)) < ADVICE_MIN_N:
-            return []  # too few values to say what more rounds would do
-        if v.rounds_to_resolve is not None and v.rounds_to_resolve <= rounds_left:
-            favours = d.standings[axis].favours
-            sides |= {favours} if favours else set()
-            continue
-        stuck.append(axis)
-    if not stuck or len(sides) == 2:
+    open_ = _open_axes(d)
+    if open_ is None:
         return []
-    if sides:
-        x = next(iter(sides))
-        if all(d.standings[a].a_not_worse if x == "a" else d.standings[a].b_not_worse for a in stuck):
-            return []
-    return stuck
+    resolving = [axis for axis, v in open_.items()
+                 if v.rounds_to_resolve is not None and v.rounds_to_resolve <= rounds_left]
+    stuck = [axis for axis in open_ if axis not in resolving]
+    return stuck if _futile(d, resolving, stuck) else []
+
+
+def _open_axes(d: PairDominance) -> dict[str, AxisVerdict] | None:
+    """The unresolved compared axes; None when one has too few values to say what more rounds would do."""
+    open_ = {axis: v for axis, v in d.verdicts.items() if v.verdict == "unresolved" and axis not in d.not_compared}
+    if any((v.n_a if v.paired else min(v.n_a, v.n_b)) < ADVICE_MIN_N for v in open_.values()):
+        return None
+    return open_
+
+
+def _futile(d: PairDominance, resolving: list[str], stuck: list[str]) -> bool:
+    """Whether the pair stays undecided with `resolving` resolved the way their estimates point."""
+    sides = {x for x, wins in (("a", d.better_on), ("b", d.worse_on)) if wins}
+    sides |= {f for axis in resolving if (f := d.standings[axis].favours)}
+    if not stuck or len(sides) == 2:
+        return False
+    return not (sides and all(getattr(d.standings[a], f"{next(iter(sides))}_not_worse") for a in stuck))
 
 
 def planned_axes(sweep: Sweep) -> list[str]:
-    """The Pareto axes the sweep's view can compare, known before it runs (α is split over them): the
-    per-probe axes, time to ready, and the axes the sweep turns on (eval tier, suites, sustained runs,
-    sessions, KL divergence, concurrency levels, image resolutions)."""
+    """The Pareto axes the sweep's view can compare, known before it runs (α is split over them)."""
     out = [a.name for a in probe_axes()]
     out.append("ready_s")
     if sweep.eval_tier != "none":
         out.append("eval_pass_rate")
     out += [{"code": "code_pass_rate", "tools": "tool_pass_rate"}[s] for s in sweep.evals]
-    if sweep.sustained.tokens > 0:
-        out.append("sustain_ratio")
-    if sweep.kld.reference is not None:
-        out.append("kld")
-    if sweep.session.turns > 1:
-        out.append("session_ttft_ms")
+    out += [name for name, on in (("sustain_ratio", sweep.sustained.tokens > 0), ("kld", sweep.kld.reference is not None),
+                                  ("session_ttft_ms", sweep.session.turns > 1)) if on]
     out += [f"{LEVEL_AXIS_PREFIX}{n}" for n in sweep.parallel_levels()]
     if any(c.vision for c in sweep.candidates):
         out += [f"{IMAGE_AXIS_PREFIX}{w}x{h}" for w, h in sweep.vision.resolutions]
@@ -131,9 +119,8 @@ def stop_verdict(rows_a: Sequence[Row], rows_b: Sequence[Row], *, metric: str, b
 
 def stop_reason(per_candidate: Mapping[str, Sequence[Row]], rnd: int, *, min_rounds: int, max_rounds: int,
                 order: str, sweep: Sweep, alpha: float = ALPHA) -> str | None:
-    """Why a context's rounds end after round `rnd`, or None to go on: at a planned look, every pair's
-    per-probe Pareto question is resolved (one dominates, a trade-off, or equivalent) at the look's α.
-    `per_candidate`: each candidate's valid probe rows of the context so far."""
+    """Why a context's rounds end after round `rnd` (every pair's question resolved at a planned look's α),
+    or None to go on; `per_candidate`: each candidate's valid probe rows so far."""
     if rnd not in looks(min_rounds, max_rounds) or rnd >= max_rounds:
         return None
     a_look = look_alpha(min_rounds, max_rounds, alpha)

@@ -1,9 +1,4 @@
-"""Which energy reader this machine gets.
-
-`open_reader()` picks, in order: `$BENCHD_POWERCAP_ROOT` (a powercap tree at that path: the test seam,
-also for a sysfs mounted elsewhere), macOS IOReport (`darwin.py`; `powermetrics` only when already
-root), Linux powercap RAPL (`linux.py`), else a `NullReader` naming what is missing.
-"""
+"""Which energy reader this machine gets (`$BENCHD_POWERCAP_ROOT`, IOReport, RAPL, else `NullReader`)."""
 
 from __future__ import annotations
 

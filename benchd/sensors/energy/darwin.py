@@ -1,7 +1,5 @@
 """macOS energy: IOReport's "Energy Model" channel group (no sudo), `powermetrics` only when already root.
-
-Reasons and facts: docs/measuring.md#energy-on-macos.
-"""
+Reasons and facts: docs/measuring.md#energy-on-macos."""
 
 from __future__ import annotations
 

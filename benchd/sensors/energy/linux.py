@@ -1,7 +1,5 @@
 """Linux energy: powercap RAPL zones (`/sys/class/powercap/intel-rapl:*`, also on AMD), read as deltas.
-
-Reasons and facts: docs/measuring.md#energy-on-linux.
-"""
+Reasons and facts: docs/measuring.md#energy-on-linux."""
 
 from __future__ import annotations
 
@@ -51,40 +49,46 @@ def _denied(zone: Zone, root: Path, exc: OSError) -> str:
 
 def find_zones(root: Path) -> list[Zone]:
     """Every RAPL zone under `root`, parents before their sub-zones, labelled `package-0`, `package-0/dram`."""
-    found: list[tuple[tuple[int, int], Path, str]] = []
-    for entry in sorted(root.glob("intel-rapl:*")) if root.is_dir() else []:
-        m = _ZONE.match(entry.name)
-        if not m or not (entry / "energy_uj").exists():
-            continue
-        try:
-            name = (entry / "name").read_text().strip()
-        except OSError:
-            name = entry.name
-        found.append(((int(m.group(1)), -1 if m.group(2) is None else int(m.group(2))), entry, name))
+    found = [z for entry in (sorted(root.glob("intel-rapl:*")) if root.is_dir() else []) if (z := _zone_entry(entry))]
     names = {key[0]: name for key, _, name in found if key[1] == -1}
     zones = []
     for (top, sub), path, name in sorted(found, key=lambda z: z[0]):
         label = name if sub == -1 else f"{names.get(top, f'zone-{top}')}/{name}"
-        try:
-            max_uj: int | None = _read_int(path / "max_energy_range_uj")
-        except (OSError, ValueError):
-            max_uj = None
         in_total = (sub == -1 and name.startswith("package")) or name.startswith("dram")
-        zones.append(Zone(path=path, label=label, max_range_uj=max_uj, in_total=in_total))
+        zones.append(Zone(path=path, label=label, max_range_uj=_max_range(path), in_total=in_total))
     return zones
 
 
-def counter_delta_uj(a: int, b: int, max_range_uj: int | None) -> int | None:
-    """b - a for a counter that wraps to 0 at `max_range_uj`; None if it went back and the range is unknown.
+def _zone_entry(entry: Path) -> tuple[tuple[int, int], Path, str] | None:
+    """((zone, sub-zone or -1), path, name) of a RAPL zone directory with a counter, else None."""
+    m = _ZONE.match(entry.name)
+    if not m or not (entry / "energy_uj").exists():
+        return None
+    try:
+        name = (entry / "name").read_text().strip()
+    except OSError:
+        name = entry.name
+    return (int(m.group(1)), -1 if m.group(2) is None else int(m.group(2))), entry, name
 
-    One wrap between two samples is undone exactly; two are indistinguishable from one (at 100 W a
-    typical 262 kJ range wraps every ~44 minutes, far longer than a probe phase).
-    """
+
+def _max_range(path: Path) -> int | None:
+    try:
+        return _read_int(path / "max_energy_range_uj")
+    except (OSError, ValueError):
+        return None
+
+
+def counter_delta_uj(a: int, b: int, max_range_uj: int | None) -> int | None:
+    """b - a for a counter wrapping at `max_range_uj`; None if it went back and the range is unknown."""
     if b >= a:
         return b - a
     if max_range_uj is None or max_range_uj <= 0:
         return None
     return b + max_range_uj - a
+
+
+def _scope_of(totals: list[str]) -> str:
+    return "CPU package (cores, uncore, integrated GPU)" + (" and DRAM" if any("dram" in t for t in totals) else "")
 
 
 class RaplReader(BaseReader):
@@ -100,8 +104,7 @@ class RaplReader(BaseReader):
         self.available = True
         self.reason = None
         self.granularity = GRANULARITY
-        what = "CPU package (cores, uncore, integrated GPU)" + (" and DRAM" if any("dram" in t for t in totals) else "")
-        self.scope = SCOPE_SYSTEM.format(what=what)
+        self.scope = SCOPE_SYSTEM.format(what=_scope_of(totals))
         self.sample()  # finds unreadable zones now, so doctor and provenance can say so before any probe
         if self.unreadable and all(z.label in self.unreadable for z in zones if z.in_total):
             self.available = False

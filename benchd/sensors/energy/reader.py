@@ -1,9 +1,5 @@
 """One interface for energy counters: cheap cumulative samples now, joules per channel later.
-
-`choose.open_reader()` picks the reader for this machine.
-
-Reasons and facts: docs/measuring.md#energy-counters.
-"""
+Reasons and facts: docs/measuring.md#energy-counters."""
 
 from __future__ import annotations
 
@@ -31,8 +27,7 @@ class Sample:
 class Delta:
     """Joules between two samples: per channel, and the total over the channels `source` names.
 
-    `total_j` is None exactly when `reason` says why (unreadable counter, reader unavailable, ...).
-    """
+    `total_j` is None exactly when `reason` says why (unreadable counter, reader unavailable, ...)."""
 
     seconds: float
     channels: dict[str, float] = field(default_factory=dict)

@@ -1,10 +1,5 @@
-"""How much memory servers resident side by side may take (the interleaved order's fit check).
-
-`$BENCHD_MEMORY_BUDGET_BYTES` replaces the computed budget (a test knob: a tiny budget forces the
-fallback to the blocked order; the runbook then names this source).
-
-Reasons and facts: docs/measuring.md#memory-budget.
-"""
+"""How much memory servers resident side by side may take (the interleaved order's fit check);
+`$BENCHD_MEMORY_BUDGET_BYTES` replaces it. Reasons and facts: docs/measuring.md#memory-budget."""
 
 from __future__ import annotations
 
@@ -49,13 +44,25 @@ def linux_physical(read: Callable[[], str] = lambda: Path("/proc/meminfo").read_
 
 
 def darwin_limits(sysctl: Callable[[str], str | None] = sysctl) -> tuple[int | None, int | None]:
-    """(physical bytes from hw.memsize, GPU wired limit bytes from iogpu.wired_limit_mb or None when
-    unset/0/unreadable)."""
+    """(hw.memsize bytes, iogpu.wired_limit_mb in bytes or None when unset/0/unreadable)."""
     mem = sysctl("hw.memsize")
     wired = sysctl("iogpu.wired_limit_mb")
     physical = int(mem) if mem and mem.strip().isdigit() else None
     limit = int(wired) * 1024 * 1024 if wired and wired.strip().isdigit() and int(wired) > 0 else None
     return physical, limit
+
+
+def _darwin_budget(physical: int | None, wired: int | None) -> Budget:
+    """A share of hw.memsize, or the GPU wired limit when it is lower."""
+    if physical is None:
+        return Budget(None, "sysctl hw.memsize unreadable: no budget, servers are not started side by side")
+    share = int(physical * BUDGET_FRACTION)
+    note = "" if DARWIN_VERIFIED else " (macOS reading unverified)"
+    if wired is not None and wired < share:
+        return Budget(wired, f"iogpu.wired_limit_mb = {wired // (1024 * 1024)} MiB, under "
+                             f"{BUDGET_FRACTION:.0%} of hw.memsize{note}")
+    extra = "iogpu.wired_limit_mb unset" if wired is None else "iogpu.wired_limit_mb above it"
+    return Budget(share, f"{BUDGET_FRACTION:.0%} of hw.memsize ({extra}){note}")
 
 
 def read_budget(*, platform: str = sys.platform, env: Mapping[str, str] = os.environ,
@@ -66,16 +73,7 @@ def read_budget(*, platform: str = sys.platform, env: Mapping[str, str] = os.env
     if knob and knob.isdigit():
         return Budget(int(knob), f"${ENV_BUDGET} = {int(knob)} bytes")
     if platform == "darwin":
-        physical, wired = darwin()
-        if physical is None:
-            return Budget(None, "sysctl hw.memsize unreadable: no budget, servers are not started side by side")
-        share = int(physical * BUDGET_FRACTION)
-        note = "" if DARWIN_VERIFIED else " (macOS reading unverified)"
-        if wired is not None and wired < share:
-            return Budget(wired, f"iogpu.wired_limit_mb = {wired // (1024 * 1024)} MiB, under "
-                                 f"{BUDGET_FRACTION:.0%} of hw.memsize{note}")
-        extra = "iogpu.wired_limit_mb unset" if wired is None else "iogpu.wired_limit_mb above it"
-        return Budget(share, f"{BUDGET_FRACTION:.0%} of hw.memsize ({extra}){note}")
+        return _darwin_budget(*darwin())
     physical = meminfo() if platform.startswith("linux") else psutil.virtual_memory().total
     if physical is None:
         return Budget(None, "/proc/meminfo MemTotal unreadable: no budget, servers are not started side by side")
@@ -84,8 +82,7 @@ def read_budget(*, platform: str = sys.platform, env: Mapping[str, str] = os.env
 
 
 def footprint_bytes(pid: int) -> int | None:
-    """A resident server's measured footprint: the resident set of the process and its children
-    (mapped model pages included), None when it is gone."""
+    """A resident server's footprint: the RSS of the process and its children; None when it is gone."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]

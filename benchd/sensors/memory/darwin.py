@@ -1,7 +1,5 @@
 """macOS memory facts via libSystem (ctypes): isolated here, tested on layouts and captured bytes.
-
-Reasons and facts: docs/measuring.md#memory-on-macos.
-"""
+Reasons and facts: docs/measuring.md#memory-on-macos."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """Linux memory of one process from /proc, and the /proc walk that finds a server's process tree.
-
-Reasons and facts: docs/measuring.md#memory-on-linux.
-"""
+Reasons and facts: docs/measuring.md#memory-on-linux."""
 
 from __future__ import annotations
 
@@ -98,22 +96,31 @@ def proc_tree(root: int) -> set[int] | None:
             continue  # a descendant exited meanwhile
         except OSError:
             return None
-        for tid in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                    data = f.read()
-            except FileNotFoundError:
-                if os.path.exists(f"/proc/{pid}/task/{tid}"):
-                    return None  # the task lives but has no children file: CONFIG_PROC_CHILDREN off
-                continue  # that thread (or the process) exited meanwhile
-            except OSError:
-                return None
-            for c in data.split():
-                child = int(c)
-                if child not in seen:
-                    seen.add(child)
-                    stack.append(child)
+        children = _task_children(pid, tasks)
+        if children is None:
+            return None
+        for child in children:
+            if child not in seen:
+                seen.add(child)
+                stack.append(child)
     return seen
+
+
+def _task_children(pid: int, tasks: list[str]) -> list[int] | None:
+    """The children of `pid`'s tasks (tasks that exited meanwhile skipped); None when they cannot be read."""
+    out: list[int] = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            if os.path.exists(f"/proc/{pid}/task/{tid}"):
+                return None  # the task lives but has no children file: CONFIG_PROC_CHILDREN off
+            continue
+        except OSError:
+            return None
+        out += [int(c) for c in data.split()]
+    return out
 
 
 def describe() -> list[dict[str, object]]:

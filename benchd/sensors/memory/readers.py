@@ -1,7 +1,5 @@
 """What one process's memory reader gives the sampler, and the portable fallback (psutil RSS).
-
-Reasons and facts: docs/measuring.md#memory-readers.
-"""
+Reasons and facts: docs/measuring.md#memory-readers."""
 
 from __future__ import annotations
 

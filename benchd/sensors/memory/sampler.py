@@ -1,11 +1,6 @@
-"""Memory of a server's whole process tree during one probe: a time series, the kernel's exact peak,
-and the memory axis the Pareto view compares.
-
-Usage (the sweep engine): `s = MemorySampler(server_pid, model_paths=[model, draft])`, then per probe
-`s.reset_peak()`, `await s.start()`, run the probe, `result = await s.stop()`.
-
-Reasons and facts: docs/measuring.md#memory-sampler.
-"""
+"""Memory of a server's whole process tree during one probe: a time series, the kernel's exact peak, and
+the memory axis. Per probe: `reset_peak()`, `await start()`, the probe, `await stop()`.
+Reasons and facts: docs/measuring.md#memory-sampler."""
 
 from __future__ import annotations
 
@@ -79,10 +74,7 @@ class MemorySampler:
     # ------------------------------------------------------------------------------------- tree
 
     def tree(self) -> set[int]:
-        """Root plus its live descendants now (empty when the root is gone).
-
-        Linux: walks `/proc/PID/task/*/children` from the root (a few reads for a server's tree), not
-        psutil's `children()`, which reads /proc/*/stat of every process on the machine."""
+        """Root plus its live descendants now (empty when the root is gone); Linux walks /proc children files."""
         kids_proc = memory_linux.proc_tree(self.root_pid)
         if kids_proc is not None:
             return kids_proc
@@ -186,14 +178,11 @@ class MemorySampler:
             got = True
             self._seen.add(pid)
             total += m.current
-            anon = anon + m.anon if anon is not None and m.anon is not None else None
-            file_ = file_ + m.file if file_ is not None and m.file is not None else None
-            if m.peak is not None:
-                self._peaks[pid] = max(self._peaks.get(pid, 0), m.peak)
-            if m.footprint is not None:
-                self._footprints[pid] = max(self._footprints.get(pid, 0), m.footprint)
-            if m.resident is not None:
-                self._residents[pid] = max(self._residents.get(pid, 0), m.resident)
+            anon, file_ = _plus(anon, m.anon), _plus(file_, m.file)
+            for peaks, value in ((self._peaks, m.peak), (self._footprints, m.footprint),
+                                 (self._residents, m.resident)):
+                if value is not None:
+                    peaks[pid] = max(peaks.get(pid, 0), value)
         if got:
             self._series.append((now, total))
             if self._best is None or total > self._best[0]:
@@ -274,31 +263,24 @@ class MemorySampler:
         )
 
     def _peak(self, reasons: dict[str, str]) -> tuple[bool, int | None, str, bool, str]:
-        """(kernel peak usable, peak, source, exact, note): the kernel's peak when every process has one since
-        its reset, else the sampled series' max."""
+        """(kernel peak usable, peak, source, exact, note): the kernel's, else the sampled series' max."""
         b = self.backend
         gone = self._vanished & self._seen
         seen = self._seen
         kernel_ok = bool(seen) and all(p in self._peaks for p in seen)
         reset_failed = {p: e for p, e in self._reset_errors.items() if p in seen}
         if not kernel_ok or reset_failed:
-            why = (
-                "; ".join(sorted(set(reset_failed.values())))
-                if reset_failed
-                else ("no process sampled" if not seen else f"{b.source} has no per-process kernel peak")
-            )
-            sampled = self._best[0] if self._best else None
-            if sampled is None:
-                reasons["peak_bytes"] = why
-            source = "psutil:rss" if b.current_source.startswith("kernel:") else b.current_source
-            return False, sampled, source, False, (f"max of the sampled series at {self.rate_hz:g} Hz (misses spikes "
-                                                   f"between ticks); kernel peak unusable: {why}")
+            return self._sampled_peak(reasons, reset_failed)
+        return True, sum(self._peaks[p] for p in seen), b.source, len(seen) == 1 and not gone, self._kernel_note(gone)
+
+    def _kernel_note(self, gone: set[int]) -> str:
+        seen, source = self._seen, self.backend.source
         unreset = {p for p in seen if p not in self._reset_pids and p in self._peaks}
         if len(seen) == 1:
-            note = f"kernel peak of the single process since reset ({b.source}): exact"
+            note = f"kernel peak of the single process since reset ({source}): exact"
         else:
             note = (
-                f"sum of {len(seen)} processes' kernel peaks since reset ({b.source}): an upper bound "
+                f"sum of {len(seen)} processes' kernel peaks since reset ({source}): an upper bound "
                 "on the tree's simultaneous peak"
             )
         if unreset:
@@ -306,7 +288,23 @@ class MemorySampler:
         if gone:
             when = f"up to 1/{self.rate_hz:g} s before exit" if self._ticking else "at the probe's start: no series"
             note += f"; {len(gone)} process(es) exited mid-probe, their peak is the last one read ({when})"
-        return True, sum(self._peaks[p] for p in seen), b.source, len(seen) == 1 and not gone, note
+        return note
+
+    def _sampled_peak(self, reasons: dict[str, str], reset_failed: dict[int, str]
+                      ) -> tuple[bool, int | None, str, bool, str]:
+        """`_peak` from the sampled series' max, the kernel peak being unusable."""
+        b = self.backend
+        why = (
+            "; ".join(sorted(set(reset_failed.values())))
+            if reset_failed
+            else ("no process sampled" if not self._seen else f"{b.source} has no per-process kernel peak")
+        )
+        sampled = self._best[0] if self._best else None
+        if sampled is None:
+            reasons["peak_bytes"] = why
+        source = "psutil:rss" if b.current_source.startswith("kernel:") else b.current_source
+        return False, sampled, source, False, (f"max of the sampled series at {self.rate_hz:g} Hz (misses spikes "
+                                               f"between ticks); kernel peak unusable: {why}")
 
     def _rate_achieved(self, reasons: dict[str, str]) -> float | None:
         if self._periodic >= 2 and self._first_t is not None and self._last_t is not None and self._last_t > self._first_t:
@@ -347,29 +345,37 @@ class MemorySampler:
                 note + (f"; lower bound: max(footprint peak, resident peak), the mapped model files could not be "
                         f"read ({reasons.get('model_resident_bytes')})"))
 
+    def _component(self, name: str, peak_of: str, sampled: dict[int, int], src: str, kernel: int | None,
+                   seen: set[int], sources: dict[str, str], reasons: dict[str, str]) -> int | None:
+        """One component's peak: the kernel's when it is that kind, else the sampled per-process maxima."""
+        b = self.backend
+        if b.peak_of == peak_of and kernel is not None:
+            sources[name] = src
+            return kernel
+        if seen and all(p in sampled for p in seen):
+            sources[name] = (src if b.peak_of != peak_of else f"{b.current_source} (sampled max)") + (
+                "" if self._ticking else " (max of the reads at the probe's start and end: no series)")
+            return sum(sampled[p] for p in seen)
+        reasons[name] = f"{src}: not available" if seen else "no process sampled"
+        return None
+
     def _components(self, kernel_ok: bool, seen: set[int], sources: dict[str, str], reasons: dict[str, str]
                     ) -> tuple[int | None, int | None, int | None]:
         """(footprint peak, resident peak, model files resident), each with its source or null reason."""
         b = self.backend
         kernel = sum(self._peaks[p] for p in seen) if kernel_ok else None
-        out: list[int | None] = []
-        for name, peak_of, sampled, src in (
-            ("footprint_peak_bytes", "footprint", self._footprints, b.footprint_source),
-            ("resident_peak_bytes", "resident", self._residents, b.resident_source),
-        ):
-            if b.peak_of == peak_of and kernel is not None:
-                out.append(kernel)
-                sources[name] = src
-            elif seen and all(p in sampled for p in seen):
-                out.append(sum(sampled[p] for p in seen))
-                sources[name] = (src if b.peak_of != peak_of else f"{b.current_source} (sampled max)") + (
-                    "" if self._ticking else " (max of the reads at the probe's start and end: no series)")
-            else:
-                out.append(None)
-                reasons[name] = f"{src}: not available" if seen else "no process sampled"
+        out = [self._component(name, peak_of, sampled, src, kernel, seen, sources, reasons)
+               for name, peak_of, sampled, src in (
+                   ("footprint_peak_bytes", "footprint", self._footprints, b.footprint_source),
+                   ("resident_peak_bytes", "resident", self._residents, b.resident_source))]
         model, why = self._model
         if model is None:
             reasons["model_resident_bytes"] = why
         else:
             sources["model_resident_bytes"] = b.mapped_source
         return out[0], out[1], model
+
+
+def _plus(total: int | None, value: int | None) -> int | None:
+    """A sum that stays unknown once one term is."""
+    return total + value if total is not None and value is not None else None

@@ -1,8 +1,4 @@
-"""Which memory reader this machine gets, the swap counters, and what `benchctl doctor` lists.
-
-The choice between the OS readers (`linux.py`, `darwin.py`, the psutil fallback in `readers.py`) lives
-here so that the readers never import each other and the sampler never names an OS.
-"""
+"""Which memory reader this machine gets, the swap counters, and what `benchctl doctor` lists."""
 
 from __future__ import annotations
 
@@ -25,10 +21,8 @@ def default_backend() -> Backend:
 
 
 def read_swap() -> tuple[int, int, str] | tuple[None, None, str]:
-    """System-wide (swapped-in bytes, swapped-out bytes, source) since boot, or (None, None, why not).
-
-    macOS: vm_statistics64 swapins/swapouts, because psutil's sin/sout there are pager page-ins/outs
-    (an mmap'd model being read counts), not swap. Linux: psutil (/proc/vmstat pswpin/pswpout)."""
+    """System-wide (swapped-in bytes, swapped-out bytes, source) since boot, or (None, None, why not);
+    macOS reads vm_statistics64 (psutil's sin/sout count pager page-ins there)."""
     if sys.platform == "darwin":
         try:
             sin, sout = memory_darwin.read_swap()

@@ -1,8 +1,5 @@
-"""The page cache of a model's files, for cold and warm server starts: how much of them is resident
-(`resident`, mincore(2), on every POSIX OS) and dropping their clean pages before a cold start, per OS
-side by side (`linux`: posix_fadvise(POSIX_FADV_DONTNEED), no root needed; `darwin`: not possible
-without root, the reason is returned). `files_of` expands an MLX model directory into its files.
-Imports the floor only."""
+"""The page cache of a model's files: how much is resident (mincore) and dropping it before a cold start
+(per OS); `files_of` expands an MLX model directory."""
 
 from __future__ import annotations
 

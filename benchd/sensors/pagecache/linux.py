@@ -1,7 +1,5 @@
-"""Linux: a file's clean pages leave the page cache with posix_fadvise(POSIX_FADV_DONTNEED) over the
-whole file, which any process that can open the file may ask (no root, unlike drop_caches). Dirty
-pages are written back first (fdatasync) so they are clean and can go. Pages some process has mapped
-and tmpfs pages stay: `resident` after the drop says what happened."""
+"""Linux: drop a file's clean pages with posix_fadvise(POSIX_FADV_DONTNEED) (no root), after fdatasync;
+mapped and tmpfs pages stay (`resident` tells)."""
 
 from __future__ import annotations
 

@@ -1,2 +1,1 @@
-"""Power source and sleep prevention (`status`), with macOS's pmset/caffeinate parsing in `darwin`.
-Imports the floor only."""
+"""Power source and sleep prevention (`status`), with macOS's pmset/caffeinate parsing in `darwin`."""

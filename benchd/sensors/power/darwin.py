@@ -1,7 +1,4 @@
-"""macOS-only power facts: `pmset -g batt` parsing and the `caffeinate` sleep assertion.
-
-Reasons and facts: docs/measuring.md#power-on-macos.
-"""
+"""macOS-only power facts: `pmset -g batt` and `caffeinate` (docs/measuring.md#power-on-macos)."""
 
 from __future__ import annotations
 
@@ -32,21 +29,28 @@ class PmsetBatt:
     present: bool | None = None
 
 
-def parse_pmset_batt(text: str) -> PmsetBatt:
-    """Parse `pmset -g batt`. An unrecognised supply name is "unknown", never guessed.
+def _supply(drawing: str | None) -> PowerSource:
+    if drawing is None:
+        return "unknown"
+    low = drawing.lower()
+    if low.startswith("ac"):
+        return "ac"
+    return "battery" if "battery" in low or "ups" in low else "unknown"
 
-    'UPS Power' counts as battery: the mains has failed and the machine runs on a UPS's battery,
-    which is exactly when an overnight job should not start.
-    """
+
+def _estimate(remaining: re.Match[str] | None, rest: str) -> str | None:
+    if remaining:
+        return f"{remaining.group(1)}:{remaining.group(2)}"
+    if "(no estimate)" in rest:
+        return "no estimate"
+    return "not charging" if "not charging" in rest else None
+
+
+def parse_pmset_batt(text: str) -> PmsetBatt:
+    """Parse `pmset -g batt`; an unrecognised supply is "unknown", 'UPS Power' is battery."""
     match = _DRAWING.search(text)
     drawing = match.group(1) if match else None
-    source: PowerSource = "unknown"
-    if drawing is not None:
-        low = drawing.lower()
-        if low.startswith("ac"):
-            source = "ac"
-        elif "battery" in low or "ups" in low:
-            source = "battery"
+    source = _supply(drawing)
     batt = _BATTERY.search(text)
     if batt is None:
         return PmsetBatt(source=source, drawing_from=drawing, percent=None, state=None)
@@ -55,23 +59,17 @@ def parse_pmset_batt(text: str) -> PmsetBatt:
     parts = [p.strip() for p in _PRESENT.sub("", rest).split(";")]
     state = re.sub(r"\s*\([^)]*/[^)]*\)$", "", parts[0]) or None  # drop a "(Good/100)" health suffix
     remaining = _REMAINING.search(rest)
-    estimate = (f"{remaining.group(1)}:{remaining.group(2)}" if remaining else "no estimate" if "(no estimate)" in rest
-                else "not charging" if "not charging" in rest else None)
     return PmsetBatt(
         source=source,
         drawing_from=drawing,
         percent=float(batt.group(1)),
         state=state,
         remaining_min=int(remaining.group(1)) * 60 + int(remaining.group(2)) if remaining else None,
-        estimate=estimate,
+        estimate=_estimate(remaining, rest),
         present=None if present is None else present.group(1) == "true",
     )
 
 
 def caffeinate_command(pid: int) -> list[str]:
-    """`caffeinate -i -w PID`: hold a "prevent idle sleep" assertion until PID exits.
-
-    `-i` prevents idle system sleep (the display may still sleep, which costs nothing); `-w` ties the
-    assertion to benchd's own pid, so it is released even if benchd is killed with SIGKILL.
-    """
+    """`caffeinate -i -w PID`: prevent idle sleep until PID (benchd) exits, even by SIGKILL."""
     return ["caffeinate", "-i", "-w", str(pid)]

@@ -1,7 +1,5 @@
 """Power facts for overnight queues: where the machine draws power from, and keeping it awake.
-
-Reasons and facts: docs/measuring.md#power-source-and-sleep.
-"""
+Reasons and facts: docs/measuring.md#power-source-and-sleep."""
 
 from __future__ import annotations
 
@@ -54,14 +52,30 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def linux_sysfs_status(root: Path = SYSFS_POWER_SUPPLY) -> PowerStatus | None:
-    """Read the kernel's power supplies. None when there are none to read (VMs, most desktops).
-
-    A Mains/USB supply with online=1 means AC. With no supply online but a battery present, the
-    battery's own status decides (Discharging = battery), because some laptops expose no Mains node.
-    """
+def _percent(cap: str | None) -> float | None:
     try:
-        entries = sorted(p for p in root.iterdir())
+        return float(cap) if cap is not None else None
+    except ValueError:
+        return None
+
+
+def _battery_status(battery: tuple[str | None, float | None, Path] | None, mains_seen: bool) -> PowerStatus | None:
+    """What the first battery's status says (an offline mains seen: battery), or None when it says nothing."""
+    if battery is None:
+        return None
+    status, pct, entry = battery
+    if mains_seen or status == "Discharging":
+        return PowerStatus(source="battery", percent=pct, method=f"sysfs:{entry / 'status'}")
+    if status in ("Charging", "Full", "Not charging"):
+        return PowerStatus(source="ac", percent=pct, method=f"sysfs:{entry / 'status'}")
+    return None
+
+
+def linux_sysfs_status(root: Path = SYSFS_POWER_SUPPLY) -> PowerStatus | None:
+    """Read the kernel's power supplies. None when there are none to read (VMs, most desktops). A Mains/USB
+    supply online is AC; else a battery's own status decides (some laptops expose no Mains node)."""
+    try:
+        entries = sorted(root.iterdir())
     except OSError:
         return None
     mains_seen = False
@@ -76,18 +90,10 @@ def linux_sysfs_status(root: Path = SYSFS_POWER_SUPPLY) -> PowerStatus | None:
             if online == "1":
                 return PowerStatus(source="ac", method=f"sysfs:{entry / 'online'}")
         elif kind == "Battery" and battery is None:
-            cap = _read(entry / "capacity")
-            try:
-                pct = float(cap) if cap is not None else None
-            except ValueError:
-                pct = None
-            battery = (_read(entry / "status"), pct, entry)
-    if battery is not None:
-        status, pct, entry = battery
-        if mains_seen or status == "Discharging":
-            return PowerStatus(source="battery", percent=pct, method=f"sysfs:{entry / 'status'}")
-        if status in ("Charging", "Full", "Not charging"):
-            return PowerStatus(source="ac", percent=pct, method=f"sysfs:{entry / 'status'}")
+            battery = (_read(entry / "status"), _percent(_read(entry / "capacity")), entry)
+    on_battery = _battery_status(battery, mains_seen)
+    if on_battery is not None:
+        return on_battery
     if mains_seen:
         return PowerStatus(source="unknown", reason="a mains supply is offline but no battery is present")
     return None
@@ -204,6 +210,17 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # the child may outlive a TERMed parent
 
 
+def _awake_command(pid: int, plat: str, which: Callable[[str], str | None]) -> tuple[list[str] | None, str, bool]:
+    """(the command keeping the machine awake or None, why there is none, whether it needs a child)."""
+    if plat == "darwin":
+        cmd = power_darwin.caffeinate_command(pid) if which("caffeinate") else None
+        return cmd, "caffeinate not found on PATH", False
+    if plat.startswith("linux"):
+        return (inhibit_command(pid, which),
+                "systemd-inhibit not found (no systemd/logind): nothing keeps this machine awake", True)
+    return None, f"no sleep prevention implemented for {plat}", False
+
+
 @contextlib.asynccontextmanager
 async def keep_awake(
     pid: int,
@@ -212,23 +229,9 @@ async def keep_awake(
     which: Callable[[str], str | None] = shutil.which,
     confirm_timeout_s: float = CONFIRM_TIMEOUT_S,
 ) -> AsyncIterator[SleepGuard]:
-    """Keep the machine awake while the block runs (async context manager); yields a SleepGuard.
-
-    Never raises for a missing or failing mechanism: the job still runs, and the guard says why sleep
-    was not prevented. The helper process lives in its own process group and is torn down on exit.
-    """
-    plat = platform or sys.platform
-    cmd: list[str] | None
-    if plat == "darwin":
-        cmd = power_darwin.caffeinate_command(pid) if which("caffeinate") else None
-        missing = "caffeinate not found on PATH"
-        needs_child = False
-    elif plat.startswith("linux"):
-        cmd = inhibit_command(pid, which)
-        missing = "systemd-inhibit not found (no systemd/logind): nothing keeps this machine awake"
-        needs_child = True
-    else:
-        cmd, missing, needs_child = None, f"no sleep prevention implemented for {plat}", False
+    """Keep the machine awake while the block runs; yields a SleepGuard. Never raises for a missing or
+    failing mechanism (the guard says why); the helper runs in its own process group, torn down on exit."""
+    cmd, missing, needs_child = _awake_command(pid, platform or sys.platform, which)
     if cmd is None:
         yield SleepGuard(prevented=False, reason=missing)
         return

@@ -1,11 +1,5 @@
-"""macOS sleep clock: `mach_continuous_time` keeps counting while the machine sleeps, `mach_absolute_time`
-does not; their difference (in timebase ticks, converted with `mach_timebase_info`) grows by exactly the
-time slept. The Linux twin is CLOCK_BOOTTIME vs CLOCK_MONOTONIC in `sensor.py`.
-
-The conversion and the gap are pure functions tested on committed samples (tests/data/darwin/
-mach_clocks.json: the Intel 1/1 and Apple-silicon 125/3 timebases); `MachClock` only binds them to
-libSystem through ctypes and is imported on macOS alone. Nothing here runs on Linux.
-"""
+"""macOS sleep clock: `mach_continuous_time` minus `mach_absolute_time` grows by the time slept. Pure
+conversions tested on tests/data/darwin/mach_clocks.json; `MachClock` binds libSystem (macOS only)."""
 
 from __future__ import annotations
 

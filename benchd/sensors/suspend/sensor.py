@@ -1,8 +1,5 @@
-"""Was a probe suspended? Two independent signs, each with its source, so a probe that straddled a
-sleep or a stopped server becomes a failed row (re-run), never a slow number.
-
-Reasons and facts: docs/measuring.md#suspended-probes.
-"""
+"""Was a probe suspended (a sleep or a stopped server)? Two independent signs, each with its source.
+Reasons and facts: docs/measuring.md#suspended-probes."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """macOS thermal pressure: parsers for notifyutil / powermetrics / pmset output, and the sensor using them.
-
-Reasons and facts: docs/measuring.md#thermal-pressure-on-macos.
-"""
+Reasons and facts: docs/measuring.md#thermal-pressure-on-macos."""
 
 from __future__ import annotations
 
@@ -52,11 +50,7 @@ def _recorded(text: str, what: str, level: re.Match[str] | None) -> bool | None:
 
 
 def parse_pmset_therm(text: str) -> dict[str, object]:
-    """`pmset -g therm` (stdout and stderr together) → the CPU_* limits, and which warnings were recorded.
-
-    {"CPU_Speed_Limit": 100, ..., "thermal_warning_level": N | None, "thermal_warning_recorded": bool | None,
-     "performance_warning_level", "performance_warning_recorded", "cpu_power_status_recorded", "errors"}.
-    """
+    """`pmset -g therm` (stdout and stderr) → the CPU_* limits, `*_warning_level` / `*_recorded` and `errors`."""
     out: dict[str, object] = {k: int(v) for k, v in _PMSET_KV.findall(text)}
     thermal, perf = _THERMAL_LEVEL.search(text), _PERF_LEVEL.search(text)
     out["thermal_warning_level"] = int(thermal.group(1)) if thermal else None

@@ -1,14 +1,6 @@
-"""Thermal sensing behind one interface: every reading names its source, and none is ever invented.
-
-`open_sensor()` picks, in order:
-1. `$BENCHD_THERMAL_FILE` — the test seam: each read returns the file's current content, a number in
-   °C or a pressure word ("nominal", "fair", "serious", "critical", or macOS's "moderate", "heavy",
-   "trapping", "sleeping").
-2. macOS — thermal pressure level (benchd.sensors.thermal.darwin: notifyutil without root, powermetrics as root).
-3. Linux — `psutil.sensors_temperatures()`, else `/sys/class/thermal/thermal_zone*/temp`: the max over
-   CPU-ish sensors (coretemp, k10temp, x86_pkg_temp, cpu*/soc* zones...), the sensor named in `source`.
-4. Otherwise an unavailable sensor: `available=False` and a reason. VMs and CI usually land here.
-"""
+"""Thermal sensing behind one interface; every reading names its source. `open_sensor()` picks
+`$BENCHD_THERMAL_FILE` (the test seam: °C or a pressure word), macOS pressure, Linux temperatures (max
+over CPU-ish sensors), else an unavailable sensor with a reason."""
 
 from __future__ import annotations
 
@@ -155,6 +147,18 @@ def open_sensor(env: Mapping[str, str] | None = None) -> ThermalSensor:
     return UnavailableSensor()
 
 
+def _linux_sources() -> list[dict[str, object]]:
+    s = LinuxSensor()
+    ps = s.psutil_candidates()
+    zs = s.sysfs_candidates()
+    return [{"name": "linux:psutil", "available": bool(ps),
+             **({"detail": ", ".join(n for n, _, _ in ps)} if ps
+                else {"reason": "psutil.sensors_temperatures() reports no sensor (no /sys/class/hwmon temps)"})},
+            {"name": "linux:sysfs", "available": bool(zs),
+             **({"detail": ", ".join(n for n, _, _ in zs)} if zs
+                else {"reason": f"no readable {s.sysfs_root}/thermal_zone*/temp"})}]
+
+
 def describe_sources(env: Mapping[str, str] | None = None) -> list[dict[str, object]]:
     """Each thermal source: whether it exists here, and why not (for `benchctl doctor`)."""
     env = os.environ if env is None else env
@@ -169,15 +173,7 @@ def describe_sources(env: Mapping[str, str] | None = None) -> list[dict[str, obj
 
         out.extend(thermal_darwin.describe())
     elif sys.platform.startswith("linux"):
-        s = LinuxSensor()
-        ps = s.psutil_candidates()
-        out.append({"name": "linux:psutil", "available": bool(ps),
-                    **({"detail": ", ".join(n for n, _, _ in ps)} if ps
-                       else {"reason": "psutil.sensors_temperatures() reports no sensor (no /sys/class/hwmon temps)"})})
-        zs = s.sysfs_candidates()
-        out.append({"name": "linux:sysfs", "available": bool(zs),
-                    **({"detail": ", ".join(n for n, _, _ in zs)} if zs
-                       else {"reason": f"no readable {s.sysfs_root}/thermal_zone*/temp"})})
+        out += _linux_sources()
     else:
         out.append({"name": "thermal", "available": False, "reason": f"no thermal source implemented for {sys.platform}"})
     chosen = open_sensor(env).read()

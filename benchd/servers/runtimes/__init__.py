@@ -1,7 +1,4 @@
-"""Runtime adapters by name: the one table the rest of benchd uses to reach runtime-specific code.
-
-A plain dict (uvicorn's name -> implementation tables): `get_adapter(candidate.runtime)`.
-"""
+"""Runtime adapters by name: `get_adapter(candidate.runtime)`, the one way to runtime-specific code."""
 
 from __future__ import annotations
 

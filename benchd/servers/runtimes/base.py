@@ -1,18 +1,6 @@
-"""What every runtime adapter provides, and the pieces they share.
-
-The supervisor, the probe client and the sweep engine never branch on a runtime's name: they ask its
-adapter (`benchd.servers.runtimes.get_adapter(candidate.runtime)`). An adapter is stateless; everything a
-call needs is passed in. It is the runtime's facts (class attributes) and eight parts, each a small class
-here that a runtime module subclasses where the runtime differs: `launcher` (command line, environment,
-readiness, provenance), `requests` (what is sent), `reader` (how the raw final chunk maps to normalized
-metrics), `checks` (candidate validation), and the capabilities `sessions`, `parallel`, `images`, `tools`.
-Callers go through the part: `adapter.launcher.argv(...)`, `adapter.reader.normalize(...)`.
-
-Shared here: the OpenAI-style streamed chat request body (thinking in the form each runtime reads), the
-check that candidate `args` do not set what the adapter owns, and `Normalized`, the runtime-independent
-metric record. The HTTP helpers live in `http`, the window accounting in `tokens`, the scrubbed
-environment in `environment`; they are re-exported here.
-"""
+"""What every runtime adapter provides (its facts and eight stateless parts), and the pieces they share:
+the streamed chat request body, the reserved-args check, `Normalized`. See docs/architecture.md
+("A new runtime adapter")."""
 
 from __future__ import annotations
 
@@ -59,19 +47,14 @@ __all__ = [
     "json_health",
 ]
 
-#: One conversation to render with the chat template (generation prompt added) and a text appended after
-#: the rendering (the answer the server generated), tokenized as the server tokenizes a chat prompt.
+#: A conversation to render with the chat template, and a text (the answer) appended after the rendering.
 RenderItem = tuple[list[dict[str, str]], str]
 
 
 @dataclass(frozen=True)
 class SessionStart:
-    """How a runtime serves session turns with its prompt cache on.
-
-    `candidate`: the candidate to start for sessions (the cache switched on where it is a start flag or
-    a variable). `own_start`: True when the cold probes' server cannot serve them (its cache is off
-    for the whole process). `notes`: what benchd set or found for the cache, recorded in every turn's
-    `sources["prompt_cache"]`."""
+    """How a runtime serves session turns with its prompt cache on: the `candidate` to start, `own_start`
+    (the cold probes' server cannot serve them), `notes` (recorded in `sources["prompt_cache"]`)."""
 
     candidate: Candidate
     own_start: bool
@@ -80,10 +63,8 @@ class SessionStart:
 
 @dataclass(frozen=True)
 class ParallelStart:
-    """The server start of one concurrency level N: the candidate with the runtime's slot / batching flags
-    for N, the context size to start with (llama-server: N x the per-slot context), what was set
-    (`notes`, recorded in every request's `sources["concurrency"]`), and `serial`: None when the runtime
-    can batch N requests, else why it serves them one at a time (a draft model, a quantized KV cache)."""
+    """The server start of one concurrency level N: the candidate with its slot flags, the context size,
+    what was set (`notes`), and `serial`: why it serves N one at a time (None: it batches)."""
 
     candidate: Candidate
     ctx_size: int | None
@@ -92,13 +73,9 @@ class ParallelStart:
 
 @dataclass(frozen=True)
 class PrefixCacheRule:
-    """What a runtime's prompt cache can hand the next session turn, by its own design.
-
-    `block_tokens`: the cached prefix is reused in whole blocks of this many tokens (1 = any length),
-    so the cached tokens may fall up to `block_tokens - 1` short of the common prefix without a miss.
-    `keeps_generated`: the generated tokens stay in the cache after a request (False: only the prompt's
-    K/V is kept, so a turn can reuse at most its common prefix with the previous *prompt*).
-    `source`: where that was read (recorded in the turn's `sources["cache_miss"]`)."""
+    """What a runtime's prompt cache can hand the next session turn. `block_tokens`: the prefix is reused in
+    whole blocks of this many tokens; `keeps_generated`: False when only the prompt's K/V stays cached;
+    `source`: where that was read."""
 
     block_tokens: int = 1
     keeps_generated: bool = True
@@ -120,19 +97,14 @@ class DraftFigures(DraftMetrics, total=False):
     null_reasons: dict[str, str]
 
 
-#: Margin added to `context + gen_tokens` when an adapter sizes the server's context itself: the chat
-#: template wraps the prompt in a few tokens, and the prompt builder is allowed to be 1 % off.
+#: Margin on `context + gen_tokens` when an adapter sizes the context: template tokens, the prompt builder's 1 %.
 CTX_MARGIN_TOKENS = 64
 
 
 @dataclass(frozen=True)
 class Normalized:
-    """One probe's metrics in runtime-independent form, named like `schemas.Row`'s fields.
-
-    Every non-null metric has its source in `sources`; every null metric that a reader might expect has
-    a reason in `null_reasons`. `server_peak_memory_bytes` is a separate figure from the OS sampler's
-    `mem_peak_bytes` (mlx_vlm reports its own MLX peak); it reaches a Row only once Row has that field.
-    """
+    """One probe's metrics in runtime-independent form, named like `schemas.Row`'s fields: every non-null
+    metric has its source in `sources`, every expected null a reason in `null_reasons`."""
 
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
@@ -167,17 +139,14 @@ def _int(value: object) -> int | None:
 
 
 class Part:
-    """One side of a runtime's adapter (its launcher, its requests, ...). Stateless like the adapter:
-    everything a call needs is passed in; the runtime's facts (the adapter's class attributes) and its
-    other parts are read through `self.runtime`."""
+    """One stateless side of a runtime's adapter; the runtime's facts and other parts via `self.runtime`."""
 
     def __init__(self, runtime: RuntimeAdapter) -> None:
         self.runtime = runtime
 
 
 class Checks(Part):
-    """What a candidate may ask of this runtime: reserved flags, values and combinations the pinned build
-    refuses, spec kinds, and the flags `benchctl tune` races. Checked before anything starts."""
+    """What a candidate may ask of this runtime (reserved flags, refused values, spec kinds, tune matrix)."""
 
     def pinned_build(self, candidate: Candidate) -> bool:
         """Whether the candidate runs the build `flag_values` describes (not a `binary` of its own)."""
@@ -190,13 +159,11 @@ class Checks(Part):
 
     def tune_matrix(self, model: str, binary: str | None, cores: int
                     ) -> tuple[dict[str, Sequence[str | bool]], list[str]]:
-        """The flags worth racing for this model on this machine (`benchctl tune`): a candidate matrix and
-        one line per key saying why it is there (none by default)."""
+        """(the `benchctl tune` matrix for this model and machine, why each key); none by default."""
         return {}, [f"{self.runtime.name}: no flags to tune known to benchd"]
 
     def combination_problems(self, candidate: Candidate) -> list[BenchdError]:
-        """Flags the pinned build refuses together (each alone is fine); a matrix leaves such a
-        combination out. None by default."""
+        """Flags the pinned build refuses together (each alone is fine); none by default."""
         return []
 
     def reserved_flag(self, arg: str) -> str | None:
@@ -271,15 +238,10 @@ class Checks(Part):
 
 
 class Launcher(Part):
-    """Starting the server and describing the start: the command and argv, the environment, the context
-    size per cell, readiness, the version and packages (provenance), and the facts read from the start
-    (fit, layer split, threads, memory mapping). A subclass provides `command`, `argv`, `check_ready`
-    and `version`."""
+    """Starting the server and describing it; a subclass provides `command`, `argv`, `check_ready`, `version`."""
 
     def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
-        """The resolved command prefix (binary, or interpreter + module) and how it was found
-        (candidate|env|path|cache). May run a subprocess (provision probes an interpreter): call it
-        off the event loop (`asyncio.to_thread`)."""
+        """(the command prefix, how found: candidate|env|path|cache). May run a subprocess: off the loop."""
         raise NotImplementedError
 
     def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
@@ -299,8 +261,7 @@ class Launcher(Part):
         return self.server_env(candidate, config).env
 
     def server_env(self, candidate: Candidate, config: Config) -> ServerEnv:
-        """Ours minus the runtime's inherited knobs (`env_scrub`), plus runtime needs (`env_ours`), plus
-        the candidate's `env` (wins), with the record of what was passed and removed."""
+        """Ours minus `env_scrub`, plus `env_ours`, plus the candidate's `env` (wins), with its record."""
         return environment.build(self.runtime.env_scrub, self.env_ours(config), candidate.env, os.environ)
 
     def env_ours(self, config: Config) -> dict[str, str]:
@@ -312,8 +273,7 @@ class Launcher(Part):
         return None, f"{self.runtime.name} has no --fit (it does not move layers between devices)"
 
     def layer_split(self, candidate: Candidate, command: list[str], load_log: str) -> tuple[str | None, str]:
-        """(the split the server reported, its source) or (None, why none was reported). May run a
-        subprocess: called off the event loop."""
+        """(the split the server reported, its source) or (None, why not). May run a subprocess."""
         return None, f"{self.runtime.name} has no layer split: MLX runs the whole model on its default device"
 
     def memory_note(self, candidate: Candidate) -> str | None:
@@ -321,8 +281,7 @@ class Launcher(Part):
         return None
 
     def server_threads(self, candidate: Candidate) -> tuple[int | None, str]:
-        """(compute threads the server will use, how that is known), or (None, why it is not): the
-        sweep's `pin_client` gives the server that many cores."""
+        """(compute threads the server will use, how known), or (None, why not); `pin_client` uses it."""
         return None, f"{self.runtime.name} sets no thread count benchd can read"
 
     async def check_ready(self, base_url: str) -> Readiness:
@@ -334,8 +293,7 @@ class Launcher(Part):
         raise NotImplementedError
 
     def installed_version(self, command: list[str]) -> str | None:
-        """The string `version()` reports, read without starting a server (the lock's recheck detector
-        compares it); None when this runtime cannot tell offline. May run a subprocess."""
+        """What `version()` reports, read offline (None: cannot tell). May run a subprocess."""
         return None
 
     def installed_packages(self, command: list[str]) -> dict[str, str]:
@@ -344,9 +302,7 @@ class Launcher(Part):
 
 
 class Requests(Part):
-    """What benchd sends: the request path, headers and bodies (thinking in the form the runtime reads,
-    the fields that make a probe run to length), the `model` value, and token counts asked of the server
-    or its model dir."""
+    """What benchd sends: path, headers, bodies, the `model` value, and token counts."""
 
     def request_path(self) -> str:
         """The streamed chat endpoint's path."""
@@ -432,9 +388,7 @@ class Requests(Part):
 
 
 class Reader(Part):
-    """What the server answered, in runtime-independent form: the final chunk to `Normalized` (a subclass
-    provides `normalize`, usually through `normalize_timings` or `normalize_usage`), why a probe ended
-    short, and the draft-acceptance cross-check from server counters."""
+    """What the server answered, as `Normalized` (a subclass provides `normalize`), and why a probe ended short."""
 
     def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
         """One probe's metrics from its final chunk and the client's stream window."""
@@ -570,8 +524,7 @@ class Reader(Part):
 
 
 class Sessions(Part):
-    """Session turns with the prompt cache on: the start that serves them, the fields each turn sends,
-    and how the cache reuses a prefix. A runtime that runs sessions provides `session_start`."""
+    """Session turns with the prompt cache on; a runtime that runs sessions provides `session_start`."""
 
     def session_start(self, candidate: Candidate) -> SessionStart:
         """The server start that serves session turns with the prompt cache on (see `SessionStart`)."""
@@ -582,15 +535,12 @@ class Sessions(Part):
         return {}
 
     def prefix_cache_rule(self, candidate: Candidate) -> PrefixCacheRule:
-        """How the session start's cache reuses a prefix (see `PrefixCacheRule`); by default any length,
-        the generated tokens included (llama-server's slot, mlx_lm.server's LRU of prompt caches)."""
+        """How the session start's cache reuses a prefix; by default any length, generated tokens included."""
         return PrefixCacheRule()
 
 
 class Parallel(Part):
-    """Simultaneous requests: the start serving N at once, the limit the candidate's own args set, the
-    body change that lets the runtime batch, and the slots the running server reports. A runtime that
-    runs concurrency levels provides `parallel_start`."""
+    """Simultaneous requests; a runtime that runs concurrency levels provides `parallel_start`."""
 
     def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> ParallelStart:
         """The start serving `level` simultaneous requests; `ctx_size` is one request's (the cold cell's)."""
@@ -611,8 +561,7 @@ class Parallel(Part):
                 for n in levels if slots is not None and n > slots]
 
     def parallel_body(self, body: dict[str, object]) -> str | None:
-        """Adjust a parallel request's body in place so the runtime can batch it; returns what changed
-        (recorded in the row's sources), or None."""
+        """Adjust a parallel request's body in place so the runtime can batch it; what changed, or None."""
         return None
 
     async def slot_facts(self, base_url: str) -> dict[str, str]:
@@ -621,8 +570,7 @@ class Parallel(Part):
 
 
 class Images(Part):
-    """Image probes: whether the candidate has a vision model and the largest side it takes, the sweep's
-    resolutions checked against that, and the message that carries the images."""
+    """Image probes: the vision model's facts, resolutions checked against them, the image message."""
 
     def vision_facts(self, candidate: Candidate) -> VisionFacts:
         """Whether the candidate has a vision model, and the largest image side it takes."""
@@ -654,19 +602,13 @@ class Tools(Part):
     """Tool calls: which parser the server ran for them."""
 
     async def tool_parser(self, base_url: str, candidate: Candidate, command: list[str]) -> str | None:
-        """The tool-call parser the server ran for the last tool request (asked after one), or None when
-        this runtime cannot say."""
+        """The tool-call parser the server ran for the last tool request, or None when it cannot say."""
         return None
 
 
 class RuntimeAdapter:
-    """One runtime: its facts (the class attributes below) and its parts, built once per adapter.
-
-    `launcher` (start and provenance), `requests` (what is sent), `reader` (what came back),
-    `checks` (candidate validation, tune matrix), and the capabilities `sessions`, `parallel`, `images`,
-    `tools`. Each runtime module subclasses the parts it changes and names them in `*_part` below;
-    the parts read these facts through their `runtime`.
-    """
+    """One runtime: its facts (the class attributes below) and its parts, built once per adapter; each
+    runtime module names the parts it subclasses in `*_part`."""
 
     #: The runtime's name as in `schemas.Runtime`.
     name: ClassVar[str] = ""
@@ -676,26 +618,22 @@ class RuntimeAdapter:
     spec_kinds_without_draft: ClassVar[tuple[str, ...]] = ()
     #: Candidate args the adapter owns: flag -> what to use instead.
     reserved_args: ClassVar[Mapping[str, str]] = {}
-    #: Where `version()` gets its answer (provenance of the provenance).
+    #: Where `version()` gets its answer.
     version_source: ClassVar[str] = ""
     #: The readiness endpoint.
     health_path: ClassVar[str] = "/health"
-    #: A line the server logs once its model is loaded (the start's load time is when it first shows up
-    #: in the log), or None with `load_marker_reason` saying why there is no load time.
+    #: The line the server logs once its model is loaded (None: `load_marker_reason` says why no load time).
     load_marker: ClassVar[str | None] = None
     load_marker_reason: ClassVar[str] = "this runtime logs no model-loaded line: ready_s includes the load"
     #: Whether the server exposes Prometheus counters that cross-check draft acceptance (`/metrics`).
     reads_counters: ClassVar[bool] = False
-    #: Inherited environment variables removed before a start (a trailing `_` = prefix): the runtime's
-    #: knobs found in its sources (`environment` has the list per runtime and why).
+    #: Inherited variables removed before a start (a trailing `_` = prefix; `environment` says why).
     env_scrub: ClassVar[tuple[str, ...]] = ()
-    #: How `enable_thinking` reaches the chat template: inside `chat_template_kwargs` (llama-server,
-    #: mlx_lm.server) or as a top-level field (mlx_vlm.server ignores `chat_template_kwargs`).
+    #: `enable_thinking` as a top-level field (mlx_vlm.server) rather than in `chat_template_kwargs`.
     thinking_top_level: ClassVar[bool] = False
     #: Flags whose values the pinned build restricts (every spelling), checked in `validate` and in a matrix.
     flag_values: ClassVar[Mapping[str, flags.FlagValues]] = {}
-    #: Whether the runtime's parser takes a unique prefix of a long option for the option (Python's
-    #: argparse, `allow_abbrev`): `--hos` is `--host` there, so reserved flags are refused by prefix too.
+    #: Whether the parser takes a unique prefix of a long option (argparse): reserved flags refused by prefix too.
     abbreviates: ClassVar[bool] = False
     #: Whether the candidate's `mmproj` (a projector file) means anything to this runtime.
     takes_mmproj: ClassVar[bool] = False

@@ -1,8 +1,5 @@
-"""A server's environment: the daemon's own, minus the runtime knobs it would leak, plus what benchd and
-the candidate set — and the record of it that the runbook keeps.
-
-Reasons and facts: docs/runtimes.md#server-environment.
-"""
+"""A server's environment (the daemon's minus leaking runtime knobs, plus benchd's and the candidate's) and
+the runbook's record of it. Reasons and facts: docs/runtimes.md#server-environment."""
 
 from __future__ import annotations
 
@@ -16,16 +13,14 @@ import msgspec
 from benchd.errors import BenchdError
 from benchd.schemas import Sweep
 
-#: Names that look like they hold a secret: their values are never recorded, and never inherited by a
-#: server (a candidate's own `env` may still pass one). `TOKENIZERS_*` are tokenizer knobs, not tokens.
+#: Names that look like secrets: never recorded, never inherited (`TOKENIZERS_*` are knobs, not tokens).
 SECRET_NAME = re.compile(r"TOKEN(?!IZER)|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 REDACTED = "<redacted>"
 
 
 @dataclass(frozen=True)
 class ServerEnv:
-    """The child's whole environment, what benchd passed on top of the scrubbed inheritance, and the
-    inherited names it removed (sorted)."""
+    """The child's whole environment, what benchd passed on top, and the inherited names removed."""
 
     env: dict[str, str]
     passed: dict[str, str] = field(default_factory=dict)

@@ -1,9 +1,5 @@
-"""The values a runtime's pinned build takes for some of its flags, and the check of a candidate's args
-against them (an adapter lists its flags in `RuntimeAdapter.flag_values`).
-
-Only the pinned build's choices are known: a candidate that names its own `binary` is not checked
-(another build may take other values).
-"""
+"""The values a runtime's pinned build takes for some flags, and the check of a candidate's args against
+them; a candidate with its own `binary` is not checked."""
 
 from __future__ import annotations
 

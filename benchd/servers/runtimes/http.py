@@ -1,10 +1,5 @@
-"""HTTP helpers the adapters share: GET/POST on a fresh connection per request (llama-server closes the
-connection after each streamed answer even though it advertises keep-alive, and a pooled client then
-loses the next request), and the `/health` shape two runtimes share.
-
-Every request here follows no redirect (a 3xx is the answer: a server on loopback must not send benchd,
-or an API key, to another host) and reads at most `MAX_BODY_BYTES` of a body (`read_capped`).
-"""
+"""HTTP helpers the adapters share: a fresh connection per request (llama-server closes it after each
+stream), no redirect followed, at most `MAX_BODY_BYTES` of a body read, and the shared `/health` shape."""
 
 from __future__ import annotations
 

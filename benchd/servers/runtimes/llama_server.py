@@ -1,7 +1,5 @@
 """llama.cpp `llama-server`: the only module that knows its flags, endpoints and timings shape.
-
-Reasons and facts: docs/runtimes.md#llama-server.
-"""
+Reasons and facts: docs/runtimes.md#llama-server."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""What `mlx_lm.server` and `mlx_vlm.server` share: the offline Hugging Face environment, the command from
-the provisioned venv (or the candidate's), package versions read from that venv, the refusal of a
-`ctx_size` they would ignore, and EOS suppression. Split from `base.py`, which keeps what every runtime
-shares.
-
-Reasons and facts: docs/runtimes.md#mlx-servers-and-end-of-sequence.
-"""
+"""What `mlx_lm.server` and `mlx_vlm.server` share: offline HF environment, venv command and package
+versions, the ignored `ctx_size` refusal, EOS suppression (docs/runtimes.md#mlx-servers-and-end-of-sequence)."""
 
 from __future__ import annotations
 
@@ -24,9 +19,8 @@ from benchd.schemas.json import JSONObject
 from benchd.servers import locate
 from benchd.servers.runtimes.base import Checks, Launcher, Reader, RenderItem, Requests, RuntimeAdapter
 
-#: Renders conversations with the model dir's chat template and tokenizes them as the MLX servers do
-#: (`apply_chat_template(..., add_generation_prompt=True, tokenize=True)`, i.e. the rendering encoded
-#: without added special tokens), run by the server's own interpreter so its transformers renders.
+#: Renders and tokenizes conversations as the MLX servers do (`apply_chat_template(..., tokenize=True)`),
+#: run by the server's own interpreter.
 _RENDER_SCRIPT = """
 import json, sys
 from transformers import AutoTokenizer
@@ -49,11 +43,7 @@ def interpreter(command: list[str]) -> str:
 
 
 def venv_dist_versions(command: list[str], dists: tuple[str, ...]) -> dict[str, str]:
-    """Package versions read from the server's venv with importlib.metadata (no subprocess).
-
-    The command's first element lives in `<venv>/bin/`; its `lib/python*/site-packages` holds the
-    dist-info metadata. Empty when the layout is not a venv (then nothing is guessed).
-    """
+    """Package versions from the command's venv's dist-info (no subprocess); empty when not a venv."""
     from importlib import metadata
 
     bin_dir = Path(command[0]).parent
@@ -153,8 +143,7 @@ class MlxChecks(Checks):
 
 
 class MlxLauncher(Launcher):
-    """The MLX servers' start: the venv's command, the offline Hugging Face environment, versions
-    read from the venv (`version_dists`)."""
+    """The MLX servers' start: the venv's command, the offline HF environment, the venv's versions."""
 
     #: Distributions whose versions make up `version()` (first = the server package).
     version_dists: ClassVar[tuple[str, ...]] = ()
@@ -199,8 +188,7 @@ class MlxRequests(Requests):
 
     async def rendered_tokens(self, base_url: str, candidate: Candidate, command: list[str],
                               items: list[RenderItem], thinking: str) -> list[list[int]]:
-        """The server venv's transformers renders the model dir's chat template and tokenizes (one
-        subprocess for all items, offline)."""
+        """Rendered and tokenized by the server venv's transformers (one offline subprocess)."""
         import asyncio
 
         kwargs = {"enable_thinking": thinking == "on"} if thinking != "default" else {}
@@ -237,11 +225,8 @@ class MlxReader(Reader):
 
 
 class MlxServerAdapter(RuntimeAdapter):
-    """What mlx_lm.server and mlx_vlm.server share: offline HF env, venv command, venv version.
-
-    Both size their KV cache themselves (no context-size flag with llama-server's meaning), so one
-    server start serves every context and `ctx_size` is rejected rather than silently ignored.
-    """
+    """What mlx_lm.server and mlx_vlm.server share. They size their KV cache themselves, so one start serves
+    every context and `ctx_size` is rejected rather than ignored."""
 
     version_source: ClassVar[str] = "venv:importlib.metadata"
     abbreviates: ClassVar[bool] = True  # both servers parse their flags with argparse (allow_abbrev)
@@ -254,13 +239,8 @@ class MlxServerAdapter(RuntimeAdapter):
 
 
 def local_tokenizer_counter(model_dir: str) -> Callable[[str], Awaitable[int]] | None:
-    """An exact `count_tokens` for an MLX/HF model directory from its `tokenizer.json`, or None.
-
-    The MLX servers have no tokenize endpoint, but their model folder carries the tokenizer; when the
-    optional `tokenizers` package is importable here, counting locally makes mlx sizing exact (the
-    template overhead is still learnt from the first reported `prompt_tokens`). Counting runs in a
-    thread: a 100k-token text takes tens of milliseconds.
-    """
+    """An exact `count_tokens` (run in a thread) from an MLX/HF model directory's `tokenizer.json`, or None
+    when the optional `tokenizers` package is not importable."""
     path = os.path.join(model_dir, "tokenizer.json")
     if not os.path.isfile(path):
         return None

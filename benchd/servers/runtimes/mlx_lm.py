@@ -1,7 +1,4 @@
-"""`mlx_lm.server`: the only module that knows its flags and answer shape (mlx-lm 0.32.2).
-
-Reasons and facts: docs/runtimes.md#mlx_lmserver.
-"""
+"""`mlx_lm.server` (mlx-lm 0.32.2): its flags and answer shape (docs/runtimes.md#mlx_lmserver)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """`mlx_vlm.server`: the only module that knows its flags and answer shape (mlx-vlm 0.7.10).
-
-Reasons and facts: docs/runtimes.md#mlx_vlmserver.
-"""
+Reasons and facts: docs/runtimes.md#mlx_vlmserver."""
 
 from __future__ import annotations
 

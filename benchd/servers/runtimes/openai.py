@@ -1,16 +1,7 @@
-"""`runtime = "openai"`: a server benchd does not start, reached at the candidate's `url`.
+"""`runtime = "openai"`: a server benchd does not start, reached at the candidate's `url`; what answers is
+detected per URL (`detect`, `_DETECTED`) and kind-dependent requests go through that runtime's adapter.
 
-benchd never spawns, restarts or stops it: one server serves every context, its args, environment and
-start-up are unknown (null with the reason in each row), and its memory is sampled only through the
-candidate's `pid`. What answers is detected from the endpoints each kind exposes (`detect`; which
-endpoint tells which kind, read from their sources: docs/runtimes.md#external-servers).
-
-Where the detected kind is one benchd also runs, the requests that depend on the kind (token counts,
-chat-template rendering, EOS suppression, the session cache switch) go through that runtime's adapter;
-the detection is kept per URL for that (`_DETECTED`, filled by `detect`, the one piece of state here).
-
-Reasons and facts: docs/runtimes.md#external-servers.
-"""
+Reasons and facts: docs/runtimes.md#external-servers."""
 
 from __future__ import annotations
 
@@ -69,9 +60,8 @@ def base_url(url: str) -> str:
 
 
 def key_recipient(candidate: Candidate) -> tuple[int | None, str]:
-    """(the pid the API key may be sent to, "") or (None, why not): the candidate's `pid` when it listens
-    on the URL's port, else the one process listening there when it runs as benchd's user. A blocking
-    scan (psutil): call it off the event loop."""
+    """(the pid the API key may be sent to, "") or (None, why not): the process of benchd's user listening
+    on the URL's port. Blocking (psutil)."""
     assert candidate.url is not None
     port = urlsplit(base_url(candidate.url)).port or 80
     if candidate.pid is not None:
@@ -99,10 +89,8 @@ _KEY_RECIPIENT: dict[str, int] = {}
 
 
 def api_key_headers(candidate: Candidate) -> dict[str, str]:
-    """`Authorization: Bearer <key>` from the variable `api_key_env` names in benchd's environment, read
-    at each request (never stored); empty without one. Sent only while the process it was cleared for
-    (`key_recipient`, at detection) still listens on the URL's port, else a BenchdError
-    (`api_key_withheld`: the request is not made)."""
+    """`Authorization: Bearer <key>` from `api_key_env`'s variable, read per request; empty without one.
+    Raises BenchdError `api_key_withheld` unless the process it was cleared for still listens there."""
     if not (candidate.api_key_env and os.environ.get(candidate.api_key_env)):
         return {}
     assert candidate.url is not None
@@ -153,9 +141,8 @@ def _model_ids(doc: object) -> list[str]:
 
 
 async def detect(candidate: Candidate) -> ExternalServer:
-    """What answers at the candidate's `url` (each kind's endpoints: docs/runtimes.md#external-servers).
-    Raises `aiohttp.ClientError` / `TimeoutError` when nothing answers, `RuntimeError` when something
-    answers but not like an OpenAI-compatible server."""
+    """What answers at the candidate's `url`. Raises `aiohttp.ClientError` / `TimeoutError` when nothing
+    does, `RuntimeError` when it is not OpenAI-compatible."""
     assert candidate.url is not None
     url = base_url(candidate.url)
     await _check_key_recipient(candidate, url)
@@ -328,8 +315,7 @@ class ExternalChecks(Checks):
 
 
 class ExternalLauncher(Launcher):
-    """An external server is not started: no command or argv; readiness from `/v1/models`, the
-    version from the detection."""
+    """An external server is not started: readiness from `/v1/models`, the version from the detection."""
 
     def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
         return [], NOT_STARTED
@@ -350,8 +336,7 @@ class ExternalLauncher(Launcher):
 
 
 class ExternalRequests(Requests):
-    """Requests to an external server: its API key, and the detected kind's length fields, token
-    counts and rendering."""
+    """Requests to an external server: its API key, and the detected kind's fields, counts and rendering."""
 
     def auth_headers(self, candidate: Candidate) -> dict[str, str]:
         return api_key_headers(candidate)

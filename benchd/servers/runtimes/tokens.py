@@ -1,9 +1,5 @@
-"""What a stream's chunks say about its tokens: which of the reported tokens fall inside the client's
-stream window, and the thinking figures (time to the first answer token, reasoning tokens, thinking on
-or off). Shared by every adapter's `reader.normalize`.
-
-Reasons and facts: docs/runtimes.md#stream-token-accounting.
-"""
+"""What a stream's chunks say about its tokens: those inside the client's window, and the thinking figures.
+Reasons and facts: docs/runtimes.md#stream-token-accounting."""
 
 from __future__ import annotations
 
@@ -24,8 +20,7 @@ class ClientMetrics(TypedDict, total=False):
 
 
 class ClientFigures(ClientMetrics, total=False):
-    """`ClientMetrics` with their `sources` and `null_reasons` (the caller pops those two and merges them
-    into its own before passing the figures on)."""
+    """`ClientMetrics` with their `sources` and `null_reasons` (popped and merged by the caller)."""
 
     sources: dict[str, str]
     null_reasons: dict[str, str]
@@ -36,14 +31,9 @@ def _int(value: object) -> int | None:
 
 
 def window_tokens(result: ProbeResult, completion_tokens: int | None) -> tuple[int | None, list[str]]:
-    """(tokens inside the stream window, counting the first chunk's; what was left outside and why).
-
-    With one token per chunk, the tokens without a chunk are `completion_tokens - chunks`: the closing
-    think tag (when reasoning was followed by an answer), the stop token (finish_reason "stop") and the
-    opening think tag (when the first chunk was reasoning). They are attributed in that order, only as
-    far as the count allows, so a runtime that sends a chunk for one of them (or a prompt that already
-    holds the opening tag) is not corrected twice. Several tokens per chunk leave the rest inside.
-    """
+    """(tokens inside the stream window, counting the first chunk's; what was left outside and why). Tokens
+    without a chunk are attributed to the closing think tag, the stop token, then the opening think tag,
+    as far as the count allows (docs/runtimes.md#stream-token-accounting)."""
     if completion_tokens is None:
         return None, []
     spare = completion_tokens - result.content_chunks

@@ -1,7 +1,5 @@
 """What a candidate's files say about its vision model: whether there is one, and the largest image side.
-
-Reasons and facts: docs/runtimes.md#vision-model-files.
-"""
+Reasons and facts: docs/runtimes.md#vision-model-files."""
 
 from __future__ import annotations
 
