@@ -20,6 +20,9 @@ METRICS = (
 )
 
 
+RowFields = dict[str, Any]  # `Row`'s keyword arguments, gathered part by part
+
+
 @dataclass(frozen=True)
 class Placement:
     """A probe's round and position in it (None outside the rounds), and `why`, the row's words for it."""
@@ -158,7 +161,7 @@ def build_row(
     extra_reasons: dict[str, str] | None = None,
 ) -> Row:
     """One row. `extra` sets sustained-only fields (window_tps, sustain_ratio, thermal_after)."""
-    fields: dict[str, Any] = {}
+    fields: RowFields = {}
     sources: dict[str, str] = {}
     reasons: dict[str, str] = {}
     if metrics is not None:
@@ -200,11 +203,11 @@ def build_row(
     )
 
 
-def _metric_fields(metrics: Normalized) -> dict[str, Any]:
+def _metric_fields(metrics: Normalized) -> RowFields:
     return {k: v for k, v in metrics.row_fields().items() if k not in ("sources", "null_reasons")}
 
 
-def _place_part(place: Placement, fields: dict[str, Any], sources: dict[str, str], reasons: dict[str, str]) -> None:
+def _place_part(place: Placement, fields: RowFields, sources: dict[str, str], reasons: dict[str, str]) -> None:
     fields["round"], fields["visit"] = place.round, place.visit
     if place.round is None:
         reasons["round"] = reasons["visit"] = place.why
@@ -212,13 +215,13 @@ def _place_part(place: Placement, fields: dict[str, Any], sources: dict[str, str
         sources["round"] = sources["visit"] = place.why
 
 
-def _row_fields(fields: dict[str, Any], reasons: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+def _row_fields(fields: RowFields, reasons: dict[str, str]) -> tuple[RowFields, dict[str, str]]:
     """The fields a `Row` has, and the null reasons of those left null."""
     kept = {k: v for k, v in fields.items() if k in Row.__struct_fields__}
     return kept, {k: v for k, v in reasons.items() if k in Row.__struct_fields__ and kept.get(k) is None}
 
 
-def _memory_part(memory: MemoryResult, fields: dict[str, Any], sources: dict[str, str],
+def _memory_part(memory: MemoryResult, fields: RowFields, sources: dict[str, str],
                  reasons: dict[str, str]) -> None:
     fields["mem_peak_bytes"] = memory.peak_bytes
     fields["mem_source"] = memory.source if memory.peak_bytes is not None else None
@@ -236,7 +239,7 @@ def _memory_part(memory: MemoryResult, fields: dict[str, Any], sources: dict[str
         reasons.setdefault(_memory_field(key), why)
 
 
-def _cooldown_part(cooldown: CooldownRecord, fields: dict[str, Any], sources: dict[str, str]) -> None:
+def _cooldown_part(cooldown: CooldownRecord, fields: RowFields, sources: dict[str, str]) -> None:
     fields["cooldown_s"] = round(cooldown.waited_s, 3)
     fields["cooldown_reason"] = cooldown.reason
     fields["cooldown_note"] = cooldown.note
@@ -244,7 +247,7 @@ def _cooldown_part(cooldown: CooldownRecord, fields: dict[str, Any], sources: di
     sources["cooldown_s"] = f"cooldown:{cooldown.policy}"
 
 
-def _metric_reasons(status: RowStatus, error: str | None, fields: dict[str, Any], reasons: dict[str, str]) -> None:
+def _metric_reasons(status: RowStatus, error: str | None, fields: RowFields, reasons: dict[str, str]) -> None:
     """Give every null metric a reason: the probe's failure, else "not reported"."""
     default = "not reported for this probe" if status == "ok" else f"probe {status}: {error or status}"[:300]
     for name in METRICS:
@@ -252,7 +255,7 @@ def _metric_reasons(status: RowStatus, error: str | None, fields: dict[str, Any]
             reasons.setdefault(name, default)
 
 
-def _server_fields(server: ServerFacts | None) -> dict[str, Any]:
+def _server_fields(server: ServerFacts | None) -> RowFields:
     if server is None:
         return dict.fromkeys(("ctx_size", "binary", "server_version", "fit", "layer_split", "start"))
     return {"ctx_size": server.ctx_size, "binary": server.binary, "server_version": server.server_version,
