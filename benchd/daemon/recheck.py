@@ -129,8 +129,8 @@ class Rechecker:
         async with self._mutex:
             await self._settle()
             lf, current, changed = await asyncio.to_thread(self._inspect)
-            self.state.last_check_at = utcnow()
-            self.state.last_check = changed or ([f"no change ({lf.locked.candidate})"] if lf else ["no lock"])
+            at = utcnow()
+            said = changed or ([f"no change ({lf.locked.candidate})"] if lf else ["no lock"])
             if lf is not None and changed:
                 if (pending := self._pending_active()) is not None:
                     log.info("lock changed (%s); recheck job %s already pending", "; ".join(changed), pending.job)
@@ -139,7 +139,9 @@ class Rechecker:
                         await self._queue(lf, current, changed, now=False)
                     except BenchdError as exc:  # e.g. the evidence runbook was pruned: said in the status
                         log.error("lock changed (%s) but %s", "; ".join(changed), exc.message)
-                        self.state.last_check = [*changed, exc.message]
+                        said = [*changed, exc.message]
+            # set together, after the queueing: a status read never sees the time without the words
+            self.state.last_check_at, self.state.last_check = at, said
             self.state_file.save()
             return changed
 
