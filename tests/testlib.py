@@ -173,9 +173,17 @@ def _kill_all(daemons: list[DaemonProc]) -> None:
             try:
                 p = psutil.Process(pid)
                 os.killpg(os.getpgid(pid), signal.SIGKILL)
-                p.wait(timeout=5)
-            except (psutil.NoSuchProcess, ProcessLookupError, psutil.TimeoutExpired, PermissionError):
+                _until_dead(p, timeout=5)
+            except (psutil.NoSuchProcess, ProcessLookupError, PermissionError):
                 pass
+
+
+def _until_dead(p: psutil.Process, timeout: float) -> None:
+    """Wait until `p` is gone or a zombie. A zombie is dead: the daemon's orphans are reaped by PID 1 on
+    its own schedule, which psutil's `wait` (it waits for the pid to vanish) sat through for ~1 s each."""
+    deadline = time.monotonic() + timeout
+    while p.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 @pytest.fixture

@@ -73,7 +73,7 @@ async def test_a_client_that_never_reads_is_dropped_and_blocks_nothing(
         daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
     """Five followers that never read are stuck on full sockets: health is answered while all five are
     still stuck (so the write timeout is not what let it through), then they are dropped at the timeout."""
-    monkeypatch.setattr(api, "WRITE_TIMEOUT_S", 5.0)
+    monkeypatch.setattr(api, "WRITE_TIMEOUT_S", 3.0)
     job = waiting_job_with_events(daemon, n=3000, payload_bytes=1000)  # ~3 MB of events
     stuck = [open_follower(daemon.config.socket, job) for _ in range(5)]
     ctx = _ctx(daemon)

@@ -3,7 +3,7 @@ runbook, this process never imports matplotlib, and a failing worker is reported
 
 from __future__ import annotations
 
-import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -23,18 +23,20 @@ def written(tmp_path: Path):
 
 
 def test_worker_writes_the_charts_off_this_process(written: Path) -> None:
+    """One render in a fresh interpreter: it writes the page and both charts, and the calling process has
+    not imported matplotlib for them (the render ran in the worker)."""
     assert not list(written.parent.glob("*.pareto.*"))  # charts=False wrote none
-    out = asyncio.run(render.render_off_loop(written))
-    assert out.problem() is None, out.errors
-    assert sorted(Path(p).name for p in out.written) == [f"{written.stem}.{ext}" for ext in ("html", "pareto.png", "pareto.svg")]
-    assert all(Path(p).stat().st_size > 1000 for p in out.written)
-    # the render ran in the worker: the test process has not imported matplotlib for it
-    probe = subprocess.run([sys.executable, "-c", "import sys, asyncio\nfrom pathlib import Path\n"
+    probe = subprocess.run([sys.executable, "-c", "import sys, asyncio, json\nfrom pathlib import Path\n"
                             "from benchd.results import render\n"
-                            f"asyncio.run(render.render_off_loop(Path({str(written)!r})))\n"
-                            "assert 'matplotlib' not in sys.modules, 'rendered in-process'\n"],
+                            f"out = asyncio.run(render.render_off_loop(Path({str(written)!r})))\n"
+                            "assert out.problem() is None, out.errors\n"
+                            "assert 'matplotlib' not in sys.modules, 'rendered in-process'\n"
+                            "print(json.dumps(out.written))\n"],
                            capture_output=True, text=True, timeout=120, check=False)
     assert probe.returncode == 0, probe.stderr
+    got = [Path(p) for p in json.loads(probe.stdout)]
+    assert sorted(p.name for p in got) == [f"{written.stem}.{ext}" for ext in ("html", "pareto.png", "pareto.svg")]
+    assert all(p.stat().st_size > 1000 for p in got)
 
 
 async def test_a_broken_runbook_is_reported_not_raised(tmp_path: Path) -> None:
