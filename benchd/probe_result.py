@@ -76,14 +76,14 @@ class ProbeResult:
             return None
         times = self.chunk_times
         if len(times) >= 3:
-            bunched = _bunched_rate(_read_ends(times), len(times))
+            bunched = _bunched_rate(read_ends(times), len(times))
             if bunched is not None:
                 return None if bunched == 0.0 else bunched * (n - 1) / (len(times) - 1)
         window = self.last_content - self.first_content
         return (n - 1) / window if window > 0 else None
 
 
-def _read_ends(times: list[float]) -> list[tuple[float, int]]:
+def read_ends(times: list[float]) -> list[tuple[float, int]]:
     """(read time, chunks received by the end of that read) per socket read: chunks of one read share its time."""
     ends: list[tuple[float, int]] = []
     for i, t in enumerate(times):

@@ -46,6 +46,7 @@ import _common as C
 from benchd.config import Config
 from benchd.engine import probe
 from benchd.engine.prompts import PromptBuilder
+from benchd.probe_result import read_ends
 from benchd.schemas import Candidate, Sampling
 from benchd.servers.runtimes import get_adapter
 from benchd.servers.supervisor import Supervisor
@@ -113,12 +114,7 @@ async def measure(runtime: str, gens: list[int], probes: int, context: int, mode
 def from_second_read(times: list[float], tokens: int) -> float | None:
     """Diagnostic: the window from the end of the SECOND read to the end of the second-to-last read,
     i.e. without the first chunk's delivery latency (headers + the HTTP thread's first wake-up)."""
-    ends: list[tuple[float, int]] = []
-    for i, t in enumerate(times):
-        if ends and ends[-1][0] == t:
-            ends[-1] = (t, i + 1)
-        else:
-            ends.append((t, i + 1))
+    ends = read_ends(times)
     if len(ends) < 4 or tokens < 2:
         return None
     (t0, c0), (t1, c1) = ends[1], ends[-2]

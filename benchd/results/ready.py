@@ -44,7 +44,8 @@ def _set(x: T | UnsetType) -> T | None:
     return None if isinstance(x, UnsetType) else x
 
 
-def _ready_times(starts: list[ReadyStart], cache: str) -> list[float]:
+def ready_times(starts: Sequence[ReadyStart], cache: str) -> list[float]:
+    """The measured ready_s of the `cache` ("warm" | "cold") starts among `starts`."""
     return [s.ready_s for s in starts if s.cache == cache and s.ready_s is not None]
 
 
@@ -75,7 +76,7 @@ def ready_summary(starts: Sequence[ReadyStart], candidates: Sequence[str]) -> li
     out = []
     for cand in candidates:
         mine = [s for s in starts if s.candidate == cand and s.ready_s is not None]
-        warm, cold = _ready_times(mine, "warm"), _ready_times(mine, "cold")
+        warm, cold = ready_times(mine, "warm"), ready_times(mine, "cold")
         loads = [s.load_s for s in mine if s.load_s is not None]
         (warm_median, warm_min, warm_max), (cold_median, cold_min, cold_max) = _spread(warm), _spread(cold)
         out.append(ReadySummary(
