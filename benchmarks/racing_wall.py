@@ -1,10 +1,13 @@
 """Racing a flag matrix on real servers (issue 38, item 6): wall time to the final frontier, raced ÷ every
 candidate to 12 rounds, and the frontier over repeats.
 
-    .venv/bin/python benchmarks/racing_wall.py [--repeats 3] [--json]
+    .venv/bin/python benchmarks/racing_wall.py [--grid near-ties|compute] [--repeats 3] [--json]
 
-The grid: 8 configurations of the small tiny model (`-t` 1/2 x `-ub` 64/256 x `-fa` on/off, one matrix
-candidate) plus one clearly worse model (the medium tiny model, `-t 1`); contexts [64, 256], 16 tokens,
+The grid (`--grid near-ties`, the default): 8 configurations of the small tiny model (`-t` 1/2 x `-ub`
+64/256 x `-fa` on/off, one matrix candidate) plus one clearly worse model (the medium tiny model, `-t 1`).
+The small model's compute is too little for its flags to matter: the 8 sets are near-ties. `--grid
+compute`: the same 8 flag sets of the medium tiny model (25 M parameters, where a thread is most of a
+probe's time on 2 cores) plus the medium model's f32 file at `-t 1` as the worse one. Both: contexts [64, 256], 16 tokens,
 one warm-up, cooldown 0, no sustained run, no sentinel, the sweep's defaults otherwise (interleaved, a
 server start per candidate and round). Raced: the default probes (rounds 3-12 by the stop rule) with
 `racing = true`, `--repeats` times; fixed: `probes = 12`, `racing = false`, once. Each run is the daemon's
@@ -34,11 +37,13 @@ from benchd.results.runbook import build_runbook
 from benchd.schemas import Candidate, Cooldown, Runbook, Sustained, Sweep
 
 
-def grid_sweep(raced: bool) -> Sweep:
+def grid_sweep(raced: bool, grid: str = "near-ties") -> Sweep:
     small, medium = C.tiny("small"), C.tiny("medium")
-    cands = [Candidate(id="tiny", runtime="llama-server", model=str(small.target),
+    flagged, worse = (small.target, medium.target) if grid == "near-ties" else \
+        (medium.target, medium.target.with_name("target-f32.gguf"))
+    cands = [Candidate(id="tiny", runtime="llama-server", model=str(flagged),
                        matrix={"-t": ["1", "2"], "-ub": ["64", "256"], "-fa": ["on", "off"]}),
-             Candidate(id="worse", runtime="llama-server", model=str(medium.target), args=["-t", "1"])]
+             Candidate(id="worse", runtime="llama-server", model=str(worse), args=["-t", "1"])]
     sweep = Sweep(name="racing-wall", contexts=[64, 256], gen_tokens=16, warmup=1, sentinel=False,
                   probes=None if raced else 12, racing=raced, sustained=Sustained(tokens=0),
                   cooldown=Cooldown(policy="fixed", seconds=0, max_seconds=0), candidates=cands)
@@ -71,13 +76,14 @@ def one(label: str, sweep: Sweep, state: Path) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--grid", choices=["near-ties", "compute"], default="near-ties")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    print(f"load average at start: {os.getloadavg()[:3]}; machine: {C.machine()}", flush=True)
+    print(f"grid {a.grid}; load average at start: {os.getloadavg()[:3]}; machine: {C.machine()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bd-race-wall-") as tmp:
-        raced = [one(f"raced #{i + 1}", grid_sweep(True), Path(tmp) / f"raced{i}") for i in range(a.repeats)]
-        fixed = one("fixed 12 rounds", grid_sweep(False), Path(tmp) / "fixed")
+        raced = [one(f"raced #{i + 1}", grid_sweep(True, a.grid), Path(tmp) / f"raced{i}") for i in range(a.repeats)]
+        fixed = one("fixed 12 rounds", grid_sweep(False, a.grid), Path(tmp) / "fixed")
     walls = [r["wall_s"] for r in raced]
     fronts = [json.dumps(r["frontier"], sort_keys=True) for r in raced]
     out = {"raced": raced, "fixed": fixed,
