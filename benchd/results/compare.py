@@ -12,7 +12,7 @@ from msgspec import Struct
 
 from benchd.results.evalcompare import EvalComparison, compare_evals
 from benchd.results.ready import ready_times
-from benchd.schemas import CandidateProvenance, Fingerprint, Row, Runbook
+from benchd.schemas import CandidateProvenance, Fingerprint, ReadyStart, Row, Runbook
 from benchd.servers.fingerprint import changed_kinds, changes, runbook_fingerprint
 from benchd.stats.comparison import (
     ALPHA,
@@ -241,14 +241,17 @@ def _thinking_seen(rb: Runbook, candidate: str) -> list[str]:
                    and r.status == "ok" and r.thinking})
 
 
+def _starts_of(rb: Runbook, cand: str) -> list[ReadyStart]:
+    return [s for s in rb.ready if s.candidate == cand]
+
+
 def compare_ready(a: Runbook, b: Runbook) -> list[ReadyComparison]:
     """Per candidate with starts on both sides: warm and cold ready_s, B against A."""
     out = []
     ids_b = {s.candidate for s in b.ready}
     for cand in sorted({s.candidate for s in a.ready} & ids_b):
         for cache in ("warm", "cold"):
-            xa = ready_times([s for s in a.ready if s.candidate == cand], cache)
-            xb = ready_times([s for s in b.ready if s.candidate == cand], cache)
+            xa, xb = ready_times(_starts_of(a, cand), cache), ready_times(_starts_of(b, cand), cache)
             if xa or xb:
                 out.append(ReadyComparison(candidate=cand, cache=cache, verdict=compare_axis(
                     xa, xb, axis="ready_s", better=AXES["ready_s"].better)))
