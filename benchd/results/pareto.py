@@ -21,6 +21,7 @@ from benchd.schemas import (
     EvalResult,
     Point,
     ProbePlan,
+    RaceDrop,
     Row,
     SkippedPair,
     Sweep,
@@ -276,10 +277,12 @@ def points_from_rows(
 def pareto_from_rows(rows: Sequence[Row], evals: Sequence[EvalResult], plan: ProbePlan | None = None, *,
                      order: str | None = None, alpha: float = ALPHA, extra: PerCandidate | None = None,
                      margins: Mapping[str, float] | None = None, k: int | None = None,
-                     alpha_source: str | None = None) -> list[ContextPareto]:
+                     alpha_source: str | None = None, left: Sequence[RaceDrop] = ()) -> list[ContextPareto]:
     """The Pareto view per context (`margins` override the axis table's; `order` for pairing by round;
-    `extra` per-candidate axes; `k` the least axes α is split over)."""
+    `extra` per-candidate axes; `k` the least axes α is split over), over the candidates still racing
+    there: one that left the race (`left`) is excluded from its context on, with the race's reason."""
     points, excluded = points_from_rows(rows, evals, plan, extra)
+    _exclude_left(points, excluded, left)
     out = []
     for ctx in sorted(points):
         judge = row_judge(rows, evals, ctx, order=order, margin_pct=dict(margins or {}), alpha=alpha, extra=extra,
@@ -287,6 +290,14 @@ def pareto_from_rows(rows: Sequence[Row], evals: Sequence[EvalResult], plan: Pro
         view = frontier(points[ctx], ctx, judge, excluded[ctx], alpha)
         out.append(msgspec.structs.replace(view, alpha_source=alpha_source, planned_axes=k))
     return out
+
+
+def _exclude_left(points: dict[int, list[Point]], excluded: dict[int, dict[str, str]],
+                  left: Sequence[RaceDrop]) -> None:
+    for d in left:
+        for ctx in (c for c in points if c >= d.context):
+            points[ctx] = [p for p in points[ctx] if p.candidate != d.candidate]
+            excluded[ctx][d.candidate] = f"left the race at context {d.context} after round {d.round}: {d.why}"
 
 
 def view_alpha(sweep: Sweep, order: str | None) -> tuple[float, str]:

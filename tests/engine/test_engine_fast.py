@@ -317,6 +317,14 @@ async def test_a_raced_sweep_whose_candidate_is_dropped_ends_with_done_equal_to_
     assert (prog.total, prog.total_max) == (planned.total - 4, (planned.total_max or 0) - 22)
     assert not [r for r in store.results.rows(job) if r.candidate == "slow" and r.context == 256]
     assert prog.done == prog.total == len(store.results.rows(job))
+    # the Pareto view is the survivors': slow is out of it from its context on, with the race's reason
+    from benchd.results.runbook import build_runbook
+
+    views = {v.context: v for v in build_runbook(config, store, job).pareto}
+    assert sorted(views) == [128, 256]
+    for v in views.values():
+        assert "slow" not in {p.candidate for p in v.points} and "slow" not in v.frontier and "slow" not in v.dominated
+        assert v.excluded["slow"].startswith("left the race at context 128 after round 3: dominated by "), v.excluded
 
 
 async def test_the_drift_sentinel_runs_the_first_candidate_the_race_kept(tmp_path: Path) -> None:
