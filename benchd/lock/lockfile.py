@@ -201,9 +201,15 @@ def _evidence(rb: Runbook, candidate: str) -> dict[str, LockEvidence]:
 
 
 def dominated_by(rb: Runbook, candidate: str) -> dict[str, list[str]]:
-    """Per context: 'X (better on a, b)' for every candidate that dominates `candidate` there."""
-    return {str(p.context): [f"{d.by} (better on {', '.join(d.better_on)})" for d in p.dominated[candidate]]
-            for p in rb.pareto if candidate in p.dominated}
+    """Per context: 'X (better on a, b)' for every candidate that dominates `candidate` there, in the
+    Pareto view or at the race's look that dropped it (the view then excludes it)."""
+    out = {str(p.context): [f"{d.by} (better on {', '.join(d.better_on)})" for d in p.dominated[candidate]]
+           for p in rb.pareto if candidate in p.dominated}
+    for drop in (d for d in rb.race if d.candidate == candidate):
+        out.setdefault(str(drop.context), []).extend(
+            f"{by} (better on {', '.join(axes)}; the race, after round {drop.round})"
+            for by, axes in sorted(drop.better_on.items()))
+    return out
 
 
 def build_lock(rb: Runbook, candidate_id: str, note: str = "", force: bool = False,

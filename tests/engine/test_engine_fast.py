@@ -325,6 +325,14 @@ async def test_a_raced_sweep_whose_candidate_is_dropped_ends_with_done_equal_to_
     for v in views.values():
         assert "slow" not in {p.candidate for p in v.points} and "slow" not in v.frontier and "slow" not in v.dominated
         assert v.excluded["slow"].startswith("left the race at context 128 after round 3: dominated by "), v.excluded
+    # locking it is refused as for any dominated candidate, and --force records the race's dominators
+    from benchd.errors import BenchdError
+    from benchd.lock.lockfile import build_lock
+
+    rb = build_runbook(config, store, job)
+    with pytest.raises(BenchdError, match=r"is dominated .*at context 128: .*the race, after round 3"):
+        build_lock(rb, "slow")
+    assert "128" in build_lock(rb, "slow", force=True).dominated_by
 
 
 async def test_the_drift_sentinel_runs_the_first_candidate_the_race_kept(tmp_path: Path) -> None:
