@@ -126,16 +126,22 @@ def _matrix_json(matrices: list[Any], sweep: Any = None) -> list[dict[str, Any]]
 
 def _racing_text(sweep: Any) -> str:
     """Whether the sweep races (docs/measuring.md#racing) and why."""
-    from benchd.engine.designs import pair_stop
+    from benchd.engine.plan import requested_order, round_plan
+    from benchd.engine.racing import race_looks
     from benchd.schemas.sweep import RACING_DEFAULT_ABOVE
+    from benchd.stats.stop import looks
 
     asked = "asked for" if sweep.racing is not None else f"the default with {len(sweep.candidates)} candidates"
     if not sweep.racing_on():
-        return f"racing off ({asked}, on above {RACING_DEFAULT_ABOVE}): every candidate runs every round"
-    if not pair_stop(sweep):
-        return f"racing on ({asked}) but without looks: it needs adaptive rounds (probes omitted or auto), not sequential"
-    return (f"racing on ({asked}): at each look of the stop rule a dominated candidate leaves (no later round, no "
-            "larger context, no tail)")
+        if sweep.racing and (len(sweep.candidates) < 2 or sweep.order == "sequential"):
+            return f"racing off (asked for, but {'one candidate' if len(sweep.candidates) < 2 else 'order sequential'} "\
+                   "has no rounds to look at): every candidate runs every probe"
+        unasked = "" if sweep.racing is not None else " with adaptive probes"
+        return f"racing off ({asked}; on above {RACING_DEFAULT_ABOVE} candidates{unasked}): every candidate runs every round"
+    at = ", ".join(map(str, looks(*race_looks(sweep, round_plan(sweep, requested_order(sweep))))))
+    fixed = "" if sweep.probe_plan().adaptive else f"; the survivors run all {sweep.probe_plan().min} probes"
+    return (f"racing on ({asked}): at the looks after rounds {at} a dominated candidate leaves (no later round, no "
+            f"larger context, no tail){fixed}")
 
 
 def _matrix_lines(matrices: list[Any], sweep: Any) -> list[str]:

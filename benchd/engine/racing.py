@@ -1,5 +1,4 @@
-"""Racing: at each look of the stop rule, a candidate another one dominates leaves the race
-(docs/measuring.md#racing). Hooks: `open_race`, `Race.add` (every committed row), `after_round` (each look),
+"""Racing: at each look, a candidate another one dominates leaves the race (docs/measuring.md#racing). Hooks: `open_race`, `Race.add` (every committed row), `after_round` (each look),
 `Race.alive` (who runs the next context and the tail).
 """
 
@@ -11,6 +10,7 @@ from typing import Any
 
 from benchd.engine.plan import RoundPlan, requested_order, round_plan
 from benchd.schemas import Candidate, Row, Sweep
+from benchd.schemas.sweep import DEFAULT_PROBES
 from benchd.stats.axes import probe_axes
 from benchd.stats.comparison import ALPHA, PairDominance, dominance, paired_samples
 from benchd.stats.stop import RESOLVED, look_alpha, looks, stuck_axes
@@ -79,12 +79,15 @@ class Settle:
 
 @dataclass
 class Race:
-    """The race of one job (`on` False: `look` never drops anyone)."""
+    """The race of one job (`on` False: `look` never drops anyone). `look_rounds`: the rounds it looks at;
+    `settles` False (a fixed count): no candidate's rounds end before the count."""
 
     on: bool
     alpha: float
     margin_pct: float
     order: str
+    look_rounds: tuple[int, ...] = tuple(looks(3, 12))
+    settles: bool = True
     dropped: dict[str, Drop] = field(default_factory=dict)
     #: (candidate, context) -> the valid probe rows so far, of the axes a look compares (`add`).
     rows: dict[tuple[str, int], dict[int, Row]] = field(default_factory=dict)
@@ -224,8 +227,8 @@ class Race:
         return out
 
     def _early_look(self, rnd: int, min_rounds: int, max_rounds: int) -> bool:
-        """A racing planned look before the last round."""
-        return self.on and rnd in looks(min_rounds, max_rounds) and rnd < max_rounds
+        """A racing planned look before the last round, where rounds may end early."""
+        return self.on and self.settles and rnd in looks(min_rounds, max_rounds) and rnd < max_rounds
 
     def cells(self, context: int, cands: Iterable[Candidate]) -> dict[str, list[Row]]:
         """Each candidate's valid probe rows of `context`."""
@@ -257,12 +260,22 @@ def _pairs_of(c: str, kinds: Mapping[tuple[str, str], tuple[str, str]]) -> dict[
     return {(b if a == c else a): words for (a, b), (_, words) in kinds.items() if c in (a, b)}
 
 
+def race_looks(sweep: Sweep, rplan: RoundPlan) -> tuple[int, int]:
+    """(first, last) round of the race's looks (`benchd.stats.stop.looks` between them): the stop rule's
+    own with adaptive probes; with a fixed count, from the default first look (DEFAULT_PROBES) up to the count."""
+    if sweep.probe_plan().adaptive:
+        return rplan.min_rounds, rplan.max_rounds
+    return min(DEFAULT_PROBES, rplan.max_rounds), rplan.max_rounds
+
+
 def open_race(sweep: Sweep, pairs: bool, events: Iterable[Any] = (), rows: Iterable[Row] = ()) -> Race:
-    """The job's race (on when the sweep races and `pairs` stop its rounds), resumed from its events and rows."""
+    """The job's race (on when the sweep races; `pairs`: the pair stop rule ends its rounds, so a candidate's
+    may end early too), resumed from its events and rows."""
     order = requested_order(sweep)
-    rplan = round_plan(sweep, order)
-    race = Race(on=sweep.racing_on() and pairs, alpha=look_alpha(rplan.min_rounds, rplan.max_rounds, RACE_ALPHA),
-                margin_pct=sweep.probe_plan().target_ci_pct, order=order, sweep=sweep)
+    first, last = race_looks(sweep, round_plan(sweep, order))
+    race = Race(on=sweep.racing_on(), alpha=look_alpha(first, last, RACE_ALPHA),
+                margin_pct=sweep.probe_plan().target_ci_pct, order=order, look_rounds=tuple(looks(first, last)),
+                settles=pairs, sweep=sweep)
     if race.on:
         events = list(events)
         race.resume(e.payload for e in events if e.type == "candidate_dropped")
@@ -278,9 +291,9 @@ async def after_round(race: Race, context: int, cands: list[Candidate], rnd: int
                       done: Iterable[str], emit: Any, release: Any) -> list[Candidate]:
     """The race's look after round `rnd`: drops, then settled candidates, emitted and their servers released;
     returns the candidates of the next round. `done`: the candidates with no cell left."""
-    if not race.on or rnd < rplan.min_rounds:
+    if not race.on or rnd < race.look_rounds[0]:
         return cands
-    planned = rnd in looks(rplan.min_rounds, rplan.max_rounds)
+    planned = rnd in race.look_rounds
     for drop in race.look(context, rnd, race.cells(context, cands), done, compare=planned):
         emit("candidate_dropped", **drop.payload())
         await release(drop.candidate)

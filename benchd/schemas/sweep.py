@@ -351,8 +351,8 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     starts: Starts | None = None
     #: KL divergence against a reference candidate, a tail step after the probes (off unless `reference`).
     kld: Kld = Kld()
-    #: Drop a dominated candidate at each look of the stop rule (docs/measuring.md#racing). None = on
-    #: when the sweep has more than RACING_DEFAULT_ABOVE candidates (after the matrix expands).
+    #: Drop a dominated candidate at each look of the race (docs/measuring.md#racing). None = on when the
+    #: sweep has more than RACING_DEFAULT_ABOVE candidates (after the matrix expands) and adaptive probes.
     racing: bool | None = None
     #: Practical margins per axis (% of the ratio; pass rates: percentage points) overriding the axis
     #: table's (benchd.stats.axes): within it two candidates are not worse than each other.
@@ -399,9 +399,14 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
         return "round" if len(self.candidates) > 1 else "once"
 
     def racing_on(self) -> bool:
-        """Whether dominated candidates leave the race: explicit, else with more than
-        RACING_DEFAULT_ABOVE candidates."""
-        return self.racing if self.racing is not None else len(self.candidates) > RACING_DEFAULT_ABOVE
+        """Whether dominated candidates leave the race: never with one candidate or order "sequential" (no
+        rounds to look at); else as asked; unasked, with more than RACING_DEFAULT_ABOVE candidates and
+        adaptive probes (a fixed count runs every candidate unless `racing = true` asks)."""
+        if len(self.candidates) < 2 or self.order == "sequential":
+            return False
+        if self.racing is not None:
+            return self.racing
+        return len(self.candidates) > RACING_DEFAULT_ABOVE and self.probe_plan().adaptive
 
     def sentinel_on(self) -> bool:
         """Whether the drift sentinel runs: explicit, else only with adaptive probes."""

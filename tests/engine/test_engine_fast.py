@@ -335,6 +335,45 @@ async def test_a_raced_sweep_whose_candidate_is_dropped_ends_with_done_equal_to_
     assert "128" in build_lock(rb, "slow", force=True).dominated_by
 
 
+async def test_racing_asked_for_with_a_fixed_count_drops_at_its_looks_and_the_survivors_run_the_count(
+        tmp_path: Path) -> None:
+    """`probes = 6` with `racing = true`: the race looks after rounds 3 and 6 (`race_looks`), the worse
+    candidate leaves at round 3 with its record, and the survivors run all 6 probes at both contexts."""
+    config, store = _store(tmp_path)
+    sweep = _sweep(tmp_path, ["a", "b", "slow"], probes=6, racing=True)
+    job = _job(store, sweep, "fast-race-fixed")
+    script = Script(rate={"a": lambda p: 100.0 + 0.01 * (p % 3), "b": lambda p: 100.0 + 0.01 * ((p + 1) % 3),
+                          "slow": lambda p: 20.0 + 0.5 * (p % 2)})
+    assert (await _run(store, job, sweep, script, config)).state == "succeeded"
+    (drop,) = _events(store, job, "candidate_dropped")
+    assert (drop.payload["candidate"], drop.payload["context"], drop.payload["round"]) == ("slow", 128, 3)
+    assert drop.payload["alpha"] == pytest.approx(0.05 / 2)  # α over the race's two looks
+    probes = [(r.candidate, r.context) for r in store.results.rows(job) if r.kind == "probe"]
+    assert {c: probes.count((c, 128)) for c in ("a", "b", "slow")} == {"a": 6, "b": 6, "slow": 3}
+    assert {c: probes.count((c, 256)) for c in ("a", "b", "slow")} == {"a": 6, "b": 6, "slow": 0}
+    assert not _events(store, job, "candidate_settled")  # a fixed count: nobody's rounds end early
+    prog = store.get_job(job).progress
+    assert prog.done == prog.total == len(store.results.rows(job))
+
+
+async def test_a_fixed_count_with_many_candidates_does_not_race_unless_asked(tmp_path: Path) -> None:
+    """Racing is on by default above 4 candidates only with adaptive probes: five candidates at `probes = 3`
+    all run every round, and the runbook says racing was off."""
+    from benchd.results.race import race_text
+    from benchd.results.runbook import build_runbook
+
+    config, store = _store(tmp_path)
+    ids = ["a", "b", "c", "d", "slow"]
+    sweep = _sweep(tmp_path, ids, contexts=[128])
+    job = _job(store, sweep, "fast-race-off")
+    script = Script(rate={**{c: 100.0 + ids.index(c) for c in ids}, "slow": 20.0})
+    assert (await _run(store, job, sweep, script, config)).state == "succeeded"
+    assert not sweep.racing_on() and not _events(store, job, "candidate_dropped")
+    probes = [r.candidate for r in store.results.rows(job) if r.kind == "probe"]
+    assert {c: probes.count(c) for c in ids} == dict.fromkeys(ids, 3)
+    assert race_text(build_runbook(config, store, job)).startswith("Racing off")
+
+
 async def test_the_drift_sentinel_runs_the_first_candidate_the_race_kept(tmp_path: Path) -> None:
     """The first candidate is dropped by the race at its first look: the sentinel re-runs the first cell of
     the first survivor (no row of the dropped one after its drop), the runbook's drift names that
