@@ -114,6 +114,8 @@ def key_problems(i: int, cand: Candidate) -> list[BenchdError]:
         if key in adapter.reserved_args:
             out.append(BenchdError("reserved_arg", f"{who}: {adapter.name} argument {key!r} is set by benchd; "
                                    f"{adapter.reserved_args[key]}", at))
+        elif not values:
+            out.append(BenchdError("matrix_value", f"{who}: matrix {key!r} has no values; give at least one", at))
         elif key in given:
             out.append(BenchdError("matrix_conflict", f"{who}: {key!r} is set by the candidate itself and by its "
                                    "matrix; keep one", at))

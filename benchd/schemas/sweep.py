@@ -52,7 +52,8 @@ MatrixKey = Annotated[str, Meta(pattern=r"^(-{1,2}[A-Za-z0-9][A-Za-z0-9_-]{0,62}
 #: left out), a `spec` table or false (no speculation), a `ctx_size` (an integer).
 MatrixValue = Annotated[str, Meta(min_length=1, max_length=1024)] | int | bool | Spec
 #: The matrix (`[candidates.matrix]`): key -> the values to try; expanded by `benchd.engine.matrix`.
-Matrix = Annotated[dict[MatrixKey, Annotated[list[MatrixValue], Meta(min_length=1, max_length=64)]],
+#: (An empty list is `benchd.engine.matrix`'s error, which can name its key.)
+Matrix = Annotated[dict[MatrixKey, Annotated[list[MatrixValue], Meta(max_length=64)]],
                    Meta(max_length=16)]
 
 

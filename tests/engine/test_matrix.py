@@ -85,6 +85,7 @@ def test_a_combination_the_pinned_build_refuses_is_left_out_and_recorded() -> No
     ({"-ub": ["0"]}, "matrix_value", "$.candidates[0].matrix.-ub[0]", ">= 1"),
     ({"-fa": [True]}, "matrix_value", "$.candidates[0].matrix.-fa[0]", "takes a value"),
     ({"-ub": ["256", 256]}, "matrix_value", "$.candidates[0].matrix.-ub[1]", "repeated"),
+    ({"-ub": []}, "matrix_value", "$.candidates[0].matrix.-ub", "'-ub' has no values"),
     ({"ctx_size": ["big"]}, "matrix_value", "$.candidates[0].matrix.ctx_size[0]", "not an integer"),
     ({"-ub": [{"kind": "mtp"}]}, "matrix_value", "$.candidates[0].matrix.-ub[0]", "`spec` only"),
     ({"-a": ["x", "X"]}, "matrix_id_collision", "$.candidates", "derived twice"),
