@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any
+import types
+import typing
+from typing import Annotated, Any
 
+import msgspec
 import msgspec.inspect as mi
 
 _SEGMENT = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\[['\"]?([^\]'\"]*)['\"]?\]")
@@ -72,6 +75,70 @@ def value_at(data: Any, path: str) -> tuple[bool, Any]:
         else:
             return False, None
     return True, data
+
+
+def _plain(t: Any) -> Any:
+    """`t` without Annotated and None: the type the value has when it is given."""
+    while typing.get_origin(t) is Annotated:
+        t = typing.get_args(t)[0]
+    if isinstance(t, types.UnionType) or typing.get_origin(t) is typing.Union:
+        given = [x for x in typing.get_args(t) if x is not type(None)]
+        return _plain(given[0]) if len(given) == 1 else t
+    return t
+
+
+def _py_type_at(root: Any, path: str) -> Any:
+    """The annotated Python type at `path` under `root` (None when the walk leaves structs, lists and dicts)."""
+    t: Any = root
+    for seg in _segments(path):
+        t = _plain(t)
+        if isinstance(t, type) and issubclass(t, msgspec.Struct) and isinstance(seg, str):
+            t = typing.get_type_hints(t, include_extras=True).get(seg)
+        elif typing.get_origin(t) is list and isinstance(seg, int):
+            t = typing.get_args(t)[0]
+        elif typing.get_origin(t) is dict:
+            t = typing.get_args(t)[1]
+        else:
+            return None
+        if t is None:
+            return None
+    return t
+
+
+def resolve_keys(path: str, root: type, data: Any) -> str:
+    """`path` with msgspec's `[...]` (some value of a dict) replaced by the key whose value breaks the
+    schema, found by converting each value of that dict in `data` alone; unchanged unless exactly one does."""
+    head, sep, tail = path.partition("[...]")
+    found, d = value_at(data, head)
+    t = _plain(_py_type_at(root, head)) if sep else None
+    if not found or not isinstance(d, dict) or typing.get_origin(t) is not dict:
+        return path
+    value_t = typing.get_args(t)[1]
+    bad = []
+    for key, value in d.items():
+        try:
+            msgspec.convert(value, value_t)
+        except msgspec.ValidationError:
+            bad.append(key)
+    if len(bad) != 1:
+        return path
+    step = f".{bad[0]}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(bad[0])) else f"[{str(bad[0])!r}]"
+    return resolve_keys(head + step + tail, root, data)
+
+
+def bad_keys(path: str, root: type, data: Any) -> list[str]:
+    """The keys of the dict at `path` in `data` that its schema refuses (msgspec's "at `key` in `$.path`")."""
+    found, d = value_at(data, path)
+    t = _plain(_py_type_at(root, path))
+    if not found or not isinstance(d, dict) or typing.get_origin(t) is not dict:
+        return []
+    out = []
+    for key in d:
+        try:
+            msgspec.convert(key, typing.get_args(t)[0])
+        except msgspec.ValidationError:
+            out.append(str(key))
+    return out
 
 
 def field_name(path: str, data: Any = None) -> str:

@@ -127,11 +127,15 @@ _STUB: dict[str, Any] = {"name": "stub", "contexts": [1], "gen_tokens": 1,
 def _problem(exc: msgspec.ValidationError, prefix: str = "$", data: Any = None) -> str:
     """msgspec's message with its `$.path` rebased under `prefix` (a candidate checked on its own), in
     words a person can act on (`benchctl.problemtext.explain`: the bad value, allowed values, did you mean)."""
-    from benchctl.problemtext import explain, field_name
+    from benchctl.problemtext import bad_keys, explain, field_name, resolve_keys
 
     text = str(exc)
     msg, _, path = text.rpartition(" - at `")
-    where = prefix if not msg else f"{prefix}{path.rstrip('`')[1:]}"
+    if (key := re.fullmatch(r"key` in `(\$[^`]*)`", path)) is not None:  # a dict's key broke the schema
+        where = f"{prefix}{key.group(1)[1:]}"
+        keys = ", ".join(repr(k) for k in bad_keys(where, Sweep, data))
+        return f"{field_name(where, data)}: {f'key {keys}' if keys else 'a key'}: {msg}"
+    where = prefix if not msg else resolve_keys(f"{prefix}{path.rstrip('`')[1:]}", Sweep, data)
     unknown = re.match(r"Object contains unknown field `([^`]*)`", msg or text)
     field = field_name(f"{where}.{unknown.group(1)}" if unknown else where, data)
     return f"{field}: {explain(msg or text, where, Sweep, data)}"

@@ -42,3 +42,14 @@ def test_one_field_style() -> None:
     assert field_name("$.candidates[0].spec.draft_model", data) == "candidates[0] (a).spec.draft_model"
     assert field_name("$.candidates[1].args[2]", data) == "candidates[1].args[2]"  # no usable id: the index alone
     assert field_name("$.candidates[5]", data) == "candidates[5]"
+
+
+def test_a_dict_entry_is_named_by_its_key() -> None:
+    """msgspec says `margins[...]` for "some value of this dict" and "at `key` in `$.env`" for a refused key;
+    the problem names the entry (the one value, or the keys, the schema refuses)."""
+    problems, _ = schema_problems(_sweep(margins={"gen_tps": 5, "ttft_ms": 500},
+                                         cand={"env": {"OK": "1", "B-2": "x"}, "matrix": {"-t": ["1"], "-ub": []}}))
+    assert "margins.ttft_ms: Expected `float` <= 100.0, got 500" in problems
+    assert any(p.startswith("candidates[0] (a).env: key 'B-2': Expected `str` matching regex") for p in problems)
+    two, _ = schema_problems(_sweep(margins={"gen_tps": 500, "ttft_ms": 500}))
+    assert two == ["margins[...]: Expected `float` <= 100.0"]  # not one culprit: msgspec's words stand
