@@ -29,8 +29,10 @@ def ci_target_met(values: Sequence[float], target_ci_pct: float) -> bool:
 
 
 def judge(values: Sequence[float], *, metric: str, target_ci_pct: float, probes_used: int, adaptive: bool,
-          throttle_suspects: int = 0, invalidated: int = 0, null_reason: str | None = None) -> CellVerdict:
-    """The verdict on one cell's series of `metric` values (ok probes, probe order)."""
+          throttle_suspects: int = 0, invalidated: int = 0, null_reason: str | None = None,
+          planned: int | None = None) -> CellVerdict:
+    """The verdict on one cell's series of `metric` values (ok probes, probe order). `planned`: the fixed
+    count (None: `probes_used`)."""
     n = len(values)
     common = dict(metric=metric, n=n, probes_used=probes_used, adaptive=adaptive, target_ci_pct=target_ci_pct,
                   throttle_suspects=throttle_suspects, invalidated=invalidated)
@@ -39,7 +41,8 @@ def judge(values: Sequence[float], *, metric: str, target_ci_pct: float, probes_
     t = trend(values) if n >= 3 else None
     hw = ci_half_width_pct(values)
     if n < CI_MIN_N:
-        return CellVerdict(verdict="too few", trend=t, reason=_too_few(n, adaptive), **common)  # type: ignore[arg-type]
+        return CellVerdict(verdict="too few", trend=t, reason=_too_few(n, adaptive, probes_used,
+                           probes_used if planned is None else planned), **common)  # type: ignore[arg-type]
     width = f"CI ±{hw:.2f} %" if hw is not None else "CI null (median 0)"
     if t is not None and is_drifting(t, target_ci_pct):
         why = (f"{metric} moved {t.drift_pct:+.1f} % over {n} probes (Theil–Sen; Mann–Kendall p = {t.p_value:.3g}),"
@@ -54,9 +57,13 @@ def judge(values: Sequence[float], *, metric: str, target_ci_pct: float, probes_
                        reason=f"{width} wider than the ±{target_ci_pct:g} % target ({stop})", **common)  # type: ignore[arg-type]
 
 
-def _too_few(n: int, adaptive: bool) -> str:
-    return (f"{n} ok probe(s): the distribution-free 95 % CI of the median needs {CI_MIN_N}"
-            + (" (fixed probe count below the CI's minimum)" if not adaptive else ""))
+def _too_few(n: int, adaptive: bool, used: int, planned: int) -> str:
+    """Why a cell has fewer ok probes than the CI needs: a fixed count below it, fewer probes run than the
+    count (the race dropped the candidate, the job ended), or probes that were not ok."""
+    why = ("" if adaptive else " (fixed probe count below the CI's minimum)" if planned < CI_MIN_N
+           else f" ({used} of the fixed {planned} probes ran)" if used < planned
+           else f" ({used - n} of {used} probes not ok)" if n < used else "")
+    return f"{n} ok probe(s): the distribution-free 95 % CI of the median needs {CI_MIN_N}{why}"
 
 
 def cell_verdict(rows: Sequence[Row], plan: ProbePlan) -> CellVerdict:
@@ -67,7 +74,7 @@ def cell_verdict(rows: Sequence[Row], plan: ProbePlan) -> CellVerdict:
     values = [float(v) for r in ok if (v := getattr(r, plan.metric, None)) is not None]
     return judge(values, metric=plan.metric, target_ci_pct=plan.target_ci_pct, probes_used=len(valid),
                  adaptive=plan.adaptive, throttle_suspects=_suspects(ok),
-                 invalidated=len(kept) - len(valid), null_reason=_null_reason(ok, plan.metric))
+                 invalidated=len(kept) - len(valid), null_reason=_null_reason(ok, plan.metric), planned=plan.min)
 
 
 def _suspects(ok: Sequence[Row]) -> int:

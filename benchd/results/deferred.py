@@ -3,7 +3,7 @@ ones, those found in the rows and evals): docs/metrics.md#deferred-axes-and-flag
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from benchd.engine.energy import ENERGY_FIELDS
 from benchd.schemas import Candidate, Deferred, EvalResult, Row, Sweep
@@ -112,14 +112,15 @@ def _labels(sweep: Sweep, rows: Sequence[Row]) -> dict[str, str]:
     return labels | {cand: _cand_label(cand, next(r.runtime for r in rows if r.candidate == cand)) for cand in others}
 
 
-def row_deferred(sweep: Sweep, rows: Sequence[Row]) -> list[Deferred]:
-    """Entries from the rows: one line per axis and reason, naming every candidate it applies to."""
+def row_deferred(sweep: Sweep, rows: Sequence[Row], left: Mapping[str, str] | None = None) -> list[Deferred]:
+    """Entries from the rows: one line per axis and reason, naming every candidate it applies to. `left`:
+    candidate -> how it left the race (why its planned rows are missing)."""
     listed = {c.id for c in sweep.candidates}
     merged: dict[tuple[str, str], list[str]] = {}  # (axis, reason) -> "who" parts, in first-seen order
     singles: list[Deferred] = []
     for cand, label in _labels(sweep, rows).items():
         mine = [r for r in rows if r.candidate == cand]
-        singles += _candidate_entries(sweep if cand in listed else None, label, mine, merged)
+        singles += _candidate_entries(sweep if cand in listed else None, label, mine, merged, (left or {}).get(cand))
     out = [Deferred(axis=axis, reason=f"{reason} — {'; '.join(who)}"[:2000]) for (axis, reason), who in merged.items()]
     return out + singles
 
@@ -133,13 +134,13 @@ def _rows_per_null_metric(rows: list[Row]) -> dict[str, list[Row]]:
 
 
 def _candidate_entries(sweep: Sweep | None, label: str, mine: list[Row],
-                       merged: dict[tuple[str, str], list[str]]) -> list[Deferred]:
+                       merged: dict[tuple[str, str], list[str]], left: str | None = None) -> list[Deferred]:
     """One candidate's own entries; shared ones go into `merged` (`sweep` None: not in the sweep)."""
     ok = [r for r in mine if r.status == "ok"]
     _null_metric_entries(label, ok, merged)
     _thermal_entries(label, ok, merged)
     own = _failed_entries(label, mine)
-    return own + (_missing_entries(sweep, label, mine, merged) if sweep is not None else [])
+    return own + (_missing_entries(sweep, label, mine, merged, left) if sweep is not None else [])
 
 
 def _null_metric_entries(label: str, ok: list[Row], merged: dict[tuple[str, str], list[str]]) -> None:
@@ -188,18 +189,20 @@ def _failed_entries(label: str, mine: list[Row]) -> list[Deferred]:
 
 
 def _missing_entries(sweep: Sweep, label: str, mine: list[Row],
-                     merged: dict[tuple[str, str], list[str]]) -> list[Deferred]:
-    """Planned probes without any row (job cancelled or failed before reaching them), a missing sustained row."""
+                     merged: dict[tuple[str, str], list[str]], left: str | None) -> list[Deferred]:
+    """Planned probes without any row (the candidate left the race, or the job was cancelled or failed before
+    reaching them), a missing sustained row."""
     per_cell = sweep.probe_plan().min
+    never = f"(it {left})" if left else "(never ran)"
     out: list[Deferred] = []
     have = {(r.context, r.probe) for r in mine if r.kind == "probe"}
     for ctx in sweep.contexts:
         missing = [p for p in range(per_cell) if (ctx, p) not in have]
         if missing:
             out.append(Deferred(axis="probes", reason=f"{label}: context {ctx}: {len(missing)} of "
-                                f"{per_cell} planned probes have no row (never ran)"))
+                                f"{per_cell} planned probes have no row {never}"))
     if sweep.sustained.tokens > 0 and not any(r.kind == "sustained" for r in mine):
-        merged.setdefault(("sustained", "no sustained row (never ran)"), []).append(label)
+        merged.setdefault(("sustained", f"no sustained row {never}"), []).append(label)
     return out
 
 
@@ -222,9 +225,11 @@ def eval_deferred(sweep: Sweep, evals: Iterable[EvalResult]) -> list[Deferred]:
     return out
 
 
-def automatic_deferred(sweep: Sweep, rows: Sequence[Row], evals: Iterable[EvalResult] | None = None) -> list[Deferred]:
-    """Fixed entries, then entries from the rows, then (when given) from the eval results."""
-    out = fixed_deferred(sweep) + vision_deferred(sweep, rows) + energy_deferred(rows) + row_deferred(sweep, rows)
+def automatic_deferred(sweep: Sweep, rows: Sequence[Row], evals: Iterable[EvalResult] | None = None,
+                       left: Mapping[str, str] | None = None) -> list[Deferred]:
+    """Fixed entries, then entries from the rows (`left`: `row_deferred`'s), then (when given) from the eval
+    results."""
+    out = fixed_deferred(sweep) + vision_deferred(sweep, rows) + energy_deferred(rows) + row_deferred(sweep, rows, left)
     if evals is not None:
         out += eval_deferred(sweep, evals)
     return out

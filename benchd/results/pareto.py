@@ -297,7 +297,7 @@ def _exclude_left(points: dict[int, list[Point]], excluded: dict[int, dict[str, 
     for d in left:
         for ctx in (c for c in points if c >= d.context):
             points[ctx] = [p for p in points[ctx] if p.candidate != d.candidate]
-            excluded[ctx][d.candidate] = f"left the race at context {d.context} after round {d.round}: {d.why}"
+            excluded[ctx][d.candidate] = f"{d.left()}: {d.why}"
 
 
 def view_alpha(sweep: Sweep, order: str | None) -> tuple[float, str]:

@@ -228,7 +228,8 @@ def build_runbook(config: Config, store: Store, job_id: str, outcome: str | None
         provenance=prov,
         cooldowns=[CooldownHappened(seq=e.seq, time=e.time, payload=e.payload)
                    for e in events if e.type == "cooldown_finished"],
-        deferred=DeferredAxes(declared=list(sweep.deferred), automatic=list(automatic_deferred(sweep, rows, evals))),
+        deferred=DeferredAxes(declared=list(sweep.deferred), automatic=list(automatic_deferred(sweep, rows, evals, left={
+            d.candidate: d.left() for d in race_drops(events)}))),
         rows=rows,
         cells=with_verdicts(cell_stats([r for r in rows if r.kind == "probe"]), rows, sweep.probe_plan()),
         sustained=_sustained(rows),

@@ -547,6 +547,10 @@ class RaceDrop(Struct, kw_only=True):
     alpha: float | None = None
     why: str = ""
 
+    def left(self) -> str:
+        """When it left, in the words every reader uses."""
+        return f"left the race at context {self.context} after round {self.round}"
+
 
 class RaceSettled(Struct, kw_only=True):
     """A candidate whose rounds of `context` ended at the look after `round` rounds while others went on

@@ -354,6 +354,18 @@ async def test_racing_asked_for_with_a_fixed_count_drops_at_its_looks_and_the_su
     assert not _events(store, job, "candidate_settled")  # a fixed count: nobody's rounds end early
     prog = store.get_job(job).progress
     assert prog.done == prog.total == len(store.results.rows(job))
+    # the runbook says why slow's planned probes are missing: the race, not a count below the CI's minimum
+    from benchd.results.runbook import build_runbook
+
+    rb = build_runbook(config, store, job)
+    (cell,) = [c for c in rb.cells if (c.candidate, c.context) == ("slow", 128)]
+    assert cell.verdict is not None and cell.verdict.reason.endswith("(3 of the fixed 6 probes ran)"), cell.verdict
+    missing = [d.reason for d in rb.deferred.automatic if d.axis == "probes"]
+    assert missing == ["slow (llama-server): context 128: 3 of 6 planned probes have no row (it left the race at "
+                       "context 128 after round 3)", "slow (llama-server): context 256: 6 of 6 planned probes have "
+                       "no row (it left the race at context 128 after round 3)"], missing
+    assert "no sustained row (it left the race at context 128 after round 3) — slow (llama-server)" in {
+        d.reason for d in rb.deferred.automatic if d.axis == "sustained"}
 
 
 async def test_a_fixed_count_with_many_candidates_does_not_race_unless_asked(tmp_path: Path) -> None:

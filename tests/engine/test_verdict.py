@@ -73,6 +73,13 @@ def test_verdicts() -> None:
     assert v.verdict == "drifting" and v.trend is not None and v.trend.drift_pct < -2.0
     v = verdict.judge([100.0, 101.0, 99.0], metric="gen_tps", target_ci_pct=2.0, probes_used=3, adaptive=False)
     assert v.verdict == "too few" and "fixed probe count" in v.reason
+    # a fixed count the CI can use, cut short (the race dropped the candidate) or with failed probes
+    v = verdict.judge([100.0, 101.0, 99.0], metric="gen_tps", target_ci_pct=2.0, probes_used=3, adaptive=False,
+                      planned=6)
+    assert v.reason.endswith("needs 6 (3 of the fixed 6 probes ran)"), v.reason
+    v = verdict.judge([100.0, 101.0, 99.0], metric="gen_tps", target_ci_pct=2.0, probes_used=6, adaptive=False,
+                      planned=6)
+    assert v.reason.endswith("needs 6 (3 of 6 probes not ok)"), v.reason
     v = verdict.judge([], metric="prompt_tps", target_ci_pct=2.0, probes_used=6, adaptive=True, null_reason="no timing")
     assert v.verdict is None and v.reason == "no timing"
 
