@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from benchd.results.text import STATE_WORDS, axis_word, plural
+from benchd.results.text import STATE_WORDS, and_list, axis_word, plural
 from benchd.schemas import Candidate, CandidateProvenance, ContextPareto, NotCompared, Runbook, Tie
 
 
@@ -22,7 +22,8 @@ class Undecided:
     pair: tuple[str, str]
     status: str  # tied | unresolved
     text: str
-    decide: list[str]  # what would decide it, one line per axis that keeps it open
+    decide: list[str]  # what would decide it: more rounds for the axes whose interval overlaps the margin, a line
+    # for each axis with too few values
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,16 @@ class ContextDecision:
         return f"{plural(n, 'pair')} compared, each on its own (its verdict keeps its α; no correction across pairs)"
 
 
-def _lever(axis: str, nc: NotCompared | None) -> str:
-    if nc is None:
-        return f"{axis_word(axis)}: its interval still overlaps the margin; more rounds narrow it"
+def _overlap(axes: list[str]) -> list[str]:
+    """The one lever of every axis whose interval still overlaps the margin: more rounds narrow them."""
+    if not axes:
+        return []
+    words = and_list([axis_word(a) for a in axes])
+    return [f"more rounds: the interval{'s' if len(axes) > 1 else ''} on {words} still overlap"
+            f"{'' if len(axes) > 1 else 's'} the margin"]
+
+
+def _lever(axis: str, nc: NotCompared) -> str:
     more = f"{nc.needed - nc.have} more {nc.lever or 'values'}" if nc.needed > nc.have else "more values"
     return f"{axis_word(axis)}: {nc.reason} (have {nc.have}, needs {nc.needed} a side: {more})"
 
@@ -64,7 +72,8 @@ def _undecided(t: Tie) -> Undecided:
                   "measured here could"]
     else:
         keys = list(dict.fromkeys([*t.unresolved_on, *t.blocked_on]))
-        decide = ([_lever(a, t.not_compared.get(a)) for a in keys]
+        few = [_lever(a, nc) for a in keys if (nc := t.not_compared.get(a)) is not None]
+        decide = (_overlap([a for a in keys if a not in t.not_compared]) + few
                   or [_lever(a, nc) for a, nc in t.not_compared.items()] or ["more rounds"])
     return Undecided((t.pair[0], t.pair[1]), status, t.text or f"{t.pair[0]} against {t.pair[1]}: neither dominates",
                      decide)

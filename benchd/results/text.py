@@ -351,12 +351,13 @@ class DominanceFields(Protocol):
     def alpha_axis(self) -> float: ...
 
 
-def _and_list(words: Sequence[str]) -> str:
+def and_list(words: Sequence[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def _axes_words(axes: Sequence[str]) -> str:
-    return _and_list([axis_word(x) for x in axes])
+    return and_list([axis_word(x) for x in axes])
 
 
 def dominance_sentence(d: DominanceFields, a: str, b: str) -> str:
@@ -368,7 +369,7 @@ def dominance_sentence(d: DominanceFields, a: str, b: str) -> str:
 
 
 def _held_words(d: DominanceFields) -> str:
-    return _and_list([axis_word(x) for x in d.unresolved_on]
+    return and_list([axis_word(x) for x in d.unresolved_on]
                      + [f"{axis_word(x)} (not compared at this size)" for x in d.blocked_on])
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import msgspec
 from test_html import NO_RUNTIME, newer_doc
 
 from benchd.results import html
@@ -47,8 +48,12 @@ def test_an_undecided_pair_says_what_would_decide_it() -> None:
     (u,) = context_decision(p).undecided
     assert u.status == "unresolved" and STATE_WORDS[u.status] == "undecided"
     gen, ttft = u.decide
-    assert gen.startswith(axis_word("gen_tps")) and "more rounds" in gen
+    assert gen == f"more rounds: the interval on {axis_word('gen_tps')} still overlaps the margin"
     assert ttft.startswith(axis_word("ttft_ms")) and "have 3, needs 6" in ttft and "3 more rounds" in ttft
+    many = Tie(pair=["a", "b"], axes={}, status="unresolved", unresolved_on=["gen_tps", "prompt_tps", "ttft_ms"])
+    (u,) = context_decision(msgspec.structs.replace(p, ties=[many])).undecided
+    assert u.decide == [f"more rounds: the intervals on {axis_word('gen_tps')}, {axis_word('prompt_tps')} and "
+                        f"{axis_word('ttft_ms')} still overlap the margin"]  # one lever, not a line per axis
 
 
 def test_deferred_axes_one_row_per_axis(tmp_path: Path) -> None:
