@@ -105,21 +105,36 @@ def _py_type_at(root: Any, path: str) -> Any:
     return t
 
 
+def _dict_at(path: str, root: type, data: Any) -> tuple[dict[Any, Any], Any, Any] | None:
+    """(the dict at `path` in `data`, its key type, its value type), or None where either side says no dict."""
+    found, d = value_at(data, path)
+    t = _plain(_py_type_at(root, path))
+    if not found or not isinstance(d, dict) or typing.get_origin(t) is not dict:
+        return None
+    key_t, value_t = typing.get_args(t)
+    return d, key_t, value_t
+
+
+def _refused(values: Any, t: Any) -> list[Any]:
+    """The `values` msgspec will not convert to `t`."""
+    out = []
+    for v in values:
+        try:
+            msgspec.convert(v, t)
+        except msgspec.ValidationError:
+            out.append(v)
+    return out
+
+
 def resolve_keys(path: str, root: type, data: Any) -> str:
     """`path` with msgspec's `[...]` (some value of a dict) replaced by the key whose value breaks the
     schema, found by converting each value of that dict in `data` alone; unchanged unless exactly one does."""
     head, sep, tail = path.partition("[...]")
-    found, d = value_at(data, head)
-    t = _plain(_py_type_at(root, head)) if sep else None
-    if not found or not isinstance(d, dict) or typing.get_origin(t) is not dict:
+    at = _dict_at(head, root, data) if sep else None
+    if at is None:
         return path
-    value_t = typing.get_args(t)[1]
-    bad = []
-    for key, value in d.items():
-        try:
-            msgspec.convert(value, value_t)
-        except msgspec.ValidationError:
-            bad.append(key)
+    d, _, value_t = at
+    bad = [k for k in d if _refused([d[k]], value_t)]
     if len(bad) != 1:
         return path
     step = f".{bad[0]}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(bad[0])) else f"[{str(bad[0])!r}]"
@@ -128,17 +143,8 @@ def resolve_keys(path: str, root: type, data: Any) -> str:
 
 def bad_keys(path: str, root: type, data: Any) -> list[str]:
     """The keys of the dict at `path` in `data` that its schema refuses (msgspec's "at `key` in `$.path`")."""
-    found, d = value_at(data, path)
-    t = _plain(_py_type_at(root, path))
-    if not found or not isinstance(d, dict) or typing.get_origin(t) is not dict:
-        return []
-    out = []
-    for key in d:
-        try:
-            msgspec.convert(key, typing.get_args(t)[0])
-        except msgspec.ValidationError:
-            out.append(str(key))
-    return out
+    at = _dict_at(path, root, data)
+    return [] if at is None else [str(k) for k in _refused(at[0], at[1])]
 
 
 def field_name(path: str, data: Any = None) -> str:

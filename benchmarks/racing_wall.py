@@ -1,7 +1,7 @@
 """Racing a flag matrix on real servers (issue 38, item 6): wall time to the final frontier, raced ÷ every
 candidate to 12 rounds, and the frontier over repeats.
 
-    .venv/bin/python benchmarks/racing_wall.py [--grid near-ties|compute] [--repeats 3] [--json]
+    .venv/bin/python benchmarks/racing_wall.py [--grid near-ties|compute] [--repeats 3] [--fixed-repeats 1] [--json]
 
 The grid (`--grid near-ties`, the default): 8 configurations of the small tiny model (`-t` 1/2 x `-ub`
 64/256 x `-fa` on/off, one matrix candidate) plus one clearly worse model (the medium tiny model, `-t 1`).
@@ -10,7 +10,8 @@ compute`: the same 8 flag sets of the medium tiny model (25 M parameters, where 
 probe's time on 2 cores) plus the medium model's f32 file at `-t 1` as the worse one. Both: contexts [64, 256], 16 tokens,
 one warm-up, cooldown 0, no sustained run, no sentinel, the sweep's defaults otherwise (interleaved, a
 server start per candidate and round). Raced: the default probes (rounds 3-12 by the stop rule) with
-`racing = true`, `--repeats` times; fixed: `probes = 12`, `racing = false`, once. Each run is the daemon's
+`racing = true`, `--repeats` times; fixed: `probes = 12`, `racing = false`, `--fixed-repeats` times (the
+first is the ratio's denominator; more say how often 12 rounds of every candidate give one frontier). Each run is the daemon's
 engine (`run_job`) on real llama-servers; its wall time includes the server starts and warm-ups. Printed:
 each run's wall time, probes, starts, drops (who, where, by whom), and the frontier per context (the
 runbook's Pareto view); then raced ÷ fixed (median wall) and how many repeats share one frontier. The load
@@ -78,15 +79,20 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--grid", choices=["near-ties", "compute"], default="near-ties")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--fixed-repeats", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     print(f"grid {a.grid}; load average at start: {os.getloadavg()[:3]}; machine: {C.machine()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bd-race-wall-") as tmp:
         raced = [one(f"raced #{i + 1}", grid_sweep(True, a.grid), Path(tmp) / f"raced{i}") for i in range(a.repeats)]
-        fixed = one("fixed 12 rounds", grid_sweep(False, a.grid), Path(tmp) / "fixed")
+        fixes = [one(f"fixed 12 rounds #{i + 1}", grid_sweep(False, a.grid), Path(tmp) / f"fixed{i}")
+                 for i in range(max(1, a.fixed_repeats))]
+    fixed = fixes[0]
     walls = [r["wall_s"] for r in raced]
     fronts = [json.dumps(r["frontier"], sort_keys=True) for r in raced]
-    out = {"raced": raced, "fixed": fixed,
+    fixed_fronts = [json.dumps(r["frontier"], sort_keys=True) for r in fixes]
+    out = {"raced": raced, "fixed": fixed, "fixed_repeats": fixes,
+           "fixed_same_frontier": f"{max(fixed_fronts.count(f) for f in fixed_fronts)} of {len(fixed_fronts)}",
            "ratio_median_wall": round(statistics.median(walls) / fixed["wall_s"], 3),
            "ratio_range": [round(min(walls) / fixed["wall_s"], 3), round(max(walls) / fixed["wall_s"], 3)],
            "ratio_probes": round(statistics.median(r["probes"] for r in raced) / fixed["probes"], 3),
@@ -95,7 +101,8 @@ def main() -> None:
            "load_end": os.getloadavg()[:3]}
     print(f"raced / fixed, wall: median {out['ratio_median_wall']} (range {out['ratio_range']}); probes "
           f"{out['ratio_probes']}; same frontier in {out['same_frontier']} repeats, {out['raced_frontier_equals_fixed']}"
-          f" of {len(fronts)} equal to the fixed run's (load at the end {out['load_end']})")
+          f" of {len(fronts)} equal to the fixed run's; fixed runs: same frontier in {out['fixed_same_frontier']} "
+          f"(load at the end {out['load_end']})")
     if a.json:
         print(json.dumps(out))
 

@@ -1,5 +1,6 @@
-"""Racing: at each look, a candidate another one dominates leaves the race (docs/measuring.md#racing). Hooks: `open_race`, `Race.add` (every committed row), `after_round` (each look),
-`Race.alive` (who runs the next context and the tail).
+"""Racing: at each look, a candidate another one dominates leaves the race (docs/measuring.md#racing).
+Hooks: `open_race`, `Race.add` (every committed row), `after_round` (each look), `Race.alive` (who runs the
+next context and the tail).
 """
 
 from __future__ import annotations
