@@ -111,18 +111,24 @@ def key_problems(i: int, cand: Candidate) -> list[BenchdError]:
     out: list[BenchdError] = []
     for key, values in cand.matrix.items():
         at = f"{where}.{key}"
-        if key in adapter.reserved_args:
-            out.append(BenchdError("reserved_arg", f"{who}: {adapter.name} argument {key!r} is set by benchd; "
-                                   f"{adapter.reserved_args[key]}", at))
-        elif not values:
-            out.append(BenchdError("matrix_value", f"{who}: matrix {key!r} has no values; give at least one", at))
-        elif key in given:
-            out.append(BenchdError("matrix_conflict", f"{who}: {key!r} is set by the candidate itself and by its "
-                                   "matrix; keep one", at))
+        whole = _key_refused(adapter, key, values, given)
+        if whole is not None:
+            out.append(BenchdError(whole[0], f"{who}: {whole[1]}", at))
         else:
             out += [BenchdError("matrix_value", f"{who}: matrix {key!r}: {why}", f"{at}[{j}]")
                     for j, why in _value_problems(adapter, cand, key, values)]
     return out
+
+
+def _key_refused(adapter: RuntimeAdapter, key: str, values: list[Value], given: set[str]) -> tuple[str, str] | None:
+    """(code, why) of a key refused whole: reserved by benchd, without values, or set by the candidate."""
+    if key in adapter.reserved_args:
+        return "reserved_arg", f"{adapter.name} argument {key!r} is set by benchd; {adapter.reserved_args[key]}"
+    if not values:
+        return "matrix_value", f"matrix {key!r} has no values; give at least one"
+    if key in given:
+        return "matrix_conflict", f"{key!r} is set by the candidate itself and by its matrix; keep one"
+    return None
 
 
 def _matrix_refused(cand: Candidate, who: str, where: str) -> list[BenchdError]:

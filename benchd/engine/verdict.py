@@ -41,8 +41,8 @@ def judge(values: Sequence[float], *, metric: str, target_ci_pct: float, probes_
     t = trend(values) if n >= 3 else None
     hw = ci_half_width_pct(values)
     if n < CI_MIN_N:
-        return CellVerdict(verdict="too few", trend=t, reason=_too_few(n, adaptive, probes_used,
-                           probes_used if planned is None else planned), **common)  # type: ignore[arg-type]
+        return CellVerdict(verdict="too few", trend=t, reason=_too_few(n, adaptive, probes_used, planned),
+                           **common)  # type: ignore[arg-type]
     width = f"CI ±{hw:.2f} %" if hw is not None else "CI null (median 0)"
     if t is not None and is_drifting(t, target_ci_pct):
         why = (f"{metric} moved {t.drift_pct:+.1f} % over {n} probes (Theil–Sen; Mann–Kendall p = {t.p_value:.3g}),"
@@ -57,9 +57,10 @@ def judge(values: Sequence[float], *, metric: str, target_ci_pct: float, probes_
                        reason=f"{width} wider than the ±{target_ci_pct:g} % target ({stop})", **common)  # type: ignore[arg-type]
 
 
-def _too_few(n: int, adaptive: bool, used: int, planned: int) -> str:
+def _too_few(n: int, adaptive: bool, used: int, planned: int | None) -> str:
     """Why a cell has fewer ok probes than the CI needs: a fixed count below it, fewer probes run than the
     count (the race dropped the candidate, the job ended), or probes that were not ok."""
+    planned = used if planned is None else planned
     why = ("" if adaptive else " (fixed probe count below the CI's minimum)" if planned < CI_MIN_N
            else f" ({used} of the fixed {planned} probes ran)" if used < planned
            else f" ({used - n} of {used} probes not ok)" if n < used else "")

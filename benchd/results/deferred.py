@@ -140,7 +140,8 @@ def _candidate_entries(sweep: Sweep | None, label: str, mine: list[Row],
     _null_metric_entries(label, ok, merged)
     _thermal_entries(label, ok, merged)
     own = _failed_entries(label, mine)
-    return own + (_missing_entries(sweep, label, mine, merged, left) if sweep is not None else [])
+    never = f"(it {left})" if left else "(never ran)"
+    return own + (_missing_entries(sweep, label, mine, merged, never) if sweep is not None else [])
 
 
 def _null_metric_entries(label: str, ok: list[Row], merged: dict[tuple[str, str], list[str]]) -> None:
@@ -189,11 +190,10 @@ def _failed_entries(label: str, mine: list[Row]) -> list[Deferred]:
 
 
 def _missing_entries(sweep: Sweep, label: str, mine: list[Row],
-                     merged: dict[tuple[str, str], list[str]], left: str | None) -> list[Deferred]:
-    """Planned probes without any row (the candidate left the race, or the job was cancelled or failed before
-    reaching them), a missing sustained row."""
+                     merged: dict[tuple[str, str], list[str]], never: str) -> list[Deferred]:
+    """Planned probes without a row, a missing sustained row; `never`: why, in parentheses (the race, or the
+    job ended before them)."""
     per_cell = sweep.probe_plan().min
-    never = f"(it {left})" if left else "(never ran)"
     out: list[Deferred] = []
     have = {(r.context, r.probe) for r in mine if r.kind == "probe"}
     for ctx in sweep.contexts:
