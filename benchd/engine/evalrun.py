@@ -98,7 +98,7 @@ async def ask_with_budget(adapter: RuntimeAdapter, base_url: str, cand: Candidat
 TRUNCATED = "the answer was cut off while the model was still reasoning"
 
 
-class _Asked(TypedDict):
+class AskedFields(TypedDict):
     """The EvalResult fields known once the task was asked (graded or not)."""
 
     job: str
@@ -121,7 +121,7 @@ async def run_task(
     answer, failure, budget, note = asked.answer, asked.failure, asked.max_tokens, asked.note
     latency = time.monotonic() - t0
     timed = {"latency_s": "benchd: wall clock around the task's requests"}
-    common = _Asked(job=job, candidate=cand.id, tier=task.tier, task=task.id, thinking=thinking,
+    common = AskedFields(job=job, candidate=cand.id, tier=task.tier, task=task.id, thinking=thinking,
                     max_tokens=budget, latency_s=latency, sources=timed)
     if answer.text is None:
         return EvalResult(passed=False, detail=note + (failure or "no answer text"), sandboxed=None,

@@ -37,6 +37,7 @@ from benchd.servers.locate import (
     resolve_llama_binary,
     resolve_mlx_command,
 )
+from benchd.servers.runtimes.flags import flag_values
 from benchd.servers.runtimes.vision import gguf_metadata
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "data" / "kld-corpus.txt"
@@ -144,18 +145,6 @@ def count_tokens(cand: Candidate, text_path: Path, cache_dir: Path, timeout: flo
 def _mlx_python(cache_dir: Path) -> str:
     """The interpreter of the MLX runtime benchd would start (its venv's python)."""
     return _argv_python(resolve_mlx_command("mlx_lm.server", None, cache_dir)[0])
-
-
-def _flag_values(args: Sequence[str], flags: Sequence[str]) -> list[tuple[str, str]]:
-    out = []
-    for i, a in enumerate(args):
-        name, eq, val = a.partition("=")
-        if name in flags:
-            if eq:
-                out.append((name, val))
-            elif i + 1 < len(args):
-                out.append((name, args[i + 1]))
-    return out
 
 
 def scored(sweep: Sweep) -> list[Candidate]:
@@ -291,7 +280,7 @@ MLX_QUANTIZED_KV_START = 5000
 
 def mlx_kv_notes(args: Sequence[str], ctx: int) -> list[str]:
     """What an MLX candidate's KV flags did at `ctx` (a start at or past the chunk: full precision)."""
-    got = dict(_flag_values(args, MLX_KV_FLAGS))
+    got = dict(flag_values(args, MLX_KV_FLAGS))
     if "--kv-bits" not in got:
         return []
     start = int(got.get("--quantized-kv-start", MLX_QUANTIZED_KV_START))
@@ -302,7 +291,7 @@ def mlx_kv_notes(args: Sequence[str], ctx: int) -> list[str]:
 
 
 def _mlx_kv_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
-    keep = [x for f, v in _flag_values(args, MLX_KV_FLAGS) for x in (f, v)]
+    keep = [x for f, v in flag_values(args, MLX_KV_FLAGS) for x in (f, v)]
     return keep, [a for a in args if a not in keep]
 
 

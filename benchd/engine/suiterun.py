@@ -362,18 +362,10 @@ def _code_failure(detail: str) -> str:
     return "wrong_answer"
 
 
-class _CodeAsked(_Usage):
+class _CodeAsked(evalrun.AskedFields, _Usage):
     """The EvalResult fields of a code task known once it was asked (graded or not)."""
 
-    job: str
-    candidate: str
-    tier: str
-    task: str
-    thinking: str
-    max_tokens: int
     category: str
-    latency_s: float
-    sources: dict[str, str]
     null_reasons: dict[str, str]
 
 

@@ -17,7 +17,7 @@ from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate, Row, Sampling, Spec
-from benchd.servers.runtimes import ADAPTERS, get_adapter
+from benchd.servers.runtimes import ADAPTERS, flags, get_adapter
 from benchd.servers.runtimes.base import CTX_MARGIN_TOKENS
 
 
@@ -322,3 +322,22 @@ def test_mlx_vlm_levels_are_capped_by_its_own_max_num_seqs() -> None:
     problems = vlm.parallel.validate_levels(capped, [1, 2, 4])
     assert len(problems) == 1 and "level 4 is above the 2" in problems[0].message
     assert "--max-num-seqs 2" in problems[0].message
+
+
+def test_flag_values_reads_both_forms_in_order_and_leaves_out_a_last_flag_without_value() -> None:
+    args = ["-np", "2", "--parallel=4", "-c", "512", "-np"]
+    assert flags.flag_values(args, ("-np", "--parallel")) == [("-np", "2"), ("--parallel", "4")]
+    assert flags.flag_values(args, ("--kv-bits",)) == []
+
+
+@pytest.mark.parametrize(("runtime", "args", "slots", "named"), [
+    ("llama-server", ["-np", "2", "--parallel=4"], 4, "--parallel 4 (candidate args)"),
+    ("mlx_lm.server", ["--decode-concurrency", "3"], 3, "--decode-concurrency 3 (candidate args)"),
+    ("mlx_vlm.server", ["--max-num-seqs=5"], 5, "--max-num-seqs 5 (candidate args)"),
+    ("llama-server", ["-np", "auto"], None, ""),
+    ("mlx_lm.server", [], None, ""),
+])
+def test_parallel_slots_are_the_last_value_of_the_runtimes_own_flag(
+        runtime: str, args: list[str], slots: int | None, named: str) -> None:
+    candidate = Candidate(id="p", runtime=runtime, model="/m", args=args)
+    assert get_adapter(runtime).parallel.parallel_slots(candidate) == (slots, named)

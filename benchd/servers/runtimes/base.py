@@ -130,7 +130,8 @@ class Normalized:
         return {k: v for k, v in dataclasses.asdict(self).items() if k in known}
 
 
-def _num(value: object) -> float | None:
+def json_number(value: object) -> float | None:
+    """`value` as a float when it is a JSON number (not a bool), else None."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -435,7 +436,7 @@ class Reader(Part):
             reasons["gen_tokens"] = "no usage or timings in the final chunk"
         rates: dict[str, float | None] = {}
         for key, raw in (("prompt_tps", "prompt_per_second"), ("gen_tps", "predicted_per_second")):
-            value = _num(timings.get(raw))
+            value = json_number(timings.get(raw))
             rates[key] = value if value else None
             if value:
                 sources[key] = "server:timings"
@@ -546,10 +547,17 @@ class Parallel(Part):
         """The start serving `level` simultaneous requests; `ctx_size` is one request's (the cold cell's)."""
         raise NotImplementedError
 
+    #: The flags of the candidate's args that cap its simultaneous requests.
+    slots_flags: ClassVar[tuple[str, ...]] = ()
+
     def parallel_slots(self, candidate: Candidate) -> tuple[int | None, str]:
         """(the most simultaneous requests the candidate's own args allow, the flag), or (None, "") when
         its args set no limit (benchd then sets one per level)."""
-        return None, ""
+        given = flags.flag_values(candidate.args, self.slots_flags)
+        if not given or not given[-1][1].isdigit():
+            return None, ""
+        flag, value = given[-1]
+        return int(value), f"{flag} {value} (candidate args)"
 
     def validate_levels(self, candidate: Candidate, levels: list[int]) -> list[BenchdError]:
         """A concurrency level above the simultaneous requests the candidate's own args allow is refused."""

@@ -4,7 +4,7 @@ them; a candidate with its own `binary` is not checked."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from benchd.errors import BenchdError
@@ -19,6 +19,17 @@ class FlagValues:
     choices: tuple[str, ...] | None
     source: str
     minimum: int | None = None
+
+
+def flag_values(args: Sequence[str], names: Collection[str]) -> list[tuple[str, str]]:
+    """Each of `names` in `args` with its value, in order (`--flag V` or `--flag=V`); a flag last without a
+    value is left out."""
+    out = []
+    for i, arg in enumerate(args):
+        name, eq, inline = arg.partition("=")
+        if name in names and (eq or i + 1 < len(args)):
+            out.append((name, inline if eq else args[i + 1]))
+    return out
 
 
 def aliases(names: tuple[str, ...], values: FlagValues) -> dict[str, FlagValues]:

@@ -24,27 +24,7 @@ from benchd.probe_result import ProbeResult, counter_diff
 from benchd.schemas import Candidate, Sampling
 from benchd.schemas.json import JSONObject
 from benchd.servers import locate
-from benchd.servers.runtimes import environment, flags
-from benchd.servers.runtimes.base import (
-    CTX_MARGIN_TOKENS,
-    Checks,
-    Images,
-    Launcher,
-    Normalized,
-    Parallel,
-    ParallelStart,
-    Reader,
-    Readiness,
-    RenderItem,
-    Requests,
-    RuntimeAdapter,
-    Sessions,
-    SessionStart,
-    Tools,
-    http_get,
-    http_post_json,
-    json_health,
-)
+from benchd.servers.runtimes import base, environment, flags
 from benchd.servers.runtimes.vision import VisionFacts, mmproj_facts
 
 #: benchd spec kind -> `--spec-type` value of the pinned build.
@@ -151,14 +131,10 @@ def _ask_binary(binary: str, *args: str, timeout_s: float = FACT_TIMEOUT_S, stde
     return out
 
 
-def _arg_value(args: list[str], flags: tuple[str, ...]) -> str | None:
-    """The value of the last of `flags` in `args` (`--flag V` or `--flag=V`), or None."""
-    found = None
-    for i, arg in enumerate(args):
-        key, eq, inline = arg.partition("=")
-        if key in flags:
-            found = inline if eq else (args[i + 1] if i + 1 < len(args) else None)
-    return found
+def _arg_value(args: list[str], names: tuple[str, ...]) -> str | None:
+    """The value of the last of `names` in `args`, or None."""
+    found = flags.flag_values(args, names)
+    return found[-1][1] if found else None
 
 
 def _mtime(binary: str) -> int:
@@ -200,7 +176,7 @@ def _encode_messages(body: Mapping[str, object]) -> bytes:
     return msgspec.json.encode({"messages": body.get("messages")})
 
 
-class LlamaChecks(Checks):
+class LlamaChecks(base.Checks):
     """llama-server's candidate checks: the KV-cache / flash-attention combination, reserved `LLAMA_ARG_*`
     variables, the `mmproj` file, and its tune matrix."""
 
@@ -268,7 +244,7 @@ class LlamaChecks(Checks):
         return errors
 
 
-class LlamaLauncher(Launcher):
+class LlamaLauncher(base.Launcher):
     """llama-server's start: `-m`, `--host`, `--port`, `--metrics`, `-c` per cell, `-np 1`, `--cache-ram 0`,
     `--fit off`, the spec flags; its version from `/props` or `--version`."""
 
@@ -308,7 +284,7 @@ class LlamaLauncher(Launcher):
         """`-c` = context + gen_tokens + a margin (memory measured at that context), or the pinned size."""
         if candidate.ctx_size is not None:
             return candidate.ctx_size
-        return context + gen_tokens + CTX_MARGIN_TOKENS
+        return context + gen_tokens + base.CTX_MARGIN_TOKENS
 
     def fit_state(self, candidate: Candidate) -> tuple[str | None, str]:
         """`--fit` as started: the candidate's args or env when it asks, else benchd's `off`."""
@@ -379,12 +355,12 @@ class LlamaLauncher(Launcher):
         return (f"load mode {mode} ({how}); host-RAM prompt cache --cache-ram {ram} MiB (benchd; 0 = off, so "
                 "finished probes' states are not kept)")
 
-    async def check_ready(self, base_url: str) -> Readiness:
-        return await json_health(base_url, self.runtime.health_path, ("ok",))
+    async def check_ready(self, base_url: str) -> base.Readiness:
+        return await base.json_health(base_url, self.runtime.health_path, ("ok",))
 
     async def version(self, base_url: str, command: list[str]) -> str | None:
         try:
-            status, raw = await http_get(base_url, "/props", timeout_s=5.0)
+            status, raw = await base.http_get(base_url, "/props", timeout_s=5.0)
             doc = msgspec.json.decode(raw) if status == 200 else None
         except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
             return None
@@ -402,7 +378,7 @@ class LlamaLauncher(Launcher):
         return f"llama.cpp {build}" if build else None
 
 
-class LlamaRequests(Requests):
+class LlamaRequests(base.Requests):
     """llama-server's requests: `cache_prompt` false and `ignore_eos` on probes; `/tokenize`,
     `/apply-template` and `/v1/chat/completions/input_tokens` for token counts."""
 
@@ -427,7 +403,7 @@ class LlamaRequests(Requests):
     async def count_tokens(self, base_url: str, text: str) -> int | None:
         """Exact token count of `text` with the loaded model's tokenizer (`POST /tokenize`)."""
         try:
-            status, raw = await http_post_json(base_url, "/tokenize", {"content": text}, timeout_s=60.0)
+            status, raw = await base.http_post_json(base_url, "/tokenize", {"content": text}, timeout_s=60.0)
             doc = msgspec.json.decode(raw) if status == 200 else None
         except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
             return None
@@ -440,7 +416,7 @@ class LlamaRequests(Requests):
         (megabytes of base64 images) is encoded off the event loop."""
         data = await asyncio.to_thread(_encode_messages, body)
         try:
-            status, raw = await http_post_json(base_url, "/v1/chat/completions/input_tokens", data, timeout_s=60.0)
+            status, raw = await base.http_post_json(base_url, "/v1/chat/completions/input_tokens", data, timeout_s=60.0)
             doc = msgspec.json.decode(raw) if status == 200 else None
         except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
             return None
@@ -448,7 +424,7 @@ class LlamaRequests(Requests):
         return got if isinstance(got, int) and not isinstance(got, bool) else None
 
     async def rendered_tokens(self, base_url: str, candidate: Candidate, command: list[str],
-                              items: list[RenderItem], thinking: str) -> list[list[int]]:
+                              items: list[base.RenderItem], thinking: str) -> list[list[int]]:
         """`POST /apply-template` (the template as chat requests render it), then `POST /tokenize` of the
         rendering plus the appended text with special tokens added and parsed, as chat prompts are."""
         out: list[list[int]] = []
@@ -456,12 +432,12 @@ class LlamaRequests(Requests):
             body: dict[str, object] = {"messages": msgs}
             if thinking != "default":
                 body["chat_template_kwargs"] = {"enable_thinking": thinking == "on"}
-            status, raw = await http_post_json(base_url, "/apply-template", body, timeout_s=60.0)
+            status, raw = await base.http_post_json(base_url, "/apply-template", body, timeout_s=60.0)
             doc = msgspec.json.decode(raw) if status == 200 else None
             prompt = doc.get("prompt") if isinstance(doc, dict) else None
             if not isinstance(prompt, str):
                 raise RuntimeError(f"llama-server /apply-template answered HTTP {status}: {raw[:200]!r}")
-            status, raw = await http_post_json(base_url, "/tokenize", {
+            status, raw = await base.http_post_json(base_url, "/tokenize", {
                 "content": prompt + suffix, "add_special": True, "parse_special": True}, timeout_s=60.0)
             doc = msgspec.json.decode(raw) if status == 200 else None
             tokens = doc.get("tokens") if isinstance(doc, dict) else None
@@ -471,10 +447,10 @@ class LlamaRequests(Requests):
         return out
 
 
-class LlamaReader(Reader):
+class LlamaReader(base.Reader):
     """llama-server's answers: rates from `timings`; draft acceptance cross-checked against `/metrics`."""
 
-    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
+    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> base.Normalized:
         """llama-server: prompt/gen rates from `timings`; the client window is recorded beside them."""
         return self.normalize_timings(result, spec_configured=spec_configured)
 
@@ -491,30 +467,28 @@ class LlamaReader(Reader):
         return {"draft_acceptance_check": f"{acceptance:.4f} (server:/metrics counter diff)"}
 
 
-class LlamaSessions(Sessions):
+class LlamaSessions(base.Sessions):
     """llama-server's sessions: a start with the host-RAM prompt cache, `cache_prompt` per turn."""
 
-    def session_start(self, candidate: Candidate) -> SessionStart:
+    def session_start(self, candidate: Candidate) -> base.SessionStart:
         """A start of its own with the host-RAM prompt cache at the build's default (cold probes run with
         `--cache-ram 0`); the cache itself is a per-request switch (`cache_prompt`)."""
         started = msgspec.structs.replace(candidate, args=[*candidate.args, "--cache-ram", str(CACHE_RAM_DEFAULT_MIB)])
-        return SessionStart(started, True, f"llama-server cache_prompt: true per request; --cache-ram "
-                                           f"{CACHE_RAM_DEFAULT_MIB} MiB (the build's default, common/common.h "
-                                           "cache_ram_mib) keeps idle slots' prompts, a server start of its own: "
-                                           "cold probes run with --cache-ram 0")
+        return base.SessionStart(started, True, f"llama-server cache_prompt: true per request; --cache-ram "
+                                                f"{CACHE_RAM_DEFAULT_MIB} MiB (the build's default, common/common.h "
+                                                "cache_ram_mib) keeps idle slots' prompts, a server start of its own: "
+                                                "cold probes run with --cache-ram 0")
 
     def session_fields(self) -> JSONObject:
         return {"cache_prompt": True}
 
 
-class LlamaParallel(Parallel):
+class LlamaParallel(base.Parallel):
     """llama-server's parallel requests: `-np N` slots, `-c` = N x one request's context."""
 
-    def parallel_slots(self, candidate: Candidate) -> tuple[int | None, str]:
-        value = _arg_value(candidate.args, ("-np", "--parallel"))
-        return (int(value), f"-np {value} (candidate args)") if value and value.isdigit() else (None, "")
+    slots_flags = ("-np", "--parallel")
 
-    def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> ParallelStart:
+    def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> base.ParallelStart:
         """`-np N` (unless the candidate sets the slots) and `-c` = N x one request's context."""
         slots, given = self.parallel_slots(candidate)
         args = candidate.args if slots is not None else [*candidate.args, "-np", str(level)]
@@ -522,12 +496,12 @@ class LlamaParallel(Parallel):
         total = ctx_size * level if ctx_size is not None else None
         how = given or f"-np {level}"
         notes = f"llama-server {how}, -c {total} (= {level} x {ctx_size} per slot)" if total else f"llama-server {how}"
-        return ParallelStart(started, total, notes)
+        return base.ParallelStart(started, total, notes)
 
     async def slot_facts(self, base_url: str) -> dict[str, str]:
         """`/props`: the per-slot context and the slot count as the server runs them."""
         try:
-            status, raw = await http_get(base_url, "/props", timeout_s=5.0)
+            status, raw = await base.http_get(base_url, "/props", timeout_s=5.0)
             doc = msgspec.json.decode(raw) if status == 200 else None
         except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
             return {}
@@ -542,7 +516,7 @@ class LlamaParallel(Parallel):
         return out
 
 
-class LlamaImages(Images):
+class LlamaImages(base.Images):
     """llama-server's images: through the candidate's `mmproj` projector."""
 
     def vision_facts(self, candidate: Candidate) -> VisionFacts:
@@ -552,7 +526,7 @@ class LlamaImages(Images):
         return mmproj_facts(candidate.mmproj)
 
 
-class LlamaTools(Tools):
+class LlamaTools(base.Tools):
     """llama-server's tool calls: the chat format `/slots` reports."""
 
     async def tool_parser(self, base_url: str, candidate: Candidate, command: list[str]) -> str | None:
@@ -560,7 +534,7 @@ class LlamaTools(Tools):
         chosen per request from the template and the tools; `/props` does not show it). The slot that
         served most recently (highest `id_task`) is read."""
         try:
-            status, raw = await http_get(base_url, "/slots", timeout_s=5.0)
+            status, raw = await base.http_get(base_url, "/slots", timeout_s=5.0)
             doc = msgspec.json.decode(raw) if status == 200 else None
         except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
             return None
@@ -570,7 +544,7 @@ class LlamaTools(Tools):
         return f"llama-server chat format {fmt}" if isinstance(fmt, str) and fmt else None
 
 
-class LlamaServerAdapter(RuntimeAdapter):
+class LlamaServerAdapter(base.RuntimeAdapter):
     """llama-server's facts and parts."""
 
     name: ClassVar[str] = "llama-server"
@@ -588,14 +562,14 @@ class LlamaServerAdapter(RuntimeAdapter):
     request_count_source: ClassVar[str] = "server:POST /v1/chat/completions/input_tokens"
     flag_values: ClassVar[dict[str, flags.FlagValues]] = FLAG_VALUES
 
-    checks_part: ClassVar[type[Checks]] = LlamaChecks
-    launcher_part: ClassVar[type[Launcher]] = LlamaLauncher
-    requests_part: ClassVar[type[Requests]] = LlamaRequests
-    reader_part: ClassVar[type[Reader]] = LlamaReader
-    sessions_part: ClassVar[type[Sessions]] = LlamaSessions
-    parallel_part: ClassVar[type[Parallel]] = LlamaParallel
-    images_part: ClassVar[type[Images]] = LlamaImages
-    tools_part: ClassVar[type[Tools]] = LlamaTools
+    checks_part = LlamaChecks
+    launcher_part = LlamaLauncher
+    requests_part = LlamaRequests
+    reader_part = LlamaReader
+    sessions_part = LlamaSessions
+    parallel_part = LlamaParallel
+    images_part = LlamaImages
+    tools_part = LlamaTools
 
 
 #: Counter names in llama-server's `/metrics` for the acceptance cross-check.

@@ -13,21 +13,7 @@ from benchd.config import HOST
 from benchd.lifeline import die_with_daemon
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate
-from benchd.servers.runtimes import flags
-from benchd.servers.runtimes.base import (
-    Checks,
-    Launcher,
-    Normalized,
-    Parallel,
-    ParallelStart,
-    Reader,
-    Readiness,
-    Requests,
-    Sessions,
-    SessionStart,
-    Tools,
-    json_health,
-)
+from benchd.servers.runtimes import base, flags
 from benchd.servers.runtimes.mlx_common import (
     MlxChecks,
     MlxLauncher,
@@ -103,8 +89,8 @@ class MlxLmLauncher(MlxLauncher):
                 argv += ["--num-draft-tokens", str(spec.draft_max)]
         return [*command, *candidate.args, *argv]  # benchd's own flags last: the parser's last one wins
 
-    async def check_ready(self, base_url: str) -> Readiness:
-        return await json_health(base_url, self.runtime.health_path, ("ok",))
+    async def check_ready(self, base_url: str) -> base.Readiness:
+        return await base.json_health(base_url, self.runtime.health_path, ("ok",))
 
 
 class MlxLmRequests(MlxRequests):
@@ -117,7 +103,7 @@ class MlxLmRequests(MlxRequests):
 class MlxLmReader(MlxReader):
     """mlx_lm.server's answers: usage only, the generation rate from the client's window."""
 
-    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
+    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> base.Normalized:
         """Usage from the server; generation rate from the client's stream window; no prompt rate."""
         return self.normalize_usage(result, spec_configured=spec_configured,
                                     no_timings="mlx_lm.server reports no timings", no_prompt_rate=NO_PROMPT_TIMING,
@@ -125,31 +111,27 @@ class MlxLmReader(MlxReader):
                                     no_draft_counts=NO_DRAFT_COUNTS)
 
 
-class MlxLmSessions(Sessions):
+class MlxLmSessions(base.Sessions):
     """mlx_lm.server's sessions: a start with its LRU of prompt caches."""
 
-    def session_start(self, candidate: Candidate) -> SessionStart:
+    def session_start(self, candidate: Candidate) -> base.SessionStart:
         """A start of its own with the LRU prompt cache at its default size, unless the candidate sets one."""
         if any(a.split("=", 1)[0] == "--prompt-cache-size" for a in candidate.args):
-            return SessionStart(candidate, False, "mlx_lm.server --prompt-cache-size as the candidate's args set it")
+            return base.SessionStart(candidate, False,
+                                     "mlx_lm.server --prompt-cache-size as the candidate's args set it")
         started = msgspec.structs.replace(candidate, args=[*candidate.args, "--prompt-cache-size",
                                                            str(PROMPT_CACHE_DEFAULT)])
-        return SessionStart(started, True, f"mlx_lm.server --prompt-cache-size {PROMPT_CACHE_DEFAULT} (its default LRU "
-                                           "of prompt caches), a server start of its own: cold probes run with 0")
+        return base.SessionStart(started, True, f"mlx_lm.server --prompt-cache-size {PROMPT_CACHE_DEFAULT} (its "
+                                                "default LRU of prompt caches), a server start of its own: cold "
+                                                "probes run with 0")
 
 
-class MlxLmParallel(Parallel):
+class MlxLmParallel(base.Parallel):
     """mlx_lm.server's parallel requests: `--decode-concurrency` / `--prompt-concurrency`, unseeded bodies."""
 
-    def parallel_slots(self, candidate: Candidate) -> tuple[int | None, str]:
-        for i, arg in enumerate(candidate.args):
-            key, eq, inline = arg.partition("=")
-            value = inline if eq else (candidate.args[i + 1] if i + 1 < len(candidate.args) else "")
-            if key == "--decode-concurrency" and value.isdigit():
-                return int(value), f"--decode-concurrency {value} (candidate args)"
-        return None, ""
+    slots_flags = ("--decode-concurrency",)
 
-    def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> ParallelStart:
+    def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> base.ParallelStart:
         """`--decode-concurrency N --prompt-concurrency N` (unless set); a draft model or `--kv-bits` serialises."""
         slots, given = self.parallel_slots(candidate)
         args = list(candidate.args)
@@ -163,7 +145,7 @@ class MlxLmParallel(Parallel):
         elif any(a.split("=", 1)[0] == "--kv-bits" for a in args):
             serial = "mlx_lm.server serves one request at a time with --kv-bits (server.py _is_batchable)"
         notes = f"mlx_lm.server {given or f'--decode-concurrency {level}'} --prompt-concurrency {level}"
-        return ParallelStart(msgspec.structs.replace(candidate, args=args), None, notes, serial)
+        return base.ParallelStart(msgspec.structs.replace(candidate, args=args), None, notes, serial)
 
     def parallel_body(self, body: dict[str, Any]) -> str | None:
         """No `seed`: a request with one is never batched (server.py `_is_batchable`)."""
@@ -173,7 +155,7 @@ class MlxLmParallel(Parallel):
         return f"no seed sent (mlx_lm.server batches only unseeded requests); sampling stays {kind}"
 
 
-class MlxLmTools(Tools):
+class MlxLmTools(base.Tools):
     """mlx_lm.server's tool calls: the parser module its own `load_tokenizer` picks."""
 
     async def tool_parser(self, base_url: str, candidate: Candidate, command: list[str]) -> str | None:
@@ -196,10 +178,10 @@ class MlxLmAdapter(MlxServerAdapter):
         "--prefill-step-size": flags.FlagValues(None, "mlx_lm/server.py argparse (type=int)", 1),
     }
 
-    checks_part: ClassVar[type[Checks]] = MlxLmChecks
-    launcher_part: ClassVar[type[Launcher]] = MlxLmLauncher
-    requests_part: ClassVar[type[Requests]] = MlxLmRequests
-    reader_part: ClassVar[type[Reader]] = MlxLmReader
-    sessions_part: ClassVar[type[Sessions]] = MlxLmSessions
-    parallel_part: ClassVar[type[Parallel]] = MlxLmParallel
-    tools_part: ClassVar[type[Tools]] = MlxLmTools
+    checks_part = MlxLmChecks
+    launcher_part = MlxLmLauncher
+    requests_part = MlxLmRequests
+    reader_part = MlxLmReader
+    sessions_part = MlxLmSessions
+    parallel_part = MlxLmParallel
+    tools_part = MlxLmTools

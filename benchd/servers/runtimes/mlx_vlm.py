@@ -12,22 +12,7 @@ import msgspec
 from benchd.config import HOST
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate
-from benchd.servers.runtimes.base import (
-    Images,
-    Launcher,
-    Normalized,
-    Parallel,
-    ParallelStart,
-    PrefixCacheRule,
-    Reader,
-    Readiness,
-    Sessions,
-    SessionStart,
-    Tools,
-    _num,
-    http_get,
-    json_health,
-)
+from benchd.servers.runtimes import base
 from benchd.servers.runtimes.mlx_common import MLX_ENV_SCRUB, MlxLauncher, MlxReader, MlxServerAdapter
 from benchd.servers.runtimes.vision import VisionFacts, mlx_dir_facts
 
@@ -66,18 +51,18 @@ class MlxVlmLauncher(MlxLauncher):
                 argv += ["--draft-block-size", str(spec.draft_max)]
         return [*command, *candidate.args, *argv]  # benchd's own flags last: the parser's last one wins
 
-    async def check_ready(self, base_url: str) -> Readiness:
-        return await json_health(base_url, self.runtime.health_path, ("healthy", "ok"))
+    async def check_ready(self, base_url: str) -> base.Readiness:
+        return await base.json_health(base_url, self.runtime.health_path, ("healthy", "ok"))
 
 
 class MlxVlmReader(MlxReader):
     """mlx_vlm.server's answers: rates from `timings`, and its own MLX peak memory."""
 
-    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
+    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> base.Normalized:
         """Server timings for both rates (client window recorded beside), usage, and the MLX peak."""
         norm = self.normalize_timings(result, spec_configured=spec_configured)
         timings: dict[str, Any] = result.timings or {}
-        peak_gb = _num(timings.get("peak_memory", (result.final or {}).get("peak_memory")))
+        peak_gb = base.json_number(timings.get("peak_memory", (result.final or {}).get("peak_memory")))
         peak = round(peak_gb * 1e9) if peak_gb else None
         if peak is not None:
             norm.sources["server_peak_memory_bytes"] = PEAK_MEMORY_SOURCE
@@ -92,10 +77,10 @@ class MlxVlmReader(MlxReader):
         return super().eos_gap(candidate)
 
 
-class MlxVlmSessions(Sessions):
+class MlxVlmSessions(base.Sessions):
     """mlx_vlm.server's sessions: a start with its prefix cache (`APC_*`), reused in whole blocks."""
 
-    def session_start(self, candidate: Candidate) -> SessionStart:
+    def session_start(self, candidate: Candidate) -> base.SessionStart:
         """A start of its own with `APC_ENABLED=1` (its prefix cache; the scrub removes inherited `APC_*`)
         and `APC_DISK_ENABLED=0` (its disk tier outlives the start); a candidate's own values win."""
         env = {"APC_ENABLED": "1", "APC_DISK_ENABLED": "0", **candidate.env}
@@ -104,55 +89,49 @@ class MlxVlmSessions(Sessions):
                              for k in ("APC_ENABLED", "APC_DISK_ENABLED"))
         notes = (f"mlx_vlm.server {set_here}: its prefix cache in memory, the disk tier kept across starts off; "
                  "a server start of its own: cold probes run without it")
-        return SessionStart(msgspec.structs.replace(candidate, env=env), True, notes)
+        return base.SessionStart(msgspec.structs.replace(candidate, env=env), True, notes)
 
-    def prefix_cache_rule(self, candidate: Candidate) -> PrefixCacheRule:
+    def prefix_cache_rule(self, candidate: Candidate) -> base.PrefixCacheRule:
         """Whole blocks of `APC_BLOCK_SIZE` tokens (16 unless the candidate's env sets it), prompt only."""
         raw = candidate.env.get("APC_BLOCK_SIZE", "")
         block = int(raw) if raw.isdigit() and int(raw) > 0 else APC_BLOCK_SIZE
         given = "candidate env APC_BLOCK_SIZE" if raw.isdigit() and int(raw) > 0 else "apc.DEFAULT_BLOCK_SIZE"
-        return PrefixCacheRule(block, False,
-                               f"mlx_vlm apc.py: the prompt's K/V in blocks of {block} tokens ({given}), harvested "
-                               "after prefill, the generated tokens not cached")
+        return base.PrefixCacheRule(block, False,
+                                    f"mlx_vlm apc.py: the prompt's K/V in blocks of {block} tokens ({given}), "
+                                    "harvested after prefill, the generated tokens not cached")
 
 
-class MlxVlmParallel(Parallel):
+class MlxVlmParallel(base.Parallel):
     """mlx_vlm.server's parallel requests: continuous batching capped by `--max-num-seqs`."""
 
-    def parallel_slots(self, candidate: Candidate) -> tuple[int | None, str]:
-        for i, arg in enumerate(candidate.args):
-            key, eq, inline = arg.partition("=")
-            value = inline if eq else (candidate.args[i + 1] if i + 1 < len(candidate.args) else "")
-            if key == "--max-num-seqs" and value.isdigit():
-                return int(value), f"--max-num-seqs {value} (candidate args)"
-        return None, ""
+    slots_flags = ("--max-num-seqs",)
 
-    def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> ParallelStart:
+    def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> base.ParallelStart:
         """Continuous batching capped by `--max-num-seqs N` (unless the candidate sets it). Nothing makes it
         serve one at a time: a row's seed is per position, and a draft model's rows batch too (the worker
         coalesces speculative requests, `MLX_VLM_SPEC_BATCH_COALESCE_MS`)."""
         slots, given = self.parallel_slots(candidate)
         args = candidate.args if slots is not None else [*candidate.args, "--max-num-seqs", str(level)]
-        return ParallelStart(msgspec.structs.replace(candidate, args=args), None,
-                             f"mlx_vlm.server continuous batching, {given or f'--max-num-seqs {level}'} (server/"
-                             "generation.py: one batch for every active request, a seed per row position)")
+        return base.ParallelStart(msgspec.structs.replace(candidate, args=args), None,
+                                  f"mlx_vlm.server continuous batching, {given or f'--max-num-seqs {level}'} (server/"
+                                  "generation.py: one batch for every active request, a seed per row position)")
 
 
-class MlxVlmImages(Images):
+class MlxVlmImages(base.Images):
     """mlx_vlm.server's images: the vision model in the model dir."""
 
     def vision_facts(self, candidate: Candidate) -> VisionFacts:
         return mlx_dir_facts(candidate.model)
 
 
-class MlxVlmTools(Tools):
+class MlxVlmTools(base.Tools):
     """mlx_vlm.server's tool calls: the parser `/health` names."""
 
     async def tool_parser(self, base_url: str, candidate: Candidate, command: list[str]) -> str | None:
         """`loaded_tool_parser` from `GET /health` (mlx_vlm's `_infer_tool_parser_from_processor`, the
         parser its `/chat/completions` uses unless a request overrides it), as `mlx_vlm.tools.parsers.<name>`."""
         try:
-            status, raw = await http_get(base_url, self.runtime.health_path, timeout_s=5.0)
+            status, raw = await base.http_get(base_url, self.runtime.health_path, timeout_s=5.0)
             doc = msgspec.json.decode(raw) if status == 200 else None
         except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
             return None
@@ -173,9 +152,9 @@ class MlxVlmAdapter(MlxServerAdapter):
         "EXPERT_CACHE_GB", "TOP_LOGPROBS_K",
     )
 
-    launcher_part: ClassVar[type[Launcher]] = MlxVlmLauncher
-    reader_part: ClassVar[type[Reader]] = MlxVlmReader
-    sessions_part: ClassVar[type[Sessions]] = MlxVlmSessions
-    parallel_part: ClassVar[type[Parallel]] = MlxVlmParallel
-    images_part: ClassVar[type[Images]] = MlxVlmImages
-    tools_part: ClassVar[type[Tools]] = MlxVlmTools
+    launcher_part = MlxVlmLauncher
+    reader_part = MlxVlmReader
+    sessions_part = MlxVlmSessions
+    parallel_part = MlxVlmParallel
+    images_part = MlxVlmImages
+    tools_part = MlxVlmTools

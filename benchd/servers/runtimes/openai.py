@@ -22,21 +22,7 @@ from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate, ExternalServer
 from benchd.schemas.json import JSONObject
 from benchd.servers.procgroup import listens_on, port_listeners
-from benchd.servers.runtimes.base import (
-    Checks,
-    Launcher,
-    Normalized,
-    Parallel,
-    ParallelStart,
-    Reader,
-    Readiness,
-    RenderItem,
-    Requests,
-    RuntimeAdapter,
-    Sessions,
-    SessionStart,
-    Tools,
-)
+from benchd.servers.runtimes import base
 from benchd.servers.runtimes.http import read_capped
 from benchd.servers.runtimes.llama_server import LlamaServerAdapter
 from benchd.servers.runtimes.mlx_lm import MlxLmAdapter
@@ -45,7 +31,7 @@ from benchd.servers.runtimes.mlx_vlm import MlxVlmAdapter
 UNKNOWN_KIND = "OpenAI-compatible, unknown"
 NOT_STARTED = "an external server: benchd does not start it"
 #: Kinds that are one of the runtimes benchd runs itself: their kind-specific requests go through it.
-_INNER: dict[str, RuntimeAdapter] = {
+_INNER: dict[str, base.RuntimeAdapter] = {
     "llama-server": LlamaServerAdapter(),
     "mlx_lm.server": MlxLmAdapter(),
     "mlx_vlm.server": MlxVlmAdapter(),
@@ -300,13 +286,13 @@ def detected(url: str | None) -> ExternalServer | None:
     return _DETECTED.get(base_url(url)) if url else None
 
 
-def _inner(url: str | None) -> RuntimeAdapter | None:
+def _inner(url: str | None) -> base.RuntimeAdapter | None:
     """The adapter of the runtime detected at `url`, where benchd runs that kind itself."""
     found = detected(url)
     return _INNER.get(found.kind) if found is not None else None
 
 
-class ExternalChecks(Checks):
+class ExternalChecks(base.Checks):
     """An external server's candidate checks: none here (`sweepcheck.external_problems` has them)."""
 
     def validate(self, candidate: Candidate) -> list[BenchdError]:
@@ -314,7 +300,7 @@ class ExternalChecks(Checks):
         return []
 
 
-class ExternalLauncher(Launcher):
+class ExternalLauncher(base.Launcher):
     """An external server is not started: readiness from `/v1/models`, the version from the detection."""
 
     def command(self, candidate: Candidate, cache_dir: Path) -> tuple[list[str], str]:
@@ -323,19 +309,19 @@ class ExternalLauncher(Launcher):
     def argv(self, candidate: Candidate, *, command: list[str], port: int, ctx_size: int | None) -> list[str]:
         return []
 
-    async def check_ready(self, base_url_: str) -> Readiness:
+    async def check_ready(self, base_url_: str) -> base.Readiness:
         try:
             status, _, _ = await _get(base_url_, "/v1/models", {})
         except (aiohttp.ClientError, TimeoutError) as exc:
-            return Readiness(False, f"not answering: {type(exc).__name__}")
-        return Readiness(status < 500, f"GET /v1/models: HTTP {status}")
+            return base.Readiness(False, f"not answering: {type(exc).__name__}")
+        return base.Readiness(status < 500, f"GET /v1/models: HTTP {status}")
 
     async def version(self, base_url_: str, command: list[str]) -> str | None:
         found = _DETECTED.get(base_url(base_url_))
         return found.version if found else None
 
 
-class ExternalRequests(Requests):
+class ExternalRequests(base.Requests):
     """Requests to an external server: its API key, and the detected kind's fields, counts and rendering."""
 
     def auth_headers(self, candidate: Candidate) -> dict[str, str]:
@@ -353,7 +339,7 @@ class ExternalRequests(Requests):
         return await inner.requests.count_tokens(base_url_, text) if inner is not None else None
 
     async def rendered_tokens(self, base_url_: str, candidate: Candidate, command: list[str],
-                              items: list[RenderItem], thinking: str) -> list[list[int]]:
+                              items: list[base.RenderItem], thinking: str) -> list[list[int]]:
         inner = _inner(base_url_)
         if inner is None or inner.name != "llama-server":
             kind = (detected(base_url_) or ExternalServer(url="", kind=UNKNOWN_KIND)).kind
@@ -361,10 +347,10 @@ class ExternalRequests(Requests):
         return await inner.requests.rendered_tokens(base_url_, candidate, command, items, thinking)
 
 
-class ExternalReader(Reader):
+class ExternalReader(base.Reader):
     """An external server's answers: `timings` where it sends them, else `usage` and the client's window."""
 
-    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> Normalized:
+    def normalize(self, result: ProbeResult, *, spec_configured: bool) -> base.Normalized:
         """The server's own `timings` where it sends them (llama-server, mlx_vlm.server), else `usage`
         and the client's stream window (the generic OpenAI stream)."""
         if result.timings:
@@ -380,28 +366,28 @@ class ExternalReader(Reader):
         return inner.reader.eos_gap(candidate) if inner is not None else f"{kind} offers no way to suppress EOS"
 
 
-class ExternalSessions(Sessions):
+class ExternalSessions(base.Sessions):
     """Sessions on an external server: its prompt cache as it was started."""
 
-    def session_start(self, candidate: Candidate) -> SessionStart:
+    def session_start(self, candidate: Candidate) -> base.SessionStart:
         inner = _inner(candidate.url)
         how = ("its prompt cache is as it was started (llama-server: on by default; the turns send cache_prompt)"
                if inner is not None and inner.name == "llama-server" else "its prompt cache is as it was started")
-        return SessionStart(candidate, False, f"{NOT_STARTED}: {how}")
+        return base.SessionStart(candidate, False, f"{NOT_STARTED}: {how}")
 
     def session_fields(self) -> JSONObject:
         return {"cache_prompt": True} if any(f.kind == "llama-server" for f in _DETECTED.values()) else {}
 
 
-class ExternalParallel(Parallel):
+class ExternalParallel(base.Parallel):
     """Parallel requests to an external server: its slots as it was started."""
 
-    def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> ParallelStart:
+    def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> base.ParallelStart:
         found = detected(candidate.url)
         slots = found.total_slots if found else None
         serial = (f"the server has {slots} slot(s), fewer than {level} requests" if slots is not None and slots < level
                   else None)
-        return ParallelStart(candidate, None, f"{NOT_STARTED}: its slots / batching as it was started", serial)
+        return base.ParallelStart(candidate, None, f"{NOT_STARTED}: its slots / batching as it was started", serial)
 
     def parallel_body(self, body: dict[str, object]) -> str | None:
         return None
@@ -411,7 +397,7 @@ class ExternalParallel(Parallel):
         return await inner.parallel.slot_facts(base_url_) if inner is not None else {}
 
 
-class ExternalTools(Tools):
+class ExternalTools(base.Tools):
     """An external server's tool calls: the detected kind's parser where it can be asked remotely."""
 
     async def tool_parser(self, base_url_: str, candidate: Candidate, command: list[str]) -> str | None:
@@ -421,17 +407,17 @@ class ExternalTools(Tools):
         return await inner.tools.tool_parser(base_url_, candidate, command)
 
 
-class OpenAIAdapter(RuntimeAdapter):
+class OpenAIAdapter(base.RuntimeAdapter):
     """A server benchd does not start (docs/runtimes.md#external-servers)."""
 
     name: ClassVar[str] = "openai"
     version_source: ClassVar[str] = "detected at attach (GET /props build_info, GET /api/version)"
     load_marker_reason: ClassVar[str] = NOT_STARTED
 
-    checks_part: ClassVar[type[Checks]] = ExternalChecks
-    launcher_part: ClassVar[type[Launcher]] = ExternalLauncher
-    requests_part: ClassVar[type[Requests]] = ExternalRequests
-    reader_part: ClassVar[type[Reader]] = ExternalReader
-    sessions_part: ClassVar[type[Sessions]] = ExternalSessions
-    parallel_part: ClassVar[type[Parallel]] = ExternalParallel
-    tools_part: ClassVar[type[Tools]] = ExternalTools
+    checks_part = ExternalChecks
+    launcher_part = ExternalLauncher
+    requests_part = ExternalRequests
+    reader_part = ExternalReader
+    sessions_part = ExternalSessions
+    parallel_part = ExternalParallel
+    tools_part = ExternalTools
