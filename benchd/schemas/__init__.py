@@ -1,15 +1,9 @@
-"""Every schema benchd reads or writes: the sweep file, API bodies, rows, events, jobs.
+"""Every schema benchd reads or writes (sweep file, API bodies, rows, events, runbook, recheck), split by
+stage and re-exported here: `from benchd.schemas import X` is the one way the rest of benchd reaches one.
 
-Validation happens on decode (msgspec checks types and `Meta` constraints there, not in `__init__`), so
-every inbound document goes through one of the module-level decoders below. Inbound structs forbid
-unknown fields: a misspelt field must fail loudly, never be ignored.
-
-Persisted documents (runbook JSON, lock TOML) carry their own `schema_version`; see `runbook.py` and
-`lock.py` for their change histories. Rows and events are append-only facts: new fields get defaults,
-types never change (msgspec's schema-evolution rules).
-
-The package is split by stage (sweep file, rows, API, runbook, recheck); every name is re-exported here, so
-`from benchd.schemas import X` is the one way the rest of benchd reaches a schema.
+Inbound documents are validated on decode (types and `Meta` constraints) and forbid unknown fields.
+Persisted documents carry a `schema_version` (histories: `runbook.py`, `benchd/lock/lockfile.py`); rows
+and events are append-only: new fields get defaults, types never change.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Rechecks of the lock: the fingerprint of what a lock depends on, the recheck history entry, the user's
-`[recheck]` settings and the daemon's own recheck bookkeeping.
-
-A lock is chosen on evidence measured with one runtime build and one model file; when either changes
-the evidence may no longer hold. `Fingerprint` is what benchd compares to notice (read from files, no
-server started); `RecheckEntry` is one `[[rechecks]]` table of the lock file (benchd appends, never
-rewrites `[locked]`); `RecheckSettings` is the `[recheck]` table of `<state>/config.toml`.
-"""
+"""Rechecks of the lock: the `Fingerprint` of what a lock depends on (read from files, no server
+started), one `[[rechecks]]` entry of the lock file, the `[recheck]` settings of `<state>/config.toml`
+and the daemon's own recheck bookkeeping."""
 
 from __future__ import annotations
 
