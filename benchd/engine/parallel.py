@@ -110,9 +110,8 @@ def _bodies(run: ParallelRun, prompts: Sequence[Prompt], gen_tokens: int) -> tup
     adapter, cand, sweep = run.adapter, run.candidate, run.sweep
     bodies, changed = [], None
     for prompt in prompts:
-        body = adapter.requests.request_body(model=adapter.requests.request_model(cand), prompt=prompt.text,
-                                             max_tokens=gen_tokens, sampling=sweep.sampling, thinking=sweep.thinking)
-        body.update(adapter.requests.length_fields(cand, sweep.ignore_eos))
+        body = adapter.requests.probe_body(cand, prompt=prompt.text, max_tokens=gen_tokens, sampling=sweep.sampling,
+                                           thinking=sweep.thinking, run_to_length=sweep.ignore_eos)
         changed = adapter.parallel.parallel_body(body)
         bodies.append(adapter.requests.encode_body(body))
     return bodies, changed

@@ -252,11 +252,8 @@ async def run_chat(
     marks: Callable[[str], None] | None = None,
 ) -> ProbeResult:
     """Build the adapter's streamed chat request and run it (`run_to_length` suppresses EOS)."""
-    body = adapter.requests.request_body(
-        model=adapter.requests.request_model(candidate), prompt=prompt, max_tokens=max_tokens, sampling=sampling,
-        thinking=thinking,
-    )
-    body.update(adapter.requests.length_fields(candidate, run_to_length))
+    body = adapter.requests.probe_body(candidate, prompt=prompt, max_tokens=max_tokens, sampling=sampling,
+                                       thinking=thinking, run_to_length=run_to_length)
     return await run(
         base_url + adapter.requests.request_path(),
         adapter.requests.encode_body(body),

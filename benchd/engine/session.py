@@ -142,10 +142,9 @@ class SessionRun(ServerRun):
 async def send_turn(run: SessionRun, messages: list[dict[str, str]], max_tokens: int) -> ProbeResult:
     """One streamed chat request carrying the whole conversation, the cache switched on."""
     adapter, cand, sweep = run.adapter, run.candidate, run.sweep
-    body = adapter.requests.request_body(model=adapter.requests.request_model(cand), prompt="", max_tokens=max_tokens,
-                                sampling=sweep.sampling, thinking=sweep.thinking)
+    body = adapter.requests.probe_body(cand, prompt="", max_tokens=max_tokens, sampling=sweep.sampling,
+                                       thinking=sweep.thinking, run_to_length=sweep.ignore_eos)
     body["messages"] = messages
-    body.update(adapter.requests.length_fields(cand, sweep.ignore_eos))
     body.update(adapter.sessions.session_fields())
     return await probe.run(run.server.base_url + adapter.requests.request_path(), adapter.requests.encode_body(body),
                            adapter.requests.request_headers(cand), timeout_s=run.timeout_s, collect_text=True)

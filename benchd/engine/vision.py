@@ -76,14 +76,6 @@ def make_images(seed: int, cand_id: str, resolution: tuple[int, int], count: int
     return [images_mod.truncated(im) for im in out] if broken else out
 
 
-def _body(adapter: RuntimeAdapter, cand: Candidate, prompt: str, max_tokens: int, sampling: Sampling,
-          thinking: str, run_to_length: bool) -> dict[str, Any]:
-    body = adapter.requests.request_body(model=adapter.requests.request_model(cand), prompt=prompt, max_tokens=max_tokens,
-                                sampling=sampling, thinking=thinking)
-    body.update(adapter.requests.length_fields(cand, run_to_length))
-    return body
-
-
 async def measure(
     adapter: RuntimeAdapter,
     base_url: str,
@@ -99,7 +91,8 @@ async def measure(
     marks: Callable[[str], None] | None = None,
 ) -> ImageProbe:
     """Run the text-only request, then the same prompt with `generated` images (`marks`: the image request's)."""
-    text_body = _body(adapter, cand, prompt, max_tokens, sampling, thinking, run_to_length)
+    text_body = adapter.requests.probe_body(cand, prompt=prompt, max_tokens=max_tokens, sampling=sampling,
+                                            thinking=thinking, run_to_length=run_to_length)
 
     def image_request() -> tuple[dict[str, Any], bytes]:  # base64 + JSON of megabytes of PNG: off the loop
         body = dict(text_body, messages=adapter.images.image_messages(prompt, [im.data_url() for im in generated]))

@@ -157,6 +157,16 @@ def _fake_inhibit(tmp_path: Path) -> Path:
     return script
 
 
+def _holders(pid: int) -> list[psutil.Process]:
+    """The `tail --pid=PID` processes holding the fake inhibitor's lock."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or [""]
+        if cmd[0].endswith("tail") and f"--pid={pid}" in cmd:
+            out.append(p)
+    return out
+
+
 @pytest.mark.skipif(shutil.which("tail") is None, reason="needs GNU tail")
 async def test_keep_awake_held_then_released_and_tied_to_pid(tmp_path: Path) -> None:
     fake = _fake_inhibit(tmp_path)
@@ -169,11 +179,11 @@ async def test_keep_awake_held_then_released_and_tied_to_pid(tmp_path: Path) -> 
         async with keep_awake(target.pid, platform="linux", which=which) as guard:
             assert guard.prevented is True and guard.reason is None
             assert guard.method and f"--pid={target.pid}" in guard.method and "--what=sleep:idle" in guard.method
-            holders = [
-                p
-                for p in psutil.process_iter(["cmdline"])
-                if (p.info["cmdline"] or [""])[0].endswith("tail") and f"--pid={target.pid}" in p.info["cmdline"]
-            ]
+            # The fake forks the holder in the background: on a busy machine it execs a moment later.
+            for _ in range(200):  # up to 10 s
+                if holders := _holders(target.pid):
+                    break
+                await asyncio.sleep(0.05)
             assert len(holders) == 1
             # benchd dying (here: its stand-in) ends the holder, so a SIGKILLed daemon leaks no lock.
             target.kill()

@@ -212,6 +212,18 @@ def test_request_bodies() -> None:
     assert get_adapter("llama-server").requests.request_model(cand(request_model="q")) == "q"
 
 
+
+def test_probe_body_is_the_request_body_with_the_candidates_model_and_its_length_fields() -> None:
+    llama = get_adapter("llama-server").requests
+    c = cand(request_model="q")
+    body = llama.probe_body(c, prompt="hi", max_tokens=5, sampling=Sampling(), thinking="on", run_to_length=False)
+    assert body["model"] == "q" and body["max_tokens"] == 5 and body["ignore_eos"] is False
+    assert body["chat_template_kwargs"] == {"enable_thinking": True}
+    assert llama.probe_body(c, prompt="hi", max_tokens=5, sampling=Sampling())["ignore_eos"] is True
+    mlx = get_adapter("mlx_lm.server").requests
+    plain = mlx.probe_body(cand("mlx_lm.server"), prompt="hi", max_tokens=5, sampling=Sampling(), run_to_length=False)
+    assert plain == mlx.request_body(model="default_model", prompt="hi", max_tokens=5, sampling=Sampling())
+
 # ------------------------------------------------------------------------- normalize on real shapes
 
 def result_with(final: dict, chunks: int = 64, window_s: float = 0.1) -> ProbeResult:

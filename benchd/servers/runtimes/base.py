@@ -345,6 +345,15 @@ class Requests(Part):
                 body["chat_template_kwargs"] = {"enable_thinking": thinking == "on"}
         return body
 
+    def probe_body(self, candidate: Candidate, *, prompt: str, max_tokens: int, sampling: Sampling,
+                   thinking: str = "default", run_to_length: bool = True) -> dict[str, object]:
+        """The streamed body of every probe kind: `request_body` with the candidate's `model` value, plus
+        `length_fields` (`run_to_length`)."""
+        body = self.request_body(model=self.request_model(candidate), prompt=prompt, max_tokens=max_tokens,
+                                 sampling=sampling, thinking=thinking)
+        body.update(self.length_fields(candidate, run_to_length))
+        return body
+
     def answer_body(
         self, *, model: str, prompt: str, max_tokens: int, sampling: Sampling, thinking: str = "default"
     ) -> dict[str, object]:
