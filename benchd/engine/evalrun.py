@@ -122,7 +122,7 @@ async def run_task(
     latency = time.monotonic() - t0
     timed = {"latency_s": "benchd: wall clock around the task's requests"}
     common = AskedFields(job=job, candidate=cand.id, tier=task.tier, task=task.id, thinking=thinking,
-                    max_tokens=budget, latency_s=latency, sources=timed)
+                         max_tokens=budget, latency_s=latency, sources=timed)
     if answer.text is None:
         return EvalResult(passed=False, detail=note + (failure or "no answer text"), sandboxed=None,
                           failure="server_error", **common)
