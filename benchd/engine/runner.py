@@ -177,12 +177,13 @@ class Runner:
         return record
 
     async def check_rate(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int) -> float | None:
-        """A short unrecorded check probe at the cell's context (32 tokens at most): its rate of the metric."""
+        """A short unrecorded check probe at the cell's context (32 tokens at most, thinking as the probes ask):
+        its rate of the metric."""
         prompt = await self.prompts.build(context, f"{self.job}/{cand.id}/{context}/check",
                                           await self.sizer.counter(adapter, server), key=cand.id)
         result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text,
                                       max_tokens=min(self.sweep.gen_tokens, 32), sampling=self.sweep.sampling,
-                                      timeout_s=self.timeout_s)
+                                      timeout_s=self.timeout_s, thinking=self.sweep.thinking)
         value = getattr(adapter.reader.normalize(result, spec_configured=cand.spec is not None), self.plan.metric, None)
         return float(value) if isinstance(value, (int, float)) else None
 
