@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from testlib import wait_until
 
 from benchd.sensors.power import darwin as power_darwin
 from benchd.sensors.power import status as power
@@ -179,11 +180,8 @@ async def test_keep_awake_held_then_released_and_tied_to_pid(tmp_path: Path) -> 
         async with keep_awake(target.pid, platform="linux", which=which) as guard:
             assert guard.prevented is True and guard.reason is None
             assert guard.method and f"--pid={target.pid}" in guard.method and "--what=sleep:idle" in guard.method
-            # The fake forks the holder in the background: on a busy machine it execs a moment later.
-            for _ in range(200):  # up to 10 s
-                if holders := _holders(target.pid):
-                    break
-                await asyncio.sleep(0.05)
+            # keep_awake confirms once the inhibitor has a child; that child execs `tail` a moment later.
+            holders = wait_until(lambda: _holders(target.pid), what="the fake inhibitor's `tail --pid` holder")
             assert len(holders) == 1
             # benchd dying (here: its stand-in) ends the holder, so a SIGKILLed daemon leaks no lock.
             target.kill()
