@@ -25,8 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchd.engine import probe
 from benchd.engine.prompts import PromptBuilder
-from benchd.schemas import Candidate, Sampling
+from benchd.schemas import Candidate
 from benchd.servers.runtimes import get_adapter
+from benchd.servers.runtimes.base import ChatSettings
 
 
 async def main_async(a: argparse.Namespace) -> dict[str, object]:
@@ -44,8 +45,7 @@ async def main_async(a: argparse.Namespace) -> dict[str, object]:
     cpu0, wall0 = time.process_time(), time.perf_counter()
     for i in range(a.warmup + a.probes):
         prompt = await builder.build(a.context, f"bench/bench/{a.context}/{i}", count if has_tok else None, key="bench")
-        r = await probe.run_chat(adapter, a.url, cand, prompt=prompt.text, max_tokens=a.gen,
-                                 sampling=Sampling(), timeout_s=300)
+        r = await probe.run_chat(adapter, a.url, cand, prompt=prompt.text, settings=ChatSettings(a.gen), timeout_s=300)
         if not r.ok:
             raise SystemExit(f"probe failed: {r.error}")
         norm = adapter.reader.normalize(r, spec_configured=False)

@@ -31,8 +31,9 @@ from typing import Any
 from benchd.config import Config, default_cache_dir
 from benchd.engine import parallel, probe, session
 from benchd.engine.prompts import PromptBuilder
-from benchd.schemas import Candidate, Sampling, Session, Sweep
+from benchd.schemas import Candidate, Session, Sweep
 from benchd.servers.runtimes import get_adapter
+from benchd.servers.runtimes.base import ChatSettings
 from benchd.servers.server import Server
 from benchd.servers.supervisor import Supervisor
 
@@ -73,8 +74,7 @@ async def sessions(cand: Candidate, sup: Supervisor, a: argparse.Namespace) -> d
         sw = Sweep(name="agentic", contexts=[a.context], gen_tokens=a.gen, candidates=[cand])
         for w in range(2):  # warm-up: unrecorded, unique
             p = await builder.build(a.context, f"warm/{w}/{uuid.uuid4().hex}", count, key=cand.id)
-            await probe.run_chat(adapter, server.base_url, cand, prompt=p.text, max_tokens=4, sampling=Sampling(),
-                                 timeout_s=300)
+            await probe.run_chat(adapter, server.base_url, cand, prompt=p.text, settings=ChatSettings(4), timeout_s=300)
         first = await builder.build(a.context, f"agentic/{cand.id}/session", count, key=cand.id)
         rows = await session.run_session(session.SessionRun(
             job="agentic", adapter=adapter, server=server, candidate=cand, context=a.context, sweep=sw,
@@ -86,8 +86,8 @@ async def sessions(cand: Candidate, sup: Supervisor, a: argparse.Namespace) -> d
         for i in range(a.cold):
             p = await builder.build(rows[-1].prompt_tokens or a.context, f"cold/{i}/{uuid.uuid4().hex}", count,
                                     key=cand.id)
-            r = await probe.run_chat(adapter, server.base_url, cand, prompt=p.text, max_tokens=4,
-                                     sampling=Sampling(), timeout_s=300)
+            r = await probe.run_chat(adapter, server.base_url, cand, prompt=p.text, settings=ChatSettings(4),
+                                     timeout_s=300)
             assert r.ok and r.ttft_ms is not None, r.error
             cold.append(r.ttft_ms)
         return {"warm_ttft_ms": summary.warm_ttft_ms, "cold_ttft_ms": statistics.median(cold),

@@ -31,9 +31,10 @@ import _common as C
 
 from benchd.engine import probe
 from benchd.engine.energy import PhaseMarks
-from benchd.schemas import Candidate, Sampling
+from benchd.schemas import Candidate
 from benchd.sensors.energy.linux import open_rapl
 from benchd.servers.runtimes import get_adapter
+from benchd.servers.runtimes.base import ChatSettings
 
 
 def fake_tree(root: Path) -> Path:
@@ -49,8 +50,7 @@ def fake_tree(root: Path) -> Path:
 async def one(base: str, cand: Candidate, prompt: str, gen: int, marks: Any) -> dict[str, float | None]:
     adapter = get_adapter("llama-server")
     cpu0 = time.process_time()
-    r = await probe.run_chat(adapter, base, cand, prompt=prompt, max_tokens=gen, sampling=Sampling(),
-                             timeout_s=120, marks=marks)
+    r = await probe.run_chat(adapter, base, cand, prompt=prompt, settings=ChatSettings(gen), timeout_s=120, marks=marks)
     cpu = time.process_time() - cpu0
     gaps = [b - a for a, b in pairwise(r.chunk_times)]
     return {"cpu_ms": cpu * 1000, "ttft_ms": r.ttft_ms, "gen_tps_client": r.gen_tps_client(),

@@ -47,8 +47,9 @@ from benchd.config import Config
 from benchd.engine import probe
 from benchd.engine.prompts import PromptBuilder
 from benchd.probe_result import read_ends
-from benchd.schemas import Candidate, Sampling
+from benchd.schemas import Candidate
 from benchd.servers.runtimes import get_adapter
+from benchd.servers.runtimes.base import ChatSettings
 from benchd.servers.supervisor import Supervisor
 
 GOAL = 0.01
@@ -79,8 +80,8 @@ async def measure(runtime: str, gens: list[int], probes: int, context: int, mode
         i = 0
         for _ in range(2):  # warm-up (also calibrates prompts without a tokenizer)
             p = await builder.build(context, f"fid/{cand.id}/{context}/w{i}", count, key=cand.id)
-            r = await probe.run_chat(adapter, server.base_url, cand, prompt=p.text, max_tokens=16,
-                                     sampling=Sampling(), timeout_s=300)
+            r = await probe.run_chat(adapter, server.base_url, cand, prompt=p.text, settings=ChatSettings(16),
+                                     timeout_s=300)
             n = adapter.reader.normalize(r, spec_configured=False)
             if n.prompt_tokens:
                 builder.observe(p, n.prompt_tokens)
@@ -88,8 +89,8 @@ async def measure(runtime: str, gens: list[int], probes: int, context: int, mode
         for rnd in range(probes):
             for gen in gens:  # interleaved, so both lengths see the same machine
                 p = await builder.build(context, f"fid/{cand.id}/{context}/{rnd}-{gen}", count, key=cand.id)
-                r = await probe.run_chat(adapter, server.base_url, cand, prompt=p.text, max_tokens=gen,
-                                         sampling=Sampling(), timeout_s=300)
+                r = await probe.run_chat(adapter, server.base_url, cand, prompt=p.text, settings=ChatSettings(gen),
+                                         timeout_s=300)
                 if not r.ok:
                     rows.append({"gen": gen, "error": r.error})
                     continue

@@ -41,8 +41,9 @@ import _common as C
 from benchd.config import Config
 from benchd.engine import probe
 from benchd.engine.prompts import PromptBuilder
-from benchd.schemas import Candidate, Sampling
+from benchd.schemas import Candidate
 from benchd.servers.runtimes import get_adapter
+from benchd.servers.runtimes.base import ChatSettings
 from benchd.servers.supervisor import Supervisor
 
 GOAL = 0.95
@@ -70,7 +71,7 @@ async def server_probes(model: str, ctx: int, a: argparse.Namespace, state: Path
         for i in range(-1, a.probes):  # -1: the engine's warm-up
             prompt = await builder.build(ctx, f"svi/medium/{ctx}/{i}", count, key="medium")
             r = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text,
-                                     max_tokens=a.gen if i >= 0 else 16, sampling=Sampling(), timeout_s=600)
+                                     settings=ChatSettings(a.gen if i >= 0 else 16), timeout_s=600)
             n = adapter.reader.normalize(r, spec_configured=False)
             if n.prompt_tokens:
                 builder.observe(prompt, n.prompt_tokens)

@@ -41,15 +41,19 @@ from benchd.servers.runtimes import get_adapter
 url, runtime, model, gen, tag, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], int(sys.argv[6])
 cand = Candidate(id="ba", runtime=runtime, model=model)
 adapter = get_adapter(runtime)
-kwargs = {}
-if "thinking" in inspect.signature(probe.run_chat).parameters:
-    kwargs = {"thinking": "default", "run_to_length": True}
+params = inspect.signature(probe.run_chat).parameters
+if "settings" in params:  # a tree with ChatSettings
+    from benchd.servers.runtimes.base import ChatSettings
+    kwargs = {"settings": ChatSettings(gen)}
+else:
+    kwargs = {"max_tokens": gen, "sampling": Sampling()}
+    if "thinking" in params:
+        kwargs.update(thinking="default", run_to_length=True)
 
 
 async def one(i):
     prompt = f"[{tag}-{i}] " + "Explain, step by step, why the sky is blue and sunsets are red. " * 8
-    r = await probe.run_chat(adapter, url, cand, prompt=prompt, max_tokens=gen, sampling=Sampling(),
-                             timeout_s=120, **kwargs)
+    r = await probe.run_chat(adapter, url, cand, prompt=prompt, timeout_s=120, **kwargs)
     n = adapter.reader.normalize(r, spec_configured=False)
     timings = r.timings or {}
     return {"ok": r.ok, "error": r.error, "ttft_ms": n.ttft_ms, "gen_tps": n.gen_tps,

@@ -15,7 +15,7 @@ from benchd.engine.rows import Cell, ServerFacts, ServerRun, build_row, model_fi
 from benchd.probe_result import ProbeResult
 from benchd.schemas import CooldownRecord, Row
 from benchd.sensors.memory.sampler import MemorySampler
-from benchd.servers.runtimes.base import Normalized
+from benchd.servers.runtimes.base import ChatSettings, Normalized
 from benchd.stats.rows import usable
 from benchd.store import utcnow
 
@@ -108,10 +108,9 @@ async def run_batch(run: ParallelRun, batch: int, prompts: Sequence[Prompt], gen
 def _bodies(run: ParallelRun, prompts: Sequence[Prompt], gen_tokens: int) -> tuple[list[bytes], str | None]:
     """The encoded request bodies, and what the adapter changed in them for parallel serving."""
     adapter, cand, sweep = run.adapter, run.candidate, run.sweep
-    bodies, changed = [], None
+    bodies, changed, settings = [], None, ChatSettings.of(sweep, gen_tokens)
     for prompt in prompts:
-        body = adapter.requests.probe_body(cand, prompt=prompt.text, max_tokens=gen_tokens, sampling=sweep.sampling,
-                                           thinking=sweep.thinking, run_to_length=sweep.ignore_eos)
+        body = adapter.requests.probe_body(cand, prompt=prompt.text, settings=settings)
         changed = adapter.parallel.parallel_body(body)
         bodies.append(adapter.requests.encode_body(body))
     return bodies, changed

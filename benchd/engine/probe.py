@@ -15,8 +15,8 @@ from benchd.probe_result import ProbeResult
 from benchd.servers.runtimes.http import read_capped
 
 if TYPE_CHECKING:
-    from benchd.schemas import Candidate, Sampling
-    from benchd.servers.runtimes.base import RuntimeAdapter
+    from benchd.schemas import Candidate
+    from benchd.servers.runtimes.base import ChatSettings, RuntimeAdapter
 
 
 _decoder = msgspec.json.Decoder()
@@ -244,16 +244,12 @@ async def run_chat(
     candidate: Candidate,
     *,
     prompt: str,
-    max_tokens: int,
-    sampling: Sampling,
+    settings: ChatSettings,
     timeout_s: float,
-    thinking: str = "default",
-    run_to_length: bool = True,
     marks: Callable[[str], None] | None = None,
 ) -> ProbeResult:
-    """Build the adapter's streamed chat request and run it (`run_to_length` suppresses EOS)."""
-    body = adapter.requests.probe_body(candidate, prompt=prompt, max_tokens=max_tokens, sampling=sampling,
-                                       thinking=thinking, run_to_length=run_to_length)
+    """Build the adapter's streamed chat request from `settings` and run it."""
+    body = adapter.requests.probe_body(candidate, prompt=prompt, settings=settings)
     return await run(
         base_url + adapter.requests.request_path(),
         adapter.requests.encode_body(body),

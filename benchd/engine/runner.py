@@ -39,7 +39,7 @@ from benchd.sensors.memory.sampler import MemorySampler
 from benchd.sensors.suspend.sensor import SuspendClock
 from benchd.sensors.thermal.sensor import ThermalSensor
 from benchd.servers.runtimes import get_adapter
-from benchd.servers.runtimes.base import Normalized, RuntimeAdapter
+from benchd.servers.runtimes.base import ChatSettings, Normalized, RuntimeAdapter
 from benchd.servers.server import Server
 from benchd.store import utcnow
 
@@ -182,8 +182,8 @@ class Runner:
         prompt = await self.prompts.build(context, f"{self.job}/{cand.id}/{context}/check",
                                           await self.sizer.counter(adapter, server), key=cand.id)
         result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text,
-                                      max_tokens=min(self.sweep.gen_tokens, 32), sampling=self.sweep.sampling,
-                                      timeout_s=self.timeout_s, thinking=self.sweep.thinking)
+                                      settings=ChatSettings.of(self.sweep, min(self.sweep.gen_tokens, 32), to_length=True),
+                                      timeout_s=self.timeout_s)
         value = getattr(adapter.reader.normalize(result, spec_configured=cand.spec is not None), self.plan.metric, None)
         return float(value) if isinstance(value, (int, float)) else None
 
@@ -197,10 +197,9 @@ class Runner:
         sampler.reset_peak()
         await sampler.start()
         with self.energy.probe(run.idle, cell.kind == "sustained") as recording:
-            result = await probe.run_chat(adapter, server.base_url, cand, prompt=run.prompt.text, max_tokens=run.gen_tokens,
-                                          sampling=self.sweep.sampling, timeout_s=self.timeout_s,
-                                          thinking=self.sweep.thinking, run_to_length=self.sweep.ignore_eos,
-                                          marks=recording.marks)
+            result = await probe.run_chat(adapter, server.base_url, cand, prompt=run.prompt.text,
+                                          settings=ChatSettings.of(self.sweep, run.gen_tokens),
+                                          timeout_s=self.timeout_s, marks=recording.marks)
         memory = await sampler.stop()
         norm = adapter.reader.normalize(result, spec_configured=cand.spec is not None)
         if norm.prompt_tokens is not None:
@@ -291,10 +290,8 @@ class Runner:
             images = await asyncio.to_thread(  # CPU-heavy PNG encoding, kept off the event loop
                 vision.make_images, sweep.sampling.seed, cand.id, vc.resolution, sweep.vision.images, key)
             return await vision.measure(
-                adapter, server.base_url, cand, prompt=prompt.text, max_tokens=sweep.gen_tokens,
-                generated=images,
-                sampling=sweep.sampling, timeout_s=self.timeout_s, thinking=sweep.thinking,
-                run_to_length=sweep.ignore_eos, marks=marks)
+                adapter, server.base_url, cand, prompt=prompt.text, generated=images,
+                settings=ChatSettings.of(sweep), timeout_s=self.timeout_s, marks=marks)
 
         if warm:
             await pair(vc.key(probe_no) + "/warm-up")

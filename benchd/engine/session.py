@@ -16,7 +16,7 @@ from benchd.engine.rows import Cell, ServerFacts, ServerRun, build_row, model_fi
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate, CooldownRecord, Row, Session
 from benchd.sensors.memory.sampler import MemoryResult, MemorySampler
-from benchd.servers.runtimes.base import Normalized, PrefixCacheRule, RenderItem, RuntimeAdapter
+from benchd.servers.runtimes.base import ChatSettings, Normalized, PrefixCacheRule, RenderItem, RuntimeAdapter
 from benchd.servers.server import Server
 from benchd.stats.rows import usable
 from benchd.store import utcnow
@@ -142,8 +142,7 @@ class SessionRun(ServerRun):
 async def send_turn(run: SessionRun, messages: list[dict[str, str]], max_tokens: int) -> ProbeResult:
     """One streamed chat request carrying the whole conversation, the cache switched on."""
     adapter, cand, sweep = run.adapter, run.candidate, run.sweep
-    body = adapter.requests.probe_body(cand, prompt="", max_tokens=max_tokens, sampling=sweep.sampling,
-                                       thinking=sweep.thinking, run_to_length=sweep.ignore_eos)
+    body = adapter.requests.probe_body(cand, prompt="", settings=ChatSettings.of(sweep, max_tokens))
     body["messages"] = messages
     body.update(adapter.sessions.session_fields())
     return await probe.run(run.server.base_url + adapter.requests.request_path(), adapter.requests.encode_body(body),

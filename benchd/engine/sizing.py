@@ -7,7 +7,7 @@ from __future__ import annotations
 from benchd.engine import probe
 from benchd.engine.prompts import CountTokens, PromptBuilder
 from benchd.schemas import Candidate, Sweep
-from benchd.servers.runtimes.base import RuntimeAdapter
+from benchd.servers.runtimes.base import ChatSettings, RuntimeAdapter
 from benchd.servers.server import Server
 
 #: Unrecorded probes that size prompts for a runtime without any tokenizer, at most.
@@ -68,8 +68,8 @@ class PromptSizer:
         prompt = await self.prompts.build(context, f"{self.job}/{cand.id}/{context}/{tag}",
                                           await self.counter(adapter, server), key=cand.id)
         result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text,
-                                      max_tokens=min(self.sweep.gen_tokens, 16), sampling=self.sweep.sampling,
-                                      timeout_s=self.timeout_s, thinking=self.sweep.thinking)
+                                      settings=ChatSettings.of(self.sweep, min(self.sweep.gen_tokens, 16), to_length=True),
+                                      timeout_s=self.timeout_s)
         usage = result.usage or {}
         if isinstance(usage.get("prompt_tokens"), int):
             self.prompts.observe(prompt, usage["prompt_tokens"])

@@ -13,8 +13,8 @@ from benchd.probe_result import ProbeResult
 from benchd.schemas import VISION_PROBE_STRIDE, RowStatus
 
 if TYPE_CHECKING:
-    from benchd.schemas import Candidate, Sampling, Sweep
-    from benchd.servers.runtimes.base import Normalized, RuntimeAdapter
+    from benchd.schemas import Candidate, Sweep
+    from benchd.servers.runtimes.base import ChatSettings, Normalized, RuntimeAdapter
 
 ENCODE_NULL_REASON = ("neither mlx_vlm.server nor llama-server reports the image encode apart from prompt "
                       "processing; image_extra_ttft_ms holds encode + the image tokens' prefill")
@@ -83,16 +83,12 @@ async def measure(
     *,
     prompt: str,
     generated: list[images_mod.GeneratedImage],
-    max_tokens: int,
-    sampling: Sampling,
+    settings: ChatSettings,
     timeout_s: float,
-    thinking: str = "default",
-    run_to_length: bool = True,
     marks: Callable[[str], None] | None = None,
 ) -> ImageProbe:
     """Run the text-only request, then the same prompt with `generated` images (`marks`: the image request's)."""
-    text_body = adapter.requests.probe_body(cand, prompt=prompt, max_tokens=max_tokens, sampling=sampling,
-                                            thinking=thinking, run_to_length=run_to_length)
+    text_body = adapter.requests.probe_body(cand, prompt=prompt, settings=settings)
 
     def image_request() -> tuple[dict[str, Any], bytes]:  # base64 + JSON of megabytes of PNG: off the loop
         body = dict(text_body, messages=adapter.images.image_messages(prompt, [im.data_url() for im in generated]))

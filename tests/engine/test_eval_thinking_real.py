@@ -26,6 +26,7 @@ from benchd.engine import evalrun, probe
 from benchd.engine.evals import EvalTask
 from benchd.schemas import Candidate, Sampling, Spec, Sweep
 from benchd.servers.runtimes import get_adapter
+from benchd.servers.runtimes.base import ChatSettings
 from benchd.servers.supervisor import Supervisor
 
 pytestmark = pytest.mark.real
@@ -104,8 +105,8 @@ def test_draft_acceptance_is_monotone_in_the_changed_share(scripted_models: Any,
         server = await sup.start("spec", cand, 1024)
         try:
             adapter = get_adapter("llama-server")
-            r = await probe.run_chat(adapter, server.base_url, cand, prompt="Why is the sky blue?", max_tokens=128,
-                                     sampling=Sampling(), timeout_s=120)
+            r = await probe.run_chat(adapter, server.base_url, cand, prompt="Why is the sky blue?",
+                                     settings=ChatSettings(128), timeout_s=120)
             n = adapter.reader.normalize(r, spec_configured=True)
             assert n.gen_tokens == 128 and n.draft_acceptance is not None, n.null_reasons
             return n.draft_acceptance

@@ -172,6 +172,7 @@ def _warmed_footprint(cand: Candidate, sweep: Sweep, tmp: Path, cache_dir: Path)
     from benchd.engine.groups import plan_groups
     from benchd.sensors.memory.budget import footprint_bytes
     from benchd.servers.runtimes import get_adapter
+    from benchd.servers.runtimes.base import ChatSettings
     from benchd.servers.supervisor import Supervisor
 
     async def go() -> int:
@@ -180,8 +181,8 @@ def _warmed_footprint(cand: Candidate, sweep: Sweep, tmp: Path, cache_dir: Path)
         sup = Supervisor(Config.resolve(state_dir=tmp, cache_dir=cache_dir), grace_s=1.5)
         server = await sup.start("footprint", cand, g.ctx_size)
         try:
-            r = await probe.run_chat(adapter, server.base_url, cand, prompt="hello " * 40, max_tokens=sweep.gen_tokens,
-                                     sampling=sweep.sampling, timeout_s=300.0)
+            r = await probe.run_chat(adapter, server.base_url, cand, prompt="hello " * 40,
+                                     settings=ChatSettings(sweep.gen_tokens, sweep.sampling), timeout_s=300.0)
             assert r.ok, r.error
             size = footprint_bytes(server.pid)
             assert size is not None

@@ -21,9 +21,10 @@ import pytest
 from benchd.config import Config
 from benchd.engine import probe
 from benchd.probe_result import counter_diff
-from benchd.schemas import Candidate, Sampling
+from benchd.schemas import Candidate
 from benchd.servers.procgroup import free_port
 from benchd.servers.runtimes import get_adapter
+from benchd.servers.runtimes.base import ChatSettings
 from benchd.servers.runtimes.llama_server import (
     METRIC_DRAFT_ACCEPTED,
     METRIC_DRAFT_TOKENS,
@@ -78,8 +79,8 @@ async def test_probe_llama_server(llama_server) -> None:
     _, server = llama_server
     adapter = get_adapter("llama-server")
     before = await probe.read_metrics(server.base_url)
-    r = await probe.run_chat(adapter, server.base_url, server.candidate, prompt=PROMPT, max_tokens=48,
-                             sampling=Sampling(), timeout_s=60)
+    r = await probe.run_chat(adapter, server.base_url, server.candidate, prompt=PROMPT, settings=ChatSettings(48),
+                             timeout_s=60)
     after = await probe.read_metrics(server.base_url)
     assert r.status == "ok" and r.error is None and r.http_status == 200 and r.done
     assert r.content_chunks == 48 == len(r.chunk_times)
@@ -99,8 +100,8 @@ async def test_probe_llama_server(llama_server) -> None:
     diff = counter_diff(before, after)
     assert diff["llamacpp:tokens_predicted_total"] == 48
     # a second probe on the same server works (fresh connection; llama-server closed the last one)
-    again = await probe.run_chat(adapter, server.base_url, server.candidate, prompt="x" + PROMPT, max_tokens=8,
-                                 sampling=Sampling(), timeout_s=60)
+    again = await probe.run_chat(adapter, server.base_url, server.candidate, prompt="x" + PROMPT,
+                                 settings=ChatSettings(8), timeout_s=60)
     assert again.status == "ok" and again.content_chunks == 8
 
 
@@ -111,7 +112,7 @@ async def test_probe_timeout_on_hung_server(llama_server) -> None:
     try:
         t0 = time.monotonic()
         r = await probe.run_chat(get_adapter("llama-server"), server.base_url, server.candidate, prompt=PROMPT,
-                                 max_tokens=8, sampling=Sampling(), timeout_s=1.0)
+                                 settings=ChatSettings(8), timeout_s=1.0)
         assert 0.9 < time.monotonic() - t0 < 30  # the 1 s timeout held, not a hang
         assert r.status == "timeout" and "timed out after 1 s" in (r.error or "")
     finally:
@@ -124,7 +125,7 @@ async def test_probe_cancellation_propagates(llama_server) -> None:
     os.kill(server.pid, signal.SIGSTOP)
     try:
         task = asyncio.create_task(probe.run_chat(get_adapter("llama-server"), server.base_url, server.candidate,
-                                                  prompt=PROMPT, max_tokens=8, sampling=Sampling(), timeout_s=60))
+                                                  prompt=PROMPT, settings=ChatSettings(8), timeout_s=60))
         await asyncio.sleep(0.3)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -32,8 +32,9 @@ import pytest
 from benchd.config import Config
 from benchd.engine import probe, session
 from benchd.engine.prompts import PromptBuilder
-from benchd.schemas import Candidate, Row, Sampling, Session, Sweep
+from benchd.schemas import Candidate, Row, Session, Sweep
 from benchd.servers.runtimes import get_adapter
+from benchd.servers.runtimes.base import ChatSettings
 from benchd.servers.server import Server
 from benchd.servers.supervisor import Supervisor
 
@@ -95,8 +96,8 @@ async def cold_ttfts(cand: Candidate, server: Server, tokens: int, n: int) -> li
     out = []
     for i in range(n):
         prompt = await builder.build(tokens, f"cold/{cand.id}/{tokens}/{i}-{uuid.uuid4().hex[:6]}", count, key=cand.id)
-        r = await probe.run_chat(get_adapter(cand.runtime), server.base_url, cand, prompt=prompt.text, max_tokens=4,
-                                 sampling=Sampling(), timeout_s=300.0)
+        r = await probe.run_chat(get_adapter(cand.runtime), server.base_url, cand, prompt=prompt.text,
+                                 settings=ChatSettings(4), timeout_s=300.0)
         assert r.ok, r.error
         assert r.ttft_ms is not None
         out.append(r.ttft_ms)

@@ -25,6 +25,7 @@ from benchd.engine import probe, suiterun, suites
 from benchd.engine.scheduler import run_job
 from benchd.schemas import Candidate, Cooldown, Row, Sampling, Session, Sustained, Sweep
 from benchd.servers.runtimes import get_adapter
+from benchd.servers.runtimes.base import ChatSettings
 from benchd.store import Store
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -116,8 +117,8 @@ async def test_it_stops_by_eos_and_the_counts_agree(llama: str, mlx: str, real_m
     for runtime, url, model in (("llama-server", llama, real_model.gguf), ("mlx_lm.server", mlx, real_model.mlx_dir)):
         adapter = get_adapter(runtime)
         cand = Candidate(id=runtime, runtime=runtime, model=str(model))
-        result = await probe.run_chat(adapter, url, cand, prompt=STOPS_SOON, max_tokens=64, sampling=GREEDY,
-                                      timeout_s=600.0, run_to_length=False)
+        result = await probe.run_chat(adapter, url, cand, prompt=STOPS_SOON,
+                                      settings=ChatSettings(64, GREEDY, run_to_length=False), timeout_s=600.0)
         norm = adapter.reader.normalize(result, spec_configured=False)
         assert result.ok and result.finish_reason == "stop", (runtime, result.error, result.finish_reason)
         assert norm.gen_tokens is not None and norm.gen_tokens < 64, runtime

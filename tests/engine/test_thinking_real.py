@@ -19,9 +19,9 @@ import pytest
 from benchd.config import Config
 from benchd.engine import probe
 from benchd.probe_result import ProbeResult
-from benchd.schemas import Candidate, Sampling
+from benchd.schemas import Candidate
 from benchd.servers.runtimes import get_adapter
-from benchd.servers.runtimes.base import Normalized
+from benchd.servers.runtimes.base import ChatSettings, Normalized
 from benchd.servers.server import Server
 from benchd.servers.supervisor import Supervisor
 
@@ -48,12 +48,14 @@ async def started(cand: Candidate, state: Path, cache_dir: Path) -> AsyncIterato
         await sup.stop_all()
 
 
-async def probes(server: Server, cand: Candidate, n: int, max_tokens: int, **kw: Any) -> list[tuple[ProbeResult, Normalized]]:
+async def probes(server: Server, cand: Candidate, n: int, max_tokens: int, thinking: str,
+                 run_to_length: bool = True) -> list[tuple[ProbeResult, Normalized]]:
     adapter = get_adapter(cand.runtime)
     out = []
     for _ in range(n):
         r = await probe.run_chat(adapter, server.base_url, cand, prompt=f"[{uuid.uuid4().hex}] {PROMPT}",
-                                 max_tokens=max_tokens, sampling=Sampling(), timeout_s=120, **kw)
+                                 settings=ChatSettings(max_tokens, thinking=thinking, run_to_length=run_to_length),
+                                 timeout_s=120)
         assert r.ok, r.error
         out.append((r, adapter.reader.normalize(r, spec_configured=cand.spec is not None)))
     return out

@@ -11,8 +11,9 @@ import pytest
 
 from benchctl.tinymodels import vision as tiny_vision
 from benchd.engine import vision
-from benchd.schemas import Candidate, Sampling
+from benchd.schemas import Candidate
 from benchd.servers.runtimes import get_adapter
+from benchd.servers.runtimes.base import ChatSettings
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -24,13 +25,13 @@ PROMPT = "Tell me what the picture shows, in a few words, and nothing else. " * 
 async def _pairs(url: str, cand: Candidate) -> list[vision.ImageProbe]:
     adapter = get_adapter(cand.runtime)
     # Warm-up, as the sweep does after a start: a cold server's first requests are slower either way.
-    await vision.measure(adapter, url, cand, prompt="warm " + PROMPT, max_tokens=4, sampling=Sampling(), timeout_s=300,
+    await vision.measure(adapter, url, cand, prompt="warm " + PROMPT, settings=ChatSettings(4), timeout_s=300,
                          generated=vision.make_images(0, cand.id, RESOLUTIONS[0], 1, "warm"))
     out = []
     for probe_no, res in enumerate(RESOLUTIONS):
         generated = vision.make_images(0, cand.id, res, 1, f"p{probe_no}")
         out.append(await vision.measure(adapter, url, cand, prompt=f"{probe_no} {PROMPT}", generated=generated,
-                                        max_tokens=4, sampling=Sampling(), timeout_s=300))
+                                        settings=ChatSettings(4), timeout_s=300))
     return out
 
 
@@ -55,12 +56,12 @@ def _check(pairs: list[vision.ImageProbe], token_source: str) -> None:
 async def _broken(url: str, cand: Candidate) -> None:
     adapter = get_adapter(cand.runtime)
     broken = vision.make_images(0, cand.id, (256, 256), 1, "broken", broken=True)
-    pair = await vision.measure(adapter, url, cand, prompt=PROMPT, generated=broken, max_tokens=4,
-                                sampling=Sampling(), timeout_s=300)
+    pair = await vision.measure(adapter, url, cand, prompt=PROMPT, generated=broken, settings=ChatSettings(4),
+                                timeout_s=300)
     assert pair.status == "failed" and pair.error is not None
     assert pair.error.startswith(("HTTP 4", "HTTP 5")) and "image" in pair.error.lower()  # the server's own words
     assert pair.fields.get("image_tokens") is None and "image request failed" in pair.null_reasons["image_tokens"]
-    after = await vision.measure(adapter, url, cand, prompt="after " + PROMPT, max_tokens=4, sampling=Sampling(),
+    after = await vision.measure(adapter, url, cand, prompt="after " + PROMPT, settings=ChatSettings(4),
                                  timeout_s=300, generated=vision.make_images(0, cand.id, (128, 128), 1, "after"))
     assert after.status == "ok"  # the server goes on
 

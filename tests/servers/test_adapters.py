@@ -16,9 +16,9 @@ import pytest
 from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.probe_result import ProbeResult
-from benchd.schemas import Candidate, Row, Sampling, Spec
+from benchd.schemas import Candidate, Row, Sampling, Spec, Sweep
 from benchd.servers.runtimes import ADAPTERS, flags, get_adapter
-from benchd.servers.runtimes.base import CTX_MARGIN_TOKENS
+from benchd.servers.runtimes.base import CTX_MARGIN_TOKENS, ChatSettings
 
 
 def cand(runtime: str = "llama-server", **kw: object) -> Candidate:
@@ -216,13 +216,26 @@ def test_request_bodies() -> None:
 def test_probe_body_is_the_request_body_with_the_candidates_model_and_its_length_fields() -> None:
     llama = get_adapter("llama-server").requests
     c = cand(request_model="q")
-    body = llama.probe_body(c, prompt="hi", max_tokens=5, sampling=Sampling(), thinking="on", run_to_length=False)
+    body = llama.probe_body(c, prompt="hi", settings=ChatSettings(5, thinking="on", run_to_length=False))
     assert body["model"] == "q" and body["max_tokens"] == 5 and body["ignore_eos"] is False
     assert body["chat_template_kwargs"] == {"enable_thinking": True}
-    assert llama.probe_body(c, prompt="hi", max_tokens=5, sampling=Sampling())["ignore_eos"] is True
+    assert llama.probe_body(c, prompt="hi", settings=ChatSettings(5))["ignore_eos"] is True
     mlx = get_adapter("mlx_lm.server").requests
-    plain = mlx.probe_body(cand("mlx_lm.server"), prompt="hi", max_tokens=5, sampling=Sampling(), run_to_length=False)
+    plain = mlx.probe_body(cand("mlx_lm.server"), prompt="hi", settings=ChatSettings(5, run_to_length=False))
     assert plain == mlx.request_body(model="default_model", prompt="hi", max_tokens=5, sampling=Sampling())
+
+
+def test_chat_settings_of_a_sweep_carry_its_sampling_thinking_and_eos_rule() -> None:
+    sweep = Sweep(name="s", candidates=[cand()], contexts=[64], gen_tokens=24, sampling=Sampling(seed=9),
+                  thinking="off", ignore_eos=False)
+    every = ChatSettings.of(sweep)
+    assert every == ChatSettings(24, Sampling(seed=9), thinking="off", run_to_length=False)
+    assert ChatSettings.of(sweep, 16) == ChatSettings(16, Sampling(seed=9), "off", False)
+    assert ChatSettings.of(sweep, 16, to_length=True).run_to_length is True  # the unrecorded probes
+    body = get_adapter("llama-server").requests.probe_body(cand(), prompt="hi", settings=every)
+    assert (body["max_tokens"], body["seed"], body["ignore_eos"]) == (24, 9, False)
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+
 
 # ------------------------------------------------------------------------- normalize on real shapes
 

@@ -12,8 +12,9 @@ import pytest
 from benchd.config import Config
 from benchd.engine import probe
 from benchd.probe_result import counter_diff
-from benchd.schemas import Candidate, Sampling
+from benchd.schemas import Candidate
 from benchd.servers.runtimes import get_adapter
+from benchd.servers.runtimes.base import ChatSettings
 from benchd.servers.runtimes.llama_server import acceptance_from_metrics
 from benchd.servers.supervisor import Supervisor
 
@@ -49,7 +50,7 @@ def candidate(runtime: str, model: Path, binary: Callable[[str], str], **kw: obj
 
 async def run(server, c: Candidate, max_tokens: int, prefix: str = "") -> probe.ProbeResult:
     r = await probe.run_chat(get_adapter(c.runtime), server.base_url, c, prompt=prefix + PROMPT,
-                             max_tokens=max_tokens, sampling=Sampling(), timeout_s=120)
+                             settings=ChatSettings(max_tokens), timeout_s=120)
     assert r.status == "ok", r.error
     return r
 

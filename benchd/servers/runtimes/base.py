@@ -16,7 +16,7 @@ import msgspec
 from benchd.config import Config
 from benchd.errors import BenchdError
 from benchd.probe_result import ProbeResult
-from benchd.schemas import Candidate, Row, Sampling, Vision
+from benchd.schemas import Candidate, Row, Sampling, Sweep, Vision
 from benchd.schemas.json import JSONObject, JSONValue
 from benchd.servers.runtimes import environment, flags, tokens
 from benchd.servers.runtimes.environment import ServerEnv
@@ -95,6 +95,23 @@ class DraftFigures(DraftMetrics, total=False):
 
     sources: dict[str, str]
     null_reasons: dict[str, str]
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    """What a probe's request asks for beside its prompt; `of(sweep)` is the sweep's, for every probe kind."""
+
+    max_tokens: int
+    sampling: Sampling = field(default_factory=Sampling)
+    thinking: str = "default"
+    run_to_length: bool = True
+
+    @classmethod
+    def of(cls, sweep: Sweep, max_tokens: int | None = None, *, to_length: bool = False) -> ChatSettings:
+        """The sweep's sampling, thinking and EOS rule, and `max_tokens` (default: the sweep's `gen_tokens`);
+        `to_length` runs to `max_tokens` whatever the EOS rule (the unrecorded sizing and check probes)."""
+        return cls(max_tokens=sweep.gen_tokens if max_tokens is None else max_tokens, sampling=sweep.sampling,
+                   thinking=sweep.thinking, run_to_length=to_length or sweep.ignore_eos)
 
 
 #: Margin on `context + gen_tokens` when an adapter sizes the context: template tokens, the prompt builder's 1 %.
@@ -345,13 +362,12 @@ class Requests(Part):
                 body["chat_template_kwargs"] = {"enable_thinking": thinking == "on"}
         return body
 
-    def probe_body(self, candidate: Candidate, *, prompt: str, max_tokens: int, sampling: Sampling,
-                   thinking: str = "default", run_to_length: bool = True) -> dict[str, object]:
+    def probe_body(self, candidate: Candidate, *, prompt: str, settings: ChatSettings) -> dict[str, object]:
         """The streamed body of every probe kind: `request_body` with the candidate's `model` value, plus
-        `length_fields` (`run_to_length`)."""
-        body = self.request_body(model=self.request_model(candidate), prompt=prompt, max_tokens=max_tokens,
-                                 sampling=sampling, thinking=thinking)
-        body.update(self.length_fields(candidate, run_to_length))
+        `length_fields` (`settings.run_to_length`)."""
+        body = self.request_body(model=self.request_model(candidate), prompt=prompt, max_tokens=settings.max_tokens,
+                                 sampling=settings.sampling, thinking=settings.thinking)
+        body.update(self.length_fields(candidate, settings.run_to_length))
         return body
 
     def answer_body(
