@@ -9,15 +9,10 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from benchd.probe_result import ProbeResult
+from benchd.schemas import ENERGY_FIELDS
 from benchd.sensors.energy.reader import Delta, EnergyReader, NullReader, Sample, describe
 from benchd.servers.runtimes.base import Normalized
 
-#: Row fields this module fills (each null one gets a reason).
-ENERGY_FIELDS: tuple[str, ...] = (
-    "energy_prompt_j", "energy_gen_j", "prompt_watts", "gen_watts", "j_per_prompt_token", "j_per_gen_token",
-    "idle_watts", "prompt_watts_above_idle", "gen_watts_above_idle", "j_per_prompt_token_above_idle",
-    "j_per_gen_token_above_idle",
-)
 #: A baseline over less than this is a guess, not a measurement.
 MIN_IDLE_S = 0.5
 #: Above this share of the stream in the first read, the prompt/generation boundary is not observable.

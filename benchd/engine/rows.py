@@ -6,19 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from benchd.engine.energy import ENERGY_FIELDS, EnergyFigures
+from benchd.engine.energy import EnergyFigures
 from benchd.schemas import Candidate, CooldownRecord, Invalidated, Row, RowKind, RowStatus, Sweep
 from benchd.sensors.memory.sampler import MemoryResult
 from benchd.servers.runtimes.base import Normalized, RuntimeAdapter
 from benchd.servers.server import Server
-
-#: Metrics a reader expects in every row; a null one must say why.
-METRICS = (
-    "prompt_tokens", "cached_tokens", "gen_tokens", "prompt_tps", "gen_tps", "gen_tps_client",
-    "ttft_ms", "e2e_ms", "draft_n", "draft_accepted", "draft_acceptance", "mem_peak_bytes",
-    "ttfat_ms", "reasoning_tokens", "thinking", "layer_split", *ENERGY_FIELDS,
-)
-
+from benchd.stats.rows import carried_metrics
 
 RowFields = dict[str, Any]  # `Row`'s keyword arguments, gathered part by part
 
@@ -161,7 +154,7 @@ def build_row(
     extra_reasons: dict[str, str] | None = None,
 ) -> Row:
     """One row. `extra` sets sustained-only fields (window_tps, sustain_ratio, thermal_after)."""
-    fields: RowFields = {}
+    fields: RowFields = _server_fields(server)
     sources: dict[str, str] = {}
     reasons: dict[str, str] = {}
     if metrics is not None:
@@ -181,7 +174,7 @@ def build_row(
         fields.update(energy.fields)
         sources.update(energy.sources)
         reasons.update(energy.reasons)
-    _metric_reasons(status, error, fields, reasons)
+    _metric_reasons(cell.kind, status, error, fields, reasons)
     _place_part(cell.place, fields, sources, reasons)
     fields, null_reasons = _row_fields(fields, reasons)
     return Row(
@@ -194,7 +187,6 @@ def build_row(
         status=status,
         error=error,
         started_at=started_at,
-        **_server_fields(server),
         exit_status=exit_status,
         log_tail=log_tail,
         sources=sources,
@@ -247,10 +239,11 @@ def _cooldown_part(cooldown: CooldownRecord, fields: RowFields, sources: dict[st
     sources["cooldown_s"] = f"cooldown:{cooldown.policy}"
 
 
-def _metric_reasons(status: RowStatus, error: str | None, fields: RowFields, reasons: dict[str, str]) -> None:
-    """Give every null metric a reason: the probe's failure, else "not reported"."""
+def _metric_reasons(kind: str, status: RowStatus, error: str | None, fields: RowFields,
+                    reasons: dict[str, str]) -> None:
+    """Give every null metric of the row's kind a reason: the probe's failure, else "not reported"."""
     default = "not reported for this probe" if status == "ok" else f"probe {status}: {error or status}"[:300]
-    for name in METRICS:
+    for name in carried_metrics(kind):
         if fields.get(name) is None:
             reasons.setdefault(name, default)
 

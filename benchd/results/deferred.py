@@ -5,16 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from benchd.engine.energy import ENERGY_FIELDS
-from benchd.schemas import Candidate, Deferred, EvalResult, Row, Sweep
+from benchd.schemas import ENERGY_FIELDS, Candidate, Deferred, EvalResult, Row, Sweep
+from benchd.stats.rows import carried_metrics
 
-# Metrics every probe row should carry; sustained rows add the last three.
-PROBE_METRICS: tuple[str, ...] = (
-    "prompt_tokens", "cached_tokens", "gen_tokens", "prompt_tps", "gen_tps", "gen_tps_client", "ttft_ms",
-    "e2e_ms", "draft_n", "draft_accepted", "draft_acceptance", "mem_peak_bytes", "mem_rss_anon_bytes",
-    "mem_rss_file_bytes", "swap_in_bytes", "swap_out_bytes", "thermal_before", "server_version",
-)
-SUSTAINED_METRICS: tuple[str, ...] = (*PROBE_METRICS, "thermal_after", "window_tps", "sustain_ratio")
 NO_REASON = "null without a recorded reason (engine bug: every null metric needs one)"
 
 
@@ -67,8 +60,7 @@ def _no_ok_image(c: Candidate, rows: Sequence[Row]) -> Deferred | None:
 
 
 def _null_metrics(row: Row) -> list[str]:
-    fields = SUSTAINED_METRICS if row.kind == "sustained" else PROBE_METRICS
-    names = [m for m in fields if getattr(row, m) is None]
+    names = [m for m in carried_metrics(row.kind) if getattr(row, m) is None]
     # Anything else the engine declared null (e.g. a new metric) is listed too.
     names += [k for k in sorted(row.null_reasons) if k not in names and getattr(row, k, None) is None]
     return [n for n in names if n not in ENERGY_ROW_FIELDS]  # energy has its own lines (energy_deferred)

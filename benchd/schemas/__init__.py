@@ -38,6 +38,7 @@ from benchd.schemas.recheck import (
     SettingsFile,
 )
 from benchd.schemas.rows import (
+    ENERGY_FIELDS,
     VISION_PROBE_STRIDE,
     CooldownRecord,
     EvalResult,
@@ -145,6 +146,7 @@ __all__ = [
     "CANDIDATE_ID_PATTERN",
     "CI_MIN_PROBES",
     "CLOCK_TIME_PATTERN",
+    "ENERGY_FIELDS",
     "EXTERNAL_RUNTIME",
     "JOB_ID_PATTERN",
     "JOB_STATES",

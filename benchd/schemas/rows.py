@@ -21,6 +21,12 @@ VISION_PROBE_STRIDE = 1000
 #: Why a probe's numbers were thrown away and the probe run again (a failed row, never a slow number).
 Invalidated = Literal["machine-slept", "server-stopped"]
 RowStatus = Literal["ok", "failed", "timeout", "aborted"]
+#: The row fields the energy step fills (benchd.engine.energy), each null one with its reason.
+ENERGY_FIELDS: tuple[str, ...] = (
+    "energy_prompt_j", "energy_gen_j", "prompt_watts", "gen_watts", "j_per_prompt_token", "j_per_gen_token",
+    "idle_watts", "prompt_watts_above_idle", "gen_watts_above_idle", "j_per_prompt_token_above_idle",
+    "j_per_gen_token_above_idle",
+)
 
 
 class ThermalReading(Struct, kw_only=True, frozen=True):

@@ -5,7 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchd.schemas import ENERGY_FIELDS
 from benchd.stats.axes import AXES
+
+#: The metrics a probe row carries, in one order: a null one has its reason in `null_reasons` (engine.rows
+#: gives a default) and the runbook lists it among the deferred axes (results.deferred; energy in lines of its own).
+PROBE_METRICS: tuple[str, ...] = (
+    "prompt_tokens", "cached_tokens", "gen_tokens", "prompt_tps", "gen_tps", "gen_tps_client", "ttft_ms",
+    "e2e_ms", "draft_n", "draft_accepted", "draft_acceptance", "mem_peak_bytes", "mem_rss_anon_bytes",
+    "mem_rss_file_bytes", "swap_in_bytes", "swap_out_bytes", "thermal_before", "server_version",
+    "layer_split", "reasoning_tokens", "thinking", "ttfat_ms", *ENERGY_FIELDS,
+)
+#: A sustained run's row carries these besides.
+SUSTAINED_METRICS: tuple[str, ...] = (*PROBE_METRICS, "thermal_after", "window_tps", "sustain_ratio")
 
 
 def usable(row: Any, kind: str | None = "probe") -> bool:
@@ -17,3 +29,8 @@ def usable(row: Any, kind: str | None = "probe") -> bool:
 def row_metrics() -> tuple[str, ...]:
     """The per-probe metrics a probe row carries and the cell statistics summarize, in table order."""
     return tuple(a.name for a in AXES.values() if a.source == "probe" and a.compare)
+
+
+def carried_metrics(kind: str) -> tuple[str, ...]:
+    """The metrics a row of `kind` carries (`PROBE_METRICS`, and `SUSTAINED_METRICS` for a sustained run)."""
+    return SUSTAINED_METRICS if kind == "sustained" else PROBE_METRICS

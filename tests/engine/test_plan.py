@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from benchd.engine import plan
-from benchd.engine.rows import SEQUENTIAL, Cell, Placement, build_row
-from benchd.schemas import Candidate, Probes, Sweep
+from benchd.engine.rows import SEQUENTIAL, Cell, Placement, ServerFacts, build_row
+from benchd.schemas import Candidate, Probes, Row, Sweep
+from benchd.stats.rows import PROBE_METRICS, SUSTAINED_METRICS, carried_metrics
 
 
 def _sweep(n: int = 2, **kw: Any) -> Sweep:
@@ -88,3 +89,19 @@ def test_rows_record_round_and_visit_with_sources() -> None:
     assert (placed.round, placed.visit) == (3, 1) and placed.sources["round"] == "order interleaved: seed 5"
     seq = build_row(Cell("j", cand, 128, "probe", 0, SEQUENTIAL), status="ok", started_at="t", server=None)
     assert seq.round is None and "sequential" in seq.null_reasons["round"] and "round" not in seq.sources
+
+
+def test_every_null_carried_metric_has_a_reason_and_no_measured_one_has() -> None:
+    """One list (stats.rows) says which metrics a row carries: build_row gives each null one a reason and
+    none to a field that holds a value, the server's facts included (a layer split the server reported)."""
+    cand = Candidate(id="a", runtime="llama-server", model="/m.gguf")
+    server = ServerFacts(128, "/bin/llama-server", "b1", layer_split="33/33 layers on GPU", split_note="server log")
+    for kind in ("probe", "sustained"):
+        row = build_row(Cell("j", cand, 128, kind, 0, SEQUENTIAL), status="ok", started_at="t", server=server)
+        assert (row.layer_split, row.server_version) == ("33/33 layers on GPU", "b1")
+        assert row.sources["layer_split"] == "server log"
+        assert not {k for k in row.null_reasons if getattr(row, k) is not None}, row.null_reasons
+        nulls = [m for m in carried_metrics(kind) if getattr(row, m) is None]
+        assert nulls and all(row.null_reasons[m] == "not reported for this probe" for m in nulls)
+    assert set(SUSTAINED_METRICS) - set(PROBE_METRICS) == {"thermal_after", "window_tps", "sustain_ratio"}
+    assert set(SUSTAINED_METRICS) <= set(Row.__struct_fields__)  # every listed metric is a row field

@@ -8,14 +8,14 @@ from typing import Any
 import msgspec
 
 from benchd.engine.energy import ENERGY_FIELDS
-from benchd.results.deferred import (
-    NO_REASON,
-    PROBE_METRICS,
-    SUSTAINED_METRICS,
-    all_deferred,
-    automatic_deferred,
-)
+from benchd.results.deferred import NO_REASON, all_deferred, automatic_deferred
 from benchd.schemas import Deferred, EvalResult, Row, Sweep, ThermalReading, sweep_json_decoder
+from benchd.stats.rows import carried_metrics
+
+
+def listed_metrics(kind: str) -> list[str]:
+    """The metrics a row of `kind` carries, less energy (its deferred lines are its own: energy_deferred)."""
+    return [m for m in carried_metrics(kind) if m not in ENERGY_FIELDS]
 
 
 def make_sweep(**over) -> Sweep:
@@ -34,8 +34,8 @@ def make_sweep(**over) -> Sweep:
 
 FULL: dict[str, Any] = dict(prompt_tokens=512, cached_tokens=0, gen_tokens=16, prompt_tps=1.0, gen_tps=1.0, gen_tps_client=1.0,
             ttft_ms=1.0, e2e_ms=1.0, draft_n=1, draft_accepted=1, draft_acceptance=1.0, mem_peak_bytes=1,
-            mem_rss_anon_bytes=1, mem_rss_file_bytes=1, swap_in_bytes=0, swap_out_bytes=0,
-            thermal_before=ThermalReading(source="psutil", celsius=40.0), server_version="b1",
+            mem_rss_anon_bytes=1, mem_rss_file_bytes=1, swap_in_bytes=0, swap_out_bytes=0, layer_split="33/33",
+            reasoning_tokens=0, thinking="off", ttfat_ms=1.0, thermal_before=ThermalReading(source="psutil", celsius=40.0), server_version="b1",
             thermal_after=ThermalReading(source="psutil", celsius=41.0), window_tps=[1.0, 1.0], sustain_ratio=1.0,
             **dict.fromkeys(ENERGY_FIELDS, 1.0), window_j=[1.0, 1.0])
 
@@ -72,8 +72,7 @@ def assert_every_null_appears(sweep: Sweep, rows: list[Row]) -> list[Deferred]:
             assert any(e.axis == "probes" and e.reason.startswith(f"{r.candidate} (") and r.status in e.reason
                        for e in entries), r
             continue
-        metrics = SUSTAINED_METRICS if r.kind == "sustained" else PROBE_METRICS
-        for m in metrics:
+        for m in listed_metrics(r.kind):
             if getattr(r, m) is None:
                 assert covered(entries, m, r.candidate), (m, r.candidate)
                 reason = r.null_reasons.get(m)
@@ -162,8 +161,7 @@ def test_random_null_sets_all_appear():
     for _ in range(30):
         rows = []
         for r in full_rows(sweep):
-            metrics = SUSTAINED_METRICS if r.kind == "sustained" else PROBE_METRICS
-            nulls = tuple(m for m in metrics if rng.random() < 0.15)
+            nulls = tuple(m for m in listed_metrics(r.kind) if rng.random() < 0.15)
             reasons = {m: f"reason-{rng.randrange(3)}" for m in nulls if rng.random() < 0.8}
             status = "failed" if rng.random() < 0.05 else "ok"
             rows.append(row(r.candidate, r.runtime, r.context, r.probe, kind=r.kind, status=status,
