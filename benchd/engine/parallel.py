@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from benchd.engine import probe
 from benchd.engine.prompts import Prompt
-from benchd.engine.rows import Cell, ServerFacts, ServerRun, build_row, model_files, shortfall
+from benchd.engine.rows import Cell, ServerFacts, ServerRun, build_row, decide, model_files, shortfall
 from benchd.probe_result import ProbeResult
 from benchd.schemas import CooldownRecord, Row
 from benchd.sensors.memory.sampler import MemorySampler
@@ -93,13 +93,12 @@ async def run_batch(run: ParallelRun, batch: int, prompts: Sequence[Prompt], gen
         if result.ok:
             extra.update(shortfall(adapter, cand, asked=gen_tokens, norm=norm, finish_reason=result.finish_reason,
                                    run_to_length=sweep.ignore_eos))
-        error = result.error
-        if crashed is not None and not result.ok:
-            error = f"server crashed mid-batch ({crashed.status}): {error}"
+        crash = crashed.status if crashed is not None and not result.ok else None
+        d = decide(result_status=result.status, error=result.error, crash=crash, during="batch")
         norm = _with_reasons(norm, reasons)
         rows.append(build_row(Cell(run.job, cand, run.context, "parallel", probe_number(run.level, batch, i)),
-                              status=result.status, started_at=started_at, server=facts, metrics=norm, memory=memory,
-                              cooldown=cooldown if i == 0 else None, error=error,
+                              status=d.status, started_at=started_at, server=facts, metrics=norm, memory=memory,
+                              cooldown=cooldown if i == 0 else None, error=d.error,
                               log_tail=server.log_tail() if not result.ok else None, extra=extra,
                               extra_sources=sources))
     return rows

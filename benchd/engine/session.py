@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from benchd.engine import probe
 from benchd.engine.corpus import Corpus, load_corpus
 from benchd.engine.prompts import Prompt
-from benchd.engine.rows import Cell, ServerFacts, ServerRun, build_row, model_files
+from benchd.engine.rows import Cell, ServerFacts, ServerRun, build_row, decide, model_files
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate, CooldownRecord, Row, Session
 from benchd.sensors.memory.sampler import MemoryResult, MemorySampler
@@ -194,12 +194,11 @@ async def _measured_turn(run: SessionRun, number: int, messages: list[dict[str, 
 
 
 def _failure(run: SessionRun, result: ProbeResult) -> str | None:
-    """Why the session stops after this turn (None when it goes on)."""
+    """Why the session stops after this turn (None when it goes on): the turn's `decide` verdict's error."""
     crashed = run.server.crashed
-    if result.ok and not crashed:
-        return None
-    why = result.error or "the server ended mid-session"
-    return f"the server crashed ({crashed.status}): {why}" if crashed else why
+    d = decide(result_status=result.status, error=result.error or "the server ended mid-session",
+               crash=crashed.status if crashed is not None else None, during="session")
+    return None if d.status == "ok" else d.error
 
 
 def failed_session(run: SessionRun, turns: Sequence[Turn], at: int, why: str,
@@ -242,7 +241,8 @@ def turn_row(run: SessionRun, t: Turn, prefixes: Prefixes, cooldown: CooldownRec
     else:
         _reuse(run, t, prefixes, extra, sources, reasons)
     norm = dataclasses.replace(norm, null_reasons={**norm.null_reasons, **reasons})  # build_row keeps the null ones
-    return build_row(Cell(run.job, run.candidate, run.context, "session", t.number), status="ok",
+    d = decide(result_status=t.result.status, error=t.result.error)  # an answered turn: ok
+    return build_row(Cell(run.job, run.candidate, run.context, "session", t.number), status=d.status, error=d.error,
                      started_at=t.started_at, server=ServerFacts.of(run.server), metrics=norm, memory=t.memory,
                      cooldown=cooldown, extra=extra, extra_sources=sources)
 

@@ -148,6 +148,26 @@ def test_decide_is_the_one_status_rule() -> None:
     assert t.status == "timeout" and (t.error or "").endswith("the server was killed")
     c = rows.decide(result_status="failed", error="read failed", crash="signal 9")
     assert c.status == "failed" and "crashed mid-probe (signal 9)" in (c.error or "")
+    b = rows.decide(result_status="timeout", error=None, crash="signal 9", during="batch")
+    assert b.status == "failed" and b.error == "server crashed mid-batch (signal 9): failed"
+
+
+def test_a_session_turn_is_decided_by_the_same_rule() -> None:
+    """A session stops on a failed turn or a crashed server, in `decide`'s words; an answered turn goes on."""
+    from types import SimpleNamespace
+
+    from benchd.engine import session
+    from benchd.probe_result import ProbeResult
+
+    def failure(status: str, error: str | None, crashed: str | None) -> str | None:
+        server = SimpleNamespace(crashed=SimpleNamespace(status=crashed) if crashed else None)
+        result = ProbeResult(status=status, error=error, http_status=200, started=0.0, ended=1.0)  # type: ignore[arg-type]
+        return session._failure(SimpleNamespace(server=server), result)  # type: ignore[arg-type]
+
+    assert failure("ok", None, None) is None
+    assert failure("failed", "HTTP 500", None) == "HTTP 500"
+    assert failure("ok", None, "signal 9") == "server crashed mid-session (signal 9): the server ended mid-session"
+    assert failure("timeout", "timed out", "exit 1") == "server crashed mid-session (exit 1): timed out"
 
 
 async def test_recheck_extends_until_back_within_threshold() -> None:
