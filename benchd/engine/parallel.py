@@ -73,14 +73,10 @@ async def run_batch(run: ParallelRun, batch: int, prompts: Sequence[Prompt], gen
     url = server.base_url + adapter.requests.request_path()
     started_at = utcnow()
     facts = ServerFacts.of(server)
-    sampler = MemorySampler(server.pid, run.memory_rate_hz, model_paths=model_files(cand), series=False)
-    sampler.reset_peak()
-    await sampler.start()
-    try:
+    async with MemorySampler(server.pid, run.memory_rate_hz, model_paths=model_files(cand), series=False) as sampler:
         results = await asyncio.gather(*(probe.run(url, b, adapter.requests.request_headers(cand), timeout_s=run.timeout_s)
                                          for b in bodies))
-    finally:
-        memory = await sampler.stop()
+    memory = sampler.result
     agg, agg_note = aggregate(results)
     crashed = server.crashed
     rows = []

@@ -140,16 +140,14 @@ class Runner:
         self.recorder.emit("probe_started", candidate=cand.id, context=cell.context, probe=cell.probe, kind=cell.kind,
                   round=cell.place.round, visit=cell.place.visit)
         run.facts = ServerFacts.of(server)
-        sampler = MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cand),
-                                series=cell.kind == "sustained")
         watch = series_mod.Watch(self.clock, server.pid)  # a sleep or a stopped server invalidates the probe
         try:
-            row = await self.measure(run, sampler, watch)
+            row = await self.measure(run, watch)
             return await watch.annotate(row, series=series, plan=self.plan, sensor=self.sensor,
                                         target_celsius=self.sweep.cooldown.target_celsius)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
-                await asyncio.shield(asyncio.gather(watch.cancel(), sampler.stop()))
+                await asyncio.shield(watch.cancel())
             self.recorder.commit(self.row(run, Decision("aborted", "cancelled while the probe was in flight")))
             raise
 
@@ -187,20 +185,21 @@ class Runner:
         value = getattr(adapter.reader.normalize(result, spec_configured=cand.spec is not None), self.plan.metric, None)
         return float(value) if isinstance(value, (int, float)) else None
 
-    async def measure(self, run: ProbeRun, sampler: MemorySampler, watch: series_mod.Watch) -> Row:
+    async def measure(self, run: ProbeRun, watch: series_mod.Watch) -> Row:
         """The request itself, with the memory sampler and the energy marks around it, and its row."""
         adapter, server, cell, cand = run.adapter, run.server, run.cell, run.cell.candidate
         assert run.prompt is not None
         before = await self._counters_before(run)
         if isinstance(before, Row):
             return _invalidated(before, await watch.finish())
-        sampler.reset_peak()
-        await sampler.start()
-        with self.energy.probe(run.idle, cell.kind == "sustained") as recording:
-            result = await probe.run_chat(adapter, server.base_url, cand, prompt=run.prompt.text,
-                                          settings=ChatSettings.of(self.sweep, run.gen_tokens),
-                                          timeout_s=self.timeout_s, marks=recording.marks)
-        memory = await sampler.stop()
+        sustained = cell.kind == "sustained"
+        async with MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cand),
+                                 series=sustained) as sampler:
+            with self.energy.probe(run.idle, sustained) as recording:
+                result = await probe.run_chat(adapter, server.base_url, cand, prompt=run.prompt.text,
+                                              settings=ChatSettings.of(self.sweep, run.gen_tokens),
+                                              timeout_s=self.timeout_s, marks=recording.marks)
+        memory = sampler.result
         norm = adapter.reader.normalize(result, spec_configured=cand.spec is not None)
         if norm.prompt_tokens is not None:
             self.prompts.observe(run.prompt, norm.prompt_tokens)
@@ -301,18 +300,14 @@ class Runner:
         run.started_at = utcnow()
         self.recorder.emit("probe_started", candidate=cand.id, context=cell.context, probe=cell.probe, kind="vision")
         run.facts = ServerFacts.of(server)
-        sampler = MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cand))
-        sampler.reset_peak()
-        await sampler.start()
         try:
-            with self.energy.probe(idle, False) as recording:
-                got = await pair(vc.key(probe_no), recording.marks)
+            async with MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cand)) as sampler:
+                with self.energy.probe(idle, False) as recording:
+                    got = await pair(vc.key(probe_no), recording.marks)
         except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(sampler.stop())
             self.recorder.commit(self.row(run, Decision("aborted", "cancelled while the image probe was in flight")))
             raise
-        memory = await sampler.stop()
+        memory = sampler.result
         sources = {**got.sources, "prompt": f"{self.sizer.method(prompt.method, server)}; target {cell.context} "
                    "tokens of text beside the images"}
         crashed, tail = await self._ended(server, got.status)

@@ -182,15 +182,11 @@ def _conversation(run: SessionRun) -> Conversation:
 async def _measured_turn(run: SessionRun, number: int, messages: list[dict[str, str]], gen: int) -> Turn:
     """One turn sent with the memory sampler running."""
     started_at = utcnow()
-    sampler = MemorySampler(run.server.pid, run.memory_rate_hz, model_paths=model_files(run.candidate), series=False)
-    sampler.reset_peak()
-    await sampler.start()
-    try:
+    async with MemorySampler(run.server.pid, run.memory_rate_hz, model_paths=model_files(run.candidate),
+                             series=False) as sampler:
         result = await send_turn(run, messages, gen)
-    finally:
-        memory = await sampler.stop()
     norm = run.adapter.reader.normalize(result, spec_configured=run.candidate.spec is not None)
-    return Turn(number, messages, started_at, result, norm, memory)
+    return Turn(number, messages, started_at, result, norm, sampler.result)
 
 
 def _failure(run: SessionRun, result: ProbeResult) -> str | None:

@@ -173,6 +173,42 @@ async def test_peak_only_is_exact_and_runs_nothing_during_the_probe(child: Child
 
 
 @linux_only
+async def test_async_with_samples_the_block_and_stops_whatever_ends_it(child: Child) -> None:
+    """`async with sampler:` is the engine's one set-up: peak reset, sampled block, result after it; a block
+    that raises (or is cancelled) leaves the sampler stopped with no result, and it can sample again."""
+    s = memory.MemorySampler(child.proc.pid, rate_hz=20)
+    base = child.rss()
+    async with s:
+        await child.cmd("alloc 100")
+        await asyncio.sleep(0.2)
+    expected = base + 100 * MB
+    assert s.result.peak_bytes is not None and abs(s.result.peak_bytes - expected) <= 0.05 * expected
+    first = s.result
+    fresh = memory.MemorySampler(child.proc.pid, rate_hz=20)
+    with pytest.raises(ValueError, match="probe failed"):
+        async with fresh:
+            raise ValueError("probe failed")
+    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("memory-sampler")]  # stopped
+    with pytest.raises(RuntimeError, match="no sampled block"):
+        fresh.result  # noqa: B018
+    task = asyncio.create_task(_sample_forever(s))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("memory-sampler")]
+    assert s.result is first  # the cancelled block left no result of its own
+    async with s:
+        await child.cmd("alloc 10")
+    assert s.result is not first and s.result.peak_bytes is not None
+
+
+async def _sample_forever(s: memory.MemorySampler) -> None:
+    async with s:
+        await asyncio.sleep(3600)
+
+
+@linux_only
 async def test_peak_only_without_a_usable_kernel_peak_samples_the_series(child: Child) -> None:
     class NoReset(memory_linux.LinuxProc):
         """Double for a kernel that refuses clear_refs (e.g. another user's process): the only way here."""

@@ -1,5 +1,6 @@
 """Memory of a server's whole process tree during one probe: a time series, the kernel's exact peak, and
-the memory axis. Per probe: `reset_peak()`, `await start()`, the probe, `await stop()`.
+the memory axis. Per probe: `async with sampler:` around the probe, then `sampler.result` (or by hand:
+`reset_peak()`, `await start()`, the probe, `await stop()`).
 Reasons and facts: docs/measuring.md#memory-sampler."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Sequence
+from types import TracebackType
 
 import msgspec
 import psutil
@@ -70,6 +72,30 @@ class MemorySampler:
         self._reset_errors: dict[int, str] = {}
         self._reset_pids: set[int] = set()
         self._reset_pending = True
+        self._result_of_block: MemoryResult | None = None
+
+    async def __aenter__(self) -> MemorySampler:
+        """Reset the peak and sample while the block runs."""
+        self.reset_peak()
+        await self.start()
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        """Stop, whatever ended the block (shielded from a cancellation); the result is kept only when the
+        block ended normally."""
+        if kind is None:
+            self._result_of_block = await self.stop()
+            return
+        with contextlib.suppress(Exception):
+            await asyncio.shield(self.stop())
+
+    @property
+    def result(self) -> MemoryResult:
+        """The result of the last `async with` block that ended normally."""
+        if self._result_of_block is None:
+            raise RuntimeError("no sampled block has ended")
+        return self._result_of_block
 
     # ------------------------------------------------------------------------------------- tree
 
