@@ -1,11 +1,8 @@
 """`benchd`: click flags → Config → run_daemon() on uvloop. The only place in benchd that exits.
 
-Exit codes (the shared contract): 0 clean shutdown, 2 bad configuration, 3 another benchd holds the
-state dir, 4 the state database is corrupt; 130 when a second SIGINT forced the exit; 1 for anything
-else (logged with its traceback).
-Under `--launchd` (the LaunchAgent passes it) 2, 3 and 4 become 0 after logging the reason: launchd's
-KeepAlive{SuccessfulExit=false} would otherwise restart a benchd that cannot start every 30 s, for ever.
-Logs go to stderr (the supervisor's journal) and to `<state>/logs/benchd.log` (size-capped, rotated).
+Exit codes: 0 clean shutdown, 2 bad configuration, 3 another benchd holds the state dir, 4 the state
+database is corrupt, 130 a second SIGINT, 1 anything else (logged with its traceback); under `--launchd`
+2, 3 and 4 become 0 after logging (why: docs/service.md). Logs: stderr and `<state>/logs/benchd.log` (rotated).
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def shape(package: Path) -> dict[str, object]:
     out: dict[str, object] = {
         "classes_over_20_methods": [f"{name} ({n})" for n, name in classes if n > 20],
         "explicit_any": any_uses,
-        "doc_and_comment_per_code_line": round((doc + comment) / code, 3),
+        "doc_and_comment_per_code_line": f"{(doc + comment) / code:.4f} ({doc + comment:,} / {code:,})",
     }
     try:
         from radon.complexity import cc_rank, cc_visit

@@ -13,14 +13,10 @@ from benchd.schemas.sweep import WhenCondition
 
 
 class Fingerprint(Struct, kw_only=True, omit_defaults=True):
-    """What the locked server's speed depends on, read without starting it.
-
-    `binary` is the executable that starts the server (llama-server, or the MLX venv's interpreter or
-    server script); `binary_sha256` is of its resolved real file, cached by path, size and mtime.
-    `version` is the version string benchd records for the runtime, read offline (`llama-server
-    --version` in the `/props` format, or the MLX venv's package metadata); `packages` are the MLX venv's
-    package versions. A value that cannot be read is absent, with the reason in `null_reasons`.
-    """
+    """What the locked server's speed depends on, read without starting it: the executable that starts it
+    (`binary`, the sha256 of its real file), the runtime's version read offline (`llama-server --version`
+    or the MLX venv's metadata) and the venv's `packages`; one that cannot be read is absent, with the
+    reason in `null_reasons`."""
 
     taken_at: str
     source: str

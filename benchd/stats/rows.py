@@ -8,8 +8,7 @@ from typing import Any
 from benchd.schemas import ENERGY_FIELDS
 from benchd.stats.axes import AXES
 
-#: The metrics a probe row carries, in one order: a null one has its reason in `null_reasons` (engine.rows
-#: gives a default) and the runbook lists it among the deferred axes (results.deferred; energy in lines of its own).
+#: The metrics a probe row carries: each null one has a reason (engine.rows) and a deferred line (results.deferred).
 PROBE_METRICS: tuple[str, ...] = (
     "prompt_tokens", "cached_tokens", "gen_tokens", "prompt_tps", "gen_tps", "gen_tps_client", "ttft_ms",
     "e2e_ms", "draft_n", "draft_accepted", "draft_acceptance", "mem_peak_bytes", "mem_rss_anon_bytes",

@@ -1,6 +1,5 @@
 """Memory of a server's whole process tree during one probe: a time series, the kernel's exact peak, and
-the memory axis. Per probe: `async with sampler:` around the probe, then `sampler.result` (or by hand:
-`reset_peak()`, `await start()`, the probe, `await stop()`).
+the memory axis. Per probe: `async with sampler:` around it, then `sampler.result`.
 Reasons and facts: docs/measuring.md#memory-sampler."""
 
 from __future__ import annotations
@@ -82,8 +81,7 @@ class MemorySampler:
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        """Stop, whatever ended the block (shielded from a cancellation); the result is kept only when the
-        block ended normally."""
+        """Stop, whatever ended the block (shielded); keep the result of a block that ended normally."""
         if kind is None:
             self._result_of_block = await self.stop()
             return
@@ -260,10 +258,10 @@ class MemorySampler:
             reasons["read_errors"] = "; ".join(f"pid {p}: {e}" for p, e in sorted(self._read_errors.items()))
         rate = self._rate_achieved(reasons)
         anon, file_ = self._split(reasons)
-        sin, sout = self._swap(swap1, sources, reasons)
+        sin, sout = _swap(self._swap0, swap1, sources, reasons)
         fp, res, model = self._components(kernel_ok, seen, sources, reasons)
         if b.peak_of == "footprint" and peak is not None:  # macOS: add the weights the footprint leaves out
-            peak, source, exact, note = self._with_model_files(peak, source, exact, note, res, model, reasons)
+            peak, source, exact, note = _with_model_files(peak, source, exact, note, res, model, reasons)
 
         return MemoryResult(
             peak_bytes=peak,
@@ -350,27 +348,6 @@ class MemorySampler:
             reasons["rss_file_bytes"] = reasons.get("rss_anon_bytes", f"{b.current_source} has no RssFile")
         return anon, file_
 
-    def _swap(self, swap1: tuple[int, int, str] | tuple[None, None, str], sources: dict[str, str],
-              reasons: dict[str, str]) -> tuple[int | None, int | None]:
-        """(swapped in, swapped out) over the probe, from the counters at its start and end."""
-        (in0, out0, _), (in1, out1, swap_src) = self._swap0, swap1
-        if in0 is not None and out0 is not None and in1 is not None and out1 is not None:
-            sources["swap_in_bytes"] = sources["swap_out_bytes"] = swap_src
-            return max(0, in1 - in0), max(0, out1 - out0)
-        reasons["swap_in_bytes"] = reasons["swap_out_bytes"] = swap_src
-        return None, None
-
-    def _with_model_files(self, peak: int, source: str, exact: bool, note: str, res: int | None, model: int | None,
-                          reasons: dict[str, str]) -> tuple[int, str, bool, str]:
-        """macOS: the footprint peak plus the mapped model files (or, unread, a lower bound)."""
-        if model is not None:
-            return (peak + model, f"{source}+mapped-model-files", exact,
-                    note + (f"; plus {model} B of mapped model files resident at the probe's end (clean file-backed "
-                            "pages, which the footprint leaves out)"))
-        return (max(peak, res or 0), source, False,
-                note + (f"; lower bound: max(footprint peak, resident peak), the mapped model files could not be "
-                        f"read ({reasons.get('model_resident_bytes')})"))
-
     def _component(self, name: str, peak_of: str, sampled: dict[int, int], src: str, kernel: int | None,
                    seen: set[int], sources: dict[str, str], reasons: dict[str, str]) -> int | None:
         """One component's peak: the kernel's when it is that kind, else the sampled per-process maxima."""
@@ -400,6 +377,29 @@ class MemorySampler:
         else:
             sources["model_resident_bytes"] = b.mapped_source
         return out[0], out[1], model
+
+
+def _swap(swap0: tuple[int, int, str] | tuple[None, None, str], swap1: tuple[int, int, str] | tuple[None, None, str],
+          sources: dict[str, str], reasons: dict[str, str]) -> tuple[int | None, int | None]:
+    """(swapped in, swapped out) over the probe, from the counters at its start and end."""
+    (in0, out0, _), (in1, out1, swap_src) = swap0, swap1
+    if in0 is not None and out0 is not None and in1 is not None and out1 is not None:
+        sources["swap_in_bytes"] = sources["swap_out_bytes"] = swap_src
+        return max(0, in1 - in0), max(0, out1 - out0)
+    reasons["swap_in_bytes"] = reasons["swap_out_bytes"] = swap_src
+    return None, None
+
+
+def _with_model_files(peak: int, source: str, exact: bool, note: str, res: int | None, model: int | None,
+                      reasons: dict[str, str]) -> tuple[int, str, bool, str]:
+    """macOS: the footprint peak plus the mapped model files (or, unread, a lower bound)."""
+    if model is not None:
+        return (peak + model, f"{source}+mapped-model-files", exact,
+                note + (f"; plus {model} B of mapped model files resident at the probe's end (clean file-backed "
+                        "pages, which the footprint leaves out)"))
+    return (max(peak, res or 0), source, False,
+            note + (f"; lower bound: max(footprint peak, resident peak), the mapped model files could not be "
+                    f"read ({reasons.get('model_resident_bytes')})"))
 
 
 def _plus(total: int | None, value: int | None) -> int | None:

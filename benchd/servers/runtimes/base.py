@@ -108,8 +108,7 @@ class ChatSettings:
 
     @classmethod
     def of(cls, sweep: Sweep, max_tokens: int | None = None, *, to_length: bool = False) -> ChatSettings:
-        """The sweep's sampling, thinking and EOS rule, and `max_tokens` (default: the sweep's `gen_tokens`);
-        `to_length` runs to `max_tokens` whatever the EOS rule (the unrecorded sizing and check probes)."""
+        """The sweep's settings (`max_tokens` default `gen_tokens`); `to_length` overrides its EOS rule."""
         return cls(max_tokens=sweep.gen_tokens if max_tokens is None else max_tokens, sampling=sweep.sampling,
                    thinking=sweep.thinking, run_to_length=to_length or sweep.ignore_eos)
 
