@@ -50,6 +50,20 @@ async def wait(
     return await run(before, load)
 
 
+async def cool_down(policy: Cooldown, sensor: ThermalSensor, emit: Callable[..., None], *, candidate: str,
+                    context: int, probe: int, kind: str,
+                    checks: Callable[[CooldownRecord], Awaitable[CooldownRecord]] | None = None) -> CooldownRecord:
+    """Every row kind's cooldown: `cooldown_started`, the policy's `wait`, `checks` (a probe's throttle check
+    probes), `cooldown_finished`."""
+    where = {"candidate": candidate, "context": context, "probe": probe, "kind": kind}
+    emit("cooldown_started", **where, policy=policy.policy)
+    record = await wait(policy, sensor)
+    if checks is not None:
+        record = await checks(record)
+    emit("cooldown_finished", **where, record=record)
+    return record
+
+
 class _Wait:
     """One wait in progress: the policy, the seams, and when it began."""
 

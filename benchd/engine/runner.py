@@ -159,20 +159,22 @@ class Runner:
     async def cool_down(self, run: ProbeRun) -> CooldownRecord:
         """The policy's wait, then (after a throttle-suspect probe) the check probes it asks for."""
         cell = run.cell
-        self.recorder.emit("cooldown_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe,
-                           policy=self.sweep.cooldown.policy)
-        record = await cooldown_mod.wait(self.sweep.cooldown, self.sensor)
-        last = run.series.rows[-1] if run.series and run.series.rows else None
-        checks = cooldown_mod.throttle_checks(self.sweep.cooldown, record, last=last, threshold_pct=self.plan.throttle_pct)
-        if checks is not None:
+
+        async def checked(record: CooldownRecord) -> CooldownRecord:
+            last = run.series.rows[-1] if run.series and run.series.rows else None
+            checks = cooldown_mod.throttle_checks(self.sweep.cooldown, record, last=last,
+                                                  threshold_pct=self.plan.throttle_pct)
+            if checks is None:
+                return record
             while checks.due():
                 checks.add(await self.check_rate(run.adapter, run.server, cell.candidate, cell.context))
                 if checks.due():
                     await asyncio.sleep(checks.pause())
-            record = checks.record()
-        self.recorder.emit("cooldown_finished", candidate=cell.candidate.id, context=cell.context, probe=cell.probe,
-                           record=record)
-        return record
+            return checks.record()
+
+        return await cooldown_mod.cool_down(self.sweep.cooldown, self.sensor, self.recorder.emit,
+                                            candidate=cell.candidate.id, context=cell.context, probe=cell.probe,
+                                            kind=cell.kind, checks=checked)
 
     async def check_rate(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int) -> float | None:
         """A short unrecorded check probe at the cell's context (32 tokens at most, thinking as the probes ask):

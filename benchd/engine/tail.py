@@ -140,11 +140,8 @@ class VisitHost:
         await asyncio.shield(self.pool.stop(server))
 
     async def cool_down(self, cand: Candidate, context: int, kind: str, probe: int) -> CooldownRecord:
-        policy = self.sweep.cooldown
-        self.emit("cooldown_started", candidate=cand.id, context=context, probe=probe, kind=kind, policy=policy.policy)
-        record = await cooldown_mod.wait(policy, self.sensor)
-        self.emit("cooldown_finished", candidate=cand.id, context=context, probe=probe, kind=kind, record=record)
-        return record
+        return await cooldown_mod.cool_down(self.sweep.cooldown, self.sensor, self.emit, candidate=cand.id,
+                                            context=context, probe=probe, kind=kind)
 
     async def prompt(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int,
                      tag: str) -> tuple[Prompt, str]:

@@ -7,10 +7,11 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from benchd.engine import cooldown
-from benchd.schemas import Cooldown
+from benchd.schemas import Cooldown, CooldownRecord
 from benchd.sensors.thermal.sensor import FileSensor, UnavailableSensor
 
 
@@ -50,6 +51,29 @@ async def test_fixed_waits_seconds_and_records_readings(tfile: Path) -> None:
     assert 0.3 <= rec.waited_s < 5 and time.monotonic() - t >= 0.3
     assert rec.before is not None and rec.before.celsius == 70.0
     assert rec.after is not None and rec.after.celsius == 70.0
+
+
+async def test_every_row_kinds_cooldown_is_one_function_between_its_two_events(tfile: Path) -> None:
+    """`cool_down`: started (policy), the wait, the probe's checks when given, finished (record); the same
+    `where` fields on both events for every kind, the check's record the one returned."""
+    events: list[tuple[str, dict[str, object]]] = []
+
+    def emit(type_: str, **payload: object) -> None:
+        events.append((type_, payload))
+
+    pol = Cooldown(policy="fixed", seconds=0.0)
+    plain = await cooldown.cool_down(pol, FileSensor(tfile), emit, candidate="a", context=64, probe=2, kind="session")
+    assert [t for t, _ in events] == ["cooldown_started", "cooldown_finished"]
+    where = {"candidate": "a", "context": 64, "probe": 2, "kind": "session"}
+    assert events[0][1] == {**where, "policy": "fixed"} and events[1][1] == {**where, "record": plain}
+
+    async def checks(record: CooldownRecord) -> CooldownRecord:
+        return msgspec.structs.replace(record, extended_s=1.5, throttle_checks=[99.0])
+
+    events.clear()
+    checked = await cooldown.cool_down(pol, FileSensor(tfile), emit, candidate="a", context=64, probe=3, kind="probe",
+                                       checks=checks)
+    assert checked.throttle_checks == [99.0] and events[1][1]["record"] is checked
 
 
 async def test_thermal_reached_when_file_cools(tfile: Path) -> None:
