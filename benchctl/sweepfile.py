@@ -119,9 +119,9 @@ def load_sweep(path: Path | str) -> Sweep:
         raise BenchdError("malformed", f"{_sweep_path(path)}: values nested too deeply", None) from exc
 
 
-#: The smallest valid sweep: each top-level field is checked on its own by putting it into this.
-_STUB: dict[str, Any] = {"name": "stub", "contexts": [1], "gen_tokens": 1,
-                         "candidates": [{"id": "stub", "runtime": "llama-server", "model": "/stub"}]}
+#: The smallest valid candidate and sweep: each field is checked on its own by putting it into these.
+_CANDIDATE_STUB: dict[str, Any] = {"id": "stub", "runtime": "llama-server", "model": "/stub"}
+_STUB: dict[str, Any] = {"name": "stub", "contexts": [1], "gen_tokens": 1, "candidates": [_CANDIDATE_STUB]}
 
 
 def _problem(exc: msgspec.ValidationError, prefix: str = "$", data: Any = None) -> str:
@@ -146,8 +146,8 @@ def schema_problems(data: dict[str, Any]) -> tuple[list[str], list[tuple[int, Ca
     their index in the file).
 
     msgspec stops at the first error of a document; a person fixing a file wants all of them at once.
-    So each top-level field is checked alone (inside a minimal valid sweep), and each candidate alone,
-    which finds one problem per field or candidate — the first inside each, as msgspec reports it.
+    So each top-level field is checked alone (inside a minimal valid sweep), and each field of an invalid
+    candidate alone (inside a minimal valid candidate): one problem per field, the first inside each.
     """
     problems: list[str] = []
     for key in ("name", "contexts", "gen_tokens", "candidates"):
@@ -166,12 +166,28 @@ def schema_problems(data: dict[str, Any]) -> tuple[list[str], list[tuple[int, Ca
         try:
             valid.append((i, msgspec.convert(raw, Candidate)))
         except msgspec.ValidationError as exc:
-            problems.append(_problem(exc, f"$.candidates[{i}]", data))
+            problems += _candidate_problems(exc, raw, f"$.candidates[{i}]", data)
     ids = [c.id for _, c in valid]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         problems.append(f"candidates: ids must be unique; repeated: {', '.join(dup)}")
     return problems, valid
+
+
+def _candidate_problems(whole: msgspec.ValidationError, raw: Any, prefix: str, data: dict[str, Any]) -> list[str]:
+    """An invalid candidate's problems: its missing fields, each field checked alone; else the whole's first."""
+    from benchctl.problemtext import field_name
+
+    if not isinstance(raw, dict):
+        return [_problem(whole, prefix, data)]
+    found = [f"{field_name(f'{prefix}.{f.encode_name}', data)}: missing (a required field)"
+             for f in msgspec.structs.fields(Candidate) if f.required and f.encode_name not in raw]
+    for key, value in raw.items():
+        try:
+            msgspec.convert({**_CANDIDATE_STUB, key: value}, Candidate)
+        except msgspec.ValidationError as exc:
+            found.append(_problem(exc, prefix, data))
+    return list(dict.fromkeys(found)) or [_problem(whole, prefix, data)]
 
 
 def sweep_to_dict(sweep: Sweep) -> dict[str, Any]:

@@ -31,6 +31,19 @@ def test_every_problem_names_value_allowed_values_and_a_near_field() -> None:
                       "(allowed: draft_max, draft_model, kind)"]
 
 
+def test_an_invalid_candidate_shows_every_field_problem_at_once() -> None:
+    """A bad id does not hide the candidate's other problems: each field is checked alone, and a missing
+    required field is named; a valid candidate beside it is kept."""
+    data = _sweep(cand={"id": "Bad id!", "runtime": "llama-srv", "args": "-fa", "colr": 1})
+    data["candidates"] += [{"runtime": "llama-server", "model": "/m"}, {"id": "b", "runtime": "llama-server"}]
+    problems, valid = schema_problems(data)
+    assert [p.split(":")[0] for p in problems] == [
+        "candidates[0] (Bad id!).id", "candidates[0] (Bad id!).runtime", "candidates[0] (Bad id!).args",
+        "candidates[0] (Bad id!).colr", "candidates[1].id"]
+    assert problems[-1] == "candidates[1].id: missing (a required field)"
+    assert [(i, c.id) for i, c in valid] == [(2, "b")]
+
+
 def test_one_field_style() -> None:
     """Every problem names its field one way: dots and [index], a candidate's id beside its index."""
     from benchctl.problemtext import field_name
