@@ -81,8 +81,8 @@ _STATUSES: dict[str, RowStatus] = {"ok": "ok", "timeout": "timeout"}
 def decide(*, result_status: str, error: str | None, crash: str | None = None, cached_tokens: int | None = None,
            invalidation: Invalidation | None = None, killed: bool = False, cache_allowance: int = 0,
            during: str = "probe") -> Decision:
-    """The one place a row's status is decided. `result_status`: "ok", "timeout" or "failed"; `crash` (the
-    server's exit status, mid-`during`), too many cached tokens or an `invalidation` fail it."""
+    """The one place a row's status is decided. `result_status`: "ok", "timeout" or "failed"; `killed`: after
+    a timeout; a `crash` (exit status, mid-`during`), too many cached tokens or an `invalidation` fail it."""
     status = _STATUSES.get(result_status, "failed")
     if crash is not None:
         status, error = "failed", f"server crashed mid-{during} ({crash}): {error or 'failed'}"
