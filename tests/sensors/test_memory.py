@@ -179,8 +179,7 @@ async def test_async_with_samples_the_block_and_stops_whatever_ends_it(child: Ch
     s = memory.MemorySampler(child.proc.pid, rate_hz=20)
     base = child.rss()
     async with s:
-        await child.cmd("alloc 100")
-        await asyncio.sleep(0.2)
+        await child.cmd("alloc 100")  # answered after the pages were touched and freed: the kernel peak keeps them
     expected = base + 100 * MB
     assert s.result.peak_bytes is not None and abs(s.result.peak_bytes - expected) <= 0.05 * expected
     first = s.result
@@ -191,8 +190,9 @@ async def test_async_with_samples_the_block_and_stops_whatever_ends_it(child: Ch
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("memory-sampler")]  # stopped
     with pytest.raises(RuntimeError, match="no sampled block"):
         fresh.result  # noqa: B018
-    task = asyncio.create_task(_sample_forever(s))
-    await asyncio.sleep(0.1)
+    entered = asyncio.Event()
+    task = asyncio.create_task(_sample_until_cancelled(s, entered))
+    await entered.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -203,9 +203,10 @@ async def test_async_with_samples_the_block_and_stops_whatever_ends_it(child: Ch
     assert s.result is not first and s.result.peak_bytes is not None
 
 
-async def _sample_forever(s: memory.MemorySampler) -> None:
+async def _sample_until_cancelled(s: memory.MemorySampler, entered: asyncio.Event) -> None:
     async with s:
-        await asyncio.sleep(3600)
+        entered.set()
+        await asyncio.Event().wait()  # never set: only the cancellation ends the block
 
 
 @linux_only
