@@ -50,18 +50,27 @@ async def wait(
     return await run(before, load)
 
 
-async def cool_down(policy: Cooldown, sensor: ThermalSensor, emit: Callable[..., None], *, candidate: str,
-                    context: int, probe: int, kind: str,
-                    checks: Callable[[CooldownRecord], Awaitable[CooldownRecord]] | None = None) -> CooldownRecord:
-    """Every row kind's cooldown: `cooldown_started`, the policy's `wait`, `checks` (a probe's throttle check
-    probes), `cooldown_finished`."""
-    where = {"candidate": candidate, "context": context, "probe": probe, "kind": kind}
-    emit("cooldown_started", **where, policy=policy.policy)
-    record = await wait(policy, sensor)
-    if checks is not None:
-        record = await checks(record)
-    emit("cooldown_finished", **where, record=record)
-    return record
+class CooldownEvents:
+    """One row's cooldown events: `started` (the policy) before the wait, `finished` (the record) after it
+    and after any throttle check probes, with the same `where` fields on both."""
+
+    def __init__(self, emit: Callable[..., None], *, candidate: str, context: int, probe: int, kind: str) -> None:
+        self.emit = emit
+        self.where = {"candidate": candidate, "context": context, "probe": probe, "kind": kind}
+
+    def started(self, policy: Cooldown) -> None:
+        self.emit("cooldown_started", **self.where, policy=policy.policy)
+
+    def finished(self, record: CooldownRecord) -> CooldownRecord:
+        self.emit("cooldown_finished", **self.where, record=record)
+        return record
+
+
+async def cool_down(policy: Cooldown, sensor: ThermalSensor, events: CooldownEvents) -> CooldownRecord:
+    """A row's cooldown: `events.started`, the policy's `wait`, `events.finished`. A probe runs its throttle
+    checks between the wait and `finished` itself (`engine.runner`)."""
+    events.started(policy)
+    return events.finished(await wait(policy, sensor))
 
 
 class _Wait:

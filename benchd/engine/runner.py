@@ -157,24 +157,20 @@ class Runner:
                                         await self.sizer.counter(adapter, server), key=cand.id)
 
     async def cool_down(self, run: ProbeRun) -> CooldownRecord:
-        """The policy's wait, then (after a throttle-suspect probe) the check probes it asks for."""
-        cell = run.cell
-
-        async def checked(record: CooldownRecord) -> CooldownRecord:
-            last = run.series.rows[-1] if run.series and run.series.rows else None
-            checks = cooldown_mod.throttle_checks(self.sweep.cooldown, record, last=last,
-                                                  threshold_pct=self.plan.throttle_pct)
-            if checks is None:
-                return record
-            while checks.due():
-                checks.add(await self.check_rate(run.adapter, run.server, cell.candidate, cell.context))
-                if checks.due():
-                    await asyncio.sleep(checks.pause())
-            return checks.record()
-
-        return await cooldown_mod.cool_down(self.sweep.cooldown, self.sensor, self.recorder.emit,
-                                            candidate=cell.candidate.id, context=cell.context, probe=cell.probe,
-                                            kind=cell.kind, checks=checked)
+        """The policy's wait between the cooldown's events, and after a throttle-suspect probe the check probes
+        it asks for before `cooldown_finished`."""
+        cell, policy = run.cell, self.sweep.cooldown
+        events = cooldown_mod.CooldownEvents(self.recorder.emit, candidate=cell.candidate.id, context=cell.context,
+                                             probe=cell.probe, kind=cell.kind)
+        events.started(policy)
+        record = await cooldown_mod.wait(policy, self.sensor)
+        last = run.series.rows[-1] if run.series and run.series.rows else None
+        checks = cooldown_mod.throttle_checks(policy, record, last=last, threshold_pct=self.plan.throttle_pct)
+        while checks is not None and checks.due():
+            checks.add(await self.check_rate(run.adapter, run.server, cell.candidate, cell.context))
+            if checks.due():
+                await asyncio.sleep(checks.pause())
+        return events.finished(record if checks is None else checks.record())
 
     async def check_rate(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int) -> float | None:
         """A short unrecorded check probe at the cell's context (32 tokens at most, thinking as the probes ask):

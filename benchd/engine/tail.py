@@ -140,8 +140,8 @@ class VisitHost:
         await asyncio.shield(self.pool.stop(server))
 
     async def cool_down(self, cand: Candidate, context: int, kind: str, probe: int) -> CooldownRecord:
-        return await cooldown_mod.cool_down(self.sweep.cooldown, self.sensor, self.emit, candidate=cand.id,
-                                            context=context, probe=probe, kind=kind)
+        return await cooldown_mod.cool_down(self.sweep.cooldown, self.sensor, cooldown_mod.CooldownEvents(
+            self.emit, candidate=cand.id, context=context, probe=probe, kind=kind))
 
     async def prompt(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int,
                      tag: str) -> tuple[Prompt, str]:

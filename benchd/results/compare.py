@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import TypedDict
 
+import msgspec
 from msgspec import Struct
 
 from benchd.results.evalcompare import EvalComparison, compare_evals
@@ -116,17 +116,6 @@ class Comparison(Struct, kw_only=True):
     alpha_source: str | None = None
 
 
-class _Medians(TypedDict):
-
-    metric: str
-    better: str
-    n_a: int
-    n_b: int
-    median_a: float | None
-    median_b: float | None
-    ratio_b_over_a: float | None
-
-
 def _samples(rb: Runbook) -> dict[tuple[str, int], list[Row]]:
     cells: dict[tuple[str, int], list[Row]] = {}
     for r in rb.rows:
@@ -151,14 +140,14 @@ def compare_metric(metric: str, better: str, ra: list[Row], rb_: list[Row], *,
     b = [float(v) for r in rb_ if (v := getattr(r, metric, None)) is not None]
     med_a, med_b = _median(a), _median(b)
     ratio = med_b / med_a if med_a not in (None, 0) and med_b is not None else None
-    base = _Medians(metric=metric, better=better, n_a=len(a), n_b=len(b), median_a=med_a,
-                    median_b=med_b, ratio_b_over_a=ratio)
+    medians = MetricComparison(metric=metric, better=better, n_a=len(a), n_b=len(b), median_a=med_a,
+                               median_b=med_b, ratio_b_over_a=ratio, verdict="", text="")
     if not a or not b:
         verdict = _not_measured(metric, [*ra, *rb_])
-        return MetricComparison(verdict=verdict, text=verdict, **base)
+        return msgspec.structs.replace(medians, verdict=verdict, text=verdict)
     v = compare_axis(a, b, axis=metric, better="lower" if better == "lower" else "higher",
                      margin_pct=margin_pct, alpha=alpha)
-    return MetricComparison(verdict=v.verdict, text=v.text, b_better=v.b_better, detail=v, **base)
+    return msgspec.structs.replace(medians, verdict=v.verdict, text=v.text, b_better=v.b_better, detail=v)
 
 
 _MACHINE_FIELDS = ("hardware_model", "chip", "cpu_model", "cores_logical", "cores_physical", "memory_bytes",

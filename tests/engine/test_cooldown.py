@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from benchd.engine import cooldown
-from benchd.schemas import Cooldown, CooldownRecord
+from benchd.schemas import Cooldown
 from benchd.sensors.thermal.sensor import FileSensor, UnavailableSensor
 
 
@@ -53,27 +53,24 @@ async def test_fixed_waits_seconds_and_records_readings(tfile: Path) -> None:
     assert rec.after is not None and rec.after.celsius == 70.0
 
 
-async def test_every_row_kinds_cooldown_is_one_function_between_its_two_events(tfile: Path) -> None:
-    """`cool_down`: started (policy), the wait, the probe's checks when given, finished (record); the same
-    `where` fields on both events for every kind, the check's record the one returned."""
+async def test_every_row_kinds_cooldown_is_the_wait_between_its_two_events(tfile: Path) -> None:
+    """`cool_down`: started (policy), the wait, finished (record), the same `where` fields on both events;
+    `finished` records and returns the record it is given (a probe's, after its throttle checks)."""
     events: list[tuple[str, dict[str, object]]] = []
 
     def emit(type_: str, **payload: object) -> None:
         events.append((type_, payload))
 
     pol = Cooldown(policy="fixed", seconds=0.0)
-    plain = await cooldown.cool_down(pol, FileSensor(tfile), emit, candidate="a", context=64, probe=2, kind="session")
+    log = cooldown.CooldownEvents(emit, candidate="a", context=64, probe=2, kind="session")
+    plain = await cooldown.cool_down(pol, FileSensor(tfile), log)
     assert [t for t, _ in events] == ["cooldown_started", "cooldown_finished"]
     where = {"candidate": "a", "context": 64, "probe": 2, "kind": "session"}
     assert events[0][1] == {**where, "policy": "fixed"} and events[1][1] == {**where, "record": plain}
 
-    async def checks(record: CooldownRecord) -> CooldownRecord:
-        return msgspec.structs.replace(record, extended_s=1.5, throttle_checks=[99.0])
-
     events.clear()
-    checked = await cooldown.cool_down(pol, FileSensor(tfile), emit, candidate="a", context=64, probe=3, kind="probe",
-                                       checks=checks)
-    assert checked.throttle_checks == [99.0] and events[1][1]["record"] is checked
+    checked = msgspec.structs.replace(plain, extended_s=1.5, throttle_checks=[99.0])
+    assert log.finished(checked) is checked and events == [("cooldown_finished", {**where, "record": checked})]
 
 
 async def test_thermal_reached_when_file_cools(tfile: Path) -> None:
@@ -201,3 +198,36 @@ async def test_polling_costs_no_cpu(tfile: Path) -> None:
     rec = await cooldown.wait(Cooldown(policy="thermal", seconds=0, max_seconds=1.5), FileSensor(tfile))
     assert rec.reason == "timeout"
     assert time.process_time() - cpu < 0.1
+
+
+async def test_a_probes_throttle_checks_run_between_its_wait_and_cooldown_finished(tfile: Path) -> None:
+    """`Runner.cool_down` after a throttle-suspect probe: `cooldown_started`, the wait, the runner's own
+    check probe (`check_rate`, a seam here: its real request is covered against a server in
+    tests/engine/test_verdicts_real.py), then `cooldown_finished` with the record the check extended."""
+    from types import SimpleNamespace
+
+    from benchd.engine.runner import Runner
+    from benchd.schemas import Candidate, Row, Sweep, ThrottleCheck
+
+    order: list[str] = []
+
+    class Checked(Runner):
+        async def check_rate(self, *args: object) -> float | None:
+            order.append("check")
+            return 99.0  # back within 15 % of the running median 100: one check is enough
+
+    put(tfile, "50")
+    sweep = Sweep(name="t", contexts=[64], gen_tokens=8, candidates=[Candidate(id="a", runtime="llama-server", model="m")],
+                  cooldown=Cooldown(policy="thermal", seconds=0.0, max_seconds=30.0, target_celsius=65.0))
+    recorder = SimpleNamespace(emit=lambda type_, **payload: order.append(type_))
+    runner = Checked("j", sweep, recorder, None, SimpleNamespace(prompts=None), None, FileSensor(tfile), None, 1.0)  # type: ignore[arg-type]
+    suspect = ThrottleCheck(metric="gen_tps", value=70.0, running_median=100.0, drop_pct=30.0, threshold_pct=15.0,
+                            thermal="unavailable", suspect=True, note="30 % below")
+    last = Row(job="j", candidate="a", runtime="llama-server", context=64, kind="probe", probe=3, status="ok",
+               throttle=suspect)
+    cell = SimpleNamespace(candidate=sweep.candidates[0], context=64, probe=4, kind="probe")
+    run = SimpleNamespace(cell=cell, series=SimpleNamespace(rows=[last]), adapter=None, server=None)
+    record = await runner.cool_down(run)  # type: ignore[arg-type]
+    assert order == ["cooldown_started", "check", "cooldown_finished"]
+    assert record.reason == "reached" and record.throttle_checks == [99.0]
+    assert "back within 15 %" in (record.note or "")
