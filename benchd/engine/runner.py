@@ -299,7 +299,8 @@ class Runner:
         self.recorder.emit("probe_started", candidate=cand.id, context=cell.context, probe=cell.probe, kind="vision")
         run.facts = ServerFacts.of(server)
         try:
-            async with MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cand)) as sampler:
+            async with MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cand),
+                                     series=False) as sampler:
                 with self.energy.probe(idle, False) as recording:
                     got = await pair(vc.key(probe_no), recording.marks)
         except asyncio.CancelledError:
