@@ -51,8 +51,7 @@ async def wait(
 
 
 class CooldownEvents:
-    """One row's cooldown events: `started` (the policy) before the wait, `finished` (the record) after it
-    and after any throttle check probes, with the same `where` fields on both."""
+    """A row's cooldown events, the same `where` on both: `started` (the policy), `finished` (the record)."""
 
     def __init__(self, emit: Callable[..., None], *, candidate: str, context: int, probe: int, kind: str) -> None:
         self.emit = emit
@@ -67,8 +66,7 @@ class CooldownEvents:
 
 
 async def cool_down(policy: Cooldown, sensor: ThermalSensor, events: CooldownEvents) -> CooldownRecord:
-    """A row's cooldown: `events.started`, the policy's `wait`, `events.finished`. A probe runs its throttle
-    checks between the wait and `finished` itself (`engine.runner`)."""
+    """`events.started`, the policy's `wait`, `events.finished` (a probe's runner adds its throttle checks)."""
     events.started(policy)
     return events.finished(await wait(policy, sensor))
 

@@ -157,8 +157,7 @@ class Runner:
                                         await self.sizer.counter(adapter, server), key=cand.id)
 
     async def cool_down(self, run: ProbeRun) -> CooldownRecord:
-        """The policy's wait between the cooldown's events, and after a throttle-suspect probe the check probes
-        it asks for before `cooldown_finished`."""
+        """The policy's wait, then (after a throttle-suspect probe) its check probes, between the two events."""
         cell, policy = run.cell, self.sweep.cooldown
         events = cooldown_mod.CooldownEvents(self.recorder.emit, candidate=cell.candidate.id, context=cell.context,
                                              probe=cell.probe, kind=cell.kind)
