@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from benchd.schemas import ENERGY_FIELDS, Candidate, Deferred, EvalResult, Row, Sweep
+from benchd.stats.axes import AXES, SUITE_AXES
 from benchd.stats.rows import carried_metrics
 
 NO_REASON = "null without a recorded reason (engine bug: every null metric needs one)"
@@ -13,10 +14,13 @@ NO_REASON = "null without a recorded reason (engine bug: every null metric needs
 
 def fixed_deferred(sweep: Sweep) -> list[Deferred]:
     """Axes never measured by this version, and the sweep's own scope choices."""
+    suites = [AXES[SUITE_AXES[suite]].label.removesuffix(" pass rate") for suite in sweep.evals]
+    named = ", ".join(suites)
     out = [
         Deferred(axis="contexts", reason=f"only the context grid {list(sweep.contexts)} was measured; other "
                  "context sizes are not"),
-        Deferred(axis="quality", reason=f"quality beyond the eval tier ({sweep.eval_tier}) is not measured"),
+        Deferred(axis="quality", reason=f"quality beyond the eval tier ({sweep.eval_tier})"
+                 f"{f' and the public suites ({named})' if suites else ''} is not measured"),
     ]
     if not sweep.parallel_levels():
         out.append(Deferred(axis="concurrency", reason="probes run one request at a time (concurrency = [1]); "
@@ -25,7 +29,9 @@ def fixed_deferred(sweep: Sweep) -> list[Deferred]:
         out.append(Deferred(axis="prefix-cache", reason="no session probes (session.turns = 0): every prompt is "
                             "unique at its start, so speed with a warm prompt cache (multi-turn chat) is not measured"))
     if sweep.eval_tier == "none":
-        out.append(Deferred(axis="eval", reason="eval_tier none: no quality check ran"))
+        out.append(Deferred(axis="eval", reason="eval_tier none: " + (
+            f"the built-in eval tasks did not run (the public suites did: {named}, each its own axis)" if suites
+            else "no quality check ran")))
     if sweep.sustained.tokens == 0:
         out.append(Deferred(axis="sustained", reason="sustained generation off (sustained.tokens = 0): "
                             "no throttling/slow-down figure"))

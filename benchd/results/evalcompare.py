@@ -8,10 +8,8 @@ from collections.abc import Iterable, Mapping
 from msgspec import Struct
 
 from benchd.schemas import EvalResult, Runbook
+from benchd.stats.axes import SUITE_AXES
 from benchd.stats.comparison import AxisVerdict, compare_outcomes
-
-#: Suite -> the axis it is compared on.
-SUITE_AXES: dict[str, str] = {"code": "code_pass_rate", "tools": "tool_pass_rate"}
 
 
 class EvalComparison(Struct, kw_only=True):

@@ -13,7 +13,7 @@ import msgspec
 from benchd.engine.verdict import cell_verdict
 from benchd.results.agentic import SESSION_AXIS
 from benchd.results.agentic import samples as agentic_samples
-from benchd.results.evalcompare import SUITE_AXES, suite_outcomes
+from benchd.results.evalcompare import suite_outcomes
 from benchd.results.text import comparison_sentence, dominance_sentence, verdict_text
 from benchd.schemas import (
     ContextPareto,
@@ -28,7 +28,7 @@ from benchd.schemas import (
     Tie,
     TradeOff,
 )
-from benchd.stats.axes import core_axes
+from benchd.stats.axes import SUITE_AXES, core_axes
 from benchd.stats.cells import median_ci
 from benchd.stats.comparison import (
     ALPHA,

@@ -12,6 +12,7 @@ from benchd.results.decision import tie_status
 from benchd.results.text import AXIS_LABELS, STATE_WORDS, fmt_range, fmt_value, machine_line, verdict_text
 from benchd.schemas import CellStats, ContextPareto, Domination, MetricStats, Row, Runbook
 from benchd.schemas.json import JSONObject
+from benchd.stats.axes import SUITE_AXES
 from benchd.stats.comparison import pareto_axes
 
 #: Where the per-candidate axes come from when a row carries no source for them.
@@ -230,7 +231,7 @@ def pareto_points(rb: Runbook, ctx: ContextPareto) -> list[ParetoPoint]:
 
 
 def _suite_over(rb: Runbook, cand: str, axis: str) -> str | None:
-    suite = {"code_pass_rate": "code", "tool_pass_rate": "tools"}[axis]
+    suite = next(s for s, a in SUITE_AXES.items() if a == axis)
     summ = next((e for e in rb.eval_summary if e.candidate == cand and e.tier == suite), None)
     return None if summ is None else (f"{summ.passed}/{summ.total}, 95 % CI "
                                       f"{fmt_range(axis, summ.ci_low, summ.ci_high)}")

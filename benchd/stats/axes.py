@@ -60,6 +60,8 @@ register_axis("mem_peak_bytes", "lower", words=("larger", "smaller"), label="pea
 register_axis("eval_pass_rate", "higher", compare=False, outcomes=True, label="eval pass rate", core=True)
 register_axis("code_pass_rate", "higher", compare=False, outcomes=True, label="HumanEval pass rate")
 register_axis("tool_pass_rate", "higher", compare=False, outcomes=True, label="BFCL tool-call pass rate")
+#: Public eval suite -> the axis it is compared on.
+SUITE_AXES: dict[str, str] = {"code": "code_pass_rate", "tools": "tool_pass_rate"}
 register_axis("sustain_ratio", "higher", compare=False, label="sustain ratio", core=True,
               source="candidate", lever=None)
 register_axis("j_per_gen_token", "lower", words=("more energy per token", "less energy per token"),

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from benchd.schemas import Row, Sweep
-from benchd.stats.axes import IMAGE_AXIS_PREFIX, LEVEL_AXIS_PREFIX, Direction, probe_axes
+from benchd.stats.axes import IMAGE_AXIS_PREFIX, LEVEL_AXIS_PREFIX, SUITE_AXES, Direction, probe_axes
 from benchd.stats.comparison import (
     ADVICE_MIN_N,
     ALPHA,
@@ -75,7 +75,7 @@ def planned_axes(sweep: Sweep) -> list[str]:
     out.append("ready_s")
     if sweep.eval_tier != "none":
         out.append("eval_pass_rate")
-    out += [{"code": "code_pass_rate", "tools": "tool_pass_rate"}[s] for s in sweep.evals]
+    out += [SUITE_AXES[s] for s in sweep.evals]
     out += [name for name, on in (("sustain_ratio", sweep.sustained.tokens > 0), ("kld", sweep.kld.reference is not None),
                                   ("session_ttft_ms", sweep.session.turns > 1)) if on]
     out += [f"{LEVEL_AXIS_PREFIX}{n}" for n in sweep.parallel_levels()]

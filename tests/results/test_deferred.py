@@ -101,6 +101,19 @@ def test_fixed_entries_and_scope():
     assert "no image probe (vision = false" in vision.reason
 
 
+def test_public_suites_are_named_where_the_eval_tier_is_none():
+    """With `eval_tier = "none"` and public suites, the deferred lines say the built-in tasks did not run
+    and name the suites that did, instead of "no quality check ran"."""
+    entries = {e.axis: e.reason for e in automatic_deferred(make_sweep(evals=["code", "tools"]), [])}
+    assert entries["eval"] == ("eval_tier none: the built-in eval tasks did not run (the public suites did: "
+                               "HumanEval, BFCL tool-call, each its own axis)")
+    assert entries["quality"] == ("quality beyond the eval tier (none) and the public suites (HumanEval, BFCL "
+                                  "tool-call) is not measured")
+    plain = {e.axis: e.reason for e in automatic_deferred(make_sweep(), [])}
+    assert plain["eval"] == "eval_tier none: no quality check ran"
+    assert plain["quality"] == "quality beyond the eval tier (none) is not measured"
+
+
 def test_complete_rows_give_only_fixed_entries():
     sweep = make_sweep(eval_tier="smoke")
     entries = automatic_deferred(sweep, full_rows(sweep))
