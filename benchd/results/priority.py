@@ -122,12 +122,16 @@ def _view_lines(rb: Runbook, view: ContextPareto, axis: str, higher: bool) -> li
     out = [f"context {view.context}:"]
     if not vals:
         return [*out, f"  {axis_word(axis)} was not measured at this context for any candidate"]
-    ranked = sorted(vals, key=lambda c: vals[c], reverse=higher)
+    ranked = sorted(vals, key=lambda c: (-vals[c] if higher else vals[c], c))
     leader = ranked[0]
-    out.append(f"  1. {leader}: {_with_unit(axis, vals[leader])} — first by median")
-    out += [f"  {i}. {c}: {_with_unit(axis, vals[c])} — "
+    place = {c: 1 + sum(vals[o] != vals[c] and (vals[o] > vals[c]) == higher for o in ranked) for c in ranked}
+    level = [c for c in ranked[1:] if vals[c] == vals[leader]]
+    by = "pass rate" if AXES[axis].outcomes else "median"
+    out.append(f"  1. {leader}: {_with_unit(axis, vals[leader])} — first by {by}"
+               + (f", level with {', '.join(level)} (the order among them is by name, not measured)" if level else ""))
+    out += [f"  {place[c]}. {c}: {_with_unit(axis, vals[c])} — "
             f"{_verdict(rb, view.context, axis, leader, c, (vals[leader], vals[c]))}"
-            for i, c in enumerate(ranked[1:], 2)]
+            for c in ranked[1:]]
     out += [f"  not measured: {c}" for c in cands if c not in vals]
     out += [f"  {c}: excluded ({why})" for c, why in view.excluded.items()]
     out.append(f"  what {leader} costs on the other axes (medians):")

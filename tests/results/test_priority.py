@@ -40,3 +40,24 @@ def test_priorities_answer_in_order_with_costs(tmp_path: Path) -> None:
                           str(config.state_dir)], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["lines"][0] == "priority: best code (code)"
+
+
+def test_equal_values_share_a_place_and_the_leader_says_so(tmp_path: Path) -> None:
+    """Candidates with the same value on the axis get the same place; the first line names them level and
+    says their order is by name (nothing measured puts one ahead); an outcome axis ranks by pass rate."""
+    import msgspec
+
+    config, store, sweep, _ = setup_state(tmp_path)
+    rb = runbook.load_runbook(runbook.write_runbook(config, store, fill_job(store, sweep), charts=False), config)
+    store.close()
+    view = next(v for v in rb.pareto if v.context == 512)
+    level = [msgspec.structs.replace(p, values={**p.values, "gen_tps": 125.0, "code_pass_rate": 0.5}) for p in view.points]
+    rb = msgspec.structs.replace(rb, pareto=[msgspec.structs.replace(view, points=level)])
+    names = sorted(p.candidate for p in level)
+    gen = priority_lines(rb, "generation")
+    i = gen.index("context 512:")
+    assert gen[i + 1] == (f"  1. {names[0]}: 125.0 tok/s — first by median, level with {', '.join(names[1:])} "
+                          "(the order among them is by name, not measured)")
+    assert all(gen[i + 1 + k].startswith(f"  1. {n}: 125.0 tok/s — ") for k, n in enumerate(names))
+    code = priority_lines(rb, "code")
+    assert code[code.index("context 512:") + 1].startswith(f"  1. {names[0]}: 0.500 — first by pass rate, level with")
