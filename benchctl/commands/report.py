@@ -139,16 +139,18 @@ def _announce_page(path: Any, open_page: bool) -> None:
 def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: bool, state_dir: str | None) -> None:
     """Same candidate/context cells of two runbooks side by side: ratio B/A and the one comparison's verdict.
 
-    Per metric: different (the 95 % CI of B/A lies outside ±the runbook's target_ci_pct and the exact
-    rank test agrees), tied (the CI lies inside it) or unresolved (with about how many more probes
-    would tell), at α = 0.05. Differences in machine, grid, prompt hashes or cooldown policy are
-    printed as warnings first.
+    Per metric: different (the CI of B/A lies outside ±the axis's margin, from runbook A's `margins` or
+    the axis table, and the exact rank test agrees), tied (the CI lies inside it) or unresolved (with
+    about how many more probes would tell), at α = 0.05 (the stop rule's α when a sweep stopped at
+    planned looks). Differences in machine, grid, prompt hashes or cooldown policy are printed as
+    warnings first.
     """
     import msgspec
 
     from benchd.results.compare import compare_runbooks
     from benchd.results.report import COMPARE_HEADER, compare_rows, plain_table
     from benchd.results.runbook import load_runbook, resolve_runbook_path
+    from benchd.results.text import margin_words
 
     config = _config(state_dir)
     cmp = compare_runbooks(load_runbook(a_ref, config), load_runbook(b_ref, config))
@@ -164,7 +166,7 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
         click.echo(f"warning: {w}")
     click.echo(f"A = {cmp.a}\nB = {cmp.b}")
     _print_builds(cmp.builds)
-    click.echo(f"test: {cmp.test}; α = {cmp.alpha:g} per metric, margin ±{cmp.margin_pct:g} %")
+    click.echo(f"test: {cmp.test}; α = {cmp.alpha:g} per metric, {margin_words(cmp.margin_pct, cmp.margins)}")
     click.echo(plain_table(COMPARE_HEADER, compare_rows(cmp)))
     if cmp.only_in_a or cmp.only_in_b:
         click.echo(f"only in A: {', '.join(cmp.only_in_a) or '-'}; only in B: {', '.join(cmp.only_in_b) or '-'}")

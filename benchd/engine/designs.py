@@ -40,7 +40,7 @@ class Parts:
                  tail: Tail, race: Race | None = None) -> None:
         self.sweep, self.seed, self.cells, self.pool, self.recorder, self.stop, self.tail = (
             sweep, seed, cells, pool, recorder, stop, tail)
-        self.race = race or Race(on=False, alpha=0.0, margin_pct=0.0, order="")  # racing.py: who is still in
+        self.race = race or Race(on=False, alpha=0.0, order="")  # racing.py: who is still in
 
     def runnable(self, context: int) -> list[Candidate]:
         """The candidates the cells can run at `context`, still racing, whose rounds there have not ended."""

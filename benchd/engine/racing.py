@@ -85,8 +85,9 @@ class Race:
 
     on: bool
     alpha: float
-    margin_pct: float
     order: str
+    #: The sweep's `margins` (axis -> %), else the axis table's: the Pareto view's and the stop rule's own.
+    margins: dict[str, float] = field(default_factory=dict)
     look_rounds: tuple[int, ...] = tuple(looks(3, 12))
     settles: bool = True
     dropped: dict[str, Drop] = field(default_factory=dict)
@@ -244,7 +245,7 @@ class Race:
         for axis in PROBE_AXES:
             s = paired_samples(rows_a, rows_b, axis, order=self.order)
             sa[axis], sb[axis], paired[axis], starts[axis] = s.a, s.b, s.paired, s.starts
-        return dominance(sa, sb, axes=list(PROBE_AXES), alpha=self.alpha, margin_pct=self.margin_pct,
+        return dominance(sa, sb, axes=list(PROBE_AXES), alpha=self.alpha, margin_pct=self.margins,
                               paired=paired, names=(a, b), starts=starts)
 
 
@@ -275,7 +276,7 @@ def open_race(sweep: Sweep, pairs: bool, events: Iterable[Any] = (), rows: Itera
     order = requested_order(sweep)
     first, last = race_looks(sweep, round_plan(sweep, order))
     race = Race(on=sweep.racing_on(), alpha=look_alpha(first, last, RACE_ALPHA),
-                margin_pct=sweep.probe_plan().target_ci_pct, order=order, look_rounds=tuple(looks(first, last)),
+                margins=dict(sweep.margins), order=order, look_rounds=tuple(looks(first, last)),
                 settles=pairs, sweep=sweep)
     if race.on:
         events = list(events)

@@ -14,6 +14,8 @@ from benchd.results.evalcompare import EvalComparison, compare_evals
 from benchd.results.ready import ready_times
 from benchd.schemas import CandidateProvenance, Fingerprint, ReadyStart, Row, Runbook
 from benchd.servers.fingerprint import changed_kinds, changes, runbook_fingerprint
+from benchd.stats.axes import image_axis
+from benchd.stats.axes import margin as axis_margin
 from benchd.stats.comparison import (
     ALPHA,
     AXES,
@@ -114,6 +116,8 @@ class Comparison(Struct, kw_only=True):
     kld: list[KldComparison] = []
     #: Where `alpha` comes from ("fixed", "the stop rule's: ...", "given").
     alpha_source: str | None = None
+    #: Runbook A's per-axis margins that replace `margin_pct` on their axes (none when a margin was given).
+    margins: dict[str, float] = {}
 
 
 def _samples(rb: Runbook) -> dict[tuple[str, int], list[Row]]:
@@ -260,7 +264,6 @@ def _image_tokens(rows: list[Row]) -> list[int]:
 
 
 def compare_images(a: Runbook, b: Runbook) -> list[ImageComparison]:
-    from benchd.stats.axes import image_axis
 
     sa, sb = _image_samples(a), _image_samples(b)
     out = []
@@ -273,7 +276,7 @@ def compare_images(a: Runbook, b: Runbook) -> list[ImageComparison]:
             candidate=cand, resolution=res,
             verdict=compare_axis([t for r in ra if (t := r.image_ttft_ms) is not None],  # all are (_image_samples)
                                  [t for r in rb_ if (t := r.image_ttft_ms) is not None], axis=axis.name,
-                                 better=axis.better, margin_pct=a.sweep.probe_plan().target_ci_pct),
+                                 better=axis.better, margin_pct=axis_margin(axis.name, dict(a.sweep.margins))),
             image_tokens_a=_median(toks_a), image_tokens_b=_median(toks_b)))
     return out
 
@@ -288,7 +291,7 @@ def compare_agentic(a: Runbook, b: Runbook) -> list[AgenticComparison]:
         for axis in sorted(set(sa[(ctx, cand)]) & set(sb[(ctx, cand)])):
             out.append(AgenticComparison(candidate=cand, context=ctx, axis=axis, verdict=compare_axis(
                     sa[(ctx, cand)][axis], sb[(ctx, cand)][axis], axis=axis, better=AXES[axis].better,
-                    margin_pct=a.sweep.probe_plan().target_ci_pct)))
+                    margin_pct=axis_margin(axis, dict(a.sweep.margins)))))
     return out
 
 
@@ -311,7 +314,6 @@ def _kld_mismatch(a: Runbook, b: Runbook) -> str | None:
 def compare_kld(a: Runbook, b: Runbook, alpha: float = ALPHA) -> list[KldComparison]:
     """Per (candidate, `[kld]` context) scored on both sides: per-chunk mean KLDs, B against A; none, with
     `reason`, when the corpus or the reference's model differ."""
-    from benchd.stats.axes import margin as axis_margin
 
     def ok(rb: Runbook) -> dict[tuple[str, int], list[float]]:
         return {(r.candidate, r.context): list(r.chunk_kld) for r in rb.kld if r.status == "ok" and r.chunk_kld}
@@ -331,7 +333,6 @@ def _probed_cells(rb: Runbook) -> set[tuple[str, int]]:
 
 def _compare_cells(a: Runbook, b: Runbook, keys: list[tuple[str, int]], alpha: float,
                    margin_pct: float | None) -> list[CellComparison]:
-    from benchd.stats.axes import margin as axis_margin
 
     sa, sb = _samples(a), _samples(b)
 
@@ -363,5 +364,5 @@ def compare_runbooks(a: Runbook, b: Runbook, alpha: float | None = None, margin_
         only_in_b=[f"{c}@{x}" for c, x in sorted(keys_b - keys_a)], builds=compare_builds(a, b),
         ready=compare_ready(a, b),
         evals=compare_evals(a, b), images=compare_images(a, b), agentic=compare_agentic(a, b),
-        kld=compare_kld(a, b, alpha),
+        kld=compare_kld(a, b, alpha), margins={} if margin_pct is not None else dict(a.sweep.margins),
     )

@@ -24,7 +24,7 @@ from benchd.results.decision import (
 )
 from benchd.results.records import axis_label
 from benchd.results.report import COMPARE_HEADER, compare_rows
-from benchd.results.text import STATE_WORDS, fmt_counts, fmt_median, fmt_range, fmt_value
+from benchd.results.text import STATE_WORDS, fmt_counts, fmt_median, fmt_range, fmt_value, margin_words
 from benchd.schemas import ContextPareto, EvalResult, EvalSummary, KldResult, Runbook
 
 if TYPE_CHECKING:
@@ -441,7 +441,7 @@ def render_compare_page(cmp: Comparison, runtime: Runtime) -> bytes:
             f"{esc(', '.join(cmp.only_in_b) or '-')}</p>")
     body = (f"<header><h1>benchd comparison</h1><p>A = <span class='rid'>{esc(cmp.a)}</span>, "
             f"B = <span class='rid'>{esc(cmp.b)}</span></p></header><main><section id='summary'><h2>Summary</h2>"
-            f"<p>Test: {esc(cmp.test)}; α = {esc(cmp.alpha)} per metric, margin ±{esc(cmp.margin_pct)} %.</p>"
+            f"<p>Test: {esc(cmp.test)}; α = {esc(cmp.alpha)} per metric, {esc(margin_words(cmp.margin_pct, cmp.margins))}.</p>"
             f"<h3>What differs between the two runs</h3><ul>{warnings}</ul>{only}</section>"
             "<section id='cells'><h2>B / A per cell</h2>"
             + (chart_div("chart-compare", "Ratio B over A per cell and metric; the table below has the figures")

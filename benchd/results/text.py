@@ -61,6 +61,12 @@ def fmt_value(metric: str, v: object) -> str:
     return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
 
 
+def margin_words(margin_pct: float, margins: Mapping[str, float]) -> str:
+    """`margin ±2 %`, with the axes whose margin differs: `margin ±2 % (gen_tps ±10 %)`."""
+    other = ", ".join(f"{k} ±{v:g} %" for k, v in sorted(margins.items()) if v != margin_pct)
+    return f"margin ±{margin_pct:g} %" + (f" ({other})" if other else "")
+
+
 def fmt_or_null(v: float | None, template: str, scale: float = 1) -> str:
     """`template` filled with v / scale (`"{:.1f} ms"`), or `null` when v is None."""
     return "null" if v is None else template.format(v / scale)

@@ -19,7 +19,7 @@ def rows(cand: str, gen: list[float], mem: float = 1e8, prompt: float = 1000.0) 
 
 
 def race(on: bool = True) -> racing.Race:
-    return racing.Race(on=on, alpha=stop.look_alpha(3, 12, racing.RACE_ALPHA), margin_pct=2.0,
+    return racing.Race(on=on, alpha=stop.look_alpha(3, 12, racing.RACE_ALPHA),
                        order="interleaved")
 
 
@@ -116,3 +116,19 @@ def test_a_candidate_whose_pairs_are_all_answered_ends_its_rounds_while_an_open_
     assert race().settle(64, 12, cells, 3, 12) == []  # the maximum ends the rounds anyway
     assert race().settle(64, 5, cells, 3, 12) == []  # not a planned look
     assert r.settled(6, cells, 3, 12) is None  # the open pair keeps the context going
+
+
+def test_the_race_judges_each_axis_at_the_sweeps_margin_as_the_pareto_view_does() -> None:
+    """`margins = {gen_tps = 10}`: 5 % slower at 0.2 % noise is tied at that margin (nobody dropped) while
+    the axis table's 2 % drops it; `open_race` takes the sweep's margins."""
+    from benchd.schemas import Candidate, Sweep
+
+    cells = {"a": rows("a", noisy(100, 6, 0.002, 11)), "b": rows("b", noisy(95, 6, 0.002, 12))}
+    (drop,) = race().look(64, 6, cells)
+    assert drop.candidate == "b" and "gen_tps" in drop.by["a"]
+    wide = racing.Race(on=True, alpha=stop.look_alpha(3, 12, racing.RACE_ALPHA), order="interleaved",
+                       margins={"gen_tps": 10.0})
+    assert wide.look(64, 6, cells) == []
+    sweep = Sweep(name="t", contexts=[64], gen_tokens=8, margins={"gen_tps": 10.0}, racing=True,
+                  candidates=[Candidate(id=c, runtime="llama-server", model="m") for c in "ab"])
+    assert racing.open_race(sweep, pairs=True).margins == {"gen_tps": 10.0}

@@ -63,7 +63,7 @@ def test_a_raced_matrix_drops_the_slow_model_and_the_broken_start(tiny_models: A
     assert d["context"] == 64 and d["round"] >= 6 and d["by"] and set(d["by"]) <= tinies
     # every drop by a dominator (the slow model's; a -ub point the other beats, if the rows say so) is what
     # the stored rows of its look say
-    race = racing.Race(on=True, alpha=d["alpha"], margin_pct=2.0, order="interleaved")
+    race = racing.Race(on=True, alpha=d["alpha"], order="interleaved")
     for loser, p in drops.items():
         if p["by"] == ["benchd"]:
             continue

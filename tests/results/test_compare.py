@@ -95,6 +95,20 @@ def test_verdicts(pair) -> None:
     assert m.verdict == "unresolved" and "more rounds give an even chance of resolving ±2 %" in m.text
 
 
+def test_the_sweeps_margins_judge_their_axes_and_the_header_names_them(pair) -> None:
+    """Runbook A's `margins = {gen_tps = 30}`: B 25 % faster is tied at ±30 % (the Pareto view's and the
+    stop rule's margin on that axis), the other axes keep the table's ±2 %, and the header says so."""
+    from benchd.results.text import margin_words
+
+    _config, _store, a, b = pair
+    wide = msgspec.structs.replace(a, sweep=msgspec.structs.replace(a.sweep, margins={"gen_tps": 30.0}))
+    cmp = compare.compare_runbooks(wide, b)
+    m = _metric(cmp, "gguf-plain", 512, "gen_tps")
+    assert m.verdict == "tied" and m.text.startswith("tied within ±30 % [")
+    assert cmp.margins == {"gen_tps": 30.0} and margin_words(cmp.margin_pct, cmp.margins) == "margin ±2 % (gen_tps ±30 %)"
+    assert compare.compare_runbooks(wide, b, margin_pct=2.0).margins == {}  # a given margin replaces them all
+
+
 def test_warnings(pair) -> None:
     _config, _store, a, b = pair
     assert compare.compare_runbooks(a, b).warnings == []
