@@ -38,8 +38,7 @@ async def wait(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     poll_s: float = 1.0,
 ) -> CooldownRecord:
-    """Wait according to `policy`; returns what was waited and why it stopped. `load`, `clock`, `sleep`:
-    seams for tests."""
+    """Wait as `policy` says: what was waited and why it stopped (`load`, `clock`, `sleep`: test seams)."""
     if poll_s <= 0:
         raise ValueError("poll_s must be > 0")
     w = _Wait(policy, sensor, clock, sleep, poll_s)

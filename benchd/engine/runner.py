@@ -172,8 +172,7 @@ class Runner:
         return events.finished(record if checks is None else checks.record())
 
     async def check_rate(self, adapter: RuntimeAdapter, server: Server, cand: Candidate, context: int) -> float | None:
-        """A short unrecorded check probe at the cell's context (32 tokens at most, thinking as the probes ask):
-        its rate of the metric."""
+        """An unrecorded check probe at the cell's context (≤ 32 tokens, the probes' thinking): its metric's rate."""
         prompt = await self.prompts.build(context, f"{self.job}/{cand.id}/{context}/check",
                                           await self.sizer.counter(adapter, server), key=cand.id)
         result = await probe.run_chat(adapter, server.base_url, cand, prompt=prompt.text,

@@ -31,8 +31,7 @@ TEST_NAME = ("the one comparison: 95 % CI of the ratio B/A (Welch on log values)
 
 
 class MetricComparison(Struct, kw_only=True):
-    """One metric of one cell: the medians, their ratio B/A, the verdict (or `not measured: why`) and
-    its text; `detail` the full verdict."""
+    """One metric of one cell: medians, ratio B/A, verdict (or `not measured: why`), text; `detail` in full."""
 
     metric: str
     better: str
@@ -88,8 +87,7 @@ class AgenticComparison(Struct, kw_only=True):
 
 
 class KldComparison(Struct, kw_only=True):
-    """One candidate's KL divergence at one `[kld]` context in A and B; no verdict, with `reason`, when the
-    corpus or the reference's model differ."""
+    """A candidate's KL divergence at a `[kld]` context in A and B (no verdict, a `reason`: corpus or reference differ)."""
 
     candidate: str
     context: int

@@ -14,13 +14,10 @@ NO_REASON = "null without a recorded reason (engine bug: every null metric needs
 
 def fixed_deferred(sweep: Sweep) -> list[Deferred]:
     """Axes never measured by this version, and the sweep's own scope choices."""
-    suites = [AXES[SUITE_AXES[suite]].label.removesuffix(" pass rate") for suite in sweep.evals]
-    named = ", ".join(suites)
     out = [
         Deferred(axis="contexts", reason=f"only the context grid {list(sweep.contexts)} was measured; other "
                  "context sizes are not"),
-        Deferred(axis="quality", reason=f"quality beyond the eval tier ({sweep.eval_tier})"
-                 f"{f' and the public suites ({named})' if suites else ''} is not measured"),
+        *_quality_deferred(sweep),
     ]
     if not sweep.parallel_levels():
         out.append(Deferred(axis="concurrency", reason="probes run one request at a time (concurrency = [1]); "
@@ -28,10 +25,6 @@ def fixed_deferred(sweep: Sweep) -> list[Deferred]:
     if sweep.session.turns == 0:
         out.append(Deferred(axis="prefix-cache", reason="no session probes (session.turns = 0): every prompt is "
                             "unique at its start, so speed with a warm prompt cache (multi-turn chat) is not measured"))
-    if sweep.eval_tier == "none":
-        out.append(Deferred(axis="eval", reason="eval_tier none: " + (
-            f"the built-in eval tasks did not run (the public suites did: {named}, each its own axis)" if suites
-            else "no quality check ran")))
     if sweep.sustained.tokens == 0:
         out.append(Deferred(axis="sustained", reason="sustained generation off (sustained.tokens = 0): "
                             "no throttling/slow-down figure"))
@@ -44,6 +37,18 @@ def fixed_deferred(sweep: Sweep) -> list[Deferred]:
     s = sweep.sampling
     out.append(Deferred(axis="sampling", reason=f"only temperature={s.temperature:g}, seed={s.seed} was "
                         "measured; speed and quality with other sampling settings are not"))
+    return out
+
+
+def _quality_deferred(sweep: Sweep) -> list[Deferred]:
+    """Quality beyond the eval tier and the public suites; with tier none, whether any quality check ran."""
+    named = ", ".join(AXES[SUITE_AXES[suite]].label.removesuffix(" pass rate") for suite in sweep.evals)
+    out = [Deferred(axis="quality", reason=f"quality beyond the eval tier ({sweep.eval_tier})"
+                    f"{f' and the public suites ({named})' if named else ''} is not measured")]
+    if sweep.eval_tier == "none":
+        out.append(Deferred(axis="eval", reason="eval_tier none: " + (
+            f"the built-in eval tasks did not run (the public suites did: {named}, each its own axis)" if named
+            else "no quality check ran")))
     return out
 
 

@@ -116,19 +116,30 @@ def _costs(rb: Runbook, view: ContextPareto, leader: str, axis: str, others: Seq
     return out
 
 
+def _ranked(vals: dict[str, float], higher: bool) -> tuple[list[str], dict[str, int]]:
+    """Best first (equal values by name) and each one's place: 1 + how many are strictly better."""
+    ranked = sorted(vals, key=lambda c: (-vals[c] if higher else vals[c], c))
+    return ranked, {c: 1 + sum(vals[o] != vals[c] and (vals[o] > vals[c]) == higher for o in ranked) for c in ranked}
+
+
+def _leader_line(axis: str, ranked: list[str], vals: dict[str, float]) -> str:
+    """`1. a: 130.0 tok/s — first by median`, naming the candidates level with it."""
+    leader = ranked[0]
+    level = [c for c in ranked[1:] if vals[c] == vals[leader]]
+    by = "pass rate" if AXES[axis].outcomes else "median"
+    return (f"  1. {leader}: {_with_unit(axis, vals[leader])} — first by {by}"
+            + (f", level with {', '.join(level)} (the order among them is by name, not measured)" if level else ""))
+
+
 def _view_lines(rb: Runbook, view: ContextPareto, axis: str, higher: bool) -> list[str]:
     cands = [pt.candidate for pt in view.points]
     vals = {c: v for c in cands if (v := _value(rb, view, c, axis)) is not None}
     out = [f"context {view.context}:"]
     if not vals:
         return [*out, f"  {axis_word(axis)} was not measured at this context for any candidate"]
-    ranked = sorted(vals, key=lambda c: (-vals[c] if higher else vals[c], c))
+    ranked, place = _ranked(vals, higher)
     leader = ranked[0]
-    place = {c: 1 + sum(vals[o] != vals[c] and (vals[o] > vals[c]) == higher for o in ranked) for c in ranked}
-    level = [c for c in ranked[1:] if vals[c] == vals[leader]]
-    by = "pass rate" if AXES[axis].outcomes else "median"
-    out.append(f"  1. {leader}: {_with_unit(axis, vals[leader])} — first by {by}"
-               + (f", level with {', '.join(level)} (the order among them is by name, not measured)" if level else ""))
+    out.append(_leader_line(axis, ranked, vals))
     out += [f"  {place[c]}. {c}: {_with_unit(axis, vals[c])} — "
             f"{_verdict(rb, view.context, axis, leader, c, (vals[leader], vals[c]))}"
             for c in ranked[1:]]
