@@ -43,8 +43,9 @@ import _common as C
 
 from benchd.engine import probe
 from benchd.engine.prompts import PromptBuilder
-from benchd.schemas import Sampling
+from benchd.schemas import Candidate
 from benchd.servers.runtimes import get_adapter
+from benchd.servers.runtimes.base import ChatSettings
 
 ALL_CPUS = set(os.sched_getaffinity(0))
 
@@ -166,7 +167,8 @@ async def batch(impl: str, base: str, model: str, a: argparse.Namespace, builder
     cpu0 = time.process_time()
     ratios, tokens = [], 0
     for p in prompts:
-        body = adapter.requests.encode_body(adapter.requests.request_body(model=model, prompt=p.text, max_tokens=a.gen, sampling=Sampling()))
+        body = adapter.requests.encode_body(adapter.requests.probe_body(
+            Candidate(id="ab", runtime="llama-server", model=model), prompt=p.text, settings=ChatSettings(a.gen)))
         url = base + adapter.requests.request_path()
         if impl == "curl":
             await curl_run(url, body)
@@ -251,8 +253,9 @@ def decode_ab(a: argparse.Namespace) -> int:
                         return n
 
                     prompt = await builder.build(a.context, f"decode/{mode}/{client}/{rnd}", count, key=mode)
-                    body = adapter.requests.encode_body(adapter.requests.request_body(model=model, prompt=prompt.text, max_tokens=a.gen,
-                                                                    sampling=Sampling()))
+                    body = adapter.requests.encode_body(adapter.requests.probe_body(
+                        Candidate(id=mode, runtime="llama-server", model=model), prompt=prompt.text,
+                        settings=ChatSettings(a.gen)))
                     cpus = client_cpus if mode == "pinned" else None
                     if client == "curl":
                         rate = await curl_decode(srv.base + adapter.requests.request_path(), body, cpus)

@@ -206,7 +206,8 @@ def test_request_bodies() -> None:
         assert body["messages"] == [{"role": "user", "content": "hi"}]
         assert adapter.requests.request_headers()["Content-Type"] == "application/json"
         if name == "llama-server":
-            assert body["cache_prompt"] is False and body["ignore_eos"] is True
+            assert body["cache_prompt"] is False and "ignore_eos" not in body  # a probe's: `length_fields`
+        assert "ignore_eos" not in adapter.requests.answer_body(model="m", prompt="hi", max_tokens=5, sampling=s)
     assert get_adapter("mlx_lm.server").requests.request_model(cand("mlx_lm.server")) == "default_model"
     assert get_adapter("mlx_vlm.server").requests.request_model(cand("mlx_vlm.server")) == "/models/m.gguf"
     assert get_adapter("llama-server").requests.request_model(cand(request_model="q")) == "q"

@@ -359,7 +359,12 @@ class Requests(Part):
                 body["enable_thinking"] = thinking == "on"
             else:
                 body["chat_template_kwargs"] = {"enable_thinking": thinking == "on"}
+        body.update(self.runtime_fields())
         return body
+
+    def runtime_fields(self) -> JSONObject:
+        """Fields every chat request to this runtime carries (llama-server: `cache_prompt`)."""
+        return {}
 
     def probe_body(self, candidate: Candidate, *, prompt: str, settings: ChatSettings) -> dict[str, object]:
         """The streamed body of every probe kind: `request_body` with the candidate's `model` value, plus

@@ -21,7 +21,7 @@ from benchd.config import HOST
 from benchd.errors import BenchdError
 from benchd.lifeline import die_with_daemon
 from benchd.probe_result import ProbeResult, counter_diff
-from benchd.schemas import Candidate, Sampling
+from benchd.schemas import Candidate
 from benchd.schemas.json import JSONObject
 from benchd.servers import locate
 from benchd.servers.runtimes import base, environment, flags
@@ -379,23 +379,11 @@ class LlamaLauncher(base.Launcher):
 
 
 class LlamaRequests(base.Requests):
-    """llama-server's requests: `cache_prompt` false and `ignore_eos` on probes; `/tokenize`,
+    """llama-server's requests: `cache_prompt` false, `ignore_eos` on probes that run to length; `/tokenize`,
     `/apply-template` and `/v1/chat/completions/input_tokens` for token counts."""
 
-    def request_body(self, *, model: str, prompt: str, max_tokens: int, sampling: Sampling,
-                     thinking: str = "default") -> dict[str, object]:
-        body = super().request_body(model=model, prompt=prompt, max_tokens=max_tokens, sampling=sampling,
-                                    thinking=thinking)
-        body["cache_prompt"] = False  # or a cached prefix fakes the prompt throughput
-        body["ignore_eos"] = True  # generation runs to max_tokens: every probe does the same work
-        return body
-
-    def answer_body(self, *, model: str, prompt: str, max_tokens: int, sampling: Sampling,
-                    thinking: str = "default") -> dict[str, object]:
-        body = super().answer_body(model=model, prompt=prompt, max_tokens=max_tokens, sampling=sampling,
-                                   thinking=thinking)
-        body.pop("ignore_eos", None)  # an eval answer ends where the model ends it
-        return body
+    def runtime_fields(self) -> JSONObject:
+        return {"cache_prompt": False}  # or a cached prefix fakes the prompt throughput
 
     def length_fields(self, candidate: Candidate, run_to_length: bool) -> JSONObject:
         return {"ignore_eos": run_to_length}
