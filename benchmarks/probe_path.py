@@ -122,6 +122,11 @@ def main() -> None:
         if visits != 2 or kind != "probe" or trace.task is not None:
             return await real_visit(self, cand, context, kind, *args, **kw)
         trace.task = asyncio.current_task()
+        outer: FrameType | None = sys._getframe()
+        while outer is not None:  # the task's frames already running: resuming them is not a call
+            trace.seen.add(id(outer))
+            trace.keep.append(outer)
+            outer = outer.f_back
         sys.setprofile(trace.profile)
         try:
             return await real_visit(self, cand, context, kind, *args, **kw)
