@@ -128,9 +128,9 @@ def test_standard_wrong_answers_fail_with_reason(task_id, answer, fragment):
 def test_endless_loop_times_out():
     answer = "```python\ndef fib(n):\n    while True:\n        pass\n```"
     t0 = time.monotonic()
-    ok, detail, *_ = grade(by_id("standard", "fibonacci"), answer, timeout_s=1.5)
+    ok, detail, *_ = grade(by_id("standard", "fibonacci"), answer, timeout_s=1.0)
     assert not ok and "timeout" in detail
-    assert time.monotonic() - t0 < 30  # the 1.5 s timeout held, not a hang
+    assert time.monotonic() - t0 < 30  # the 1 s timeout held, not a hang
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="macOS gets no RLIMIT_AS (see test_darwin_gets_no_address_space_limit)")
