@@ -73,7 +73,7 @@ class Server:
     ready_s: float = 0.0
     load_s: float | None = None
     load_note: str = ""
-    #: "cold" (its pages dropped, none resident), "warm" (all resident), "partial"; None: unknown (`cache_note`).
+    #: "cold", "warm" or "partial" (`pagecache.cache_state`: by the resident share); None: unknown (`cache_note`).
     cache: str | None = None
     cache_note: str = ""
     cold_requested: bool = False

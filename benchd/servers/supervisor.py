@@ -50,15 +50,14 @@ LOAD_LOG_BYTES = 1 << 20
 
 
 def _page_cache_before(candidate: Candidate, cold: bool) -> tuple[str | None, str, float | None]:
-    """(cache state, how known, resident fraction) of the model files just before a spawn, their pages
-    dropped first when `cold` ("partial": some stayed)."""
+    """(cache state, how known, resident fraction) of the model files just before a spawn (dropped first when `cold`)."""
     spec = candidate.spec
     files = pagecache.files_of([candidate.model, *([spec.draft_model] if spec and spec.draft_model else [])])
     why = pagecache.drop(files) if cold else None
     res = pagecache.resident(files)
-    if res.fraction is None:
+    state = pagecache.cache_state(res)
+    if state is None:
         return None, f"{res.source}: {res.reason}", None
-    state = "cold" if res.resident_pages == 0 else "warm" if res.resident_pages == res.pages else "partial"
     how = f"{res.source}: {res.resident_pages} of {res.pages} pages of {res.files} file(s) resident before the spawn"
     if cold:
         how = f"{'pages not dropped: ' + why if why else 'posix_fadvise(POSIX_FADV_DONTNEED)'}; {how}"

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Iterable
 
-from benchd.sensors.pagecache.resident import Residency, resident
+from benchd.sensors.pagecache.resident import WARM_FRACTION, Residency, cache_state, resident
 
 
 def files_of(paths: Iterable[str]) -> list[str]:
@@ -34,4 +34,4 @@ def drop(paths: Iterable[str]) -> str | None:
     return drop_darwin(files)
 
 
-__all__ = ["Residency", "drop", "files_of", "resident"]
+__all__ = ["WARM_FRACTION", "Residency", "cache_state", "drop", "files_of", "resident"]

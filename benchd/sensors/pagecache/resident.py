@@ -1,6 +1,5 @@
-"""How much of a set of files is in the page cache: mincore(2) over a read-only shared mapping of each
-file, both through libc with ctypes (Linux and macOS have them). Mapping a file does not read it and
-mincore only reports, so measuring does not warm the cache."""
+"""How much of a set of files is in the page cache: mincore(2) over a read-only shared mapping of each file
+(libc through ctypes, Linux and macOS). Mapping does not read a file, so measuring does not warm the cache."""
 
 from __future__ import annotations
 
@@ -25,6 +24,17 @@ class Residency(Struct, kw_only=True, frozen=True):
     fraction: float | None = None
     source: str = "mincore(2)"
     reason: str | None = None
+
+
+#: The resident share from which a start is warm, and up to whose complement it is cold (docs/metrics.md).
+WARM_FRACTION = 0.99
+
+
+def cache_state(res: Residency) -> str | None:
+    """"warm", "cold" or "partial" by `WARM_FRACTION`; None when the residency is unknown."""
+    if res.fraction is None:
+        return None
+    return "warm" if res.fraction >= WARM_FRACTION else "cold" if res.fraction <= 1 - WARM_FRACTION else "partial"
 
 
 def _libc() -> ctypes.CDLL | None:

@@ -53,8 +53,8 @@ def window_tokens(result: ProbeResult, completion_tokens: int | None) -> tuple[i
 def thinking_fields(result: ProbeResult) -> ClientFigures:
     """ttfat_ms, reasoning_tokens and thinking (observed), with sources and null reasons."""
     out: ClientFigures = {"sources": {}, "null_reasons": {}}
-    out["ttfat_ms"] = result.ttfat_ms
-    if result.ttfat_ms is not None:
+    out["ttfat_ms"] = ttfat = result.ttfat_ms
+    if ttfat is not None:
         out["sources"]["ttfat_ms"] = "client:first-answer-chunk"
     elif result.reasoning_chunks:
         out["null_reasons"]["ttfat_ms"] = (
@@ -83,32 +83,31 @@ def thinking_fields(result: ProbeResult) -> ClientFigures:
 
 
 def client_timing(result: ProbeResult, completion_tokens: int | None) -> ClientFigures:
-    """ttft, e2e, the client stream-window rate and the thinking figures, with sources/reasons (shared
-    by all runtimes). TTFT is the first generated token of any kind (reasoning or answer); the window's
-    numerator is the tokens inside it (`window_tokens`)."""
+    """ttft (the first token of any kind), e2e, the client stream-window rate over the tokens inside it
+    (`window_tokens`) and the thinking figures, with sources/reasons (shared by all runtimes)."""
     out = thinking_fields(result)
-    out["ttft_ms"] = result.ttft_ms
-    if result.ttft_ms is not None:
+    out["ttft_ms"] = ttft = result.ttft_ms
+    if ttft is not None:
         out["sources"]["ttft_ms"] = "client:first-token-chunk (reasoning or answer)"
     else:
         out["null_reasons"]["ttft_ms"] = "no token chunk arrived"
     out["e2e_ms"] = result.e2e_ms
     out["sources"]["e2e_ms"] = "client:request-to-stream-end"
     inside, outside = window_tokens(result, completion_tokens)
-    tps = result.gen_tps_client(inside)
-    if tps is not None and result.arrivals < 2:
+    tps, arrivals = result.gen_tps_client(inside), result.arrivals
+    if tps is not None and arrivals < 2:
         tps = None  # every token arrived in one read: there is no window to time
     out["gen_tps_client"] = tps
     if tps is not None:
         source = "client:stream-window"
         if outside:
             source += f" ({inside} of {completion_tokens} tokens inside; outside: {', '.join(outside)})"
-        if result.arrivals < result.content_chunks / 2:  # bunched reads: say so, never hide it
-            source += f" (bunched: {result.arrivals} reads for {result.content_chunks} chunks)"
+        if arrivals < result.content_chunks / 2:  # bunched reads: say so, never hide it
+            source += f" (bunched: {arrivals} reads for {result.content_chunks} chunks)"
         out["sources"]["gen_tps_client"] = source
-    elif result.content_chunks >= 2 and result.arrivals < 3:
+    elif result.content_chunks >= 2 and arrivals < 3:
         out["null_reasons"]["gen_tps_client"] = (
-            f"stream window unmeasurable: all tokens arrived in {result.arrivals} socket read(s) "
+            f"stream window unmeasurable: all tokens arrived in {arrivals} socket read(s) "
             "(client starved or server faster than the client's reads)"
         )
     else:
