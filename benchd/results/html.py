@@ -312,7 +312,7 @@ def _ready(rb: Runbook) -> str:
                    [[r.candidate, r.time, r.purpose, r.ready_s, r.load_s, r.cache, r.resident_before,
                      "; ".join(f"{k}: {v}" for k, v in {**r.sources, **r.null_reasons}.items())] for r in rb.ready])
     return ("<section id='ready'><h2>Time to ready</h2><p>Spawn to health answering, over the starts with the model "
-            "files all in (warm) or none in (cold) the page cache, read with mincore just before the spawn.</p>"
+            "files ≥ 99 % in (warm) or ≤ 1 % in (cold) the page cache, read with mincore just before the spawn.</p>"
             f"{top}<details><summary>Every server start</summary>{starts}</details></section>")
 
 

@@ -63,7 +63,7 @@ def _cold_null(mine: list[ReadyStart]) -> str:
 def _summary_nulls(mine: list[ReadyStart], warm: list[float], cold: list[float], loads: list[float]) -> dict[str, str]:
     nulls: dict[str, str] = {}
     if not warm:
-        nulls["warm"] = "no start with the model files fully in the page cache" if mine else "no server start"
+        nulls["warm"] = "no start with ≥ 99 % of the model files' pages in the page cache" if mine else "no server start"
     if not cold:
         nulls["cold"] = _cold_null(mine)
     if not loads:

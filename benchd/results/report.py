@@ -285,7 +285,7 @@ def header_lines(rb: Runbook) -> list[str]:
 
 READY_HEADER = ["candidate", "warm ready_s", "cold ready_s", "cold / warm", "load_s", "starts"]
 READY_NOTE = ("time to ready: spawn -> health answers, median (min–max, n) over the starts with the model files "
-              "all in (warm) / none in (cold) the page cache; load_s: spawn -> the model-loaded log line")
+              "≥ 99 % in (warm) / ≤ 1 % in (cold) the page cache; load_s: spawn -> the model-loaded log line")
 
 
 def _ready_figure(f: ReadyFigure, notes: Notes) -> str:
