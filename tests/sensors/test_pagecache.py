@@ -14,7 +14,7 @@ def _res(resident: int, pages: int) -> Residency:
 
 
 def test_a_few_untouched_pages_leave_a_start_warm() -> None:
-    # The demo's SmolLM2 GGUF after a llama-server start: 4 pages the server never touched stayed out.
+    # The demo's SmolLM2 GGUF right after a llama-server start: 4 (up to 19) pages not resident.
     assert cache_state(_res(24_011, 24_015)) == "warm"
     assert cache_state(_res(24_015, 24_015)) == "warm"
 
