@@ -68,9 +68,8 @@ class ProbeResult:
         return len(set(self.chunk_times))
 
     def gen_tps_client(self, completion_tokens: int | None = None) -> float | None:
-        """The stream window's rate: (tokens - 1) / (last - first content chunk time), tokens being
-        `completion_tokens` when given, else the content chunk count; None without a window. Bunched reads
-        narrow the window (docs/metrics.md#the-client-stream-window)."""
+        """(tokens - 1) / (last - first content chunk time), tokens `completion_tokens` or else the content
+        chunks; None without a window (bunched reads: docs/metrics.md#the-client-stream-window)."""
         n = completion_tokens if completion_tokens is not None else self.content_chunks
         if n < 2 or self.first_content is None or self.last_content is None:
             return None

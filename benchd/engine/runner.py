@@ -128,18 +128,11 @@ class Runner:
         adapter = get_adapter(cell.candidate.runtime)
         run = ProbeRun(adapter, server, cell, gen_tokens, series, ServerFacts(server.ctx_size, server.binary, server.version))
         self.pool.hold_client_pin(cell.candidate.id)
-        cand = cell.candidate
         prompt = await self.sized_prompt(run)
         if isinstance(prompt, Row):
             return prompt
         run.prompt = prompt
-        start = self.energy.sample()  # the idle baseline: power while cooling
-        run.cooldown = await self.cool_down(run)
-        run.idle = self.energy.since(start)
-        run.started_at = utcnow()
-        self.recorder.emit("probe_started", candidate=cand.id, context=cell.context, probe=cell.probe, kind=cell.kind,
-                  round=cell.place.round, visit=cell.place.visit)
-        run.facts = ServerFacts.of(server)
+        await self.begin(run)
         watch = series_mod.Watch(self.clock, server.pid)  # a sleep or a stopped server invalidates the probe
         try:
             row = await self.measure(run, watch)
@@ -150,6 +143,16 @@ class Runner:
                 await asyncio.shield(watch.cancel())
             self.recorder.commit(self.row(run, Decision("aborted", "cancelled while the probe was in flight")))
             raise
+
+    async def begin(self, run: ProbeRun) -> None:
+        """The cooldown (its energy the idle baseline), then the probe's start: clock, event, server facts."""
+        cell, start = run.cell, self.energy.sample()
+        run.cooldown = await self.cool_down(run)
+        run.idle = self.energy.since(start)
+        run.started_at = utcnow()
+        self.recorder.emit("probe_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe,
+                           kind=cell.kind, round=cell.place.round, visit=cell.place.visit)
+        run.facts = ServerFacts.of(run.server)
 
     async def build_prompt(self, adapter: RuntimeAdapter, server: Server, cell: Cell) -> Prompt:
         cand = cell.candidate
@@ -290,16 +293,11 @@ class Runner:
 
         if warm:
             await pair(vc.key(probe_no) + "/warm-up")
-        start = self.energy.sample()
-        run.cooldown = await self.cool_down(run)
-        idle = self.energy.since(start)
-        run.started_at = utcnow()
-        self.recorder.emit("probe_started", candidate=cand.id, context=cell.context, probe=cell.probe, kind="vision")
-        run.facts = ServerFacts.of(server)
+        await self.begin(run)
         try:
             async with MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cand),
                                      series=False) as sampler:
-                with self.energy.probe(idle, False) as recording:
+                with self.energy.probe(run.idle, False) as recording:
                     got = await pair(vc.key(probe_no), recording.marks)
         except asyncio.CancelledError:
             self.recorder.commit(self.row(run, Decision("aborted", "cancelled while the image probe was in flight")))

@@ -71,6 +71,10 @@ def test_vision_rows_per_resolution(vision_run: dict[str, Any], cand: str) -> No
     assert max(r.image_tokens or 0 for r in small) < min(r.image_tokens or 0 for r in big)
     hashes = [h for r in rows for h in r.image_sha256 or []]
     assert len(hashes) == len(set(hashes))  # never the same image twice: no image cache can serve one
+    started = [e.payload for e in vision_run["store"].events.iterate(vision_run["job"])
+               if e.type == "probe_started" and e.payload["candidate"] == cand and e.payload["kind"] == "vision"]
+    assert sorted(p["probe"] for p in started) == sorted(r.probe for r in rows)  # one event per image pair
+    assert all(p["round"] is None and p["visit"] is None for p in started)  # image pairs run outside the rounds
 
 
 def test_text_candidate_gets_no_image_rows_and_a_reason(vision_run: dict[str, Any]) -> None:
