@@ -93,6 +93,9 @@ def test_llama_server_external_beside_owned(run_daemon: Any, llama_external: str
         assert r["mem_peak_bytes"] and r["mem_source"], r["null_reasons"]
         assert "server_args" in r["null_reasons"] and r["server_version"].startswith("llama.cpp")
         assert r["ctx_size"] == 512 and r["sources"]["ctx_size"].startswith("external:")
+        # probes ask the detected llama-server for no prompt cache, as an owned one: nothing is reused
+        if r["kind"] == "probe":
+            assert r["cached_tokens"] == 0 and "cached_tokens_allowed" not in r["sources"], r["sources"]
     nopid = [r for r in rows if r["candidate"] == "ext-nopid" and r["context"] == 64 and r["status"] == "ok"]
     assert nopid and all(r["mem_peak_bytes"] is None and "pid" in r["null_reasons"]["mem_peak_bytes"] for r in nopid)
     # 1024 + 16 + 64 tokens do not fit the external server's 512-token slot: refused with the reason.

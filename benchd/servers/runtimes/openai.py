@@ -334,6 +334,13 @@ class ExternalRequests(base.Requests):
         inner = _inner(candidate.url)
         return inner.requests.length_fields(candidate, run_to_length) if inner is not None else {}
 
+    def probe_body(self, candidate: Candidate, *, prompt: str, settings: base.ChatSettings) -> dict[str, object]:
+        """The generic body plus the detected kind's own probe fields (llama-server: `cache_prompt` false)."""
+        body = super().probe_body(candidate, prompt=prompt, settings=settings)
+        inner = _inner(candidate.url)
+        body.update(inner.requests.runtime_fields() if inner is not None else {})
+        return body
+
     async def count_tokens(self, base_url_: str, text: str) -> int | None:
         inner = _inner(base_url_)
         return await inner.requests.count_tokens(base_url_, text) if inner is not None else None
@@ -348,11 +355,10 @@ class ExternalRequests(base.Requests):
 
 
 class ExternalReader(base.Reader):
-    """An external server's answers: `timings` where it sends them, else `usage` and the client's window."""
+    """An external server's answers: its own `timings` where it sends them (llama-server, mlx_vlm.server), else
+    `usage` and the client's stream window (the generic OpenAI stream)."""
 
     def normalize(self, result: ProbeResult, *, spec_configured: bool) -> base.Normalized:
-        """The server's own `timings` where it sends them (llama-server, mlx_vlm.server), else `usage`
-        and the client's stream window (the generic OpenAI stream)."""
         if result.timings:
             return self.normalize_timings(result, spec_configured=spec_configured)
         return self.normalize_usage(result, spec_configured=spec_configured, no_timings="the server sent no timings",
