@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from benchd.results.evalcompare import suite_outcomes
 from benchd.results.text import axis_word, comparison_sentence, fmt_value
 from benchd.schemas import ContextPareto, Row, Runbook
 from benchd.stats.axes import AXES, IMAGE_AXIS_PREFIX
@@ -66,8 +67,6 @@ def _verdict(rb: Runbook, ctx: int, axis: str, leader: str, cand: str, medians: 
     """`cand` against the leader on `axis`, in the one comparison's sentence (cand the subject)."""
     spec = AXES.get(axis)
     if spec is not None and spec.outcomes:
-        from benchd.results.evalcompare import suite_outcomes
-
         out = suite_outcomes(rb.evals)
         a, b = out.get(leader, {}).get(axis), out.get(cand, {}).get(axis)
         if not a or not b:
@@ -87,33 +86,44 @@ def _with_unit(axis: str, v: float | None) -> str:
     return text if axis.endswith("_bytes") or spec is None or not spec.unit or v is None else f"{text} {spec.unit}"
 
 
+def _shown(rb: Runbook, axis: str, cand: str, v: float) -> str:
+    """A public suite's pass rate as `k/n tasks (p %)`, any other value with its unit."""
+    tasks = suite_outcomes(rb.evals).get(cand, {}).get(axis) if AXES[axis].outcomes else None
+    if not tasks:
+        return _with_unit(axis, v)
+    passed = sum(tasks.values())
+    return f"{passed}/{len(tasks)} tasks ({100 * passed / len(tasks):.0f} %)"
+
+
 def _axes_for(p: Priority, rb: Runbook) -> list[str]:
     if p.axis != IMAGE_AXIS_PREFIX:
         return [p.axis]
     return sorted({k for v in rb.pareto for pt in v.points for k in pt.values if k.startswith(IMAGE_AXIS_PREFIX)})
 
 
-def _cost_line(other: str, leader: str, mine: float | None, vals: dict[str, float]) -> str:
-    spec = AXES.get(other)
-    if mine is None:
-        return f"{axis_word(other)}: not measured for {leader}"
+def _cost_line(rb: Runbook, other: str, leader: str, vals: dict[str, float]) -> str:
+    spec, mine = AXES.get(other), vals[leader]
     if spec is None:
         return f"{axis_word(other)}: {_with_unit(other, mine)}"
     best = (max if spec.better == "higher" else min)(vals.values())
     if mine == best:
-        return f"{axis_word(other)}: {_with_unit(other, mine)}, the best measured"
-    who = ", ".join(c for c, v in vals.items() if v == best)
-    return f"{axis_word(other)}: {_with_unit(other, mine)} against the best {_with_unit(other, best)} ({who})"
+        return f"{axis_word(other)}: {_shown(rb, other, leader, mine)}, the best measured"
+    who = [c for c, v in vals.items() if v == best]
+    return (f"{axis_word(other)}: {_shown(rb, other, leader, mine)} against the best "
+            f"{_shown(rb, other, who[0], best)} ({', '.join(who)})")
 
 
 def _costs(rb: Runbook, view: ContextPareto, leader: str, axis: str, others: Sequence[str]) -> list[str]:
     """What the leader gives up on each other axis of the view: its median beside the best one."""
-    out = []
+    out, unmeasured = [], []
     names = [a for a in (view.points[0].values if view.points else {}) if a != axis]
     for other in names:
         vals = {c: v for c in others if (v := _value(rb, view, c, other)) is not None}
-        out.append(_cost_line(other, leader, vals.get(leader), vals))
-    return out
+        if leader in vals:
+            out.append(_cost_line(rb, other, leader, vals))
+        else:
+            unmeasured.append(axis_word(other))
+    return out + ([f"not measured for {leader}: {', '.join(unmeasured)}"] if unmeasured else [])
 
 
 def _ranked(vals: dict[str, float], higher: bool) -> tuple[list[str], dict[str, int]]:
@@ -122,12 +132,12 @@ def _ranked(vals: dict[str, float], higher: bool) -> tuple[list[str], dict[str, 
     return ranked, {c: 1 + sum(vals[o] != vals[c] and (vals[o] > vals[c]) == higher for o in ranked) for c in ranked}
 
 
-def _leader_line(axis: str, ranked: list[str], vals: dict[str, float]) -> str:
+def _leader_line(rb: Runbook, axis: str, ranked: list[str], vals: dict[str, float]) -> str:
     """`1. a: 130.0 tok/s — first by median`, naming the candidates level with it."""
     leader = ranked[0]
     level = [c for c in ranked[1:] if vals[c] == vals[leader]]
     by = "pass rate" if AXES[axis].outcomes else "median"
-    return (f"  1. {leader}: {_with_unit(axis, vals[leader])} — first by {by}"
+    return (f"  1. {leader}: {_shown(rb, axis, leader, vals[leader])} — first by {by}"
             + (f", level with {', '.join(level)} (the order among them is by name, not measured)" if level else ""))
 
 
@@ -139,8 +149,8 @@ def _view_lines(rb: Runbook, view: ContextPareto, axis: str, higher: bool) -> li
         return [*out, f"  {axis_word(axis)} was not measured at this context for any candidate"]
     ranked, place = _ranked(vals, higher)
     leader = ranked[0]
-    out.append(_leader_line(axis, ranked, vals))
-    out += [f"  {place[c]}. {c}: {_with_unit(axis, vals[c])} — "
+    out.append(_leader_line(rb, axis, ranked, vals))
+    out += [f"  {place[c]}. {c}: {_shown(rb, axis, c, vals[c])} — "
             f"{_verdict(rb, view.context, axis, leader, c, (vals[leader], vals[c]))}"
             for c in ranked[1:]]
     out += [f"  not measured: {c}" for c in cands if c not in vals]

@@ -13,6 +13,7 @@ from runbook_factory import fill_job, setup_state
 
 from benchd.results import runbook
 from benchd.results.priority import PRIORITIES, priority_lines
+from benchd.schemas import EvalResult
 
 
 def test_priorities_answer_in_order_with_costs(tmp_path: Path) -> None:
@@ -27,7 +28,9 @@ def test_priorities_answer_in_order_with_costs(tmp_path: Path) -> None:
     assert gen[i + 2].startswith("  2. gguf-spec: 120.0 tok/s — gguf-spec is 7.7 % slower than mlx-lm at generation")
     assert "  what mlx-lm costs on the other axes (medians):" in gen
     assert "    peak memory: 2.38 MiB against the best 1.91 MiB (gguf-plain)" in gen
-    assert "    prompt processing: not measured for mlx-lm" in gen
+    # the axes the leader has no value on, named in one line after its costs
+    assert "    not measured for mlx-lm: energy per generated token, prompt processing" in gen
+    assert not [line for line in gen if ": not measured for" in line]
     mem = priority_lines(rb, "memory")
     assert "  2. mlx-lm: 2.38 MiB — mlx-lm uses 25.0 % more peak memory than gguf-plain (exact, no spread; α = 0.05)" in mem
     assert priority_lines(rb, "vision")[3].startswith("  not measured: no candidate ran image probes")
@@ -61,3 +64,10 @@ def test_equal_values_share_a_place_and_the_leader_says_so(tmp_path: Path) -> No
     assert all(gen[i + 1 + k].startswith(f"  1. {n}: 125.0 tok/s — ") for k, n in enumerate(names))
     code = priority_lines(rb, "code")
     assert code[code.index("context 512:") + 1].startswith(f"  1. {names[0]}: 0.500 — first by pass rate, level with")
+    # with the suite's per-task outcomes beside it, a pass rate reads as tasks passed, here and in the costs
+    evals = [EvalResult(job="j", candidate=n, tier="code", task=f"HumanEval/{t}", passed=t == 0) for n in names
+             for t in range(2)]
+    rb = msgspec.structs.replace(rb, evals=evals)
+    code = priority_lines(rb, "code")
+    assert code[code.index("context 512:") + 1].startswith(f"  1. {names[0]}: 1/2 tasks (50 %) — first by pass rate")
+    assert "    HumanEval pass rate: 1/2 tasks (50 %), the best measured" in priority_lines(rb, "generation")
