@@ -8,7 +8,7 @@ from typing import Protocol
 
 from benchd.schemas import CellVerdict, MachineInfo
 from benchd.stats.axes import AXES
-from benchd.stats.comparison import ADVICE_MIN_N
+from benchd.stats.comparison import ADVICE_MIN_N, tasks_needed
 
 #: Axis -> (label, unit scale, unit) for people; an axis this table lacks reads as its own name.
 AXIS_LABELS: dict[str, tuple[str, float, str]] = {a.name: (a.label, a.scale, a.unit) for a in AXES.values()}
@@ -329,7 +329,9 @@ def _outcome_sentence(v: VerdictFields, a: str, b: str, rates: Sequence[float | 
         return f"{b}'s {label} is {abs(pp):.0f} pp {'higher' if pp > 0 else 'lower'} than {a}'s ({detail}; {at})"
     if v.verdict == "tied":
         return f"{b} and {a} are tied on {label}: within ±{v.margin_pct:g} pp ({detail}; {at})"
-    return f"{b} against {a} on {label} is {v.verdict}: more shared tasks would decide it ({detail}; {at})"
+    need = tasks_needed(v.margin_pct, v.alpha)
+    tie = f"; a tie within ±{v.margin_pct:g} pp needs at least {need}" if v.n_a < need else ""
+    return f"{b} against {a} on {label} is {v.verdict}: more shared tasks would decide it{tie} ({detail}; {at})"
 
 
 class DominanceFields(Protocol):

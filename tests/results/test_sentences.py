@@ -41,8 +41,14 @@ def test_tied_and_pass_rates_and_dominance_read_as_sentences() -> None:
     assert comparison_sentence(tied, "a", "b").startswith("b and a are tied to the first token: within ±2 % ("), tied
     rates = compare_outcomes({"t1": True, "t2": True}, {"t1": True, "t2": False})
     assert comparison_sentence(rates, "a", "b", medians=(1.0, 0.5)) == (
-        "b against a on eval pass rate is unresolved: more shared tasks would decide it (50 % vs 100 % over 2 shared "
-        "tasks; α = 0.05)")
+        "b against a on eval pass rate is unresolved: more shared tasks would decide it; a tie within ±5 pp needs at "
+        "least 52 (50 % vs 100 % over 2 shared tasks; α = 0.05)")
+    # from 52 shared tasks a tie is reachable at α = 0.05: the sentence no longer names a count
+    many = {f"t{i}": i % 2 == 0 for i in range(60)}
+    wide = compare_outcomes(many, {**many, "t1": True, "t3": True, "t5": True})
+    assert wide.verdict == "unresolved", wide.text
+    assert comparison_sentence(wide, "a", "b") == (
+        "b against a on eval pass rate is unresolved: more shared tasks would decide it (over 60 shared tasks; α = 0.05)")
     d = dominance({"gen_tps": [200.0, 201.0, 202.0], "mem_peak_bytes": [1.0, 1.0, 1.0]},
                   {"gen_tps": [100.0, 101.0, 102.0], "mem_peak_bytes": [2.0, 2.0, 2.0]}, axes=["gen_tps", "mem_peak_bytes"])
     assert dominance_sentence(d, "small", "large") == (
