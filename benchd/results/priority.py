@@ -114,16 +114,20 @@ def _cost_line(rb: Runbook, other: str, leader: str, vals: dict[str, float]) -> 
 
 
 def _costs(rb: Runbook, view: ContextPareto, leader: str, axis: str, others: Sequence[str]) -> list[str]:
-    """What the leader gives up on each other axis of the view: its median beside the best one."""
+    """What the leader gives up on each other axis of the view: its median (a pass rate: tasks passed) beside
+    the best one, under a header naming which of the two the lines hold."""
     out, unmeasured = [], []
     names = [a for a in (view.points[0].values if view.points else {}) if a != axis]
+    rates = sum(a in AXES and AXES[a].outcomes for a in names)
+    kinds = "medians" if not rates else "pass rates" if rates == len(names) else "medians, pass rates"
     for other in names:
         vals = {c: v for c in others if (v := _value(rb, view, c, other)) is not None}
         if leader in vals:
             out.append(_cost_line(rb, other, leader, vals))
         else:
             unmeasured.append(axis_word(other))
-    return out + ([f"not measured for {leader}: {', '.join(unmeasured)}"] if unmeasured else [])
+    out += [f"not measured for {leader}: {', '.join(unmeasured)}"] if unmeasured else []
+    return [f"  what {leader} costs on the other axes ({kinds}):", *(f"    {x}" for x in out)]
 
 
 def _ranked(vals: dict[str, float], higher: bool) -> tuple[list[str], dict[str, int]]:
@@ -155,8 +159,7 @@ def _view_lines(rb: Runbook, view: ContextPareto, axis: str, higher: bool) -> li
             for c in ranked[1:]]
     out += [f"  not measured: {c}" for c in cands if c not in vals]
     out += [f"  {c}: excluded ({why})" for c, why in view.excluded.items()]
-    out.append(f"  what {leader} costs on the other axes (medians):")
-    return out + [f"    {x}" for x in _costs(rb, view, leader, axis, cands)]
+    return out + _costs(rb, view, leader, axis, cands)
 
 
 def priority_lines(rb: Runbook, name: str) -> list[str]:
