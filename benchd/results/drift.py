@@ -19,7 +19,8 @@ def _series(rows: Sequence[Row], cand: str, ctx: int, kind: str, metric: str) ->
 def sweep_drift(sweep: Sweep, rows: Sequence[Row], alpha: float = ALPHA) -> tuple[SweepDrift | None, str | None]:
     """(drift, None), or (None, why there is none)."""
     if not sweep.sentinel_on():
-        return None, "sentinel off (sentinel = false, or a fixed probe count without sentinel = true)"
+        return None, ("sentinel = false" if sweep.sentinel is False
+                      else "a fixed probe count runs it only with sentinel = true")
     # the engine runs the first candidate's first cell again, or the first the race kept: the rows say which
     cand = next((r.candidate for r in rows if r.kind == "sentinel"), sweep.candidates[0].id)
     ctx, metric = min(sweep.contexts), sweep.probe_plan().metric

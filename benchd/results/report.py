@@ -83,7 +83,7 @@ def probes_text(sweep: Sweep) -> str:
 def drift_text(rb: Runbook) -> str:
     if rb.drift is not None:
         return ("DRIFT: " if rb.drift.drifted else "") + rb.drift.summary
-    return f"drift sentinel: none ({rb.drift_null_reason or 'not recorded'})"
+    return f"drift sentinel: not run ({rb.drift_null_reason or 'not recorded'})"
 
 
 class Notes:
