@@ -3,6 +3,7 @@ platform default), socket, cache dir. Creates no directory (`instance.py` does).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import sys
 from dataclasses import dataclass
@@ -10,6 +11,16 @@ from pathlib import Path
 
 #: Every server benchd starts binds here, and every request benchd sends goes here: loopback only.
 HOST = "127.0.0.1"
+
+
+def is_loopback_host(host: str) -> bool:
+    """`localhost` or a loopback IP literal (127.0.0.0/8, ::1), decided without a DNS lookup."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
 
 #: Server logs are capped at this size, then rotated once (`.log.1`).
 LOG_CAP_BYTES = 8 * 1024 * 1024

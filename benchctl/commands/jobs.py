@@ -166,9 +166,12 @@ def _external_lines(cand: Any, sweep: Any) -> list[str]:
     source, its API-key variable, and the contexts one of its slots cannot hold."""
     import asyncio
 
+    from benchd.engine.sweepcheck import external_problems
     from benchd.servers.runtimes.base import CTX_MARGIN_TOKENS
     from benchd.servers.runtimes.openai import detect
 
+    if external_problems(cand):
+        return [f"external server at {cand.url}: not asked (its settings are refused: see the problems)"]
     try:
         found = asyncio.run(detect(cand))
     except Exception as exc:  # validate's problems already name it

@@ -12,7 +12,7 @@ import aiohttp
 import msgspec
 
 from benchd.probe_result import ProbeResult
-from benchd.servers.runtimes.http import read_capped
+from benchd.servers.runtimes.http import loopback_connector, read_capped
 
 if TYPE_CHECKING:
     from benchd.schemas import Candidate
@@ -182,7 +182,7 @@ async def run(
     started = time.perf_counter()
     result = ProbeResult(status="failed", error=None, http_status=None, started=started, ended=started)
     stream = _Stream(result, marks, collect_text)
-    connector = aiohttp.TCPConnector(force_close=True)
+    connector = loopback_connector()
     try:
         async with (
             asyncio.timeout(timeout_s),
@@ -281,7 +281,7 @@ async def read_metrics(base_url: str, *, timeout_s: float = 5.0) -> dict[str, fl
     try:
         async with (
             aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(force_close=True),
+                connector=loopback_connector(),
                 timeout=aiohttp.ClientTimeout(total=timeout_s),
             ) as session,
             session.get(base_url + "/metrics", allow_redirects=False) as resp,

@@ -4,7 +4,6 @@ candidates beyond its schema, each problem a `BenchdError` whose field is a `$.c
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -12,6 +11,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from benchd.config import is_loopback_host
 from benchd.engine.matrix import Expanded as Expanded  # re-exported: the one expansion, with the checks
 from benchd.engine.matrix import expand as expand
 from benchd.engine.modelcheck import model_problems
@@ -31,15 +31,6 @@ _STARTED_ONLY = {
     "mmproj": "the server's projector is as it was started",
     "vision": "image probes need the model's image limits, which benchd reads from files it does not have",
 }
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def external_problems(cand: Candidate) -> list[BenchdError]:
@@ -94,7 +85,7 @@ def _url_problems(cand: Candidate, where: str) -> list[BenchdError]:
     if parts.scheme != "http":
         out.append(BenchdError("bad_url", f"candidate {cand.id!r}: url {cand.url!r} must be http:// (a server on "
                                "this machine)", f"{where}.url"))
-    elif not _loopback(host):
+    elif not is_loopback_host(host):
         out.append(BenchdError("not_loopback", f"candidate {cand.id!r}: url {cand.url!r} is not a loopback address "
                                "(127.0.0.0/8, ::1, localhost): benchd measures the machine it runs on",
                                f"{where}.url"))

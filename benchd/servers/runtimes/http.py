@@ -1,14 +1,49 @@
 """HTTP helpers the adapters share: a fresh connection per request (llama-server closes it after each
-stream), no redirect followed, at most `MAX_BODY_BYTES` of a body read, and the shared `/health` shape."""
+stream) to loopback only, no redirect followed, at most `MAX_BODY_BYTES` of a body read, and the shared
+`/health` shape."""
 
 from __future__ import annotations
 
+import errno
+import ipaddress
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import msgspec
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+
+class _LoopbackResolver(AbstractResolver):
+    """Resolves `localhost` to 127.0.0.1 and ::1 and refuses every other name, with no DNS lookup."""
+
+    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+                      ) -> list[ResolveResult]:
+        if host.lower() != "localhost":
+            raise OSError(errno.EACCES, f"{host} is not loopback: benchd sends requests to loopback addresses only")
+        return [ResolveResult(hostname=host, host=ip, port=port, family=fam, proto=0, flags=socket.AI_NUMERICHOST)
+                for ip, fam in (("127.0.0.1", socket.AF_INET), ("::1", socket.AF_INET6))
+                if family in (socket.AF_UNSPEC, fam)]
+
+    async def close(self) -> None:
+        return None
+
+
+def _loopback_socket(addr_info: tuple[Any, ...]) -> socket.socket:
+    """A socket for `addr_info`, refused (before it connects) when its address is not loopback."""
+    family, kind, proto, _, sockaddr = addr_info
+    ip = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+    if not (getattr(ip, "ipv4_mapped", None) or ip).is_loopback:
+        raise OSError(errno.EACCES, f"{ip} is not loopback: benchd sends requests to loopback addresses only")
+    return socket.socket(family, kind, proto)
+
+
+def loopback_connector() -> aiohttp.TCPConnector:
+    """The connector of every request benchd sends: a fresh connection each time, to loopback only (a host
+    name other than `localhost` is refused before any lookup, a non-loopback address before it connects)."""
+    return aiohttp.TCPConnector(force_close=True, resolver=_LoopbackResolver(), socket_factory=_loopback_socket)
 
 
 @dataclass(frozen=True)
@@ -41,7 +76,7 @@ async def read_capped(resp: aiohttp.ClientResponse, limit: int = MAX_BODY_BYTES)
 
 def _session(timeout_s: float) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(force_close=True),
+        connector=loopback_connector(),
         timeout=aiohttp.ClientTimeout(total=timeout_s),
     )
 

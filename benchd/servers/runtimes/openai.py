@@ -23,7 +23,7 @@ from benchd.schemas import Candidate, ExternalServer
 from benchd.schemas.json import JSONObject
 from benchd.servers.procgroup import listens_on, port_listeners
 from benchd.servers.runtimes import base
-from benchd.servers.runtimes.http import read_capped
+from benchd.servers.runtimes.http import loopback_connector, read_capped
 from benchd.servers.runtimes.llama_server import LlamaServerAdapter
 from benchd.servers.runtimes.mlx_lm import MlxLmAdapter
 from benchd.servers.runtimes.mlx_vlm import MlxVlmAdapter
@@ -96,7 +96,7 @@ def api_key_headers(candidate: Candidate) -> dict[str, str]:
 async def _get(url: str, path: str, headers: Mapping[str, str]) -> tuple[int, object, str]:
     """(status, decoded JSON or None, the Server header) of one GET on a fresh connection."""
     async with (
-        aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True),
+        aiohttp.ClientSession(connector=loopback_connector(),
                               timeout=aiohttp.ClientTimeout(total=10.0)) as session,
         session.get(url + path, headers=dict(headers), allow_redirects=False) as resp,
     ):
@@ -110,7 +110,7 @@ async def _get(url: str, path: str, headers: Mapping[str, str]) -> tuple[int, ob
 
 async def _post(url: str, path: str, body: Mapping[str, object], headers: Mapping[str, str]) -> tuple[int, object]:
     async with (
-        aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True),
+        aiohttp.ClientSession(connector=loopback_connector(),
                               timeout=aiohttp.ClientTimeout(total=10.0)) as session,
         session.post(url + path, json=dict(body), headers=dict(headers), allow_redirects=False) as resp,
     ):
