@@ -32,3 +32,10 @@ def test_psutil_floor_covers_every_api_used() -> None:
     for api, since in PSUTIL_SINCE.items():
         if re.search(rf"\.{api}\(", sources):
             assert floor >= since, f"the code calls psutil {api}() (psutil >= {since}), but pyproject allows {floor}"
+
+
+def test_aiohttp_floor_covers_the_loopback_connector() -> None:
+    """`TCPConnector(socket_factory=)`, the loopback-only guard's hook, is new in aiohttp 3.12 (aio-libs PR 10520)."""
+    sources = (ROOT / "benchd" / "servers" / "runtimes" / "http.py").read_text()
+    assert "socket_factory=" in sources
+    assert _floor("aiohttp") >= (3, 12)

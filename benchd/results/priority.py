@@ -114,8 +114,7 @@ def _cost_line(rb: Runbook, other: str, leader: str, vals: dict[str, float]) -> 
 
 
 def _costs(rb: Runbook, view: ContextPareto, leader: str, axis: str, others: Sequence[str]) -> list[str]:
-    """What the leader gives up on each other axis of the view: its median (a pass rate: tasks passed) beside
-    the best one, under a header naming which of the two the lines hold."""
+    """The leader's median or pass rate on each other axis beside the best one, under a header naming which."""
     out, unmeasured = [], []
     names = [a for a in (view.points[0].values if view.points else {}) if a != axis]
     rates = sum(a in AXES and AXES[a].outcomes for a in names)

@@ -1,6 +1,5 @@
-"""HTTP helpers the adapters share: a fresh connection per request (llama-server closes it after each
-stream) to loopback only, no redirect followed, at most `MAX_BODY_BYTES` of a body read, and the shared
-`/health` shape."""
+"""HTTP helpers the adapters share: a fresh connection per request, to loopback only (`loopback_connector`),
+no redirect followed, at most `MAX_BODY_BYTES` of a body read, and the shared `/health` shape."""
 
 from __future__ import annotations
 
@@ -9,11 +8,14 @@ import ipaddress
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import msgspec
 from aiohttp.abc import AbstractResolver, ResolveResult
+
+if TYPE_CHECKING:
+    from aiohappyeyeballs import AddrInfoType  # aiohttp's own dependency; a type only
 
 
 class _LoopbackResolver(AbstractResolver):
@@ -31,7 +33,7 @@ class _LoopbackResolver(AbstractResolver):
         return None
 
 
-def _loopback_socket(addr_info: tuple[Any, ...]) -> socket.socket:
+def _loopback_socket(addr_info: AddrInfoType) -> socket.socket:
     """A socket for `addr_info`, refused (before it connects) when its address is not loopback."""
     family, kind, proto, _, sockaddr = addr_info
     ip = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
@@ -41,8 +43,7 @@ def _loopback_socket(addr_info: tuple[Any, ...]) -> socket.socket:
 
 
 def loopback_connector() -> aiohttp.TCPConnector:
-    """The connector of every request benchd sends: a fresh connection each time, to loopback only (a host
-    name other than `localhost` is refused before any lookup, a non-loopback address before it connects)."""
+    """Every request's connector: a fresh connection, refused before any lookup or socket unless loopback."""
     return aiohttp.TCPConnector(force_close=True, resolver=_LoopbackResolver(), socket_factory=_loopback_socket)
 
 
