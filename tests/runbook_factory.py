@@ -2,7 +2,7 @@
 
 Rows are plain data (no server needed to test rendering and decisions); the model files are real
 files written here, so the provenance sha256 is checked against real bytes. The real-server path
-(`locked --command` starting llama-server) lives in tests/test_lock.py.
+(`locked --command` starting llama-server) lives in tests/results/test_lock_real.py.
 """
 
 from __future__ import annotations

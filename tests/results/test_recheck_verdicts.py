@@ -3,7 +3,8 @@ the lock's [[rechecks]] history (appended without touching [locked], kept on re-
 the settings file, the notifier's choice of command and the next HH:MM.
 
 The runtime binary here is a real executable file (a shell script that answers `--version` like
-llama-server does); the daemon-level and real-server paths are in tests/daemon/test_recheck_detect.py and test_recheck_real.py.
+llama-server does); the daemon-level and real-server paths are in tests/daemon/test_recheck_detect.py and test_recheck_real.py,
+the fingerprint of a real MLX install in test_recheck_verdicts_real.py.
 """
 
 from __future__ import annotations
@@ -293,20 +294,6 @@ def test_a_version_1_lock_is_checked_on_what_it_recorded(state) -> None:
     models["gguf"].write_bytes(b"new")
     got = take_fingerprint(lock.locked_candidate(lf.locked), config, "test")
     assert changed_kinds(base, got) == ["model", "version"]
-
-
-@pytest.mark.real
-def test_mlx_fingerprint_names_the_venv_packages(mlx_argv, tiny_models, cache_dir) -> None:  # type: ignore[no-untyped-def]
-    from benchd.config import Config
-    from benchd.schemas import Candidate
-
-    config = Config.resolve(cache_dir=cache_dir)
-    python = mlx_argv["mlx_lm.server"][0]
-    cand = Candidate(id="m", runtime="mlx_lm.server", model=str(tiny_models.mlx_dir), binary=python)
-    fp = take_fingerprint(cand, config, "test")
-    assert fp.packages["mlx-lm"] == "0.32.2" and fp.packages["mlx"] == "0.32.4", fp.packages
-    assert fp.version == "mlx-lm 0.32.2, mlx 0.32.4" and fp.binary_sha256 and fp.binary_realpath
-    assert fp.model_sha256 == facts.hash_model(tiny_models.mlx_dir).sha256
 
 
 def test_summary_words_for_held_confirmed_and_not_confirmed() -> None:
