@@ -71,26 +71,15 @@ def test_the_daemon_never_imports_numpy() -> None:
     assert done.stdout.strip() == "False", done.stdout + done.stderr
 
 
-#: Files that still mix real-server tests with unit tests (each to be split into `<name>_real.py`).
-MIXED_REAL = {
-    "tests/faults/test_fault_fuzz.py", "tests/faults/test_fault_resources.py",
-    "tests/engine/test_probe.py", "tests/sensors/test_memory.py", "tests/results/test_runbook.py",
-    "tests/results/test_recheck_verdicts.py", "tests/results/test_lock.py", "tests/results/test_html_browser.py",
-    "tests/servers/test_affinity.py", "tests/servers/test_external_detect.py", "tests/servers/test_provision.py",
-    "tests/engine/test_kld.py", "tests/faults/test_hostile_external.py", "tests/results/test_lock_formats.py",
-}
-
-
 def test_real_server_tests_live_in_real_files(tmp_path: Path) -> None:
     """`*_real.py` ⇔ the `real` marker: conftest marks every test of a `*_real.py` file `real`, and no other
-    file asks for the marker (the listed mixed files excepted, none added), so `make test-fast` runs no server."""
+    file asks for the marker, so `make test-fast` runs no server."""
     tests = Path(__file__).parent
     root = tests.parent
     marked = {str(p.relative_to(root)) for p in tests.rglob("test_*.py")
               if not p.name.endswith("_real.py") and re.search(r"mark\.real\b", p.read_text(encoding="utf-8"))}
-    assert marked <= MIXED_REAL, (f"real-server tests outside a *_real.py file: {sorted(marked - MIXED_REAL)}; "
-                                  "move them into <name>_real.py (the marker then comes from conftest)")
-    assert all((root / p).exists() for p in MIXED_REAL), "a listed mixed file is gone: drop it from MIXED_REAL"
+    assert not marked, (f"real-server tests outside a *_real.py file: {sorted(marked)}; "
+                        "move them into <name>_real.py (the marker then comes from conftest)")
     unmarked = tmp_path / "test_probe_real.py"  # a *_real.py file that does not ask for the marker
     unmarked.write_text("def test_one() -> None:\n    pass\n", encoding="utf-8")
     got = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",

@@ -3,13 +3,11 @@
 `tests/data/kld/kl-divergence-full.txt` and `-cut.txt` are two real runs of the pinned
 `llama-perplexity --kl-divergence` (q8_0 tiny model against its f32 reference, 18 chunks of 512): the
 first printed everything, the second lost its last chunk and the summary block at exit (the pinned build
-does not flush its log worker). The validate tests run the real `benchctl validate` and `llama-tokenize`.
+does not flush its log worker); the validate tests on the real tools are in test_kld_real.py.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -87,62 +85,6 @@ def test_the_default_corpus_is_benchds_own() -> None:
     facts = kld.corpus_facts(_sweep([_gguf("a")], reference="a"))
     assert facts.path == str(kld.DEFAULT_CORPUS) and "written for benchd" in facts.source
     assert facts.words > 3000 and len(facts.sha256) == 64
-
-
-# ------------------------------------------------------------------------- real tools (validate)
-
-
-def _validate(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
-    path = tmp_path / "sweep.toml"
-    path.write_text(body)
-    return subprocess.run([sys.executable, "-m", "benchctl", "validate", str(path)], capture_output=True,
-                          text=True, timeout=120)
-
-
-@pytest.mark.real
-def test_validate_counts_the_corpus_in_the_references_tokenizer(tmp_path: Path, tiny_models: Any,
-                                                                 llama_perplexity_bin: Path) -> None:
-    """~3 KB of text is more than 2 x 1,024 bytes but fewer than 2 x 1,024 tokens: only a tokenizer knows."""
-    (tmp_path / "text.txt").write_text(kld.DEFAULT_CORPUS.read_text()[:3000])
-    out = _validate(tmp_path, f'''name = "k"
-contexts = [64]
-gen_tokens = 8
-[kld]
-reference = "a"
-corpus = "text.txt"
-contexts = [1024]
-[[candidates]]
-id = "a"
-runtime = "llama-server"
-model = "{tiny_models.gguf['f32']}"
-''')
-    assert out.returncode == 2, out.stdout + out.stderr
-    assert "kld.corpus" in out.stdout + out.stderr and "fewer than two chunks" in out.stdout + out.stderr
-
-
-@pytest.mark.real
-def test_validate_refuses_a_candidate_with_another_tokenizer(tmp_path: Path, tiny_models: Any,
-                                                             llama_perplexity_bin: Path, cache_dir: Path) -> None:
-    real = next((cache_dir / "models").glob("smollm2-*/*.gguf"), None)
-    if real is None:
-        pytest.skip("the real-model package is not fetched (make setup fetches it)")
-    out = _validate(tmp_path, f'''name = "k"
-contexts = [64]
-gen_tokens = 8
-[kld]
-reference = "a"
-[[candidates]]
-id = "a"
-runtime = "llama-server"
-model = "{tiny_models.gguf['f32']}"
-[[candidates]]
-id = "b"
-runtime = "llama-server"
-model = "{real}"
-''')
-    text = out.stdout + out.stderr
-    assert out.returncode == 2, text
-    assert "candidates[1].model" in text and "tokenizer" in text and "'b'" in text
 
 
 def test_mlx_kv_bits_below_the_servers_start_are_named() -> None:

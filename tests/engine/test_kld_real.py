@@ -3,11 +3,15 @@
 One runner per module scores every candidate at one context against the f32 GGUF reference (the reference's
 logits made once, in a fresh cache dir per session); each test reads its figures. The verdicts compare
 figures with their own recorded uncertainty, never wall-clock times.
+
+The validate tests run the real `benchctl validate` and `llama-tokenize`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -248,3 +252,57 @@ def test_an_mlx_candidate_against_a_gguf_reference_says_how_comparable(gguf_run:
     assert r.comparability == kld.CROSS_RUNTIME
     assert r.kld_mean is not None and r.kld_mean >= 0 and r.kld_p99 is not None
     assert r.top1_agree is not None and r.top1_agree > 0.9  # the same weights (f16 here), two runtimes
+
+
+# ------------------------------------------------------------------------- real tools (validate)
+
+
+def _validate(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "sweep.toml"
+    path.write_text(body)
+    return subprocess.run([sys.executable, "-m", "benchctl", "validate", str(path)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_validate_counts_the_corpus_in_the_references_tokenizer(tmp_path: Path, tiny_models: Any,
+                                                                 llama_perplexity_bin: Path) -> None:
+    """~3 KB of text is more than 2 x 1,024 bytes but fewer than 2 x 1,024 tokens: only a tokenizer knows."""
+    (tmp_path / "text.txt").write_text(kld.DEFAULT_CORPUS.read_text()[:3000])
+    out = _validate(tmp_path, f'''name = "k"
+contexts = [64]
+gen_tokens = 8
+[kld]
+reference = "a"
+corpus = "text.txt"
+contexts = [1024]
+[[candidates]]
+id = "a"
+runtime = "llama-server"
+model = "{tiny_models.gguf['f32']}"
+''')
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "kld.corpus" in out.stdout + out.stderr and "fewer than two chunks" in out.stdout + out.stderr
+
+
+def test_validate_refuses_a_candidate_with_another_tokenizer(tmp_path: Path, tiny_models: Any,
+                                                             llama_perplexity_bin: Path, cache_dir: Path) -> None:
+    real = next((cache_dir / "models").glob("smollm2-*/*.gguf"), None)
+    if real is None:
+        pytest.skip("the real-model package is not fetched (make setup fetches it)")
+    out = _validate(tmp_path, f'''name = "k"
+contexts = [64]
+gen_tokens = 8
+[kld]
+reference = "a"
+[[candidates]]
+id = "a"
+runtime = "llama-server"
+model = "{tiny_models.gguf['f32']}"
+[[candidates]]
+id = "b"
+runtime = "llama-server"
+model = "{real}"
+''')
+    text = out.stdout + out.stderr
+    assert out.returncode == 2, text
+    assert "candidates[1].model" in text and "tokenizer" in text and "'b'" in text

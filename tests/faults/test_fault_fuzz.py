@@ -1,6 +1,7 @@
 """Part 4 of issue 8: bad input. Property-based fuzzing (hypothesis) of the API — against the REAL daemon
 over its socket, one keep-alive connection — and of sweep files (in-process through
-`benchctl.sweepfile` + msgspec, for volume), plus the shell-injection checks.
+`benchctl.sweepfile` + msgspec, for volume), plus the check that no code runs a shell (the shell-injection
+test on a real llama-server is in test_fault_fuzz_real.py).
 
 Every generated request is invalid BY CONSTRUCTION (a mutation that breaks one rule of the schema or
 of the id patterns), so the property is strict: a 4xx with a JSON error body naming a code and a
@@ -20,16 +21,14 @@ import copy
 import json
 import math
 import os
-import shlex
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
-from faultlib import RawHttp, figure, read_rows, store_counts, wait_until
+from faultlib import RawHttp, figure, store_counts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hseed
 from hypothesis import strategies as st
@@ -415,28 +414,6 @@ def test_no_shell_anywhere_in_the_code() -> None:
     out = subprocess.run(["grep", "-rnE", r"shell=True|create_subprocess_shell|os\.system|os\.popen|commands\.getoutput",
                           "benchd", "benchctl"], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 1 and out.stdout == "", out.stdout
-
-
-@pytest.mark.real
-def test_shell_injection_in_candidate_args_runs_nothing(run_daemon, tiny_models, llama_server_bin) -> None:  # type: ignore[no-untyped-def]
-    d = run_daemon()
-    marker = Path(f"/tmp/benchd-pwned-{uuid.uuid4().hex}")
-    attacks = [f"; touch {marker}-1", f"$(touch {marker}-2)", f"`touch {marker}-3`", f"&& touch {marker}-4",
-               f"| touch {marker}-5", f"\ntouch {marker}-6"]
-    doc = copy.deepcopy(VALID_SWEEP)
-    doc["candidates"] = [{"id": "inject", "runtime": "llama-server", "model": str(tiny_models.target),
-                          "binary": str(llama_server_bin), "args": attacks, "startup_timeout_s": 30}]
-    job = d.client().submit(doc)["id"]  # syntactically a valid sweep: accepted, then run
-    wait_until(lambda: d.client().job(job)["state"] in ("succeeded", "failed"), timeout=90, what="job end")
-    rows = read_rows(d.state_dir, job)
-    assert rows and all(r.status == "failed" for r in rows)
-    assert not list(Path("/tmp").glob(marker.name + "*")), "an argument was run by a shell"
-    log = (d.state_dir / "logs" / job / "inject.log").read_text(errors="replace")
-    # the arguments reached llama-server verbatim, as argv entries (it refused them as unknown options)
-    header = log[log.index("=== benchd"):]
-    assert all(shlex.quote(a) in header for a in attacks), header[:2000]  # each one argv entry, verbatim
-    assert "error" in log.lower() or "invalid" in log.lower(), log[-2000:]
-    figure("shell_injection_attempts", len(attacks))
 
 
 @pytest.mark.parametrize("nested", ["[" * 5000 + "]" * 5000, "{a = " * 3000 + "1" + "}" * 3000],

@@ -1,20 +1,16 @@
-"""`pin_client`: which cores a server and benchd's probe client get, and a real llama-server started
-on its cores (every thread it creates), with the spawning thread's own mask restored."""
+"""`pin_client`: which cores a server and benchd's probe client get (a real llama-server started on its
+cores: test_affinity_real.py)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import msgspec
 import pytest
 
-from benchd.config import Config
 from benchd.schemas import Candidate
 from benchd.servers import affinity
 from benchd.servers.runtimes import get_adapter
-from benchd.servers.supervisor import Supervisor
 
 linux = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux-only")
 two_cores = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
@@ -49,32 +45,3 @@ def test_plan_splits_or_says_why_not() -> None:
     assert not full.applied and "leave none" in (full.reason or "")
     unknown = affinity.plan(True, None, "no -t N")
     assert not unknown.applied and "unknown: no -t N" in (unknown.reason or "")
-
-
-@pytest.fixture
-async def sup(tmp_path: Path, cache_dir: Path) -> AsyncIterator[Supervisor]:
-    s = Supervisor(Config.resolve(state_dir=tmp_path / "state", cache_dir=cache_dir), grace_s=3.0)
-    yield s
-    await s.stop_all()
-
-
-def _thread_cpus(pid: int) -> set[frozenset[int]]:
-    out = set()
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        out.add(frozenset(os.sched_getaffinity(int(tid))))
-    return out
-
-
-@pytest.mark.real
-@linux
-@two_cores
-async def test_server_runs_on_its_cores_and_the_spawner_keeps_its_own(sup: Supervisor, tiny_models, llama_server_bin) -> None:
-    c = msgspec.convert({"id": "pinned", "runtime": "llama-server", "model": str(tiny_models.target),
-                         "binary": str(llama_server_bin), "args": ["-t", "1"]}, Candidate)
-    mine = os.sched_getaffinity(0)
-    p = affinity.plan(True, *get_adapter("llama-server").launcher.server_threads(c))
-    server = await sup.start("job-affinity", c, 256, cpus=p.server_cpus)
-    assert os.sched_getaffinity(0) == mine  # the spawning thread got its mask back
-    assert _thread_cpus(server.pid) == {frozenset(p.server_cpus)}  # every server thread, not just the first
-    assert affinity.confirm(p, server.pid) == p
-    assert not affinity.confirm(p, os.getpid()).applied  # a process on other cores is reported, not accepted

@@ -3,7 +3,7 @@
 Ollama and LM Studio cannot be installed here, so `_double` is a small aiohttp server on 127.0.0.1 that
 answers ONLY their detection endpoints (the shapes from their API docs: Ollama's `/api/version`,
 `/api/show`, `/api/tags`; LM Studio's `/api/v0/models`) plus `/v1/models`; it serves no completions.
-llama-server's detection runs against the real pinned server."""
+The real servers' detection (llama-server, MLX) is in test_external_detect_real.py."""
 
 from __future__ import annotations
 
@@ -78,23 +78,6 @@ async def test_unknown_openai_compatible(unknown: str) -> None:
     found = await detect(cand(url=unknown))
     assert found.kind == "OpenAI-compatible, unknown" and found.model_ids == ["m"]
     assert found.slot_ctx is None and found.null_reasons["slot_ctx"]
-
-
-@pytest.mark.real
-async def test_llama_server(llama_url: str) -> None:
-    found = await detect(cand(url=llama_url))
-    assert found.kind == "llama-server" and (found.version or "").startswith("llama.cpp")
-    assert found.slot_ctx and found.total_slots and found.sources["total_slots"] == "GET /props total_slots"
-    assert found.chat_format or "GET /slots" in found.null_reasons["chat_format"]
-
-
-@pytest.mark.real
-@pytest.mark.slow
-async def test_mlx_servers(mlx_lm_url: str, mlx_vlm_url: str) -> None:
-    lm = await detect(cand(url=mlx_lm_url))
-    assert lm.kind == "mlx_lm.server" and lm.version is None and lm.null_reasons["version"]
-    vlm = await detect(cand(url=mlx_vlm_url))
-    assert vlm.kind == "mlx_vlm.server" and vlm.model_ids and vlm.sources["kind"].startswith("GET /health")
 
 
 @pytest.mark.parametrize(("fields", "field", "words"), [
