@@ -22,6 +22,7 @@ def is_loopback_host(host: str) -> bool:
     except ValueError:
         return False
 
+
 #: Server logs are capped at this size, then rotated once (`.log.1`).
 LOG_CAP_BYTES = 8 * 1024 * 1024
 
