@@ -127,7 +127,8 @@ class FakeRunner:
     async def prepare(self, server: Any, cell: Cell, warm: int) -> Row | None:
         return None
 
-    async def probe(self, server: Any, cell: Cell, gen_tokens: int, series: CellSeries | None = None) -> Row:
+    async def probe(self, server: Any, cell: Cell, gen_tokens: int, series: CellSeries | None = None,
+                    warm: int | None = None) -> Row:
         cand = cell.candidate.id
         n = len(self.script.probes)
         self.script.probes.append((cand, cell.context, cell.kind, cell.probe))

@@ -34,9 +34,9 @@ class Cells:
         if kind == "sustained":
             row = await self.runner.probe(server, cell, self.sweep.sustained.tokens)
         else:
-            row = (await self.runner.prepare(server, cell, self.pool.warm_count(cand.id, context))
-                   or await self.runner.probe(server, cell, self.sweep.gen_tokens, series))
-        self.recorder.commit(row)  # a failed prepare: the server broke before the probe, the row says how
+            row = await self.runner.probe(server, cell, self.sweep.gen_tokens, series,
+                                          warm=self.pool.warm_count(cand.id, context))
+        self.recorder.commit(row)
         return 1
 
     async def warm(self, cand: Candidate, context: int, place: Placement) -> None:

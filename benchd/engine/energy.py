@@ -254,11 +254,13 @@ class EnergyFigures:
 
 
 class ProbeEnergy:
-    """One probe's recording: `with` it around the request, pass its `marks` to the client, then `row()`."""
+    """One probe's recording: `with` it around the request, pass `client_marks` to the client (None without a
+    counter: nothing is read in the stream), then `row()`."""
 
     def __init__(self, reader: EnergyReader, idle: Delta | None, sustained: bool) -> None:
         self.reader, self.idle = reader, idle
         self.marks = PhaseMarks(reader)
+        self.client_marks = self.marks if reader.available else None
         self.trace = EnergyTrace(reader) if sustained else None
 
     def __enter__(self) -> ProbeEnergy:
@@ -294,13 +296,13 @@ class EnergySession:
     def close(self) -> None:
         self.reader.close()
 
-    def sample(self) -> Sample:
-        """A counter sample: the start of the idle baseline (the cooldown), closed by `since`."""
-        return self.reader.sample()
+    def sample(self) -> Sample | None:
+        """A counter sample (None without a counter): the idle baseline's start (the cooldown), closed by `since`."""
+        return self.reader.sample() if self.reader.available else None
 
-    def since(self, start: Sample) -> Delta:
+    def since(self, start: Sample | None) -> Delta | None:
         """The energy from `start` to now (the cooldown's idle baseline)."""
-        return self.reader.delta(start, self.reader.sample())
+        return None if start is None else self.reader.delta(start, self.reader.sample())
 
     def probe(self, idle: Delta | None, sustained: bool) -> ProbeEnergy:
         return ProbeEnergy(self.reader, idle, sustained)

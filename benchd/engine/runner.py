@@ -47,11 +47,13 @@ T = TypeVar("T")
 
 
 class ProbeRunner(Protocol):
-    """What the designs and the tail ask of a probe: each answers a row (`prepare`: None when it went well)."""
+    """What the designs and the tail ask of a probe: each answers a row (`prepare`: None when it went well).
+    `probe` with `warm` set prepares first (a failed preparation is its row); None skips it (a sustained run)."""
 
     async def prepare(self, server: Server, cell: Cell, warm: int) -> Row | None: ...
 
-    async def probe(self, server: Server, cell: Cell, gen_tokens: int, series: CellSeries | None = None) -> Row: ...
+    async def probe(self, server: Server, cell: Cell, gen_tokens: int, series: CellSeries | None = None,
+                    warm: int | None = None) -> Row: ...
 
     async def vision(self, server: Server, cell: Cell, vc: vision.VisionCell, warm: bool) -> Row: ...
 
@@ -85,8 +87,7 @@ class Runner:
 
     async def guard(self, run: ProbeRun, step: Callable[[], Awaitable[T]], *, budget: float, timeout_text: str,
                     failure_text: str) -> T | Row:
-        """Run one step within `budget` seconds: its result, or the row saying why not (the server is then
-        stopped so the next visit restarts it)."""
+        """One step within `budget` s: its result, or the row saying why not (the server stopped, restarted next)."""
         try:
             async with asyncio.timeout(budget):
                 return await step()
@@ -100,10 +101,15 @@ class Runner:
                 await self.pool.kill(run.server)
             return row
 
+    def run_of(self, server: Server, cell: Cell, gen_tokens: int, series: CellSeries | None = None) -> ProbeRun:
+        return ProbeRun(get_adapter(cell.candidate.runtime), server, cell, gen_tokens, series, ServerFacts.of(server))
+
     async def prepare(self, server: Server, cell: Cell, warm: int) -> Row | None:
         """Warm-up (`warm` probes) and prompt sizing: None, or the failed row of this cell."""
-        adapter = get_adapter(cell.candidate.runtime)
-        run = ProbeRun(adapter, server, cell, self.sweep.gen_tokens, None, ServerFacts.of(server))
+        return await self._prepare(self.run_of(server, cell, self.sweep.gen_tokens), warm)
+
+    async def _prepare(self, run: ProbeRun, warm: int) -> Row | None:
+        adapter, server, cell = run.adapter, run.server, run.cell
         budget = self.timeout_s * (self.sweep.warmup + 1)
 
         async def step() -> None:
@@ -123,10 +129,13 @@ class Runner:
             timeout_text=f"probe timed out after {self.timeout_s:g} s while sizing the prompt (the server's "
                          "tokenizer did not answer); the server was killed")
 
-    async def probe(self, server: Server, cell: Cell, gen_tokens: int, series: CellSeries | None = None) -> Row:
-        """One recorded probe: its prompt sized before the cooldown, the cooldown, the request watched, the row."""
-        adapter = get_adapter(cell.candidate.runtime)
-        run = ProbeRun(adapter, server, cell, gen_tokens, series, ServerFacts(server.ctx_size, server.binary, server.version))
+    async def probe(self, server: Server, cell: Cell, gen_tokens: int, series: CellSeries | None = None,
+                    warm: int | None = None) -> Row:
+        """One recorded probe: prepared (`warm` set), prompt sized, cooldown, the request watched, the row."""
+        run = self.run_of(server, cell, gen_tokens, series)
+        failed = None if warm is None else await self._prepare(run, warm)
+        if failed is not None:
+            return failed
         self.pool.hold_client_pin(cell.candidate.id)
         prompt = await self.sized_prompt(run)
         if isinstance(prompt, Row):
@@ -145,14 +154,13 @@ class Runner:
             raise
 
     async def begin(self, run: ProbeRun) -> None:
-        """The cooldown (its energy the idle baseline), then the probe's start: clock, event, server facts."""
+        """The cooldown (its energy the idle baseline), then the probe's start: clock and event."""
         cell, start = run.cell, self.energy.sample()
         run.cooldown = await self.cool_down(run)
         run.idle = self.energy.since(start)
         run.started_at = utcnow()
         self.recorder.emit("probe_started", candidate=cell.candidate.id, context=cell.context, probe=cell.probe,
                            kind=cell.kind, round=cell.place.round, visit=cell.place.visit)
-        run.facts = ServerFacts.of(run.server)
 
     async def build_prompt(self, adapter: RuntimeAdapter, server: Server, cell: Cell) -> Prompt:
         cand = cell.candidate
@@ -197,7 +205,7 @@ class Runner:
             with self.energy.probe(run.idle, sustained) as recording:
                 result = await probe.run_chat(adapter, server.base_url, cand, prompt=run.prompt.text,
                                               settings=ChatSettings.of(self.sweep, run.gen_tokens),
-                                              timeout_s=self.timeout_s, marks=recording.marks)
+                                              timeout_s=self.timeout_s, marks=recording.client_marks)
         memory = sampler.result
         norm = adapter.reader.normalize(result, spec_configured=cand.spec is not None)
         if norm.prompt_tokens is not None:
@@ -277,8 +285,8 @@ class Runner:
     async def vision(self, server: Server, cell: Cell, vc: vision.VisionCell, warm: bool) -> Row:
         """One image pair as a row (after an unrecorded warm pair when `warm`)."""
         cand, sweep = cell.candidate, self.sweep
-        adapter = get_adapter(cand.runtime)
-        run = ProbeRun(adapter, server, cell, sweep.gen_tokens, None, ServerFacts(server.ctx_size, server.binary, server.version))
+        run = self.run_of(server, cell, sweep.gen_tokens)
+        adapter = run.adapter
         prompt = await self.sized_prompt(run)
         if isinstance(prompt, Row):
             return prompt
@@ -298,7 +306,7 @@ class Runner:
             async with MemorySampler(server.pid, self.memory_rate_hz, model_paths=model_files(cand),
                                      series=False) as sampler:
                 with self.energy.probe(run.idle, False) as recording:
-                    got = await pair(vc.key(probe_no), recording.marks)
+                    got = await pair(vc.key(probe_no), recording.client_marks)
         except asyncio.CancelledError:
             self.recorder.commit(self.row(run, Decision("aborted", "cancelled while the image probe was in flight")))
             raise

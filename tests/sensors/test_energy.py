@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from benchd.engine.energy import ENERGY_FIELDS, PhaseMarks, probe_energy, window_energy
+from benchd.engine.energy import ENERGY_FIELDS, EnergySession, PhaseMarks, probe_energy, window_energy
+from benchd.probe_result import ProbeResult
 from benchd.sensors.energy import darwin, linux
 from benchd.sensors.energy.choose import open_reader
 from benchd.sensors.energy.reader import (
@@ -23,6 +24,7 @@ from benchd.sensors.energy.reader import (
     Sample,
     one_reading,
 )
+from benchd.servers.runtimes.base import Normalized
 from tests.testlib import FakeRapl
 
 DATA = Path(__file__).parents[1] / "data" / "darwin"
@@ -188,6 +190,35 @@ def test_this_vm_has_no_counter_and_says_why(tmp_path: Path) -> None:
     assert all(r.startswith("energy not measured: no powercap") for r in reasons.values())
     if sys.platform.startswith("linux") and not Path(POWERCAP_ROOT).exists():
         assert not open_reader({}).available  # this VM: no powercap at all
+
+
+class _CountingNull(NullReader):
+    """A NullReader that counts its samples."""
+
+    samples = 0
+
+    def sample(self) -> Sample:
+        self.samples += 1
+        return super().sample()
+
+
+def test_without_a_counter_nothing_is_read_in_the_stream_or_the_cooldown(rapl: FakeRapl) -> None:
+    null = _CountingNull("no counter here")
+    session = EnergySession(lambda: null)
+    session.restart()
+    start = session.sample()
+    assert start is None and session.since(start) is None
+    with session.probe(session.since(start), sustained=False) as recording:
+        assert recording.client_marks is None  # the probe client reads no counter while it times the stream
+    assert null.samples == 0
+    got = recording.row(Normalized(prompt_tokens=10, gen_tokens=10), ProbeResult("ok", None, 200, 0.0, 1.0), 0)
+    assert all(v is None for v in got.fields.values()) and not got.sources
+    assert set(got.reasons.values()) == {"energy not measured: no counter here"}
+    counting = EnergySession(lambda: linux.open_rapl(rapl.root))
+    counting.restart()
+    begun = counting.sample()
+    assert begun is not None and counting.since(begun) is not None
+    assert counting.probe(None, sustained=False).client_marks is not None
 
 
 def test_window_energy_interpolates_and_refuses_short_windows(rapl: FakeRapl) -> None:
