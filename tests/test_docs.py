@@ -71,3 +71,11 @@ def test_code_pointers_into_the_docs_resolve() -> None:
             if not dest.is_file() or anchor not in anchors(dest):
                 broken.append(f"{src.relative_to(ROOT)}: docs/{page}#{anchor}")
     assert not broken, "pointers to no such heading:\n" + "\n".join(broken)
+
+
+def test_the_race_axes_named_in_the_docs_are_the_engines() -> None:
+    """docs/measuring.md names the axes a race look compares; they are `racing.PROBE_AXES`, in its order."""
+    from benchd.engine.racing import PROBE_AXES
+
+    text = " ".join((ROOT / "docs" / "measuring.md").read_text().split())
+    assert f"both sides measured ({', '.join(PROBE_AXES)}: `racing.PROBE_AXES`)" in text
