@@ -209,6 +209,7 @@ def test_server_hung_while_the_prompt_is_sized_times_out_and_is_killed(run_daemo
     for p in (0, 1):
         assert rows[p].status == "timeout", (rows[p].status, rows[p].error)
         assert "while sizing the prompt" in (rows[p].error or "") and "killed" in (rows[p].error or "")
+        assert rows[p].start == p + 1  # the server start it failed on: a row failed before its cooldown says so too
     for p in (0, 1):
         # The prompt is sized before the probe starts (during its cooldown, issue 19), so the hang is timed
         # from the server that was ready for this probe to the probe's failed row.
