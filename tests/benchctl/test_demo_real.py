@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def doc_text(doc: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ from benchd.results import runbook
 from benchd.schemas import Cooldown, EvalLimit
 from benchd.store import Store
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 BENCHCTL = str(Path(sys.executable).parent / "benchctl")
 

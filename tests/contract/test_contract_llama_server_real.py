@@ -19,8 +19,6 @@ from contract_http import get_json, is_printable_ascii, post_json, stream_chat
 
 from benchd.servers import locate
 
-pytestmark = pytest.mark.real
-
 TIMING_FIELDS = (
     "cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second",
     "predicted_n", "predicted_ms", "predicted_per_token_ms", "predicted_per_second",

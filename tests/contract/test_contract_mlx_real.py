@@ -11,10 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
 from contract_http import get_json, is_printable_ascii, post_json, stream_chat
-
-pytestmark = pytest.mark.real
 
 
 def _chat(max_tokens: int, content: str = "Tell me about the weather.", **extra: Any) -> dict[str, Any]:

@@ -16,8 +16,6 @@ from typing import Any
 import pytest
 from contract_http import Stream, post_json, stream_chat
 
-pytestmark = pytest.mark.real
-
 
 def _chat(max_tokens: int = 100, **extra: Any) -> dict[str, Any]:
     return {

@@ -18,8 +18,6 @@ from testlib import wait_until
 
 from benchd.stats.comparison import compare_axis
 
-pytestmark = [pytest.mark.real]
-
 COOL = '[cooldown]\npolicy = "fixed"\nseconds = 0\nmax_seconds = 0\n[sustained]\ntokens = 0\n'
 
 

@@ -21,7 +21,7 @@ import pytest
 from benchctl.client import Client
 from benchd.store import Store
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def sweep_doc(model: Path, *, contexts: list[int], gen_tokens: int, probes: int, sustained: int = 0,

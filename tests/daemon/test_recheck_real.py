@@ -40,7 +40,7 @@ from testlib import clean_env, wait_until
 
 from benchd.store import utcnow
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 SAME_VERSION = 'exec {real} "$@"\n'
 NEW_VERSION = ('case "$1" in --version) echo "version: 0.0.2 (build {build}, commit feedbee)"; exit 0;; esac\n'

@@ -21,7 +21,7 @@ from benchd.sensors.energy.reader import POWERCAP_ENV, POWERCAP_ROOT
 from benchd.store import Store
 from tests.testlib import FakeRapl
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 GEN = 64
 #: The fake tree's constant power per zone; the total is package + DRAM (core is part of the package).

@@ -29,8 +29,6 @@ from benchd.servers.runtimes import get_adapter
 from benchd.servers.runtimes.base import ChatSettings
 from benchd.servers.supervisor import Supervisor
 
-pytestmark = pytest.mark.real
-
 
 @pytest.fixture(scope="module")
 def llama_scripted(start_llama_server: Any, scripted_models: Any) -> Iterator[str]:

@@ -21,7 +21,7 @@ from benchd.schemas import Candidate, Cooldown, Sustained, Sweep, events
 from benchd.store import Store, utcnow
 from tests.testlib import assert_golden
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 GOLDEN = Path(__file__).parent.parent / "data" / "golden" / "real_skeleton.json"
 #: The payload fields that name what the engine decided (not what it measured).

@@ -20,8 +20,6 @@ import pytest
 from benchd.engine import kld
 from benchd.schemas import Candidate, Kld, KldResult, Sweep
 
-pytestmark = pytest.mark.real
-
 CTX = 256
 TOKENS = 2048  # 8 chunks of 256: 127 scored tokens each, 1,016 in all
 

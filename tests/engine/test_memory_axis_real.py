@@ -24,7 +24,7 @@ from benchd.results.pareto import pareto_from_rows
 from benchd.schemas import Candidate, Cooldown, Row, Sustained, Sweep
 from benchd.store import Store
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from benchd.results.runbook import build_runbook
 from benchd.schemas import Candidate, Cooldown, Event, Row, Sustained, Sweep
 from benchd.store import Store
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 #: Inherited knobs a shell might export: none may reach the server that reads it (`runtimes.environment`).
 INHERITED = {"LLAMA_ARG_THREADS": "2", "LLAMA_ARG_N_GPU_LAYERS": "0", "APC_ENABLED": "1", "KV_BITS": "4",

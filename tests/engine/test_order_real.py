@@ -26,7 +26,7 @@ from benchd.sensors.memory.budget import ENV_BUDGET
 from benchd.stats.stop import stop_verdict
 from benchd.store import Store
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def _sweep(model: str, **kw: Any) -> Sweep:  # (candidates= replaces the two twins on `model`)

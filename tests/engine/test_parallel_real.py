@@ -25,7 +25,7 @@ from benchd.servers.runtimes import get_adapter
 from benchd.servers.server import Server
 from benchd.servers.supervisor import Supervisor
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 CONTEXT, GEN = 256, 256
 

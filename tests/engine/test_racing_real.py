@@ -12,16 +12,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from benchd.config import Config
 from benchd.engine import racing, sweepcheck
 from benchd.engine.scheduler import run_job
 from benchd.results.runbook import build_runbook
 from benchd.schemas import Candidate, Cooldown, Event, Probes, Sustained, Sweep
 from benchd.store import Store
-
-pytestmark = [pytest.mark.real]
 
 
 def test_a_raced_matrix_drops_the_slow_model_and_the_broken_start(tiny_models: Any, cache_dir: Path,

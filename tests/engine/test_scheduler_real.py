@@ -19,7 +19,7 @@ from benchd.engine.scheduler import run_job
 from benchd.schemas import Candidate, Cooldown, Event, Row, Spec, Sustained, Sweep
 from benchd.store import Store
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 CONTEXTS = [256, 1024]
 

@@ -38,7 +38,7 @@ from benchd.servers.runtimes.base import ChatSettings
 from benchd.servers.server import Server
 from benchd.servers.supervisor import Supervisor
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 RUNTIMES = ("llama-server", "mlx_lm.server", "mlx_vlm.server")
 

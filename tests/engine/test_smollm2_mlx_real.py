@@ -18,7 +18,7 @@ from benchd.engine.scheduler import run_job
 from benchd.schemas import Candidate, Cooldown, Session, Sustained, Sweep
 from benchd.store import Store
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def test_an_mlx_session_on_the_real_model_reuses_its_cache(real_model: Any, cache_dir: Path, tmp_path: Path) -> None:

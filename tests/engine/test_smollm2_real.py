@@ -28,7 +28,7 @@ from benchd.servers.runtimes import get_adapter
 from benchd.servers.runtimes.base import ChatSettings
 from benchd.store import Store
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 CONTEXT = 256
 #: One probe's KV state at CONTEXT tokens: 30 layers x (K + V) x 3 KV heads x 64 x f16, per token.

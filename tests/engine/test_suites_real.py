@@ -19,7 +19,7 @@ from benchd.results.runbook import build_runbook
 from benchd.schemas import Candidate, Cooldown, EvalLimit, Sustained, Sweep
 from benchd.store import Store
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 CLASSES = {"no_call", "wrong_function", "bad_arguments_json", "argument_mismatch", "leaked_markup", "dropped_call",
            "extra_call", "server_error", "wrong_answer", "timeout", "no_code"}

@@ -25,8 +25,6 @@ from benchd.servers.runtimes.base import ChatSettings, Normalized
 from benchd.servers.server import Server
 from benchd.servers.supervisor import Supervisor
 
-pytestmark = pytest.mark.real
-
 RUNTIMES = ("llama-server", "mlx_lm.server", "mlx_vlm.server")
 PROMPT = "Why is the sky blue? Think it through first. " * 4
 

@@ -33,7 +33,7 @@ from benchd.engine import suiterun, suites
 from benchd.schemas import Candidate, EvalResult, Sweep
 from benchd.servers.runtimes import get_adapter
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 RUNTIMES = ("llama-server", "mlx_lm.server", "mlx_vlm.server")
 #: (streamed class, non-streamed class) per runtime and variant; None is a pass.

@@ -140,7 +140,6 @@ def _assert_throttle_checks_are_the_rows(rows: list[Row], plan: ProbePlan) -> No
         assert again == r.throttle, (r.probe, again, r.throttle)
 
 
-@pytest.mark.real
 @pytest.mark.slow
 def test_auto_cell_stops_where_its_rows_meet_the_rule(tiny_models: Any, cache_dir: Path, tmp_path: Path) -> None:
     """An adaptive cell on a real server runs at least `min` probes and stops at the first probe whose
@@ -169,7 +168,6 @@ def test_auto_cell_stops_where_its_rows_meet_the_rule(tiny_models: Any, cache_di
     _assert_throttle_checks_are_the_rows(rows, plan)
 
 
-@pytest.mark.real
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pinning needs sched_setaffinity (Linux)")
 def test_cpu_hog_halfway_slows_the_rows_and_benchd_names_it(
@@ -231,7 +229,6 @@ def test_cpu_hog_halfway_slows_the_rows_and_benchd_names_it(
         assert v.trend is not None and v.trend.drift_pct < 0 and "moved" in v.reason, v
 
 
-@pytest.mark.real
 @pytest.mark.slow
 def test_sigstop_during_a_probe_invalidates_it_and_it_runs_again(
         tiny_models: Any, cache_dir: Path, tmp_path: Path) -> None:
@@ -263,7 +260,6 @@ def test_sigstop_during_a_probe_invalidates_it_and_it_runs_again(
     assert cell.ttft_ms.max is not None and cell.ttft_ms.max < 2500
 
 
-@pytest.mark.real
 @pytest.mark.slow
 def test_twins_under_a_cpu_hog_are_measured_in_rounds_and_judged_on_their_pairs(
         tiny_models: Any, cache_dir: Path, tmp_path: Path) -> None:
@@ -332,7 +328,6 @@ def test_twins_under_a_cpu_hog_are_measured_in_rounds_and_judged_on_their_pairs(
     print(f"\n[twins] first probe before the hog {before}; medians under it {after}; {line}")
 
 
-@pytest.mark.real
 @pytest.mark.slow
 @pytest.mark.parametrize("first", ["twin-a", "twin-b"])
 def test_twins_under_a_cpu_hog_get_a_fresh_server_start_every_round_in_either_order(
@@ -395,7 +390,6 @@ def test_twins_under_a_cpu_hog_get_a_fresh_server_start_every_round_in_either_or
     print(f"\n[twins, {first} first, a start per round] {line.strip()}")
 
 
-@pytest.mark.real
 @pytest.mark.slow
 @pytest.mark.skipif((os.cpu_count() or 1) < 4, reason=(
     "half the threads is only slower where the second thread has a core of its own: on fewer than 4 cores "
@@ -474,7 +468,6 @@ def test_validate_shows_the_adaptive_plan(tmp_path: Path) -> None:
     assert "6-30 probes (auto)" in text and "drift sentinel" in text
 
 
-@pytest.mark.real
 @pytest.mark.slow
 def test_mlx_server_warms_up_at_each_new_context(tiny_models: Any, cache_dir: Path, tmp_path: Path) -> None:
     """mlx_lm.server serves both contexts from one start: one unrecorded warm-up probe at the start and

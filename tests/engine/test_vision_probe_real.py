@@ -15,7 +15,7 @@ from benchd.schemas import Candidate
 from benchd.servers.runtimes import get_adapter
 from benchd.servers.runtimes.base import ChatSettings
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 RESOLUTIONS = [(tiny_vision.TILE, tiny_vision.TILE), (2 * tiny_vision.TILE, 2 * tiny_vision.TILE),
                (4 * tiny_vision.TILE, 4 * tiny_vision.TILE)]

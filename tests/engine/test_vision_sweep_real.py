@@ -22,7 +22,7 @@ from benchd.results.runbook import build_runbook
 from benchd.schemas import VISION_PROBE_STRIDE, Candidate, Cooldown, Row, Sustained, Sweep, Vision
 from benchd.store import Store, planned_probes
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 RESOLUTIONS = [(tiny_vision.TILE, tiny_vision.TILE), (4 * tiny_vision.TILE, 4 * tiny_vision.TILE)]
 

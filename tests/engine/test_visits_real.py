@@ -16,7 +16,7 @@ from benchd.engine.scheduler import Engine
 from benchd.schemas import Candidate, Cooldown, Event, Session, Sustained, Sweep
 from benchd.store import Store
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def _sweep(models: Any) -> Sweep:

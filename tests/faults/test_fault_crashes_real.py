@@ -39,7 +39,7 @@ from faultlib import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 MIN_KILLS = 20
 MIN_PER_PHASE = 4

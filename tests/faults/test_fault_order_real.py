@@ -17,7 +17,7 @@ from faultlib import FAULT_TAG_ENV, Follower, read_events, read_rows, sweep_doc,
 
 from benchd.engine.plan import job_seed, round_order
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 PROBES = 4
 

@@ -30,7 +30,7 @@ from faultlib import (
     write_fake_server,
 )
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 TERMINAL = ("job_finished", "job_failed", "job_cancelled")
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from faultlib import Follower, figure, read_events, read_rows, sweep_doc, tagged_processes, wait_until
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 CASES: dict[str, tuple[str, float, dict[str, Any]]] = {  # phase: (hook event, delay after it, sweep shape)
     "cooldown": ("cooldown_started", 0.5, {"gen_tokens": 16, "cooldown_s": 3.0}),

@@ -11,8 +11,7 @@ import psutil
 import pytest
 from faultlib import Follower, sweep_doc, wait_until
 
-pytestmark = [pytest.mark.real,
-              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")]
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")]
 
 
 def test_a_running_server_dies_with_a_sigkilled_daemon(run_daemon, tiny_models, llama_server_bin) -> None:  # type: ignore[no-untyped-def]

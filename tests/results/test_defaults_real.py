@@ -20,7 +20,7 @@ from benchd.results.runbook import build_runbook
 from benchd.schemas import Candidate, Runbook, Sustained, Sweep
 from benchd.store import Store
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def _run(tmp: Path, cache_dir: Path, cands: list[Candidate]) -> Runbook:

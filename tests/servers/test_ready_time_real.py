@@ -19,7 +19,6 @@ from benchd.schemas import Candidate
 from benchd.sensors import pagecache
 from benchd.servers.supervisor import Supervisor
 
-pytestmark = [pytest.mark.real]
 linux = pytest.mark.skipif(sys.platform != "linux", reason="posix_fadvise page dropping is Linux's")
 
 

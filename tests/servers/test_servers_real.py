@@ -18,8 +18,6 @@ from benchd.servers.runtimes.base import ChatSettings
 from benchd.servers.runtimes.llama_server import acceptance_from_metrics
 from benchd.servers.supervisor import Supervisor
 
-pytestmark = [pytest.mark.real]
-
 PROMPT = "import os\n\ndef walk(top):\n    for root, dirs, files in os.walk(top):\n        yield root\n" * 12
 
 

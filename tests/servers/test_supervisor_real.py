@@ -26,8 +26,6 @@ from benchd.servers.procgroup import exit_status, read_log_tail
 from benchd.servers.runtimes import get_adapter
 from benchd.servers.supervisor import ServerStartError, Supervisor
 
-pytestmark = [pytest.mark.real]
-
 JOB = "job-supervisor"
 
 

@@ -14,7 +14,7 @@ import pytest
 from benchctl.tinymodels import vision
 from benchd.engine import images
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 RESOLUTIONS = [(vision.TILE, vision.TILE), (2 * vision.TILE, 2 * vision.TILE), (4 * vision.TILE, 4 * vision.TILE)]
 PROMPT = "Describe this image."
