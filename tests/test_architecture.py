@@ -8,6 +8,7 @@ import that only works because another module happened to be imported first.
 
 from __future__ import annotations
 
+import ast
 import pkgutil
 import re
 import subprocess
@@ -62,6 +63,18 @@ def test_no_issue_numbers_in_the_code() -> None:
             for pkg in ("benchd", "benchctl") for p in sorted((ROOT / pkg).rglob("*.py"))
             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert not hits, "\n".join(hits)
+
+
+def test_every_row_status_comes_from_decide() -> None:
+    """`engine.rows.decide` is the one place a row's status is decided: no `build_row` call names one itself."""
+    hits = []
+    for p in sorted((ROOT / "benchd").rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "build_row":
+                status = next((k.value for k in node.keywords if k.arg == "status"), None)
+                if not (isinstance(status, ast.Attribute) and status.attr == "status"):
+                    hits.append(f"{p.relative_to(ROOT)}:{node.lineno}")
+    assert not hits, f"build_row with a status not from decide(): {hits}"
 
 
 def test_the_daemon_never_imports_numpy() -> None:

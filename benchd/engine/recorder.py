@@ -11,7 +11,7 @@ import msgspec
 from benchd.engine import vision
 from benchd.engine.groups import Group
 from benchd.engine.racing import Race
-from benchd.engine.rows import Cell, ServerFacts, build_row, decide
+from benchd.engine.rows import Cell, ServerFacts, failed_row
 from benchd.engine.series import SeriesBook
 from benchd.schemas import Candidate, Event, Row, Sweep, events
 from benchd.servers.server import ServerStartError
@@ -69,11 +69,10 @@ class Recorder:
             cells += [(ctx, "sustained", p) for p in self.book.series(cand.id, ctx, "sustained").pending_floor()]
         if g.vision:
             cells += [(vc.context, "vision", n) for vc, n in self.vision_pending(cand)]
-        d = decide(result_status="failed", error=error)
         for context, kind, p in cells:
-            self.commit(build_row(
-                Cell(self.job, cand, context, kind, p),  # type: ignore[arg-type]
-                status=d.status, started_at=utcnow(), server=ServerFacts(g.ctx_size, None, None), error=d.error,
+            self.commit(failed_row(
+                Cell(self.job, cand, context, kind, p), error,  # type: ignore[arg-type]
+                started_at=utcnow(), server=ServerFacts(g.ctx_size, None, None),
                 exit_status=exc.exit_status if exc else None, log_tail=exc.log_tail if exc else None,
             ))
 

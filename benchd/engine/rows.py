@@ -100,6 +100,12 @@ def _invalidated(invalidation: Invalidation, error: str | None) -> Decision:
                     + (f" (the probe itself: {error})" if error else ""), invalidation.kind)
 
 
+def failed_row(cell: Cell, error: str, *, started_at: str, server: ServerFacts | None, **kw: Any) -> Row:
+    """A row failed outside a request (no server, no room, a broken session), its status from `decide`."""
+    d = decide(result_status="failed", error=error)
+    return build_row(cell, status=d.status, started_at=started_at, server=server, error=d.error, **kw)
+
+
 @dataclass(frozen=True)
 class ServerFacts:
     """The server-side provenance every row repeats."""

@@ -47,8 +47,7 @@ T = TypeVar("T")
 
 
 class ProbeRunner(Protocol):
-    """What the designs and the tail ask of a probe: each answers a row (`prepare`: None when it went well).
-    `probe` with `warm` set prepares first (a failed preparation is its row); None skips it (a sustained run)."""
+    """The probe steps designs and the tail ask for, as rows (`prepare`: None if well; `probe` prepares if `warm`)."""
 
     async def prepare(self, server: Server, cell: Cell, warm: int) -> Row | None: ...
 

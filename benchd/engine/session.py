@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from benchd.engine import probe
 from benchd.engine.corpus import Corpus, load_corpus
 from benchd.engine.prompts import Prompt
-from benchd.engine.rows import Cell, ServerFacts, ServerRun, build_row, decide, model_files
+from benchd.engine.rows import Cell, ServerFacts, ServerRun, build_row, decide, failed_row, model_files
 from benchd.probe_result import ProbeResult
 from benchd.schemas import Candidate, CooldownRecord, Row, Session
 from benchd.sensors.memory.sampler import MemoryResult, MemorySampler
@@ -210,10 +210,10 @@ def failed_rows(job: str, cand: Candidate, context: int, turns: int, server: Ser
     facts = ServerFacts.of(server)
     where = f"at turn {at} of {turns}" if at else "before turn 1"
     error = f"session failed {where}: {why}"
-    return [build_row(Cell(job, cand, context, "session", n), status="failed",
-                      started_at=started[n - 1] if n <= len(started) else utcnow(), server=facts,
-                      cooldown=cooldown if n == 1 else None, error=error,
-                      log_tail=server.log_tail() if n == max(at, 1) else None, extra={"turn": n})
+    return [failed_row(Cell(job, cand, context, "session", n), error,
+                       started_at=started[n - 1] if n <= len(started) else utcnow(), server=facts,
+                       cooldown=cooldown if n == 1 else None,
+                       log_tail=server.log_tail() if n == max(at, 1) else None, extra={"turn": n})
             for n in range(1, turns + 1)]
 
 

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from benchd.engine import parallel, session
 from benchd.engine.prompts import Prompt
-from benchd.engine.rows import Cell, ServerFacts, build_row
+from benchd.engine.rows import Cell, ServerFacts, failed_row
 from benchd.schemas import Candidate, CooldownRecord, Row, Sweep
 from benchd.servers.runtimes import get_adapter
 from benchd.servers.runtimes.base import CTX_MARGIN_TOKENS, RuntimeAdapter, SessionStart
@@ -49,9 +49,9 @@ class Host(Protocol):
 def _failed(host: Host, cand: Candidate, context: int, kind: str, probes: list[int], error: str,
             extra: Mapping[str, object]) -> None:
     for p in probes:
-        host.commit(build_row(Cell(host.job, cand, context, kind, p), status="failed",  # type: ignore[arg-type]
-                              started_at=utcnow(), server=ServerFacts(None, None, None), error=error,
-                              extra={**extra, **({"turn": p} if kind == "session" else {})}))
+        host.commit(failed_row(Cell(host.job, cand, context, kind, p), error,  # type: ignore[arg-type]
+                               started_at=utcnow(), server=ServerFacts(None, None, None),
+                               extra={**extra, **({"turn": p} if kind == "session" else {})}))
 
 
 async def sessions(host: Host, cand: Candidate) -> None:
@@ -113,8 +113,8 @@ async def _one_session(host: Host, adapter: RuntimeAdapter, start: SessionStart,
 
 def _unstarted(host: Host, cand: Candidate, context: int, ctx: int | None, why: str) -> list[Row]:
     """A session's failed rows when its server did not start or cannot hold it."""
-    return [build_row(Cell(host.job, cand, context, "session", p), status="failed", started_at=utcnow(),
-                      server=ServerFacts(ctx, None, None), error=why, extra={"turn": p})
+    return [failed_row(Cell(host.job, cand, context, "session", p), why, started_at=utcnow(),
+                       server=ServerFacts(ctx, None, None), extra={"turn": p})
             for p in range(1, host.sweep.session.turns + 1)]
 
 

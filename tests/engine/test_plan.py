@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from benchd.engine import plan
-from benchd.engine.rows import SEQUENTIAL, Cell, Placement, ServerFacts, build_row
+from benchd.engine.rows import SEQUENTIAL, Cell, Placement, ServerFacts, build_row, failed_row
 from benchd.schemas import Candidate, Probes, Row, Sweep
 from benchd.stats.rows import PROBE_METRICS, SUSTAINED_METRICS, carried_metrics
 
@@ -105,3 +105,13 @@ def test_every_null_carried_metric_has_a_reason_and_no_measured_one_has() -> Non
         assert nulls and all(row.null_reasons[m] == "not reported for this probe" for m in nulls)
     assert set(SUSTAINED_METRICS) - set(PROBE_METRICS) == {"thermal_after", "window_tps", "sustain_ratio"}
     assert set(SUSTAINED_METRICS) <= set(Row.__struct_fields__)  # every listed metric is a row field
+
+
+def test_a_row_failed_outside_a_request_is_decided_like_any_other() -> None:
+    """`failed_row` (no server, no room, a broken session) goes through `decide`: failed, its error kept, and
+    every carried metric null with the failure as the reason."""
+    cand = Candidate(id="a", runtime="llama-server", model="/m.gguf")
+    row = failed_row(Cell("j", cand, 128, "session", 2, SEQUENTIAL), "server never became ready: exit 1",
+                     started_at="t", server=ServerFacts(256, None, None), extra={"turn": 2})
+    assert (row.status, row.error, row.ctx_size, row.turn) == ("failed", "server never became ready: exit 1", 256, 2)
+    assert row.null_reasons["gen_tps"] == "probe failed: server never became ready: exit 1"
