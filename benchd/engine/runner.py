@@ -47,7 +47,7 @@ T = TypeVar("T")
 
 
 class ProbeRunner(Protocol):
-    """The probe steps designs and the tail ask for, as rows (`prepare`: None if well; `probe` prepares if `warm`)."""
+    """The probe steps designs and the tail ask for, as rows (`prepare`: None when fine; `probe` prepares if `warm`)."""
 
     async def prepare(self, server: Server, cell: Cell, warm: int) -> Row | None: ...
 
