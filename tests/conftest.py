@@ -346,6 +346,10 @@ class ServerFactory:
         finally:
             server.stop()
 
+    async def ready(self, server: ServerProcess, base_url: str, timeout_s: float = 60.0) -> None:
+        """Wait in the event loop until a spawned server's /health answers 200 (it must stay alive)."""
+        await _await_ready(server, base_url + "/health", timeout_s)
+
     @contextlib.asynccontextmanager
     async def arun(self, name: str, argv: list[str], base_url: str, env: dict[str, str] | None,
                    timeout_s: float) -> AsyncIterator[str]:

@@ -10,6 +10,7 @@ found through psutil before the kill, since servers live in their own sessions).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -242,6 +243,15 @@ def wait_until(pred: Callable[[], Any], timeout: float = 10.0, interval: float =
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not met within {timeout} s")
         time.sleep(interval)
+
+
+async def until(pred: Callable[[], object], what: str, within_s: float = 30.0) -> None:
+    """Wait in the event loop for `pred()` to hold (the event under test); AssertionError after `within_s`."""
+    deadline = time.monotonic() + within_s
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {within_s} s")
+        await asyncio.sleep(0.02)
 
 
 def raw_request(sock_path: Path, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None,

@@ -11,8 +11,7 @@ import asyncio
 import json
 import socket
 import tempfile
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
@@ -23,6 +22,7 @@ from benchd.config import Config
 from benchd.daemon import api
 from benchd.daemon.lifecycle import Daemon
 from benchd.schemas import Sweep
+from tests.testlib import until
 
 
 @pytest.fixture
@@ -53,15 +53,6 @@ def open_follower(sock: Path, job: str, rcvbuf: int = 4096) -> socket.socket:
     s.connect(str(sock))
     s.sendall(f"GET /v1/jobs/{job}/events?since=0&follow=true HTTP/1.1\r\nHost: x\r\n\r\n".encode())
     return s
-
-
-async def until(pred: Callable[[], object], what: str, within_s: float = 30.0) -> None:
-    """Wait for `pred()` to hold (the event under test), polling the in-process daemon's state."""
-    deadline = time.monotonic() + within_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {within_s} s")
-        await asyncio.sleep(0.02)
 
 
 def _ctx(d: Daemon) -> api.Ctx:

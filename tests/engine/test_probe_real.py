@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
+import psutil
 import pytest
 
 from benchd.config import Config
@@ -20,6 +21,7 @@ from benchd.schemas import Candidate
 from benchd.servers.runtimes import get_adapter
 from benchd.servers.runtimes.base import ChatSettings
 from benchd.servers.supervisor import Server, Supervisor
+from tests.testlib import until
 
 PROMPT = "def add(a, b):\n    return a + b\n" * 30
 
@@ -80,13 +82,22 @@ async def test_probe_timeout_on_hung_server(llama_server) -> None:
         os.kill(server.pid, signal.SIGCONT)
 
 
+def _connections_to(server: Server) -> int:
+    """This process's open TCP connections to the server (a stopped server's kernel still accepts them)."""
+    port = int(server.base_url.rsplit(":", 1)[1])
+    return sum(1 for c in psutil.Process().net_connections("tcp")
+               if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED)
+
+
 async def test_probe_cancellation_propagates(llama_server) -> None:
+    """Cancelled while its request is on the wire to a stopped server, the probe re-raises the cancel."""
     _, server = llama_server
     os.kill(server.pid, signal.SIGSTOP)
+    before = _connections_to(server)
     try:
         task = asyncio.create_task(probe.run_chat(get_adapter("llama-server"), server.base_url, server.candidate,
                                                   prompt=PROMPT, settings=ChatSettings(8), timeout_s=60))
-        await asyncio.sleep(0.3)
+        await until(lambda: _connections_to(server) > before, "the request's connection open")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -29,6 +29,7 @@ from benchd.config import Config
 from benchd.daemon import queue as queue_mod
 from benchd.daemon.lifecycle import Daemon
 from benchd.schemas import Sweep
+from tests.testlib import until
 
 pytestmark = [pytest.mark.slow]
 
@@ -102,16 +103,6 @@ async def test_a_job_cancelled_while_the_queue_starts_it_never_runs(
     assert d.store.get_job(job.id).state == "cancelled"
 
 
-async def _until(pred: Any, what: str, within_s: float = 30.0) -> None:
-    """Wait for `pred()` to hold (the event under test), polling."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError(f"{what}: not within {within_s} s")
-        await asyncio.sleep(0.02)
-
-
 async def test_idle_connections_are_capped_and_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     """Regression: clients that connect and never send a request (or trickle its headers) were held for
     ever, one file descriptor each (the fault suite held 300 for minutes). In-process daemon so the cap
@@ -138,7 +129,7 @@ async def test_idle_connections_are_capped_and_dropped(monkeypatch: pytest.Monke
                 s.send(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")  # headers never finished
             idle.append(s)
         # both ends of the 20 connections are in this process: wait until the daemon has accepted them all
-        await _until(lambda: me.num_fds() >= fds0 + 2 * len(idle), "the 20 idle connections accepted")
+        await until(lambda: me.num_fds() >= fds0 + 2 * len(idle), "the 20 idle connections accepted")
 
         def one_request() -> bytes:
             with socket.socket(socket.AF_UNIX) as c:
@@ -167,7 +158,7 @@ async def test_idle_connections_are_capped_and_dropped(monkeypatch: pytest.Monke
             assert await asyncio.to_thread(dropped, s) == b""
         answer = await asyncio.to_thread(one_request)
         assert answer.startswith(b"HTTP/1.1 200"), answer
-        await _until(lambda: me.num_fds() <= fds0 + 2, "the dropped connections' descriptors closed")
+        await until(lambda: me.num_fds() <= fds0 + 2, "the dropped connections' descriptors closed")
     from faultlib import figure
 
     figure("idle_connections_dropped", len(idle))

@@ -6,6 +6,7 @@ import asyncio
 
 from benchd.sensors.memory import sampler as memory
 from tests.sensors.test_memory import linux_only
+from tests.testlib import until
 
 
 @linux_only
@@ -18,20 +19,14 @@ async def test_real_llama_server_probe(server_factory, tiny_models, free_port) -
     server = server_factory.spawn("llama-server-mem", server_factory.llama_argv(tiny_models.target, port, ["-t", "1"], 2048))
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(300):
-            server.check_alive()
-            try:
-                await asyncio.to_thread(lambda: urllib.request.urlopen(base + "/health", timeout=1).read())
-                break
-            except OSError:
-                await asyncio.sleep(0.1)
+        await server_factory.ready(server, base)
         s = memory.MemorySampler(server.proc.pid, rate_hz=20)
         body = json.dumps({"prompt": "hello " * 200, "n_predict": 64, "temperature": 0}).encode()
         req = urllib.request.Request(base + "/completion", data=body, headers={"Content-Type": "application/json"})
         s.reset_peak()
         await s.start()
         await asyncio.to_thread(lambda: urllib.request.urlopen(req, timeout=60).read())
-        await asyncio.sleep(0.15)  # at least a few periodic ticks, whatever the probe's speed
+        await until(lambda: len(s._series) >= 3, "three periodic samples")  # whatever the probe's speed
         r = await s.stop()
     finally:
         server.stop()
