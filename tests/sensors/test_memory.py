@@ -14,6 +14,7 @@ from benchd.sensors.memory import linux as memory_linux
 from benchd.sensors.memory import sampler as memory
 from benchd.sensors.memory import sources as memory_sources
 from benchd.sensors.memory.readers import PeakOf, ProcMem
+from tests.testlib import until
 
 MB = 1024 * 1024
 
@@ -91,7 +92,7 @@ async def test_per_probe_peak_exact_and_reset(child: Child) -> None:
     s.reset_peak()
     await s.start()
     await child.cmd("alloc 200")
-    await asyncio.sleep(0.2)
+    await until(lambda: len(s._series) >= 2, "two samples of probe 1")
     r1 = await s.stop()
     expected = base + 200 * MB
     assert r1.source == "kernel:VmHWM" and r1.exact and r1.processes == 1, r1.source_note
@@ -138,14 +139,14 @@ async def test_tree_sum_is_upper_bound_and_vanishing_child_survives(child: Child
     s = memory.MemorySampler(child.proc.pid, rate_hz=20, tree_refresh_s=0.1)
     s.reset_peak()
     await s.start()
-    await asyncio.sleep(0.3)
+    await until(lambda: len(s._seen) >= 2, "the sampler reads the child and its kid")
     import psutil
 
     kids = psutil.Process(child.proc.pid).children(recursive=True)
     assert kids
     for k in kids:  # a process of the tree vanishes mid-probe
         k.kill()
-    await asyncio.sleep(0.3)
+    await until(lambda: s._vanished, "the sampler sees the kid gone")
     r = await s.stop()
     assert r.processes == 2
     assert r.source == "kernel:VmHWM" and not r.exact
@@ -162,8 +163,7 @@ async def test_peak_only_is_exact_and_runs_nothing_during_the_probe(child: Child
     s.reset_peak()
     await s.start()
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("memory-sampler")]
-    await child.cmd("alloc 200")
-    await asyncio.sleep(0.2)
+    await child.cmd("alloc 200")  # answered after the pages were touched and freed: the kernel peak keeps them
     r = await s.stop()
     expected = base + 200 * MB
     assert r.source == "kernel:VmHWM" and r.exact and r.peak_bytes is not None
@@ -220,7 +220,7 @@ async def test_peak_only_without_a_usable_kernel_peak_samples_the_series(child: 
     s = memory.MemorySampler(child.proc.pid, rate_hz=20, series=False, backend=NoReset())
     s.reset_peak()
     await s.start()
-    await asyncio.sleep(0.3)
+    await until(lambda: len(s._series) >= 4, "four samples")
     r = await s.stop()
     assert r.source == "psutil:rss" and not r.exact and len(r.series) >= 4 and r.rate_hz_achieved is not None
 
@@ -230,7 +230,7 @@ async def test_root_gone_gives_nulls_with_reasons() -> None:
     await proc.wait()
     s = memory.MemorySampler(proc.pid, rate_hz=10)
     await s.start()
-    await asyncio.sleep(0.15)
+    await asyncio.sleep(0)  # one turn of the loop: the sampler's first tick runs (it finds nothing to read)
     r = await s.stop()
     assert r.peak_bytes is None and "peak_bytes" in r.null_reasons
     assert r.series == [] and r.processes == 0 and not r.exact
@@ -247,7 +247,7 @@ async def test_reset_failure_falls_back_to_sampled_rss(child: Child) -> None:
     s = memory.MemorySampler(child.proc.pid, rate_hz=20, backend=NoReset())
     s.reset_peak()
     await s.start()
-    await asyncio.sleep(0.2)
+    await until(lambda: len(s._series) >= 2, "two samples")
     r = await s.stop()
     assert r.source == "psutil:rss" and not r.exact
     assert r.peak_bytes == r.sampled_peak_bytes and "Permission denied" in r.source_note
@@ -334,7 +334,7 @@ async def test_footprint_axis_adds_the_mapped_model_files(child: Child, tmp_path
     s = memory.MemorySampler(child.proc.pid, rate_hz=20, backend=FootprintLike(), model_paths=[str(model)])
     s.reset_peak()
     await s.start()
-    await asyncio.sleep(0.2)
+    await until(lambda: len(s._series) >= 2, "two samples")
     r = await s.stop()
     assert r.model_resident_bytes == 16 * MB and r.footprint_peak_bytes is not None
     assert r.peak_bytes == r.footprint_peak_bytes + 16 * MB
@@ -348,7 +348,7 @@ async def test_footprint_axis_adds_the_mapped_model_files(child: Child, tmp_path
 
     s = memory.MemorySampler(child.proc.pid, rate_hz=20, backend=Unreadable(), model_paths=[str(model)])
     await s.start()
-    await asyncio.sleep(0.2)
+    await until(lambda: len(s._series) >= 2, "two samples")
     r = await s.stop()
     assert r.model_resident_bytes is None and "EPERM" in r.null_reasons["model_resident_bytes"]
     assert r.resident_peak_bytes is not None and r.peak_bytes == max(r.footprint_peak_bytes or 0, r.resident_peak_bytes)
@@ -359,7 +359,7 @@ async def test_footprint_axis_adds_the_mapped_model_files(child: Child, tmp_path
 async def test_no_model_paths_is_a_null_with_reason(child: Child) -> None:
     s = memory.MemorySampler(child.proc.pid, rate_hz=20)
     await s.start()
-    await asyncio.sleep(0.15)
+    await until(lambda: len(s._series) >= 2, "two samples")
     r = await s.stop()
     assert r.model_resident_bytes is None and r.null_reasons["model_resident_bytes"] == "no model files given to the sampler"
     assert r.resident_peak_bytes == r.peak_bytes and r.footprint_peak_bytes is not None
