@@ -350,6 +350,8 @@ class DominanceFields(Protocol):
     @property
     def blocked_on(self) -> list[str]: ...
     @property
+    def not_compared(self) -> Mapping[str, object]: ...
+    @property
     def status(self) -> str: ...
     @property
     def k(self) -> int: ...
@@ -383,7 +385,8 @@ def _held_words(d: DominanceFields) -> str:
 
 def _winner_text(d: DominanceFields, w: str, loser: str) -> str:
     text = f"{w} dominates {loser}: better on {_axes_words(d.better_on)}"
-    return text + (f"; tied on {_axes_words(d.tied_on)}" if d.tied_on else "")
+    text += f"; tied on {_axes_words(d.tied_on)}" if d.tied_on else ""
+    return text + (f"; not compared at this size: {_axes_words(list(d.not_compared))}" if d.not_compared else "")
 
 
 def _relation_text(d: DominanceFields, a: str, b: str) -> str:

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from benchd.results.text import dominance_sentence
 from benchd.schemas import Candidate, Row, Sweep
 from benchd.stats import ranktests, stop
 from benchd.stats.comparison import compare_axis, compare_outcomes, dominance, tasks_needed
@@ -63,6 +64,21 @@ def test_two_times_faster_and_smaller_dominates_with_five_tasks_each() -> None:
     ready = {"ready_s": [1.5, 1.2, 1.8]}
     d3 = dominance({**a, **ready}, {**b, "ready_s": [1.0, 1.25, 0.8]}, axes=["gen_tps", "mem_peak_bytes", "ready_s"])
     assert d3.winner is None and d3.blocked_on == ["ready_s"] and d3.not_compared["ready_s"].lever == "[ready] starts"
+
+
+def test_one_sustained_run_each_blocks_only_beyond_its_ten_percent_margin() -> None:
+    """The sustain ratio is one run a candidate (never compared): B's 3 % better ratio is within the 10 %
+    margin and A dominates, the sentence naming the axis it did not compare; B's 25 % better ratio blocks."""
+    rng = random.Random(3)
+    a = {"gen_tps": _noisy(rng, 400, 6, 0.02), "mem_peak_bytes": _noisy(rng, 200, 6, 0.005), "sustain_ratio": [0.90]}
+    b = {"gen_tps": _noisy(rng, 100, 6, 0.02), "mem_peak_bytes": _noisy(rng, 800, 6, 0.005), "sustain_ratio": [0.927]}
+    axes = ["gen_tps", "mem_peak_bytes", "sustain_ratio"]
+    d = dominance(a, b, axes=axes, names=("fast", "slow"))
+    assert d.winner == "a" and d.blocked_on == [] and d.not_compared["sustain_ratio"].lever is None, d.text
+    assert dominance_sentence(d, "fast", "slow").startswith(
+        "fast dominates slow: better on generation speed and peak memory; not compared at this size: sustain ratio (")
+    d2 = dominance(a, {**b, "sustain_ratio": [1.125]}, axes=axes)
+    assert d2.winner is None and d2.status == "undecided" and d2.blocked_on == ["sustain_ratio"], d2.text
 
 
 def test_a_five_percent_edge_on_another_axis_is_not_ruled_out() -> None:
