@@ -73,7 +73,7 @@ register_axis("ready_s", "lower", words=("slower to start", "faster to start"), 
 #: KL divergence against `[kld] reference`, per candidate (docs/kld.md#the-kld-axis).
 register_axis("kld", "lower", words=("more quality lost", "less quality lost"), compare=False,
               label="KL divergence vs the reference", unit="nats", margin_pct=10.0, source="candidate",
-              lever=None)
+              lever="chunks ([kld] tokens or a longer corpus)")
 #: Session probes: the median TTFT of turns >= 2 on a warm prompt cache.
 register_axis("session_ttft_ms", "lower", words=("slower", "faster"), label="warm-turn time to first token", unit="ms",
               source="cell")

@@ -79,6 +79,9 @@ def test_one_sustained_run_each_blocks_only_beyond_its_ten_percent_margin() -> N
         "fast dominates slow: better on generation speed and peak memory; not compared at this size: sustain ratio (")
     d2 = dominance(a, {**b, "sustain_ratio": [1.125]}, axes=axes)
     assert d2.winner is None and d2.status == "undecided" and d2.blocked_on == ["sustain_ratio"], d2.text
+    # KLD over 3 chunks a side: its lever is more chunks, which the sweep's [kld] settings can add
+    kld = dominance({**a, "kld": [0.01] * 3}, {**b, "kld": [0.02] * 3}, axes=["gen_tps", "kld"])
+    assert kld.not_compared["kld"].lever == "chunks ([kld] tokens or a longer corpus)", kld.text
 
 
 def test_a_five_percent_edge_on_another_axis_is_not_ruled_out() -> None:
