@@ -142,7 +142,7 @@ def candidate_planned(sweep: Sweep, vision: bool, bound: Literal["min", "max"] =
     """One candidate's part of `planned_probes` (the sentinel aside)."""
     plan = sweep.probe_plan()
     return {"probe": len(sweep.contexts) * (plan.min if bound == "min" else plan.max),
-            "sustained": 1 if sweep.sustained.tokens > 0 else 0,
+            "sustained": sweep.sustained.runs if sweep.sustained.tokens > 0 else 0,
             "vision": len(sweep.vision.resolutions) * plan.min if vision else 0}
 
 

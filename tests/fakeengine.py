@@ -51,7 +51,7 @@ class Script:
     number); `never`: candidates whose server never gets ready; `fit`: how many servers fit side by side
     (by measurement; None: any number); `hang_at`: the n-th recorded probe (0-based) waits until cancelled;
     `failing`: candidates every probe of which fails; `mem[cand]`: its rows' peak memory in bytes (absent:
-    no memory figure)."""
+    no memory figure); `sustain[cand]`: its sustained rows' sustain ratio (absent: none)."""
 
     rate: dict[str, float | Callable[[int], float]] = field(default_factory=dict)
     never: set[str] = field(default_factory=set)
@@ -60,6 +60,7 @@ class Script:
     hang_at: int | None = None
     failing: set[str] = field(default_factory=set)
     mem: dict[str, int] = field(default_factory=dict)
+    sustain: dict[str, Callable[[int], float]] = field(default_factory=dict)
     probes: list[tuple[str, int, str, int]] = field(default_factory=list)
     starts: list[str] = field(default_factory=list)
     closed: int = 0
@@ -150,7 +151,9 @@ class FakeRunner:
         row = build_row(cell, status="ok", started_at=STARTED_AT, server=facts)
         return msgspec.structs.replace(row, gen_tps=value, prompt_tps=10 * value, ttft_ms=1000.0 / value,
                                        e2e_ms=gen_tokens * 1000.0 / value, prompt_tokens=cell.context,
-                                       gen_tokens=gen_tokens, mem_peak_bytes=self.script.mem.get(cand))
+                                       gen_tokens=gen_tokens, mem_peak_bytes=self.script.mem.get(cand),
+                                       sustain_ratio=(ratio(cell.probe) if (ratio := self.script.sustain.get(cand))
+                                                      and cell.kind == "sustained" else None))
 
     async def vision(self, server: Any, cell: Cell, vc: Any, warm: bool) -> Row:
         return build_row(cell, status="failed", started_at=STARTED_AT, server=None, error="fake: no images")

@@ -49,7 +49,8 @@ class Engine:
         self.job, self.sweep, self.store, self.config, self.memory_rate_hz = job, sweep, store, config, memory_rate_hz
         sensor = sensor or open_sensor()
         self.energy = EnergySession()  # the counter ($BENCHD_POWERCAP_ROOT in tests), reopened per server start
-        self.book = SeriesBook(sweep.probe_plan(), store.results.iter_rows(job), ci_stop=not designs.pair_stop(sweep))
+        self.book = SeriesBook(sweep.probe_plan(), store.results.iter_rows(job), ci_stop=not designs.pair_stop(sweep),
+                               sustained_runs=sweep.sustained.runs)
         self.recorder = Recorder(job, sweep, store, notify, self.book)
         self.race = racing.open_race(sweep, designs.pair_stop(sweep), store.events.iterate(job), store.results.iter_rows(job))
         self.recorder.race = self.race

@@ -86,9 +86,11 @@ def series_row(row: Row, plan: ProbePlan) -> Row:
 class SeriesBook:
     """The job's progress record: cells' rows and series, and the keys done (`ci_stop` False: pair rule stops)."""
 
-    def __init__(self, plan: ProbePlan, rows: Iterable[Row] = (), *, ci_stop: bool = True) -> None:
+    def __init__(self, plan: ProbePlan, rows: Iterable[Row] = (), *, ci_stop: bool = True,
+                 sustained_runs: int = 1) -> None:
         self.plan = plan
         self.ci_stop = ci_stop
+        self.sustained_runs = sustained_runs
         self.cells: dict[tuple[str, int, str], list[Row]] = {}
         for r in rows:
             self.add(r)
@@ -109,7 +111,8 @@ class SeriesBook:
             n = max(1, len(CellSeries(plan, self.cells.get((candidate, context, "probe"), [])).valid))
             plan = ProbePlan(False, n, n, plan.target_ci_pct, plan.metric, plan.throttle_pct)
         if kind == "sustained":
-            plan = ProbePlan(False, 1, 1, plan.target_ci_pct, plan.metric, plan.throttle_pct)
+            runs = self.sustained_runs
+            plan = ProbePlan(False, runs, runs, plan.target_ci_pct, plan.metric, plan.throttle_pct)
         return CellSeries(plan, self.cells.get((candidate, context, kind), []), ci_stop=self.ci_stop or kind != "probe")
 
 

@@ -24,7 +24,7 @@ from benchd.servers.runtimes import get_adapter
 from benchd.servers.runtimes.base import RuntimeAdapter
 from benchd.servers.server import Server
 
-SUSTAINED = Placement(None, None, "sustained generation: one per candidate, outside the rounds")
+SUSTAINED = Placement(None, None, "sustained generation: outside the rounds")
 SENTINEL = Placement(None, None, "drift sentinel: the first cell again after the sweep, outside the rounds")
 
 
@@ -57,8 +57,8 @@ class Tail:
 
     async def last_start(self, cand: Candidate, g: Group) -> None:
         """The sustained generation and the evals, on the candidate's last server start."""
-        if g.sustained:
-            await self.cells.visit(cand, min(self.sweep.contexts), "sustained", SUSTAINED, group=g)
+        while g.sustained and await self.cells.visit(cand, min(self.sweep.contexts), "sustained", SUSTAINED, group=g):
+            pass
         server = await self.pool.ready(cand, g) if g.evals else None
         if server is not None:
             await self.evals.run_evals(get_adapter(cand.runtime), server, cand)

@@ -57,7 +57,7 @@ def _overlap(axes: list[str]) -> list[str]:
 
 def _lever(axis: str, nc: NotCompared) -> str:
     if nc.lever is None:
-        return f"{axis_word(axis)}: {nc.reason}, and no setting adds values (one per candidate): your judgement"
+        return f"{axis_word(axis)}: {nc.reason}, and no setting adds values: your judgement"
     more = f"{nc.needed - nc.have} more {nc.lever}" if nc.needed > nc.have else "more values"
     return f"{axis_word(axis)}: {nc.reason} (have {nc.have}, needs {nc.needed} a side: {more})"
 

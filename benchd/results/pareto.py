@@ -157,7 +157,7 @@ def _sustained(rows: Iterable[Row]) -> dict[str, list[float]]:
 
 
 def sustain_ratios(rows: Iterable[Row]) -> dict[str, float]:
-    """Median sustain_ratio of a candidate's successful sustained rows (one per candidate, usually)."""
+    """Median sustain_ratio of a candidate's successful sustained rows (`[sustained] runs` of them)."""
     return {c: statistics.median(v) for c, v in _sustained(rows).items()}
 
 

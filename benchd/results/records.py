@@ -9,7 +9,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from benchd.results.decision import tie_status
-from benchd.results.text import AXIS_LABELS, STATE_WORDS, fmt_range, fmt_value, machine_line, verdict_text
+from benchd.results.text import (
+    AXIS_LABELS,
+    STATE_WORDS,
+    fmt_range,
+    fmt_value,
+    machine_line,
+    plural,
+    verdict_text,
+)
 from benchd.schemas import CellStats, ContextPareto, Domination, MetricStats, Row, Runbook
 from benchd.schemas.json import JSONObject
 from benchd.stats.axes import SUITE_AXES
@@ -243,8 +251,8 @@ def _tier_over(rb: Runbook, cand: str, axis: str) -> str | None:
 
 
 def _sustain_over(rb: Runbook, cand: str, axis: str) -> str | None:
-    run = next((s for s in reversed(rb.sustained) if s.candidate == cand), None)
-    return None if run is None else f"one sustained run of {run.gen_tokens} tokens"
+    runs = [s for s in rb.sustained if s.candidate == cand]
+    return None if not runs else f"{plural(len(runs), 'sustained run')} of {runs[-1].gen_tokens} tokens"
 
 
 #: Per-candidate axes: what their value is measured over (None: not recorded).

@@ -121,10 +121,12 @@ class Sampling(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
 
 
 class Sustained(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
-    """One long generation per candidate; tokens = 0 turns it off."""
+    """`runs` long generations per candidate, back to back on its last server start; tokens = 0 turns it off.
+    Six runs make the sustain ratio comparable (docs/measuring.md#the-one-comparison)."""
 
     tokens: Annotated[int, Meta(ge=0, le=1_000_000)] = 1024
     window: Annotated[int, Meta(ge=1, le=100_000)] = 128
+    runs: Annotated[int, Meta(ge=1, le=64)] = 1
 
 
 class Session(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):

@@ -63,7 +63,7 @@ register_axis("tool_pass_rate", "higher", compare=False, outcomes=True, label="B
 #: Public eval suite -> the axis it is compared on.
 SUITE_AXES: dict[str, str] = {"code": "code_pass_rate", "tools": "tool_pass_rate"}
 register_axis("sustain_ratio", "higher", compare=False, label="sustain ratio", core=True, margin_pct=10.0,
-              source="candidate", lever=None)  # one run a candidate: why 10 %, docs/measuring.md#the-one-comparison
+              source="candidate", lever="[sustained] runs")  # why 10 %: docs/measuring.md#the-one-comparison
 register_axis("j_per_gen_token", "lower", words=("more energy per token", "less energy per token"),
               label="energy per generated token", unit="J", core=True)
 #: Time to ready over a candidate's warm starts (per candidate: `compare_ready`; cold starts apart).

@@ -287,7 +287,8 @@ def _welch_fit(la: list[float], lb: list[float], q: float) -> _Fit:
                 half_width)
 
 
-def _advice(fit: _Fit, lm: float, few: bool, outside: bool, margin_pct: float) -> tuple[int | None, str]:
+def _advice(fit: _Fit, lm: float, few: bool, outside: bool, margin_pct: float,
+            unit: str | None) -> tuple[int | None, str]:
     """(rounds_to_resolve, the unresolved text's tail); `outside`: the interval is outside ±margin, the guard failed."""
     if few:
         return None, ""
@@ -296,7 +297,8 @@ def _advice(fit: _Fit, lm: float, few: bool, outside: bool, margin_pct: float) -
     if outside:
         more = max(more or 1, 1)
     if more is not None:
-        return more, f", at the spread seen so far about {more} more rounds give an even chance of resolving ±{margin_pct:g} %"
+        return more, (f", at the spread seen so far about {more} more {unit or 'rounds'} give an even chance of resolving "
+                      f"±{margin_pct:g} %")
     if target == 0:
         return None, f", the estimate sits at the ±{margin_pct:g} % margin"
     return None, f", more than {MAX_ROUNDS_ESTIMATE} more rounds would be needed to resolve ±{margin_pct:g} %"
@@ -359,7 +361,7 @@ def _fitted_verdict(fit: _Fit, axis: str, better: Direction, design: str, **kw: 
         return settled
     lm = math.log1p(margin_pct / 100.0)
     outside = fit.est - h > lm or fit.est + h < -lm
-    more, tail = _advice(fit, lm, min(kw["n_a"], kw["n_b"]) < ADVICE_MIN_N, outside, margin_pct)
+    more, tail = _advice(fit, lm, min(kw["n_a"], kw["n_b"]) < ADVICE_MIN_N, outside, margin_pct, kw.get("lever"))
     why = _ci_text(rlo, rhi)
     if outside:
         why += f" but the rank test's p = {fit.guard_p:.2g} > {max(alpha, fit.min_p):.2g} (the samples overlap)"

@@ -474,3 +474,28 @@ async def test_a_resumed_context_does_not_run_a_settled_candidate_again(tmp_path
     assert "s" not in {c for c, *_ in again.probes} and again.probes
     assert len(_events(store, job, "candidate_settled")) == 1
     assert [e.payload["candidate"] for e in _events(store, job, "cell_finished")].count("s") == 1
+
+
+async def test_six_sustained_runs_make_the_sustain_ratio_comparable(tmp_path: Path) -> None:
+    """`[sustained] runs = 6`: six sustained rows a candidate, back to back on its last start and counted in
+    the plan; on them the view compares the sustain ratio. b holds 0.90 where a falls to 0.70: different,
+    so a (twice as fast at the probes) and b are a trade-off, where one run each could only block."""
+    from benchd.results.runbook import build_runbook
+
+    config, store = _store(tmp_path)
+    sweep = _sweep(tmp_path, ["a", "b"], probes=6, sustained=Sustained(tokens=16, window=8, runs=6))
+    job = _job(store, sweep)
+    script = Script(rate={"a": lambda p: 100.0 + p % 3, "b": lambda p: 50.0 + p % 2},
+                    sustain={"a": lambda p: 0.70 + 0.01 * (p % 3), "b": lambda p: 0.90 + 0.01 * (p % 2)})
+    await _run(store, job, sweep, script, config)
+    rows = store.results.rows(job)
+    assert sorted((r.candidate, r.probe) for r in rows if r.kind == "sustained") == [
+        (c, p) for c in ("a", "b") for p in range(6)]
+    assert {r.start for r in rows if r.kind == "sustained" and r.candidate == "a"} == {3}  # its last start
+    prog = store.get_job(job).progress
+    assert prog.done == prog.total == 2 * (2 * 6 + 6)
+    rb = build_runbook(config, store, job)
+    for view in rb.pareto:
+        assert view.frontier == ["a", "b"] and not view.ties, view
+        (trade,) = view.tradeoffs
+        assert "sustain ratio" in (trade.text or "") and "sustain_ratio" in trade.axes, trade.text

@@ -50,12 +50,17 @@ def test_an_undecided_pair_says_what_would_decide_it() -> None:
     gen, ttft = u.decide
     assert gen == f"more rounds: the interval on {axis_word('gen_tps')} still overlaps the margin"
     assert ttft.startswith(axis_word("ttft_ms")) and "have 3, needs 6" in ttft and "3 more rounds" in ttft
-    one_run = NotCompared(reason="1 value(s) on a side: comparing needs 6", have=1, needed=6, lever=None)
+    one_run = NotCompared(reason="1 value(s) on a side: comparing needs 6", have=1, needed=6, lever="[sustained] runs")
     sustain = Tie(pair=["a", "b"], axes={}, status="unresolved", blocked_on=["sustain_ratio"],
                   not_compared={"sustain_ratio": one_run})
     (u,) = context_decision(msgspec.structs.replace(p, ties=[sustain])).undecided
+    assert u.decide == [f"{axis_word('sustain_ratio')}: 1 value(s) on a side: comparing needs 6 (have 1, needs 6 a side: "
+                        "5 more [sustained] runs)"]
+    fixed = msgspec.structs.replace(one_run, lever=None)  # an axis nothing in the sweep adds values to
+    (u,) = context_decision(msgspec.structs.replace(p, ties=[msgspec.structs.replace(
+        sustain, not_compared={"sustain_ratio": fixed})])).undecided
     assert u.decide == [f"{axis_word('sustain_ratio')}: 1 value(s) on a side: comparing needs 6, and no setting adds "
-                        "values (one per candidate): your judgement"]  # no promise of values nothing can add
+                        "values: your judgement"]  # no promise of values nothing can add
     many = Tie(pair=["a", "b"], axes={}, status="unresolved", unresolved_on=["gen_tps", "prompt_tps", "ttft_ms"])
     (u,) = context_decision(msgspec.structs.replace(p, ties=[many])).undecided
     assert u.decide == [f"more rounds: the intervals on {axis_word('gen_tps')}, {axis_word('prompt_tps')} and "

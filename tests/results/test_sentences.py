@@ -73,3 +73,18 @@ def test_the_sentence_says_how_many_server_starts_it_rests_on() -> None:
     assert once.starts == 1 and "over 4 paired rounds on one server start a side" in comparison_sentence(once, "a", "b")
     unknown = compare_rows(rows("a", a, [None] * 4), rows("b", b, [1, 2, 3, 4]), "gen_tps", order="interleaved")
     assert unknown.starts is None and "server start" not in comparison_sentence(unknown, "a", "b")
+
+
+def test_what_adds_values_is_the_axis_lever_not_always_rounds() -> None:
+    """Six sustained runs a side, overlapping the sustain ratio's ±10 %: more *sustained runs* decide it
+    (`[sustained] runs`), not more rounds; the stats verdict's own text says the same."""
+    a = [0.80, 0.95, 0.70, 0.90, 0.75, 0.85]
+    b = [0.78, 0.92, 0.66, 0.88, 0.70, 0.83]
+    v = compare_axis(a, b, axis="sustain_ratio", better="higher", margin_pct=10.0)
+    assert v.verdict == "unresolved" and v.rounds_to_resolve is not None and v.lever == "[sustained] runs", v
+    text = comparison_sentence(v, "a", "b")
+    assert f"about {v.rounds_to_resolve:,} more [sustained] runs give an even chance of deciding it" in text, text
+    assert f"about {v.rounds_to_resolve} more [sustained] runs give an even chance of resolving ±10 %" in v.text
+    speed = compare_axis([100.0, 101.0, 102.0, 100.5, 101.5, 99.0], [97.4, 98.98, 99.35, 98.49, 98.87, 99.5],
+                         axis="gen_tps", better="higher", paired=True)
+    assert "more round" in comparison_sentence(speed, "a", "b") and "more rounds give" in speed.text
