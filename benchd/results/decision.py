@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from benchd.results.text import STATE_WORDS, and_list, axis_word, plural
 from benchd.schemas import Candidate, CandidateProvenance, ContextPareto, NotCompared, Runbook, Tie
+from benchd.stats.comparison import lever as lever_of
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,10 @@ def _overlap(axes: list[str]) -> list[str]:
 
 
 def _lever(axis: str, nc: NotCompared) -> str:
-    if nc.lever is None:
+    lever = nc.lever or lever_of(axis)  # a runbook written before the axis had a lever: today's
+    if lever is None:
         return f"{axis_word(axis)}: {nc.reason}, and no setting adds values: your judgement"
-    more = f"{nc.needed - nc.have} more {nc.lever}" if nc.needed > nc.have else "more values"
+    more = f"{nc.needed - nc.have} more {lever}" if nc.needed > nc.have else "more values"
     return f"{axis_word(axis)}: {nc.reason} (have {nc.have}, needs {nc.needed} a side: {more})"
 
 

@@ -16,6 +16,7 @@ from benchd.results.decision import context_decision, decision_lines, deferred_r
 from benchd.results.report import render_markdown, render_text
 from benchd.results.text import STATE_WORDS, axis_word
 from benchd.schemas import ContextPareto, NotCompared, Tie
+from benchd.stats.axes import AXES, register_axis
 
 
 def _in_order(text: str, marks: list[str]) -> None:
@@ -56,11 +57,20 @@ def test_an_undecided_pair_says_what_would_decide_it() -> None:
     (u,) = context_decision(msgspec.structs.replace(p, ties=[sustain])).undecided
     assert u.decide == [f"{axis_word('sustain_ratio')}: 1 value(s) on a side: comparing needs 6 (have 1, needs 6 a side: "
                         "5 more [sustained] runs)"]
-    fixed = msgspec.structs.replace(one_run, lever=None)  # an axis nothing in the sweep adds values to
+    older = msgspec.structs.replace(one_run, lever=None)  # a runbook from before `[sustained] runs`: today's lever
     (u,) = context_decision(msgspec.structs.replace(p, ties=[msgspec.structs.replace(
-        sustain, not_compared={"sustain_ratio": fixed})])).undecided
-    assert u.decide == [f"{axis_word('sustain_ratio')}: 1 value(s) on a side: comparing needs 6, and no setting adds "
-                        "values: your judgement"]  # no promise of values nothing can add
+        sustain, not_compared={"sustain_ratio": older})])).undecided
+    assert u.decide[0].endswith("5 more [sustained] runs)"), u.decide
+    fixed = NotCompared(reason="1 value(s) on a side: comparing needs 6", have=1, needed=6, lever=None)
+    register_axis("made_up", "higher", label="made up", source="candidate", lever=None)  # nothing adds values
+    try:
+        (u,) = context_decision(msgspec.structs.replace(p, ties=[Tie(
+            pair=["a", "b"], axes={}, status="unresolved", blocked_on=["made_up"],
+            not_compared={"made_up": fixed})])).undecided
+    finally:
+        AXES.pop("made_up")
+    assert u.decide == ["made up: 1 value(s) on a side: comparing needs 6, and no setting adds values: your "
+                        "judgement"]  # no promise of values nothing can add
     many = Tie(pair=["a", "b"], axes={}, status="unresolved", unresolved_on=["gen_tps", "prompt_tps", "ttft_ms"])
     (u,) = context_decision(msgspec.structs.replace(p, ties=[many])).undecided
     assert u.decide == [f"more rounds: the intervals on {axis_word('gen_tps')}, {axis_word('prompt_tps')} and "
