@@ -389,7 +389,8 @@ def _held_words(d: DominanceFields) -> str:
 def _winner_text(d: DominanceFields, w: str, loser: str) -> str:
     text = f"{w} dominates {loser}: better on {_axes_words(d.better_on)}"
     text += f"; tied on {_axes_words(d.tied_on)}" if d.tied_on else ""
-    return text + (f"; not compared at this size: {_axes_words(list(d.not_compared))}" if d.not_compared else "")
+    left_out = [x for x in d.not_compared if x not in (*d.better_on, *d.tied_on)]  # a different one still counts
+    return text + (f"; not compared at this size: {_axes_words(left_out)}" if left_out else "")
 
 
 def _relation_text(d: DominanceFields, a: str, b: str) -> str:

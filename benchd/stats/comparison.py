@@ -301,7 +301,7 @@ def _advice(fit: _Fit, lm: float, few: bool, outside: bool, margin_pct: float,
                       f"±{margin_pct:g} %")
     if target == 0:
         return None, f", the estimate sits at the ±{margin_pct:g} % margin"
-    return None, f", more than {MAX_ROUNDS_ESTIMATE} more rounds would be needed to resolve ±{margin_pct:g} %"
+    return None, f", more than {MAX_ROUNDS_ESTIMATE} more {unit or 'rounds'} would be needed to resolve ±{margin_pct:g} %"
 
 
 def _fit(la: list[float], lb: list[float], paired: bool, q: float) -> _Fit | tuple[str, float]:

@@ -79,6 +79,12 @@ def test_one_sustained_run_each_blocks_only_beyond_its_ten_percent_margin() -> N
         "fast dominates slow: better on generation speed and peak memory; not compared at this size: sustain ratio (")
     d2 = dominance(a, {**b, "sustain_ratio": [1.125]}, axes=axes)
     assert d2.winner is None and d2.status == "undecided" and d2.blocked_on == ["sustain_ratio"], d2.text
+    # 3 starts a side 3x apart: time to ready is not compared at its size yet different, so it counts, named once
+    fast_start = dominance({**a, "ready_s": [1.0, 1.01, 0.99]}, {**b, "ready_s": [3.0, 3.05, 2.95]},
+                           axes=["gen_tps", "ready_s"], names=("fast", "slow"))
+    assert "ready_s" in fast_start.not_compared and fast_start.better_on == ["gen_tps", "ready_s"], fast_start.text
+    assert dominance_sentence(fast_start, "fast", "slow").startswith(
+        "fast dominates slow: better on generation speed and time to ready (α")
     # KLD over 3 chunks a side: its lever is more chunks, which the sweep's [kld] settings can add
     kld = dominance({**a, "kld": [0.01] * 3}, {**b, "kld": [0.02] * 3}, axes=["gen_tps", "kld"])
     assert kld.not_compared["kld"].lever == "chunks ([kld] tokens or a longer corpus)", kld.text
