@@ -55,10 +55,16 @@ class Tail:
             if self.recorder.vision_pending(cand) and (server := await self.pool.ready(cand, vg)) is not None:
                 await self.vision(server, cand)
 
+    async def sustained_runs(self, cand: Candidate, g: Group) -> None:
+        """The sustained generations still planned (`[sustained] runs`), back to back, while its server serves."""
+        context = min(self.sweep.contexts)
+        while await self.cells.visit(cand, context, "sustained", SUSTAINED, group=g) == 1:
+            continue
+
     async def last_start(self, cand: Candidate, g: Group) -> None:
         """The sustained generation and the evals, on the candidate's last server start."""
-        while g.sustained and await self.cells.visit(cand, min(self.sweep.contexts), "sustained", SUSTAINED, group=g):
-            pass
+        if g.sustained:
+            await self.sustained_runs(cand, g)
         server = await self.pool.ready(cand, g) if g.evals else None
         if server is not None:
             await self.evals.run_evals(get_adapter(cand.runtime), server, cand)

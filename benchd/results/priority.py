@@ -3,10 +3,11 @@ with verdicts against the leader, and its costs; no pick. Reasons: docs/metrics.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from benchd.results.evalcompare import suite_outcomes
+from benchd.results.pareto import eval_outcomes
 from benchd.results.text import axis_word, comparison_sentence, fmt_value
 from benchd.schemas import ContextPareto, Row, Runbook
 from benchd.stats.axes import AXES, IMAGE_AXIS_PREFIX
@@ -86,10 +87,16 @@ def _with_unit(axis: str, v: float | None) -> str:
     return text if axis.endswith("_bytes") or spec is None or not spec.unit or v is None else f"{text} {spec.unit}"
 
 
+def _tasks(rb: Runbook, axis: str, cand: str) -> Mapping[str, bool] | None:
+    """The candidate's per-task outcomes behind a pass-rate axis (the eval tier's or a public suite's)."""
+    if axis == "eval_pass_rate":
+        return eval_outcomes(rb.evals).get(cand)
+    return suite_outcomes(rb.evals).get(cand, {}).get(axis) if AXES[axis].outcomes else None
+
+
 def _shown(rb: Runbook, axis: str, cand: str, v: float) -> str:
-    """A public suite's pass rate as `k/n tasks (p %)`, any other value with its unit."""
-    tasks = suite_outcomes(rb.evals).get(cand, {}).get(axis) if AXES[axis].outcomes else None
-    if not tasks:
+    """A pass rate as `k/n tasks (p %)`, any other value with its unit."""
+    if not (tasks := _tasks(rb, axis, cand)):
         return _with_unit(axis, v)
     passed = sum(tasks.values())
     return f"{passed}/{len(tasks)} tasks ({100 * passed / len(tasks):.0f} %)"
@@ -106,9 +113,12 @@ def _cost_line(rb: Runbook, other: str, leader: str, vals: dict[str, float]) -> 
     if spec is None:
         return f"{axis_word(other)}: {_with_unit(other, mine)}"
     best = (max if spec.better == "higher" else min)(vals.values())
-    if mine == best:
-        return f"{axis_word(other)}: {_shown(rb, other, leader, mine)}, the best measured"
     who = [c for c, v in vals.items() if v == best]
+    if mine == best:
+        level = [c for c in who if c != leader]
+        place = ("the same for every candidate" if level and len(who) == len(vals) else "the best measured"
+                 + (f" (level with {', '.join(level)})" if level else ""))
+        return f"{axis_word(other)}: {_shown(rb, other, leader, mine)}, {place}"
     return (f"{axis_word(other)}: {_shown(rb, other, leader, mine)} against the best "
             f"{_shown(rb, other, who[0], best)} ({', '.join(who)})")
 

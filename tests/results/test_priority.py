@@ -71,6 +71,14 @@ def test_equal_values_share_a_place_and_the_leader_says_so(tmp_path: Path) -> No
     code = priority_lines(rb, "code")
     assert code[code.index("context 512:") + 1].startswith(f"  1. {names[0]}: 1/2 tasks (50 %) — first by pass rate")
     gen = priority_lines(rb, "generation")
-    assert "    HumanEval pass rate: 1/2 tasks (50 %), the best measured" in gen
+    assert "    HumanEval pass rate: 1/2 tasks (50 %), the same for every candidate" in gen
+    # the eval tier's pass rate reads as its tasks too; a best shared by some names them
+    tier = [EvalResult(job="j", candidate=n, tier="smoke", task=f"t{t}", passed=t < 2 - (n == names[2]))
+            for n in names for t in range(4)]
+    rates = {n: 0.25 if n == names[2] else 0.5 for n in names}
+    split = [msgspec.structs.replace(p, values={**p.values, "eval_pass_rate": rates[p.candidate]}) for p in level]
+    rb = msgspec.structs.replace(rb, evals=evals + tier, pareto=[msgspec.structs.replace(view, points=split)])
+    gen = priority_lines(rb, "generation")
+    assert f"    eval pass rate: 2/4 tasks (50 %), the best measured (level with {names[1]})" in gen
     # the costs' header names both kinds of figure it lists (a pass rate is not a median)
     assert f"  what {names[0]} costs on the other axes (medians, pass rates):" in gen
