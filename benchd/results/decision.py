@@ -61,7 +61,7 @@ def _lever(axis: str, nc: NotCompared) -> str:
     if lever is None:
         return f"{axis_word(axis)}: {nc.reason}, and no setting adds values: your judgement"
     more = f"{nc.needed - nc.have} more {lever}" if nc.needed > nc.have else "more values"
-    return f"{axis_word(axis)}: {nc.reason} (have {nc.have}, needs {nc.needed} a side: {more})"
+    return f"{axis_word(axis)}: {more} ({nc.reason})"
 
 
 def tie_status(t: Tie) -> str:

@@ -531,7 +531,7 @@ def _not_compared(name: str, sa: Sample, sb: Sample, margin: float, alpha: float
     if _per_candidate(name):
         n = min(len(sa), len(sb))
         if n < TAIL_MIN_N:
-            return NotCompared(reason=f"{n} value(s) on a side: comparing needs {TAIL_MIN_N}", have=n,
+            return NotCompared(reason=f"{n} value{'' if n == 1 else 's'} a side: comparing needs {TAIL_MIN_N}", have=n,
                                needed=TAIL_MIN_N, lever=lever(name))
     return None
 

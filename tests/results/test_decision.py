@@ -50,18 +50,17 @@ def test_an_undecided_pair_says_what_would_decide_it() -> None:
     assert u.status == "unresolved" and STATE_WORDS[u.status] == "undecided"
     gen, ttft = u.decide
     assert gen == f"more rounds: the interval on {axis_word('gen_tps')} still overlaps the margin"
-    assert ttft.startswith(axis_word("ttft_ms")) and "have 3, needs 6" in ttft and "3 more rounds" in ttft
-    one_run = NotCompared(reason="1 value(s) on a side: comparing needs 6", have=1, needed=6, lever="[sustained] runs")
+    assert ttft == f"{axis_word('ttft_ms')}: 3 more rounds (too few values to reach a verdict)"
+    one_run = NotCompared(reason="1 value a side: comparing needs 6", have=1, needed=6, lever="[sustained] runs")
     sustain = Tie(pair=["a", "b"], axes={}, status="unresolved", blocked_on=["sustain_ratio"],
                   not_compared={"sustain_ratio": one_run})
     (u,) = context_decision(msgspec.structs.replace(p, ties=[sustain])).undecided
-    assert u.decide == [f"{axis_word('sustain_ratio')}: 1 value(s) on a side: comparing needs 6 (have 1, needs 6 a side: "
-                        "5 more [sustained] runs)"]
+    assert u.decide == [f"{axis_word('sustain_ratio')}: 5 more [sustained] runs (1 value a side: comparing needs 6)"]
     older = msgspec.structs.replace(one_run, lever=None)  # a runbook from before `[sustained] runs`: today's lever
     (u,) = context_decision(msgspec.structs.replace(p, ties=[msgspec.structs.replace(
         sustain, not_compared={"sustain_ratio": older})])).undecided
-    assert u.decide[0].endswith("5 more [sustained] runs)"), u.decide
-    fixed = NotCompared(reason="1 value(s) on a side: comparing needs 6", have=1, needed=6, lever=None)
+    assert u.decide[0].startswith(f"{axis_word('sustain_ratio')}: 5 more [sustained] runs ("), u.decide
+    fixed = NotCompared(reason="1 value a side: comparing needs 6", have=1, needed=6, lever=None)
     register_axis("made_up", "higher", label="made up", source="candidate", lever=None)  # nothing adds values
     try:
         (u,) = context_decision(msgspec.structs.replace(p, ties=[Tie(
@@ -69,7 +68,7 @@ def test_an_undecided_pair_says_what_would_decide_it() -> None:
             not_compared={"made_up": fixed})])).undecided
     finally:
         AXES.pop("made_up")
-    assert u.decide == ["made up: 1 value(s) on a side: comparing needs 6, and no setting adds values: your "
+    assert u.decide == ["made up: 1 value a side: comparing needs 6, and no setting adds values: your "
                         "judgement"]  # no promise of values nothing can add
     many = Tie(pair=["a", "b"], axes={}, status="unresolved", unresolved_on=["gen_tps", "prompt_tps", "ttft_ms"])
     (u,) = context_decision(msgspec.structs.replace(p, ties=[many])).undecided
