@@ -108,9 +108,24 @@ def decision_lines(rb: Runbook) -> list[str]:
     return out
 
 
+def ruled_out_text(r: RuledOut) -> str:
+    """`B by A: better on …; tied on …` (the dominance sentence said once), or `B by A on …` and the sentence."""
+    head, plain = f"{r.by} dominates {r.candidate}: ", f"{r.candidate} by {r.by}"
+    if r.text.startswith(head):
+        return f"{plain}: {r.text[len(head):]}"
+    return f"{plain} on {', '.join(r.axes) or 'the compared axes'} ({r.text})"
+
+
+def undecided_text(u: Undecided) -> str:
+    """`A against B: unresolved on …` (the tie's sentence said once, without naming the pair again)."""
+    head, yet = f"{u.pair[0]} against {u.pair[1]}", f"neither {u.pair[0]} nor {u.pair[1]} is dominated yet: "
+    if u.text.startswith(head):
+        return u.text
+    return f"{head}: {u.text[len(yet):]}" if u.text.startswith(yet) else f"{head} ({u.text})"
+
+
 def _undecided_lines(u: Undecided) -> list[str]:
-    head = f"{u.pair[0]} against {u.pair[1]}"
-    return [f"  {STATE_WORDS[u.status]}: {head}" + ("" if u.text.startswith(head) else f" ({u.text})"),
+    return [f"  {STATE_WORDS[u.status]}: {undecided_text(u)}",
             *(f"    would decide it: {x}" for x in u.decide)]
 
 
@@ -122,8 +137,7 @@ def _frontier_lines(d: ContextDecision) -> list[str]:
 
 def _context_lines(d: ContextDecision) -> list[str]:
     out = _frontier_lines(d)
-    out += [f"  {STATE_WORDS['dominated']}: {r.candidate} by {r.by} on {', '.join(r.axes) or 'the compared axes'}"
-            f" ({r.text})" for r in d.ruled_out]
+    out += [f"  {STATE_WORDS['dominated']}: {ruled_out_text(r)}" for r in d.ruled_out]
     out += [f"  {STATE_WORDS['trade-off']}: {text}" for _, text in d.tradeoffs]
     for u in d.undecided:
         out += _undecided_lines(u)

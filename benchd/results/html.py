@@ -21,6 +21,8 @@ from benchd.results.decision import (
     candidate_rows,
     decisions,
     deferred_rows,
+    ruled_out_text,
+    undecided_text,
 )
 from benchd.results.records import axis_label
 from benchd.results.report import COMPARE_HEADER, compare_rows
@@ -176,8 +178,7 @@ def _decision(rb: Runbook) -> str:
 
 
 def _undecided_item(u: Undecided) -> str:
-    return (f"<li class='state-{esc(u.status)}'><b>{esc(STATE_WORDS[u.status])}</b>: {esc(u.pair[0])} against "
-            f"{esc(u.pair[1])}<br><small>{esc(u.text)}</small><ul>"
+    return (f"<li class='state-{esc(u.status)}'><b>{esc(STATE_WORDS[u.status])}</b>: {esc(undecided_text(u))}<ul>"
             + "".join(f"<li>would decide it: {esc(x)}</li>" for x in u.decide) + "</ul></li>")
 
 
@@ -187,8 +188,8 @@ def _decision_context(d: ContextDecision) -> str:
     items += [f"<li class='state-frontier'>{esc(c)}: {esc(words['frontier'])} with a caveat: {esc(why)}</li>"
               for c, why in d.caveats.items()]
     items += [f"<li class='pairs'><small>{esc(x)}</small></li>" for x in [d.pairs_text()] if x]
-    items += [f"<li class='state-dominated'><b>{esc(words['dominated'])}</b>: {esc(r.candidate)} by {esc(r.by)} on "
-              f"{esc(', '.join(r.axes) or 'the compared axes')}<br><small>{esc(r.text)}</small></li>" for r in d.ruled_out]
+    items += [f"<li class='state-dominated'><b>{esc(words['dominated'])}</b>: {esc(ruled_out_text(r))}</li>"
+              for r in d.ruled_out]
     items += [f"<li class='state-tradeoff'><b>{esc(words['trade-off'])}</b>: {esc(text)}</li>"
               for _, text in d.tradeoffs]
     items += [_undecided_item(u) for u in d.undecided]

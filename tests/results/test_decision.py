@@ -12,7 +12,7 @@ import msgspec
 from test_html import NO_RUNTIME, newer_doc
 
 from benchd.results import html
-from benchd.results.decision import context_decision, decision_lines, deferred_rows
+from benchd.results.decision import context_decision, decision_lines, deferred_rows, undecided_text
 from benchd.results.report import render_markdown, render_text
 from benchd.results.text import STATE_WORDS, axis_word
 from benchd.schemas import ContextPareto, NotCompared, Tie
@@ -32,6 +32,7 @@ def test_the_decision_names_who_is_dominated_by_whom_on_which_axes(tmp_path: Pat
     assert "gguf-plain" in frontier and "gguf-spec" in frontier and "mlx-lm" not in frontier
     (ruled,) = [x for x in ctx1024.splitlines() if x.strip().startswith(f"{STATE_WORDS['dominated']}:")]
     assert "mlx-lm by gguf-plain" in ruled
+    assert ruled.count(axis_word("gen_tps")) == 1  # the dominance's axes said once, not listed and then repeated
     assert axis_word("gen_tps") in ruled and axis_word("mem_peak_bytes") in ruled
     assert "gen_tps" not in ruled and "mem_peak_bytes" not in ruled  # labels, not field names
     # a caveat is said of a frontier member only (mlx-lm is dominated at 1024)
@@ -70,6 +71,10 @@ def test_an_undecided_pair_says_what_would_decide_it() -> None:
         AXES.pop("made_up")
     assert u.decide == ["made up: 1 value a side: comparing needs 6, and no setting adds values: your "
                         "judgement"]  # no promise of values nothing can add
+    said = Tie(pair=["a", "b"], axes={}, status="unresolved", unresolved_on=["gen_tps"],
+               text="neither a nor b is dominated yet: unresolved on generation speed (α = 0.05)")
+    (u,) = context_decision(msgspec.structs.replace(p, ties=[said])).undecided
+    assert undecided_text(u) == "a against b: unresolved on generation speed (α = 0.05)"  # the pair named once
     many = Tie(pair=["a", "b"], axes={}, status="unresolved", unresolved_on=["gen_tps", "prompt_tps", "ttft_ms"])
     (u,) = context_decision(msgspec.structs.replace(p, ties=[many])).undecided
     assert u.decide == [f"more rounds: the intervals on {axis_word('gen_tps')}, {axis_word('prompt_tps')} and "
