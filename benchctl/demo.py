@@ -118,7 +118,7 @@ evals = ["code"]                # HumanEval, graded in the eval sandbox
 eval_limit = {{ code = {REAL_CODE_TASKS} }}      # a fixed subset, evenly over HumanEval's order (the same ids everywhere)
 deferred = [
   {{ axis = "concurrency", reason = "the demo measures a single user" }},
-  {{ axis = "sustained generation", reason = "kept short: the demo runs in a few minutes on 2 cores" }},
+  {{ axis = "sustained", reason = "not run (sustained.tokens = 0): the demo runs in a few minutes on 2 cores" }},
   {{ axis = "candidate smollm2-mlx (mlx_lm.server on {model.mlx_dir.name})", reason = "the same weights dequantized to MLX read the prompt at ~{MLX_REAL_PROMPT_TOK_S} and decode at ~{MLX_REAL_GEN_TOK_S} tok/s on a 2-core x86 CPU (mlx has no fast CPU kernels; RESULTS.md §3c): its probes and {REAL_CODE_TASKS} HumanEval answers would add ~{mlx_real_minutes()} minutes. tests/engine/test_smollm2_real.py checks its tokens agree with llama-server's" }},
 ]
 

@@ -21,8 +21,8 @@ MIN_RECHECK_PROBES = 3
 #: Earlier rechecks of the same lock needed before their spread is judged too.
 MIN_HISTORY = 3
 NOT_RECHECKED = (
-    Deferred(axis="evals", reason="a recheck of the lock measures speed, memory and energy only"),
-    Deferred(axis="sustained generation", reason="a recheck of the lock measures speed, memory and energy only"),
+    Deferred(axis="eval", reason="a recheck of the lock measures speed, memory and energy only"),
+    Deferred(axis="sustained", reason="a recheck of the lock measures speed, memory and energy only"),
 )
 
 

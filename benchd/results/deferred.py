@@ -236,14 +236,3 @@ def automatic_deferred(sweep: Sweep, rows: Sequence[Row], evals: Iterable[EvalRe
     if evals is not None:
         out += eval_deferred(sweep, evals)
     return out
-
-
-def all_deferred(sweep: Sweep, rows: Sequence[Row], evals: Iterable[EvalResult] | None = None) -> list[Deferred]:
-    """The sweep's declared entries first; a fixed automatic entry on an axis the user declared is
-    dropped (their reason stands), every row-derived entry is kept."""
-    declared = {d.axis.strip().lower() for d in sweep.deferred}
-    fixed = [d for d in fixed_deferred(sweep) + vision_deferred(sweep, rows) if d.axis.lower() not in declared]
-    out = list(sweep.deferred) + fixed + energy_deferred(rows) + row_deferred(sweep, rows)
-    if evals is not None:
-        out += eval_deferred(sweep, evals)
-    return out

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 from benchd.engine.energy import ENERGY_FIELDS
-from benchd.results.deferred import NO_REASON, all_deferred, automatic_deferred
+from benchd.results.deferred import NO_REASON, automatic_deferred
 from benchd.schemas import Deferred, EvalResult, Row, Sweep, ThermalReading, sweep_json_decoder
 from benchd.stats.rows import carried_metrics
 
@@ -182,14 +182,6 @@ def test_random_null_sets_all_appear():
         entries = assert_every_null_appears(sweep, rows)
         for e in entries:  # every entry is a valid Deferred (length limits hold)
             msgspec.json.decode(msgspec.json.encode(e), type=Deferred)
-
-
-def test_declared_entries_first_and_override_fixed():
-    sweep = make_sweep(deferred=[{"axis": "concurrency", "reason": "single-user daily driver"}])
-    entries = all_deferred(sweep, full_rows(sweep))
-    assert entries[0] == Deferred(axis="concurrency", reason="single-user daily driver")
-    assert sum(e.axis == "concurrency" for e in entries) == 1
-    assert any(e.axis == "vision" for e in entries)
 
 
 def test_eval_entries():

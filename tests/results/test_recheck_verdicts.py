@@ -171,7 +171,7 @@ def test_history_appended_without_touching_locked_and_kept_on_relock(state) -> N
     sweep = recheck_sweep(lock.read_lock(path).locked, config)
     assert sweep.name == "recheck-gguf-spec" and sweep.contexts == [512, 1024] and sweep.probes == 3
     assert sweep.candidates[0].binary == rb.sweep.candidates[0].binary and sweep.eval_tier == "none"
-    assert sweep.sustained.tokens == 0 and {d.axis for d in sweep.deferred} >= {"evals", "sustained generation"}
+    assert sweep.sustained.tokens == 0 and {d.axis for d in sweep.deferred} >= {"eval", "sustained"}
     # a "recheck" job: the same candidate 30 % slower at generation, written as a runbook
     slow = msgspec.structs.replace(rb.sweep, probes=5)
     fill_job(store, slow, job_id="20261130-040000-beef", gen_scale=0.7)
