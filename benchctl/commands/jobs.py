@@ -22,10 +22,12 @@ from benchctl.commands.common import (
     _fail,
     _fmt_s,
     _print_json,
+    config,
     eta_text,
     json_option,
     planned_text,
     socket_option,
+    state_dir_option,
 )
 
 # --------------------------------------------------------------------------------------------- ping
@@ -370,15 +372,36 @@ def _settings(sweep: Any) -> dict[str, Any]:
             "concurrency": list(sweep.concurrency)}
 
 
+def _measured_pace(sweep: Any, state: str | None, p: dict[str, Any]) -> dict[str, Any] | None:
+    """The newest earlier sweep of the same candidates in the state dir: its rows and time, scaled by rows to
+    this sweep's plan (`benchd.results.pace`); None when there is none."""
+    from benchd.results.pace import previous_pace
+
+    pace = previous_pace(sweep, config(state=state))
+    if pace is None:
+        return None
+    low, high = pace.scaled(p["rows"]), pace.scaled(p["rows_max"])
+    span = _fmt_s(low) if p["rows"] == p["rows_max"] else f"{_fmt_s(low)}-{_fmt_s(high)}"
+    grid = f"it differed in {', '.join(pace.differs)}" if pace.differs else "the same grid"
+    text = (f"measured pace: runbook {pace.runbook} (finished {pace.finished_at[:16].replace('T', ' ')} UTC) ran "
+            f"these candidates, {pace.rows} rows in {_fmt_s(pace.seconds)}; at that pace this sweep takes ~{span} "
+            f"({grid}; scaled by rows, not a measurement of this sweep)")
+    return {"runbook": pace.runbook, "finished_at": pace.finished_at, "rows": pace.rows, "seconds": pace.seconds,
+            "differs": pace.differs, "estimate_s": {"low": round(low), "high": round(high)}, "text": text}
+
+
 @click.command()
 @click.argument("sweep_file", type=click.Path(dir_okay=False))
 @click.option("--gen-tps", type=click.FloatRange(min=0.01), default=ASSUMED_GEN_TPS, show_default=True,
               help="Assumed decode rate for the estimate.")
 @click.option("--prompt-tps", type=click.FloatRange(min=0.01), default=ASSUMED_PROMPT_TPS, show_default=True,
               help="Assumed prompt-processing rate for the estimate.")
+@state_dir_option(help="State dir whose runbooks give a measured pace (default: $BENCHD_STATE_DIR or the "
+                       "platform default).")
 @json_option
-def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) -> None:
-    """Check a sweep file (offline) and show its planned cells and an estimated duration."""
+def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool, state_dir: str | None) -> None:
+    """Check a sweep file (offline) and show its planned cells and an estimated duration (beside it, the
+    measured pace of the newest earlier sweep of the same candidates, when the state dir has one)."""
     sweep, problems, matrices = check_sweep_matrices(sweep_file)
     if sweep is None:
         if as_json:
@@ -389,8 +412,10 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
         raise SystemExit(exitcodes.BAD_INPUT)
     p = plan(sweep, gen_tps, prompt_tps, ASSUMED_STARTUP_S)
     warnings = plan_warnings(sweep)
+    pace = _measured_pace(sweep, state_dir, p)
     if as_json:
         _print_json({"file": sweep_file, "ok": not problems, "problems": problems, "warnings": warnings,
+                     "measured_pace": pace,
                      "pin_client": sweep.pin_client,
                      "settings": _settings(sweep), "matrices": _matrix_json(matrices, sweep),
                      "racing": _racing_text(sweep), **p})
@@ -423,7 +448,9 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
                 for line in _external_lines(cand, sweep):
                     click.echo(f"  {cand.id}: {line}")
         if sweep.sustained.tokens:
-            click.echo(f"  + one sustained generation of {sweep.sustained.tokens} tokens per candidate")
+            runs = sweep.sustained.runs
+            click.echo(f"  + {'one' if runs == 1 else runs} sustained generation{'s' if runs > 1 else ''} of "
+                       f"{sweep.sustained.tokens} tokens per candidate")
         if sweep.session.turns:
             click.echo(f"  + one session per cell: {sweep.session.turns} turns, {sweep.session.append_tokens} tokens "
                        f"appended per turn, {sweep.session_gen_tokens()} generated per turn (prompt cache on)")
@@ -469,6 +496,8 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool) 
         click.echo(f"{rows} rows; estimated duration {span} (assuming {a['gen_tps']:g} tok/s decode, "
                    f"{a['prompt_tps']:g} tok/s prompt, {starts} server starts at {a['startup_s_per_server']:g} s each; "
                    f"cooldown {a['cooldown']}; assumptions, not measurements)")
+        if pace is not None:
+            click.echo(pace["text"])
         _print_problems(problems)
     if problems:
         raise SystemExit(exitcodes.BAD_INPUT)

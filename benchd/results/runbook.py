@@ -334,7 +334,7 @@ def resolve_runbook_path(ref: str | Path | None, config: Config) -> Path:
     """A path, a runbook id, a job id, a unique prefix of one, or None (the newest) → the runbook's JSON path."""
     rdir = config.runbooks_dir
     if ref is None:
-        found = _runbook_files(rdir)
+        found = runbook_files(rdir)
         if not found:
             raise BenchdError("no_runbooks", f"no runbooks in {rdir} (a runbook is written when a job ends)")
         return found[0]
@@ -359,7 +359,7 @@ def _by_id(text: str, rdir: Path) -> Path | None:
 
 def _by_prefix(text: str, rdir: Path) -> Path:
     """The one runbook whose id, or whose job id, starts with `text`; several is an error naming them."""
-    hits = [f for f in _runbook_files(rdir) if f.stem.startswith(text) or f.stem[11:].startswith(text)] if text else []
+    hits = [f for f in runbook_files(rdir) if f.stem.startswith(text) or f.stem[11:].startswith(text)] if text else []
     if len(hits) == 1:
         return hits[0]
     if len(hits) > 1:
@@ -373,7 +373,7 @@ def load_runbook(ref: str | Path | None, config: Config) -> Runbook:
     return decode_runbook(path.read_bytes(), str(path))
 
 
-def _runbook_files(rdir: Path) -> list[Path]:
+def runbook_files(rdir: Path) -> list[Path]:
     """Newest first: by date in the name, then job id."""
     if not rdir.is_dir():
         return []
@@ -383,7 +383,7 @@ def _runbook_files(rdir: Path) -> list[Path]:
 
 def list_runbooks(config: Config) -> list[JSONObject]:
     """For `GET /v1/runbooks`: one entry per runbook, newest first (cheap: only the head is decoded)."""
-    return [_list_entry(path) for path in _runbook_files(config.runbooks_dir)]
+    return [_list_entry(path) for path in runbook_files(config.runbooks_dir)]
 
 
 def _list_entry(path: Path) -> JSONObject:

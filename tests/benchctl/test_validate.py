@@ -124,3 +124,34 @@ def test_sessions_and_levels_are_shown_and_a_level_above_the_slots_is_refused(tm
     problems = json.loads(out.stdout)["problems"]
     assert any("concurrency level 4 is above the 2 simultaneous requests" in p and "-np 2" in p for p in problems)
     assert not any("concurrency level 2 " in p for p in problems)
+
+
+def test_validate_shows_the_measured_pace_of_an_earlier_sweep_of_the_same_candidates(tmp_path: Path) -> None:
+    """Beside the assumed estimate, the newest succeeded runbook whose sweep has every candidate as the file
+    has it: its rows and time, scaled by rows; none when a candidate differs (here its args)."""
+    from runbook_factory import CONTEXTS, fill_job, setup_state
+
+    from benchctl.commands.jobs import check_sweep_matrices
+    from benchd.results import runbook
+    from benchd.results.pace import previous_pace
+
+    config, store, sweep, models = setup_state(tmp_path)
+    f = tmp_path / "again.toml"
+    f.write_text(f'name = "again"\ncontexts = {CONTEXTS}\ngen_tokens = 32\nprobes = 3\n\n[[candidates]]\n'
+                 f'id = "mlx-lm"\nruntime = "mlx_lm.server"\nmodel = "{models["mlx"]}"\n')
+    mine = check_sweep_matrices(str(f))[0]
+    assert mine is not None
+    ran = msgspec.structs.replace(sweep, candidates=mine.candidates)
+    rb = runbook.load_runbook(runbook.write_runbook(config, store, fill_job(store, ran), charts=False), config)
+    store.close()
+    pace = previous_pace(mine, config)
+    assert pace is not None and pace.runbook == rb.id and pace.rows == len(rb.rows) > 0
+    assert pace.seconds > 0 and pace.scaled(2 * pace.rows) == 2 * pace.seconds
+    assert "contexts" not in pace.differs and "cooldown" in pace.differs  # the file's default cooldown, not fixed
+    out = validate(f, "--json", "--state-dir", str(config.state_dir))
+    got = json.loads(out.stdout)["measured_pace"]
+    assert got["runbook"] == rb.id and got["rows"] == len(rb.rows)
+    assert "scaled by rows, not a measurement of this sweep" in got["text"]
+    other = tmp_path / "other.toml"
+    other.write_text(f.read_text() + 'args = ["-t", "1"]\n')
+    assert json.loads(validate(other, "--json", "--state-dir", str(config.state_dir)).stdout)["measured_pace"] is None

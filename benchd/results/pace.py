@@ -1,0 +1,70 @@
+"""`benchctl validate`'s measured pace: an earlier runbook of the same candidates, its rows and time, scaled by
+rows to this sweep (docs/sweep-file.md#the-estimate)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import NamedTuple
+
+import msgspec
+from msgspec import Struct
+
+from benchd.config import Config
+from benchd.results.runbook import runbook_files
+from benchd.schemas import Candidate, JobInfo, Sweep
+
+MAX_RUNBOOKS = 30  # read at the most, newest first
+
+
+class _Ran(Struct, kw_only=True):
+    """What the pace needs of a runbook: its job's times, its sweep, how many rows (not their contents)."""
+
+    id: str
+    outcome: str = ""
+    job: JobInfo | None = None
+    sweep: Sweep | None = None
+    rows: list[msgspec.Raw] = []
+
+
+class Pace(NamedTuple):
+    """`runbook` ran `rows` rows in `seconds`; `differs` names the grid settings that differ from this sweep."""
+
+    runbook: str
+    finished_at: str
+    rows: int
+    seconds: float
+    differs: list[str]
+
+    def scaled(self, rows: int) -> float:
+        """Seconds for `rows` rows at this pace."""
+        return self.seconds * rows / self.rows
+
+
+def previous_pace(sweep: Sweep, config: Config) -> Pace | None:
+    """The newest succeeded runbook whose sweep has all of `sweep`'s candidates, as they are; None if none."""
+    decoder = msgspec.json.Decoder(_Ran)
+    for path in runbook_files(config.runbooks_dir)[:MAX_RUNBOOKS]:
+        try:
+            ran = decoder.decode(path.read_bytes())
+        except (OSError, msgspec.ValidationError, msgspec.DecodeError):
+            continue
+        job, theirs = ran.job, ran.sweep
+        if ran.outcome != "succeeded" or job is None or theirs is None or not job.started_at or not job.finished_at:
+            continue
+        took = (datetime.fromisoformat(job.finished_at) - datetime.fromisoformat(job.started_at)).total_seconds()
+        if took > 0 and ran.rows and _same_candidates(sweep.candidates, theirs.candidates):
+            return Pace(ran.id, job.finished_at, len(ran.rows), took, _differs(sweep, theirs))
+    return None
+
+
+def _same_candidates(mine: list[Candidate], theirs: list[Candidate]) -> bool:
+    by_id = {c.id: c for c in theirs}
+    return all(by_id.get(c.id) == c for c in mine)
+
+
+def _differs(mine: Sweep, theirs: Sweep) -> list[str]:
+    settings = {"candidates": ([c.id for c in mine.candidates], [c.id for c in theirs.candidates]),
+                "contexts": (mine.contexts, theirs.contexts), "gen_tokens": (mine.gen_tokens, theirs.gen_tokens),
+                "cooldown": (mine.cooldown, theirs.cooldown), "eval tier": (mine.eval_tier, theirs.eval_tier),
+                "sustained": (mine.sustained, theirs.sustained)}
+    return [name for name, (a, b) in settings.items() if a != b]
