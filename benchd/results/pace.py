@@ -51,7 +51,10 @@ def previous_pace(sweep: Sweep, config: Config) -> Pace | None:
         job, theirs = ran.job, ran.sweep
         if ran.outcome != "succeeded" or job is None or theirs is None or not job.started_at or not job.finished_at:
             continue
-        took = (datetime.fromisoformat(job.finished_at) - datetime.fromisoformat(job.started_at)).total_seconds()
+        try:
+            took = (datetime.fromisoformat(job.finished_at) - datetime.fromisoformat(job.started_at)).total_seconds()
+        except (ValueError, TypeError):  # a hand-edited time, or one aware and one naive
+            continue
         if took > 0 and ran.rows and _same_candidates(sweep.candidates, theirs.candidates):
             return Pace(ran.id, job.finished_at, len(ran.rows), took, _differs(sweep, theirs))
     return None

@@ -144,10 +144,14 @@ def test_validate_shows_the_measured_pace_of_an_earlier_sweep_of_the_same_candid
     ran = msgspec.structs.replace(sweep, candidates=mine.candidates)
     rb = runbook.load_runbook(runbook.write_runbook(config, store, fill_job(store, ran), charts=False), config)
     store.close()
+    rb_text = (config.runbooks_dir / f"{rb.id}.json").read_text()
     pace = previous_pace(mine, config)
     assert pace is not None and pace.runbook == rb.id and pace.rows == len(rb.rows) > 0
     assert pace.seconds > 0 and pace.scaled(2 * pace.rows) == 2 * pace.seconds
     assert "contexts" not in pace.differs and "cooldown" in pace.differs  # the file's default cooldown, not fixed
+    for bad, text in (("2026-12-01-20261201-000000-0000000001", "{not json"),
+                      ("2026-12-01-20261201-000000-0000000002", rb_text.replace(rb.job.started_at or "", "noon"))):
+        (config.runbooks_dir / f"{bad}.json").write_text(text)  # newer, unreadable: passed over, not a crash
     out = validate(f, "--json", "--state-dir", str(config.state_dir))
     got = json.loads(out.stdout)["measured_pace"]
     assert got["runbook"] == rb.id and got["rows"] == len(rb.rows)
