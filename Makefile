@@ -62,9 +62,9 @@ test-stress: setup
 	$(BIN)/python tests/cpu_hog.py -- $(BIN)/python -m pytest tests -m real -p no:cacheprovider
 
 # No real server (`*_real.py` files are the `real` marker) and nothing slow: the engine's decisions through
-# the fake seam (tests/fakeengine.py), the units, the docs checks.
+# the fake seam (tests/fakeengine.py), the units, the docs checks; one pytest-xdist worker per core.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest tests -m "not real and not slow" -p no:cacheprovider
+	$(BIN)/python -m pytest tests -m "not real and not slow" -p no:cacheprovider -n auto
 
 demo: setup
 	$(BIN)/python -m benchctl.demo

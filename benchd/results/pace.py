@@ -7,23 +7,19 @@ from datetime import datetime
 from typing import NamedTuple
 
 import msgspec
-from msgspec import Struct
 
 from benchd.config import Config
-from benchd.results.runbook import runbook_files
-from benchd.schemas import Candidate, JobInfo, Sweep
+from benchd.results.runbook import RunbookHead, runbook_files
+from benchd.schemas import Candidate, Sweep
 
 MAX_RUNBOOKS = 30  # read at the most, newest first
 
 
-class _Ran(Struct, kw_only=True):
-    """What the pace needs of a runbook: its job's times, its sweep, how many rows (not their contents)."""
+class _Ran(RunbookHead, kw_only=True):
+    """What the pace needs of a runbook: its head (job times), its sweep, how many rows (not their contents)."""
 
-    id: str
-    outcome: str = ""
-    job: JobInfo | None = None
     sweep: Sweep | None = None
-    rows: list[msgspec.Raw] = []
+    rows: list[msgspec.Raw] = msgspec.field(default_factory=list)
 
 
 class Pace(NamedTuple):

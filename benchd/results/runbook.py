@@ -44,7 +44,7 @@ from benchd.stats.ranktests import clopper_pearson
 from benchd.store import Store, utcnow
 
 
-class _Head(Struct, kw_only=True):
+class RunbookHead(Struct, kw_only=True):
     """The cheap part of a runbook, for listing (unknown fields are ignored on purpose)."""
 
     schema_version: int
@@ -56,7 +56,7 @@ class _Head(Struct, kw_only=True):
 
 _encoder = msgspec.json.Encoder(order="deterministic")
 _v1_decoder = msgspec.json.Decoder(Runbook)
-_head_decoder = msgspec.json.Decoder(_Head)
+_head_decoder = msgspec.json.Decoder(RunbookHead)
 
 
 def runbook_schema() -> JSONObject:
@@ -303,7 +303,7 @@ def write_runbook(config: Config, store: Store, job_id: str, outcome: str | None
     return rb.id
 
 
-def check_runbook_head(data: bytes, source: str = "runbook") -> _Head:
+def check_runbook_head(data: bytes, source: str = "runbook") -> RunbookHead:
     """The runbook's head (id, version, job) after checking the text is JSON of a version this benchd reads."""
     try:
         head = _head_decoder.decode(data)
