@@ -396,8 +396,9 @@ def _winner_text(d: DominanceFields, w: str, loser: str) -> str:
 def _relation_text(d: DominanceFields, a: str, b: str) -> str:
     if d.winner is not None:
         return _winner_text(d, *((a, b) if d.winner == "a" else (b, a)))
-    if d.status == "undecided":
-        return f"neither {a} nor {b} is dominated yet: unresolved on {_held_words(d)}"
+    if d.status == "undecided":  # the wins so far (one side's only, or it would be a trade-off) before what holds
+        won = [f"{w} is better on {_axes_words(on)}; " for w, on in ((a, d.better_on), (b, d.worse_on)) if on]
+        return f"neither {a} nor {b} is dominated yet: {''.join(won)}unresolved on {_held_words(d)}"
     if d.better_on and d.worse_on:  # without a winner: A's wins and B's wins
         return f"{a} is better on {_axes_words(d.better_on)}, {b} on {_axes_words(d.worse_on)}: a trade-off"
     if not d.k:
