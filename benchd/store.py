@@ -51,6 +51,7 @@ CREATE TABLE IF NOT EXISTS events (
     payload TEXT NOT NULL,
     PRIMARY KEY (job, seq)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS events_type ON events(job, type);
 CREATE TABLE IF NOT EXISTS rows (
     job TEXT NOT NULL,
     candidate TEXT NOT NULL,
@@ -250,6 +251,13 @@ class Store:
             raise NotFound("job", job_id)
         return self._job_from(cur, cur_row, with_sweep)
 
+    def job_state(self, job_id: str) -> str:
+        """The job's state alone: one indexed read, where `get_job` also counts its rows and events."""
+        got = self._db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if got is None:
+            raise NotFound("job", job_id)
+        return str(got[0])
+
     def get_sweep(self, job_id: str) -> Sweep:
         cur = self._db.execute("SELECT sweep FROM jobs WHERE id = ?", (job_id,))
         got = cur.fetchone()
@@ -379,8 +387,8 @@ class EventLog:
             return _insert_event(self._db, job, type_, payload or {})
 
     def of_type(self, job: str, type_: str) -> list[Event]:
-        cur = self._db.execute("SELECT seq, time, type, payload FROM events WHERE job = ? AND type = ? ORDER BY seq",
-                               (job, type_))
+        cur = self._db.execute("SELECT seq, time, type, payload FROM events WHERE job = ? AND seq IN"
+                               " (SELECT seq FROM events WHERE job = ? AND type = ?) ORDER BY seq", (job, job, type_))
         return [Event(seq=s, time=t, type=ty, job=job, payload=_payload_dec.decode(p))
                 for s, t, ty, p in cur.fetchall()]
 

@@ -338,7 +338,7 @@ def _nothing_to_wait_for(ctx: Ctx, job_id: str, follow: bool) -> bool:
     """Not following, the daemon closing, or the job over without a terminal event (not via the queue): do not hang."""
     if not follow or ctx.hub.closing.is_set():
         return True
-    return ctx.store.get_job(job_id, with_sweep=False).state in ("succeeded", "failed", "cancelled")
+    return ctx.store.job_state(job_id) in ("succeeded", "failed", "cancelled")
 
 
 async def _client_still_there(request: web.Request, waiter: asyncio.Event) -> bool:

@@ -86,14 +86,14 @@ class JobEnds:
 
     def interrupt(self, job_id: str, reason: str) -> None:
         """A running job becomes `interrupted` (it resumes at the next pick); any other state is left."""
-        if self.store.get_job(job_id, with_sweep=False).state != "running":
+        if self.store.job_state(job_id) != "running":
             return
         self._emit(self.store.transition(job_id, "job_interrupted", {"reason": reason}, state="interrupted"))
 
     async def fail_unrunnable(self, job_id: str, error: str) -> None:
         """Fail a job the queue cannot run (no runbook: there is no sweep to write one from)."""
         try:
-            if self.store.get_job(job_id, with_sweep=False).state in TERMINAL_JOB_STATES:
+            if self.store.job_state(job_id) in TERMINAL_JOB_STATES:
                 return
             self._emit(self.store.transition(
                 job_id, "job_failed", {"done": self.store.results.count_rows(job_id), "error": error},

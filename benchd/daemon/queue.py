@@ -256,7 +256,7 @@ class JobQueue:
         resume = job.state == "interrupted" or self.store.results.count_rows(job_id) > 0
         sweep = self.store.get_sweep(job_id)
         async with _keep_awake() as sleep_info:
-            if self.store.get_job(job_id, with_sweep=False).state not in ("queued", "waiting", "interrupted"):
+            if self.store.job_state(job_id) not in ("queued", "waiting", "interrupted"):
                 return  # cancelled while the sleep guard started; no await from here to the transition
             progress = {"done": self.store.results.count_rows(job_id), "total": job.progress.total if job.progress else 0}
             self._emit(self.store.transition(

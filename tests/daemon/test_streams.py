@@ -131,3 +131,70 @@ async def test_shutdown_ends_follow_streams(daemon: Daemon, monkeypatch: pytest.
     # events are newline-delimited JSON
     payload = body.split(b"\r\n\r\n", 1)[1]
     assert any(json.loads(x).get("type") == "job_queued" for x in payload.split(b"\n") if x.startswith(b"{"))
+
+
+async def test_a_follower_woken_per_event_reads_the_job_state_not_the_whole_job(
+        daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each wake-up of a follow stream asks whether the job is over. It reads the state alone: the whole
+    job (`Store.get_job`) counts the job's rows and scans its events, a cost per event that grew with the
+    sweep and ran in the event loop the probes share (a 5,000-probe sweep took 3x as long with a follower)."""
+    monkeypatch.setattr(api, "IDLE_CHECK_S", 3600.0)
+    job = waiting_job_with_events(daemon, n=0, payload_bytes=0)
+    store, ctx = daemon.store, _ctx(daemon)
+    assert store is not None and daemon.queue is not None
+    whole_reads: list[str] = []
+    get_job = store.get_job
+    monkeypatch.setattr(store, "get_job", lambda job_id, with_sweep=True: (whole_reads.append(job_id),
+                                                                          get_job(job_id, with_sweep))[1])
+    got: list[dict[str, object]] = []
+
+    async def follow() -> None:
+        async with AsyncClient(daemon.config.socket) as c:
+            async for ev in c.events(job, since=0, follow=True):
+                got.append(ev)
+
+    task = asyncio.create_task(follow())
+    await until(lambda: got, "the first event streamed")
+    before = len(whole_reads)  # the stream's 404 check
+    for i in range(20):  # one wake-up each: the follower has caught up before the next is appended
+        ctx.hub.notify(store.events.append(job, "cooldown_started", {"i": i}))
+        await until(lambda i=i: len(got) == i + 2, f"event {i} streamed")
+    woken = len(whole_reads) - before
+    await daemon.queue.cancel(job)
+    await asyncio.wait_for(task, 30)
+    assert len(got) == 22 and got[-1]["type"] == "job_cancelled"
+    assert woken == 0, f"the follower read the whole job {woken} times for 20 events"
+
+
+def test_the_reads_a_job_view_makes_per_event_do_not_scan_the_job(tmp_path: Path) -> None:
+    """`job_state` is the state `get_job` shows (NotFound for an unknown id), and the one event type a job
+    view reads (`candidate_dropped`) is found through the `(job, type)` index, not by scanning every event."""
+    from benchd.errors import NotFound
+    from benchd.store import Store
+
+    store = Store(tmp_path / "s.sqlite3")
+    try:
+        sweep = msgspec.convert({"name": "s", "contexts": [64], "gen_tokens": 1,
+                                 "candidates": [{"id": "a", "runtime": "llama-server", "model": "/m"}]}, Sweep)
+        job, _ = store.create_job(sweep)
+        assert store.job_state(job.id) == store.get_job(job.id).state == "queued"
+        with pytest.raises(NotFound):
+            store.job_state("no-such-job")
+        for i in range(50):
+            store.events.append(job.id, "candidate_dropped" if i % 10 == 0 else "cooldown_started", {"i": i})
+        assert [e.payload["i"] for e in store.events.of_type(job.id, "candidate_dropped")] == [0, 10, 20, 30, 40]
+        traced: list[str] = []
+        store._db.set_trace_callback(traced.append)
+        store.events.of_type(job.id, "candidate_dropped")
+        store._db.set_trace_callback(None)
+        plan = " ".join(str(r[-1]) for r in store._db.execute(f"EXPLAIN QUERY PLAN {traced[-1]}"))
+        assert "INDEX events_type (job=? AND type=?)" in plan and "TEMP B-TREE" not in plan, plan
+        store._db.execute("DROP INDEX events_type")  # a store file written before the index existed,
+    finally:
+        store.close()
+    old = Store(tmp_path / "s.sqlite3", read_only=True)  # read offline (no schema applied): same answer
+    try:
+        assert not old._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'events_type'").fetchall()
+        assert [e.payload["i"] for e in old.events.of_type(job.id, "candidate_dropped")] == [0, 10, 20, 30, 40]
+    finally:
+        old.close()
