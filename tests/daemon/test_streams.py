@@ -137,7 +137,7 @@ async def test_a_follower_woken_per_event_reads_the_job_state_not_the_whole_job(
         daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each wake-up of a follow stream asks whether the job is over. It reads the state alone: the whole
     job (`Store.get_job`) counts the job's rows and scans its events, a cost per event that grew with the
-    sweep and ran in the event loop the probes share (a 5,000-probe sweep took 3x as long with a follower)."""
+    sweep and ran in the event loop the probes share (benchmarks/RESULTS.md §22 has what it cost)."""
     monkeypatch.setattr(api, "IDLE_CHECK_S", 3600.0)
     job = waiting_job_with_events(daemon, n=0, payload_bytes=0)
     store, ctx = daemon.store, _ctx(daemon)
@@ -189,7 +189,7 @@ def test_the_reads_a_job_view_makes_per_event_do_not_scan_the_job(tmp_path: Path
         store._db.set_trace_callback(None)
         plan = " ".join(str(r[-1]) for r in store._db.execute(f"EXPLAIN QUERY PLAN {traced[-1]}"))
         assert "INDEX events_type (job=? AND type=?)" in plan and "TEMP B-TREE" not in plan, plan
-        store._db.execute("DROP INDEX events_type")  # a store file written before the index existed,
+        store._db.execute("DROP INDEX events_type")  # as a store file written before the index existed
     finally:
         store.close()
     old = Store(tmp_path / "s.sqlite3", read_only=True)  # read offline (no schema applied): same answer
