@@ -41,13 +41,15 @@ def run_once(base: Path, fake: Path, probes: int, follow: bool) -> float:
         c = d.client()
         t0 = time.monotonic()
         job = c.submit(doc)["id"]
-        reader = None
+        reader, streamed = None, []
         if follow:
             def drain() -> None:
                 f = Follower(d.socket, job)
                 try:
-                    while (ev := f.next(timeout=1800)) is not None and ev["type"] not in TERMINAL:
-                        pass
+                    while (ev := f.next(timeout=1800)) is not None:
+                        streamed.append(ev["seq"])
+                        if ev["type"] in TERMINAL:
+                            return
                 finally:
                     f.close()
             reader = threading.Thread(target=drain, daemon=True)
@@ -57,6 +59,7 @@ def run_once(base: Path, fake: Path, probes: int, follow: bool) -> float:
         elapsed = time.monotonic() - t0
         if reader is not None:
             reader.join(timeout=30)
+            assert streamed == list(range(1, len(streamed) + 1)) and streamed, "the follower missed events"
         return elapsed / (10 * probes) * 1000
     finally:
         d.proc.kill()

@@ -55,6 +55,13 @@ def open_follower(sock: Path, job: str, rcvbuf: int = 4096) -> socket.socket:
     return s
 
 
+async def follow_into(d: Daemon, job: str, got: list[dict[str, object]]) -> None:
+    """Follows the job's events from the start through the client, appending each to `got`, until the stream ends."""
+    async with AsyncClient(d.config.socket) as c:
+        async for ev in c.events(job, since=0, follow=True):
+            got.append(ev)
+
+
 def _ctx(d: Daemon) -> api.Ctx:
     assert d.runner is not None
     return d.runner.app[api.CTX]
@@ -90,13 +97,7 @@ async def test_followers_wake_on_new_events_and_end_at_terminal(
     job = waiting_job_with_events(daemon, n=0, payload_bytes=0)
     assert daemon.store is not None and daemon.queue is not None
     got: list[dict[str, object]] = []
-
-    async def follow() -> None:
-        async with AsyncClient(daemon.config.socket) as c:
-            async for ev in c.events(job, since=0, follow=True):
-                got.append(ev)
-
-    task = asyncio.create_task(follow())
+    task = asyncio.create_task(follow_into(daemon, job, got))
     await until(lambda: got, "the first event streamed")
     assert [e["type"] for e in got] == ["job_queued"]
     await daemon.queue.cancel(job)  # writes job_cancelled and notifies
@@ -147,13 +148,7 @@ async def test_a_follower_woken_per_event_reads_the_job_state_not_the_whole_job(
     monkeypatch.setattr(store, "get_job", lambda job_id, with_sweep=True: (whole_reads.append(job_id),
                                                                           get_job(job_id, with_sweep))[1])
     got: list[dict[str, object]] = []
-
-    async def follow() -> None:
-        async with AsyncClient(daemon.config.socket) as c:
-            async for ev in c.events(job, since=0, follow=True):
-                got.append(ev)
-
-    task = asyncio.create_task(follow())
+    task = asyncio.create_task(follow_into(daemon, job, got))
     await until(lambda: got, "the first event streamed")
     before = len(whole_reads)  # the stream's 404 check
     for i in range(20):  # one wake-up each: the follower has caught up before the next is appended
