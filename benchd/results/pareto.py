@@ -96,7 +96,7 @@ def frontier(points: Sequence[Point], context: int, judge: Judge,
                 dominated[lose.candidate].append(Domination(
                     by=win.candidate, better_on=d.better_on, skipped_axes=skip, tied_on=d.tied_on, alpha=d.alpha,
                     verdicts=_sentences(d, lose, win), text=dominance_sentence(d, lose.candidate, win.candidate),
-                    not_compared=d.not_compared))
+                    not_compared=d.not_compared, not_worse_on=d.not_worse_on))
             else:
                 x, y = (a, b) if a.candidate == pair[0] else (b, a)  # each axis's sentence has pair[0] as subject
                 if x is not a:

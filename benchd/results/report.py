@@ -257,10 +257,15 @@ def pareto_points_table(p: ContextPareto, rb: Runbook) -> tuple[list[str], list[
     return header, body
 
 
+#: The Pareto rule as the report states it (stats.comparison.dominance; docs/measuring.md#the-one-comparison).
+DOMINANCE_RULE = ("A dominates B when A is different and better on at least one axis (two-sided, α split over the "
+                  "axes compared) and not worse on every other (one-sided, within the axis's margin, at α); an axis "
+                  "that shows neither blocks domination; an axis null or with one value on a side is skipped for "
+                  "that pair and named")
+
+
 def render_pareto_text(rb: Runbook) -> str:
-    parts = ["Pareto view (per context; each pair judged by the one comparison: different / tied / unresolved per "
-             "axis, α split over the axes compared; an unresolved axis blocks domination; a null or single-value "
-             "axis is skipped for that pair and named)"]
+    parts = [f"Pareto view (per context; each pair judged by the one comparison: {DOMINANCE_RULE})"]
     for p in rb.pareto:
         parts.append("")
         parts.extend(pareto_lines(p, rb))
@@ -539,9 +544,8 @@ def _md_race(rb: Runbook) -> list[str]:
 def _md_pareto(rb: Runbook) -> list[str]:
     lines = ["", "## Pareto view", "", "Per context; each pair is judged by the one comparison: per axis different "
              "(the CI of the ratio lies outside ±the CI target and the exact rank test agrees), tied (inside it) or "
-             "unresolved, with α split over the axes compared. A dominates B when different and better on one axis "
-             "and different and worse on none; an unresolved axis blocks domination; an axis null or with one value "
-             "on either side is skipped for that pair and named. The tool never picks: `benchctl lock` is yours.", ""]
+             f"unresolved. {DOMINANCE_RULE[0].upper()}{DOMINANCE_RULE[1:]}. The tool never picks: `benchctl lock` is "
+             "yours.", ""]
     for p in rb.pareto:
         lines += [f"### Context {p.context}", ""]
         lines += [f"- {x.strip()}" for x in pareto_lines(p, rb)]

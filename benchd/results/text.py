@@ -349,6 +349,8 @@ class DominanceFields(Protocol):
     @property
     def tied_on(self) -> list[str]: ...
     @property
+    def not_worse_on(self) -> list[str]: ...
+    @property
     def unresolved_on(self) -> list[str]: ...
     @property
     def blocked_on(self) -> list[str]: ...
@@ -389,6 +391,7 @@ def _held_words(d: DominanceFields) -> str:
 def _winner_text(d: DominanceFields, w: str, loser: str) -> str:
     text = f"{w} dominates {loser}: better on {_axes_words(d.better_on)}"
     text += f"; tied on {_axes_words(d.tied_on)}" if d.tied_on else ""
+    text += f"; not worse on {_axes_words(d.not_worse_on)} (one-sided, α = {d.alpha:.3g})" if d.not_worse_on else ""
     left_out = [x for x in d.not_compared if x not in (*d.better_on, *d.tied_on)]  # a different one still counts
     return text + (f"; not compared at this size: {_axes_words(left_out)}" if left_out else "")
 

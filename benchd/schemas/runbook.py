@@ -120,9 +120,9 @@ class NotCompared(Struct, kw_only=True, frozen=True):
 
 
 class Domination(Struct, kw_only=True, frozen=True):
-    """`by` dominates: different and better on `better_on`, different and worse on none, no axis
-    unresolved, `tied_on` the axes tied within the margin; `verdicts` the one comparison's text per
-    axis compared, at `alpha` split over those axes (Bonferroni), `text` the pair's one line."""
+    """`by` dominates (docs/measuring.md#the-one-comparison): better on `better_on`, tied on `tied_on`, not
+    worse one-sided on `not_worse_on` (unresolved two-sided); `verdicts` each compared axis's text at `alpha`
+    split over the axes (Bonferroni), `text` the pair's one line."""
 
     by: str
     better_on: list[str]
@@ -133,6 +133,7 @@ class Domination(Struct, kw_only=True, frozen=True):
     text: str | None = None
     #: Axes both measured that could not reach a verdict at their size (not counted against `by`).
     not_compared: dict[str, NotCompared] = {}
+    not_worse_on: list[str] = []
 
 
 class Tie(Struct, kw_only=True, frozen=True):

@@ -474,14 +474,15 @@ class AxisStanding(Struct, kw_only=True, frozen=True):
 
 class PairDominance(Struct, kw_only=True, frozen=True):
     """Whether A dominates B or B dominates A: `winner` is different-and-better on `better_on` at
-    `alpha_axis` = alpha / k and not worse on every other axis (Berger's intersection–union test), with
-    nothing unresolved or blocked. The rule: docs/measuring.md#the-one-comparison."""
+    `alpha_axis` = alpha / k and not worse on every other axis (Berger's intersection–union test; the ones
+    unresolved at alpha / k: `not_worse_on`). The rule: docs/measuring.md#the-one-comparison."""
 
     winner: Literal["a", "b"] | None
     status: PairStatus
     better_on: list[str]
     worse_on: list[str]
     tied_on: list[str]
+    not_worse_on: list[str]
     unresolved_on: list[str]
     blocked_on: list[str]
     not_compared: dict[str, NotCompared]
@@ -697,13 +698,22 @@ def _decide(j: _Judged) -> _Outcome:
     return _Outcome(winner=winner, status=status, wins=wins, unresolved=unresolved, blocked=blocked)
 
 
+def _not_worse(o: _Outcome, j: _Judged, tied: list[str]) -> list[str]:
+    """The winner's other compared axes: unresolved at α / k, yet its one-sided bound is within the margin."""
+    if o.winner is None:
+        return []
+    return [n for n in j.todo if n not in (*o.wins["a"], *o.wins["b"], *tied) and n not in j.not_compared]
+
+
 def _dominance_text(o: _Outcome, j: _Judged, tied: list[str], names: tuple[str, str]) -> str:
     """The pair's sentence, before its α clause."""
     if o.winner is not None:
         w, l_ = names if o.winner == "a" else names[::-1]
         better_on = o.wins[o.winner]
+        not_worse = _not_worse(o, j, tied)
         return f"{w} dominates {l_}: different and better on {', '.join(better_on)}" + (
-            f"; tied on {', '.join(tied)}" if tied else "")
+            f"; tied on {', '.join(tied)}" if tied else "") + (
+            f"; not worse on {', '.join(not_worse)}" if not_worse else "")
     if o.status == "trade-off":
         return (f"neither dominates: {names[0]} better on {', '.join(o.wins['a'])}, "
                 f"{names[1]} better on {', '.join(o.wins['b'])}")
@@ -731,7 +741,8 @@ def dominance(a: Mapping[str, Sample], b: Mapping[str, Sample], *, axes: Iterabl
     better_on, worse_on = (o.wins["b"], o.wins["a"]) if o.winner == "b" else (o.wins["a"], o.wins["b"])
     at = f"α = {alpha:.3g} over {k_} axes, {alpha_axis:.3g} each" if k_ else f"α = {alpha:.3g}, no axis to compare"
     return PairDominance(winner=o.winner, status=o.status, better_on=better_on, worse_on=worse_on, tied_on=tied,
-                         unresolved_on=o.unresolved, blocked_on=o.blocked, not_compared=j.not_compared,
+                         not_worse_on=_not_worse(o, j, tied), unresolved_on=o.unresolved, blocked_on=o.blocked,
+                         not_compared=j.not_compared,
                          skipped=j.skipped, verdicts=j.verdicts, standings=j.standings, k=k_, alpha=alpha,
                          alpha_axis=alpha_axis, text=f"{_dominance_text(o, j, tied, names)} ({at})")
 

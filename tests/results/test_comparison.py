@@ -174,8 +174,14 @@ def test_dominance_bonferroni_and_unresolved_axes() -> None:
     d2 = dominance(small, fuzzy, axes=["gen_tps", "mem_peak_bytes"])
     assert d2.winner is None and d2.status == "undecided" and d2.unresolved_on == ["mem_peak_bytes"]
     assert d2.text.startswith("not dominated: unresolved on mem_peak_bytes")
-    # B larger within that noise: A is not worse (non-inferiority, α unsplit), so A dominates on gen_tps
-    assert dominance(small, {**large, "mem_peak_bytes": [18.5, 18.0, 19.0]}, axes=["gen_tps", "mem_peak_bytes"]).winner == "a"
+    # B larger within that noise: A is not worse (non-inferiority, α unsplit), so A dominates on gen_tps, and the
+    # memory axis, unresolved two-sided, is named as the one A is only shown not worse on (not hidden, not a win)
+    d4 = dominance(small, {**large, "mem_peak_bytes": [18.5, 18.0, 19.0]}, axes=["gen_tps", "mem_peak_bytes"])
+    assert d4.winner == "a" and d4.verdicts["mem_peak_bytes"].verdict == "unresolved"
+    assert d4.standings["mem_peak_bytes"].a_not_worse and d4.not_worse_on == ["mem_peak_bytes"]
+    assert d4.better_on == ["gen_tps"] and not d4.tied_on
+    assert d4.text.startswith("A dominates B: different and better on gen_tps; not worse on mem_peak_bytes (")
+    assert d.not_worse_on == [] and d2.not_worse_on == []
     d3 = dominance(small, {**large, "sustain_ratio": [0.9]}, axes=["gen_tps", "mem_peak_bytes", "sustain_ratio"])
     assert d3.winner == "a" and "sustain_ratio" in d3.skipped and d3.k == 2
     # B better on one, worse on another: neither

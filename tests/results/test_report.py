@@ -31,8 +31,10 @@ def test_text_table(state) -> None:
     assert "broken excluded: no successful probe rows in this context" in text
     # The one comparison: two eval tasks cannot compare pass rates (not compared at this size) and their
     # estimate favours the faster, smaller candidate, so it dominates, with the α split over the planned axes.
-    assert ("gguf-plain dominates mlx-lm: better on generation speed and peak memory; not compared at this size: "
-            "eval pass rate and sustain ratio (α = 0.05 over 8 axes") in text
+    # Time to first token is unresolved two-sided but shown not worse one-sided: the sentence names it.
+    assert ("gguf-plain dominates mlx-lm: better on generation speed and peak memory; not worse on time to first "
+            "token (one-sided, α = 0.05); not compared at this size: eval pass rate and sustain ratio (α = 0.05 over 8 "
+            "axes") in text
     assert ("mlx-lm against gguf-plain on eval pass rate is unresolved: more shared tasks would decide it; a tie "
             "within ±5 pp needs at least 119 (50 % vs 100 % over 2 shared tasks; α = 0.00625)") in text
     assert "mlx-lm is 22.2 % slower than gguf-plain at generation (geometric means of 3 and 3 values" in text

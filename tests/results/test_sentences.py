@@ -53,6 +53,13 @@ def test_tied_and_pass_rates_and_dominance_read_as_sentences() -> None:
                   {"gen_tps": [100.0, 101.0, 102.0], "mem_peak_bytes": [2.0, 2.0, 2.0]}, axes=["gen_tps", "mem_peak_bytes"])
     assert dominance_sentence(d, "small", "large") == (
         "small dominates large: better on generation speed and peak memory (α = 0.05 over 2 axes, 0.025 each)")
+    # memory unresolved at α / 2 but within its margin one-sided: the dominance says the winner is not worse there
+    near = dominance({"gen_tps": [2390.0, 2600.0, 2926.0], "mem_peak_bytes": [18.0, 18.1, 18.0]},
+                     {"gen_tps": [512.0, 520.0, 535.0], "mem_peak_bytes": [18.5, 18.0, 19.0]},
+                     axes=["gen_tps", "mem_peak_bytes"])
+    assert dominance_sentence(near, "small", "large") == (
+        "small dominates large: better on generation speed; not worse on peak memory (one-sided, α = 0.05) "
+        "(α = 0.05 over 2 axes, 0.025 each)")
 
 
 def test_the_sentence_says_how_many_server_starts_it_rests_on() -> None:
