@@ -314,7 +314,7 @@ def _open_question(v: VerdictFields, lo: float | None, hi: float | None) -> str:
     more = (plural(n, "more " + unit) if v.lever in (None, "rounds", "tasks") else f"{n:,} more {v.lever}") if n is not None else ""
     few = min(v.n_a, v.n_b) < ADVICE_MIN_N  # no advice before the spread is known
     then = ("" if few and n is None else
-            f"; at the spread so far about {more} give an even chance of deciding it"
+            f"; at the spread so far about {more} would give an even chance of deciding it"
             if n is not None else
             "; no count up to 10,000 more would decide it" if v.method.startswith(("paired", "Welch")) else "")
     return why + then

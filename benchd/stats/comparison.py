@@ -297,8 +297,8 @@ def _advice(fit: _Fit, lm: float, few: bool, outside: bool, margin_pct: float,
     if outside:
         more = max(more or 1, 1)
     if more is not None:
-        return more, (f", at the spread seen so far about {more} more {unit or 'rounds'} give an even chance of resolving "
-                      f"±{margin_pct:g} %")
+        what = "round" if more == 1 and unit in (None, "rounds") else unit or "rounds"
+        return more, f", at the spread seen so far about {more} more {what} would give an even chance of resolving ±{margin_pct:g} %"
     if target == 0:
         return None, f", the estimate sits at the ±{margin_pct:g} % margin"
     return None, f", more than {MAX_ROUNDS_ESTIMATE} more {unit or 'rounds'} would be needed to resolve ±{margin_pct:g} %"

@@ -92,7 +92,7 @@ def test_verdicts(pair) -> None:
     # A 1.6 % gap with overlapping noise: neither shown different nor tied; says what would resolve it.
     near_b = _with_probes(b, {"gguf-plain": [101.6, 103.7, 99.5, 101.65, 101.55]})
     m = _metric(compare.compare_runbooks(more_a, near_b), "gguf-plain", 512, "gen_tps")
-    assert m.verdict == "unresolved" and "more rounds give an even chance of resolving ±2 %" in m.text
+    assert m.verdict == "unresolved" and "more rounds would give an even chance of resolving ±2 %" in m.text
 
 
 def test_the_sweeps_margins_judge_their_axes_and_the_header_names_them(pair) -> None:

@@ -141,7 +141,7 @@ def test_unresolved_names_the_rounds_that_would_resolve_it() -> None:
                      better="higher")
     assert v.verdict == "unresolved" and v.rounds_to_resolve is not None and v.rounds_to_resolve > 0
     assert v.lever == "rounds"
-    assert f"about {v.rounds_to_resolve} more rounds give an even chance of resolving ±2 %" in v.text
+    assert f"about {v.rounds_to_resolve} more rounds would give an even chance of resolving ±2 %" in v.text
     few = compare_axis([100.0, 104.0, 97.0], [103.0, 108.0, 99.0], axis="gen_tps", better="higher")
     assert few.verdict == "unresolved" and few.rounds_to_resolve is None  # no advice before 5 values
     # that many more rounds at the same spread and estimate would resolve it

@@ -28,7 +28,8 @@ def test_one_interval_notation_and_plurals() -> None:
                      better="higher", paired=True)
     assert v.verdict == "unresolved" and v.rounds_to_resolve == 1, v
     text = comparison_sentence(v, "a", "b")
-    assert "about 1 more round give an even chance of deciding it" in text, text
+    assert "about 1 more round would give an even chance of deciding it" in text, text
+    assert "about 1 more round would give an even chance of resolving ±2 %" in v.text, v.text
     assert re.search(r"95 % CI −\d+\.\d–[−+]\d+\.\d %", text), text
     assert "[" not in text and plural(2, "round") == "2 rounds" and plural(1, "axis", "axes") == "1 axis"
     mem = compare_axis([1e9, 1.1e9, 1.05e9], [5e8, 5.1e8, 5.2e8], axis="mem_peak_bytes", better="lower")
@@ -90,8 +91,8 @@ def test_what_adds_values_is_the_axis_lever_not_always_rounds() -> None:
     v = compare_axis(a, b, axis="sustain_ratio", better="higher", margin_pct=10.0)
     assert v.verdict == "unresolved" and v.rounds_to_resolve is not None and v.lever == "[sustained] runs", v
     text = comparison_sentence(v, "a", "b")
-    assert f"about {v.rounds_to_resolve:,} more [sustained] runs give an even chance of deciding it" in text, text
-    assert f"about {v.rounds_to_resolve} more [sustained] runs give an even chance of resolving ±10 %" in v.text
+    assert f"about {v.rounds_to_resolve:,} more [sustained] runs would give an even chance of deciding it" in text, text
+    assert f"about {v.rounds_to_resolve} more [sustained] runs would give an even chance of resolving ±10 %" in v.text
     speed = compare_axis([100.0, 101.0, 102.0, 100.5, 101.5, 99.0], [97.4, 98.98, 99.35, 98.49, 98.87, 99.5],
                          axis="gen_tps", better="higher", paired=True)
-    assert "more round" in comparison_sentence(speed, "a", "b") and "more rounds give" in speed.text
+    assert "more round" in comparison_sentence(speed, "a", "b") and "more rounds would give" in speed.text
