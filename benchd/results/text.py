@@ -307,7 +307,8 @@ def _open_question(v: VerdictFields, lo: float | None, hi: float | None) -> str:
     m = 1 + v.margin_pct / 100
     n = v.rounds_to_resolve
     if lo > m or hi < 1 / m:
-        why = f"the interval clears ±{v.margin_pct:g} % but the rank test does not (p = {v.guard_p:.2g}: the values overlap)"
+        why = (f"the rank test does not confirm it (p = {v.guard_p:.2g}: the values overlap), though the interval "
+               f"clears ±{v.margin_pct:g} %")
     else:
         why = f"the interval overlaps ±{v.margin_pct:g} %"
     unit = "shared task" if v.method.startswith(("exact McNemar", "Newcombe")) else "round"

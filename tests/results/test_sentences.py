@@ -63,6 +63,16 @@ def test_tied_and_pass_rates_and_dominance_read_as_sentences() -> None:
         "(α = 0.05 over 2 axes, 0.025 each)")
 
 
+def test_an_interval_past_the_margin_that_the_rank_test_does_not_confirm_reads_as_one_clause() -> None:
+    """Five rounds 2x slower and one slightly faster: the interval clears ±2 %, the signed-rank p is 0.0625."""
+    v = compare_axis([10.0] * 5 + [10.5], [20.0, 21.0, 19.0, 22.0, 9.5, 20.0], axis="ttft_ms", better="lower",
+                     paired=True)
+    assert v.verdict == "unresolved" and v.ci_low is not None and v.ci_low > 1.02, v
+    text = comparison_sentence(v, "a", "b")
+    assert ("b is 1.8× slower by the estimate, but the rank test does not confirm it (p = 0.062: the values overlap), "
+            "though the interval clears ±2 %; at the spread so far about 1 more round would give") in text, text
+
+
 def test_the_sentence_says_how_many_server_starts_it_rests_on() -> None:
     """Rows that name their server start (`Row.start`) carry the count into the verdict: a fresh start per
     round says as many starts as rounds; one resident start a side says so (its rounds share its luck)."""
