@@ -4,7 +4,8 @@ Reasons: docs/locking.md#thin-evidence.
 
 from __future__ import annotations
 
-from benchd.results.text import axis_word
+from benchd.results.decision import undecided
+from benchd.results.text import and_list, axis_word
 from benchd.schemas import ContextPareto, Runbook, Tie
 
 
@@ -35,7 +36,7 @@ def _undecided(ctx: ContextPareto, candidate: str) -> list[str]:
         axes = _open_axes(tie)
         if axes and other in ctx.frontier:
             out.append(f"at context {ctx.context} {candidate} is undecided against {other} (on the frontier) "
-                       f"on {', '.join(axis_word(a) for a in axes)}: more rounds (or eval tasks) would decide it")
+                       f"on {and_list([axis_word(a) for a in axes])}; would decide it: {'; '.join(undecided(tie).decide)}")
     return out
 
 

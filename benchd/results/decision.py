@@ -69,7 +69,8 @@ def tie_status(t: Tie) -> str:
     return t.status or ("unresolved" if t.text and "unresolved on" in t.text else "tied")
 
 
-def _undecided(t: Tie) -> Undecided:
+def undecided(t: Tie) -> Undecided:
+    """A tie as the decision shows it: its status, its one line, what would decide it."""
     status = tie_status(t)
     if status == "tied":
         decide = ["no more of the same: equal within the margins on every axis compared; only an axis not "
@@ -90,7 +91,7 @@ def context_decision(p: ContextPareto) -> ContextDecision:
              for cand, doms in p.dominated.items() for d in doms]
     caveats = {c: why for c, why in p.caveats.items() if c in p.frontier}
     tradeoffs = [((o.pair[0], o.pair[1]), o.text) for o in p.tradeoffs]
-    return ContextDecision(p.context, list(p.frontier), ruled, [_undecided(t) for t in p.ties], dict(p.excluded),
+    return ContextDecision(p.context, list(p.frontier), ruled, [undecided(t) for t in p.ties], dict(p.excluded),
                            caveats, p.pairs_compared, tradeoffs)
 
 

@@ -94,6 +94,7 @@ def test_lock_warns_when_the_evidence_is_thin(state) -> None:
     assert "warning: thin evidence: gguf-plain's cells at contexts 512, 1024 have too few probes" in out.stderr
     line = next(x for x in out.stderr.splitlines() if "undecided against gguf-spec (on the frontier)" in x)
     assert line.startswith("warning: thin evidence: at context 1024 gguf-plain") and "generation speed" in line
+    assert "; would decide it: more rounds: the interval" in line, line  # the lever the report names, not a guess
     doc = json.loads(benchctl_inproc("lock", "--candidate", "gguf-plain", "--json", "--state-dir",
                                      str(config.state_dir), env=env).stdout)
     assert len(doc["warnings"]) >= 2
