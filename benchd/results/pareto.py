@@ -107,7 +107,8 @@ def frontier(points: Sequence[Point], context: int, judge: Judge,
                     continue
                 ties.append(Tie(pair=pair, axes=_sentences(d, x, y), text=dominance_sentence(d, x.candidate, y.candidate),
                                 status="unresolved" if d.status == "undecided" else "tied",
-                                unresolved_on=d.unresolved_on, blocked_on=d.blocked_on, not_compared=d.not_compared))
+                                unresolved_on=d.unresolved_on, blocked_on=d.blocked_on, not_compared=d.not_compared,
+                                not_worse_on=d.not_worse_on))
     pairs = len(points) * (len(points) - 1) // 2
     front = sorted(p.candidate for p in points if p.candidate not in dominated)
     by_cand = {p.candidate: p for p in points}

@@ -389,10 +389,14 @@ def _held_words(d: DominanceFields) -> str:
                      + [f"{axis_word(x)} (not compared at this size)" for x in d.blocked_on])
 
 
+def _not_worse_words(d: DominanceFields, lead: str) -> str:
+    return f"{lead}not worse on {_axes_words(d.not_worse_on)} (one-sided, α = {d.alpha:.3g})" if d.not_worse_on else ""
+
+
 def _winner_text(d: DominanceFields, w: str, loser: str) -> str:
     text = f"{w} dominates {loser}: better on {_axes_words(d.better_on)}"
     text += f"; tied on {_axes_words(d.tied_on)}" if d.tied_on else ""
-    text += f"; not worse on {_axes_words(d.not_worse_on)} (one-sided, α = {d.alpha:.3g})" if d.not_worse_on else ""
+    text += _not_worse_words(d, "; ")
     left_out = [x for x in d.not_compared if x not in (*d.better_on, *d.tied_on)]  # a different one still counts
     return text + (f"; not compared at this size: {_axes_words(left_out)}" if left_out else "")
 
@@ -401,7 +405,8 @@ def _relation_text(d: DominanceFields, a: str, b: str) -> str:
     if d.winner is not None:
         return _winner_text(d, *((a, b) if d.winner == "a" else (b, a)))
     if d.status == "undecided":  # the wins so far (one side's only, or it would be a trade-off) before what holds
-        won = [f"{w} is better on {_axes_words(on)}; " for w, on in ((a, d.better_on), (b, d.worse_on)) if on]
+        won = [f"{w} is better on {_axes_words(on)}{_not_worse_words(d, ' and ')}; "
+               for w, on in ((a, d.better_on), (b, d.worse_on)) if on]
         return f"neither {a} nor {b} is dominated yet: {''.join(won)}unresolved on {_held_words(d)}"
     if d.better_on and d.worse_on:  # without a winner: A's wins and B's wins
         return f"{a} is better on {_axes_words(d.better_on)}, {b} on {_axes_words(d.worse_on)}: a trade-off"

@@ -147,10 +147,12 @@ class Tie(Struct, kw_only=True, frozen=True):
     #: "unresolved" (an axis could not be called yet) or "tied"; null in runbooks written before the field.
     status: Literal["tied", "unresolved"] | None = None
     #: The compared axes that keep the pair undecided, the axes not compared that do (their estimate
-    #: favours one side beyond the margin), and the axes not compared at their size.
+    #: favours one side beyond the margin), the axes not compared at their size, and those the side with
+    #: wins is shown not worse on (unresolved two-sided; `Domination.not_worse_on`).
     unresolved_on: list[str] = []
     blocked_on: list[str] = []
     not_compared: dict[str, NotCompared] = {}
+    not_worse_on: list[str] = []
 
 
 class TradeOff(Struct, kw_only=True, frozen=True):

@@ -474,8 +474,8 @@ class AxisStanding(Struct, kw_only=True, frozen=True):
 
 class PairDominance(Struct, kw_only=True, frozen=True):
     """Whether A dominates B or B dominates A: `winner` is different-and-better on `better_on` at
-    `alpha_axis` = alpha / k and not worse on every other axis (Berger's intersection–union test; the ones
-    unresolved at alpha / k: `not_worse_on`). The rule: docs/measuring.md#the-one-comparison."""
+    `alpha_axis` = alpha / k and not worse on every other axis (Berger's intersection–union test; those unresolved
+    at alpha / k: `not_worse_on`, the winner's or undecided's one side with wins). Rule: docs/measuring.md#the-one-comparison."""
 
     winner: Literal["a", "b"] | None
     status: PairStatus
@@ -657,13 +657,16 @@ class _Outcome(NamedTuple):
     blocked: list[str]
 
 
+SIDES: tuple[tuple[Literal["a", "b"], Literal["a", "b"]], ...] = (("a", "b"), ("b", "a"))
+
+
 def _winner(j: _Judged, diff: Mapping[str, AxisVerdict],
             wins: dict[str, list[str]]) -> tuple[Literal["a", "b"] | None, list[str], list[str]]:
     """(the side with all the wins if nothing holds it back, the axes holding it back)."""
-    for x, other in (("a", "b"), ("b", "a")):
+    for x, other in SIDES:
         if wins[x] and not wins[other]:
-            unresolved, blocked = _held_back(j, diff, x)  # type: ignore[arg-type]
-            return (None if unresolved or blocked else x), unresolved, blocked  # type: ignore[return-value]
+            unresolved, blocked = _held_back(j, diff, x)
+            return (None if unresolved or blocked else x), unresolved, blocked
     return None, [], []
 
 
@@ -699,10 +702,12 @@ def _decide(j: _Judged) -> _Outcome:
 
 
 def _not_worse(o: _Outcome, j: _Judged, tied: list[str]) -> list[str]:
-    """The winner's other compared axes: unresolved at α / k, yet its one-sided bound is within the margin."""
-    if o.winner is None:
+    """The winner's (or the one side with wins') axes unresolved at α / k yet within the margin one-sided."""
+    side = o.winner or next((x for x, y in SIDES if o.wins[x] and not o.wins[y]), None)
+    if side is None:
         return []
-    return [n for n in j.todo if n not in (*o.wins["a"], *o.wins["b"], *tied) and n not in j.not_compared]
+    return [n for n in j.todo if n not in (*o.wins[side], *tied) and n not in j.not_compared
+            and getattr(j.standings[n], f"{side}_not_worse")]
 
 
 def _dominance_text(o: _Outcome, j: _Judged, tied: list[str], names: tuple[str, str]) -> str:

@@ -61,6 +61,14 @@ def test_tied_and_pass_rates_and_dominance_read_as_sentences() -> None:
     assert dominance_sentence(near, "small", "large") == (
         "small dominates large: better on generation speed; not worse on peak memory (one-sided, α = 0.05) "
         "(α = 0.05 over 2 axes, 0.025 each)")
+    # and undecided on a third axis: the side with wins says what it is already not worse on, then what is open
+    third = dominance({"gen_tps": [2390.0, 2600.0, 2926.0], "mem_peak_bytes": [18.0, 18.1, 18.0], "ttft_ms": [10.0, 10.1, 10.0]},
+                      {"gen_tps": [512.0, 520.0, 535.0], "mem_peak_bytes": [18.5, 18.0, 19.0], "ttft_ms": [9.0, 10.0, 11.0]},
+                      axes=["gen_tps", "mem_peak_bytes", "ttft_ms"])
+    assert third.status == "undecided" and third.not_worse_on == ["mem_peak_bytes"] and third.unresolved_on == ["ttft_ms"]
+    assert dominance_sentence(third, "small", "large") == (
+        "neither small nor large is dominated yet: small is better on generation speed and not worse on peak memory "
+        "(one-sided, α = 0.05); unresolved on time to first token (α = 0.05 over 3 axes, 0.0167 each)")
 
 
 def test_an_interval_past_the_margin_that_the_rank_test_does_not_confirm_reads_as_one_clause() -> None:
