@@ -1,5 +1,4 @@
-"""The words and figures every writer shares (terminal, Markdown, the page, exports): one value formatter,
-one interval notation, the axes' labels, the verdict text, the comparison sentences, the machine line."""
+"""What every writer shares: one value formatter, the axes' labels, verdict text, sentences, the machine line."""
 
 from __future__ import annotations
 
@@ -9,6 +8,7 @@ from typing import Protocol
 from benchd.schemas import CellVerdict, MachineInfo
 from benchd.stats.axes import AXES
 from benchd.stats.comparison import ADVICE_MIN_N, tasks_needed
+from benchd.stats.notation import ratio_amount, ratio_interval
 
 #: Axis -> (label, unit scale, unit) for people; an axis this table lacks reads as its own name.
 AXIS_LABELS: dict[str, tuple[str, float, str]] = {a.name: (a.label, a.scale, a.unit) for a in AXES.values()}
@@ -77,14 +77,6 @@ def fmt_range(metric: str, low: float | None, high: float | None) -> str:
     return f"{fmt_value(metric, low)}–{fmt_value(metric, high)}" if low is not None and high is not None else "null"
 
 
-def fmt_interval(low: float, high: float, unit: str, *, signed: bool = False) -> str:
-    """The one interval notation: `1.1–13×`, `1.0–7.5 %`, signed `−1.0–+1.3 %` (an interval across 0)."""
-    def one(v: float) -> str:
-        txt = (f"{v:+.1f}" if signed else f"{v:.1f}") if abs(v) < 10 else (f"{v:+.0f}" if signed else f"{v:.0f}")
-        return txt.replace("-", _MINUS)
-    return f"{one(low)}–{one(high)}{' ' if unit == '%' else ''}{unit}"
-
-
 def fmt_median(median: float, low: float | None, high: float | None, n: int) -> str:
     """`1.23 (1.01–1.50, n 3)`, or `1.23 (n 1)`: a median of seconds with its spread and count."""
     spread = f"{low:.2f}–{high:.2f}, " if n > 1 and low is not None and high is not None else ""
@@ -139,11 +131,6 @@ def machine_line(m: MachineInfo) -> str:
     return ", ".join(p for p in parts if p) or "unknown machine"
 
 
-_MINUS = "\N{MINUS SIGN}"
-#: A ratio at or beyond this reads as a multiple (`3.7×`), inside it as a percentage (`4.2 %`).
-MULTIPLE_AT = 1.5
-
-
 class VerdictFields(Protocol):
     """What a sentence reads of one comparison: B against A on `axis`, `ratio` B/A and its interval."""
 
@@ -179,23 +166,6 @@ class VerdictFields(Protocol):
     def starts(self) -> int | None: ...
     @property
     def lever(self) -> str | None: ...
-
-
-def _amount(r: float) -> tuple[str, bool]:
-    """(`3.7×` or `4.2 %`, B's value is the higher) for a ratio B/A."""
-    up = r >= 1
-    f = r if up else 1 / r
-    return (f"{f:.1f}×" if f < 10 else f"{f:.0f}×") if f >= MULTIPLE_AT else f"{abs(r - 1) * 100:.1f} %", up
-
-
-def _interval(r: float, lo: float, hi: float, *, signed: bool) -> str:
-    """The ratio's interval in its estimate's frame: `1.1–13×`, `1.0–7.5 %`, or `signed` `−1.0–+1.3 %`."""
-    if signed or lo < 1 <= hi:
-        return fmt_interval((lo - 1) * 100, (hi - 1) * 100, "%", signed=True)
-    up = r >= 1
-    if (r if up else 1 / r) >= MULTIPLE_AT:
-        return fmt_interval(lo, hi, "×") if up else fmt_interval(1 / hi, 1 / lo, "×")
-    return fmt_interval((lo - 1) * 100, (hi - 1) * 100, "%") if up else fmt_interval((1 - hi) * 100, (1 - lo) * 100, "%")
 
 
 def _predicate(axis: str, better: str, amount: str, up: bool, other: str) -> str:
@@ -241,8 +211,8 @@ def _design(v: VerdictFields, r: float, medians: Sequence[float | None] | None) 
         parts = [f"geometric means of {v.n_a:,} and {plural(v.n_b, 'value')}{_starts(v)}"]
     if medians is not None and len(medians) == 2 and medians[0] and medians[1]:
         m = medians[1] / medians[0]
-        said = "medians equal" if m == 1 else f"medians {_amount(m)[0]} {_word(v.axis, v.better, m >= 1)}"
-        if said != f"medians {_amount(r)[0]} {_word(v.axis, v.better, r >= 1)}":  # only where they tell another story
+        said = "medians equal" if m == 1 else f"medians {ratio_amount(m)[0]} {_word(v.axis, v.better, m >= 1)}"
+        if said != f"medians {ratio_amount(r)[0]} {_word(v.axis, v.better, r >= 1)}":  # only where they tell another story
             parts.append(said)
     return parts
 
@@ -271,7 +241,7 @@ def _ratio_detail(v: VerdictFields, ratio: tuple[float, float | None, float | No
     if v.method.startswith("exact ratio"):
         design = ["exact, no spread", *design[1:]]
     elif lo is not None and hi is not None:
-        design[0] += f", {(1 - v.alpha) * 100:.4g} % CI {_interval(r, lo, hi, signed=v.verdict != 'different')}"
+        design[0] += f", {(1 - v.alpha) * 100:.4g} % CI {ratio_interval(r, lo, hi, signed=v.verdict != 'different')}"
     return "; ".join([*design, at])
 
 
@@ -291,11 +261,11 @@ def comparison_sentence(v: VerdictFields, a: str, b: str, *, medians: Sequence[f
     r, lo, hi = _oriented(v, v.ratio, subject)
     detail = _ratio_detail(v, (r, lo, hi), medians, at)
     if v.verdict == "different":
-        amount, up = _amount(r)
+        amount, up = ratio_amount(r)
         return f"{b} {_predicate(v.axis, v.better, amount, up, a)} ({detail})"
     if v.verdict == "tied":
         return f"{b} and {a} are tied {_topic(v.axis)}: within ±{v.margin_pct:g} % ({detail})"
-    amount, up = _amount(r)
+    amount, up = ratio_amount(r)
     estimate = "" if r == 1 else f"{b} is {amount} {_word(v.axis, v.better, up)} by the estimate, but "
     return f"{b} against {a} {_topic(v.axis)} is unresolved: {estimate}{_open_question(v, lo, hi)} ({detail})"
 

@@ -14,6 +14,7 @@ from benchd.schemas import NotCompared
 from benchd.stats import ranktests as rt
 from benchd.stats.axes import AXES, Axis, Direction, compare_metrics, direction, pareto_axes, register_axis
 from benchd.stats.axes import margin as axis_margin
+from benchd.stats.notation import MINUS, fmt_interval, ratio_amount, ratio_interval
 
 __all__ = [
     "ALPHA",
@@ -45,7 +46,6 @@ DEFAULT_OUTCOME_MARGIN_PCT = 5.0
 MAX_ROUNDS_ESTIMATE = 10_000
 #: No advice on more rounds before this many values (pairs) a side: the spread is not known well enough.
 ADVICE_MIN_N = 5
-_MINUS = "\N{MINUS SIGN}"
 
 
 class AxisVerdict(Struct, kw_only=True, frozen=True):
@@ -83,25 +83,16 @@ class AxisVerdict(Struct, kw_only=True, frozen=True):
 
 
 def _pct(r: float) -> str:
-    return f"{(r - 1) * 100:+.1f} %".replace("-", _MINUS)
+    return f"{(r - 1) * 100:+.1f} %".replace("-", MINUS)
 
 
-def _ci_text(lo: float, hi: float) -> str:
-    if 1 / 1.5 <= lo and hi <= 1.5:
-        return f"[{_pct(lo)}, {_pct(hi)}]"
-    return f"[{lo:.3g}×, {hi:.3g}×]"
-
-
-def _x(f: float) -> str:
-    return f"{f:.1f}" if f < 10 else f"{f:.0f}"
+def _ci_text(r: float, lo: float, hi: float) -> str:
+    return f"[{ratio_interval(r, lo, hi, signed=True)}]"
 
 
 def _different_text(ratio: float, lo: float, hi: float, word: str) -> str:
-    if ratio >= 1.5:
-        return f"{_x(ratio)}× [{_x(lo)}–{_x(hi)}] {word}"
-    if ratio <= 1 / 1.5:
-        return f"{_x(1 / ratio)}× [{_x(1 / hi)}–{_x(1 / lo)}] {word}"
-    return f"{_pct(ratio)} {_ci_text(lo, hi)} {word}"
+    spread = f" [{ratio_interval(ratio, lo, hi, signed=False)}]" if lo != hi else ""
+    return f"{ratio_amount(ratio)[0]}{spread} {word}"
 
 
 def _alpha_text(alpha: float) -> str:
@@ -247,8 +238,8 @@ def _settled(common: _Estimate, est: float, h: float, guard_ok: bool, at: str) -
         text = f"different: {_different_text(math.exp(est), rlo, rhi, _word(common['axis'], est))} ({at})"
         return AxisVerdict(verdict="different", text=text, **common)
     if lo >= -lm and hi <= lm:
-        return AxisVerdict(verdict="tied", text=f"tied within ±{common['margin_pct']:g} % {_ci_text(rlo, rhi)} ({at})",
-                           **common)
+        text = f"tied within ±{common['margin_pct']:g} % {_ci_text(math.exp(est), rlo, rhi)} ({at})"
+        return AxisVerdict(verdict="tied", text=text, **common)
     return None
 
 
@@ -362,7 +353,7 @@ def _fitted_verdict(fit: _Fit, axis: str, better: Direction, design: str, **kw: 
     lm = math.log1p(margin_pct / 100.0)
     outside = fit.est - h > lm or fit.est + h < -lm
     more, tail = _advice(fit, lm, min(kw["n_a"], kw["n_b"]) < ADVICE_MIN_N, outside, margin_pct, kw.get("lever"))
-    why = _ci_text(rlo, rhi)
+    why = _ci_text(ratio, rlo, rhi)
     if outside:
         why += f" but the rank test's p = {fit.guard_p:.2g} > {max(alpha, fit.min_p):.2g} (the samples overlap)"
     return AxisVerdict(verdict="unresolved", text=f"unresolved: {why}{tail} ({at})", rounds_to_resolve=more, **common)
@@ -403,7 +394,7 @@ def compare_outcomes(a: Mapping[str, bool], b: Mapping[str, bool], *, axis: str 
     m = margin_pct / 100.0
     est = pb - pa
     ratio, rlo, rhi = (pb / pa, 1 + lo / pa, 1 + hi / pa) if pa > 0 else (None, None, None)
-    pp = f"{est * 100:+.0f} pp [{lo * 100:+.0f}, {hi * 100:+.0f} pp]".replace("-", _MINUS)
+    pp = f"{est * 100:+.0f} pp [{fmt_interval(lo * 100, hi * 100, 'pp', signed=True)}]".replace("-", MINUS)
     what = f"pass rate {pa * 100:.0f} % → {pb * 100:.0f} % ({pp}) over {n} shared tasks"
     at = f"McNemar p = {guard_p:.2g}; {_alpha_text(alpha)}"
     common = _Estimate(axis=axis, better=better, ratio=ratio, ci_low=rlo, ci_high=rhi, b_better=_b_better(est, better),
@@ -445,7 +436,7 @@ def compare_to_history(history: Sequence[float], value: float, *, axis: str, bet
     settled = _settled(common, est, h, guard_p <= max(alpha, 2 / (k + 1)) * (1 + 1e-9), at)
     if settled is not None:
         return settled
-    return AxisVerdict(verdict="unresolved", text=f"unresolved: {_ci_text(rlo, rhi)}, within the spread of earlier "
+    return AxisVerdict(verdict="unresolved", text=f"unresolved: {_ci_text(math.exp(est), rlo, rhi)}, within the spread of earlier "
                        f"sessions ({at})", **common)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import re
 from math import comb
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from runbook_factory import fill_job, setup_state
 from testlib import benchctl_inproc
 
 from benchd.results import compare, ranktests, runbook
+from benchd.results.text import comparison_sentence
 from benchd.schemas import Cooldown
 
 
@@ -77,7 +79,11 @@ def test_verdicts(pair) -> None:
     m = _metric(cmp, "gguf-plain", 512, "gen_tps")
     assert m.verdict == "different" and m.b_better is True and m.n_a == m.n_b == 3
     assert m.ratio_b_over_a == pytest.approx(1.25)
-    assert m.text.startswith("different: +25.0 % [") and m.text.endswith("faster (α = 0.05)")
+    assert re.fullmatch(r"different: 25\.0 % \[\d\d–\d\d %\] faster \(α = 0\.05\)", m.text), m.text
+    # One interval notation: the verdict's and the sentence's interval read the same.
+    assert m.detail is not None
+    interval = m.text.partition("[")[2].partition("]")[0]
+    assert f"CI {interval}" in comparison_sentence(m.detail, "A", "B")
     assert _metric(cmp, "mlx-lm", 512, "prompt_tps").verdict.startswith("not measured: mlx_lm.server")
     assert "broken@512" not in cmp.only_in_a  # present in both (failed), compared as not measured
     more_a = _with_probes(a, {"gguf-plain": [100.0, 101.0, 99.0, 100.5, 99.5]})
@@ -88,7 +94,7 @@ def test_verdicts(pair) -> None:
     twin_a = _with_probes(a, {"gguf-plain": [100.0 + 0.1 * (i % 5) for i in range(20)]})
     twin_b = _with_probes(b, {"gguf-plain": [100.05 + 0.1 * (i % 5) for i in range(20)]})
     m = _metric(compare.compare_runbooks(twin_a, twin_b), "gguf-plain", 512, "gen_tps")
-    assert m.verdict == "tied" and m.text.startswith("tied within ±2 % [")
+    assert m.verdict == "tied" and re.match(r"tied within ±2 % \[[−+]\d\.\d–[−+]\d\.\d %\] ", m.text), m.text
     # A 1.6 % gap with overlapping noise: neither shown different nor tied; says what would resolve it.
     near_b = _with_probes(b, {"gguf-plain": [101.6, 103.7, 99.5, 101.65, 101.55]})
     m = _metric(compare.compare_runbooks(more_a, near_b), "gguf-plain", 512, "gen_tps")
@@ -136,7 +142,7 @@ def test_cli_json(pair) -> None:
     gen = next(m for m in cell["metrics"] if m["metric"] == "gen_tps")
     assert gen["verdict"] == "different" and gen["detail"]["alpha"] == 0.05
     text = benchctl_inproc("compare", a.id, b.id, "--state-dir", str(config.state_dir))
-    assert "α = 0.05 per metric" in text.stdout and "different: +25.0 %" in text.stdout
+    assert "α = 0.05 per metric" in text.stdout and "different: 25.0 % [" in text.stdout
 
 
 def _with_kld(rb: runbook.Runbook, chunks: list[float], corpus_sha: str = "c" * 64) -> runbook.Runbook:

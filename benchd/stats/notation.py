@@ -1,0 +1,31 @@
+"""The one notation of a ratio B/A and its interval: a multiple from MULTIPLE_AT on, else a percentage."""
+
+from __future__ import annotations
+
+MINUS = "\N{MINUS SIGN}"
+MULTIPLE_AT = 1.5
+
+
+def fmt_interval(low: float, high: float, unit: str, *, signed: bool = False) -> str:
+    """`1.1–13×`, `1.0–7.5 %`, signed `−1.0–+1.3 %` (an interval across 0), `−5.0–+45 pp`."""
+    def one(v: float) -> str:
+        txt = (f"{v:+.1f}" if signed else f"{v:.1f}") if abs(v) < 10 else (f"{v:+.0f}" if signed else f"{v:.0f}")
+        return txt.replace("-", MINUS)
+    return f"{one(low)}–{one(high)}{'' if unit == '×' else ' '}{unit}"
+
+
+def ratio_amount(r: float) -> tuple[str, bool]:
+    """(`3.7×` or `4.2 %`, B's value is the higher) for a ratio B/A."""
+    up = r >= 1
+    f = r if up else 1 / r
+    return (f"{f:.1f}×" if f < 10 else f"{f:.0f}×") if f >= MULTIPLE_AT else f"{abs(r - 1) * 100:.1f} %", up
+
+
+def ratio_interval(r: float, lo: float, hi: float, *, signed: bool) -> str:
+    """The ratio's interval in its estimate's frame: `1.1–13×`, `1.0–7.5 %`, or `signed` `−1.0–+1.3 %`."""
+    if signed or lo < 1 <= hi:
+        return fmt_interval((lo - 1) * 100, (hi - 1) * 100, "%", signed=True)
+    up = r >= 1
+    if (r if up else 1 / r) >= MULTIPLE_AT:
+        return fmt_interval(lo, hi, "×") if up else fmt_interval(1 / hi, 1 / lo, "×")
+    return fmt_interval((lo - 1) * 100, (hi - 1) * 100, "%") if up else fmt_interval((1 - hi) * 100, (1 - lo) * 100, "%")
