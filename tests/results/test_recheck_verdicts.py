@@ -301,14 +301,14 @@ def test_summary_words_for_held_confirmed_and_not_confirmed() -> None:
     from benchd.schemas import RecheckEntry
 
     base = RecheckEntry(at="t", job="j2", outcome="succeeded", candidate="c", locked_at="l", lock_runbook="r",
-                        verdicts={"512": {"gen_tps": "30.0 % slower: different: −30.0 % [−31 %, −29 %] slower"}},
+                        verdicts={"512": {"gen_tps": "30.0 % slower: different: 30.0 % [29–31 %] slower"}},
                         regressed=True, regressions=["gen_tps at context 512: 30.0 % slower: different"])
     held = msgspec.structs.replace(base, confirming="j3")
     assert summary(held).startswith("suspected regression, being confirmed by recheck job j3: gen_tps")
     confirmed = msgspec.structs.replace(base, confirms="j1")
     assert summary(confirmed).startswith("REGRESSED (confirmed by a second run; first: job j1): gen_tps")
     gone = msgspec.structs.replace(base, confirms="j1", regressed=False, regressions=[],
-                                   verdicts={"512": {"gen_tps": "same: tied within ±5 % [−2.0 %, +0.1 %]"}})
+                                   verdicts={"512": {"gen_tps": "same: tied within ±5 % [−2.0–+0.1 %]"}})
     assert summary(gone) == "not confirmed (job j1's regression did not repeat): no regression: every metric the same"
     failed = msgspec.structs.replace(base, outcome="failed", error="server exited")
     assert summary(failed) == "recheck failed: server exited"
