@@ -52,7 +52,7 @@ from benchd.schemas import (
     SleepInfo,
     Sweep,
 )
-from benchd.stats.comparison import AXES
+from benchd.stats.comparison import AXES, TAIL_MIN_N
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -260,8 +260,10 @@ def pareto_points_table(p: ContextPareto, rb: Runbook) -> tuple[list[str], list[
 #: The Pareto rule as the report states it (stats.comparison.dominance; docs/measuring.md#the-one-comparison).
 DOMINANCE_RULE = ("A dominates B when A is different and better on at least one axis (two-sided, α split over the "
                   "axes compared) and not worse on every other (one-sided, within the axis's margin, at α); an axis "
-                  "that shows neither blocks domination; an axis null or with one value on a side is skipped for "
-                  "that pair and named")
+                  "that shows neither blocks domination. An axis not measured on a side (or a per-probe axis with one value "
+                  f"there) is skipped; one too small to compare (a per-candidate axis under {TAIL_MIN_N} values a side, "
+                  "pass rates on too few shared tasks) blocks only when its estimate favours the other side beyond its margin; "
+                  "each is named")
 
 
 def render_pareto_text(rb: Runbook) -> str:
@@ -544,7 +546,7 @@ def _md_race(rb: Runbook) -> list[str]:
 def _md_pareto(rb: Runbook) -> list[str]:
     lines = ["", "## Pareto view", "", "Per context; each pair is judged by the one comparison: per axis different "
              "(the CI of the ratio lies outside ±the CI target and the exact rank test agrees), tied (inside it) or "
-             f"unresolved. {DOMINANCE_RULE[0].upper()}{DOMINANCE_RULE[1:]}. The tool never picks: `benchctl lock` is "
+             f"unresolved. {DOMINANCE_RULE}. The tool never picks: `benchctl lock` is "
              "yours.", ""]
     for p in rb.pareto:
         lines += [f"### Context {p.context}", ""]
