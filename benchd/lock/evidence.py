@@ -34,9 +34,10 @@ def _undecided(ctx: ContextPareto, candidate: str) -> list[str]:
     for tie in (t for t in ctx.ties if candidate in t.pair):
         other = next(x for x in tie.pair if x != candidate)
         axes = _open_axes(tie)
-        if axes and other in ctx.frontier:
-            out.append(f"at context {ctx.context} {candidate} is undecided against {other} (on the frontier) "
-                       f"on {and_list([axis_word(a) for a in axes])}; would decide it: {'; '.join(undecided(tie).decide)}")
+        if axes and other in ctx.frontier:  # what would decide it names the axes; an older tie's does not
+            on = f" on {and_list([axis_word(a) for a in axes])}" if tie.status is None else ""
+            out.append(f"at context {ctx.context} {candidate} is undecided against {other} (on the frontier)"
+                       f"{on}; would decide it: {'; '.join(undecided(tie).decide)}")
     return out
 
 

@@ -95,6 +95,7 @@ def test_lock_warns_when_the_evidence_is_thin(state) -> None:
     line = next(x for x in out.stderr.splitlines() if "undecided against gguf-spec (on the frontier)" in x)
     assert line.startswith("warning: thin evidence: at context 1024 gguf-plain") and "generation speed" in line
     assert "; would decide it: more rounds: the interval" in line, line  # the lever the report names, not a guess
+    assert line.count("generation speed") == 1, line  # the axes are named once, by what would decide them
     doc = json.loads(benchctl_inproc("lock", "--candidate", "gguf-plain", "--json", "--state-dir",
                                      str(config.state_dir), env=env).stdout)
     assert len(doc["warnings"]) >= 2
