@@ -212,7 +212,8 @@ def _md_lines(where: str, base: list[str], ok: list[Row], n_rows: int) -> tuple[
     n_prompt, n_gen = sorted(set(_values(ok, "prompt_tokens"))), sorted(set(_values(ok, "gen_tokens")))
     p_label, g_label = _span(n_prompt), _span(n_gen)
     if len(n_prompt) > 1 or len(n_gen) > 1:
-        notes.append(f"{where}: token counts varied across probes (prompt {n_prompt}, gen {n_gen})")
+        notes.append(f"{where}: the test label spans the probes' token counts (prompt {n_prompt}, gen {n_gen}; "
+                     "llama-bench runs one count)")
     pp, tg = _values(ok, "prompt_tps"), _values(ok, "gen_tps")
     if pp and p_label:
         table.append([*base, f"pp{p_label}", _ts_text(pp)])
@@ -295,7 +296,7 @@ def render_llama_bench_md(rb: Runbook) -> str:
             "several share it; t/s: mean ± sample stddev "
             "over the cell's ok probes, each a fresh prompt from an empty cache"]
     if notes:
-        out += ["", "Not in the table:", *(f"- {n}" for n in notes)]
+        out += ["", "Under the table (left out, abridged, n/a):", *(f"- {n}" for n in notes)]
     return "\n".join(out) + "\n"
 
 

@@ -10,6 +10,7 @@ import json
 import statistics
 from pathlib import Path
 
+import msgspec
 from runbook_factory import GEN
 from testlib import benchctl_inproc
 
@@ -40,6 +41,19 @@ def test_llama_bench_md_parses_with_llama_bench_layout(state) -> None:
     assert "mlx-lm @ 512: mlx_lm.server rows are not in the table" in text
     assert "params: n/a — benchd does not read the parameter count" in text
     assert not any(r["model"] == "mlx-lm" or "broken" in r["model"] for r in rows)
+    assert "Under the table (left out, abridged, n/a):" in text and "Not in the table" not in text
+
+
+def test_llama_bench_md_labels_varied_token_counts_as_a_span_and_says_why(state) -> None:
+    """Prompts of 511–513 tokens in one cell: the line stays in the table as `pp511-513` and the note under
+    it says the label is a span (it said "Not in the table" of a cell that was in it)."""
+    _config, rb = state
+    n = iter([511, 512, 513] * 10)
+    rows = [msgspec.structs.replace(r, prompt_tokens=next(n)) if (r.candidate, r.context, r.kind, r.status)
+            == ("gguf-plain", 512, "probe", "ok") else r for r in rb.rows]
+    text = export.render_llama_bench_md(msgspec.structs.replace(rb, rows=rows))
+    assert any(r["test"] == "pp511-513" and r["model"] == "tiny-q8_0.gguf [gguf-plain]" for r in _md_table(text))
+    assert "- gguf-plain @ 512: the test label spans the probes' token counts (prompt [511, 512, 513], gen [32]" in text
 
 
 def test_jsonl_decodes_with_llama_bench_names_and_nulls(state) -> None:
