@@ -56,7 +56,7 @@ def lock(candidate: str, runbook_ref: str | None, note: str, out: str | None, fo
 
 
 def _show(doc: Any, path: Path) -> None:
-    from benchd.results.text import fmt_value
+    from benchd.results.text import axis_word, fmt_with_unit
 
     lk = doc.locked
     click.echo(f"lock file: {path}")
@@ -81,9 +81,9 @@ def _show(doc: Any, path: Path) -> None:
         click.echo(f"  {k:<15} {v if v is not None else 'null'}")
     click.echo("  evidence (cell medians it was chosen on):")
     for ctx, ev in lk.evidence.items():
-        vals = ", ".join(f"{m} {fmt_value(m, getattr(ev, m))}" for m in
+        vals = ", ".join(f"{axis_word(m)} {fmt_with_unit(m, getattr(ev, m))}" for m in
                          ("gen_tps", "prompt_tps", "ttft_ms", "mem_peak_bytes", "eval_pass_rate", "sustain_ratio"))
-        click.echo(f"    context {ctx}: {vals}{'  ~noisy' if ev.noisy else ''}")
+        click.echo(f"    context {ctx}: {vals}{'; noisy (a CV over 5 %)' if ev.noisy else ''}")
         for m, why in ev.null_reasons.items():
             click.echo(f"      {m} null: {why}")
     fp = lk.fingerprint

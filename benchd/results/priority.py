@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from benchd.results.evalcompare import suite_outcomes
 from benchd.results.pareto import eval_outcomes
-from benchd.results.text import axis_word, comparison_sentence, fmt_value
+from benchd.results.text import axis_word, comparison_sentence, fmt_with_unit
 from benchd.schemas import ContextPareto, Row, Runbook
 from benchd.stats.axes import AXES, IMAGE_AXIS_PREFIX
 from benchd.stats.comparison import compare_outcomes, compare_rows
@@ -81,12 +81,6 @@ def _verdict(rb: Runbook, ctx: int, axis: str, leader: str, cand: str, medians: 
     return comparison_sentence(v, leader, cand, medians=medians)
 
 
-def _with_unit(axis: str, v: float | None) -> str:
-    spec = AXES.get(axis)
-    text = fmt_value(axis, v)
-    return text if axis.endswith("_bytes") or spec is None or not spec.unit or v is None else f"{text} {spec.unit}"
-
-
 def _tasks(rb: Runbook, axis: str, cand: str) -> Mapping[str, bool] | None:
     """The candidate's per-task outcomes behind a pass-rate axis (the eval tier's or a public suite's)."""
     if axis == "eval_pass_rate":
@@ -97,7 +91,7 @@ def _tasks(rb: Runbook, axis: str, cand: str) -> Mapping[str, bool] | None:
 def _shown(rb: Runbook, axis: str, cand: str, v: float) -> str:
     """A pass rate as `k/n tasks (p %)`, any other value with its unit."""
     if not (tasks := _tasks(rb, axis, cand)):
-        return _with_unit(axis, v)
+        return fmt_with_unit(axis, v)
     passed = sum(tasks.values())
     return f"{passed}/{len(tasks)} tasks ({100 * passed / len(tasks):.0f} %)"
 
@@ -111,7 +105,7 @@ def _axes_for(p: Priority, rb: Runbook) -> list[str]:
 def _cost_line(rb: Runbook, other: str, leader: str, vals: dict[str, float]) -> str:
     spec, mine = AXES.get(other), vals[leader]
     if spec is None:
-        return f"{axis_word(other)}: {_with_unit(other, mine)}"
+        return f"{axis_word(other)}: {fmt_with_unit(other, mine)}"
     best = (max if spec.better == "higher" else min)(vals.values())
     who = [c for c, v in vals.items() if v == best]
     if mine == best:

@@ -61,6 +61,13 @@ def fmt_value(metric: str, v: object) -> str:
     return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
 
 
+def fmt_with_unit(axis: str, v: float | None) -> str:
+    """`fmt_value` with the axis's unit: `1596.0 tok/s`, `24.4 ms`, `20.15 MiB`, `0.702`, `null`."""
+    spec = AXES.get(axis)
+    text = fmt_value(axis, v)
+    return text if axis.endswith("_bytes") or spec is None or not spec.unit or v is None else f"{text} {spec.unit}"
+
+
 def margin_words(margin_pct: float, margins: Mapping[str, float]) -> str:
     """`margin ±2 %`, with the axes whose margin differs: `margin ±2 % (gen_tps ±10 %)`."""
     other = ", ".join(f"{k} ±{v:g} %" for k, v in sorted(margins.items()) if v != margin_pct)

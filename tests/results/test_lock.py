@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -130,6 +131,10 @@ def test_relock_moves_previous_and_cli_json(state, tmp_path: Path) -> None:
     assert doc["locked"]["candidate"] == "gguf-plain" and doc["previous"]["candidate"] == "gguf-spec"
     text = _cli(config, "locked", "--file", str(out))
     assert "gguf-plain" in text.stdout and "smaller" in text.stdout
+    # The evidence in the report's words and units, not field names ("gen_tps 100.0").
+    evidence = next(x for x in text.stdout.splitlines() if x.strip().startswith("context 512:"))
+    assert re.search(r"generation speed [\d.]+ tok/s, prompt processing .*peak memory [\d.]+ [KMG]iB", evidence), evidence
+    assert "gen_tps" not in evidence and "mem_peak_bytes" not in evidence
     missing = _cli(config, "locked", "--file", str(tmp_path / "none.toml"))
     assert missing.returncode == 2 and "no lock file" in missing.stderr
 
