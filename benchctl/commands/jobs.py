@@ -130,10 +130,11 @@ def _racing_text(sweep: Any) -> str:
     """Whether the sweep races (docs/measuring.md#racing) and why."""
     from benchd.engine.plan import requested_order, round_plan
     from benchd.engine.racing import race_looks
+    from benchd.results.text import plural
     from benchd.schemas.sweep import RACING_DEFAULT_ABOVE
     from benchd.stats.stop import looks
 
-    asked = "asked for" if sweep.racing is not None else f"the default with {len(sweep.candidates)} candidates"
+    asked = "asked for" if sweep.racing is not None else f"the default with {plural(len(sweep.candidates), 'candidate')}"
     if not sweep.racing_on():
         if sweep.racing and (len(sweep.candidates) < 2 or sweep.order == "sequential"):
             return f"racing off (asked for, but {'one candidate' if len(sweep.candidates) < 2 else 'order sequential'} "\
@@ -420,10 +421,12 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool, 
                      "settings": _settings(sweep), "matrices": _matrix_json(matrices, sweep),
                      "racing": _racing_text(sweep), **p})
     else:
+        from benchd.results.text import plural
+
         pp = sweep.probe_plan()
-        count = f"{pp.min}-{pp.max} probes (auto)" if pp.adaptive else f"{pp.min} probe(s)"
-        click.echo(f"{sweep_file}: sweep {sweep.name!r}: {len(sweep.candidates)} candidate(s) x "
-                   f"{len(sweep.contexts)} context(s), {count} + {sweep.warmup} warmup each, "
+        count = f"{pp.min}-{pp.max} probes (auto)" if pp.adaptive else plural(pp.min, "probe")
+        click.echo(f"{sweep_file}: sweep {sweep.name!r}: {plural(len(sweep.candidates), 'candidate')} x "
+                   f"{plural(len(sweep.contexts), 'context')}, {count} + {sweep.warmup} warmup each, "
                    f"gen_tokens {sweep.gen_tokens}")
         click.echo(f"  {p['design']['text']}")
         for line in _matrix_lines(matrices, sweep):
@@ -492,9 +495,9 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool, 
         span = _fmt_s(est["low"]) if est["low"] == est["high"] else f"{_fmt_s(est['low'])}-{_fmt_s(est['high'])}"
         rows = f"{p['rows']}" if p["rows"] == p["rows_max"] else f"{p['rows']}-{p['rows_max']}"
         lo, hi = a["servers_started"], a["servers_started_max"]
-        starts = f"{lo}" if lo == hi else f"{lo}-{hi}"
+        starts = plural(lo, "server start") if lo == hi else f"{lo}-{hi} server starts"
         click.echo(f"{rows} rows; estimated duration {span} (assuming {a['gen_tps']:g} tok/s decode, "
-                   f"{a['prompt_tps']:g} tok/s prompt, {starts} server starts at {a['startup_s_per_server']:g} s each; "
+                   f"{a['prompt_tps']:g} tok/s prompt, {starts} at {a['startup_s_per_server']:g} s each; "
                    f"cooldown {a['cooldown']}; assumptions, not measurements)")
         if pace is not None:
             click.echo(pace["text"])

@@ -98,6 +98,9 @@ def test_validate_shows_the_resolved_kind(tmp_path: Path) -> None:
     out = validate(f)
     assert out.returncode == 0, out.stderr
     assert f"c: spec kind draft, draft {draft}" in out.stdout
+    # One candidate, one context, one start: counted in the singular ("1 candidate(s)", "1 server starts").
+    assert "sweep 's': 1 candidate x 1 context, " in out.stdout and "the default with 1 candidate;" in out.stdout
+    assert "1 server start at " in out.stdout
 
 
 def test_sessions_and_levels_are_shown_and_a_level_above_the_slots_is_refused(tmp_path: Path) -> None:
