@@ -7,8 +7,10 @@ MULTIPLE_AT = 1.5
 
 
 def fmt_interval(low: float, high: float, unit: str, *, signed: bool = False) -> str:
-    """`1.1–13×`, `1.0–7.5 %`, signed `−1.0–+1.3 %` (an interval across 0), `−5.0–+45 pp`."""
+    """`1.1–13×`, `0.36–23×`, `1.0–7.5 %`, signed `−1.0–+1.3 %` (an interval across 0), `−5.0–+45 pp`."""
     def one(v: float) -> str:
+        if unit == "×" and abs(v) < 1:
+            return f"{v:.2g}"
         txt = (f"{v:+.1f}" if signed else f"{v:.1f}") if abs(v) < 10 else (f"{v:+.0f}" if signed else f"{v:.0f}")
         return txt.replace("-", MINUS)
     return f"{one(low)}–{one(high)}{'' if unit == '×' else ' '}{unit}"
@@ -22,9 +24,11 @@ def ratio_amount(r: float) -> tuple[str, bool]:
 
 
 def ratio_interval(r: float, lo: float, hi: float, *, signed: bool) -> str:
-    """The ratio's interval in its estimate's frame: `1.1–13×`, `1.0–7.5 %`, or `signed` `−1.0–+1.3 %`."""
+    """In the estimate's frame (`1.1–13×`, `1.0–7.5 %`); `signed` or across 1: `−1.0–+1.3 %`, wide `0.36–23×`."""
     if signed or lo < 1 <= hi:
-        return fmt_interval((lo - 1) * 100, (hi - 1) * 100, "%", signed=True)
+        if 1 / MULTIPLE_AT < lo and hi < MULTIPLE_AT:
+            return fmt_interval((lo - 1) * 100, (hi - 1) * 100, "%", signed=True)
+        return fmt_interval(lo, hi, "×")
     up = r >= 1
     if (r if up else 1 / r) >= MULTIPLE_AT:
         return fmt_interval(lo, hi, "×") if up else fmt_interval(1 / hi, 1 / lo, "×")
