@@ -54,7 +54,7 @@ def judge(values: Sequence[float], *, metric: str, target_ci_pct: float, probes_
                            **common)  # type: ignore[arg-type]
     stop = f"max {probes_used} probes reached" if adaptive else f"fixed {probes_used} probes"
     return CellVerdict(verdict="unsteady", ci_half_width_pct=hw, trend=t,
-                       reason=f"{width} wider than the ±{target_ci_pct:g} % target ({stop})", **common)  # type: ignore[arg-type]
+                       reason=f"{width}, wider than the ±{target_ci_pct:g} % target ({stop})", **common)  # type: ignore[arg-type]
 
 
 def _too_few(n: int, adaptive: bool, used: int, planned: int | None) -> str:

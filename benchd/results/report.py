@@ -67,8 +67,8 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 #: A runbook written before energy was measured has no J/token statistics.
 NOT_IN_RUNBOOK = "not in this runbook (written before benchd measured energy)"
 NOISY_MARK = "~noisy"
-VERDICT_NOTE = ("verdict: steady = 95 % CI of the median within the target, no trend; unsteady ±w = CI half-width "
-                "w % wider than the target; drifting ±d = significant monotone trend of d % over the series; "
+VERDICT_NOTE = ("verdict: steady = 95 % CI of the median within the target, no trend; unsteady ±w = the CI's "
+                "half-width, w %, wider than the target; drifting ±d = significant monotone trend of d % over the series; "
                 "too few = fewer than 6 ok probes (the CI needs six)")
 
 

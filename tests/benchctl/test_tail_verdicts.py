@@ -11,7 +11,7 @@ def test_cell_finished_line() -> None:
     ev = {"type": "cell_finished", "payload": {"candidate": "a", "context": 512, "kind": "probe", "verdict": {
         "verdict": "unsteady", "metric": "gen_tps", "n": 29, "adaptive": True, "target_ci_pct": 2.0,
         "ci_half_width_pct": 3.14, "probes_used": 30, "throttle_suspects": 2,
-        "invalidated": 1, "reason": "CI ±3.14 % wider than the ±2 % target (max 30 probes reached)"}}}
+        "invalidated": 1, "reason": "CI ±3.14 %, wider than the ±2 % target (max 30 probes reached)"}}}
     text = _event_text(ev)
     assert text.startswith("cell a ctx 512: unsteady ±3.1% after 30 probes")
     assert "2 throttle-suspect" in text and "1 invalidated and re-run" in text

@@ -66,6 +66,8 @@ def test_verdicts() -> None:
     v = verdict.judge(wide, metric="gen_tps", target_ci_pct=2.0, probes_used=30, adaptive=True)
     assert v.verdict == "unsteady" and v.ci_half_width_pct is not None and v.ci_half_width_pct > 2.0
     assert text.verdict_text(v).startswith("unsteady ±")
+    # The half-width is the CI's, not its excess over the target: "CI ±w %, wider than the ±2 % target".
+    assert v.reason is not None and v.reason.startswith(f"CI ±{v.ci_half_width_pct:.2f} %, wider than the ±2 % target")
     # A slow slide inside a narrow CI: the CI target is met, the trend still makes it drifting.
     slide = [100 - 0.4 * i + rng.gauss(0, 0.1) for i in range(20)]
     assert verdict.ci_target_met(slide, 2.0)
