@@ -150,11 +150,13 @@ def _racing_text(sweep: Any) -> str:
 def _matrix_lines(matrices: list[Any], sweep: Any) -> list[str]:
     """`validate`'s account of each matrix: the candidates it expanded into (with what each adds) and
     the combinations left out, with why."""
+    from benchd.results.text import plural
+
     by_id = {c.id: c for c in sweep.candidates}
     out = []
     for m in matrices:
-        out.append(f"  matrix {m.base}: {' x '.join(m.keys)} = {m.combinations} combination(s), {len(m.ids)} "
-                   "candidate(s)" + (f", {len(m.left_out)} left out" if m.left_out else ""))
+        out.append(f"  matrix {m.base}: {' x '.join(m.keys)} = {plural(m.combinations, 'combination')}, "
+                   f"{plural(len(m.ids), 'candidate')}" + (f", {len(m.left_out)} left out" if m.left_out else ""))
         for ident in m.ids:
             point = by_id[ident].from_matrix
             adds = " ".join(point.args)

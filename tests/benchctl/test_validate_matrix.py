@@ -53,7 +53,7 @@ def test_validate_prints_the_expansion_and_what_is_left_out(tmp_path: Path) -> N
     # the draft model's relative path was resolved against the sweep file like any spec's
     assert not any("draft_model" in p and "relative" in p for p in doc["problems"]), doc["problems"]
     text = validate(f)
-    assert "matrix tiny: -ub x -fa x -ctv x spec = 16 combination(s), 12 candidate(s), 4 left out" in text.stdout
+    assert "matrix tiny: -ub x -fa x -ctv x spec = 16 combinations, 12 candidates, 4 left out" in text.stdout
     assert "tiny.ub128.fa-on.ctv-q8_0.spec-draft-draft-n4" in text.stdout
     assert "+ -ub 128 -fa on -ctv q8_0; spec kind draft, draft_model " + str(tmp_path / "draft.gguf") in text.stdout
     assert "left out: tiny.ub64.fa-off.ctv-q8_0.nospec: a quantized V cache" in text.stdout
