@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import msgspec
 
@@ -20,6 +20,7 @@ from benchd.schemas import (
     Event,
     Job,
     JobList,
+    JobState,
     Progress,
     Row,
     Sweep,
@@ -251,12 +252,12 @@ class Store:
             raise NotFound("job", job_id)
         return self._job_from(cur, cur_row, with_sweep)
 
-    def job_state(self, job_id: str) -> str:
+    def job_state(self, job_id: str) -> JobState:
         """The job's state alone: one indexed read, where `get_job` also counts its rows and events."""
         got = self._db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if got is None:
             raise NotFound("job", job_id)
-        return str(got[0])
+        return cast(JobState, got[0])
 
     def get_sweep(self, job_id: str) -> Sweep:
         cur = self._db.execute("SELECT sweep FROM jobs WHERE id = ?", (job_id,))
