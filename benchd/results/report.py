@@ -545,7 +545,7 @@ def _md_race(rb: Runbook) -> list[str]:
 
 def _md_pareto(rb: Runbook) -> list[str]:
     lines = ["", "## Pareto view", "", "Per context; each pair is judged by the one comparison: per axis different "
-             "(the CI of the ratio lies outside ±the CI target and the exact rank test agrees), tied (inside it) or "
+             "(the CI of the ratio lies outside ±the axis's margin and the exact rank test agrees), tied (inside it) or "
              f"unresolved. {DOMINANCE_RULE}. The tool never picks: `benchctl lock` is "
              "yours.", ""]
     for p in rb.pareto:
