@@ -288,7 +288,7 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
             "servers_started": startups, "servers_started_max": startups_max,
             "starts": sweep.starts_mode() if order == "interleaved" else None,
             "cooldown": f"{cd.policy}, before every request",
-            "note": "planning assumptions, not measurements; a runbook of a previous sweep has the real rates",
+            "note": "planning figures, not measurements of this sweep: `measured` says which an earlier runbook gave",
         },
     }
 
@@ -393,16 +393,44 @@ def _measured_pace(sweep: Any, state: str | None, p: dict[str, Any]) -> dict[str
             "differs": pace.differs, "estimate_s": {"low": round(low), "high": round(high)}, "text": text}
 
 
+def _rate(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def _estimate_rates(sweep: Any, state: str | None, gen_tps: float | None,
+                    prompt_tps: float | None) -> tuple[float, float, float, str | None]:
+    """The estimate's decode and prompt rates and seconds a start: the flags, else the slowest cell medians and
+    time to ready these models (any server args) had in a runbook of the state dir (`benchd.results.pace`),
+    else the assumed ones; and whence."""
+    from benchd.results.pace import measured_rates
+
+    got = measured_rates(sweep, config(state=state))
+    gen = gen_tps or (got.gen_tps if got else ASSUMED_GEN_TPS)
+    prompt = prompt_tps or (got.prompt_tps if got and got.prompt_tps else ASSUMED_PROMPT_TPS)
+    startup = got.ready_s if got and got.ready_s else ASSUMED_STARTUP_S
+    which = [w for w, flag, v in (("decode", gen_tps, got.gen_tps), ("prompt", prompt_tps, got.prompt_tps),
+                                  ("start", None, got.ready_s)) if flag is None and v] if got else []
+    if got is None or not which:
+        return gen, prompt, startup, None
+    beyond = (f"; this sweep goes to {max(sweep.contexts)}, where they are slower: the estimate is low"
+              if max(sweep.contexts) > got.context else "")
+    return gen, prompt, startup, (f"measured ({', '.join(which)}): the slowest of these models in runbook "
+                                  f"{got.runbook}, at contexts up to {got.context}{beyond}; the rest assumed")
+
+
 @click.command()
 @click.argument("sweep_file", type=click.Path(dir_okay=False))
-@click.option("--gen-tps", type=click.FloatRange(min=0.01), default=ASSUMED_GEN_TPS, show_default=True,
-              help="Assumed decode rate for the estimate.")
-@click.option("--prompt-tps", type=click.FloatRange(min=0.01), default=ASSUMED_PROMPT_TPS, show_default=True,
-              help="Assumed prompt-processing rate for the estimate.")
+@click.option("--gen-tps", type=click.FloatRange(min=0.01), default=None,
+              help=f"Decode rate for the estimate [default: the slowest these models reached in a runbook of the "
+                   f"state dir, else {ASSUMED_GEN_TPS:g}].")
+@click.option("--prompt-tps", type=click.FloatRange(min=0.01), default=None,
+              help=f"Prompt-processing rate for the estimate [default: measured as --gen-tps, else "
+                   f"{ASSUMED_PROMPT_TPS:g}].")
 @state_dir_option(help="State dir whose runbooks give a measured pace (default: $BENCHD_STATE_DIR or the "
                        "platform default).")
 @json_option
-def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool, state_dir: str | None) -> None:
+def validate(sweep_file: str, gen_tps: float | None, prompt_tps: float | None, as_json: bool,
+             state_dir: str | None) -> None:
     """Check a sweep file (offline) and show its planned cells and an estimated duration (beside it, the
     measured pace of the newest earlier sweep of the same candidates, when the state dir has one)."""
     sweep, problems, matrices = check_sweep_matrices(sweep_file)
@@ -413,7 +441,9 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool, 
             click.echo(f"{sweep_file}: {len(problems)} problem(s); nothing planned until they are fixed")
             _print_problems(problems)
         raise SystemExit(exitcodes.BAD_INPUT)
-    p = plan(sweep, gen_tps, prompt_tps, ASSUMED_STARTUP_S)
+    gen, prompt, startup, measured = _estimate_rates(sweep, state_dir, gen_tps, prompt_tps)
+    p = plan(sweep, gen, prompt, startup)
+    p["assumptions"]["measured"] = measured
     warnings = plan_warnings(sweep)
     pace = _measured_pace(sweep, state_dir, p)
     if as_json:
@@ -498,9 +528,9 @@ def validate(sweep_file: str, gen_tps: float, prompt_tps: float, as_json: bool, 
         rows = f"{p['rows']}" if p["rows"] == p["rows_max"] else f"{p['rows']}-{p['rows_max']}"
         lo, hi = a["servers_started"], a["servers_started_max"]
         starts = plural(lo, "server start") if lo == hi else f"{lo}-{hi} server starts"
-        click.echo(f"{rows} rows; estimated duration {span} (assuming {a['gen_tps']:g} tok/s decode, "
-                   f"{a['prompt_tps']:g} tok/s prompt, {starts} at {a['startup_s_per_server']:g} s each; "
-                   f"cooldown {a['cooldown']}; assumptions, not measurements)")
+        click.echo(f"{rows} rows; estimated duration {span} (assuming {_rate(a['gen_tps'])} tok/s decode, "
+                   f"{_rate(a['prompt_tps'])} tok/s prompt, {starts} at {_rate(a['startup_s_per_server'])} s each; "
+                   f"cooldown {a['cooldown']}; {measured or 'assumptions, not measurements'})")
         if pace is not None:
             click.echo(pace["text"])
         _print_problems(problems)

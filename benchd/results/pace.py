@@ -3,6 +3,8 @@ rows to this sweep (docs/sweep-file.md#the-estimate)."""
 
 from __future__ import annotations
 
+import os
+import statistics
 from datetime import datetime
 from typing import NamedTuple
 
@@ -67,3 +69,78 @@ def _differs(mine: Sweep, theirs: Sweep) -> list[str]:
                 "cooldown": (mine.cooldown, theirs.cooldown), "eval tier": (mine.eval_tier, theirs.eval_tier),
                 "sustained": (mine.sustained, theirs.sustained)}
     return [name for name, (a, b) in settings.items() if a != b]
+
+
+class _Model(msgspec.Struct):
+    path: str
+
+
+class _Cand(msgspec.Struct):
+    candidate: str
+    runtime: str
+    model: _Model
+
+
+class _Prov(msgspec.Struct):
+    candidates: list[_Cand]
+
+
+class _Median(msgspec.Struct):
+    median: float | None = None
+
+
+class _Cell(msgspec.Struct):
+    candidate: str
+    context: int
+    gen_tps: _Median
+    prompt_tps: _Median
+
+
+class _Start(msgspec.Struct):
+    candidate: str
+    purpose: str
+    ready_s: float | None = None
+
+
+class _Measured(RunbookHead, kw_only=True):
+    provenance: _Prov
+    cells: list[_Cell] = msgspec.field(default_factory=list)
+    ready: list[_Start] = msgspec.field(default_factory=list)
+
+
+class Rates(NamedTuple):
+    """The slowest cell medians that `runbook` measured of a sweep's models, up to context `context`, and
+    the slowest of their median times to ready over the sweep's own server starts."""
+
+    runbook: str
+    gen_tps: float
+    prompt_tps: float | None
+    context: int
+    ready_s: float | None
+
+
+def measured_rates(sweep: Sweep, config: Config) -> Rates | None:
+    """The newest succeeded runbook that measured every model of `sweep` (same runtime and model file),
+    whatever the server args: the slowest of those models' cell medians; None if none has them all."""
+    decoder = msgspec.json.Decoder(_Measured)
+    wanted = {(c.runtime, os.path.realpath(c.model)) for c in sweep.candidates if not c.external}
+    for path in runbook_files(config.runbooks_dir)[:MAX_RUNBOOKS] if wanted else []:
+        try:
+            ran = decoder.decode(path.read_bytes())
+        except (OSError, msgspec.ValidationError, msgspec.DecodeError):
+            continue
+        ids = {c.candidate for c in ran.provenance.candidates
+               if (c.runtime, os.path.realpath(c.model.path)) in wanted}
+        found = {(c.runtime, os.path.realpath(c.model.path)) for c in ran.provenance.candidates if c.candidate in ids}
+        cells = [c for c in ran.cells if c.candidate in ids and c.gen_tps.median]
+        if ran.outcome != "succeeded" or found != wanted or not cells:
+            continue
+        prompt = [c.prompt_tps.median for c in cells if c.prompt_tps.median]
+        starts: dict[str, list[float]] = {}
+        for st in ran.ready:
+            if st.candidate in ids and st.purpose == "sweep" and st.ready_s is not None:
+                starts.setdefault(st.candidate, []).append(st.ready_s)
+        ready = max((statistics.median(v) for v in starts.values()), default=None)
+        return Rates(ran.id, min(c.gen_tps.median or 0.0 for c in cells), min(prompt) if prompt else None,
+                     max(c.context for c in cells), ready)
+    return None

@@ -161,4 +161,14 @@ def test_validate_shows_the_measured_pace_of_an_earlier_sweep_of_the_same_candid
     assert "scaled by rows, not a measurement of this sweep" in got["text"]
     other = tmp_path / "other.toml"
     other.write_text(f.read_text() + 'args = ["-t", "1"]\n')
-    assert json.loads(validate(other, "--json", "--state-dir", str(config.state_dir)).stdout)["measured_pace"] is None
+    doc = json.loads(validate(other, "--json", "--state-dir", str(config.state_dir)).stdout)
+    assert doc["measured_pace"] is None
+    # Other args, the same model: the estimate's rates are that model's slowest cell medians there, said so.
+    cells = [c for c in rb.cells if c.candidate == "mlx-lm" and c.gen_tps.median]
+    assert doc["assumptions"]["gen_tps"] == min(c.gen_tps.median for c in cells)
+    assert doc["assumptions"]["prompt_tps"] == 200.0  # mlx_lm.server reports no prompt timing: still assumed
+    assert f"measured (decode): the slowest of these models in runbook {rb.id}" in doc["assumptions"]["measured"]
+    flags = json.loads(validate(other, "--json", "--gen-tps", "7", "--state-dir", str(config.state_dir)).stdout)
+    assert flags["assumptions"]["gen_tps"] == 7 and flags["assumptions"]["measured"] is None
+    text = validate(other, "--state-dir", str(tmp_path / "empty")).stdout
+    assert "assuming 20 tok/s decode, 200 tok/s prompt" in text and "assumptions, not measurements" in text
