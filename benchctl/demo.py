@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchd.stats.notation import plural
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
@@ -271,7 +273,7 @@ def real_evals_line(runbook_path: Path) -> str:
     widest = max((s.ci_high - s.ci_low for s in code if s.ci_low is not None and s.ci_high is not None), default=None)
     width = "" if widest is None else f" (here up to {100 * widest:.0f} points wide)"
     return (f"HumanEval pass@1 on {n} tasks, greedy: " + "; ".join(parts) + ". "
-            + (f"The two candidates' grades differ on {len(differ)} task(s) ({', '.join(differ)}). " if differ else
+            + (f"The two candidates' grades differ on {plural(len(differ), 'task')} ({', '.join(differ)}). " if differ else
                "Both candidates pass and fail the same tasks. ")
             + f"What {n} tasks can say: each pass rate lies in its interval{width}; a difference between the "
               "KV caches smaller than that is not resolved (the report pairs the tasks)."

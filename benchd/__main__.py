@@ -114,7 +114,7 @@ def _refuse(code: int, under_launchd: bool) -> None:
 def _free(path: object) -> str:
     import shutil
 
-    from benchd.results.text import fmt_bytes
+    from benchd.stats.notation import fmt_bytes
 
     try:
         return fmt_bytes(shutil.disk_usage(str(path)).free, 1)

@@ -29,6 +29,7 @@ from benchctl.commands.common import (
     socket_option,
     state_dir_option,
 )
+from benchd.stats.notation import plural
 
 # --------------------------------------------------------------------------------------------- ping
 
@@ -130,7 +131,6 @@ def _racing_text(sweep: Any) -> str:
     """Whether the sweep races (docs/measuring.md#racing) and why."""
     from benchd.engine.plan import requested_order, round_plan
     from benchd.engine.racing import race_looks
-    from benchd.results.text import plural
     from benchd.schemas.sweep import RACING_DEFAULT_ABOVE
     from benchd.stats.stop import looks
 
@@ -150,8 +150,6 @@ def _racing_text(sweep: Any) -> str:
 def _matrix_lines(matrices: list[Any], sweep: Any) -> list[str]:
     """`validate`'s account of each matrix: the candidates it expanded into (with what each adds) and
     the combinations left out, with why."""
-    from benchd.results.text import plural
-
     by_id = {c.id: c for c in sweep.candidates}
     out = []
     for m in matrices:
@@ -181,7 +179,7 @@ def _external_lines(cand: Any, sweep: Any) -> list[str]:
         found = asyncio.run(detect(cand))
     except Exception as exc:  # validate's problems already name it
         return [f"external server at {cand.url}: not detected ({type(exc).__name__})"]
-    slots = (f", {found.slot_ctx} tokens per slot" + (f" x {found.total_slots} slot(s)" if found.total_slots else "")
+    slots = (f", {found.slot_ctx} tokens per slot" + (f" x {plural(found.total_slots, 'slot')}" if found.total_slots else "")
              if found.slot_ctx else "")
     out = [f"external {found.kind} {found.version or '(version not reported)'} at {found.url}{slots}; "
            "benchd does not start it",
@@ -438,7 +436,7 @@ def validate(sweep_file: str, gen_tps: float | None, prompt_tps: float | None, a
         if as_json:
             _print_json({"file": sweep_file, "ok": False, "problems": problems, "matrices": _matrix_json(matrices)})
         else:
-            click.echo(f"{sweep_file}: {len(problems)} problem(s); nothing planned until they are fixed")
+            click.echo(f"{sweep_file}: {plural(len(problems), 'problem')}; nothing planned until they are fixed")
             _print_problems(problems)
         raise SystemExit(exitcodes.BAD_INPUT)
     gen, prompt, startup, measured = _estimate_rates(sweep, state_dir, gen_tps, prompt_tps)
@@ -453,8 +451,6 @@ def validate(sweep_file: str, gen_tps: float | None, prompt_tps: float | None, a
                      "settings": _settings(sweep), "matrices": _matrix_json(matrices, sweep),
                      "racing": _racing_text(sweep), **p})
     else:
-        from benchd.results.text import plural
-
         pp = sweep.probe_plan()
         count = f"{pp.min}-{pp.max} probes (auto)" if pp.adaptive else plural(pp.min, "probe")
         click.echo(f"{sweep_file}: sweep {sweep.name!r}: {plural(len(sweep.candidates), 'candidate')} x "
@@ -493,7 +489,7 @@ def validate(sweep_file: str, gen_tps: float | None, prompt_tps: float | None, a
             click.echo(f"  + concurrency {level}: a server start of its own per candidate and context, batches of "
                        f"{level} simultaneous requests")
         if sweep.ready.starts:
-            click.echo(f"  + time to ready: {sweep.ready.starts} cold and {sweep.ready.starts} warm server start(s) "
+            click.echo(f"  + time to ready: {sweep.ready.starts} cold and {plural(sweep.ready.starts, 'warm server start')} "
                        "per candidate, after its probes")
         for line in _pinning(sweep):
             click.echo(line)
@@ -503,7 +499,7 @@ def validate(sweep_file: str, gen_tps: float | None, prompt_tps: float | None, a
         vis = st["vision"]
         if vis["candidates"]:
             sizes = ", ".join(f"{w}x{h}" for w, h in vis["resolutions"])
-            click.echo(f"  + image probes for {', '.join(vis['candidates'])}: {vis['images']} image(s) of {sizes} "
+            click.echo(f"  + image probes for {', '.join(vis['candidates'])}: {plural(vis['images'], 'image')} of {sizes} "
                        f"in a {vis['context']}-token prompt, each beside the same prompt without images")
         for cand in sweep.candidates:
             if cand.mmproj is not None:
@@ -528,8 +524,9 @@ def validate(sweep_file: str, gen_tps: float | None, prompt_tps: float | None, a
         rows = f"{p['rows']}" if p["rows"] == p["rows_max"] else f"{p['rows']}-{p['rows_max']}"
         lo, hi = a["servers_started"], a["servers_started_max"]
         starts = plural(lo, "server start") if lo == hi else f"{lo}-{hi} server starts"
+        each = "" if hi == 1 else " each"
         click.echo(f"{rows} rows; estimated duration {span} (assuming {_rate(a['gen_tps'])} tok/s decode, "
-                   f"{_rate(a['prompt_tps'])} tok/s prompt, {starts} at {_rate(a['startup_s_per_server'])} s each; "
+                   f"{_rate(a['prompt_tps'])} tok/s prompt, {starts} at {_rate(a['startup_s_per_server'])} s{each}; "
                    f"cooldown {a['cooldown']}; {measured or 'assumptions, not measurements'})")
         if pace is not None:
             click.echo(pace["text"])

@@ -289,7 +289,7 @@ def prune(older_than: str, dry_run: bool, state_dir: str | None, as_json: bool) 
     else:
         for w in warnings:
             click.echo(click.style("warning: ", fg="yellow") + w, err=True)
-        from benchd.results.text import fmt_bytes
+        from benchd.stats.notation import fmt_bytes
 
         verb = "would delete" if dry_run else "deleted"
         for item in delete:

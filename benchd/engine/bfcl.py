@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from benchd.stats.notation import plural
+
 GORILLA_TO_OPENAPI: dict[str, str] = {
     "integer": "integer", "number": "number", "float": "number", "string": "string", "boolean": "boolean",
     "bool": "boolean", "array": "array", "list": "array", "dict": "object", "object": "object",
@@ -97,7 +99,7 @@ def grade(category: str, functions: list[dict[str, Any]], answer: list[dict[str,
             return Verdict(False, "extra_call", f"no call was the right answer; got {[c.name for c in calls]}")
         return Verdict(True, None, "no call, as expected")
     if not calls:
-        return Verdict(False, "no_call", f"expected {len(answer)} call(s), got none")
+        return Verdict(False, "no_call", f"expected {plural(len(answer), 'call')}, got none")
     if len(calls) != len(answer):
         failure = "extra_call" if len(calls) > len(answer) else "no_call"
         return Verdict(False, failure, f"Wrong number of functions: expected {len(answer)}, got {len(calls)}")

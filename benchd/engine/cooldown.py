@@ -13,6 +13,7 @@ import msgspec
 from benchd.schemas import Cooldown, CooldownRecord, Row, ThermalReading
 from benchd.sensors.cpu import FIRST_LOAD_WINDOW_S, CpuLoad
 from benchd.sensors.thermal.sensor import ThermalSensor
+from benchd.stats.notation import plural
 
 
 def _usable(r: ThermalReading) -> bool:
@@ -201,8 +202,8 @@ class ThrottleChecks:
         extended = self.clock() - self.t0
         outcome = self.outcome or (f"max_seconds {self.max_seconds:g} s reached before a check probe was back "
                                    f"within {self.threshold_pct:g} %")
-        note = (f"throttle check after a throttle-suspect probe: extended {extended:.1f} s, {len(self.rates)} check "
-                f"probe(s) {self.rates}; {outcome}")
+        note = (f"throttle check after a throttle-suspect probe: extended {extended:.1f} s, {plural(len(self.rates), 'check probe')} "
+                f"{self.rates}; {outcome}")
         rec = self.base
         return msgspec.structs.replace(rec, waited_s=rec.waited_s + extended, extended_s=round(extended, 3),
                                        throttle_checks=self.rates, note=f"{rec.note}; {note}" if rec.note else note)

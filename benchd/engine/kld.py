@@ -39,6 +39,7 @@ from benchd.servers.locate import (
 )
 from benchd.servers.runtimes.flags import flag_values
 from benchd.servers.runtimes.vision import gguf_metadata
+from benchd.stats.notation import plural
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "data" / "kld-corpus.txt"
 GGUF_RUNTIME = "llama-server"
@@ -637,7 +638,7 @@ class KldRunner:
             facts.update(self._mlx_facts(cand, ctx))
         if "kld_mean" not in figures:
             return self.result(cand, ctx, status="failed", reason=f"{plan.tool}'s output stopped before its last "
-                               f"chunk in {attempts} run(s) (the pinned build's unflushed log at exit): "
+                               f"chunk in {plural(attempts, 'run')} (the pinned build's unflushed log at exit): "
                                f"{_tail(run.output, 600)}", null_reasons=nulls, **facts)
         nulls.update(_percentile_nulls(plan.tool, figures, attempts))
         figures.pop("chunks_expected", None)
@@ -674,7 +675,7 @@ def _percentile_nulls(tool: str, figures: dict[str, Any], attempts: int) -> dict
     scored_n = figures.get("tokens_scored") or 0
     why = (f"{tool} prints percentiles only over >= {SUMMARY_MIN_TOKENS} scored tokens ({scored_n} here)"
            if scored_n < SUMMARY_MIN_TOKENS else
-           f"{tool}'s summary block was lost in {attempts} run(s): the pinned build does not flush its log "
+           f"{tool}'s summary block was lost in {plural(attempts, 'run')}: the pinned build does not flush its log "
            "at exit (common/log.cpp); mean, top-1 and PPL ratio come from its last chunk line")
     return {name: why for name in ("kld_median", "kld_p99", "kld_max", "ppl_ratio", "ppl_reference")
             if name not in figures}
@@ -749,7 +750,7 @@ def _seconds_per_token(events: Sequence[Event], prompt_tps: float | None) -> tup
     ran = _timed_runs(events)
     if ran:
         rate = sum(r.seconds or 0.0 for r in ran) / sum((r.chunks or 0) * r.context for r in ran)
-        return rate, f"this job's {len(ran)} finished scoring run(s)"
+        return rate, f"this job's {plural(len(ran), 'finished scoring run')}"
     if prompt_tps:
         return 1.0 / prompt_tps, f"this job's probe prompt rate ({prompt_tps:.4g} tok/s)"
     return None

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from benchd.schemas import CellStats, MetricStats, Row
 from benchd.stats.cells import CI_MIN_N, median_ci
+from benchd.stats.notation import plural
 from benchd.stats.rows import row_metrics, usable
 
 NOISY_CV = 0.05
@@ -28,7 +29,7 @@ def stream_window(completion_tokens: int | None, first_t: float | None, last_t: 
     if completion_tokens is None:
         return Measured(None, "no completion token count (usage missing)")
     if completion_tokens < 2:
-        return Measured(None, f"{completion_tokens} completion token(s): a window needs at least 2")
+        return Measured(None, f"{plural(completion_tokens, 'completion token')}: a window needs at least 2")
     if first_t is None or last_t is None:
         return Measured(None, "no content chunk timestamps")
     window = last_t - first_t
@@ -92,7 +93,7 @@ def sustain_ratio(windows: Sequence[float]) -> float | None:
 def sustain_ratio_reason(windows: Sequence[float]) -> str | None:
     """Why `sustain_ratio` is null (None when it is not)."""
     if len(windows) < 2:
-        return f"{len(windows)} window(s): a ratio needs at least 2"
+        return f"{plural(len(windows), 'window')}: a ratio needs at least 2"
     if windows[0] <= 0:
         return "first window rate is zero"
     return None

@@ -24,6 +24,7 @@ from benchd.servers.runtimes import get_adapter
 from benchd.servers.runtimes.base import CTX_MARGIN_TOKENS
 from benchd.servers.server import Server, ServerStartError
 from benchd.servers.supervisor import Supervisor
+from benchd.stats.notation import fmt_bytes
 
 #: Grace between SIGTERM and SIGKILL when the engine stops a server (cancel must finish within 2 s).
 STOP_GRACE_S = 1.5
@@ -159,8 +160,8 @@ class Pool:
             ctx = max((g.ctx_size or max(g.contexts or [0]) for g in groups), default=0)
             total += files + ctx * KV_BYTES_PER_TOKEN
         if total > self.budget.bytes:
-            return (f"model files + KV estimate ({KV_BYTES_PER_TOKEN // 1024} KiB per context token) {_mib(total)} "
-                    f"> budget {_mib(self.budget.bytes)} ({self.budget.source})")
+            return (f"model files + KV estimate ({KV_BYTES_PER_TOKEN // 1024} KiB per context token) {fmt_bytes(total)} "
+                    f"> budget {fmt_bytes(self.budget.bytes)} ({self.budget.source})")
         return None
 
     def over_budget_measured(self) -> str | None:
@@ -170,9 +171,9 @@ class Pool:
         sizes = {cid: budget_mod.footprint_bytes(r.server.pid) or 0 for cid, r in self.resident.items()}
         total = sum(sizes.values())
         if total > self.budget.bytes:
-            each = ", ".join(f"{c} {_mib(b)}" for c, b in sizes.items())
-            return (f"the warmed servers' measured resident sets {_mib(total)} ({each}) > budget "
-                    f"{_mib(self.budget.bytes)} ({self.budget.source})")
+            each = ", ".join(f"{c} {fmt_bytes(b)}" for c, b in sizes.items())
+            return (f"the warmed servers' measured resident sets {fmt_bytes(total)} ({each}) > budget "
+                    f"{fmt_bytes(self.budget.bytes)} ({self.budget.source})")
         return None
 
     def missing_models(self, cand: Candidate) -> str | None:
@@ -290,5 +291,3 @@ def _size(path: str) -> int:
         return 0
 
 
-def _mib(n: int) -> str:
-    return f"{n / (1024 * 1024):.0f} MiB"

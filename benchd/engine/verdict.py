@@ -16,6 +16,7 @@ from benchd.stats.cells import (
     is_drifting,
     trend,
 )
+from benchd.stats.notation import plural
 from benchd.stats.rows import usable
 
 #: Earlier ok probes a running median needs before a probe can be called throttle-suspect.
@@ -64,7 +65,7 @@ def _too_few(n: int, adaptive: bool, used: int, planned: int | None) -> str:
     why = ("" if adaptive else " (fixed probe count below the CI's minimum)" if planned < CI_MIN_N
            else f" ({used} of the fixed {planned} probes ran)" if used < planned
            else f" ({used - n} of {used} probes not ok)" if n < used else "")
-    return f"{n} ok probe(s): the distribution-free 95 % CI of the median needs {CI_MIN_N}{why}"
+    return f"{plural(n, 'ok probe')}: the distribution-free 95 % CI of the median needs {CI_MIN_N}{why}"
 
 
 def cell_verdict(rows: Sequence[Row], plan: ProbePlan) -> CellVerdict:
@@ -120,7 +121,7 @@ def throttle_check(earlier: Sequence[float], value: float | None, *, metric: str
     if len(earlier) < THROTTLE_MIN_PRIOR:
         return ThrottleCheck(metric=metric, value=value, running_median=None, drop_pct=None,
                              threshold_pct=threshold_pct, thermal=thermal_text, suspect=False,
-                             note=f"{len(earlier)} earlier ok probe(s): a running median needs {THROTTLE_MIN_PRIOR}")
+                             note=f"{plural(len(earlier), 'earlier ok probe')}: a running median needs {THROTTLE_MIN_PRIOR}")
     med = statistics.median(earlier)
     drop = (med - value) / med * 100.0 if med else 0.0
     slow = drop > threshold_pct

@@ -41,6 +41,7 @@ from benchd.schemas import (
     Sampling,
     Spec,
 )
+from benchd.stats.notation import plural
 from benchd.store import utcnow
 
 LOCK_SCHEMA_VERSION = 2
@@ -395,7 +396,7 @@ def external_description(locked: Locked) -> str:
              f"version {found.version or 'unknown (' + found.null_reasons.get('version', 'not reported') + ')'}",
              f"# requests name model {locked.request_model!r}; detected by: {'; '.join(found.detected_by)}"]
     if found.slot_ctx is not None:
-        lines.append(f"# context per slot {found.slot_ctx}" + (f", {found.total_slots} slot(s)" if found.total_slots else ""))
+        lines.append(f"# context per slot {found.slot_ctx}" + (f", {plural(found.total_slots, 'slot')}" if found.total_slots else ""))
     return "\n".join(lines)
 
 

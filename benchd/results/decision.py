@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from benchd.results.text import STATE_WORDS, and_list, axis_word, plural
+from benchd.results.text import STATE_WORDS, and_list, axis_word
 from benchd.schemas import Candidate, CandidateProvenance, ContextPareto, NotCompared, Runbook, Tie
 from benchd.stats.comparison import lever as lever_of
+from benchd.stats.notation import plural
 
 
 @dataclass(frozen=True)

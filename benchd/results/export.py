@@ -16,6 +16,7 @@ import msgspec
 from benchd.results.text import machine_line
 from benchd.schemas import CandidateProvenance, Row, Runbook
 from benchd.schemas.json import JSONObject
+from benchd.stats.notation import plural
 from benchd.stats.rows import usable
 
 #: How a llama.cpp build is recorded (`llama.cpp b<number>-<commit>`, the `/props` build_info format).
@@ -224,7 +225,7 @@ def _md_lines(where: str, base: list[str], ok: list[Row], n_rows: int) -> tuple[
     else:
         notes.append(f"{where}: no tg line: " + _reason(ok, "gen_tps"))
     if n_rows > len(ok):
-        notes.append(f"{where}: {n_rows - len(ok)} of {n_rows} probe(s) not counted (failed or short)")
+        notes.append(f"{where}: {n_rows - len(ok)} of {plural(n_rows, 'probe')} not counted (failed or short)")
     return table, notes
 
 
@@ -233,7 +234,7 @@ def _left_out(where: str, rows: list[Row], ok: list[Row], cp: CandidateProvenanc
         return f"{where}: {rows[0].runtime} rows are not in the table ({_NOT_LLAMA}); see the jsonl/csv exports"
     if not ok:
         why = next((r.error for r in rows if r.error), None) or "no successful probe"
-        return f"{where}: no row in the table, {len(rows)} probe(s) failed: {why}"
+        return f"{where}: no row in the table, {plural(len(rows), 'probe')} failed: {why}"
     return None
 
 

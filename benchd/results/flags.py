@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from benchd.schemas import Row, RunbookFlag
+from benchd.stats.notation import plural
 
 
 def layer_split_flags(rows: Sequence[Row]) -> list[RunbookFlag]:
@@ -47,7 +48,7 @@ def short_flags(rows: Sequence[Row]) -> list[RunbookFlag]:
         if r.status == "ok" and r.short:
             by_cand[r.candidate].append(r)
     return [RunbookFlag(candidate=cand, flag="short_probes",
-                        detail=f"{len(rs)} probe(s) ended short and are kept out of the medians: "
+                        detail=f"{plural(len(rs), 'probe')} ended short, kept out of the medians: "
                                + "; ".join(sorted({r.short_reason or "no reason recorded" for r in rs})))
             for cand, rs in sorted(by_cand.items())]
 

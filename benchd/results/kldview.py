@@ -3,8 +3,9 @@ candidate, the figures of `Runbook.kld` (benchd.engine.kld) with every null's re
 
 from __future__ import annotations
 
-from benchd.results.text import fmt_bytes, fmt_value
+from benchd.results.text import fmt_value
 from benchd.schemas import KldResult, Runbook
+from benchd.stats.notation import fmt_bytes
 
 
 def plus_minus(v: float | None, se: float | None, scale: float = 1.0, unit: str = "") -> str:

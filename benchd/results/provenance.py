@@ -27,6 +27,7 @@ from benchd.sensors.facts import (
 )
 from benchd.servers.fingerprint import executable_of, external_fingerprint, take_fingerprint
 from benchd.servers.runtimes.vision import gguf_metadata
+from benchd.stats.notation import plural
 
 
 def collect_sleep(events: Sequence[Event]) -> SleepInfo:
@@ -53,7 +54,7 @@ def collect_energy(events: Sequence[Event]) -> EnergyInfo:
     note = f" (sources differ between server starts: {', '.join(sources)})" if len(sources) > 1 else ""
     return EnergyInfo(source=first.get("source"), available=bool(first.get("available")), reason=first.get("reason"),
                       granularity=first.get("granularity"), scope=first.get("scope"),
-                      recorded_by=f"event:server_ready, {len(seen)} server start(s){note}")
+                      recorded_by=f"event:server_ready, {plural(len(seen), 'server start')}{note}")
 
 
 def server_info(cand: str, rows: Sequence[Row], events: Sequence[Event]) -> tuple[str | None, str | None, str | None]:

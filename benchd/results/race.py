@@ -8,6 +8,7 @@ from collections.abc import Iterable
 import msgspec
 
 from benchd.schemas import Event, RaceDrop, RaceSettled, Runbook
+from benchd.stats.notation import plural
 
 #: The race table's columns (report and page).
 HEADER = ["candidate", "context", "after round", "by", "on axes", "why"]
@@ -44,7 +45,7 @@ def race_text(rb: Runbook) -> str:
                 "Racing off: every candidate ran every round of every context.")
     alpha = next((d.alpha for d in rb.race if d.alpha is not None), None)
     at = f" (each look at α = {alpha:.3g}: the race's α over a context's looks)" if alpha is not None else ""
-    return (f"{len(rb.race)} candidate(s) left the race{at}; still in at the end: {', '.join(survivors(rb))}. "
+    return (f"{plural(len(rb.race), 'candidate')} left the race{at}; still in at the end: {', '.join(survivors(rb))}. "
             f"A dropped candidate ran no later round, no larger context and no tail.{settled}")
 
 

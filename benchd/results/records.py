@@ -15,13 +15,13 @@ from benchd.results.text import (
     fmt_range,
     fmt_value,
     machine_line,
-    plural,
     verdict_text,
 )
 from benchd.schemas import CellStats, ContextPareto, Domination, MetricStats, Row, Runbook
 from benchd.schemas.json import JSONObject
 from benchd.stats.axes import SUITE_AXES
 from benchd.stats.comparison import pareto_axes
+from benchd.stats.notation import plural
 
 #: Where the per-candidate axes come from when a row carries no source for them.
 DERIVED_SOURCES = {"eval_pass_rate": "evals: passed / total over the sweep's eval tier",

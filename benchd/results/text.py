@@ -8,7 +8,7 @@ from typing import Protocol
 from benchd.schemas import CellVerdict, MachineInfo
 from benchd.stats.axes import AXES
 from benchd.stats.comparison import ADVICE_MIN_N, tasks_needed
-from benchd.stats.notation import ratio_amount, ratio_interval
+from benchd.stats.notation import fmt_bytes, plural, ratio_amount, ratio_interval
 
 #: Axis -> (label, unit scale, unit) for people; an axis this table lacks reads as its own name.
 AXIS_LABELS: dict[str, tuple[str, float, str]] = {a.name: (a.label, a.scale, a.unit) for a in AXES.values()}
@@ -30,23 +30,6 @@ def axis_word(axis: str) -> str:
     if param and metric == "agg_gen_tps":
         return f"generation speed at {plural(int(param), 'parallel stream')}" if param.isdigit() else axis
     return AXIS_LABELS.get(axis, (axis.replace("_", " "), 1.0, ""))[0]
-
-
-def plural(n: int, word: str, words: str | None = None) -> str:
-    """`1 more round`, `2 more rounds`: the count and the word in its number (`words` when not word + s)."""
-    return f"{n:,} {word if n == 1 else (words or word + 's')}"
-
-
-#: Binary units, largest first: a byte count reads in the largest unit it reaches.
-BYTE_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
-
-
-def fmt_bytes(v: float, digits: int = 2) -> str:
-    """`1.50 GiB`, `12.00 MiB`, `512 B`: binary units, `digits` decimals."""
-    for unit, scale in BYTE_UNITS:
-        if abs(v) >= scale:
-            return f"{v / scale:.{digits}f} {unit}"
-    return f"{v:.0f} B"
 
 
 def fmt_value(metric: str, v: object) -> str:

@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator, Sequence
 
 from benchd.schemas import CpuAffinity
+from benchd.stats.notation import plural
 
 SOURCE = "sched_getaffinity of the server's pid after its start; the event loop thread's own mask"
 
@@ -32,8 +33,8 @@ def plan(requested: bool, threads: int | None, threads_how: str) -> CpuAffinity:
         return CpuAffinity(requested=True, applied=False, reason=f"the server's thread count is unknown: {threads_how}")
     if threads >= len(cpus):
         return CpuAffinity(requested=True, applied=False, server_threads=threads,
-                           reason=f"the server's {threads} thread(s) ({threads_how}) leave none of the "
-                                  f"{len(cpus)} usable core(s) {cpus} for the client")
+                           reason=f"the server's {plural(threads, 'thread')} ({threads_how}) leave none of the "
+                                  f"{plural(len(cpus), 'usable core')} {cpus} for the client")
     return CpuAffinity(requested=True, applied=True, server_threads=threads, server_cpus=cpus[:threads],
                        client_cpus=cpus[threads:], source=SOURCE)
 

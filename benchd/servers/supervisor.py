@@ -39,6 +39,7 @@ from benchd.servers.procgroup import (
 from benchd.servers.records import SERVER_TOKEN_ENV, reap_orphans, write_pending, write_record
 from benchd.servers.runtimes import get_adapter
 from benchd.servers.server import NO_PID, ExitInfo, Server, ServerStartError
+from benchd.stats.notation import plural
 
 log = logging.getLogger("benchd.servers.supervisor")
 
@@ -58,7 +59,7 @@ def _page_cache_before(candidate: Candidate, cold: bool) -> tuple[str | None, st
     state = pagecache.cache_state(res)
     if state is None:
         return None, f"{res.source}: {res.reason}", None
-    how = f"{res.source}: {res.resident_pages} of {res.pages} pages of {res.files} file(s) resident before the spawn"
+    how = f"{res.source}: {res.resident_pages} of {res.pages} pages of {plural(res.files, 'file')} resident before the spawn"
     if cold:
         how = f"{'pages not dropped: ' + why if why else 'posix_fadvise(POSIX_FADV_DONTNEED)'}; {how}"
     return state, how, res.fraction

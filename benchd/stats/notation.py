@@ -1,4 +1,5 @@
-"""The one notation of a ratio B/A and its interval: a multiple from MULTIPLE_AT on, else a percentage."""
+"""How figures are written, once for every stage: a ratio B/A and its interval (a multiple from MULTIPLE_AT on,
+else a percentage), a byte count, a count with its noun."""
 
 from __future__ import annotations
 
@@ -33,3 +34,20 @@ def ratio_interval(r: float, lo: float, hi: float, *, signed: bool) -> str:
     if (r if up else 1 / r) >= MULTIPLE_AT:
         return fmt_interval(lo, hi, "×") if up else fmt_interval(1 / hi, 1 / lo, "×")
     return fmt_interval((lo - 1) * 100, (hi - 1) * 100, "%") if up else fmt_interval((1 - hi) * 100, (1 - lo) * 100, "%")
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """`1 more round`, `2 more rounds`: the count and the word in its number (`words` when not word + s)."""
+    return f"{n:,} {word if n == 1 else (words or word + 's')}"
+
+
+#: Binary units, largest first: a byte count reads in the largest unit it reaches.
+BYTE_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
+def fmt_bytes(v: float, digits: int = 2) -> str:
+    """`1.50 GiB`, `12.00 MiB`, `512 B`: binary units, `digits` decimals."""
+    for unit, scale in BYTE_UNITS:
+        if abs(v) >= scale:
+            return f"{v / scale:.{digits}f} {unit}"
+    return f"{v:.0f} B"

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from benchctl.commands.prune import parse_duration
-from benchd.results.text import fmt_bytes
 from benchd.schemas import Candidate, Sweep
 from benchd.servers.provision import llama_dir
+from benchd.stats.notation import fmt_bytes
 from benchd.store import Store
 
 BIN = Path(sys.executable).parent

@@ -59,7 +59,7 @@ def test_validate_lists_every_problem(tmp_path: Path) -> None:
         assert sum(needle in p for p in problems) == 1, (needle, problems)
     assert all(p.startswith(f"{f}: ") for p in problems)  # every problem names the file, then the field
     text = validate(f)
-    assert text.returncode == 2 and "8 problem(s)" in text.stdout
+    assert text.returncode == 2 and "8 problems" in text.stdout
     assert len([ln for ln in text.stderr.splitlines() if ln.startswith("problem: ")]) == 8
 
 
@@ -100,7 +100,7 @@ def test_validate_shows_the_resolved_kind(tmp_path: Path) -> None:
     assert f"c: spec kind draft, draft {draft}" in out.stdout
     # One candidate, one context, one start: counted in the singular ("1 candidate(s)", "1 server starts").
     assert "sweep 's': 1 candidate x 1 context, " in out.stdout and "the default with 1 candidate;" in out.stdout
-    assert "1 server start at " in out.stdout
+    assert "1 server start at 10 s;" in out.stdout  # not "at 10 s each" with one start
 
 
 def test_sessions_and_levels_are_shown_and_a_level_above_the_slots_is_refused(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ def test_good_vision_sweep_is_shown(tmp_path: Path, vision_models: Any, tiny_mod
                + _cand("text", "llama-server", tiny_models.target))
     out = _validate(f)
     assert out.returncode == 0, out.stderr
-    assert "image probes for vlm, llv: 2 image(s) of 256x256, 512x384" in out.stdout
+    assert "image probes for vlm, llv: 2 images of 256x256, 512x384" in out.stdout
     doc = json.loads(_validate(f, "--json").stdout)
     assert doc["settings"]["vision"] == {"candidates": ["vlm", "llv"], "images": 2,
                                          "resolutions": [[256, 256], [512, 384]], "context": 256}

@@ -32,7 +32,7 @@ def test_ready_starts_through_a_job(run_daemon, own_model: Path, llama_server_bi
         '[ready]\nstarts = 2\n[cooldown]\npolicy = "fixed"\nseconds = 0\nmax_seconds = 0\n'
         f'[[candidates]]\nid = "tiny"\nruntime = "llama-server"\nmodel = "{own_model}"\nbinary = "{llama_server_bin}"\n')
     shown = d.benchctl("validate", str(f))
-    assert shown.returncode == 0 and "2 cold and 2 warm server start(s)" in shown.stdout, shown.stdout
+    assert shown.returncode == 0 and "2 cold and 2 warm server starts" in shown.stdout, shown.stdout
     out = d.benchctl("submit", str(f), "--follow", "--json")
     assert out.returncode == 0, out.stderr
     job = out.stdout.splitlines()[0]

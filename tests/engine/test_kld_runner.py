@@ -56,13 +56,13 @@ def test_a_lost_summary_is_run_again_then_the_last_chunk_line_stands_in(tmp_path
     r = asyncio.run(runner.score(runner.ref, 512, Path("/base"), None))
     assert (r.status, r.attempts, r.summary) == ("ok", 4, "last chunk line")
     assert set(r.null_reasons) == {"kld_median", "kld_p99", "kld_max", "ppl_reference"}
-    assert "was lost in 4 run(s)" in r.null_reasons["kld_p99"]
+    assert "was lost in 4 runs" in r.null_reasons["kld_p99"]
 
 
 def test_a_cut_output_in_every_attempt_fails(tmp_path: Path) -> None:
     runner, _ = _runner(tmp_path, [(0, CUT)] * 4)
     r = asyncio.run(runner.score(runner.ref, 512, Path("/base"), None))
-    assert r.status == "failed" and r.attempts == 4 and "stopped before its last chunk in 4 run(s)" in (r.reason or "")
+    assert r.status == "failed" and r.attempts == 4 and "stopped before its last chunk in 4 runs" in (r.reason or "")
 
 
 def test_a_killed_run_fails_with_its_status(tmp_path: Path) -> None:

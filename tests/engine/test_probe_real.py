@@ -56,7 +56,7 @@ async def test_probe_llama_server(llama_server) -> None:
     assert n.gen_tokens == 48 and n.prompt_tokens is not None and n.prompt_tokens > 300
     assert n.prompt_tps and n.gen_tps and n.sources["gen_tps"] == "server:timings"
     if n.gen_tps_client is None:  # a starved client read all 48 tokens at once: benchd names the reads
-        assert "socket read(s)" in n.null_reasons["gen_tps_client"], n.null_reasons
+        assert "socket read" in n.null_reasons["gen_tps_client"], n.null_reasons
     else:  # may be flagged "(bunched: …)" under load
         assert n.sources["gen_tps_client"].startswith("client:stream-window")
     assert 0 < n.ttft_ms < n.e2e_ms  # type: ignore[operator]

@@ -37,7 +37,7 @@ def test_llama_bench_md_parses_with_llama_bench_layout(state) -> None:
     assert "build: 0c1e570 (1)" in text  # llama-bench's footer, from the recorded build
     assert f"benchd {rb.provenance.benchd.version}" in text and "machine:" in text
     # what does not map onto the table is said under it, with its reason; nothing invented
-    assert "broken @ 512: no row in the table, 1 probe(s) failed: server exited before ready" in text
+    assert "broken @ 512: no row in the table, 1 probe failed: server exited before ready" in text
     assert "mlx-lm @ 512: mlx_lm.server rows are not in the table" in text
     assert "params: n/a — benchd does not read the parameter count" in text
     assert not any(r["model"] == "mlx-lm" or "broken" in r["model"] for r in rows)

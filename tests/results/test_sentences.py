@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 
-from benchd.results.text import comparison_sentence, dominance_sentence, plural
+from benchd.results.text import comparison_sentence, dominance_sentence
 from benchd.stats.comparison import compare_axis, compare_outcomes, dominance
+from benchd.stats.notation import plural
 
 
 def test_the_slower_candidate_is_the_subject_and_the_medians_are_named() -> None:

@@ -27,6 +27,7 @@ from benchd.servers.runtimes.http import loopback_connector, read_capped
 from benchd.servers.runtimes.llama_server import LlamaServerAdapter
 from benchd.servers.runtimes.mlx_lm import MlxLmAdapter
 from benchd.servers.runtimes.mlx_vlm import MlxVlmAdapter
+from benchd.stats.notation import plural
 
 UNKNOWN_KIND = "OpenAI-compatible, unknown"
 NOT_STARTED = "an external server: benchd does not start it"
@@ -391,7 +392,7 @@ class ExternalParallel(base.Parallel):
     def parallel_start(self, candidate: Candidate, level: int, ctx_size: int | None) -> base.ParallelStart:
         found = detected(candidate.url)
         slots = found.total_slots if found else None
-        serial = (f"the server has {slots} slot(s), fewer than {level} requests" if slots is not None and slots < level
+        serial = (f"the server has {plural(slots, 'slot')}, fewer than {level} requests" if slots is not None and slots < level
                   else None)
         return base.ParallelStart(candidate, None, f"{NOT_STARTED}: its slots / batching as it was started", serial)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 from benchd.probe_result import ProbeResult
+from benchd.stats.notation import plural
 
 
 class ClientMetrics(TypedDict, total=False):
@@ -107,7 +108,7 @@ def client_timing(result: ProbeResult, completion_tokens: int | None) -> ClientF
         out["sources"]["gen_tps_client"] = source
     elif result.content_chunks >= 2 and arrivals < 3:
         out["null_reasons"]["gen_tps_client"] = (
-            f"stream window unmeasurable: all tokens arrived in {arrivals} socket read(s) "
+            f"stream window unmeasurable: all tokens arrived in {plural(arrivals, 'socket read')} "
             "(client starved or server faster than the client's reads)"
         )
     else:
