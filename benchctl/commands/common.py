@@ -14,6 +14,7 @@ import click
 
 from benchctl import exitcodes
 from benchctl.jsonerror import error_json, json_requested
+from benchd.stats.notation import fmt_duration
 
 TERMINAL_EXIT = {"job_finished": exitcodes.OK, "job_failed": exitcodes.FAILED, "job_cancelled": exitcodes.CANCELLED}
 RECONNECT_FOR_S = 60.0
@@ -123,14 +124,6 @@ def _print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
-def _fmt_s(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    h, rem = divmod(round(seconds), 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
-
-
 def planned_text(prog: dict[str, Any]) -> str:
     """Rows planned: `N`, or `min-max` when the probe count is adaptive (`probes = "auto"`)."""
     lo, hi = prog.get("total", 0), prog.get("total_max")
@@ -140,4 +133,4 @@ def planned_text(prog: dict[str, Any]) -> str:
 def eta_text(prog: dict[str, Any]) -> str:
     """ETA: one figure, or `low-high` when the probe count is adaptive."""
     lo, hi = prog.get("eta_s") or 0, prog.get("eta_max_s")
-    return f"{_fmt_s(lo)}-{_fmt_s(hi)}" if hi is not None and round(hi) != round(lo) else _fmt_s(lo)
+    return f"{fmt_duration(lo)}-{fmt_duration(hi)}" if hi is not None and round(hi) != round(lo) else fmt_duration(lo)

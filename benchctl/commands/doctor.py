@@ -23,6 +23,7 @@ import click
 
 from benchctl import exitcodes
 from benchctl.commands.common import state_dir_option
+from benchd.stats.notation import fmt_duration
 
 HEALTH_TIMEOUT_S = 2.0
 SERVER_RUNTIMES = ("llama-server", "mlx_lm.server", "mlx_vlm.server")
@@ -88,23 +89,13 @@ def check_daemon(socket: Path, state_dir: Path) -> tuple[dict[str, Any], dict[st
         return info, _check("daemon", "warn", f"{socket} answered, but not like benchd: {exc}",
                             "is something else listening there? check `benchctl logs` / the daemon's log")
     info.update(reachable=True, health=health)
-    up = _duration(float(health.get("uptime_s") or 0))
+    up = fmt_duration(float(health.get("uptime_s") or 0))
     summary = (f"benchd {health.get('version')} pid {health.get('pid')}, up {up}, "
                f"{health.get('queue_depth')} queued, running: {health.get('running_job') or 'nothing'}")
     if health.get("state_dir") and Path(health["state_dir"]) != state_dir:
         return info, _check("daemon", "warn", f"{summary}; but it uses state dir {health['state_dir']}, not {state_dir}",
                             "pass the same --state-dir / $BENCHD_STATE_DIR to benchctl and benchd")
     return info, _check("daemon", "ok", summary)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
 
 
 def _sources(kind: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -20,7 +20,6 @@ from benchctl.commands.common import (
     _call,
     _client,
     _fail,
-    _fmt_s,
     _print_json,
     config,
     eta_text,
@@ -29,7 +28,7 @@ from benchctl.commands.common import (
     socket_option,
     state_dir_option,
 )
-from benchd.stats.notation import plural
+from benchd.stats.notation import fmt_duration, plural
 
 # --------------------------------------------------------------------------------------------- ping
 
@@ -45,7 +44,7 @@ def ping(socket_path: str | None, as_json: bool) -> None:
         return
     running = f", running {health['running_job']}" if health.get("running_job") else ""
     warn = f"; STORE ERROR: {health['store_error']}" if health.get("store_error") else ""
-    click.echo(f"benchd {health['version']} pid {health['pid']} up {_fmt_s(health['uptime_s'])}, "
+    click.echo(f"benchd {health['version']} pid {health['pid']} up {fmt_duration(health['uptime_s'])}, "
                f"{health['queue_depth']} queued{running}{warn}")
 
 
@@ -382,10 +381,10 @@ def _measured_pace(sweep: Any, state: str | None, p: dict[str, Any]) -> dict[str
     if pace is None:
         return None
     low, high = pace.scaled(p["rows"]), pace.scaled(p["rows_max"])
-    span = _fmt_s(low) if p["rows"] == p["rows_max"] else f"{_fmt_s(low)}-{_fmt_s(high)}"
+    span = fmt_duration(low) if p["rows"] == p["rows_max"] else f"{fmt_duration(low)}-{fmt_duration(high)}"
     grid = f"it differed in {', '.join(pace.differs)}" if pace.differs else "the same grid"
     text = (f"measured pace: runbook {pace.runbook} (finished {pace.finished_at[:16].replace('T', ' ')} UTC) ran "
-            f"these candidates, {pace.rows} rows in {_fmt_s(pace.seconds)}; at that pace this sweep takes ~{span} "
+            f"these candidates, {pace.rows} rows in {fmt_duration(pace.seconds)}; at that pace this sweep takes ~{span} "
             f"({grid}; scaled by rows, not a measurement of this sweep)")
     return {"runbook": pace.runbook, "finished_at": pace.finished_at, "rows": pace.rows, "seconds": pace.seconds,
             "differs": pace.differs, "estimate_s": {"low": round(low), "high": round(high)}, "text": text}
@@ -512,15 +511,15 @@ def validate(sweep_file: str, gen_tps: float | None, prompt_tps: float | None, a
             kp = p["kld"]
             click.echo(f"  + KL divergence against {sweep.kld.reference}: {kp['runs']} scoring runs, "
                        f"{kp['tokens_evaluated']} tokens evaluated (corpus {kp['corpus_tokens']} tokens, "
-                       f"{kp['corpus_tokens_source']}), {_fmt_s(kp['estimate_s']['low'])}-"
-                       f"{_fmt_s(kp['estimate_s']['high'])} in the estimate")
+                       f"{kp['corpus_tokens_source']}), {fmt_duration(kp['estimate_s']['low'])}-"
+                       f"{fmt_duration(kp['estimate_s']['high'])} in the estimate")
         if p["sentinel"]:
             s = p["sentinel"]
             click.echo(f"  + drift sentinel: {s['candidate']} ctx {s['context']} run again at the end "
                        f"(drift beyond ±{s['drift_pct']:g} % is reported)")
         a = p["assumptions"]
         est = p["estimate_s"]
-        span = _fmt_s(est["low"]) if est["low"] == est["high"] else f"{_fmt_s(est['low'])}-{_fmt_s(est['high'])}"
+        span = fmt_duration(est["low"]) if est["low"] == est["high"] else f"{fmt_duration(est['low'])}-{fmt_duration(est['high'])}"
         rows = f"{p['rows']}" if p["rows"] == p["rows_max"] else f"{p['rows']}-{p['rows_max']}"
         lo, hi = a["servers_started"], a["servers_started_max"]
         starts = plural(lo, "server start") if lo == hi else f"{lo}-{hi} server starts"

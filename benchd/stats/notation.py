@@ -1,5 +1,5 @@
 """How figures are written, once for every stage: a ratio B/A and its interval (a multiple from MULTIPLE_AT on,
-else a percentage), a byte count, a count with its noun."""
+else a percentage), a byte count, a duration, a count with its noun."""
 
 from __future__ import annotations
 
@@ -51,3 +51,12 @@ def fmt_bytes(v: float, digits: int = 2) -> str:
         if abs(v) >= scale:
             return f"{v / scale:.{digits}f} {unit}"
     return f"{v:.0f} B"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """`1h05m`, `3m02s`, `48s`; `?` for None."""
+    if seconds is None:
+        return "?"
+    h, rem = divmod(round(seconds), 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
+from benchd.stats import notation
 from benchd.stats.comparison import compare_axis
 from benchd.stats.notation import ratio_interval
 
@@ -26,3 +29,17 @@ def test_a_wide_unresolved_verdict_reads_as_a_multiple() -> None:
     v = compare_axis([10.0, 30.0, 90.0], [30.0, 90.0, 270.0], axis="gen_tps", better="higher")
     assert v.verdict == "unresolved" and v.ci_low is not None and v.ci_low < 1 / 1.5
     assert v.text.startswith("unresolved: [0.") and "×]" in v.text and "%]" not in v.text, v.text
+
+
+@pytest.mark.parametrize(("fmt", "want"), [
+    (lambda: notation.plural(1, "probe"), "1 probe"),
+    (lambda: notation.plural(1200, "axis", "axes"), "1,200 axes"),
+    (lambda: notation.fmt_bytes(1.5 * (1 << 30)), "1.50 GiB"),
+    (lambda: notation.fmt_bytes(512), "512 B"),
+    (lambda: notation.fmt_duration(3902), "1h05m"),
+    (lambda: notation.fmt_duration(182), "3m02s"),
+    (lambda: notation.fmt_duration(48.4), "48s"),
+    (lambda: notation.fmt_duration(None), "?"),
+])
+def test_counts_bytes_and_durations_are_written_once_for_every_stage(fmt: Callable[[], str], want: str) -> None:
+    assert fmt() == want
