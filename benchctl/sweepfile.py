@@ -147,7 +147,7 @@ def schema_problems(data: dict[str, Any]) -> tuple[list[str], list[tuple[int, Ca
 
     msgspec stops at the first error of a document; a person fixing a file wants all of them at once.
     So each top-level field is checked alone (inside a minimal valid sweep), and each field of an invalid
-    candidate alone (inside a minimal valid candidate): one problem per field, the first inside each.
+    candidate alone (inside a minimal valid candidate), and a bad list's items alone (`_item_problems`).
     """
     problems: list[str] = []
     for key in ("name", "contexts", "gen_tokens", "candidates"):
@@ -159,7 +159,7 @@ def schema_problems(data: dict[str, Any]) -> tuple[list[str], list[tuple[int, Ca
         try:
             msgspec.convert({**_STUB, key: value}, Sweep)
         except msgspec.ValidationError as exc:
-            problems.append(_problem(exc, data=data))
+            problems += _item_problems(key, value, data) or [_problem(exc, data=data)]
     valid: list[tuple[int, Candidate]] = []
     raw_candidates = data.get("candidates")
     for i, raw in enumerate(raw_candidates if isinstance(raw_candidates, list) else []):
@@ -172,6 +172,20 @@ def schema_problems(data: dict[str, Any]) -> tuple[list[str], list[tuple[int, Ca
     if dup:
         problems.append(f"candidates: ids must be unique; repeated: {', '.join(dup)}")
     return problems, valid
+
+
+def _item_problems(key: str, value: Any, data: dict[str, Any]) -> list[str]:
+    """A list field's bad items, each checked alone (`contexts = [256, -5, 1e9]` has two); [] when no
+    item is bad alone (the list as a whole is: its length, order or repeats)."""
+    found: list[str] = []
+    known = {f.encode_name for f in msgspec.structs.fields(Sweep)}
+    for i, item in enumerate(value if isinstance(value, list) and key in known else []):
+        try:
+            msgspec.convert({**_STUB, key: [item]}, Sweep)
+        except msgspec.ValidationError as exc:
+            at = str(exc).replace(f"`$.{key}[0]", f"`$.{key}[{i}]", 1)
+            found.append(_problem(msgspec.ValidationError(at), data=data))
+    return found
 
 
 def _candidate_problems(whole: msgspec.ValidationError, raw: Any, prefix: str, data: dict[str, Any]) -> list[str]:

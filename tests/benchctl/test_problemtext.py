@@ -31,6 +31,16 @@ def test_every_problem_names_value_allowed_values_and_a_near_field() -> None:
                       "(allowed: draft_max, draft_model, kind)"]
 
 
+def test_every_bad_item_of_a_list_is_named_and_a_whole_list_problem_still_shows() -> None:
+    """msgspec stops at a list's first bad item; each item is checked alone, so all of them show at once.
+    A list whose items are each fine but wrong together (repeats) keeps its one whole-list problem."""
+    problems, _ = schema_problems(_sweep(contexts=[256, -5, 1e9, 512]))
+    assert problems == ["contexts[1]: Expected `int` >= 1, got -5", "contexts[2]: Expected `int`, got 1000000000.0"]
+    repeated, _ = schema_problems(_sweep(contexts=[256, 256], colr=[1, 2]))
+    assert [p for p in repeated if "repeat" in p] == ["(top level): contexts must not repeat"]
+    assert len([p for p in repeated if "colr" in p]) == 1  # an unknown list field: one problem, not one per item
+
+
 def test_an_invalid_candidate_shows_every_field_problem_at_once() -> None:
     """A bad id does not hide the candidate's other problems: each field is checked alone, and a missing
     required field is named; a valid candidate beside it is kept."""
