@@ -136,6 +136,8 @@ def _problem(exc: msgspec.ValidationError, prefix: str = "$", data: Any = None) 
         keys = ", ".join(repr(k) for k in bad_keys(where, Sweep, data))
         return f"{field_name(where, data)}: {f'key {keys}' if keys else 'a key'}: {msg}"
     where = prefix if not msg else resolve_keys(f"{prefix}{path.rstrip('`')[1:]}", Sweep, data)
+    if where == "$" and (head := (msg or text).split(" ", 1)[0]) in {f.encode_name for f in msgspec.structs.fields(Sweep)}:
+        where = f"$.{head}"  # a rule of the whole sweep (`contexts must not repeat`) names its field first
     unknown = re.match(r"Object contains unknown field `([^`]*)`", msg or text)
     field = field_name(f"{where}.{unknown.group(1)}" if unknown else where, data)
     return f"{field}: {explain(msg or text, where, Sweep, data)}"
