@@ -14,13 +14,14 @@ HOST = "127.0.0.1"
 
 
 def is_loopback_host(host: str) -> bool:
-    """`localhost` or a loopback IP literal (127.0.0.0/8, ::1), decided without a DNS lookup."""
+    """`localhost` or a loopback IP literal (127.0.0.0/8, ::1, IPv4-mapped ::ffff:127.x), without a DNS lookup."""
     if host.lower() == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
         return False
+    return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback
 
 
 #: Server logs are capped at this size, then rotated once (`.log.1`).

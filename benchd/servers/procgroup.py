@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import os
 import socket
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from benchd.config import HOST
+from benchd.config import HOST, is_loopback_host
 
 LOG_TAIL_BYTES = 4000
 
@@ -116,17 +115,8 @@ def listening_addresses(pid: int) -> list[tuple[str, int]]:
 
 def non_loopback(addresses: list[tuple[str, int]]) -> list[str]:
     """The non-loopback listening addresses as `ip:port` (an IPv4-mapped `::ffff:127.x` is loopback)."""
-    out = []
-    for ip, port in addresses:
-        try:
-            addr = ipaddress.ip_address(ip.split("%", 1)[0])
-        except ValueError:
-            out.append(f"{ip}:{port}")
-            continue
-        mapped = getattr(addr, "ipv4_mapped", None)
-        if not (mapped or addr).is_loopback:
-            out.append(f"[{ip}]:{port}" if addr.version == 6 else f"{ip}:{port}")
-    return sorted(set(out))
+    return sorted({f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}" for ip, port in addresses
+                   if not is_loopback_host(ip)})
 
 
 def alive(proc: psutil.Process) -> bool:

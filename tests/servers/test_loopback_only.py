@@ -71,8 +71,11 @@ async def test_detection_of_a_non_loopback_url_sends_nothing(monkeypatch: pytest
 
 
 def test_loopback_hosts() -> None:
-    assert all(map(is_loopback_host, ["localhost", "LOCALHOST", "127.0.0.1", "127.9.9.9", "::1", "::1%lo"]))
-    assert not any(map(is_loopback_host, ["example.com", "10.0.0.1", "0.0.0.0", "::", "localhost.example.com"]))
+    # An IPv4-mapped loopback is loopback: validate, the client's sockets and the listener check agree.
+    assert all(map(is_loopback_host, ["localhost", "LOCALHOST", "127.0.0.1", "127.9.9.9", "::1", "::1%lo",
+                                      "::ffff:127.0.0.1"]))
+    assert not any(map(is_loopback_host, ["example.com", "10.0.0.1", "0.0.0.0", "::", "localhost.example.com",
+                                          "::ffff:192.0.2.1"]))
 
 
 def test_validate_does_not_ask_a_refused_url(tmp_path: Path) -> None:

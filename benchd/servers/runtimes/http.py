@@ -4,7 +4,6 @@ no redirect followed, at most `MAX_BODY_BYTES` of a body read, and the shared `/
 from __future__ import annotations
 
 import errno
-import ipaddress
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import msgspec
 from aiohttp.abc import AbstractResolver, ResolveResult
+
+from benchd.config import is_loopback_host
 
 if TYPE_CHECKING:
     from aiohappyeyeballs import AddrInfoType  # aiohttp's own dependency; a type only
@@ -36,8 +37,7 @@ class _LoopbackResolver(AbstractResolver):
 def _loopback_socket(addr_info: AddrInfoType) -> socket.socket:
     """A socket for `addr_info`, refused (before it connects) when its address is not loopback."""
     family, kind, proto, _, sockaddr = addr_info
-    ip = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
-    if not (getattr(ip, "ipv4_mapped", None) or ip).is_loopback:
+    if not is_loopback_host(ip := str(sockaddr[0])):
         raise OSError(errno.EACCES, f"{ip} is not loopback: benchd sends requests to loopback addresses only")
     return socket.socket(family, kind, proto)
 
