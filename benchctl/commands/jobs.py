@@ -411,8 +411,9 @@ def _estimate_rates(sweep: Any, state: str | None, gen_tps: float | None,
         return gen, prompt, startup, None
     beyond = (f"; this sweep goes to {max(sweep.contexts)}, where they are slower: the estimate is low"
               if max(sweep.contexts) > got.context else "")
-    return gen, prompt, startup, (f"measured ({', '.join(which)}): the slowest of these models in runbook "
-                                  f"{got.runbook}, at contexts up to {got.context}{beyond}; the rest assumed")
+    where = f"runbook{'s' if len(got.runbooks) > 1 else ''} {', '.join(got.runbooks)}"
+    return gen, prompt, startup, (f"measured ({', '.join(which)}): the slowest of these models in {where}, at "
+                                  f"contexts up to {got.context}{beyond}; the rest assumed")
 
 
 @click.command()

@@ -109,10 +109,10 @@ class _Measured(RunbookHead, kw_only=True):
 
 
 class Rates(NamedTuple):
-    """The slowest cell medians that `runbook` measured of a sweep's models, up to context `context`, and
-    the slowest of their median times to ready over the sweep's own server starts."""
+    """The slowest cell medians that `runbooks` measured of a sweep's models, up to context `context` (the
+    smallest of the models' largest), and the slowest of their median times to ready over sweep starts."""
 
-    runbook: str
+    runbooks: tuple[str, ...]
     gen_tps: float
     prompt_tps: float | None
     context: int
@@ -120,27 +120,33 @@ class Rates(NamedTuple):
 
 
 def measured_rates(sweep: Sweep, config: Config) -> Rates | None:
-    """The newest succeeded runbook that measured every model of `sweep` (same runtime and model file),
-    whatever the server args: the slowest of those models' cell medians; None if none has them all."""
+    """Each model of `sweep` (same runtime and model file, any server args) as the newest succeeded runbook
+    that measured it had it: the slowest of their cell medians; None if a model was not measured."""
     decoder = msgspec.json.Decoder(_Measured)
     wanted = {(c.runtime, os.path.realpath(c.model)) for c in sweep.candidates if not c.external}
+    found: dict[tuple[str, str], tuple[str, list[_Cell], float | None]] = {}
     for path in runbook_files(config.runbooks_dir)[:MAX_RUNBOOKS] if wanted else []:
         try:
             ran = decoder.decode(path.read_bytes())
         except (OSError, msgspec.ValidationError, msgspec.DecodeError):
             continue
-        ids = {c.candidate for c in ran.provenance.candidates
-               if (c.runtime, os.path.realpath(c.model.path)) in wanted}
-        found = {(c.runtime, os.path.realpath(c.model.path)) for c in ran.provenance.candidates if c.candidate in ids}
-        cells = [c for c in ran.cells if c.candidate in ids and c.gen_tps.median]
-        if ran.outcome != "succeeded" or found != wanted or not cells:
-            continue
-        prompt = [c.prompt_tps.median for c in cells if c.prompt_tps.median]
-        starts: dict[str, list[float]] = {}
-        for st in ran.ready:
-            if st.candidate in ids and st.purpose == "sweep" and st.ready_s is not None:
-                starts.setdefault(st.candidate, []).append(st.ready_s)
-        ready = max((statistics.median(v) for v in starts.values()), default=None)
-        return Rates(ran.id, min(c.gen_tps.median or 0.0 for c in cells), min(prompt) if prompt else None,
-                     max(c.context for c in cells), ready)
-    return None
+        keys = {c.candidate: (c.runtime, os.path.realpath(c.model.path)) for c in ran.provenance.candidates}
+        for key in wanted - found.keys() if ran.outcome == "succeeded" else ():
+            ids = {cid for cid, k in keys.items() if k == key}
+            cells = [c for c in ran.cells if c.candidate in ids and c.gen_tps.median]
+            starts: dict[str, list[float]] = {}
+            for st in ran.ready:
+                if st.candidate in ids and st.purpose == "sweep" and st.ready_s is not None:
+                    starts.setdefault(st.candidate, []).append(st.ready_s)
+            if cells:
+                found[key] = ran.id, cells, max((statistics.median(v) for v in starts.values()), default=None)
+        if found.keys() == wanted:
+            break
+    if not wanted or found.keys() != wanted:
+        return None
+    cells = [c for _, cs, _ in found.values() for c in cs]
+    prompt = [c.prompt_tps.median for c in cells if c.prompt_tps.median]
+    ready = [r for _, _, r in found.values() if r is not None]
+    return Rates(tuple(sorted({rb for rb, _, _ in found.values()}, reverse=True)),
+                 min(c.gen_tps.median or 0.0 for c in cells), min(prompt) if prompt else None,
+                 min(max(c.context for c in cs) for _, cs, _ in found.values()), max(ready) if ready else None)

@@ -137,6 +137,7 @@ def test_validate_shows_the_measured_pace_of_an_earlier_sweep_of_the_same_candid
     from benchctl.commands.jobs import check_sweep_matrices
     from benchd.results import runbook
     from benchd.results.pace import previous_pace
+    from benchd.store import Store
 
     config, store, sweep, models = setup_state(tmp_path)
     f = tmp_path / "again.toml"
@@ -168,6 +169,20 @@ def test_validate_shows_the_measured_pace_of_an_earlier_sweep_of_the_same_candid
     assert doc["assumptions"]["gen_tps"] == min(c.gen_tps.median for c in cells)
     assert doc["assumptions"]["prompt_tps"] == 200.0  # mlx_lm.server reports no prompt timing: still assumed
     assert f"measured (decode): the slowest of these models in runbook {rb.id}" in doc["assumptions"]["measured"]
+    # A second model measured in another, newer runbook: each model's rates come from the runbook that ran it.
+    plain = next(c for c in sweep.candidates if c.id == "gguf-plain")
+    store = Store(config.db_path)
+    rb2 = runbook.load_runbook(runbook.write_runbook(config, store, fill_job(
+        store, msgspec.structs.replace(sweep, candidates=[plain]), job_id="20261130-030000-beef",
+        started_at="2026-11-30T03:00:00.000Z", gen_scale=0.5), charts=False), config)
+    store.close()
+    both = tmp_path / "both.toml"
+    both.write_text(other.read_text() + f'\n[[candidates]]\nid = "g"\nruntime = "llama-server"\n'
+                    f'model = "{plain.model}"\nbinary = "{plain.binary}"\n')
+    two = json.loads(validate(both, "--json", "--state-dir", str(config.state_dir)).stdout)["assumptions"]
+    slowest = min(c.gen_tps.median or 0.0 for c in [*cells, *rb2.cells] if c.gen_tps.median)
+    assert two["gen_tps"] == slowest and slowest in {c.gen_tps.median for c in rb2.cells}  # the slower model's
+    assert f"the slowest of these models in runbooks {rb2.id}, {rb.id}" in two["measured"]
     flags = json.loads(validate(other, "--json", "--gen-tps", "7", "--state-dir", str(config.state_dir)).stdout)
     assert flags["assumptions"]["gen_tps"] == 7 and flags["assumptions"]["measured"] is None
     text = validate(other, "--state-dir", str(tmp_path / "empty")).stdout
