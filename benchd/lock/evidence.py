@@ -4,20 +4,9 @@ Reasons: docs/locking.md#thin-evidence.
 
 from __future__ import annotations
 
-from benchd.results.decision import undecided
+from benchd.results.decision import open_axes, undecided
 from benchd.results.text import and_list, axis_word
-from benchd.schemas import ContextPareto, Runbook, Tie
-
-
-def _unresolved(text: str) -> bool:
-    """An older runbook's axis sentence (no `Tie.status`) that says the comparison is open."""
-    return text.startswith("unresolved") or " is unresolved" in text
-
-
-def _open_axes(tie: Tie) -> list[str]:
-    if tie.status is not None:
-        return list(tie.unresolved_on)
-    return [axis for axis, text in tie.axes.items() if _unresolved(text)]
+from benchd.schemas import ContextPareto, Runbook
 
 
 def _too_few(rb: Runbook, candidate: str) -> list[str]:
@@ -33,7 +22,7 @@ def _undecided(ctx: ContextPareto, candidate: str) -> list[str]:
     out = []
     for tie in (t for t in ctx.ties if candidate in t.pair):
         other = next(x for x in tie.pair if x != candidate)
-        axes = _open_axes(tie)
+        axes = open_axes(tie)
         if axes and other in ctx.frontier:  # what would decide it names the axes; an older tie's does not
             on = f" on {and_list([axis_word(a) for a in axes])}" if tie.status is None else ""
             out.append(f"at context {ctx.context} {candidate} is undecided against {other} (on the frontier)"

@@ -70,6 +70,13 @@ def tie_status(t: Tie) -> str:
     return t.status or ("unresolved" if t.text and "unresolved on" in t.text else "tied")
 
 
+def open_axes(t: Tie) -> list[str]:
+    """The axes a tie is open on; a runbook written before `status` existed said them in its sentences."""
+    if t.status is not None:
+        return list(t.unresolved_on)
+    return [axis for axis, text in t.axes.items() if text.startswith("unresolved") or " is unresolved" in text]
+
+
 def undecided(t: Tie) -> Undecided:
     """A tie as the decision shows it: its status, its one line, what would decide it."""
     status = tie_status(t)

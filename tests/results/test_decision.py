@@ -12,7 +12,7 @@ import msgspec
 from test_html import NO_RUNTIME, newer_doc
 
 from benchd.results import html
-from benchd.results.decision import context_decision, decision_lines, deferred_rows, undecided_text
+from benchd.results.decision import context_decision, decision_lines, deferred_rows, open_axes, undecided_text
 from benchd.results.report import render_markdown, render_text
 from benchd.results.text import STATE_WORDS, axis_word
 from benchd.schemas import ContextPareto, NotCompared, Tie
@@ -79,6 +79,17 @@ def test_an_undecided_pair_says_what_would_decide_it() -> None:
     (u,) = context_decision(msgspec.structs.replace(p, ties=[many])).undecided
     assert u.decide == [f"more rounds: the intervals on {axis_word('gen_tps')}, {axis_word('prompt_tps')} and "
                         f"{axis_word('ttft_ms')} still overlap the margin"]  # one lever, not a line per axis
+
+
+def test_a_ties_open_axes_come_from_its_fields_and_from_an_older_runbooks_sentences() -> None:
+    """One reader of a tie's open axes (the decision's and the lock's thin-evidence warning): the field,
+    or, in a runbook from before `Tie.status`, the axis sentences that say a comparison is open."""
+    now = Tie(pair=["a", "b"], axes={"ttft_ms": "unresolved: the CIs overlap"}, status="unresolved",
+              unresolved_on=["gen_tps"])
+    assert open_axes(now) == ["gen_tps"]  # the field, not the prose
+    older = Tie(pair=["a", "b"], axes={"gen_tps": "unresolved: the CIs overlap", "ttft_ms": "tied within ±2 %",
+                                       "mem_peak_bytes": "a's peak memory is unresolved (n 3)"})
+    assert open_axes(older) == ["gen_tps", "mem_peak_bytes"]
 
 
 def test_deferred_axes_one_row_per_axis(tmp_path: Path) -> None:
