@@ -10,8 +10,9 @@ unreachable (one line on how to start it), 4 job cancelled.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
@@ -213,8 +214,9 @@ def _pinning(sweep: Any) -> list[str]:
     return out
 
 
-def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dict[str, Any]:
-    """Planned cells and a duration estimate from stated assumptions (the estimate is no measurement)."""
+def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float,
+         task_s: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """Planned cells and a duration estimate from stated rates (the estimate is no measurement of this sweep)."""
     import msgspec
 
     from benchd.engine.plan import design_text, plan_problems, requested_order, starts_per_context
@@ -244,7 +246,7 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
         return requests, work_s
 
     (req_lo, work_lo), (req_hi, work_hi) = cost(pp.min), cost(pp.max)
-    evals = eval_plan(sweep, gen_tps, prompt_tps)
+    evals = eval_plan(sweep, gen_tps, prompt_tps, task_s or {})
     for e in evals:
         req_lo += e["tasks"]
         req_hi += e["tasks"]
@@ -294,10 +296,10 @@ def plan(sweep: Any, gen_tps: float, prompt_tps: float, startup_s: float) -> dic
 ASSUMED_EVAL_TOKENS = {"code": (200, 150, 768), "tools": (600, 60, 512)}
 
 
-def eval_plan(sweep: Any, gen_tps: float, prompt_tps: float) -> list[dict[str, Any]]:
-    """Per public suite: tasks per candidate and the seconds they may take for all candidates (the
-    answer's typical length to its budget; capped by `eval_budget_s`). Assumptions, not measurements:
-    a running job's ETA uses the seconds per task measured so far."""
+def eval_plan(sweep: Any, gen_tps: float, prompt_tps: float, task_s: Mapping[str, float]) -> list[dict[str, Any]]:
+    """Per public suite: tasks per candidate and the seconds they may take for all candidates: from a task's
+    measured median seconds (`task_s`, an earlier runbook's) or its assumed typical answer, to a
+    budget-long answer; capped by `eval_budget_s`. A running job's ETA uses its own seconds per task."""
     from benchd.engine import suites
 
     out = []
@@ -307,11 +309,13 @@ def eval_plan(sweep: Any, gen_tps: float, prompt_tps: float) -> list[dict[str, A
         tasks = min(limit, total) if limit is not None else total
         prompt, typical, budget = ASSUMED_EVAL_TOKENS[suite]
         per = [prompt / prompt_tps + n / gen_tps for n in (typical, budget)]
+        if (measured := task_s.get(suite)) is not None:
+            per = [measured, max(measured, per[1])]
         secs = [tasks * x for x in per]
         if sweep.eval_budget_s is not None:
             secs = [min(x, sweep.eval_budget_s) for x in secs]
         n = len(sweep.candidates)
-        out.append({"suite": suite, "tasks": tasks * n, "tasks_per_candidate": tasks,
+        out.append({"suite": suite, "tasks": tasks * n, "tasks_per_candidate": tasks, "task_s_measured": measured,
                     "estimate_s": {"low": round(secs[0] * n), "high": round(secs[1] * n)}})
     return out
 
@@ -394,26 +398,38 @@ def _rate(v: float) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
 
-def _estimate_rates(sweep: Any, state: str | None, gen_tps: float | None,
-                    prompt_tps: float | None) -> tuple[float, float, float, str | None]:
-    """The estimate's decode and prompt rates and seconds a start: the flags, else the slowest cell medians and
-    time to ready these models (any server args) had in a runbook of the state dir (`benchd.results.pace`),
-    else the assumed ones; and whence."""
+class EstimateRates(NamedTuple):
+    """What `validate`'s estimate runs on, and which of it an earlier runbook measured (`measured`)."""
+
+    gen_tps: float
+    prompt_tps: float
+    startup_s: float
+    task_s: dict[str, float]
+    measured: str | None
+
+
+def _estimate_rates(sweep: Any, state: str | None, gen_tps: float | None, prompt_tps: float | None) -> EstimateRates:
+    """The flags, else the slowest cell medians, time to ready and eval seconds a task these models (any
+    server args) had in the state dir's runbooks (`benchd.results.pace`), else the assumed ones; and whence.
+    A flag sets a what-if rate: the eval seconds measured at other rates are then left out."""
     from benchd.results.pace import measured_rates
 
     got = measured_rates(sweep, config(state=state))
     gen = gen_tps or (got.gen_tps if got else ASSUMED_GEN_TPS)
     prompt = prompt_tps or (got.prompt_tps if got and got.prompt_tps else ASSUMED_PROMPT_TPS)
     startup = got.ready_s if got and got.ready_s else ASSUMED_STARTUP_S
+    task_s = {s: v for s, v in got.task_s.items() if s in sweep.evals} if got and not (gen_tps or prompt_tps) else {}
     which = [w for w, flag, v in (("decode", gen_tps, got.gen_tps), ("prompt", prompt_tps, got.prompt_tps),
                                   ("start", None, got.ready_s)) if flag is None and v] if got else []
+    which += [f"{s} seconds a task" for s in task_s]
     if got is None or not which:
-        return gen, prompt, startup, None
+        return EstimateRates(gen, prompt, startup, task_s, None)
     beyond = (f"; this sweep goes to {max(sweep.contexts)}, where they are slower: the estimate is low"
               if max(sweep.contexts) > got.context else "")
     where = f"runbook{'s' if len(got.runbooks) > 1 else ''} {', '.join(got.runbooks)}"
-    return gen, prompt, startup, (f"measured ({', '.join(which)}): the slowest of these models in {where}, at "
-                                  f"contexts up to {got.context}{beyond}; the rest assumed")
+    return EstimateRates(gen, prompt, startup, task_s,
+                         f"measured ({', '.join(which)}): the slowest of these models in {where}, at contexts up "
+                         f"to {got.context}{beyond}; the rest assumed")
 
 
 @click.command()
@@ -439,9 +455,9 @@ def validate(sweep_file: str, gen_tps: float | None, prompt_tps: float | None, a
             click.echo(f"{sweep_file}: {plural(len(problems), 'problem')}; nothing planned until they are fixed")
             _print_problems(problems)
         raise SystemExit(exitcodes.BAD_INPUT)
-    gen, prompt, startup, measured = _estimate_rates(sweep, state_dir, gen_tps, prompt_tps)
-    p = plan(sweep, gen, prompt, startup)
-    p["assumptions"]["measured"] = measured
+    rates = _estimate_rates(sweep, state_dir, gen_tps, prompt_tps)
+    p = plan(sweep, rates.gen_tps, rates.prompt_tps, rates.startup_s, rates.task_s)
+    p["assumptions"]["measured"] = rates.measured
     warnings = plan_warnings(sweep)
     pace = _measured_pace(sweep, state_dir, p)
     if as_json:
@@ -527,7 +543,7 @@ def validate(sweep_file: str, gen_tps: float | None, prompt_tps: float | None, a
         each = "" if hi == 1 else " each"
         click.echo(f"{rows} rows; estimated duration {span} (assuming {_rate(a['gen_tps'])} tok/s decode, "
                    f"{_rate(a['prompt_tps'])} tok/s prompt, {starts} at {_rate(a['startup_s_per_server'])} s{each}; "
-                   f"cooldown {a['cooldown']}; {measured or 'assumptions, not measurements'})")
+                   f"cooldown {a['cooldown']}; {rates.measured or 'assumptions, not measurements'})")
         if pace is not None:
             click.echo(pace["text"])
         _print_problems(problems)

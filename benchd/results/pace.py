@@ -102,29 +102,57 @@ class _Start(msgspec.Struct):
     ready_s: float | None = None
 
 
+class _Eval(msgspec.Struct):
+    candidate: str
+    tier: str
+    latency_s_median: float | None = None
+
+
 class _Measured(RunbookHead, kw_only=True):
     provenance: _Prov
     cells: list[_Cell] = msgspec.field(default_factory=list)
     ready: list[_Start] = msgspec.field(default_factory=list)
+    eval_summary: list[_Eval] = msgspec.field(default_factory=list)
 
 
 class Rates(NamedTuple):
     """The slowest cell medians that `runbooks` measured of a sweep's models, up to context `context` (the
-    smallest of the models' largest), and the slowest of their median times to ready over sweep starts."""
+    smallest of the models' largest), the slowest of their median times to ready over sweep starts, and
+    per eval suite every model ran there, the slowest median seconds a task."""
 
     runbooks: tuple[str, ...]
     gen_tps: float
     prompt_tps: float | None
     context: int
     ready_s: float | None
+    task_s: dict[str, float]
+
+
+def _model_rates(ran: _Measured, ids: set[str]) -> Rates | None:
+    """The rates of one model, run as the candidates `ids` of `ran`; None when none of its cells has a median."""
+    cells = [c for c in ran.cells if c.candidate in ids and c.gen_tps.median]
+    if not cells:
+        return None
+    starts: dict[str, list[float]] = {}
+    for st in ran.ready:
+        if st.candidate in ids and st.purpose == "sweep" and st.ready_s is not None:
+            starts.setdefault(st.candidate, []).append(st.ready_s)
+    task_s: dict[str, float] = {}
+    for e in ran.eval_summary:
+        if e.candidate in ids and e.latency_s_median:
+            task_s[e.tier] = max(task_s.get(e.tier, 0.0), e.latency_s_median)
+    prompt = [c.prompt_tps.median for c in cells if c.prompt_tps.median]
+    return Rates((ran.id,), min(c.gen_tps.median or 0.0 for c in cells), min(prompt) if prompt else None,
+                 max(c.context for c in cells), max((statistics.median(v) for v in starts.values()), default=None),
+                 task_s)
 
 
 def measured_rates(sweep: Sweep, config: Config) -> Rates | None:
     """Each model of `sweep` (same runtime and model file, any server args) as the newest succeeded runbook
-    that measured it had it: the slowest of their cell medians; None if a model was not measured."""
+    that measured it had it; the slowest of them; None if a model was not measured."""
     decoder = msgspec.json.Decoder(_Measured)
     wanted = {(c.runtime, os.path.realpath(c.model)) for c in sweep.candidates if not c.external}
-    found: dict[tuple[str, str], tuple[str, list[_Cell], float | None]] = {}
+    found: dict[tuple[str, str], Rates] = {}
     for path in runbook_files(config.runbooks_dir)[:MAX_RUNBOOKS] if wanted else []:
         try:
             ran = decoder.decode(path.read_bytes())
@@ -132,21 +160,16 @@ def measured_rates(sweep: Sweep, config: Config) -> Rates | None:
             continue
         keys = {c.candidate: (c.runtime, os.path.realpath(c.model.path)) for c in ran.provenance.candidates}
         for key in wanted - found.keys() if ran.outcome == "succeeded" else ():
-            ids = {cid for cid, k in keys.items() if k == key}
-            cells = [c for c in ran.cells if c.candidate in ids and c.gen_tps.median]
-            starts: dict[str, list[float]] = {}
-            for st in ran.ready:
-                if st.candidate in ids and st.purpose == "sweep" and st.ready_s is not None:
-                    starts.setdefault(st.candidate, []).append(st.ready_s)
-            if cells:
-                found[key] = ran.id, cells, max((statistics.median(v) for v in starts.values()), default=None)
+            if (got := _model_rates(ran, {cid for cid, k in keys.items() if k == key})) is not None:
+                found[key] = got
         if found.keys() == wanted:
             break
     if not wanted or found.keys() != wanted:
         return None
-    cells = [c for _, cs, _ in found.values() for c in cs]
-    prompt = [c.prompt_tps.median for c in cells if c.prompt_tps.median]
-    ready = [r for _, _, r in found.values() if r is not None]
-    return Rates(tuple(sorted({rb for rb, _, _ in found.values()}, reverse=True)),
-                 min(c.gen_tps.median or 0.0 for c in cells), min(prompt) if prompt else None,
-                 min(max(c.context for c in cs) for _, cs, _ in found.values()), max(ready) if ready else None)
+    each = list(found.values())
+    prompt = [r.prompt_tps for r in each if r.prompt_tps]
+    ready = [r.ready_s for r in each if r.ready_s is not None]
+    suites = set.intersection(*(set(r.task_s) for r in each))
+    return Rates(tuple(sorted({r.runbooks[0] for r in each}, reverse=True)), min(r.gen_tps for r in each),
+                 min(prompt) if prompt else None, min(r.context for r in each), max(ready) if ready else None,
+                 {s: max(r.task_s[s] for r in each) for s in sorted(suites)})

@@ -187,3 +187,36 @@ def test_validate_shows_the_measured_pace_of_an_earlier_sweep_of_the_same_candid
     assert flags["assumptions"]["gen_tps"] == 7 and flags["assumptions"]["measured"] is None
     text = validate(other, "--state-dir", str(tmp_path / "empty")).stdout
     assert "assuming 20 tok/s decode, 200 tok/s prompt" in text and "assumptions, not measurements" in text
+
+
+def test_the_eval_estimate_uses_the_seconds_a_task_an_earlier_runbook_measured(tmp_path: Path) -> None:
+    """A suite every model of the file ran before: its tasks are estimated from the slowest model's median
+    seconds a task there (to a budget-long answer at the decode rate), said so; a rate flag is a what-if,
+    so the measured seconds are then left out; a suite not run before stays assumed."""
+    from runbook_factory import fill_job, setup_state
+
+    from benchd.results import runbook
+
+    config, store, sweep, models = setup_state(tmp_path)
+    rb_id = runbook.write_runbook(config, store, fill_job(store, sweep), charts=False)
+    store.close()
+    path = config.runbooks_dir / f"{rb_id}.json"
+    doc = json.loads(path.read_text())
+    latency = {"gguf-spec": 2.0, "gguf-plain": 3.0, "mlx-lm": 5.0}
+    doc["eval_summary"] = [{"candidate": c, "tier": "code", "passed": 1, "total": 2, "pass_rate": 0.5,
+                            "latency_s_median": s} for c, s in latency.items()]
+    path.write_text(json.dumps(doc))
+    f = tmp_path / "evals.toml"
+    f.write_text(f'name = "e"\ncontexts = [256]\ngen_tokens = 8\nevals = ["code", "tools"]\n\n'
+                 f'[eval_limit]\ncode = 4\ntools = 4\n\n'
+                 f'[[candidates]]\nid = "g"\nruntime = "llama-server"\nmodel = "{models["gguf"]}"\n'
+                 f'binary = "{sweep.candidates[0].binary}"\n\n'
+                 f'[[candidates]]\nid = "m"\nruntime = "mlx_lm.server"\nmodel = "{models["mlx"]}"\n')
+    got = json.loads(validate(f, "--json", "--state-dir", str(config.state_dir)).stdout)
+    code, tools = got["evals"]
+    assert code["task_s_measured"] == 5.0 and tools["task_s_measured"] is None  # the slowest model's; tools never ran
+    assert code["estimate_s"]["low"] == 2 * 4 * 5  # two candidates, four tasks, five seconds a task
+    assert "code seconds a task" in got["assumptions"]["measured"]
+    what_if = json.loads(validate(f, "--json", "--gen-tps", "50", "--state-dir", str(config.state_dir)).stdout)
+    assert what_if["evals"][0]["task_s_measured"] is None and "seconds a task" not in (
+        what_if["assumptions"]["measured"] or "")
