@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from benchd.errors import BenchdError, from_validation
+from benchd.errors import BenchdError, from_validation, split_rule
 from benchd.schemas import Candidate, Sweep
 
 PATH_FIELDS = ("model", "binary", "mmproj")
@@ -136,8 +136,10 @@ def _problem(exc: msgspec.ValidationError, prefix: str = "$", data: Any = None) 
         keys = ", ".join(repr(k) for k in bad_keys(where, Sweep, data))
         return f"{field_name(where, data)}: {f'key {keys}' if keys else 'a key'}: {msg}"
     where = prefix if not msg else resolve_keys(f"{prefix}{path.rstrip('`')[1:]}", Sweep, data)
-    if where == "$" and (head := (msg or text).split(" ", 1)[0]) in {f.encode_name for f in msgspec.structs.fields(Sweep)}:
-        where = f"$.{head}"  # a rule of the whole sweep (`contexts must not repeat`) names its field first
+    if msg:
+        where, msg = split_rule(where, msg)
+    else:  # a rule of the struct checked at `prefix` (the sweep, a candidate): no path of its own
+        where, text = split_rule(where, text)
     unknown = re.match(r"Object contains unknown field `([^`]*)`", msg or text)
     field = field_name(f"{where}.{unknown.group(1)}" if unknown else where, data)
     return f"{field}: {explain(msg or text, where, Sweep, data)}"

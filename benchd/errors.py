@@ -3,7 +3,12 @@ benchctl's exit code 2. Only `__main__` modules turn it into an exit."""
 
 from __future__ import annotations
 
+import re
+
 import msgspec
+
+#: A struct's own rule (`__post_init__`) names its field first, relative to the struct: `contexts: must not repeat`.
+_RULE = re.compile(r"([a-z_]+): (.+)", re.S)
 
 
 class BenchdError(Exception):
@@ -26,13 +31,18 @@ class NotFound(BenchdError):
         super().__init__("not_found", f"no {what} with id {ident!r}", None, status=404)
 
 
+def split_rule(path: str, message: str) -> tuple[str, str]:
+    """A struct rule's field path and reason (`contexts: must not repeat` at `$.sweep`: `$.sweep.contexts`,
+    `must not repeat`); any other message at its path as it is."""
+    rule = _RULE.fullmatch(message)
+    return (f"{path}.{rule.group(1)}", rule.group(2)) if rule else (path, message)
+
+
 def field_of(exc: msgspec.ValidationError) -> str | None:
-    """The `$.path` msgspec puts at the end of its messages (`... - at `$.candidates[0].id``)."""
-    text = str(exc)
-    marker = " - at `"
-    if marker in text:
-        return text.rsplit(marker, 1)[1].rstrip("`")
-    return None
+    """The `$.path` msgspec puts at the end of its messages (`... - at `$.candidates[0].id``), down to the
+    field a struct's own rule names."""
+    message, marker, path = str(exc).rpartition(" - at `")
+    return split_rule(path.rstrip("`"), message)[0] if marker else None
 
 
 def from_validation(exc: msgspec.ValidationError | msgspec.DecodeError, source: str | None = None) -> BenchdError:

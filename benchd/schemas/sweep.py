@@ -42,7 +42,7 @@ class Spec(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     def __post_init__(self) -> None:
         if self.kind is None:
             if self.draft_model is None:
-                raise ValueError("spec.kind is required (it defaults to 'draft' only when draft_model is given)")
+                raise ValueError("kind: required (it defaults to 'draft' only when draft_model is given)")
             msgspec.structs.force_setattr(self, "kind", "draft")
 
 
@@ -105,7 +105,7 @@ class Candidate(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
 
     def __post_init__(self) -> None:
         if ".." in self.id:
-            raise ValueError("candidate id must not contain '..'")
+            raise ValueError("id: must not contain '..'")
 
     @property
     def external(self) -> bool:
@@ -162,7 +162,7 @@ class Cooldown(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
 
     def __post_init__(self) -> None:
         if self.max_seconds < self.seconds:
-            raise ValueError("cooldown.max_seconds must be >= cooldown.seconds")
+            raise ValueError(f"max_seconds: must be >= seconds ({self.seconds:g})")
 
 
 #: Metrics the adaptive probe count can watch (each is a per-probe figure in the row).
@@ -185,7 +185,7 @@ class Probes(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
 
     def __post_init__(self) -> None:
         if self.min > self.max:
-            raise ValueError(f"probes.min ({self.min}) must be <= probes.max ({self.max})")
+            raise ValueError(f"min: must be <= max ({self.max})")
 
 
 #: Fixed probes per cell when `probes` is omitted and one candidate runs; also the first rounds with several.
@@ -237,7 +237,7 @@ class Vision(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
 
     def __post_init__(self) -> None:
         if len(set(self.resolutions)) != len(self.resolutions):
-            raise ValueError("vision.resolutions must not repeat")
+            raise ValueError("resolutions: must not repeat")
 
 
 class Deferred(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
@@ -298,10 +298,10 @@ class Kld(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
 
     def __post_init__(self) -> None:
         if len(set(self.contexts)) != len(self.contexts):
-            raise ValueError("kld.contexts must not repeat")
+            raise ValueError("contexts: must not repeat")
         if self.tokens is not None and self.tokens < max(self.contexts):
-            raise ValueError(f"kld.tokens ({self.tokens}) is shorter than one chunk of the largest of "
-                             f"kld.contexts ({max(self.contexts)})")
+            raise ValueError("tokens: shorter than one chunk of the largest context "
+                             f"({max(self.contexts)})")
 
 
 class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
@@ -365,13 +365,13 @@ class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
         ids = [c.id for c in self.candidates]
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
-            raise ValueError(f"candidate ids must be unique; repeated: {', '.join(dup)}")
+            raise ValueError(f"candidates: ids must be unique; repeated: {', '.join(dup)}")
         if len(set(self.contexts)) != len(self.contexts):
-            raise ValueError("contexts must not repeat")
+            raise ValueError("contexts: must not repeat")
         if len(set(self.concurrency)) != len(self.concurrency):
-            raise ValueError("concurrency levels must not repeat")
+            raise ValueError("concurrency: levels must not repeat")
         if len(set(self.evals)) != len(self.evals):
-            raise ValueError("evals must not repeat a suite")
+            raise ValueError("evals: must not repeat a suite")
 
     def session_gen_tokens(self) -> int:
         """Tokens generated per session turn: `[session] gen_tokens`, else the sweep's `gen_tokens`."""

@@ -37,7 +37,7 @@ def test_every_bad_item_of_a_list_is_named_and_a_whole_list_problem_still_shows(
     problems, _ = schema_problems(_sweep(contexts=[256, -5, 1e9, 512]))
     assert problems == ["contexts[1]: Expected `int` >= 1, got -5", "contexts[2]: Expected `int`, got 1000000000.0"]
     repeated, _ = schema_problems(_sweep(contexts=[256, 256], colr=[1, 2]))
-    assert [p for p in repeated if "repeat" in p] == ["contexts: contexts must not repeat"]  # named, not "(top level)"
+    assert [p for p in repeated if "repeat" in p] == ["contexts: must not repeat"]  # named, not "(top level)"
     assert len([p for p in repeated if "colr" in p]) == 1  # an unknown list field: one problem, not one per item
 
 

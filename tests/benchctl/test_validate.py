@@ -53,7 +53,7 @@ def test_validate_lists_every_problem(tmp_path: Path) -> None:
     assert out.returncode == 2, out.stderr
     problems = json.loads(out.stdout)["problems"]
     expected = [": name: ", ": contexts[1]: ", ": gen_tokens: ", ": colour: unknown field `colour`",
-                ": candidates[0] (A).id: ", ": candidates[2] (no-kind).spec: ", ": candidates[1] (fine).model: ",
+                ": candidates[0] (A).id: ", ": candidates[2] (no-kind).spec.kind: ", ": candidates[1] (fine).model: ",
                 ": candidates[1] (fine).spec.draft_model: "]
     for needle in expected:
         assert sum(needle in p for p in problems) == 1, (needle, problems)
@@ -80,7 +80,7 @@ def test_spec_kind_defaults_to_draft_with_a_draft_model(tmp_path: Path) -> None:
     stored = msgspec.json.decode(msgspec.json.encode(sweep))  # what the store, runbook and lock record
     assert stored["candidates"][0]["spec"]["kind"] == "draft"
     assert msgspec.convert({"kind": "mtp"}, Spec).kind == "mtp"  # an explicit kind stays
-    with pytest.raises(msgspec.ValidationError, match=r"spec.kind is required .* - at `\$.spec`"):
+    with pytest.raises(msgspec.ValidationError, match=r"kind: required .* - at `\$.spec`"):
         msgspec.convert({"id": "c", "runtime": "llama-server", "model": "/m", "spec": {"draft_max": 4}},
                         Candidate)
 

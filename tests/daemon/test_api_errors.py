@@ -52,6 +52,11 @@ BAD_SUBMITS: list[tuple[str, bytes, int, str | None, str | None]] = [
     ("relative model", json.dumps({"sweep": good_sweep("models/m.gguf")}).encode(), 400, "relative_path",
      "$.sweep.candidates[0].model"),
     ("bad when", json.dumps({"sweep": good_sweep(), "when": ["midnight"]}).encode(), 400, "invalid", "$.when[0]"),
+    # A struct's own rule names its field: the field, not the struct that holds it.
+    ("repeated contexts", json.dumps({"sweep": {**good_sweep(), "contexts": [128, 128]}}).encode(), 400, "invalid",
+     "$.sweep.contexts"),
+    ("cooldown bounds", json.dumps({"sweep": {**good_sweep(), "cooldown": {"seconds": 9, "max_seconds": 1}}}).encode(),
+     400, "invalid", "$.sweep.cooldown.max_seconds"),
     ("naive not_before", json.dumps({"sweep": good_sweep(), "not_before": "2030-01-01T00:00:00"}).encode(), 400,
      "invalid", "$.not_before"),
     ("garbage not_before", json.dumps({"sweep": good_sweep(), "not_before": "tomorrow"}).encode(), 400,
