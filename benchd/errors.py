@@ -39,8 +39,7 @@ def split_rule(path: str, message: str) -> tuple[str, str]:
 
 
 def field_of(exc: msgspec.ValidationError) -> str | None:
-    """The `$.path` msgspec puts at the end of its messages (`... - at `$.candidates[0].id``), down to the
-    field a struct's own rule names."""
+    """The `$.path` msgspec ends its messages with (`… - at `$.contexts[0]``), down to a struct rule's field."""
     message, marker, path = str(exc).rpartition(" - at `")
     return split_rule(path.rstrip("`"), message)[0] if marker else None
 

@@ -116,9 +116,8 @@ class _Measured(RunbookHead, kw_only=True):
 
 
 class Rates(NamedTuple):
-    """The slowest cell medians that `runbooks` measured of a sweep's models, up to context `context` (the
-    smallest of the models' largest), the slowest of their median times to ready over sweep starts, and
-    per eval suite every model ran there, the slowest median seconds a task."""
+    """The slowest cell medians `runbooks` measured of a sweep's models, up to context `context` (the smallest
+    of the models' largest), of their median times to ready and, per suite all ran, of seconds a task."""
 
     runbooks: tuple[str, ...]
     gen_tps: float
