@@ -408,7 +408,7 @@ def test_half_the_threads_is_dominated(tiny_models: Any, cache_dir: Path, tmp_pa
 
 
 @pytest.mark.parametrize(("probes", "field"), [
-    ("min = 10\nmax = 8", "$.probes"),
+    ("min = 10\nmax = 8", "$.probes.min"),  # the rule across fields names its field
     ("target_ci_pct = 0", "$.probes.target_ci_pct"),
     ("target_ci_pct = -1.5", "$.probes.target_ci_pct"),
     ('metric = "tokens_per_joule"', "$.probes.metric"),
