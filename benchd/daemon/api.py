@@ -215,11 +215,11 @@ def _kld_left(ctx: Ctx, job: str, sweep: Sweep) -> float:
 
 
 def _task_seconds(results: list[EvalResult]) -> dict[str, list[float]]:
-    """Tier -> the finished tasks' latencies."""
+    """Tier -> the finished tasks' seconds (requests and sandbox)."""
     seconds: dict[str, list[float]] = {}
     for r in results:
-        if r.latency_s is not None:
-            seconds.setdefault(r.tier, []).append(r.latency_s)
+        if r.task_s is not None:
+            seconds.setdefault(r.tier, []).append(r.task_s)
     return seconds
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -96,6 +97,14 @@ async def ask_with_budget(adapter: RuntimeAdapter, base_url: str, cand: Candidat
 
 
 TRUNCATED = "the answer was cut off while the model was still reasoning"
+GRADE_SOURCE = "benchd: wall clock around the sandbox run of the answer's code"
+
+
+async def graded_off_loop(grade: Callable[[], evals.GradeResult]) -> tuple[evals.GradeResult, float | None]:
+    """`grade()` in a thread, and its seconds when it ran code (None when it ran none)."""
+    t0 = time.monotonic()
+    graded = await asyncio.to_thread(grade)
+    return graded, None if graded.sandboxed is None else time.monotonic() - t0
 
 
 class AskedFields(TypedDict):
@@ -129,7 +138,10 @@ async def run_task(
     if answer.cut_while_reasoning:
         return EvalResult(passed=False, detail=note + TRUNCATED + " (not graded)", sandboxed=None,
                           failure="reasoning_truncated", **common)
-    graded = await asyncio.to_thread(evals.grade, task, answer.text, unsandboxed=sweep.eval_sandbox == "none")
+    text = answer.text
+    graded, grade_s = await graded_off_loop(lambda: evals.grade(task, text, unsandboxed=sweep.eval_sandbox == "none"))
     result = evals.to_result(job, cand.id, task, graded._replace(detail=note + graded.detail))
+    if grade_s is not None:
+        timed["grade_s"] = GRADE_SOURCE
     return msgspec.structs.replace(result, thinking=thinking, max_tokens=budget, latency_s=latency,
-                                   sources={**result.sources, **timed})
+                                   grade_s=grade_s, sources={**result.sources, **timed})

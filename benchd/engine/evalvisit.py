@@ -68,7 +68,7 @@ class EvalVisits:
             spent += time.monotonic() - t0
 
     def _spent(self, cand: Candidate, suite: str) -> float:
-        return sum(e.latency_s or 0.0 for e in self.recorder.store.results.evals(self.job)
+        return sum(e.task_s or 0.0 for e in self.recorder.store.results.evals(self.job)
                    if e.candidate == cand.id and e.tier == suite)
 
     def _budget_reached(self, cand: Candidate, suite: str, spent: float) -> bool:

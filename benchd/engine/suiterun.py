@@ -4,7 +4,6 @@ Reasons: docs/evals.md#running-the-public-suites.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import re
 import time
@@ -389,7 +388,10 @@ async def run_code_task(job: str, adapter: RuntimeAdapter, base_url: str, cand: 
     if asked.answer.cut_while_reasoning:
         return EvalResult(passed=False, detail=asked.note + evalrun.TRUNCATED + " (not graded)",
                           failure="reasoning_truncated", sandboxed=None, **common)
-    graded = await asyncio.to_thread(humaneval.grade, task.data, text, unsandboxed=sweep.eval_sandbox == "none")
+    graded, grade_s = await evalrun.graded_off_loop(
+        lambda: humaneval.grade(task.data, text, unsandboxed=sweep.eval_sandbox == "none"))
+    if grade_s is not None:
+        common["sources"]["grade_s"] = evalrun.GRADE_SOURCE
     cls = None if graded.passed else _code_failure(graded.detail)
     return EvalResult(passed=graded.passed, detail=asked.note + graded.detail, failure=cls,
-                      sandboxed=graded.sandboxed, limits=graded.limits, **common)
+                      sandboxed=graded.sandboxed, limits=graded.limits, grade_s=grade_s, **common)

@@ -106,6 +106,7 @@ class _Eval(msgspec.Struct):
     candidate: str
     tier: str
     latency_s_median: float | None = None
+    task_s_median: float | None = None
 
 
 class _Measured(RunbookHead, kw_only=True):
@@ -138,8 +139,9 @@ def _model_rates(ran: _Measured, ids: set[str]) -> Rates | None:
             starts.setdefault(st.candidate, []).append(st.ready_s)
     task_s: dict[str, float] = {}
     for e in ran.eval_summary:
-        if e.candidate in ids and e.latency_s_median:
-            task_s[e.tier] = max(task_s.get(e.tier, 0.0), e.latency_s_median)
+        seconds = e.task_s_median or e.latency_s_median  # an older runbook has no sandbox seconds
+        if e.candidate in ids and seconds:
+            task_s[e.tier] = max(task_s.get(e.tier, 0.0), seconds)
     prompt = [c.prompt_tps.median for c in cells if c.prompt_tps.median]
     return Rates((ran.id,), min(c.gen_tps.median or 0.0 for c in cells), min(prompt) if prompt else None,
                  max(c.context for c in cells), max((statistics.median(v) for v in starts.values()), default=None),

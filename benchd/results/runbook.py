@@ -132,6 +132,7 @@ def _eval_summary(evals: list[EvalResult], sources: list[EvalSuiteSource] | None
             if e.failure:
                 failures[e.failure] = failures.get(e.failure, 0) + 1
         lat = [e.latency_s for e in g if e.latency_s is not None]
+        task_s = [s for s in (e.task_s for e in g) if s is not None]
         toks = [float(e.completion_tokens) for e in g if e.completion_tokens is not None]
         reasoning = [e.reasoning_tokens for e in g if e.reasoning_tokens is not None]
         plan = planned.get(t)
@@ -145,6 +146,7 @@ def _eval_summary(evals: list[EvalResult], sources: list[EvalSuiteSource] | None
             partial_reason=(f"{len(g)} of {plan} tasks ran (eval_budget_s reached, or the server stopped)"
                             if partial else None),
             latency_s_median=statistics.median(lat) if lat else None,
+            task_s_median=statistics.median(task_s) if task_s else None,
             completion_tokens_median=statistics.median(toks) if toks else None,
             reasoning_tokens_total=sum(reasoning) if reasoning else None,
             parser=next((e.parser for e in g if e.parser), None)))

@@ -215,11 +215,13 @@ class EvalResult(Struct, kw_only=True, frozen=True):
     #: `argument_mismatch` with its `parameter`, `leaked_markup`, `dropped_call`, `extra_call`,
     #: `server_error`, `reasoning_truncated` (every tier: cut while reasoning after the retry), and for code
     #: `wrong_answer`, `timeout`, `no_code`, `sandbox_unavailable`), the server's token usage, and
-    #: the tool parser the server ran. Every task: `latency_s`, the wall-clock seconds of its requests.
+    #: the tool parser the server ran. Every task: `latency_s`, the wall-clock seconds of its requests;
+    #: `grade_s`, those of the sandbox running the answer's code (None: no code ran).
     category: str | None = None
     failure: str | None = None
     parameter: str | None = None
     latency_s: float | None = None
+    grade_s: float | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     reasoning_tokens: int | None = None
@@ -227,6 +229,11 @@ class EvalResult(Struct, kw_only=True, frozen=True):
     #: Where each field above came from, and why one is null.
     sources: dict[str, str] = {}
     null_reasons: dict[str, str] = {}
+
+    @property
+    def task_s(self) -> float | None:
+        """The task's seconds end to end: its requests and its code's sandbox run."""
+        return None if self.latency_s is None else self.latency_s + (self.grade_s or 0.0)
 
 
 class CooldownRecord(Struct, kw_only=True, frozen=True):

@@ -428,8 +428,9 @@ class EvalSummary(Struct, kw_only=True):
     planned: int | None = None
     partial: bool = False
     partial_reason: str | None = None
-    #: Medians per task over the suite (null when no task reported them).
+    #: Medians per task over the suite (null when no task reported them); `task_s_median`: requests + sandbox.
     latency_s_median: float | None = None
+    task_s_median: float | None = None
     completion_tokens_median: float | None = None
     reasoning_tokens_total: int | None = None
     #: The tool parser the candidate's server ran (tools suite).

@@ -204,7 +204,8 @@ def test_the_eval_estimate_uses_the_seconds_a_task_an_earlier_runbook_measured(t
     doc = json.loads(path.read_text())
     latency = {"gguf-spec": 2.0, "gguf-plain": 3.0, "mlx-lm": 5.0}
     doc["eval_summary"] = [{"candidate": c, "tier": "code", "passed": 1, "total": 2, "pass_rate": 0.5,
-                            "latency_s_median": s} for c, s in latency.items()]
+                            "latency_s_median": s} for c, s in latency.items()]  # an older runbook's fields
+    doc["eval_summary"][0]["task_s_median"] = 7.0  # requests and sandbox: beats the request seconds
     path.write_text(json.dumps(doc))
     f = tmp_path / "evals.toml"
     f.write_text(f'name = "e"\ncontexts = [256]\ngen_tokens = 8\nevals = ["code", "tools"]\n\n'
@@ -214,8 +215,8 @@ def test_the_eval_estimate_uses_the_seconds_a_task_an_earlier_runbook_measured(t
                  f'[[candidates]]\nid = "m"\nruntime = "mlx_lm.server"\nmodel = "{models["mlx"]}"\n')
     got = json.loads(validate(f, "--json", "--state-dir", str(config.state_dir)).stdout)
     code, tools = got["evals"]
-    assert code["task_s_measured"] == 5.0 and tools["task_s_measured"] is None  # the slowest model's; tools never ran
-    assert code["estimate_s"]["low"] == 2 * 4 * 5  # two candidates, four tasks, five seconds a task
+    assert code["task_s_measured"] == 7.0 and tools["task_s_measured"] is None  # the slowest model's; tools never ran
+    assert code["estimate_s"]["low"] == 2 * 4 * 7  # two candidates, four tasks, seven seconds a task
     assert "code seconds a task" in got["assumptions"]["measured"]
     what_if = json.loads(validate(f, "--json", "--gen-tps", "50", "--state-dir", str(config.state_dir)).stdout)
     assert what_if["evals"][0]["task_s_measured"] is None and "seconds a task" not in (

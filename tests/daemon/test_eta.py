@@ -58,9 +58,9 @@ def test_running_job_eta_includes_eval_tasks(eval_suites: Path, tmp_path: Path) 
     for probe in range(3):
         store.results.commit_row(Row(job=job.id, candidate="a", runtime="llama-server", context=256, kind="probe",
                              probe=probe, status="ok"))
-    for i, seconds in enumerate((6.0, 10.0)):
+    for i, (seconds, sandbox) in enumerate(((4.5, 1.5), (10.0, None))):  # a task's time: requests + sandbox
         store.results.put_eval(EvalResult(job=job.id, candidate="a", tier="code", task=f"HumanEval/{i}", passed=True,
-                                  latency_s=seconds))
+                                  latency_s=seconds, grade_s=sandbox))
     ctx = cast(Any, SimpleNamespace(store=store, config=SimpleNamespace(cache_dir=eval_suites)))
     got = api._with_eta(ctx, store.get_job(job.id))
     prog = got.progress

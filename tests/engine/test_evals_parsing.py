@@ -165,9 +165,12 @@ async def test_code_cut_while_reasoning_is_retried_then_truncated(thinker: dict[
     adapter, sweep = get_adapter("llama-server"), _sweep(eval_reasoning_budget=256)
     got = await suiterun.run_code_task("j", adapter, thinker["url"], sweep.candidates[0], task, sweep, 60)
     assert got.passed and got.max_tokens == 768 + 256, got.detail
+    assert got.grade_s is not None and got.grade_s > 0 and "sandbox" in got.sources["grade_s"]
+    assert got.task_s == got.latency_s + got.grade_s  # type: ignore[operator]
     thinker["cut_at"] = 10_000
     cut = await suiterun.run_code_task("j", adapter, thinker["url"], sweep.candidates[0], task, sweep, 60)
     assert cut.failure == "reasoning_truncated" and not cut.passed and cut.sandboxed is None
+    assert cut.grade_s is None and "grade_s" not in cut.sources and cut.task_s == cut.latency_s  # no code ran
 
 
 def test_an_answer_cut_after_the_reasoning_is_not_truncated_reasoning() -> None:

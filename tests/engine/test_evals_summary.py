@@ -30,3 +30,10 @@ def test_server_errors_are_out_of_the_pass_rate_and_bfcl_is_per_category() -> No
 def test_all_server_errors_is_no_pass_rate() -> None:
     (summ,) = _eval_summary([_r("s1", "simple_python", False, "server_error")])
     assert summ.pass_rate is None and summ.ci_low is None and summ.completed == 0 and summ.completion_rate == 0.0
+
+
+def test_seconds_a_task_count_the_sandbox_beside_the_requests() -> None:
+    rows = [EvalResult(job="j", candidate="c", tier="code", task=f"t{i}", passed=True, latency_s=lat, grade_s=sandbox)
+            for i, (lat, sandbox) in enumerate(((1.0, 4.0), (2.0, None), (3.0, 0.5)))]
+    (summ,) = _eval_summary(rows)
+    assert summ.latency_s_median == 2.0 and summ.task_s_median == 3.5  # of 5.0, 2.0, 3.5
