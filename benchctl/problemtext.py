@@ -191,5 +191,6 @@ def explain(message: str, path: str, root: type, data: Any) -> str:
             return f"{value!r} is not allowed{hint} (allowed: {', '.join(repr(a) for a in allowed)})"
         return message
     if found and not isinstance(value, dict | list):
-        return f"{message.split(', got `')[0]}, got {value!r}"
+        rule = message.split(", got `")[0]
+        return rule if ", got " in rule else f"{rule}, got {value!r}"
     return message

@@ -162,7 +162,7 @@ class Cooldown(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
 
     def __post_init__(self) -> None:
         if self.max_seconds < self.seconds:
-            raise ValueError(f"max_seconds: must be >= seconds ({self.seconds:g})")
+            raise ValueError(f"max_seconds: must be >= seconds ({self.seconds:g}), got {self.max_seconds:g}")
 
 
 #: Metrics the adaptive probe count can watch (each is a per-probe figure in the row).
@@ -185,7 +185,7 @@ class Probes(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
 
     def __post_init__(self) -> None:
         if self.min > self.max:
-            raise ValueError(f"min: must be <= max ({self.max})")
+            raise ValueError(f"min: must be <= max ({self.max}), got {self.min}")
 
 
 #: Fixed probes per cell when `probes` is omitted and one candidate runs; also the first rounds with several.

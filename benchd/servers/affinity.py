@@ -33,8 +33,8 @@ def plan(requested: bool, threads: int | None, threads_how: str) -> CpuAffinity:
         return CpuAffinity(requested=True, applied=False, reason=f"the server's thread count is unknown: {threads_how}")
     if threads >= len(cpus):
         return CpuAffinity(requested=True, applied=False, server_threads=threads,
-                           reason=f"the server's {plural(threads, 'thread')} ({threads_how}) leave none of the "
-                                  f"{plural(len(cpus), 'usable core')} {cpus} for the client")
+                           reason=f"no core left for the client: {plural(threads, 'server thread')} "
+                                  f"({threads_how}) on {plural(len(cpus), 'usable core')} {cpus}")
     return CpuAffinity(requested=True, applied=True, server_threads=threads, server_cpus=cpus[:threads],
                        client_cpus=cpus[threads:], source=SOURCE)
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+import pytest
+
 from benchctl.sweepfile import schema_problems
+from benchd.schemas import Sweep
 
 
 def _sweep(**over: Any) -> dict[str, Any]:
@@ -76,3 +80,14 @@ def test_a_dict_entry_is_named_by_its_key() -> None:
     assert any(p.startswith("candidates[0] (a).env: key 'B-2': Expected `str` matching regex") for p in problems)
     two, _ = schema_problems(_sweep(margins={"gen_tps": 500, "ttft_ms": 500}))
     assert two == ["margins[...]: Expected `float` <= 100.0"]  # not one culprit: msgspec's words stand
+
+
+def test_a_rule_across_fields_carries_its_value_once() -> None:
+    """The API answers a struct's rule with the value that broke it; validate, which adds a bad value to a
+    rule, does not add it twice."""
+    bad = _sweep(probes={"min": 10, "max": 8}, cooldown={"seconds": 9, "max_seconds": 1})
+    problems, _ = schema_problems(bad)
+    assert "probes.min: must be <= max (8), got 10" in problems
+    assert "cooldown.max_seconds: must be >= seconds (9), got 1" in problems
+    with pytest.raises(msgspec.ValidationError, match=r"min: must be <= max \(8\), got 10"):
+        msgspec.convert(bad, Sweep)
