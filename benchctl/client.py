@@ -1,6 +1,7 @@
 """The benchd API client over its Unix socket: a sync one for the CLI, an async one for tests and tools.
 
-Errors are typed so commands map them to exit codes without parsing text:
+Answers are the JSON as sent (tests read the wire); commands decode them into `benchd.schemas` types
+(`commands.common.decoded`). Errors are typed so commands map them to exit codes without parsing text:
     Unreachable → 3 (with one line on how to start the daemon; SocketPathTooLong says the path is over
     the Unix-socket limit instead, checked only once connecting failed), ApiError(status 4xx) → 2, else 1.
 

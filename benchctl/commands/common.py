@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import click
 
 from benchctl import exitcodes
 from benchctl.jsonerror import error_json, json_requested
 from benchd.stats.notation import fmt_duration
+
+if TYPE_CHECKING:
+    from benchd.schemas import Job, Progress
 
 TERMINAL_EXIT = {"job_finished": exitcodes.OK, "job_failed": exitcodes.FAILED, "job_cancelled": exitcodes.CANCELLED}
 RECONNECT_FOR_S = 60.0
@@ -124,13 +127,33 @@ def _print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
-def planned_text(prog: dict[str, Any]) -> str:
+Answer = TypeVar("Answer")
+
+
+def decoded(kind: type[Answer], answer: object) -> Answer:
+    """An API answer (the JSON the client returns) as its `benchd.schemas` type; exit 1 when it is not one."""
+    import msgspec
+
+    try:
+        return msgspec.convert(answer, kind)
+    except msgspec.ValidationError as exc:
+        raise _fail(f"error: benchd answered something that is not a {kind.__name__}: {exc}", exitcodes.FAILED) from exc
+
+
+def progress_of(job: Job) -> Progress:
+    """The job's progress; none yet is 0 of 0 rows."""
+    from benchd.schemas import Progress
+
+    return job.progress or Progress(done=0, total=0)
+
+
+def planned_text(prog: Progress) -> str:
     """Rows planned: `N`, or `min-max` when the probe count is adaptive (`probes = "auto"`)."""
-    lo, hi = prog.get("total", 0), prog.get("total_max")
+    lo, hi = prog.total, prog.total_max
     return f"{lo}-{hi}" if hi is not None and hi != lo else str(lo)
 
 
-def eta_text(prog: dict[str, Any]) -> str:
+def eta_text(prog: Progress) -> str:
     """ETA: one figure, or `low-high` when the probe count is adaptive."""
-    lo, hi = prog.get("eta_s") or 0, prog.get("eta_max_s")
+    lo, hi = prog.eta_s or 0, prog.eta_max_s
     return f"{fmt_duration(lo)}-{fmt_duration(hi)}" if hi is not None and round(hi) != round(lo) else fmt_duration(lo)

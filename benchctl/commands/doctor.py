@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import click
+import msgspec
 
 from benchctl import exitcodes
 from benchctl.commands.common import state_dir_option
+from benchd.schemas import Health
 from benchd.stats.notation import fmt_duration
 
 HEALTH_TIMEOUT_S = 2.0
@@ -79,7 +81,7 @@ def check_daemon(socket: Path, state_dir: Path) -> tuple[dict[str, Any], dict[st
 
     info: dict[str, Any] = {"reachable": False, "socket": str(socket), "health": None, "reason": None}
     try:
-        health = Client(socket, timeout=HEALTH_TIMEOUT_S).health()
+        answer = Client(socket, timeout=HEALTH_TIMEOUT_S).health()
     except Unreachable as exc:
         info["reason"] = "no socket" if not socket.exists() else (exc.reason or "not running")
         return info, _check("daemon", "warn", f"not running on {socket} ({info['reason']})",
@@ -88,12 +90,17 @@ def check_daemon(socket: Path, state_dir: Path) -> tuple[dict[str, Any], dict[st
         info["reason"] = str(exc)
         return info, _check("daemon", "warn", f"{socket} answered, but not like benchd: {exc}",
                             "is something else listening there? check `benchctl logs` / the daemon's log")
-    info.update(reachable=True, health=health)
-    up = fmt_duration(float(health.get("uptime_s") or 0))
-    summary = (f"benchd {health.get('version')} pid {health.get('pid')}, up {up}, "
-               f"{health.get('queue_depth')} queued, running: {health.get('running_job') or 'nothing'}")
-    if health.get("state_dir") and Path(health["state_dir"]) != state_dir:
-        return info, _check("daemon", "warn", f"{summary}; but it uses state dir {health['state_dir']}, not {state_dir}",
+    try:
+        health = msgspec.convert(answer, Health)
+    except msgspec.ValidationError as exc:
+        info["reason"] = str(exc)
+        return info, _check("daemon", "warn", f"{socket} answered, but not like benchd: {exc}",
+                            "is something else listening there? check `benchctl logs` / the daemon's log")
+    info.update(reachable=True, health=answer)
+    summary = (f"benchd {health.version} pid {health.pid}, up {fmt_duration(health.uptime_s)}, "
+               f"{health.queue_depth} queued, running: {health.running_job or 'nothing'}")
+    if Path(health.state_dir) != state_dir:
+        return info, _check("daemon", "warn", f"{summary}; but it uses state dir {health.state_dir}, not {state_dir}",
                             "pass the same --state-dir / $BENCHD_STATE_DIR to benchctl and benchd")
     return info, _check("daemon", "ok", summary)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
@@ -23,13 +23,18 @@ from benchctl.commands.common import (
     _fail,
     _print_json,
     config,
+    decoded,
     eta_text,
     json_option,
     planned_text,
+    progress_of,
     socket_option,
     state_dir_option,
 )
 from benchd.stats.notation import fmt_duration, plural
+
+if TYPE_CHECKING:
+    from benchd.schemas import Job
 
 # --------------------------------------------------------------------------------------------- ping
 
@@ -39,7 +44,7 @@ from benchd.stats.notation import fmt_duration, plural
 @json_option
 def ping(socket_path: str | None, as_json: bool) -> None:
     """Check that benchd answers on its socket."""
-    health = _call(lambda: _client(socket_path).health())
+    health = _call(lambda: _client(socket_path).health())  # read raw: no schema import on the fast path
     if as_json:
         _print_json(health)
         return
@@ -607,29 +612,32 @@ def submit(sweep_file: str, at: str | None, when: tuple[str, ...], follow: bool,
         except ValueError as exc:
             raise _fail(f"error: {exc}", exitcodes.BAD_INPUT) from exc
     client = _client(socket_path)
-    job = _call(lambda: client.submit(sweep_to_dict(sweep), not_before, list(when)))
-    click.echo(job["id"])
+    from benchd.schemas import Job
+
+    answer = _call(lambda: client.submit(sweep_to_dict(sweep), not_before, list(when)))
+    job = decoded(Job, answer)
+    click.echo(job.id)
     if as_json and not follow:
-        _print_json(job)
+        _print_json(answer)
     elif not follow:
-        extra = f", not before {job['not_before']}" if job.get("not_before") else ""
-        click.echo(f"queued {job['name']!r}: {job['progress']['total']} rows planned{extra}", err=True)
+        extra = f", not before {job.not_before}" if job.not_before else ""
+        click.echo(f"queued {job.name!r}: {planned_text(progress_of(job))} rows planned{extra}", err=True)
     if follow:
         from benchctl.commands.tail import follow_job
 
-        raise SystemExit(follow_job(client, job["id"], as_json))
+        raise SystemExit(follow_job(client, job.id, as_json))
 
 
 # --------------------------------------------------------------------------------------- jobs/status
 
 
-def _job_line(job: dict[str, Any]) -> str:
-    prog = job.get("progress") or {}
-    why = job.get("waiting_reason") or job.get("error") or ""
-    if job.get("state") == "running" and prog.get("eta_s") is not None:
+def _job_line(job: Job) -> str:
+    prog = progress_of(job)
+    why = job.waiting_reason or job.error or ""
+    if job.state == "running" and prog.eta_s is not None:
         why = f"eta {eta_text(prog)}"
-    return (f"{job['id']:<22} {job['state']:<11} {prog.get('done', 0):>5}/{planned_text(prog):<5} "
-            f"{job['created_at'][:19]:<20} {job['name'][:28]:<28} {why}")
+    return (f"{job.id:<22} {job.state:<11} {prog.done:>5}/{planned_text(prog):<5} "
+            f"{job.created_at[:19]:<20} {job.name[:28]:<28} {why}")
 
 
 @click.command()
@@ -651,16 +659,20 @@ def jobs(state: str | None, limit: int, socket_path: str | None, as_json: bool) 
         except Unreachable as exc:
             return _offline_jobs(socket_path, state, limit, exc)
 
-    page = _call(ask)
+    answer = _call(ask)
     if as_json:
-        _print_json(page)
+        _print_json(answer)
         return
+    from benchd.schemas import JobList
+
+    page = decoded(JobList, answer)
+    notes = {j["id"]: j["offline_note"] for j in answer["jobs"] if j.get("offline_note")}  # offline.read_jobs's
     click.echo(f"{'ID':<22} {'STATE':<11} {'ROWS':^11} {'CREATED (UTC)':<20} {'NAME':<28} WHY")
-    for job in page["jobs"]:
+    for job in page.jobs:
         click.echo(_job_line(job))
-        if job.get("offline_note"):
-            click.echo(f"{'':<22} note: {job['offline_note']}")
-    if not page["jobs"]:
+        if job.id in notes:
+            click.echo(f"{'':<22} note: {notes[job.id]}")
+    if not page.jobs:
         click.echo("(no jobs)")
 
 
@@ -689,36 +701,38 @@ def _offline_jobs(socket_path: str | None, state: str | None, limit: int, exc: E
 def status(job_id: str | None, socket_path: str | None, as_json: bool) -> None:
     """Show a job (default: the running one, else the newest), and a pending or regressed recheck of the lock."""
     from benchctl.commands.recheck import recheck_lines
+    from benchd.schemas import Health, Job, JobList, RecheckStatus
 
     client = _client(socket_path)
     recheck_status = _call(lambda: _recheck_status(client))
-    rechecks = recheck_lines(recheck_status)
+    rechecks = recheck_lines(decoded(RecheckStatus, recheck_status) if recheck_status else None)
     if job_id is None:
-        running = _call(client.health).get("running_job")
+        running = decoded(Health, _call(client.health)).running_job
         if running:
             job_id = running
         else:
-            page = _call(lambda: client.jobs(limit=1))
-            if not page["jobs"]:
+            page = decoded(JobList, _call(lambda: client.jobs(limit=1)))
+            if not page.jobs:
                 raise _fail("\n".join([*rechecks, "no jobs yet"]), exitcodes.OK)
-            job_id = page["jobs"][0]["id"]
-    job = _call(lambda: client.job(job_id))
+            job_id = page.jobs[0].id
+    answer = _call(lambda: client.job(job_id))
     if as_json:
-        _print_json({**job, "recheck": recheck_status})
+        _print_json({**answer, "recheck": recheck_status})
         return
-    prog = job.get("progress") or {}
+    job = decoded(Job, answer)
+    prog = progress_of(job)
     lines = [
-        f"job       {job['id']}  ({job['name']})",
-        f"state     {job['state']}" + (f"  - {job['waiting_reason']}" if job.get("waiting_reason") else ""),
-        f"progress  {prog.get('done', 0)}/{planned_text(prog)} rows"
-        + (f", eta {eta_text(prog)}" if prog.get("eta_s") is not None else ""),
-        f"created   {job['created_at']}",
+        f"job       {job.id}  ({job.name})",
+        f"state     {job.state}" + (f"  - {job.waiting_reason}" if job.waiting_reason else ""),
+        f"progress  {prog.done}/{planned_text(prog)} rows" + (f", eta {eta_text(prog)}" if prog.eta_s is not None else ""),
+        f"created   {job.created_at}",
     ]
-    for key in ("not_before", "started_at", "finished_at", "error", "runbook_id"):
-        if job.get(key):
-            lines.append(f"{key.replace('_', ' '):<9} {job[key]}")
-    if job.get("when"):
-        lines.append(f"when      {', '.join(job['when'])}")
+    for key, value in (("not before", job.not_before), ("started at", job.started_at),
+                       ("finished at", job.finished_at), ("error", job.error), ("runbook id", job.runbook_id)):
+        if value:
+            lines.append(f"{key:<9} {value}")
+    if job.when:
+        lines.append(f"when      {', '.join(job.when)}")
     click.echo("\n".join([*lines, *rechecks]))
 
 

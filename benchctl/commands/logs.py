@@ -19,7 +19,8 @@ from typing import NoReturn
 import click
 
 from benchctl import exitcodes
-from benchctl.commands.common import socket_option
+from benchctl.commands.common import decoded, socket_option
+from benchd.schemas import Health
 
 JOB_RE = re.compile(r"^[a-z0-9-]{8,32}$")
 CANDIDATE_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
@@ -106,7 +107,8 @@ def _state_dir(socket_path: str | None) -> tuple[Path, str | None]:
         return cfg.state_dir, running_job(cfg)
     except ApiError as exc:
         _fail(exitcodes.FAILED, f"benchd answered /v1/health with an error: {exc}")
-    return Path(health["state_dir"]), health.get("running_job")
+    got = decoded(Health, health)
+    return Path(got.state_dir), got.running_job
 
 
 def _pick_logs(state: Path, job: str | None, server: str | None, running: str | None) -> list[Path]:

@@ -7,42 +7,44 @@ The daemon queues rechecks by itself when the lock's runtime or model changed (a
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
-from benchctl.commands.common import _call, _client, _print_json, json_option, socket_option
+from benchctl import exitcodes
+from benchctl.commands.common import _call, _client, _fail, _print_json, decoded, json_option, socket_option
+from benchd.schemas import RecheckEntry, RecheckStatus
 
 
-def recheck_lines(st: dict[str, Any]) -> list[str]:
-    """What `status` says about rechecks: a pending one (and why it waits), the last verdict, bad settings."""
+def recheck_lines(st: RecheckStatus | None) -> list[str]:
+    """What `status` says about rechecks (None: a daemon older than rechecks): a pending one (and why it
+    waits), the last verdict, bad settings."""
+    if st is None:
+        return []
     lines = []
-    if st.get("settings_error"):
-        lines.append(f"recheck   settings: {st['settings_error']}")
-    if st.get("lock_error"):
-        lines.append(f"recheck   lock unreadable: {st['lock_error']}")
-    pending, job = st.get("pending"), st.get("pending_job") or {}
+    if st.settings_error:
+        lines.append(f"recheck   settings: {st.settings_error}")
+    if st.lock_error:
+        lines.append(f"recheck   lock unreadable: {st.lock_error}")
+    pending, job = st.pending, st.pending_job
     if pending:
-        why = job.get("waiting_reason") or (f"not before {job['not_before']}" if job.get("not_before") else "")
-        lines.append(f"recheck   PENDING job {pending['job']} ({job.get('state', '?')}"
-                     + (f": {why}" if why else "") + f") because {'; '.join(pending.get('cause') or ['-'])}")
-    last = st.get("last")
-    if last:
-        lines.append(f"recheck   last {last['at'][:19]} job {last['job']}: {verdict_line(last)}")
+        why = "" if job is None else job.waiting_reason or (f"not before {job.not_before}" if job.not_before else "")
+        lines.append(f"recheck   PENDING job {pending.job} ({job.state if job else '?'}"
+                     + (f": {why}" if why else "") + f") because {'; '.join(pending.cause or ['-'])}")
+    if st.last:
+        lines.append(f"recheck   last {st.last.at[:19]} job {st.last.job}: {verdict_line(st.last)}")
     return lines
 
 
-def verdict_line(entry: dict[str, Any]) -> str:
-    """The daemon's `lock.recheck.summary`, from the JSON (`status` stays free of the results stage)."""
-    if entry.get("outcome") != "succeeded" or entry.get("error"):
-        return f"{entry.get('outcome')}" + (f": {entry['error']}" if entry.get("error") else "")
-    regressions = "; ".join(entry.get("regressions") or [])
-    if entry.get("regressed") and entry.get("confirming"):
-        return f"suspected regression, being confirmed by recheck job {entry['confirming']}: {regressions}"
-    if entry.get("regressed"):
-        first = f" (confirmed by a second run; first: job {entry['confirms']})" if entry.get("confirms") else ""
+def verdict_line(entry: RecheckEntry) -> str:
+    """The daemon's `lock.recheck.summary`, from the answer (`status` stays free of the results stage)."""
+    if entry.outcome != "succeeded" or entry.error:
+        return entry.outcome + (f": {entry.error}" if entry.error else "")
+    regressions = "; ".join(entry.regressions)
+    if entry.regressed and entry.confirming:
+        return f"suspected regression, being confirmed by recheck job {entry.confirming}: {regressions}"
+    if entry.regressed:
+        first = f" (confirmed by a second run; first: job {entry.confirms})" if entry.confirms else ""
         return f"REGRESSED{first}: {regressions}"
-    return "no regression" + (f" (job {entry['confirms']}'s regression did not repeat)" if entry.get("confirms") else "")
+    return "no regression" + (f" (job {entry.confirms}'s regression did not repeat)" if entry.confirms else "")
 
 
 @click.command()
@@ -57,16 +59,19 @@ def recheck(now: bool, socket_path: str | None, as_json: bool) -> None:
       benchctl recheck          # with the [recheck] conditions (default: idle + AC power, next 03:00)
       benchctl recheck --now
     """
-    st = _call(lambda: _client(socket_path).recheck(now))
+    answer = _call(lambda: _client(socket_path).recheck(now))
     if as_json:
-        _print_json(st)
+        _print_json(answer)
         return
-    pending, job = st["pending"], st.get("pending_job") or {}
-    click.echo(pending["job"])
+    st = decoded(RecheckStatus, answer)
+    pending, job = st.pending, st.pending_job
+    if pending is None:
+        raise _fail("error: benchd queued a recheck but its answer names no pending job", exitcodes.FAILED)
+    click.echo(pending.job)
     extra = []
-    if job.get("not_before"):
-        extra.append(f"not before {job['not_before']}")
-    if job.get("when"):
-        extra.append(f"when {', '.join(job['when'])}")
-    click.echo(f"recheck of {pending['candidate']} queued ({'; '.join(extra) or 'now'}); "
-               f"cause: {'; '.join(pending['cause'])}", err=True)
+    if job and job.not_before:
+        extra.append(f"not before {job.not_before}")
+    if job and job.when:
+        extra.append(f"when {', '.join(job.when)}")
+    click.echo(f"recheck of {pending.candidate} queued ({'; '.join(extra) or 'now'}); "
+               f"cause: {'; '.join(pending.cause)}", err=True)

@@ -22,9 +22,12 @@ from benchctl.commands.common import (
     _call,
     _client,
     _fail,
+    decoded,
     json_option,
+    progress_of,
     socket_option,
 )
+from benchd.schemas import Job
 
 
 def stream_events(client: Any, job_id: str, sleep: Callable[[float], None] = time.sleep,
@@ -60,7 +63,7 @@ def follow_job(client: Any, job_id: str, as_json: bool) -> int:
     """Follow to a terminal event; returns the exit code (0 succeeded, 1 failed, 4 cancelled, 3 gone)."""
     from benchctl.client import ApiError, Unreachable
 
-    job = _call(lambda: client.job(job_id))
+    job = decoded(Job, _call(lambda: client.job(job_id)))
     renderer: _Plain | _Rich
     if as_json:
         renderer = _Plain(job, raw=True)
@@ -91,22 +94,22 @@ def _say_runbook(client: Any, job_id: str, wait_s: float = 60.0) -> None:
     from benchctl.client import ClientError
 
     deadline = time.monotonic() + wait_s
-    job: dict[str, Any] = {}
+    job: Job | None = None
     while time.monotonic() < deadline:
         try:
-            job = client.job(job_id)
+            job = decoded(Job, client.job(job_id))
         except ClientError:
             return
-        if job.get("runbook_id") or "runbook not written" in (job.get("error") or ""):
+        if job.runbook_id or "runbook not written" in (job.error or ""):
             break
-        if not (job.get("progress") or {}).get("done"):
+        if not (job.progress and job.progress.done):
             return  # no rows: no runbook is coming
         time.sleep(0.25)
-    if job.get("runbook_id"):
-        click.echo(f"runbook: {job['runbook_id']} (benchctl report {job['runbook_id']})")
-        _say_pareto(client, job["runbook_id"])
-    elif job.get("error"):
-        click.echo(f"error: {job['error']}")
+    if job and job.runbook_id:
+        click.echo(f"runbook: {job.runbook_id} (benchctl report {job.runbook_id})")
+        _say_pareto(client, job.runbook_id)
+    elif job and job.error:
+        click.echo(f"error: {job.error}")
 
 
 def _say_pareto(client: Any, runbook_id: str) -> None:
@@ -196,11 +199,11 @@ def _event_text(ev: dict[str, Any]) -> str:
 
 
 class _Plain:
-    def __init__(self, job: dict[str, Any], raw: bool) -> None:
+    def __init__(self, job: Job, raw: bool) -> None:
         self.raw = raw
-        prog = job.get("progress") or {}
-        if not raw and prog.get("total_max") not in (None, prog.get("total")):
-            sys.stdout.write(f"{job.get('name', job['id'])}: {prog.get('total')}-{prog['total_max']} rows planned "
+        prog = progress_of(job)
+        if not raw and prog.total_max not in (None, prog.total):
+            sys.stdout.write(f"{job.name}: {prog.total}-{prog.total_max} rows planned "
                              "(probes = auto: a context's rounds stop once every pair's verdict is resolved, a "
                              "single candidate's cell when its CI target is met)\n")
 
@@ -221,19 +224,20 @@ class _Plain:
 class _Rich:
     """A progress bar (rows done/total, ETA) with each finished row printed above it as it lands."""
 
-    def __init__(self, job: dict[str, Any]) -> None:
+    def __init__(self, job: Job) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        prog = job.get("progress") or {}
-        self.total = int(prog.get("total") or 0)
-        self.high = prog.get("total_max") is not None  # the bar follows the plan's high end (adaptive probes)
-        if prog.get("total_max") not in (None, self.total):  # adaptive probes: the plan is a range, the bar
-            job = {**job, "name": f"{job.get('name', job['id'])} ({self.total}-{prog['total_max']} rows)"}
-            self.total = int(prog["total_max"])  # runs to its high end (the ETA is the longest)
+        prog = progress_of(job)
+        self.total = prog.total
+        self.high = prog.total_max is not None  # the bar follows the plan's high end (adaptive probes)
+        name = job.name
+        if prog.total_max is not None and prog.total_max != self.total:  # adaptive probes: the plan is a range,
+            name = f"{job.name} ({self.total}-{prog.total_max} rows)"
+            self.total = prog.total_max  # the bar runs to its high end (the ETA is the longest)
         self.done_keys: set[tuple[Any, ...]] = set()
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("eta"), TimeRemainingColumn())
-        self.task = self.progress.add_task(job.get("name", job["id"]), total=self.total or None)
+        self.task = self.progress.add_task(name, total=self.total or None)
 
     def __enter__(self) -> _Rich:
         self.progress.start()

@@ -1,10 +1,14 @@
 """How `tail`, `jobs` and `status` show a cell's verdict, throttle-suspect rows, and the min-max plan of an
-adaptive sweep (pure formatting of the API's JSON, payloads in the shapes the daemon encodes)."""
+adaptive sweep (the API's answers decoded into their types, event payloads in the shapes the daemon encodes)."""
 
 from __future__ import annotations
 
-from benchctl.commands.common import eta_text, planned_text
+import msgspec
+import pytest
+
+from benchctl.commands.common import decoded, eta_text, planned_text
 from benchctl.commands.tail import _event_text
+from benchd.schemas import Job, Progress
 
 
 def test_cell_finished_line() -> None:
@@ -32,10 +36,10 @@ def test_a_payload_benchctl_cannot_read_is_shown_not_dropped() -> None:
 
 
 def test_plan_and_eta_ranges() -> None:
-    assert planned_text({"total": 19, "total_max": 91}) == "19-91"
-    assert planned_text({"total": 12, "total_max": None}) == "12"
-    assert eta_text({"eta_s": 60.0, "eta_max_s": 600.0}) == "1m00s-10m00s"
-    assert "-" not in eta_text({"eta_s": 60.0})
+    assert planned_text(Progress(done=0, total=19, total_max=91)) == "19-91"
+    assert planned_text(Progress(done=0, total=12, total_max=None)) == "12"
+    assert eta_text(Progress(done=0, total=1, eta_s=60.0, eta_max_s=600.0)) == "1m00s-10m00s"
+    assert "-" not in eta_text(Progress(done=0, total=1, eta_s=60.0))
 
 
 def test_design_round_and_context_lines() -> None:
@@ -59,11 +63,25 @@ def test_a_dropped_candidate_shrinks_the_plan_tail_follows() -> None:
          "unrun_rows": 4, "unrun_rows_max": 22, "planned_rows": 17, "planned_rows_max": 53}
     ev = {"seq": 9, "time": "2026-01-01T00:00:00.000Z", "type": "candidate_dropped", "payload": p}
     assert _event_text(ev).endswith("dominated by a (better on gen_tps) (17-53 rows planned from now on)")
-    rich = _Rich({"id": "j", "name": "j", "progress": {"done": 0, "total": 21, "total_max": 75}})
+    job = Job(id="j", name="j", state="running", created_at="2026-01-01T00:00:00Z")
+    rich = _Rich(msgspec.structs.replace(job, progress=Progress(done=0, total=21, total_max=75)))
     assert rich.total == 75
     for _ in range(2):
         rich.event(b"", ev)
         assert rich.total == 53 and rich.progress.tasks[0].total == 53
-    fixed = _Rich({"id": "j", "name": "j", "progress": {"done": 0, "total": 21}})
+    fixed = _Rich(msgspec.structs.replace(job, progress=Progress(done=0, total=21)))
     fixed.event(b"", {**ev, "payload": {**p, "planned_rows_max": None}})
     assert fixed.total == 17
+
+
+def test_an_answer_is_decoded_into_its_type_or_is_a_clear_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    """benchctl reads the daemon's answers as `benchd.schemas` types; one that is not its type (a newer or a
+    foreign server) is named, not a KeyError."""
+    got = decoded(Job, {"id": "j", "name": "n", "state": "queued", "created_at": "2026-01-01T00:00:00Z",
+                        "progress": {"done": 1, "total": 4}})
+    assert got.progress is not None and planned_text(got.progress) == "4" and got.when == []
+    with pytest.raises(SystemExit) as bad:
+        decoded(Job, {"id": "j", "state": "queued"})
+    assert bad.value.code == 1
+    assert "benchd answered something that is not a Job: Object missing required field `name`" in \
+        capsys.readouterr().err
