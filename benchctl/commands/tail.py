@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
+import msgspec
+from msgspec import Struct
 
 from benchctl import exitcodes
 from benchctl.commands.common import (
@@ -27,7 +29,7 @@ from benchctl.commands.common import (
     progress_of,
     socket_option,
 )
-from benchd.schemas import Job
+from benchd.schemas import Job, Row, events
 
 
 def stream_events(client: Any, job_id: str, sleep: Callable[[float], None] = time.sleep,
@@ -131,14 +133,10 @@ def _say_pareto(client: Any, runbook_id: str) -> None:
                 click.echo(f"pareto {line}" if not line.startswith(" ") else line)
 
 
-def _row_text(payload: dict[str, Any]) -> str:
-    """A probe row as the daemon sent it, decoded into the `Row` it was encoded from."""
-    import msgspec
-
+def _row_text(r: Row) -> str:
+    """A probe row as the daemon sent it."""
     from benchd.results.text import fmt_value
-    from benchd.schemas import Row
 
-    r = msgspec.convert(payload, Row)
     base = f"{r.candidate} ctx {r.context} {r.kind} #{r.probe}: {r.status}"
     if r.status != "ok":
         return f"{base} ({r.error or 'no reason given'})"
@@ -147,55 +145,65 @@ def _row_text(payload: dict[str, Any]) -> str:
             f"ttft {fmt_value('ttft_ms', r.ttft_ms)} ms  mem {fmt_value('mem_peak_bytes', r.mem_peak_bytes)}{flag}")
 
 
-def _verdict_text(p: dict[str, Any]) -> str:
+def _verdict_text(p: events.CellFinished) -> str:
     """`cell a ctx 512: steady after 8 probes (CI ±1.2 % <= ±2 % target after 8 ok probes, no trend)`."""
-    import msgspec
-
     from benchd.results.text import verdict_text
-    from benchd.schemas import CellVerdict
 
-    v = msgspec.convert(p["verdict"], CellVerdict) if p.get("verdict") else None
-    kind = "" if p.get("kind") == "probe" else f" {p.get('kind')}"
-    return f"cell {p.get('candidate')} ctx {p.get('context')}{kind}: {verdict_text(v, detail=True)}"
+    kind = "" if p.kind == "probe" else f" {p.kind}"
+    return f"cell {p.candidate} ctx {p.context}{kind}: {verdict_text(p.verdict, detail=True)}"
 
 
-def _event_text(ev: dict[str, Any]) -> str:
-    import msgspec
+def _design_text(p: events.DesignChosen | events.DesignChanged) -> str:
+    return f"order {p.order}: {p.why}" + (f"; plan {p.plan}" if p.plan else "")
 
-    p = ev.get("payload") or {}
+
+def _dropped_text(p: events.CandidateDropped) -> str:
+    lo, hi = p.planned_rows, p.planned_rows_max
+    plan = "" if lo is None else f" ({lo if hi in (None, lo) else f'{lo}-{hi}'} rows planned from now on)"
+    return f"{p.candidate} left the race at ctx {p.context} after round {p.round}: {p.why}{plan}"
+
+
+def _session_text(p: events.SessionFinished) -> str:
+    ttft, reuse = p.warm_ttft_ms, p.reuse_fraction
+    return (f"session {p.candidate} ctx {p.context}: {p.status}, warm-turn TTFT "
+            f"{'null' if ttft is None else f'{ttft:.1f} ms'}, reuse {'null' if reuse is None else f'{reuse:.0%}'}, "
+            f"cache misses {p.misses}")
+
+
+#: The event types `tail` words itself, each read as its payload's struct; any other is shown as sent.
+_TEXTS: dict[str, Callable[[Any], str]] = {
+    "probe_finished": lambda p: _row_text(p.row),
+    "cell_finished": _verdict_text,
+    "design_chosen": _design_text,
+    "design_changed": _design_text,
+    "round_started": lambda p: f"ctx {p.context} round {p.round}: {' → '.join(p.order)}",
+    "context_finished": lambda p: f"ctx {p.context} stopped after {p.rounds} rounds ({p.design}): {p.why}",
+    "candidate_dropped": _dropped_text,
+    "candidate_settled": lambda p: (
+        f"{p.candidate} ends its rounds of ctx {p.context} after round {p.round} "
+        "(each pair of it resolved or not resolvable in the rounds left); it stays in the race"),
+    "session_finished": _session_text,
+    "level_finished": lambda p: (
+        f"concurrency {p.concurrency} {p.candidate} ctx {p.context}: aggregate "
+        f"{'null' if p.agg_gen_tps is None else f'{p.agg_gen_tps:.1f} tok/s'}"),
+}
+
+
+def _payload(event: dict[str, Any]) -> Struct:
+    """The event's payload as its type's struct (msgspec.ValidationError names what does not decode)."""
+    return msgspec.convert(event.get("payload") or {}, events.PAYLOADS[event["type"]])
+
+
+def _event_text(event: dict[str, Any]) -> str:
+    words = _TEXTS.get(event["type"])
+    raw = event.get("payload") or {}
+    if words is None:
+        detail = " ".join(f"{k}={v}" for k, v in raw.items() if not isinstance(v, (dict, list)) and v is not None)
+        return f"{event['type']} {detail}".rstrip()
     try:
-        if ev["type"] == "probe_finished" and isinstance(p.get("row"), dict):
-            return _row_text(p["row"])
-        if ev["type"] == "cell_finished":
-            return _verdict_text(p)
+        return words(_payload(event))
     except msgspec.ValidationError as exc:
-        return f"{ev['type']}: a payload this benchctl cannot read ({exc}): {json.dumps(p)}"
-    if ev["type"] in ("design_chosen", "design_changed"):
-        plan = f"; plan {p['plan']}" if p.get("plan") else ""
-        return f"order {p.get('order')}: {p.get('why')}{plan}"
-    if ev["type"] == "round_started":
-        return f"ctx {p.get('context')} round {p.get('round')}: {' → '.join(p.get('order') or [])}"
-    if ev["type"] == "context_finished":
-        return f"ctx {p.get('context')} stopped after {p.get('rounds')} rounds ({p.get('design')}): {p.get('why')}"
-    if ev["type"] == "candidate_dropped":
-        lo, hi = p.get("planned_rows"), p.get("planned_rows_max")
-        plan = "" if lo is None else f" ({lo if hi in (None, lo) else f'{lo}-{hi}'} rows planned from now on)"
-        return (f"{p.get('candidate')} left the race at ctx {p.get('context')} after round {p.get('round')}: "
-                f"{p.get('why')}{plan}")
-    if ev["type"] == "candidate_settled":
-        return (f"{p.get('candidate')} ends its rounds of ctx {p.get('context')} after round {p.get('round')} "
-                "(each pair of it resolved or not resolvable in the rounds left); it stays in the race")
-    if ev["type"] == "session_finished":
-        ttft, reuse = p.get("warm_ttft_ms"), p.get("reuse_fraction")
-        return (f"session {p.get('candidate')} ctx {p.get('context')}: {p.get('status')}, warm-turn TTFT "
-                f"{'null' if ttft is None else f'{ttft:.1f} ms'}, reuse {'null' if reuse is None else f'{reuse:.0%}'}, "
-                f"cache misses {p.get('misses')}")
-    if ev["type"] == "level_finished":
-        agg = p.get("agg_gen_tps")
-        return (f"concurrency {p.get('concurrency')} {p.get('candidate')} ctx {p.get('context')}: aggregate "
-                f"{'null' if agg is None else f'{agg:.1f} tok/s'}")
-    detail = " ".join(f"{k}={v}" for k, v in p.items() if not isinstance(v, (dict, list)) and v is not None)
-    return f"{ev['type']} {detail}".rstrip()
+        return f"{event['type']}: a payload this benchctl cannot read ({exc}): {json.dumps(raw)}"
 
 
 class _Plain:
@@ -246,27 +254,29 @@ class _Rich:
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
 
-    def event(self, line: bytes, ev: dict[str, Any]) -> None:
-        row = (ev.get("payload") or {}).get("row")
-        if ev["type"] == "probe_finished" and isinstance(row, dict):
-            if row.get("status") != "aborted":
-                self.done_keys.add((row.get("candidate"), row.get("context"), row.get("kind"), row.get("probe")))
+    def event(self, line: bytes, event: dict[str, Any]) -> None:
+        try:
+            p = _payload(event) if event["type"] in ("probe_finished", "candidate_dropped") else None
+        except msgspec.ValidationError:
+            p = None  # said as it is below
+        if isinstance(p, events.ProbeFinished):
+            r = p.row
+            if r.status != "aborted":
+                self.done_keys.add((r.candidate, r.context, r.kind, r.probe))
                 self.progress.update(self.task, completed=len(self.done_keys))
-            self.progress.console.print(_row_text(row), highlight=False, markup=False)
+            self.progress.console.print(_row_text(r), highlight=False, markup=False)
             return
-        if ev["type"] == "candidate_dropped":  # the plan loses the dropped candidate's unrun rows
-            p = ev.get("payload") or {}
-            planned = p.get("planned_rows_max") if self.high else p.get("planned_rows")
+        if isinstance(p, events.CandidateDropped):  # the plan loses the dropped candidate's unrun rows
+            planned = p.planned_rows_max if self.high else p.planned_rows
             if planned is not None:
-                self.total = int(planned)
+                self.total = planned
                 self.progress.update(self.task, total=self.total or None)
-        if ev["type"] in ("job_started", "job_resumed", "job_interrupted", *TERMINAL_EXIT, "server_crashed",
-                            "cell_finished", "session_finished", "level_finished", "design_chosen",
-                            "design_changed", "context_finished", "candidate_dropped",
-                            "candidate_settled"):
-            self.progress.console.print(_event_text(ev), style="bold", highlight=False, markup=False)
+        if event["type"] in ("job_started", "job_resumed", "job_interrupted", *TERMINAL_EXIT, "server_crashed",
+                             "cell_finished", "session_finished", "level_finished", "design_chosen",
+                             "design_changed", "context_finished", "candidate_dropped", "candidate_settled"):
+            self.progress.console.print(_event_text(event), style="bold", highlight=False, markup=False)
         else:
-            self.progress.update(self.task, description=_event_text(ev)[:60])
+            self.progress.update(self.task, description=_event_text(event)[:60])
 
 
 @click.command()

@@ -8,7 +8,7 @@ import pytest
 
 from benchctl.commands.common import decoded, eta_text, planned_text
 from benchctl.commands.tail import _event_text
-from benchd.schemas import Job, Progress
+from benchd.schemas import Job, Progress, events
 
 
 def test_cell_finished_line() -> None:
@@ -47,8 +47,8 @@ def test_design_round_and_context_lines() -> None:
     chosen = _event_text({"type": "design_chosen", "payload": {
         "order": "blocked", "why": "the default order, but the servers do not fit side by side", "plan": "3 rounds"}})
     assert chosen.startswith("order blocked: the default order") and "plan 3 rounds" in chosen
-    assert _event_text({"type": "round_started", "payload": {"context": 128, "round": 2, "order": ["b", "a"]}}) == \
-        "ctx 128 round 2: b → a"
+    started = events.to_wire(events.RoundStarted(context=128, round=2, order=["b", "a"], seed=7, design="interleaved"))
+    assert _event_text({"type": "round_started", "payload": started}) == "ctx 128 round 2: b → a"
     stop = _event_text({"type": "context_finished", "payload": {
         "context": 128, "rounds": 7, "design": "interleaved", "why": "every pair's gen_tps verdict resolved"}})
     assert "stopped after 7 rounds (interleaved): every pair's gen_tps verdict resolved" in stop
@@ -59,8 +59,9 @@ def test_a_dropped_candidate_shrinks_the_plan_tail_follows() -> None:
     the progress bar's total becomes them (absolute, so replaying the events from the start is idempotent)."""
     from benchctl.commands.tail import _Rich
 
-    p = {"candidate": "slow", "context": 128, "round": 3, "why": "dominated by a (better on gen_tps)",
-         "unrun_rows": 4, "unrun_rows_max": 22, "planned_rows": 17, "planned_rows_max": 53}
+    p = events.to_wire(events.CandidateDropped(
+        candidate="slow", context=128, round=3, by=["a"], why="dominated by a (better on gen_tps)",
+        unrun_rows=4, unrun_rows_max=22, planned_rows=17, planned_rows_max=53))
     ev = {"seq": 9, "time": "2026-01-01T00:00:00.000Z", "type": "candidate_dropped", "payload": p}
     assert _event_text(ev).endswith("dominated by a (better on gen_tps) (17-53 rows planned from now on)")
     job = Job(id="j", name="j", state="running", created_at="2026-01-01T00:00:00Z")
