@@ -12,7 +12,7 @@ import msgspec
 
 from benchd.config import Config
 from benchd.results.runbook import RunbookHead, runbook_files
-from benchd.schemas import Candidate, Sweep
+from benchd.schemas import Candidate, EvalSummary, Sweep
 
 MAX_RUNBOOKS = 30  # read at the most, newest first
 
@@ -102,18 +102,11 @@ class _Start(msgspec.Struct):
     ready_s: float | None = None
 
 
-class _Eval(msgspec.Struct):
-    candidate: str
-    tier: str
-    latency_s_median: float | None = None
-    task_s_median: float | None = None
-
-
 class _Measured(RunbookHead, kw_only=True):
     provenance: _Prov
     cells: list[_Cell] = msgspec.field(default_factory=list)
     ready: list[_Start] = msgspec.field(default_factory=list)
-    eval_summary: list[_Eval] = msgspec.field(default_factory=list)
+    eval_summary: list[EvalSummary] = msgspec.field(default_factory=list)
 
 
 class Rates(NamedTuple):
