@@ -636,7 +636,7 @@ def _job_line(job: Job) -> str:
     why = job.waiting_reason or job.error or ""
     if job.state == "running" and prog.eta_s is not None:
         why = f"eta {eta_text(prog)}"
-    return (f"{job.id:<22} {job.state:<11} {prog.done:>5}/{planned_text(prog):<5} "
+    return (f"{job.id:<26} {job.state:<11} {prog.done:>5}/{planned_text(prog):<5} "
             f"{job.created_at[:19]:<20} {job.name[:28]:<28} {why}")
 
 
@@ -667,11 +667,11 @@ def jobs(state: str | None, limit: int, socket_path: str | None, as_json: bool) 
 
     page = decoded(JobList, answer)
     notes = {j["id"]: j["offline_note"] for j in answer["jobs"] if j.get("offline_note")}  # offline.read_jobs's
-    click.echo(f"{'ID':<22} {'STATE':<11} {'ROWS':^11} {'CREATED (UTC)':<20} {'NAME':<28} WHY")
+    click.echo(f"{'ID':<26} {'STATE':<11} {'ROWS':^11} {'CREATED (UTC)':<20} {'NAME':<28} WHY")
     for job in page.jobs:
         click.echo(_job_line(job))
         if job.id in notes:
-            click.echo(f"{'':<22} note: {notes[job.id]}")
+            click.echo(f"{'':<26} note: {notes[job.id]}")
     if not page.jobs:
         click.echo("(no jobs)")
 
