@@ -119,11 +119,11 @@ def _pick_logs(state: Path, job: str | None, server: str | None, running: str | 
         if running is None:
             _fail(exitcodes.BAD_INPUT, "--server needs a JOB when no job is running: benchctl logs JOB --server CANDIDATE")
         job = running
-    if not JOB_RE.match(job):
+    if not JOB_RE.fullmatch(job):
         _fail(exitcodes.BAD_INPUT, f"{job!r} is not a job id ([a-z0-9-], 8 to 32 characters)")
     job_dir = logs / job
     if server is not None:
-        if not CANDIDATE_RE.match(server) or ".." in server:
+        if not CANDIDATE_RE.fullmatch(server) or ".." in server:
             _fail(exitcodes.BAD_INPUT, f"{server!r} is not a candidate id")
         path = job_dir / f"{server}.log"
         if not path.exists():

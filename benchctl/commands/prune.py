@@ -99,7 +99,7 @@ def lock_references(locked_path: Path) -> tuple[set[str], list[str], str | None]
     except (OSError, tomllib.TOMLDecodeError) as exc:
         return set(), [], f"cannot read {locked_path} ({exc})"
     strings = _strings(doc)
-    ids = {s for s in strings if RUNBOOK_ID_RE.match(s)}
+    ids = {s for s in strings if RUNBOOK_ID_RE.fullmatch(s)}
     ids |= {Path(s).stem for s in strings if s.endswith(".json") and RUNBOOK_ID_RE.match(Path(s).stem)}
     return ids, [s for s in strings if "/" in s], None
 

@@ -197,7 +197,7 @@ def point(cand: Candidate, combo: list[tuple[str, Value]]) -> Candidate:
 def _id_problem(ident: str) -> str | None:
     if len(ident) > 63:
         return f"derived id {ident!r} has {len(ident)} characters (at most 63): shorten the base id"
-    if not _ID.match(ident) or ".." in ident:
+    if not _ID.fullmatch(ident) or ".." in ident:
         return f"derived id {ident!r} is not a valid candidate id ({CANDIDATE_ID_PATTERN}, no '..')"
     return None
 

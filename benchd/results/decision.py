@@ -24,8 +24,7 @@ class Undecided:
     pair: tuple[str, str]
     status: str  # tied | unresolved
     text: str
-    decide: list[str]  # what would decide it: more rounds for the axes whose interval overlaps the margin, a line
-    # for each axis with too few values
+    decide: list[str]  # what would decide it: more rounds where an interval overlaps the margin, a line per thin axis
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,7 @@ class RecheckEntry(Struct, kw_only=True, omit_defaults=True):
 
 
 #: `at` in the settings: "HH:MM" local time (24 h), or "" for "as soon as the conditions hold".
-CLOCK_TIME_PATTERN = r"^(([01][0-9]|2[0-3]):[0-5][0-9])?$"
+CLOCK_TIME_PATTERN = r"^(([01][0-9]|2[0-3]):[0-5][0-9])?$(?!\n)"
 ClockTime = Annotated[str, Meta(pattern=CLOCK_TIME_PATTERN)]
 
 

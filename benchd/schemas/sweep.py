@@ -8,10 +8,10 @@ import msgspec
 from msgspec import Meta, Struct
 
 # ---------------------------------------------------------------------------------------------- ids
-
-CANDIDATE_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
-JOB_ID_PATTERN = r"^[a-z0-9-]{8,32}$"
-RUNBOOK_ID_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}-[a-z0-9-]{8,32}$"
+#: `$(?!\n)` ends every pattern: msgspec matches with `re.search`, and `$` alone also matches before a final newline.
+CANDIDATE_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$(?!\n)"
+JOB_ID_PATTERN = r"^[a-z0-9-]{8,32}$(?!\n)"
+RUNBOOK_ID_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}-[a-z0-9-]{8,32}$(?!\n)"
 
 CandidateId = Annotated[str, Meta(pattern=CANDIDATE_ID_PATTERN)]
 JobId = Annotated[str, Meta(pattern=JOB_ID_PATTERN)]
@@ -19,7 +19,7 @@ Runtime = Literal["llama-server", "mlx_lm.server", "mlx_vlm.server", "openai"]
 RUNTIMES: tuple[str, ...] = ("llama-server", "mlx_lm.server", "mlx_vlm.server", "openai")
 #: The runtime of a server benchd does not start (an external candidate: `url`, `request_model`).
 EXTERNAL_RUNTIME = "openai"
-EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$(?!\n)")]
 
 PathStr = Annotated[str, Meta(min_length=1, max_length=4096)]
 ShortStr = Annotated[str, Meta(max_length=1024)]
@@ -35,7 +35,7 @@ class Spec(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     every stored sweep, runbook and lock records the resolved kind. Without a draft model it stays
     required (eagle3 / mtp / dflash name no draft file)."""
 
-    kind: Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")] | None = None
+    kind: Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$(?!\n)")] | None = None
     draft_model: PathStr | None = None
     draft_max: Annotated[int, Meta(ge=1, le=1024)] | None = None
 
@@ -47,7 +47,7 @@ class Spec(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
 
 
 #: A matrix key: a runtime flag (`-ub`, `--n-cpu-moe`), or the candidate's own `spec` / `ctx_size`.
-MatrixKey = Annotated[str, Meta(pattern=r"^(-{1,2}[A-Za-z0-9][A-Za-z0-9_-]{0,62}|spec|ctx_size)$")]
+MatrixKey = Annotated[str, Meta(pattern=r"^(-{1,2}[A-Za-z0-9][A-Za-z0-9_-]{0,62}|spec|ctx_size)$(?!\n)")]
 #: A matrix value: a flag's value (an integer stands for its digits), true / false for a switch (given /
 #: left out), a `spec` table or false (no speculation), a `ctx_size` (an integer).
 MatrixValue = Annotated[str, Meta(min_length=1, max_length=1024)] | int | bool | Spec
@@ -307,7 +307,7 @@ class Kld(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
 class Sweep(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     """The sweep file (TOML on disk, JSON in `POST /v1/jobs`). These are all the fields."""
 
-    name: Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,99}$")]
+    name: Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,99}$(?!\n)")]
     contexts: Annotated[list[Annotated[int, Meta(ge=1, le=4_194_304)]], Meta(min_length=1, max_length=64)]
     gen_tokens: Annotated[int, Meta(ge=1, le=131_072)]
     candidates: Annotated[list[Candidate], Meta(min_length=1, max_length=64)]

@@ -4,6 +4,7 @@ plus the allowed fields for an unknown field, at every depth of the sweep."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -91,3 +92,20 @@ def test_a_rule_across_fields_carries_its_value_once() -> None:
     assert "cooldown.max_seconds: must be >= seconds (9), got 1" in problems
     with pytest.raises(msgspec.ValidationError, match=r"min: must be <= max \(8\), got 10"):
         msgspec.convert(bad, Sweep)
+
+
+@pytest.mark.parametrize("bad", [
+    {"name": "x\n"}, {"cand": {"id": "a\n"}}, {"cand": {"env": {"A\n": "v"}}}, {"cand": {"spec": {"kind": "draft\n"}}},
+])
+def test_a_final_newline_does_not_pass_a_pattern(bad: dict[str, Any]) -> None:
+    """msgspec matches a pattern with `re.search`, whose `$` also matches before a final newline: every pattern
+    ends `$(?!\\n)`, so an id, name or env key with a newline at its end is refused like any other bad one."""
+    with pytest.raises(msgspec.ValidationError, match="matching regex"):
+        msgspec.convert(_sweep(**bad), Sweep)
+    from benchd.schemas import CLOCK_TIME_PATTERN, JOB_ID_PATTERN, RUNBOOK_ID_PATTERN, RecheckSettings
+
+    assert not any(re.search(p, v + "\n") for p, v in ((JOB_ID_PATTERN, "20261207-094629-e80345e1a6"),
+                                                       (RUNBOOK_ID_PATTERN, "2026-12-07-20261207-094629-e80345e1a6"),
+                                                       (CLOCK_TIME_PATTERN, "03:00")))
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"at": "03:00\n"}, RecheckSettings)
