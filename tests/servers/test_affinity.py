@@ -44,10 +44,10 @@ def test_plan_splits_or_says_why_not() -> None:
     full = affinity.plan(True, len(cores), "-t")
     assert not full.applied and (full.reason or "").startswith(
         f"no core left for the client: {len(cores)} server threads (-t) on {len(cores)} usable cores")
+    unknown = affinity.plan(True, None, "no -t N")
+    assert not unknown.applied and "unknown: no -t N" in (unknown.reason or "")
 
 
 def test_a_single_core_is_said_in_the_singular(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(affinity, "usable_cpus", lambda: [0])
     assert affinity.plan(True, 1, "-t 1").reason == "no core left for the client: 1 server thread (-t 1) on 1 usable core [0]"
-    unknown = affinity.plan(True, None, "no -t N")
-    assert not unknown.applied and "unknown: no -t N" in (unknown.reason or "")
