@@ -196,8 +196,7 @@ def path_problems(i: int, cand: Candidate) -> list[BenchdError]:
 
 
 def input_problems(i: int, cand: Candidate) -> list[BenchdError]:
-    """A NUL byte in `args` or an `env` value, and a path field naming a FIFO, device, socket or a
-    directory where a file is expected (a stat, never an open: nothing is read before these are fixed)."""
+    """A NUL byte in `args` or `env`; a path naming a FIFO, device, socket, or a directory for a file (a stat)."""
     where = f"$.candidates[{i}]"
     out = [BenchdError("invalid", f"candidate {cand.id!r}: args[{j}] contains a NUL byte (no process argument "
                        "can hold one)", f"{where}.args[{j}]") for j, a in enumerate(cand.args) if "\x00" in a]
@@ -241,13 +240,31 @@ def _candidate_lines(i: int, cand: Candidate, cache_dir: Path, sweep: Sweep | No
     where = f"candidates[{i}] ({cand.id})"
     unsafe = input_problems(i, cand)
     if unsafe:  # nothing of this candidate is read until these are fixed
-        return [f"{where}.{(e.field or '').split('].', 1)[-1]}: {e.message}" for e in unsafe]
-    adapter = [f"{where}: {e}" for e in adapter_problems(cand, sweep)]
+        return [_line(where, i, cand, e) for e in unsafe]
+    adapter = [_line(where, i, cand, e) for e in adapter_problems(cand, sweep)]
     if cand.external:
         _, live = resolve_external(Sweep(name="x", contexts=[1], gen_tokens=1, candidates=[cand]))
-        return adapter + [f"{where}.{(e.field or '').rsplit('.', 1)[-1]}: {e.message}" for e in live]
+        return adapter + [_line(where, 0, cand, e) for e in live]
     return (_missing_files(where, cand) + adapter + [f"{where}.{name}: {why}" for name, why in model_problems(cand, sweep)]
             + _resolved_binary(where, cand, cache_dir))
+
+
+def indexed(i: int, cand: Candidate, problem: BenchdError) -> BenchdError:
+    """A candidate's problem named by its index (`$.candidates[0]…`, as the body), not id; a field outside stays."""
+    field = problem.field or f"$.candidates[{i}]"
+    by_id = f"$.candidates[{cand.id}]"
+    if field.startswith(by_id):
+        field = f"$.candidates[{i}]{field[len(by_id):]}"
+    return BenchdError(problem.code, problem.message, field, problem.status)
+
+
+def _line(where: str, i: int, cand: Candidate, problem: BenchdError) -> str:
+    """`candidates[0] (qwen).args[2]: why`, the message's `candidate 'qwen': ` left out: validate's line."""
+    field = indexed(i, cand, problem).field or ""
+    message = problem.message.removeprefix(f"candidate {cand.id!r}: ")
+    if not field.startswith("$.candidates["):
+        return f"{where}: {message} (field {field[2:]})"
+    return f"{where}{field.partition(']')[2]}: {message}"
 
 
 def _missing_files(where: str, cand: Candidate) -> list[str]:
@@ -283,8 +300,7 @@ def submit_problems(sweep: Sweep, cache_dir: Path | None = None) -> list[BenchdE
     for i, cand in enumerate(sweep.candidates):
         if i in unsafe:
             continue  # its files are never read (a FIFO would block the read)
-        out += [p if p.field else BenchdError(p.code, p.message, f"$.candidates[{i}]", p.status)
-                for p in adapter_problems(cand, sweep)]
+        out += [indexed(i, cand, p) for p in adapter_problems(cand, sweep)]
     out += margin_problems(sweep)
     if cache_dir is not None:
         out += eval_data_problems(sweep, cache_dir)

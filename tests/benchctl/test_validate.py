@@ -63,6 +63,29 @@ def test_validate_lists_every_problem(tmp_path: Path) -> None:
     assert len([ln for ln in text.stderr.splitlines() if ln.startswith("problem: ")]) == 8
 
 
+def test_a_runtime_check_names_the_candidate_once_at_its_index(tmp_path: Path) -> None:
+    """The adapters' checks see one candidate and name it by id; the line names it once, by index and id."""
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    f = tmp_path / "flags.toml"
+    f.write_text(f'''name = "flags"
+contexts = [64]
+gen_tokens = 8
+[[candidates]]
+id = "plain"
+runtime = "llama-server"
+model = "{model}"
+[[candidates]]
+id = "bound"
+runtime = "llama-server"
+model = "{model}"
+args = ["--temp", "0", "--host=0.0.0.0"]
+''')
+    problems = json.loads(validate(f, "--json").stdout)["problems"]
+    assert f"{f}: candidates[1] (bound).args[2]: llama-server argument '--host' is set by benchd; benchd always " \
+        "binds 127.0.0.1" in problems, problems
+
+
 def test_submit_refuses_with_the_same_list(tmp_path: Path) -> None:
     f = tmp_path / "bad.toml"
     f.write_text(BAD.format(missing=tmp_path / "gone.gguf", missing_draft=tmp_path / "gone-draft.gguf"))

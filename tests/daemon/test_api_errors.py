@@ -64,10 +64,14 @@ BAD_SUBMITS: list[tuple[str, bytes, int, str | None, str | None]] = [
     ("invalid utf8", b'{"sweep": "\xff\xfe"}', 400, None, None),
     ("missing mmproj", json.dumps({"sweep": {**good_sweep(), "candidates": [
         {"id": "a", "runtime": "llama-server", "model": "/m", "mmproj": "/nonexistent/mmproj.gguf"}]}}).encode(),
-     400, "missing_mmproj", "$.sweep.candidates[a].mmproj"),
+     400, "missing_mmproj", "$.sweep.candidates[0].mmproj"),
     ("vision without a vision model", json.dumps({"sweep": {**good_sweep(), "candidates": [
         {"id": "a", "runtime": "llama-server", "model": "/m", "vision": True}]}}).encode(),
-     400, "no_vision_model", "$.sweep.candidates[a].vision"),
+     400, "no_vision_model", "$.sweep.candidates[0].vision"),
+    ("reserved flag on the second candidate", json.dumps({"sweep": {**good_sweep(), "candidates": [
+        {"id": "a", "runtime": "llama-server", "model": "/m"},
+        {"id": "b", "runtime": "llama-server", "model": "/m", "args": ["--temp", "0", "--port", "9"]}]}}).encode(),
+     400, "reserved_arg", "$.sweep.candidates[1].args[2]"),
     ("unknown eval suite", json.dumps({"sweep": {**good_sweep(), "evals": ["maths"]}}).encode(), 400, "invalid",
      "$.sweep.evals[0]"),
     ("eval limit 0", json.dumps({"sweep": {**good_sweep(), "eval_limit": {"code": 0}}}).encode(), 400, "invalid",

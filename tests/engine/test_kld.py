@@ -77,7 +77,7 @@ def test_a_corpus_shorter_than_two_chunks_by_its_bytes_is_refused_at_submit(tmp_
 def test_a_cache_type_the_build_refuses_is_refused_at_submit() -> None:
     """The llama-server adapter's flag check (benchd.servers.runtimes.flags) refuses it for every sweep."""
     got = submit_problems(_sweep([_gguf("a"), _gguf("b", args=["-ctk", "q3_k"])], reference="a"))
-    assert [p.code for p in got] == ["bad_arg_value"] and "candidates[b].args" in str(got[0].field)
+    assert [p.code for p in got] == ["bad_arg_value"] and got[0].field == "$.candidates[1].args[0]"
     assert "q3_k" in got[0].message and "q4_0" in got[0].message
 
 
