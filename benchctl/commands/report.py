@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from benchctl.commands.common import state_dir_option
+
+if TYPE_CHECKING:
+    from benchd.results.compare import BuildComparison
 
 
 def _config(state_dir: str | None) -> Any:
@@ -187,14 +190,23 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
             f"({kc.verdict.n_a} vs {kc.verdict.n_b} chunks): {kc.verdict.text}" if kc.verdict else f"not compared: {kc.reason}"))
 
 
-def _print_builds(builds: list[Any]) -> None:
-    """Both fingerprints side by side per candidate, the changed fields marked, and what changed."""
+#: What `compare` says of a build that did not change (beside its version).
+_SAME_BUILD = ("binary sha256", "model sha256", "draft model sha256", "args")
+
+
+def _print_builds(builds: list[BuildComparison]) -> None:
+    """Per candidate, one line when its build is the same in A and B; else both fingerprints side by side,
+    the changed fields marked (`--json` has every field)."""
     from benchd.servers.fingerprint import side_by_side
 
     for bc in builds:
-        changed = ", ".join(bc.changed) or "nothing"
-        click.echo(f"{bc.candidate}: changed between A and B: {changed}")
         rows = side_by_side(bc.a, bc.b)
+        if bc.a is not None and bc.b is not None and not any(r[3] for r in rows):
+            shown = {label: va for label, va, _vb, _d in rows if va != "-"}
+            said = [shown.get("version", "")] + [f"{k} {shown[k]}" for k in _SAME_BUILD if k in shown]
+            click.echo(f"{bc.candidate}: the same build in A and B ({', '.join(x for x in said if x) or 'nothing recorded'})")
+            continue
+        click.echo(f"{bc.candidate}: changed between A and B: {', '.join(bc.changed) or 'nothing'}")
         wl = max(len(r[0]) for r in rows)
         wa = max(len(r[1]) for r in rows)
         for label, va, vb, differs in rows:

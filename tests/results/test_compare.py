@@ -143,6 +143,17 @@ def test_cli_json(pair) -> None:
     assert gen["verdict"] == "different" and gen["detail"]["alpha"] == 0.05
     text = benchctl_inproc("compare", a.id, b.id, "--state-dir", str(config.state_dir))
     assert "α = 0.05 per metric" in text.stdout and "different: 25.0 % [" in text.stdout
+    # A build that did not change is one line; a changed one is shown side by side, its fields marked.
+    assert re.search(r"^gguf-plain: the same build in A and B \(.*args .*\)$", text.stdout, re.M), text.stdout
+    assert "changed between A and B" not in text.stdout and "binary path" not in text.stdout
+    prov = [msgspec.structs.replace(c, fingerprint=msgspec.structs.replace(c.fingerprint, model_sha256="f" * 64))
+            if c.candidate == "gguf-plain" and c.fingerprint else c for c in b.provenance.candidates]
+    moved = msgspec.structs.replace(b, provenance=msgspec.structs.replace(b.provenance, candidates=prov))
+    runbook.resolve_runbook_path(b.id, config).write_bytes(msgspec.json.encode(moved))
+    text = benchctl_inproc("compare", a.id, b.id, "--state-dir", str(config.state_dir))
+    assert "gguf-plain: changed between A and B: model" in text.stdout, text.stdout
+    assert re.search(r"^  \* model sha256 +A \w{12} +B ffffffffffff$", text.stdout, re.M), text.stdout
+    assert "mlx-lm: the same build in A and B (" in text.stdout
 
 
 def _with_kld(rb: runbook.Runbook, chunks: list[float], corpus_sha: str = "c" * 64) -> runbook.Runbook:
