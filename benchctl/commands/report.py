@@ -170,7 +170,10 @@ def compare(a_ref: str, b_ref: str, as_json: bool, as_html: bool, open_page: boo
     click.echo(f"A = {cmp.a}\nB = {cmp.b}")
     _print_builds(cmp.builds)
     click.echo(f"test: {cmp.test}; α = {cmp.alpha:g} per metric, {margin_words(cmp.margin_pct, cmp.margins)}")
-    click.echo(plain_table(COMPARE_HEADER, compare_rows(cmp)))
+    notes: list[str] = []
+    click.echo(plain_table(COMPARE_HEADER, compare_rows(cmp, notes)))
+    for k, why in enumerate(notes, 1):
+        click.echo(f"[{k}] {why}")
     if cmp.only_in_a or cmp.only_in_b:
         click.echo(f"only in A: {', '.join(cmp.only_in_a) or '-'}; only in B: {', '.join(cmp.only_in_b) or '-'}")
     for r in cmp.ready:

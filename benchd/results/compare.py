@@ -31,7 +31,7 @@ TEST_NAME = ("the one comparison: 95 % CI of the ratio B/A (Welch on log values)
 
 
 class MetricComparison(Struct, kw_only=True):
-    """One metric of one cell: medians, ratio B/A, verdict (or `not measured: why`), text; `detail` in full."""
+    """One metric of one cell: medians, ratio B/A, verdict (or `not measured: why`, why in `null_reason`), `detail`."""
 
     metric: str
     better: str
@@ -44,6 +44,7 @@ class MetricComparison(Struct, kw_only=True):
     text: str
     b_better: bool | None = None
     detail: AxisVerdict | None = None
+    null_reason: str | None = None
 
 
 class CellComparison(Struct, kw_only=True):
@@ -126,9 +127,9 @@ def _samples(rb: Runbook) -> dict[tuple[str, int], list[Row]]:
     return cells
 
 
-def _not_measured(metric: str, rows: list[Row]) -> str:
+def _null_reason(metric: str, rows: list[Row]) -> str | None:
     reasons = {getattr(r, "null_reasons", {}).get(metric) for r in rows} - {None}
-    return "not measured" + (f": {'; '.join(sorted(str(x) for x in reasons))}" if reasons else "")
+    return "; ".join(sorted(str(x) for x in reasons)) or None
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -145,8 +146,9 @@ def compare_metric(metric: str, better: str, ra: list[Row], rb_: list[Row], *,
     medians = MetricComparison(metric=metric, better=better, n_a=len(a), n_b=len(b), median_a=med_a,
                                median_b=med_b, ratio_b_over_a=ratio, verdict="", text="")
     if not a or not b:
-        verdict = _not_measured(metric, [*ra, *rb_])
-        return msgspec.structs.replace(medians, verdict=verdict, text=verdict)
+        why = _null_reason(metric, [*ra, *rb_])
+        verdict = "not measured" + (f": {why}" if why else "")
+        return msgspec.structs.replace(medians, verdict=verdict, text=verdict, null_reason=why)
     v = compare_axis(a, b, axis=metric, better="lower" if better == "lower" else "higher",
                      margin_pct=margin_pct, alpha=alpha)
     return msgspec.structs.replace(medians, verdict=v.verdict, text=v.text, b_better=v.b_better, detail=v)

@@ -57,7 +57,7 @@ from benchd.stats.comparison import AXES, TAIL_MIN_N
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from benchd.results.compare import Comparison
+    from benchd.results.compare import Comparison, MetricComparison
 
 #: Columns of the cell table: metric, header.
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -580,10 +580,17 @@ def energy_lines(rb: Runbook) -> list[str]:
 COMPARE_HEADER = ["candidate", "context", "metric", "A median (n)", "B median (n)", "B/A", "verdict"]
 
 
-def compare_rows(cmp: Comparison) -> list[list[str]]:
+def compare_rows(cmp: Comparison, notes: list[str] | None = None) -> list[list[str]]:
+    """The table's rows; with `notes`, a not-measured reason goes there once and its rows read `not measured [k]`."""
+    def verdict(m: MetricComparison) -> str:
+        if notes is None or m.null_reason is None:
+            return m.text
+        if m.null_reason not in notes:
+            notes.append(m.null_reason)
+        return f"not measured [{notes.index(m.null_reason) + 1}]"
     return [[cell.candidate, str(cell.context), m.metric, f"{fmt_value(m.metric, m.median_a)} ({m.n_a})",
              f"{fmt_value(m.metric, m.median_b)} ({m.n_b})",
-             f"{m.ratio_b_over_a:.3f}" if m.ratio_b_over_a is not None else "null", m.text]
+             f"{m.ratio_b_over_a:.3f}" if m.ratio_b_over_a is not None else "null", verdict(m)]
             for cell in cmp.cells for m in cell.metrics]
 
 

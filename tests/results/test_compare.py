@@ -143,6 +143,13 @@ def test_cli_json(pair) -> None:
     assert gen["verdict"] == "different" and gen["detail"]["alpha"] == 0.05
     text = benchctl_inproc("compare", a.id, b.id, "--state-dir", str(config.state_dir))
     assert "α = 0.05 per metric" in text.stdout and "different: 25.0 % [" in text.stdout
+    # A reason a metric was not measured is said once under the table; its rows point at it.
+    lines = text.stdout.splitlines()
+    row = next(x for x in lines if re.match(r"mlx-lm +512 +prompt_tps ", x))
+    k = re.search(r"not measured \[(\d+)\]$", row)
+    assert k is not None, row
+    assert f"[{k.group(1)}] mlx_lm.server reports no prompt timing" in lines
+    assert sum("reports no prompt timing" in x for x in lines) == 1
     # A build that did not change is one line; a changed one is shown side by side, its fields marked.
     assert re.search(r"^gguf-plain: the same build in A and B \(.*args .*\)$", text.stdout, re.M), text.stdout
     assert "changed between A and B" not in text.stdout and "binary path" not in text.stdout
