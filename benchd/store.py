@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished_at TEXT,
     error TEXT,
     runbook_id TEXT,
-    total INTEGER NOT NULL DEFAULT 0
+    total INTEGER NOT NULL DEFAULT 0,
+    runbook_error TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, created_at);
 CREATE TABLE IF NOT EXISTS events (
@@ -159,14 +160,16 @@ def dropped_rows(events: Iterable[Event]) -> tuple[int, int]:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    """The daemon's connection: WAL, the schema created if absent. Raises `CorruptStore` for a file that is
-    no database; an `OperationalError` (disk full, locked) as is."""
+    """The daemon's connection: WAL, the schema created if absent (an older store's new column added). Raises
+    `CorruptStore` for a file that is no database; an `OperationalError` (disk full, locked) as is."""
     db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     try:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=5000")
         db.executescript(_SCHEMA)
+        if "runbook_error" not in {c[1] for c in db.execute("PRAGMA table_info(jobs)")}:
+            db.execute("ALTER TABLE jobs ADD COLUMN runbook_error TEXT")
     except sqlite3.DatabaseError as exc:
         if isinstance(exc, sqlite3.OperationalError):
             raise  # disk full, locked, I/O: a retry may succeed
@@ -303,7 +306,7 @@ class Store:
             id=d["id"], name=d["name"], state=d["state"], created_at=d["created_at"],
             not_before=d["not_before"], when=when,
             waiting_reason=d["waiting_reason"], started_at=d["started_at"], finished_at=d["finished_at"],
-            error=d["error"], runbook_id=d["runbook_id"],
+            error=d["error"], runbook_id=d["runbook_id"], runbook_error=d.get("runbook_error"),
             progress=Progress(done=done, total=total, total_max=total_max),
             sweep=sweep if with_sweep else None,
             sweep_raw=d["sweep"] if with_sweep and sweep is None else None,
@@ -340,7 +343,7 @@ class Store:
         return int(cur.fetchone()[0])
 
     def update_job(self, job_id: str, **fields: str | None) -> None:
-        allowed = {"state", "waiting_reason", "started_at", "finished_at", "error", "runbook_id"}
+        allowed = {"state", "waiting_reason", "started_at", "finished_at", "error", "runbook_id", "runbook_error"}
         bad = set(fields) - allowed
         if bad:
             raise ValueError(f"cannot update job fields {sorted(bad)}")

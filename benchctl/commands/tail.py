@@ -102,7 +102,7 @@ def _say_runbook(client: Any, job_id: str, wait_s: float = 60.0) -> None:
             job = decoded(Job, client.job(job_id))
         except ClientError:
             return
-        if job.runbook_id or "runbook not written" in (job.error or ""):
+        if job.runbook_id or job.runbook_error:
             break
         if not (job.progress and job.progress.done):
             return  # no rows: no runbook is coming

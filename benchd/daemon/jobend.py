@@ -105,9 +105,8 @@ class JobEnds:
         await self.ended(job_id, "failed", None)
 
     async def write_runbook(self, job_id: str, outcome: str) -> None:
-        """The runbook (another module), then its views (charts) in a worker process, awaited here so
-        the next job starts after it. `runbook_id` is set once both are written (a daemon stopped in
-        between writes them again at its next start); a failure is recorded on the job, never raised."""
+        """The runbook, then its views in a worker process, awaited so the next job starts after it; `runbook_id`
+        set once both are written (else the next start writes them); a failure recorded on the job, not raised."""
         from benchd.results.render import render_off_loop  # lazily: the results stage is for job ends
 
         try:
@@ -115,6 +114,8 @@ class JobEnds:
         except Exception as exc:
             log.exception("job %s: writing the runbook failed", job_id)
             self._note_error(job_id, f"runbook not written: {type(exc).__name__}: {exc}")
+            with contextlib.suppress(sqlite3.Error):
+                self.store.update_job(job_id, runbook_error=f"{type(exc).__name__}: {exc}")
             await self.ended(job_id, outcome, None)
             return
         try:
@@ -131,11 +132,10 @@ class JobEnds:
 
     async def catch_up_runbooks(self, stopping: Callable[[], bool]) -> None:
         """Write the runbooks a dead daemon owed: it was killed between a job's terminal event and its
-        runbook (found by the fault suite's kill -9). A job whose runbook failed says so in `error`."""
+        runbook (found by the fault suite's kill -9); not one whose runbook failed (`runbook_error`)."""
         try:
             owed = [j.id for j in self.store.jobs_in_states("succeeded", "failed", "cancelled")
-                    if not j.runbook_id and j.progress is not None and j.progress.done > 0
-                    and "runbook not written" not in (j.error or "")]
+                    if not j.runbook_id and not j.runbook_error and j.progress is not None and j.progress.done > 0]
         except sqlite3.Error as exc:
             log.error("cannot list jobs owing a runbook: %s", exc)
             return

@@ -52,6 +52,8 @@ class Job(Struct, kw_only=True):
     error: str | None = None
     progress: Progress | None = None
     runbook_id: str | None = None
+    #: Why the job's runbook could not be written (it is not written again); `error` says it too.
+    runbook_error: str | None = None
     sweep: Sweep | None = None
     #: The stored sweep's text when it no longer decodes (the job then fails with the reason in `error`).
     sweep_raw: str | None = None

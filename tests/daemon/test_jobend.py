@@ -60,3 +60,52 @@ async def test_the_store_closes_only_when_no_runbook_write_reads_it(tmp_path: Pa
     assert reads > 0
     with pytest.raises(RuntimeError, match="shutting down"):
         ends._write_in_thread("job-2", "succeeded")  # a write after the close fails clearly, reads nothing
+
+
+async def test_a_runbook_that_failed_is_a_field_and_is_not_written_again(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The failure is `runbook_error` (the catch-up at the next start reads that, not the words of `error`)."""
+    from runbook_factory import fill_job, setup_state
+
+    config, store, sweep, _ = setup_state(tmp_path)
+    job = fill_job(store, sweep)
+    ends = JobEnds(store, config, lambda e: e, lambda _error: None)
+    tries: list[str] = []
+
+    def broken_write(_config: Any, _st: Store, job_id: str, _outcome: str, charts: bool = True) -> str:
+        tries.append(job_id)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("benchd.results.runbook.write_runbook", broken_write)
+    await ends.write_runbook(job, "succeeded")
+    got = store.get_job(job, with_sweep=False)
+    assert got.runbook_id is None and got.runbook_error == "OSError: [Errno 28] No space left on device"
+    assert got.error is not None and "runbook not written" in got.error
+    await ends.catch_up_runbooks(lambda: False)
+    assert tries == [job]  # not tried again
+    store.update_job(job, runbook_error=None)
+    await ends.catch_up_runbooks(lambda: False)
+    assert tries == [job, job]  # a job that owes its runbook is written at the next start
+    store.close()
+
+
+def test_a_store_of_an_older_benchd_gains_the_column(tmp_path: Path) -> None:
+    """A store created without `runbook_error` opens, reads its jobs (null there) and can record one."""
+    path = tmp_path / "old.db"
+    from benchd import store as store_mod
+
+    older = store_mod._SCHEMA.replace(",\n    runbook_error TEXT", "")
+    assert older != store_mod._SCHEMA
+    db = sqlite3.connect(path)
+    db.executescript(older)
+    db.execute("INSERT INTO jobs (id, name, state, sweep, created_at) VALUES ('j1', 'old', 'succeeded', '{}', 'x')")
+    db.commit()
+    db.close()
+    ro = Store(path, read_only=True)
+    assert ro.get_job("j1", with_sweep=False).runbook_error is None  # read before any migration
+    ro.close()
+    store = Store(path)
+    assert store.get_job("j1", with_sweep=False).runbook_error is None
+    store.update_job("j1", runbook_error="OSError: disk full")
+    assert store.get_job("j1", with_sweep=False).runbook_error == "OSError: disk full"
+    store.close()
