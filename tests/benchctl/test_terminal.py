@@ -50,10 +50,14 @@ def test_no_color_on_a_tty(args: list[str], tmp_path: Path) -> None:
 
 
 def test_json_errors_are_json(tmp_path: Path) -> None:
-    env = {**os.environ, "BENCHD_STATE_DIR": str(tmp_path / "state")}
+    env = {**os.environ, "BENCHD_STATE_DIR": str(tmp_path / "state"), "BENCHD_SOCKET": str(tmp_path / "none.sock")}
+    (tmp_path / "state").mkdir()
     cases = [(["jobs", "--json", "--socket", str(tmp_path / "none.sock")], 3, "unreachable"),
              (["report", "no-such-runbook", "--json"], 2, "not_found"),
-             (["report", "--json", "--no-such-option"], 2, "usage")]
+             (["report", "--json", "--no-such-option"], 2, "usage"),
+             (["logs", "NOT!AN-ID", "--json"], 2, None), (["prune", "--older-than", "soon", "--json"], 2, None),
+             (["models", "tiny", "--kind", "vision", "--size", "medium", "--json", "--cache-dir", str(tmp_path)], 2,
+              "bad_option")]
     for args, rc, code in cases:
         out = subprocess.run([*BENCHCTL, *args], capture_output=True, text=True, timeout=120, env=env)
         assert out.returncode == rc, (args, out.stdout, out.stderr)
