@@ -23,7 +23,7 @@ import click
 import msgspec
 
 from benchctl import exitcodes
-from benchctl.commands.common import state_dir_option
+from benchctl.commands.common import _fail, state_dir_option
 from benchd.schemas import Health
 from benchd.stats.notation import fmt_duration
 
@@ -310,8 +310,8 @@ def write_platform_report(path: Path, state_dir: Path, cache_dir: Path, socket: 
         report = write(path, (state_dir, cache_dir, socket),
                        extra={"doctor": lambda ctx: run_checks(ctx.state_dir, ctx.socket, ctx.cache_dir)})
     except OSError as exc:
-        click.echo(f"error: cannot write the platform report to {path}: {exc.strerror or exc}", err=True)
-        sys.exit(exitcodes.BAD_INPUT)
+        raise _fail(f"error: cannot write the platform report to {path}: {exc.strerror or exc}",
+                    exitcodes.BAD_INPUT) from exc
     failed = [name for name, area in report["areas"].items() if isinstance(area, dict) and "error" in area]
     click.echo(f"wrote {path} ({len(report['areas'])} areas" + (f"; failed: {', '.join(failed)}" if failed else "") + ")")
     click.echo("please attach it to a bug report: it holds raw command outputs and parsed values, no user or host names")

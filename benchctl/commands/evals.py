@@ -8,11 +8,11 @@ time. An unknown suite exits 2, a failed download 1.
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
 from benchctl import exitcodes
+from benchctl.commands.common import _fail
 from benchctl.commands.runtimes import CACHE_HELP, _cache
 
 
@@ -41,8 +41,8 @@ def fetch(suite: str | None, cache_dir: str | None) -> None:
             path = suites.fetch(s, cache, lambda m: click.echo(m, err=True))
             data = suites.load(s, cache)
         except BenchdError as exc:
-            click.echo(click.style("error: ", fg="red", bold=True) + str(exc), err=True)
-            sys.exit(exitcodes.FAILED if exc.code == "install_failed" else exitcodes.BAD_INPUT)
+            raise _fail(f"error: {exc}", exitcodes.FAILED if exc.code == "install_failed" else exitcodes.BAD_INPUT,
+                        slug=exc.code, field=exc.field) from exc
         p = data.package
         click.echo(f"{s}: {p.name} {p.version}, {len(data.tasks)} tasks, sha256 {data.sha256[:16]}…, "
                    f"license {p.license}: {path}")

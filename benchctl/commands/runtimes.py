@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from benchctl import exitcodes
+from benchctl.commands.common import _fail as fail
 
 CACHE_HELP = "Cache dir for runtimes and models (default: $BENCHD_CACHE_DIR or the platform cache dir)."
 
@@ -24,10 +25,9 @@ def _cache(cache_dir: str | None) -> Path:
     return Config.resolve(cache_dir=cache_dir).cache_dir
 
 
-def _fail(ctx: click.Context, exc: Exception) -> None:
-    code = getattr(exc, "code", "")
-    click.echo(click.style("error: ", fg="red", bold=True) + str(exc), err=True)
-    sys.exit(exitcodes.FAILED if code == "install_failed" else exitcodes.BAD_INPUT)
+def _fail(ctx: click.Context, exc: Exception) -> NoReturn:
+    code = getattr(exc, "code", None)
+    raise fail(f"error: {exc}", exitcodes.FAILED if code == "install_failed" else exitcodes.BAD_INPUT, slug=code)
 
 
 @click.group("runtimes")
@@ -57,7 +57,6 @@ def install(ctx: click.Context, runtime: str, cache_dir: str | None) -> None:
         paths = provision.install(runtime, _cache(cache_dir), log)
     except BenchdError as exc:
         _fail(ctx, exc)
-        return
     for path in paths:
         click.echo(str(path))
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -10,6 +9,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from benchctl import exitcodes
+from benchctl.commands.common import _fail as fail
 from benchctl.commands.common import state_dir_option
 
 if TYPE_CHECKING:
@@ -30,8 +30,7 @@ def _plan(state_dir: str | None) -> ServicePlan:
 
 
 def _fail(message: str) -> NoReturn:
-    click.echo(click.style("error: ", fg="red", bold=True) + message, err=True)
-    sys.exit(exitcodes.FAILED)
+    raise fail(f"error: {message}", exitcodes.FAILED)
 
 
 def _apply(action: Callable[[ServicePlan], list[str]], plan: ServicePlan) -> None:
