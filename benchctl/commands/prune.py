@@ -221,8 +221,6 @@ def plan_prune(state_dir: Path, cache_dir: Path, older_than_s: float, now: float
     return delete, kept, warnings
 
 
-
-
 @click.command("prune")
 @click.option("--older-than", "older_than", required=True, metavar="AGE",
               help="Delete what finished (or was last written) longer ago than AGE: 30d, 12h, 2w, 90min.")

@@ -25,7 +25,7 @@ def _cache(cache_dir: str | None) -> Path:
     return Config.resolve(cache_dir=cache_dir).cache_dir
 
 
-def _fail(ctx: click.Context, exc: Exception) -> NoReturn:
+def _fail(exc: Exception) -> NoReturn:
     code = getattr(exc, "code", None)
     raise fail(f"error: {exc}", exitcodes.FAILED if code == "install_failed" else exitcodes.BAD_INPUT, slug=code)
 
@@ -38,8 +38,7 @@ def runtimes() -> None:
 @runtimes.command("install")
 @click.argument("runtime", required=False, default="all", metavar="[llama-server|mlx|all]")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None, help=CACHE_HELP)
-@click.pass_context
-def install(ctx: click.Context, runtime: str, cache_dir: str | None) -> None:
+def install(runtime: str, cache_dir: str | None) -> None:
     """Build/install RUNTIME into the cache (idempotent: a second run takes seconds).
 
     \b
@@ -56,7 +55,7 @@ def install(ctx: click.Context, runtime: str, cache_dir: str | None) -> None:
     try:
         paths = provision.install(runtime, _cache(cache_dir), log)
     except BenchdError as exc:
-        _fail(ctx, exc)
+        _fail(exc)
     for path in paths:
         click.echo(str(path))
 
