@@ -88,7 +88,7 @@ def decide(*, result_status: str, error: str | None, crash: str | None = None, c
         status, error = "failed", f"server crashed mid-{during} ({crash}): {error or 'failed'}"
     elif status == "ok" and (cached_tokens or 0) > cache_allowance:
         status, error = "failed", f"prompt cache served {cached_tokens} tokens: prompt throughput would be fake"
-    if killed and error and "the server was killed" not in error:
+    if killed and error:
         error = f"{error}; the server was killed"
     if invalidation is not None:
         return _invalidated(invalidation, error)

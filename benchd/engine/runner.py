@@ -117,7 +117,7 @@ class Runner:
             await self.sizer.size_prompts(adapter, server, cell.candidate, cell.context)
 
         got = await self.guard(run, step, budget=budget, failure_text="warm-up / prompt sizing failed",
-                               timeout_text=f"warm-up / prompt sizing timed out after {budget:g} s; the server was killed")
+                               timeout_text=f"warm-up / prompt sizing timed out after {budget:g} s")
         return got if isinstance(got, Row) else None
 
     async def sized_prompt(self, run: ProbeRun) -> Prompt | Row:
@@ -126,7 +126,7 @@ class Runner:
             run, lambda: self.build_prompt(run.adapter, run.server, run.cell), budget=self.timeout_s,
             failure_text="sizing the prompt failed",
             timeout_text=f"probe timed out after {self.timeout_s:g} s while sizing the prompt (the server's "
-                         "tokenizer did not answer); the server was killed")
+                         "tokenizer did not answer)")
 
     async def probe(self, server: Server, cell: Cell, gen_tokens: int, series: CellSeries | None = None,
                     warm: int | None = None) -> Row:
@@ -229,8 +229,7 @@ class Runner:
         return await self.guard(
             run, lambda: probe.read_metrics(run.server.base_url) if counters else _none(), budget=self.timeout_s,
             failure_text="reading /metrics failed",
-            timeout_text=f"probe timed out after {self.timeout_s:g} s reading /metrics before the request; "
-                         "the server was killed")
+            timeout_text=f"probe timed out after {self.timeout_s:g} s reading /metrics before the request")
 
     def _extra(self, run: ProbeRun, result: ProbeResult, norm: Normalized, sources: dict[str, str]) -> dict[str, object]:
         """A probe row's shortfall fields, and a sustained row's window figures (their sources into `sources`)."""
