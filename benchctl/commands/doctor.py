@@ -193,7 +193,7 @@ def check_energy(seconds: float = 0.25) -> tuple[dict[str, Any], dict[str, Any]]
         why = (d.reason if d is not None else None) or reader.reason or "no reading"
         info["reading"] = None
         fix = ("give this user read access to the RAPL counters (the command is in the message above)"
-               if "needs root or a udev rule" in why else
+               if reader.grantable else
                "energy per token stays null on this machine (a VM or container has no RAPL; on a Mac, IOReport "
                "needs Apple silicon)")
         return info, _check("energy", "warn", f"not measurable: {why}", fix)

@@ -10,9 +10,11 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
+from benchctl.commands.doctor import check_energy
 from benchd.engine.energy import ENERGY_FIELDS, EnergySession, PhaseMarks, probe_energy, window_energy
 from benchd.probe_result import ProbeResult
 from benchd.sensors.energy import darwin, linux
@@ -112,7 +114,7 @@ def test_short_cooldown_gives_no_baseline_with_reason(rapl: FakeRapl) -> None:
     assert set(reasons) == set(ENERGY_FIELDS)
 
 
-def _read_as_nobody(root: Path) -> dict[str, object]:
+def _read_as_nobody(root: Path, doctor: bool = False) -> dict[str, object]:
     """open_rapl(root) in a forked child with uid/gid 65534, so file modes bind even though CI runs as root."""
     r, w = os.pipe()
     pid = os.fork()
@@ -122,8 +124,11 @@ def _read_as_nobody(root: Path) -> dict[str, object]:
             os.setgid(65534)
             os.setuid(65534)
             reader = linux.open_rapl(root)
-            out = {"available": reader.available, "reason": reader.reason,
+            out = {"available": reader.available, "reason": reader.reason, "grantable": reader.grantable,
                    "unreadable": getattr(reader, "unreadable", {})}
+            if doctor:
+                os.environ[POWERCAP_ENV] = str(root)
+                out["check"] = check_energy(0.01)[1]
             os.write(w, json.dumps(out).encode())
         finally:
             os._exit(0)
@@ -155,11 +160,19 @@ def test_unreadable_zone_is_null_with_the_grant_command(world_tree: Path) -> Non
     for zone in fake.ZONES.values():  # what Linux >= 5.10 does: energy_uj 0400 root
         os.chmod(fake.root / zone / "energy_uj", 0o400)
     if os.geteuid() == 0:
-        got = _read_as_nobody(fake.root)
+        got = _read_as_nobody(fake.root, doctor=True)
     else:
         reader = linux.open_rapl(fake.root)
-        got = {"available": reader.available, "reason": reader.reason, "unreadable": reader.unreadable}
-    assert got["available"] is False
+        got = {"available": reader.available, "reason": reader.reason, "grantable": reader.grantable,
+               "unreadable": reader.unreadable}
+        os.environ[POWERCAP_ENV] = str(fake.root)
+        try:
+            got["check"] = check_energy(0.01)[1]
+        finally:
+            del os.environ[POWERCAP_ENV]
+    assert got["available"] is False and got["grantable"] is True
+    check = cast(dict[str, str], got["check"])  # doctor's fix is the grant, chosen by the field, not the words
+    assert check["status"] == "warn" and check["fix"].startswith("give this user read access to the RAPL counters")
     reason = str(got["reason"])
     assert reason.startswith("needs root or a udev rule:") and "energy_uj" in reason
     assert f"sudo chmod a+r {fake.root}/intel-rapl:*/energy_uj" in reason and "udev/rules.d" in reason

@@ -118,6 +118,7 @@ class RaplReader(BaseReader):
                 values.append(_read_int(path))
             except PermissionError as exc:
                 self.unreadable[z.label] = _denied(z, self.root, exc)
+                self.grantable = True
                 values.append(None)
             except (OSError, ValueError) as exc:
                 self.unreadable[z.label] = f"cannot read {z.path / 'energy_uj'}: {exc}"

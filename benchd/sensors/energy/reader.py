@@ -26,7 +26,6 @@ class Sample:
 @dataclass(frozen=True)
 class Delta:
     """Joules between two samples: per channel, and the total over the channels `source` names.
-
     `total_j` is None exactly when `reason` says why (unreadable counter, reader unavailable, ...)."""
 
     seconds: float
@@ -43,6 +42,8 @@ class EnergyReader(Protocol):
     source: str
     available: bool
     reason: str | None
+    #: True when a counter is unreadable for a permission this user can be given (`reason` says how).
+    grantable: bool
     granularity: str
     scope: str
     #: Samples per second during a sustained run (per-window energy): what a sample costs decides it.
@@ -61,6 +62,7 @@ class BaseReader:
     source = "none"
     available = False
     reason: str | None = None
+    grantable = False
     granularity = "none"
     scope = "none"
     trace_hz = 50.0
