@@ -129,7 +129,7 @@ def _say_pareto(client: Any, runbook_id: str) -> None:
         return
     for p in rb.pareto:
         if len(p.points) > 1:
-            for line in pareto_lines(p, rb):
+            for line in pareto_lines(p, rb.flags):
                 click.echo(f"pareto {line}" if not line.startswith(" ") else line)
 
 

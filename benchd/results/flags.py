@@ -35,7 +35,7 @@ def thinking_flags(rows: Sequence[Row]) -> list[RunbookFlag]:
         states = set().union(*by_cand.values())
         if len(states) > 1:
             who = ", ".join(f"{c} {'/'.join(sorted(s))}" for c, s in sorted(by_cand.items()))
-            out.append(RunbookFlag(candidate=None, flag="thinking_mixed",
+            out.append(RunbookFlag(candidate=None, flag="thinking_mixed", context=ctx,
                                    detail=f"context {ctx}: thinking {who}; gen tok/s and TTFT count reasoning "
                                           "tokens on one side only (set the sweep's `thinking` to compare like "
                                           "with like)"))

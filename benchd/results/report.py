@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -48,6 +48,7 @@ from benchd.schemas import (
     EvalSummary,
     MetricStats,
     Runbook,
+    RunbookFlag,
     SkippedPair,
     SleepInfo,
     Sweep,
@@ -212,11 +213,9 @@ def _pair_lines(head: str, verdicts: dict[str, str], skipped: SkippedPair | None
     return out
 
 
-def pareto_lines(p: ContextPareto, rb: Runbook | None = None) -> list[str]:
+def pareto_lines(p: ContextPareto, flags: Sequence[RunbookFlag] = ()) -> list[str]:
     out = [f"context {p.context}: frontier = {', '.join(p.frontier) or '(none)'}"]
-    for f in rb.flags if rb is not None else ():
-        if f.flag == "thinking_mixed" and f.detail.startswith(f"context {p.context}:"):
-            out.append(f"  unlike work: {f.detail}")
+    out += [f"  unlike work: {f.detail}" for f in flags if f.flag == "thinking_mixed" and f.context == p.context]
     for cand, caveat in p.caveats.items():
         out.append(f"  {cand} is on the frontier with a caveat: {caveat}")
     out += _pairs_lines(p)
@@ -270,7 +269,7 @@ def render_pareto_text(rb: Runbook) -> str:
     parts = [f"Pareto view (per context; each pair judged by the one comparison: {DOMINANCE_RULE})"]
     for p in rb.pareto:
         parts.append("")
-        parts.extend(pareto_lines(p, rb))
+        parts.extend(pareto_lines(p, rb.flags))
         h, b = pareto_points_table(p, rb)
         parts.append(plain_table(h, b))
     return "\n".join(parts)
@@ -550,7 +549,7 @@ def _md_pareto(rb: Runbook) -> list[str]:
              "yours.", ""]
     for p in rb.pareto:
         lines += [f"### Context {p.context}", ""]
-        lines += [f"- {x.strip()}" for x in pareto_lines(p, rb)]
+        lines += [f"- {x.strip()}" for x in pareto_lines(p, rb.flags)]
         ph, pb = pareto_points_table(p, rb)
         lines += ["", _md_table(ph, pb), ""]
     charts = f"{rb.id}.pareto.png"

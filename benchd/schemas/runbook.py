@@ -387,6 +387,7 @@ class RunbookFlag(Struct, kw_only=True):
     candidate: str | None
     flag: str
     detail: str
+    context: int | None = None  # the one context it is about (thinking_mixed), else null
 
 
 class EvalCategory(Struct, kw_only=True):

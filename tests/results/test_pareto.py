@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from benchd.results import pareto
-from benchd.schemas import ContextPareto, EvalResult, ProbePlan, Row
+from benchd.schemas import ContextPareto, EvalResult, ProbePlan, Row, RunbookFlag
 from benchd.stats.stop import stop_verdict
 
 FIXTURES = sorted((Path(__file__).parents[1] / "data" / "pareto").glob("*.json"))
@@ -154,6 +154,18 @@ def test_a_trade_off_pair_is_recorded_and_printed_with_its_axes() -> None:
     lines = pareto_lines(res)
     assert f"  {o.text}" in lines
     assert any(o.axes["gen_tps"] in x for x in lines)
+
+
+def test_unlike_work_is_said_at_the_context_the_flag_names() -> None:
+    """A thinking_mixed flag is printed under its own context's Pareto view, found by its `context` field:
+    a flag of another context is not, whatever its detail says."""
+    from benchd.results.report import pareto_lines
+
+    res = _trade_off_view()
+    here = RunbookFlag(candidate=None, flag="thinking_mixed", context=512, detail="thinking fast on, small off")
+    there = RunbookFlag(candidate=None, flag="thinking_mixed", context=128, detail="context 512: thinking a on")
+    lines = pareto_lines(res, [here, there])
+    assert "  unlike work: thinking fast on, small off" in lines and not any("thinking a on" in x for x in lines)
 
 
 def test_the_decision_names_a_trade_off_pair_in_every_writer(tmp_path: Path) -> None:

@@ -81,5 +81,6 @@ def test_runbook_flags() -> None:
     assert [f.candidate for f in flags] == ["a"] and "context 32768: 20/33 layers on GPU" in flags[0].detail
     mixed = thinking_flags([_row("a", 128, thinking="on"), _row("b", 128, thinking="off"), _row("a", 512, thinking="on")])
     assert len(mixed) == 1 and mixed[0].detail.startswith("context 128: thinking a on, b off")
+    assert mixed[0].context == 128 and flags[0].context is None  # the layer split speaks of every context
     shorts = short_flags([_row("a", 128, short=True, short_reason="generated 9 of 64 tokens"), _row("a", 128)])
     assert len(shorts) == 1 and shorts[0].detail.startswith("1 probe ended short, kept out of the medians")
