@@ -106,7 +106,6 @@ class InstanceGuard:
 
 def remove_stale_socket(sock_path: Path) -> bool:
     """Remove a socket file a dead daemon left. Only call this while holding the InstanceGuard.
-
     Refuses to delete anything that is not a socket (a mistyped --socket must not eat a file)."""
     try:
         st = os.lstat(sock_path)

@@ -14,7 +14,7 @@ from benchd.schemas import NotCompared
 from benchd.stats import ranktests as rt
 from benchd.stats.axes import AXES, Axis, Direction, compare_metrics, direction, pareto_axes, register_axis
 from benchd.stats.axes import margin as axis_margin
-from benchd.stats.notation import MINUS, fmt_interval, ratio_amount, ratio_interval
+from benchd.stats.notation import fmt_interval, fmt_signed, ratio_amount, ratio_interval
 
 __all__ = [
     "ALPHA",
@@ -83,7 +83,7 @@ class AxisVerdict(Struct, kw_only=True, frozen=True):
 
 
 def _pct(r: float) -> str:
-    return f"{(r - 1) * 100:+.1f} %".replace("-", MINUS)
+    return f"{fmt_signed((r - 1) * 100)} %"
 
 
 def _ci_text(r: float, lo: float, hi: float) -> str:
@@ -289,7 +289,7 @@ def _advice(fit: _Fit, lm: float, few: bool, outside: bool, margin_pct: float,
         more = max(more or 1, 1)
     if more is not None:
         what = "round" if more == 1 and unit in (None, "rounds") else unit or "rounds"
-        return more, f", at the spread seen so far about {more} more {what} would give an even chance of resolving ±{margin_pct:g} %"
+        return more, f", at the spread seen so far about {more:,} more {what} would give an even chance of resolving ±{margin_pct:g} %"
     if target == 0:
         return None, f", the estimate sits at the ±{margin_pct:g} % margin"
     return None, f", more than {MAX_ROUNDS_ESTIMATE} more {unit or 'rounds'} would be needed to resolve ±{margin_pct:g} %"
@@ -394,7 +394,7 @@ def compare_outcomes(a: Mapping[str, bool], b: Mapping[str, bool], *, axis: str 
     m = margin_pct / 100.0
     est = pb - pa
     ratio, rlo, rhi = (pb / pa, 1 + lo / pa, 1 + hi / pa) if pa > 0 else (None, None, None)
-    pp = f"{est * 100:+.0f} pp [{fmt_interval(lo * 100, hi * 100, 'pp', signed=True)}]".replace("-", MINUS)
+    pp = f"{fmt_signed(est * 100, 0)} pp [{fmt_interval(lo * 100, hi * 100, 'pp', signed=True)}]"
     what = f"pass rate {pa * 100:.0f} % → {pb * 100:.0f} % ({pp}) over {n} shared tasks"
     at = f"McNemar p = {guard_p:.2g}; {_alpha_text(alpha)}"
     common = _Estimate(axis=axis, better=better, ratio=ratio, ci_low=rlo, ci_high=rhi, b_better=_b_better(est, better),

@@ -7,13 +7,19 @@ MINUS = "\N{MINUS SIGN}"
 MULTIPLE_AT = 1.5
 
 
+def fmt_signed(v: float, digits: int = 1) -> str:
+    """`+1.3`, `−0.4`, and `0.0` where it rounds to zero (never `−0.0`): a signed change, with a minus sign."""
+    txt = f"{v:+.{digits}f}"
+    return f"{0:.{digits}f}" if float(txt) == 0 else txt.replace("-", MINUS)
+
+
 def fmt_interval(low: float, high: float, unit: str, *, signed: bool = False) -> str:
     """`1.1–13×`, `0.36–23×`, `1.0–7.5 %`, signed `−1.0–+1.3 %` (an interval across 0), `−5.0–+45 pp`."""
     def one(v: float) -> str:
         if unit == "×" and abs(v) < 1:
             return f"{v:.2g}"
-        txt = (f"{v:+.1f}" if signed else f"{v:.1f}") if abs(v) < 10 else (f"{v:+.0f}" if signed else f"{v:.0f}")
-        return txt.replace("-", MINUS)
+        digits = 1 if abs(v) < 10 else 0
+        return fmt_signed(v, digits) if signed else f"{v:.{digits}f}".replace("-", MINUS)
     return f"{one(low)}–{one(high)}{'' if unit == '×' else ' '}{unit}"
 
 

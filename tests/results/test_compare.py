@@ -94,7 +94,7 @@ def test_verdicts(pair) -> None:
     twin_a = _with_probes(a, {"gguf-plain": [100.0 + 0.1 * (i % 5) for i in range(20)]})
     twin_b = _with_probes(b, {"gguf-plain": [100.05 + 0.1 * (i % 5) for i in range(20)]})
     m = _metric(compare.compare_runbooks(twin_a, twin_b), "gguf-plain", 512, "gen_tps")
-    assert m.verdict == "tied" and re.match(r"tied within ±2 % \[[−+]\d\.\d–[−+]\d\.\d %\] ", m.text), m.text
+    assert m.verdict == "tied" and re.match(r"tied within ±2 % \[([−+]\d\.\d|0\.0)–([−+]\d\.\d|0\.0) %\] ", m.text), m.text
     # A 1.6 % gap with overlapping noise: neither shown different nor tied; says what would resolve it.
     near_b = _with_probes(b, {"gguf-plain": [101.6, 103.7, 99.5, 101.65, 101.55]})
     m = _metric(compare.compare_runbooks(more_a, near_b), "gguf-plain", 512, "gen_tps")

@@ -19,6 +19,7 @@ from benchd.stats.notation import ratio_interval
     (0.7, 0.69, 0.71, False, "29–31 %"),
     (5.0, 3.0, 9.0, False, "3.0–9.0×"),          # different, a multiple
     (0.2, 0.1, 0.3, False, "3.3–10×"),           # lower: the multiple it is lower by
+    (1.001, 0.9996, 1.002, True, "0.0–+0.2 %"),  # an end that rounds to zero has no sign: not "−0.0"
 ])
 def test_ratio_interval(r: float, lo: float, hi: float, signed: bool, want: str) -> None:
     assert ratio_interval(r, lo, hi, signed=signed) == want
@@ -43,3 +44,12 @@ def test_a_wide_unresolved_verdict_reads_as_a_multiple() -> None:
 ])
 def test_counts_bytes_and_durations_are_written_once_for_every_stage(fmt: Callable[[], str], want: str) -> None:
     assert fmt() == want
+
+
+def test_a_count_of_more_samples_has_its_thousands_separator() -> None:
+    """Warm starts of 10 s and 11 s a side, their 10 % margin barely overlapped: the advice names over a
+    thousand more starts, written `1,671`, as every other count is."""
+    a = [10.28, 9.58, 9.8, 10.11, 9.7, 9.98, 10.05, 9.75]
+    b = [10.92, 10.6, 11.08, 10.93, 10.57, 11.47, 10.89, 10.57]
+    v = compare_axis(a, b, axis="ready_s", better="lower", margin_pct=10)
+    assert v.rounds_to_resolve == 1671 and "about 1,671 more [ready] starts" in v.text, v.text
