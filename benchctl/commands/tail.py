@@ -30,6 +30,7 @@ from benchctl.commands.common import (
     socket_option,
 )
 from benchd.schemas import Job, Row, events
+from benchd.stats.notation import plural
 
 
 def stream_events(client: Any, job_id: str, sleep: Callable[[float], None] = time.sleep,
@@ -170,8 +171,52 @@ def _session_text(p: events.SessionFinished) -> str:
             f"cache misses {p.misses}")
 
 
+def _done(p: events.JobFinished | events.JobFailed | events.JobCancelled) -> str:
+    return "" if p.done is msgspec.UNSET else f" after {plural(p.done, 'row')}"
+
+
+def _job_started(p: events.JobStarted) -> str:
+    sleep = f"; sleep not prevented: {p.sleep_reason}" if p.sleep_prevented is False else ""
+    return f"{p.done} of {plural(p.total, 'row')} done{sleep}"
+
+
+def _ready_text(p: events.ServerReady) -> str:
+    if p.external is not msgspec.UNSET:
+        return f"{p.candidate}: attached to {p.external.get('kind', 'a server')} at {p.external.get('url')} (external)"
+    took = "" if p.ready_s is msgspec.UNSET else f" in {p.ready_s:.2f} s"
+    cache = f", {p.cache} page cache" if isinstance(p.cache, str) else ""
+    start = "" if p.start is msgspec.UNSET else f" (start {p.start}"
+    return f"{p.candidate}: {p.runtime} ready{took}{cache}{start}, pid {p.pid}, port {p.port}{')' if start else ''}"
+
+
+def _crash_text(p: events.ServerCrashed) -> str:
+    why = p.reason if isinstance(p.reason, str) else p.error if isinstance(p.error, str) else "no reason given"
+    return f"{p.candidate}: server crashed during {p.phase} ({p.exit_status or 'exit status unknown'}): {why}"
+
+
+def _cooled_text(p: events.CooldownFinished) -> str:
+    r = p.record
+    return f"{p.candidate} ctx {p.context} #{p.probe}: cooled down {r.waited_s:.1f} s ({r.policy}: {r.reason})"
+
+
 #: The event types `tail` words itself, each read as its payload's struct; any other is shown as sent.
 _TEXTS: dict[str, Callable[[Any], str]] = {
+    "job_queued": lambda p: f"job_queued: {p.name}" + (f", not before {p.not_before}" if p.not_before else ""),
+    "job_started": lambda p: f"job_started: {_job_started(p)}",
+    "job_resumed": lambda p: f"job_resumed: {_job_started(p)}",
+    "job_interrupted": lambda p: f"job_interrupted: {p.reason}",
+    "job_finished": lambda p: f"job_finished{_done(p)}",
+    "job_failed": lambda p: f"job_failed{_done(p)}: {p.error or 'no reason given'}",
+    "job_cancelled": lambda p: f"job_cancelled{_done(p)}: {p.reason}",
+    "server_starting": lambda p: f"{p.candidate}: starting {p.runtime}"
+                                 + ("" if p.ctx_size is None else f" (ctx-size {p.ctx_size})"),
+    "server_ready": _ready_text,
+    "server_stopped": lambda p: f"{p.candidate}: server {'crashed' if p.crashed else 'stopped'} "
+                                f"({p.exit_status or 'exit status unknown'})",
+    "server_crashed": _crash_text,
+    "cooldown_started": lambda p: f"{p.candidate} ctx {p.context} #{p.probe}: cooling down ({p.policy})",
+    "cooldown_finished": _cooled_text,
+    "probe_started": lambda p: f"{p.candidate} ctx {p.context} {p.kind} #{p.probe}: started",
     "probe_finished": lambda p: _row_text(p.row),
     "cell_finished": _verdict_text,
     "design_chosen": _design_text,

@@ -8,7 +8,7 @@ import pytest
 
 from benchctl.commands.common import decoded, eta_text, planned_text
 from benchctl.commands.tail import _event_text
-from benchd.schemas import Job, Progress, events
+from benchd.schemas import CooldownRecord, Job, Progress, events
 
 
 def test_cell_finished_line() -> None:
@@ -33,6 +33,34 @@ def test_throttle_suspect_row_is_flagged() -> None:
 def test_a_payload_benchctl_cannot_read_is_shown_not_dropped() -> None:
     text = _event_text({"type": "cell_finished", "payload": {"candidate": "a", "verdict": {"verdict": "steady"}}})
     assert text.startswith("cell_finished: a payload this benchctl cannot read") and '"steady"' in text
+
+
+def test_server_and_job_lifecycle_lines_are_sentences() -> None:
+    """A server's start, readiness, stop and crash, a cooldown and the job's start and end read as short
+    sentences, not the payload's every key (the demo's `server_ready` line was 600 characters)."""
+    def text(kind: str, p: msgspec.Struct) -> str:
+        return _event_text({"type": kind, "payload": events.to_wire(p)})
+
+    ready = events.ServerReady(candidate="a", runtime="llama-server", pid=41, port=5001, ready_s=0.117, cache="warm",
+                               start=2, binary="/x/llama-server", cache_note="mincore(2): 213 of 214 pages")
+    assert text("server_ready", ready) == "a: llama-server ready in 0.12 s, warm page cache (start 2, pid 41, port 5001)"
+    ext = events.ServerReady(candidate="e", external={"url": "http://127.0.0.1:8080", "kind": "ollama"})
+    assert text("server_ready", ext) == "e: attached to ollama at http://127.0.0.1:8080 (external)"
+    assert text("server_starting", events.ServerStarting(candidate="a", runtime="llama-server", ctx_size=384)) == (
+        "a: starting llama-server (ctx-size 384)")
+    assert text("server_stopped", events.ServerStopped(candidate="a", pid=41, exit_status="exit 0", crashed=False)) == (
+        "a: server stopped (exit 0)")
+    crash = events.ServerCrashed(candidate="a", phase="probe", exit_status="signal 9", log_tail="...", error="EOF")
+    assert text("server_crashed", crash) == "a: server crashed during probe (signal 9): EOF"
+    record = CooldownRecord(policy="idle", waited_s=2.04, reason="reached")
+    assert text("cooldown_finished", events.CooldownFinished(candidate="a", context=256, probe=3, record=record)) == (
+        "a ctx 256 #3: cooled down 2.0 s (idle: reached)")
+    started = events.JobStarted(done=0, total=39, sleep_prevented=False, sleep_reason="no logind")
+    assert text("job_started", started) == "job_started: 0 of 39 rows done; sleep not prevented: no logind"
+    assert text("job_finished", events.JobFinished(done=1)) == "job_finished after 1 row"
+    assert text("job_failed", events.JobFailed(done=12, error="disk full")) == "job_failed after 12 rows: disk full"
+    budget = events.EvalBudgetReached(candidate="a", suite="code", budget_s=60.0)  # not worded: shown as sent
+    assert text("eval_budget_reached", budget) == "eval_budget_reached candidate=a suite=code budget_s=60.0"
 
 
 def test_plan_and_eta_ranges() -> None:
