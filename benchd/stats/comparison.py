@@ -292,7 +292,7 @@ def _advice(fit: _Fit, lm: float, few: bool, outside: bool, margin_pct: float,
         return more, f", at the spread seen so far about {more:,} more {what} would give an even chance of resolving ±{margin_pct:g} %"
     if target == 0:
         return None, f", the estimate sits at the ±{margin_pct:g} % margin"
-    return None, f", more than {MAX_ROUNDS_ESTIMATE} more {unit or 'rounds'} would be needed to resolve ±{margin_pct:g} %"
+    return None, f", more than {MAX_ROUNDS_ESTIMATE:,} more {unit or 'rounds'} would be needed to resolve ±{margin_pct:g} %"
 
 
 def _fit(la: list[float], lb: list[float], paired: bool, q: float) -> _Fit | tuple[str, float]:

@@ -48,8 +48,11 @@ def test_counts_bytes_and_durations_are_written_once_for_every_stage(fmt: Callab
 
 def test_a_count_of_more_samples_has_its_thousands_separator() -> None:
     """Warm starts of 10 s and 11 s a side, their 10 % margin barely overlapped: the advice names over a
-    thousand more starts, written `1,671`, as every other count is."""
+    thousand more starts, written `1,671`, as every other count is; past its estimate's bound, `10,000`."""
     a = [10.28, 9.58, 9.8, 10.11, 9.7, 9.98, 10.05, 9.75]
     b = [10.92, 10.6, 11.08, 10.93, 10.57, 11.47, 10.89, 10.57]
     v = compare_axis(a, b, axis="ready_s", better="lower", margin_pct=10)
     assert v.rounds_to_resolve == 1671 and "about 1,671 more [ready] starts" in v.text, v.text
+    far = compare_axis([100.0, 101.0, 99.0, 100.5, 99.5, 100.2],
+                       [102.1656, 102.7767, 101.0451, 101.9619, 101.6563, 102.4712], axis="gen_tps", better="higher")
+    assert far.rounds_to_resolve is None and "more than 10,000 more rounds" in far.text, far.text  # estimate ≈ margin
