@@ -186,7 +186,8 @@ def _ready_text(p: events.ServerReady) -> str:
     took = "" if p.ready_s is msgspec.UNSET else f" in {p.ready_s:.2f} s"
     cache = f", {p.cache} page cache" if isinstance(p.cache, str) else ""
     start = "" if p.start is msgspec.UNSET else f" (start {p.start}"
-    return f"{p.candidate}: {p.runtime} ready{took}{cache}{start}, pid {p.pid}, port {p.port}{')' if start else ''}"
+    return (f"{p.candidate}: {p.runtime or 'server'} ready{took}{cache}{start}, pid {p.pid}, port {p.port}"
+            f"{')' if start else ''}")
 
 
 def _crash_text(p: events.ServerCrashed) -> str:

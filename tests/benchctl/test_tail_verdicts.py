@@ -44,6 +44,8 @@ def test_server_and_job_lifecycle_lines_are_sentences() -> None:
     ready = events.ServerReady(candidate="a", runtime="llama-server", pid=41, port=5001, ready_s=0.117, cache="warm",
                                start=2, binary="/x/llama-server", cache_note="mincore(2): 213 of 214 pages")
     assert text("server_ready", ready) == "a: llama-server ready in 0.12 s, warm page cache (start 2, pid 41, port 5001)"
+    old = events.ServerReady(candidate="a", pid=41, port=5001)  # a store from before `runtime` was recorded
+    assert text("server_ready", old) == "a: server ready, pid 41, port 5001"
     ext = events.ServerReady(candidate="e", external={"url": "http://127.0.0.1:8080", "kind": "ollama"})
     assert text("server_ready", ext) == "e: attached to ollama at http://127.0.0.1:8080 (external)"
     assert text("server_starting", events.ServerStarting(candidate="a", runtime="llama-server", ctx_size=384)) == (
