@@ -34,14 +34,14 @@ def axis_word(axis: str) -> str:
 
 def fmt_value(metric: str, v: object) -> str:
     """A metric's value for people (bytes binary, ratios 3 decimals, else 1 decimal or 3 significant
-    digits); anything not a number reads `null`."""
+    digits, trailing zeros kept: `0.110` beside `0.111`); anything not a number reads `null`."""
     if not isinstance(v, int | float) or isinstance(v, bool):
         return "null"
     if metric.endswith("_bytes"):
         return fmt_bytes(v)
     if metric in ("eval_pass_rate", "code_pass_rate", "tool_pass_rate", "sustain_ratio"):
         return f"{v:.3f}"
-    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
+    return f"{v:.1f}" if abs(v) >= 10 else f"{v:#.3g}" if isinstance(v, float) else f"{v}"
 
 
 def fmt_with_unit(axis: str, v: float | None) -> str:

@@ -19,7 +19,7 @@ def fmt_interval(low: float, high: float, unit: str, *, signed: bool = False) ->
         if unit == "×" and abs(v) < 1:
             return f"{v:.2g}"
         digits = 1 if abs(v) < 10 else 0
-        return fmt_signed(v, digits) if signed else f"{v:.{digits}f}".replace("-", MINUS)
+        return fmt_signed(v, digits) if signed else fmt_signed(v, digits).lstrip("+")
     return f"{one(low)}–{one(high)}{'' if unit == '×' else ' '}{unit}"
 
 

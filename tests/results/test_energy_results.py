@@ -39,7 +39,7 @@ def test_report_shows_j_per_gen_token_and_the_energy_section() -> None:
     text = report.render_text(rb, pareto=True)
     assert "J/gen tok" in text and "energy per generated token (lower)" in text
     plain = next(x for x in text.splitlines() if x.startswith("gguf-plain") and " 512 " in x)
-    assert "0.1 (0.1–0.1, cv 0.0%)" in plain
+    assert "0.100 (0.100–0.100, cv 0.0%)" in plain
     md = report.render_markdown(rb)
     assert "## Energy" in md and f"- source: `{SRC}`" in md and "- scope: system energy" in md
     assert "| candidate | context | J/prompt tok | J/gen tok |" in md
