@@ -9,7 +9,7 @@ from typing import NamedTuple
 from benchd.results.evalcompare import suite_outcomes
 from benchd.results.pareto import eval_outcomes
 from benchd.results.text import axis_word, comparison_sentence, fmt_with_unit
-from benchd.schemas import ContextPareto, Row, Runbook
+from benchd.schemas import ContextPareto, Row, Runbook, Tie, TradeOff
 from benchd.stats.axes import AXES, IMAGE_AXIS_PREFIX
 from benchd.stats.comparison import compare_outcomes, compare_rows
 from benchd.stats.rows import usable
@@ -102,7 +102,16 @@ def _axes_for(p: Priority, rb: Runbook) -> list[str]:
     return sorted({k for v in rb.pareto for pt in v.points for k in pt.values if k.startswith(IMAGE_AXIS_PREFIX)})
 
 
-def _cost_line(rb: Runbook, other: str, leader: str, vals: dict[str, float]) -> str:
+def _pair_sentence(view: ContextPareto, a: str, b: str, axis: str) -> str | None:
+    """The Pareto view's sentence on `axis` for the pair {a, b} (its α split over the pair's axes), if compared."""
+    rels: list[Tie | TradeOff] = [*view.ties, *view.tradeoffs]
+    for rel in rels:
+        if set(rel.pair) == {a, b}:
+            return rel.axes.get(axis)
+    return next((d.verdicts.get(axis) for c, ds in view.dominated.items() for d in ds if {c, d.by} == {a, b}), None)
+
+
+def _cost_line(rb: Runbook, view: ContextPareto, other: str, leader: str, vals: dict[str, float]) -> str:
     spec, mine = AXES.get(other), vals[leader]
     if spec is None:
         return f"{axis_word(other)}: {fmt_with_unit(other, mine)}"
@@ -113,8 +122,9 @@ def _cost_line(rb: Runbook, other: str, leader: str, vals: dict[str, float]) -> 
         place = ("the same for every candidate" if level and len(who) == len(vals) else "the best measured"
                  + (f" (level with {', '.join(level)})" if level else ""))
         return f"{axis_word(other)}: {_shown(rb, other, leader, mine)}, {place}"
+    said = _pair_sentence(view, leader, who[0], other)
     return (f"{axis_word(other)}: {_shown(rb, other, leader, mine)} against the best "
-            f"{_shown(rb, other, who[0], best)} ({', '.join(who)})")
+            f"{_shown(rb, other, who[0], best)} ({', '.join(who)})" + (f" — {said}" if said else ""))
 
 
 def _costs(rb: Runbook, view: ContextPareto, leader: str, axis: str, others: Sequence[str]) -> list[str]:
@@ -126,7 +136,7 @@ def _costs(rb: Runbook, view: ContextPareto, leader: str, axis: str, others: Seq
     for other in names:
         vals = {c: v for c in others if (v := _value(rb, view, c, other)) is not None}
         if leader in vals:
-            out.append(_cost_line(rb, other, leader, vals))
+            out.append(_cost_line(rb, view, other, leader, vals))
         else:
             unmeasured.append(axis_word(other))
     out += [f"not measured for {leader}: {', '.join(unmeasured)}"] if unmeasured else []

@@ -27,7 +27,12 @@ def test_priorities_answer_in_order_with_costs(tmp_path: Path) -> None:
     assert gen[i + 1] == "  1. mlx-lm: 130.0 tok/s — first by median"
     assert gen[i + 2].startswith("  2. gguf-spec: 120.0 tok/s — gguf-spec is 7.7 % slower than mlx-lm at generation")
     assert "  what mlx-lm costs on the other axes (medians, pass rates):" in gen
-    assert "    peak memory: 2.38 MiB against the best 1.91 MiB (gguf-plain)" in gen
+    # a cost is followed by the Pareto view's sentence for the pair on that axis (its α split over the axes):
+    # a worse median may be a tie or unresolved, and the line says which
+    assert ("    peak memory: 2.38 MiB against the best 1.91 MiB (gguf-plain) — gguf-plain uses 20.0 % less peak "
+            "memory than mlx-lm (exact, no spread; α = 0.00625)") in gen
+    assert any(line.startswith("    eval pass rate: 1/2 tasks (50 %) against the best 2/2 tasks (100 %) (gguf-plain, "
+                               "gguf-spec) — gguf-plain against mlx-lm on eval pass rate is unresolved") for line in gen)
     # the axes the leader has no value on, named in one line after its costs
     assert "    not measured for mlx-lm: energy per generated token, prompt processing" in gen
     assert not [line for line in gen if ": not measured for" in line]
