@@ -130,13 +130,17 @@ def _read_as_nobody(root: Path, doctor: bool = False) -> dict[str, object]:
                 os.environ[POWERCAP_ENV] = str(root)
                 out["check"] = check_energy(0.01)[1]
             os.write(w, json.dumps(out).encode())
+        except BaseException as exc:  # said in the parent: an empty pipe would only fail to decode
+            os.write(w, json.dumps({"child_raised": f"{type(exc).__name__}: {exc}"}).encode())
         finally:
             os._exit(0)
     os.close(w)
     with os.fdopen(r, "rb") as f:
         data = f.read()
     os.waitpid(pid, 0)
-    return json.loads(data)
+    got = json.loads(data)
+    assert "child_raised" not in got, f"reading as nobody raised in the child: {got['child_raised']}"
+    return cast(dict[str, object], got)
 
 
 @pytest.fixture
