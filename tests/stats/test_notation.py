@@ -25,6 +25,10 @@ def test_ratio_interval(r: float, lo: float, hi: float, signed: bool, want: str)
     assert ratio_interval(r, lo, hi, signed=signed) == want
 
 
+def test_an_unsigned_end_that_rounds_to_zero_has_no_sign() -> None:
+    assert notation.fmt_interval(-0.01, 3.2, "%") == "0.0–3.2 %"
+
+
 def test_a_wide_unresolved_verdict_reads_as_a_multiple() -> None:
     """Three noisy values a side, B about 3× A: unresolved, its interval a multiple across 1."""
     v = compare_axis([10.0, 30.0, 90.0], [30.0, 90.0, 270.0], axis="gen_tps", better="higher")
