@@ -29,7 +29,7 @@ from benchctl.commands.common import (
     progress_of,
     socket_option,
 )
-from benchd.schemas import Job, Row, events
+from benchd.schemas import Job, KldCorpus, KldResult, Row, events
 from benchd.stats.notation import plural
 
 
@@ -200,6 +200,37 @@ def _cooled_text(p: events.CooldownFinished) -> str:
     return f"{p.candidate} ctx {p.context} #{p.probe}: cooled down {r.waited_s:.1f} s ({r.policy}: {r.reason})"
 
 
+def _turn_text(p: events.SessionTurn) -> str:
+    ttft = "null" if p.ttft_ms is None else f"{p.ttft_ms:.1f} ms"
+    cached = "null" if p.cached_tokens is None else f"{p.cached_tokens:,}"
+    return f"session {p.candidate} ctx {p.context} turn {p.turn}: TTFT {ttft}, cached prompt tokens {cached}"
+
+
+def _suite_text(p: events.EvalSuite) -> str:
+    return (f"{p.suite} suite: {p.package} {p.version}, {plural(len(p.task_ids), 'task')} asked "
+            f"({p.license or 'license not stated'}; sha256 {p.sha256[:16]}…)")
+
+
+def _kld_started_text(p: events.KldStarted) -> str:
+    if isinstance(p.corpus, dict):
+        c = msgspec.convert(p.corpus, KldCorpus)
+        tokens = f"{c.tokens:,} tokens" if c.tokens is not None else f"tokens {c.tokens_source or 'not counted'}"
+        return f"kld corpus: {c.source}, {c.words:,} words, {tokens}"
+    who = f" {p.candidate}" if isinstance(p.candidate, str) else ""
+    ctx = f" ctx {p.context}" if isinstance(p.context, int) else ""
+    return f"kld{who}{ctx}: {p.purpose if isinstance(p.purpose, str) else 'scoring'}"
+
+
+def _kld_text(r: KldResult) -> str:
+    head = f"kld {r.candidate} ctx {r.context} against {r.reference}"
+    if r.status != "ok" or r.kld_mean is None:
+        return f"{head}: {r.status} ({r.reason or 'no reason given'})"
+    se = "" if r.kld_mean_se is None else f" ± {r.kld_mean_se:.2g}"
+    top1 = "" if r.top1_agree is None else f", top-1 agreement {r.top1_agree:.1%}"
+    over = "" if r.tokens_scored is None else f" over {r.tokens_scored:,} tokens"
+    return f"{head}: mean KLD {r.kld_mean:.4g}{se}{top1}{over}"
+
+
 #: The event types `tail` words itself, each read as its payload's struct; any other is shown as sent.
 _TEXTS: dict[str, Callable[[Any], str]] = {
     "job_queued": lambda p: f"job_queued: {p.name}" + (f", not before {p.not_before}" if p.not_before else ""),
@@ -228,7 +259,13 @@ _TEXTS: dict[str, Callable[[Any], str]] = {
     "candidate_settled": lambda p: (
         f"{p.candidate} ends its rounds of ctx {p.context} after round {p.round} "
         "(each pair of it resolved or not resolvable in the rounds left); it stays in the race"),
+    "session_turn": _turn_text,
     "session_finished": _session_text,
+    "eval_suite": _suite_text,
+    "eval_budget_reached": lambda p: (
+        f"{p.candidate}: {p.suite} suite stopped at its time budget ({p.budget_s:g} s); its other tasks are not asked"),
+    "kld_started": _kld_started_text,
+    "kld_finished": _kld_text,
     "level_finished": lambda p: (
         f"concurrency {p.concurrency} {p.candidate} ctx {p.context}: aggregate "
         f"{'null' if p.agg_gen_tps is None else f'{p.agg_gen_tps:.1f} tok/s'}"),

