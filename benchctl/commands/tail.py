@@ -207,8 +207,8 @@ def _turn_text(p: events.SessionTurn) -> str:
 
 
 def _suite_text(p: events.EvalSuite) -> str:
-    return (f"{p.suite} suite: {p.package} {p.version}, {plural(len(p.task_ids), 'task')} asked "
-            f"({p.license or 'license not stated'}; sha256 {p.sha256[:16]}…)")
+    return (f"{p.suite} suite: {p.package} {p.version}, {plural(len(p.task_ids), 'task')} asked; "
+            f"license {p.license or 'not stated'}; sha256 {p.sha256[:16]}…")
 
 
 def _kld_started_text(p: events.KldStarted) -> str:

