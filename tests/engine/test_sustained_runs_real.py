@@ -33,8 +33,12 @@ def test_three_sustained_runs_are_three_rows_on_the_last_start(tmp_path: Path, t
     rows = [r for r in store.results.rows(job.id) if r.kind == "sustained"]
     assert [r.probe for r in rows] == [0, 1, 2] and all(r.status == "ok" for r in rows), [r.error for r in rows]
     assert len({r.start for r in rows}) == 1 and rows[0].start is not None  # one server start serves them all
-    for r in rows:
-        assert r.window_tps and (r.sustain_ratio is not None or "a ratio needs at least 2" in r.sources["sustain_ratio"])
+    for r in rows:  # windows, or why there are none: on a busy machine a tiny model's tokens come in one read
+        if r.window_tps:
+            assert r.sustain_ratio is not None or "a ratio needs at least 2" in r.sources["sustain_ratio"]
+        else:
+            assert "windows unmeasurable" in r.sources["window_tps"], r.sources
+            assert r.sustain_ratio is None and r.sources["sustain_ratio"].startswith("null: "), r.sources
     prog = store.get_job(job.id).progress
     assert prog is not None and prog.done == prog.total == 1 + 3
     rb = runbook.build_runbook(config, store, job.id)
