@@ -225,10 +225,11 @@ def _kld_text(r: KldResult) -> str:
     head = f"kld {r.candidate} ctx {r.context} against {r.reference}"
     if r.status != "ok" or r.kld_mean is None:
         return f"{head}: {r.status} ({r.reason or 'no reason given'})"
-    se = "" if r.kld_mean_se is None else f" ± {r.kld_mean_se:.2g}"
-    top1 = "" if r.top1_agree is None else f", top-1 agreement {r.top1_agree:.1%}"
+    from benchd.results.kldview import plus_minus
+
     over = "" if r.tokens_scored is None else f" over {r.tokens_scored:,} tokens"
-    return f"{head}: mean KLD {r.kld_mean:.4g}{se}{top1}{over}"
+    return (f"{head}: KLD {plus_minus(r.kld_mean, r.kld_mean_se)}, "
+            f"top-1 {plus_minus(r.top1_agree, r.top1_agree_se, 100, ' %')}{over}")
 
 
 #: The event types `tail` words itself, each read as its payload's struct; any other is shown as sent.

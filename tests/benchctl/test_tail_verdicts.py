@@ -91,7 +91,7 @@ def test_session_eval_and_kld_lines_are_sentences() -> None:
     ok = KldResult(candidate="q4", reference="f16", context=512, status="ok", kld_mean=0.01234, kld_mean_se=0.0011,
                    top1_agree=0.953, tokens_scored=4096)
     assert text("kld_finished", ok) == (
-        "kld q4 ctx 512 against f16: mean KLD 0.01234 ± 0.0011, top-1 agreement 95.3% over 4,096 tokens")
+        "kld q4 ctx 512 against f16: KLD 0.0123 ± 0.00110, top-1 95.3 % over 4,096 tokens")  # as the report writes it
     null = KldResult(candidate="m", reference="f16", context=512, status="null", reason="another tokenizer")
     assert text("kld_finished", null) == "kld m ctx 512 against f16: null (another tokenizer)"
 
