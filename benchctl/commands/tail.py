@@ -29,6 +29,7 @@ from benchctl.commands.common import (
     progress_of,
     socket_option,
 )
+from benchd.results.text import fmt_or_null
 from benchd.schemas import Job, KldCorpus, KldResult, Row, events
 from benchd.stats.notation import plural
 
@@ -165,9 +166,8 @@ def _dropped_text(p: events.CandidateDropped) -> str:
 
 
 def _session_text(p: events.SessionFinished) -> str:
-    ttft, reuse = p.warm_ttft_ms, p.reuse_fraction
     return (f"session {p.candidate} ctx {p.context}: {p.status}, warm-turn TTFT "
-            f"{'null' if ttft is None else f'{ttft:.1f} ms'}, reuse {'null' if reuse is None else f'{reuse:.0%}'}, "
+            f"{fmt_or_null(p.warm_ttft_ms, '{:.1f} ms')}, reuse {fmt_or_null(p.reuse_fraction, '{:.0%}')}, "
             f"cache misses {p.misses}")
 
 
@@ -201,9 +201,8 @@ def _cooled_text(p: events.CooldownFinished) -> str:
 
 
 def _turn_text(p: events.SessionTurn) -> str:
-    ttft = "null" if p.ttft_ms is None else f"{p.ttft_ms:.1f} ms"
-    cached = "null" if p.cached_tokens is None else f"{p.cached_tokens:,}"
-    return f"session {p.candidate} ctx {p.context} turn {p.turn}: TTFT {ttft}, cached prompt tokens {cached}"
+    return (f"session {p.candidate} ctx {p.context} turn {p.turn}: TTFT {fmt_or_null(p.ttft_ms, '{:.1f} ms')}, "
+            f"cached prompt tokens {fmt_or_null(p.cached_tokens, '{:,.0f}')}")
 
 
 def _suite_text(p: events.EvalSuite) -> str:
@@ -269,7 +268,7 @@ _TEXTS: dict[str, Callable[[Any], str]] = {
     "kld_finished": _kld_text,
     "level_finished": lambda p: (
         f"concurrency {p.concurrency} {p.candidate} ctx {p.context}: aggregate "
-        f"{'null' if p.agg_gen_tps is None else f'{p.agg_gen_tps:.1f} tok/s'}"),
+        f"{fmt_or_null(p.agg_gen_tps, '{:.1f} tok/s')}"),
 }
 
 

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 
 from benchd.engine.parallel import parallel_summary
 from benchd.engine.session import session_summary
-from benchd.results.text import fmt_or_null
+from benchd.results.text import fmt_or_null, fmt_value
 from benchd.schemas import Row
+from benchd.stats.notation import plural
 from benchd.stats.rows import usable
 
 #: Axes a sweep measures only when it asks for them (sessions, concurrency levels): they join a pair's
@@ -62,7 +63,7 @@ def session_lines(rows: Sequence[Row]) -> list[str]:
             err = next((r.error for r in mine if r.error), "no ok turn")
             out.append(f"  {cand} ctx {ctx}: session failed: {err}")
             continue
-        reuse = "null" if s.reuse_fraction is None else f"{s.reuse_fraction:.0%}"
+        reuse = fmt_or_null(s.reuse_fraction, "{:.0%}")
         per_turn = ", ".join(_ms(t) for t in s.ttft_ms)
         out.append(f"  {cand} ctx {ctx}: warm-turn TTFT {_ms(s.warm_ttft_ms)} (median of turns >= 2), reuse {reuse}, "
                    f"cache misses {s.misses} of {s.turns - 1}; TTFT per turn: {per_turn}")
@@ -74,9 +75,10 @@ def level_lines(rows: Sequence[Row]) -> list[str]:
     out = []
     for (cand, ctx), mine in sorted(_cells(rows, "parallel").items()):
         for level, s in parallel_summary(mine).items():
-            mem = "null" if s.mem_peak_bytes is None else f"{s.mem_peak_bytes / (1 << 20):.1f} MiB"
+            mem = fmt_value("mem_peak_bytes", s.mem_peak_bytes)
             failed = f", {s.failed} failed" if s.failed else ""
-            out.append(f"  {cand} ctx {ctx} x{level}: aggregate {_rate(s.agg_gen_tps)} (median over {s.batches} "
-                       f"batches), per request {_rate(s.per_request_gen_tps)}, TTFT p50 {_ms(s.ttft_p50_ms)} / p95 "
-                       f"{_ms(s.ttft_p95_ms)}, peak memory {mem} ({s.requests} requests{failed})")
+            out.append(f"  {cand} ctx {ctx} x{level}: aggregate {_rate(s.agg_gen_tps)} (median over "
+                       f"{plural(s.batches, 'batch', 'batches')}), per request {_rate(s.per_request_gen_tps)}, "
+                       f"TTFT p50 {_ms(s.ttft_p50_ms)} / p95 {_ms(s.ttft_p95_ms)}, peak memory {mem} "
+                       f"({plural(s.requests, 'request')}{failed})")
     return (["parallel requests:", *out]) if out else []
