@@ -16,8 +16,11 @@ import os
 import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
+
+if TYPE_CHECKING:
+    from benchd.schemas import Event
 
 
 class ClientError(Exception):
@@ -81,10 +84,14 @@ def unreachable_message(socket_path: Path) -> str:
 
 
 def _error_from(status: int, body: bytes) -> ApiError:
+    import msgspec
+
+    from benchd.schemas import ErrorAnswer
+
     try:
-        err = json.loads(body)["error"]
-        return ApiError(status, str(err.get("code")), str(err.get("message")), err.get("field"))
-    except (ValueError, KeyError, TypeError, AttributeError):
+        err = msgspec.json.decode(body, type=ErrorAnswer).error
+        return ApiError(status, err.code, err.message, err.field)
+    except msgspec.MsgspecError:
         text = body.decode(errors="replace").strip()[:300]
         return ApiError(status, "http_error", f"HTTP {status}: {text}")
 
@@ -257,8 +264,10 @@ class AsyncClient:
     async def cancel(self, job_id: str) -> dict[str, Any]:
         return await self.request("POST", _job_path(job_id) + "/cancel")  # type: ignore[no-any-return]
 
-    async def events(self, job_id: str, since: int = 0, follow: bool = False) -> AsyncIterator[dict[str, Any]]:
+    async def events(self, job_id: str, since: int = 0, follow: bool = False) -> AsyncIterator[Event]:
         import aiohttp
+
+        from benchd.schemas import event_decoder
 
         url = f"http://benchd{_job_path(job_id)}/events?{_events_query(since, follow)}"
         try:
@@ -267,6 +276,6 @@ class AsyncClient:
                     raise _error_from(resp.status, await resp.read())
                 async for line in resp.content:
                     if line.strip():
-                        yield json.loads(line)
+                        yield event_decoder.decode(line)
         except aiohttp.ClientConnectionError as exc:
             raise Unreachable(self.socket_path, str(exc)) from exc

@@ -199,7 +199,7 @@ def _insert_event(db: sqlite3.Connection, job: str, type_: str, payload: dict[st
     """Append one event to `job` with the next `seq`; the caller holds the transaction (no gaps)."""
     cur = db.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE job = ?", (job,))
     seq = int(cur.fetchone()[0]) + 1
-    event = Event(seq=seq, time=utcnow(), type=type_, job=job, payload=payload)  # type: ignore[arg-type]
+    event = Event(seq=seq, time=utcnow(), type=type_, job=job, payload=payload)
     db.execute(
         "INSERT INTO events(job, seq, time, type, payload) VALUES (?, ?, ?, ?, ?)",
         (job, seq, event.time, type_, _enc.encode(payload).decode()),

@@ -15,7 +15,6 @@ from typing import Any
 
 import click
 import msgspec
-from msgspec import Struct
 
 from benchctl import exitcodes
 from benchctl.commands.common import (
@@ -30,13 +29,13 @@ from benchctl.commands.common import (
     socket_option,
 )
 from benchd.results.text import fmt_or_null
-from benchd.schemas import Job, KldCorpus, KldResult, Row, events
+from benchd.schemas import Event, Job, KldCorpus, KldResult, Row, event_decoder, events
 from benchd.stats.notation import plural
 
 
 def stream_events(client: Any, job_id: str, sleep: Callable[[float], None] = time.sleep,
-                  reconnect_for_s: float = RECONNECT_FOR_S) -> Iterator[bytes]:
-    """Every event line of a job up to its terminal event, across daemon restarts.
+                  reconnect_for_s: float = RECONNECT_FOR_S) -> Iterator[tuple[Event, bytes]]:
+    """Every event of a job up to its terminal event, decoded and as sent, across daemon restarts.
 
     When the stream drops or ends without a terminal event (the daemon stopped), reconnect with `since`
     for up to `reconnect_for_s`, then raise Unreachable.
@@ -49,10 +48,10 @@ def stream_events(client: Any, job_id: str, sleep: Callable[[float], None] = tim
         try:
             for line in client.events(job_id, since=since, follow=True):
                 gone_at = None
-                ev = json.loads(line)
-                since = int(ev["seq"])
-                yield line
-                if ev["type"] in TERMINAL_EXIT:
+                ev = event_decoder.decode(line)
+                since = ev.seq
+                yield ev, line
+                if ev.type in TERMINAL_EXIT:
                     return
         except Unreachable:
             pass
@@ -78,15 +77,15 @@ def follow_job(client: Any, job_id: str, as_json: bool) -> int:
     code = exitcodes.UNREACHABLE
     try:
         with renderer:
-            for line in stream_events(client, job_id):
-                ev = json.loads(line)
+            for ev, line in stream_events(client, job_id):
                 renderer.event(line, ev)
-                if ev["type"] in TERMINAL_EXIT:
-                    code = TERMINAL_EXIT[ev["type"]]
+                code = TERMINAL_EXIT.get(ev.type, code)
     except Unreachable as exc:
         raise _fail(str(exc), exitcodes.UNREACHABLE) from exc
     except ApiError as exc:
         raise _fail(f"error: {exc}", exitcodes.BAD_INPUT) from exc
+    except msgspec.MsgspecError as exc:
+        raise _fail(f"error: an event line this benchctl cannot read: {exc}", exitcodes.UNREACHABLE) from exc
     if not as_json and code != exitcodes.UNREACHABLE:
         _say_runbook(client, job_id)
     return code
@@ -272,21 +271,15 @@ _TEXTS: dict[str, Callable[[Any], str]] = {
 }
 
 
-def _payload(event: dict[str, Any]) -> Struct:
-    """The event's payload as its type's struct (msgspec.ValidationError names what does not decode)."""
-    return msgspec.convert(event.get("payload") or {}, events.PAYLOADS[event["type"]])
-
-
-def _event_text(event: dict[str, Any]) -> str:
-    words = _TEXTS.get(event["type"])
-    raw = event.get("payload") or {}
+def _event_text(event: Event) -> str:
+    words = _TEXTS.get(event.type)
     if words is None:
-        detail = " ".join(f"{k}={v}" for k, v in raw.items() if not isinstance(v, (dict, list)) and v is not None)
-        return f"{event['type']} {detail}".rstrip()
+        detail = " ".join(f"{k}={v}" for k, v in event.payload.items() if not isinstance(v, dict | list) and v is not None)
+        return f"{event.type} {detail}".rstrip()
     try:
-        return words(_payload(event))
+        return words(events.payload(event))
     except msgspec.ValidationError as exc:
-        return f"{event['type']}: a payload this benchctl cannot read ({exc}): {json.dumps(raw)}"
+        return f"{event.type}: a payload this benchctl cannot read ({exc}): {json.dumps(event.payload)}"
 
 
 class _Plain:
@@ -304,11 +297,11 @@ class _Plain:
     def __exit__(self, *exc: object) -> None:
         return None
 
-    def event(self, line: bytes, ev: dict[str, Any]) -> None:
+    def event(self, line: bytes, ev: Event) -> None:
         if self.raw:
             sys.stdout.buffer.write(line + b"\n")
         else:
-            sys.stdout.write(f"{ev['time'][11:19]} #{ev['seq']} {_event_text(ev)}\n")
+            sys.stdout.write(f"{ev.time[11:19]} #{ev.seq} {_event_text(ev)}\n")
         sys.stdout.flush()
 
 
@@ -337,9 +330,9 @@ class _Rich:
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
 
-    def event(self, line: bytes, event: dict[str, Any]) -> None:
+    def event(self, line: bytes, event: Event) -> None:
         try:
-            p = _payload(event) if event["type"] in ("probe_finished", "candidate_dropped") else None
+            p = events.payload(event) if event.type in ("probe_finished", "candidate_dropped") else None
         except msgspec.ValidationError:
             p = None  # said as it is below
         if isinstance(p, events.ProbeFinished):
@@ -354,7 +347,7 @@ class _Rich:
             if planned is not None:
                 self.total = planned
                 self.progress.update(self.task, total=self.total or None)
-        if event["type"] in ("job_started", "job_resumed", "job_interrupted", *TERMINAL_EXIT, "server_crashed",
+        if event.type in ("job_started", "job_resumed", "job_interrupted", *TERMINAL_EXIT, "server_crashed",
                              "cell_finished", "session_finished", "level_finished", "design_chosen",
                              "design_changed", "context_finished", "candidate_dropped", "candidate_settled"):
             self.progress.console.print(_event_text(event), style="bold", highlight=False, markup=False)

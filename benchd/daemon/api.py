@@ -29,6 +29,8 @@ from benchd.schemas import (
     JOB_STATES,
     RUNBOOK_ID_PATTERN,
     TERMINAL_EVENTS,
+    ErrorAnswer,
+    ErrorBody,
     EvalResult,
     Event,
     Health,
@@ -71,7 +73,7 @@ CTX = web.AppKey("benchd_ctx", Ctx)
 
 
 def error_response(status: int, code: str, message: str, field: str | None = None) -> web.Response:
-    body = {"error": {"code": code, "message": message, "field": field}}
+    body = ErrorAnswer(error=ErrorBody(code=code, message=message, field=field))
     return web.Response(status=status, body=_enc.encode(body), content_type="application/json")
 
 

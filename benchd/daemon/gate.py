@@ -10,13 +10,13 @@ from typing import cast
 import msgspec
 
 from benchd.peercred import PeerCredError, peer_uid
+from benchd.schemas import ErrorAnswer, ErrorBody
 
 log = logging.getLogger("benchd.daemon.api")  # the gate's lines stay under the API's logger name
 
 REFUSE_LINGER_S = 2.0
 
-_REFUSAL = msgspec.json.encode({"error": {"code": "forbidden", "message": "benchd serves only its own user",
-                                          "field": None}})
+_REFUSAL = msgspec.json.encode(ErrorAnswer(error=ErrorBody(code="forbidden", message="benchd serves only its own user")))
 REFUSAL_RESPONSE = (
     b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nConnection: close\r\n"
     b"Content-Length: " + str(len(_REFUSAL)).encode() + b"\r\n\r\n" + _REFUSAL
@@ -34,9 +34,8 @@ def _fd_budget() -> int:
 
 MAX_CONNECTIONS = _fd_budget()
 HEADER_TIMEOUT_S = 30.0
-_TOO_MANY = msgspec.json.encode({"error": {"code": "too_many_connections",
-                                           "message": f"benchd serves at most {MAX_CONNECTIONS} connections at once",
-                                           "field": None}})
+_TOO_MANY = msgspec.json.encode(ErrorAnswer(error=ErrorBody(
+    code="too_many_connections", message=f"benchd serves at most {MAX_CONNECTIONS} connections at once")))
 TOO_MANY_RESPONSE = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
     b"Content-Length: " + str(len(_TOO_MANY)).encode() + b"\r\n\r\n" + _TOO_MANY

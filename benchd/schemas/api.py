@@ -70,6 +70,10 @@ class ErrorBody(Struct, kw_only=True):
     field: str | None = None
 
 
+class ErrorAnswer(Struct, kw_only=True):
+    error: ErrorBody
+
+
 class Health(Struct, kw_only=True):
     version: str
     pid: int
@@ -140,10 +144,10 @@ TERMINAL_EVENTS: frozenset[str] = frozenset({"job_finished", "job_failed", "job_
 
 
 class Event(Struct, kw_only=True, frozen=True):
-    """One line of `GET /v1/jobs/{id}/events`: seq is per job, gap-free, starting at 1."""
+    """One line of `GET /v1/jobs/{id}/events` (seq per job, gap-free, from 1); read, `type` may be a newer daemon's."""
 
     seq: int
     time: str
-    type: EventType
+    type: str
     job: str
     payload: dict[str, Any] = {}

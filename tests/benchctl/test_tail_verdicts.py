@@ -8,7 +8,16 @@ import pytest
 
 from benchctl.commands.common import decoded, eta_text, planned_text
 from benchctl.commands.tail import _TEXTS, _event_text
-from benchd.schemas import CooldownRecord, Job, KldCorpus, KldResult, Progress, events
+from benchd.schemas import CooldownRecord, Event, Job, KldCorpus, KldResult, Progress, event_decoder, events
+
+
+def _ev(d: dict) -> Event:
+    """The `{"type", "payload"}` of an event as `tail` decodes its line from the stream."""
+    return event_decoder.decode(msgspec.json.encode({"seq": 1, "time": "2026-12-07T21:00:00.000Z", "job": "j", **d}))
+
+
+def _text(d: dict) -> str:
+    return _event_text(_ev(d))
 
 
 def test_cell_finished_line() -> None:
@@ -16,7 +25,7 @@ def test_cell_finished_line() -> None:
         "verdict": "unsteady", "metric": "gen_tps", "n": 29, "adaptive": True, "target_ci_pct": 2.0,
         "ci_half_width_pct": 3.14, "probes_used": 30, "throttle_suspects": 2,
         "invalidated": 1, "reason": "CI ±3.14 %, wider than the ±2 % target (max 30 probes reached)"}}}
-    text = _event_text(ev)
+    text = _text(ev)
     assert text.startswith("cell a ctx 512: unsteady ±3.1% after 30 probes")
     assert "2 throttle-suspect" in text and "1 invalidated and re-run" in text
 
@@ -27,11 +36,11 @@ def test_throttle_suspect_row_is_flagged() -> None:
            "throttle": {"metric": "gen_tps", "value": 50.0, "running_median": 100.0, "drop_pct": 50.0,
                         "threshold_pct": 10.0, "thermal": "nominal", "suspect": True,
                         "note": "throttle-suspect: gen_tps 50.0 is 50.0 % below 100.0"}}
-    assert "THROTTLE-SUSPECT (throttle-suspect: gen_tps 50.0" in _event_text({"type": "probe_finished", "payload": {"row": row}})
+    assert "THROTTLE-SUSPECT (throttle-suspect: gen_tps 50.0" in _text({"type": "probe_finished", "payload": {"row": row}})
 
 
 def test_a_payload_benchctl_cannot_read_is_shown_not_dropped() -> None:
-    text = _event_text({"type": "cell_finished", "payload": {"candidate": "a", "verdict": {"verdict": "steady"}}})
+    text = _text({"type": "cell_finished", "payload": {"candidate": "a", "verdict": {"verdict": "steady"}}})
     assert text.startswith("cell_finished: a payload this benchctl cannot read") and '"steady"' in text
 
 
@@ -39,7 +48,7 @@ def test_server_and_job_lifecycle_lines_are_sentences() -> None:
     """A server's start, readiness, stop and crash, a cooldown and the job's start and end read as short
     sentences, not the payload's every key (the demo's `server_ready` line was 600 characters)."""
     def text(kind: str, p: msgspec.Struct) -> str:
-        return _event_text({"type": kind, "payload": events.to_wire(p)})
+        return _text({"type": kind, "payload": events.to_wire(p)})
 
     ready = events.ServerReady(candidate="a", runtime="llama-server", pid=41, port=5001, ready_s=0.117, cache="warm",
                                start=2, binary="/x/llama-server", cache_note="mincore(2): 213 of 214 pages")
@@ -63,14 +72,14 @@ def test_server_and_job_lifecycle_lines_are_sentences() -> None:
     assert text("job_failed", events.JobFailed(done=12, error="disk full")) == "job_failed after 12 rows: disk full"
     # a type this benchctl has no words for (a newer daemon's) is shown as sent, its plain keys
     unknown = {"type": "something_new", "payload": {"candidate": "a", "n": 3, "nested": {"x": 1}}}
-    assert _event_text(unknown) == "something_new candidate=a n=3"
+    assert _text(unknown) == "something_new candidate=a n=3"
 
 
 def test_session_eval_and_kld_lines_are_sentences() -> None:
     """Every event type the daemon sends has its words: sessions' turns, the eval suites and their budget,
     and the KLD steps (none is left as key=value pairs)."""
     def text(kind: str, p: msgspec.Struct) -> str:
-        return _event_text({"type": kind, "payload": events.to_wire(p)})
+        return _text({"type": kind, "payload": events.to_wire(p)})
 
     assert set(events.PAYLOADS) <= set(_TEXTS)
     turn = events.SessionTurn(candidate="a", context=4096, turn=2, ttft_ms=81.25, cached_tokens=3968)
@@ -105,12 +114,12 @@ def test_plan_and_eta_ranges() -> None:
 
 def test_design_round_and_context_lines() -> None:
     """tail says which order runs and why, each round's visiting order, and why a context stopped."""
-    chosen = _event_text({"type": "design_chosen", "payload": {
+    chosen = _text({"type": "design_chosen", "payload": {
         "order": "blocked", "why": "the default order, but the servers do not fit side by side", "plan": "3 rounds"}})
     assert chosen.startswith("order blocked: the default order") and "plan 3 rounds" in chosen
     started = events.to_wire(events.RoundStarted(context=128, round=2, order=["b", "a"], seed=7, design="interleaved"))
-    assert _event_text({"type": "round_started", "payload": started}) == "ctx 128 round 2: b → a"
-    stop = _event_text({"type": "context_finished", "payload": {
+    assert _text({"type": "round_started", "payload": started}) == "ctx 128 round 2: b → a"
+    stop = _text({"type": "context_finished", "payload": {
         "context": 128, "rounds": 7, "design": "interleaved", "why": "every pair's gen_tps verdict resolved"}})
     assert "stopped after 7 rounds (interleaved): every pair's gen_tps verdict resolved" in stop
 
@@ -124,15 +133,15 @@ def test_a_dropped_candidate_shrinks_the_plan_tail_follows() -> None:
         candidate="slow", context=128, round=3, by=["a"], why="dominated by a (better on gen_tps)",
         unrun_rows=4, unrun_rows_max=22, planned_rows=17, planned_rows_max=53))
     ev = {"seq": 9, "time": "2026-01-01T00:00:00.000Z", "type": "candidate_dropped", "payload": p}
-    assert _event_text(ev).endswith("dominated by a (better on gen_tps) (17-53 rows planned from now on)")
+    assert _text(ev).endswith("dominated by a (better on gen_tps) (17-53 rows planned from now on)")
     job = Job(id="j", name="j", state="running", created_at="2026-01-01T00:00:00Z")
     rich = _Rich(msgspec.structs.replace(job, progress=Progress(done=0, total=21, total_max=75)))
     assert rich.total == 75
     for _ in range(2):
-        rich.event(b"", ev)
+        rich.event(b"", _ev(ev))
         assert rich.total == 53 and rich.progress.tasks[0].total == 53
     fixed = _Rich(msgspec.structs.replace(job, progress=Progress(done=0, total=21)))
-    fixed.event(b"", {**ev, "payload": {**p, "planned_rows_max": None}})
+    fixed.event(b"", _ev({**ev, "payload": {**p, "planned_rows_max": None}}))
     assert fixed.total == 17
 
 

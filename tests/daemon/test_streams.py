@@ -21,7 +21,7 @@ from benchctl.client import AsyncClient
 from benchd.config import Config
 from benchd.daemon import api
 from benchd.daemon.lifecycle import Daemon
-from benchd.schemas import Sweep
+from benchd.schemas import Event, Sweep
 from tests.testlib import until
 
 
@@ -55,7 +55,7 @@ def open_follower(sock: Path, job: str, rcvbuf: int = 4096) -> socket.socket:
     return s
 
 
-async def follow_into(d: Daemon, job: str, got: list[dict[str, object]]) -> None:
+async def follow_into(d: Daemon, job: str, got: list[Event]) -> None:
     """Follows the job's events from the start through the client, appending each to `got`, until the stream ends."""
     async with AsyncClient(d.config.socket) as c:
         async for ev in c.events(job, since=0, follow=True):
@@ -83,7 +83,7 @@ async def test_a_client_that_never_reads_is_dropped_and_blocks_nothing(
             assert len(ctx.streams) == 5, "a stuck stream was dropped before health answered"
             await until(lambda: not ctx.streams, "stuck followers dropped after the write timeout")
             # a reading client still gets every event
-            seqs = [ev["seq"] async for ev in c.events(job, since=2990)]
+            seqs = [ev.seq async for ev in c.events(job, since=2990)]
             assert seqs == list(range(2991, 3002))
     finally:
         for s in stuck:
@@ -96,13 +96,13 @@ async def test_followers_wake_on_new_events_and_end_at_terminal(
     monkeypatch.setattr(api, "IDLE_CHECK_S", 3600.0)
     job = waiting_job_with_events(daemon, n=0, payload_bytes=0)
     assert daemon.store is not None and daemon.queue is not None
-    got: list[dict[str, object]] = []
+    got: list[Event] = []
     task = asyncio.create_task(follow_into(daemon, job, got))
     await until(lambda: got, "the first event streamed")
-    assert [e["type"] for e in got] == ["job_queued"]
+    assert [e.type for e in got] == ["job_queued"]
     await daemon.queue.cancel(job)  # writes job_cancelled and notifies
     await asyncio.wait_for(task, 30)  # woken: a polled follower would wait for the hour-long re-check
-    assert [e["type"] for e in got] == ["job_queued", "job_cancelled"]
+    assert [e.type for e in got] == ["job_queued", "job_cancelled"]
 
 
 async def test_shutdown_ends_follow_streams(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,7 +147,7 @@ async def test_a_follower_woken_per_event_reads_the_job_state_not_the_whole_job(
     get_job = store.get_job
     monkeypatch.setattr(store, "get_job", lambda job_id, with_sweep=True: (whole_reads.append(job_id),
                                                                           get_job(job_id, with_sweep))[1])
-    got: list[dict[str, object]] = []
+    got: list[Event] = []
     task = asyncio.create_task(follow_into(daemon, job, got))
     await until(lambda: got, "the first event streamed")
     before = len(whole_reads)  # the stream's 404 check
@@ -157,7 +157,7 @@ async def test_a_follower_woken_per_event_reads_the_job_state_not_the_whole_job(
     woken = len(whole_reads) - before
     await daemon.queue.cancel(job)
     await asyncio.wait_for(task, 30)
-    assert len(got) == 22 and got[-1]["type"] == "job_cancelled"
+    assert len(got) == 22 and got[-1].type == "job_cancelled"
     assert woken == 0, f"the follower read the whole job {woken} times for 20 events"
 
 

@@ -79,7 +79,7 @@ def test_a_raced_matrix_drops_the_slow_model_and_the_broken_start(tiny_models: A
     from benchctl.commands.tail import _event_text
 
     ev = next(e for e in events if e.type == "candidate_dropped" and e.payload["candidate"] == "slow")
-    assert _event_text({"type": ev.type, "payload": ev.payload}).startswith("slow left the race at ctx 64 after round")
+    assert _event_text(ev).startswith("slow left the race at ctx 64 after round")
     # the runbook's race table and the report
     assert {x.candidate for x in rb.race} == set(drops) >= {"slow", "tiny-q8k"}
     from benchd.results.report import render_markdown

@@ -71,7 +71,7 @@ async def test_follower_gets_the_terminal_event_committed_while_it_wrote(
     async def follow() -> None:
         async with AsyncClient(d.config.socket) as c:
             async for ev in c.events(job.id, since=0, follow=True):
-                got.append(ev["type"])
+                got.append(ev.type)
 
     task = asyncio.create_task(follow())
     await asyncio.wait_for(writing.wait(), 5)
