@@ -136,14 +136,14 @@ def _say_pareto(client: Any, runbook_id: str) -> None:
 
 def _row_text(r: Row) -> str:
     """A probe row as the daemon sent it."""
-    from benchd.results.text import fmt_value
+    from benchd.results.text import fmt_with_unit
 
     base = f"{r.candidate} ctx {r.context} {r.kind} #{r.probe}: {r.status}"
     if r.status != "ok":
         return f"{base} ({r.error or 'no reason given'})"
     flag = f"  THROTTLE-SUSPECT ({r.throttle.note})" if r.throttle is not None and r.throttle.suspect else ""
-    return (f"{base}  gen {fmt_value('gen_tps', r.gen_tps)} tok/s  prompt {fmt_value('prompt_tps', r.prompt_tps)} tok/s  "
-            f"ttft {fmt_value('ttft_ms', r.ttft_ms)} ms  mem {fmt_value('mem_peak_bytes', r.mem_peak_bytes)}{flag}")
+    return (f"{base}  gen {fmt_with_unit('gen_tps', r.gen_tps)}  prompt {fmt_with_unit('prompt_tps', r.prompt_tps)}  "
+            f"ttft {fmt_with_unit('ttft_ms', r.ttft_ms)}  mem {fmt_with_unit('mem_peak_bytes', r.mem_peak_bytes)}{flag}")
 
 
 def _verdict_text(p: events.CellFinished) -> str:

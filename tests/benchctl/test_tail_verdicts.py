@@ -36,7 +36,9 @@ def test_throttle_suspect_row_is_flagged() -> None:
            "throttle": {"metric": "gen_tps", "value": 50.0, "running_median": 100.0, "drop_pct": 50.0,
                         "threshold_pct": 10.0, "thermal": "nominal", "suspect": True,
                         "note": "throttle-suspect: gen_tps 50.0 is 50.0 % below 100.0"}}
-    assert "THROTTLE-SUSPECT (throttle-suspect: gen_tps 50.0" in _text({"type": "probe_finished", "payload": {"row": row}})
+    text = _text({"type": "probe_finished", "payload": {"row": row}})
+    assert text.startswith("a ctx 512 probe #7: ok  gen 50.0 tok/s  prompt null  ttft null  mem null  THROTTLE-SUSPECT")
+    assert "THROTTLE-SUSPECT (throttle-suspect: gen_tps 50.0" in text  # a null figure carries no unit
 
 
 def test_a_payload_benchctl_cannot_read_is_shown_not_dropped() -> None:
