@@ -74,10 +74,10 @@ def _null_metrics(row: Row) -> list[str]:
     names = [m for m in carried_metrics(row.kind) if getattr(row, m) is None]
     # Anything else the engine declared null (e.g. a new metric) is listed too.
     names += [k for k in sorted(row.null_reasons) if k not in names and getattr(row, k, None) is None]
-    return [n for n in names if n not in ENERGY_ROW_FIELDS]  # energy has its own lines (energy_deferred)
+    return [n for n in names if n not in NOT_LISTED_HERE]  # energy has its own lines; a row's place is no measurement
 
 
-ENERGY_ROW_FIELDS = frozenset((*ENERGY_FIELDS, "energy_channels", "window_j"))
+NOT_LISTED_HERE = frozenset((*ENERGY_FIELDS, "energy_channels", "window_j", "round", "visit"))
 
 
 def _energy_nulls(ok: list[Row]) -> dict[str, tuple[set[str], set[tuple[str, int, str, int]]]]:

@@ -143,6 +143,18 @@ def test_runtime_nulls_with_reasons():
     assert any(e.axis == "draft_n, draft_accepted, draft_acceptance" and no_spec in e.reason for e in entries)
 
 
+def test_a_rows_place_outside_the_rounds_is_no_deferred_axis_but_a_new_metric_declared_null_is():
+    """`round`/`visit` are where a row ran, not a measurement: their null reason stays in the row."""
+    sweep = make_sweep()
+    rows = [row(r.candidate, r.runtime, r.context, r.probe, kind=r.kind, round=None, visit=None,
+                reasons={"round": "sustained generation: outside the rounds",
+                         "visit": "sustained generation: outside the rounds"}) if r.kind == "sustained" else r
+            for r in full_rows(sweep)]
+    assert not [e for e in automatic_deferred(sweep, rows) if "round" in e.axis.split(", ")]
+    rows[0] = row("ll", "llama-server", 512, 0, image_ttft_ms=None, reasons={"image_ttft_ms": "no image asked"})
+    assert any(e.axis == "image_ttft_ms" and "no image asked" in e.reason for e in automatic_deferred(sweep, rows))
+
+
 def test_null_without_reason_is_reported_as_a_bug():
     sweep = make_sweep()
     rows = full_rows(sweep)
