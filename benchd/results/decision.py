@@ -3,6 +3,7 @@ undecided; the candidates; the deferred axes), read from the runbook: nothing is
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from benchd.results.text import STATE_WORDS, and_list, axis_word
@@ -47,13 +48,20 @@ class ContextDecision:
         return f"{plural(n, 'pair')} compared, each on its own (its verdict keeps its α; no correction across pairs)"
 
 
-def _overlap(axes: list[str]) -> list[str]:
-    """The one lever of every axis whose interval still overlaps the margin: more rounds narrow them."""
+def _overlap(axes: list[str], more: Mapping[str, int]) -> list[str]:
+    """More rounds narrow every interval still over the margin; per axis the count for an even chance, if known."""
     if not axes:
         return []
     words = and_list([axis_word(a) for a in axes])
+    counts = ", ".join(f"about {_more(a, more[a])} on {axis_word(a)}" for a in axes if a in more)
     return [f"more rounds: the interval{'s' if len(axes) > 1 else ''} on {words} still overlap"
-            f"{'' if len(axes) > 1 else 's'} the margin"]
+            f"{'' if len(axes) > 1 else 's'} the margin" + (f" (an even chance at the spread so far: {counts})"
+                                                            if counts else "")]
+
+
+def _more(axis: str, n: int) -> str:
+    lever = lever_of(axis) or "rounds"
+    return plural(n, "more round") if lever == "rounds" else f"{n:,} more {lever}"
 
 
 def _lever(axis: str, nc: NotCompared) -> str:
@@ -85,7 +93,7 @@ def undecided(t: Tie) -> Undecided:
     else:
         keys = list(dict.fromkeys([*t.unresolved_on, *t.blocked_on]))
         few = [_lever(a, nc) for a in keys if (nc := t.not_compared.get(a)) is not None]
-        decide = (_overlap([a for a in keys if a not in t.not_compared]) + few
+        decide = (_overlap([a for a in keys if a not in t.not_compared], t.rounds_to_resolve) + few
                   or [_lever(a, nc) for a, nc in t.not_compared.items()] or ["more rounds"])
     return Undecided((t.pair[0], t.pair[1]), status, t.text or f"{t.pair[0]} against {t.pair[1]}: neither dominates",
                      decide)

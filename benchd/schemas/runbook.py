@@ -153,6 +153,8 @@ class Tie(Struct, kw_only=True, frozen=True):
     blocked_on: list[str] = []
     not_compared: dict[str, NotCompared] = {}
     not_worse_on: list[str] = []
+    #: Per unresolved axis, how many more of its lever would give an even chance of deciding it (its sentence says it).
+    rounds_to_resolve: dict[str, int] = {}
 
 
 class TradeOff(Struct, kw_only=True, frozen=True):

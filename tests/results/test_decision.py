@@ -79,6 +79,14 @@ def test_an_undecided_pair_says_what_would_decide_it() -> None:
     (u,) = context_decision(msgspec.structs.replace(p, ties=[many])).undecided
     assert u.decide == [f"more rounds: the intervals on {axis_word('gen_tps')}, {axis_word('prompt_tps')} and "
                         f"{axis_word('ttft_ms')} still overlap the margin"]  # one lever, not a line per axis
+    counted = msgspec.structs.replace(many, rounds_to_resolve={"gen_tps": 1, "ttft_ms": 19, "ready_s": 4})
+    (u,) = context_decision(msgspec.structs.replace(p, ties=[counted])).undecided
+    assert u.decide[0].endswith(f"the margin (an even chance at the spread so far: about 1 more round on "
+                                f"{axis_word('gen_tps')}, about 19 more rounds on {axis_word('ttft_ms')})")
+    ready = msgspec.structs.replace(many, unresolved_on=["ready_s"], rounds_to_resolve={"ready_s": 4})
+    (u,) = context_decision(msgspec.structs.replace(p, ties=[ready])).undecided
+    assert u.decide[0].endswith(f"(an even chance at the spread so far: about 4 more [ready] starts on "
+                                f"{axis_word('ready_s')})")  # the axis's own lever
 
 
 def test_a_ties_open_axes_come_from_its_fields_and_from_an_older_runbooks_sentences() -> None:

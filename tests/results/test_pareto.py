@@ -118,6 +118,12 @@ def test_a_difference_within_the_noise_is_not_better() -> None:
     assert "more round" not in tie.axes["gen_tps"], tie.axes["gen_tps"]
     assert tie.text is not None and tie.text.startswith("neither a nor b is dominated yet: unresolved on generation speed")
     assert tie.status == "unresolved"  # a field, not read back from the sentence
+    assert tie.rounds_to_resolve == {}  # nor a count
+    six = _probe_rows("a", [100.0, 103.0, 97.0, 101.0, 99.0, 102.0]) + _probe_rows("b", [101.0, 104.0, 97.5, 100.0,
+                                                                                       101.5, 103.0])
+    tie = next(t for t in pareto.pareto_from_rows(six, [])[0].ties if t.pair == ["a", "b"])
+    (n,) = tie.rounds_to_resolve.values()
+    assert list(tie.rounds_to_resolve) == ["gen_tps"] and f"about {n:,} more rounds would give" in tie.axes["gen_tps"]
 
 
 def test_dominated_only_when_different_with_the_tied_axes_named() -> None:
