@@ -85,7 +85,7 @@ def follow_job(client: Any, job_id: str, as_json: bool) -> int:
     except ApiError as exc:
         raise _fail(f"error: {exc}", exitcodes.BAD_INPUT) from exc
     except msgspec.MsgspecError as exc:
-        raise _fail(f"error: an event line this benchctl cannot read: {exc}", exitcodes.UNREACHABLE) from exc
+        raise _fail(f"error: benchd sent an event line that is not an Event: {exc}", exitcodes.FAILED) from exc
     if not as_json and code != exitcodes.UNREACHABLE:
         _say_runbook(client, job_id)
     return code

@@ -61,5 +61,5 @@ def test_a_line_that_is_not_an_event_is_a_clear_error_not_a_traceback(capsys: py
     client = _Stream([_line(1, "job_started", {}), b'{"seq": "one"}'])
     with pytest.raises(SystemExit) as exc:
         follow_job(client, "j", as_json=False)
-    assert exc.value.code == exitcodes.UNREACHABLE
-    assert "an event line this benchctl cannot read: Expected `int`, got `str` - at `$.seq`" in capsys.readouterr().err
+    assert exc.value.code == exitcodes.FAILED  # as any answer that is not its type (commands.common.decoded)
+    assert "an event line that is not an Event: Expected `int`, got `str` - at `$.seq`" in capsys.readouterr().err
