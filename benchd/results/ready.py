@@ -24,7 +24,7 @@ def ready_starts(events: Sequence[Event]) -> list[ReadyStart]:
         if isinstance(p.ready_s, UnsetType):  # an external server's attach: no time to ready
             continue
         load_s, load_note, cache, cache_note = (_set(p.load_s), _set(p.load_note), _set(p.cache), _set(p.cache_note))
-        sources = {"ready_s": "benchd: spawn -> health answered (monotonic clock)"}
+        sources = {"ready_s": _set(p.ready_note) or "benchd: spawn -> health answered (monotonic clock), checked every 0.1 s"}
         nulls: dict[str, str] = {}
         if load_s is not None:
             sources["load_s"] = load_note or "log"

@@ -159,6 +159,7 @@ class ServerReady(Payload):
     energy: dict[str, Any] | UnsetType = UNSET
     external: dict[str, Any] | UnsetType = UNSET
     ready_s: float | UnsetType = UNSET
+    ready_note: str | UnsetType = UNSET
     load_s: float | UnsetType | None = UNSET
     load_note: str | UnsetType = UNSET
     cache: str | UnsetType | None = UNSET

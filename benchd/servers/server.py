@@ -71,6 +71,7 @@ class Server:
     #: Time to ready: spawn -> health answers; spawn -> the adapter's model-loaded log line (`load_s`,
     #: None with `load_note` saying why); the model files' page-cache state just before the spawn.
     ready_s: float = 0.0
+    ready_note: str = ""
     load_s: float | None = None
     load_note: str = ""
     #: "cold", "warm" or "partial" (`pagecache.cache_state`: by the resident share); None: unknown (`cache_note`).

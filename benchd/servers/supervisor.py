@@ -67,6 +67,13 @@ def _page_cache_before(candidate: Candidate, cold: bool) -> tuple[str | None, st
 
 #: How long a start waits, after health answered, for a model-loaded line logged after ready (llama-server).
 LATE_LINE_S = 2.0
+#: A health check follows the last after this share of the time since spawn (5 ms up to the poll interval):
+#: a start is timed to within about 5 %, half the ready axis's ±10 % margin.
+READY_RESOLUTION = 0.05
+
+
+def health_gap(since_spawn_s: float, ceiling_s: float) -> float:
+    return min(ceiling_s, max(0.005, since_spawn_s * READY_RESOLUTION))
 
 
 class _LoadMarker:
@@ -315,9 +322,11 @@ class Supervisor:
         last = "no answer yet"
         marker = _LoadMarker(adapter.load_marker, server.log_path, log_start, started)
         server.load_note = adapter.load_marker_reason if adapter.load_marker is None else ""
+        checked = started  # when the check before this one began: readiness came after it
         try:
             while True:
                 marker.look(server)
+                asked = time.monotonic()
                 poll = asyncio.create_task(adapter.launcher.check_ready(server.base_url))
                 remaining = deadline - time.monotonic()
                 done, _ = await asyncio.wait(
@@ -331,6 +340,8 @@ class Supervisor:
                     last = answer.detail
                     if answer.ready:
                         server.ready_s = time.monotonic() - started
+                        server.ready_note = (f"benchd: spawn -> health answered (monotonic clock), to within "
+                                             f"{(time.monotonic() - checked) * 1000:.0f} ms (the check before it)")
                         if listens_on(server.pid, server.port):
                             _check_loopback_only(server)
                             await marker.settle(server, server.ready_s, self.poll_interval_s)
@@ -341,13 +352,15 @@ class Supervisor:
                             "port_taken")
                 else:
                     poll.cancel()
+                checked = asked
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise server.start_error(
                         f"{server.runtime} for {server.candidate.id!r} not ready within {timeout_s:g} s "
                         f"(last health answer: {last})",
                         "timeout")
-                done, _ = await asyncio.wait({exited}, timeout=min(self.poll_interval_s, remaining))
+                gap = health_gap(time.monotonic() - started, self.poll_interval_s)
+                done, _ = await asyncio.wait({exited}, timeout=min(gap, remaining))
                 if exited in done:
                     raise self._exited_error(server)
         finally:

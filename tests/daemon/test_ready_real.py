@@ -46,6 +46,7 @@ def test_ready_starts_through_a_job(run_daemon, own_model: Path, llama_server_bi
     assert [s["cold_requested"] for s in extra] == [True, False, True, False]
     assert [s["cache"] for s in extra] == ["cold", "warm", "cold", "warm"]
     assert all(s["sources"]["ready_s"] and s["load_s"] is not None for s in starts)
+    assert all(" ms (the check before it)" in s["sources"]["ready_s"] for s in starts)  # each start's resolution
     (summary,) = rb["ready_summary"]
     assert summary["cold_n"] == 2 and summary["warm_n"] >= 2 and summary["load_median_s"] is not None
     sd = ("--state-dir", str(d.state_dir))

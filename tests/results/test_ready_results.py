@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from runbook_factory import fill_job, setup_state
 
 from benchd.results import report, runbook
 from benchd.results.compare import compare_runbooks
+from benchd.servers.supervisor import health_gap
 
 WARM = [1.0, 1.1, 0.9, 1.05, 0.95, 1.0]
 
@@ -19,7 +21,8 @@ def _starts(store, job: str, scale: float, cold: bool) -> None:  # type: ignore[
         store.events.append(job, "server_ready", {
             "candidate": "gguf-plain", "ready_s": s * scale, "purpose": "ready", "load_s": s * scale / 2,
             "load_note": "log: first seen 'model loaded'", "cache": "warm", "cache_note": "mincore(2): 9 of 9 pages",
-            "cold": False, "resident_before": 1.0})
+            "cold": False, "resident_before": 1.0,
+            "ready_note": "benchd: spawn -> health answered (monotonic clock), to within 40 ms (the check before it)"})
         if cold:
             store.events.append(job, "server_ready", {
                 "candidate": "gguf-plain", "ready_s": 3 * s * scale, "purpose": "ready", "load_s": None,
@@ -63,3 +66,20 @@ def test_compare_through_the_one_comparison(tmp_path: Path) -> None:
     assert warm.ci_low is not None and warm.ci_low > 1.0
     cold = got[("gguf-plain", "cold")]
     assert cold.verdict == "unresolved" and cold.n_b == 0
+
+
+def test_each_start_names_its_resolution_and_a_start_from_before_the_note_the_old_checks(tmp_path: Path) -> None:
+    """A start's `ready_s` source is its own `ready_note` (how close the check before it was); an event written
+    before the note existed says the fixed 0.1 s checks of that benchd."""
+    rb = _runbook(tmp_path, "20261130-020000-abcd", 1.0)
+    warm = [s for s in rb.ready if s.candidate == "gguf-plain" and s.cache == "warm"]
+    assert warm and {s.sources["ready_s"] for s in warm} == {
+        "benchd: spawn -> health answered (monotonic clock), to within 40 ms (the check before it)"}
+    cold = [s for s in rb.ready if s.candidate == "gguf-plain" and s.cache == "cold"]
+    assert cold and {s.sources["ready_s"] for s in cold} == {
+        "benchd: spawn -> health answered (monotonic clock), checked every 0.1 s"}
+
+
+def test_health_checks_come_closer_together_the_sooner_after_spawn() -> None:
+    """Each pause is 5 % of the time since spawn, 5 ms to the poll interval: a start is timed to within ~5 %."""
+    assert [health_gap(t, 0.1) for t in (0.0, 0.05, 0.4, 1.0, 30.0)] == pytest.approx([0.005, 0.005, 0.02, 0.05, 0.1])

@@ -6,6 +6,7 @@ tests/daemon/test_ready_real.py."""
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import sys
 from collections.abc import AsyncIterator
@@ -65,5 +66,8 @@ async def test_warm_and_cold_starts(sup: Supervisor, own_model: Path, llama_serv
     assert "posix_fadvise" in cold.cache_note and "mincore" in cold.cache_note
     for s in (warm, cold):
         assert s.ready_s > 0
+        within = re.fullmatch(r"benchd: spawn -> health answered \(monotonic clock\), to within (\d+) ms "
+                              r"\(the check before it\)", s.ready_note)
+        assert within is not None and int(within[1]) <= round(s.ready_s * 1000), s.ready_note
         assert s.load_s is not None and 0 < s.load_s <= s.ready_s, s.load_note
         assert "model loaded" in s.load_note
