@@ -81,11 +81,12 @@ def _show(doc: Any, path: Path) -> None:
         click.echo(f"  {k:<15} {v if v is not None else 'null'}")
     click.echo("  evidence (cell medians it was chosen on):")
     for ctx, ev in lk.evidence.items():
-        vals = ", ".join(f"{axis_word(m)} {fmt_with_unit(m, getattr(ev, m))}" for m in
-                         ("gen_tps", "prompt_tps", "ttft_ms", "mem_peak_bytes", "eval_pass_rate", "sustain_ratio"))
+        shown = {m: getattr(ev, m) for m in
+                 ("gen_tps", "prompt_tps", "ttft_ms", "mem_peak_bytes", "eval_pass_rate", "sustain_ratio")} | ev.axes
+        vals = ", ".join(f"{axis_word(m)} {fmt_with_unit(m, v)}" for m, v in shown.items())
         click.echo(f"    context {ctx}: {vals}{'; noisy (a CV over 5 %)' if ev.noisy else ''}")
         for m, why in ev.null_reasons.items():
-            click.echo(f"      {m} null: {why}")
+            click.echo(f"      {axis_word(m)} null: {why}")
     fp = lk.fingerprint
     if fp is not None:
         click.echo(f"  fingerprint ({fp.source}, {fp.taken_at}):")

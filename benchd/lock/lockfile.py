@@ -61,6 +61,8 @@ class LockEvidence(Struct, kw_only=True, omit_defaults=True):
     mem_peak_bytes: float | None = None
     eval_pass_rate: float | None = None
     sustain_ratio: float | None = None
+    #: The Pareto view's other axes at this context (public suites, time to ready, KLD, energy, ...), by name.
+    axes: dict[str, float] = {}
     noisy: bool = False
     frontier: bool = True
     null_reasons: dict[str, str] = {}
@@ -196,8 +198,11 @@ def _evidence(rb: Runbook, candidate: str) -> dict[str, LockEvidence]:
             fields[m] = values.get(m)
             if fields[m] is None:
                 nulls[m] = why
+        axes = {k: v for k, v in values.items() if k not in fields and v is not None}
+        nulls |= {k: "no value in the Pareto view (the runbook's deferred axes say why)"
+                  for k, v in values.items() if k not in fields and v is None}
         out[str(cell.context)] = LockEvidence(n_ok=cell.n_ok, n_failed=cell.n_failed, noisy=cell.noisy,
-                                              frontier=front, null_reasons=nulls, **fields)
+                                              frontier=front, null_reasons=nulls, axes=axes, **fields)
     return out
 
 

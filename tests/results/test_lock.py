@@ -43,6 +43,7 @@ def _cli(config, *args: str, env: dict[str, str] | None = None) -> subprocess.Co
 
 
 def test_round_trip(state) -> None:
+
     config, rb, models = state
     path, _doc = lock.lock_candidate(config, "gguf-spec", note='fast "enough"\nand fits')
     assert path == config.locked_path
@@ -68,6 +69,11 @@ def test_round_trip(state) -> None:
         ev = got["evidence"][str(cell.context)]
         assert ev["gen_tps"] == cell.gen_tps.median and ev["prompt_tps"] == cell.prompt_tps.median
         assert ev["mem_peak_bytes"] == cell.mem_peak_bytes.median and ev["n_ok"] == cell.n_ok
+        # every other axis of the Pareto view the choice was made on: its value, or null with a reason
+        (point,) = [pt for p in rb.pareto if p.context == cell.context for pt in p.points if pt.candidate == "gguf-spec"]
+        others = {k: v for k, v in point.values.items() if k not in lock.LockEvidence.__struct_fields__}
+        assert ev.get("axes", {}) == {k: v for k, v in others.items() if v is not None}
+        assert {k for k, v in others.items() if v is None} <= set(ev["null_reasons"])
     assert '[locked.evidence."512"]' in path.read_text()
     assert "previous" not in data
     assert lock.read_lock(path).locked.candidate == "gguf-spec"
@@ -186,3 +192,18 @@ def test_command_unsets_inherited_runtime_knobs(state, monkeypatch: pytest.Monke
     monkeypatch.setenv("LLAMA_ARG_N_GPU_LAYERS", "0")
     locked = msgspec.structs.replace(lock.build_lock(rb, "gguf-spec"), binary=str(fake_bin))
     assert lock.server_command_line(locked, config, port=18080).startswith("env -u LLAMA_ARG_N_GPU_LAYERS ")
+
+
+def test_the_evidence_keeps_every_axis_of_the_pareto_view(tmp_path: Path) -> None:
+    """Beyond the fixed medians, the lock keeps each other axis the view had for the candidate (here time to
+    ready from its warm starts), and a null one with its reason: nothing the choice was made on is dropped."""
+    config, store, sweep, _ = setup_state(tmp_path)
+    job = fill_job(store, sweep)
+    for s in (0.9, 1.0, 1.1):
+        store.events.append(job, "server_ready", {"candidate": "gguf-spec", "ready_s": s, "purpose": "ready",
+                                                 "cache": "warm", "cold": False, "resident_before": 1.0})
+    rb = runbook.build_runbook(config, store, job)
+    store.close()
+    for ev in lock.build_lock(rb, "gguf-spec").evidence.values():
+        assert ev.axes == {"ready_s": 1.0}
+        assert ev.null_reasons["j_per_gen_token"] == "no value in the Pareto view (the runbook's deferred axes say why)"
