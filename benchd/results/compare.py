@@ -238,8 +238,8 @@ def _starts_of(rb: Runbook, cand: str) -> list[ReadyStart]:
     return [s for s in rb.ready if s.candidate == cand]
 
 
-def compare_ready(a: Runbook, b: Runbook) -> list[ReadyComparison]:
-    """Per candidate with starts on both sides: warm and cold ready_s, B against A."""
+def compare_ready(a: Runbook, b: Runbook, alpha: float = ALPHA) -> list[ReadyComparison]:
+    """Per candidate with starts on both sides: warm and cold ready_s, B against A, at the axis's margin."""
     out = []
     ids_b = {s.candidate for s in b.ready}
     for cand in sorted({s.candidate for s in a.ready} & ids_b):
@@ -247,7 +247,8 @@ def compare_ready(a: Runbook, b: Runbook) -> list[ReadyComparison]:
             xa, xb = ready_times(_starts_of(a, cand), cache), ready_times(_starts_of(b, cand), cache)
             if xa or xb:
                 out.append(ReadyComparison(candidate=cand, cache=cache, verdict=compare_axis(
-                    xa, xb, axis="ready_s", better=AXES["ready_s"].better)))
+                    xa, xb, axis="ready_s", better=AXES["ready_s"].better, alpha=alpha,
+                    margin_pct=axis_margin("ready_s", dict(a.sweep.margins)))))
     return out
 
 
@@ -263,7 +264,7 @@ def _image_tokens(rows: list[Row]) -> list[int]:
     return [r.image_tokens for r in rows if r.image_tokens is not None]
 
 
-def compare_images(a: Runbook, b: Runbook) -> list[ImageComparison]:
+def compare_images(a: Runbook, b: Runbook, alpha: float = ALPHA) -> list[ImageComparison]:
 
     sa, sb = _image_samples(a), _image_samples(b)
     out = []
@@ -276,12 +277,13 @@ def compare_images(a: Runbook, b: Runbook) -> list[ImageComparison]:
             candidate=cand, resolution=res,
             verdict=compare_axis([t for r in ra if (t := r.image_ttft_ms) is not None],  # all are (_image_samples)
                                  [t for r in rb_ if (t := r.image_ttft_ms) is not None], axis=axis.name,
-                                 better=axis.better, margin_pct=axis_margin(axis.name, dict(a.sweep.margins))),
+                                 better=axis.better, margin_pct=axis_margin(axis.name, dict(a.sweep.margins)),
+                                 alpha=alpha),
             image_tokens_a=_median(toks_a), image_tokens_b=_median(toks_b)))
     return out
 
 
-def compare_agentic(a: Runbook, b: Runbook) -> list[AgenticComparison]:
+def compare_agentic(a: Runbook, b: Runbook, alpha: float = ALPHA) -> list[AgenticComparison]:
     """Per cell with session or parallel rows on both sides: the session and level axes, B against A."""
     from benchd.results.agentic import samples
 
@@ -291,7 +293,7 @@ def compare_agentic(a: Runbook, b: Runbook) -> list[AgenticComparison]:
         for axis in sorted(set(sa[(ctx, cand)]) & set(sb[(ctx, cand)])):
             out.append(AgenticComparison(candidate=cand, context=ctx, axis=axis, verdict=compare_axis(
                     sa[(ctx, cand)][axis], sb[(ctx, cand)][axis], axis=axis, better=AXES[axis].better,
-                    margin_pct=axis_margin(axis, dict(a.sweep.margins)))))
+                    margin_pct=axis_margin(axis, dict(a.sweep.margins)), alpha=alpha)))
     return out
 
 
@@ -362,7 +364,7 @@ def compare_runbooks(a: Runbook, b: Runbook, alpha: float | None = None, margin_
         warnings=comparability_warnings(a, b), cells=_compare_cells(a, b, sorted(keys_a & keys_b), alpha, margin_pct),
         only_in_a=[f"{c}@{x}" for c, x in sorted(keys_a - keys_b)],
         only_in_b=[f"{c}@{x}" for c, x in sorted(keys_b - keys_a)], builds=compare_builds(a, b),
-        ready=compare_ready(a, b),
-        evals=compare_evals(a, b), images=compare_images(a, b), agentic=compare_agentic(a, b),
+        ready=compare_ready(a, b, alpha),
+        evals=compare_evals(a, b, alpha), images=compare_images(a, b, alpha), agentic=compare_agentic(a, b, alpha),
         kld=compare_kld(a, b, alpha), margins={} if margin_pct is not None else dict(a.sweep.margins),
     )

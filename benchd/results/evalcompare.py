@@ -9,7 +9,7 @@ from msgspec import Struct
 
 from benchd.schemas import EvalResult, Runbook
 from benchd.stats.axes import SUITE_AXES
-from benchd.stats.comparison import AxisVerdict, compare_outcomes
+from benchd.stats.comparison import ALPHA, AxisVerdict, compare_outcomes
 
 
 class EvalComparison(Struct, kw_only=True):
@@ -39,7 +39,7 @@ def suite_outcomes(evals: Iterable[EvalResult]) -> dict[str, dict[str, Mapping[s
     return out  # type: ignore[return-value]
 
 
-def compare_evals(a: Runbook, b: Runbook) -> list[EvalComparison]:
+def compare_evals(a: Runbook, b: Runbook, alpha: float = ALPHA) -> list[EvalComparison]:
     """Every (candidate, suite) both runbooks ran, compared on their shared task ids."""
     out = []
     cands = sorted({e.candidate for e in a.evals} & {e.candidate for e in b.evals})
@@ -49,5 +49,5 @@ def compare_evals(a: Runbook, b: Runbook) -> list[EvalComparison]:
             if not oa or not ob:
                 continue
             out.append(EvalComparison(candidate=cand, suite=suite, axis=axis, n_a=len(oa), n_b=len(ob),
-                                      shared=len(set(oa) & set(ob)), verdict=compare_outcomes(oa, ob, axis=axis)))
+                                      shared=len(set(oa) & set(ob)), verdict=compare_outcomes(oa, ob, axis=axis, alpha=alpha)))
     return out

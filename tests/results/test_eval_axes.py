@@ -48,7 +48,9 @@ def test_compare_pairs_only_shared_task_ids() -> None:
     b = _Evals(evals=_evals({"a": 40}, n=40, first=10))
     [cmp] = compare_evals(a, b)  # type: ignore[arg-type]
     assert (cmp.n_a, cmp.n_b, cmp.shared) == (40, 40, 30)
-    assert cmp.axis == "tool_pass_rate" and cmp.verdict.n_a == 30
+    assert cmp.axis == "tool_pass_rate" and cmp.verdict.n_a == 30 and cmp.verdict.alpha == 0.05
+    [strict] = compare_evals(a, b, alpha=0.01)  # type: ignore[arg-type]
+    assert strict.verdict.alpha == 0.01  # the comparison's α (the stop rule's, after planned looks), as every cell's
 
 
 class _Evals(msgspec.Struct):

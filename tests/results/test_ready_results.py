@@ -66,6 +66,10 @@ def test_compare_through_the_one_comparison(tmp_path: Path) -> None:
     assert warm.ci_low is not None and warm.ci_low > 1.0
     cold = got[("gguf-plain", "cold")]
     assert cold.verdict == "unresolved" and cold.n_b == 0
+    # the axis's margin (±10 %, as the Pareto view uses) and the comparison's α, not the per-probe defaults
+    assert warm.margin_pct == 10.0 and warm.alpha == 0.05
+    (strict,) = [r.verdict for r in compare_runbooks(a, b, alpha=0.01).ready if r.cache == "warm"]
+    assert strict.alpha == 0.01 and strict.margin_pct == 10.0
 
 
 def test_each_start_names_its_resolution_and_a_start_from_before_the_note_the_old_checks(tmp_path: Path) -> None:
