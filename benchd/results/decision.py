@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from benchd.results.text import STATE_WORDS, and_list, axis_word
 from benchd.schemas import Candidate, CandidateProvenance, ContextPareto, NotCompared, Runbook, Tie
 from benchd.stats.comparison import lever as lever_of
-from benchd.stats.notation import plural
+from benchd.stats.notation import n_more, plural
 
 
 @dataclass(frozen=True)
@@ -53,22 +53,20 @@ def _overlap(axes: list[str], more: Mapping[str, int]) -> list[str]:
     if not axes:
         return []
     words = and_list([axis_word(a) for a in axes])
-    counts = ", ".join(f"about {_more(a, more[a])} on {axis_word(a)}" for a in axes if a in more)
+    counts = ", ".join(f"about {n_more(more[a], lever_of(a) or 'rounds')} on {axis_word(a)}" for a in axes if a in more)
     return [f"more rounds: the interval{'s' if len(axes) > 1 else ''} on {words} still overlap"
             f"{'' if len(axes) > 1 else 's'} the margin" + (f" (an even chance at the spread so far: {counts})"
                                                             if counts else "")]
 
 
-def _more(axis: str, n: int) -> str:
-    lever = lever_of(axis) or "rounds"
-    return plural(n, "more round") if lever == "rounds" else f"{n:,} more {lever}"
+
 
 
 def _lever(axis: str, nc: NotCompared) -> str:
     lever = nc.lever or lever_of(axis)  # a runbook written before the axis had a lever: today's
     if lever is None:
         return f"{axis_word(axis)}: {nc.reason}, and no setting adds values: your judgement"
-    more = f"{nc.needed - nc.have} more {lever}" if nc.needed > nc.have else "more values"
+    more = n_more(nc.needed - nc.have, lever) if nc.needed > nc.have else "more values"
     return f"{axis_word(axis)}: {more} ({nc.reason})"
 
 

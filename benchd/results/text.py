@@ -8,7 +8,7 @@ from typing import Protocol
 from benchd.schemas import CellVerdict, MachineInfo
 from benchd.stats.axes import AXES
 from benchd.stats.comparison import ADVICE_MIN_N, tasks_needed
-from benchd.stats.notation import fmt_bytes, plural, ratio_amount, ratio_interval
+from benchd.stats.notation import fmt_bytes, n_more, plural, ratio_amount, ratio_interval
 
 #: Axis -> (label, unit scale, unit) for people; an axis this table lacks reads as its own name.
 AXIS_LABELS: dict[str, tuple[str, float, str]] = {a.name: (a.label, a.scale, a.unit) for a in AXES.values()}
@@ -271,8 +271,8 @@ def _open_question(v: VerdictFields, lo: float | None, hi: float | None) -> str:
                f"clears ±{v.margin_pct:g} %")
     else:
         why = f"the interval overlaps ±{v.margin_pct:g} %"
-    unit = "shared task" if v.method.startswith(("exact McNemar", "Newcombe")) else "round"
-    more = (plural(n, "more " + unit) if v.lever in (None, "rounds", "tasks") else f"{n:,} more {v.lever}") if n is not None else ""
+    unit = "shared tasks" if v.method.startswith(("exact McNemar", "Newcombe")) else "rounds"
+    more = "" if n is None else n_more(n, unit if v.lever in (None, "rounds", "tasks") else v.lever)
     few = min(v.n_a, v.n_b) < ADVICE_MIN_N  # no advice before the spread is known
     then = ("" if few and n is None else
             f"; at the spread so far about {more} would give an even chance of deciding it"

@@ -14,7 +14,7 @@ from benchd.schemas import NotCompared
 from benchd.stats import ranktests as rt
 from benchd.stats.axes import AXES, Axis, Direction, compare_metrics, direction, pareto_axes, register_axis
 from benchd.stats.axes import margin as axis_margin
-from benchd.stats.notation import fmt_interval, fmt_signed, ratio_amount, ratio_interval
+from benchd.stats.notation import fmt_interval, fmt_signed, n_more, ratio_amount, ratio_interval
 
 __all__ = [
     "ALPHA",
@@ -288,8 +288,8 @@ def _advice(fit: _Fit, lm: float, few: bool, outside: bool, margin_pct: float,
     if outside:
         more = max(more or 1, 1)
     if more is not None:
-        what = "round" if more == 1 and unit in (None, "rounds") else unit or "rounds"
-        return more, f", at the spread seen so far about {more:,} more {what} would give an even chance of resolving ±{margin_pct:g} %"
+        return more, (f", at the spread seen so far about {n_more(more, unit or 'rounds')} would give an even chance "
+                      f"of resolving ±{margin_pct:g} %")
     if target == 0:
         return None, f", the estimate sits at the ±{margin_pct:g} % margin"
     return None, f", more than {MAX_ROUNDS_ESTIMATE:,} more {unit or 'rounds'} would be needed to resolve ±{margin_pct:g} %"

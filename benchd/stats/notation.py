@@ -47,6 +47,14 @@ def plural(n: int, word: str, words: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else (words or word + 's')}"
 
 
+def n_more(n: int, things: str) -> str:
+    """`1 more [ready] start`, `5 more [sustained] runs`: a count of a plural phrase (a lever), singular at one."""
+    words = things.split(" ")
+    at = next((i for i, w in enumerate(words) if w.endswith("s") and not w.startswith("[")), None)
+    one = things if at is None else " ".join([*words[:at], words[at][:-1], *words[at + 1:]])
+    return plural(n, f"more {one}", f"more {things}")
+
+
 #: Binary units, largest first: a byte count reads in the largest unit it reaches.
 BYTE_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 

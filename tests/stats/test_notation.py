@@ -45,6 +45,11 @@ def test_a_wide_unresolved_verdict_reads_as_a_multiple() -> None:
     (lambda: notation.fmt_duration(182), "3m02s"),
     (lambda: notation.fmt_duration(48.4), "48s"),
     (lambda: notation.fmt_duration(None), "?"),
+    (lambda: notation.n_more(1, "rounds"), "1 more round"),
+    (lambda: notation.n_more(1, "[ready] starts"), "1 more [ready] start"),  # a lever's name, at one
+    (lambda: notation.n_more(5, "[sustained] runs"), "5 more [sustained] runs"),
+    (lambda: notation.n_more(1, "chunks ([kld] tokens or a longer corpus)"), "1 more chunk ([kld] tokens or a longer corpus)"),
+    (lambda: notation.n_more(1_200, "shared tasks"), "1,200 more shared tasks"),
 ])
 def test_counts_bytes_and_durations_are_written_once_for_every_stage(fmt: Callable[[], str], want: str) -> None:
     assert fmt() == want
