@@ -59,9 +59,6 @@ def _overlap(axes: list[str], more: Mapping[str, int]) -> list[str]:
                                                             if counts else "")]
 
 
-
-
-
 def _lever(axis: str, nc: NotCompared) -> str:
     lever = nc.lever or lever_of(axis)  # a runbook written before the axis had a lever: today's
     if lever is None:

@@ -109,8 +109,8 @@ def frontier(points: Sequence[Point], context: int, judge: Judge,
                                 status="unresolved" if d.status == "undecided" else "tied",
                                 unresolved_on=d.unresolved_on, blocked_on=d.blocked_on, not_compared=d.not_compared,
                                 not_worse_on=d.not_worse_on, rounds_to_resolve={
-                                    x: v.rounds_to_resolve for x in d.unresolved_on
-                                    if (v := d.verdicts.get(x)) is not None and v.rounds_to_resolve is not None}))
+                                    ax: v.rounds_to_resolve for ax in d.unresolved_on
+                                    if (v := d.verdicts.get(ax)) is not None and v.rounds_to_resolve is not None}))
     pairs = len(points) * (len(points) - 1) // 2
     front = sorted(p.candidate for p in points if p.candidate not in dominated)
     by_cand = {p.candidate: p for p in points}
