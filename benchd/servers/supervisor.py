@@ -67,8 +67,7 @@ def _page_cache_before(candidate: Candidate, cold: bool) -> tuple[str | None, st
 
 #: How long a start waits, after health answered, for a model-loaded line logged after ready (llama-server).
 LATE_LINE_S = 2.0
-#: A health check follows the last after this share of the time since spawn (5 ms up to the poll interval):
-#: a start is timed to within about 5 %, half the ready axis's ±10 % margin.
+#: The pause between health checks as a share of the time since spawn (5 % < the ready axis's ±10 % margin).
 READY_RESOLUTION = 0.05
 
 
@@ -448,6 +447,9 @@ class Supervisor:
         server._stopping = True
         if server.exit is None:
             killpg(server.pgid, signal.SIGTERM)
+            again = get_adapter(server.runtime).term_again_s
+            if again is not None and await server.wait_exit(min(again, grace)) is None:
+                killpg(server.pgid, signal.SIGTERM)
             if await server.wait_exit(grace) is None:
                 killpg(server.pgid, signal.SIGKILL)
                 await server.wait_exit(5.0)

@@ -192,6 +192,27 @@ async def test_port_taken_by_another_server(sup: Supervisor, llama) -> None:
     assert list(sup.servers) == [first.pid]
 
 
+async def test_a_llama_server_streaming_to_an_open_connection_stops_without_the_kill(
+        sup: Supervisor, llama) -> None:
+    """llama-server's first SIGTERM waits for a streaming request to end (tools/server/server.cpp's
+    signal_handler); a second exits at once. A stop while a client still reads a long stream (a cancel racing
+    the probe's own close) ends at the second TERM, not at SIGKILL after the grace period."""
+    server = await sup.start(JOB, llama(), 256)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    body = msgspec.json.encode({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 60000,
+                                "stream": True, "ignore_eos": True})
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    await writer.drain()
+    assert b"data: " in await reader.readuntil(b"data: ")  # streaming; the connection stays open
+    info = await sup.stop(server)
+    writer.close()
+    # ended by a TERM (now and then the first one is enough), never by the kill after the grace period
+    assert info is not None and info.expected and info.returncode in (0, 1), info
+    if info.returncode == 1:
+        assert "Received second interrupt, terminating immediately" in read_log_tail(server.log_path)
+
+
 async def test_teardown_kills_term_ignoring_grandchild(sup: Supervisor, llama, tmp_path: Path) -> None:
     """Double around the real server: a wrapper leaves a grandchild that ignores SIGTERM."""
     real = llama().binary

@@ -662,6 +662,8 @@ class RuntimeAdapter:
     #: The line the server logs once its model is loaded (None: `load_marker_reason` says why no load time).
     load_marker: ClassVar[str | None] = None
     load_marker_reason: ClassVar[str] = "this runtime logs no model-loaded line: ready_s includes the load"
+    #: Seconds after SIGTERM to send it again (a server whose first signal waits for open streams); None: never.
+    term_again_s: ClassVar[float | None] = None
     #: Whether the server exposes Prometheus counters that cross-check draft acceptance (`/metrics`).
     reads_counters: ClassVar[bool] = False
     #: Inherited variables removed before a start (a trailing `_` = prefix; `environment` says why).

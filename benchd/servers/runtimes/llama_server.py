@@ -542,9 +542,10 @@ class LlamaServerAdapter(base.RuntimeAdapter):
     version_source: ClassVar[str] = "server:/props build_info"
     reads_counters: ClassVar[bool] = True  # started with --metrics
     env_scrub: ClassVar[tuple[str, ...]] = ENV_SCRUB
-    #: tools/server/server.cpp logs `srv load_model: model loaded` once the weights are in (before the
-    #: slots are set up and /health answers 200).
+    #: tools/server/server.cpp logs `srv load_model: model loaded` once the weights are in (before /health's 200).
     load_marker: ClassVar[str | None] = "model loaded"
+    #: server.cpp's signal_handler: the first SIGTERM waits for a streaming request to end, a second exits at once.
+    term_again_s: ClassVar[float | None] = 0.2
 
     takes_mmproj: ClassVar[bool] = True
     request_count_source: ClassVar[str] = "server:POST /v1/chat/completions/input_tokens"
