@@ -121,7 +121,10 @@ def _cost_line(rb: Runbook, view: ContextPareto, other: str, leader: str, vals: 
         level = [c for c in who if c != leader]
         place = ("the same for every candidate" if level and len(who) == len(vals) else "the best measured"
                  + (f" (level with {', '.join(level)})" if level else ""))
-        return f"{axis_word(other)}: {_shown(rb, other, leader, mine)}, {place}"
+        rest = {c: v for c, v in vals.items() if v != best}
+        nearest = (max if spec.better == "higher" else min)(rest, key=rest.__getitem__) if rest and not level else None
+        said = _pair_sentence(view, leader, nearest, other) if nearest else None
+        return f"{axis_word(other)}: {_shown(rb, other, leader, mine)}, {place}" + (f" — {said}" if said else "")
     said = _pair_sentence(view, leader, who[0], other)
     return (f"{axis_word(other)}: {_shown(rb, other, leader, mine)} against the best "
             f"{_shown(rb, other, who[0], best)} ({', '.join(who)})" + (f" — {said}" if said else ""))

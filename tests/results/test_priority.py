@@ -87,3 +87,22 @@ def test_equal_values_share_a_place_and_the_leader_says_so(tmp_path: Path) -> No
     assert f"    eval pass rate: 2/4 tasks (50 %), the best measured (level with {names[1]})" in gen
     # the costs' header names both kinds of figure it lists (a pass rate is not a median)
     assert f"  what {names[0]} costs on the other axes (medians, pass rates):" in gen
+
+
+def test_a_best_median_carries_its_sentence_against_the_next_best(tmp_path: Path) -> None:
+    """The leader's best median on another axis is followed by the Pareto view's sentence against the next best:
+    a best by median may be a tie or unresolved, and the line must not read as an advantage the comparison denies."""
+    import msgspec
+
+    config, store, sweep, _ = setup_state(tmp_path)
+    rb = runbook.load_runbook(runbook.write_runbook(config, store, fill_job(store, sweep), charts=False), config)
+    store.close()
+    view = next(v for v in rb.pareto if v.context == 512)
+    ttft = {"mlx-lm": 75.0, "gguf-spec": 76.0, "gguf-plain": 77.0}  # medians apart, the rows' TTFTs the same
+    points = [msgspec.structs.replace(p, values={**p.values, "ttft_ms": ttft[p.candidate]}) if p.candidate in ttft
+              else p for p in view.points]
+    rb = msgspec.structs.replace(rb, pareto=[msgspec.structs.replace(view, points=points)])
+    line = next(x for x in priority_lines(rb, "generation") if x.startswith("    time to first token: "))
+    said = next(t.axes["ttft_ms"] for t in [*view.ties, *view.tradeoffs] if set(t.pair) == {"mlx-lm", "gguf-spec"})
+    assert line == f"    time to first token: 75.0 ms, the best measured — {said}"
+    assert "tied" in said or "unresolved" in said  # the rows' TTFTs are equal: no advantage
