@@ -83,7 +83,8 @@ def _show(doc: Any, path: Path) -> None:
     for ctx, ev in lk.evidence.items():
         shown = {m: getattr(ev, m) for m in
                  ("gen_tps", "prompt_tps", "ttft_ms", "mem_peak_bytes", "eval_pass_rate", "sustain_ratio")} | ev.axes
-        vals = ", ".join(f"{axis_word(m)} {fmt_with_unit(m, v)}" for m, v in shown.items())
+        vals = ", ".join(f"{axis_word(m)} {fmt_with_unit(m, v)}" for m, v in shown.items()
+                         if v is not None or m not in ev.null_reasons)  # a null with a reason has its own line
         click.echo(f"    context {ctx}: {vals}{'; noisy (a CV over 5 %)' if ev.noisy else ''}")
         for m, why in ev.null_reasons.items():
             click.echo(f"      {axis_word(m)} null: {why}")

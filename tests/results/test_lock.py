@@ -141,6 +141,13 @@ def test_relock_moves_previous_and_cli_json(state, tmp_path: Path) -> None:
     evidence = next(x for x in text.stdout.splitlines() if x.strip().startswith("context 512:"))
     assert re.search(r"generation speed [\d.]+ tok/s, prompt processing .*peak memory [\d.]+ [KMG]iB", evidence), evidence
     assert "gen_tps" not in evidence and "mem_peak_bytes" not in evidence
+    # a null figure is said once, on its own line with its reason (mlx-lm reports no prompt timing)
+    mlx = tmp_path / "mlx.lock.toml"
+    assert _cli(config, "lock", "--candidate", "mlx-lm", "--out", str(mlx), "--force").returncode == 0
+    lines = _cli(config, "locked", "--file", str(mlx)).stdout.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.strip().startswith("context 512:"))
+    assert "prompt processing" not in lines[at] and "null" not in lines[at], lines[at]
+    assert lines[at + 1].strip().startswith("prompt processing null: "), lines[at:at + 3]
     missing = _cli(config, "locked", "--file", str(tmp_path / "none.toml"))
     assert missing.returncode == 2 and "no lock file" in missing.stderr
 
