@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 import pytest
+from testlib import MachineStalls
 
 from benchctl.client import Client
 from benchd.store import Store
@@ -168,6 +169,8 @@ def test_not_before_waits_then_runs(run_daemon, tiny_models, llama_server_bin, p
 
 
 def test_cancel_mid_probe(run_daemon, tiny_models, llama_server_bin) -> None:  # type: ignore[no-untyped-def]
+    """Cancel answers within its 2 s contract (0.5 s of margin), plus any time the machine kept this test
+    from running meanwhile (`MachineStalls`): the bound checks benchd's cancel path, not the VM."""
     d = run_daemon()
     c = d.client()
     doc = sweep_doc(tiny_models.target, contexts=[64], gen_tokens=60000, probes=3)
@@ -180,12 +183,13 @@ def test_cancel_mid_probe(run_daemon, tiny_models, llama_server_bin) -> None:  #
     pids = server_pids(evs)
     assert pids and all(alive(p) for p in pids)
     time.sleep(0.3)  # mid-generation
-    t0 = time.monotonic()
-    got = c.cancel(job)
-    elapsed = time.monotonic() - t0
-    print(f"cancel of a running job answered in {elapsed:.2f} s (measured here)")
+    with MachineStalls() as stalls:
+        t0 = time.monotonic()
+        got = c.cancel(job)
+        elapsed = time.monotonic() - t0
+    print(f"cancel of a running job answered in {elapsed:.2f} s, the machine stalled {stalls.stalled_s:.2f} s of it")
     assert got["state"] == "cancelled"
-    assert elapsed < 2.5  # contract: within 2 s; the margin is for a loaded 2-core box
+    assert elapsed < 2.5 + stalls.stalled_s  # contract: within 2 s
     assert not [p for p in pids if alive(p)], "a server outlived the cancel"
     evs = events(c, job)
     assert_gap_free(evs)
