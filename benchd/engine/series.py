@@ -11,7 +11,7 @@ import msgspec
 from benchd.engine import verdict
 from benchd.engine.rows import Invalidation
 from benchd.schemas import ProbePlan, Row, ThermalReading
-from benchd.sensors.suspend.sensor import StopWatch, SuspendClock, slept_s
+from benchd.sensors.suspend.sensor import STALL_THRESHOLD_S, StopWatch, SuspendClock, slept_s
 from benchd.sensors.thermal.sensor import ThermalSensor
 
 #: Re-runs of invalidated probes allowed per cell.
@@ -126,6 +126,7 @@ class Watch:
         self.stop_watch.start()
         self.slept_s: float | None = None
         self.stopped_s: float | None = None
+        self.stalled_s: float | None = None
 
     async def cancel(self) -> None:
         await self.stop_watch.stop()
@@ -133,23 +134,29 @@ class Watch:
     async def finish(self) -> Invalidation | None:
         """Stop watching; the reason to throw the probe away, if the machine slept or the server stopped."""
         self.stopped_s = await self.stop_watch.stop()
+        self.stalled_s = None if self.stopped_s is None else round(self.stop_watch.stalled_s, 3)
         self.slept_s = slept_s(self.gap0, self.clock.gap())
-        return invalidation(self.clock.source, self.slept_s, self.stopped_s)
+        return invalidation(self.clock.source, self.slept_s, self.stopped_s, self.stalled_s)
 
     async def annotate(self, row: Row, *, series: CellSeries | None, plan: ProbePlan, sensor: ThermalSensor,
                        target_celsius: float) -> Row:
         """The finished probe's row with what the watch saw and, when ok, its throttle check."""
         thermal = await asyncio.to_thread(sensor.read) if row.status == "ok" else None
         return annotate(row, earlier=series.values() if series else [], plan=plan, thermal=thermal,
-                        target_celsius=target_celsius, clock=self.clock, slept_s=self.slept_s, stopped_s=self.stopped_s)
+                        target_celsius=target_celsius, clock=self.clock, slept_s=self.slept_s, stopped_s=self.stopped_s,
+                        stalled_s=self.stalled_s)
 
 
-def invalidation(clock_source: str, slept_s: float | None, stopped_s: float | None) -> Invalidation | None:
-    """Why a finished probe's numbers cannot be used: the machine slept, or the server was stopped."""
+def invalidation(clock_source: str, slept_s: float | None, stopped_s: float | None,
+                 stalled_s: float | None = None) -> Invalidation | None:
+    """Why a finished probe's numbers cannot be used: the machine slept, the server stopped, benchd stalled."""
     if slept_s:
         return Invalidation("machine-slept", f"the machine slept {slept_s:.1f} s during the probe ({clock_source})")
     if stopped_s:
         return Invalidation("server-stopped", f"the server process was stopped for ~{stopped_s:.1f} s during the probe")
+    if stalled_s is not None and stalled_s > STALL_THRESHOLD_S:
+        return Invalidation("machine-stalled", f"benchd was not run for ~{stalled_s:.1f} s during the probe (its "
+                                               "0.1 s poll woke that late: the machine or the daemon was paused)")
     return None
 
 
@@ -164,7 +171,8 @@ def thermal_state(reading: ThermalReading, target_celsius: float) -> tuple[bool 
 
 
 def annotate(row: Row, *, earlier: Sequence[float], plan: ProbePlan, thermal: ThermalReading | None,
-             target_celsius: float, clock: SuspendClock, slept_s: float | None, stopped_s: float | None) -> Row:
+             target_celsius: float, clock: SuspendClock, slept_s: float | None, stopped_s: float | None,
+             stalled_s: float | None) -> Row:
     """The probe row with its suspension figures and, when ok and valid, its throttle check."""
     sources = dict(row.sources)
     reasons = dict(row.null_reasons)
@@ -174,7 +182,11 @@ def annotate(row: Row, *, earlier: Sequence[float], plan: ProbePlan, thermal: Th
     sources["server_stopped_s"] = "psutil:process-state polled every 0.1 s during the probe"
     if stopped_s is None:
         reasons["server_stopped_s"] = "server process state unreadable"
-    changes: dict[str, object] = {"suspended_s": slept_s, "server_stopped_s": stopped_s}
+    sources["stalled_s"] = ("benchd:lateness of its 0.1 s poll beyond 0.05 s, summed over the probe "
+                            f"(over {STALL_THRESHOLD_S:g} s: invalidated)")
+    if stalled_s is None:
+        reasons["stalled_s"] = "not polled: the server process state was unreadable"
+    changes: dict[str, object] = {"suspended_s": slept_s, "server_stopped_s": stopped_s, "stalled_s": stalled_s}
     if row.invalidated is None and row.status == "ok" and row.kind != "sustained":
         nominal, words = thermal_state(thermal, target_celsius) if thermal else (None, "not read")
         value = getattr(row, plan.metric, None)

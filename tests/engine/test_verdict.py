@@ -14,7 +14,7 @@ import pytest
 from benchd.engine import cooldown, rows, series, verdict
 from benchd.results import text
 from benchd.schemas import ProbePlan, Row, ThermalReading
-from benchd.sensors.suspend.sensor import LinuxClock
+from benchd.sensors.suspend.sensor import STALL_THRESHOLD_S, LinuxClock
 from benchd.stats import cells
 
 AUTO = ProbePlan(True, 6, 30, 2.0, "gen_tps", 15.0)
@@ -128,18 +128,23 @@ def test_annotate_flags_throttle_and_a_suspended_probe_is_invalidated() -> None:
     row = _row(3, 50.0)
     cool = ThermalReading(source="test", celsius=40.0)
     got = series.annotate(row, earlier=[100, 100, 100], plan=AUTO, thermal=cool, target_celsius=65,
-                          clock=clock, slept_s=0.0, stopped_s=0.0)
+                          clock=clock, slept_s=0.0, stopped_s=0.0, stalled_s=0.0)
     assert got.status == "ok" and got.throttle is not None and got.throttle.suspect and "40.0 °C" in got.throttle.note
     assert series.invalidation(clock.source, 0.0, 0.0) is None
     stopped = series.invalidation(clock.source, 0.0, 3.1)
     assert stopped is not None and stopped.kind == "server-stopped" and "3.1 s" in stopped.why
     d = rows.decide(result_status="ok", error=None, invalidation=stopped)
     assert d.status == "failed" and d.invalidated == "server-stopped" and "3.1 s" in (d.error or "")
+    assert series.invalidation(clock.source, 0.0, 0.0, STALL_THRESHOLD_S) is None
+    stalled = series.invalidation(clock.source, 0.0, 0.0, 1.3)
+    assert stalled is not None and stalled.kind == "machine-stalled" and "~1.3 s" in stalled.why
     slept = series.invalidation(clock.source, 42.0, 0.0)
     assert slept is not None and slept.kind == "machine-slept" and clock.source in slept.why
     marked = series.annotate(msgspec.structs.replace(row, status="failed", invalidated="machine-slept"), earlier=[],
-                             plan=AUTO, thermal=None, target_celsius=65, clock=clock, slept_s=42.0, stopped_s=0.0)
+                             plan=AUTO, thermal=None, target_celsius=65, clock=clock, slept_s=42.0, stopped_s=0.0,
+                             stalled_s=None)
     assert marked.throttle is None and marked.sources["suspended_s"] == clock.source
+    assert marked.stalled_s is None and "unreadable" in marked.null_reasons["stalled_s"]
 
 
 def test_decide_is_the_one_status_rule() -> None:
@@ -216,7 +221,8 @@ def _annotated(values: list[float], plan: ProbePlan = FIXED3) -> list[Row]:
     rows: list[Row] = []
     for i, v in enumerate(values):
         rows.append(series.annotate(_row(i, v), earlier=series.CellSeries(plan, rows).values(), plan=plan,
-                                    thermal=None, target_celsius=65, clock=clock, slept_s=0.0, stopped_s=0.0))
+                                    thermal=None, target_celsius=65, clock=clock, slept_s=0.0, stopped_s=0.0,
+                                    stalled_s=0.0))
     return rows
 
 

@@ -23,6 +23,7 @@ import pytest
 from testlib import printed_comparison
 
 from benchd.config import Config
+from benchd.engine import probe as probe_mod
 from benchd.engine import series
 from benchd.engine.scheduler import run_job
 from benchd.engine.verdict import cell_verdict, ci_target_met, throttle_check
@@ -40,6 +41,7 @@ from benchd.schemas import (
     Sustained,
     Sweep,
 )
+from benchd.sensors.suspend.sensor import STALL_THRESHOLD_S
 from benchd.store import Store
 
 REPO = Path(__file__).parents[2]
@@ -258,6 +260,41 @@ def test_sigstop_during_a_probe_invalidates_it_and_it_runs_again(
     cell = rb.cells[0]
     assert cell.n_ok == 6 and cell.verdict is not None and cell.verdict.invalidated == 1
     assert cell.ttft_ms.max is not None and cell.ttft_ms.max < 2500
+
+
+@pytest.mark.slow
+def test_a_paused_daemon_invalidates_its_probe_and_it_runs_again(
+        tiny_models: Any, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process, which runs the engine, SIGSTOPs itself as probe 2's answer arrives and a child shell
+    SIGCONTs it 0.8 s later: a stall like a VM its host pauses, with the server still running. That probe
+    is a failed row naming the stall, an extra probe replaces it, and every other row's stall is small."""
+    cand = Candidate(id="llama", runtime="llama-server", model=str(tiny_models.target), args=["-t", "1"])
+    sweep = _sweep([cand], probes=4)
+    real_run_chat = probe_mod.run_chat
+    measured = 0
+
+    async def run_chat(*args: Any, **kw: Any) -> Any:
+        nonlocal measured
+        result = await real_run_chat(*args, **kw)
+        if "marks" in kw:  # a recorded probe's request (warm-ups and checks pass no marks)
+            measured += 1
+            if measured == 3:
+                waker = await asyncio.create_subprocess_exec("sh", "-c", f"sleep 0.8; kill -CONT {os.getpid()}")
+                os.kill(os.getpid(), signal.SIGSTOP)
+                await waker.wait()
+        return result
+
+    monkeypatch.setattr(probe_mod, "run_chat", run_chat)
+    rb, _ = _run(tmp_path, cache_dir, sweep)
+    rows = sorted((r for r in rb.rows if r.kind == "probe"), key=lambda r: r.probe)
+    assert [r.probe for r in rows] == list(range(5))
+    bad = rows[2]
+    assert bad.status == "failed" and bad.invalidated == "machine-stalled", bad
+    assert bad.stalled_s is not None and bad.stalled_s >= 0.6 and "not run for" in (bad.error or "")
+    assert bad.sources["stalled_s"].startswith("benchd:") and bad.server_stopped_s == 0.0
+    ok = [r for r in rows if r.status == "ok"]
+    assert len(ok) == 4 and all(r.stalled_s is not None and r.stalled_s <= STALL_THRESHOLD_S for r in ok)
+    assert rb.cells[0].verdict is not None and rb.cells[0].verdict.invalidated == 1
 
 
 @pytest.mark.slow

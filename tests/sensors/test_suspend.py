@@ -9,12 +9,13 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from benchd.sensors.suspend import darwin
-from benchd.sensors.suspend.sensor import SLEEP_THRESHOLD_S, StopWatch, open_clock, slept_s
+from benchd.sensors.suspend.sensor import SLEEP_THRESHOLD_S, STALL_TOLERANCE_S, StopWatch, open_clock, slept_s
 
 SAMPLES = json.loads((Path(__file__).parents[1] / "data" / "darwin" / "mach_clocks.json").read_text())
 
@@ -88,3 +89,22 @@ async def test_stop_watch_counts_a_real_sigstop() -> None:
     finally:
         proc.kill()
         await proc.wait()
+
+
+async def test_stop_watch_counts_the_time_its_own_process_was_not_run() -> None:
+    """A blocked event loop stands in for a paused daemon (a stalled VM pauses it the same way): the poll
+    due meanwhile wakes late by about the block, mid-probe or still under way when the probe ends. Only
+    lower bounds: a busy machine can add stall, never take it away."""
+    watch = StopWatch(os.getpid())
+    watch.start()
+    await asyncio.sleep(0.25)
+    time.sleep(0.6)  # noqa: ASYNC251 - the stall itself: the loop, and so the poll, does not run
+    await asyncio.sleep(0.25)
+    assert await watch.stop() == 0.0  # the process itself was never stopped
+    assert watch.stalled_s >= 0.6 - watch.poll_s - STALL_TOLERANCE_S and watch.longest_stall_s >= 0.45
+    at_end = StopWatch(os.getpid())
+    at_end.start()
+    await asyncio.sleep(0.15)
+    time.sleep(0.5)  # noqa: ASYNC251 - a stall under way when the probe ends
+    await at_end.stop()
+    assert at_end.stalled_s >= 0.5 - at_end.poll_s - STALL_TOLERANCE_S

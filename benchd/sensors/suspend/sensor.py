@@ -14,6 +14,9 @@ import psutil
 #: A gap that grows by more than this during a probe means the machine slept (clock reads are µs apart).
 SLEEP_THRESHOLD_S = 0.25
 STOPPED_STATES = frozenset({psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP})
+#: A poll this late past its interval counts as a stall; more stall than the threshold invalidates a probe.
+STALL_TOLERANCE_S = 0.05
+STALL_THRESHOLD_S = 0.25
 
 
 class SuspendClock(Protocol):
@@ -61,13 +64,17 @@ def slept_s(before: float | None, after: float | None) -> float | None:
 
 
 class StopWatch:
-    """Counts the seconds a process is seen stopped, polling its state from a task while a probe runs."""
+    """Counts the seconds a process is seen stopped, polling its state from a task while a probe runs, and
+    the seconds its own polls woke late beyond STALL_TOLERANCE_S (`stalled_s`, `longest_stall_s`)."""
 
     def __init__(self, pid: int, poll_s: float = 0.1) -> None:
         self.pid = pid
         self.poll_s = poll_s
         self.stopped_s = 0.0
+        self.stalled_s = 0.0
+        self.longest_stall_s = 0.0
         self.error: str | None = None
+        self._last = 0.0
         self._task: asyncio.Task[None] | None = None
 
     def _stopped(self, proc: psutil.Process) -> bool:
@@ -76,28 +83,38 @@ class StopWatch:
         except psutil.Error:
             return False  # gone: the probe's own error says so
 
+    def _poll(self) -> None:
+        now = time.monotonic()
+        if (late := now - self._last - self.poll_s) > STALL_TOLERANCE_S:
+            self.stalled_s += late
+            self.longest_stall_s = max(self.longest_stall_s, late)
+        self._last = now
+
     async def _run(self) -> None:
         try:
             proc = psutil.Process(self.pid)
         except psutil.Error as exc:
             self.error = f"server process not readable: {exc}"
             return
-        last = time.monotonic()
         was = self._stopped(proc)
         while True:
             await asyncio.sleep(self.poll_s)
-            now = time.monotonic()
+            last = self._last
+            self._poll()
             stopped = self._stopped(proc)
             if stopped or was:
-                self.stopped_s += now - last if (stopped and was) else (now - last) / 2
-            was, last = stopped, now
+                self.stopped_s += self._last - last if (stopped and was) else (self._last - last) / 2
+            was = stopped
 
     def start(self) -> None:
+        self._last = time.monotonic()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> float | None:
         """Stop polling; seconds seen stopped (None when the process could not be read at all)."""
         if self._task is not None:
+            if not self._task.done():
+                self._poll()  # a stall still under way when the probe ended
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
