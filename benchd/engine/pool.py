@@ -221,7 +221,7 @@ class Pool:
         emit("server_ready", candidate=cand.id, runtime=cand.runtime, pid=server.pid, port=server.port,
              ctx_size=server.ctx_size, binary=server.binary, version=server.version,
              version_source=server.version_source, ready_s=round(server.ready_s, 3), ready_note=server.ready_note,
-             purpose=purpose,
+             stalled_s=server.ready_stalled_s, server_stopped_s=server.ready_stopped_s, purpose=purpose,
              load_s=None if server.load_s is None else round(server.load_s, 3), load_note=server.load_note,
              cache=server.cache, cache_note=server.cache_note, cold=server.cold_requested,
              resident_before=server.resident_before, argv=server.argv,

@@ -160,6 +160,9 @@ class ServerReady(Payload):
     external: dict[str, Any] | UnsetType = UNSET
     ready_s: float | UnsetType = UNSET
     ready_note: str | UnsetType = UNSET
+    #: Seconds benchd was not run / the server was seen stopped between the spawn and ready (null: unreadable).
+    stalled_s: float | UnsetType | None = UNSET
+    server_stopped_s: float | UnsetType | None = UNSET
     load_s: float | UnsetType | None = UNSET
     load_note: str | UnsetType = UNSET
     cache: str | UnsetType | None = UNSET

@@ -483,7 +483,8 @@ class ReadyStart(Struct, kw_only=True):
     """One server start's time to ready (from its `server_ready` event). `purpose`: "sweep" (a start
     the probes needed) or "ready" (a `[ready] starts` start, stopped once ready). `cache`: the model
     files' page-cache state just before the spawn (cold / warm / partial); `cold_requested`: their pages
-    were asked to drop first. `sources` and `null_reasons` per figure."""
+    were asked to drop first; `ready_s` is null when benchd stalled or the server was stopped during the
+    start (`stalled_s`, `server_stopped_s`). `sources` and `null_reasons` per figure."""
 
     candidate: str
     time: str
@@ -492,6 +493,8 @@ class ReadyStart(Struct, kw_only=True):
     load_s: float | None = None
     cache: str | None = None
     cold_requested: bool = False
+    stalled_s: float | None = None
+    server_stopped_s: float | None = None
     resident_before: float | None = None
     sources: dict[str, str] = {}
     null_reasons: dict[str, str] = {}

@@ -24,6 +24,7 @@ from benchd.errors import BenchdError
 from benchd.lifeline import die_with_daemon
 from benchd.schemas import Candidate
 from benchd.sensors import pagecache
+from benchd.sensors.suspend.sensor import StopWatch
 from benchd.servers.affinity import spawning_on
 from benchd.servers.procgroup import (
     exit_status,
@@ -322,6 +323,8 @@ class Supervisor:
         marker = _LoadMarker(adapter.load_marker, server.log_path, log_start, started)
         server.load_note = adapter.load_marker_reason if adapter.load_marker is None else ""
         checked = started  # when the check before this one began: readiness came after it
+        watch = StopWatch(server.pid)  # a stall or a stop inside the time to ready
+        watch.start()
         try:
             while True:
                 marker.look(server)
@@ -341,6 +344,8 @@ class Supervisor:
                         server.ready_s = time.monotonic() - started
                         server.ready_note = (f"benchd: spawn -> health answered (monotonic clock), to within "
                                              f"{(time.monotonic() - checked) * 1000:.0f} ms (the check before it)")
+                        server.ready_stopped_s = await watch.stop()
+                        server.ready_stalled_s = None if watch.error else round(watch.stalled_s, 3)
                         if listens_on(server.pid, server.port):
                             _check_loopback_only(server)
                             await marker.settle(server, server.ready_s, self.poll_interval_s)
@@ -364,6 +369,7 @@ class Supervisor:
                     raise self._exited_error(server)
         finally:
             exited.cancel()
+            await watch.stop()
 
     def _exited_error(self, server: Server) -> ServerStartError:
         info = server.exit

@@ -47,6 +47,7 @@ def test_ready_starts_through_a_job(run_daemon, own_model: Path, llama_server_bi
     assert [s["cache"] for s in extra] == ["cold", "warm", "cold", "warm"]
     assert all(s["sources"]["ready_s"] and s["load_s"] is not None for s in starts)
     assert all(" ms (the check before it)" in s["sources"]["ready_s"] for s in starts)  # each start's resolution
+    assert all(s["stalled_s"] is not None and s["server_stopped_s"] == 0.0 for s in starts)  # the start's watch
     (summary,) = rb["ready_summary"]
     assert summary["cold_n"] == 2 and summary["warm_n"] >= 2 and summary["load_median_s"] is not None
     sd = ("--state-dir", str(d.state_dir))

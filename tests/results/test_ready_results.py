@@ -87,3 +87,25 @@ def test_each_start_names_its_resolution_and_a_start_from_before_the_note_the_ol
 def test_health_checks_come_closer_together_the_sooner_after_spawn() -> None:
     """Each pause is 5 % of the time since spawn, 5 ms to the poll interval: a start is timed to within ~5 %."""
     assert [health_gap(t, 0.1) for t in (0.0, 0.05, 0.4, 1.0, 30.0)] == pytest.approx([0.005, 0.005, 0.02, 0.05, 0.1])
+
+
+def test_a_start_benchd_did_not_run_through_or_a_stopped_server_has_no_time_to_ready(tmp_path: Path) -> None:
+    """The probes' rule for starts: more than 0.25 s of stall, or any stop, makes `ready_s` null with the
+    measured figure in its reason, and the summary's medians leave the start out."""
+    config, store, sweep, _ = setup_state(tmp_path)
+    job = "20261130-020000-abcd"
+    fill_job(store, sweep, job_id=job)
+    for ready_s, stalled, stopped in ((1.0, 0.0, 0.0), (1.2, 0.06, 0.0), (2.4, 1.31, 0.0), (3.0, 0.0, 2.0)):
+        store.events.append(job, "server_ready", {
+            "candidate": "gguf-plain", "ready_s": ready_s, "purpose": "ready", "cache": "warm",
+            "stalled_s": stalled, "server_stopped_s": stopped})
+    rb = runbook.build_runbook(config, store, job)
+    store.close()
+    starts = [s for s in rb.ready if s.candidate == "gguf-plain"]
+    assert [s.ready_s for s in starts] == [1.0, 1.2, None, None]
+    assert [s.stalled_s for s in starts] == [0.0, 0.06, 1.31, 0.0]
+    assert starts[2].null_reasons["ready_s"] == ("benchd was not run for ~1.3 s during the start (a paused machine): "
+                                                 "it would measure the pause (2.400 s measured)")
+    assert starts[3].null_reasons["ready_s"].startswith("the server process was stopped for ~2.0 s during its start")
+    (plain,) = [s for s in rb.ready_summary if s.candidate == "gguf-plain"]
+    assert plain.warm_n == 2 and plain.warm_median_s == 1.1 and plain.warm_max_s == 1.2

@@ -6,11 +6,15 @@ tests/daemon/test_ready_real.py."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
+import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -18,6 +22,8 @@ import pytest
 from benchd.config import Config
 from benchd.schemas import Candidate
 from benchd.sensors import pagecache
+from benchd.sensors.suspend.sensor import STALL_TOLERANCE_S
+from benchd.servers.runtimes import get_adapter
 from benchd.servers.supervisor import Supervisor
 
 linux = pytest.mark.skipif(sys.platform != "linux", reason="posix_fadvise page dropping is Linux's")
@@ -71,3 +77,34 @@ async def test_warm_and_cold_starts(sup: Supervisor, own_model: Path, llama_serv
         assert within is not None and int(within[1]) <= round(s.ready_s * 1000), s.ready_note
         assert s.load_s is not None and 0 < s.load_s <= s.ready_s, s.load_note
         assert "model loaded" in s.load_note
+
+
+async def test_a_start_benchd_did_not_run_through_is_measured(
+        sup: Supervisor, own_model: Path, llama_server_bin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process (the supervisor) SIGSTOPs itself at the start's first health check and a child shell
+    SIGCONTs it 0.8 s later: the start's watch measures the stall beside the server's own state (running).
+    A start without the pause is measured too, never null (tests/results/test_ready_results.py: the rule)."""
+    cand = msgspec.convert({"id": "ready-tiny", "runtime": "llama-server", "model": str(own_model),
+                            "binary": str(llama_server_bin)}, Candidate)
+    plain = await sup.start("job-ready", cand, 256)
+    await sup.stop(plain)
+    assert plain.ready_stalled_s is not None and plain.ready_stopped_s == 0.0
+    launcher = get_adapter("llama-server").launcher
+    real_check = launcher.check_ready
+    paused: list[float] = []
+
+    async def check_ready(base_url: str) -> Any:
+        if not paused:
+            waker = await asyncio.create_subprocess_exec("sh", "-c", f"sleep 0.8; kill -CONT {os.getpid()}")
+            t0 = time.monotonic()
+            os.kill(os.getpid(), signal.SIGSTOP)
+            paused.append(time.monotonic() - t0)
+            await waker.wait()
+        return await real_check(base_url)
+
+    monkeypatch.setattr(launcher, "check_ready", check_ready)
+    stalled = await sup.start("job-ready", cand, 256)
+    await sup.stop(stalled)
+    assert paused and paused[0] >= 0.7
+    assert stalled.ready_stopped_s == 0.0 and stalled.ready_stalled_s is not None
+    assert stalled.ready_stalled_s >= paused[0] - 0.1 - STALL_TOLERANCE_S and stalled.ready_s >= paused[0]
