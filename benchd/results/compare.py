@@ -176,7 +176,15 @@ def _grid_warnings(a: Runbook, b: Runbook) -> list[str]:
         ("probes", sa.probes, sb.probes), ("warmup", sa.warmup, sb.warmup),
         ("sampling", sa.sampling, sb.sampling), ("eval_tier", sa.eval_tier, sb.eval_tier),
         ("thinking", sa.thinking, sb.thinking), ("ignore_eos", sa.ignore_eos, sb.ignore_eos)) if x != y]
-    return ["grids differ (" + "; ".join(f"{n}: {x} vs {y}" for n, x, y in grid) + ")"] if grid else []
+    return ["grids differ (" + "; ".join(d for n, x, y in grid for d in _differences(n, x, y)) + ")"] if grid else []
+
+
+def _differences(name: str, x: object, y: object) -> list[str]:
+    """`name: x vs y`, or for two structs one such entry per field that differs (`name.field: ...`)."""
+    if isinstance(x, Struct) and type(x) is type(y):
+        xs, ys = msgspec.structs.asdict(x), msgspec.structs.asdict(y)
+        return [d for f in xs if xs[f] != ys[f] for d in _differences(f"{name}.{f}", xs[f], ys[f])]
+    return [f"{name}: {x} vs {y}"]
 
 
 def _setup_warnings(a: Runbook, b: Runbook) -> list[str]:
@@ -191,7 +199,7 @@ def _setup_warnings(a: Runbook, b: Runbook) -> list[str]:
     if ea != eb:
         out.append(f"energy sources differ: {ea!r} vs {eb!r} (J/token is not comparable across counters)")
     if a.sweep.cooldown != b.sweep.cooldown:
-        out.append(f"cooldown policies differ: {a.sweep.cooldown} vs {b.sweep.cooldown}")
+        out.append("cooldown policies differ (" + "; ".join(_differences("cooldown", a.sweep.cooldown, b.sweep.cooldown)) + ")")
     return out
 
 

@@ -587,7 +587,8 @@ def compare_rows(cmp: Comparison, notes: list[str] | None = None) -> list[list[s
         if m.null_reason not in notes:
             notes.append(m.null_reason)
         return f"not measured [{notes.index(m.null_reason) + 1}]"
-    return [[cell.candidate, str(cell.context), m.metric, f"{fmt_value(m.metric, m.median_a)} ({m.n_a})",
+    header = dict(COLUMNS)  # the cell table's name for each metric
+    return [[cell.candidate, str(cell.context), header.get(m.metric, m.metric), f"{fmt_value(m.metric, m.median_a)} ({m.n_a})",
              f"{fmt_value(m.metric, m.median_b)} ({m.n_b})",
              f"{m.ratio_b_over_a:.3f}" if m.ratio_b_over_a is not None else "null", verdict(m)]
             for cell in cmp.cells for m in cell.metrics]

@@ -118,7 +118,8 @@ def test_the_sweeps_margins_judge_their_axes_and_the_header_names_them(pair) -> 
 def test_warnings(pair) -> None:
     _config, _store, a, b = pair
     assert compare.compare_runbooks(a, b).warnings == []
-    other_sweep = msgspec.structs.replace(b.sweep, contexts=[512, 2048], cooldown=Cooldown(policy="thermal"))
+    other_sweep = msgspec.structs.replace(b.sweep, contexts=[512, 2048], cooldown=Cooldown(policy="thermal"),
+                                          sampling=msgspec.structs.replace(b.sweep.sampling, seed=7))
     prov = msgspec.structs.replace(
         b.provenance,
         machine=msgspec.structs.replace(b.provenance.machine, cpu_model="Apple M3 Max"),
@@ -128,7 +129,10 @@ def test_warnings(pair) -> None:
     assert "machines differ" in w and "Apple M3 Max" in w
     assert "grids differ" in w and "contexts" in w
     assert "prompt hashes differ" in w
-    assert "cooldown policies differ" in w
+    # a struct's warning names the fields that differ, not the struct's repr
+    policy = f"cooldown.policy: {a.sweep.cooldown.policy} vs thermal"
+    assert f"cooldown policies differ ({policy}" in w and "Cooldown(" not in w
+    assert f"sampling.seed: {a.sweep.sampling.seed} vs 7" in w and "Sampling(" not in w
 
 
 def test_cli_json(pair) -> None:
@@ -145,7 +149,9 @@ def test_cli_json(pair) -> None:
     assert "α = 0.05 per metric" in text.stdout and "different: 25.0 % [" in text.stdout
     # A reason a metric was not measured is said once under the table; its rows point at it.
     lines = text.stdout.splitlines()
-    row = next(x for x in lines if re.match(r"mlx-lm +512 +prompt_tps ", x))
+    # the metric column reads as the report's cell table does (the JSON keeps the field names)
+    row = next(x for x in lines if re.match(r"mlx-lm +512 +prompt tok/s ", x))
+    assert not any(re.match(r"\S+ +\d+ +(gen_tps|prompt_tps|ttft_ms|mem_peak_bytes) ", x) for x in lines)
     k = re.search(r"not measured \[(\d+)\]$", row)
     assert k is not None, row
     assert f"[{k.group(1)}] mlx_lm.server reports no prompt timing" in lines
