@@ -114,11 +114,16 @@ def metric_text(ms: MetricStats, notes: Notes) -> str:
     return text + (f" {NOISY_MARK}" if ms.noisy else "")
 
 
-def _probes_used(c: CellStats) -> str:
+def _probes_used(rb: Runbook, c: CellStats, notes: Notes) -> str:
+    """The probes the verdict used; re-runs of invalidated probes counted beside, their reasons in a note."""
     v = c.verdict
     if v is None:
         return str(c.n_ok + c.n_failed)
-    return str(v.probes_used) + (f" (+{v.invalidated} re-run)" if v.invalidated else "")
+    if not v.invalidated:
+        return str(v.probes_used)
+    why = "; ".join(f"probe {r.probe}: {r.error}" for r in rb.rows if r.invalidated and r.kind == "probe"
+                    and r.candidate == c.candidate and r.context == c.context)
+    return f"{v.probes_used} (+{v.invalidated} re-run)" + (f" {notes.ref(f'{c.candidate}@{c.context}: {why}')}" if why else "")
 
 
 def _verdict_cell(c: CellStats, notes: Notes) -> str:
@@ -151,7 +156,7 @@ def cell_table(rb: Runbook) -> tuple[list[str], list[list[str]], Notes]:
     for c in rb.cells:
         failed = _ok_failed(c, notes)
         draft = [] if not drafts else ["-" if c.draft_acceptance is None else metric_text(c.draft_acceptance, notes)]
-        body.append([c.candidate, str(c.context), failed, _verdict_cell(c, notes), _probes_used(c),
+        body.append([c.candidate, str(c.context), failed, _verdict_cell(c, notes), _probes_used(rb, c, notes),
                      *(_metric_cell(rb, c, m, notes) for m, _ in COLUMNS), *draft])
     return header, body, notes
 

@@ -9,10 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
+from runbook_factory import fill_job, setup_state
 from testlib import benchctl_inproc
 
 from benchd.errors import BenchdError
 from benchd.results import plot, report, runbook
+from benchd.schemas import Row
 
 
 def test_text_table(state) -> None:
@@ -112,3 +114,19 @@ def test_rich_table_keeps_ids_whole_at_100_columns(state, capsys: pytest.Capture
     assert report.VERDICT_NOTE.split()[0] in out
     for cand in ("gguf-plain", "gguf-spec", "mlx-lm"):
         assert any(line.lstrip("│┃ ").startswith(cand) for line in out.splitlines()), (cand, out[:3000])
+
+
+def test_a_re_run_probe_says_why_in_a_note(tmp_path: Path) -> None:
+    """The probes column counts re-runs of invalidated probes; the note beside it gives each one's reason."""
+    config, store, sweep, _ = setup_state(tmp_path)
+    job = fill_job(store, sweep)
+    why = ("invalidated: benchd was not run for ~1.3 s during the probe (its 0.1 s poll woke that late: the machine "
+           "or the daemon was paused); its numbers are not used and the probe is run again")
+    store.results.commit_row(Row(job=job, candidate="gguf-plain", runtime="llama-server", context=512, kind="probe",
+                                 probe=3, status="failed", error=why, invalidated="machine-stalled", stalled_s=1.3))
+    rb = runbook.build_runbook(config, store, job)
+    store.close()
+    text = report.render_text(rb)
+    line = next(x for x in text.splitlines() if x.startswith("gguf-plain") and " 512 " in x)
+    ref = line.split("(+1 re-run) ")[1].split()[0]
+    assert f"{ref} gguf-plain@512: probe 3: {why}" in text.splitlines()
