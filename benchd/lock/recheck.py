@@ -110,7 +110,8 @@ def verdicts(evidence: Runbook, recheck: Runbook, candidate: str, threshold_pct:
             text, worse = describe(m, judged)
             out.setdefault(ctx, {})[m.metric] = text
             if worse:
-                regressions.append(f"{m.metric} at context {cell.context}: {text}")
+                label = AXES[m.metric].label if m.metric in AXES else m.metric
+                regressions.append(f"{label} at context {cell.context}: {text}")
     return out, regressions, medians
 
 

@@ -173,18 +173,18 @@ def test_lock_then_runtime_changes(run_daemon, short_base: Path, tiny_models, ll
     print(f"slow build, judged at 50 % (attempt {len(slow_jobs)}): {slow['verdicts']}")
     prompt = slow["verdicts"]["512"]["prompt_tps"]
     assert " % slower: different: " in prompt and "(α = 0.05)" in prompt, prompt
-    assert any(r.startswith("prompt_tps at context 512: ") and " % slower: different" in r for r in slow["regressions"])
+    assert any(r.startswith("prompt processing at context 512: ") and " % slower: different" in r for r in slow["regressions"])
     assert slow["notified"] == "notify_command: posted"
     title, message = notified.read_text().splitlines()[:2]
     assert title == "benchd: tiny got slower"
-    assert "llama.cpp b1-0c1e570 -> llama.cpp b10000-feedbee" in message and "prompt_tps" in message
+    assert "llama.cpp b1-0c1e570 -> llama.cpp b10000-feedbee" in message and "prompt processing at context 512" in message
     # benchctl locked and status show it; the lock file has both entries and its [locked] block as written
     shown = d.benchctl("locked", "--state-dir", str(state))
     assert "verdict: REGRESSED (confirmed by a second run" in shown.stdout, shown.stdout
-    assert "prompt_tps at context 512: " in shown.stdout and " % slower: different" in shown.stdout
+    assert "prompt processing at context 512: " in shown.stdout and " % slower: different" in shown.stdout
     status = d.benchctl("status")
     assert "recheck   last" in status.stdout and "REGRESSED (confirmed" in status.stdout, status.stdout
-    assert "prompt_tps at context 512: " in status.stdout and " % slower: different" in status.stdout
+    assert "prompt processing at context 512: " in status.stdout and " % slower: different" in status.stdout
     text = lock_path.read_text()
     assert text.startswith(locked_text)
     doc = tomllib.loads(text)

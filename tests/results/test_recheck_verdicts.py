@@ -216,7 +216,7 @@ def test_verdicts_with_enough_probes(state) -> None:
     got, regressions, medians = verdicts(a, b, "gguf-plain", 5.0)
     assert got["512"]["gen_tps"].startswith("30.0 % slower: different: ")
     assert got["512"]["prompt_tps"].startswith("same: tied within ±5 %")
-    assert regressions[0].startswith(("gen_tps at context 1024: 30.0 % slower", "gen_tps at context 512: 30.0 % slower"))
+    assert regressions[0].startswith(("generation speed at context 1024: 30.0 % slower", "generation speed at context 512: 30.0 % slower"))
     assert set(medians) == {"512", "1024"}
     # the same rows through `compare` give the same verdict
     cmp = compare_runbooks(a, b, margin_pct=5.0)
@@ -302,11 +302,11 @@ def test_summary_words_for_held_confirmed_and_not_confirmed() -> None:
 
     base = RecheckEntry(at="t", job="j2", outcome="succeeded", candidate="c", locked_at="l", lock_runbook="r",
                         verdicts={"512": {"gen_tps": "30.0 % slower: different: 30.0 % [29–31 %] slower"}},
-                        regressed=True, regressions=["gen_tps at context 512: 30.0 % slower: different"])
+                        regressed=True, regressions=["generation speed at context 512: 30.0 % slower: different"])
     held = msgspec.structs.replace(base, confirming="j3")
-    assert summary(held).startswith("suspected regression, being confirmed by recheck job j3: gen_tps")
+    assert summary(held).startswith("suspected regression, being confirmed by recheck job j3: generation speed")
     confirmed = msgspec.structs.replace(base, confirms="j1")
-    assert summary(confirmed).startswith("REGRESSED (confirmed by a second run; first: job j1): gen_tps")
+    assert summary(confirmed).startswith("REGRESSED (confirmed by a second run; first: job j1): generation speed")
     gone = msgspec.structs.replace(base, confirms="j1", regressed=False, regressions=[],
                                    verdicts={"512": {"gen_tps": "same: tied within ±5 % [−2.0–+0.1 %]"}})
     assert summary(gone) == "not confirmed (job j1's regression did not repeat): no regression: every metric the same"
