@@ -148,14 +148,14 @@ class Watch:
 
 
 def invalidation(clock_source: str, slept_s: float | None, stopped_s: float | None,
-                 stalled_s: float | None = None) -> Invalidation | None:
-    """Why a finished probe's numbers cannot be used: the machine slept, the server stopped, benchd stalled."""
+                 stalled_s: float | None = None, during: str = "the probe") -> Invalidation | None:
+    """Why a finished probe's (or start's) numbers cannot be used: the machine slept, the server stopped, benchd stalled."""
     if slept_s:
-        return Invalidation("machine-slept", f"the machine slept {slept_s:.1f} s during the probe ({clock_source})")
+        return Invalidation("machine-slept", f"the machine slept {slept_s:.1f} s during {during} ({clock_source})")
     if stopped_s:
-        return Invalidation("server-stopped", f"the server process was stopped for ~{stopped_s:.1f} s during the probe")
+        return Invalidation("server-stopped", f"the server process was stopped for ~{stopped_s:.1f} s during {during}")
     if stalled_s is not None and stalled_s > STALL_THRESHOLD_S:
-        return Invalidation("machine-stalled", f"benchd was not run for ~{stalled_s:.1f} s during the probe (its "
+        return Invalidation("machine-stalled", f"benchd was not run for ~{stalled_s:.1f} s during {during} (its "
                                                "0.1 s poll woke that late: the machine or the daemon was paused)")
     return None
 

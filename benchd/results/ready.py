@@ -9,9 +9,9 @@ from typing import TypeVar
 
 from msgspec import UnsetType
 
+from benchd.engine.series import invalidation
 from benchd.schemas import Event, ReadyStart, ReadySummary
 from benchd.schemas import events as ev
-from benchd.sensors.suspend.sensor import STALL_THRESHOLD_S
 
 T = TypeVar("T")
 
@@ -37,22 +37,13 @@ def ready_starts(events: Sequence[Event]) -> list[ReadyStart]:
             nulls["cache"] = cache_note or "this benchd did not record the page-cache state"
         stalled, stopped = _set(p.stalled_s), _set(p.server_stopped_s)
         ready_s: float | None = p.ready_s
-        if paused := _paused(stalled, stopped):
-            ready_s, nulls["ready_s"] = None, f"{paused}: it would measure the pause ({p.ready_s:.3f} s measured)"
+        if paused := invalidation("", None, stopped, stalled, during="the start"):
+            ready_s, nulls["ready_s"] = None, f"{paused.why}: it would measure the pause ({p.ready_s:.3f} s measured)"
         out.append(ReadyStart(candidate=p.candidate, time=e.time, purpose=p.purpose, ready_s=ready_s, load_s=load_s,
                               cache=cache, cold_requested=bool(_set(p.cold)),
                               resident_before=_set(p.resident_before), stalled_s=stalled, server_stopped_s=stopped,
                               sources=sources, null_reasons=nulls))
     return out
-
-
-def _paused(stalled_s: float | None, stopped_s: float | None) -> str | None:
-    """Why a start's time to ready is not the server's (the probes' rule, docs/measuring.md#suspended-probes)."""
-    if stopped_s:
-        return f"the server process was stopped for ~{stopped_s:.1f} s during its start"
-    if stalled_s is not None and stalled_s > STALL_THRESHOLD_S:
-        return f"benchd was not run for ~{stalled_s:.1f} s during the start (a paused machine)"
-    return None
 
 
 def _set(x: T | UnsetType) -> T | None:

@@ -72,7 +72,6 @@ class Server:
     #: None with `load_note` saying why); the model files' page-cache state just before the spawn.
     ready_s: float = 0.0
     ready_note: str = ""
-    #: What the start's watch saw between the spawn and ready (`StopWatch`); None: not watched.
     ready_stalled_s: float | None = None
     ready_stopped_s: float | None = None
     load_s: float | None = None
