@@ -136,7 +136,7 @@ class Watch:
         self.stopped_s = await self.stop_watch.stop()
         self.stalled_s = None if self.stopped_s is None else round(self.stop_watch.stalled_s, 3)
         self.slept_s = slept_s(self.gap0, self.clock.gap())
-        return invalidation(self.clock.source, self.slept_s, self.stopped_s, self.stalled_s)
+        return invalidation(self.clock.source, self.slept_s, self.stopped_s)
 
     async def annotate(self, row: Row, *, series: CellSeries | None, plan: ProbePlan, sensor: ThermalSensor,
                        target_celsius: float) -> Row:
@@ -148,15 +148,12 @@ class Watch:
 
 
 def invalidation(clock_source: str, slept_s: float | None, stopped_s: float | None,
-                 stalled_s: float | None = None, during: str = "the probe") -> Invalidation | None:
-    """Why a finished probe's (or start's) numbers cannot be used: the machine slept, the server stopped, benchd stalled."""
+                 during: str = "the probe") -> Invalidation | None:
+    """Why a finished probe's (or start's) numbers cannot be used: the machine slept, or the server was stopped."""
     if slept_s:
         return Invalidation("machine-slept", f"the machine slept {slept_s:.1f} s during {during} ({clock_source})")
     if stopped_s:
         return Invalidation("server-stopped", f"the server process was stopped for ~{stopped_s:.1f} s during {during}")
-    if stalled_s is not None and stalled_s > STALL_THRESHOLD_S:
-        return Invalidation("machine-stalled", f"benchd was not run for ~{stalled_s:.1f} s during {during} (its "
-                                               "0.1 s poll woke that late: the machine or the daemon was paused)")
     return None
 
 
@@ -183,7 +180,7 @@ def annotate(row: Row, *, earlier: Sequence[float], plan: ProbePlan, thermal: Th
     if stopped_s is None:
         reasons["server_stopped_s"] = "server process state unreadable"
     sources["stalled_s"] = ("benchd:lateness of its 0.1 s poll beyond 0.05 s, summed over the probe "
-                            f"(over {STALL_THRESHOLD_S:g} s: invalidated)")
+                            f"(over {STALL_THRESHOLD_S:g} s: flagged in the report)")
     if stalled_s is None:
         reasons["stalled_s"] = "not polled: the server process state was unreadable"
     changes: dict[str, object] = {"suspended_s": slept_s, "server_stopped_s": stopped_s, "stalled_s": stalled_s}

@@ -12,6 +12,7 @@ from msgspec import UnsetType
 from benchd.engine.series import invalidation
 from benchd.schemas import Event, ReadyStart, ReadySummary
 from benchd.schemas import events as ev
+from benchd.sensors.suspend.sensor import stall_text
 
 T = TypeVar("T")
 
@@ -37,8 +38,10 @@ def ready_starts(events: Sequence[Event]) -> list[ReadyStart]:
             nulls["cache"] = cache_note or "this benchd did not record the page-cache state"
         stalled, stopped = _set(p.stalled_s), _set(p.server_stopped_s)
         ready_s: float | None = p.ready_s
-        if paused := invalidation("", None, stopped, stalled, during="the start"):
-            ready_s, nulls["ready_s"] = None, f"{paused.why}: it would measure the pause ({p.ready_s:.3f} s measured)"
+        if paused := invalidation("", None, stopped, during="the start"):
+            ready_s, nulls["ready_s"] = None, f"{paused.why}: it would measure the stop ({p.ready_s:.3f} s measured)"
+        if stall := stall_text(stalled, "the start"):
+            sources["ready_s"] += f"; {stall}"
         out.append(ReadyStart(candidate=p.candidate, time=e.time, purpose=p.purpose, ready_s=ready_s, load_s=load_s,
                               cache=cache, cold_requested=bool(_set(p.cold)),
                               resident_before=_set(p.resident_before), stalled_s=stalled, server_stopped_s=stopped,

@@ -53,6 +53,7 @@ from benchd.schemas import (
     SleepInfo,
     Sweep,
 )
+from benchd.sensors.suspend.sensor import stall_text
 from benchd.stats.comparison import AXES, TAIL_MIN_N
 
 if TYPE_CHECKING:
@@ -115,15 +116,17 @@ def metric_text(ms: MetricStats, notes: Notes) -> str:
 
 
 def _probes_used(rb: Runbook, c: CellStats, notes: Notes) -> str:
-    """The probes the verdict used; re-runs of invalidated probes counted beside, their reasons in a note."""
+    """The probes the verdict used; re-runs and stalled probes counted beside, each one's reason in a note."""
     v = c.verdict
     if v is None:
         return str(c.n_ok + c.n_failed)
-    if not v.invalidated:
-        return str(v.probes_used)
-    why = "; ".join(f"probe {r.probe}: {r.error}" for r in rb.rows if r.invalidated and r.kind == "probe"
-                    and r.candidate == c.candidate and r.context == c.context)
-    return f"{v.probes_used} (+{v.invalidated} re-run)" + (f" {notes.ref(f'{c.candidate}@{c.context}: {why}')}" if why else "")
+    mine = [r for r in rb.rows if r.kind == "probe" and r.candidate == c.candidate and r.context == c.context]
+    why = [f"probe {r.probe}: {r.error}" for r in mine if r.invalidated]
+    stalled = [f"probe {r.probe}: {t}" for r in mine if r.status == "ok" and (t := stall_text(r.stalled_s))]
+    counts = [f"+{v.invalidated} re-run"] if v.invalidated else []
+    counts += [f"{len(stalled)} stalled"] if stalled else []
+    text = str(v.probes_used) + (f" ({', '.join(counts)})" if counts else "")
+    return text + (f" {notes.ref(f'{c.candidate}@{c.context}: ' + '; '.join(why + stalled))}" if why + stalled else "")
 
 
 def _verdict_cell(c: CellStats, notes: Notes) -> str:

@@ -19,7 +19,7 @@ from msgspec import Struct
 RowKind = Literal["probe", "sustained", "sentinel", "session", "parallel", "vision"]
 VISION_PROBE_STRIDE = 1000
 #: Why a probe's numbers were thrown away and the probe run again (a failed row, never a slow number).
-Invalidated = Literal["machine-slept", "server-stopped", "machine-stalled"]
+Invalidated = Literal["machine-slept", "server-stopped"]
 RowStatus = Literal["ok", "failed", "timeout", "aborted"]
 #: The row fields the energy step fills (benchd.engine.energy), each null one with its reason.
 ENERGY_FIELDS: tuple[str, ...] = (
@@ -155,7 +155,7 @@ class Row(Struct, kw_only=True, frozen=True, omit_defaults=False):
     server_stopped_s: float | None = None
     #: Seconds benchd was not run during the probe (a paused VM): its 0.1 s poll's lateness beyond 0.05 s.
     stalled_s: float | None = None
-    #: Set when the probe was thrown away for a sleep, a stopped server or a stall (status failed; re-run).
+    #: Set when the probe was thrown away for a sleep or a stopped server (status failed; re-run).
     invalidated: Invalidated | None = None
     #: Session turns (kind "session"): the turn (from 1), the prompt tokens the server processed anew
     #: (prompt_tokens - cached_tokens), their rate, the reusable prefix benchd computed by tokenizing the

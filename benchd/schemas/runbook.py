@@ -483,8 +483,8 @@ class ReadyStart(Struct, kw_only=True):
     """One server start's time to ready (from its `server_ready` event). `purpose`: "sweep" (a start
     the probes needed) or "ready" (a `[ready] starts` start, stopped once ready). `cache`: the model
     files' page-cache state just before the spawn (cold / warm / partial); `cold_requested`: their pages
-    were asked to drop first; `ready_s` is null when benchd stalled or the server was stopped during the
-    start (`stalled_s`, `server_stopped_s`). `sources` and `null_reasons` per figure."""
+    were asked to drop first; `ready_s` is null when the server was stopped during the start, and its
+    source names a stall (`stalled_s`, `server_stopped_s`). `sources` and `null_reasons` per figure."""
 
     candidate: str
     time: str

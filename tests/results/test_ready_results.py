@@ -89,9 +89,9 @@ def test_health_checks_come_closer_together_the_sooner_after_spawn() -> None:
     assert [health_gap(t, 0.1) for t in (0.0, 0.05, 0.4, 1.0, 30.0)] == pytest.approx([0.005, 0.005, 0.02, 0.05, 0.1])
 
 
-def test_a_start_benchd_did_not_run_through_or_a_stopped_server_has_no_time_to_ready(tmp_path: Path) -> None:
-    """The probes' rule for starts: more than 0.25 s of stall, or any stop, makes `ready_s` null with the
-    measured figure in its reason, and the summary's medians leave the start out."""
+def test_a_stopped_server_has_no_time_to_ready_and_a_stall_is_named(tmp_path: Path) -> None:
+    """The probes' rules for starts: any stop of the server makes `ready_s` null with the measured figure in its
+    reason (the summary's medians leave the start out); more than 0.25 s of stall is named in its source."""
     config, store, sweep, _ = setup_state(tmp_path)
     job = "20261130-020000-abcd"
     fill_job(store, sweep, job_id=job)
@@ -102,11 +102,13 @@ def test_a_start_benchd_did_not_run_through_or_a_stopped_server_has_no_time_to_r
     rb = runbook.build_runbook(config, store, job)
     store.close()
     starts = [s for s in rb.ready if s.candidate == "gguf-plain"]
-    assert [s.ready_s for s in starts] == [1.0, 1.2, None, None]
+    assert [s.ready_s for s in starts] == [1.0, 1.2, 2.4, None]
     assert [s.stalled_s for s in starts] == [0.0, 0.06, 1.31, 0.0]
-    assert starts[2].null_reasons["ready_s"] == ("benchd was not run for ~1.3 s during the start (its 0.1 s poll woke "
-                                                 "that late: the machine or the daemon was paused): it would measure "
-                                                 "the pause (2.400 s measured)")
-    assert starts[3].null_reasons["ready_s"].startswith("the server process was stopped for ~2.0 s during the start")
+    assert [("benchd was not run" in s.sources["ready_s"]) for s in starts[:3]] == [False, False, True]
+    assert starts[2].sources["ready_s"].endswith("benchd was not run for ~1.3 s during the start (its 0.1 s poll woke "
+                                                 "that late: the machine or the daemon was paused); the figures "
+                                                 "include the pause")
+    assert starts[3].null_reasons["ready_s"] == ("the server process was stopped for ~2.0 s during the start: it would "
+                                                 "measure the stop (3.000 s measured)")
     (plain,) = [s for s in rb.ready_summary if s.candidate == "gguf-plain"]
-    assert plain.warm_n == 2 and plain.warm_median_s == 1.1 and plain.warm_max_s == 1.2
+    assert plain.warm_n == 3 and plain.warm_median_s == 1.2 and plain.warm_max_s == 2.4

@@ -8,6 +8,7 @@ import io
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 from runbook_factory import fill_job, setup_state
 from testlib import benchctl_inproc
@@ -116,17 +117,22 @@ def test_rich_table_keeps_ids_whole_at_100_columns(state, capsys: pytest.Capture
         assert any(line.lstrip("│┃ ").startswith(cand) for line in out.splitlines()), (cand, out[:3000])
 
 
-def test_a_re_run_probe_says_why_in_a_note(tmp_path: Path) -> None:
-    """The probes column counts re-runs of invalidated probes; the note beside it gives each one's reason."""
+def test_a_re_run_or_stalled_probe_says_why_in_a_note(tmp_path: Path) -> None:
+    """The probes column counts re-runs of invalidated probes and the ok probes benchd stalled through; the
+    note beside it gives each one's reason."""
     config, store, sweep, _ = setup_state(tmp_path)
     job = fill_job(store, sweep)
-    why = ("invalidated: benchd was not run for ~1.3 s during the probe (its 0.1 s poll woke that late: the machine "
-           "or the daemon was paused); its numbers are not used and the probe is run again")
+    why = ("invalidated: the server process was stopped for ~3.1 s during the probe; its numbers are not used and "
+           "the probe is run again")
     store.results.commit_row(Row(job=job, candidate="gguf-plain", runtime="llama-server", context=512, kind="probe",
-                                 probe=3, status="failed", error=why, invalidated="machine-stalled", stalled_s=1.3))
+                                 probe=3, status="failed", error=why, invalidated="server-stopped", stalled_s=0.0))
+    ok = [r for r in store.results.rows(job) if r.candidate == "gguf-plain" and r.context == 512]
+    store.results.commit_row(msgspec.structs.replace(ok[1], probe=4, stalled_s=1.3))
     rb = runbook.build_runbook(config, store, job)
     store.close()
     text = report.render_text(rb)
     line = next(x for x in text.splitlines() if x.startswith("gguf-plain") and " 512 " in x)
-    ref = line.split("(+1 re-run) ")[1].split()[0]
-    assert f"{ref} gguf-plain@512: probe 3: {why}" in text.splitlines()
+    ref = line.split("(+1 re-run, 1 stalled) ")[1].split()[0]
+    stall = ("benchd was not run for ~1.3 s during the probe (its 0.1 s poll woke that late: the machine or the "
+             "daemon was paused); the figures include the pause")
+    assert f"{ref} gguf-plain@512: probe 3: {why}; probe 4: {stall}" in text.splitlines()

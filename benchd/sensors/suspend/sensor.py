@@ -14,7 +14,7 @@ import psutil
 #: A gap that grows by more than this during a probe means the machine slept (clock reads are µs apart).
 SLEEP_THRESHOLD_S = 0.25
 STOPPED_STATES = frozenset({psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP})
-#: A poll this late past its interval counts as a stall; more stall than the threshold invalidates a probe.
+#: A poll this late past its interval counts as a stall; more stall than the threshold flags a probe.
 STALL_TOLERANCE_S = 0.05
 STALL_THRESHOLD_S = 0.25
 
@@ -61,6 +61,14 @@ def slept_s(before: float | None, after: float | None) -> float | None:
         return None
     d = after - before
     return round(d, 3) if d > SLEEP_THRESHOLD_S else 0.0
+
+
+def stall_text(stalled_s: float | None, during: str = "the probe") -> str | None:
+    """What a stall over STALL_THRESHOLD_S means for the figures measured meanwhile (None: no such stall)."""
+    if stalled_s is None or stalled_s <= STALL_THRESHOLD_S:
+        return None
+    return (f"benchd was not run for ~{stalled_s:.1f} s during {during} (its 0.1 s poll woke that late: the "
+            "machine or the daemon was paused); the figures include the pause")
 
 
 class StopWatch:
