@@ -91,20 +91,30 @@ async def test_stop_watch_counts_a_real_sigstop() -> None:
         await proc.wait()
 
 
+class _SignalledWatch(StopWatch):
+    """A StopWatch that says when it polled (the event the test waits for)."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(pid)
+        self.polled = asyncio.Event()
+
+    def _poll(self) -> None:
+        super()._poll()
+        self.polled.set()
+
+
 async def test_stop_watch_counts_the_time_its_own_process_was_not_run() -> None:
     """A blocked event loop stands in for a paused daemon (a stalled VM pauses it the same way): the poll
     due meanwhile wakes late by about the block, mid-probe or still under way when the probe ends. Only
     lower bounds: a busy machine can add stall, never take it away."""
-    watch = StopWatch(os.getpid())
+    watch = _SignalledWatch(os.getpid())
     watch.start()
-    await asyncio.sleep(0.25)
     time.sleep(0.6)  # noqa: ASYNC251 - the stall itself: the loop, and so the poll, does not run
-    await asyncio.sleep(0.25)
+    await asyncio.wait_for(watch.polled.wait(), 10)  # the poll that was due meanwhile
     assert await watch.stop() == 0.0  # the process itself was never stopped
     assert watch.stalled_s >= 0.6 - watch.poll_s - STALL_TOLERANCE_S and watch.longest_stall_s >= 0.45
     at_end = StopWatch(os.getpid())
     at_end.start()
-    await asyncio.sleep(0.15)
     time.sleep(0.5)  # noqa: ASYNC251 - a stall under way when the probe ends
     await at_end.stop()
     assert at_end.stalled_s >= 0.5 - at_end.poll_s - STALL_TOLERANCE_S
